@@ -1,0 +1,108 @@
+"""Input checks shared by the public API.
+
+Every public function validates its arguments with these helpers, so that bad input raises a
+``ValueError``/``TypeError`` naming the argument, the value received and what is allowed.
+Checks only look at static information (Python values, shapes, dtypes) unless stated otherwise,
+so they are safe under ``jit``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+
+
+def check_int(name: str, value: object, *, minimum: int) -> int:
+    """Returns ``value`` as an ``int`` if it is an integer ``>= minimum``, else raises."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r} of type "
+                        f"{type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_real(name: str, value: object, *, positive: bool = False) -> float:
+    """Returns ``value`` as a finite ``float`` (and ``> 0`` if ``positive``), else raises."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} of type "
+                        f"{type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def check_choice(name: str, value: object, allowed: Iterable[str]) -> str:
+    """Returns ``value`` if it is one of ``allowed`` strings, else raises naming them."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_float_dtype(name: str, dtype: object) -> jnp.dtype:
+    """Returns ``dtype`` as a canonical JAX floating dtype, else raises.
+
+    float64 is only honoured when ``jax_enable_x64`` is on (JAX's usual rule); otherwise it is
+    canonicalised to float32.
+    """
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError as err:
+        raise TypeError(f"{name} must be a floating dtype, got {dtype!r}") from err
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise TypeError(f"{name} must be a floating dtype (float16, bfloat16, float32, float64), "
+                        f"got {dt}")
+    return jax.dtypes.canonicalize_dtype(dt)
+
+
+def check_key(name: str, key: object) -> jax.Array:
+    """Returns ``key`` if it is a JAX PRNG key (typed, or a legacy uint32[2]), else raises."""
+    if isinstance(key, jax.Array):
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
+            return key
+        if key.dtype == jnp.uint32 and key.shape == (2,):
+            return key
+    raise TypeError(f"{name} must be a single JAX PRNG key (jax.random.key(seed)), got "
+                    f"{type(key).__name__} with shape {getattr(key, 'shape', None)} and dtype "
+                    f"{getattr(key, 'dtype', None)}")
+
+
+def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
+    """Returns ``x`` as a floating array of shape ``(..., dim)``, else raises.
+
+    Integer inputs are rejected rather than silently cast. ``dim`` (if given) must match the last
+    axis.
+    """
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating array, got dtype {x.dtype}")
+    if x.ndim < 1:
+        raise ValueError(f"{name} must have shape (..., dim) with at least one axis, got a scalar")
+    if dim is not None and x.shape[-1] != dim:
+        raise ValueError(f"{name} must have last axis of size dim={dim} (the projection's input "
+                         f"dimension), got shape {x.shape}")
+    return x
+
+
+def check_finite(name: str, x: jax.Array) -> jax.Array:
+    """Raises if a concrete array holds NaN or infinity; a no-op on traced values.
+
+    Under ``jit`` the values are unknown, so callers that need the check must call outside of
+    ``jit`` (the public functions document this).
+    """
+    if isinstance(x, jax.core.Tracer):
+        return x
+    if not bool(np.all(np.isfinite(np.asarray(x, dtype=np.float64)))):
+        raise ValueError(f"{name} must contain only finite values (no NaN or inf)")
+    return x

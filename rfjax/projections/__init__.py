@@ -1,0 +1,80 @@
+"""Couplings: samplers ``(key, dim, num_features, *, dtype) -> Projection``.
+
+A coupling decides how the m projection vectors w_1..w_m are drawn jointly; every row is
+marginally N(0, I_d), so every feature map stays (approximately, for QMC and HD products)
+unbiased, and the coupling only changes the variance.
+
+Names for configs: ``get("simplex")`` returns the sampler; ``available()`` lists the names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rfjax.projections._base import DenseProjection, Projection
+from rfjax.projections._dense import (
+    apply_simplex,
+    gaussian,
+    orthogonal,
+    simplex,
+    simplex_directions,
+    simplex_plus,
+)
+from rfjax.projections._halton import halton
+
+Sampler = Callable[..., Projection]
+
+_REGISTRY: dict[str, Sampler] = {
+    "gaussian": gaussian,
+    "orthogonal": orthogonal,
+    "simplex": simplex,
+    "simplex_plus": simplex_plus,
+    "halton": halton,
+}
+
+
+def available() -> tuple[str, ...]:
+    """Names of the registered couplings, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Sampler:
+    """The sampler registered under ``name``.
+
+    Raises:
+      TypeError: if ``name`` is not a string.
+      ValueError: if no coupling has that name; the message lists the known names.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"coupling name must be a string, got {type(name).__name__}")
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown coupling {name!r}; available: {', '.join(available())}")
+    return _REGISTRY[name]
+
+
+def register(name: str, sampler: Sampler) -> None:
+    """Registers ``sampler`` under ``name`` (an error if the name is taken)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"coupling name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"coupling {name!r} is already registered")
+    if not callable(sampler):
+        raise TypeError(f"sampler for {name!r} must be callable, got {type(sampler).__name__}")
+    _REGISTRY[name] = sampler
+
+
+__all__ = [
+    "DenseProjection",
+    "Projection",
+    "Sampler",
+    "apply_simplex",
+    "available",
+    "gaussian",
+    "get",
+    "halton",
+    "orthogonal",
+    "register",
+    "simplex",
+    "simplex_directions",
+    "simplex_plus",
+]

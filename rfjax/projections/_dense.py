@@ -1,0 +1,267 @@
+"""Dense couplings: i.i.d. Gaussian, orthogonal (ORF), simplex (SimRF) and simplex+ (SimRF+).
+
+All samplers share the signature ``(key, dim, num_features, *, dtype) -> DenseProjection``. Every
+row is marginally N(0, I_d): the coupled ones draw independent chi_d norms and Haar rotations
+(QR with the sign fix). When ``num_features`` is not a multiple of ``dim``, ceil(m/d) independent
+blocks are drawn and the last one is truncated (SimRF paper, footnote 2; Performer ORF).
+
+References:
+  Yu et al., "Orthogonal Random Features", NeurIPS 2016, arXiv:1610.09072.
+  Reid et al., "Simplex Random Features", ICML 2023, arXiv:2301.13856 (Eq. 8-9, 15-17).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from rfjax._validation import check_choice, check_float_dtype, check_int, check_key
+from rfjax.projections._base import DenseProjection
+
+
+def _validate(key: jax.Array, dim: int, num_features: int, dtype: object, *,
+              min_dim: int = 1) -> tuple[int, int, jnp.dtype]:
+    check_key("key", key)
+    dim = check_int("dim", dim, minimum=min_dim)
+    num_features = check_int("num_features", num_features, minimum=1)
+    return dim, num_features, check_float_dtype("dtype", dtype)
+
+
+def _compute_dtype(dtype: jnp.dtype) -> jnp.dtype:
+    """QR and Gauss-Seidel run in float32 at least (no half-precision LAPACK)."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def haar_rotations(key: jax.Array, num_blocks: int, dim: int, dtype: jnp.dtype) -> jax.Array:
+    """Haar-distributed orthogonal matrices, shape ``(num_blocks, dim, dim)``.
+
+    QR of a Gaussian matrix with the sign fix Q diag(sign(diag(R))); without the fix the rows are
+    not isotropic (EQUATIONS.md, implementation pitfalls).
+    """
+    gaussian_matrices = jax.random.normal(key, (num_blocks, dim, dim), dtype)
+    q, r = jnp.linalg.qr(gaussian_matrices)
+    signs = jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))
+    signs = jnp.where(signs == 0, 1, signs)
+    return q * signs[..., None, :]
+
+
+def chi_norms(key: jax.Array, shape: tuple[int, ...], dim: int, dtype: jnp.dtype) -> jax.Array:
+    """Independent chi_d draws of the given shape: norms of standard Gaussian vectors in R^dim."""
+    return jnp.linalg.norm(jax.random.normal(key, (*shape, dim), dtype), axis=-1)
+
+
+def simplex_directions(dim: int, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+    """The d unit vectors s_i of SimRF Eq. 9, as rows of a ``(dim, dim)`` matrix.
+
+    They point at the vertices of a regular simplex in the hyperplane ``u_d = 0``: unit norm,
+    pairwise cosine -1/(d-1), summing to zero. For ``dim == 1`` the single direction is e_1.
+    """
+    if dim == 1:
+        return jnp.ones((1, 1), dtype)
+    return apply_simplex(jnp.eye(dim, dtype=dtype), axis=0)
+
+
+def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
+    """S z along ``axis`` in O(d) per vector (SimRF App. B.2.1), S the matrix of Eq. 9 rows.
+
+    With sigma = sum_{j<d} z_j: (Sz)_i = sqrt(d/(d-1)) z_i - (sqrt(d)+1)/(d-1)^{3/2} sigma for
+    i < d, and (Sz)_d = sigma/sqrt(d-1). The last coordinate of z is ignored (S has a zero last
+    column).
+    """
+    z = jnp.moveaxis(z, axis, -1)
+    d = z.shape[-1]
+    head = z[..., :-1]
+    sigma = jnp.sum(head, axis=-1, keepdims=True)
+    scaled = math.sqrt(d / (d - 1)) * head - (math.sqrt(d) + 1) / (d - 1) ** 1.5 * sigma
+    out = jnp.concatenate([scaled, sigma / math.sqrt(d - 1)], axis=-1)
+    return jnp.moveaxis(out, -1, axis)
+
+
+def _num_blocks(dim: int, num_features: int) -> int:
+    return -(-num_features // dim)
+
+
+def _stack_blocks(blocks: jax.Array, num_features: int) -> jax.Array:
+    """``(num_blocks, dim, dim) -> (num_features, dim)``: stack and truncate the last block."""
+    return blocks.reshape(-1, blocks.shape[-1])[:num_features]
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _gaussian(key, dim, num_features, dtype):
+    return jax.random.normal(key, (num_features, dim), dtype)
+
+
+def gaussian(key: jax.Array, dim: int, num_features: int, *,
+             dtype: object = jnp.float32) -> DenseProjection:
+    """I.i.d. Gaussian projections (IIDRF): every entry of W is N(0, 1).
+
+    Args:
+      key: a PRNG key.
+      dim: input dimension d >= 1.
+      num_features: number of rows m >= 1.
+      dtype: floating dtype of W.
+
+    Returns:
+      A ``DenseProjection`` with ``weights`` of shape ``(m, d)`` and ``block_size == 1``.
+
+    Examples:
+      >>> import jax
+      >>> w = gaussian(jax.random.key(0), 4, 8)
+      >>> w.matrix().shape
+      (8, 4)
+    """
+    dim, num_features, dtype = _validate(key, dim, num_features, dtype)
+    return DenseProjection(_gaussian(key, dim, num_features, dtype), block_size=1)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _orthogonal(key, dim, num_features, dtype):
+    compute = _compute_dtype(dtype)
+    rotation_key, norm_key = jax.random.split(key)
+    num_blocks = _num_blocks(dim, num_features)
+    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
+    norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
+    return _stack_blocks(norms[..., None] * rotations, num_features).astype(dtype)
+
+
+def orthogonal(key: jax.Array, dim: int, num_features: int, *,
+               dtype: object = jnp.float32) -> DenseProjection:
+    """Orthogonal random features (ORF): blocks W = D R with R Haar on O(d), D chi_d norms.
+
+    Rows within a block are exactly orthogonal; blocks are independent; when ``num_features`` is
+    not a multiple of ``dim`` the last block is truncated. Each row is marginally N(0, I_d).
+
+    Args:
+      key: a PRNG key.
+      dim: input dimension d >= 1.
+      num_features: number of rows m >= 1.
+      dtype: floating dtype of W (QR runs in at least float32).
+
+    Returns:
+      A ``DenseProjection`` of shape ``(m, d)`` with ``block_size == dim``.
+
+    References:
+      Yu et al. 2016, arXiv:1610.09072; SimRF paper Sec. 2.
+    """
+    dim, num_features, dtype = _validate(key, dim, num_features, dtype)
+    return DenseProjection(_orthogonal(key, dim, num_features, dtype), block_size=dim)
+
+
+def _partial_simplex_block(rotation: jax.Array, norms: jax.Array, rows: int) -> jax.Array:
+    """A partial block of ``rows`` < d vectors pointing at an r-vertex simplex, then rotated."""
+    dim = rotation.shape[-1]
+    directions = simplex_directions(rows, rotation.dtype)
+    directions = jnp.pad(directions, ((0, 0), (0, dim - rows)))
+    return norms[:rows, None] * (directions @ rotation)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _simplex(key, dim, num_features, dtype, partial_block):
+    compute = _compute_dtype(dtype)
+    rotation_key, norm_key = jax.random.split(key)
+    num_blocks = _num_blocks(dim, num_features)
+    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
+    norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
+    blocks = norms[..., None] * apply_simplex(rotations, axis=-2)  # D (S R), S in O(d) per column
+    weights = _stack_blocks(blocks, num_features)
+    rest = num_features % dim
+    if partial_block == "simplex" and rest:
+        last = _partial_simplex_block(rotations[-1], norms[-1], rest)
+        weights = weights.at[num_features - rest:].set(last)
+    return weights.astype(dtype)
+
+
+def simplex(key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32,
+            partial_block: str = "truncate") -> DenseProjection:
+    """Simplex random features (SimRF, Eq. 8): blocks W = D S R.
+
+    D holds i.i.d. chi_d norms, R is Haar on O(d) and S (rows s_i of Eq. 9) points the d rows of
+    a block at the vertices of a regular simplex: pairwise cosine -1/(d-1). S R is formed with
+    the O(d)-per-vector product of App. B.2.1. Each row is marginally N(0, I_d); blocks are
+    independent.
+
+    Args:
+      key: a PRNG key.
+      dim: input dimension d >= 2.
+      num_features: number of rows m >= 1.
+      dtype: floating dtype of W.
+      partial_block: what the last block of r = m mod d rows is when m is not a multiple of d.
+        ``"truncate"`` (default, as in the paper and the Performer): the first r rows of a full
+        d-simplex block. ``"simplex"``: an r-vertex simplex (cosine -1/(r-1)), which has lower
+        RF-conformity and is also unbiased (EQUATIONS.md, NOT IN PAPER note).
+
+    Returns:
+      A ``DenseProjection`` of shape ``(m, d)`` with ``block_size == dim``.
+
+    References:
+      Reid et al. 2023, arXiv:2301.13856, Eq. 8-9 and App. B.2.1.
+    """
+    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=2)
+    check_choice("partial_block", partial_block, ("truncate", "simplex"))
+    weights = _simplex(key, dim, num_features, dtype, partial_block)
+    return DenseProjection(weights, block_size=dim)
+
+
+def _gauss_seidel_sweeps(norms: jax.Array, directions: jax.Array, num_sweeps: int) -> jax.Array:
+    """SimRF+ Eq. 17: in-place sweeps w_i <- -(sum_{j!=i} w_j w^_j)/|...| with a running total."""
+    dim = norms.shape[0]
+
+    def update(i, state):
+        dirs, total = state
+        rest = total - norms[i] * dirs[i]
+        length = jnp.linalg.norm(rest)
+        new = jnp.where(length > 0, -rest / jnp.where(length > 0, length, 1), dirs[i])
+        return dirs.at[i].set(new), rest + norms[i] * new
+
+    def sweep(_, state):
+        return jax.lax.fori_loop(0, dim, update, state)
+
+    total = norms @ directions
+    directions, _ = jax.lax.fori_loop(0, num_sweeps, sweep, (directions, total))
+    return directions
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _simplex_plus(key, dim, num_features, dtype, num_sweeps):
+    compute = _compute_dtype(dtype)
+    rotation_key, norm_key = jax.random.split(key)
+    num_blocks = _num_blocks(dim, num_features)
+    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
+    norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
+    start = simplex_directions(dim, compute)
+    optimise = jax.vmap(_gauss_seidel_sweeps, in_axes=(0, None, None))
+    directions = optimise(norms, start, num_sweeps)
+    blocks = norms[..., None] * (directions @ rotations)
+    return _stack_blocks(blocks, num_features).astype(dtype)
+
+
+def simplex_plus(key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32,
+                 num_sweeps: int = 5) -> DenseProjection:
+    """Weight-dependent simplex random features (SimRF+, Eq. 15-17): blocks W = D S+ R.
+
+    Per block, norms D are drawn first (i.i.d. chi_d); the directions S+ start at the simplex
+    geometry and are moved by ``num_sweeps`` Gauss-Seidel sweeps of Eq. 17 towards the fixed
+    point of Eq. 16 (sum_i w_i w^_i = 0 when the norms allow a closed loop). The Haar R is applied
+    afterwards, so each row is still marginally N(0, I_d). Norms and directions are drawn per
+    block, following the paper (the official code reuses one draw for all blocks).
+
+    Args:
+      key: a PRNG key.
+      dim: input dimension d >= 2.
+      num_features: number of rows m >= 1.
+      dtype: floating dtype of W (the sweeps run in at least float32).
+      num_sweeps: number of Gauss-Seidel passes, >= 0 (0 gives SimRF). Each costs O(d^2).
+
+    Returns:
+      A ``DenseProjection`` of shape ``(m, d)`` with ``block_size == dim``.
+
+    References:
+      Reid et al. 2023, arXiv:2301.13856, Eq. 15-17.
+    """
+    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=2)
+    num_sweeps = check_int("num_sweeps", num_sweeps, minimum=0)
+    weights = _simplex_plus(key, dim, num_features, dtype, num_sweeps)
+    return DenseProjection(weights, block_size=dim)
