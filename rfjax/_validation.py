@@ -95,13 +95,24 @@ def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
     return x
 
 
+def is_concrete(x: object) -> bool:
+    """Whether ``x`` holds known values (not a tracer inside ``jit``/``vmap``/``grad``)."""
+    try:
+        np.asarray(x)
+    except jax.errors.TracerArrayConversionError:
+        return False
+    except jax.errors.ConcretizationTypeError:
+        return False
+    return True
+
+
 def check_finite(name: str, x: jax.Array) -> jax.Array:
     """Raises if a concrete array holds NaN or infinity; a no-op on traced values.
 
     Under ``jit`` the values are unknown, so callers that need the check must call outside of
     ``jit`` (the public functions document this).
     """
-    if isinstance(x, jax.core.Tracer):
+    if not is_concrete(x):
         return x
     if not bool(np.all(np.isfinite(np.asarray(x, dtype=np.float64)))):
         raise ValueError(f"{name} must contain only finite values (no NaN or inf)")

@@ -8,7 +8,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_inputs
+from rfjax._validation import check_finite, check_inputs
 
 
 class Projection(abc.ABC):
@@ -51,11 +51,15 @@ class Projection(abc.ABC):
     def __call__(self, x: jax.Array) -> jax.Array:
         """Projects ``x``: ``(..., dim) -> (..., num_features)``, i.e. ``x W^T``.
 
+        Outside ``jit``, inputs holding NaN or infinity are rejected; under ``jit`` the values are
+        unknown and are not checked.
+
         Raises:
           TypeError: if ``x`` is not a floating array.
-          ValueError: if the last axis of ``x`` is not ``dim``.
+          ValueError: if the last axis of ``x`` is not ``dim``, or ``x`` is not finite.
         """
-        return self._apply(check_inputs("x", x, dim=self.dim))
+        x = check_inputs("x", x, dim=self.dim)
+        return self._apply(check_finite("x", x))
 
     def block_sizes(self) -> tuple[int, ...]:
         """Sizes of the independent blocks, in row order (the last one may be partial)."""
