@@ -1,0 +1,1 @@
+"""Config-driven experiments: one module per experiment with ``run(config, workdir)``."""
