@@ -1,0 +1,83 @@
+"""Shared pieces of the feature maps: input checks, projection, pointwise maps, estimates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from rfjax._validation import check_inputs, check_real
+from rfjax.projections import Projection
+
+
+def check_projection(projection: object) -> Projection:
+    """Returns ``projection`` if it is a drawn ``rfjax.projections.Projection``, else raises."""
+    if not isinstance(projection, Projection):
+        raise TypeError(f"projection must be an rfjax.projections.Projection (drawn with a "
+                        f"sampler such as rfjax.projections.gaussian), got "
+                        f"{type(projection).__name__}")
+    return projection
+
+
+def project(x: object, projection: object, *,
+            lengthscale: float = 1.0) -> tuple[jax.Array, jax.Array]:
+    """Validates ``x: (..., d)``, rescales it by 1/lengthscale and projects it.
+
+    Returns:
+      ``(x / lengthscale, (x / lengthscale) W^T)`` of shapes ``(..., d)`` and ``(..., m)``.
+    """
+    projection = check_projection(projection)
+    x = check_inputs("x", x, dim=projection.dim)
+    lengthscale = check_real("lengthscale", lengthscale, positive=True)
+    if lengthscale != 1.0:
+        x = x / jnp.asarray(lengthscale, x.dtype)
+    return x, projection(x)
+
+
+def pointwise_features(x: object, projection: object,
+                       function: Callable[[jax.Array], jax.Array], *, multiplier: float = 1.0,
+                       lengthscale: float = 1.0) -> jax.Array:
+    """sqrt(multiplier / m) f(W x / l): the map of Choromanski & Fagan Eq. 2 with a pointwise f.
+
+    ``function`` maps the projections ``(..., m)`` to ``(..., width)``; the scale uses m, the
+    number of projection vectors, not the width.
+    """
+    _, projected = project(x, projection, lengthscale=lengthscale)
+    scale = math.sqrt(multiplier / projected.shape[-1])
+    return scale * function(projected)
+
+
+def estimate(features_x: jax.Array, features_y: jax.Array) -> jax.Array:
+    """Kernel estimate phi(x) . phi(y) from two feature arrays.
+
+    Pairs are matched along the leading axes (which broadcast). For a Gram matrix of estimates
+    use ``features_x @ features_y.T`` (one matmul) instead of broadcasting here.
+
+    Args:
+      features_x: phi(x), shape ``(..., width)``.
+      features_y: phi(y), shape ``(..., width)``, from the same feature map and projection.
+
+    Returns:
+      The estimates sum_j phi_j(x) phi_j(y), shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
+
+    Raises:
+      TypeError: if either input is not a floating array.
+      ValueError: if the widths differ.
+
+    Examples:
+      >>> import jax
+      >>> from rfjax import features, projections
+      >>> w = projections.gaussian(jax.random.key(0), 3, 16)
+      >>> x = jax.numpy.ones((5, 3))
+      >>> phi = features.fourier_features(x, w)
+      >>> estimate(phi, phi).shape, (phi @ phi.T).shape
+      ((5,), (5, 5))
+    """
+    features_x = check_inputs("features_x", features_x)
+    features_y = check_inputs("features_y", features_y)
+    if features_x.shape[-1] != features_y.shape[-1]:
+        raise ValueError(f"features_x and features_y must have the same width (last axis), got "
+                         f"shapes {features_x.shape} and {features_y.shape}")
+    return jnp.sum(features_x * features_y, axis=-1)

@@ -1,0 +1,138 @@
+"""Fourier-type feature maps: sin/cos random Fourier features, cos + offset, trigonometric softmax.
+
+Sin/cos maps lay out their output as ``[sin(Wx), cos(Wx)]`` (all sines, then all cosines; HRF
+Eq. 2). The SimRF paper's Eq. 3 interleaves the pairs instead; the estimate phi(x).phi(y) is the
+same.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from rfjax._validation import check_float_dtype, check_int, check_key
+from rfjax.features._common import check_projection, pointwise_features, project
+
+
+def _sin_cos(projected: jax.Array) -> jax.Array:
+    return jnp.concatenate([jnp.sin(projected), jnp.cos(projected)], axis=-1)
+
+
+def fourier_features(x: jax.Array, projection: object, *, lengthscale: float = 1.0) -> jax.Array:
+    """Random Fourier features (sin/cos) for the Gaussian kernel.
+
+    phi(x) = (1/sqrt(m)) [sin(W x / l), cos(W x / l)], so that
+    phi(x).phi(y) = (1/m) sum_i cos(w_i.(x - y) / l), an unbiased estimate of
+    K(x, y) = exp(-|x - y|^2 / (2 l^2)) for every coupling whose rows are marginally N(0, I_d)
+    (Bochner's theorem). IID MSE: (1 - K^2)^2 / (2m) (SimRF Eq. 3).
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating.
+      projection: a drawn ``Projection`` with ``dim == d`` and m = ``num_features`` rows.
+      lengthscale: l > 0 (static).
+
+    Returns:
+      Features of shape ``(..., 2m)``.
+
+    Raises:
+      TypeError: if ``x`` is not floating or ``projection`` is not a ``Projection``.
+      ValueError: if ``x.shape[-1] != projection.dim`` or ``lengthscale <= 0``.
+
+    Examples:
+      >>> import jax
+      >>> from rfjax import projections
+      >>> w = projections.orthogonal(jax.random.key(0), 4, 8)
+      >>> fourier_features(jax.numpy.ones((2, 4)), w).shape
+      (2, 16)
+
+    References:
+      Rahimi & Recht, "Random Features for Large-Scale Kernel Machines", NeurIPS 2007;
+      Sutherland & Schneider, "On the Error of Random Fourier Features", UAI 2015,
+      arXiv:1506.02785 (phi); Reid et al. 2023, arXiv:2301.13856, Eq. 3.
+    """
+    return pointwise_features(x, projection, _sin_cos, lengthscale=lengthscale)
+
+
+def random_offsets(key: jax.Array, num_features: int, *,
+                   dtype: object = jnp.float32) -> jax.Array:
+    """Phase offsets b_i ~ U[0, 2 pi) for ``cosine_features``.
+
+    Args:
+      key: a PRNG key.
+      num_features: m >= 1, the number of projection vectors they go with.
+      dtype: floating dtype.
+
+    Returns:
+      Offsets of shape ``(m,)``.
+    """
+    check_key("key", key)
+    num_features = check_int("num_features", num_features, minimum=1)
+    dtype = check_float_dtype("dtype", dtype)
+    return jax.random.uniform(key, (num_features,), dtype, minval=0.0, maxval=2.0 * math.pi)
+
+
+def cosine_features(x: jax.Array, projection: object, offsets: jax.Array, *,
+                    lengthscale: float = 1.0) -> jax.Array:
+    """Single-cosine random Fourier features psi for the Gaussian kernel.
+
+    psi(x) = sqrt(2/m) cos(W x / l + b), b_i ~ U[0, 2 pi) independent of W, so that
+    E[psi(x).psi(y)] = exp(-|x - y|^2 / (2 l^2)). Its variance,
+    (1/m)[1 + K(2 Delta)/2 - K(Delta)^2], is worse than that of ``fourier_features`` at the
+    same number of projections m (and at the same output width); prefer ``fourier_features``.
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating.
+      projection: a drawn ``Projection`` with ``dim == d`` and m rows.
+      offsets: b, shape ``(m,)``, from ``random_offsets`` (with a key independent of W's).
+      lengthscale: l > 0 (static).
+
+    Returns:
+      Features of shape ``(..., m)``.
+
+    Raises:
+      TypeError: if ``x`` or ``offsets`` is not floating, or ``projection`` is not a
+        ``Projection``.
+      ValueError: if ``x.shape[-1] != projection.dim`` or ``offsets.shape != (m,)``.
+
+    References:
+      Rahimi & Recht 2007; Sutherland & Schneider 2015, arXiv:1506.02785 (psi and both
+      variances); EQUATIONS.md Part 1, Eq. 3.
+    """
+    projection = check_projection(projection)
+    offsets = jnp.asarray(offsets)
+    if not jnp.issubdtype(offsets.dtype, jnp.floating):
+        raise TypeError(f"offsets must be a floating array, got dtype {offsets.dtype}")
+    if offsets.shape != (projection.num_features,):
+        raise ValueError(f"offsets must have shape (num_features,) = "
+                         f"({projection.num_features},), got {offsets.shape}")
+    return pointwise_features(x, projection, lambda z: jnp.cos(z + offsets), multiplier=2.0,
+                              lengthscale=lengthscale)
+
+
+def trigonometric_features(x: jax.Array, projection: object) -> jax.Array:
+    """Trigonometric random features for the softmax kernel SM(x, y) = exp(x.y).
+
+    phi(x) = (e^{|x|^2/2} / sqrt(m)) [sin(W x), cos(W x)], so that
+    phi(x).phi(y) = e^{(|x|^2 + |y|^2)/2} (1/m) sum_i cos(w_i.(x - y)), unbiased for SM(x, y).
+    The estimate is exact when x == y; its relative error grows where x and y point apart
+    (HRF Lemma 3.4). Features can be negative and grow like e^{|x|^2/2}.
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating (for attention, scale by d^{-1/4} first).
+      projection: a drawn ``Projection`` with ``dim == d`` and m rows.
+
+    Returns:
+      Features of shape ``(..., 2m)``.
+
+    Raises:
+      TypeError: if ``x`` is not floating or ``projection`` is not a ``Projection``.
+      ValueError: if ``x.shape[-1] != projection.dim``.
+
+    References:
+      Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Eq. 2.
+    """
+    x, projected = project(x, projection)
+    log_scale = 0.5 * jnp.sum(x * x, axis=-1) - 0.5 * math.log(projected.shape[-1])
+    return jnp.exp(log_scale)[..., None] * _sin_cos(projected)

@@ -1,0 +1,93 @@
+"""Feature maps f(W x) with a pointwise f: arc-cosine (step), angular (sign), linear (JL).
+
+These are the kernel case of Choromanski & Fagan's Eq. 2, Lambda_f(x, y) = E[f(w.x) f(w.y)],
+estimated by (1/m) f(W x).f(W y); each is unbiased for every coupling whose rows are
+marginally N(0, I_d).
+
+Conventions at zero: step(0) = 1/2 and sign(0) = 0, so that at a zero input the features
+estimate the kernels' zero-vector values (``rfjax.kernels``: angle pi/2) without bias.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rfjax.features._common import pointwise_features
+from rfjax.kernels._exact import check_order
+
+
+def arccos_features(x: jax.Array, projection: object, *, order: int) -> jax.Array:
+    """Arc-cosine features: phi(x) = sqrt(2/m) step(W x) (W x)^n.
+
+    E[phi(x).phi(y)] = 2 E[step(w.x) step(w.y) (w.x)^n (w.y)^n] = (1/pi) |x|^n |y|^n J_n(theta),
+    the arc-cosine kernel ``rfjax.kernels.arccos`` of Cho & Saul (n = 1 is the ReLU kernel).
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating.
+      projection: a drawn ``Projection`` with ``dim == d`` and m rows.
+      order: n in {0, 1, 2}.
+
+    Returns:
+      Features of shape ``(..., m)``.
+
+    Raises:
+      TypeError: if ``x`` is not floating or ``projection`` is not a ``Projection``.
+      ValueError: if ``order`` is not 0, 1 or 2, or ``x.shape[-1] != projection.dim``.
+
+    References:
+      Cho & Saul, "Kernel Methods for Deep Learning", NeurIPS 2009; Choromanski & Fagan,
+      structured matrices, Eq. 2 examples.
+    """
+    order = check_order(order)
+
+    def step_power(z: jax.Array) -> jax.Array:
+        step = jnp.where(z > 0, 1.0, jnp.where(z == 0, 0.5, 0.0)).astype(z.dtype)
+        return step * z**order
+
+    return pointwise_features(x, projection, step_power, multiplier=2.0)
+
+
+def angular_features(x: jax.Array, projection: object) -> jax.Array:
+    """Angular (sign) features: phi(x) = sign(W x) / sqrt(m).
+
+    E[phi(x).phi(y)] = E[sign(w.x) sign(w.y)] = 1 - 2 theta / pi, the angular kernel
+    ``rfjax.kernels.angular``.
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating.
+      projection: a drawn ``Projection`` with ``dim == d`` and m rows.
+
+    Returns:
+      Features in {-1, 0, 1}/sqrt(m), shape ``(..., m)``.
+
+    Raises:
+      TypeError: if ``x`` is not floating or ``projection`` is not a ``Projection``.
+      ValueError: if ``x.shape[-1] != projection.dim``.
+
+    References:
+      Charikar, "Similarity Estimation Techniques from Rounding Algorithms", STOC 2002;
+      Choromanski & Fagan, structured matrices, Eq. 2 (f = sgn).
+    """
+    return pointwise_features(x, projection, jnp.sign)
+
+
+def linear_features(x: jax.Array, projection: object) -> jax.Array:
+    """Johnson-Lindenstrauss features: phi(x) = W x / sqrt(m), so E[phi(x).phi(y)] = x . y.
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating.
+      projection: a drawn ``Projection`` with ``dim == d`` and m rows.
+
+    Returns:
+      Features of shape ``(..., m)``.
+
+    Raises:
+      TypeError: if ``x`` is not floating or ``projection`` is not a ``Projection``.
+      ValueError: if ``x.shape[-1] != projection.dim``.
+
+    References:
+      Johnson & Lindenstrauss 1984; Choromanski & Fagan, structured matrices, Eq. 2
+      (identity f).
+    """
+    return pointwise_features(x, projection, lambda z: z)

@@ -1,0 +1,98 @@
+"""Positive random features (FAVOR+) for the softmax and Gaussian kernels, plain and antithetic."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from rfjax._validation import check_choice, check_real
+from rfjax.features._common import project
+
+POSITIVE_KERNELS = ("softmax", "gaussian")
+STABILIZERS = (None, "row")
+
+# phi(x) = exp(w.x - a |x|^2) / sqrt(width): a = 1/2 for softmax, 1 for Gaussian (Eq. 6-7).
+_SQUARED_NORM_WEIGHT = {"softmax": 0.5, "gaussian": 1.0}
+
+
+def positive_features(x: jax.Array, projection: object, *, kernel: str = "softmax",
+                      antithetic: bool = False, lengthscale: float = 1.0,
+                      stabilizer: str | None = None) -> jax.Array:
+    """Positive random features for the softmax or Gaussian kernel.
+
+    With u = x / l (l only for the Gaussian kernel) the features are, for i = 1..m,
+
+      softmax:  phi_i(x) = exp(w_i.x - |x|^2/2) / sqrt(m)  ->  E[phi(x).phi(y)] = exp(x.y),
+      gaussian: phi_i(u) = exp(w_i.u - |u|^2) / sqrt(m)    ->  E = exp(-|x - y|^2 / (2 l^2)),
+
+    unbiased because E[exp(w.v)] = exp(|v|^2/2) for w ~ N(0, I_d) (every coupling here is
+    marginally Gaussian). ``antithetic=True`` uses both w_i and -w_i (HRF Eq. 3):
+    phi(x) = e^{-a|x|^2} / sqrt(2m) [exp(W x), exp(-W x)], width 2m (a = 1/2 for softmax, 1 for
+    Gaussian). Features are computed in log space, exp(w.x - a|x|^2 - log sqrt(width)), so no
+    intermediate overflows. The plain
+    softmax estimate is exact when y = -x (every product is exp(-|x|^2)).
+
+    Stabiliser: ``stabilizer="row"`` divides each input's features by their largest entry,
+    phi_stab(x) = phi(x) / max_j phi_j(x) = phi(x) exp(-s(x)) with
+    s(x) = max_j z_j - a|u|^2 - log sqrt(width) (z = W u, or [W u, -W u] if antithetic),
+    done by subtracting s(x) in log space. The largest entry becomes exactly 1, so no row
+    underflows to all zeros and none overflows in low precision. It uses only the same input
+    row, so it is safe in causal attention (the Performer's global max over keys would leak
+    across positions and is not offered). It biases raw kernel estimates:
+    phi_stab(x).phi_stab(y) = exp(-s(x) - s(y)) phi(x).phi(y). In row-normalised attention
+    sum_j phi(q).phi(k_j) v_j / sum_j phi(q).phi(k_j) the query factor exp(-s(q)) cancels, so
+    stabilising the queries leaves attention unchanged; a key factor exp(-s(k_j)) differs per
+    key and does not cancel: stabilising keys reweights them (unless undone). s(x) is treated as
+    a constant under differentiation (``stop_gradient``), which gives exact gradients of
+    quantities that do not depend on it. No epsilon is added.
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating (for attention, scale by d^{-1/4} first).
+      projection: a drawn ``Projection`` with ``dim == d`` and m rows.
+      kernel: ``"softmax"`` (Eq. 6 softmax factor) or ``"gaussian"`` (Eq. 7).
+      antithetic: use the pairs +w_i, -w_i (width 2m) instead of w_i (width m).
+      lengthscale: l > 0 for ``kernel="gaussian"`` (inputs rescaled by 1/l). For the softmax
+        kernel it must be 1: rescale the inputs yourself (exp(x.y / l^2) = SM(x/l, y/l)).
+      stabilizer: ``None`` (unbiased features) or ``"row"`` (see above; for queries).
+
+    Returns:
+      Positive features of shape ``(..., m)``, or ``(..., 2m)`` if ``antithetic``.
+
+    Raises:
+      TypeError: if ``x`` is not floating, ``projection`` is not a ``Projection`` or
+        ``antithetic`` is not a bool.
+      ValueError: for an unknown ``kernel`` or ``stabilizer``, a lengthscale other than 1 with
+        the softmax kernel, or ``x.shape[-1] != projection.dim``.
+
+    Examples:
+      >>> import jax
+      >>> from rfjax import projections
+      >>> w = projections.simplex(jax.random.key(0), 4, 8)
+      >>> positive_features(jax.numpy.ones((3, 4)), w, antithetic=True).shape
+      (3, 16)
+
+    References:
+      Choromanski et al., "Rethinking Attention with Performers", ICLR 2021, arXiv:2009.14794;
+      Reid et al. 2023, arXiv:2301.13856, Eq. 6-7; Choromanski et al. 2022, arXiv:2110.04367,
+      Eq. 3 (antithetic).
+    """
+    kernel = check_choice("kernel", kernel, POSITIVE_KERNELS)
+    stabilizer = check_choice("stabilizer", stabilizer, STABILIZERS)
+    if not isinstance(antithetic, bool):
+        raise TypeError(f"antithetic must be a bool, got {antithetic!r}")
+    lengthscale = check_real("lengthscale", lengthscale, positive=True)
+    if kernel == "softmax" and lengthscale != 1.0:
+        raise ValueError(f"lengthscale is only used with kernel='gaussian'; got lengthscale="
+                         f"{lengthscale} with kernel='softmax' (rescale the inputs instead)")
+    u, projected = project(x, projection, lengthscale=lengthscale)
+    if antithetic:
+        projected = jnp.concatenate([projected, -projected], axis=-1)
+    log_features = projected - (
+        _SQUARED_NORM_WEIGHT[kernel] * jnp.sum(u * u, axis=-1, keepdims=True)
+        + 0.5 * math.log(projected.shape[-1]))
+    if stabilizer == "row":
+        log_features = log_features - jax.lax.stop_gradient(
+            jnp.max(log_features, axis=-1, keepdims=True))
+    return jnp.exp(log_features)

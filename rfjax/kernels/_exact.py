@@ -1,0 +1,274 @@
+"""Exact kernels: the oracles that random-feature estimates are checked against.
+
+Every kernel takes ``x: (..., d)`` and ``y: (..., d)``, broadcasts their leading axes against each
+other and returns ``(...)``. Inputs must be floating arrays (integers are rejected, not cast).
+Options such as ``lengthscale``, ``order`` and ``coefficients`` are static Python values.
+
+Zero-vector convention (angular and arc-cosine kernels): the angle between a zero vector and any
+vector is taken to be pi/2 (cosine 0). Then ``angular`` is 0, ``arccos(order=0)`` is 1/2 and
+``arccos(order >= 1)`` is 0 (the |x|^n |y|^n factor vanishes). The feature maps in
+``rfjax.features`` (sign(0) = 0, step(0) = 1/2) reproduce exactly these values in expectation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rfjax._validation import check_inputs, check_real
+
+ARCCOS_ORDERS = (0, 1, 2)
+
+
+def _check_pair(x: object, y: object) -> tuple[jax.Array, jax.Array]:
+    """Validates ``x: (..., d)`` and ``y: (..., d)``: floating, same d, broadcastable batches."""
+    x = check_inputs("x", x)
+    y = check_inputs("y", y, dim=x.shape[-1])
+    try:
+        jnp.broadcast_shapes(x.shape[:-1], y.shape[:-1])
+    except ValueError as err:
+        raise ValueError(f"the leading axes of x {x.shape} and y {y.shape} must broadcast "
+                         "against each other") from err
+    return x, y
+
+
+def _dot(x: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.sum(x * y, axis=-1)
+
+
+def check_order(order: object) -> int:
+    """Returns the arc-cosine ``order`` if it is 0, 1 or 2, else raises ``ValueError``."""
+    if isinstance(order, bool) or order not in ARCCOS_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(map(str, ARCCOS_ORDERS))}; "
+                         f"got {order!r}")
+    return int(order)
+
+
+def check_coefficients(coefficients: object) -> tuple[float, ...]:
+    """Returns polynomial ``coefficients`` c_1..c_l as floats, checking l >= 1 and c_i >= 0.
+
+    ``coefficients`` must be concrete (a sequence of Python numbers or a NumPy array), since the
+    degree l fixes the shape of the computation.
+    """
+    if isinstance(coefficients, jax.core.Tracer):
+        raise TypeError("coefficients must be concrete (a sequence of numbers), not a traced "
+                        "array")
+    try:
+        values = np.asarray(coefficients, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"coefficients must be a sequence of real numbers, got "
+                        f"{coefficients!r}") from err
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"coefficients must be a non-empty 1-D sequence (c_1, ..., c_l), got "
+                         f"shape {values.shape}")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError(f"coefficients must be finite and >= 0 (a positive-definite "
+                         f"polynomial kernel), got {values.tolist()}")
+    return tuple(float(c) for c in values)
+
+
+def gaussian(x: jax.Array, y: jax.Array, *, lengthscale: float = 1.0) -> jax.Array:
+    """Gaussian (RBF) kernel K(x, y) = exp(-|x - y|^2 / (2 l^2)).
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcastable against ``x``.
+      lengthscale: l > 0 (the same as rescaling both inputs by 1/l).
+
+    Returns:
+      Kernel values, shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> float(gaussian(jnp.zeros(2), jnp.zeros(2)))
+      1.0
+
+    References:
+      SimRF paper (Reid et al. 2023, arXiv:2301.13856) Eq. 4; EQUATIONS.md Part 1.
+    """
+    x, y = _check_pair(x, y)
+    lengthscale = check_real("lengthscale", lengthscale, positive=True)
+    return jnp.exp(-_dot(x - y, x - y) / (2.0 * lengthscale**2))
+
+
+def softmax(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Softmax kernel SM(x, y) = exp(x . y).
+
+    For attention, exp(q . k / sqrt(d)) is SM(q d^{-1/4}, k d^{-1/4}).
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcastable against ``x``.
+
+    Returns:
+      Kernel values, shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
+
+    References:
+      SimRF paper Eq. 5; HRF paper (Choromanski et al. 2022, arXiv:2110.04367) Eq. 1.
+    """
+    x, y = _check_pair(x, y)
+    return jnp.exp(_dot(x, y))
+
+
+def linear(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Linear kernel K(x, y) = x . y (what a Johnson-Lindenstrauss projection estimates).
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcastable against ``x``.
+
+    Returns:
+      Kernel values, shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
+
+    References:
+      Choromanski & Fagan, structured matrices, Eq. 2 (identity f).
+    """
+    x, y = _check_pair(x, y)
+    return _dot(x, y)
+
+
+def _norm(x: jax.Array) -> jax.Array:
+    squared = _dot(x, x)
+    positive = squared > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, squared, 1)), 0)
+
+
+def _norms_and_cosine(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """|x|, |y| and cos(theta) clipped into [-1, 1]; cos = 0 if either vector is zero.
+
+    The norms use a masked square root, so gradients at a zero vector are finite (zero).
+    """
+    norm_x = _norm(x)
+    norm_y = _norm(y)
+    denominator = norm_x * norm_y
+    nonzero = denominator > 0
+    cosine = _dot(x, y) / jnp.where(nonzero, denominator, 1)
+    cosine = jnp.where(nonzero, jnp.clip(cosine, -1.0, 1.0), 0)
+    return norm_x, norm_y, cosine
+
+
+def angular(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Angular kernel K(x, y) = 1 - 2 theta / pi, theta the angle between x and y.
+
+    It equals E[sign(w.x) sign(w.y)] for w ~ N(0, I_d). The cosine is clipped into [-1, 1]
+    before ``arccos``; if either vector is zero, theta = pi/2 and the kernel is 0.
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcastable against ``x``.
+
+    Returns:
+      Kernel values in [-1, 1], shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
+
+    References:
+      Choromanski & Fagan, structured matrices, Eq. 2 (f = sgn); EQUATIONS.md Part 3.
+    """
+    x, y = _check_pair(x, y)
+    _, _, cosine = _norms_and_cosine(x, y)
+    return 1.0 - 2.0 * jnp.arccos(cosine) / math.pi
+
+
+def arccos(x: jax.Array, y: jax.Array, *, order: int) -> jax.Array:
+    """Arc-cosine kernel of Cho & Saul, k_n(x, y) = (1/pi) |x|^n |y|^n J_n(theta).
+
+    J_0 = pi - theta, J_1 = sin t + (pi - t) cos t, J_2 = 3 sin t cos t + (pi - t)(1 + 2 cos^2 t).
+    Equivalently k_n = 2 E[step(w.x) step(w.y) (w.x)^n (w.y)^n] with w ~ N(0, I_d). The cosine is
+    clipped into [-1, 1]; if either vector is zero, theta = pi/2 (so k_0 = 1/2, k_1 = k_2 = 0).
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcastable against ``x``.
+      order: n in {0, 1, 2}.
+
+    Returns:
+      Kernel values, shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
+
+    Raises:
+      ValueError: if ``order`` is not 0, 1 or 2.
+
+    References:
+      Cho & Saul, "Kernel Methods for Deep Learning", NeurIPS 2009; Choromanski & Fagan,
+      structured matrices, Eq. 2 examples (EQUATIONS.md Part 3).
+    """
+    x, y = _check_pair(x, y)
+    order = check_order(order)
+    norm_x, norm_y, cosine = _norms_and_cosine(x, y)
+    theta = jnp.arccos(cosine)
+    sine = jnp.sqrt(jnp.maximum(1.0 - cosine**2, 0.0))
+    rest = math.pi - theta
+    if order == 0:
+        angular_part = rest
+    elif order == 1:
+        angular_part = sine + rest * cosine
+    else:
+        angular_part = 3.0 * sine * cosine + rest * (1.0 + 2.0 * cosine**2)
+    return (norm_x * norm_y) ** order * angular_part / math.pi
+
+
+def polynomial(x: jax.Array, y: jax.Array, *, coefficients: Sequence[float]) -> jax.Array:
+    """Polynomial kernel K(x, y) = sum_{i=1}^l c_i (x . y)^i, c_i >= 0.
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcastable against ``x``.
+      coefficients: (c_1, ..., c_l), l >= 1, each finite and >= 0 (static).
+
+    Returns:
+      Kernel values, shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
+
+    Raises:
+      ValueError: if ``coefficients`` is empty, not 1-D, or has a negative or non-finite entry.
+
+    References:
+      Kakade, lecture notes on random features, polynomial kernels (as corrected in
+      EQUATIONS.md Part 4).
+    """
+    x, y = _check_pair(x, y)
+    coefficients = check_coefficients(coefficients)
+    inner = _dot(x, y)
+    total = jnp.zeros_like(inner)
+    for c in reversed(coefficients):  # Horner: s (c_1 + s (c_2 + ... + s c_l))
+        total = inner * (c + total)
+    return total
+
+
+def gram(kernel_fn: Callable[..., jax.Array], x: jax.Array, y: jax.Array,
+         **kwargs: object) -> jax.Array:
+    """The Gram matrix G[i, j] = kernel_fn(x[i], y[j]).
+
+    This is the one way to form exact Gram matrices: it broadcasts ``x[:, None, :]`` against
+    ``y[None, :, :]``, so it costs O(n k d) memory for the differences of the Gaussian kernel.
+    (For random-feature estimates use ``features_x @ features_y.T``.)
+
+    Args:
+      kernel_fn: one of the kernels of this module (or any function with the same broadcasting
+        contract).
+      x: inputs, shape ``(n, d)``.
+      y: inputs, shape ``(k, d)``.
+      **kwargs: keyword options of ``kernel_fn`` (``lengthscale``, ``order``, ``coefficients``).
+
+    Returns:
+      The Gram matrix, shape ``(n, k)``.
+
+    Raises:
+      TypeError: if ``kernel_fn`` is not callable or the inputs are not floating.
+      ValueError: if ``x`` or ``y`` is not 2-D or their last axes differ.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> gram(gaussian, jnp.zeros((3, 2)), jnp.ones((4, 2)), lengthscale=2.0).shape
+      (3, 4)
+    """
+    if not callable(kernel_fn):
+        raise TypeError(f"kernel_fn must be callable, got {type(kernel_fn).__name__}")
+    x = check_inputs("x", x)
+    y = check_inputs("y", y, dim=x.shape[-1])
+    for name, value in (("x", x), ("y", y)):
+        if value.ndim != 2:
+            raise ValueError(f"{name} must have shape (num_points, dim), got {value.shape}")
+    return kernel_fn(x[:, None, :], y[None, :, :], **kwargs)
+
