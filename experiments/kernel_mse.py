@@ -23,11 +23,16 @@ from experiments import outputs
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
-LABELS = {"gaussian": "IID", "orthogonal": "ORF", "simplex": "SimRF", "simplex_plus": "SimRF+",
-          "halton": "Halton"}
+LABELS = {
+    "gaussian": "IID",
+    "orthogonal": "ORF",
+    "simplex": "SimRF",
+    "simplex_plus": "SimRF+",
+    "halton": "Halton",
+}
 
 
 def make_inputs(key: jax.Array, dim: int, norms_of_sum: np.ndarray) -> tuple[jax.Array, ...]:
@@ -39,8 +44,9 @@ def make_inputs(key: jax.Array, dim: int, norms_of_sum: np.ndarray) -> tuple[jax
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _squared_errors(coupling: str, num_features: int, keys: jax.Array, x: jax.Array,
-                    y: jax.Array) -> jax.Array:
+def _squared_errors(
+    coupling: str, num_features: int, keys: jax.Array, x: jax.Array, y: jax.Array
+) -> jax.Array:
     """(K_hat - K)^2 for each key (rows) and input pair (columns)."""
     sampler = projections.get(coupling)
     exact = kernels.gaussian(x, y)
@@ -54,8 +60,15 @@ def _squared_errors(coupling: str, num_features: int, keys: jax.Array, x: jax.Ar
     return jax.vmap(one_draw)(keys)
 
 
-def monte_carlo_mse(key: jax.Array, coupling: str, num_features: int, x: jax.Array,
-                    y: jax.Array, num_draws: int, draws_per_chunk: int) -> tuple[np.ndarray, ...]:
+def monte_carlo_mse(
+    key: jax.Array,
+    coupling: str,
+    num_features: int,
+    x: jax.Array,
+    y: jax.Array,
+    num_draws: int,
+    draws_per_chunk: int,
+) -> tuple[np.ndarray, ...]:
     """Mean squared error and its standard error over ``num_draws`` projections."""
     total = np.zeros(x.shape[0])
     total_sq = np.zeros(x.shape[0])
@@ -80,20 +93,34 @@ def measure(config: ml_collections.ConfigDict) -> list[dict]:
     iid_theory = theory.prf_mse(x64, y64, config.num_features, coupling="gaussian")
     rows = []
     for index, coupling in enumerate(config.couplings):
-        mse, se = monte_carlo_mse(jax.random.fold_in(draw_key, index), coupling,
-                                  config.num_features, x, y, config.num_draws,
-                                  config.draws_per_chunk)
-        predicted = (theory.prf_mse(x64, y64, config.num_features, coupling=coupling)
-                     if coupling in CLOSED_FORMS else np.full_like(mse, np.nan))
+        mse, se = monte_carlo_mse(
+            jax.random.fold_in(draw_key, index),
+            coupling,
+            config.num_features,
+            x,
+            y,
+            config.num_draws,
+            config.draws_per_chunk,
+        )
+        predicted = (
+            theory.prf_mse(x64, y64, config.num_features, coupling=coupling)
+            if coupling in CLOSED_FORMS
+            else np.full_like(mse, np.nan)
+        )
         for i, v in enumerate(norms_of_sum):
-            rows.append({
-                "v": float(v), "coupling": coupling, "mse_mc": float(mse[i]),
-                "mse_se": float(se[i]), "mse_theory": float(predicted[i]),
-                "ratio_mc": float(mse[i] / iid_theory[i]),
-                "ratio_se": float(se[i] / iid_theory[i]),
-                "ratio_theory": float(predicted[i] / iid_theory[i]),
-                "z_score": float((mse[i] - predicted[i]) / se[i]),
-            })
+            rows.append(
+                {
+                    "v": float(v),
+                    "coupling": coupling,
+                    "mse_mc": float(mse[i]),
+                    "mse_se": float(se[i]),
+                    "mse_theory": float(predicted[i]),
+                    "ratio_mc": float(mse[i] / iid_theory[i]),
+                    "ratio_se": float(se[i] / iid_theory[i]),
+                    "ratio_theory": float(predicted[i] / iid_theory[i]),
+                    "z_score": float((mse[i] - predicted[i]) / se[i]),
+                }
+            )
     return rows
 
 
@@ -111,9 +138,16 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
             curve = theory.prf_mse(dense_x, dense_x, config.num_features, coupling=coupling)
             ax.plot(dense_v, curve / iid, color=color, label=f"{LABELS[coupling]} theory")
         mine = [row for row in rows if row["coupling"] == coupling]
-        ax.errorbar([r["v"] for r in mine], [r["ratio_mc"] for r in mine],
-                    yerr=[2 * r["ratio_se"] for r in mine], fmt="o", color=color, ms=4,
-                    capsize=2, label=f"{LABELS[coupling]} Monte Carlo")
+        ax.errorbar(
+            [r["v"] for r in mine],
+            [r["ratio_mc"] for r in mine],
+            yerr=[2 * r["ratio_se"] for r in mine],
+            fmt="o",
+            color=color,
+            ms=4,
+            capsize=2,
+            label=f"{LABELS[coupling]} Monte Carlo",
+        )
     ax.set_xlabel("|x + y|")
     ax.set_ylabel("MSE / MSE(IID theory)")
     ax.set_title(f"Gaussian-kernel PRF MSE, d = {config.dim}, m = {config.num_features}")
@@ -128,14 +162,24 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     rows = measure(config)
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     plot(rows, config, os.path.join(workdir, "mse_ratio.png"))
-    columns = ("v", "coupling", "mse_mc", "mse_se", "mse_theory", "ratio_mc", "ratio_theory",
-               "z_score")
+    columns = (
+        "v",
+        "coupling",
+        "mse_mc",
+        "mse_se",
+        "mse_theory",
+        "ratio_mc",
+        "ratio_theory",
+        "z_score",
+    )
     table = outputs.markdown_table([{k: row[k] for k in columns} for row in rows])
     max_z = max(abs(r["z_score"]) for r in rows if math.isfinite(r["z_score"]))
-    summary = (f"# Positive-random-feature MSE, Gaussian kernel\n\n"
-               f"d = {config.dim}, m = {config.num_features}, {config.num_draws} draws per "
-               f"coupling and v; x = y with |x + y| = v.\n\nLargest |Monte Carlo - theory| in "
-               f"standard errors: {max_z:.2f}.\n\n{table}\n\n![MSE ratio](mse_ratio.png)\n")
+    summary = (
+        f"# Positive-random-feature MSE, Gaussian kernel\n\n"
+        f"d = {config.dim}, m = {config.num_features}, {config.num_draws} draws per "
+        f"coupling and v; x = y with |x + y| = v.\n\nLargest |Monte Carlo - theory| in "
+        f"standard errors: {max_z:.2f}.\n\n{table}\n\n![MSE ratio](mse_ratio.png)\n"
+    )
     outputs.write_text(os.path.join(workdir, "summary.md"), summary)
     with open(os.path.join(workdir, "config.json"), "w") as handle:
         json.dump(config.to_dict(), handle, indent=1)

@@ -13,13 +13,15 @@ from __future__ import annotations
 import importlib
 import os
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None,
-                               "Output directory (default: workdirs/<experiment>).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file.", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Output directory (default: workdirs/<experiment>)."
+)
 
 
 def run_experiment(config, workdir: str | None = None) -> dict:
@@ -34,6 +36,7 @@ def run_experiment(config, workdir: str | None = None) -> dict:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
     run_experiment(_CONFIG.value, _WORKDIR.value)
 
 

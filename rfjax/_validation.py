@@ -22,8 +22,9 @@ FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 def check_int(name: str, value: object, *, minimum: int) -> int:
     """Returns ``value`` as an ``int`` if it is an integer ``>= minimum``, else raises."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r} of type "
-                        f"{type(value).__name__}")
+        raise TypeError(
+            f"{name} must be an integer >= {minimum}, got {value!r} of type {type(value).__name__}"
+        )
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
     return int(value)
@@ -32,8 +33,9 @@ def check_int(name: str, value: object, *, minimum: int) -> int:
 def check_real(name: str, value: object, *, positive: bool = False) -> float:
     """Returns ``value`` as a finite ``float`` (and ``> 0`` if ``positive``), else raises."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r} of type "
-                        f"{type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a real number, got {value!r} of type {type(value).__name__}"
+        )
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
@@ -61,8 +63,9 @@ def check_float_dtype(name: str, dtype: object) -> jnp.dtype:
     except TypeError as err:
         raise TypeError(f"{name} must be a floating dtype, got {dtype!r}") from err
     if not jnp.issubdtype(dt, jnp.floating):
-        raise TypeError(f"{name} must be a floating dtype (float16, bfloat16, float32, float64), "
-                        f"got {dt}")
+        raise TypeError(
+            f"{name} must be a floating dtype (float16, bfloat16, float32, float64), got {dt}"
+        )
     return jax.dtypes.canonicalize_dtype(dt)
 
 
@@ -73,9 +76,11 @@ def check_key(name: str, key: object) -> jax.Array:
             return key
         if key.dtype == jnp.uint32 and key.shape == (2,):
             return key
-    raise TypeError(f"{name} must be a single JAX PRNG key (jax.random.key(seed)), got "
-                    f"{type(key).__name__} with shape {getattr(key, 'shape', None)} and dtype "
-                    f"{getattr(key, 'dtype', None)}")
+    raise TypeError(
+        f"{name} must be a single JAX PRNG key (jax.random.key(seed)), got "
+        f"{type(key).__name__} with shape {getattr(key, 'shape', None)} and dtype "
+        f"{getattr(key, 'dtype', None)}"
+    )
 
 
 def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
@@ -90,8 +95,10 @@ def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
     if x.ndim < 1:
         raise ValueError(f"{name} must have shape (..., dim) with at least one axis, got a scalar")
     if dim is not None and x.shape[-1] != dim:
-        raise ValueError(f"{name} must have last axis of size dim={dim} (the projection's input "
-                         f"dimension), got shape {x.shape}")
+        raise ValueError(
+            f"{name} must have last axis of size dim={dim} (the projection's input "
+            f"dimension), got shape {x.shape}"
+        )
     return x
 
 

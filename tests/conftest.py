@@ -4,8 +4,12 @@ import pytest
 
 
 def pytest_addoption(parser):
-    parser.addoption("--runslow", action="store_true", default=False,
-                     help="also run paper-scale experiment tests marked slow")
+    parser.addoption(
+        "--runslow",
+        action="store_true",
+        default=False,
+        help="also run paper-scale experiment tests marked slow",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

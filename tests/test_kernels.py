@@ -33,8 +33,13 @@ def arccos_by_quadrature(a, b, order):
     for p in (theta - pi/2, pi/2).
     """
     theta = angle(a, b)
-    value, _ = integrate.quad(lambda p: (math.cos(p) * math.cos(p - theta)) ** order,
-                              theta - math.pi / 2, math.pi / 2, epsabs=1e-13, epsrel=1e-13)
+    value, _ = integrate.quad(
+        lambda p: (math.cos(p) * math.cos(p - theta)) ** order,
+        theta - math.pi / 2,
+        math.pi / 2,
+        epsabs=1e-13,
+        epsrel=1e-13,
+    )
     radial = 2.0**order * math.factorial(order)
     scale = (np.linalg.norm(a) * np.linalg.norm(b)) ** order
     return 2.0 * scale * radial * value / (2.0 * math.pi)
@@ -53,11 +58,14 @@ def test_gaussian_matches_numpy(lengthscale):
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("name, reference", [
-    ("softmax", lambda a, b: np.exp(np.dot(a, b))),
-    ("linear", np.dot),
-    ("angular", lambda a, b: 1 - 2 * angle(a, b) / math.pi),
-])
+@pytest.mark.parametrize(
+    "name, reference",
+    [
+        ("softmax", lambda a, b: np.exp(np.dot(a, b))),
+        ("linear", np.dot),
+        ("angular", lambda a, b: 1 - 2 * angle(a, b) / math.pi),
+    ],
+)
 def test_kernels_match_numpy(name, reference):
     got = kernels.gram(getattr(kernels, name), X, Y)
     np.testing.assert_allclose(got, pairwise(reference, X, Y), rtol=1e-10, atol=1e-12)
@@ -82,12 +90,14 @@ def test_arccos_order_zero_is_step_kernel():
 
 def test_polynomial_matches_numpy():
     coefficients = (0.5, 0.0, 0.2, 1.5)
-    expected = pairwise(lambda a, b: sum(c * np.dot(a, b) ** (i + 1)
-                                         for i, c in enumerate(coefficients)), X, Y)
+    expected = pairwise(
+        lambda a, b: sum(c * np.dot(a, b) ** (i + 1) for i, c in enumerate(coefficients)), X, Y
+    )
     got = kernels.gram(kernels.polynomial, X, Y, coefficients=coefficients)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
-    np.testing.assert_allclose(kernels.polynomial(X, X, coefficients=np.array([1.0])),
-                               np.sum(X * X, axis=-1), rtol=1e-12)
+    np.testing.assert_allclose(
+        kernels.polynomial(X, X, coefficients=np.array([1.0])), np.sum(X * X, axis=-1), rtol=1e-12
+    )
 
 
 def test_gram_shape_symmetry_and_broadcasting():
@@ -97,14 +107,18 @@ def test_gram_shape_symmetry_and_broadcasting():
     np.testing.assert_allclose(np.diag(g), 1.0, rtol=0, atol=1e-15)
     assert kernels.gram(kernels.arccos, X, Y, order=1).shape == (5, 7)
     # Leading axes broadcast: (5, 1, 4) with (7, 4) -> (5, 7), same as gram.
-    np.testing.assert_allclose(kernels.softmax(X[:, None, :], Y),
-                               kernels.gram(kernels.softmax, X, Y))
+    np.testing.assert_allclose(
+        kernels.softmax(X[:, None, :], Y), kernels.gram(kernels.softmax, X, Y)
+    )
     assert kernels.linear(X[0], Y).shape == (7,)
 
 
 def test_lengthscale_is_input_rescaling():
-    np.testing.assert_allclose(kernels.gaussian(X, X[::-1], lengthscale=3.0),
-                               kernels.gaussian(X / 3.0, X[::-1] / 3.0), rtol=1e-12)
+    np.testing.assert_allclose(
+        kernels.gaussian(X, X[::-1], lengthscale=3.0),
+        kernels.gaussian(X / 3.0, X[::-1] / 3.0),
+        rtol=1e-12,
+    )
 
 
 def test_zero_vector_convention():
@@ -125,8 +139,10 @@ def test_cosine_is_clipped():
     with jax.enable_x64(False):
         a = jnp.asarray([0.1, 0.7, -0.3, 0.9], jnp.float32)
         for b in (a, 3.0 * a, -a, -7.0 * a):
-            for value in (kernels.angular(a, b), *(kernels.arccos(a, b, order=n)
-                                                   for n in (0, 1, 2))):
+            for value in (
+                kernels.angular(a, b),
+                *(kernels.arccos(a, b, order=n) for n in (0, 1, 2)),
+            ):
                 assert np.isfinite(value)
         assert float(kernels.angular(a, a)) == pytest.approx(1.0, abs=1e-3)
         assert float(kernels.angular(a, -a)) == pytest.approx(-1.0, abs=1e-3)
@@ -136,9 +152,14 @@ def test_dtypes_follow_inputs():
     assert kernels.gaussian(X, Y[:5]).dtype == jnp.float64
     with jax.enable_x64(False):
         x32 = jnp.asarray(X, jnp.float32)
-        for fn, kwargs in [(kernels.gaussian, {}), (kernels.softmax, {}), (kernels.linear, {}),
-                           (kernels.angular, {}), (kernels.arccos, {"order": 1}),
-                           (kernels.polynomial, {"coefficients": (1.0, 2.0)})]:
+        for fn, kwargs in [
+            (kernels.gaussian, {}),
+            (kernels.softmax, {}),
+            (kernels.linear, {}),
+            (kernels.angular, {}),
+            (kernels.arccos, {"order": 1}),
+            (kernels.polynomial, {"coefficients": (1.0, 2.0)}),
+        ]:
             assert fn(x32, x32, **kwargs).dtype == jnp.float32
 
 
@@ -147,18 +168,21 @@ def test_jit():
     np.testing.assert_allclose(f(X, X[::-1]), kernels.arccos(X, X[::-1], order=2), rtol=1e-12)
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: kernels.gaussian(np.ones((2, 3), np.int32), X[:2, :3]), TypeError, "x"),
-    (lambda: kernels.softmax(X, Y[:, :3]), ValueError, "y"),
-    (lambda: kernels.linear(X, Y), ValueError, "leading axes"),
-    (lambda: kernels.gaussian(X, X, lengthscale=0.0), ValueError, "lengthscale"),
-    (lambda: kernels.arccos(X, X, order=3), ValueError, "order"),
-    (lambda: kernels.arccos(X, X, order=True), ValueError, "order"),
-    (lambda: kernels.polynomial(X, X, coefficients=(1.0, -0.1)), ValueError, "coefficients"),
-    (lambda: kernels.polynomial(X, X, coefficients=()), ValueError, "coefficients"),
-    (lambda: kernels.gram(kernels.linear, X[0], Y), ValueError, "x"),
-    (lambda: kernels.gram("linear", X, Y), TypeError, "kernel_fn"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: kernels.gaussian(np.ones((2, 3), np.int32), X[:2, :3]), TypeError, "x"),
+        (lambda: kernels.softmax(X, Y[:, :3]), ValueError, "y"),
+        (lambda: kernels.linear(X, Y), ValueError, "leading axes"),
+        (lambda: kernels.gaussian(X, X, lengthscale=0.0), ValueError, "lengthscale"),
+        (lambda: kernels.arccos(X, X, order=3), ValueError, "order"),
+        (lambda: kernels.arccos(X, X, order=True), ValueError, "order"),
+        (lambda: kernels.polynomial(X, X, coefficients=(1.0, -0.1)), ValueError, "coefficients"),
+        (lambda: kernels.polynomial(X, X, coefficients=()), ValueError, "coefficients"),
+        (lambda: kernels.gram(kernels.linear, X[0], Y), ValueError, "x"),
+        (lambda: kernels.gram("linear", X, Y), TypeError, "kernel_fn"),
+    ],
+)
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()

@@ -43,7 +43,8 @@ def _mean_se(values: np.ndarray) -> tuple[float, float]:
 def _assert_within(measured: float, se: float, predicted: float) -> None:
     z = (measured - predicted) / se
     assert abs(measured - predicted) <= NSIG * se, (
-        f"measured {measured:.6g} +- {se:.2g}, predicted {predicted:.6g}, z = {z:+.2f}")
+        f"measured {measured:.6g} +- {se:.2g}, predicted {predicted:.6g}, z = {z:+.2f}"
+    )
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -113,8 +114,9 @@ def test_reference_table(dim, v, rho_iid, rho_orf, rho_sim):
         np.testing.assert_allclose(theory.conformity(name, dim, v), expected, rtol=1e-8)
 
 
-@pytest.mark.parametrize(("dim", "printed", "digits"),
-                         [(6, 0.07961, 5), (64, 0.007782, 6), (128, 0.003899, 6)])
+@pytest.mark.parametrize(
+    ("dim", "printed", "digits"), [(6, 0.07961, 5), (64, 0.007782, 6), (128, 0.003899, 6)]
+)
 def test_small_v_prefactor_reference(dim, printed, digits):
     assert round(theory.small_v_prefactor("simplex", dim, dim), digits) == printed
     assert theory.small_v_prefactor("gaussian", dim, dim) == 1.0
@@ -126,24 +128,35 @@ def test_small_v_prefactor_reference(dim, printed, digits):
 def test_small_v_prefactor_is_the_limit_of_prf_mse(coupling, num_features):
     v = 1e-3
     x = np.full(DIM, v / (2 * math.sqrt(DIM)))  # x = y, |x + y| = v
-    scaled = (num_features * math.exp(4 * x @ x)
-              * theory.prf_mse(x, x, num_features, coupling=coupling) / v**2)
-    np.testing.assert_allclose(scaled, theory.small_v_prefactor(coupling, DIM, num_features),
-                               rtol=1e-5)
+    scaled = (
+        num_features
+        * math.exp(4 * x @ x)
+        * theory.prf_mse(x, x, num_features, coupling=coupling)
+        / v**2
+    )
+    np.testing.assert_allclose(
+        scaled, theory.small_v_prefactor(coupling, DIM, num_features), rtol=1e-5
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Series vs quadrature, stability, vectorisation
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dim", [2, 3, 6, 16, 64, 256])
 def test_series_agree_with_quadrature_of_eq21(dim):
     v = np.array([0.0, 0.3, 0.5, 1.0, 2.0, 3.0])
-    np.testing.assert_allclose(theory.simplex_conformity(dim, v),
-                               theory.conformity_at_angle(dim, v, math.acos(-1 / (dim - 1))),
-                               rtol=1e-9)
-    np.testing.assert_allclose(theory.orthogonal_conformity(dim, v),
-                               theory.conformity_at_angle(dim, v, math.pi / 2), rtol=1e-9)
+    np.testing.assert_allclose(
+        theory.simplex_conformity(dim, v),
+        theory.conformity_at_angle(dim, v, math.acos(-1 / (dim - 1))),
+        rtol=1e-9,
+    )
+    np.testing.assert_allclose(
+        theory.orthogonal_conformity(dim, v),
+        theory.conformity_at_angle(dim, v, math.pi / 2),
+        rtol=1e-9,
+    )
 
 
 def test_parallel_pairs_have_the_largest_conformity():
@@ -184,20 +197,23 @@ def test_vectorised_over_batches():
         np.testing.assert_allclose(batch[2, 1], single, rtol=1e-13)
         rff = theory.rff_mse(x, y, 9, coupling=coupling)
         assert rff.shape == (4, 3)
-        np.testing.assert_allclose(rff[0, 2], theory.rff_mse(x[0, 2], y, 9, coupling=coupling),
-                                   rtol=1e-13)
+        np.testing.assert_allclose(
+            rff[0, 2], theory.rff_mse(x[0, 2], y, 9, coupling=coupling), rtol=1e-13
+        )
     v = np.array([0.5, 1.0, 2.0])
     theta = np.array([0.3, 1.0, 2.0, 3.0])
     grid = theory.conformity_at_angle(DIM, v[:, None], theta[None, :])
     assert grid.shape == (3, 4)
     np.testing.assert_allclose(grid[1, 2], theory.conformity_at_angle(DIM, 1.0, 2.0), rtol=1e-13)
-    np.testing.assert_allclose(theory.simplex_conformity(DIM, v)[2],
-                               theory.simplex_conformity(DIM, 2.0), rtol=1e-13)
+    np.testing.assert_allclose(
+        theory.simplex_conformity(DIM, v)[2], theory.simplex_conformity(DIM, 2.0), rtol=1e-13
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Multi-block conformity
 # --------------------------------------------------------------------------------------------
+
 
 def test_block_sizes_match_projection_layout():
     for num_features in (1, 5, 6, 9, 12, 15):
@@ -209,8 +225,7 @@ def test_effective_conformity():
     v = np.array([0.5, 1.0])
     rho_block = theory.simplex_conformity(DIM, v)
     np.testing.assert_allclose(theory.effective_conformity(rho_block, v, (DIM,)), rho_block)
-    np.testing.assert_allclose(theory.effective_conformity(rho_block, v, (1, 1, 1)),
-                               np.exp(v * v))
+    np.testing.assert_allclose(theory.effective_conformity(rho_block, v, (1, 1, 1)), np.exp(v * v))
     # m = 9 in blocks (6, 3): 30 + 6 of 72 ordered pairs share a block.
     expected = (36 * rho_block + 36 * np.exp(v * v)) / 72
     np.testing.assert_allclose(theory.effective_conformity(rho_block, v, (6, 3)), expected)
@@ -220,13 +235,15 @@ def test_effective_conformity():
 # Identities between the closed forms (Eq. 25-27)
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(("dim", "num_features"), [(6, 1), (6, 3), (6, 6), (64, 40)])
 def test_prf_gap_eq25_equals_mse_difference(dim, num_features):
     rng = np.random.default_rng(dim + num_features)
     x = 0.3 * rng.standard_normal((5, dim))
     y = 0.3 * rng.standard_normal((5, dim))
-    difference = (theory.prf_mse(x, y, num_features)
-                  - theory.prf_mse(x, y, num_features, coupling="orthogonal"))
+    difference = theory.prf_mse(x, y, num_features) - theory.prf_mse(
+        x, y, num_features, coupling="orthogonal"
+    )
     gap = theory.prf_orthogonality_gap(x, y, num_features)
     np.testing.assert_allclose(gap, difference, rtol=1e-9, atol=1e-15)
     if num_features > 1:
@@ -238,10 +255,12 @@ def test_rff_gap_eq26_equals_mse_difference(dim, num_features):
     z = np.array([0.3, 1.0, 1.7, 3.0])
     x = np.zeros((z.size, dim))
     x[:, 0] = z
-    difference = (theory.rff_mse(x, np.zeros(dim), num_features)
-                  - theory.rff_mse(x, np.zeros(dim), num_features, coupling="orthogonal"))
-    np.testing.assert_allclose(theory.rff_orthogonality_gap(z, dim, num_features), difference,
-                               rtol=1e-9, atol=1e-15)
+    difference = theory.rff_mse(x, np.zeros(dim), num_features) - theory.rff_mse(
+        x, np.zeros(dim), num_features, coupling="orthogonal"
+    )
+    np.testing.assert_allclose(
+        theory.rff_orthogonality_gap(z, dim, num_features), difference, rtol=1e-9, atol=1e-15
+    )
 
 
 def test_rff_asymptotic_ratio_eq27_converges_like_one_over_d():
@@ -251,7 +270,7 @@ def test_rff_asymptotic_ratio_eq27_converges_like_one_over_d():
         x = np.zeros(dim)
         x[0] = z
         y = np.zeros(dim)
-        exact = (theory.rff_mse(x, y, dim, coupling="orthogonal") / theory.rff_mse(x, y, dim))
+        exact = theory.rff_mse(x, y, dim, coupling="orthogonal") / theory.rff_mse(x, y, dim)
         errors.append(abs(exact - theory.rff_orthogonal_mse_ratio_asymptotic(z, dim, dim)))
     assert errors[0] > errors[1] > errors[2]
     assert 3.0 < errors[0] / errors[1] < 5.0 and 3.0 < errors[1] / errors[2] < 5.0
@@ -273,6 +292,7 @@ def test_rff_simplex_is_worse_than_orthogonal():
 # Monte Carlo
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("coupling", ["gaussian", "orthogonal", "simplex"])
 @pytest.mark.parametrize("num_features", [6, 9])
 def test_prf_mse_matches_monte_carlo(coupling, num_features):
@@ -292,9 +312,10 @@ def test_prf_monte_carlo_discriminates_simplex_from_orthogonal():
     assert abs(mse - orthogonal_prediction) > 20 * se
 
 
-@pytest.mark.parametrize(("coupling", "num_features"),
-                         [("gaussian", 6), ("orthogonal", 6), ("orthogonal", 9), ("simplex", 6),
-                          ("simplex", 9)])
+@pytest.mark.parametrize(
+    ("coupling", "num_features"),
+    [("gaussian", 6), ("orthogonal", 6), ("orthogonal", 9), ("simplex", 6), ("simplex", 9)],
+)
 def test_rff_sincos_mse_matches_monte_carlo(coupling, num_features):
     proj = _projections(coupling, num_features)
     estimates = np.mean(np.cos(proj[:, 2] - proj[:, 3]), axis=-1)
@@ -306,8 +327,13 @@ def test_rff_sincos_mse_matches_monte_carlo(coupling, num_features):
 def test_rff_cosine_bias_mse_matches_monte_carlo():
     num_features = 6
     proj = _projections("gaussian", num_features)
-    bias = 2 * math.pi * np.asarray(
-        jax.random.uniform(jax.random.key(7), (NUM_DRAWS, num_features)), dtype=np.float64)
+    bias = (
+        2
+        * math.pi
+        * np.asarray(
+            jax.random.uniform(jax.random.key(7), (NUM_DRAWS, num_features)), dtype=np.float64
+        )
+    )
     estimates = np.mean(2 * np.cos(proj[:, 2] + bias) * np.cos(proj[:, 3] + bias), axis=-1)
     truth = math.exp(-np.sum((RFF_X - RFF_Y) ** 2) / 2)
     mse, se = _mean_se((estimates - truth) ** 2)
@@ -320,29 +346,41 @@ def test_rff_cosine_bias_mse_matches_monte_carlo():
 @pytest.mark.parametrize("coupling", ["gaussian", "orthogonal", "simplex"])
 def test_monte_carlo_conformity_matches_closed_forms(coupling):
     num_features = 9  # blocks (6, 3): 36 of the 72 ordered pairs share a block
-    mean, se = theory.monte_carlo_conformity(jax.random.key(11), coupling, PRF_X, PRF_Y,
-                                             num_features, num_samples=20_000, batch_size=20_000)
+    mean, se = theory.monte_carlo_conformity(
+        jax.random.key(11),
+        coupling,
+        PRF_X,
+        PRF_Y,
+        num_features,
+        num_samples=20_000,
+        batch_size=20_000,
+    )
     v = float(np.linalg.norm(PRF_X + PRF_Y))
-    predicted = theory.effective_conformity(theory.conformity(coupling, DIM, v), v,
-                                            theory.block_sizes(DIM, num_features))
+    predicted = theory.effective_conformity(
+        theory.conformity(coupling, DIM, v), v, theory.block_sizes(DIM, num_features)
+    )
     _assert_within(mean, se, float(predicted))
 
 
 def test_monte_carlo_conformity_with_a_sampler_callable_and_general_angle():
     # Partial block as an r-vertex simplex (r = 3, cos = -1/2): pairs in it have the Eq. 21
     # conformity at theta = arccos(-1/2) (EQUATIONS.md: 1.689 at d = 6, v = 1).
-    np.testing.assert_allclose(theory.conformity_at_angle(DIM, 1.0, math.acos(-0.5)), 1.689,
-                               atol=5e-4)
+    np.testing.assert_allclose(
+        theory.conformity_at_angle(DIM, 1.0, math.acos(-0.5)), 1.689, atol=5e-4
+    )
 
     def sampler(key, dim, num_features):
         return projections.simplex(key, dim, num_features, partial_block="simplex")
 
-    mean, se = theory.monte_carlo_conformity(jax.random.key(3), sampler, PRF_X, PRF_Y, 9,
-                                             num_samples=20_000, batch_size=20_000)
+    mean, se = theory.monte_carlo_conformity(
+        jax.random.key(3), sampler, PRF_X, PRF_Y, 9, num_samples=20_000, batch_size=20_000
+    )
     v = float(np.linalg.norm(PRF_X + PRF_Y))
-    pair_sum = (30 * theory.simplex_conformity(DIM, v)
-                + 6 * theory.conformity_at_angle(DIM, v, math.acos(-0.5))
-                + 36 * theory.iid_conformity(v))
+    pair_sum = (
+        30 * theory.simplex_conformity(DIM, v)
+        + 6 * theory.conformity_at_angle(DIM, v, math.acos(-0.5))
+        + 36 * theory.iid_conformity(v)
+    )
     _assert_within(mean, se, float(pair_sum / 72))
     assert isinstance(mean, float) and isinstance(se, float) and se > 0
 
@@ -350,6 +388,7 @@ def test_monte_carlo_conformity_with_a_sampler_callable_and_general_angle():
 # --------------------------------------------------------------------------------------------
 # Input validation
 # --------------------------------------------------------------------------------------------
+
 
 def test_bad_inputs_raise():
     x, y = PRF_X, PRF_Y

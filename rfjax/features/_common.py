@@ -15,14 +15,17 @@ from rfjax.projections import Projection
 def check_projection(projection: object) -> Projection:
     """Returns ``projection`` if it is a drawn ``rfjax.projections.Projection``, else raises."""
     if not isinstance(projection, Projection):
-        raise TypeError(f"projection must be an rfjax.projections.Projection (drawn with a "
-                        f"sampler such as rfjax.projections.gaussian), got "
-                        f"{type(projection).__name__}")
+        raise TypeError(
+            f"projection must be an rfjax.projections.Projection (drawn with a "
+            f"sampler such as rfjax.projections.gaussian), got "
+            f"{type(projection).__name__}"
+        )
     return projection
 
 
-def project(x: object, projection: object, *,
-            lengthscale: float = 1.0) -> tuple[jax.Array, jax.Array]:
+def project(
+    x: object, projection: object, *, lengthscale: float = 1.0
+) -> tuple[jax.Array, jax.Array]:
     """Validates ``x: (..., d)``, rescales it by 1/lengthscale and projects it.
 
     Returns:
@@ -36,9 +39,14 @@ def project(x: object, projection: object, *,
     return x, projection(x)
 
 
-def pointwise_features(x: object, projection: object,
-                       function: Callable[[jax.Array], jax.Array], *, multiplier: float = 1.0,
-                       lengthscale: float = 1.0) -> jax.Array:
+def pointwise_features(
+    x: object,
+    projection: object,
+    function: Callable[[jax.Array], jax.Array],
+    *,
+    multiplier: float = 1.0,
+    lengthscale: float = 1.0,
+) -> jax.Array:
     """sqrt(multiplier / m) f(W x / l): the map of Choromanski & Fagan Eq. 2 with a pointwise f.
 
     ``function`` maps the projections ``(..., m)`` to ``(..., width)``; the scale uses m, the
@@ -78,6 +86,8 @@ def estimate(features_x: jax.Array, features_y: jax.Array) -> jax.Array:
     features_x = check_inputs("features_x", features_x)
     features_y = check_inputs("features_y", features_y)
     if features_x.shape[-1] != features_y.shape[-1]:
-        raise ValueError(f"features_x and features_y must have the same width (last axis), got "
-                         f"shapes {features_x.shape} and {features_y.shape}")
+        raise ValueError(
+            f"features_x and features_y must have the same width (last axis), got "
+            f"shapes {features_x.shape} and {features_y.shape}"
+        )
     return jnp.sum(features_x * features_y, axis=-1)

@@ -55,8 +55,7 @@ def fourier_features(x: jax.Array, projection: object, *, lengthscale: float = 1
     return pointwise_features(x, projection, _sin_cos, lengthscale=lengthscale)
 
 
-def random_offsets(key: jax.Array, num_features: int, *,
-                   dtype: object = jnp.float32) -> jax.Array:
+def random_offsets(key: jax.Array, num_features: int, *, dtype: object = jnp.float32) -> jax.Array:
     """Phase offsets b_i ~ U[0, 2 pi) for ``cosine_features``.
 
     Args:
@@ -73,8 +72,9 @@ def random_offsets(key: jax.Array, num_features: int, *,
     return jax.random.uniform(key, (num_features,), dtype, minval=0.0, maxval=2.0 * math.pi)
 
 
-def cosine_features(x: jax.Array, projection: object, offsets: jax.Array, *,
-                    lengthscale: float = 1.0) -> jax.Array:
+def cosine_features(
+    x: jax.Array, projection: object, offsets: jax.Array, *, lengthscale: float = 1.0
+) -> jax.Array:
     """Single-cosine random Fourier features psi for the Gaussian kernel.
 
     psi(x) = sqrt(2/m) cos(W x / l + b), b_i ~ U[0, 2 pi) independent of W, so that
@@ -105,10 +105,13 @@ def cosine_features(x: jax.Array, projection: object, offsets: jax.Array, *,
     if not jnp.issubdtype(offsets.dtype, jnp.floating):
         raise TypeError(f"offsets must be a floating array, got dtype {offsets.dtype}")
     if offsets.shape != (projection.num_features,):
-        raise ValueError(f"offsets must have shape (num_features,) = "
-                         f"({projection.num_features},), got {offsets.shape}")
-    return pointwise_features(x, projection, lambda z: jnp.cos(z + offsets), multiplier=2.0,
-                              lengthscale=lengthscale)
+        raise ValueError(
+            f"offsets must have shape (num_features,) = "
+            f"({projection.num_features},), got {offsets.shape}"
+        )
+    return pointwise_features(
+        x, projection, lambda z: jnp.cos(z + offsets), multiplier=2.0, lengthscale=lengthscale
+    )
 
 
 def trigonometric_features(x: jax.Array, projection: object) -> jax.Array:

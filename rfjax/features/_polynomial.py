@@ -12,8 +12,9 @@ from rfjax.features._common import check_projection, project
 from rfjax.kernels._exact import check_coefficients
 
 
-def polynomial_features(x: jax.Array, projection: object, *,
-                        coefficients: Sequence[float]) -> jax.Array:
+def polynomial_features(
+    x: jax.Array, projection: object, *, coefficients: Sequence[float]
+) -> jax.Array:
     """Random features for K(x, y) = sum_{i=1}^l c_i (x . y)^i, c_i >= 0.
 
     Each of the M output features uses T = l(l+1)/2 projection vectors w_{ij} (1 <= j <= i <= l):
@@ -62,18 +63,23 @@ def polynomial_features(x: jax.Array, projection: object, *,
     per_feature = degree * (degree + 1) // 2
     width, remainder = divmod(projection.num_features, per_feature)
     if remainder or width == 0:
-        raise ValueError(f"projection.num_features must be a positive multiple of l(l+1)/2 = "
-                         f"{per_feature} for {degree} coefficients, got "
-                         f"{projection.num_features}")
+        raise ValueError(
+            f"projection.num_features must be a positive multiple of l(l+1)/2 = "
+            f"{per_feature} for {degree} coefficients, got "
+            f"{projection.num_features}"
+        )
     if per_feature > 1 and width < projection.block_size:
-        raise ValueError(f"polynomial_features needs independent factors: the number of output "
-                         f"features M = num_features / {per_feature} = {width} must be >= "
-                         f"projection.block_size = {projection.block_size}; draw at least "
-                         f"{per_feature * projection.block_size} rows or use an i.i.d. coupling")
+        raise ValueError(
+            f"polynomial_features needs independent factors: the number of output "
+            f"features M = num_features / {per_feature} = {width} must be >= "
+            f"projection.block_size = {projection.block_size}; draw at least "
+            f"{per_feature * projection.block_size} rows or use an i.i.d. coupling"
+        )
     _, projected = project(x, projection)
     factors = projected.reshape(*projected.shape[:-1], per_feature, width)
     # The i factors of the degree-i term are groups i(i-1)/2 .. i(i+1)/2 - 1.
-    features = sum(math.sqrt(c) * jnp.prod(factors[..., i * (i - 1) // 2:i * (i + 1) // 2, :],
-                                           axis=-2)
-                   for i, c in enumerate(coefficients, start=1))
+    features = sum(
+        math.sqrt(c) * jnp.prod(factors[..., i * (i - 1) // 2 : i * (i + 1) // 2, :], axis=-2)
+        for i, c in enumerate(coefficients, start=1)
+    )
     return features / math.sqrt(width)

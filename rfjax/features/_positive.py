@@ -17,9 +17,15 @@ STABILIZERS = (None, "row")
 _SQUARED_NORM_WEIGHT = {"softmax": 0.5, "gaussian": 1.0}
 
 
-def positive_features(x: jax.Array, projection: object, *, kernel: str = "softmax",
-                      antithetic: bool = False, lengthscale: float = 1.0,
-                      stabilizer: str | None = None) -> jax.Array:
+def positive_features(
+    x: jax.Array,
+    projection: object,
+    *,
+    kernel: str = "softmax",
+    antithetic: bool = False,
+    lengthscale: float = 1.0,
+    stabilizer: str | None = None,
+) -> jax.Array:
     """Positive random features for the softmax or Gaussian kernel.
 
     With u = x / l (l only for the Gaussian kernel) the features are, for i = 1..m,
@@ -84,15 +90,19 @@ def positive_features(x: jax.Array, projection: object, *, kernel: str = "softma
         raise TypeError(f"antithetic must be a bool, got {antithetic!r}")
     lengthscale = check_real("lengthscale", lengthscale, positive=True)
     if kernel == "softmax" and lengthscale != 1.0:
-        raise ValueError(f"lengthscale is only used with kernel='gaussian'; got lengthscale="
-                         f"{lengthscale} with kernel='softmax' (rescale the inputs instead)")
+        raise ValueError(
+            f"lengthscale is only used with kernel='gaussian'; got lengthscale="
+            f"{lengthscale} with kernel='softmax' (rescale the inputs instead)"
+        )
     u, projected = project(x, projection, lengthscale=lengthscale)
     if antithetic:
         projected = jnp.concatenate([projected, -projected], axis=-1)
     log_features = projected - (
         _SQUARED_NORM_WEIGHT[kernel] * jnp.sum(u * u, axis=-1, keepdims=True)
-        + 0.5 * math.log(projected.shape[-1]))
+        + 0.5 * math.log(projected.shape[-1])
+    )
     if stabilizer == "row":
         log_features = log_features - jax.lax.stop_gradient(
-            jnp.max(log_features, axis=-1, keepdims=True))
+            jnp.max(log_features, axis=-1, keepdims=True)
+        )
     return jnp.exp(log_features)

@@ -31,8 +31,9 @@ def _check_pair(x: object, y: object) -> tuple[jax.Array, jax.Array]:
     try:
         jnp.broadcast_shapes(x.shape[:-1], y.shape[:-1])
     except ValueError as err:
-        raise ValueError(f"the leading axes of x {x.shape} and y {y.shape} must broadcast "
-                         "against each other") from err
+        raise ValueError(
+            f"the leading axes of x {x.shape} and y {y.shape} must broadcast against each other"
+        ) from err
     return x, y
 
 
@@ -43,8 +44,9 @@ def _dot(x: jax.Array, y: jax.Array) -> jax.Array:
 def check_order(order: object) -> int:
     """Returns the arc-cosine ``order`` if it is 0, 1 or 2, else raises ``ValueError``."""
     if isinstance(order, bool) or order not in ARCCOS_ORDERS:
-        raise ValueError(f"order must be one of {', '.join(map(str, ARCCOS_ORDERS))}; "
-                         f"got {order!r}")
+        raise ValueError(
+            f"order must be one of {', '.join(map(str, ARCCOS_ORDERS))}; got {order!r}"
+        )
     return int(order)
 
 
@@ -55,19 +57,23 @@ def check_coefficients(coefficients: object) -> tuple[float, ...]:
     degree l fixes the shape of the computation.
     """
     if isinstance(coefficients, jax.core.Tracer):
-        raise TypeError("coefficients must be concrete (a sequence of numbers), not a traced "
-                        "array")
+        raise TypeError("coefficients must be concrete (a sequence of numbers), not a traced array")
     try:
         values = np.asarray(coefficients, dtype=np.float64)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"coefficients must be a sequence of real numbers, got "
-                        f"{coefficients!r}") from err
+        raise TypeError(
+            f"coefficients must be a sequence of real numbers, got {coefficients!r}"
+        ) from err
     if values.ndim != 1 or values.size == 0:
-        raise ValueError(f"coefficients must be a non-empty 1-D sequence (c_1, ..., c_l), got "
-                         f"shape {values.shape}")
+        raise ValueError(
+            f"coefficients must be a non-empty 1-D sequence (c_1, ..., c_l), got "
+            f"shape {values.shape}"
+        )
     if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ValueError(f"coefficients must be finite and >= 0 (a positive-definite "
-                         f"polynomial kernel), got {values.tolist()}")
+        raise ValueError(
+            f"coefficients must be finite and >= 0 (a positive-definite "
+            f"polynomial kernel), got {values.tolist()}"
+        )
     return tuple(float(c) for c in values)
 
 
@@ -236,8 +242,9 @@ def polynomial(x: jax.Array, y: jax.Array, *, coefficients: Sequence[float]) -> 
     return total
 
 
-def gram(kernel_fn: Callable[..., jax.Array], x: jax.Array, y: jax.Array,
-         **kwargs: object) -> jax.Array:
+def gram(
+    kernel_fn: Callable[..., jax.Array], x: jax.Array, y: jax.Array, **kwargs: object
+) -> jax.Array:
     """The Gram matrix G[i, j] = kernel_fn(x[i], y[j]).
 
     This is the one way to form exact Gram matrices: it broadcasts ``x[:, None, :]`` against
@@ -271,4 +278,3 @@ def gram(kernel_fn: Callable[..., jax.Array], x: jax.Array, y: jax.Array,
         if value.ndim != 2:
             raise ValueError(f"{name} must have shape (num_points, dim), got {value.shape}")
     return kernel_fn(x[:, None, :], y[None, :, :], **kwargs)
-

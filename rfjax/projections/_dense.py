@@ -22,8 +22,9 @@ from rfjax._validation import check_choice, check_float_dtype, check_int, check_
 from rfjax.projections._base import DenseProjection
 
 
-def _validate(key: jax.Array, dim: int, num_features: int, dtype: object, *,
-              min_dim: int = 1) -> tuple[int, int, jnp.dtype]:
+def _validate(
+    key: jax.Array, dim: int, num_features: int, dtype: object, *, min_dim: int = 1
+) -> tuple[int, int, jnp.dtype]:
     check_key("key", key)
     dim = check_int("dim", dim, minimum=min_dim)
     num_features = check_int("num_features", num_features, minimum=1)
@@ -94,8 +95,9 @@ def _gaussian(key, dim, num_features, dtype):
     return jax.random.normal(key, (num_features, dim), dtype)
 
 
-def gaussian(key: jax.Array, dim: int, num_features: int, *,
-             dtype: object = jnp.float32) -> DenseProjection:
+def gaussian(
+    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32
+) -> DenseProjection:
     """I.i.d. Gaussian projections (IIDRF): every entry of W is N(0, 1).
 
     Args:
@@ -127,8 +129,9 @@ def _orthogonal(key, dim, num_features, dtype):
     return _stack_blocks(norms[..., None] * rotations, num_features).astype(dtype)
 
 
-def orthogonal(key: jax.Array, dim: int, num_features: int, *,
-               dtype: object = jnp.float32) -> DenseProjection:
+def orthogonal(
+    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32
+) -> DenseProjection:
     """Orthogonal random features (ORF): blocks W = D R with R Haar on O(d), D chi_d norms.
 
     Rows within a block are exactly orthogonal; blocks are independent; when ``num_features`` is
@@ -170,12 +173,18 @@ def _simplex(key, dim, num_features, dtype, partial_block):
     rest = num_features % dim
     if partial_block == "simplex" and rest:
         last = _partial_simplex_block(rotations[-1], norms[-1], rest)
-        weights = weights.at[num_features - rest:].set(last)
+        weights = weights.at[num_features - rest :].set(last)
     return weights.astype(dtype)
 
 
-def simplex(key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32,
-            partial_block: str = "truncate") -> DenseProjection:
+def simplex(
+    key: jax.Array,
+    dim: int,
+    num_features: int,
+    *,
+    dtype: object = jnp.float32,
+    partial_block: str = "truncate",
+) -> DenseProjection:
     """Simplex random features (SimRF, Eq. 8): blocks W = D S R.
 
     D holds i.i.d. chi_d norms, R is Haar on O(d) and S (rows s_i of Eq. 9) points the d rows of
@@ -238,8 +247,9 @@ def _simplex_plus(key, dim, num_features, dtype, num_sweeps):
     return _stack_blocks(blocks, num_features).astype(dtype)
 
 
-def simplex_plus(key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32,
-                 num_sweeps: int = 5) -> DenseProjection:
+def simplex_plus(
+    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32, num_sweeps: int = 5
+) -> DenseProjection:
     """Weight-dependent simplex random features (SimRF+, Eq. 15-17): blocks W = D S+ R.
 
     Per block, norms D are drawn first (i.i.d. chi_d); the directions S+ start at the simplex

@@ -53,8 +53,9 @@ def _halton(key, dim, num_features, dtype):
     return jax.scipy.special.ndtri(shifted).astype(dtype)
 
 
-def halton(key: jax.Array, dim: int, num_features: int, *,
-           dtype: object = jnp.float32) -> DenseProjection:
+def halton(
+    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32
+) -> DenseProjection:
     """Randomised Halton projections: w_i = Phi^{-1}(frac(h_i + u)), u ~ U[0, 1)^d.
 
     h_1..h_m are the first m points of the Halton sequence (prime bases 2, 3, 5, ...) and one

@@ -93,9 +93,13 @@ def _simplex_inner_sums(dim: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     p = np.arange(count, dtype=np.float64)[None, :]
     valid = p <= k
     k_minus_p = np.where(valid, k - p, 0.0)
-    log_terms = (-p * math.log(dim - 1) + special.gammaln((dim + p) / 2)
-                 - special.gammaln((dim + p + 1) / 2) - special.gammaln(p + 1)
-                 - special.gammaln(k_minus_p + 1))
+    log_terms = (
+        -p * math.log(dim - 1)
+        + special.gammaln((dim + p) / 2)
+        - special.gammaln((dim + p + 1) / 2)
+        - special.gammaln(p + 1)
+        - special.gammaln(k_minus_p + 1)
+    )
     log_terms = np.where(valid, log_terms, -np.inf)
     signs = np.where(valid, (-1.0) ** p, 0.0)
     return special.logsumexp(log_terms, axis=1, b=signs, return_sign=True)
@@ -132,10 +136,14 @@ def simplex_conformity(dim: int, v: ArrayLike) -> np.ndarray:
     count = _numerics.num_terms(float(np.max(v2, initial=0.0)))
     log_inner, sign_inner = _simplex_inner_sums(dim, count)
     k = np.arange(count, dtype=np.float64)
-    log_prefactor = (0.5 * math.log(math.pi) - special.gammaln(dim / 2)
-                     - (dim - 1) * math.log(2.0))
-    log_terms = (log_prefactor + special.gammaln(k + dim) - special.gammaln(k + dim / 2)
-                 + log_inner + special.xlogy(k, 0.5 * v2[..., None]))
+    log_prefactor = 0.5 * math.log(math.pi) - special.gammaln(dim / 2) - (dim - 1) * math.log(2.0)
+    log_terms = (
+        log_prefactor
+        + special.gammaln(k + dim)
+        - special.gammaln(k + dim / 2)
+        + log_inner
+        + special.xlogy(k, 0.5 * v2[..., None])
+    )
     log_value, sign = special.logsumexp(log_terms, axis=-1, b=sign_inner, return_sign=True)
     return sign * np.exp(log_value)
 
@@ -223,8 +231,7 @@ def block_sizes(dim: int, num_features: int) -> tuple[int, ...]:
 
 def _check_block_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
     if isinstance(sizes, str | bytes) or not isinstance(sizes, Sequence) or not sizes:
-        raise TypeError(f"block_sizes must be a non-empty sequence of positive ints, got "
-                        f"{sizes!r}")
+        raise TypeError(f"block_sizes must be a non-empty sequence of positive ints, got {sizes!r}")
     return tuple(check_int("block_sizes entries", size, minimum=1) for size in sizes)
 
 
@@ -233,8 +240,9 @@ def same_block_pairs(sizes: Sequence[int]) -> int:
     return sum(size * (size - 1) for size in sizes)
 
 
-def effective_conformity(block_conformity: ArrayLike, v: ArrayLike,
-                         block_sizes: Sequence[int]) -> np.ndarray:
+def effective_conformity(
+    block_conformity: ArrayLike, v: ArrayLike, block_sizes: Sequence[int]
+) -> np.ndarray:
     """RF-conformity averaged over all ordered pairs of m rows drawn in independent blocks.
 
     rho_eff = [S rho_block + (m(m-1) - S) e^{v^2}] / (m(m-1)),  S = sum_j b_j (b_j - 1),

@@ -17,8 +17,9 @@ def real_array(name: str, value: object) -> np.ndarray:
         array = np.asarray(value)
     except Exception as err:  # pragma: no cover - exotic objects
         raise TypeError(f"{name} must be a real number or array of reals, got {value!r}") from err
-    if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer)
-                                   or np.issubdtype(array.dtype, np.floating)):
+    if array.dtype == bool or not (
+        np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    ):
         raise TypeError(f"{name} must be a real number or array of reals, got dtype {array.dtype}")
     array = array.astype(np.float64)
     if not np.all(np.isfinite(array)):
@@ -38,13 +39,16 @@ def point_pair(x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
     x64 = np.asarray(x, dtype=np.float64)
     y64 = np.asarray(y, dtype=np.float64)
     if x64.shape[-1] != y64.shape[-1]:
-        raise ValueError(f"x and y must have the same last axis (the input dimension d), got "
-                         f"x.shape={x64.shape} and y.shape={y64.shape}")
+        raise ValueError(
+            f"x and y must have the same last axis (the input dimension d), got "
+            f"x.shape={x64.shape} and y.shape={y64.shape}"
+        )
     try:
         np.broadcast_shapes(x64.shape, y64.shape)
     except ValueError as err:
-        raise ValueError(f"the batch shapes of x {x64.shape} and y {y64.shape} do not "
-                         f"broadcast") from err
+        raise ValueError(
+            f"the batch shapes of x {x64.shape} and y {y64.shape} do not broadcast"
+        ) from err
     return x64, y64
 
 
@@ -66,7 +70,7 @@ def feature_count(num_features: object, *, minimum: int = 1) -> int:
 def single_block(num_features: int, dim: int, what: str) -> None:
     """Raises unless ``num_features <= dim`` (the statement holds for one block only)."""
     if num_features > dim:
-        raise ValueError(f"{what} holds for a single block, num_features <= dim; got "
-                         f"num_features={num_features} > dim={dim}")
-
-
+        raise ValueError(
+            f"{what} holds for a single block, num_features <= dim; got "
+            f"num_features={num_features} > dim={dim}"
+        )

@@ -17,9 +17,14 @@ from rfjax.theory import _inputs
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _conformity_draws(sampler: Callable[..., projections.Projection], dim: int,
-                      num_features: int, batch_size: int, keys: jax.Array,
-                      v: jax.Array) -> jax.Array:
+def _conformity_draws(
+    sampler: Callable[..., projections.Projection],
+    dim: int,
+    num_features: int,
+    batch_size: int,
+    keys: jax.Array,
+    v: jax.Array,
+) -> jax.Array:
     """Per-draw pair averages 1/(m(m-1)) sum_{i != j} e_i e_j, e_i = exp(w_i^T v)."""
     pairs = num_features * (num_features - 1)
 
@@ -31,10 +36,16 @@ def _conformity_draws(sampler: Callable[..., projections.Projection], dim: int,
     return jax.lax.map(one_draw, keys, batch_size=batch_size)
 
 
-def monte_carlo_conformity(key: jax.Array,
-                           sampler: str | Callable[..., projections.Projection],
-                           x: ArrayLike, y: ArrayLike, num_features: int, *, num_samples: int,
-                           batch_size: int = 4096) -> tuple[float, float]:
+def monte_carlo_conformity(
+    key: jax.Array,
+    sampler: str | Callable[..., projections.Projection],
+    x: ArrayLike,
+    y: ArrayLike,
+    num_features: int,
+    *,
+    num_samples: int,
+    batch_size: int = 4096,
+) -> tuple[float, float]:
     """Monte Carlo RF-conformity rho = 1/(m(m-1)) sum_{i != j} E[exp((w_i + w_j)^T (x + y))].
 
     Draws ``num_samples`` independent projections from ``sampler`` (one split key each,
@@ -70,17 +81,21 @@ def monte_carlo_conformity(key: jax.Array,
     if isinstance(sampler, str):
         sampler = projections.get(sampler)
     elif not callable(sampler):
-        raise TypeError(f"sampler must be a coupling name or a callable (key, dim, num_features) "
-                        f"-> Projection, got {type(sampler).__name__}")
+        raise TypeError(
+            f"sampler must be a coupling name or a callable (key, dim, num_features) "
+            f"-> Projection, got {type(sampler).__name__}"
+        )
     x, y = _inputs.point_pair(x, y)
     if x.ndim != 1 or y.ndim != 1:
-        raise ValueError(f"x and y must have shape (d,), got x.shape={x.shape} and "
-                         f"y.shape={y.shape}")
+        raise ValueError(
+            f"x and y must have shape (d,), got x.shape={x.shape} and y.shape={y.shape}"
+        )
     num_features = _inputs.feature_count(num_features, minimum=2)
     num_samples = check_int("num_samples", num_samples, minimum=2)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     keys = jax.random.split(key, num_samples)
-    values = _conformity_draws(sampler, x.shape[-1], num_features, min(batch_size, num_samples),
-                               keys, jnp.asarray(x + y))
+    values = _conformity_draws(
+        sampler, x.shape[-1], num_features, min(batch_size, num_samples), keys, jnp.asarray(x + y)
+    )
     values = np.asarray(values, dtype=np.float64)
     return float(values.mean()), float(values.std(ddof=1) / math.sqrt(num_samples))

@@ -29,8 +29,14 @@ def _sizes(coupling: str, dim: int, num_features: int) -> tuple[int, ...]:
     return _conformity.block_sizes(dim, num_features)
 
 
-def prf_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, coupling: str = "gaussian",
-            kernel: str = "gaussian") -> np.ndarray:
+def prf_mse(
+    x: ArrayLike,
+    y: ArrayLike,
+    num_features: int,
+    *,
+    coupling: str = "gaussian",
+    kernel: str = "gaussian",
+) -> np.ndarray:
     """Exact MSE of the positive-random-feature (PRF) kernel estimate phi(x)^T phi(y).
 
     With v = |x + y| and rho_eff the conformity averaged over all ordered pairs of rows
@@ -95,12 +101,20 @@ def _rff_block_conformity(coupling: str, dim: int, z2: np.ndarray) -> np.ndarray
         log_value, sign = _numerics.log_kummer_m(dim, -0.5 * z2)
         return sign * np.exp(log_value)
     cos_theta = -1.0 / (dim - 1)
-    return 0.5 * (_numerics.angular_conformity(dim, -z2, cos_theta)
-                  + _numerics.angular_conformity(dim, -z2, -cos_theta))
+    return 0.5 * (
+        _numerics.angular_conformity(dim, -z2, cos_theta)
+        + _numerics.angular_conformity(dim, -z2, -cos_theta)
+    )
 
 
-def rff_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, coupling: str = "gaussian",
-            embedding: str = "sincos") -> np.ndarray:
+def rff_mse(
+    x: ArrayLike,
+    y: ArrayLike,
+    num_features: int,
+    *,
+    coupling: str = "gaussian",
+    embedding: str = "sincos",
+) -> np.ndarray:
     """Exact MSE of the random Fourier feature (RFF) estimate of K(x, y) = exp(-|x - y|^2/2).
 
     With z = |x - y| and a_i = cos(w_i^T (x - y)):
@@ -146,8 +160,10 @@ def rff_mse(x: ArrayLike, y: ArrayLike, num_features: int, *, coupling: str = "g
     num_features = _inputs.feature_count(num_features)
     x, y = _inputs.point_pair(x, y)
     if embedding == "cosine_bias" and coupling != "gaussian":
-        raise ValueError(f"embedding='cosine_bias' only supports coupling='gaussian' (i.i.d. "
-                         f"rows); got coupling={coupling!r}")
+        raise ValueError(
+            f"embedding='cosine_bias' only supports coupling='gaussian' (i.i.d. "
+            f"rows); got coupling={coupling!r}"
+        )
     dim = _inputs.dimension(x.shape[-1], coupling)
     z2 = np.sum((x - y) ** 2, axis=-1)
     m = num_features
@@ -168,8 +184,13 @@ def _orthogonal_excess_series(dim: int, v2: np.ndarray) -> np.ndarray:
     """
     count = _numerics.num_terms(float(np.max(v2, initial=0.0)))
     k = np.arange(count, dtype=np.float64)
-    log_product = (special.gammaln(dim + k) - special.gammaln(dim) - k * math.log(2.0)
-                   - special.gammaln(dim / 2 + k) + special.gammaln(dim / 2))
+    log_product = (
+        special.gammaln(dim + k)
+        - special.gammaln(dim)
+        - k * math.log(2.0)
+        - special.gammaln(dim / 2 + k)
+        + special.gammaln(dim / 2)
+    )
     bracket = -np.expm1(log_product)
     with np.errstate(divide="ignore"):
         log_bracket = np.log(np.maximum(bracket, 0.0))

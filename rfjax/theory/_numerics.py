@@ -86,13 +86,18 @@ def _angular_rule(dim: int) -> tuple[np.ndarray, np.ndarray]:
     log-weights are normalised analytically with
     int_0^{pi/2} sin(u)^(d-1) du = sqrt(pi) Gamma(d/2) / (2 Gamma((d+1)/2))  (Eq. 64).
     """
-    t_max = math.pi / 2 if dim <= 1 else min(math.pi / 2, math.sqrt(2 * _LOG_WEIGHT_CUTOFF /
-                                                                   (dim - 1)))
+    t_max = (
+        math.pi / 2 if dim <= 1 else min(math.pi / 2, math.sqrt(2 * _LOG_WEIGHT_CUTOFF / (dim - 1)))
+    )
     nodes, weights = np.polynomial.legendre.leggauss(QUADRATURE_NODES)
     t = 0.5 * t_max * (nodes + 1.0)
     log_weights = np.log(0.5 * t_max * weights) + (dim - 1) * np.log(np.cos(t))
-    log_norm = (0.5 * math.log(math.pi) + special.gammaln(dim / 2) - math.log(2.0)
-                - special.gammaln((dim + 1) / 2))
+    log_norm = (
+        0.5 * math.log(math.pi)
+        + special.gammaln(dim / 2)
+        - math.log(2.0)
+        - special.gammaln((dim + 1) / 2)
+    )
     return np.cos(t), log_weights - log_norm
 
 
@@ -106,10 +111,10 @@ def angular_conformity(dim: int, signed_v2: np.ndarray, cos_theta: np.ndarray) -
     ``cos_theta``.
     """
     sin_u, log_weights = _angular_rule(dim)
-    signed_v2, cos_theta = np.broadcast_arrays(np.asarray(signed_v2, np.float64),
-                                               np.asarray(cos_theta, np.float64))
+    signed_v2, cos_theta = np.broadcast_arrays(
+        np.asarray(signed_v2, np.float64), np.asarray(cos_theta, np.float64)
+    )
     x = 0.5 * signed_v2[..., None] * (1.0 + cos_theta[..., None] * sin_u)
     log_m, sign_m = log_kummer_m(dim, x)
-    log_value, sign = special.logsumexp(log_m + log_weights, axis=-1, b=sign_m,
-                                        return_sign=True)
+    log_value, sign = special.logsumexp(log_m + log_weights, axis=-1, b=sign_m, return_sign=True)
     return sign * np.exp(log_value)

@@ -1,0 +1,83 @@
+"""Draw a projection and compute positive features, per coupling (issue: SimRF ~ ORF cost).
+
+  python -m benchmarks.features [--inputs 8192] [--dim 64] [--repeats 30]
+
+For 8,192 inputs of d = 64 and m in {64, 256}: the time of one jitted call that draws the
+projection from a key and returns softmax positive features, median over interleaved repeats,
+and its ratio to ORF in the same run. Target: SimRF / ORF <= 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax
+import jax.numpy as jnp
+
+from benchmarks.timing import time_interleaved
+from rfjax import features, projections
+
+COUPLINGS = ("gaussian", "orthogonal", "simplex", "simplex_plus", "halton")
+
+
+def draw_and_featurize(coupling: str, num_features: int):
+    sampler = projections.get(coupling)
+
+    @jax.jit
+    def run(key, x):
+        projection = sampler(key, x.shape[-1], num_features)
+        return features.positive_features(x, projection, kernel="softmax")
+
+    return run
+
+
+def benchmark(
+    num_inputs: int, dim: int, feature_counts: tuple[int, ...], repeats: int
+) -> list[dict]:
+    x = jax.random.normal(jax.random.key(0), (num_inputs, dim)) / dim**0.25
+    rows = []
+    for num_features in feature_counts:
+        functions = {}
+        for index, coupling in enumerate(COUPLINGS):
+            run = draw_and_featurize(coupling, num_features)
+            key = jax.random.key(index)
+            functions[coupling] = lambda run=run, key=key: run(key, x)
+        timings = time_interleaved(functions, repeats=repeats)
+        reference = timings["orthogonal"]["median_s"]
+        for coupling, timing in timings.items():
+            rows.append(
+                {
+                    "num_features": num_features,
+                    "coupling": coupling,
+                    "median_ms": 1e3 * timing["median_s"],
+                    "iqr_ms": 1e3 * (timing["q75_s"] - timing["q25_s"]),
+                    "ratio_to_orthogonal": timing["median_s"] / reference,
+                }
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--inputs", type=int, default=8192)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--features", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--json", type=str, default=None, help="also write the rows here")
+    args = parser.parse_args()
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {jnp.zeros(()).dtype}")
+    rows = benchmark(args.inputs, args.dim, tuple(args.features), args.repeats)
+    print(f"{'m':>5} {'coupling':>13} {'median ms':>10} {'IQR ms':>8} {'/ ORF':>7}")
+    for row in rows:
+        print(
+            f"{row['num_features']:>5} {row['coupling']:>13} {row['median_ms']:>10.3f} "
+            f"{row['iqr_ms']:>8.3f} {row['ratio_to_orthogonal']:>7.3f}"
+        )
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

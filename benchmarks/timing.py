@@ -1,0 +1,38 @@
+"""Timing helpers for benchmarks: interleaved repeats, medians, ratios in one run."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+
+import jax
+
+
+def time_interleaved(
+    functions: Mapping[str, Callable[[], object]], *, repeats: int = 30, warmup: int = 3
+) -> dict[str, dict[str, float]]:
+    """Median and spread of wall time per call, running the functions round-robin.
+
+    Each function is called ``warmup`` times first (compilation), then the functions are timed in
+    turn ``repeats`` times so that drifts in machine load hit all of them alike. Results are
+    blocked on (``jax.block_until_ready``) before the clock stops.
+    """
+    for fn in functions.values():
+        for _ in range(warmup):
+            jax.block_until_ready(fn())
+    samples: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            samples[name].append(time.perf_counter() - start)
+    return {
+        name: {
+            "median_s": statistics.median(times),
+            "min_s": min(times),
+            "q25_s": statistics.quantiles(times, n=4)[0],
+            "q75_s": statistics.quantiles(times, n=4)[2],
+        }
+        for name, times in samples.items()
+    }
