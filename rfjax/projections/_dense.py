@@ -85,6 +85,18 @@ def _num_blocks(dim: int, num_features: int) -> int:
     return -(-num_features // dim)
 
 
+def _rotations_and_norms(key, dim, num_features, dtype):
+    """Per block of a coupled projection: a Haar rotation and d independent chi_d norms.
+
+    Shapes ``(num_blocks, dim, dim)`` and ``(num_blocks, dim)``, in at least float32.
+    """
+    compute = _compute_dtype(dtype)
+    rotation_key, norm_key = jax.random.split(key)
+    num_blocks = _num_blocks(dim, num_features)
+    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
+    return rotations, chi_norms(norm_key, (num_blocks, dim), dim, compute)
+
+
 def _stack_blocks(blocks: jax.Array, num_features: int) -> jax.Array:
     """``(num_blocks, dim, dim) -> (num_features, dim)``: stack and truncate the last block."""
     return blocks.reshape(-1, blocks.shape[-1])[:num_features]
@@ -121,11 +133,7 @@ def gaussian(
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _orthogonal(key, dim, num_features, dtype):
-    compute = _compute_dtype(dtype)
-    rotation_key, norm_key = jax.random.split(key)
-    num_blocks = _num_blocks(dim, num_features)
-    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
-    norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
+    rotations, norms = _rotations_and_norms(key, dim, num_features, dtype)
     return _stack_blocks(norms[..., None] * rotations, num_features).astype(dtype)
 
 
@@ -163,11 +171,7 @@ def _partial_simplex_block(rotation: jax.Array, norms: jax.Array, rows: int) -> 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _simplex(key, dim, num_features, dtype, partial_block):
-    compute = _compute_dtype(dtype)
-    rotation_key, norm_key = jax.random.split(key)
-    num_blocks = _num_blocks(dim, num_features)
-    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
-    norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
+    rotations, norms = _rotations_and_norms(key, dim, num_features, dtype)
     blocks = norms[..., None] * apply_simplex(rotations, axis=-2)  # D (S R), S in O(d) per column
     weights = _stack_blocks(blocks, num_features)
     rest = num_features % dim
@@ -235,12 +239,8 @@ def _gauss_seidel_sweeps(norms: jax.Array, directions: jax.Array, num_sweeps: in
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _simplex_plus(key, dim, num_features, dtype, num_sweeps):
-    compute = _compute_dtype(dtype)
-    rotation_key, norm_key = jax.random.split(key)
-    num_blocks = _num_blocks(dim, num_features)
-    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
-    norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
-    start = simplex_directions(dim, compute)
+    rotations, norms = _rotations_and_norms(key, dim, num_features, dtype)
+    start = simplex_directions(dim, norms.dtype)
     optimise = jax.vmap(_gauss_seidel_sweeps, in_axes=(0, None, None))
     directions = optimise(norms, start, num_sweeps)
     blocks = norms[..., None] * (directions @ rotations)
