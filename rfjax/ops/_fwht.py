@@ -56,7 +56,7 @@ fwht_p = Primitive("rfjax_fwht")
 
 def _abstract_eval(x, *, normalize, implementation):
     del normalize, implementation
-    return jax.core.ShapedArray(x.shape, x.dtype)
+    return x.update(weak_type=False)  # keeps the sharding and shard_map's varying axes
 
 
 fwht_p.def_abstract_eval(_abstract_eval)
