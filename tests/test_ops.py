@@ -1,0 +1,320 @@
+"""Tests of ``rfjax.ops``: the fast Walsh-Hadamard transform and its implementations.
+
+Every implementation is checked against the dense float64 product with ``scipy.linalg.hadamard``.
+
+Tolerances. A float32 transform of x along an axis of length n = 2^k is compared per vector:
+``|y - H x| <= 4 * eps32 * (1 + k) * ||x||_2`` (times 1/sqrt(n) when normalised). The butterfly
+does k stages, each rounding entries of size about ||x|| (random x) by at most half an ulp, so
+its error is about eps32 * ||x||, at worst k * eps32 * ||x|| per entry; the Pallas kernel's dot
+products sum up to 128 terms sequentially, whose rounding errors (random walk) stay near
+sqrt(128)/2 * eps32 * ||x|| < 6 eps32 ||x||. Half types (float16, bfloat16) are computed in
+float32 and rounded once, so they are checked against the float64 oracle to two ulps of the
+output dtype relative to the vector's largest entry: ``|y - H x| <= 2 * eps(dtype) * max|H x|``.
+Integer-valued float64 inputs give exact results (every partial sum is an integer < 2^53).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from jax.test_util import check_grads
+
+from rfjax.ops import _fwht_cpu, _fwht_pallas, fwht, pad_to_power_of_two
+
+CPU_KERNEL = pytest.param(
+    "cpu",
+    marks=pytest.mark.skipif(
+        not _fwht_cpu.is_available(), reason="the C++ FFI kernel (rfjax.ops._fwht_cpu) is not built"
+    ),
+)
+IMPLEMENTATIONS = ["xla", "pallas_interpret", "auto", CPU_KERNEL]
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+@functools.cache
+def _dense_hadamard(n: int) -> np.ndarray:
+    return scipy.linalg.hadamard(n).astype(np.float64)
+
+
+def _oracle(x: np.ndarray, axis: int, normalize: bool = False) -> np.ndarray:
+    """H_n x along ``axis`` in float64, from the dense Sylvester-Hadamard matrix.
+
+    Lengths above 4096 (the kernel limit test) split once, H_2n = [[H_n, H_n], [H_n, -H_n]], to
+    keep the dense matrix at 128 MiB.
+    """
+    n = x.shape[axis]
+    moved = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    if n > 4096:
+        first, second = _oracle(moved[..., : n // 2], -1), _oracle(moved[..., n // 2 :], -1)
+        y = np.concatenate([first + second, first - second], axis=-1)
+    else:
+        y = moved @ _dense_hadamard(n)
+    if normalize:
+        y = y / math.sqrt(n)
+    return np.moveaxis(y, -1, axis)
+
+
+def _assert_f32_close(y, x, axis, normalize, eps=EPS32):
+    """|y - H x| <= 4 eps (1 + log2 n) ||x||_2 per vector along ``axis`` (see the docstring)."""
+    n = x.shape[axis]
+    ref = _oracle(x, axis, normalize)
+    norm = np.linalg.norm(np.asarray(x, np.float64), axis=axis, keepdims=True)
+    tol = 4 * eps * (1 + math.log2(n)) * norm / (math.sqrt(n) if normalize else 1.0)
+    err = np.abs(np.asarray(y, np.float64) - ref)
+    assert np.all(err <= tol), f"max error {(err / tol).max():.3g} x tolerance, n={n}"
+
+
+def _case(k: int):
+    """A fixed random input with transform length 2^k on a random axis of a random shape."""
+    rng = np.random.default_rng(1000 + k)
+    n = 2**k
+    lead = [int(d) for d in rng.integers(1, 5, size=int(rng.integers(0, 3)))]
+    if n >= 1024:  # keep the large cases small
+        lead = lead[:1]
+    axis = int(rng.integers(0, len(lead) + 1))
+    shape = [*lead[:axis], n, *lead[axis:]]
+    x = rng.standard_normal(shape).astype(np.float32)
+    axis = axis - len(shape) if rng.integers(2) else axis  # negative axes too
+    return x, axis
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("k", range(13))
+def test_matches_dense_hadamard(implementation, k):
+    x, axis = _case(k)
+
+    @jax.jit
+    def both(v):
+        return (
+            fwht(v, axis=axis, implementation=implementation),
+            fwht(v, axis=axis, normalize=True, implementation=implementation),
+        )
+
+    y, y_normalized = both(x)
+    assert y.shape == x.shape and y.dtype == jnp.float32
+    _assert_f32_close(y, x, axis, normalize=False)
+    _assert_f32_close(y_normalized, x, axis, normalize=True)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_inverse_and_involution(implementation):
+    for k, shape, axis in [(3, (8, 5), 0), (8, (2, 256), 1)]:
+        n = 2**k
+        x = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+        h = jax.jit(
+            lambda v, a=axis, s=False: fwht(v, axis=a, normalize=s, implementation=implementation)
+        )
+        hn = jax.jit(
+            lambda v, a=axis: fwht(v, axis=a, normalize=True, implementation=implementation)
+        )
+        scale = np.linalg.norm(x, axis=axis, keepdims=True)
+        tol = 8 * EPS32 * (1 + k) * scale
+        assert np.all(np.abs(np.asarray(h(h(x))) / n - x) <= tol)
+        assert np.all(np.abs(np.asarray(hn(hn(x))) - x) <= tol)
+
+
+def test_docstring_example():
+    np.testing.assert_array_equal(fwht(jnp.array([1.0, 0.0, 0.0, 0.0])), np.ones(4))
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_gradients(implementation):
+    transform = functools.partial(fwht, axis=0, normalize=True, implementation=implementation)
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(7)
+        x = jnp.asarray(rng.standard_normal((4, 3)))
+        assert x.dtype == jnp.float64
+        check_grads(lambda v: jnp.sin(transform(v)), (x,), order=2, modes=("fwd", "rev"))
+        # The VJP of the (symmetric) transform is the transform.
+        g = rng.standard_normal((4, 3))
+        _, vjp = jax.vjp(transform, x)
+        np.testing.assert_allclose(vjp(jnp.asarray(g))[0], _oracle(g, 0, True), rtol=1e-12)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_vmap_and_jit(implementation):
+    x = np.random.default_rng(3).standard_normal((8, 6, 4)).astype(np.float32)
+
+    def f(v, axis=-1):
+        return fwht(v, axis=axis, implementation=implementation)
+
+    # Batch axis in front of the transformed one.
+    _assert_f32_close(jax.vmap(f)(x), x, -1, False)
+    # in_axes pointing at the last axis: vmapped over the length-4 axis, transform over axis 0.
+    y = jax.jit(jax.vmap(lambda v: f(v, axis=0), in_axes=2, out_axes=2))(x)
+    _assert_f32_close(y, x, 0, False)
+    # The primitive's operand batched at its transformed (last) position: the batching rule
+    # must move the batch axis out of the way.
+    y = jax.vmap(lambda v: f(v, axis=-1), in_axes=2, out_axes=2)(x[:, :4, :])
+    _assert_f32_close(y, x[:, :4, :], 1, False)
+    # Nested vmap, stripping both trailing axes, with jit outside: transforms axis 0.
+    y = jax.jit(jax.vmap(jax.vmap(f, in_axes=1, out_axes=1), in_axes=1, out_axes=1))(x)
+    _assert_f32_close(y, x, 0, False)
+    # Batched and unbatched results agree.
+    np.testing.assert_allclose(jax.vmap(f)(x), f(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_half_precision(implementation, dtype):
+    rng = np.random.default_rng(11)
+    for shape, axis in [((5, 16), -1), ((1024, 3), 0)]:
+        x = jnp.asarray(rng.standard_normal(shape), dtype)
+
+        @jax.jit
+        def both(v, axis=axis):
+            kwargs = dict(axis=axis, implementation=implementation)
+            return fwht(v, **kwargs), fwht(v, normalize=True, **kwargs)
+
+        for normalize, y in zip((False, True), both(x), strict=True):
+            assert y.dtype == dtype
+            ref = _oracle(np.asarray(x, np.float64), axis, normalize)
+            tol = 2 * float(jnp.finfo(dtype).eps) * np.abs(ref).max(axis=axis, keepdims=True)
+            assert np.all(np.abs(np.asarray(y, np.float64) - ref) <= tol)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_float64(implementation):
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(5)
+        for k, shape, axis in [(4, (16, 3), 0), (9, (2, 512), -1)]:
+            ints = rng.integers(-1000, 1000, size=shape)
+            y = fwht(jnp.asarray(ints, jnp.float64), axis=axis, implementation=implementation)
+            assert y.dtype == jnp.float64
+            moved = np.moveaxis(ints, axis, -1) @ scipy.linalg.hadamard(2**k)
+            np.testing.assert_array_equal(np.asarray(y), np.moveaxis(moved, -1, axis))
+            x = rng.standard_normal(shape)
+            y = fwht(jnp.asarray(x), axis=axis, normalize=True, implementation=implementation)
+            _assert_f32_close(y, x, axis, True, eps=float(np.finfo(np.float64).eps))
+
+
+def test_pallas_kernel_blocks_and_limits():
+    # Partial last blocks (rows not a multiple of the block) in both kernel regimes.
+    rng = np.random.default_rng(2)
+    for shape in [(300, 128), (37, 512), (3, 8192)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        _assert_f32_close(fwht(x, implementation="pallas_interpret"), x, -1, False)
+    assert _fwht_pallas.supports((4, 16), jnp.float32)
+    assert _fwht_pallas.supports((8192,), jnp.bfloat16)
+    assert not _fwht_pallas.supports((4, 8), jnp.float32)  # short: the XLA butterfly
+    assert not _fwht_pallas.supports((4, 16384), jnp.float32)
+    assert not _fwht_pallas.supports((4, 16), jnp.float64)
+    with pytest.raises(ValueError, match="up to 8192"):
+        fwht(jnp.zeros((1, 16384)), implementation="pallas_interpret")
+    empty = fwht(jnp.zeros((0, 64)), implementation="pallas_interpret")
+    assert empty.shape == (0, 64)
+
+
+_SHARDING_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import jax, numpy as np, scipy.linalg
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from rfjax.ops import fwht
+
+    assert len(jax.devices()) == 4, jax.devices()
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    x = np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32)
+    ref = x.astype(np.float64) @ scipy.linalg.hadamard(256)
+    tol = 4 * np.finfo(np.float32).eps * 9 * np.linalg.norm(x, axis=1, keepdims=True)
+    rows = NamedSharding(mesh, P("x"))
+    xs = jax.device_put(x, rows)
+    xt = jax.device_put(x.T.copy(), NamedSharding(mesh, P(None, "x")))
+    for impl in sys.argv[1:]:
+        y = jax.jit(lambda v: fwht(v, implementation=impl))(xs)
+        assert np.all(np.abs(np.asarray(y) - ref) <= tol), impl
+        body = lambda v: fwht(v, implementation=impl)
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        y = f(xs)
+        assert y.sharding.is_equivalent_to(rows, 2), (impl, y.sharding)
+        assert np.all(np.abs(np.asarray(y) - ref) <= tol), impl
+        if impl in ("auto", "pallas_interpret"):
+            # The transformed axis unsharded, the other one sharded.
+            y = jax.jit(lambda v: fwht(v, axis=0, implementation=impl))(xt)
+            assert np.all(np.abs(np.asarray(y) - ref.T) <= tol.T), impl
+            # Differentiation inside shard_map (the output varies over the mesh axis).
+            grad = jax.shard_map(
+                jax.grad(lambda v: (body(v) ** 2).sum()),
+                mesh=mesh,
+                in_specs=P("x"),
+                out_specs=P("x"),
+            )
+            np.testing.assert_allclose(np.asarray(grad(xs)), 2 * 256 * x, rtol=1e-4, atol=1e-3)
+    print("OK")
+    """
+)
+
+
+def test_sharded_and_shard_map():
+    # "auto" is the C++ kernel when it is built (else the XLA butterfly).
+    impls = ["xla", "pallas_interpret", "auto"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
+    result = subprocess.run(
+        [sys.executable, "-c", _SHARDING_SCRIPT, *impls],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+def test_errors():
+    x = jnp.zeros((4, 6))
+    with pytest.raises(ValueError, match=r"axis 1 .*power of two.*pad_to_power_of_two"):
+        fwht(x)
+    with pytest.raises(ValueError, match="axis 1"):
+        fwht(jnp.zeros((4, 6)), axis=-1)
+    with pytest.raises(TypeError, match="dtype"):
+        fwht(jnp.zeros((4, 8), jnp.int32))
+    with pytest.raises(ValueError, match="axis"):
+        fwht(jnp.zeros((4, 8)), axis=2)
+    with pytest.raises(ValueError, match="axis"):
+        fwht(jnp.zeros((4, 8)), axis=-3)
+    with pytest.raises(TypeError, match="axis"):
+        fwht(jnp.zeros((4, 8)), axis=1.0)
+    with pytest.raises(ValueError, match="implementation"):
+        fwht(jnp.zeros((4, 8)), implementation="cuda")
+    for bad in (1, "yes", None):
+        with pytest.raises(TypeError, match="normalize"):
+            fwht(jnp.zeros((4, 8)), normalize=bad)
+    with pytest.raises(ValueError, match="scalar"):
+        fwht(jnp.zeros(()))
+
+
+def test_pad_to_power_of_two():
+    x = jnp.arange(15.0).reshape(5, 3)
+    y = pad_to_power_of_two(x, axis=0)
+    assert y.shape == (8, 3)
+    np.testing.assert_array_equal(y[:5], x)
+    np.testing.assert_array_equal(y[5:], 0)
+    y = pad_to_power_of_two(x)
+    assert y.shape == (5, 4)
+    np.testing.assert_array_equal(y[:, :3], x)
+    np.testing.assert_array_equal(y[:, 3], 0)
+    z = jnp.ones((4, 8))
+    assert pad_to_power_of_two(z) is z and pad_to_power_of_two(z, axis=0) is z
+    assert pad_to_power_of_two(jnp.ones(1)).shape == (1,)
+    assert pad_to_power_of_two(np.ones((2, 5, 3)), axis=1).shape == (2, 8, 3)
+    # A padded vector transforms like the zero-extended one.
+    v = np.random.default_rng(0).standard_normal(5).astype(np.float32)
+    _assert_f32_close(
+        fwht(pad_to_power_of_two(v)), np.concatenate([v, np.zeros(3, np.float32)]), 0, False
+    )
+    with pytest.raises(ValueError, match="axis"):
+        pad_to_power_of_two(x, axis=2)
+    with pytest.raises(ValueError, match="scalar"):
+        pad_to_power_of_two(jnp.zeros(()))
