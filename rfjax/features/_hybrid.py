@@ -1,0 +1,405 @@
+"""Hybrid random features (HRF): mixtures of base estimators with linearisable coefficients.
+
+The HRF estimator (Eq. 8) mixes p + 1 base estimators K-hat_k(x, y) = phi_k(x).psi_k(y) with
+coefficient estimators lambda-hat_k(x, y) = a_k + rho_k(x).eta_k(y) (Eq. 9-10):
+
+  K-hat_hyb = sum_{k<=p} lambda-hat_k K-hat_k + (1 - sum_{k<=p} lambda-hat_k) K-hat_{p+1}.
+
+Lemma 2.3 (Eq. 11) writes it as one dot product Psi(x).Psi'(y) through Kronecker products of the
+features, so it plugs into linear attention like any other feature map. The two sides differ
+(the estimator is asymmetric): query features carry the offsets a_k, key features the signs.
+
+References:
+  Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from rfjax._validation import check_choice, check_inputs, check_real
+from rfjax.features._common import check_projection
+from rfjax.features._complex_exponential import check_side
+from rfjax.features._fourier import fourier_features, trigonometric_features
+from rfjax.features._pointwise import angular_features
+from rfjax.features._positive import positive_features
+
+COEFFICIENT_ESTIMATORS = ("trigonometric", "positive")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FeaturePair:
+    """Query-side and key-side features of an asymmetric estimator K-hat = query . key.
+
+    Attributes:
+      query: phi(x), shape ``(..., width)``.
+      key: psi(y), shape ``(..., width)``.
+    """
+
+    query: jax.Array
+    key: jax.Array
+
+    def estimate(self) -> jax.Array:
+        """Pairwise estimates sum_j query_j key_j (leading axes broadcast)."""
+        return jnp.sum(self.query * self.key, axis=-1)
+
+
+def _check_feature_list(name: str, values: object, count: int | None = None) -> list[jax.Array]:
+    if isinstance(values, jax.Array) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a sequence of feature arrays, got {type(values).__name__}")
+    arrays = [check_inputs(f"{name}[{i}]", value) for i, value in enumerate(values)]
+    if count is not None and len(arrays) != count:
+        raise ValueError(f"{name} must hold {count} arrays, got {len(arrays)}")
+    return arrays
+
+
+def _check_counts(base_features: object, coefficient_features: object) -> tuple[list, list]:
+    bases = _check_feature_list("base_features", base_features)
+    if not bases:
+        raise ValueError("base_features must hold at least one array (p + 1 >= 1 estimators)")
+    coefficients = _check_feature_list(
+        "coefficient_features", coefficient_features, count=len(bases) - 1
+    )
+    return bases, coefficients
+
+
+def _kron(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Vectorised outer product per input: (..., n) x (..., w) -> (..., n w), np.kron order."""
+    batch = jnp.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    outer = a[..., :, None] * b[..., None, :]
+    return jnp.broadcast_to(outer, (*batch, *outer.shape[-2:])).reshape(*batch, -1)
+
+
+def concatenate_blocks(blocks: list[jax.Array]) -> jax.Array:
+    """Concatenates feature blocks along the last axis, broadcasting their leading axes."""
+    batch = jnp.broadcast_shapes(*(block.shape[:-1] for block in blocks))
+    dtype = jnp.result_type(*blocks)
+    return jnp.concatenate(
+        [jnp.broadcast_to(b, (*batch, b.shape[-1])).astype(dtype) for b in blocks], axis=-1
+    )
+
+
+def hybrid_query_features(
+    base_features: Sequence[jax.Array],
+    coefficient_features: Sequence[jax.Array],
+    offsets: Sequence[float],
+) -> jax.Array:
+    """Query-side hybrid features Psi(x) of Lemma 2.3 (HRF Eq. 11).
+
+    With base features phi_1..phi_{p+1}, coefficient features rho_1..rho_p and offsets a_k,
+
+      Psi(x) = [a_k phi_k(x); rho_k(x) (x) phi_k(x)]_{k=1..p} ; (1 - sum_k a_k) phi_{p+1}(x) ;
+               [rho_k(x) (x) phi_{p+1}(x)]_{k=1..p},
+
+    where (x) is the vectorised Kronecker product (index l w + j holds rho_l phi_j). Paired with
+    ``hybrid_key_features`` of the same bases and coefficients,
+    Psi(x).Psi'(y) = sum_k lambda-hat_k K-hat_k + (1 - sum_k lambda-hat_k) K-hat_{p+1} exactly
+    (Eq. 8), with lambda-hat_k = a_k + rho_k(x).eta_k(y) and K-hat_k = phi_k(x).psi_k(y).
+
+    Args:
+      base_features: phi_1(x), ..., phi_{p+1}(x), shapes ``(..., w_k)``.
+      coefficient_features: rho_1(x), ..., rho_p(x), shapes ``(..., n_k)``.
+      offsets: a_1, ..., a_p (static real numbers).
+
+    Returns:
+      Psi(x), shape ``(..., sum_{k<=p} w_k (1 + n_k) + w_{p+1} (1 + sum_k n_k))``.
+
+    Raises:
+      TypeError: if an entry is not a floating array or an offset is not a real number.
+      ValueError: if the counts are not p + 1, p and p, or an offset is not finite.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.3 (Eq. 9-11).
+    """
+    bases, coefficients = _check_counts(base_features, coefficient_features)
+    if isinstance(offsets, jax.Array) or not isinstance(offsets, Sequence):
+        raise TypeError(f"offsets must be a sequence of real numbers, got {type(offsets).__name__}")
+    offsets = [check_real(f"offsets[{i}]", a) for i, a in enumerate(offsets)]
+    if len(offsets) != len(coefficients):
+        raise ValueError(
+            f"offsets must hold one a_k per coefficient ({len(coefficients)}), got {len(offsets)}"
+        )
+    blocks = []
+    for a, phi, rho in zip(offsets, bases[:-1], coefficients, strict=True):
+        blocks += [a * phi, _kron(rho, phi)]
+    blocks.append((1.0 - sum(offsets)) * bases[-1])
+    blocks += [_kron(rho, bases[-1]) for rho in coefficients]
+    return concatenate_blocks(blocks)
+
+
+def hybrid_key_features(
+    base_features: Sequence[jax.Array], coefficient_features: Sequence[jax.Array]
+) -> jax.Array:
+    """Key-side hybrid features Psi'(y) of Lemma 2.3 (HRF Eq. 11).
+
+      Psi'(y) = [psi_k(y); eta_k(y) (x) psi_k(y)]_{k=1..p} ; psi_{p+1}(y) ;
+                [-eta_k(y) (x) psi_{p+1}(y)]_{k=1..p}.
+
+    See ``hybrid_query_features`` for the query side and the identity.
+
+    Args:
+      base_features: psi_1(y), ..., psi_{p+1}(y), shapes ``(..., w_k)`` (the widths of the
+        query side).
+      coefficient_features: eta_1(y), ..., eta_p(y), shapes ``(..., n_k)``.
+
+    Returns:
+      Psi'(y), of the width of ``hybrid_query_features``.
+
+    Raises:
+      TypeError: if an entry is not a floating array.
+      ValueError: if the counts are not p + 1 and p.
+    """
+    bases, coefficients = _check_counts(base_features, coefficient_features)
+    blocks = []
+    for psi, eta in zip(bases[:-1], coefficients, strict=True):
+        blocks += [psi, _kron(eta, psi)]
+    blocks.append(bases[-1])
+    blocks += [-_kron(eta, bases[-1]) for eta in coefficients]
+    return concatenate_blocks(blocks)
+
+
+def hybrid_features(
+    bases: Sequence[FeaturePair], coefficients: Sequence[FeaturePair], offsets: Sequence[float]
+) -> FeaturePair:
+    """Both sides of the hybrid feature map (Lemma 2.3): ``FeaturePair(Psi(x), Psi'(y))``.
+
+    Args:
+      bases: p + 1 pairs ``FeaturePair(phi_k(x), psi_k(y))`` with K-hat_k = phi_k . psi_k.
+      coefficients: p pairs ``FeaturePair(rho_k(x), eta_k(y))``, drawn independently of the
+        bases, with lambda-hat_k = a_k + rho_k . eta_k.
+      offsets: a_1..a_p.
+
+    Returns:
+      ``FeaturePair`` whose ``estimate()`` is the HRF estimate of Eq. 8.
+
+    Raises:
+      TypeError: if an entry of ``bases`` or ``coefficients`` is not a ``FeaturePair``.
+      ValueError: as ``hybrid_query_features``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> base = FeaturePair(jnp.ones((2, 3)), jnp.ones((2, 3)))
+      >>> coef = FeaturePair(jnp.full((2, 1), 0.5), jnp.full((2, 1), 0.5))
+      >>> hybrid_features([base, base], [coef], [0.0]).estimate().tolist()
+      [3.0, 3.0]
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 8-11.
+    """
+    for name, pairs in (("bases", bases), ("coefficients", coefficients)):
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, FeaturePair):
+                raise TypeError(f"{name}[{i}] must be a FeaturePair, got {type(pair).__name__}")
+    return FeaturePair(
+        hybrid_query_features([b.query for b in bases], [c.query for c in coefficients], offsets),
+        hybrid_key_features([b.key for b in bases], [c.key for c in coefficients]),
+    )
+
+
+def hybrid_estimate(
+    base_estimates: Sequence[jax.Array], coefficient_estimates: Sequence[jax.Array]
+) -> jax.Array:
+    """The HRF estimate of Eq. 8 from base estimates K-hat_k and coefficient estimates.
+
+      K-hat_hyb = sum_{k<=p} lambda-hat_k K-hat_k + (1 - sum_{k<=p} lambda-hat_k) K-hat_{p+1}.
+
+    Unbiased for K when every K-hat_k is unbiased and the lambda-hat_k are unbiased and
+    independent of the base estimators. ``hybrid_features`` gives the same value as a dot
+    product of features (Lemma 2.3).
+
+    Args:
+      base_estimates: K-hat_1, ..., K-hat_{p+1}, arrays of broadcastable shapes.
+      coefficient_estimates: lambda-hat_1, ..., lambda-hat_p.
+
+    Returns:
+      The hybrid estimate, of the broadcast shape.
+
+    Raises:
+      ValueError: if the counts are not p + 1 and p.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 8.
+    """
+    bases = [jnp.asarray(k) for k in base_estimates]
+    lambdas = [jnp.asarray(c) for c in coefficient_estimates]
+    if not bases or len(lambdas) != len(bases) - 1:
+        raise ValueError(
+            f"need p + 1 >= 1 base estimates and p coefficient estimates, got "
+            f"{len(bases)} and {len(lambdas)}"
+        )
+    total = sum((lam * k for lam, k in zip(lambdas, bases[:-1], strict=True)), jnp.zeros(()))
+    return total + (1.0 - sum(lambdas, jnp.zeros(()))) * bases[-1]
+
+
+def _check_coefficient_projection(
+    name: str, projection: object, *bases: object
+) -> tuple[object, int]:
+    projection = check_projection(projection)
+    if any(projection is base for base in bases):
+        raise ValueError(
+            f"{name} must be drawn independently of the base projections (the coefficient "
+            f"estimate must be independent of the base estimates); got the same projection"
+        )
+    if projection.num_features < 1:
+        raise ValueError(
+            f"{name} must have n >= 1 projection vectors, got n = {projection.num_features}"
+        )
+    return projection, projection.num_features
+
+
+def angular_hybrid_features(
+    x: jax.Array,
+    positive_projection: object,
+    trigonometric_projection: object,
+    sign_projection: object,
+    *,
+    side: str,
+) -> jax.Array:
+    """Angular hybrid (bipolar) features for the softmax kernel (HRF Eq. 12 and 19).
+
+    The estimate Psi(x).Psi'(y) is
+
+      lambda-hat SM-hat^{++}_m(x, y) + (1 - lambda-hat) SM-hat^{trig}_m(x, y),
+      lambda-hat = 1/2 - (1/(2n)) sum_{l<=n} sgn(tau_l.x) sgn(tau_l.y),  E[lambda-hat] = theta/pi,
+
+    with antithetic positive features (exact at theta = pi for equal norms) and trigonometric
+    features (exact at theta = 0), so for inputs of equal norm the estimate has zero variance at
+    both theta = 0 and theta = pi. Built by Lemma 2.3 with a = 1/2,
+    rho(x) = sgn(T x)/sqrt(2n), eta(y) = -sgn(T y)/sqrt(2n).
+
+    Variants (Theorem 3.1): pass two independently drawn projections as ``positive_projection``
+    and ``trigonometric_projection`` for variant I (MSE of Eq. 22), or the *same* projection
+    twice for variant II (shared w's, Eq. 23; lower MSE when |x| != |y|). ``sign_projection``
+    must be independent of both. MSEs: ``rfjax.theory.angular_hybrid_mse``.
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating.
+      positive_projection: m_+ rows, for the antithetic positive base estimator.
+      trigonometric_projection: m_t rows, for the trigonometric base estimator.
+      sign_projection: n >= 1 rows tau_l, for the angular coefficient.
+      side: ``"query"`` (Psi(x)) or ``"key"`` (Psi'(y)).
+
+    Returns:
+      Features of shape ``(..., (2 m_+ + 2 m_t)(n + 1))``: the positive block (2 m_+ and its
+      Kronecker product with the n signs) then the trigonometric block (2 m_t and 2 m_t n).
+
+    Raises:
+      TypeError: if ``x`` is not floating or a projection is not a ``Projection``.
+      ValueError: for a bad ``side``, a dimension mismatch, n < 1, or ``sign_projection`` being
+        the same object as a base projection.
+
+    Examples:
+      >>> import jax
+      >>> from rfjax import projections
+      >>> k1, k2 = jax.random.split(jax.random.key(0))
+      >>> w = projections.orthogonal(k1, 4, 8)
+      >>> t = projections.gaussian(k2, 4, 3)
+      >>> angular_hybrid_features(jax.numpy.ones((2, 4)), w, w, t, side="query").shape
+      (2, 128)
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 12, 19, Theorem 3.1, Lemma 3.2.
+    """
+    side = check_side(side)
+    sign_projection, _ = _check_coefficient_projection(
+        "sign_projection", sign_projection, positive_projection, trigonometric_projection
+    )
+    positive = positive_features(x, positive_projection, antithetic=True)
+    trigonometric = trigonometric_features(x, trigonometric_projection)
+    signs = angular_features(x, sign_projection) * (1.0 / math.sqrt(2.0))  # sgn / sqrt(2n)
+    if side == "query":
+        return hybrid_query_features([positive, trigonometric], [signs], [0.5])
+    return hybrid_key_features([positive, trigonometric], [-signs])
+
+
+def gaussian_hybrid_features(
+    x: jax.Array,
+    positive_projection: object,
+    trigonometric_projection: object,
+    coefficient_projection: object,
+    *,
+    side: str,
+    bandwidth: float,
+    radius: float,
+    coefficient_estimator: str = "trigonometric",
+) -> jax.Array:
+    """Normalised bipolar Gaussian hybrid features for the softmax kernel (HRF Eq. 20, App. F).
+
+    Reconstruction (EQUATIONS.md Eq. 20, UNCERTAIN in the paper; this is the choice made): with
+    bandwidth tau and the input length r (inputs on the sphere S(r)),
+
+      lambda(x, y) = (exp(-|x + y|^2 / (2 tau^2)) - c) / (1 - c),   c = exp(-2 r^2 / tau^2),
+
+    which is 0 at theta = 0 and 1 at theta = pi for |x| = |y| = r. The Gaussian factor is
+    K_gauss(x/tau, -y/tau), estimated with n random features: ``"trigonometric"`` (Fourier
+    sin/cos features of x/tau and -y/tau, the paper's choice; zero variance at theta = pi) or
+    ``"positive"`` (positive Gaussian features; zero variance at theta = 0). Linearised as
+    a = -c/(1-c), rho(x) = f(x)/sqrt(1-c), eta(y) = f(-y)/sqrt(1-c). The estimate is
+
+      lambda-hat SM-hat^{++}(x, y) + (1 - lambda-hat) SM-hat^{trig}(x, y),
+
+    unbiased for every input (lambda need not lie in [0, 1] off the sphere). For equal norms its
+    variance vanishes at one end only (theta = pi with trigonometric coefficients); the angular
+    hybrid vanishes at both. Projections: as ``angular_hybrid_features`` (same object twice for
+    shared base projections); ``coefficient_projection`` independent of both.
+
+    Args:
+      x: inputs, shape ``(..., d)``, floating.
+      positive_projection: m_+ rows, antithetic positive base estimator.
+      trigonometric_projection: m_t rows, trigonometric base estimator.
+      coefficient_projection: n >= 1 rows for the Gaussian coefficient.
+      side: ``"query"`` or ``"key"``.
+      bandwidth: tau > 0.
+      radius: r > 0, the input length that fixes the normalisation c.
+      coefficient_estimator: ``"trigonometric"`` or ``"positive"``.
+
+    Returns:
+      Features of shape ``(..., (2 m_+ + 2 m_t)(n_c + 1))`` with n_c = 2n (trigonometric
+      coefficients) or n (positive).
+
+    Raises:
+      TypeError: if ``x`` is not floating or a projection is not a ``Projection``.
+      ValueError: for a bad ``side`` or ``coefficient_estimator``, tau <= 0, r <= 0, a
+        dimension mismatch, or ``coefficient_projection`` being a base projection.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 20, App. F (Eq. 67-69).
+    """
+    side = check_side(side)
+    coefficient_estimator = check_choice(
+        "coefficient_estimator", coefficient_estimator, COEFFICIENT_ESTIMATORS
+    )
+    bandwidth = check_real("bandwidth", bandwidth, positive=True)
+    radius = check_real("radius", radius, positive=True)
+    coefficient_projection, _ = _check_coefficient_projection(
+        "coefficient_projection",
+        coefficient_projection,
+        positive_projection,
+        trigonometric_projection,
+    )
+    positive = positive_features(x, positive_projection, antithetic=True)
+    trigonometric = trigonometric_features(x, trigonometric_projection)
+    u = x if side == "query" else -x
+    if coefficient_estimator == "trigonometric":
+        gauss = fourier_features(u, coefficient_projection, lengthscale=bandwidth)
+    else:
+        gauss = positive_features(
+            u, coefficient_projection, kernel="gaussian", lengthscale=bandwidth
+        )
+    one_minus_c = -math.expm1(-2.0 * radius**2 / bandwidth**2)
+    if not one_minus_c > 0.0:
+        raise ValueError(
+            f"radius / bandwidth = {radius / bandwidth:.3g} is too small: the normalisation "
+            f"1 - exp(-2 r^2 / tau^2) underflows to 0"
+        )
+    coefficient = gauss * (1.0 / math.sqrt(one_minus_c))
+    offset = 1.0 - 1.0 / one_minus_c  # -c / (1 - c)
+    if side == "query":
+        return hybrid_query_features([positive, trigonometric], [coefficient], [offset])
+    return hybrid_key_features([positive, trigonometric], [coefficient])

@@ -1,0 +1,363 @@
+"""Closed-form errors of the HRF estimators of the softmax kernel SM(x, y) = exp(x.y).
+
+NumPy float64, vectorised over inputs of shape (..., d) (batch shapes broadcast). All results
+are for i.i.d. Gaussian projections (the setting of the HRF paper). Notation: z = x + y,
+Delta = x - y, theta the angle between x and y (pi/2 when either is zero, as in
+``rfjax.kernels``), m projections for each base estimator, n for the angular coefficient.
+
+References:
+  Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Lemma 2.2, 3.2,
+  3.4, Theorem 3.1, 3.5; EQUATIONS.md Part 2 (derivations of the exact expressions).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from rfjax._validation import check_choice, check_int
+from rfjax.theory import _inputs
+
+VARIANTS = ("independent", "shared")
+
+
+def _sq(v: np.ndarray) -> np.ndarray:
+    return np.sum(v * v, axis=-1)
+
+
+def _angle(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(_sq(x) * _sq(y))
+    cosine = np.where(norms > 0, np.sum(x * y, axis=-1) / np.where(norms > 0, norms, 1.0), 0.0)
+    return np.arccos(np.clip(cosine, -1.0, 1.0))
+
+
+def trigonometric_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> np.ndarray:
+    """MSE of the trigonometric estimator SM-hat^{trig}_m (HRF Lemma 2.2, Eq. 7).
+
+      MSE = (1/(2m)) e^{|z|^2} SM^{-2}(x, y) (1 - e^{-|Delta|^2})^2
+          = (1/(2m)) e^{|x|^2 + |y|^2} (1 - e^{-|Delta|^2})^2,
+
+    zero at x = y. Evaluated with ``expm1``.
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcasting against ``x``.
+      num_features: m >= 1 (width 2m).
+
+    Returns:
+      float64 array of the broadcast batch shape.
+
+    Raises:
+      TypeError, ValueError: for non-floating, non-finite or mismatched inputs, or m < 1.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.2.
+    """
+    m = _inputs.feature_count(num_features)
+    x, y = _inputs.point_pair(x, y)
+    return np.exp(_sq(x) + _sq(y)) * np.expm1(-_sq(x - y)) ** 2 / (2 * m)
+
+
+def positive_antithetic_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> np.ndarray:
+    """MSE of the antithetic positive estimator SM-hat^{++}_m (HRF Lemma 2.2, Eq. 7).
+
+      MSE = (1/(2m)) e^{|z|^2} SM^2(x, y) (1 - e^{-|z|^2})^2,
+
+    zero at y = -x. (The plain positive estimator: ``prf_mse(..., kernel="softmax")``.)
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcasting against ``x``.
+      num_features: m >= 1 (width 2m: the pairs +-w_i).
+
+    Returns:
+      float64 array of the broadcast batch shape.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.2, Eq. 3.
+    """
+    m = _inputs.feature_count(num_features)
+    x, y = _inputs.point_pair(x, y)
+    z2 = _sq(x + y)
+    return np.exp(z2 + 2.0 * np.sum(x * y, axis=-1)) * np.expm1(-z2) ** 2 / (2 * m)
+
+
+def _check_matrix(matrix: object, dim: int) -> np.ndarray:
+    try:
+        values = np.asarray(matrix)
+    except Exception as err:  # pragma: no cover - exotic objects
+        raise TypeError(f"matrix must be a real or complex array, got {matrix!r}") from err
+    if not (
+        np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.complexfloating)
+    ):
+        raise TypeError(
+            f"matrix must be a real or complex floating array, got dtype {values.dtype}"
+        )
+    if values.shape not in ((dim, dim), (dim,)):
+        raise ValueError(
+            f"matrix must have shape (d, d) = ({dim}, {dim}) or, for a diagonal, ({dim},); got "
+            f"{values.shape}"
+        )
+    values = values.astype(np.complex128)
+    if not np.all(np.isfinite(values)):
+        raise ValueError("matrix must contain only finite values (no NaN or inf)")
+    if values.ndim == 1:
+        smallest = np.abs(values).min()
+        condition = np.abs(values).max() / smallest if smallest > 0 else math.inf
+    else:
+        condition = float(np.linalg.cond(values))
+    if not condition < 1.0 / np.finfo(np.float64).eps:
+        raise ValueError(f"matrix must be invertible, got condition number {condition:.3g}")
+    return values
+
+
+def complex_exponential_mse(
+    x: ArrayLike, y: ArrayLike, matrix: ArrayLike, num_features: int
+) -> np.ndarray:
+    """MSE of Re SM-hat^m_A, the real part of the complex-exponential estimator (HRF Eq. 16).
+
+    With u = A x + A^{-T} y = a + i b (EQUATIONS.md, derived):
+
+      MSE = (SM^2 / m) [ (e^{|a|^2 + |b|^2} + e^{|a|^2 - |b|^2} cos(2 a.b)) / 2 - 1 ],
+
+    which is (SM^2 / m)(e^{|u|^2} - 1) for real A and zero iff u = 0 (Eq. 17). This is the MSE of
+    ``complex_exponential_features`` (query side A, key side A^{-T}).
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcasting against ``x``.
+      matrix: A, shape ``(d, d)`` or a diagonal ``(d,)``, real or complex, invertible.
+      num_features: m >= 1.
+
+    Returns:
+      float64 array of the broadcast batch shape.
+
+    Raises:
+      TypeError, ValueError: as ``trigonometric_mse``; a matrix of the wrong shape, non-finite
+        or singular (condition number >= 1/eps of float64).
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.4, Eq. 14-17.
+    """
+    m = _inputs.feature_count(num_features)
+    x, y = _inputs.point_pair(x, y)
+    a = _check_matrix(matrix, x.shape[-1])
+    u = x * a + y / a if a.ndim == 1 else x @ a.T + y @ np.linalg.inv(a)
+    re, im = u.real, u.imag
+    re2, im2, cross = _sq(re), _sq(im), np.sum(re * im, axis=-1)
+    # e^{s} cos t - 1 = expm1(s) cos t - 2 sin^2(t/2): no cancellation near u = 0.
+    bracket = 0.5 * np.expm1(re2 + im2) + 0.5 * (
+        np.expm1(re2 - im2) * np.cos(2 * cross) - 2 * np.sin(cross) ** 2
+    )
+    return np.exp(2 * np.sum(x * y, axis=-1)) * bracket / m
+
+
+class AngularCoefficientMoments(NamedTuple):
+    """Moments of lambda-hat of the angular hybrid (Lemma 3.2, Theorem D.1 Eq. 45-47).
+
+    Attributes:
+      mean: E[lambda-hat] = theta/pi.
+      variance: Var[lambda-hat] = theta (pi - theta) / (n pi^2).
+      second_moment: E[lambda-hat^2].
+      complement_second_moment: E[(1 - lambda-hat)^2].
+      cross_moment: E[lambda-hat (1 - lambda-hat)] = (1 - 1/n) theta (pi - theta) / pi^2.
+    """
+
+    mean: np.ndarray
+    variance: np.ndarray
+    second_moment: np.ndarray
+    complement_second_moment: np.ndarray
+    cross_moment: np.ndarray
+
+
+def _moments_from_angle(theta: np.ndarray, n: int) -> AngularCoefficientMoments:
+    mean = theta / math.pi
+    variance = theta * (math.pi - theta) / (n * math.pi**2)
+    return AngularCoefficientMoments(
+        mean=mean,
+        variance=variance,
+        second_moment=mean**2 + variance,
+        complement_second_moment=(1.0 - mean) ** 2 + variance,
+        cross_moment=(1.0 - 1.0 / n) * theta * (math.pi - theta) / math.pi**2,
+    )
+
+
+def angular_coefficient_moments(
+    x: ArrayLike, y: ArrayLike, num_sign_features: int
+) -> AngularCoefficientMoments:
+    """Moments of the angular coefficient lambda-hat = 1/2 - (1/2n) sum_l sgn(tau_l.x) sgn(tau_l.y).
+
+    Lemma 3.2: E[lambda-hat] = theta/pi and Var[lambda-hat] = theta (pi - theta) / (n pi^2).
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcasting against ``x``.
+      num_sign_features: n >= 1.
+
+    Returns:
+      ``AngularCoefficientMoments`` of float64 arrays of the broadcast batch shape.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 19, Lemma 3.2, Theorem D.1.
+    """
+    n = check_int("num_sign_features", num_sign_features, minimum=1)
+    x, y = _inputs.point_pair(x, y)
+    return _moments_from_angle(_angle(x, y), n)
+
+
+def angular_hybrid_mse(
+    x: ArrayLike,
+    y: ArrayLike,
+    num_features: int,
+    num_sign_features: int,
+    *,
+    variant: str = "independent",
+) -> np.ndarray:
+    """MSE of the angular hybrid estimator (HRF Theorem 3.1, Eq. 22-23).
+
+    Variant I (``"independent"`` projections for SM-hat^{++} and SM-hat^{trig}):
+
+      MSE = E[lambda-hat^2] MSE(SM-hat^{++}_m) + E[(1 - lambda-hat)^2] MSE(SM-hat^{trig}_m).  (22)
+
+    Variant II (``"shared"``: the same w_1..w_m for both):
+
+      MSE = (22) + (2/m) E[lambda-hat (1 - lambda-hat)] SM^2 (cos(|x|^2 - |y|^2) - 1) <= (22),
+
+    from Cov(SM-hat^{++}, SM-hat^{trig}) = SM^2 (cos(|x|^2 - |y|^2) - 1)/m. The variants agree for
+    |x| = |y|.
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      y: inputs, shape ``(..., d)``, broadcasting against ``x``.
+      num_features: m >= 1 projections per base estimator.
+      num_sign_features: n >= 1 projections of the coefficient.
+      variant: ``"independent"`` or ``"shared"``.
+
+    Returns:
+      float64 array of the broadcast batch shape.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Theorem 3.1, App. C-D (Eq. 31, 38, 45-47).
+    """
+    variant = check_choice("variant", variant, VARIANTS)
+    m = _inputs.feature_count(num_features)
+    n = check_int("num_sign_features", num_sign_features, minimum=1)
+    x, y = _inputs.point_pair(x, y)
+    moments = _moments_from_angle(_angle(x, y), n)
+    mse = moments.second_moment * positive_antithetic_mse(
+        x, y, m
+    ) + moments.complement_second_moment * trigonometric_mse(x, y, m)
+    if variant == "shared":
+        sm2 = np.exp(2 * np.sum(x * y, axis=-1))
+        covariance = sm2 * (np.cos(_sq(x) - _sq(y)) - 1.0) / m
+        mse = mse + 2.0 * moments.cross_moment * covariance
+    return mse
+
+
+def _sphere_args(theta: ArrayLike, radius: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    theta = _inputs.real_array("theta", theta)
+    radius = _inputs.real_array("radius", radius)
+    if np.any(theta < 0) or np.any(theta > math.pi):
+        raise ValueError(f"theta must lie in [0, pi], got {theta}")
+    if np.any(radius < 0):
+        raise ValueError(f"radius must be >= 0, got {radius}")
+    return np.broadcast_arrays(theta, radius)
+
+
+def trigonometric_relative_error(
+    theta: ArrayLike, radius: ArrayLike, num_features: int
+) -> np.ndarray:
+    """Relative error sqrt(MSE)/SM of SM-hat^{trig}_m on the sphere S(r) (HRF Lemma 3.4, Eq. 25).
+
+      epsilon_{theta, r}(trig) = sqrt(2/m) sinh(r^2 (1 - cos theta)),
+
+    zero at theta = 0, maximal sqrt(2/m) sinh(2 r^2) at theta = pi.
+
+    Args:
+      theta: angle(s) in [0, pi].
+      radius: r >= 0 (broadcasts against ``theta``).
+      num_features: m >= 1.
+
+    Returns:
+      float64 array of the broadcast shape.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Definition 3.3, Lemma 3.4.
+    """
+    m = _inputs.feature_count(num_features)
+    theta, radius = _sphere_args(theta, radius)
+    return math.sqrt(2 / m) * np.sinh(radius**2 * (1 - np.cos(theta)))
+
+
+def positive_relative_error(theta: ArrayLike, radius: ArrayLike, num_features: int) -> np.ndarray:
+    """Relative error of SM-hat^{++}_m on S(r) (HRF Lemma 3.4, Eq. 25).
+
+      epsilon_{theta, r}(++) = sqrt(2/m) sinh(r^2 (1 + cos theta))  (= trig at pi - theta).
+
+    Args:
+      theta: angle(s) in [0, pi].
+      radius: r >= 0.
+      num_features: m >= 1.
+
+    Returns:
+      float64 array of the broadcast shape.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Lemma 3.4.
+    """
+    m = _inputs.feature_count(num_features)
+    theta, radius = _sphere_args(theta, radius)
+    return math.sqrt(2 / m) * np.sinh(radius**2 * (1 + np.cos(theta)))
+
+
+def max_relative_error(radius: ArrayLike, num_features: int) -> np.ndarray:
+    """Max-relative-error of SM-hat^{trig}_m and SM-hat^{++}_m over S(r): sqrt(2/m) sinh(2 r^2).
+
+    Equal for both estimators (Lemma 3.4, Eq. 25-26); it grows like e^{2 r^2} / sqrt(2m).
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Lemma 3.4, Eq. 26.
+    """
+    m = _inputs.feature_count(num_features)
+    _, radius = _sphere_args(0.0, radius)
+    return math.sqrt(2 / m) * np.sinh(2 * radius**2)
+
+
+def angular_hybrid_relative_error(
+    theta: ArrayLike, radius: ArrayLike, num_features: int, num_sign_features: int
+) -> np.ndarray:
+    """Exact per-angle relative error of the angular hybrid on S(r) (HRF Theorem 3.5, Eq. 27).
+
+      epsilon^2 = (2/m) [E lambda-hat^2 sinh^2(r^2 (1 + cos theta))
+                         + E (1 - lambda-hat)^2 sinh^2(r^2 (1 - cos theta))],
+
+    with the moments of Lemma 3.2; both variants (equal norms). It vanishes at theta = 0 and pi
+    (like sqrt(2/(m n pi)) sinh(2 r^2) sqrt(theta) near 0). The paper's explicit upper bound
+    was not recovered (EQUATIONS.md Eq. 27, UNCERTAIN); this is the exact expression it bounds.
+
+    Args:
+      theta: angle(s) in [0, pi].
+      radius: r >= 0.
+      num_features: m >= 1.
+      num_sign_features: n >= 1.
+
+    Returns:
+      float64 array of the broadcast shape.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Theorem 3.5, Eq. 22, 24, 25.
+    """
+    m = _inputs.feature_count(num_features)
+    n = check_int("num_sign_features", num_sign_features, minimum=1)
+    theta, radius = _sphere_args(theta, radius)
+    moments = _moments_from_angle(theta, n)
+    positive = np.sinh(radius**2 * (1 + np.cos(theta))) ** 2
+    trigonometric = np.sinh(radius**2 * (1 - np.cos(theta))) ** 2
+    return np.sqrt(
+        2
+        / m
+        * (moments.second_moment * positive + moments.complement_second_moment * trigonometric)
+    )
