@@ -1,11 +1,12 @@
 """rfjax: random-feature kernel approximation in JAX.
 
 Layers (lower never import higher): ``projections`` (couplings) -> ``features`` (feature maps)
--> estimates; ``kernels`` (exact oracles) and ``theory`` (closed-form errors) beside them.
+-> estimates (``attention``: FAVOR linear attention); ``kernels`` (exact oracles) and
+``theory`` (closed-form errors) beside them.
 """
 
-from rfjax import features, kernels, projections, theory
+from rfjax import attention, features, kernels, projections, theory
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "features", "kernels", "projections", "theory"]
+__all__ = ["__version__", "attention", "features", "kernels", "projections", "theory"]

@@ -1,0 +1,152 @@
+"""Causal prefix sums for linear attention, chunked, with log-scales and a memory-bounded VJP.
+
+One head, one sequence. The operation is
+
+    Y_t = sum_{j <= t} (a_t . b_j) exp(alpha_j - beta_t) v_j,      t = 0..T-1,
+
+with a: (T, m), b: (T, m), v: (T, p), alpha, beta: (T,), under the contract
+
+    beta is non-decreasing and alpha_j <= beta_t for all j <= t,
+
+so that every exponential below is of a non-positive number (nothing overflows). With
+beta = cummax(alpha) this is the causal FAVOR numerator/denominator with an online (running-max)
+key stabiliser; with alpha = beta = 0 it is plain causal linear attention.
+
+The sequence is cut into chunks of length C. A ``lax.scan`` over chunks carries
+S = sum_{j < chunk} exp(alpha_j - beta_prev) b_j v_j^T (m, p) relative to beta_prev, the beta of
+the last position already summed; within a chunk the C x C masked quadratic form is used. Memory:
+O(T (m + p) + C^2 + m p) per head, never the O(T m p) of materialised prefix states.
+
+Gradients (``causal_prefix`` is a ``jax.custom_vjp``) are three calls of the same chunked op, two
+of them in reversed time, so the backward pass keeps the same memory bound (residuals are only the
+inputs). With G = dL/dY:
+
+    da_t = sum_{j <= t} (G_t . v_j) exp(alpha_j - beta_t) b_j                 (same op)
+    db_j = exp(alpha_j - beta_j) sum_{t >= j} (v_j . G_t) exp(beta_j - beta_t) a_t
+    dv_j = exp(alpha_j - beta_j) sum_{t >= j} (b_j . a_t) exp(beta_j - beta_t) G_t
+
+and the last two are the op on time-reversed inputs with log-scales -beta (which satisfies the
+contract in reversed time, since beta is non-decreasing). alpha and beta are constants: their
+cotangents are zero (callers pass values under ``stop_gradient``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+
+def _pad_to_chunks(
+    a: jax.Array, b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array, chunk: int
+) -> tuple[jax.Array, ...]:
+    """Pads the time axis to a multiple of ``chunk`` with positions that contribute nothing."""
+    length = a.shape[0]
+    pad = -length % chunk
+    if pad == 0:
+        return a, b, v, alpha, beta
+    last = beta[-1:]
+
+    def zeros(x: jax.Array) -> jax.Array:
+        return jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1))
+
+    # b = 0 at padded keys (no contribution); alpha = beta = last beta keeps the contract.
+    return (
+        zeros(a),
+        zeros(b),
+        zeros(v),
+        jnp.concatenate([alpha, jnp.broadcast_to(last, (pad,))]),
+        jnp.concatenate([beta, jnp.broadcast_to(last, (pad,))]),
+    )
+
+
+def causal_prefix_scan(
+    a: jax.Array, b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array, chunk: int
+) -> jax.Array:
+    """The chunked op, differentiated by plain autodiff (stores one (m, p) state per chunk).
+
+    Args:
+      a: query-side features, shape ``(T, m)``.
+      b: key-side features, shape ``(T, m)``.
+      v: values, shape ``(T, p)``.
+      alpha: key-side log-scales, shape ``(T,)``.
+      beta: query-side log-scales, shape ``(T,)``, non-decreasing, ``alpha[j] <= beta[t]`` for
+        ``j <= t``.
+      chunk: chunk length C >= 1 (static).
+
+    Returns:
+      Y, shape ``(T, p)``.
+    """
+    length, width = a.shape
+    chunk = min(chunk, length)
+    a, b, v, alpha, beta = _pad_to_chunks(a, b, v, alpha, beta, chunk)
+    num_chunks = a.shape[0] // chunk
+
+    def split(x: jax.Array) -> jax.Array:
+        return x.reshape((num_chunks, chunk, *x.shape[1:]))
+
+    causal = jnp.tril(jnp.ones((chunk, chunk), dtype=bool))
+
+    def step(carry, inputs):
+        state, beta_prev = carry
+        a_c, b_c, v_c, alpha_c, beta_c = inputs
+        # Within the chunk: weights (a_t . b_j) exp(alpha_j - beta_t) for j <= t, exactly 0 else.
+        exponent = jnp.where(causal, alpha_c[None, :] - beta_c[:, None], 0.0)
+        weights = jnp.where(causal, jnp.exp(exponent), 0.0) * (a_c @ b_c.T)
+        local = weights @ v_c
+        # Earlier chunks: S is relative to beta_prev <= beta_t.
+        carried = jnp.exp(beta_prev - beta_c)[:, None] * (a_c @ state)
+        beta_last = beta_c[-1]
+        state = (
+            jnp.exp(beta_prev - beta_last) * state
+            + (b_c * jnp.exp(alpha_c - beta_last)[:, None]).T @ v_c
+        )
+        return (state, beta_last), local + carried
+
+    init = (jnp.zeros((width, v.shape[1]), v.dtype), beta[0])
+    _, out = jax.lax.scan(step, init, tuple(map(split, (a, b, v, alpha, beta))))
+    return out.reshape((-1, v.shape[1]))[:length]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def causal_prefix(
+    a: jax.Array, b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array, chunk: int
+) -> jax.Array:
+    """``causal_prefix_scan`` with a VJP that recomputes chunk by chunk (bounded memory)."""
+    return causal_prefix_scan(a, b, v, alpha, beta, chunk)
+
+
+def _causal_prefix_fwd(a, b, v, alpha, beta, chunk):
+    return causal_prefix(a, b, v, alpha, beta, chunk), (a, b, v, alpha, beta)
+
+
+def _causal_prefix_bwd(chunk, residuals, grad):
+    a, b, v, alpha, beta = residuals
+    grad_a = causal_prefix(grad, v, b, alpha, beta, chunk)
+    # Anti-causal sums: reverse time, log-scales -beta, then the per-key factor
+    # exp(alpha_j - beta_j) <= 1.
+    flip_neg_beta = -beta[::-1]
+    key_factor = jnp.exp(alpha - beta)[:, None]
+    grad_b = (
+        key_factor
+        * causal_prefix(v[::-1], grad[::-1], a[::-1], flip_neg_beta, flip_neg_beta, chunk)[::-1]
+    )
+    grad_v = (
+        key_factor
+        * causal_prefix(b[::-1], a[::-1], grad[::-1], flip_neg_beta, flip_neg_beta, chunk)[::-1]
+    )
+    return grad_a, grad_b, grad_v, jnp.zeros_like(alpha), jnp.zeros_like(beta)
+
+
+causal_prefix.defvjp(_causal_prefix_fwd, _causal_prefix_bwd)
+
+
+def causal_prefix_quadratic(
+    a: jax.Array, b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array
+) -> jax.Array:
+    """The same op as a (T, T) masked quadratic form: the reference for tests (O(T^2) memory)."""
+    length = a.shape[0]
+    causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+    exponent = jnp.where(causal, alpha[None, :] - beta[:, None], -jnp.inf)
+    return (jnp.exp(exponent) * (a @ b.T)) @ v
