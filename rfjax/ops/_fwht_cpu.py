@@ -1,12 +1,107 @@
-"""The C++ CPU kernel behind ``fwht``, registered with XLA through ``jax.ffi`` (stub)."""
+"""The C++ CPU kernel behind ``fwht``, registered with XLA through ``jax.ffi``.
+
+The kernel (``csrc/fwht_cpu.cc``) is compiled by the package's build (``setup.py``) into the
+shared library ``rfjax/ops/_fwht_cpu_lib*.so``. It is not a Python module: it is loaded with
+``ctypes`` and its handlers are registered as XLA custom-call targets on first use. When the
+build was skipped or failed, ``is_available()`` is False and ``fwht`` falls back to pure XLA.
+Set ``RFJAX_FWHT_CPU_LIB`` to the path of a library to load that one instead.
+"""
 
 from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+import importlib.util
+import os
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_LIB_STEM = "_fwht_cpu_lib"
+_TARGETS = {
+    jnp.dtype(jnp.float32): ("rfjax_fwht_f32", "RfjaxFwhtF32"),
+    jnp.dtype(jnp.float64): ("rfjax_fwht_f64", "RfjaxFwhtF64"),
+}
+
+
+def _candidate_paths() -> list[pathlib.Path]:
+    """Where the compiled library may be: env override, beside this file, the import system."""
+    paths = []
+    override = os.environ.get("RFJAX_FWHT_CPU_LIB")
+    if override:
+        paths.append(pathlib.Path(override))
+    here = pathlib.Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        paths.append(here / f"{_LIB_STEM}{suffix}")
+    paths.extend(sorted(here.glob(f"{_LIB_STEM}*.so")))
+    try:  # editable installs may map the package to a build directory
+        spec = importlib.util.find_spec(f"{__package__}.{_LIB_STEM}")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        paths.append(pathlib.Path(spec.origin))
+    return paths
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    for path in _candidate_paths():
+        if path.is_file():
+            try:
+                return ctypes.CDLL(str(path))
+            except OSError:
+                continue
+    return None
+
+
+@functools.cache
+def _register() -> bool:
+    """Registers the FFI targets once; False if the library is missing or lacks a handler."""
+    lib = _library()
+    if lib is None:
+        return False
+    try:
+        for target, symbol in _TARGETS.values():
+            jax.ffi.register_ffi_target(
+                target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu"
+            )
+    except (AttributeError, ValueError, RuntimeError):
+        return False
+    return True
 
 
 def is_available() -> bool:
     """Whether the compiled kernel was built and registered."""
-    return False
+    return _register()
 
 
-def fwht_rows(x, normalize):
-    raise NotImplementedError("the C++ kernel is not built")
+def library_path() -> str | None:
+    """The path of the loaded kernel library, or None."""
+    lib = _library()
+    return None if lib is None else lib._name
+
+
+def fwht_rows(x: jax.Array, normalize: bool, *, max_threads: int = -1) -> jax.Array:
+    """H_n x (or H_n x / sqrt(n)) for every row of ``x``, n its last dimension (a power of two).
+
+    float32 and float64 go to the kernel directly; float16/bfloat16 are upcast to float32,
+    transformed, and rounded once. Traceable (used inside the primitive's CPU lowering).
+    ``max_threads`` caps the XLA intra-op pool threads the kernel uses besides the calling
+    thread (-1: all, for large batches; 0: the calling thread only). The environment variable
+    ``RFJAX_FWHT_CPU_THREADS`` sets the same cap process-wide.
+    """
+    if not _register():
+        raise RuntimeError(
+            "the rfjax C++ FWHT kernel is not available (it was not built; reinstall rfjax "
+            "with a C++17 compiler, or use implementation='xla')"
+        )
+    dtype = jnp.dtype(x.dtype)
+    work = x.astype(jnp.float32) if dtype not in _TARGETS else x
+    target, _ = _TARGETS[jnp.dtype(work.dtype)]
+    y = jax.ffi.ffi_call(
+        target, jax.ShapeDtypeStruct(work.shape, work.dtype), vmap_method="broadcast_all"
+    )(work, normalize=np.bool_(normalize), max_threads=np.int64(max_threads))
+    return y.astype(dtype)

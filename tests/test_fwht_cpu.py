@@ -1,0 +1,131 @@
+"""The C++ CPU kernel of fwht (rfjax.ops._fwht_cpu): agreement with dense Hadamard products."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+from rfjax.ops import _fwht_cpu, fwht
+
+pytestmark = pytest.mark.skipif(
+    not _fwht_cpu.is_available(), reason="the C++ FWHT kernel was not built"
+)
+
+
+def _reference(x: np.ndarray, normalize: bool) -> np.ndarray:
+    """x @ H_n (H symmetric) in float64, n the last dimension, with scipy's dense H.
+
+    Above n = 1024, H_n = H_a (x) H_b (Kronecker, Sylvester order) is applied as two dense
+    products, which avoids an n x n matrix.
+    """
+    n = x.shape[-1]
+    x = x.astype(np.float64)
+    if n <= 1024:
+        y = x @ scipy.linalg.hadamard(n).astype(np.float64)
+    else:
+        b = 1 << (n.bit_length() // 2)
+        a = n // b
+        ha, hb = (scipy.linalg.hadamard(m).astype(np.float64) for m in (a, b))
+        y = np.swapaxes(x.reshape(*x.shape[:-1], a, b) @ hb, -1, -2) @ ha
+        y = np.swapaxes(y, -1, -2).reshape(x.shape)
+    return y / np.sqrt(n) if normalize else y
+
+
+def _close(y, ref, dtype) -> None:
+    y = np.asarray(y, dtype=np.float64)
+    n = ref.shape[-1]
+    # error of log2(n) rounded additions, relative to the largest entries, plus the float64
+    # reference's own (dense sums of up to n terms)
+    eps = float(jnp.finfo(dtype).eps)
+    scale = np.abs(ref).max(initial=1.0)
+    tol = eps * (2 + np.log2(max(n, 2))) * scale + 4 * 2.0**-52 * np.sqrt(n) * scale
+    np.testing.assert_allclose(y, ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("k", range(17))
+def test_matches_hadamard_float32(k):
+    """n = 2^k, k = 0..16 (odd and even log2, n below, at and above the L1 chunk), many rows."""
+    n = 1 << k
+    rows = max(3, min(257, (1 << 17) // n))  # odd row counts exercise the last partial task
+    x = np.random.default_rng(k).standard_normal((rows, n)).astype(np.float32)
+    for normalize in (False, True):
+        y = jax.jit(lambda v, nz=normalize: fwht(v, normalize=nz, implementation="cpu"))(x)
+        assert y.dtype == jnp.float32 and y.shape == x.shape
+        _close(y, _reference(x, normalize), np.float32)
+
+
+def test_large_batch_uses_threads_and_matches_xla():
+    """A batch large enough for the thread pool; compared with the pure-XLA butterfly."""
+    x = np.random.default_rng(1).standard_normal((4097, 256)).astype(np.float32)
+    y = jax.jit(lambda v: fwht(v, implementation="cpu"))(x)
+    z = jax.jit(lambda v: fwht(v, implementation="xla"))(x)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(z), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 4, 7, 10, 13, 14])
+def test_matches_hadamard_float64(k):
+    n = 1 << k
+    x = np.random.default_rng(k).standard_normal((5, n))
+    with jax.enable_x64(True):
+        for normalize in (False, True):
+            y = fwht(jnp.asarray(x, jnp.float64), normalize=normalize, implementation="cpu")
+            assert y.dtype == jnp.float64
+            _close(y, _reference(x, normalize), np.float64)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_half_types_accumulate_in_float32(dtype, normalize):
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((7, 512)), dtype=dtype)
+    y = fwht(x, normalize=normalize, implementation="cpu")
+    assert y.dtype == dtype
+    # accumulated in float32 and rounded once: equal to the rounded exact result (1 ulp)
+    ref = _reference(np.asarray(x.astype(jnp.float32)), normalize)
+    expected = np.asarray(jnp.asarray(ref, jnp.float32).astype(dtype), dtype=np.float64)
+    ulp = float(jnp.finfo(dtype).eps) * np.abs(ref).max()
+    np.testing.assert_allclose(np.asarray(y, dtype=np.float64), expected, rtol=0, atol=ulp)
+
+
+def test_leading_shapes_and_non_contiguous_inputs():
+    """Any leading shape; transposed / strided inputs and other axes (XLA makes them dense)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4, 5, 64)).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(fwht(x, implementation="cpu")), _reference(x, False), rtol=0, atol=1e-4
+    )
+    big = rng.standard_normal((64, 6, 32)).astype(np.float32)
+    view = big.transpose(1, 2, 0)[:, ::2]  # (6, 16, 64), not contiguous in memory
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(lambda v: fwht(v, implementation="cpu"))(view)),
+        _reference(np.ascontiguousarray(view), True) * np.sqrt(64),
+        rtol=0,
+        atol=1e-4,
+    )
+    y = fwht(big, axis=0, normalize=True, implementation="cpu")
+    np.testing.assert_allclose(
+        np.asarray(y), np.moveaxis(_reference(np.moveaxis(big, 0, -1), True), -1, 0), atol=1e-5
+    )
+    vm = jax.vmap(lambda v: fwht(v, implementation="cpu"), in_axes=1)(big)
+    np.testing.assert_allclose(
+        np.asarray(vm), _reference(np.moveaxis(big, 1, 0), False), rtol=0, atol=1e-4
+    )
+
+
+def test_involution_and_empty_batch():
+    x = np.random.default_rng(4).standard_normal((9, 1 << 15)).astype(np.float32)
+    y = fwht(fwht(x, normalize=True, implementation="cpu"), normalize=True, implementation="cpu")
+    np.testing.assert_allclose(np.asarray(y), x, rtol=0, atol=1e-5)
+    empty = fwht(np.zeros((0, 8), np.float32), implementation="cpu")
+    assert empty.shape == (0, 8)
+
+
+def test_auto_picks_the_kernel_and_no_temporaries():
+    x = jnp.ones((16, 1024), jnp.float32)
+    text = jax.jit(lambda v: fwht(v)).lower(x).as_text()
+    assert "rfjax_fwht_f32" in text
+    analysis = jax.jit(lambda v: fwht(v)).lower(x).compile().memory_analysis()
+    if analysis is not None:
+        assert analysis.temp_size_in_bytes <= 1024  # nothing beyond the output
