@@ -2,11 +2,20 @@
 
 Layers (lower never import higher): ``projections`` (couplings) -> ``features`` (feature maps)
 -> estimates (``attention``: FAVOR linear attention); ``kernels`` (exact oracles) and
-``theory`` (closed-form errors) beside them.
+``theory`` (closed-form errors) beside them; ``nn`` (Flax modules) on top; ``data`` (loaders).
 """
 
-from rfjax import attention, features, kernels, projections, theory
+from rfjax import attention, data, features, kernels, nn, projections, theory
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "attention", "features", "kernels", "projections", "theory"]
+__all__ = [
+    "__version__",
+    "attention",
+    "data",
+    "features",
+    "kernels",
+    "nn",
+    "projections",
+    "theory",
+]

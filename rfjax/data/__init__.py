@@ -1,0 +1,15 @@
+"""Loaders for the real data sets (see ``shared/data/README.md``), as NumPy arrays."""
+
+from rfjax.data._fashion_mnist import (
+    DEFAULT_FASHION_MNIST_DIR,
+    FASHION_MNIST_CLASSES,
+    load_fashion_mnist,
+    read_idx,
+)
+
+__all__ = [
+    "DEFAULT_FASHION_MNIST_DIR",
+    "FASHION_MNIST_CLASSES",
+    "load_fashion_mnist",
+    "read_idx",
+]

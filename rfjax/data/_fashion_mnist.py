@@ -1,0 +1,82 @@
+"""Fashion-MNIST from its four idx .gz files."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import numpy as np
+
+DEFAULT_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Reads an idx file (optionally gzipped): magic 0x0000TTNN, N big-endian int32 dims, data."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        raw = handle.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an idx file (bad magic number {raw[:4].hex()})")
+    ndim = raw[3]
+    shape = tuple(int(n) for n in np.frombuffer(raw, ">i4", count=ndim, offset=4))
+    data = np.frombuffer(raw, _IDX_DTYPES[raw[2]], offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: header says shape {shape} but holds {data.size} values")
+    return data.reshape(shape)
+
+
+def load_fashion_mnist(
+    split: str = "train", *, data_dir: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Loads a split of Fashion-MNIST (Xiao, Rasul and Vollgraf 2017, arXiv:1708.07747).
+
+    Args:
+      split: ``"train"`` (60,000 images) or ``"test"`` (10,000).
+      data_dir: folder with the four idx .gz files; default
+        ``/usr/share/datasets/fashion-mnist`` (Debian package ``dataset-fashion-mnist``).
+
+    Returns:
+      ``(images, labels)``: uint8 ``(N, 28, 28)`` in [0, 255] and int32 ``(N,)`` in [0, 10)
+      (class names in ``FASHION_MNIST_CLASSES``).
+
+    Raises:
+      ValueError: for an unknown split.
+      FileNotFoundError: if the files are missing, saying how to get them.
+    """
+    if split not in FASHION_MNIST_FILES:
+        raise ValueError(f"split must be one of {tuple(FASHION_MNIST_FILES)}, got {split!r}")
+    data_dir = DEFAULT_FASHION_MNIST_DIR if data_dir is None else os.fspath(data_dir)
+    paths = [os.path.join(data_dir, name) for name in FASHION_MNIST_FILES[split]]
+    missing = [path for path in paths if not os.path.isfile(path)]
+    if missing:
+        raise FileNotFoundError(
+            f"Fashion-MNIST {split} files not found: {', '.join(missing)}. Install them with "
+            "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu, into "
+            f"{DEFAULT_FASHION_MNIST_DIR}), or download the four idx .gz files from "
+            "https://github.com/zalandoresearch/fashion-mnist (data/fashion) into a folder "
+            "and pass it as data_dir"
+        )
+    images, labels = (read_idx(path) for path in paths)
+    if images.shape[1:] != (28, 28) or labels.shape != images.shape[:1]:
+        raise ValueError(
+            f"unexpected Fashion-MNIST shapes in {data_dir}: images {images.shape}, labels "
+            f"{labels.shape}"
+        )
+    return np.array(images, np.uint8), labels.astype(np.int32)
