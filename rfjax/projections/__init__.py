@@ -20,7 +20,17 @@ from rfjax.projections._dense import (
     simplex_directions,
     simplex_plus,
 )
+from rfjax.projections._givens import GivensProjection, givens
 from rfjax.projections._halton import halton
+from rfjax.projections._structured import (
+    HadamardProjection,
+    StructuredGaussianProjection,
+    circulant,
+    fast_simplex,
+    hankel,
+    hd_orthogonal,
+    toeplitz,
+)
 
 Sampler = Callable[..., Projection]
 
@@ -30,6 +40,12 @@ _REGISTRY: dict[str, Sampler] = {
     "simplex": simplex,
     "simplex_plus": simplex_plus,
     "halton": halton,
+    "hd_orthogonal": hd_orthogonal,
+    "fast_simplex": fast_simplex,
+    "circulant": circulant,
+    "toeplitz": toeplitz,
+    "hankel": hankel,
+    "givens": givens,
 }
 
 
@@ -65,16 +81,25 @@ def register(name: str, sampler: Sampler) -> None:
 
 __all__ = [
     "DenseProjection",
+    "GivensProjection",
+    "HadamardProjection",
     "Projection",
     "Sampler",
+    "StructuredGaussianProjection",
     "apply_simplex",
     "available",
+    "circulant",
+    "fast_simplex",
     "gaussian",
     "get",
+    "givens",
     "halton",
+    "hankel",
+    "hd_orthogonal",
     "orthogonal",
     "register",
     "simplex",
     "simplex_directions",
     "simplex_plus",
+    "toeplitz",
 ]
