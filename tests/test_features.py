@@ -10,7 +10,7 @@ import pytest
 
 from rfjax import features, kernels, projections
 
-COUPLINGS = projections.available()
+COUPLINGS = projections.marginally_exact()
 DIM = 4
 NUM_FEATURES = 6  # not a multiple of DIM: coupled couplings use a truncated second block
 LENGTHSCALE = 1.5

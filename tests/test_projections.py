@@ -10,7 +10,7 @@ from scipy import stats
 
 from rfjax import projections
 
-ALL = projections.available()
+ALL = projections.marginally_exact()  # approximate ones: test_structured_projections
 COUPLED = ("orthogonal", "simplex", "simplex_plus")
 NUM_DRAWS = 4000
 
@@ -253,3 +253,9 @@ def test_bad_options_and_inputs():
     with pytest.raises(ValueError, match="x must contain only finite values"):
         projection(jnp.array([[0.0, jnp.nan, 1.0, 2.0]]))
     jax.jit(lambda p, x: p(x))(projection, jnp.ones((2, 4)))  # traced values: not inspected
+
+
+def test_registry_separates_exact_and_approximate_couplings():
+    approximate = set(projections.available()) - set(projections.marginally_exact())
+    assert approximate == {"hd_orthogonal", "fast_simplex", "givens"}
+    assert {"gaussian", "orthogonal", "simplex", "simplex_plus", "halton"} <= set(ALL)

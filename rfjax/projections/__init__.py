@@ -1,8 +1,11 @@
 """Couplings: samplers ``(key, dim, num_features, *, dtype) -> Projection``.
 
-A coupling decides how the m projection vectors w_1..w_m are drawn jointly; every row is
-marginally N(0, I_d), so every feature map stays (approximately, for QMC and HD products)
-unbiased, and the coupling only changes the variance.
+A coupling decides how the m projection vectors w_1..w_m are drawn jointly. For the couplings
+listed by ``marginally_exact()`` every row is exactly N(0, I_d), so every feature map stays
+unbiased and the coupling only changes the variance. The fast structured couplings whose
+directions come from HD products or Givens layers (``hd_orthogonal``, ``fast_simplex``,
+``givens``) are only approximately Haar: their estimates are approximately unbiased (their
+docstrings quantify it).
 
 Names for configs: ``get("simplex")`` returns the sampler; ``available()`` lists the names.
 """
@@ -49,6 +52,14 @@ _REGISTRY: dict[str, Sampler] = {
 }
 
 
+_APPROXIMATE: set[str] = {"hd_orthogonal", "fast_simplex", "givens"}
+
+
+def marginally_exact() -> tuple[str, ...]:
+    """Names of the couplings whose every row is exactly N(0, I_d) (registration order)."""
+    return tuple(name for name in _REGISTRY if name not in _APPROXIMATE)
+
+
 def available() -> tuple[str, ...]:
     """Names of the registered couplings, in registration order."""
     return tuple(_REGISTRY)
@@ -68,8 +79,15 @@ def get(name: str) -> Sampler:
     return _REGISTRY[name]
 
 
-def register(name: str, sampler: Sampler) -> None:
-    """Registers ``sampler`` under ``name`` (an error if the name is taken)."""
+def register(name: str, sampler: Sampler, *, exact_marginals: bool = True) -> None:
+    """Registers ``sampler`` under ``name`` (an error if the name is taken).
+
+    Args:
+      name: the config name.
+      sampler: ``(key, dim, num_features, *, dtype) -> Projection``.
+      exact_marginals: whether every row it draws is exactly N(0, I_d); ``False`` for
+        approximately Haar constructions (see ``marginally_exact``).
+    """
     if not isinstance(name, str) or not name:
         raise TypeError(f"coupling name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
@@ -77,6 +95,8 @@ def register(name: str, sampler: Sampler) -> None:
     if not callable(sampler):
         raise TypeError(f"sampler for {name!r} must be callable, got {type(sampler).__name__}")
     _REGISTRY[name] = sampler
+    if not exact_marginals:
+        _APPROXIMATE.add(name)
 
 
 __all__ = [
@@ -92,6 +112,7 @@ __all__ = [
     "fast_simplex",
     "gaussian",
     "get",
+    "marginally_exact",
     "givens",
     "halton",
     "hankel",
