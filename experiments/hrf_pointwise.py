@@ -1,0 +1,314 @@
+"""Relative error of softmax-kernel estimators on the sphere vs angle, beside the closed forms.
+
+For each radius r the inputs are x = r u and y = r (cos(theta) u + sin(theta) v) for a random
+orthonormal pair (u, v), one pair of rows per theta on the grid. Every draw (one key) draws
+fresh projections for each estimator; ``num_draws`` draws give the relative error
+epsilon = sqrt(E[(SM-hat - SM)^2]) / SM per theta, and its standard error by the delta method.
+
+Estimators (HRF arXiv:2110.04367): trigonometric (Eq. 2), antithetic positive (Eq. 3), angular
+hybrid (Eq. 12 + 19, variant I: independent base projections) and the normalised Gaussian
+hybrid (Eq. 20 / App. F, trigonometric coefficient estimator, variant I).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import ml_collections
+import numpy as np
+
+from experiments import outputs
+from rfjax import features, projections, theory
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+ESTIMATORS = ("trigonometric", "positive", "angular_hybrid", "gaussian_hybrid")
+LABELS = {
+    "trigonometric": "trig",
+    "positive": "positive (antithetic)",
+    "angular_hybrid": "angular hybrid",
+    "gaussian_hybrid": "Gaussian hybrid",
+}
+
+
+def sphere_pairs(
+    key: jax.Array, dim: int, radius: float, thetas: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """x = r u, y = r (cos(theta) u + sin(theta) v), u ⟂ v random unit vectors: (T, d) each."""
+    basis, _ = np.linalg.qr(np.asarray(jax.random.normal(key, (dim, 2)), np.float64))
+    u, v = basis[:, 0], basis[:, 1]
+    x = np.broadcast_to(radius * u, (thetas.size, dim))
+    y = radius * (np.cos(thetas)[:, None] * u + np.sin(thetas)[:, None] * v)
+    return x, y
+
+
+def _draw(coupling: str, key: jax.Array, dim: int, rows: int, dtype) -> object:
+    return projections.get(coupling)(key, dim, rows, dtype=dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _base_and_angular_estimates(
+    coupling: str, num_features: int, num_sign_features: int, keys: jax.Array, x, y
+) -> jax.Array:
+    """Trig, positive and angular-hybrid estimates of SM(x, y): shape (num_keys, 3, T).
+
+    One fresh, independent draw of every projection per key (variant I for the hybrid).
+    """
+    dim, dtype, m = x.shape[-1], x.dtype, num_features
+
+    def one_draw(key):
+        k = jax.random.split(key, 5)
+        w_trig = _draw(coupling, k[0], dim, m, dtype)
+        w_pos = _draw(coupling, k[1], dim, m, dtype)
+        trig = features.estimate(
+            features.trigonometric_features(x, w_trig), features.trigonometric_features(y, w_trig)
+        )
+        pos = features.estimate(
+            features.positive_features(x, w_pos, antithetic=True),
+            features.positive_features(y, w_pos, antithetic=True),
+        )
+        wp, wt = _draw(coupling, k[2], dim, m, dtype), _draw(coupling, k[3], dim, m, dtype)
+        signs = _draw(coupling, k[4], dim, num_sign_features, dtype)
+        hybrid = features.estimate(
+            features.angular_hybrid_features(x, wp, wt, signs, side="query"),
+            features.angular_hybrid_features(y, wp, wt, signs, side="key"),
+        )
+        return jnp.stack([trig, pos, hybrid])
+
+    return jax.vmap(one_draw)(keys)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _gaussian_hybrid_estimates(
+    coupling: str,
+    num_features: int,
+    num_coefficient_features: int,
+    radius: float,
+    bandwidth: float,
+    keys: jax.Array,
+    x: jax.Array,
+    y: jax.Array,
+) -> jax.Array:
+    """Normalised Gaussian-hybrid estimates (variant I), shape (num_keys, 1, T).
+
+    Separate from the others because ``radius`` and ``bandwidth`` are static: only this one
+    recompiles per radius.
+    """
+    dim, dtype, m = x.shape[-1], x.dtype, num_features
+    options = {"bandwidth": bandwidth, "radius": radius}
+
+    def one_draw(key):
+        k = jax.random.split(key, 3)
+        wp, wt = _draw(coupling, k[0], dim, m, dtype), _draw(coupling, k[1], dim, m, dtype)
+        wc = _draw(coupling, k[2], dim, num_coefficient_features, dtype)
+        fx = features.gaussian_hybrid_features(x, wp, wt, wc, side="query", **options)
+        fy = features.gaussian_hybrid_features(y, wp, wt, wc, side="key", **options)
+        return features.estimate(fx, fy)[None]
+
+    return jax.vmap(one_draw)(keys)
+
+
+def gaussian_hybrid_relative_error(
+    thetas: np.ndarray, radius: float, bandwidth: float, m: int, n: int
+) -> np.ndarray:
+    """Relative error of the normalised Gaussian hybrid (variant I, i.i.d.) on S(r).
+
+    From Eq. 31 with independent base estimators and a coefficient independent of both:
+    epsilon^2 = E[lambda-hat^2] eps_{++}^2 + E[(1 - lambda-hat)^2] eps_trig^2, where
+    lambda = (K - c)/(1 - c), K = exp(-|x + y|^2 / (2 tau^2)), c = exp(-2 r^2 / tau^2), and
+    Var lambda-hat = MSE_RFF(x/tau, -y/tau; n) / (1 - c)^2 (sin/cos RFF with n projections).
+    """
+    x = np.broadcast_to(np.array([radius, 0.0]), (thetas.size, 2))
+    y = radius * np.stack([np.cos(thetas), np.sin(thetas)], axis=-1)
+    c = math.exp(-2.0 * radius**2 / bandwidth**2)
+    kernel = np.exp(-np.sum((x + y) ** 2, axis=-1) / (2.0 * bandwidth**2))
+    lam = (kernel - c) / (1.0 - c)
+    var = theory.rff_mse(x / bandwidth, -y / bandwidth, n) / (1.0 - c) ** 2
+    positive = theory.positive_relative_error(thetas, radius, m)
+    trig = theory.trigonometric_relative_error(thetas, radius, m)
+    return np.sqrt((lam**2 + var) * positive**2 + ((1.0 - lam) ** 2 + var) * trig**2)
+
+
+def theory_curves(
+    thetas: np.ndarray, radius: float, config: ml_collections.ConfigDict
+) -> dict[str, np.ndarray]:
+    m, n = config.num_features, config.num_coefficient_features
+    bandwidth = config.gaussian_bandwidth_over_radius * radius
+    return {
+        "trigonometric": theory.trigonometric_relative_error(thetas, radius, m),
+        "positive": theory.positive_relative_error(thetas, radius, m),
+        "angular_hybrid": theory.angular_hybrid_relative_error(thetas, radius, m, n),
+        "gaussian_hybrid": gaussian_hybrid_relative_error(thetas, radius, bandwidth, m, n),
+    }
+
+
+def monte_carlo_relative_error(
+    key: jax.Array, radius: float, x: np.ndarray, y: np.ndarray, config: ml_collections.ConfigDict
+) -> tuple[np.ndarray, np.ndarray]:
+    """Relative errors and their standard errors, shapes (num_estimators, T)."""
+    exact = np.exp(np.sum(x * y, axis=-1))
+    total = np.zeros((len(ESTIMATORS), x.shape[0]))
+    total_sq = np.zeros_like(total)
+    xj, yj = jnp.asarray(x, config.dtype), jnp.asarray(y, config.dtype)
+    chunks = range(0, config.num_draws, config.draws_per_chunk)
+    for start in outputs.progress(chunks, f"r = {radius:g} draws"):
+        count = min(config.draws_per_chunk, config.num_draws - start)
+        base_keys, gaussian_keys = jax.random.split(jax.random.fold_in(key, start), (2, count))
+        m, n = config.num_features, config.num_coefficient_features
+        base = _base_and_angular_estimates(config.coupling, m, n, base_keys, xj, yj)
+        bandwidth = config.gaussian_bandwidth_over_radius * radius
+        gaussian = _gaussian_hybrid_estimates(
+            config.coupling, m, n, radius, bandwidth, gaussian_keys, xj, yj
+        )
+        estimates = jnp.concatenate([base, gaussian], axis=1)
+        relative_sq = ((np.asarray(estimates, np.float64) - exact) / exact) ** 2
+        total += relative_sq.sum(axis=0)
+        total_sq += (relative_sq**2).sum(axis=0)
+    count = config.num_draws
+    mse = total / count
+    variance = np.maximum((total_sq - count * mse**2) / (count - 1), 0.0)
+    error = np.sqrt(mse)
+    se = np.sqrt(variance / count) / (2.0 * np.maximum(error, np.finfo(np.float64).tiny))
+    return error, se
+
+
+def measure(config: ml_collections.ConfigDict) -> list[dict]:
+    """One row per (r, theta, estimator): Monte Carlo relative error, its SE and theory."""
+    input_key, draw_key = jax.random.split(jax.random.key(config.seed))
+    thetas = np.linspace(0.0, math.pi, config.num_angles)
+    rows = []
+    for index, radius in enumerate(config.radii):
+        x, y = sphere_pairs(jax.random.fold_in(input_key, index), config.dim, radius, thetas)
+        error, se = monte_carlo_relative_error(
+            jax.random.fold_in(draw_key, index), radius, x, y, config
+        )
+        predicted = theory_curves(thetas, radius, config)
+        for e, name in enumerate(ESTIMATORS):
+            for t, theta in enumerate(thetas):
+                rows.append(
+                    {
+                        "radius": float(radius),
+                        "theta": float(theta),
+                        "estimator": name,
+                        "rel_error_mc": float(error[e, t]),
+                        "rel_error_se": float(se[e, t]),
+                        "rel_error_theory": float(predicted[name][t]),
+                    }
+                )
+    return rows
+
+
+def summarise(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Per (r, estimator): max over theta (MC and theory) and the errors at theta = 0 and pi."""
+    summary = []
+    for radius in config.radii:
+        for name in ESTIMATORS:
+            mine = [r for r in rows if r["radius"] == radius and r["estimator"] == name]
+            worst = max(mine, key=lambda r: r["rel_error_mc"])
+            summary.append(
+                {
+                    "r": float(radius),
+                    "estimator": name,
+                    "max_rel_error_mc": worst["rel_error_mc"],
+                    "argmax_theta_mc": worst["theta"],
+                    "max_rel_error_theory": max(r["rel_error_theory"] for r in mine),
+                    "rel_error_mc_at_0": mine[0]["rel_error_mc"],
+                    "rel_error_mc_at_pi": mine[-1]["rel_error_mc"],
+                }
+            )
+    return summary
+
+
+def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
+    """One panel per r: theory as lines, Monte Carlo as points, log-scale relative error."""
+    radii = config.radii
+    fig, axes = plt.subplots(1, len(radii), figsize=(3.6 * len(radii), 3.4), squeeze=False)
+    dense = np.linspace(0.0, math.pi, 241)
+    floor = 1e-9  # rounding: exact estimators show ~eps instead of 0 on a log scale
+    for ax, radius in zip(axes[0], radii, strict=True):
+        curves = theory_curves(dense, radius, config)
+        for index, name in enumerate(ESTIMATORS):
+            color = f"C{index}"
+            ax.plot(dense, np.maximum(curves[name], floor), color=color, lw=1.2)
+            mine = [r for r in rows if r["radius"] == radius and r["estimator"] == name]
+            ax.plot(
+                [r["theta"] for r in mine],
+                [max(r["rel_error_mc"], floor) for r in mine],
+                "o",
+                color=color,
+                ms=3.5,
+                label=LABELS[name],
+            )
+        ax.set_yscale("log")
+        ax.set_title(f"r = {radius:g}")
+        ax.set_xlabel("angle θ")
+        ax.set_xticks([0, math.pi / 2, math.pi], ["0", "π/2", "π"])
+    axes[0][0].set_ylabel("relative error √MSE / SM")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(
+        f"Softmax kernel, d = {config.dim}, m = {config.num_features}, "
+        f"n = {config.num_coefficient_features}; lines: theory, points: "
+        f"{config.num_draws} draws",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Measures, writes ``results.csv``, ``summary.csv``, ``relative_error.png``, ``summary.md``."""
+    with jax.enable_x64(config.dtype == "float64"):
+        rows = measure(config)
+    summary_rows = summarise(rows, config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
+    outputs.write_csv(os.path.join(workdir, "summary.csv"), summary_rows)
+    plot(rows, config, os.path.join(workdir, "relative_error.png"))
+    table = outputs.markdown_table(summary_rows)
+    verdicts = {
+        source: [
+            radius
+            for radius in config.radii
+            if min(
+                (r for r in summary_rows if r["r"] == radius),
+                key=lambda r, source=source: r[f"max_rel_error_{source}"],
+            )["estimator"]
+            == "angular_hybrid"
+        ]
+        for source in ("theory", "mc")
+    }
+    verdict = (
+        f"The angular hybrid has the smallest max-relative-error over theta at r in "
+        f"{verdicts['theory']} by theory and at r in {verdicts['mc']} by Monte Carlo "
+        f"(of r in {list(config.radii)})."
+    )
+    summary = (
+        f"# Pointwise softmax-kernel relative error (HRF Fig. 2)\n\n"
+        f"d = {config.dim}, m = {config.num_features} per base estimator, "
+        f"n = {config.num_coefficient_features} coefficient features, {config.coupling} "
+        f"projections, {config.num_draws} draws per (r, theta), {config.num_angles} angles. "
+        f"Gaussian hybrid bandwidth tau = {config.gaussian_bandwidth_over_radius:g} r.\n\n"
+        f"{verdict}\n\nMax over theta of the relative error (Monte Carlo and theory), and "
+        f"the Monte Carlo error at theta = 0 and pi ({config.dtype}):\n\n{table}\n\n"
+        f"The Monte Carlo underestimates theory where the positive estimator is heavy-tailed "
+        f"(r >= 1.5, theta near 0: its terms are log-normal with log-variance "
+        f"2 r^2 (1 + cos theta), and the MSE is carried by draws far rarer than "
+        f"1 / num_draws), so its empirical max understates its error; the trig estimator is "
+        f"bounded and its Monte Carlo matches theory. Every angle: results.csv.\n\n"
+        f"![relative error](relative_error.png)\n"
+    )
+    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
+    with open(os.path.join(workdir, "config.json"), "w") as handle:
+        json.dump(config.to_dict(), handle, indent=1)
+    print(table)
+    print(
+        f"\n{verdict}\nwrote results.csv, summary.csv, relative_error.png, summary.md in {workdir}"
+    )
+    return {"rows": rows, "summary": summary_rows, "hybrid_best_at": verdicts}
