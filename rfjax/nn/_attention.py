@@ -160,7 +160,8 @@ class PerformerAttention(nn.Module):
           inputs_v: values ``(..., S, D_v)``; default ``inputs_k``.
           mask: boolean, True = attend. Exact: any mask broadcastable to ``(B, N, T, S)``;
             performer: a key padding mask ``(B, S)`` or ``(B, 1, 1, S)``.
-          deterministic: disables attention dropout (exact only); default the attribute.
+          deterministic: disables attention dropout (exact only); default the attribute
+            (needed only when ``dropout_rate > 0``, as in Flax).
           dropout_rng: key for attention dropout (default the ``"dropout"`` stream).
           projection_step: the training step that selects the projection (performer only);
             ``None`` means step 0.
@@ -197,8 +198,9 @@ class PerformerAttention(nn.Module):
                 mask = causal_mask if mask is None else nn.combine_masks(mask, causal_mask)
             if mask is not None and mask.ndim == 2:
                 mask = mask[:, None, None, :]
-            deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
-            use_dropout = self.dropout_rate > 0 and not deterministic
+            use_dropout = self.dropout_rate > 0 and not nn.merge_param(
+                "deterministic", self.deterministic, deterministic
+            )
             if use_dropout and dropout_rng is None:
                 dropout_rng = self.make_rng("dropout")
             out = nn.dot_product_attention(

@@ -1,0 +1,176 @@
+"""rfjax.nn: PerformerAttention (drop-in for Flax multi-head attention) and PerformerViT."""
+
+import inspect
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax.nn import PerformerAttention, PerformerViT
+
+BATCH, LENGTH, WIDTH, HEADS = 2, 12, 16, 2  # head dim 8
+
+
+def _inputs(seed=0, scale=0.5):
+    q, kv = jax.random.normal(jax.random.key(seed), (2, BATCH, LENGTH, WIDTH)) * scale
+    return q, kv
+
+
+def _mha_params():
+    """Parameters of Flax's own multi-head attention: PerformerAttention must accept them."""
+    q, kv = _inputs()
+    return nn.MultiHeadDotProductAttention(num_heads=HEADS).init(jax.random.key(1), q, kv)
+
+
+def _projection(module, variables, step, rng):
+    _, state = module.apply(
+        variables,
+        _inputs()[0],
+        projection_step=step,
+        rngs={"projection": rng},
+        mutable=["intermediates"],
+    )
+    return np.asarray(state["intermediates"]["projection"][0])
+
+
+def test_call_signature_matches_flax_multi_head_attention():
+    ours = inspect.signature(PerformerAttention.__call__).parameters
+    flax_params = inspect.signature(nn.MultiHeadDotProductAttention.__call__).parameters
+    for name in ("inputs_q", "inputs_k", "inputs_v", "mask", "deterministic", "dropout_rng"):
+        assert ours[name].kind == flax_params[name].kind, name
+    fields = PerformerAttention.__dataclass_fields__
+    for name in ("num_heads", "qkv_features", "out_features", "dropout_rate", "dtype"):
+        assert name in fields, name
+    assert "param_dtype" in fields
+
+
+def test_exact_kind_is_flax_attention_with_the_same_parameters():
+    q, kv = _inputs()
+    params = _mha_params()
+    mask = nn.make_attention_mask(jnp.ones((BATCH, LENGTH)), jnp.arange(LENGTH) < 9)
+    reference = nn.MultiHeadDotProductAttention(num_heads=HEADS).apply(params, q, kv, mask=mask)
+    exact = PerformerAttention(num_heads=HEADS, attention_kind="exact")
+    np.testing.assert_allclose(
+        exact.apply(params, q, kv, mask=mask), reference, rtol=1e-5, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("kind", ["exact", "performer"])
+def test_shapes(kind):
+    q, kv = _inputs()
+    module = PerformerAttention(
+        num_heads=4,
+        qkv_features=32,
+        out_features=5,
+        attention_kind=kind,
+        coupling="gaussian",
+        num_features=16,
+    )
+    variables = module.init(jax.random.key(0), q, kv)
+    assert variables["params"]["query"]["kernel"].shape == (WIDTH, 4, 8)
+    rngs = {"projection": jax.random.key(2)}
+    assert module.apply(variables, q, kv, rngs=rngs).shape == (BATCH, LENGTH, 5)
+    assert module.apply(variables, q[0], kv[0], rngs=rngs).shape == (LENGTH, 5)  # unbatched
+    vit = PerformerViT(num_classes=7, attention_kind=kind, coupling="gaussian", num_features=8)
+    images = jnp.zeros((3, 28, 28))
+    for pooling in ("cls", "mean"):
+        model = vit.clone(pooling=pooling)
+        variables = model.init(jax.random.key(0), images)
+        assert model.apply(variables, images, rngs=rngs).shape == (3, 7)
+
+
+def test_performer_approaches_exact_attention_as_features_grow():
+    """RMS error falls like 1/sqrt(m): m = 64 -> 4096 should shrink it about 8 times."""
+    q, kv = _inputs()
+    params = _mha_params()
+    exact = PerformerAttention(num_heads=HEADS, attention_kind="exact").apply(params, q, kv)
+    errors = {}
+    for m in (64, 4096):
+        module = PerformerAttention(num_heads=HEADS, num_features=m, coupling="orthogonal")
+        outputs = [
+            module.apply(params, q, kv, rngs={"projection": jax.random.key(seed)})
+            for seed in range(4)
+        ]
+        errors[m] = float(jnp.sqrt(jnp.mean((jnp.stack(outputs) - exact) ** 2)))
+    scale = float(jnp.std(exact))
+    assert errors[4096] < 0.05 * scale, (errors, scale)
+    assert errors[64] / errors[4096] > 4.0, errors
+
+
+def test_projection_redraws_every_interval_deterministically():
+    module = PerformerAttention(
+        num_heads=HEADS, num_features=8, coupling="gaussian", redraw_interval=5
+    )
+    variables = _mha_params()
+    base = jax.random.key(7)
+    at = {step: _projection(module, variables, step, base) for step in (0, 4, 5, 9, 10)}
+    assert at[0].shape == (HEADS, 8, WIDTH // HEADS)
+    np.testing.assert_array_equal(at[0], at[4])
+    np.testing.assert_array_equal(at[5], at[9])
+    assert not np.allclose(at[0], at[5]) and not np.allclose(at[5], at[10])
+    np.testing.assert_array_equal(at[5], _projection(module, variables, 5, base))  # repeatable
+    np.testing.assert_array_equal(  # a traced step gives the same draw
+        at[5], _projection(module, variables, jnp.asarray(7, jnp.int32), base)
+    )
+    assert not np.allclose(at[5], _projection(module, variables, 5, jax.random.key(8)))
+    assert not np.allclose(at[0][0], at[0][1])  # heads draw independently
+
+
+def test_layers_draw_different_projections():
+    vit = PerformerViT(num_classes=3, num_layers=2, coupling="gaussian", num_features=8)
+    images = jnp.ones((1, 28, 28))
+    variables = vit.init(jax.random.key(0), images)
+    _, state = vit.apply(
+        variables, images, rngs={"projection": jax.random.key(1)}, mutable=["intermediates"]
+    )
+    first = state["intermediates"]["block_0"]["PerformerAttention_0"]["projection"][0]
+    second = state["intermediates"]["block_1"]["PerformerAttention_0"]["projection"][0]
+    assert not np.allclose(first, second)
+
+
+@pytest.mark.parametrize("mask_rank", [2, 4])
+def test_key_padding_mask_equals_dropping_the_padded_keys(mask_rank):
+    q, kv = _inputs()
+    valid = 7
+    mask = jnp.broadcast_to(jnp.arange(LENGTH) < valid, (BATCH, LENGTH))
+    if mask_rank == 4:
+        mask = mask[:, None, None, :]
+    garbage = kv.at[:, valid:].set(1e4)  # padded positions must not matter
+    params = _mha_params()
+    rngs = {"projection": jax.random.key(3)}
+    module = PerformerAttention(num_heads=HEADS, num_features=32, coupling="gaussian")
+    masked = module.apply(params, q, garbage, mask=mask, rngs=rngs)
+    truncated = module.apply(params, q, kv[:, :valid], rngs=rngs)
+    np.testing.assert_allclose(masked, truncated, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_performer_ignores_the_future():
+    q, _ = _inputs()
+    params = _mha_params()
+    module = PerformerAttention(num_heads=HEADS, num_features=32, coupling="gaussian", causal=True)
+    rngs = {"projection": jax.random.key(3)}
+    out = module.apply(params, q, rngs=rngs)
+    changed = module.apply(params, q.at[:, 8:].add(3.0), rngs=rngs)
+    np.testing.assert_array_equal(out[:, :8], changed[:, :8])
+    assert not np.allclose(out[:, 8:], changed[:, 8:])
+
+
+def test_errors_name_the_problem():
+    q, kv = _inputs()
+    params = _mha_params()
+    module = PerformerAttention(num_heads=HEADS, num_features=8, coupling="gaussian")
+    with pytest.raises(ValueError, match="RNG stream 'projection'"):
+        module.apply(params, q, kv)
+    with pytest.raises(ValueError, match="key padding masks only"):
+        mask = nn.make_attention_mask(jnp.ones((BATCH, LENGTH)), jnp.ones((BATCH, LENGTH)))
+        module.apply(params, q, kv, mask=mask, rngs={"projection": jax.random.key(0)})
+    with pytest.raises(ValueError, match="coupling must be one of"):
+        module.clone(coupling="sobol").init(jax.random.key(0), q)
+    with pytest.raises(ValueError, match="dropout_rate must be 0"):
+        module.clone(dropout_rate=0.1).init(jax.random.key(0), q)
+    with pytest.raises(ValueError, match="attention_kind must be one of"):
+        module.clone(attention_kind="linear").init(jax.random.key(0), q)
+    with pytest.raises(ValueError, match="pooling"):
+        PerformerViT(num_classes=2, pooling="max").init(jax.random.key(0), jnp.ones((1, 28, 28)))
