@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -105,15 +106,18 @@ def step_rngs(
     per_step: tuple[str, ...] = ("dropout",),
     fixed: tuple[str, ...] = ("projection",),
 ) -> dict[str, jax.Array]:
-    """Flax ``rngs`` for one step: fresh keys ``fold_in(fold_in(rng, i), step)`` for the
-    ``per_step`` streams and step-independent keys ``fold_in(rng, i)`` for the ``fixed`` ones
-    (e.g. ``"projection"``, which ``PerformerAttention`` redraws itself from the step)."""
-    names = (*per_step, *fixed)
-    if len(set(names)) != len(names):
-        raise ValueError(f"stream names must be distinct, got {names}")
+    """Flax ``rngs`` for one step from the run's base key.
+
+    Each stream's key is ``fold_in(rng, crc32(name))`` (independent of the other names listed),
+    folded once more with ``step`` for the ``per_step`` streams (e.g. ``"dropout"``: fresh
+    every step) and left constant for the ``fixed`` ones (e.g. ``"projection"``, which
+    ``rfjax.nn.PerformerAttention`` redraws itself from the step it is given).
+    """
+    if set(per_step) & set(fixed):
+        raise ValueError(f"per_step {per_step} and fixed {fixed} streams must be distinct")
     rngs = {}
-    for index, name in enumerate(names):
-        stream = jax.random.fold_in(rng, index)
+    for name in (*per_step, *fixed):
+        stream = jax.random.fold_in(rng, zlib.crc32(name.encode()) & 0x7FFFFFFF)
         rngs[name] = jax.random.fold_in(stream, step) if name in per_step else stream
     return rngs
 
