@@ -192,3 +192,15 @@ def test_performer_vit_quick_experiment(tmp_path):
         assert 0.0 <= run["test_accuracy"] <= 1.0
     for name in ("summary.md", "learning_curves.png", "results.csv", "config.json"):
         assert (workdir / name).stat().st_size > 0, name
+
+
+def test_performer_vit_config_variants():
+    default = performer_vit_config.get_config()
+    paper = performer_vit_config.get_config("paper")
+    assert (paper.model.num_layers, paper.model.num_heads) == (12, 12)
+    assert (paper.model.mlp_dim, paper.model.num_features) == (3072, 130)
+    assert paper.model.hidden_size % paper.model.num_heads == 0
+    assert {"exact", "orthogonal", "simplex", "gaussian"} <= set(default.attentions)
+    assert performer_vit_config.get_config("quick").train.num_train_steps < 100
+    with pytest.raises(ValueError, match="config variant"):
+        performer_vit_config.get_config("huge")
