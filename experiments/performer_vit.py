@@ -4,7 +4,8 @@ For every attention variant (``"exact"`` softmax, or a coupling name for a Perfo
 coupling) and seed, a ``rfjax.nn.PerformerViT`` is trained with ``experiments.train`` in
 ``workdir/runs/<variant>_seed<k>`` (resumable: an interrupted experiment started again skips
 finished runs and continues the others from their checkpoints). The test set is evaluated every
-``eval_every_steps`` (learning curves) and at the end (final accuracy). Writes ``results.json``
+``eval_every_steps`` (learning curves) and at the end (final accuracy), Performers with the
+projection of the last update (``projection_step = step - 1``). Writes ``results.json``
 and ``results.csv`` (one row per run), ``summary.md`` (mean ± std per variant),
 ``learning_curves.png`` and ``config.json``.
 """
@@ -75,11 +76,13 @@ def make_task(
         return jnp.mean(losses), {"accuracy": accuracy}
 
     def eval_metrics(params, batch, rng, step):
+        # Evaluate with the projection of the last update (step - 1), the one the parameters were
+        # trained with, not the next interval's fresh draw.
         logits = model.apply(
             params,
             normalise(batch["image"]),
             train=False,
-            projection_step=step,
+            projection_step=jnp.maximum(step - 1, 0),
             rngs=train.step_rngs(rng, step, per_step=()),
         )
         losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
@@ -203,6 +206,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"features per head (redrawn every {model.redraw_interval} steps); "
         f"{config.train.num_train_steps} steps of batch {config.train.batch_size}; "
         f"{len(train_arrays['label'])} training and {len(test_arrays['label'])} test images; "
+        "Performers are evaluated with the projection of their last update; "
         f"std over seeds (population).\n\n{table}\n\n![learning curves](learning_curves.png)\n"
     )
     outputs.write_text(os.path.join(workdir, "summary.md"), text)
