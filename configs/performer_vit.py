@@ -1,15 +1,16 @@
 """Performer-ViT on Fashion-MNIST: exact softmax vs Performer with IID, ORF and SimRF features.
 
 Command:
-  python -m experiments.main --config=configs/performer_vit.py          # ~30 min, 2 CPU cores
+  python -m experiments.main --config=configs/performer_vit.py          # ~10 min on 2 CPU cores
   python -m experiments.main --config=configs/performer_vit.py:quick    # ~30 s (smoke test)
   python -m experiments.main --config=configs/performer_vit.py:paper    # accelerator, hours
 
 Trains one ViT per attention variant and seed (``attentions`` x ``seeds``) with the shared
 trainer (``experiments.train``: resumable, data parallel over all devices), and reports the test
 accuracy per variant (mean ± std over seeds) and learning curves. Expected (SimRF paper
-arXiv:2301.13856, Sec. 5.4 / Fig. 11): accuracy exact >= SimRF >= ORF >= IID, the Performer
-gaps small (within about one standard deviation at the default size, where m = 2 H).
+arXiv:2301.13856, Sec. 5.4): exact > SimRF >= ORF > IID. Measured at the default size (3 seeds,
+one shared 2-core CPU, 9.5 min): exact 0.857 ± 0.003, SimRF 0.813 ± 0.004, ORF 0.805 ± 0.004,
+IID 0.789 ± 0.011 (m = 2 H = 32 features: the Performer gap to exact is large at this m).
 The ``paper`` variant is the paper's ViT (12 layers, 12 heads, width 768, MLP 3072, m = 130
 random features, patch 4).
 """
