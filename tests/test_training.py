@@ -17,6 +17,11 @@ from configs.training import train_config
 from experiments import train
 from rfjax import data
 
+requires_fashion_mnist = pytest.mark.skipif(
+    not os.path.exists(os.path.join(data.DEFAULT_FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
+    reason="Fashion-MNIST not installed: apt-get install dataset-fashion-mnist (.ci/run does)",
+)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -160,6 +165,7 @@ def test_batch_size_must_divide_over_devices(tmp_path, monkeypatch):
         train.train_and_evaluate(toy_config(), str(tmp_path), toy_task())
 
 
+@requires_fashion_mnist
 def test_fashion_mnist_loads_and_missing_data_explains_how_to_get_it(tmp_path):
     images, labels = data.load_fashion_mnist("test")
     assert images.shape == (10_000, 28, 28) and images.dtype == np.uint8
@@ -171,6 +177,7 @@ def test_fashion_mnist_loads_and_missing_data_explains_how_to_get_it(tmp_path):
         data.load_fashion_mnist("validation")
 
 
+@requires_fashion_mnist
 def test_performer_vit_quick_experiment(tmp_path):
     workdir = tmp_path / "performer_vit"
     command = [
