@@ -8,7 +8,6 @@ SM(x, y) = exp(x.y) averaged over the pairs. All repetitions of one m run in one
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import jax
@@ -208,16 +207,12 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
         f"Clustered data, d = {config.dim}: mean and min-max over {config.repetitions} repetitions",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    outputs.save_figure(fig, path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Measures, writes ``results.csv``, ``mse_vs_m.png``, ``summary.md`` and ``config.json``."""
     rows, losses = measure(config)
-    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    plot(rows, config, os.path.join(workdir, "mse_vs_m.png"))
     summary_rows = table_rows(rows, config)
     table = outputs.markdown_table(summary_rows)
     lowest = sum(r["lowest mean"] == LABELS["cluster_hrf"] for r in summary_rows)
@@ -239,9 +234,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"{verdict}\n\nL of Eq. 21 at the fitted centre pairs (i, j) in row-major order:\n\n"
         f"{loss_lines}\n![MSE vs m](mse_vs_m.png)\n"
     )
-    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
-    with open(os.path.join(workdir, "config.json"), "w") as handle:
-        json.dump(config.to_dict(), handle, indent=1)
+    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    plot(rows, config, os.path.join(workdir, "mse_vs_m.png"))
     print(table)
     print(f"\n{verdict}\n{loss_lines}wrote results.csv, mse_vs_m.png, summary.md in {workdir}")
     return {"rows": rows, "table": summary_rows, "losses": losses}

@@ -13,7 +13,6 @@ hybrid (Eq. 20 / App. F, trigonometric coefficient estimator, variant I).
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 
@@ -258,9 +257,7 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
         f"{config.num_draws} draws",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    outputs.save_figure(fig, path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -268,9 +265,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     with jax.enable_x64(config.dtype == "float64"):
         rows = measure(config)
     summary_rows = summarise(rows, config)
-    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     outputs.write_csv(os.path.join(workdir, "summary.csv"), summary_rows)
-    plot(rows, config, os.path.join(workdir, "relative_error.png"))
     table = outputs.markdown_table(summary_rows)
     verdicts = {
         source: [
@@ -304,9 +299,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"bounded and its Monte Carlo matches theory. Every angle: results.csv.\n\n"
         f"![relative error](relative_error.png)\n"
     )
-    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
-    with open(os.path.join(workdir, "config.json"), "w") as handle:
-        json.dump(config.to_dict(), handle, indent=1)
+    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    plot(rows, config, os.path.join(workdir, "relative_error.png"))
     print(table)
     print(
         f"\n{verdict}\nwrote results.csv, summary.csv, relative_error.png, summary.md in {workdir}"

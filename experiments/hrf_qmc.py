@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-import json
 import os
 
 import jax
@@ -259,16 +258,12 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
         f"HRF m = {config.num_features}, n = {config.num_sign_features}",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    outputs.save_figure(fig, path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Measures, writes ``results.csv``, ``mse.png``, ``summary.md`` and ``config.json``."""
     rows, notes = measure(config)
-    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    plot(rows, config, os.path.join(workdir, "mse.png"))
     summary_rows = table_rows(rows, config)
     table = outputs.markdown_table(summary_rows)
     m, n = config.num_features, config.num_sign_features
@@ -284,9 +279,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"extraction); the paper reports HRF-ort and HRF-iid lowest on both data sets.\n\n"
         f"{notes_text}\n![MSE](mse.png)\n"
     )
-    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
-    with open(os.path.join(workdir, "config.json"), "w") as handle:
-        json.dump(config.to_dict(), handle, indent=1)
+    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    plot(rows, config, os.path.join(workdir, "mse.png"))
     print(table)
     for note in notes:
         print(note)

@@ -9,7 +9,6 @@ Gaussian-kernel positive features; the squared errors give the MSE and its stand
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 
@@ -152,16 +151,12 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
     ax.set_ylabel("MSE / MSE(IID theory)")
     ax.set_title(f"Gaussian-kernel PRF MSE, d = {config.dim}, m = {config.num_features}")
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    outputs.save_figure(fig, path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Measures, prints the table, writes ``results.csv``, ``mse_ratio.png``, ``summary.md``."""
     rows = measure(config)
-    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    plot(rows, config, os.path.join(workdir, "mse_ratio.png"))
     columns = (
         "v",
         "coupling",
@@ -180,9 +175,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"coupling and v; x = y with |x + y| = v.\n\nLargest |Monte Carlo - theory| in "
         f"standard errors: {max_z:.2f}.\n\n{table}\n\n![MSE ratio](mse_ratio.png)\n"
     )
-    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
-    with open(os.path.join(workdir, "config.json"), "w") as handle:
-        json.dump(config.to_dict(), handle, indent=1)
+    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    plot(rows, config, os.path.join(workdir, "mse_ratio.png"))
     print(table)
     print(f"\nmax |z| = {max_z:.2f}; wrote results.csv, mse_ratio.png, summary.md in {workdir}")
     return {"rows": rows, "max_abs_z": max_z}

@@ -1,11 +1,13 @@
-"""Writing experiment outputs: CSV tables, markdown tables and a progress bar."""
+"""Writing experiment outputs: CSV, JSON and markdown tables, figures and a progress bar."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 from collections.abc import Iterable, Sequence
 
+import ml_collections
 from tqdm.auto import tqdm
 
 
@@ -33,6 +35,49 @@ def write_text(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
         handle.write(text)
+
+
+def write_json(path: str, data, indent: int = 1) -> None:
+    """Writes ``data`` (JSON-serialisable) to ``path``."""
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=indent)
+
+
+def save_config(workdir: str, config: ml_collections.ConfigDict) -> str:
+    """Writes ``config`` as ``workdir/config.json``; returns the path."""
+    path = os.path.join(workdir, "config.json")
+    write_json(path, config.to_dict())
+    return path
+
+
+def save_run(
+    workdir: str,
+    *,
+    rows: Sequence[dict],
+    summary: str,
+    config: ml_collections.ConfigDict,
+    csv_name: str = "results.csv",
+) -> dict[str, str]:
+    """Writes an experiment's results into ``workdir``: ``rows`` as ``csv_name``, the
+    markdown ``summary`` as ``summary.md`` and ``config`` as ``config.json``.
+
+    Returns the paths, keyed ``"csv"``, ``"summary"`` and ``"config"``.
+    """
+    os.makedirs(workdir, exist_ok=True)
+    csv_path = os.path.join(workdir, csv_name)
+    summary_path = os.path.join(workdir, "summary.md")
+    write_csv(csv_path, rows)
+    write_text(summary_path, summary)
+    return {"csv": csv_path, "summary": summary_path, "config": save_config(workdir, config)}
+
+
+def save_figure(fig, path: str) -> None:
+    """Lays out ``fig``, saves it to ``path`` (120 dpi) and closes it."""
+    import matplotlib.pyplot as plt  # here: the experiments choose the backend first
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def progress(items: Iterable, description: str, total: int | None = None) -> Iterable:

@@ -12,7 +12,6 @@ and ``results.csv`` (one row per run), ``summary.md`` (mean ± std per variant),
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -138,14 +137,13 @@ def _plot(curves: dict, path: str) -> None:
     axes[0].set(xlabel="step", ylabel="train loss", yscale="log", title="training loss")
     axes[1].set(xlabel="step", ylabel="test accuracy", title="test accuracy")
     axes[1].legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    outputs.save_figure(figure, path)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (attention, seed) and writes the table and curves into ``workdir``."""
-    outputs.write_text(os.path.join(workdir, "config.json"), config.to_json(indent=2))
+    # Written now as well as with the results: a long run that stops early keeps its config.
+    outputs.save_config(workdir, config)
     if config.compilation_cache_dir:
         jax.config.update(
             "jax_compilation_cache_dir", os.path.join(workdir, config.compilation_cache_dir)
@@ -191,10 +189,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 "std": float(accuracies.std()),
             }
         )
-    with open(os.path.join(workdir, "results.json"), "w") as handle:
-        json.dump({"runs": runs, "summary": summary}, handle, indent=2)
-    outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
-    _plot(curves, os.path.join(workdir, "learning_curves.png"))
+    outputs.write_json(
+        os.path.join(workdir, "results.json"), {"runs": runs, "summary": summary}, indent=2
+    )
     table = outputs.markdown_table(
         [{k: v for k, v in row.items() if k not in ("mean", "std")} for row in summary]
     )
@@ -209,6 +206,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "Performers are evaluated with the projection of their last update; "
         f"std over seeds (population).\n\n{table}\n\n![learning curves](learning_curves.png)\n"
     )
-    outputs.write_text(os.path.join(workdir, "summary.md"), text)
+    outputs.save_run(workdir, rows=runs, summary=text, config=config)
+    _plot(curves, os.path.join(workdir, "learning_curves.png"))
     print(table)
     return {"runs": runs, "summary": summary}
