@@ -3,8 +3,11 @@
 For float32 batches of 2^22 elements (rows x n, n in {64, 256, 1024, 4096, 65536}), timed
 interleaved in one run (``benchmarks.timing.time_interleaved``, median over repeats):
 
-* ``rfjax``: ``jit(fwht(x, implementation="cpu"))``, the C++ FFI kernel (out of place), using
-  the XLA intra-op thread pool; ``rfjax_1thread``: the same kernel on the calling thread only;
+* ``rfjax``: ``jit(fwht(x, implementation="cpu"))``, the C++ FFI kernel, using the XLA intra-op
+  thread pool. Its output aliases its input, so with a non-donated argument XLA first copies the
+  argument and the kernel then works in place on the copy; ``rfjax_inplace``: the same with the
+  argument donated (``donate_argnums=0``), rebuilt from the host array outside the timed region,
+  as the in-place peers are; ``rfjax_1thread``: the kernel on the calling thread only;
 * ``fht_cpu_t1`` / ``fht_cpu_tN``: the PyPI package ``fht-cpu`` (``fht_2d_f32_rows(x, t)``,
   in place, ``t`` threads: 1 as in the issue, and all cores). Its buffer is restored from the
   input by a copy before each call, outside the timed region (so it starts cache-warm, and in
@@ -18,7 +21,8 @@ interleaved in one run (``benchmarks.timing.time_interleaved``, median over repe
   (forced copy), the memory-bandwidth limit for a read + write of the array.
 
 GB/s counts one read and one write of the array (2 * 4 * 2^22 bytes). Ratios: ``rfjax / fht_cpu``
-(target <= 1.25 for n >= 256) and ``xla_butterfly / rfjax`` (target >= 5). Memory: XLA's
+and ``rfjax_inplace / fht_cpu`` (in place against in place; target <= 1.25 for n >= 256) and
+``xla_butterfly / rfjax`` (target >= 5). Memory: XLA's
 compiled memory analysis of the jitted op (temporaries beyond the output should be ~0).
 """
 
@@ -121,7 +125,15 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
             h = jnp.asarray(scipy.linalg.hadamard(n), dtype=jnp.float32)
             matmul = jax.jit(lambda v, h: v @ h)
             functions["matmul"] = lambda matmul=matmul, x=x, h=h: matmul(x, h)
-        setups = {}
+        # In place, like the in-place peers: a donated argument, rebuilt outside the timed region.
+        donated = jax.jit(lambda v: fwht(v, implementation="cpu"), donate_argnums=0)
+        holder = [jnp.asarray(host)]
+        functions["rfjax_inplace"] = lambda donated=donated, holder=holder: donated(holder[0])
+        setups = {
+            "rfjax_inplace": lambda holder=holder, host=host: holder.__setitem__(
+                0, jax.block_until_ready(jnp.asarray(host))
+            )
+        }
         if fht_cpu is not None:
             buf1, bufn = host.copy(), host.copy()
             functions["fht_cpu_t1"] = lambda b=buf1: fht_cpu.fht_2d_f32_rows(b, 1)
@@ -153,6 +165,11 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
         for name in row:
             if name.startswith("fht_cpu"):
                 ratios[f"rfjax/{name} (min)"] = best / row[name]["min_ms"]
+        for name in row:
+            if name.startswith("fht_cpu"):
+                ratios[f"rfjax_inplace/{name}"] = (
+                    row["rfjax_inplace"]["median_ms"] / row[name]["median_ms"]
+                )
         ratios["rfjax_1thread/fht_cpu_t1"] = (
             row["rfjax_1thread"]["median_ms"] / row["fht_cpu_t1"]["median_ms"]
             if "fht_cpu_t1" in row

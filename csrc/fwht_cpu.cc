@@ -340,9 +340,11 @@ void rows_scalar(const T* in, T* out, size_t n, size_t rows, bool scaled, T scal
       y[0] = scaled ? x[0] * scale : x[0];
       continue;
     }
-    for (size_t i = 0; i < n; i += 2) {
-      y[i] = x[i] + x[i + 1];
-      y[i + 1] = x[i] - x[i + 1];
+    for (size_t i = 0; i < n; i += 2) {  // read both before writing: in == out is allowed
+      const T u = x[i];
+      const T v = x[i + 1];
+      y[i] = u + v;
+      y[i + 1] = u - v;
     }
     for (size_t h = 2; h < n; h <<= 1) {
       for (size_t i = 0; i < n; i += 2 * h) {

@@ -101,7 +101,12 @@ def fwht_rows(x: jax.Array, normalize: bool, *, max_threads: int = -1) -> jax.Ar
     dtype = jnp.dtype(x.dtype)
     work = x.astype(jnp.float32) if dtype not in _TARGETS else x
     target, _ = _TARGETS[jnp.dtype(work.dtype)]
+    # The output aliases the input: the kernel works in place when XLA can reuse the operand's
+    # buffer (an intermediate, or a donated argument); otherwise XLA copies the operand first.
     y = jax.ffi.ffi_call(
-        target, jax.ShapeDtypeStruct(work.shape, work.dtype), vmap_method="broadcast_all"
+        target,
+        jax.ShapeDtypeStruct(work.shape, work.dtype),
+        vmap_method="broadcast_all",
+        input_output_aliases={0: 0},
     )(work, normalize=np.bool_(normalize), max_threads=np.int64(max_threads))
     return y.astype(dtype)
