@@ -1,0 +1,184 @@
+"""A scikit-learn front door: ``RandomFeatures``, a drop-in transformer for ``RBFSampler``.
+
+``RandomFeatures`` draws a coupled projection (any name in ``rfjax.projections.available()``)
+in ``fit`` and maps inputs to random features in ``transform``, so that Z(X) Z(Y)^T estimates
+the Gaussian kernel exp(-gamma |x - y|^2) (or the softmax kernel exp(2 gamma x.y)). It passes
+``sklearn.utils.estimator_checks.check_estimator`` and can replace
+``sklearn.kernel_approximation.RBFSampler`` in a ``Pipeline``.
+
+Example:
+  >>> from sklearn.pipeline import make_pipeline
+  >>> from sklearn.linear_model import RidgeClassifier
+  >>> from rfjax.sklearn import RandomFeatures
+  >>> model = make_pipeline(RandomFeatures(gamma=0.01, random_state=0), RidgeClassifier())
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from rfjax import features as _features
+from rfjax import projections as _projections
+
+KERNELS = ("gaussian", "softmax")
+FEATURES = ("positive", "fourier")
+
+# Couplings whose samplers need at least two input dimensions (simplex constructions).
+_NEEDS_TWO_DIMS = ("simplex", "simplex_plus", "fast_simplex")
+
+
+class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Random features for the Gaussian (RBF) or softmax kernel with a coupled projection.
+
+    Kernels (as in ``RBFSampler``, with lengthscale l = 1 / sqrt(2 gamma)):
+
+      ``kernel="gaussian"``: K(x, y) = exp(-gamma |x - y|^2) = exp(-|x - y|^2 / (2 l^2)),
+      ``kernel="softmax"``:  K(x, y) = exp(2 gamma x.y) = exp(x.y / l^2) (positive features
+      only; computed as the softmax kernel of the rescaled inputs x / l).
+
+    Feature maps (``Z = transform(X)``, with ``Z @ Z.T`` an unbiased estimate of the kernel matrix
+    for every coupling whose rows are marginally N(0, I); see ``rfjax.projections``):
+
+      ``features="positive"``: ``rfjax.features.positive_features`` with m = ``n_components``
+      projection vectors; every feature is positive (FAVOR+).
+      ``features="fourier"``: ``rfjax.features.fourier_features``, [sin(W x / l), cos(W x / l)]
+      / sqrt(m), with m = ``n_components / 2`` projection vectors, so ``n_components`` must be
+      even (``RBFSampler`` instead uses ``n_components`` cosines with random offsets).
+
+    Randomness: ``fit`` draws one integer ``seed = check_random_state(random_state).randint(2**31
+    - 1)`` and samples the projection from ``jax.random.key(seed)``. A fixed ``random_state``
+    therefore gives the same features on every fit; ``None`` gives fresh features each fit.
+
+    Precision: when JAX runs with 64-bit floats enabled (``jax_enable_x64``) and the input is
+    float64, features are computed in float64; otherwise in float32. The output has the dtype of
+    the validated input (float64 or float32; other inputs are converted to float64), as for
+    ``RBFSampler``.
+
+    One input feature: the simplex couplings (``simplex``, ``simplex_plus``, ``fast_simplex``)
+    need at least two input dimensions; for one-dimensional inputs they fall back to the
+    ``gaussian`` (i.i.d.) coupling, which is what any coupling of a single direction amounts to.
+
+    Parameters:
+      kernel: ``"gaussian"`` (default) or ``"softmax"``.
+      coupling: a name from ``rfjax.projections.available()``; default ``"simplex"``.
+      features: ``"positive"`` (default) or ``"fourier"`` (Gaussian kernel only).
+      n_components: output width (default 100); even for ``features="fourier"``.
+      gamma: kernel parameter gamma > 0 (default 1.0).
+      random_state: ``None``, an int or a ``numpy.random.RandomState`` (see Randomness).
+
+    Attributes:
+      projection_: the drawn ``rfjax.projections.Projection`` (a pytree; ``.matrix()`` gives the
+        dense weight matrix of shape ``(num_vectors, n_features_in_)``).
+      n_features_in_: number of input features seen in ``fit``.
+      feature_names_in_: input feature names, when ``X`` had string column names.
+    """
+
+    def __init__(
+        self,
+        kernel="gaussian",
+        coupling="simplex",
+        features="positive",
+        n_components=100,
+        gamma=1.0,
+        random_state=None,
+    ):
+        self.kernel = kernel
+        self.coupling = coupling
+        self.features = features
+        self.n_components = n_components
+        self.gamma = gamma
+        self.random_state = random_state
+
+    def _validate_params(self) -> None:
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        if not isinstance(self.coupling, str) or self.coupling not in _projections.available():
+            raise ValueError(
+                f"coupling must be one of {_projections.available()}, got {self.coupling!r}"
+            )
+        if self.features not in FEATURES:
+            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
+        if self.features == "fourier" and self.kernel != "gaussian":
+            raise ValueError(
+                f"features='fourier' only supports kernel='gaussian', got kernel={self.kernel!r}"
+            )
+        n = self.n_components
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"n_components must be an integer >= 1, got {n!r}")
+        if self.features == "fourier" and n % 2:
+            raise ValueError(
+                f"n_components must be even for features='fourier' (sin/cos pairs), got {n}"
+            )
+        g = self.gamma
+        if isinstance(g, bool) or not isinstance(g, numbers.Real) or not math.isfinite(g) or g <= 0:
+            raise ValueError(f"gamma must be a finite real number > 0, got {g!r}")
+
+    def fit(self, X, y=None):
+        """Validates the parameters and ``X`` and draws the projection.
+
+        Args:
+          X: array-like of shape ``(n_samples, n_features)``; only its width is used.
+          y: ignored.
+
+        Returns:
+          self.
+
+        Raises:
+          ValueError: for an invalid parameter (the message names it) or invalid ``X``.
+        """
+        self._validate_params()
+        X = validate_data(self, X, dtype=[np.float64, np.float32])
+        dim = X.shape[1]
+        seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+        num_vectors = self.n_components // 2 if self.features == "fourier" else self.n_components
+        coupling = self.coupling
+        if dim < 2 and coupling in _NEEDS_TWO_DIMS:
+            coupling = "gaussian"
+        self._compute_dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+        self.projection_ = _projections.get(coupling)(
+            jax.random.key(seed), dim, num_vectors, dtype=self._compute_dtype
+        )
+        self._n_features_out = self.n_components
+        return self
+
+    def transform(self, X):
+        """Maps ``X`` to random features.
+
+        Args:
+          X: array-like of shape ``(n_samples, n_features_in_)``.
+
+        Returns:
+          A numpy array of shape ``(n_samples, n_components)``, float32 for float32 input,
+          float64 otherwise.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        out_dtype = X.dtype
+        compute_dtype = self._compute_dtype if X.dtype == np.float64 else jnp.float32
+        x = jnp.asarray(X, dtype=compute_dtype)
+        lengthscale = 1.0 / math.sqrt(2.0 * float(self.gamma))
+        if self.features == "fourier":
+            z = _features.fourier_features(x, self.projection_, lengthscale=lengthscale)
+        elif self.kernel == "gaussian":
+            z = _features.positive_features(
+                x, self.projection_, kernel="gaussian", lengthscale=lengthscale
+            )
+        else:
+            z = _features.positive_features(x / lengthscale, self.projection_, kernel="softmax")
+        return np.asarray(z, dtype=out_dtype)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+
+__all__ = ["FEATURES", "KERNELS", "RandomFeatures"]
