@@ -235,23 +235,58 @@ def _normalise(numerator_and_denominator: jax.Array, eps: float) -> jax.Array:
     return numerator / jnp.maximum(denominator, eps)
 
 
-def _head_attention(
-    query, key, value, valid, projection, *, maps, stabilize, causal, chunk_size, eps
-):
-    """One head: query (T, H), key (S, H), value (S, H_v), valid (S,) -> (T, H_v)."""
+def _head_attention(query, key, value, valid, projection, *, maps, stabilize, chunk_size, eps):
+    """One head, causal: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v)."""
     floor = _log_floor(query.dtype)
     phi_q = _query_features(query, projection, maps[0], stabilize[0])
     psi_k, mu = _key_features(key, valid, projection, maps[1], stabilize[1], floor)
     value = jnp.where(valid[:, None], value, 0)  # NaN/inf padding must not reach 0 * v
     value_ones = jnp.concatenate([value, jnp.ones((*value.shape[:-1], 1), value.dtype)], axis=-1)
-    if causal:
-        running_max = jax.lax.cummax(mu, axis=0)
-        out = causal_prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size)
-    else:
-        # One constant for all keys: it cancels between numerator and denominator.
-        psi_k = psi_k * jnp.exp(mu - jnp.max(mu))[:, None]
-        out = phi_q @ (psi_k.T @ value_ones)
+    running_max = jax.lax.cummax(mu, axis=0)
+    out = causal_prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size)
     return _normalise(out, eps)
+
+
+def _rowwise(fn, x, projection, per_head):
+    """fn (rows, H) -> (rows, width) on BTNH ``x`` without leaving its layout: one call on the
+    flattened rows (shared projection) or one per head (vmapped over N)."""
+    batch, length, heads, dim = x.shape
+    if per_head:
+        out = jax.vmap(fn, in_axes=(1, 0), out_axes=1)(x.reshape(-1, heads, dim), projection)
+    else:
+        out = fn(x.reshape(-1, dim), projection)
+    return out.reshape(batch, length, heads, -1)
+
+
+def _bidirectional_attention(
+    query, key, value, mask, projection, *, maps, stabilize, eps, per_head
+):
+    """All heads, BTNH in and out: phi_Q(Q) (psi_K(K)^T V) / phi_Q(Q) (psi_K(K)^T 1).
+
+    The contractions run in BTNH layout (no transposes to BNTH), and the denominator is
+    phi_q . sum_s psi_k rather than a column of ones appended to the values. Stabilised keys
+    share one shift per batch and head, the maximum of l over all unmasked keys (a constant
+    under differentiation that cancels in the normalised output); masked keys get psi = 0 and
+    are zeroed before the map, so garbage padding cannot create NaNs.
+    """
+    valid = mask[:, :, None, None]
+    phi_q = _rowwise(
+        lambda x, p: _query_features(x, p, maps[0], stabilize[0]), query, projection, per_head
+    )
+    key = jnp.where(valid, key, 0)
+    if stabilize[1]:
+        logs = _rowwise(maps[1].log_features, key, projection, per_head)
+        logs = jnp.where(valid, logs, -jnp.inf)
+        shift = jax.lax.stop_gradient(jnp.max(logs, axis=(1, 3), keepdims=True))
+        psi_k = jnp.exp(logs - jnp.where(jnp.isfinite(shift), shift, 0))
+    else:
+        psi_k = jnp.where(valid, _rowwise(maps[1], key, projection, per_head), 0)
+    value = jnp.where(valid, value, 0)  # NaN/inf padding must not reach 0 * v
+    kv = jnp.einsum("bsnm,bsnh->bnmh", psi_k, value)
+    k_sum = jnp.sum(psi_k, axis=1)
+    numerator = jnp.einsum("btnm,bnmh->btnh", phi_q, kv)
+    denominator = jnp.einsum("btnm,bnm->btn", phi_q, k_sum)
+    return numerator / jnp.maximum(denominator, eps)[..., None]
 
 
 def _over_batch_and_heads(fn, per_head: bool, num_args: int):
@@ -271,11 +306,22 @@ def _favor_attention(
     out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
     dtype = _compute_dtype(query, key, value)
     query, key, value = (x.astype(dtype) for x in (query, key, value))
+    if not causal:
+        return _bidirectional_attention(
+            query,
+            key,
+            value,
+            mask,
+            projection,
+            maps=maps,
+            stabilize=stabilize,
+            eps=eps,
+            per_head=per_head,
+        ).astype(out_dtype)
     head = functools.partial(
         _head_attention,
         maps=maps,
         stabilize=stabilize,
-        causal=causal,
         chunk_size=chunk_size,
         eps=eps,
     )
