@@ -223,7 +223,7 @@ def test_halton_points_are_the_halton_sequence():
         ({"key": 3}, TypeError, "key"),
     ],
 )
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", projections.available())
 def test_bad_sampler_arguments(name, kwargs, error, match):
     arguments = {"key": jax.random.key(0), "dim": 4, "num_features": 4, **kwargs}
     with pytest.raises(error, match=match):
