@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shlex
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -37,7 +39,11 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    run_experiment(_CONFIG.value, _WORKDIR.value)
+    workdir = _WORKDIR.value or os.path.join("workdirs", _CONFIG.value.experiment)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "command.txt"), "w") as handle:  # for the results page
+        handle.write(shlex.join(["python", "-m", "experiments.main", *sys.argv[1:]]) + "\n")
+    run_experiment(_CONFIG.value, workdir)
 
 
 if __name__ == "__main__":
