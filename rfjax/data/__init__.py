@@ -6,10 +6,15 @@ from rfjax.data._fashion_mnist import (
     load_fashion_mnist,
     read_idx,
 )
+from rfjax.data._ptb import PTB_EOS, PTB_SOURCE, PTB_SPLITS, load_ptb
 
 __all__ = [
     "DEFAULT_FASHION_MNIST_DIR",
     "FASHION_MNIST_CLASSES",
+    "PTB_EOS",
+    "PTB_SOURCE",
+    "PTB_SPLITS",
     "load_fashion_mnist",
+    "load_ptb",
     "read_idx",
 ]
