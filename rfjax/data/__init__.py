@@ -7,6 +7,7 @@ from rfjax.data._fashion_mnist import (
     read_idx,
 )
 from rfjax.data._ptb import PTB_EOS, PTB_SOURCE, PTB_SPLITS, load_ptb
+from rfjax.data._uci import UCI_BANDWIDTHS, UCI_DATASETS, load_uci
 
 __all__ = [
     "DEFAULT_FASHION_MNIST_DIR",
@@ -14,7 +15,10 @@ __all__ = [
     "PTB_EOS",
     "PTB_SOURCE",
     "PTB_SPLITS",
+    "UCI_BANDWIDTHS",
+    "UCI_DATASETS",
     "load_fashion_mnist",
     "load_ptb",
+    "load_uci",
     "read_idx",
 ]
