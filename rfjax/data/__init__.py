@@ -16,6 +16,7 @@ from rfjax.data._fsdd import (
     mel_filterbank,
 )
 from rfjax.data._ptb import PTB_EOS, PTB_SOURCE, PTB_SPLITS, load_ptb
+from rfjax.data._uci import UCI_BANDWIDTHS, UCI_DATASETS, load_uci
 
 __all__ = [
     "DEFAULT_FASHION_MNIST_DIR",
@@ -26,10 +27,13 @@ __all__ = [
     "PTB_EOS",
     "PTB_SOURCE",
     "PTB_SPLITS",
+    "UCI_BANDWIDTHS",
+    "UCI_DATASETS",
     "concatenate_digits",
     "load_fashion_mnist",
     "load_fsdd",
     "load_ptb",
+    "load_uci",
     "log_mel_spectrogram",
     "mel_filterbank",
     "read_idx",
