@@ -7,6 +7,33 @@ explicit ``projection_step`` (see ``PerformerAttention``).
 """
 
 from rfjax.nn._attention import ATTENTION_KINDS, PROJECTION_STREAM, PerformerAttention
+from rfjax.nn._lstm_lm import LSTMLanguageModel
+from rfjax.nn._sampled_softmax import (
+    FEATURE_PROPOSALS,
+    PROPOSALS,
+    distribution_metrics,
+    feature_proposal_probabilities,
+    normalize_for_proposal,
+    proposal_features,
+    sample_from_features,
+    sample_proposal,
+    sampled_softmax_loss,
+)
 from rfjax.nn._vit import PerformerViT
 
-__all__ = ["ATTENTION_KINDS", "PROJECTION_STREAM", "PerformerAttention", "PerformerViT"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "FEATURE_PROPOSALS",
+    "PROJECTION_STREAM",
+    "PROPOSALS",
+    "LSTMLanguageModel",
+    "PerformerAttention",
+    "PerformerViT",
+    "distribution_metrics",
+    "feature_proposal_probabilities",
+    "normalize_for_proposal",
+    "proposal_features",
+    "sample_from_features",
+    "sample_proposal",
+    "sampled_softmax_loss",
+]
