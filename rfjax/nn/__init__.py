@@ -7,6 +7,11 @@ explicit ``projection_step`` (see ``PerformerAttention``).
 """
 
 from rfjax.nn._attention import ATTENTION_KINDS, PROJECTION_STREAM, PerformerAttention
+from rfjax.nn._conformer import (
+    CONFORMER_ATTENTIONS,
+    ConformerEncoder,
+    fit_conformer_clusters,
+)
 from rfjax.nn._lstm_lm import LSTMLanguageModel
 from rfjax.nn._sampled_softmax import (
     FEATURE_PROPOSALS,
@@ -23,14 +28,17 @@ from rfjax.nn._vit import PerformerViT
 
 __all__ = [
     "ATTENTION_KINDS",
+    "CONFORMER_ATTENTIONS",
     "FEATURE_PROPOSALS",
     "PROJECTION_STREAM",
     "PROPOSALS",
+    "ConformerEncoder",
     "LSTMLanguageModel",
     "PerformerAttention",
     "PerformerViT",
     "distribution_metrics",
     "feature_proposal_probabilities",
+    "fit_conformer_clusters",
     "normalize_for_proposal",
     "proposal_features",
     "sample_from_features",

@@ -73,6 +73,10 @@ class PerformerAttention(nn.Module):
       causal: causal (autoregressive) attention.
       redraw_interval: redraw the projection every this many steps (>= 1).
       chunk_size: chunk length of causal prefix sums.
+      eps: floor of FAVOR's denominator (``favor_attention``'s ``eps``; ``None``: the smallest
+        normal number). Signed feature maps (trigonometric, hybrid) can estimate a row's
+        normaliser as <= 0; the default floor then turns that row into inf (NaN downstream), so
+        give them a larger floor (e.g. 1e-3; a bias on those rows only).
 
     References:
       Choromanski et al., "Rethinking Attention with Performers", arXiv:2009.14794; Reid et al.,
@@ -96,6 +100,7 @@ class PerformerAttention(nn.Module):
     causal: bool = False
     redraw_interval: int = 1000
     chunk_size: int = 128
+    eps: float | None = None
 
     def _check_attributes(self, features: int) -> int:
         if self.attention_kind not in ATTENTION_KINDS:
@@ -227,6 +232,7 @@ class PerformerAttention(nn.Module):
                 causal=self.causal,
                 mask=mask,
                 chunk_size=self.chunk_size,
+                eps=self.eps,
             )
         if flat is not None:
             out = out.reshape(*batch_shape, *out.shape[-3:])

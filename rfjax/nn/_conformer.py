@@ -1,0 +1,504 @@
+"""Conformer encoder with exact, Performer (FAVOR+), trigonometric or hybrid (HRF) attention.
+
+The attention is ``rfjax.nn.PerformerAttention`` (exact softmax or ``favor_attention``); the
+signed estimators plug into FAVOR as asymmetric feature-map pairs (query map, key map):
+
+* ``"positive"``: FAVOR+ positive features (``SoftmaxFeatureMap``), the Performer.
+* ``"trigonometric"``: trigonometric softmax features (HRF Eq. 2, ``trigonometric_features``).
+* ``"angular_hybrid"``: the angular (bipolar) hybrid of antithetic positive and trigonometric
+  features with an angular coefficient (HRF Eq. 12, 19, ``angular_hybrid_features``, variant II
+  with shared base projections).
+* ``"cluster_hybrid"``: the cluster-adapted hybrid (HRF Sec. 2.4, Def. H.2, zero-one
+  coefficients, real diagonal CE matrices; ``cluster_hybrid_features``) with per-head query and
+  key centres held, frozen, in the variable collection ``"clusters"`` (fitted with
+  ``fit_conformer_clusters``).
+
+References:
+  Gulati et al., "Conformer: Convolution-augmented Transformer for Speech Recognition",
+  Interspeech 2020, arXiv:2005.08100; Choromanski et al., "Hybrid Random Features", ICLR 2022,
+  arXiv:2110.04367, Sec. 4.3 and App. J.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rfjax.attention import data_normalizer, draw_projection, redraw_key
+from rfjax.features import (
+    angular_hybrid_features,
+    cluster_hybrid_features,
+    cluster_hybrid_parameters,
+    kmeans,
+    trigonometric_features,
+)
+from rfjax.features._fourier import _sin_cos
+from rfjax.nn._attention import PROJECTION_STREAM, PerformerAttention
+from rfjax.projections import Projection
+
+CONFORMER_ATTENTIONS = (
+    "exact",
+    "positive",
+    "trigonometric",
+    "angular_hybrid",
+    "cluster_hybrid",
+)
+CLUSTER_COLLECTION = "clusters"
+SIDES = ("query", "key")
+
+
+# --------------------------------------------------------------------------- projections
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HybridProjection(Projection):
+    """A base projection plus what a hybrid map needs besides it (a pytree of arrays).
+
+    ``favor_attention`` sees a ``Projection`` (it applies and checks ``base``); the hybrid
+    feature maps also read ``extra``: the sign projection of the angular hybrid or the
+    ``ClusterHybridParameters`` of the cluster hybrid.
+
+    Attributes:
+      base: the base estimators' projection (m rows).
+      extra: a ``Projection`` (angular coefficient) or ``ClusterHybridParameters``.
+    """
+
+    base: Projection
+    extra: Any
+
+    @property
+    def dim(self) -> int:
+        return self.base.dim
+
+    @property
+    def num_features(self) -> int:
+        return self.base.num_features
+
+    @property
+    def block_size(self) -> int:
+        return self.base.block_size
+
+    def _apply(self, x: jax.Array) -> jax.Array:
+        return self.base._apply(x)
+
+    def matrix(self) -> jax.Array:
+        return self.base.matrix()
+
+
+# --------------------------------------------------------------------------- feature maps
+
+
+def _check_side(side: str) -> None:
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+
+
+def _normalised(x: jax.Array) -> jax.Array:
+    return x * jnp.asarray(data_normalizer(x.shape[-1]), x.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrigonometricFeatureMap:
+    """Trigonometric softmax features for FAVOR (HRF Eq. 2), one side of the pair.
+
+    With x' = H^{-1/4} x, keys get e^{|k'|^2/2} [sin, cos](W k') / sqrt(m) and queries
+    [sin, cos](W q') / sqrt(m): the query factor e^{|q'|^2/2} is dropped because a positive
+    per-query factor cancels in normalised attention (numerator and denominator), which keeps the
+    query features bounded. Features are signed, so the row sums can be <= 0.
+    """
+
+    side: str
+
+    def __post_init__(self):
+        _check_side(self.side)
+
+    def __call__(self, x: jax.Array, projection: Projection) -> jax.Array:
+        x = _normalised(x)
+        if self.side == "key":
+            return trigonometric_features(x, projection)
+        return _sin_cos(projection(x)) / math.sqrt(projection.num_features)
+
+
+@dataclasses.dataclass(frozen=True)
+class AngularHybridFeatureMap:
+    """Angular hybrid features (HRF Eq. 12, 19) of H^{-1/4} x, for a ``HybridProjection``
+    whose ``base`` serves both base estimators (variant II) and ``extra`` is the sign
+    projection; width (4 m)(n + 1)."""
+
+    side: str
+
+    def __post_init__(self):
+        _check_side(self.side)
+
+    def __call__(self, x: jax.Array, projection: HybridProjection) -> jax.Array:
+        base = projection.base
+        return angular_hybrid_features(_normalised(x), base, base, projection.extra, side=self.side)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterHybridFeatureMap:
+    """Cluster-adapted hybrid features (HRF Def. H.2, zero-one coefficients) of H^{-1/4} x,
+    for a ``HybridProjection`` whose ``extra`` is ``ClusterHybridParameters`` (centres in the
+    H^{-1/4}-scaled space); width k_q k_k m."""
+
+    side: str
+
+    def __post_init__(self):
+        _check_side(self.side)
+
+    def __call__(self, x: jax.Array, projection: HybridProjection) -> jax.Array:
+        return cluster_hybrid_features(
+            _normalised(x), projection.base, projection.extra, side=self.side
+        )
+
+
+def _feature_map(attention: str):
+    """The ``favor_attention`` feature map (name or (query, key) pair) of a Conformer kind."""
+    if attention == "positive":
+        return "softmax"
+    cls = {
+        "trigonometric": TrigonometricFeatureMap,
+        "angular_hybrid": AngularHybridFeatureMap,
+        "cluster_hybrid": ClusterHybridFeatureMap,
+    }[attention]
+    return cls("query"), cls("key")
+
+
+# --------------------------------------------------------------------------- attention
+
+
+class HybridPerformerAttention(PerformerAttention):
+    """``PerformerAttention`` whose projection carries a hybrid map's extra state.
+
+    ``hybrid="angular"``: ``num_sign_features`` Gaussian sign vectors per head, drawn from the
+    ``"projection"`` stream and redrawn with the base projection. ``hybrid="cluster"``: the
+    per-head centres, variables ``query_centres``/``key_centres`` of shape ``(N, k, H)`` in the
+    collection ``"clusters"`` (not trained: gradients are stopped), from which the diagonal CE
+    matrices are computed on every call. ``feature_map`` must be the matching pair.
+    """
+
+    hybrid: str = "angular"
+    num_sign_features: int = 8
+    num_clusters: int = 2
+
+    def draw_projection(self, head_dim: int, projection_step: jax.Array | int | None):
+        base = super().draw_projection(head_dim, projection_step)
+        if self.hybrid == "angular":
+            rng = self.make_rng(PROJECTION_STREAM if self.has_rng(PROJECTION_STREAM) else "params")
+            key = redraw_key(
+                rng,
+                0 if projection_step is None else projection_step,
+                redraw_interval=self.redraw_interval,
+            )
+            signs = draw_projection(
+                key,
+                head_dim,
+                self.num_sign_features,
+                coupling="gaussian",
+                num_heads=self.num_heads,
+            )
+            return HybridProjection(base, signs)
+        if self.hybrid != "cluster":
+            raise ValueError(f"hybrid must be 'angular' or 'cluster', got {self.hybrid!r}")
+        shape = (self.num_heads, self.num_clusters, head_dim)
+        centres = [
+            jax.lax.stop_gradient(
+                self.variable(CLUSTER_COLLECTION, name, jnp.zeros, shape, jnp.float32).value
+            )
+            for name in ("query_centres", "key_centres")
+        ]
+        parameters = jax.vmap(cluster_hybrid_parameters)(*centres)
+        return HybridProjection(base, parameters)
+
+
+# --------------------------------------------------------------------------- Conformer
+
+
+def _sinusoidal_positions(length: int, width: int) -> np.ndarray:
+    position = np.arange(length)[:, None]
+    frequency = np.exp(-math.log(10_000.0) * np.arange(0, width, 2) / width)
+    table = np.zeros((length, width), np.float32)
+    table[:, 0::2] = np.sin(position * frequency)
+    table[:, 1::2] = np.cos(position * frequency[: width // 2])
+    return table
+
+
+class _FeedForward(nn.Module):
+    """LN -> Dense(4 D) -> swish -> dropout -> Dense(D) -> dropout (a Conformer half-step)."""
+
+    expansion: int
+    dropout_rate: float
+
+    @nn.compact
+    def __call__(self, x, *, train: bool):
+        y = nn.LayerNorm()(x)
+        y = nn.swish(nn.Dense(self.expansion * x.shape[-1])(y))
+        y = nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+        y = nn.Dense(x.shape[-1])(y)
+        return nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+
+
+class _Convolution(nn.Module):
+    """LN -> pointwise Dense(2 D) -> GLU -> depthwise Conv1D -> LayerNorm -> swish -> Dense(D).
+
+    Padded frames are zeroed before the depthwise convolution, so they never leak into real
+    frames. LayerNorm replaces the paper's BatchNorm (no batch statistics over padding).
+    """
+
+    kernel_size: int
+    dropout_rate: float
+
+    @nn.compact
+    def __call__(self, x, mask, *, train: bool):
+        width = x.shape[-1]
+        y = nn.LayerNorm()(x)
+        y = nn.glu(nn.Dense(2 * width)(y), axis=-1)
+        y = jnp.where(mask[..., None], y, 0)
+        y = nn.Conv(width, (self.kernel_size,), padding="SAME", feature_group_count=width)(y)
+        y = nn.swish(nn.LayerNorm()(y))
+        y = nn.Dense(width)(y)
+        return nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+
+
+class _ConformerBlock(nn.Module):
+    """x + FF/2, + MHSA(LN x), + Conv, + FF/2, then LayerNorm (Gulati et al. 2020, Fig. 1)."""
+
+    num_heads: int
+    ff_expansion: int
+    kernel_size: int
+    dropout_rate: float
+    attention: dict
+
+    @nn.compact
+    def __call__(self, x, mask, *, train: bool, projection_step):
+        x = x + 0.5 * _FeedForward(self.ff_expansion, self.dropout_rate)(x, train=train)
+        y = nn.LayerNorm()(x)
+        self.sow("intermediates", "attention_inputs", y)
+        attention = dict(self.attention)
+        hybrid = attention.pop("hybrid", None)
+        module = PerformerAttention if hybrid is None else HybridPerformerAttention
+        extra = {} if hybrid is None else {"hybrid": hybrid}
+        y = module(num_heads=self.num_heads, name="attention", **attention, **extra)(
+            y, mask=mask, projection_step=projection_step
+        )
+        x = x + nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+        x = x + _Convolution(self.kernel_size, self.dropout_rate)(x, mask, train=train)
+        x = x + 0.5 * _FeedForward(self.ff_expansion, self.dropout_rate)(x, train=train)
+        return nn.LayerNorm()(x)
+
+
+class ConformerEncoder(nn.Module):
+    """A small Conformer for CTC: conv subsampling, Conformer blocks, per-frame logits.
+
+    Input frames (log-mel features) are subsampled 4x in time by two Conv1D layers (kernel 3,
+    stride 2, padding 1, ReLU); a sinusoidal position table is added; ``num_layers`` Conformer
+    blocks follow; a Dense layer gives ``num_classes`` logits per frame (class 0 is the CTC
+    blank by convention of the caller). Padded frames (``mask`` False) are zeroed after each
+    subsampling layer and masked as keys in attention, so the outputs at real frames do not
+    depend on how much padding follows.
+
+    Attributes:
+      num_classes: output classes (including the blank).
+      model_dim: D.
+      num_layers: Conformer blocks.
+      num_heads: attention heads (D divisible by it; head dim H = D / N).
+      ff_expansion: feed-forward width multiple.
+      kernel_size: depthwise convolution kernel (odd).
+      dropout_rate: dropout in the feed-forward, attention output and convolution modules.
+      attention: one of ``CONFORMER_ATTENTIONS``.
+      num_features: m, random projections per head (positive: width m; trigonometric: 2m;
+        angular hybrid: 4m(n + 1); cluster hybrid: k^2 m).
+      num_sign_features: n, sign projections of the angular hybrid's coefficient.
+      num_clusters: k query and k key clusters per head (cluster hybrid).
+      coupling: projection coupling (``rfjax.projections.available()``).
+      redraw_interval: redraw projections every this many steps.
+      signed_eps: floor of the FAVOR denominator for the signed estimators (trigonometric and
+        angular hybrid), whose estimated row normaliser can be <= 0 (with the default floor,
+        the smallest normal number, such rows become inf and the loss NaN). Positive maps keep
+        the default floor.
+
+    References:
+      Gulati et al., arXiv:2005.08100; Choromanski et al., arXiv:2110.04367, Sec. 4.3, App. J.
+    """
+
+    num_classes: int
+    model_dim: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    ff_expansion: int = 4
+    kernel_size: int = 15
+    dropout_rate: float = 0.0
+    attention: str = "positive"
+    num_features: int = 32
+    num_sign_features: int = 8
+    num_clusters: int = 2
+    coupling: str = "orthogonal"
+    redraw_interval: int = 100
+    signed_eps: float = 1e-3
+
+    def _check(self) -> None:
+        if self.attention not in CONFORMER_ATTENTIONS:
+            raise ValueError(
+                f"attention must be one of {CONFORMER_ATTENTIONS}, got {self.attention!r}"
+            )
+        for name in (
+            "num_classes",
+            "model_dim",
+            "num_layers",
+            "num_heads",
+            "num_features",
+            "num_sign_features",
+            "num_clusters",
+            "kernel_size",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.model_dim % self.num_heads:
+            raise ValueError(
+                f"model_dim ({self.model_dim}) must be divisible by num_heads ({self.num_heads})"
+            )
+        if self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
+
+    def _attention_config(self) -> dict:
+        if self.attention == "exact":
+            return {"attention_kind": "exact"}
+        config = {
+            "attention_kind": "performer",
+            "coupling": self.coupling,
+            "num_features": self.num_features,
+            "feature_map": _feature_map(self.attention),
+            "redraw_interval": self.redraw_interval,
+        }
+        if self.attention in ("trigonometric", "angular_hybrid"):
+            config["eps"] = self.signed_eps
+        if self.attention == "angular_hybrid":
+            config.update(hybrid="angular", num_sign_features=self.num_sign_features)
+        elif self.attention == "cluster_hybrid":
+            config.update(hybrid="cluster", num_clusters=self.num_clusters)
+        return config
+
+    @nn.compact
+    def __call__(
+        self,
+        features: jax.Array,
+        mask: jax.Array,
+        *,
+        train: bool = False,
+        projection_step: jax.Array | int | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Logits ``(B, T', num_classes)`` and the frame mask ``(B, T')``, T' = ceil(T / 4).
+
+        Args:
+          features: ``(B, T, F)`` input frames.
+          mask: ``(B, T)`` bool, True at real frames (a prefix of each row).
+          train: enables dropout (``"dropout"`` stream).
+          projection_step: the step that selects the random projections (Performer kinds).
+        """
+        self._check()
+        if features.ndim != 3 or mask.shape != features.shape[:2]:
+            raise ValueError(
+                f"features must be (B, T, F) and mask (B, T); got {features.shape} and {mask.shape}"
+            )
+        x = jnp.where(mask[..., None], features, 0)
+        for layer in range(2):
+            x = nn.Conv(
+                self.model_dim, (3,), strides=(2,), padding=((1, 1),), name=f"subsample_{layer}"
+            )(x)
+            mask = mask[:, ::2]
+            x = jnp.where(mask[..., None], nn.relu(x), 0)
+        x = nn.Dense(self.model_dim, name="input_projection")(x)
+        x = x + _sinusoidal_positions(x.shape[1], self.model_dim)
+        x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+        attention = self._attention_config()
+        for layer in range(self.num_layers):
+            x = _ConformerBlock(
+                num_heads=self.num_heads,
+                ff_expansion=self.ff_expansion,
+                kernel_size=self.kernel_size,
+                dropout_rate=self.dropout_rate,
+                attention=attention,
+                name=f"block_{layer}",
+            )(x, mask, train=train, projection_step=projection_step)
+        return nn.Dense(self.num_classes, name="logits")(x), mask
+
+
+# --------------------------------------------------------------------------- cluster fitting
+
+
+def fit_conformer_clusters(
+    key: jax.Array,
+    model: ConformerEncoder,
+    variables: dict,
+    features: jax.Array,
+    mask: jax.Array,
+    *,
+    num_points: int = 512,
+    num_iterations: int = 10,
+) -> dict:
+    """Fits the cluster hybrid's per-head query and key centres by k-means (HRF Sec. 4.3).
+
+    Runs ``model`` on ``features`` with ``variables``, takes every block's attention input,
+    forms its queries and keys with that block's parameters, scales them by H^{-1/4} and fits
+    k-means (``rfjax.features.kmeans``) per head on ``num_points`` real frames drawn uniformly
+    (with replacement) from the unmasked ones. Returns ``variables`` with the ``"clusters"``
+    collection replaced. The layers are fitted from one forward pass (later layers' inputs come
+    from the earlier layers with their old centres).
+
+    Args:
+      key: PRNG key (frame sampling and k-means seeding).
+      model: a ``ConformerEncoder`` with ``attention="cluster_hybrid"``.
+      variables: its variables (``"params"`` and ``"clusters"``).
+      features, mask: a batch as for ``model``.
+      num_points: frames sampled per fit (>= num_clusters).
+      num_iterations: Lloyd iterations.
+    """
+    if model.attention != "cluster_hybrid":
+        raise ValueError(f"model.attention must be 'cluster_hybrid', got {model.attention!r}")
+    (_, frame_mask), state = model.apply(
+        variables,
+        features,
+        mask,
+        mutable=["intermediates"],
+        rngs={PROJECTION_STREAM: jax.random.fold_in(key, 0)},
+    )
+    flat_mask = frame_mask.reshape(-1)
+    probabilities = flat_mask / jnp.sum(flat_mask)
+    clusters = {}
+    for layer in range(model.num_layers):
+        name = f"block_{layer}"
+        inputs = state["intermediates"][name]["attention_inputs"][0]
+        params = variables["params"][name]["attention"]
+        layer_key = jax.random.fold_in(key, layer + 1)
+        rows = jax.random.choice(layer_key, flat_mask.shape[0], (num_points,), p=probabilities)
+        points = inputs.reshape(-1, inputs.shape[-1])[rows]
+        centres = {}
+        for side in SIDES:
+            kernel, bias = params[side]["kernel"], params[side]["bias"]
+            projected = _normalised(jnp.einsum("pd,dnh->nph", points, kernel) + bias[:, None])
+            keys = jax.random.split(jax.random.fold_in(layer_key, len(side)), model.num_heads)
+            centres[f"{side}_centres"] = jax.vmap(
+                lambda k, p: kmeans(k, p, model.num_clusters, num_iterations=num_iterations)
+            )(keys, projected)
+        clusters[name] = {"attention": centres}
+    return {**variables, CLUSTER_COLLECTION: clusters}
+
+
+__all__ = [
+    "CONFORMER_ATTENTIONS",
+    "AngularHybridFeatureMap",
+    "ClusterHybridFeatureMap",
+    "ConformerEncoder",
+    "HybridPerformerAttention",
+    "HybridProjection",
+    "TrigonometricFeatureMap",
+    "fit_conformer_clusters",
+]
