@@ -1,0 +1,107 @@
+"""The rff_error experiment (Sutherland & Schneider) at its quick size."""
+
+import math
+
+import numpy as np
+import pytest
+
+from configs import rff_error as rff_error_config
+from experiments import rff_error
+from experiments.main import run_experiment
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("rff_error")
+    return workdir, run_experiment(rff_error_config.get_config("quick"), str(workdir))
+
+
+def test_writes_outputs(quick_run):
+    workdir, _ = quick_run
+    for name in (
+        "variance.csv",
+        "max_error.csv",
+        "tail_probability.csv",
+        "variance.png",
+        "max_error_radius.png",
+        "tail_probability.png",
+        "summary.md",
+        "summary.json",
+        "config.json",
+    ):
+        assert (workdir / name).stat().st_size > 0, name
+    assert (workdir / "summary.md").read_text().startswith("# ")
+
+
+def test_monte_carlo_variance_matches_closed_forms(quick_run):
+    _, result = quick_run
+    rows = result["variance_rows"]
+    assert len(rows) == 2 * len(rff_error_config.get_config("quick").distances)
+    for row in rows:
+        if row["variance_theory"] == 0.0:  # phi at Delta = 0 is exact
+            assert row["delta"] == 0.0 and row["embedding"] == "phi"
+            assert row["variance_mc"] < 1e-9
+        else:
+            assert abs(row["variance_mc"] - row["variance_theory"]) <= 4 * row["variance_se"], row
+
+
+def test_phi_has_lower_variance_and_max_error_than_psi(quick_run):
+    _, result = quick_run
+    variance = {(r["delta"], r["embedding"]): r for r in result["variance_rows"]}
+    for delta in rff_error_config.get_config("quick").distances:
+        phi, psi = variance[(delta, "phi")], variance[(delta, "psi")]
+        # theory first (exact), then the Monte Carlo where the gap is many SEs wide
+        assert phi["variance_theory"] < psi["variance_theory"]
+        gap_se = math.hypot(phi["variance_se"], psi["variance_se"])
+        if psi["variance_theory"] - phi["variance_theory"] > 8 * gap_se:
+            assert phi["variance_mc"] < psi["variance_mc"]
+    cells = {(r["radius"], r["embedding"]): r for r in result["max_rows"]}
+    region = rff_error_config.get_config("quick").region_radius
+    phi, psi = cells[(region, "phi")], cells[(region, "psi")]
+    gap = psi["max_error_mean"] - phi["max_error_mean"]
+    assert gap > 4 * math.hypot(phi["max_error_se"], psi["max_error_se"])
+
+
+def test_max_error_grows_with_radius_and_tail_is_a_survival_function(quick_run):
+    _, result = quick_run
+    for embedding in rff_error.EMBEDDINGS:
+        means = [r["max_error_mean"] for r in result["max_rows"] if r["embedding"] == embedding]
+        assert np.all(np.diff(means) >= 0)  # nested regions: the sup cannot shrink
+        probabilities = [r[f"prob_{embedding}"] for r in result["tail_rows"]]
+        assert probabilities[0] == 1.0 and probabilities[-1] == 0.0
+        assert np.all(np.diff(probabilities) <= 0)
+
+
+def test_rings_cover_the_region_and_nest():
+    config = rff_error_config.get_config("quick")
+    points, rings = rff_error.grid_and_rings(config)
+    assert points.shape == (config.grid_points, config.dim)
+    assert rings.min() == 0 and rings.max() == len(config.radii) - 1
+    # the pair (0, 0) lies in the smallest radius, the corners in the last one
+    n = config.grid_points
+    assert rings[(n // 2) * n + n // 2] == 0 and rings[0] == len(config.radii) - 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("variance_embedding_dim", 101, "even"),
+        ("embedding_dims", (50, 99), "even"),
+        ("tail_embedding_dim", 64, "tail_embedding_dim"),
+        ("radii", (0.5, 2.0), "region_radius"),
+        ("radii", (1.0, 0.5, 3.0), "increasing"),
+    ],
+)
+def test_bad_config_raises(tmp_path, field, value, match):
+    config = rff_error_config.get_config("quick")
+    config[field] = value
+    with pytest.raises(ValueError, match=match):
+        run_experiment(config, str(tmp_path))
+
+
+def test_config_variants():
+    full, quick = rff_error_config.get_config(), rff_error_config.get_config("quick")
+    assert full.tail_embedding_dim == 500 and full.region_radius == 3.0
+    assert quick.num_max_draws < full.num_max_draws
+    with pytest.raises(ValueError, match="config variant"):
+        rff_error_config.get_config("huge")
