@@ -29,7 +29,7 @@ import pytest
 import scipy.linalg
 from jax.test_util import check_grads
 
-from rfjax.ops import _fwht_cpu, _fwht_pallas, fwht, pad_to_power_of_two
+from rfjax.ops import _fwht_cpu, _fwht_pallas, fwht, pad_to_power_of_two, shifted_cos
 
 CPU_KERNEL = pytest.param(
     "cpu",
@@ -318,3 +318,43 @@ def test_pad_to_power_of_two():
         pad_to_power_of_two(x, axis=2)
     with pytest.raises(ValueError, match="scalar"):
         pad_to_power_of_two(jnp.zeros(()))
+
+
+# --- shifted_cos: cos(t - s pi/2) in vectorisable arithmetic ---------------------------------
+
+_EXACT_SHIFTED_COS = (np.cos, np.sin, lambda t: -np.cos(t), lambda t: -np.sin(t))
+
+
+@pytest.mark.parametrize(
+    "dtype, bound, tolerance",
+    [(np.float64, 1e5, 4e-16), (np.float32, 1e4, 2e-7)],
+)
+def test_shifted_cos_matches_numpy_for_every_quadrant_shift(dtype, bound, tolerance):
+    t = np.random.default_rng(0).uniform(-bound, bound, 20_000).astype(dtype)
+    t = np.concatenate([t, np.arange(-8, 9) * np.pi / 4]).astype(dtype)  # quadrant edges
+    with jax.enable_x64(dtype == np.float64):
+        for shift in range(-4, 5):
+            value = np.asarray(shifted_cos(t, shift), np.float64)
+            exact = _EXACT_SHIFTED_COS[shift % 4](t.astype(np.float64))
+            assert np.abs(value - exact).max() <= tolerance, shift
+
+
+def test_shifted_cos_broadcasts_shifts_and_keeps_half_precision():
+    t = jnp.linspace(-3.0, 3.0, 7, dtype=jnp.bfloat16)
+    value = shifted_cos(t[:, None], jnp.array([0, 1], jnp.int8))
+    assert value.shape == (7, 2) and value.dtype == jnp.bfloat16
+    exact = np.stack([np.cos(np.asarray(t, np.float64)), np.sin(np.asarray(t, np.float64))], -1)
+    np.testing.assert_allclose(np.asarray(value, np.float64), exact, atol=1e-2)
+
+
+def test_shifted_cos_gradient_is_minus_shifted_sin():
+    t = jnp.linspace(-20.0, 20.0, 101)
+    grad = jax.vmap(jax.grad(lambda u: shifted_cos(u, 0)))(t)
+    np.testing.assert_allclose(grad, -np.sin(np.asarray(t, np.float64)), atol=2e-6)
+
+
+def test_shifted_cos_rejects_bad_input():
+    with pytest.raises(TypeError, match="t must be a floating"):
+        shifted_cos(jnp.arange(3), 0)
+    with pytest.raises(TypeError, match="quarter_turns must be integers"):
+        shifted_cos(jnp.ones(3), 0.5)

@@ -11,13 +11,17 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rfjax._validation import check_float_dtype, check_int, check_key
 from rfjax.features._common import check_projection, pointwise_features, project
+from rfjax.ops import shifted_cos
 
 
 def _sin_cos(projected: jax.Array) -> jax.Array:
-    return jnp.concatenate([jnp.sin(projected), jnp.cos(projected)], axis=-1)
+    """[sin t, cos t] along the last axis, as one ``shifted_cos`` pass over [t, t]."""
+    quarter_turns = np.repeat(np.array([1, 0], np.int32), projected.shape[-1])
+    return shifted_cos(jnp.concatenate([projected, projected], axis=-1), quarter_turns)
 
 
 def fourier_features(x: jax.Array, projection: object, *, lengthscale: float = 1.0) -> jax.Array:
@@ -110,7 +114,7 @@ def cosine_features(
             f"({projection.num_features},), got {offsets.shape}"
         )
     return pointwise_features(
-        x, projection, lambda z: jnp.cos(z + offsets), multiplier=2.0, lengthscale=lengthscale
+        x, projection, lambda z: shifted_cos(z + offsets), multiplier=2.0, lengthscale=lengthscale
     )
 
 

@@ -1,4 +1,7 @@
-"""Fast linear operators as XLA ops: the fast Walsh-Hadamard transform.
+"""Fast operators as XLA ops: the fast Walsh-Hadamard transform, and a vectorised cosine.
+
+``shifted_cos(t, s)`` = cos(t - s pi/2) in fused, vectorisable arithmetic (sin and cos of random
+Fourier features in one pass; XLA:CPU's own sin/cos run element by element).
 
 ``fwht(x, axis=-1, normalize=False)`` computes H_n x along one axis in O(n log n), where H_n is
 the Sylvester-Hadamard matrix (H_1 = 1, H_2n = [[H_n, H_n], [H_n, -H_n]]), unnormalised or scaled
@@ -12,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from rfjax._validation import check_choice
+from rfjax.ops._cos import shifted_cos
 from rfjax.ops._fwht import IMPLEMENTATIONS, fwht_p, xla_butterfly
 
 SUPPORTED_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
@@ -125,5 +129,6 @@ __all__ = [
     "fwht_p",
     "is_power_of_two",
     "pad_to_power_of_two",
+    "shifted_cos",
     "xla_butterfly",
 ]
