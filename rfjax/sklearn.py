@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -33,6 +34,24 @@ FEATURES = ("positive", "fourier")
 
 # Couplings whose samplers need at least two input dimensions (simplex constructions).
 _NEEDS_TWO_DIMS = ("simplex", "simplex_plus", "fast_simplex")
+
+
+@functools.partial(jax.jit, static_argnames=("lengthscale", "kernel", "features"))
+def _feature_map(
+    x: jax.Array,
+    projection: _projections.Projection,
+    lengthscale: float,
+    kernel: str,
+    features: str,
+) -> jax.Array:
+    """The features of ``RandomFeatures.transform``, compiled once per shape and option."""
+    if features == "fourier":
+        return _features.fourier_features(x, projection, lengthscale=lengthscale)
+    if kernel == "gaussian":
+        return _features.positive_features(
+            x, projection, kernel="gaussian", lengthscale=lengthscale
+        )
+    return _features.positive_features(x / lengthscale, projection, kernel="softmax")
 
 
 class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -165,14 +184,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         compute_dtype = self._compute_dtype if X.dtype == np.float64 else jnp.float32
         x = jnp.asarray(X, dtype=compute_dtype)
         lengthscale = 1.0 / math.sqrt(2.0 * float(self.gamma))
-        if self.features == "fourier":
-            z = _features.fourier_features(x, self.projection_, lengthscale=lengthscale)
-        elif self.kernel == "gaussian":
-            z = _features.positive_features(
-                x, self.projection_, kernel="gaussian", lengthscale=lengthscale
-            )
-        else:
-            z = _features.positive_features(x / lengthscale, self.projection_, kernel="softmax")
+        z = _feature_map(x, self.projection_, lengthscale, self.kernel, self.features)
         return np.asarray(z, dtype=out_dtype)
 
     def __sklearn_tags__(self):
