@@ -38,7 +38,7 @@ def benchmark(num_inputs: int, dim: int, components: int, repeats: int) -> list[
         functions = {}
         for name, transformer in transformers.items():
             transformer.fit(x)
-            functions[name] = lambda transformer=transformer: transformer.transform(x)
+            functions[name] = lambda transformer=transformer, x=x: transformer.transform(x)
         timings = time_interleaved(functions, repeats=repeats)
         reference = timings["sklearn RBFSampler"]["median_s"]
         for name, timing in timings.items():
