@@ -1,0 +1,114 @@
+"""The SimRF Fig. 4 conformity experiment at its quick size, run in-process, and its pieces."""
+
+import csv
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import special
+
+from configs import conformity as conformity_config
+from experiments import conformity
+from experiments.main import run_experiment
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("conformity")
+    config = conformity_config.get_config("quick")
+    result = run_experiment(config, str(workdir))
+    return config, workdir, result
+
+
+def read_rows(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_quick_run_writes_its_files(quick_run):
+    config, workdir, _ = quick_run
+    for name in (
+        "results.csv",
+        "differences.csv",
+        "trace.csv",
+        "conformity.png",
+        "summary.md",
+        "config.json",
+    ):
+        assert (workdir / name).stat().st_size > 0, name
+    rows = read_rows(workdir / "results.csv")
+    assert len(rows) == len(config.norms_of_sum) * len(conformity.GEOMETRIES)
+    assert (workdir / "summary.md").read_text().startswith("# ")
+
+
+def test_monte_carlo_agrees_with_closed_forms(quick_run):
+    _, _, result = quick_run
+    checked = [r for r in result["rows"] if r["geometry"] in conformity.CLOSED_FORMS]
+    assert len(checked) == 3 * len(quick_run[0].norms_of_sum)
+    for row in checked:
+        assert abs(row["z_score"]) <= 4.0, row
+
+
+def test_coupled_geometries_share_norms_and_order_as_the_paper(quick_run):
+    _, workdir, result = quick_run
+    assert "largest norm mismatch" in (workdir / "summary.md").read_text()
+    for row in result["differences"]:
+        if row["difference"] in ("orthogonal - simplex", "simplex - simplex_plus"):
+            # Theorem 4.3 (SimRF < ORF) and SimRF+ below SimRF: paired, many SEs away.
+            assert row["mean"] > 4.0 * row["se"], row
+
+
+def test_optimised_geometry_decreases_the_objective_and_beats_simrf(quick_run):
+    _, _, result = quick_run
+    trace = result["trace"]  # (num_v, num_steps + 1): mean log rho per step
+    assert np.all(trace[:, -1] < trace[:, 0])
+    for row in result["differences"]:
+        if row["difference"] == "simplex - optimised":
+            assert row["mean"] > -4.0 * row["se"], row
+        if row["difference"] == "simplex_plus - optimised":
+            # The optimiser reaches at least SimRF+ (up to 4 SE).
+            assert row["mean"] > -4.0 * row["se"], row
+
+
+def test_log_hyp0f1_matches_scipy():
+    z = np.array([0.0, 1e-3, 0.7, 12.0, 300.0])
+    for b in (1.0, 3.0, 32.0):
+        terms = conformity.num_series_terms(float(z.max()))
+        got = np.asarray(conformity.log_hyp0f1(b, jnp.asarray(z, jnp.float32), terms))
+        np.testing.assert_allclose(got, np.log(special.hyp0f1(b, z)), rtol=1e-5, atol=1e-6)
+
+
+def test_pair_conformity_of_the_simplex_is_its_pair_average():
+    # Unit-norm simplex rows: |w_i + w_j|^2 = 2 - 2/(d-1) for every pair, so rho(W) is one 0F1.
+    dim, v = 5, 1.3
+    weights = conformity.projections.simplex_directions(dim)
+    got = float(jnp.exp(conformity.log_pair_conformity(weights, jnp.float32(v), 40)))
+    expected = special.hyp0f1(dim / 2, v * v * (2 - 2 / (dim - 1)) / 4)
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("dim", 1, "config.dim"),
+        ("norms_of_sum", (), "norms_of_sum"),
+        ("norms_of_sum", (0.5, -1.0), "norms_of_sum"),
+        ("num_draws", 1, "config.num_draws"),
+        ("optimizer", "newton", "config.optimizer"),
+        ("init", "zeros", "config.init"),
+        ("learning_rate", 0.0, "config.learning_rate"),
+        ("raw_num_draws", 1, "raw_num_draws"),
+    ],
+)
+def test_bad_config_raises(field, value, match):
+    config = conformity_config.get_config("quick")
+    setattr(config, field, value)
+    with pytest.raises((ValueError, TypeError), match=match):
+        conformity.validate(config)
+
+
+def test_config_variants():
+    full, quick = conformity_config.get_config(), conformity_config.get_config("quick")
+    assert full.dim == 6 and quick.num_draws < full.num_draws
+    with pytest.raises(ValueError, match="config variant"):
+        conformity_config.get_config("huge")
