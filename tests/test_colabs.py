@@ -1,0 +1,106 @@
+"""Colabs: each .ipynb matches its jupytext .py source and runs without errors in quick mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import sys
+
+import jupytext
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+COLABS = pathlib.Path(__file__).resolve().parent.parent / "colabs"
+NOTEBOOKS = ("tour", "simrf_attention", "hybrid_features")
+KERNEL_NAME = "rfjax-test-python"
+TIMEOUT_S = 120  # per cell
+
+
+def _cells(path: pathlib.Path) -> list[tuple[str, str]]:
+    notebook = jupytext.read(path)
+    return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
+
+
+def test_every_source_has_a_notebook_and_is_listed():
+    sources = sorted(p.stem for p in COLABS.glob("*.py"))
+    assert sources == sorted(NOTEBOOKS)
+    assert sorted(p.stem for p in COLABS.glob("*.ipynb")) == sorted(NOTEBOOKS)
+    readme = (COLABS / "README.md").read_text()
+    for name in NOTEBOOKS:
+        assert f"{name}.ipynb" in readme, name
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_in_sync_with_source(name):
+    source = COLABS / f"{name}.py"
+    notebook = COLABS / f"{name}.ipynb"
+    assert _cells(source) == _cells(notebook), (
+        f"{notebook.name} differs from {source.name}: run `jupytext --sync {source}`"
+    )
+    metadata = jupytext.read(notebook).metadata
+    assert metadata["jupytext"]["formats"] == "ipynb,py:percent"
+
+
+def _kernel_manager(spec_dir: pathlib.Path) -> KernelManager:
+    """A kernel manager whose only kernel spec starts ipykernel with this interpreter."""
+    spec = spec_dir / KERNEL_NAME
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "rfjax test", "language": "python"})
+    )
+    manager = KernelManager(
+        kernel_name=KERNEL_NAME,
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
+    )
+    assert manager.kernel_spec.argv[0] == sys.executable
+    return manager
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
+    """Every notebook executed in quick mode, the three kernels running concurrently.
+
+    Cell errors are recorded as outputs (``allow_errors``) and asserted per notebook below.
+    """
+    notebooks = {name: nbformat.read(COLABS / f"{name}.ipynb", as_version=4) for name in NOTEBOOKS}
+    with pytest.MonkeyPatch.context() as patch:
+        # The kernels inherit this environment: quick sizes, a non-interactive matplotlib.
+        patch.setenv("RFJAX_COLAB_QUICK", "1")
+        patch.setenv("MPLBACKEND", "Agg")
+        patch.setenv("JAX_PLATFORMS", "cpu")
+        clients = [
+            NotebookClient(
+                notebook,
+                km=_kernel_manager(tmp_path_factory.mktemp(f"kernel_{name}")),
+                timeout=TIMEOUT_S,
+                allow_errors=True,
+                resources={"metadata": {"path": str(COLABS)}},
+            )
+            for name, notebook in notebooks.items()
+        ]
+
+        async def run_all() -> None:
+            await asyncio.gather(*(client.async_execute() for client in clients))
+
+        asyncio.run(run_all())
+    return notebooks
+
+
+def _outputs(notebook: nbformat.NotebookNode) -> list[dict]:
+    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_executes_in_quick_mode(name, executed):
+    notebook = executed[name]
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count is not None for cell in code_cells), "a cell did not run"
+    errors = [o for o in _outputs(notebook) if o.output_type == "error"]
+    assert not errors, "\n".join(f"{e.ename}: {e.evalue}" for e in errors)
+    text = "".join(o.get("text", "") for o in _outputs(notebook))
+    assert "quick=True" in text, "quick mode was not on"
