@@ -24,6 +24,8 @@ FeatureMap = Callable[[jax.Array, Projection], jax.Array]
 FeatureMapSpec = str | FeatureMap | tuple[FeatureMap | str, FeatureMap | str]
 
 DEFAULT_CHUNK_SIZE = 128
+# Positions per block of the bidirectional path (keys and queries); see _bidirectional_attention.
+BIDIRECTIONAL_BLOCK = 512
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -258,35 +260,89 @@ def _rowwise(fn, x, projection, per_head):
     return out.reshape(batch, length, heads, -1)
 
 
+def _in_blocks(x: jax.Array, block: int, fill: object = 0) -> jax.Array:
+    """(B, T, ...) -> (T'/block, B, block, ...), T padded with ``fill`` to a multiple T'."""
+    batch, length = x.shape[:2]
+    padded = -(-length // block) * block
+    widths = [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2)
+    x = jnp.pad(x, widths, constant_values=fill)
+    return x.reshape(batch, padded // block, block, *x.shape[2:]).swapaxes(0, 1)
+
+
+def _key_value_summary(key, value, mask, projection, *, fmap, stabilize, per_head, block):
+    """(S = sum_j psi_j v_j^T (B, N, m, H_v), z = sum_j psi_j (B, N, m)), one block of keys at a
+    time (a scan), so each block's features are contracted while they are in cache.
+
+    Stabilised, psi_j = exp(l(k_j) - c) with c the running maximum of l over the keys seen so
+    far (per batch and head, a constant under differentiation); when c grows, the carried sums
+    are rescaled by exp(c_old - c_new) <= 1, as in online softmax. At the end c is the maximum
+    over all unmasked keys, the Performer's global key shift. Masked keys are zeroed before the
+    map and get psi = 0, so garbage padding cannot create NaNs.
+    """
+    batch, _, heads, _ = key.shape
+    floor = _log_floor(key.dtype)
+
+    def step(carry, blocks):
+        kv, k_sum, shift = carry
+        k, v, valid = blocks
+        valid = valid[:, :, None, None]
+        k = jnp.where(valid, k, 0)
+        v = jnp.where(valid, v, 0)  # NaN/inf padding must not reach 0 * v
+        if stabilize:
+            logs = jnp.where(valid, _rowwise(fmap.log_features, k, projection, per_head), floor)
+            new_shift = jax.lax.stop_gradient(jnp.maximum(shift, jnp.max(logs, axis=(1, 3))))
+            rescale = jnp.exp(shift - new_shift)
+            kv, k_sum = kv * rescale[..., None, None], k_sum * rescale[..., None]
+            psi = jnp.exp(logs - new_shift[:, None, :, None])
+        else:
+            psi, new_shift = _rowwise(fmap, k, projection, per_head), shift
+        psi = jnp.where(valid, psi, 0)
+        kv = kv + jnp.einsum("bcnm,bcnh->bnmh", psi, v)
+        return (kv, k_sum + jnp.sum(psi, axis=1), new_shift), None
+
+    width = jax.eval_shape(lambda k: _rowwise(fmap, k, projection, per_head), key[:, :1]).shape
+    init = (
+        jnp.zeros((batch, heads, width[-1], value.shape[-1]), key.dtype),
+        jnp.zeros((batch, heads, width[-1]), key.dtype),
+        jnp.full((batch, heads), floor, key.dtype),
+    )
+    xs = (_in_blocks(key, block), _in_blocks(value, block), _in_blocks(mask, block, False))
+    (kv, k_sum, _), _ = jax.lax.scan(step, init, xs)
+    return kv, k_sum
+
+
 def _bidirectional_attention(
-    query, key, value, mask, projection, *, maps, stabilize, eps, per_head
+    query, key, value, mask, projection, *, maps, stabilize, eps, per_head, block
 ):
     """All heads, BTNH in and out: phi_Q(Q) (psi_K(K)^T V) / phi_Q(Q) (psi_K(K)^T 1).
 
-    The contractions run in BTNH layout (no transposes to BNTH), and the denominator is
-    phi_q . sum_s psi_k rather than a column of ones appended to the values. Stabilised keys
-    share one shift per batch and head, the maximum of l over all unmasked keys (a constant
-    under differentiation that cancels in the normalised output); masked keys get psi = 0 and
-    are zeroed before the map, so garbage padding cannot create NaNs.
+    Keys and queries are processed in blocks of ``block`` positions (the key sums by a scan,
+    see ``_key_value_summary``; the read-out by ``lax.map`` over query blocks), contracting in
+    BTNH layout: on CPU this keeps each block's features in cache instead of streaming (T, N, m)
+    tensors through memory three times.
     """
-    valid = mask[:, :, None, None]
-    phi_q = _rowwise(
-        lambda x, p: _query_features(x, p, maps[0], stabilize[0]), query, projection, per_head
+    kv, k_sum = _key_value_summary(
+        key,
+        value,
+        mask,
+        projection,
+        fmap=maps[1],
+        stabilize=stabilize[1],
+        per_head=per_head,
+        block=block,
     )
-    key = jnp.where(valid, key, 0)
-    if stabilize[1]:
-        logs = _rowwise(maps[1].log_features, key, projection, per_head)
-        logs = jnp.where(valid, logs, -jnp.inf)
-        shift = jax.lax.stop_gradient(jnp.max(logs, axis=(1, 3), keepdims=True))
-        psi_k = jnp.exp(logs - jnp.where(jnp.isfinite(shift), shift, 0))
-    else:
-        psi_k = jnp.where(valid, _rowwise(maps[1], key, projection, per_head), 0)
-    value = jnp.where(valid, value, 0)  # NaN/inf padding must not reach 0 * v
-    kv = jnp.einsum("bsnm,bsnh->bnmh", psi_k, value)
-    k_sum = jnp.sum(psi_k, axis=1)
-    numerator = jnp.einsum("btnm,bnmh->btnh", phi_q, kv)
-    denominator = jnp.einsum("btnm,bnm->btn", phi_q, k_sum)
-    return numerator / jnp.maximum(denominator, eps)[..., None]
+
+    def read_out(q):
+        phi_q = _rowwise(
+            lambda x, p: _query_features(x, p, maps[0], stabilize[0]), q, projection, per_head
+        )
+        numerator = jnp.einsum("btnm,bnmh->btnh", phi_q, kv)
+        denominator = jnp.einsum("btnm,bnm->btn", phi_q, k_sum)
+        return numerator / jnp.maximum(denominator, eps)[..., None]
+
+    batch, length = query.shape[:2]
+    out = jax.lax.map(read_out, _in_blocks(query, block))
+    return out.swapaxes(0, 1).reshape(batch, -1, *out.shape[3:])[:, :length]
 
 
 def _over_batch_and_heads(fn, per_head: bool, num_args: int):
@@ -317,6 +373,7 @@ def _favor_attention(
             stabilize=stabilize,
             eps=eps,
             per_head=per_head,
+            block=min(BIDIRECTIONAL_BLOCK, max(query.shape[1], key.shape[1])),
         ).astype(out_dtype)
     head = functools.partial(
         _head_attention,
