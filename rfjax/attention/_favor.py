@@ -412,7 +412,9 @@ def favor_attention(
     where A(t) is every unmasked key (bidirectional) or every unmasked key j <= t (``causal``).
     The default map makes phi(q) . phi(k) an unbiased estimate of exp(q . k / sqrt(H)), so the
     output approximates ``softmax_attention`` with an error falling like 1/sqrt(m). Bidirectional
-    attention computes phi_Q(Q) (phi_K(K)^T [V, 1]); causal attention runs chunked prefix sums
+    attention computes phi_Q(Q) (phi_K(K)^T [V, 1]) in blocks of ``BIDIRECTIONAL_BLOCK``
+    positions (a scan over key blocks accumulating the sums, then the read-out per query block),
+    in O(block (m + H_v) + m H_v) temporary memory per head for the forward pass; causal attention runs chunked prefix sums
     (a scan over chunks of ``chunk_size`` carrying S = sum phi_K(k_j) v_j^T and z = sum phi_K(k_j),
     a masked C x C quadratic form within each chunk), in O(T (m + H_v) + C^2) memory per head,
     and a custom VJP that recomputes chunk by chunk in reverse keeps the backward pass within the
@@ -423,7 +425,8 @@ def favor_attention(
 
     * queries: shift = max_i l_i(q_t), the row's own maximum (its largest feature becomes 1);
     * keys, bidirectional: one constant, the maximum of l over all unmasked keys of the
-      sequence (as in the Performer code);
+      sequence (as in the Performer code), reached online: the sums carried over key blocks are
+      rescaled by exp(c_old - c_new) <= 1 whenever a block raises the running maximum;
     * keys, causal: the running maximum c_t = max_{j <= t} max_i l_i(k_j), applied online: the
       carried state (S, z) is kept relative to the running maximum and rescaled by
       exp(c_old - c_new) <= 1 when it grows (as in online softmax), and each key is stored as
