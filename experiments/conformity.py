@@ -397,7 +397,7 @@ def _gain_sentence(differences: list[dict], v: float) -> str:
 def summarise(rows: list[dict], differences: list[dict], config, measured: dict) -> str:
     """The markdown summary: setup, the conformity table, paired differences, paper claims."""
     columns = ("v", "geometry", "rho_mc", "rho_se", "rho_theory", "z_score", "rho_raw_mc")
-    table = outputs.markdown_table([{k: r[k] for k in columns} for r in rows])
+    table = outputs.markdown_table([{k: r[k] for k in columns} for r in rows], "{:.6g}")
     difference_table = outputs.markdown_table(differences)
     max_z = max(abs(r["z_score"]) for r in rows if r["geometry"] in CLOSED_FORMS)
     trace = measured["trace"]
@@ -430,7 +430,9 @@ def summarise(rows: list[dict], differences: list[dict], config, measured: dict)
         f"{config.norms_of_sum[-1]}: {trace[-1, 0]:.4f} at the start, {trace[-1, -1]:.5f} at the "
         "end.\n\n"
         f"Largest |Monte Carlo - closed form| over IID/ORF/SimRF: {max_z:.2f} standard errors.\n\n"
-        f"{findings}\n\n"
+        f"{findings} The optimiser starts from `{config.init}` directions and is not certified "
+        "globally optimal per draw: `share_positive` of `simplex_plus - optimised` below says in "
+        "how many draws it ended below SimRF+.\n\n"
         f"Ordering by estimated conformity (lowest first): {ordering_text}. (IID and ORF differ "
         "by less than their standard errors at small v; their closed forms order ORF < IID at "
         "every v > 0.)\n\n"
