@@ -5,7 +5,7 @@ per dimension), Fig. 3 (average max error within a radius) and Fig. 4 (Pr(|f|_in
 [-3, 3] with D = 500), Gaussian kernel with sigma = 1 and d = 1 as in their numerical results.
 
 Command:
-  python -m experiments.main --config=configs/rff_error.py        # ~3 min on 2 busy CPU cores
+  python -m experiments.main --config=configs/rff_error.py        # ~2 min on 2 busy CPU cores
   python -m experiments.main --config=configs/rff_error.py:quick  # seconds (smoke test)
 
 Both embeddings have the same output width D: phi uses D/2 frequencies (sin and cos of each),
