@@ -182,7 +182,7 @@ def proposal_distribution_metrics(
     queries = queries.reshape(-1, queries.shape[-1])[: config.num_metric_queries]
     temperature = config.sampler.temperature
     probabilities = jax.nn.softmax(
-        normalize_for_proposal(queries, temperature) @ normalize_for_proposal(table, 1.0).T,
+        normalize_for_proposal(queries, temperature) @ normalize_for_proposal(table, temperature).T,
         axis=-1,
     )
     if proposal == "uniform":
