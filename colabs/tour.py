@@ -249,7 +249,7 @@ for coupling in COUPLINGS:
 
 # %% [markdown]
 # The z-scores measure the Monte Carlo MSE against the closed form in standard errors; they
-# should mostly lie within $\pm 2$ (and within $\pm 4$ almost always).
+# should lie within a few units (the points share their draws, so neighbours move together).
 #
 # **Where next:** `simrf_attention.ipynb` puts the couplings into Performer attention and
 # `hybrid_features.ipynb` mixes feature maps into hybrid estimators.
