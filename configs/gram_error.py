@@ -28,8 +28,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sigma = 0.1
     config.features_per_dim = (1, 2, 3, 4, 5, 6, 8, 10)
     config.couplings = ("gaussian", "orthogonal", "simplex", "simplex_plus")
-    config.num_repetitions = 1_000
-    config.repetitions_per_chunk = 250
+    config.num_repetitions = 4_000
+    config.repetitions_per_chunk = 500
     config.seed = 0
     if variant == "quick":
         config.dim = 16

@@ -66,6 +66,15 @@ def test_simplex_beats_iid_and_orthogonal(quick_run):
             assert gap > 4.0 * math.hypot(row["frobenius_se"], simplex["frobenius_se"]), other
 
 
+def test_paired_differences_of_block_couplings(quick_run):
+    config, workdir, result = quick_run
+    paired = [r for r in result["differences"] if r["difference"] == "orthogonal - simplex"]
+    assert [r["m_over_d"] for r in paired] == list(config.features_per_dim)
+    for row in paired:
+        assert row["z"] > 4.0, row
+    assert (workdir / "differences.csv").stat().st_size > 0
+
+
 def test_expected_squared_error_is_the_sum_of_pointwise_mses():
     x = np.array([[0.1, -0.2, 0.05], [0.0, 0.3, -0.1]])
     total = gram_error.expected_squared_error(x, 3, "orthogonal")
