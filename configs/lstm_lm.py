@@ -38,6 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = parse_variant(arg, ("quick", "small", "paper"))
     config = ml_collections.ConfigDict()
     config.experiment = "lstm_lm"
+    config.variant = variant or "default"  # named in the summary
     # The sweep: each entry one of rfjax.nn.PROPOSALS.
     config.proposals = (
         "positive",

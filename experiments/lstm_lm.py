@@ -352,7 +352,14 @@ def _summary_text(config, arrays, vocab_size: int, summary: list[dict]) -> str:
     hybrid_m, hybrid_n = sampler.hybrid_num_features, sampler.num_coefficient_features
     return (
         "# LSTM language model with random-feature sampled softmax (PTB)\n\n"
-        f"Data: {PTB_SOURCE}; vocabulary {vocab_size}. Used {tokens['train']:,} training tokens, "
+        f"Config variant `{config.variant}` (`configs/lstm_lm.py"
+        f"{'' if config.variant == 'default' else ':' + config.variant}`): "
+        + (
+            "the paper's sizes.\n\n"
+            if config.variant == "paper"
+            else "a reduced run, far from the paper's 80 epochs on all of PTB (`:paper`).\n\n"
+        )
+        + f"Data: {PTB_SOURCE}; vocabulary {vocab_size}. Used {tokens['train']:,} training tokens, "
         f"{tokens['valid']:,} validation and {tokens['test']:,} test tokens (the first ones of "
         f"each split), in non-overlapping windows of {config.bptt} tokens, each from a zero "
         "LSTM state.\n\n"

