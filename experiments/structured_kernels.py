@@ -68,6 +68,7 @@ def load_points(config: ml_collections.ConfigDict) -> tuple[np.ndarray, float]:
     return x, lengthscale
 
 
+@functools.partial(jax.jit, static_argnums=(1,))
 def exact_grams(x: jax.Array, lengthscale: float) -> dict[str, jax.Array]:
     """The exact Gram matrix of each kernel on ``x``."""
     return {
@@ -136,26 +137,31 @@ def gaussian_kernel_theory(
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _draw_matrices(
+    coupling: str, preprocess: bool, dim: int, num_features: int, keys: jax.Array
+) -> jax.Array:
+    """W of one projection per key, ``(keys, num_features, dim)``."""
+    sampler = projections.get(coupling)
+    options = {"preprocess": True} if preprocess else {}
+    return jax.vmap(lambda key: sampler(key, dim, num_features, **options).matrix())(keys)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
 def _relative_errors(
-    coupling: str,
-    preprocess: bool,
     num_features: tuple[int, ...],
     lengthscale: float,
-    keys: jax.Array,
+    matrices: jax.Array,
     x: jax.Array,
     exact: dict[str, jax.Array],
 ) -> jax.Array:
-    """|K_hat - K|_F^2 / |K|_F^2 per key, m and kernel: ``(keys, len(num_features), 3)``.
+    """|K_hat - K|_F^2 / |K|_F^2 per draw, m and kernel: ``(draws, len(num_features), 3)``.
 
-    Each key draws one projection with M = max(num_features) rows; its first m rows are an
+    ``matrices`` holds one W of M = max(num_features) rows per draw; its first m rows are an
     m-row draw of the same coupling (blocks are independent and the last one is truncated), so
     one draw serves every m (the errors at different m of one draw are correlated).
     """
-    sampler = projections.get(coupling)
-    options = {"preprocess": True} if preprocess else {}
 
-    def one_draw(key):
-        weights = sampler(key, x.shape[-1], max(num_features), **options).matrix()
+    def one_draw(weights):
         per_m = []
         for m in num_features:
             maps = feature_maps(x, projections.DenseProjection(weights[:m]), lengthscale)
@@ -167,7 +173,7 @@ def _relative_errors(
             )
         return jnp.asarray(per_m)
 
-    return jax.vmap(one_draw)(keys)
+    return jax.vmap(one_draw)(matrices)
 
 
 def measure(config: ml_collections.ConfigDict) -> tuple[list[dict], float, int]:
@@ -181,9 +187,11 @@ def measure(config: ml_collections.ConfigDict) -> tuple[list[dict], float, int]:
     rows = []
     for method_index, method in enumerate(config.methods):
         coupling, preprocess = parse_method(method)
-        draw = functools.partial(
-            _relative_errors, coupling, preprocess, num_features, lengthscale, x=x, exact=exact
-        )
+
+        def draw(keys, coupling=coupling, preprocess=preprocess):
+            matrices = _draw_matrices(coupling, preprocess, x.shape[-1], max(num_features), keys)
+            return _relative_errors(num_features, lengthscale, matrices, x, exact)
+
         errors = draw_in_chunks(
             draw,
             jax.random.fold_in(key, method_index),
