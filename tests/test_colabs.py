@@ -42,8 +42,9 @@ def test_notebook_in_sync_with_source(name):
     assert _cells(source) == _cells(notebook), (
         f"{notebook.name} differs from {source.name}: run `jupytext --sync {source}`"
     )
-    metadata = jupytext.read(notebook).metadata
-    assert metadata["jupytext"]["formats"] == "ipynb,py:percent"
+    stored = nbformat.read(notebook, as_version=4)
+    assert stored.metadata["jupytext"]["formats"] == "ipynb,py:percent"
+    assert not any(cell.get("outputs") for cell in stored.cells), "commit notebooks without outputs"
 
 
 def _kernel_manager(spec_dir: pathlib.Path) -> KernelManager:
