@@ -63,9 +63,9 @@ print(f"quick={QUICK}, H={HEAD_DIM}, T={LENGTH}, draws={NUM_DRAWS}, m in {FEATUR
 # ## Inputs
 #
 # One batch, one head, in the `(B, T, N, H)` layout of `jax.nn.dot_product_attention`. Queries
-# and keys have moderate norms ($\lVert q\rVert H^{-1/4} \approx 0.7$), as in trained
-# Performers; with large norms every random-feature estimate of $e^{q^\top k}$ degrades and the
-# couplings matter less than the norms.
+# and keys have moderate norms ($\lVert q\rVert H^{-1/4} \approx 0.35\, H^{1/4}$, 0.7 at
+# $H = 16$), as in trained Performers; the variance of every positive random-feature estimate of
+# $e^{q^\top k}$ grows exponentially with the norms.
 
 # %%
 key_q, key_k, key_v = jax.random.split(jax.random.key(0), 3)
