@@ -4,6 +4,8 @@ Command:
   python -m experiments.main --config=configs/uci_classification.py \
       --workdir=results/uci_classification     # 2.3 min CPU; 6.5-10 min wall on 2 cores
                                                # shared with other jobs (load 8-16)
+  python -m experiments.main --config=configs/uci_classification.py:reproduce  # the main job's
+                                               # scale: all sets, 100 draws (nursery 40, chess 20)
   python -m experiments.main --config=configs/uci_classification.py:quick   # ~12 s CPU (tests)
 
 Protocol of SimRF Sec. 5.3 / App. B (see experiments/uci_classification.py): fixed 95/5 split,
@@ -31,7 +33,7 @@ from rfjax.data import UCI_DATASETS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = parse_variant(arg)
+    variant = parse_variant(arg, allowed=("quick", "reproduce"))
     config = ml_collections.ConfigDict()
     config.experiment = "uci_classification"
     config.datasets = UCI_DATASETS
@@ -52,6 +54,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # JAX PRNG: "rbg" (XLA RngBitGenerator) compiles the vmapped samplers ~3x faster than the
     # default "threefry2x32"; both are sound, they give different (equally valid) draws.
     config.prng_impl = "rbg"
+    if variant == "reproduce":  # the main job (experiments.reproduce): all sets, fewer draws
+        config.repetitions = ml_collections.ConfigDict({name: 100 for name in UCI_DATASETS})
+        config.repetitions.nursery = 40
+        config.repetitions.chess = 20
+        config.fast_ratios = (1,)
     if variant == "quick":
         config.datasets = ("banknote", "yeast")  # d = 4 and 8: powers of two, Table 3 is cheap
         config.ratios = (1, 10)
