@@ -63,13 +63,13 @@ def _kernel_manager(spec_dir: pathlib.Path) -> KernelManager:
     return manager
 
 
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
-    """Every notebook executed in quick mode, the three kernels running concurrently.
+def _execute_concurrently(
+    notebooks: dict[str, nbformat.NotebookNode], spec_root: pathlib.Path
+) -> None:
+    """Executes every notebook in quick mode in place, the kernels running concurrently.
 
-    Cell errors are recorded as outputs (``allow_errors``) and asserted per notebook below.
+    Cell errors are recorded as outputs (``allow_errors``) so that every notebook runs to its end.
     """
-    notebooks = {name: nbformat.read(COLABS / f"{name}.ipynb", as_version=4) for name in NOTEBOOKS}
     with pytest.MonkeyPatch.context() as patch:
         # The kernels inherit this environment: quick sizes, a non-interactive matplotlib.
         patch.setenv("RFJAX_COLAB_QUICK", "1")
@@ -82,7 +82,7 @@ def executed(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
         clients = [
             NotebookClient(
                 notebook,
-                km=_kernel_manager(tmp_path_factory.mktemp(f"kernel_{name}")),
+                km=_kernel_manager(spec_root / name),
                 timeout=TIMEOUT_S,
                 allow_errors=True,
                 resources={"metadata": {"path": str(COLABS)}},
@@ -94,19 +94,25 @@ def executed(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
             await asyncio.gather(*(client.async_execute() for client in clients))
 
         asyncio.run(run_all())
-    return notebooks
 
 
-def _outputs(notebook: nbformat.NotebookNode) -> list[dict]:
-    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
-
-
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_executes_in_quick_mode(name, executed):
-    notebook = executed[name]
+def _problems(notebook: nbformat.NotebookNode) -> list[str]:
+    """What went wrong in an executed notebook: cells not run, errors, quick mode off."""
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert all(cell.execution_count is not None for cell in code_cells), "a cell did not run"
-    errors = [o for o in _outputs(notebook) if o.output_type == "error"]
-    assert not errors, "\n".join(f"{e.ename}: {e.evalue}" for e in errors)
-    text = "".join(o.get("text", "") for o in _outputs(notebook))
-    assert "quick=True" in text, "quick mode was not on"
+    outputs = [output for cell in code_cells for output in cell.outputs]
+    problems = [
+        f"cell {i} did not run" for i, cell in enumerate(code_cells) if cell.execution_count is None
+    ]
+    problems += [f"{o.ename}: {o.evalue}" for o in outputs if o.output_type == "error"]
+    if "quick=True" not in "".join(o.get("text", "") for o in outputs):
+        problems.append("quick mode was not on")
+    return problems
+
+
+def test_notebooks_execute_in_quick_mode(tmp_path):
+    # One test for all notebooks (not one per notebook), so that pytest-xdist never runs the
+    # concurrent execution twice on different workers.
+    notebooks = {name: nbformat.read(COLABS / f"{name}.ipynb", as_version=4) for name in NOTEBOOKS}
+    _execute_concurrently(notebooks, tmp_path)
+    problems = {name: _problems(notebook) for name, notebook in notebooks.items()}
+    assert not any(problems.values()), {name: p for name, p in problems.items() if p}
