@@ -56,7 +56,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.num_clusters = 2  # k query and k key clusters (cluster hybrid: width k^2 m)
     config.model.coupling = "orthogonal"
     config.model.redraw_interval = 100
-    config.model.signed_eps = 1e-3
+    config.model.hybrid_eps = 1e-3
 
     config.train = train_config()
     config.train.optimizer = "adam"  # cluster centres are frozen variables: no weight decay

@@ -306,19 +306,25 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     "digit_error_rate": rate,
                     "utterance_accuracy": final["eval_utterance_correct"],
                     "test_ctc_loss": final["eval_loss"],
-                    "final_train_loss": final.get("train_loss", float("nan")),
+                    "final_train_loss": [
+                        r["loss"] for r in train.read_metrics(run_dir) if r["split"] == "train"
+                    ][-1],
                     "seconds_this_session": seconds,
                 }
             )
             curves.setdefault(attention, []).append(train.read_metrics(run_dir))
     summary = []
     for attention in config.attentions:
-        rates = np.array([r["digit_error_rate"] for r in runs if r["attention"] == attention])
+        mine = [r for r in runs if r["attention"] == attention]
+        rates = np.array([r["digit_error_rate"] for r in mine])
         summary.append(
             {
                 "attention": LABELS[attention],
                 "seeds": len(rates),
                 "digit error rate (mean ± std)": f"{rates.mean():.4f} ± {rates.std():.4f}",
+                "utterances fully correct": np.mean([r["utterance_accuracy"] for r in mine]),
+                "test CTC loss": np.mean([r["test_ctc_loss"] for r in mine]),
+                "final train CTC loss": np.mean([r["final_train_loss"] for r in mine]),
                 "mean": float(rates.mean()),
                 "std": float(rates.std()),
             }
@@ -353,11 +359,13 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"m = {m.num_features} projections per head ({m.coupling}, redrawn every "
         f"{m.redraw_interval} steps), angular hybrid n = {m.num_sign_features} sign "
         f"projections, cluster hybrid {m.num_clusters} x {m.num_clusters} clusters per head "
-        "(k-means on the initial model's queries/keys, then frozen); signed estimators use "
-        f"a denominator floor of {m.signed_eps}. Training: {config.train.num_train_steps} steps "
+        "(k-means on the initial model's queries/keys, then frozen); the trigonometric and "
+        f"hybrid kinds use a denominator floor of {m.hybrid_eps}. Training: {config.train.num_train_steps} steps "
         f"of batch {config.train.batch_size}, {config.train.optimizer}, lr "
         f"{config.train.learning_rate}. Metric: digit error rate = total edit distance / total "
-        "reference digits of greedy CTC decoding; std over seeds (population).\n\n"
+        "reference digits of greedy CTC decoding; std over seeds (population); the other "
+        "columns are means over seeds (CTC losses per utterance; the train loss is the mean of "
+        "the last logging interval).\n\n"
         f"{table}\n\n"
         "Paper (HRF Table 2, LibriSpeech WER, Conformer-Transducer): the kinds compared are "
         "HRF-C(3,3), HRF-C(2,3), HRF-C(3,2), HRF-C(2,2), HRF-A(16,8), HRF-A(8,8), FAVOR+ 432, "

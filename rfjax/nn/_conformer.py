@@ -30,14 +30,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rfjax.attention import data_normalizer, draw_projection, redraw_key
+from rfjax.attention import ExponentialFeatureMap, data_normalizer, draw_projection, redraw_key
 from rfjax.features import (
     angular_hybrid_features,
-    cluster_hybrid_features,
+    assign_clusters,
     cluster_hybrid_parameters,
     kmeans,
     trigonometric_features,
 )
+from rfjax.features._complex_exponential import transform
 from rfjax.features._fourier import _sin_cos
 from rfjax.nn._attention import PROJECTION_STREAM, PerformerAttention
 from rfjax.projections import Projection
@@ -143,20 +144,43 @@ class AngularHybridFeatureMap:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusterHybridFeatureMap:
-    """Cluster-adapted hybrid features (HRF Def. H.2, zero-one coefficients) of H^{-1/4} x,
-    for a ``HybridProjection`` whose ``extra`` is ``ClusterHybridParameters`` (centres in the
-    H^{-1/4}-scaled space); width k_q k_k m."""
+class ClusterHybridFeatureMap(ExponentialFeatureMap):
+    """Cluster-adapted hybrid features (HRF Def. H.2, zero-one coefficients, real diagonal CE
+    matrices) of x' = H^{-1/4} x, for a ``HybridProjection`` whose ``extra`` is
+    ``ClusterHybridParameters`` (centres in the x' space); width k_q k_k m.
+
+    The features are exponentials, so they are given by their log-features (``exp`` of them
+    equals ``rfjax.features.cluster_hybrid_features``; blocks of other clusters get a large
+    negative log): ``favor_attention`` then stabilises them like FAVOR+ features. Without
+    that, the CE features of a row can all underflow (|A x'| is up to ``max_scale`` times |x'|),
+    and the floored denominator gives non-finite gradients.
+    """
 
     side: str
 
     def __post_init__(self):
         _check_side(self.side)
 
-    def __call__(self, x: jax.Array, projection: HybridProjection) -> jax.Array:
-        return cluster_hybrid_features(
-            _normalised(x), projection.base, projection.extra, side=self.side
-        )
+    def log_features(self, x: jax.Array, projection: HybridProjection) -> jax.Array:
+        x = _normalised(x)
+        parameters, base = projection.extra, projection.base
+        floor = 0.25 * float(jnp.finfo(jnp.promote_types(x.dtype, jnp.float32)).min)
+        if self.side == "query":
+            cluster = assign_clusters(x, parameters.query_centres)
+            alphas = parameters.diagonals[cluster]  # (..., k_k, d)
+            active = jax.nn.one_hot(cluster, parameters.num_query_clusters, dtype=bool)
+            active = active[..., :, None, None]
+        else:
+            cluster = assign_clusters(x, parameters.key_centres)
+            alphas = jnp.moveaxis(parameters.diagonals[:, cluster], 0, -2)  # (..., k_q, d)
+            active = jax.nn.one_hot(cluster, parameters.num_key_clusters, dtype=bool)
+            active = active[..., None, :, None]
+        u, _ = transform(x[..., None, :], alphas, self.side, diagonal=True)
+        logs = base(u) - 0.5 * jnp.sum(u * u, axis=-1, keepdims=True)
+        logs = logs - 0.5 * math.log(base.num_features)
+        logs = logs[..., None, :, :] if self.side == "query" else logs[..., :, None, :]
+        blocks = jnp.where(active, logs, floor)  # (..., k_q, k_k, m)
+        return blocks.reshape(*blocks.shape[:-3], -1)
 
 
 def _feature_map(attention: str):
@@ -319,10 +343,12 @@ class ConformerEncoder(nn.Module):
       num_clusters: k query and k key clusters per head (cluster hybrid).
       coupling: projection coupling (``rfjax.projections.available()``).
       redraw_interval: redraw projections every this many steps.
-      signed_eps: floor of the FAVOR denominator for the signed estimators (trigonometric and
-        angular hybrid), whose estimated row normaliser can be <= 0 (with the default floor,
-        the smallest normal number, such rows become inf and the loss NaN). Positive maps keep
-        the default floor.
+      hybrid_eps: floor of the FAVOR denominator for the trigonometric and hybrid kinds. The
+        signed estimators (trigonometric, angular hybrid) can estimate a row's normaliser as
+        <= 0, and the cluster hybrid's stabilised CE features span a wide range (|A x| up to 10
+        |x|), so its normaliser can underflow; with the default floor (the smallest normal
+        number) such rows become inf (forward, signed) or give non-finite gradients (cluster).
+        Rows below the floor are biased. Exact and FAVOR+ keep the default floor.
 
     References:
       Gulati et al., arXiv:2005.08100; Choromanski et al., arXiv:2110.04367, Sec. 4.3, App. J.
@@ -341,7 +367,7 @@ class ConformerEncoder(nn.Module):
     num_clusters: int = 2
     coupling: str = "orthogonal"
     redraw_interval: int = 100
-    signed_eps: float = 1e-3
+    hybrid_eps: float = 1e-3
 
     def _check(self) -> None:
         if self.attention not in CONFORMER_ATTENTIONS:
@@ -378,8 +404,8 @@ class ConformerEncoder(nn.Module):
             "feature_map": _feature_map(self.attention),
             "redraw_interval": self.redraw_interval,
         }
-        if self.attention in ("trigonometric", "angular_hybrid"):
-            config["eps"] = self.signed_eps
+        if self.attention != "positive":
+            config["eps"] = self.hybrid_eps
         if self.attention == "angular_hybrid":
             config.update(hybrid="angular", num_sign_features=self.num_sign_features)
         elif self.attention == "cluster_hybrid":
