@@ -88,7 +88,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.train.checkpoint_every_steps = 200
 
     if variant == "quick":
-        config.proposals = ("angular_hybrid", "uniform")
+        config.proposals = ("angular_hybrid",)  # the signed, two-sided feature path
         config.seeds = (0,)
         config.model.num_layers = 1
         config.num_train_tokens = 6_000

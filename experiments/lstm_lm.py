@@ -208,7 +208,9 @@ def _mean_std(values: list[float]) -> str:
     return f"{np.mean(values):.4g} ± {np.std(values):.2g}"
 
 
-def _plot_bars(summary: list[dict], runs: list[dict], names: tuple, path: str, titles: dict):
+def _plot_bars(
+    summary: list[dict], runs: list[dict], names: tuple, path: str, titles: dict, yscale: str
+):
     figure, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6))
     for axis, name in zip(np.atleast_1d(axes), names, strict=True):
         labels, means, stds = [], [], []
@@ -221,7 +223,7 @@ def _plot_bars(summary: list[dict], runs: list[dict], names: tuple, path: str, t
             stds.append(np.std(values))
         axis.bar(range(len(labels)), means, yerr=stds, capsize=3, color="C0")
         axis.set_xticks(range(len(labels)), labels, rotation=35, ha="right")
-        axis.set_title(titles[name])
+        axis.set(title=titles[name], yscale=yscale)
     outputs.save_figure(figure, path)
 
 
@@ -327,6 +329,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         ("valid_perplexity", "test_perplexity"),
         os.path.join(workdir, "perplexity.png"),
         {"valid_perplexity": "validation perplexity", "test_perplexity": "test perplexity"},
+        "log",
     )
     _plot_bars(
         summary,
@@ -338,6 +341,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "ks": "KS statistic",
             "negative_fraction": "neg. fraction",
         },
+        "linear",
     )
     _plot_curves(curves, os.path.join(workdir, "learning_curves.png"))
     return {"runs": runs, "summary": summary}
@@ -382,7 +386,10 @@ def _summary_text(config, arrays, vocab_size: int, summary: list[dict]) -> str:
         "with probability |B_ik| / S_k by binary search in per-feature cumulative tables built "
         "once per step): no O(V) softmax per query. For the signed estimators (trigonometric, "
         "hybrids) this samples the |.| mixture of the features, and the loss corrects with the "
-        "probability of that mixture (the proposal actually used). `exact` samples the full "
+        "probability of that mixture (the proposal actually used); the |.| discards the signs "
+        "that carry the kernel's shape, so this mixture can be much flatter than the kernel "
+        "estimate (nearly uniform for trigonometric features): read these proposals' "
+        "perplexities against `uniform`. `exact` samples the full "
         "softmax of the model's logits; `uniform` samples 1/V.\n\n"
         f"Perplexity: full softmax. Distribution metrics: for {config.num_metric_queries} "
         "validation queries of each trained model, the proposal's random-feature estimate of "
