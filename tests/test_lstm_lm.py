@@ -50,14 +50,26 @@ def _assert_frequencies_match(samples, probabilities):
         assert np.all(np.abs(counts / draws - p) <= 4.5 * se + 1e-12)
 
 
-@pytest.mark.parametrize("proposal", rnn.FEATURE_PROPOSALS)
+# Trigonometric and Gaussian hybrid share their sampler path with the two fast cases.
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "proposal",
+    [
+        "positive",
+        "angular_hybrid",
+        pytest.param("trigonometric", marks=SLOW),
+        pytest.param("gaussian_hybrid", marks=SLOW),
+    ],
+)
 def test_feature_sampler_draws_from_the_proposal_it_reports(proposal):
     queries, embeddings = _problem()
     features = rnn.proposal_features(
         jax.random.key(1), queries, embeddings, proposal=proposal, **FEATURE_OPTIONS
     )
     probabilities = rnn.feature_proposal_probabilities(*features)
-    samples, log_q = rnn.sample_from_features(jax.random.key(2), *features, 20_000)
+    samples, log_q = rnn.sample_from_features(jax.random.key(2), *features, 10_000)
     _assert_frequencies_match(samples, probabilities)
     expected = jnp.log(jnp.take_along_axis(probabilities, samples, axis=-1))
     np.testing.assert_allclose(log_q, expected, atol=1e-4)
@@ -86,7 +98,9 @@ def test_signed_proposals_estimate_the_kernel_without_bias():
     truth = jnp.exp(
         rnn.normalize_for_proposal(queries, tau) @ rnn.normalize_for_proposal(embeddings, tau).T
     )
-    for proposal in rnn.FEATURE_PROPOSALS:
+    # The two wirings: symmetric features (positive; trigonometric is the same code path) and
+    # query/key hybrid sides (angular; the Gaussian hybrid is the same code path).
+    for proposal in ("positive", "angular_hybrid"):
 
         def draw(key, proposal=proposal):
             q_feat, e_feat = rnn.proposal_features(
@@ -116,7 +130,12 @@ def test_exact_and_uniform_proposals():
 
 @pytest.mark.parametrize(
     ("proposal", "remove_hits"),
-    [("uniform", False), ("exact", True), ("positive", True), ("angular_hybrid", True)],
+    [
+        ("uniform", False),
+        ("exact", True),
+        ("angular_hybrid", True),
+        pytest.param("positive", True, marks=SLOW),
+    ],
 )
 def test_sampled_normaliser_is_unbiased(proposal, remove_hits):
     """exp(loss + o_t) estimates Z = sum_i exp(o_i) (Z + exp(o_t) when hits are kept)."""
@@ -140,7 +159,7 @@ def test_sampled_normaliser_is_unbiased(proposal, remove_hits):
         )
         return jnp.exp(loss + target_logits)
 
-    values = jax.jit(jax.vmap(normaliser))(jax.random.split(jax.random.key(7), 4_000))
+    values = jax.jit(jax.vmap(normaliser))(jax.random.split(jax.random.key(7), 2_000))
     truth = jnp.exp(jax.nn.logsumexp(logits, axis=-1))
     if not remove_hits:
         truth = truth + jnp.exp(target_logits)
@@ -152,13 +171,20 @@ def test_sampled_loss_tends_to_the_full_cross_entropy():
     queries, embeddings = _problem(num_queries=4)
     targets = jnp.array([1, 2, 3, 4])
     samples, log_q = rnn.sample_proposal(
-        jax.random.key(8), queries, embeddings, proposal="uniform", num_samples=200_000
+        jax.random.key(8), queries, embeddings, proposal="uniform", num_samples=50_000
     )
     loss = rnn.sampled_softmax_loss(queries, embeddings, targets, samples, log_q)
-    full = -jnp.take_along_axis(
-        jax.nn.log_softmax(queries @ embeddings.T), targets[:, None], axis=-1
-    )[:, 0]
-    np.testing.assert_allclose(loss, full, atol=0.01)
+    logits = queries @ embeddings.T
+    full = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[:, None], axis=-1)[:, 0]
+    # loss = log Z_hat - o_t with Z_hat = exp(o_t) + mean_j w_j: by the delta method the SE of
+    # the loss is SE(mean w) / Z, from the samples' own spread.
+    weights = jnp.where(
+        samples == targets[:, None],
+        0.0,
+        jnp.exp(jnp.take_along_axis(logits, samples, axis=-1) - log_q),
+    )
+    se = weights.std(-1) / math.sqrt(samples.shape[1]) / jnp.exp(jax.nn.logsumexp(logits, -1))
+    assert jnp.all(jnp.abs(loss - full) <= 4 * se), (loss - full, se)
 
 
 def test_distribution_metrics_closed_forms():
@@ -248,9 +274,10 @@ def test_quick_experiment_trains_and_writes_outputs(tmp_path):
 def test_quick_experiment_resumes_finished_runs(tmp_path):
     config = lstm_lm_config.get_config("quick")
     first = run_experiment(config, str(tmp_path))
-    metrics = (tmp_path / "runs" / "uniform_seed0" / "metrics.jsonl").read_text()
-    again = run_experiment(config, str(tmp_path))
-    assert (tmp_path / "runs" / "uniform_seed0" / "metrics.jsonl").read_text() == metrics
+    metrics_path = tmp_path / "runs" / f"{config.proposals[0]}_seed0" / "metrics.jsonl"
+    metrics = metrics_path.read_text()
+    again = run_experiment(config, str(tmp_path))  # restores the finished run, trains nothing
+    assert metrics_path.read_text() == metrics
     for a, b in zip(first["runs"], again["runs"], strict=True):
         assert a["valid_perplexity"] == b["valid_perplexity"]
         assert a["test_perplexity"] == b["test_perplexity"]

