@@ -50,15 +50,16 @@ def _assert_frequencies_match(samples, probabilities):
         assert np.all(np.abs(counts / draws - p) <= 4.5 * se + 1e-12)
 
 
-# Trigonometric and Gaussian hybrid share their sampler path with the two fast cases.
+# One sampler serves every feature proposal: the signed, two-sided angular hybrid runs by
+# default, the others (same code path) with --runslow.
 SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
     "proposal",
     [
-        "positive",
         "angular_hybrid",
+        pytest.param("positive", marks=SLOW),
         pytest.param("trigonometric", marks=SLOW),
         pytest.param("gaussian_hybrid", marks=SLOW),
     ],
