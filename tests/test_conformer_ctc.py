@@ -1,0 +1,326 @@
+"""FSDD loader, log-mel features, CTC decoding, the Conformer's attention kinds, the experiment."""
+
+import functools
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import conformer_ctc as conformer_config
+from experiments import conformer_ctc, train
+from experiments.main import run_experiment
+from rfjax.attention import draw_projection, favor_attention
+from rfjax.data import (
+    DEFAULT_FSDD_DIR,
+    concatenate_digits,
+    load_fsdd,
+    log_mel_spectrogram,
+    mel_filterbank,
+)
+from rfjax.features import cluster_hybrid_features, fit_cluster_hybrid
+from rfjax.nn import CONFORMER_ATTENTIONS, ConformerEncoder, fit_conformer_clusters
+from rfjax.nn._conformer import (
+    AngularHybridFeatureMap,
+    ClusterHybridFeatureMap,
+    HybridProjection,
+    TrigonometricFeatureMap,
+)
+from rfjax.projections import gaussian, orthogonal
+
+needs_fsdd = pytest.mark.skipif(
+    not os.path.isdir(DEFAULT_FSDD_DIR), reason=f"FSDD not found at {DEFAULT_FSDD_DIR}"
+)
+
+
+@pytest.fixture(scope="module")
+def fsdd():
+    return load_fsdd()
+
+
+# --------------------------------------------------------------------------- data
+
+
+@needs_fsdd
+def test_load_fsdd_counts_speakers_rate(fsdd):
+    assert len(fsdd["audio"]) == 3000 and fsdd["sample_rate"] == 8000
+    speakers, counts = np.unique(fsdd["speaker"], return_counts=True)
+    assert speakers.tolist() == ["george", "jackson", "lucas", "nicolas", "theo", "yweweler"]
+    assert counts.tolist() == [500] * 6
+    assert np.bincount(fsdd["digit"]).tolist() == [300] * 10
+    assert all(a.dtype == np.float32 and a.ndim == 1 for a in fsdd["audio"])
+    assert max(float(np.abs(a).max()) for a in fsdd["audio"]) <= 1.0
+
+
+def test_load_fsdd_missing_folder_names_source(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Jakobovski/free-spoken-digit-dataset"):
+        load_fsdd(str(tmp_path))
+
+
+def test_concatenate_digits_deterministic_and_consistent():
+    audio = [np.full(n, n, np.float32) for n in (10, 20, 30, 40)]
+    digits = np.array([3, 1, 4, 0])
+    waves, labels = concatenate_digits(audio, digits, 50, seed=7, min_digits=2, max_digits=5)
+    again, labels_again = concatenate_digits(audio, digits, 50, seed=7)
+    assert all(np.array_equal(a, b) for a, b in zip(waves, again, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(labels, labels_again, strict=True))
+    lengths = {len(x) for x in labels}
+    assert lengths <= {2, 3, 4, 5} and len(lengths) > 1
+    recording = {3: 0, 1: 1, 4: 2, 0: 3}  # digits are unique here: label -> recording
+    for wave, label in zip(waves, labels, strict=True):
+        expected = np.concatenate([audio[recording[int(d)]] for d in label])
+        np.testing.assert_array_equal(wave, expected)
+    capped, _ = concatenate_digits(audio, digits, 5, seed=7, max_samples_per_digit=12)
+    assert all(len(w) <= 5 * 12 for w in capped)
+    with pytest.raises(ValueError, match="max_digits"):
+        concatenate_digits(audio, digits, 5, seed=0, min_digits=3, max_digits=2)
+
+
+@needs_fsdd
+def test_held_out_speaker_not_in_training():
+    config = conformer_config.get_config("quick")
+    train_arrays, test_arrays, info = conformer_ctc.make_data(config)
+    assert info["test_speakers"] == ["theo"] and "theo" not in info["train_speakers"]
+    assert len(info["train_speakers"]) == 5
+    assert train_arrays["features"].shape[1] == info["max_frames"] and info["max_frames"] % 4 == 0
+    counts = test_arrays["label_count"]
+    assert counts.min() >= config.min_digits and counts.max() <= config.max_digits
+    labels = test_arrays["labels"]
+    assert np.all((labels > 0) == (np.arange(5)[None] < counts[:, None]))  # digits are 1..10
+
+
+def test_log_mel_pure_tone_peaks_in_its_mel_bin():
+    rate, fft_size, num_mels = 8000, 256, 40
+    filters = mel_filterbank(num_mels, fft_size, rate)
+    bins = np.linspace(0, rate / 2, fft_size // 2 + 1)
+    centres = bins[np.argmax(filters, axis=0)]
+    assert np.all(np.diff(centres) > 0) and np.all(
+        filters.max(0) > 0.5
+    )  # FFT bins sample the peaks
+    for frequency in (300.0, 1000.0, 2500.0):
+        tone = np.sin(2 * np.pi * frequency * np.arange(4000) / rate).astype(np.float32)
+        features = log_mel_spectrogram(tone, num_mels=num_mels)
+        assert features.shape == (1 + (4000 - 200) // 80, num_mels)
+        peak = np.argmax(features.mean(0))
+        # the tone's bin lies under the peak filter, next to its centre
+        assert abs(centres[peak] - frequency) <= np.max(np.diff(centres)[max(peak - 1, 0) :][:2])
+        assert filters[np.argmin(np.abs(bins - frequency)), peak] > 0.3
+
+
+# --------------------------------------------------------------------------- decoding, metric
+
+
+def _levenshtein(a, b):
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
+
+
+def test_edit_distance_matches_python_reference():
+    rng = np.random.default_rng(0)
+    hyp = rng.integers(1, 4, size=(200, 9))
+    ref = rng.integers(1, 4, size=(200, 5))
+    hyp_len = rng.integers(0, 10, size=200)
+    ref_len = rng.integers(1, 6, size=200)
+    got = jax.jit(jax.vmap(conformer_ctc.edit_distance))(hyp, hyp_len, ref, ref_len)
+    expected = [
+        _levenshtein(h[:m], r[:n]) for h, m, r, n in zip(hyp, hyp_len, ref, ref_len, strict=True)
+    ]
+    assert np.asarray(got).tolist() == expected
+
+
+def test_greedy_ctc_decode_merges_repeats_and_drops_blanks():
+    frames = np.array([[1, 1, 0, 1, 2, 2, 0, 3, 5, 5], [4, 0, 4, 4, 0, 0, 7, 7, 7, 7]])
+    logits = jax.nn.one_hot(frames, 11) * 5.0
+    mask = np.array([[True] * 8 + [False] * 2, [True] * 10])
+    tokens, lengths = conformer_ctc.greedy_ctc_decode(logits, mask)
+    assert lengths.tolist() == [4, 3]
+    assert tokens[0, :4].tolist() == [1, 1, 2, 3] and tokens[1, :3].tolist() == [4, 4, 7]
+    assert not np.any(np.asarray(tokens[0, 4:])) and not np.any(np.asarray(tokens[1, 3:]))
+
+
+# --------------------------------------------------------------------------- feature maps
+
+
+def _scaled(x):
+    return x * x.shape[-1] ** -0.25
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["angular_hybrid", "cluster_hybrid", pytest.param("trigonometric", marks=pytest.mark.slow)],
+)
+def test_attention_feature_maps_are_unbiased(kind):
+    """Mean over independent draws of phi_Q(q).phi_K(k) vs the target within 4 SE."""
+    dim, draws = 4, 400
+    q, k = 0.6 * jax.random.normal(jax.random.key(0), (2, 3, dim))
+    target = jnp.exp(jnp.sum(_scaled(q) * _scaled(k), -1))
+    if kind == "trigonometric":
+        target = target * jnp.exp(-0.5 * jnp.sum(_scaled(q) ** 2, -1))  # query factor dropped
+        maps, extra = (TrigonometricFeatureMap("query"), TrigonometricFeatureMap("key")), None
+    elif kind == "angular_hybrid":
+        maps, extra = (AngularHybridFeatureMap("query"), AngularHybridFeatureMap("key")), "signs"
+    else:
+        maps = (ClusterHybridFeatureMap("query"), ClusterHybridFeatureMap("key"))
+        points = jax.random.normal(jax.random.key(9), (2, 40, dim))
+        extra = fit_cluster_hybrid(jax.random.key(8), *_scaled(points), 2, 2)
+
+    def estimate(key):
+        base_key, sign_key = jax.random.split(key)
+        base = orthogonal(base_key, dim, 8)
+        if extra is None:
+            projection = base
+        elif extra == "signs":
+            projection = HybridProjection(base, gaussian(sign_key, dim, 3))
+        else:
+            projection = HybridProjection(base, extra)
+        return jnp.sum(maps[0](q, projection) * maps[1](k, projection), -1)
+
+    samples = jax.vmap(estimate)(jax.random.split(jax.random.key(1), draws))
+    error = jnp.abs(samples.mean(0) - target)
+    assert np.all(error <= 4 * samples.std(0) / math.sqrt(draws) + 1e-6)
+
+
+@pytest.mark.parametrize("side", ["query", "key"])
+def test_cluster_map_log_features_match_cluster_hybrid_features(side):
+    x = jax.random.normal(jax.random.key(0), (7, 4))
+    points = jax.random.normal(jax.random.key(1), (2, 40, 4))
+    parameters = fit_cluster_hybrid(jax.random.key(2), *points, 2, 3)
+    base = orthogonal(jax.random.key(3), 4, 8)
+    got = ClusterHybridFeatureMap(side)(x, HybridProjection(base, parameters))
+    expected = cluster_hybrid_features(_scaled(x), base, parameters, side=side)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_signed_attention_needs_a_denominator_floor():
+    """Trigonometric FAVOR: the default floor (smallest normal) turns rows whose estimated
+    normaliser is <= 0 into inf; ``eps`` (``PerformerAttention.eps``) keeps them finite."""
+    q, k, v = 2.0 * jax.random.normal(jax.random.key(0), (3, 2, 32, 2, 8))
+    projection = draw_projection(jax.random.key(1), 8, 4, num_heads=2)
+    maps = (TrigonometricFeatureMap("query"), TrigonometricFeatureMap("key"))
+    assert not np.all(np.isfinite(favor_attention(q, k, v, projection, feature_map=maps)))
+    out = favor_attention(q, k, v, projection, feature_map=maps, eps=1e-3)
+    assert np.all(np.isfinite(out))
+
+
+# --------------------------------------------------------------------------- Conformer
+
+
+def _tiny(attention, **kwargs):
+    return ConformerEncoder(
+        num_classes=11,
+        model_dim=8,
+        num_layers=1,
+        num_heads=2,
+        ff_expansion=2,
+        kernel_size=3,
+        attention=attention,
+        num_features=4,
+        num_sign_features=2,
+        **kwargs,
+    )
+
+
+def _init(model, features, mask):
+    rngs = {"params": jax.random.key(1), "projection": jax.random.key(2)}
+    variables = model.init(rngs, features, mask)
+    variables = {k: v for k, v in variables.items() if k != "intermediates"}
+    if model.attention == "cluster_hybrid":
+        variables = fit_conformer_clusters(
+            jax.random.key(3), model, variables, features, mask, num_points=32
+        )
+    return variables
+
+
+# Compiling a Conformer and its gradient costs 5-10 s per kind on the shared 2-core machine:
+# the kind with the most machinery (cluster hybrid) runs by default, the others with --runslow.
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "attention",
+    [a if a == "cluster_hybrid" else pytest.param(a, marks=SLOW) for a in CONFORMER_ATTENTIONS],
+)
+def test_conformer_outputs_and_gradients_are_finite(attention):
+    features = 3.0 * jax.random.normal(jax.random.key(0), (2, 24, 5))
+    mask = jnp.arange(24)[None] < jnp.array([[24], [13]])
+    model = _tiny(attention)
+    variables = _init(model, features, mask)
+
+    def loss(variables):
+        logits, out_mask = model.apply(
+            variables, features, mask, projection_step=7, rngs={"projection": jax.random.key(2)}
+        )
+        return jnp.sum(jnp.where(out_mask[..., None], logits, 0) ** 2), (logits, out_mask)
+
+    grads, (logits, out_mask) = jax.jit(jax.grad(loss, has_aux=True))(variables)
+    assert logits.shape == (2, 6, 11) and out_mask.sum(1).tolist() == [6, 4]
+    assert np.all(np.isfinite(logits))
+    assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads["params"]))
+    assert any(np.any(g != 0) for g in jax.tree.leaves(grads["params"]))
+    if attention == "cluster_hybrid":
+        assert all(not np.any(g) for g in jax.tree.leaves(grads["clusters"]))  # frozen
+
+
+@pytest.mark.parametrize("attention", ["angular_hybrid", pytest.param("exact", marks=SLOW)])
+def test_padding_does_not_change_real_frames(attention):
+    features = jax.random.normal(jax.random.key(0), (1, 40, 5))
+    lengths = jnp.array([[22]])
+    model = _tiny(attention)
+    short, long = features[:, :24], features.at[:, 22:].set(100.0)  # garbage in the padding
+    variables = _init(model, short, jnp.arange(24)[None] < lengths)
+    outputs = []
+    apply = jax.jit(functools.partial(model.apply, projection_step=0))
+    for x in (short, long):
+        mask = jnp.arange(x.shape[1])[None] < lengths
+        logits, out_mask = apply(variables, x, mask, rngs={"projection": jax.random.key(2)})
+        outputs.append(logits[:, : int(out_mask.sum())])
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_bad_config_raises():
+    with pytest.raises(ValueError, match="attention must be one of"):
+        _tiny("softmax").init(jax.random.key(0), jnp.zeros((1, 8, 5)), jnp.ones((1, 8), bool))
+    with pytest.raises(ValueError, match="model_dim"):
+        ConformerEncoder(11, model_dim=10, num_heads=4).init(
+            jax.random.key(0), jnp.zeros((1, 8, 5)), jnp.ones((1, 8), bool)
+        )
+    config = conformer_config.get_config("quick")
+    config.attentions = ("exact", "relu")
+    with pytest.raises(ValueError, match="attentions must hold"):
+        conformer_ctc.run(config, "/nonexistent")
+    config = conformer_config.get_config("quick")
+    config.train.optimizer = "adamw"
+    with pytest.raises(ValueError, match="weight decay"):
+        conformer_ctc.run(config, "/nonexistent")
+    with pytest.raises(ValueError, match="variant"):
+        conformer_config.get_config("huge")
+
+
+@SLOW
+@needs_fsdd
+def test_quick_run_trains_and_writes_outputs(tmp_path):
+    config = conformer_config.get_config("quick")
+    config.attentions = ("positive", "cluster_hybrid")
+    result = run_experiment(config, str(tmp_path))
+    for name in (
+        "results.csv",
+        "results.json",
+        "summary.md",
+        "config.json",
+        "digit_error_rate.png",
+        "learning_curves.png",
+    ):
+        assert (tmp_path / name).exists(), name
+    assert (tmp_path / "summary.md").read_text().startswith("# Conformer-Performer")
+    for attention in config.attentions:
+        records = train.read_metrics(str(tmp_path / "runs" / f"{attention}_seed0"))
+        losses = [r["loss"] for r in records if r["split"] == "train"]
+        assert losses[-1] < losses[0]
+    rates = [run["digit_error_rate"] for run in result["runs"]]
+    assert all(np.isfinite(rates)) and all(r >= 0 for r in rates)
