@@ -16,7 +16,6 @@ attention), ``digit_error_rate.png``, ``learning_curves.png`` and ``config.json`
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -280,23 +279,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (attention, seed) and writes the table, figures and summary."""
     _check(config)
     outputs.save_config(workdir, config)
-    if config.compilation_cache_dir:  # the seeds of one kind share their executables
-        jax.config.update(
-            "jax_compilation_cache_dir", os.path.join(workdir, config.compilation_cache_dir)
-        )
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     train_arrays, test_arrays, info = make_data(config)
     runs, curves = [], {}
     for attention in config.attentions:
         model = make_model(config, attention)
         for seed in config.seeds:
-            run_dir = os.path.join(workdir, "runs", f"{attention}_seed{seed}")
-            run_config = ml_collections.ConfigDict(config.train.to_dict())
-            run_config.seed = seed
             task = make_task(model, train_arrays, test_arrays, config, seed)
-            start = time.perf_counter()
-            final = train.train_and_evaluate(run_config, run_dir, task)
-            seconds = time.perf_counter() - start
+            final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
             rate = final["eval_edit_distance"] / final["eval_reference_digits"]
             print(f"{LABELS[attention]:>20} seed {seed}: DER {rate:.4f} ({seconds:.0f} s)")
             runs.append(

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 
 from experiments import outputs
+from experiments.monte_carlo import mean_and_se
 from rfjax import projections, theory
 from rfjax._validation import check_choice, check_int, check_real
 
@@ -45,13 +46,7 @@ import matplotlib.pyplot as plt
 SAMPLED = ("gaussian", "orthogonal", "simplex", "simplex_plus")
 GEOMETRIES = (*SAMPLED, "optimised")
 CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
-LABELS = {
-    "gaussian": "IID",
-    "orthogonal": "ORF",
-    "simplex": "SimRF",
-    "simplex_plus": "SimRF+",
-    "optimised": "numerically optimised",
-}
+LABELS = {**outputs.COUPLING_LABELS, "optimised": "numerically optimised"}
 OPTIMIZERS = ("adam", "sgd")
 INITIALISATIONS = ("random", "simplex")
 # (minuend, subtrahend) pairs of paired differences reported per v.
@@ -196,10 +191,6 @@ def _start_directions(key: jax.Array, init: str, shape: tuple[int, ...]) -> jax.
     return jnp.broadcast_to(projections.simplex_directions(shape[-1]), shape)
 
 
-def _mean_and_se(values: np.ndarray) -> tuple[float, float]:
-    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(values.size))
-
-
 def measure(config: ml_collections.ConfigDict) -> dict:
     """Per-draw conditional conformities of every geometry at every v, with the optimiser trace."""
     draw_key, init_key, raw_key = jax.random.split(jax.random.key(config.seed), 3)
@@ -270,7 +261,7 @@ def tabulate(measured: dict, config: ml_collections.ConfigDict) -> tuple[list, l
     for index, v in enumerate(norms_of_sum):
         simplex_theory = float(theory.simplex_conformity(config.dim, v))
         for name in GEOMETRIES:
-            mean, se = _mean_and_se(per_draw[name][index])
+            mean, se = (float(v) for v in mean_and_se(per_draw[name][index]))
             predicted = (
                 float(theory.conformity(name, config.dim, v)) if name in CLOSED_FORMS else math.nan
             )
@@ -293,7 +284,7 @@ def tabulate(measured: dict, config: ml_collections.ConfigDict) -> tuple[list, l
             )
         for first, second in DIFFERENCES:
             paired = per_draw[first][index] - per_draw[second][index]
-            mean, se = _mean_and_se(paired)
+            mean, se = (float(v) for v in mean_and_se(paired))
             differences.append(
                 {
                     "v": float(v),

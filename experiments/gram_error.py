@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 
 COUPLINGS = ("gaussian", "orthogonal", "simplex", "simplex_plus")
 CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
-LABELS = {"gaussian": "IID", "orthogonal": "ORF", "simplex": "SimRF", "simplex_plus": "SimRF+"}
+LABELS = outputs.COUPLING_LABELS
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

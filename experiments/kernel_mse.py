@@ -25,13 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
-LABELS = {
-    "gaussian": "IID",
-    "orthogonal": "ORF",
-    "simplex": "SimRF",
-    "simplex_plus": "SimRF+",
-    "halton": "Halton",
-}
+LABELS = outputs.COUPLING_LABELS
 
 
 def make_inputs(key: jax.Array, dim: int, norms_of_sum: np.ndarray) -> tuple[jax.Array, ...]:

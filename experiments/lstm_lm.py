@@ -20,7 +20,6 @@ flat estimate; ``exact`` has no estimate (blank). Writes ``results.csv`` (one ro
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -263,11 +262,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (proposal, seed) and writes tables and figures into ``workdir``."""
     check_config(config)
     outputs.save_config(workdir, config)
-    if config.compilation_cache_dir:
-        jax.config.update(
-            "jax_compilation_cache_dir", os.path.join(workdir, config.compilation_cache_dir)
-        )
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     arrays, vocab_size = _load_arrays(config)
     model = LSTMLanguageModel(vocab_size=vocab_size, **config.model.to_dict())
     metric_rows = -(-config.num_metric_queries // config.bptt)
@@ -275,12 +270,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     runs, curves = [], {}
     for proposal in config.proposals:
         for seed in config.seeds:
-            run_dir = os.path.join(workdir, "runs", f"{proposal}_seed{seed}")
-            run_config = ml_collections.ConfigDict(config.train.to_dict())
-            run_config.seed = seed
             task, eval_fn = make_task(model, arrays, config, proposal, seed)
-            start = time.perf_counter()
-            final = train.train_and_evaluate(run_config, run_dir, task)
+            final, run_dir, seconds = train.train_seed(config.train, workdir, proposal, seed, task)
             params = train.final_params(run_dir)
             row = {
                 "proposal": proposal,
@@ -297,7 +288,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     proposal,
                     jax.random.fold_in(jax.random.key(seed), 1),
                 ),
-                "seconds_this_session": time.perf_counter() - start,
+                "seconds_this_session": seconds,
             }
             print(
                 f"{LABELS[proposal]:>18} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, "

@@ -10,6 +10,17 @@ from collections.abc import Iterable, Sequence
 import ml_collections
 from tqdm.auto import tqdm
 
+# Short names of the couplings in tables and legends (the papers' names).
+COUPLING_LABELS = {
+    "gaussian": "IID",
+    "orthogonal": "ORF",
+    "simplex": "SimRF",
+    "simplex_plus": "SimRF+",
+    "halton": "Halton",
+    "hd_orthogonal": "ORF (fast)",
+    "fast_simplex": "SimRF (fast)",
+}
+
 
 def write_csv(path: str, rows: Sequence[dict]) -> None:
     """Writes ``rows`` (dicts with the same keys) as a CSV file with a header."""

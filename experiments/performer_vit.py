@@ -13,7 +13,6 @@ and ``results.csv`` (one row per run), ``summary.md`` (mean ± std per variant),
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -144,24 +143,15 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (attention, seed) and writes the table and curves into ``workdir``."""
     # Written now as well as with the results: a long run that stops early keeps its config.
     outputs.save_config(workdir, config)
-    if config.compilation_cache_dir:
-        jax.config.update(
-            "jax_compilation_cache_dir", os.path.join(workdir, config.compilation_cache_dir)
-        )
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     train_arrays = _load("train", config.data_dir, config.num_train_examples)
     test_arrays = _load("test", config.data_dir, config.num_test_examples)
     runs, curves = [], {}
     for attention in config.attentions:
         model = make_model(config, attention)
         for seed in config.seeds:
-            run_dir = os.path.join(workdir, "runs", f"{attention}_seed{seed}")
-            run_config = ml_collections.ConfigDict(config.train.to_dict())
-            run_config.seed = seed
             task = make_task(model, train_arrays, test_arrays, config, seed)
-            start = time.perf_counter()
-            final = train.train_and_evaluate(run_config, run_dir, task)
-            seconds = time.perf_counter() - start
+            final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
             print(
                 f"{_label(attention):>18} seed {seed}: test accuracy "
                 f"{final['eval_accuracy']:.4f} ({seconds:.0f} s)"

@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 
 from experiments import outputs
-from experiments.rff_error import draw_in_chunks, mean_and_se
+from experiments.monte_carlo import draw_in_chunks, mean_and_se
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")

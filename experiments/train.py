@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -390,3 +391,29 @@ def final_params(workdir: str) -> Params:
     finally:
         manager.close()
     return restored["params"]
+
+
+def enable_compilation_cache(workdir: str, cache_dir: str) -> None:
+    """Persists compiled executables in ``workdir/cache_dir`` (nothing if ``cache_dir`` is "").
+
+    The runs of a sweep that share shapes (e.g. the seeds of one model) then compile once.
+    """
+    if cache_dir:
+        jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, cache_dir))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+def train_seed(
+    train_config: ml_collections.ConfigDict, workdir: str, name: str, seed: int, task: Task
+) -> tuple[dict[str, float], str, float]:
+    """One run of a sweep: ``train_and_evaluate`` with ``train_config`` at ``seed`` in
+    ``workdir/runs/<name>_seed<seed>`` (resumed if it exists).
+
+    Returns the final metrics, the run's directory and the seconds spent in this session.
+    """
+    run_dir = os.path.join(workdir, "runs", f"{name}_seed{seed}")
+    run_config = ml_collections.ConfigDict(train_config.to_dict())
+    run_config.seed = seed
+    start = time.perf_counter()
+    final = train_and_evaluate(run_config, run_dir, task)
+    return final, run_dir, time.perf_counter() - start

@@ -38,15 +38,7 @@ from rfjax import data, features, projections
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-LABELS = {
-    "gaussian": "IID",
-    "orthogonal": "ORF",
-    "simplex": "SimRF",
-    "simplex_plus": "SimRF+",
-    "hd_orthogonal": "ORF (fast)",
-    "fast_simplex": "SimRF (fast)",
-    "exact": "exact",
-}
+LABELS = {**outputs.COUPLING_LABELS, "exact": "exact"}
 
 # SimRF paper Table 2 (m = d, the Fig. 8 protocol), rows in the order of UCI_DATASETS (the row
 # labels were lost in the seed's extraction; the order is that of the paper's Fig. 8 and the
