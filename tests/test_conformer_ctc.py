@@ -12,7 +12,14 @@ import pytest
 from configs import conformer_ctc as conformer_config
 from experiments import conformer_ctc, train
 from experiments.main import run_experiment
-from rfjax.attention import draw_projection, favor_attention
+from rfjax.attention import (
+    AngularHybridFeatureMap,
+    ClusterHybridFeatureMap,
+    HybridProjection,
+    TrigonometricFeatureMap,
+    draw_projection,
+    favor_attention,
+)
 from rfjax.data import (
     DEFAULT_FSDD_DIR,
     concatenate_digits,
@@ -22,12 +29,6 @@ from rfjax.data import (
 )
 from rfjax.features import cluster_hybrid_features, fit_cluster_hybrid
 from rfjax.nn import CONFORMER_ATTENTIONS, ConformerEncoder, fit_conformer_clusters
-from rfjax.nn._conformer import (
-    AngularHybridFeatureMap,
-    ClusterHybridFeatureMap,
-    HybridProjection,
-    TrigonometricFeatureMap,
-)
 from rfjax.projections import gaussian, orthogonal
 
 needs_fsdd = pytest.mark.skipif(

@@ -4,8 +4,11 @@
 ``jax.nn.dot_product_attention`` and a drawn projection (any coupling in ``rfjax.projections``),
 bidirectional or causal (chunked prefix sums with a memory-bounded custom VJP), with key padding
 masks and a causal-safe stabiliser; ``favor_decode_init``/``favor_decode_step`` decode token by
-token; ``softmax_attention`` is the exact reference. Projections are arguments: draw them with
-``draw_projection`` and redraw them with ``redraw_key(rng, step, redraw_interval=...)``.
+token; ``softmax_attention`` is the exact reference. Signed and hybrid HRF feature-map pairs
+(``TrigonometricFeatureMap``, ``AngularHybridFeatureMap``, ``ClusterHybridFeatureMap`` on a
+``HybridProjection``) plug into ``feature_map=(query_map, key_map)``. Projections are
+arguments: draw them with ``draw_projection`` and redraw them with
+``redraw_key(rng, step, redraw_interval=...)``.
 """
 
 from rfjax.attention._favor import (
@@ -24,12 +27,22 @@ from rfjax.attention._feature_maps import (
     SoftmaxFeatureMap,
     data_normalizer,
 )
+from rfjax.attention._hybrid_maps import (
+    AngularHybridFeatureMap,
+    ClusterHybridFeatureMap,
+    HybridProjection,
+    TrigonometricFeatureMap,
+)
 
 __all__ = [
+    "AngularHybridFeatureMap",
+    "ClusterHybridFeatureMap",
     "DecodeState",
     "ExponentialFeatureMap",
+    "HybridProjection",
     "ReluFeatureMap",
     "SoftmaxFeatureMap",
+    "TrigonometricFeatureMap",
     "data_normalizer",
     "draw_projection",
     "favor_attention",

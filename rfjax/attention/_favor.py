@@ -414,9 +414,10 @@ def favor_attention(
     output approximates ``softmax_attention`` with an error falling like 1/sqrt(m). Bidirectional
     attention computes phi_Q(Q) (phi_K(K)^T [V, 1]) in blocks of ``BIDIRECTIONAL_BLOCK``
     positions (a scan over key blocks accumulating the sums, then the read-out per query block),
-    in O(block (m + H_v) + m H_v) temporary memory per head for the forward pass; causal attention runs chunked prefix sums
-    (a scan over chunks of ``chunk_size`` carrying S = sum phi_K(k_j) v_j^T and z = sum phi_K(k_j),
-    a masked C x C quadratic form within each chunk), in O(T (m + H_v) + C^2) memory per head,
+    in O(block (m + H_v) + m H_v) temporary memory per head for the forward pass; causal
+    attention runs chunked prefix sums (a scan over chunks of ``chunk_size`` carrying
+    S = sum phi_K(k_j) v_j^T and z = sum phi_K(k_j), a masked C x C quadratic form within each
+    chunk), in O(T (m + H_v) + C^2) memory per head,
     and a custom VJP that recomputes chunk by chunk in reverse keeps the backward pass within the
     same bound.
 
@@ -457,7 +458,10 @@ def favor_attention(
         ``"softmax_antithetic"`` (width 2m), ``"relu"`` (``ReluFeatureMap()``, generalised
         attention), any callable ``(x, projection) -> features`` on ``(T, H) -> (T, width)``
         returning non-negative features, or a pair ``(query_map, key_map)`` for asymmetric maps
-        (e.g. hybrids). The built-in maps scale inputs by H^{-1/4}. Maps are static
+        (e.g. the HRF pairs ``TrigonometricFeatureMap``, ``AngularHybridFeatureMap``,
+        ``ClusterHybridFeatureMap``). Signed maps can make a row's denominator <= 0: give them
+        a working ``eps`` (e.g. 1e-3), which biases only the rows below it. The built-in maps
+        scale inputs by H^{-1/4}. Maps are static
         arguments of the compiled kernel: reuse one object (not a fresh lambda per call).
       causal: attend only to keys j <= t.
       mask: key padding mask ``(B, S)`` (or ``(S,)`` if unbatched), bool, True = attend. Masked
