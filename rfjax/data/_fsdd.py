@@ -18,7 +18,22 @@ import numpy as np
 
 from rfjax._validation import check_int, check_real
 
-DEFAULT_FSDD_DIR = "/work/shared/data/fsdd/recordings"
+
+def _default_fsdd_dir() -> str:
+    """``$RFJAX_FSDD_DIR`` if set; else the project's shared copy next to the checkout
+    (``<repo>/../shared/data/fsdd/recordings``) or at ``/work/shared/data/fsdd/recordings``,
+    the first that exists (the first candidate if none does)."""
+    if os.environ.get("RFJAX_FSDD_DIR"):
+        return os.environ["RFJAX_FSDD_DIR"]
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [
+        os.path.join(os.path.dirname(repo), "shared", "data", "fsdd", "recordings"),
+        "/work/shared/data/fsdd/recordings",
+    ]
+    return next((path for path in candidates if os.path.isdir(path)), candidates[0])
+
+
+DEFAULT_FSDD_DIR = _default_fsdd_dir()
 FSDD_SAMPLE_RATE = 8000
 FSDD_SOURCE = "https://github.com/Jakobovski/free-spoken-digit-dataset (folder recordings/)"
 _NAME = re.compile(r"^(\d)_([A-Za-z]+)_(\d+)\.wav$")
