@@ -8,14 +8,16 @@ def pytest_addoption(parser):
         "--runslow",
         action="store_true",
         default=False,
-        help="also run paper-scale experiment tests marked slow",
+        help="also run the tests marked slow (paper-scale runs, long Monte Carlo or training)",
     )
 
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--runslow"):
         return
-    skip_slow = pytest.mark.skip(reason="paper-scale run; use --runslow")
+    skip_slow = pytest.mark.skip(
+        reason="slow (paper-scale run, long Monte Carlo or training); use --runslow"
+    )
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
