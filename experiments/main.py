@@ -26,11 +26,16 @@ _WORKDIR = flags.DEFINE_string(
 )
 
 
-def run_experiment(config, workdir: str | None = None) -> dict:
-    """Runs ``config.experiment`` with outputs in ``workdir``; returns its summary."""
+def run_experiment(config, workdir: str | None = None, *, command: list[str] | None = None) -> dict:
+    """Runs ``config.experiment`` with outputs in ``workdir`` (default ``workdirs/<name>``);
+    returns its summary. ``command``, the command line that reproduces the run, is recorded in
+    ``workdir/command.txt`` for the results page."""
     name = config.experiment
     workdir = workdir or os.path.join("workdirs", name)
     os.makedirs(workdir, exist_ok=True)
+    if command is not None:
+        with open(os.path.join(workdir, "command.txt"), "w") as handle:
+            handle.write(shlex.join(command) + "\n")
     module = importlib.import_module(f"experiments.{name}")
     return module.run(config, workdir)
 
@@ -39,11 +44,8 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    workdir = _WORKDIR.value or os.path.join("workdirs", _CONFIG.value.experiment)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "command.txt"), "w") as handle:  # for the results page
-        handle.write(shlex.join(["python", "-m", "experiments.main", *sys.argv[1:]]) + "\n")
-    run_experiment(_CONFIG.value, workdir)
+    command = ["python", "-m", "experiments.main", *sys.argv[1:]]
+    run_experiment(_CONFIG.value, _WORKDIR.value, command=command)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import glob
 import importlib
 import os
-import shlex
 import sys
 import time
 
@@ -51,12 +50,10 @@ def reproduce(workdir: str, full: bool) -> list[dict]:
         print(f"\n=== {title} ({variant or 'full'} config) ===", flush=True)
         start = time.perf_counter()
         experiment_dir = os.path.join(workdir, name)
-        os.makedirs(experiment_dir, exist_ok=True)
         config_arg = f"configs/{name}.py" + (f":{variant}" if variant else "")
         command = ["python", "-m", "experiments.main", f"--config={config_arg}"]
-        with open(os.path.join(experiment_dir, "command.txt"), "w") as handle:
-            handle.write(shlex.join([*command, f"--workdir={experiment_dir}"]) + "\n")
-        run_experiment(load_config(name, variant), experiment_dir)
+        command += [f"--workdir={experiment_dir}"]
+        run_experiment(load_config(name, variant), experiment_dir, command=command)
         written.append(
             {
                 "title": title,
