@@ -31,13 +31,21 @@ from jax.test_util import check_grads
 
 from rfjax.ops import _fwht_cpu, _fwht_pallas, fwht, pad_to_power_of_two, shifted_cos
 
+ON_GPU = jax.default_backend() == "gpu"
 CPU_KERNEL = pytest.param(
     "cpu",
     marks=pytest.mark.skipif(
-        not _fwht_cpu.is_available(), reason="the C++ FFI kernel (rfjax.ops._fwht_cpu) is not built"
+        not _fwht_cpu.is_available() or jax.default_backend() != "cpu",
+        reason="the C++ FFI kernel (rfjax.ops._fwht_cpu) is not built, or the backend is not CPU",
     ),
 )
-IMPLEMENTATIONS = ["xla", "pallas_interpret", "auto", CPU_KERNEL]
+GPU_KERNEL = pytest.param(
+    "pallas",
+    marks=pytest.mark.skipif(
+        not ON_GPU, reason="the compiled Pallas kernel needs a GPU (interpret mode runs anywhere)"
+    ),
+)
+IMPLEMENTATIONS = ["xla", "pallas_interpret", "auto", CPU_KERNEL, GPU_KERNEL]
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -198,20 +206,21 @@ def test_float64(implementation):
             _assert_f32_close(y, x, axis, True, eps=float(np.finfo(np.float64).eps))
 
 
-def test_pallas_kernel_blocks_and_limits():
+@pytest.mark.parametrize("implementation", ["pallas_interpret", GPU_KERNEL])
+def test_pallas_kernel_blocks_and_limits(implementation):
     # Partial last blocks (rows not a multiple of the block) in both kernel regimes.
     rng = np.random.default_rng(2)
-    for shape in [(300, 128), (37, 512), (3, 8192)]:
+    for shape in [(300, 128), (37, 512), (3, 8192), (1000, 16), (5000, 2048)]:
         x = rng.standard_normal(shape).astype(np.float32)
-        _assert_f32_close(fwht(x, implementation="pallas_interpret"), x, -1, False)
+        _assert_f32_close(fwht(x, implementation=implementation), x, -1, False)
     assert _fwht_pallas.supports((4, 16), jnp.float32)
     assert _fwht_pallas.supports((8192,), jnp.bfloat16)
     assert not _fwht_pallas.supports((4, 8), jnp.float32)  # short: the XLA butterfly
     assert not _fwht_pallas.supports((4, 16384), jnp.float32)
     assert not _fwht_pallas.supports((4, 16), jnp.float64)
     with pytest.raises(ValueError, match="up to 8192"):
-        fwht(jnp.zeros((1, 16384)), implementation="pallas_interpret")
-    empty = fwht(jnp.zeros((0, 64)), implementation="pallas_interpret")
+        fwht(jnp.zeros((1, 16384)), implementation=implementation)
+    empty = fwht(jnp.zeros((0, 64)), implementation=implementation)
     assert empty.shape == (0, 64)
 
 

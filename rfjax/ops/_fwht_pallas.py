@@ -24,19 +24,28 @@ undefined padding rows never reach a stored entry).
 
 Precision: float32 dots run with ``Precision.HIGHEST`` (Triton's IEEE mode, not TF32), float64
 dots in float64. Half inputs (float16, bfloat16) enter the first dot in their own dtype with
-float32 accumulation (products with +-1 are exact, so this is the float32 computation), the
-second dot and the 1/sqrt(n) scaling run in float32, and the result is rounded once. The
-accumulation order differs from the butterfly's (sums of up to max(n, b) terms instead of log2 n
-pairwise stages), so float32 results agree with ``xla_butterfly`` to rounding, not bitwise.
+float32 accumulation (products with +-1 are exact). The kron regime's second dot then takes the
+float32 intermediate as three bfloat16 parts whose sum is exact (``_bfloat16_parts``) on the
+tensor cores, whose float32 accumulation is not round-to-nearest: ample for a result rounded
+once to a half type, not used for float32 results. The accumulation order differs from the
+butterfly's (sums of up to max(n, b) terms instead of log2 n pairwise stages), so float32
+results agree with ``xla_butterfly`` to rounding, not bitwise.
 
 Limits (``supports``): float16, bfloat16, float32 and 16 <= n <= 8192; float64 and shorter
 lengths run when asked for explicitly (``implementation="pallas"``/``"pallas_interpret"``)
 but ``"auto"`` leaves them to the XLA butterfly (Triton's float64 dot is slow, and n < 16 would
-pay a 16/n padding). Verified only in interpret mode (no GPU was available when it was written):
-the kernel uses only primitives the Triton lowering implements (iota, integer bit operations,
-2-D ``dot_general`` with dimensions >= 16, ``fori_loop``, dynamic first-axis ref indexing),
-but compilation, register pressure at n = 8192 (the (64, 128) tile plus a 128 x 128 H_b) and
-speed were not checked on a device.
+pay a 16/n padding).
+
+On a GPU (an H100, JAX 0.11.2, 2026-11-22, ``benchmarks/fwht_gpu.py``; a GPU was lent for two
+runs and then withdrawn): the float32 IEEE kernel compiled and ran for n = 16 ... 8192 at
+1.0-2.2x the time of a plain copy of the array and 2.5-3.9x faster than the XLA butterfly,
+except n = 64, 128 and 8192 (1.8, 23 and 22 ms for 2^26 entries, against 0.4-0.5 ms for a copy:
+both tiles in registers, spilled; a bfloat16-split float32 variant ran those at 0.46-0.88 ms
+but accumulated with errors up to 1.03x the test tolerance at n = 128, so it was not kept).
+bfloat16 with the split second dot: 0.94-2.1x a copy, 4.0-6.4x faster than the butterfly. Two
+defects seen there are fixed since but were not re-run on a GPU: kernels of one module sharing
+a name (now unique per kernel), and the float32 -> bfloat16 -> float32 split being folded away
+as excess precision by XLA:GPU in interpret mode (now a bit mask).
 
 Under ``shard_map`` the output is typed as varying over the operand's manual axes. Interpret mode
 there evaluates the kernel (traced without those types) on varying operands and would reject
@@ -86,26 +95,60 @@ def _hadamard(n: int, dtype) -> jax.Array:
     return sign.astype(dtype)
 
 
-def _dot(a, b, acc_dtype):
-    # HIGHEST: IEEE float32 on Triton (not TF32); for half operands the accumulation dtype.
-    return jnp.dot(a, b, precision=lax.Precision.HIGHEST, preferred_element_type=acc_dtype)
+def _bfloat16_parts(x):
+    """Three bfloat16 arrays whose sum is the float32 ``x`` exactly.
+
+    Each part is the top 16 bits of what is left (a bit mask, so it is exactly a bfloat16 value
+    and no compiler may fold the split away as excess precision); bfloat16 keeps 8 significant
+    bits and float32's exponent range, so three parts hold all 24 bits.
+    """
+    parts = []
+    for _ in range(3):
+        bits = lax.bitcast_convert_type(x, jnp.int32) & jnp.int32(-65536)  # 0xFFFF0000
+        part = lax.bitcast_convert_type(bits, jnp.float32)
+        parts.append(part.astype(jnp.bfloat16))
+        x = x - part
+    return parts
+
+
+def _signed_dot(x, h, *, left: bool, acc_dtype, split: bool):
+    """``h @ x`` (``left``) or ``x @ h`` for a +-1 matrix ``h`` (float32), in ``acc_dtype``.
+
+    With ``split`` the float32 ``x`` enters as its three exact bfloat16 parts (tensor-core dots,
+    whose float32 accumulation does not round to nearest: used only where the result is
+    rounded to a half type). Otherwise ``x`` enters in its own dtype: products with +-1 are
+    exact, and float32/float64 dots run in IEEE arithmetic (``Precision.HIGHEST``; not TF32).
+    """
+    parts = _bfloat16_parts(x) if split else [x]
+    total = None
+    for part in parts:
+        factor = h.astype(part.dtype)
+        y = jnp.dot(
+            *((factor, part) if left else (part, factor)),
+            precision=lax.Precision.HIGHEST,
+            preferred_element_type=acc_dtype,
+        )
+        total = y if total is None else total + y
+    return total
 
 
 def _dense_kernel(x_ref, o_ref, *, n, acc_dtype, scale):
-    x = x_ref[...]
-    y = _dot(x, _hadamard(n, x.dtype), acc_dtype)
+    y = _signed_dot(
+        x_ref[...], _hadamard(n, jnp.float32), left=False, acc_dtype=acc_dtype, split=False
+    )
     if scale != 1.0:
         y = y * jnp.asarray(scale, acc_dtype)
     o_ref[...] = y.astype(o_ref.dtype)
 
 
 def _kron_kernel(x_ref, o_ref, *, a, b, block_rows, acc_dtype, scale):
-    h_b = _hadamard(b, x_ref.dtype)  # first dot in the input dtype (exact products)
-    h_a = _hadamard(a, acc_dtype)  # second dot on the accumulated values
+    h_b = _hadamard(b, jnp.float32)
+    h_a = _hadamard(a, jnp.float32)
+    split = x_ref.dtype in _HALF_DTYPES  # the second dot's operand is float32
 
     def transform(x):  # x: (a, b), one vector in row-major order
-        y = _dot(x, h_b, acc_dtype)  # X H_b
-        y = _dot(h_a, y, acc_dtype)  # H_a X H_b
+        y = _signed_dot(x, h_b, left=False, acc_dtype=acc_dtype, split=False)  # X H_b
+        y = _signed_dot(y, h_a, left=True, acc_dtype=acc_dtype, split=split)  # H_a X H_b
         if scale != 1.0:
             y = y * jnp.asarray(scale, acc_dtype)
         return y.astype(o_ref.dtype)
@@ -169,11 +212,14 @@ def _pallas_rows(x2, normalize, interpret, mat):
     scale = float(1.0 / np.sqrt(n)) if normalize else 1.0
     # Under shard_map the output varies over the same mesh axes as the operand.
     out_type = functools.partial(jax.ShapeDtypeStruct, dtype=dtype, manual_axis_type=mat)
+    # One name per distinct kernel: on the H100, two Triton calls of one module that shared a
+    # name but not a body (the plain and the normalised transform) both ran one of them.
+    name = f"rfjax_fwht_{rows}x{n}_{dtype.name}_{'normalized' if normalize else 'plain'}"
     call = functools.partial(
         pl.pallas_call,
         compiler_params=_compiler_params(n, interpret),
         interpret=interpret,
-        name="rfjax_fwht",
+        name=name,
     )
 
     if n <= DENSE_MAX:
