@@ -28,7 +28,12 @@ from rfjax.data import (
     mel_filterbank,
 )
 from rfjax.features import cluster_hybrid_features, fit_cluster_hybrid
-from rfjax.nn import CONFORMER_ATTENTIONS, ConformerEncoder, fit_conformer_clusters
+from rfjax.nn import (
+    CONFORMER_ATTENTIONS,
+    ConformerEncoder,
+    PerformerAttention,
+    fit_conformer_clusters,
+)
 from rfjax.projections import gaussian, orthogonal
 
 needs_fsdd = pytest.mark.skipif(
@@ -207,6 +212,30 @@ def test_signed_attention_needs_a_denominator_floor():
     assert not np.all(np.isfinite(favor_attention(q, k, v, projection, feature_map=maps)))
     out = favor_attention(q, k, v, projection, feature_map=maps, eps=1e-3)
     assert np.all(np.isfinite(out))
+
+
+def test_query_key_norm_keeps_the_trigonometric_normaliser_positive():
+    """The queries and keys ``PerformerAttention`` feeds FAVOR: raw, about half the rows'
+    trigonometric normaliser estimates are <= 0 (and huge: the key factor e^{|k'|^2/2});
+    with ``query_key_norm`` (unit vectors, tau = 1, m = 16 as in the default config) the
+    kernel is >= e^{-2 tau} of its peak and every row's estimate is positive."""
+    x = 2.0 * jax.random.normal(jax.random.key(0), (6, 32, 8))
+    projection = draw_projection(jax.random.key(1), 8, 16)
+
+    def normalisers(query, key):  # (B, T, 1, H) each: phi(q_t) . sum_s phi(k_s)
+        phi_q = TrigonometricFeatureMap("query")(query[..., 0, :], projection)
+        phi_k = TrigonometricFeatureMap("key")(key[..., 0, :], projection)
+        return jnp.einsum("btf,bf->bt", phi_q, phi_k.sum(1))
+
+    fractions = {}
+    for norm in (False, True):
+        module = PerformerAttention(num_heads=1, attention_kind="exact", query_key_norm=norm)
+        variables = module.init(jax.random.key(2), x)
+        _, state = module.apply(variables, x, mutable=["intermediates"])
+        sown = state["intermediates"]
+        estimates = normalisers(sown["query_heads"][0], sown["key_heads"][0])
+        fractions[norm] = float(jnp.mean(estimates <= 0))
+    assert fractions[False] > 0.25 and fractions[True] == 0.0, fractions
 
 
 # --------------------------------------------------------------------------- Conformer

@@ -1,6 +1,7 @@
 """rfjax.nn: PerformerAttention (drop-in for Flax multi-head attention) and PerformerViT."""
 
 import inspect
+import math
 
 import flax.linen as nn
 import jax
@@ -157,6 +158,30 @@ def test_causal_performer_ignores_the_future():
     assert not np.allclose(out[:, 8:], changed[:, 8:])
 
 
+def test_query_key_norm_is_cosine_attention_with_a_learned_temperature():
+    """softmax(tau q^.k^) v per head, tau = exp(log_temperature), initialised as asked."""
+    q, kv = _inputs(scale=2.0)
+    module = PerformerAttention(
+        num_heads=HEADS, attention_kind="exact", query_key_norm=True, initial_temperature=2.5
+    )
+    params = module.init(jax.random.key(1), q, kv)["params"]
+    np.testing.assert_allclose(params["log_temperature"], np.full(HEADS, math.log(2.5)))
+    params["log_temperature"] = jnp.log(jnp.array([0.5, 4.0]))  # a different tau per head
+
+    def dense(name, x):
+        return jnp.einsum("btd,dnh->btnh", x, params[name]["kernel"]) + params[name]["bias"]
+
+    def unit(x):
+        return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+    scores = jnp.einsum("btnh,bsnh->bnts", unit(dense("query", q)), unit(dense("key", kv)))
+    weights = jax.nn.softmax(jnp.array([0.5, 4.0])[:, None, None] * scores, axis=-1)
+    heads = jnp.einsum("bnts,bsnh->btnh", weights, dense("value", kv))
+    expected = jnp.einsum("btnh,nho->bto", heads, params["out"]["kernel"]) + params["out"]["bias"]
+    got = module.apply({"params": params}, q, kv)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_errors_name_the_problem():
     q, kv = _inputs()
     params = _mha_params()
@@ -172,5 +197,7 @@ def test_errors_name_the_problem():
         module.clone(dropout_rate=0.1).init(jax.random.key(0), q)
     with pytest.raises(ValueError, match="attention_kind must be one of"):
         module.clone(attention_kind="linear").init(jax.random.key(0), q)
+    with pytest.raises(ValueError, match="initial_temperature must be > 0"):
+        module.clone(query_key_norm=True, initial_temperature=0.0).init(jax.random.key(0), q)
     with pytest.raises(ValueError, match="pooling"):
         PerformerViT(num_classes=2, pooling="max").init(jax.random.key(0), jnp.ones((1, 28, 28)))

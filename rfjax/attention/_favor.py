@@ -460,9 +460,11 @@ def favor_attention(
         returning non-negative features, or a pair ``(query_map, key_map)`` for asymmetric maps
         (e.g. the HRF pairs ``TrigonometricFeatureMap``, ``AngularHybridFeatureMap``,
         ``ClusterHybridFeatureMap``). Signed maps can make a row's denominator <= 0: give them
-        a working ``eps`` (e.g. 1e-3), which biases only the rows below it. The built-in maps
-        scale inputs by H^{-1/4}. Maps are static
-        arguments of the compiled kernel: reuse one object (not a fresh lambda per call).
+        a working ``eps`` (e.g. 1e-3), which biases only the rows below it, and bounded scores
+        (unit queries and keys, as ``rfjax.nn.PerformerAttention(query_key_norm=True)`` gives
+        them); with raw scores about half the rows can be <= 0 (``tests/test_conformer_ctc``).
+        The built-in maps scale inputs by H^{-1/4}. Maps are static arguments of the compiled
+        kernel: reuse one object (not a fresh lambda per call).
       causal: attend only to keys j <= t.
       mask: key padding mask ``(B, S)`` (or ``(S,)`` if unbatched), bool, True = attend. Masked
         keys contribute nothing (their features are zeroed).

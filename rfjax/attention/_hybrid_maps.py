@@ -4,7 +4,11 @@ cluster-adapted hybrid, as (query map, key map) pairs for ``favor_attention(feat
 The trigonometric and angular-hybrid estimators are unbiased for exp(q.k / sqrt(H)) but signed:
 a row's estimated normaliser can be <= 0, and ``favor_attention`` floors the denominator at
 ``eps``. With the default floor (the smallest normal number) such rows are huge or infinite;
-pass a working floor (e.g. ``eps=1e-3``), which biases only the rows below it. The cluster
+pass a working floor (e.g. ``eps=1e-3``), which biases only the rows below it. The floor alone
+does not make them trainable: with raw scores q.k / sqrt(H) the key factor e^{|k'|^2/2} makes the
+estimates huge and about half the rows' normalisers negative. Unit queries and keys with a
+temperature (``rfjax.nn.PerformerAttention(query_key_norm=True)``) bound the kernel away from 0,
+and then the estimated normalisers are positive (``tests/test_conformer_ctc.py``). The cluster
 hybrid's features are exponentials given by log-features, so FAVOR stabilises them like FAVOR+.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -53,7 +54,9 @@ class PerformerAttention(nn.Module):
 
     At ``init`` without a ``"projection"`` stream, the ``"params"`` stream is used for the
     (discarded) projection; ``apply`` without it raises. The drawn projection matrices are sown
-    into the ``"intermediates"`` collection (name ``"projection"``) for inspection.
+    into the ``"intermediates"`` collection (name ``"projection"``) for inspection, with the
+    per-head queries and keys that enter the attention (``"query_heads"``, ``"key_heads"``,
+    shape ``(B, T, N, H)``).
 
     Attributes:
       num_heads: N.
@@ -73,10 +76,20 @@ class PerformerAttention(nn.Module):
       causal: causal (autoregressive) attention.
       redraw_interval: redraw the projection every this many steps (>= 1).
       chunk_size: chunk length of causal prefix sums.
+      query_key_norm: score each head's query and key as tau q^.k^ (unit vectors, cosine
+        attention with a learned per-head temperature tau > 0, parameter ``log_temperature``)
+        instead of q.k / sqrt(H), for both kinds. The scores are then bounded, |tau q^.k^| <=
+        tau, which keeps random-feature estimates of the normaliser away from 0: the Gaussian
+        part exp(-tau |q^ - k^|^2 / 2) of the softmax kernel is at least e^{-2 tau}, and the
+        trigonometric key factor e^{|k'|^2/2} is the constant e^{tau/2}. Signed feature maps
+        (trigonometric, angular hybrid) need it to train (Peng et al., "Random Feature
+        Attention", arXiv:2103.02143, normalise queries and keys for the same reason).
+      initial_temperature: tau at initialisation (with ``query_key_norm``).
       eps: floor of FAVOR's denominator (``favor_attention``'s ``eps``; ``None``: the smallest
         normal number). Signed feature maps (trigonometric, hybrid) can estimate a row's
         normaliser as <= 0; the default floor then turns that row into inf (NaN downstream), so
-        give them a larger floor (e.g. 1e-3; a bias on those rows only).
+        give them a larger floor (e.g. 1e-3; a bias on those rows only), and
+        ``query_key_norm``.
 
     References:
       Choromanski et al., "Rethinking Attention with Performers", arXiv:2009.14794; Reid et al.,
@@ -101,6 +114,8 @@ class PerformerAttention(nn.Module):
     redraw_interval: int = 1000
     chunk_size: int = 128
     eps: float | None = None
+    query_key_norm: bool = False
+    initial_temperature: float = 1.0
 
     def _check_attributes(self, features: int) -> int:
         if self.attention_kind not in ATTENTION_KINDS:
@@ -121,6 +136,8 @@ class PerformerAttention(nn.Module):
                 raise ValueError(
                     f"redraw_interval must be an int >= 1, got {self.redraw_interval!r}"
                 )
+        if self.query_key_norm and not self.initial_temperature > 0:
+            raise ValueError(f"initial_temperature must be > 0, got {self.initial_temperature!r}")
         if features % self.num_heads:
             raise ValueError(
                 f"qkv_features ({features}) must be divisible by num_heads ({self.num_heads})"
@@ -144,6 +161,22 @@ class PerformerAttention(nn.Module):
         return draw_projection(
             key, head_dim, self.num_features, coupling=self.coupling, num_heads=self.num_heads
         )
+
+    def _cosine_scores(self, query: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Unit query and key per head, scaled so that q.k / sqrt(H) = tau q^.k^."""
+        log_temperature = self.param(
+            "log_temperature",
+            nn.initializers.constant(math.log(self.initial_temperature)),
+            (self.num_heads,),
+            self.param_dtype,
+        )
+        head_dim = query.shape[-1]
+        scale = jnp.sqrt(jnp.exp(log_temperature) * math.sqrt(head_dim))[:, None]
+
+        def unit(x):
+            return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
+
+        return unit(query) * scale.astype(query.dtype), unit(key) * scale.astype(key.dtype)
 
     @nn.compact
     def __call__(
@@ -192,6 +225,10 @@ class PerformerAttention(nn.Module):
         query = dense(name="query")(inputs_q)
         key = dense(name="key")(inputs_k)
         value = dense(name="value")(inputs_v)
+        if self.query_key_norm:
+            query, key = self._cosine_scores(query, key)
+        self.sow("intermediates", "query_heads", query)
+        self.sow("intermediates", "key_heads", key)
         batch_shape = query.shape[:-3]
         flat = (lambda x: x.reshape(-1, *x.shape[-3:])) if len(batch_shape) != 1 else None
         if flat is not None:

@@ -174,7 +174,6 @@ class _ConformerBlock(nn.Module):
     def __call__(self, x, mask, *, train: bool, projection_step):
         x = x + 0.5 * _FeedForward(self.ff_expansion, self.dropout_rate)(x, train=train)
         y = nn.LayerNorm()(x)
-        self.sow("intermediates", "attention_inputs", y)
         attention = dict(self.attention)
         hybrid = attention.pop("hybrid", None)
         module = PerformerAttention if hybrid is None else HybridPerformerAttention
@@ -219,6 +218,10 @@ class ConformerEncoder(nn.Module):
         |x|), so its normaliser can underflow; with the default floor (the smallest normal
         number) such rows become inf (forward, signed) or give non-finite gradients (cluster).
         Rows below the floor are biased. Exact and FAVOR+ keep the default floor.
+      query_key_norm: cosine attention with a learned per-head temperature for every kind
+        (``PerformerAttention.query_key_norm``). The signed kinds need it to train: with raw
+        scores they stay at chance and half their runs diverge (``results/conformer_ctc``).
+      initial_temperature: its temperature at initialisation.
 
     References:
       Gulati et al., arXiv:2005.08100; Choromanski et al., arXiv:2110.04367, Sec. 4.3, App. J.
@@ -238,6 +241,8 @@ class ConformerEncoder(nn.Module):
     coupling: str = "orthogonal"
     redraw_interval: int = 100
     hybrid_eps: float = 1e-3
+    query_key_norm: bool = False
+    initial_temperature: float = 1.0
 
     def _check(self) -> None:
         if self.attention not in CONFORMER_ATTENTIONS:
@@ -265,9 +270,14 @@ class ConformerEncoder(nn.Module):
             raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
 
     def _attention_config(self) -> dict:
+        scores = {
+            "query_key_norm": self.query_key_norm,
+            "initial_temperature": self.initial_temperature,
+        }
         if self.attention == "exact":
-            return {"attention_kind": "exact"}
+            return {"attention_kind": "exact", **scores}
         config = {
+            **scores,
             "attention_kind": "performer",
             "coupling": self.coupling,
             "num_features": self.num_features,
@@ -342,12 +352,12 @@ def fit_conformer_clusters(
 ) -> dict:
     """Fits the cluster hybrid's per-head query and key centres by k-means (HRF Sec. 4.3).
 
-    Runs ``model`` on ``features`` with ``variables``, takes every block's attention input,
-    forms its queries and keys with that block's parameters, scales them by H^{-1/4} and fits
-    k-means (``rfjax.features.kmeans``) per head on ``num_points`` real frames drawn uniformly
-    (with replacement) from the unmasked ones. Returns ``variables`` with the ``"clusters"``
-    collection replaced. The layers are fitted from one forward pass (later layers' inputs come
-    from the earlier layers with their old centres).
+    Runs ``model`` on ``features`` with ``variables``, takes every block's per-head queries and
+    keys as they enter the attention (sown by ``PerformerAttention``), scales them by H^{-1/4}
+    and fits k-means (``rfjax.features.kmeans``) per head on ``num_points`` real frames drawn
+    uniformly (with replacement) from the unmasked ones. Returns ``variables`` with the
+    ``"clusters"`` collection replaced. The layers are fitted from one forward pass (later
+    layers' inputs come from the earlier layers with their old centres).
 
     Args:
       key: PRNG key (frame sampling and k-means seeding).
@@ -371,15 +381,14 @@ def fit_conformer_clusters(
     clusters = {}
     for layer in range(model.num_layers):
         name = f"block_{layer}"
-        inputs = state["intermediates"][name]["attention_inputs"][0]
-        params = variables["params"][name]["attention"]
+        sown = state["intermediates"][name]["attention"]
         layer_key = jax.random.fold_in(key, layer + 1)
         rows = jax.random.choice(layer_key, flat_mask.shape[0], (num_points,), p=probabilities)
-        points = inputs.reshape(-1, inputs.shape[-1])[rows]
         centres = {}
         for side in SIDES:
-            kernel, bias = params[side]["kernel"], params[side]["bias"]
-            projected = _normalised(jnp.einsum("pd,dnh->nph", points, kernel) + bias[:, None])
+            heads = sown[f"{side}_heads"][0]  # (B, T', N, H)
+            points = heads.reshape(-1, *heads.shape[-2:])[rows]  # (P, N, H)
+            projected = _normalised(jnp.moveaxis(points, 1, 0))
             keys = jax.random.split(jax.random.fold_in(layer_key, len(side)), model.num_heads)
             centres[f"{side}_centres"] = jax.vmap(
                 lambda k, p: kmeans(k, p, model.num_clusters, num_iterations=num_iterations)
