@@ -60,6 +60,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.coupling = "orthogonal"
     config.model.redraw_interval = 100
     config.model.hybrid_eps = 1e-3
+    config.model.query_key_norm = True  # cosine attention, learned temperature: every kind
+    config.model.initial_temperature = 1.0
 
     config.train = train_config()
     config.train.optimizer = "adam"  # cluster centres are frozen variables: no weight decay

@@ -44,6 +44,17 @@ MAX_DIGITS = 5
 # --------------------------------------------------------------------------- decoding, metric
 
 
+_SCORES = {
+    True: (
+        "Every kind scores cosine attention, tau q^.k^ with unit per-head queries and keys and a "
+        "learned per-head temperature tau (initially {tau}), in place of q.k / sqrt(H): bounded "
+        "scores keep the signed (trigonometric, angular hybrid) estimates of the normaliser "
+        "positive."
+    ),
+    False: "Scores are q.k / sqrt(H).",
+}
+
+
 def greedy_ctc_decode(logits: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Best-path CTC decoding: per-frame argmax, merge repeats, drop blanks (class 0).
 
@@ -350,7 +361,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"{m.redraw_interval} steps), angular hybrid n = {m.num_sign_features} sign "
         f"projections, cluster hybrid {m.num_clusters} x {m.num_clusters} clusters per head "
         "(k-means on the initial model's queries/keys, then frozen); the trigonometric and "
-        f"hybrid kinds use a denominator floor of {m.hybrid_eps}. Training: "
+        f"hybrid kinds use a denominator floor of {m.hybrid_eps}. "
+        f"{_SCORES[m.query_key_norm].format(tau=m.initial_temperature)} Training: "
         f"{config.train.num_train_steps} steps of batch {config.train.batch_size}, "
         f"{config.train.optimizer}, lr {config.train.learning_rate}. Metric: digit error "
         "rate = total edit distance / total reference digits of greedy CTC decoding; std "
