@@ -335,7 +335,8 @@ def test_bad_config_raises():
 @needs_fsdd
 def test_quick_run_trains_and_writes_outputs(tmp_path):
     config = conformer_config.get_config("quick")
-    config.attentions = ("cluster_hybrid",)  # the kind with the most machinery (k-means fit)
+    # The kind with the most machinery (k-means fit) and a signed one (cosine scores).
+    config.attentions = ("cluster_hybrid", "trigonometric")
     result = run_experiment(config, str(tmp_path))
     for name in (
         "results.csv",
@@ -350,6 +351,6 @@ def test_quick_run_trains_and_writes_outputs(tmp_path):
     for attention in config.attentions:
         records = train.read_metrics(str(tmp_path / "runs" / f"{attention}_seed0"))
         losses = [r["loss"] for r in records if r["split"] == "train"]
-        assert losses[-1] < losses[0]
+        assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], (attention, losses)
     rates = [run["digit_error_rate"] for run in result["runs"]]
     assert all(np.isfinite(rates)) and all(r >= 0 for r in rates)
