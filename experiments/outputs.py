@@ -30,6 +30,12 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
         writer.writerows(rows)
 
 
+def read_csv(path) -> list[dict[str, str]]:
+    """The rows of a CSV file written by ``write_csv``, as dicts of strings."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
     """Formats ``rows`` as a GitHub markdown table (floats with ``float_format``)."""
     header = list(rows[0])

@@ -1,7 +1,5 @@
 """The SimRF Fig. 4 conformity experiment at its quick size, run in-process, and its pieces."""
 
-import csv
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ from scipy import special
 from configs import conformity as conformity_config
 from experiments import conformity
 from experiments.main import run_experiment
+from experiments.outputs import read_csv
 
 
 @pytest.fixture(scope="module")
@@ -18,11 +17,6 @@ def quick_run(tmp_path_factory):
     config = conformity_config.get_config("quick")
     result = run_experiment(config, str(workdir))
     return config, workdir, result
-
-
-def read_rows(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_quick_run_writes_its_files(quick_run):
@@ -36,7 +30,7 @@ def test_quick_run_writes_its_files(quick_run):
         "config.json",
     ):
         assert (workdir / name).stat().st_size > 0, name
-    rows = read_rows(workdir / "results.csv")
+    rows = read_csv(workdir / "results.csv")
     assert len(rows) == len(config.norms_of_sum) * len(conformity.GEOMETRIES)
     assert (workdir / "summary.md").read_text().startswith("# ")
 

@@ -1,6 +1,5 @@
 """Smoke tests of the experiments at their quick sizes, through the public entry point."""
 
-import csv
 import os
 import subprocess
 import sys
@@ -8,6 +7,7 @@ import sys
 import pytest
 
 from configs import kernel_mse as kernel_mse_config
+from experiments.outputs import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,8 +28,7 @@ def test_kernel_mse_quick_run_writes_results_that_agree_with_theory(tmp_path):
     assert "max |z|" in completed.stdout
     for name in ("results.csv", "mse_ratio.png", "summary.md", "config.json"):
         assert (workdir / name).stat().st_size > 0, name
-    with open(workdir / "results.csv") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_csv(workdir / "results.csv")
     config = kernel_mse_config.get_config("quick")
     assert len(rows) == len(config.norms_of_sum) * len(config.couplings)
     for row in rows:

@@ -1,6 +1,5 @@
 """The SimRF Fig. 7 Gram-matrix error experiment at its quick size, run in-process."""
 
-import csv
 import math
 
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 from configs import gram_error as gram_error_config
 from experiments import gram_error
 from experiments.main import run_experiment
+from experiments.outputs import read_csv
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,7 @@ def test_quick_run_writes_its_files(quick_run):
     config, workdir, _ = quick_run
     for name in ("results.csv", "gram_error.png", "summary.md", "config.json"):
         assert (workdir / name).stat().st_size > 0, name
-    with open(workdir / "results.csv") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_csv(workdir / "results.csv")
     assert len(rows) == len(config.couplings) * len(config.features_per_dim)
     assert (workdir / "summary.md").read_text().startswith("# ")
 

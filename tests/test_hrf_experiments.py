@@ -1,6 +1,5 @@
 """Smoke tests of the HRF experiments at their quick sizes, run in-process (one JAX start-up)."""
 
-import csv
 import importlib.resources
 import math
 
@@ -11,11 +10,7 @@ from configs import hrf_pointwise as pointwise_config
 from configs import hrf_qmc as qmc_config
 from experiments import hrf_qmc
 from experiments.main import run_experiment
-
-
-def read_rows(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
+from experiments.outputs import read_csv
 
 
 def assert_files(workdir, names):
@@ -27,7 +22,7 @@ def test_pointwise_quick_hybrid_is_exact_at_both_ends(tmp_path):
     config = pointwise_config.get_config("quick")
     run_experiment(config, str(tmp_path))
     assert_files(tmp_path, ("results.csv", "summary.csv", "relative_error.png"))
-    rows = read_rows(tmp_path / "results.csv")
+    rows = read_csv(tmp_path / "results.csv")
     assert len(rows) == len(config.radii) * config.num_angles * 4
 
     def error(radius, estimator, theta, column="rel_error_mc"):
@@ -62,7 +57,7 @@ def test_qmc_quick_table_is_complete(tmp_path):
     config = qmc_config.get_config("quick")
     result = run_experiment(config, str(tmp_path))
     assert_files(tmp_path, ("results.csv", "mse.png"))
-    rows = read_rows(tmp_path / "results.csv")
+    rows = read_csv(tmp_path / "results.csv")
     assert len(rows) == len(config.datasets) * len(config.matchings) * len(config.methods)
     assert len(result["table"]) == len(config.datasets) * len(config.matchings)
     missing = {n.split(":")[0] for n in result["notes"]}
@@ -90,7 +85,7 @@ def test_clustered_quick_cluster_hrf_wins_on_concentrated_clusters(tmp_path):
     result = run_experiment(config, str(tmp_path))
     assert_files(tmp_path, ("results.csv", "mse_vs_m.png"))
     assert len(result["table"]) == len(config.configurations) * len(config.feature_counts)
-    rows = read_rows(tmp_path / "results.csv")
+    rows = read_csv(tmp_path / "results.csv")
     name = config.configurations[0][0]  # small L (exact at the centres), small sigma
     for m in config.feature_counts:
         mean = {

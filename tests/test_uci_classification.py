@@ -1,6 +1,5 @@
 """UCI loader and the kernel-regression classification experiment (SimRF Fig. 8, Tables 2-3)."""
 
-import csv
 import json
 import shutil
 
@@ -11,6 +10,7 @@ import pytest
 from configs import uci_classification as uci_config
 from experiments import uci_classification as uci
 from experiments.main import run_experiment
+from experiments.outputs import read_csv
 from rfjax import data, features, projections
 from rfjax.data._uci import DEFAULT_UCI_DIR
 
@@ -123,17 +123,12 @@ def quick_run(tmp_path_factory):
     return config, workdir, run_experiment(config, str(workdir))
 
 
-def _read(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_quick_run_writes_outputs(quick_run):
     config, workdir, _ = quick_run
     for name in ("results.csv", "datasets.csv", "tables.json", "summary.md", "config.json"):
         assert (workdir / name).stat().st_size > 0, name
     assert (workdir / "accuracy_vs_features.png").stat().st_size > 10_000
-    rows = _read(workdir / "results.csv")
+    rows = read_csv(workdir / "results.csv")
     fig8 = [r for r in rows if r["table"] == "fig8"]
     fast = [r for r in rows if r["table"] == "fast"]
     assert len(fig8) == len(config.datasets) * len(config.couplings) * len(config.ratios)
