@@ -230,14 +230,15 @@ def make_task(model, train_arrays, test_arrays, config, seed) -> train.Task:
             )
         return variables
 
-    return train.Task(
-        init=init,
-        loss=loss,
-        train_batches=lambda start: train.epoch_batches(
-            train_arrays, config.train.batch_size, seed, start
-        ),
-        eval_metrics=eval_metrics,
-        eval_batches=lambda: train.padded_batches(test_arrays, config.eval_batch_size),
+    return train.array_task(
+        init,
+        loss,
+        eval_metrics,
+        train_arrays,
+        test_arrays,
+        batch_size=config.train.batch_size,
+        eval_batch_size=config.eval_batch_size,
+        seed=seed,
     )
 
 

@@ -143,14 +143,15 @@ def make_task(
         mask = jnp.broadcast_to(batch["mask"][:, None], nll.shape)
         return {"nll": jnp.sum(jnp.where(mask, nll, 0.0)), "count": jnp.sum(mask)}
 
-    task = train.Task(
-        init=lambda rng, batch: model.init(rng, batch["inputs"], train=False),
-        loss=loss,
-        train_batches=lambda start: train.epoch_batches(
-            arrays["train"], config.train.batch_size, seed, start
-        ),
-        eval_metrics=eval_metrics,
-        eval_batches=lambda: train.padded_batches(arrays["valid"], config.eval_batch_size),
+    task = train.array_task(
+        lambda rng, batch: model.init(rng, batch["inputs"], train=False),
+        loss,
+        eval_metrics,
+        arrays["train"],
+        arrays["valid"],
+        batch_size=config.train.batch_size,
+        eval_batch_size=config.eval_batch_size,
+        seed=seed,
     )
     return task, jax.jit(eval_metrics)
 

@@ -89,6 +89,28 @@ class Task:
     eval_batches: Callable[[], Iterable[Batch]] | None = None
 
 
+def array_task(
+    init: Callable[[jax.Array, Batch], Params],
+    loss: Callable[[Params, Batch, jax.Array, jax.Array], tuple[jax.Array, dict]],
+    eval_metrics: Callable[[Params, Batch, jax.Array, jax.Array], dict],
+    train_arrays: Batch,
+    eval_arrays: Batch,
+    *,
+    batch_size: int,
+    eval_batch_size: int,
+    seed: int,
+) -> Task:
+    """A ``Task`` over in-memory arrays: shuffled ``epoch_batches`` of ``train_arrays`` (seeded by
+    ``seed``) and ``padded_batches`` of ``eval_arrays``."""
+    return Task(
+        init=init,
+        loss=loss,
+        train_batches=lambda start: epoch_batches(train_arrays, batch_size, seed, start),
+        eval_metrics=eval_metrics,
+        eval_batches=lambda: padded_batches(eval_arrays, eval_batch_size),
+    )
+
+
 class TrainState(flax.struct.PyTreeNode):
     """What a checkpoint holds: the step, the parameters and the optimiser state (no keys)."""
 
