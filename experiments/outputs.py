@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import string
 from collections.abc import Iterable, Sequence
 
 import ml_collections
@@ -46,6 +47,33 @@ def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(row[key]) for key in header) + " |" for row in rows]
     return "\n".join(lines)
+
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def render_summary(name: str, **values: object) -> str:
+    """The summary text of experiment ``name``: ``experiments/templates/<name>.md`` with its
+    ``$placeholders`` (``string.Template`` syntax; ``$$`` is a literal ``$``) filled from
+    ``values`` (formatted with ``str``).
+
+    Raises:
+      FileNotFoundError: if the template does not exist (the message gives its path).
+      ValueError: if a placeholder has no value or a value has no placeholder (both listed).
+    """
+    path = os.path.join(TEMPLATES, f"{name}.md")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no summary template for experiment {name!r} at {path}")
+    with open(path) as handle:
+        template = string.Template(handle.read())
+    placeholders = set(template.get_identifiers())
+    missing, unused = sorted(placeholders - set(values)), sorted(set(values) - placeholders)
+    if missing or unused:
+        raise ValueError(
+            f"summary template {path}: placeholders without values {missing}, values without "
+            f"placeholders {unused}"
+        )
+    return template.substitute({key: str(value) for key, value in values.items()})
 
 
 def write_text(path: str, text: str) -> None:
