@@ -2,7 +2,9 @@
 
 ``PerformerAttention`` is a drop-in for ``flax.linen.MultiHeadDotProductAttention`` with exact
 or Performer (FAVOR) attention over any coupling; ``PerformerViT`` is a Vision Transformer
-made of it. Projections are drawn from the RNG stream ``"projection"`` and redrawn by the
+made of it. ``ImplicitAttentionPolicy`` is an implicit-attention policy (patch importance by
+exact or random-feature attention, top-k masking, an MLP controller) for evolution strategies.
+Projections are drawn from the RNG stream ``"projection"`` and redrawn by the
 explicit ``projection_step`` (see ``PerformerAttention``).
 """
 
@@ -12,7 +14,21 @@ from rfjax.nn._conformer import (
     ConformerEncoder,
     fit_conformer_clusters,
 )
+from rfjax.nn._iap import (
+    IAP_ATTENTIONS,
+    GaussianHybridFeatureMap,
+    ImplicitAttentionPolicy,
+    image_patches,
+    patch_centres,
+    top_k_mask,
+    top_k_patches,
+)
 from rfjax.nn._lstm_lm import LSTMLanguageModel
+from rfjax.nn._patch_importance import (
+    importance_flops,
+    random_feature_importance,
+    softmax_importance,
+)
 from rfjax.nn._sampled_softmax import (
     FEATURE_PROPOSALS,
     PROPOSALS,
@@ -30,18 +46,28 @@ __all__ = [
     "ATTENTION_KINDS",
     "CONFORMER_ATTENTIONS",
     "FEATURE_PROPOSALS",
+    "IAP_ATTENTIONS",
     "PROJECTION_STREAM",
     "PROPOSALS",
     "ConformerEncoder",
+    "GaussianHybridFeatureMap",
+    "ImplicitAttentionPolicy",
     "LSTMLanguageModel",
     "PerformerAttention",
     "PerformerViT",
     "distribution_metrics",
     "feature_proposal_probabilities",
     "fit_conformer_clusters",
+    "image_patches",
+    "importance_flops",
     "normalize_for_proposal",
+    "patch_centres",
     "proposal_features",
+    "random_feature_importance",
     "sample_from_features",
     "sample_proposal",
     "sampled_softmax_loss",
+    "softmax_importance",
+    "top_k_mask",
+    "top_k_patches",
 ]

@@ -1,0 +1,181 @@
+"""Patch importance of an implicit-attention policy: column sums of a self-attention matrix.
+
+For T patches with queries q_t and keys k_j (rows of ``(T, d)`` arrays), the row-normalised
+attention matrix is A_tj = K(q_t, k_j) / sum_l K(q_t, k_l) and the importance of patch j is its
+column sum c_j = sum_t A_tj: how much attention patch j receives from all patches (Tang et al.,
+arXiv:2003.08165; Choromanski et al., IAP, arXiv:2102.04353, Sec. 3). With exact softmax
+attention this costs O(T^2 d). With random features K(q, k) ~ phi(q).psi(k) of width w it is
+linear in T (IAP Sec. 3.1):
+
+  s = sum_l psi(k_l),  D_t = phi(q_t).s,  u = sum_t phi(q_t) / D_t,  c_j = psi(k_j).u,
+
+O(T w) after the features, and the T x T matrix is never formed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from rfjax._validation import check_int, check_real
+from rfjax.attention import ExponentialFeatureMap
+from rfjax.projections import Projection
+
+FeatureMap = Callable[[jax.Array, Projection], jax.Array]
+
+
+def _check_queries_keys(query: object, key: object) -> tuple[jax.Array, jax.Array]:
+    query, key = jnp.asarray(query), jnp.asarray(key)
+    for name, x in (("query", query), ("key", key)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{name} must be a floating array, got dtype {x.dtype}")
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., T, d), got {x.shape}")
+    if query.shape != key.shape:
+        raise ValueError(
+            f"query and key must have the same shape (..., T, d) (self-attention over the "
+            f"patches); got {query.shape} and {key.shape}"
+        )
+    return query, key
+
+
+def _features(
+    x: jax.Array, projection: Projection, feature_map: FeatureMap, *, side: str
+) -> jax.Array:
+    """phi(x) (..., T, w); exponential maps are stabilised by shifts that cancel in A.
+
+    Queries: exp(l(q_t) - max_i l_i(q_t)), a per-row factor that cancels in row t of A. Keys:
+    exp(l(k_j) - max_{l, i} l_i(k_l)), one factor for all keys of an image that cancels in every
+    row. The shifts are constants under differentiation.
+    """
+    if not isinstance(feature_map, ExponentialFeatureMap):
+        return feature_map(x, projection)
+    logs = feature_map.log_features(x, projection)
+    axes = (-1,) if side == "query" else (-2, -1)
+    return jnp.exp(logs - jax.lax.stop_gradient(jnp.max(logs, axis=axes, keepdims=True)))
+
+
+def random_feature_importance(
+    query: jax.Array,
+    key: jax.Array,
+    projection: Projection,
+    *,
+    feature_map: tuple[FeatureMap, FeatureMap],
+    eps: float,
+) -> jax.Array:
+    """Column sums of the random-feature attention matrix, in O(T w) (no T x T matrix).
+
+    With features phi = ``feature_map[0]`` on the queries and psi = ``feature_map[1]`` on the
+    keys, A_tj = phi(q_t).psi(k_j) / max(phi(q_t).sum_l psi(k_l), eps) (the row normaliser is
+    floored at ``eps`` as in ``rfjax.attention.favor_attention``; signed maps can estimate it
+    as <= 0) and
+
+      c_j = sum_t A_tj = psi(k_j) . sum_t phi(q_t) / max(D_t, eps).
+
+    It equals the column sums of ``rfjax.attention.favor_attention_weights`` for the same
+    features and projection, up to rounding.
+
+    Args:
+      query: ``(..., T, d)``, floating.
+      key: ``(..., T, d)``.
+      projection: a drawn projection with ``dim == d`` (a ``HybridProjection`` for hybrid maps).
+      feature_map: ``(query_map, key_map)``, callables ``(x, projection) -> (..., T, w)`` such
+        as ``rfjax.attention.SoftmaxFeatureMap()`` (both sides) or the HRF pairs
+        (``rfjax.attention.AngularHybridFeatureMap("query")``, ``...("key")``).
+      eps: floor of the row normalisers, > 0.
+
+    Returns:
+      Importances ``(..., T)`` (they sum to T when no normaliser is floored).
+
+    Examples:
+      >>> import jax
+      >>> from rfjax.attention import SoftmaxFeatureMap, draw_projection
+      >>> q, k = jax.random.normal(jax.random.key(0), (2, 16, 4))
+      >>> w = draw_projection(jax.random.key(1), 4, 64)
+      >>> c = random_feature_importance(
+      ...     q, k, w, feature_map=(SoftmaxFeatureMap(),) * 2, eps=1e-6)
+      >>> c.shape, round(float(c.sum()), 3)
+      ((16,), 16.0)
+
+    References:
+      Choromanski et al., "Unlocking Pixels for Reinforcement Learning via Implicit Attention",
+      arXiv:2102.04353, Sec. 3.
+    """
+    query, key = _check_queries_keys(query, key)
+    eps = check_real("eps", eps, positive=True)
+    phi = _features(query, projection, feature_map[0], side="query")
+    psi = _features(key, projection, feature_map[1], side="key")
+    key_sum = jnp.sum(psi, axis=-2)  # (..., w)
+    normaliser = jnp.einsum("...tw,...w->...t", phi, key_sum)
+    weighted = jnp.einsum("...tw,...t->...w", phi, 1.0 / jnp.maximum(normaliser, eps))
+    return jnp.einsum("...jw,...w->...j", psi, weighted)
+
+
+def softmax_importance(query: jax.Array, key: jax.Array) -> jax.Array:
+    """Column sums of exact softmax attention softmax(q k^T / sqrt(d)), in O(T^2 d).
+
+    Args:
+      query: ``(..., T, d)``, floating.
+      key: ``(..., T, d)``.
+
+    Returns:
+      Importances ``(..., T)``, summing to T.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> softmax_importance(jnp.zeros((3, 2)), jnp.zeros((3, 2))).tolist()
+      [1.0, 1.0, 1.0]
+    """
+    query, key = _check_queries_keys(query, key)
+    logits = jnp.einsum("...td,...jd->...tj", query, key) / math.sqrt(query.shape[-1])
+    return jnp.sum(jax.nn.softmax(logits, axis=-1), axis=-2)
+
+
+def importance_flops(
+    num_patches: int,
+    dim: int,
+    *,
+    feature_width: int | None = None,
+    projection_rows: int = 0,
+) -> int:
+    """Floating-point operations of one patch-importance computation, from the shapes.
+
+    A multiply-add counts 2, any other elementwise operation 1. Exact softmax attention
+    (``feature_width=None``): scores 2 T^2 d, then exp, row sums, normalisation and column
+    sums, 4 T^2:
+
+      F_exact = 2 T^2 d + 4 T^2.
+
+    Random features of width w from r projection vectors (FAVOR+: w = r = m; trigonometric:
+    w = 2m, r = m; angular hybrid: w = 4m(n + 1), r = m + n): projecting queries and keys
+    4 T r d, one operation per feature entry and side 2 T w (exp, sin/cos or a Kronecker
+    product), then ``random_feature_importance``'s key sum T w, normalisers 2 T w, weighted
+    query sum 2 T w + T divisions and read-out 2 T w:
+
+      F_rf = 4 T r d + 9 T w + T.
+
+    Args:
+      num_patches: T >= 1.
+      dim: d >= 1, the query/key width.
+      feature_width: w (``None`` for exact softmax attention).
+      projection_rows: r, the projection vectors applied to each query and key.
+
+    Returns:
+      The count, an int.
+
+    Examples:
+      >>> importance_flops(100, 8)  # exact
+      200000
+      >>> importance_flops(100, 8, feature_width=256, projection_rows=256)  # FAVOR+, m = 256
+      1049700
+    """
+    t = check_int("num_patches", num_patches, minimum=1)
+    d = check_int("dim", dim, minimum=1)
+    if feature_width is None:
+        return 2 * t * t * d + 4 * t * t
+    w = check_int("feature_width", feature_width, minimum=1)
+    r = check_int("projection_rows", projection_rows, minimum=1)
+    return 4 * t * r * d + 9 * t * w + t
