@@ -30,7 +30,7 @@ SECTIONS = (
     ),
     (
         "Hybrid Random Features (Choromanski et al., ICLR 2022)",
-        ("hrf_pointwise", "hrf_qmc", "hrf_clustered", "lstm_lm", "conformer_ctc"),
+        ("hrf_pointwise", "hrf_qmc", "hrf_clustered", "lstm_lm", "conformer_ctc", "iap_es"),
     ),
     ("Performers", ("performer_vit",)),
 )

@@ -1,0 +1,402 @@
+"""Implicit-attention policies trained by evolution strategies (HRF Sec. 4.4, App. K.1).
+
+The HRF paper (arXiv:2110.04367) replaces FAVOR+ by the angular hybrid inside an Implicit
+Attention Policy (IAP, masking variant; Choromanski et al., arXiv:2102.04353) trained by ES, and
+reports (App. K.1, Fig. 4) that "HRF with 8 x 8 random projections performs as well as the
+softmax kernel with 256 random projections": the same policy quality for about 3x fewer FLOPs.
+Its robot (a quadruped walking on stepping stones from depth images) is not available, so this
+runs the same comparison on a real JAX environment with image observations: MinAtar games from
+Pgx (``pgx.make("minatar-breakout")``, 10 x 10 x 4 boolean images).
+
+Every attention kind (``config.kinds``) trains ``rfjax.nn.ImplicitAttentionPolicy`` with
+OpenAI-ES (``experiments.es``) for each seed. Runs are paired: a seed fixes the initial
+parameters, the ES perturbations, the episodes and the evaluation episodes for every kind, so
+kinds differ only by their attention. For each run we record the evaluation return of the ES
+mean over the generations, the policy evaluations (forward passes) spent and hence the
+cumulative attention FLOPs (``ImplicitAttentionPolicy.importance_flops`` per forward pass;
+XLA's own count is reported beside it). The quality of a run is its mean evaluation return
+over the last ``final_evals`` evaluations; kinds are compared with the reference (FAVOR+,
+m = 256) by paired differences over seeds (mean, SE, a t interval and the difference detectable
+with 80% power), and the paper's claim is tested as equivalence within a margin (two one-sided
+t tests at 5%, i.e. a 90% interval inside +-margin).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import ml_collections
+import numpy as np
+import pgx
+from scipy import stats
+
+from experiments import es, outputs, train
+from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+_KIND = re.compile(r"^(?P<attention>[a-z_]+)(:(?P<m>\d+)(x(?P<n>\d+))?)?$")
+_NAMES = {
+    "exact": "exact softmax",
+    "positive": "FAVOR+",
+    "trigonometric": "trigonometric",
+    "angular_hybrid": "HRF angular",
+    "gaussian_hybrid": "HRF Gaussian",
+}
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+def parse_kind(kind: str) -> dict:
+    """``"exact"``, ``"positive:256"``, ``"angular_hybrid:8x8"`` (m x n) -> policy attributes."""
+    match = _KIND.match(kind) if isinstance(kind, str) else None
+    if match is None or match["attention"] not in IAP_ATTENTIONS:
+        raise ValueError(
+            f"kinds must hold 'exact' or '<attention>:<m>' or '<hybrid>:<m>x<n>' with attention "
+            f"in {IAP_ATTENTIONS}; got {kind!r}"
+        )
+    attention = match["attention"]
+    hybrid = attention.endswith("_hybrid")
+    if (attention == "exact") != (match["m"] is None) or hybrid != (match["n"] is not None):
+        raise ValueError(
+            f"kind {kind!r}: exact takes no size, FAVOR+/trigonometric take ':m', hybrids ':mxn'"
+        )
+    spec = {"attention": attention}
+    if match["m"] is not None:
+        spec["num_features"] = int(match["m"])
+    if match["n"] is not None:
+        spec["num_sign_features"] = int(match["n"])
+    return spec
+
+
+def kind_label(kind: str) -> str:
+    spec = parse_kind(kind)
+    name = _NAMES[spec["attention"]]
+    if "num_sign_features" in spec:
+        return f"{name} {spec['num_features']}x{spec['num_sign_features']}"
+    return f"{name} m={spec['num_features']}" if "num_features" in spec else name
+
+
+def run_name(kind: str) -> str:
+    return kind.replace(":", "_m")
+
+
+def make_env(config: ml_collections.ConfigDict):
+    if config.env not in pgx.available_envs():
+        raise ValueError(f"env must be a Pgx environment, got {config.env!r}")
+    return pgx.make(config.env)
+
+
+def make_policy(config: ml_collections.ConfigDict, env, kind: str) -> ImplicitAttentionPolicy:
+    return ImplicitAttentionPolicy(
+        image_shape=tuple(env.observation_shape),
+        num_actions=env.num_actions,
+        **config.policy.to_dict(),
+        **parse_kind(kind),
+    )
+
+
+def make_rollout(config: ml_collections.ConfigDict, env, policy) -> es.Rollout:
+    def act(params, observation, projection):
+        return jnp.argmax(policy.apply(params, observation, projection))
+
+    return es.Rollout(env, act, policy.draw_projection, max_steps=config.max_steps)
+
+
+def xla_importance_flops(policy: ImplicitAttentionPolicy) -> float:
+    """XLA's FLOP count (``cost_analysis``) of one patch-importance computation."""
+    count, d = policy.num_patches(), policy.embed_dim
+    query = jax.ShapeDtypeStruct((count, d), jnp.float32)
+    projection = jax.eval_shape(policy.draw_projection, jax.random.key(0))
+    compiled = jax.jit(policy.patch_importance).lower(query, query, projection).compile()
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    return float(analysis["flops"])
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def initial_params(policy: ImplicitAttentionPolicy, seed: int):
+    """The initial parameters of a seed: the same for every kind (they share the layout)."""
+    projection = policy.draw_projection(jax.random.key(0))
+    return policy.init(jax.random.key(seed), jnp.zeros(policy.image_shape), projection)
+
+
+def _check(config: ml_collections.ConfigDict) -> None:
+    if not config.kinds or not config.seeds:
+        raise ValueError("kinds and seeds must be non-empty")
+    for kind in config.kinds:
+        parse_kind(kind)
+    if config.reference not in config.kinds or config.claim_kind not in config.kinds:
+        raise ValueError(
+            f"reference {config.reference!r} and claim_kind {config.claim_kind!r} must be in "
+            f"kinds {tuple(config.kinds)}"
+        )
+    if config.es.eval_every % config.es.log_every:
+        raise ValueError(
+            f"es.eval_every ({config.es.eval_every}) must be a multiple of es.log_every "
+            f"({config.es.log_every}): FLOPs are counted at each evaluation"
+        )
+    evaluations = config.es.num_generations // config.es.eval_every + 1
+    if not 1 <= config.final_evals <= evaluations:
+        raise ValueError(f"final_evals must be in [1, {evaluations}], got {config.final_evals}")
+
+
+def _curve(run_dir: str, flops_per_pass: float) -> dict:
+    records = train.read_metrics(run_dir)
+    passes = {r["step"]: r["forward_passes"] for r in records if r["split"] == "train"}
+    evals = [r for r in records if r["split"] == "eval"]
+    generations = np.array([r["step"] for r in evals])
+    cumulative = np.array([sum(v for s, v in passes.items() if s <= g) for g in generations])
+    return {
+        "generation": generations.tolist(),
+        "return": [r["return"] for r in evals],
+        "return_se": [r["return_se"] for r in evals],
+        "forward_passes": cumulative.tolist(),
+        "attention_flops": (cumulative * flops_per_pass).tolist(),
+    }
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains every (kind, seed) (resuming finished or interrupted runs) and collects curves."""
+    _check(config)
+    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
+    env = make_env(config)
+    kinds = {}
+    for kind in config.kinds:
+        policy = make_policy(config, env, kind)
+        template = initial_params(policy, seed=0)
+        kinds[kind] = {
+            "label": kind_label(kind),
+            "policy": policy,
+            "trainer": es.ESTrainer(config.es, make_rollout(config, env, policy), template),
+            "importance_flops": policy.importance_flops(),
+            "xla_importance_flops": xla_importance_flops(policy),
+        }
+    runs, start = [], time.perf_counter()
+    for seed in config.seeds:  # seeds outside: an interrupted sweep leaves complete pairs
+        for kind, info in kinds.items():
+            run_dir = os.path.join(workdir, "runs", f"{run_name(kind)}_seed{seed}")
+            began, cpu = time.perf_counter(), time.process_time()
+            info["trainer"].train(run_dir, initial_params(info["policy"], seed), seed=seed)
+            curve = _curve(run_dir, info["importance_flops"])
+            runs.append(
+                {
+                    "kind": kind,
+                    "seed": seed,
+                    "seconds": time.perf_counter() - began,
+                    "cpu_seconds": time.process_time() - cpu,
+                    "final_return": float(np.mean(curve["return"][-config.final_evals :])),
+                    **curve,
+                }
+            )
+            print(
+                f"{info['label']:>24} seed {seed}: return {runs[-1]['final_return']:.3f} "
+                f"({runs[-1]['seconds']:.0f} s)"
+            )
+    return {
+        "kinds": {
+            kind: {k: v for k, v in info.items() if k not in ("policy", "trainer")}
+            for kind, info in kinds.items()
+        },
+        "runs": runs,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def paired_comparison(
+    values: np.ndarray, reference: np.ndarray, *, margin: float, power: float = 0.8
+) -> dict:
+    """Paired differences d = values - reference over seeds: mean, SE, intervals, power.
+
+    ``ci95`` is the two-sided 95% t interval; ``ci90`` the 90% one, whose inclusion in
+    [-margin, margin] is the two one-sided tests (TOST) of equivalence at 5%; ``detectable``
+    is the true mean difference a two-sided 5% paired t test detects with probability
+    ``power``, (t_{0.975, n-1} + t_{power, n-1}) SD / sqrt(n).
+    """
+    differences = np.asarray(values, np.float64) - np.asarray(reference, np.float64)
+    n = len(differences)
+    if n < 2:
+        raise ValueError(f"a paired comparison needs >= 2 seeds, got {n}")
+    mean, sd = float(differences.mean()), float(differences.std(ddof=1))
+    se = sd / np.sqrt(n)
+    t95, t90 = stats.t.ppf(0.975, n - 1), stats.t.ppf(0.95, n - 1)
+    return {
+        "mean": mean,
+        "se": se,
+        "ci95": (mean - t95 * se, mean + t95 * se),
+        "ci90": (mean - t90 * se, mean + t90 * se),
+        "detectable": float((t95 + stats.t.ppf(power, n - 1)) * se),
+        "equivalent": bool(-margin <= mean - t90 * se and mean + t90 * se <= margin),
+        "different": bool(abs(mean) > t95 * se),
+    }
+
+
+def _final_returns(runs: list[dict], kind: str, seeds) -> np.ndarray:
+    table = {(r["kind"], r["seed"]): r["final_return"] for r in runs}
+    return np.array([table[(kind, seed)] for seed in seeds])
+
+
+def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
+    """The paper's claim (equal quality at ~3x fewer attention FLOPs) against our numbers."""
+    low, high = claim["ci90"]
+    if claim["equivalent"]:
+        return (
+            f"**holds**: the 90% interval of the paired difference [{low:.3g}, {high:.3g}] lies "
+            f"inside the equivalence margin +-{margin:.3g}, at {flops_ratio:.2g}x fewer "
+            "attention FLOPs per forward pass"
+        )
+    if claim["different"] and claim["mean"] < 0:
+        return (
+            f"**does not hold**: the hybrid is worse by {-claim['mean']:.3g} +- {claim['se']:.3g} "
+            "(paired SE), a difference the 95% interval separates from 0"
+        )
+    return (
+        f"**not established**: the 90% interval [{low:.3g}, {high:.3g}] is not inside the margin "
+        f"+-{margin:.3g}; with these seeds only a difference of {claim['detectable']:.3g} would "
+        "be detected with 80% power, so equal quality is neither shown nor refuted"
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _band(axis, x, runs, color, label):
+    values = np.array([r["return"] for r in runs])
+    mean = values.mean(axis=0)
+    se = values.std(axis=0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0 * mean
+    axis.plot(x, mean, color=color, label=label)
+    axis.fill_between(x, mean - se, mean + se, color=color, alpha=0.2)
+
+
+def _plot(results: dict, config, path_generations: str, path_flops: str) -> None:
+    figures = {name: plt.subplots(figsize=(6.5, 4)) for name in ("generation", "attention_flops")}
+    for i, (kind, info) in enumerate(results["kinds"].items()):
+        runs = [r for r in results["runs"] if r["kind"] == kind]
+        for name, (_, axis) in figures.items():
+            x = np.mean([r[name] for r in runs], axis=0)
+            _band(
+                axis,
+                x if name == "generation" else np.maximum(x, 1.0),
+                runs,
+                f"C{i}",
+                info["label"],
+            )
+    seeds = len(config.seeds)
+    title = f"IAP + ES on {config.env} (mean over {seeds} seeds, band +-1 SE)"
+    figures["generation"][1].set(xlabel="generation", ylabel="evaluation return", title=title)
+    figures["attention_flops"][1].set(
+        xlabel="cumulative attention FLOPs in training (mean over seeds)",
+        ylabel="evaluation return",
+        xscale="log",
+        title=title,
+    )
+    for name, path in (("generation", path_generations), ("attention_flops", path_flops)):
+        figure, axis = figures[name]
+        axis.legend(fontsize=8)
+        outputs.save_figure(figure, path)
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures and ``summary.md`` from ``measure``'s results."""
+    seeds, kinds = list(config.seeds), results["kinds"]
+    reference = _final_returns(results["runs"], config.reference, seeds)
+    margin = config.equivalence_margin * abs(float(reference.mean()))
+    rows = []
+    for kind, info in kinds.items():
+        finals = _final_returns(results["runs"], kind, seeds)
+        row = {
+            "kind": info["label"],
+            "attention FLOPs / forward": info["importance_flops"],
+            "XLA FLOPs / forward": int(info["xla_importance_flops"]),
+            "final return (mean ± SE)": (
+                f"{finals.mean():.3f} ± {finals.std(ddof=1) / np.sqrt(len(finals)):.3f}"
+            ),
+        }
+        if kind != config.reference:
+            paired = paired_comparison(finals, reference, margin=margin)
+            row["minus reference (paired ± SE)"] = f"{paired['mean']:+.3f} ± {paired['se']:.3f}"
+            row["detectable (80%)"] = f"{paired['detectable']:.3f}"
+        else:
+            row["minus reference (paired ± SE)"] = "reference"
+            row["detectable (80%)"] = ""
+        rows.append(row)
+    claim = paired_comparison(
+        _final_returns(results["runs"], config.claim_kind, seeds), reference, margin=margin
+    )
+    flops_ratio = (
+        kinds[config.reference]["importance_flops"] / kinds[config.claim_kind]["importance_flops"]
+    )
+    run_rows = [
+        {
+            "kind": r["kind"],
+            "seed": r["seed"],
+            "final_return": r["final_return"],
+            "initial_return": r["return"][0],
+            "forward_passes": r["forward_passes"][-1],
+            "attention_flops": r["attention_flops"][-1],
+            "seconds": r["seconds"],
+            "cpu_seconds": r["cpu_seconds"],
+        }
+        for r in results["runs"]
+    ]
+    os.makedirs(workdir, exist_ok=True)
+    outputs.write_json(os.path.join(workdir, "results.json"), results)
+    _plot(
+        results,
+        config,
+        os.path.join(workdir, "return_vs_generation.png"),
+        os.path.join(workdir, "return_vs_flops.png"),
+    )
+    summary = outputs.render_summary(
+        "iap_es",
+        env=config.env,
+        label=config.label,
+        kinds=", ".join(info["label"] for info in kinds.values()),
+        seeds=len(seeds),
+        generations=config.es.num_generations,
+        population=config.es.population_size,
+        episodes=config.es.episodes_per_member,
+        eval_episodes=config.es.eval_episodes,
+        final_evals=config.final_evals,
+        eval_every=config.es.eval_every,
+        patches=_patch_text(config),
+        table=outputs.markdown_table(rows),
+        reference=kinds[config.reference]["label"],
+        claim_kind=kinds[config.claim_kind]["label"],
+        flops_ratio=f"{flops_ratio:.2f}",
+        margin_fraction=f"{config.equivalence_margin:.0%}",
+        margin=f"{margin:.3g}",
+        difference=f"{claim['mean']:+.3f} ± {claim['se']:.3f}",
+        ci95=f"[{claim['ci95'][0]:.3f}, {claim['ci95'][1]:.3f}]",
+        detectable=f"{claim['detectable']:.3f}",
+        verdict=verdict(claim, flops_ratio, margin),
+        minutes=f"{results['seconds'] / 60:.1f}",
+    )
+    paths = outputs.save_run(workdir, rows=run_rows, summary=summary, config=config)
+    return {"rows": rows, "claim": claim, "flops_ratio": flops_ratio, **paths}
+
+
+def _patch_text(config: ml_collections.ConfigDict) -> str:
+    policy = config.policy
+    return (
+        f"{policy.patch_size}x{policy.patch_size} patches, top {policy.num_kept} kept, "
+        f"query/key width {policy.embed_dim}, temperature {policy.temperature}, controller "
+        f"hidden {tuple(policy.hidden_sizes)}"
+    )
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    outputs.save_config(workdir, config)
+    return report(measure(config, workdir), config, workdir)
