@@ -222,6 +222,31 @@ class ESTrainer:
         init_key = jax.random.split(jax.random.key(seed), 3)[0]
         return self.strategy.init(init_key, init_params, self.strategy.default_params)
 
+    def _manager(self, workdir: str) -> ocp.CheckpointManager:
+        return ocp.CheckpointManager(
+            os.path.join(workdir, "checkpoints"),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=self.config.keep_checkpoints, create=True
+            ),
+        )
+
+    def _restore(self, manager: ocp.CheckpointManager, init_params: Params, seed: int):
+        """(ES state, generations done): the latest checkpoint, or the initial state and 0."""
+        start = manager.latest_step()
+        if start is None:
+            return self.initial_state(init_params, seed), 0
+        target = {"es_state": jax.eval_shape(self.initial_state, init_params, seed)}
+        return manager.restore(start, args=ocp.args.StandardRestore(target))["es_state"], start
+
+    def final_mean(self, workdir: str, init_params: Params, *, seed: int) -> Params:
+        """The ES mean (policy parameters) of the latest checkpoint in ``workdir``."""
+        manager = self._manager(os.path.abspath(workdir))
+        try:
+            state, _ = self._restore(manager, init_params, seed)
+        finally:
+            manager.close()
+        return self.strategy.get_mean(state)
+
     def train(
         self,
         workdir: str,
@@ -245,16 +270,8 @@ class ESTrainer:
         workdir = os.path.abspath(workdir)
         os.makedirs(workdir, exist_ok=True)
         _, run_key, eval_key = jax.random.split(jax.random.key(seed), 3)
-        manager = ocp.CheckpointManager(
-            os.path.join(workdir, "checkpoints"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True),
-        )
-        start = manager.latest_step()
-        if start is None:
-            state, start = self.initial_state(init_params, seed), 0
-        else:
-            target = {"es_state": jax.eval_shape(self.initial_state, init_params, seed)}
-            state = manager.restore(start, args=ocp.args.StandardRestore(target))["es_state"]
+        manager = self._manager(workdir)
+        state, start = self._restore(manager, init_params, seed)
         end = config.num_generations
         if stop_at_generation is not None:
             end = min(end, stop_at_generation)

@@ -165,11 +165,50 @@ def _curve(run_dir: str, flops_per_pass: float) -> dict:
     }
 
 
+def probe_observations(env, key: jax.Array, num_episodes: int, num_steps: int) -> jax.Array:
+    """Observations of random-action episodes, ``(num_episodes * num_steps, H, W, C)``."""
+    init_key, action_key = jax.random.split(key)
+
+    def advance(states, step_key):
+        action_key, env_key = jax.random.split(step_key)
+        actions = jax.random.randint(action_key, (num_episodes,), 0, env.num_actions)
+        states = jax.vmap(env.step)(states, actions, jax.random.split(env_key, num_episodes))
+        return states, states.observation
+
+    states = jax.vmap(env.init)(jax.random.split(init_key, num_episodes))
+    _, frames = jax.lax.scan(advance, states, jax.random.split(action_key, num_steps))
+    return frames.reshape(-1, *frames.shape[2:])
+
+
+def mask_agreement(policy: ImplicitAttentionPolicy, observations: jax.Array, draws: int):
+    """A jitted ``(params, key) -> agreement``: the mean fraction of exact attention's top-k
+    patches that ``policy``'s estimate also keeps, over ``observations`` and ``draws``
+    projections, with the same parameters (1 for exact attention)."""
+    exact_policy = policy.clone(attention="exact")
+
+    def mask(module, params, projection):
+        _, state = module.apply(params, observations, projection, mutable="intermediates")
+        return state["intermediates"]["mask"][0]
+
+    @jax.jit
+    def agreement(params, key):
+        exact = mask(exact_policy, params, None)
+
+        def kept_by_both(draw_key):
+            estimate = mask(policy, params, policy.draw_projection(draw_key))
+            return jnp.mean(jnp.sum(estimate & exact, axis=-1))
+
+        return jnp.mean(jax.lax.map(kept_by_both, jax.random.split(key, draws))) / policy.num_kept
+
+    return agreement
+
+
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (kind, seed) (resuming finished or interrupted runs) and collects curves."""
     _check(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     env = make_env(config)
+    observations = probe_observations(env, jax.random.key(2024), 64, 16)
     kinds = {}
     for kind in config.kinds:
         policy = make_policy(config, env, kind)
@@ -180,14 +219,18 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "trainer": es.ESTrainer(config.es, make_rollout(config, env, policy), template),
             "importance_flops": policy.importance_flops(),
             "xla_importance_flops": xla_importance_flops(policy),
+            "agreement": mask_agreement(policy, observations, config.agreement_draws),
         }
     runs, start = [], time.perf_counter()
     for seed in config.seeds:  # seeds outside: an interrupted sweep leaves complete pairs
         for kind, info in kinds.items():
             run_dir = os.path.join(workdir, "runs", f"{run_name(kind)}_seed{seed}")
             began, cpu = time.perf_counter(), time.process_time()
-            info["trainer"].train(run_dir, initial_params(info["policy"], seed), seed=seed)
+            trainer, params = info["trainer"], initial_params(info["policy"], seed)
+            trainer.train(run_dir, params, seed=seed)
             curve = _curve(run_dir, info["importance_flops"])
+            final_mean = trainer.final_mean(run_dir, params, seed=seed)
+            agreement = float(info["agreement"](final_mean, jax.random.key(seed)))
             runs.append(
                 {
                     "kind": kind,
@@ -195,6 +238,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     "seconds": time.perf_counter() - began,
                     "cpu_seconds": time.process_time() - cpu,
                     "final_return": float(np.mean(curve["return"][-config.final_evals :])),
+                    "mask_agreement": agreement,
                     **curve,
                 }
             )
@@ -204,7 +248,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             )
     return {
         "kinds": {
-            kind: {k: v for k, v in info.items() if k not in ("policy", "trainer")}
+            kind: {k: v for k, v in info.items() if k not in ("policy", "trainer", "agreement")}
             for kind, info in kinds.items()
         },
         "runs": runs,
@@ -243,9 +287,13 @@ def paired_comparison(
     }
 
 
-def _final_returns(runs: list[dict], kind: str, seeds) -> np.ndarray:
-    table = {(r["kind"], r["seed"]): r["final_return"] for r in runs}
+def _per_seed(runs: list[dict], kind: str, seeds, name: str = "final_return") -> np.ndarray:
+    table = {(r["kind"], r["seed"]): r[name] for r in runs}
     return np.array([table[(kind, seed)] for seed in seeds])
+
+
+def _mean_se(values: np.ndarray) -> str:
+    return f"{values.mean():.3f} ± {values.std(ddof=1) / np.sqrt(len(values)):.3f}"
 
 
 def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
@@ -311,18 +359,18 @@ def _plot(results: dict, config, path_generations: str, path_flops: str) -> None
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Tables, figures and ``summary.md`` from ``measure``'s results."""
     seeds, kinds = list(config.seeds), results["kinds"]
-    reference = _final_returns(results["runs"], config.reference, seeds)
+    reference = _per_seed(results["runs"], config.reference, seeds)
     margin = config.equivalence_margin * abs(float(reference.mean()))
     rows = []
     for kind, info in kinds.items():
-        finals = _final_returns(results["runs"], kind, seeds)
+        finals = _per_seed(results["runs"], kind, seeds)
+        agreement = _per_seed(results["runs"], kind, seeds, "mask_agreement")
         row = {
             "kind": info["label"],
             "attention FLOPs / forward": info["importance_flops"],
             "XLA FLOPs / forward": int(info["xla_importance_flops"]),
-            "final return (mean ± SE)": (
-                f"{finals.mean():.3f} ± {finals.std(ddof=1) / np.sqrt(len(finals)):.3f}"
-            ),
+            "top-k agreement with exact": _mean_se(agreement),
+            "final return (mean ± SE)": _mean_se(finals),
         }
         if kind != config.reference:
             paired = paired_comparison(finals, reference, margin=margin)
@@ -333,7 +381,14 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             row["detectable (80%)"] = ""
         rows.append(row)
     claim = paired_comparison(
-        _final_returns(results["runs"], config.claim_kind, seeds), reference, margin=margin
+        _per_seed(results["runs"], config.claim_kind, seeds), reference, margin=margin
+    )
+    agreement = {
+        kind: _per_seed(results["runs"], kind, seeds, "mask_agreement")
+        for kind in (config.claim_kind, config.reference)
+    }
+    agreement_difference = paired_comparison(
+        agreement[config.claim_kind], agreement[config.reference], margin=1.0
     )
     flops_ratio = (
         kinds[config.reference]["importance_flops"] / kinds[config.claim_kind]["importance_flops"]
@@ -344,10 +399,11 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             "seed": r["seed"],
             "final_return": r["final_return"],
             "initial_return": r["return"][0],
+            "mask_agreement": r["mask_agreement"],
             "forward_passes": r["forward_passes"][-1],
             "attention_flops": r["attention_flops"][-1],
-            "seconds": r["seconds"],
-            "cpu_seconds": r["cpu_seconds"],
+            "seconds_this_invocation": r["seconds"],
+            "cpu_seconds_this_invocation": r["cpu_seconds"],
         }
         for r in results["runs"]
     ]
@@ -382,6 +438,12 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         ci95=f"[{claim['ci95'][0]:.3f}, {claim['ci95'][1]:.3f}]",
         detectable=f"{claim['detectable']:.3f}",
         verdict=verdict(claim, flops_ratio, margin),
+        agreement_claim=_mean_se(agreement[config.claim_kind]),
+        agreement_reference=_mean_se(agreement[config.reference]),
+        agreement_difference=(
+            f"{agreement_difference['mean']:+.3f} ± {agreement_difference['se']:.3f}"
+        ),
+        agreement_draws=config.agreement_draws,
         minutes=f"{results['seconds'] / 60:.1f}",
     )
     paths = outputs.save_run(workdir, rows=run_rows, summary=summary, config=config)
