@@ -320,12 +320,12 @@ def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
 # --------------------------------------------------------------------------- report
 
 
-def _band(axis, x, runs, color, label):
-    values = np.array([r["return"] for r in runs])
+def _band(axis, x, runs, color, label, keep):
+    values = np.array([r["return"] for r in runs])[:, keep]
     mean = values.mean(axis=0)
     se = values.std(axis=0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0 * mean
-    axis.plot(x, mean, color=color, label=label)
-    axis.fill_between(x, mean - se, mean + se, color=color, alpha=0.2)
+    axis.plot(x[keep], mean, color=color, label=label)
+    axis.fill_between(x[keep], mean - se, mean + se, color=color, alpha=0.2)
 
 
 def _plot(results: dict, config, path_generations: str, path_flops: str) -> None:
@@ -334,13 +334,8 @@ def _plot(results: dict, config, path_generations: str, path_flops: str) -> None
         runs = [r for r in results["runs"] if r["kind"] == kind]
         for name, (_, axis) in figures.items():
             x = np.mean([r[name] for r in runs], axis=0)
-            _band(
-                axis,
-                x if name == "generation" else np.maximum(x, 1.0),
-                runs,
-                f"C{i}",
-                info["label"],
-            )
+            keep = x >= 0 if name == "generation" else x > 0  # log axis: from the first update
+            _band(axis, x, runs, f"C{i}", info["label"], keep)
     seeds = len(config.seeds)
     title = f"IAP + ES on {config.env} (mean over {seeds} seeds, band +-1 SE)"
     figures["generation"][1].set(xlabel="generation", ylabel="evaluation return", title=title)
