@@ -24,5 +24,6 @@ def train_config() -> ml_collections.ConfigDict:
     config.log_every_steps = 50
     config.eval_every_steps = 250  # and at the end; 0: only at the end
     config.checkpoint_every_steps = 250  # and at the end
-    config.keep_checkpoints = 2
+    config.keep_checkpoints = 2  # the newest ones; 2 or more leave a fallback if one is damaged
+    config.progress_every_seconds = 30.0  # progress lines when stderr is not a terminal
     return config

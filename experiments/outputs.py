@@ -1,4 +1,4 @@
-"""Writing experiment outputs: CSV, JSON and markdown tables, figures and a progress bar."""
+"""Writing experiment outputs: CSV, JSON and markdown tables, figures and progress reports."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import csv
 import json
 import os
 import string
-from collections.abc import Iterable, Sequence
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
 
 import ml_collections
 from tqdm.auto import tqdm
@@ -48,6 +50,9 @@ def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
     lines += ["| " + " | ".join(cell(row[key]) for key in header) + " |" for row in rows]
     return "\n".join(lines)
 
+
+# Seconds between progress lines when stderr is not a terminal (logs, CI, nohup).
+PROGRESS_INTERVAL_S = 30.0
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
@@ -125,6 +130,114 @@ def save_figure(fig, path: str) -> None:
     plt.close(fig)
 
 
-def progress(items: Iterable, description: str, total: int | None = None) -> Iterable:
-    """A console progress bar over ``items`` (tqdm; quiet when stderr is not a terminal)."""
-    return tqdm(items, desc=description, total=total, leave=False, disable=None)
+class Progress:
+    """Progress of a long phase: a tqdm bar on a terminal, periodic lines elsewhere.
+
+    When stderr is a terminal, a tqdm bar (cleared at the end). Otherwise (logs, CI, ``nohup``)
+    a line on stdout at most every ``interval_s`` seconds, ``description: done/total (percent),
+    rate, elapsed, time left[, note]``, and a last line with the total time if any was printed
+    (a phase shorter than ``interval_s`` stays silent).
+
+    Args:
+      description: what is being counted (first word of each line).
+      total: the number of items, or None if unknown.
+      initial: items already done (a resumed phase).
+      unit: the name of one item in the rate ("it", "steps", ...).
+      interval_s: seconds between lines when not on a terminal (default
+        ``PROGRESS_INTERVAL_S``).
+    """
+
+    def __init__(
+        self,
+        description: str,
+        total: int | None = None,
+        *,
+        initial: int = 0,
+        unit: str = "it",
+        interval_s: float | None = None,
+    ):
+        self.description, self.total, self.unit = description, total, unit
+        self.initial = self.done = initial
+        self.interval_s = PROGRESS_INTERVAL_S if interval_s is None else interval_s
+        self.note = ""
+        self.start = self.last_line = time.monotonic()
+        self.lines = 0
+        self.bar = (
+            tqdm(total=total, initial=initial, desc=description, unit=unit, leave=False)
+            if sys.stderr.isatty()
+            else None
+        )
+
+    def update(self, count: int = 1) -> None:
+        """Counts ``count`` more items done."""
+        self.done += count
+        if self.bar is not None:
+            self.bar.update(count)
+        elif time.monotonic() - self.last_line >= self.interval_s:
+            self._line()
+
+    def set_note(self, note: str) -> None:
+        """Text shown after the counts (e.g. the latest loss)."""
+        self.note = note
+        if self.bar is not None:
+            self.bar.set_postfix_str(note)
+
+    def write(self, text: str) -> None:
+        """Prints ``text`` on its own line (above the bar on a terminal)."""
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.lines:
+            self._line(final=True)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _line(self, final: bool = False) -> None:
+        now = time.monotonic()
+        elapsed = now - self.start
+        count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
+        if self.total:
+            count += f" ({100 * self.done / self.total:.0f}%)"
+        parts = [f"{self.description}: {count}"]
+        rate = (self.done - self.initial) / elapsed if elapsed > 0 else 0.0
+        if rate > 0:
+            parts.append(f"{rate:.3g} {self.unit}/s")
+        parts.append(f"{format_duration(elapsed)} elapsed")
+        if self.total and rate > 0 and not final:
+            parts.append(f"~{format_duration((self.total - self.done) / rate)} left")
+        if final:
+            parts.append("done")
+        if self.note:
+            parts.append(self.note)
+        print(", ".join(parts), flush=True)
+        self.last_line = now
+        self.lines += 1
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` as "42 s", "3.5 min" or "1.2 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def progress(items: Iterable, description: str, total: int | None = None, **options) -> Iterator:
+    """Iterates over ``items`` showing a ``Progress`` (a bar on a terminal, periodic lines in
+    logs); ``options`` go to ``Progress``."""
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)
+    with Progress(description, total, **options) as display:
+        for item in items:
+            yield item
+            display.update()

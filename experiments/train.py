@@ -1,4 +1,5 @@
-"""A config-driven, model-agnostic trainer: data parallel, checkpointed, resumable.
+"""A config-driven, model-agnostic trainer: data parallel, multi-process, checkpointed,
+resumable, interruptible.
 
 In the style of the Flax examples' ``train.py``: an experiment supplies a ``Task`` (how to
 initialise parameters, the loss, evaluation metrics and a data iterator factory) and a trainer
@@ -12,30 +13,43 @@ with ``fold_in(rng, step)`` (``step_rngs`` does this for dropout-like streams) a
 projections with ``rfjax.attention.redraw_key(rng, step)``; the data iterator factory is called
 with the first step to produce and must yield the batch of step s as a function of (seed, s)
 only (``epoch_batches`` does: epoch e = s // steps_per_epoch is shuffled by
-``default_rng([seed, e])``). Checkpoints (Orbax ``CheckpointManager`` in
-``workdir/checkpoints``: step, params and optimiser state) are written every
-``checkpoint_every_steps`` and at the end; a run started again in the same workdir restores the
-latest one and continues, producing the same batches, keys and therefore (on the same devices)
-bit-identical parameters as an uninterrupted run. The metrics file ``workdir/metrics.jsonl``
-(one JSON object per line: ``step``, ``split`` = "train" | "eval", values) is cut back to the
-restored step on resume. TensorBoard summaries are written too if ``clu`` is installed.
+``default_rng([seed, e])``). Checkpoints (``experiments.checkpoints``: Orbax, in
+``workdir/checkpoints``) are written every ``checkpoint_every_steps``, at the end and on
+SIGINT/SIGTERM; they hold the train state and the per-step metrics not yet logged, so a run
+started again in the same workdir continues from the newest checkpoint that restores (saying
+"resuming from step N") and produces the same batches, keys, parameters (bit-identical on the
+same devices) and ``metrics.jsonl`` records as an uninterrupted run, whatever
+``checkpoint_every_steps`` and ``log_every_steps`` are. The metrics file
+(``experiments.metrics_log``: one JSON record per line, ``step``, ``split`` = "train" | "eval",
+values) is appended with an ``fsync`` per record and cut back to the restored step on resume;
+a torn last line left by a kill is dropped. Train records hold the means over the logging
+interval's steps, except ``learning_rate``: the rate of the interval's last update.
 
-Sharding. All visible devices form a 1-D mesh with axis ``"data"``: each global batch is
-sharded along its leading axis (``batch_size`` must be divisible by the device count),
+Interrupts. SIGINT (Ctrl-C) and SIGTERM (pre-emption) stop training after the current step:
+the trainer saves a checkpoint, says how to resume and raises ``TrainingInterrupted`` (a
+``SystemExit`` with code 128 + signal number, so a script exits without a traceback). The
+training time of all sessions is kept in the checkpoints and reported (``train_seconds``).
+
+Sharding. All devices of all processes form a 1-D mesh with axis ``"data"``: each global batch
+is sharded along its leading axis (``batch_size`` must be divisible by the device count),
 parameters and optimiser state are replicated, and the jitted train step (state donated) lets
 XLA insert the gradient all-reduce. The same code runs on one CPU, on
-``XLA_FLAGS=--xla_force_host_platform_device_count=4`` CPUs, and on GPUs/TPUs. Multi-host (not
-tested here): call ``jax.distributed.initialize()`` in every process before anything else; the
-mesh then spans all processes' devices, batches are assembled with
-``jax.make_array_from_process_local_data`` from each process's share (``epoch_batches`` yields
-the rows of ``jax.process_index()``), and Orbax writes one checkpoint cooperatively.
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` CPUs, on GPUs/TPUs and on several
+processes: call ``jax.distributed.initialize()`` in every process first
+(``python -m experiments.main --distributed``); each process then loads only its rows of every
+global batch (``epoch_batches`` and ``padded_batches`` yield the ``jax.process_index()`` share),
+batches are assembled with ``jax.make_array_from_process_local_data``, Orbax writes one
+checkpoint cooperatively (the workdir must be on storage all processes share) and process 0
+writes the metrics. ``tests/test_multiprocess.py`` runs two processes on localhost.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import os
+import signal
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -47,15 +61,32 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from tqdm.auto import tqdm
 
-try:  # optional TensorBoard summaries
-    from clu import metric_writers as _clu_writers
-except ImportError:  # pragma: no cover - clu is optional
-    _clu_writers = None
+from configs.common import check_types, require_names, require_positive
+from configs.training import train_config
+from experiments import outputs
+from experiments.checkpoints import Checkpoints, TrainingProgress, latest_params
+from experiments.metrics_log import MetricsWriter, read_metrics
+
+__all__ = [
+    "Task",
+    "TrainState",
+    "TrainingInterrupted",
+    "array_task",
+    "enable_compilation_cache",
+    "epoch_batches",
+    "final_params",
+    "make_optimizer",
+    "padded_batches",
+    "read_metrics",
+    "step_rngs",
+    "train_and_evaluate",
+    "train_seed",
+    "validate_train_config",
+]
 
 Batch = Mapping[str, np.ndarray]
 Params = Any
@@ -161,22 +192,23 @@ def epoch_batches(
     steps_per_epoch = size // batch_size
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size {batch_size} exceeds the number of examples {size}")
-    local = batch_size // jax.process_count()
-    offset = jax.process_index() * local
+    share = process_share(batch_size)
     step, epoch, permutation = start_step, None, None
     while True:
         this_epoch, index = divmod(step, steps_per_epoch)
         if this_epoch != epoch:
             epoch = this_epoch
             permutation = np.random.default_rng([seed, epoch]).permutation(size)
-        rows = permutation[index * batch_size : (index + 1) * batch_size][offset : offset + local]
+        rows = permutation[index * batch_size : (index + 1) * batch_size][share]
         yield {name: value[rows] for name, value in arrays.items()}
         step += 1
 
 
 def padded_batches(arrays: Batch, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-    """All examples in order, in batches of ``batch_size`` (the last one zero-padded), each with
-    a boolean ``"mask"`` marking the real examples."""
+    """All examples in order, in global batches of ``batch_size`` (the last one zero-padded),
+    each with a boolean ``"mask"`` marking the real examples. On multi-host each process gets
+    its ``jax.process_index()`` share of every global batch."""
+    share = process_share(batch_size)
     size = len(next(iter(arrays.values())))
     for start in range(0, size, batch_size):
         count = min(batch_size, size - start)
@@ -184,9 +216,21 @@ def padded_batches(arrays: Batch, batch_size: int) -> Iterator[dict[str, np.ndar
         for name, value in arrays.items():
             chunk = value[start : start + count]
             pad = np.zeros((batch_size - count, *chunk.shape[1:]), chunk.dtype)
-            batch[name] = np.concatenate([chunk, pad])
-        batch["mask"] = np.arange(batch_size) < count
+            batch[name] = np.concatenate([chunk, pad])[share]
+        batch["mask"] = (np.arange(batch_size) < count)[share]
         yield batch
+
+
+def process_share(batch_size: int) -> slice:
+    """The rows of a global batch of ``batch_size`` that this process loads: the
+    ``jax.process_index()``-th of ``jax.process_count()`` equal parts (all rows on one host)."""
+    processes = jax.process_count()
+    if batch_size % processes:
+        raise ValueError(
+            f"batch size {batch_size} must be divisible by the process count {processes}"
+        )
+    local = batch_size // processes
+    return slice(jax.process_index() * local, (jax.process_index() + 1) * local)
 
 
 # --------------------------------------------------------------------------- optimiser
@@ -222,51 +266,113 @@ def make_optimizer(config: ml_collections.ConfigDict) -> tuple[optax.GradientTra
     return optimizer, schedule
 
 
-# --------------------------------------------------------------------------- metrics
+# --------------------------------------------------------------------------- config
 
 
-class MetricsWriter:
-    """JSON lines in ``workdir/metrics.jsonl`` (cut back to ``resume_step``), the console, and
-    TensorBoard when ``clu`` is installed."""
+def validate_train_config(config: ml_collections.ConfigDict) -> None:
+    """Checks a trainer config (``configs.training.train_config()`` with overrides).
 
-    def __init__(self, workdir: str, resume_step: int):
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        kept = []
-        if os.path.exists(self.path):
-            with open(self.path) as handle:
-                kept = [line for line in handle if json.loads(line)["step"] <= resume_step]
-        with open(self.path, "w") as handle:
-            handle.writelines(kept)
-        self.written = {(r["split"], r["step"]) for r in map(json.loads, kept)}
-        self.tensorboard = (
-            _clu_writers.SummaryWriter(os.path.join(workdir, "tensorboard"))
-            if _clu_writers is not None and jax.process_index() == 0
-            else None
+    Raises:
+      TypeError: if a field has the wrong type (e.g. a string where a number is expected).
+      ValueError: if a value is out of range or not an allowed name; the message names the
+        field, the value and what is allowed.
+    """
+    check_types(config, train_config(), "config.train")
+    require_names(config, "optimizer", OPTIMIZERS)
+    require_names(config, "lr_schedule", SCHEDULES)
+    require_positive(
+        config,
+        "num_train_steps",
+        "batch_size",
+        "learning_rate",
+        "log_every_steps",
+        "checkpoint_every_steps",
+        "keep_checkpoints",
+        "progress_every_seconds",
+    )
+    for key in ("warmup_steps", "eval_every_steps", "weight_decay", "grad_clip_norm"):
+        value = config[key]
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"config.train.{key} must be finite and >= 0, got {value!r}")
+
+
+# --------------------------------------------------------------------------- interrupts
+
+
+class TrainingInterrupted(SystemExit):
+    """Training stopped on SIGINT or SIGTERM after saving a checkpoint.
+
+    A ``SystemExit`` (code 128 + the signal number, the shell's convention), so a script that
+    does not catch it exits without a traceback; starting it again resumes.
+
+    Attributes:
+      signal_name: "SIGINT" or "SIGTERM".
+      step: the step of the saved checkpoint.
+      workdir: the run's directory.
+    """
+
+    def __init__(self, signum: int, step: int, workdir: str):
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
+        self.step, self.workdir = step, workdir
+
+    def __str__(self) -> str:
+        return (
+            f"training interrupted by {self.signal_name} at step {self.step}; checkpoint "
+            f"saved in {self.workdir}"
         )
 
-    def write(self, split: str, step: int, values: Mapping[str, float]) -> None:
-        if (split, step) in self.written or jax.process_index() != 0:
-            return
-        self.written.add((split, step))
-        record = {"step": step, "split": split, **{k: float(v) for k, v in values.items()}}
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
-        tqdm.write(f"[{split} step {step}] " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
-        if self.tensorboard is not None:
-            self.tensorboard.write_scalars(step, {f"{split}/{k}": v for k, v in values.items()})
 
-    def close(self) -> None:
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+class _StopRequests:
+    """While active, SIGINT and SIGTERM only record a request to stop (the trainer checks it
+    after each step); a second signal interrupts at once. Signal handlers can only be set in
+    the main thread: elsewhere this does nothing."""
 
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-def read_metrics(workdir: str) -> list[dict]:
-    """The records of ``workdir/metrics.jsonl``."""
-    with open(os.path.join(workdir, "metrics.jsonl")) as handle:
-        return [json.loads(line) for line in handle]
+    def __init__(self, echo: Callable[[str], None]):
+        self.echo = echo
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping at once")
+        self.signum = signum
+        self.echo(
+            f"received {signal.Signals(signum).name}: saving a checkpoint after this step "
+            "(send it again to stop at once)"
+        )
+
+    def requested(self) -> bool:
+        """Whether any process received a stop signal (all processes agree)."""
+        local = self.signum is not None
+        if jax.process_count() == 1:
+            return local
+        signals = multihost_utils.process_allgather(np.int32(self.signum or 0))
+        self.signum = self.signum or int(np.max(signals)) or None
+        return self.signum is not None
 
 
 # --------------------------------------------------------------------------- trainer
+
+
+def _interval_summary(pending: Mapping[str, list[float]]) -> dict[str, float]:
+    """A train record: the mean of each metric over the interval's steps, except the learning
+    rate, which is that of the last step."""
+    return {
+        name: values[-1] if name == "learning_rate" else float(np.mean(values, dtype=np.float64))
+        for name, values in pending.items()
+    }
 
 
 def train_and_evaluate(
@@ -286,9 +392,16 @@ def train_and_evaluate(
         starting again continues to ``num_train_steps``. For tests and job splitting.
 
     Returns:
-      The final metrics: ``train_<name>`` averaged over the last logging interval of this run
-      (absent if it ran no step) and ``eval_<name>`` at the final step (if the task evaluates).
+      The final metrics: ``train_<name>`` of the last train record (interval means),
+      ``eval_<name>`` at the final step (if the task evaluates), ``step`` and
+      ``train_seconds`` (training wall time over all sessions of this run).
+
+    Raises:
+      TrainingInterrupted: on SIGINT/SIGTERM, after saving a checkpoint.
+      experiments.checkpoints.CheckpointError: if checkpoints exist and none restores.
     """
+    session_start = time.monotonic()
+    validate_train_config(config)
     devices = jax.device_count()
     if config.batch_size % devices:
         raise ValueError(
@@ -316,18 +429,23 @@ def train_and_evaluate(
     example = to_device(next(task.train_batches(0)))
     abstract = jax.eval_shape(init_state, init_rng, example)
     state_sharding = jax.tree.map(lambda _: replicated, abstract)
-    manager = ocp.CheckpointManager(
-        os.path.join(workdir, "checkpoints"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True),
+    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), config.keep_checkpoints)
+    target = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract
     )
-    latest = manager.latest_step()
-    if latest is None:
+    restored = checkpoints.restore_latest(target)
+    if restored is None:
         state = jax.jit(init_state, out_shardings=state_sharding)(init_rng, example)
+        progress = TrainingProgress()
     else:
-        target = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract
+        for line in restored.skipped:
+            print(f"WARNING: {line}; falling back to an older checkpoint", flush=True)
+        state, progress = restored.state, restored.progress
+        print(
+            f"resuming from step {restored.step} (checkpoint {checkpoints.path(restored.step)}, "
+            f"{outputs.format_duration(progress.elapsed_seconds)} of training so far)",
+            flush=True,
         )
-        state = manager.restore(latest, args=ocp.args.StandardRestore(target))
     step = int(state.step)
 
     def train_step(state, batch, rng):
@@ -360,59 +478,91 @@ def train_and_evaluate(
         count = totals.pop("count")
         return {name: value / count for name, value in totals.items()}
 
-    writer = MetricsWriter(workdir, resume_step=step)
+    # The per-step metrics since the last train record: restored ones (host floats) first.
+    pending: list[dict] = [
+        dict(zip(progress.pending, values, strict=True))
+        for values in zip(*progress.pending.values(), strict=True)
+    ]
+
+    def elapsed() -> float:
+        return progress.elapsed_seconds + time.monotonic() - session_start
+
+    def save(step: int) -> None:
+        values = jax.device_get(pending)
+        names = values[0] if values else {}
+        checkpoints.save(
+            step,
+            state,
+            TrainingProgress({n: [float(v[n]) for v in values] for n in names}, elapsed()),
+        )
+
+    display = outputs.Progress(
+        "train",
+        config.num_train_steps,
+        initial=step,
+        unit="steps",
+        interval_s=config.progress_every_seconds,
+    )
+    writer = MetricsWriter(workdir, resume_step=step, echo=display.write)
     end = (
         config.num_train_steps
         if stop_at_step is None
         else min(stop_at_step, config.num_train_steps)
     )
-    final: dict[str, float] = {}
-    pending: list[dict] = []
     batches = task.train_batches(step)
-    bar = tqdm(total=config.num_train_steps, initial=step, desc="train", disable=None, leave=False)
-    while step < end:
-        state, metrics = train_step(state, to_device(next(batches)), train_rng)
-        step += 1
-        bar.update()
-        pending.append(metrics)
-        if step % config.log_every_steps == 0 or step == end:
-            summary = {
-                name: float(np.mean([m[name] for m in jax.device_get(pending)]))
-                for name in pending[0]
-            }
-            pending = []
-            writer.write("train", step, summary)
-            bar.set_postfix(loss=f"{summary['loss']:.4g}")
-            final.update({f"train_{k}": v for k, v in summary.items()})
-        if (
-            eval_step is not None
-            and config.eval_every_steps
-            and step % config.eval_every_steps == 0
-            and step < config.num_train_steps
-        ):
-            writer.write("eval", step, evaluate(state))
-        if step % config.checkpoint_every_steps == 0 or step == end:
-            manager.save(step, args=ocp.args.StandardSave(state))
-    bar.close()
+    with _StopRequests(display.write) as stop:
+        while step < end:
+            state, metrics = train_step(state, to_device(next(batches)), train_rng)
+            step += 1
+            display.update()
+            pending.append(metrics)
+            if step % config.log_every_steps == 0 or step == config.num_train_steps:
+                values = jax.device_get(pending)
+                summary = _interval_summary({n: [float(v[n]) for v in values] for n in values[0]})
+                pending = []
+                writer.write("train", step, summary)
+                display.set_note(f"loss {summary['loss']:.4g}")
+            if (
+                eval_step is not None
+                and config.eval_every_steps
+                and step % config.eval_every_steps == 0
+                and step < config.num_train_steps
+            ):
+                writer.write("eval", step, evaluate(state))
+            stopping = stop.requested()
+            if step % config.checkpoint_every_steps == 0 or step == end or stopping:
+                save(step)
+            if stopping:
+                checkpoints.close()
+                writer.close()
+                display.close()
+                interrupted = TrainingInterrupted(stop.signum, step, workdir)
+                print(f"{interrupted}; run the same command again to resume.", flush=True)
+                raise interrupted
+    display.close()
+    final: dict[str, float] = {}
+    last_train = writer.last("train")
+    if last_train is not None:
+        final.update({f"train_{k}": v for k, v in last_train.items() if k not in ("step", "split")})
     if eval_step is not None and step == config.num_train_steps:
         results = evaluate(state)
         writer.write("eval", step, results)
         final.update({f"eval_{k}": v for k, v in results.items()})
-    manager.wait_until_finished()
-    manager.close()
+    checkpoints.close()
     writer.close()
     final["step"] = step
+    final["train_seconds"] = elapsed()
+    print(
+        f"trained to step {step} in {outputs.format_duration(final['train_seconds'])} "
+        f"({outputs.format_duration(time.monotonic() - session_start)} in this session)",
+        flush=True,
+    )
     return final
 
 
 def final_params(workdir: str) -> Params:
     """The parameters of the latest checkpoint in ``workdir`` (host NumPy arrays)."""
-    manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"))
-    try:
-        restored = manager.restore(manager.latest_step())
-    finally:
-        manager.close()
-    return restored["params"]
+    return latest_params(os.path.join(os.path.abspath(workdir), "checkpoints"))
 
 
 def enable_compilation_cache(workdir: str, cache_dir: str) -> None:

@@ -2,19 +2,19 @@
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
+from toy_training import leaves, resume_config, signal_at, toy_config, toy_task
 
 from configs import performer_vit as performer_vit_config
-from configs.training import train_config
-from experiments import train
+from experiments import checkpoints, metrics_log, train
 from rfjax import data
 
 requires_fashion_mnist = pytest.mark.skipif(
@@ -23,59 +23,6 @@ requires_fashion_mnist = pytest.mark.skipif(
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class _MLP(nn.Module):
-    @nn.compact
-    def __call__(self, x, *, train: bool):
-        x = nn.relu(nn.Dense(32)(x))
-        x = nn.Dropout(0.1, deterministic=not train)(x)
-        return nn.Dense(3)(x)
-
-
-def toy_task(seed: int = 0, batch_size: int = 16) -> train.Task:
-    """Three Gaussian blobs in 8-d: a model-agnostic task with dropout and shuffling."""
-    generator = np.random.default_rng(1234)
-    labels = generator.integers(0, 3, 200).astype(np.int32)
-    centres = generator.normal(size=(3, 8)).astype(np.float32)
-    inputs = centres[labels] + 0.5 * generator.normal(size=(200, 8)).astype(np.float32)
-    model = _MLP()
-
-    def loss(params, batch, rng, step):
-        rngs = train.step_rngs(rng, step, fixed=())
-        logits = model.apply(params, batch["x"], train=True, rngs=rngs)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean()
-        return loss, {"accuracy": jnp.mean(jnp.argmax(logits, -1) == batch["y"])}
-
-    def eval_metrics(params, batch, rng, step):
-        logits = model.apply(params, batch["x"], train=False)
-        correct = (jnp.argmax(logits, -1) == batch["y"]) & batch["mask"]
-        return {"accuracy": jnp.sum(correct), "count": jnp.sum(batch["mask"])}
-
-    arrays = {"x": inputs, "y": labels}
-    return train.Task(
-        init=lambda rng, batch: model.init(rng, batch["x"], train=False),
-        loss=loss,
-        train_batches=lambda start: train.epoch_batches(arrays, batch_size, seed, start),
-        eval_metrics=eval_metrics,
-        eval_batches=lambda: train.padded_batches(arrays, 60),
-    )
-
-
-def toy_config(num_train_steps: int = 30):
-    config = train_config()
-    config.num_train_steps = num_train_steps
-    config.batch_size = 16
-    config.learning_rate = 1e-2
-    config.warmup_steps = 5
-    config.log_every_steps = 5
-    config.eval_every_steps = 10
-    config.checkpoint_every_steps = 10
-    return config
-
-
-def _leaves(params):
-    return [np.asarray(x) for x in jax.tree.leaves(params)]
 
 
 def test_quick_run_learns_and_writes_metrics(tmp_path):
@@ -88,24 +35,244 @@ def test_quick_run_learns_and_writes_metrics(tmp_path):
     assert records[0]["loss"] > records[-2]["loss"]
 
 
-def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path):
-    straight = train.train_and_evaluate(toy_config(), str(tmp_path / "straight"), toy_task())
-    interrupted = str(tmp_path / "interrupted")
-    partial = train.train_and_evaluate(toy_config(), interrupted, toy_task(), stop_at_step=17)
-    assert partial["step"] == 17 and "eval_accuracy" not in partial
-    resumed = train.train_and_evaluate(toy_config(), interrupted, toy_task())
-    assert resumed["eval_accuracy"] == straight["eval_accuracy"]
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """An uninterrupted run of ``resume_config()``: (workdir, final metrics)."""
+    workdir = str(tmp_path_factory.mktemp("straight"))
+    return workdir, train.train_and_evaluate(resume_config(), workdir, toy_task())
+
+
+def assert_same_run(workdir: str, reference: str) -> None:
+    """Same metrics file records and bit-identical final parameters."""
+    assert train.read_metrics(workdir) == train.read_metrics(reference)
     for a, b in zip(
-        _leaves(train.final_params(str(tmp_path / "straight"))),
-        _leaves(train.final_params(interrupted)),
-        strict=True,
+        leaves(train.final_params(workdir)), leaves(train.final_params(reference)), strict=True
     ):
         np.testing.assert_array_equal(a, b)
-    records = train.read_metrics(interrupted)
-    assert [(r["split"], r["step"]) for r in records].count(("eval", 30)) == 1
+
+
+def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, straight, capsys):
+    reference, expected = straight
+    interrupted = str(tmp_path / "interrupted")
+    # Step 17: a checkpoint two steps after the record of step 15 (pending metrics 16, 17).
+    partial = train.train_and_evaluate(resume_config(), interrupted, toy_task(), stop_at_step=17)
+    assert partial["step"] == 17 and "eval_accuracy" not in partial
+    resumed = train.train_and_evaluate(resume_config(), interrupted, toy_task())
+    assert "resuming from step 17" in capsys.readouterr().out
+    assert resumed["eval_accuracy"] == expected["eval_accuracy"]
+    assert resumed["train_loss"] == expected["train_loss"]
+    assert resumed["train_seconds"] > partial["train_seconds"]  # the total, not this session's
+    assert_same_run(interrupted, reference)
     # A finished run started again does nothing and reports the same result.
-    again = train.train_and_evaluate(toy_config(), interrupted, toy_task())
-    assert again["eval_accuracy"] == straight["eval_accuracy"]
+    again = train.train_and_evaluate(resume_config(), interrupted, toy_task())
+    assert again["eval_accuracy"] == expected["eval_accuracy"]
+    assert again["train_loss"] == expected["train_loss"]
+    assert_same_run(interrupted, reference)
+
+
+def _write_lines(path, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+@pytest.mark.parametrize(
+    ("tail", "complete_extra"),
+    [
+        ('{"step": 20, "split": "tr', False),  # a record cut short
+        ("", False),  # nothing torn
+        ("\n", False),  # an empty last line
+        ('{"step": 20, "split": "train"}\n{"st', True),  # a complete record, then a torn one
+    ],
+)
+def test_a_torn_last_metrics_line_is_dropped_and_the_cut_is_atomic(tmp_path, tail, complete_extra):
+    records = [{"step": s, "split": "train", "loss": 1.0 / s} for s in (5, 10, 15)]
+    path = tmp_path / "metrics.jsonl"
+    _write_lines(path, "".join(json.dumps(r) + "\n" for r in records) + tail)
+    extra = [{"step": 20, "split": "train"}] if complete_extra else []
+    assert train.read_metrics(str(tmp_path)) == records + extra
+    writer = metrics_log.MetricsWriter(str(tmp_path), resume_step=10, echo=lambda _: None)
+    writer.write("train", 10, {"loss": 7.0})  # kept from before: not written twice
+    writer.write("train", 15, {"loss": 0.5})
+    writer.close()
+    expected = [*records[:2], {"step": 15, "split": "train", "loss": 0.5}]
+    assert path.read_text() == "".join(json.dumps(r) + "\n" for r in expected)
+    assert not (tmp_path / "metrics.jsonl.tmp").exists()
+
+
+def test_a_damaged_metrics_line_before_the_last_is_an_error_naming_file_and_line(tmp_path):
+    _write_lines(tmp_path / "metrics.jsonl", '{"step": 5, "split": "train"}\nxx\n{"step": 6}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl, line 2: not a metrics record"):
+        train.read_metrics(str(tmp_path))
+
+
+def _damage_state(workdir: str, step: int) -> None:
+    """Overwrites the data files of a checkpoint's train state with random bytes."""
+    generator = np.random.default_rng(step)
+    state_dir = os.path.join(workdir, "checkpoints", str(step), "state")
+    for folder, _, files in os.walk(state_dir):
+        for name in files:
+            if os.path.basename(folder) == "d":
+                path = os.path.join(folder, name)
+                _write_bytes(path, generator.bytes(os.path.getsize(path)))
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+# A failed Orbax restore leaves TensorStore reads in flight whose callbacks may reach the closed
+# asyncio loop ("Event loop is closed", reported by pytest as unraisable); only these tests
+# restore damaged checkpoints.
+ORBAX_FAILED_RESTORE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@ORBAX_FAILED_RESTORE
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, straight, capsys):
+    reference, expected = straight
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(resume_config(), workdir, toy_task(), stop_at_step=21)  # 14, 21
+    _damage_state(workdir, 21)
+    capsys.readouterr()
+    resumed = train.train_and_evaluate(resume_config(), workdir, toy_task())
+    out = capsys.readouterr().out
+    bad = os.path.join(workdir, "checkpoints", "21")
+    assert f"checkpoint of step 21 at {bad} could not be restored" in out
+    assert "resuming from step 14" in out
+    assert os.path.isdir(os.path.join(workdir, "corrupt_checkpoints", "21"))  # kept aside
+    assert resumed["eval_accuracy"] == expected["eval_accuracy"]
+    assert_same_run(workdir, reference)
+
+
+@ORBAX_FAILED_RESTORE
+def test_no_restorable_checkpoint_is_an_error_naming_each_not_a_fresh_start(tmp_path):
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(resume_config(), workdir, toy_task(), stop_at_step=14)  # 7, 14
+    for step in (7, 14):
+        _damage_state(workdir, step)
+    with pytest.raises(checkpoints.CheckpointError) as info:
+        train.train_and_evaluate(resume_config(), workdir, toy_task())
+    for step in (7, 14):
+        path = os.path.join(workdir, "checkpoints", str(step))
+        assert f"checkpoint of step {step} at {path} could not be restored" in str(info.value)
+    assert not os.path.exists(os.path.join(workdir, "corrupt_checkpoints"))  # nothing moved
+
+
+CHILD = os.path.join(ROOT, "tests", "training_child.py")
+
+
+def _child(workdir, *options: str, send=None, delay=0.0):
+    """Runs tests/training_child.py with ``options``; ``send`` is a signal sent ``delay``
+    seconds after its first training record. Returns (return code, stdout, stderr)."""
+    command = [sys.executable, CHILD, str(workdir), str(workdir) + ".npz", *options]
+    # Compiled executables are shared between the children (the same bits, less start-up).
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(workdir) + "_jax_cache")
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines = []
+    if send is not None:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("[train step"):
+                time.sleep(delay)
+                process.send_signal(send)
+                break
+    out, err = process.communicate(timeout=300)
+    return process.returncode, "".join(lines) + out, err
+
+
+def _interrupted_cleanly(result, signum) -> int:
+    """Checks a child stopped by ``signum``: exit 128 + signum, a message, no traceback; returns
+    the step it saved."""
+    code, out, err = result
+    assert code == 128 + signum, (code, out[-2000:], err[-2000:])
+    assert "Traceback" not in err, err[-3000:]
+    name = signal.Signals(signum).name
+    match = re.search(rf"training interrupted by {name} at step (\d+); checkpoint saved", out)
+    assert match, out[-2000:]
+    return int(match.group(1))
+
+
+def _assert_resumed_to_the_end(workdir, reference, steps: int = 30) -> None:
+    """Runs the child to the end; checks it resumed, reports the training time of all sessions
+    (more than this last one took) and equals the uninterrupted run ``reference``."""
+    start = time.monotonic()
+    code, out, err = _child(workdir, f"--steps={steps}")
+    wall = time.monotonic() - start
+    assert code == 0, err[-3000:]
+    assert re.search(r"resuming from step \d+", out), out[-2000:]
+    assert json.loads(out.strip().splitlines()[-1])["train_seconds"] > wall
+    assert_same_run(str(workdir), reference)
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resuming_equals_an_uninterrupted_run(
+    tmp_path, straight, capsys
+):
+    reference, expected = straight
+    workdir = str(tmp_path / "run")
+    task = signal_at(toy_task(), 11, signal.SIGINT)  # between checkpoints 7 and 14
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(train.TrainingInterrupted) as info:
+        train.train_and_evaluate(resume_config(), workdir, task)
+    assert info.value.code == 128 + signal.SIGINT and info.value.step == 12
+    out = capsys.readouterr().out
+    assert "received SIGINT: saving a checkpoint after this step" in out
+    assert "training interrupted by SIGINT at step 12; checkpoint saved" in out
+    assert signal.getsignal(signal.SIGINT) is handler  # restored
+    resumed = train.train_and_evaluate(resume_config(), workdir, toy_task())
+    assert "resuming from step 12" in capsys.readouterr().out
+    assert resumed["eval_accuracy"] == expected["eval_accuracy"]
+    assert_same_run(workdir, reference)
+
+
+def test_kills_while_writing_and_a_preemption_then_resume_equals_an_uninterrupted_run(
+    tmp_path, straight
+):
+    """SIGKILL while a metrics record is half written and while a checkpoint is being saved,
+    then SIGTERM (pre-emption) in the training loop: each restart resumes, SIGTERM exits cleanly
+    with a checkpoint, and the end equals an uninterrupted run."""
+    reference, _ = straight
+    workdir = tmp_path / "run"
+    # The 4th record is that of step 15, after the save of step 14 waited for that of step 7.
+    code, _, err = _child(workdir, "--kill=metrics:4")
+    assert code == -signal.SIGKILL, err[-3000:]
+    assert not (workdir / "metrics.jsonl").read_text().endswith("\n")  # a torn line is there
+    code, out, err = _child(workdir, "--kill=checkpoint:2")
+    assert code == -signal.SIGKILL, err[-3000:]
+    assert re.search(r"resuming from step (7|14) ", out), out
+    result = _child(workdir, "--signal_at=24:SIGTERM")
+    assert _interrupted_cleanly(result, signal.SIGTERM) == 25
+    _assert_resumed_to_the_end(workdir, reference)
+
+
+@pytest.mark.slow
+def test_many_kills_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """Up to 40 kills of a 100-step run (until one comes after its end): SIGKILL at random
+    times, during random metrics writes and checkpoint saves, and SIGINT/SIGTERM at random
+    times (drawn from a fixed seed)."""
+    reference = str(tmp_path / "straight")
+    train.train_and_evaluate(resume_config(100), reference, toy_task())
+    workdir = tmp_path / "run"
+    generator = np.random.default_rng(2024)
+    kills = 0
+    while kills < 40:
+        kills += 1
+        kind = generator.choice(["sigkill", "metrics", "checkpoint", "sigint", "sigterm"])
+        delay = float(generator.uniform(0.0, 0.6))
+        if kind in ("metrics", "checkpoint"):
+            result = _child(workdir, f"--kill={kind}:{generator.integers(1, 4)}", "--steps=100")
+            assert result[0] in (-signal.SIGKILL, 0), result[2][-3000:]
+        else:
+            signum = {"sigkill": signal.SIGKILL, "sigint": signal.SIGINT}.get(kind, signal.SIGTERM)
+            result = _child(workdir, "--step_delay=0.02", "--steps=100", send=signum, delay=delay)
+            if signum != signal.SIGKILL and result[0] != 0:
+                _interrupted_cleanly(result, signum)
+        if result[0] == 0:
+            break
+    assert kills >= 10
+    _assert_resumed_to_the_end(workdir, reference, steps=100)
 
 
 def test_epoch_batches_are_a_function_of_seed_and_step():
@@ -122,11 +289,11 @@ def test_epoch_batches_are_a_function_of_seed_and_step():
 _DATA_PARALLEL_SCRIPT = """
 import sys, json, numpy as np, jax
 sys.path.insert(0, {tests!r})
-from test_training import toy_task, toy_config, _leaves
+from toy_training import toy_task, toy_config, leaves
 from experiments import train
 assert jax.device_count() == 4, jax.devices()
 final = train.train_and_evaluate(toy_config(20), {workdir!r}, toy_task())
-np.savez({out!r}, *_leaves(train.final_params({workdir!r})))
+np.savez({out!r}, *leaves(train.final_params({workdir!r})))
 print(json.dumps(final))
 """
 
@@ -155,7 +322,7 @@ def test_four_device_data_parallel_run_matches_one_device(tmp_path):
     assert four["train_loss"] == pytest.approx(one["train_loss"], rel=1e-4)
     with np.load(tmp_path / "four.npz") as saved:
         four_params = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-    for a, b in zip(four_params, _leaves(train.final_params(str(tmp_path / "one"))), strict=True):
+    for a, b in zip(four_params, leaves(train.final_params(str(tmp_path / "one"))), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 

@@ -1,0 +1,172 @@
+"""The trainer's checkpoints: Orbax ``CheckpointManager`` with a fallback past corrupt steps.
+
+A checkpoint (``workdir/checkpoints/<step>``) holds two items: ``state``, the ``TrainState``
+pytree (step, parameters, optimiser state), and ``progress``, a JSON object with what the
+trainer needs to continue exactly as an uninterrupted run would: the per-step training metrics
+since the last logged record (so the next record averages the same steps) and the training
+time so far. Saves are asynchronous (Orbax writes to a temporary directory and renames it when
+complete), so a kill during a save leaves the previous checkpoints intact.
+
+Restoring tries the newest step first. A checkpoint that does not restore (a damaged file, a
+missing item) is reported with its step, path and error, moved to ``workdir/corrupt_checkpoints``
+(kept for inspection, and out of the way of the step numbers training will save again), and the
+next newest is tried. If checkpoints exist but none restores, ``CheckpointError`` names them all:
+the trainer never restarts silently from scratch over a workdir that has checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+CORRUPT_DIRNAME = "corrupt_checkpoints"
+
+
+class CheckpointError(RuntimeError):
+    """Checkpoints exist in a workdir but none of them restores."""
+
+
+@dataclasses.dataclass
+class TrainingProgress:
+    """The ``progress`` item of a checkpoint.
+
+    Attributes:
+      pending: per-step training metrics not yet logged, ``{name: [value per step]}`` (float32
+        values, exact in JSON).
+      elapsed_seconds: training wall time of all sessions up to this checkpoint.
+    """
+
+    pending: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    elapsed_seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """A restored checkpoint, and the newer ones that could not be restored."""
+
+    step: int
+    state: Any
+    progress: TrainingProgress
+    skipped: tuple[str, ...]  # one line per unrestorable checkpoint: step, path, error
+
+
+class Checkpoints:
+    """The checkpoints of one run in ``directory`` (created if missing).
+
+    Args:
+      directory: ``workdir/checkpoints``.
+      keep: how many of the newest checkpoints to keep (at least 2 leaves a fallback).
+    """
+
+    def __init__(self, directory: str, keep: int):
+        self.directory = os.path.abspath(directory)
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep, create=True, cleanup_tmp_directories=True
+            ),
+            item_handlers={
+                "state": ocp.StandardCheckpointHandler(),
+                "progress": ocp.JsonCheckpointHandler(),
+            },
+        )
+
+    def path(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def restore_latest(self, target: Any) -> Restored | None:
+        """The newest checkpoint that restores into ``target`` (abstract arrays with
+        shardings), or None if there is no checkpoint.
+
+        Raises:
+          CheckpointError: if there are checkpoints and none restores.
+        """
+        skipped: dict[int, str] = {}
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                restored = self.manager.restore(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()
+                    ),
+                )
+                progress = TrainingProgress(**restored["progress"])
+            except Exception as error:  # Orbax/TensorStore raise many types for damaged files
+                skipped[step] = (
+                    f"checkpoint of step {step} at {self.path(step)} could not be restored "
+                    f"({type(error).__name__}: {_first_line(error)})"
+                )
+                continue
+            self._set_aside(list(skipped))
+            return Restored(step, restored["state"], progress, tuple(skipped.values()))
+        if skipped:
+            raise CheckpointError(
+                "no checkpoint in "
+                f"{self.directory} could be restored:\n  "
+                + "\n  ".join(skipped.values())
+                + "\nMove or delete them to train from scratch."
+            )
+        return None
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Moves the checkpoints of ``steps`` to ``../corrupt_checkpoints/<step>``."""
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            corrupt = os.path.join(os.path.dirname(self.directory), CORRUPT_DIRNAME)
+            os.makedirs(corrupt, exist_ok=True)
+            for step in steps:
+                destination = os.path.join(corrupt, str(step))
+                if os.path.exists(destination):
+                    shutil.rmtree(destination)
+                shutil.move(self.path(step), destination)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices("rfjax checkpoints set aside")
+        self.manager.reload()
+
+    def save(self, step: int, state: Any, progress: TrainingProgress) -> None:
+        """Starts saving ``state`` and ``progress`` as the checkpoint of ``step`` (asynchronous:
+        ``wait`` blocks until it is complete)."""
+        self.manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                progress=ocp.args.JsonSave(dataclasses.asdict(progress)),
+            ),
+        )
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def latest_params(directory: str) -> Any:
+    """The parameters of the newest checkpoint in ``directory`` as host NumPy arrays."""
+    checkpoints = Checkpoints(directory, keep=1_000_000)  # keeps all: this only reads
+    try:
+        step = checkpoints.manager.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {checkpoints.directory}")
+        restored = checkpoints.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore())
+        )
+    finally:
+        checkpoints.close()
+    return restored["state"]["params"]
+
+
+def _first_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of ``error``'s message, cut to ``limit`` characters (TensorStore's
+    messages append kilobytes of JSON specs)."""
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else "no message"
+    return line if len(line) <= limit else line[:limit] + " ..."
