@@ -36,9 +36,17 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules:
-    # rfjax[experiments] from a package index, or set RFJAX_PIP_SPEC to the repository's git URL
-    # or an uploaded wheel.
-    spec = os.environ.get("RFJAX_PIP_SPEC", "rfjax[experiments]")
+    # rfjax has no release on a package index yet: it is installed from its repository. Set
+    # RFJAX_REPOSITORY (in a cell before this one) to the repository's git URL, e.g.
+    # os.environ["RFJAX_REPOSITORY"] = "https://github.com/OWNER/rfjax", or to the path of a
+    # checkout uploaded to the runtime.
+    repository = os.environ.get("RFJAX_REPOSITORY", "")
+    if not repository:
+        raise RuntimeError(
+            "set os.environ['RFJAX_REPOSITORY'] to the git URL of the rfjax repository (or the "
+            "path of a checkout): rfjax is not on a package index yet"
+        )
+    spec = repository if os.path.isdir(repository) else f"rfjax @ git+{repository}"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
 
 QUICK = os.environ.get("RFJAX_COLAB_QUICK", "0") == "1"

@@ -61,11 +61,14 @@ def parse_arg(arg: str | None) -> tuple[str | None, dict[str, str]]:
     variant, overrides = None, {}
     for position, item in enumerate(_split_items(arg or "")):
         if "=" not in item:
-            if position:
+            if overrides:
+                last = next(reversed(overrides))
                 raise ValueError(
-                    f"config argument {arg!r}: the variant ({item!r}) must come first, "
-                    "before the key=value overrides"
+                    f"config argument {arg!r}: {item!r} is not key=value. A variant comes "
+                    f"first; for a tuple write {last}=(a,b) ({last}=({overrides[last]},{item})?)"
                 )
+            if position:
+                raise ValueError(f"config argument {arg!r}: one variant at most, got {item!r}")
             variant = item
             continue
         key, value = (part.strip() for part in item.split("=", 1))
@@ -223,9 +226,11 @@ def _same_kind(value: Any, like: Any) -> bool:
     return isinstance(value, type(like))
 
 
-def require_names(config: ml_collections.ConfigDict, key: str, allowed: tuple[str, ...]) -> None:
+def require_names(
+    config: ml_collections.ConfigDict, key: str, allowed: tuple[str, ...], prefix: str = "config"
+) -> None:
     """Checks that ``config[key]`` (a name, or a non-empty tuple of names) uses only
-    ``allowed`` names.
+    ``allowed`` names (``prefix`` names ``config`` in messages).
 
     Raises:
       ValueError: naming the field, the bad value and the allowed names.
@@ -233,15 +238,16 @@ def require_names(config: ml_collections.ConfigDict, key: str, allowed: tuple[st
     value = config[key]
     names = value if isinstance(value, (tuple, list)) else (value,)
     if not names:
-        raise ValueError(f"config.{key} must name at least one of {tuple(allowed)}")
+        raise ValueError(f"{prefix}.{key} must name at least one of {tuple(allowed)}")
     for name in names:
         if name not in allowed:
             hint = " (" + TUPLE_SYNTAX.format(key=key) + ")" if "," in str(name) else ""
-            raise ValueError(f"config.{key}: {name!r} is not one of {tuple(allowed)}{hint}")
+            raise ValueError(f"{prefix}.{key}: {name!r} is not one of {tuple(allowed)}{hint}")
 
 
-def require_positive(config: ml_collections.ConfigDict, *keys: str) -> None:
-    """Checks that each ``config[key]`` (a number or a tuple of numbers) is finite and > 0.
+def require_positive(config: ml_collections.ConfigDict, *keys: str, prefix: str = "config") -> None:
+    """Checks that each ``config[key]`` (a number or a tuple of numbers) is finite and > 0
+    (``prefix`` names ``config`` in messages).
 
     Raises:
       ValueError: naming the field and the value.
@@ -252,4 +258,4 @@ def require_positive(config: ml_collections.ConfigDict, *keys: str) -> None:
         if not values or not all(
             isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values
         ):
-            raise ValueError(f"config.{key} must be finite and > 0, got {value!r}")
+            raise ValueError(f"{prefix}.{key} must be finite and > 0, got {value!r}")

@@ -23,7 +23,7 @@ in a NaN loss) while the others gave FAVOR+ 0.48, exact 0.49, cluster hybrid 0.5
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 from configs.training import train_config
 
 
@@ -132,4 +132,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.warmup_steps = 1_000
         config.train.log_every_steps = 200
         config.train.checkpoint_every_steps = 2_000
-    return config
+    return apply_overrides(config, arg)

@@ -23,7 +23,7 @@ v = 0.25) but goes another 9.8% (of SimRF) below it at v = 2, where truncating E
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -50,4 +50,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.draws_per_chunk = 300
         config.raw_num_draws = 0  # skip the raw exp Monte Carlo (its compiles dominate)
         config.num_steps = 100
-    return config
+    return apply_overrides(config, arg)

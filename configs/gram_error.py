@@ -24,7 +24,7 @@ SimRF by ~1% at every m (paired, z >= 8.8).
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -47,4 +47,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.couplings = ("gaussian", "orthogonal", "simplex")  # SimRF+ only in the full run
         config.num_repetitions = 300
         config.repetitions_per_chunk = 300
-    return config
+    return apply_overrides(config, arg)

@@ -25,7 +25,7 @@ the diagonal entries of A_ij (up to max_scale) amplify the spread around the cen
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -55,4 +55,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.feature_counts = (20, 100)
         config.repetitions = 8
         config.num_pairs = 2_000
-    return config
+    return apply_overrides(config, arg)

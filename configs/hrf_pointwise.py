@@ -22,7 +22,7 @@ estimator is heavy-tailed (large r, small theta): there the MSE is carried by dr
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -48,4 +48,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.num_angles = 9
         config.num_draws = 400
         config.draws_per_chunk = 400
-    return config
+    return apply_overrides(config, arg)

@@ -4,8 +4,8 @@ Command:
   python -m experiments.main --config=configs/hrf_qmc.py          # ~3 min on 2 busy CPU cores
   python -m experiments.main --config=configs/hrf_qmc.py:quick    # seconds (smoke test)
 
-Needs scikit-learn (Wine) and mlxtend (its bundled boston_housing.csv):
-``pip install scikit-learn mlxtend`` (both in the ``experiments`` extra).
+Wine comes from scikit-learn (in the ``experiments`` extra), Boston housing from
+``experiments/data/boston_housing.csv`` (origin and licence in ``experiments/data/SOURCE.md``).
 
 Inputs: each data set's 13 features are standardised (zero mean, unit variance per column),
 then every row is scaled to unit length (``scaling="sphere"``, the setting of the paper's
@@ -28,7 +28,7 @@ baselines, with 9x more projections, win (about 0.08-0.11).
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -52,4 +52,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.num_pairs = 200
         config.num_draws = 200
         config.draws_per_chunk = 100
-    return config
+    return apply_overrides(config, arg)

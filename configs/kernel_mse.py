@@ -12,7 +12,7 @@ errors of theory; SimRF below ORF below IID, SimRF+ at or just below SimRF.
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -32,4 +32,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.norms_of_sum = (0.25, 0.75, 1.5)
         config.num_draws = 1_000
         config.draws_per_chunk = 500
-    return config
+    return apply_overrides(config, arg)

@@ -34,7 +34,7 @@ vocabulary size; the signed proposals sample the |.| mixture of their features (
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 from configs.training import train_config
 
 
@@ -140,4 +140,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.log_every_steps = 500
         config.train.eval_every_steps = 5_000
         config.train.checkpoint_every_steps = 5_000
-    return config
+    return apply_overrides(config, arg)

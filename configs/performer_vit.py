@@ -17,7 +17,7 @@ random features, patch 4).
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 from configs.training import train_config
 
 
@@ -94,4 +94,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.log_every_steps = 200
         config.train.eval_every_steps = 2_000
         config.train.checkpoint_every_steps = 1_000
-    return config
+    return apply_overrides(config, arg)

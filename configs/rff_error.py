@@ -21,7 +21,7 @@ probability curve to the left of psi's.
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -57,4 +57,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.num_max_draws = 300
         config.num_epsilons = 20
         config.draws_per_chunk = 300
-    return config
+    return apply_overrides(config, arg)

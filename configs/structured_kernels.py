@@ -26,7 +26,7 @@ HD-orthogonal (fast ORF) is below the Gaussian for every kernel.
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -57,4 +57,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.num_features = (16, 64)
         config.num_draws = 200
         config.draws_per_chunk = 200
-    return config
+    return apply_overrides(config, arg)

@@ -28,7 +28,7 @@ SimRF+ about equal to SimRF; fast couplings within noise of the regular ones.
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 from rfjax.data import UCI_DATASETS
 
 
@@ -65,4 +65,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.fast_couplings = ("orthogonal", "hd_orthogonal", "simplex", "fast_simplex")
         config.fast_ratios = (1,)
         config.repetitions = ml_collections.ConfigDict({"banknote": 100, "yeast": 100})
-    return config
+    return apply_overrides(config, arg)

@@ -2,6 +2,9 @@
 
 Each experiment module ``experiments.<name>`` provides
 
+* ``validate_config(config)``: raises ``ValueError``/``TypeError`` naming the field, the value
+  and what is allowed; ``experiments.main.run_experiment`` calls it (after checking every
+  field's type against ``configs/<name>.py`` and the trainer options) before anything runs;
 * ``measure(config, workdir) -> results``: the computation only. It returns plain data (dicts,
   lists and NumPy arrays) and writes nothing but what a resumable computation needs (training
   checkpoints and metrics under ``workdir``);
@@ -11,5 +14,5 @@ Each experiment module ``experiments.<name>`` provides
   commentary lives in text, not code;
 * ``run(config, workdir)``: ``report(measure(config, workdir), config, workdir)``.
 
-``python -m experiments.main --config=configs/<name>.py[:variant]`` runs one.
+``python -m experiments.main --config=configs/<name>.py[:variant][,key=value...]`` runs one.
 """

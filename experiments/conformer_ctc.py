@@ -245,7 +245,7 @@ def make_task(model, train_arrays, test_arrays, config, seed) -> train.Task:
 # --------------------------------------------------------------------------- run
 
 
-def _check(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     for attention in config.attentions:
         if attention not in CONFORMER_ATTENTIONS:
             raise ValueError(
@@ -289,7 +289,7 @@ def _plot(runs: list[dict], curves: dict, attentions, path_bar: str, path_curves
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (attention, seed) and writes the table, figures and summary."""
-    _check(config)
+    validate_config(config)
     outputs.save_config(workdir, config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     train_arrays, test_arrays, info = make_data(config)

@@ -58,7 +58,7 @@ DIFFERENCES = (
 )
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError``/``TypeError`` naming the first bad config field."""
     check_int("config.dim", config.dim, minimum=2)
     values = tuple(config.norms_of_sum)
@@ -468,7 +468,7 @@ def summarise(rows: list[dict], differences: list[dict], config, measured: dict)
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Measures; writes results.csv, differences.csv, trace.csv, conformity.png, summary.md."""
-    validate(config)
+    validate_config(config)
     measured = measure(config)
     rows, differences = tabulate(measured, config)
     summary = summarise(rows, differences, config, measured)

@@ -33,7 +33,7 @@ CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
 LABELS = outputs.COUPLING_LABELS
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError``/``TypeError`` naming the first bad config field."""
     check_int("config.dim", config.dim, minimum=2)
     check_int("config.num_points", config.num_points, minimum=2)
@@ -270,7 +270,7 @@ def summarise(
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Measures; writes results.csv, gram_error.png, summary.md, config.json."""
-    validate(config)
+    validate_config(config)
     rows, differences, data = measure(config)
     summary = summarise(rows, differences, data, config)
     outputs.save_run(workdir, rows=rows, summary=summary, config=config)

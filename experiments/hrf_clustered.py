@@ -16,6 +16,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
+from configs.common import require_names, require_positive
 from experiments import outputs
 from rfjax import features, projections
 
@@ -24,6 +25,35 @@ import matplotlib.pyplot as plt
 
 ESTIMATORS = ("cluster_hrf", "favor_plus", "trigonometric")
 LABELS = {"cluster_hrf": "cluster-HRF", "favor_plus": "FAVOR+", "trigonometric": "trig"}
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks the coupling, the configurations and the sizes before anything runs.
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "coupling", projections.available())
+    require_positive(
+        config,
+        "dim",
+        "points_per_cluster",
+        "centre_norm",
+        "num_clusters",
+        "kmeans_iterations",
+        "max_scale",
+        "feature_counts",
+        "repetitions",
+        "num_pairs",
+    )
+    for entry in config.configurations:
+        if not (
+            len(entry) == 3 and isinstance(entry[0], str) and 0 <= entry[1] <= 1 and entry[2] > 0
+        ):
+            raise ValueError(
+                "config.configurations entries must be (name, agreeing fraction in [0, 1], "
+                f"sigma > 0), got {entry!r}"
+            )
 
 
 def cluster_means(

@@ -22,6 +22,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
+from configs.common import require_names, require_positive
 from experiments import outputs
 from rfjax import features, projections, theory
 
@@ -35,6 +36,27 @@ LABELS = {
     "angular_hybrid": "angular hybrid",
     "gaussian_hybrid": "Gaussian hybrid",
 }
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks the coupling, the dtype and the sizes before anything runs.
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "coupling", projections.available())
+    require_names(config, "dtype", ("float32", "float64"))
+    require_positive(
+        config,
+        "dim",
+        "radii",
+        "num_angles",
+        "num_features",
+        "num_coefficient_features",
+        "gaussian_bandwidth_over_radius",
+        "num_draws",
+        "draws_per_chunk",
+    )
 
 
 def sphere_pairs(

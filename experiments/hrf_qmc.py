@@ -11,7 +11,6 @@ estimator that the QMC couplings are applied to.
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import os
 
 import jax
@@ -20,6 +19,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
+from configs.common import require_names, require_positive
 from experiments import outputs
 from rfjax import features, projections
 
@@ -34,28 +34,15 @@ METHODS = {
     "ORF-Had": ("positive", "hd_orthogonal"),
     "Halton-R": ("positive", "halton"),
 }
-MISSING_BOSTON = (
-    "Boston housing is read from mlxtend's bundled file mlxtend/data/data/boston_housing.csv, "
-    "which was not found{detail}. Install it with `pip install mlxtend` (or "
-    "`pip install -e .[experiments]`), or drop 'boston' from config.datasets."
-)
-
-
-def boston_path() -> str:
-    """Path of mlxtend's ``boston_housing.csv`` (506 rows: 13 features, then the target)."""
-    try:
-        root = importlib.resources.files("mlxtend")
-    except ModuleNotFoundError as err:
-        detail = " (mlxtend is not installed)"
-        raise FileNotFoundError(MISSING_BOSTON.format(detail=detail)) from err
-    path = root / "data" / "data" / "boston_housing.csv"
-    if not path.is_file():
-        raise FileNotFoundError(MISSING_BOSTON.format(detail=f" at {path}"))
-    return str(path)
+DATASETS = ("wine", "boston")
+MATCHINGS = ("projections", "width")
+# The Boston housing table shipped with the experiments (origin and licence: data/SOURCE.md).
+BOSTON_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "boston_housing.csv")
 
 
 def load_dataset(name: str) -> np.ndarray:
-    """The feature matrix of ``"wine"`` (178 x 13) or ``"boston"`` (506 x 13), float64."""
+    """The feature matrix of ``"wine"`` (178 x 13, from scikit-learn) or ``"boston"``
+    (506 x 13, ``data/boston_housing.csv``), float64."""
     if name == "wine":
         try:
             from sklearn.datasets import load_wine
@@ -65,14 +52,35 @@ def load_dataset(name: str) -> np.ndarray:
             ) from err
         return np.asarray(load_wine().data, np.float64)
     if name == "boston":
-        table = np.loadtxt(boston_path(), delimiter=",", dtype=np.float64)
+        table = np.loadtxt(BOSTON_PATH, delimiter=",", dtype=np.float64)
         if table.shape != (506, 14):
-            raise ValueError(f"expected boston_housing.csv of shape (506, 14), got {table.shape}")
+            raise ValueError(f"expected {BOSTON_PATH} of shape (506, 14), got {table.shape}")
         return table[:, :13]  # the last column is the target (MEDV)
-    raise ValueError(f"unknown data set {name!r}; allowed: 'wine', 'boston'")
+    raise ValueError(f"unknown data set {name!r}; allowed: {DATASETS}")
 
 
 SCALINGS = ("sphere", "mean_norm")
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks data set, scaling, method and matching names and the sizes before anything runs.
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "datasets", DATASETS)
+    require_names(config, "scaling", SCALINGS)
+    require_names(config, "methods", tuple(METHODS))
+    require_names(config, "matchings", MATCHINGS)
+    require_positive(
+        config,
+        "input_norm",
+        "num_pairs",
+        "num_features",
+        "num_sign_features",
+        "num_draws",
+        "draws_per_chunk",
+    )
 
 
 def preprocess(data: np.ndarray, scaling: str, input_norm: float) -> np.ndarray:
@@ -108,7 +116,7 @@ def projection_counts(config: ml_collections.ConfigDict, matching: str) -> int:
         return m + n
     if matching == "width":
         return 2 * m * (n + 1)  # antithetic width 2M = hybrid width 4 m (n + 1)
-    raise ValueError(f"unknown matching {matching!r}; allowed: 'projections', 'width'")
+    raise ValueError(f"unknown matching {matching!r}; allowed: {MATCHINGS}")
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))

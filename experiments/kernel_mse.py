@@ -18,6 +18,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
+from configs.common import require_names, require_positive
 from experiments import outputs
 from rfjax import features, kernels, projections, theory
 
@@ -26,6 +27,16 @@ import matplotlib.pyplot as plt
 
 CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
 LABELS = outputs.COUPLING_LABELS
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks coupling names and sizes before anything runs.
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "couplings", projections.available())
+    require_positive(config, "dim", "num_features", "norms_of_sum", "num_draws", "draws_per_chunk")
 
 
 def make_inputs(key: jax.Array, dim: int, norms_of_sum: np.ndarray) -> tuple[jax.Array, ...]:

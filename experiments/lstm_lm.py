@@ -54,7 +54,7 @@ LABELS = {
 METRICS = ("wasserstein", "ks", "negative_fraction")
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` for a proposal outside ``PROPOSALS`` or bad sizes."""
     if not config.proposals:
         raise ValueError("config.proposals must name at least one proposal")
@@ -261,7 +261,7 @@ def _load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (proposal, seed) and writes tables and figures into ``workdir``."""
-    check_config(config)
+    validate_config(config)
     outputs.save_config(workdir, config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     arrays, vocab_size = _load_arrays(config)

@@ -3,49 +3,199 @@
 Usage:
   python -m experiments.main --config=configs/kernel_mse.py [--workdir=workdirs/kernel_mse]
   python -m experiments.main --config=configs/kernel_mse.py:quick
+  python -m experiments.main --config=configs/kernel_mse.py:quick,num_draws=50
+  python -m experiments.main --config=configs/kernel_mse.py --config.couplings="('gaussian',)"
+
+The config argument after ``:`` is ``[variant][,key=value...]`` (big_vision style): a variant
+the config file defines (``quick`` everywhere), then overrides of its fields, dotted for nested
+ones (``train.num_train_steps=10``), tuples in brackets (``couplings=(gaussian,simplex)``).
+``--config.key=value`` flags override fields too; there a tuple is a quoted Python literal.
+Before anything runs, the config is validated: every field must have its default's type and
+the experiment's ``validate_config`` checks names and ranges; a bad config stops with a message
+that names the field, the value and the accepted syntax.
 
 The config names its experiment (``config.experiment``); the module ``experiments.<name>``
-provides ``run(config, workdir)``, which writes its results into ``workdir``.
+provides ``validate_config(config)`` and ``run(config, workdir)``, which writes its results
+into ``workdir``. ``workdir/status.json`` says whether the run is ``running``, ``done``,
+``failed`` or ``interrupted``; when a run does not finish, a ``FAILED`` file explains why and
+the previous run's ``summary.md`` (renamed ``summary.previous.md`` when a run starts) no longer
+looks current. Training experiments resume from their checkpoints when started again.
+
+Several processes (one per host; see the README's "Scaling out"): add
+``--coordinator_address=HOST0:PORT --num_processes=N --process_id=I`` to the same command on
+every host (or ``--distributed`` alone where ``jax.distributed.initialize()`` detects the
+cluster: Cloud TPU, SLURM, Open MPI, Kubernetes). The workdir must be shared storage; process 0
+writes the results.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib
+import json
 import os
 import shlex
 import sys
+import traceback
 
+import jax
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from configs.common import check_types
+
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file.", lock_config=True
+    "config", None, "Experiment config file[:variant][,key=value...].", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Output directory (default: workdirs/<experiment>)."
 )
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed",
+    False,
+    "Call jax.distributed.initialize() (cluster auto-detection) before running.",
+)
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0 (multi-process runs)."
+)
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, N).")
+
+STATUS_FILE = "status.json"
+FAILED_FILE = "FAILED"
+SUMMARY_FILE = "summary.md"
+PREVIOUS_SUMMARY_FILE = "summary.previous.md"
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks ``config`` before anything runs: the experiment exists, every field has the type
+    of its default in ``configs/<experiment>.py``, the trainer options (``config.train``) are
+    valid, and the experiment's own ``validate_config`` accepts names and ranges.
+
+    Raises:
+      ValueError, TypeError: naming the field, the value and what is accepted.
+    """
+    name = config.get("experiment")
+    if not isinstance(name, str) or not os.path.exists(_module_path(name)):
+        raise ValueError(f"config.experiment={name!r} names no module experiments/<name>.py")
+    check_types(config, importlib.import_module(f"configs.{name}").get_config())
+    if "train" in config:
+        from experiments import train  # here: experiments without training need no Orbax
+
+        train.validate_train_config(config.train)
+    importlib.import_module(f"experiments.{name}").validate_config(config)
+
+
+def _module_path(name: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+
+
+def _write_status(workdir: str, state: str, command: list[str] | None, **fields) -> None:
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    record = {"state": state, "time": now, "command": shlex.join(command or []), **fields}
+    temporary = os.path.join(workdir, STATUS_FILE + ".tmp")
+    with open(temporary, "w") as handle:
+        json.dump(record, handle, indent=1)
+    os.replace(temporary, os.path.join(workdir, STATUS_FILE))
+
+
+def _start(workdir: str, command: list[str] | None) -> None:
+    """Marks ``workdir`` as running: the previous run's summary is renamed (it describes a run
+    that is no longer the latest) and an old ``FAILED`` note goes."""
+    summary = os.path.join(workdir, SUMMARY_FILE)
+    if os.path.exists(summary):
+        os.replace(summary, os.path.join(workdir, PREVIOUS_SUMMARY_FILE))
+    failed = os.path.join(workdir, FAILED_FILE)
+    if os.path.exists(failed):
+        os.remove(failed)
+    _write_status(workdir, "running", command)
+
+
+def _fail(workdir: str, command: list[str] | None, error: BaseException) -> None:
+    """Marks ``workdir`` as failed (or interrupted) with the error and how to go on."""
+    # SystemExit: the trainer's TrainingInterrupted (SIGINT/SIGTERM after a checkpoint).
+    interrupted = isinstance(error, (KeyboardInterrupt, SystemExit))
+    state = "interrupted" if interrupted else "failed"
+    message = str(error) or type(error).__name__
+    _write_status(workdir, state, command, error=f"{type(error).__name__}: {message}")
+    lines = [
+        f"This run {state}: {type(error).__name__}: {message}",
+        "Results in this folder are incomplete; summary.md (if any) is not from this run.",
+        "Run the same command again: training experiments resume from their checkpoints.",
+    ]
+    if not interrupted:
+        lines += ["", "".join(traceback.format_exception(error)).rstrip()]
+    with open(os.path.join(workdir, FAILED_FILE), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
 
 
 def run_experiment(config, workdir: str | None = None, *, command: list[str] | None = None) -> dict:
-    """Runs ``config.experiment`` with outputs in ``workdir`` (default ``workdirs/<name>``);
-    returns its summary. ``command``, the command line that reproduces the run, is recorded in
-    ``workdir/command.txt`` for the results page."""
+    """Validates ``config`` and runs ``config.experiment`` with outputs in ``workdir`` (default
+    ``workdirs/<name>``); returns its summary.
+
+    ``command``, the command line that reproduces the run, is recorded in
+    ``workdir/command.txt`` (for the results page) and ``workdir/status.json``. If the run
+    raises (or is interrupted), ``status.json`` and a ``FAILED`` file say so before the error
+    propagates.
+
+    Raises:
+      ValueError, TypeError: for an invalid config (before anything is written).
+    """
+    validate_config(config)
     name = config.experiment
     workdir = workdir or os.path.join("workdirs", name)
-    os.makedirs(workdir, exist_ok=True)
-    if command is not None:
-        with open(os.path.join(workdir, "command.txt"), "w") as handle:
-            handle.write(shlex.join(command) + "\n")
+    writer = jax.process_index() == 0
+    if writer:
+        os.makedirs(workdir, exist_ok=True)
+        if command is not None:
+            with open(os.path.join(workdir, "command.txt"), "w") as handle:
+                handle.write(shlex.join(command) + "\n")
+        _start(workdir, command)
     module = importlib.import_module(f"experiments.{name}")
-    return module.run(config, workdir)
+    try:
+        result = module.run(config, workdir)
+    except BaseException as error:
+        if writer:
+            _fail(workdir, command, error)
+        raise
+    if writer:
+        previous = os.path.join(workdir, PREVIOUS_SUMMARY_FILE)
+        if os.path.exists(previous):
+            os.remove(previous)
+        _write_status(workdir, "done", command)
+    return result
+
+
+def initialize_distributed() -> None:
+    """``jax.distributed.initialize`` from the ``--distributed``/``--coordinator_address``/
+    ``--num_processes``/``--process_id`` flags (nothing if none is given)."""
+    explicit = (_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    if _DISTRIBUTED.value or any(value is not None for value in explicit):
+        jax.distributed.initialize(*explicit)
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
+    initialize_distributed()
+    config = _CONFIG.value
+    try:
+        validate_config(config)
+    except (ValueError, TypeError) as error:
+        print(
+            f"invalid config: {error}\nUsage: python -m experiments.main "
+            "--config=configs/NAME.py[:variant][,key=value...] (--help for more)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     command = ["python", "-m", "experiments.main", *sys.argv[1:]]
-    run_experiment(_CONFIG.value, _WORKDIR.value, command=command)
+    try:
+        run_experiment(config, _WORKDIR.value, command=command)
+    except KeyboardInterrupt:
+        print("\ninterrupted (Ctrl-C); run the same command again to resume.", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+import jax
 import ml_collections
 from tqdm.auto import tqdm
 
@@ -25,8 +26,17 @@ COUPLING_LABELS = {
 }
 
 
+def is_writer() -> bool:
+    """Whether this process writes results: process 0 of a multi-process run (the others
+    compute the same results and write nothing, so that files on shared storage are written
+    once)."""
+    return jax.process_index() == 0
+
+
 def write_csv(path: str, rows: Sequence[dict]) -> None:
-    """Writes ``rows`` (dicts with the same keys) as a CSV file with a header."""
+    """Writes ``rows`` (dicts with the same keys) as a CSV file with a header (process 0)."""
+    if not is_writer():
+        return
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -82,13 +92,18 @@ def render_summary(name: str, **values: object) -> str:
 
 
 def write_text(path: str, text: str) -> None:
+    """Writes ``text`` to ``path``, creating its folder (process 0)."""
+    if not is_writer():
+        return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
         handle.write(text)
 
 
 def write_json(path: str, data, indent: int = 1) -> None:
-    """Writes ``data`` (JSON-serialisable) to ``path``."""
+    """Writes ``data`` (JSON-serialisable) to ``path`` (process 0)."""
+    if not is_writer():
+        return
     with open(path, "w") as handle:
         json.dump(data, handle, indent=indent)
 
@@ -113,7 +128,8 @@ def save_run(
 
     Returns the paths, keyed ``"csv"``, ``"summary"`` and ``"config"``.
     """
-    os.makedirs(workdir, exist_ok=True)
+    if is_writer():
+        os.makedirs(workdir, exist_ok=True)
     csv_path = os.path.join(workdir, csv_name)
     summary_path = os.path.join(workdir, "summary.md")
     write_csv(csv_path, rows)
@@ -122,11 +138,12 @@ def save_run(
 
 
 def save_figure(fig, path: str) -> None:
-    """Lays out ``fig``, saves it to ``path`` (120 dpi) and closes it."""
+    """Lays out ``fig``, saves it to ``path`` (120 dpi; process 0) and closes it."""
     import matplotlib.pyplot as plt  # here: the experiments choose the backend first
 
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    if is_writer():
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
     plt.close(fig)
 
 

@@ -21,7 +21,9 @@ import ml_collections
 import numpy as np
 import optax
 
+from configs.common import require_names, require_positive
 from experiments import outputs, train
+from rfjax import projections
 from rfjax.data import load_fashion_mnist
 from rfjax.nn import PerformerViT
 
@@ -35,6 +37,19 @@ LABELS = {
     "simplex": "Performer SimRF",
     "simplex_plus": "Performer SimRF+",
 }
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks the attention names, seeds and sizes before anything runs (the trainer options
+    are checked by ``train.validate_train_config``).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "attentions", ("exact", *projections.available()))
+    if not config.seeds:
+        raise ValueError("config.seeds must hold at least one seed")
+    require_positive(config, "eval_batch_size")
 
 
 def _label(attention: str) -> str:

@@ -199,7 +199,7 @@ def tail_probabilities(
     return rows
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` naming the config field that is out of range."""
     dims = (config.variance_embedding_dim, *config.embedding_dims)
     if any(not isinstance(D, int) or D < 2 or D % 2 for D in dims):
@@ -430,7 +430,7 @@ seed does not state its own.
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes ``variance.csv``, ``max_error.csv``, ``tail_probability.csv``, three PNGs,
     ``summary.json`` and ``summary.md``."""
-    check_config(config)
+    validate_config(config)
     variance_key, max_key = jax.random.split(jax.random.key(config.seed))
     variance_rows = measure_variance(config, variance_key)
     max_rows, region_max = measure_max_error(config, max_key)

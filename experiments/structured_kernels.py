@@ -238,7 +238,7 @@ def add_ratios(rows: list[dict]) -> None:
         )
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` naming the config field that is out of range."""
     if REFERENCE not in config.methods:
         raise ValueError(f"methods must include the reference {REFERENCE!r}, got {config.methods}")
@@ -410,7 +410,7 @@ All rows: `results.csv`.
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes ``results.csv``, ``error_vs_features.png``, ``config.json`` and ``summary.md``."""
-    check_config(config)
+    validate_config(config)
     rows, lengthscale, dim = measure(config)
     text = summarise(rows, config, lengthscale, dim)
     outputs.save_run(workdir, rows=rows, summary=text, config=config)

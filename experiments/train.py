@@ -278,8 +278,8 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
         field, the value and what is allowed.
     """
     check_types(config, train_config(), "config.train")
-    require_names(config, "optimizer", OPTIMIZERS)
-    require_names(config, "lr_schedule", SCHEDULES)
+    require_names(config, "optimizer", OPTIMIZERS, prefix="config.train")
+    require_names(config, "lr_schedule", SCHEDULES, prefix="config.train")
     require_positive(
         config,
         "num_train_steps",
@@ -289,6 +289,7 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
         "checkpoint_every_steps",
         "keep_checkpoints",
         "progress_every_seconds",
+        prefix="config.train",
     )
     for key in ("warmup_steps", "eval_every_steps", "weight_decay", "grad_clip_norm"):
         value = config[key]

@@ -493,7 +493,7 @@ def plot(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict,
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_config(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     unknown = [name for name in config.datasets if name not in data.UCI_DATASETS]
     if unknown or not config.datasets:
         raise ValueError(
@@ -616,7 +616,7 @@ def _summary(rows, facts, config, seconds, cpu_seconds) -> str:
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Measures every data set, writes results.csv, datasets.csv, tables, the figure, summary."""
 
-    _check_config(config)
+    validate_config(config)
     start, cpu_start = time.perf_counter(), time.process_time()
     rows, facts = [], []
     for index, name in enumerate(config.datasets):

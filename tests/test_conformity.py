@@ -98,7 +98,7 @@ def test_bad_config_raises(field, value, match):
     config = conformity_config.get_config("quick")
     setattr(config, field, value)
     with pytest.raises((ValueError, TypeError), match=match):
-        conformity.validate(config)
+        conformity.validate_config(config)
 
 
 def test_config_variants():

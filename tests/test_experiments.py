@@ -1,12 +1,18 @@
 """Smoke tests of the experiments at their quick sizes, through the public entry point."""
 
+import importlib
+import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
 from configs import kernel_mse as kernel_mse_config
+from configs import performer_vit as performer_vit_config
+from experiments import kernel_mse
+from experiments.main import run_experiment, validate_config
 from experiments.outputs import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,3 +54,110 @@ def test_config_variants():
     assert quick.num_draws < full.num_draws
     with pytest.raises(ValueError, match="config variant"):
         kernel_mse_config.get_config("huge")
+
+
+def test_config_argument_takes_a_variant_and_key_value_overrides():
+    config = kernel_mse_config.get_config("quick,num_draws=50,couplings=(gaussian,simplex)")
+    assert config.num_draws == 50 and config.couplings == ("gaussian", "simplex")
+    assert config.dim == kernel_mse_config.get_config("quick").dim  # the variant still applies
+    vit = performer_vit_config.get_config("quick,train.num_train_steps=8,attentions=simplex")
+    assert vit.train.num_train_steps == 8 and vit.attentions == ("simplex",)
+    assert kernel_mse_config.get_config("seed=3,norms_of_sum=(0.5,1)").norms_of_sum == (0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("quick,num_draw=5", r"no field 'num_draw'.*did you mean \['num_draws'\]"),
+        ("quick,num_draws=1.5", "num_draws='1.5': expected int like 1000"),
+        ("quick,couplings=gaussian,simplex", r"couplings=\(gaussian,simplex\)"),
+        ("huge", r"variant must be one of \('quick',\)"),
+        ("quick,couplings=(gaussian", "unbalanced"),
+    ],
+)
+def test_a_bad_config_argument_names_the_problem_and_the_syntax(arg, message):
+    with pytest.raises(ValueError, match=message):
+        kernel_mse_config.get_config(arg)
+
+
+def test_a_comma_separated_override_stops_before_running_with_the_accepted_syntax(tmp_path):
+    """``--config.couplings=gaussian,simplex`` is one string to ml_collections: the run stops
+    with the syntax to use, without a traceback and without touching the workdir."""
+    workdir = tmp_path / "kernel_mse"
+    command = [sys.executable, "-m", "experiments.main", "--config=configs/kernel_mse.py:quick"]
+    command += ["--config.couplings=gaussian,simplex", f"--workdir={workdir}"]
+    completed = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert completed.returncode != 0
+    assert "holds a comma inside one string" in completed.stderr
+    assert "--config.couplings=\"('a', 'b')\"" in completed.stderr
+    assert "Traceback" not in completed.stderr and not workdir.exists()
+
+
+def test_validation_checks_types_and_names_of_every_experiment():
+    config = kernel_mse_config.get_config("quick")
+    config.couplings = ("gaussian", "simplx")
+    with pytest.raises(ValueError, match=r"config.couplings: 'simplx' is not one of"):
+        validate_config(config)
+    config = kernel_mse_config.get_config("quick")
+    config.norms_of_sum = ("0.5", "1.0")
+    with pytest.raises(TypeError, match=r"config\.norms_of_sum must be a tuple of float"):
+        validate_config(config)
+    config = performer_vit_config.get_config("quick")
+    config.train.optimizer = "adamax"
+    with pytest.raises(ValueError, match=r"config.train.optimizer: 'adamax' is not one of"):
+        validate_config(config)
+    config.train.optimizer, config.train.log_every_steps = "adam", 0
+    with pytest.raises(ValueError, match=r"config\.train\.log_every_steps must be finite and > 0"):
+        validate_config(config)
+
+
+def test_every_experiment_module_validates_with_validate_config():
+    for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
+        if path.stem in ("__init__", "common", "training"):
+            continue
+        module = importlib.import_module(f"experiments.{path.stem}")
+        assert callable(module.validate_config), path.stem
+        validate_config(importlib.import_module(f"configs.{path.stem}").get_config("quick"))
+
+
+def test_a_failed_run_is_marked_and_the_previous_summary_no_longer_looks_current(
+    tmp_path, monkeypatch
+):
+    workdir = tmp_path / "kernel_mse"
+    workdir.mkdir()
+    (workdir / "summary.md").write_text("results of an earlier run\n")
+
+    def broken(config, workdir):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(kernel_mse, "run", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        run_experiment(kernel_mse_config.get_config("quick"), str(workdir), command=["cmd"])
+    status = json.loads((workdir / "status.json").read_text())
+    assert status["state"] == "failed" and "RuntimeError: disk full" in status["error"]
+    assert "disk full" in (workdir / "FAILED").read_text()
+    assert not (workdir / "summary.md").exists()
+    assert (workdir / "summary.previous.md").read_text() == "results of an earlier run\n"
+
+    def working(config, workdir):
+        pathlib.Path(workdir, "summary.md").write_text("new results\n")
+        return {}
+
+    monkeypatch.setattr(kernel_mse, "run", working)
+    run_experiment(kernel_mse_config.get_config("quick"), str(workdir), command=["cmd"])
+    assert json.loads((workdir / "status.json").read_text())["state"] == "done"
+    assert sorted(p.name for p in workdir.iterdir()) == ["command.txt", "status.json", "summary.md"]
+
+
+def test_the_installed_distribution_holds_only_the_library(tmp_path):
+    """configs/ and experiments/ are not installed (generic names); outside the checkout they
+    are not importable, while rfjax is."""
+    probe = "import importlib.util as u; print([u.find_spec(n) is not None for n in "
+    probe += "('rfjax', 'configs', 'experiments', 'benchmarks')])"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert completed.stdout.strip() == "[True, False, False, False]", completed.stderr

@@ -102,7 +102,7 @@ def test_bad_config_raises(field, value, match):
     config = gram_error_config.get_config("quick")
     setattr(config, field, value)
     with pytest.raises((ValueError, TypeError), match=match):
-        gram_error.validate(config)
+        gram_error.validate_config(config)
 
 
 def test_config_variants():

@@ -1,8 +1,8 @@
 """Smoke tests of the HRF experiments at their quick sizes, run in-process (one JAX start-up)."""
 
-import importlib.resources
 import math
 
+import numpy as np
 import pytest
 
 from configs import hrf_clustered as clustered_config
@@ -71,13 +71,13 @@ def test_qmc_quick_table_is_complete(tmp_path):
         assert widths["width"] == int(hybrid[0]["width"])
 
 
-def test_boston_path_explains_how_to_get_the_file(monkeypatch):
-    def missing(name):
-        raise ModuleNotFoundError(name)
-
-    monkeypatch.setattr(importlib.resources, "files", missing)
-    with pytest.raises(FileNotFoundError, match="pip install mlxtend"):
-        hrf_qmc.boston_path()
+def test_boston_is_read_from_the_shipped_csv():
+    data = hrf_qmc.load_dataset("boston")
+    assert data.shape == (506, 13) and data.dtype == np.float64
+    np.testing.assert_array_equal(data[0, :3], [0.00632, 18.0, 2.31])  # CRIM, ZN, INDUS
+    assert np.all(np.isfinite(data))
+    with pytest.raises(ValueError, match="allowed"):
+        hrf_qmc.load_dataset("iris")
 
 
 def test_clustered_quick_cluster_hrf_wins_on_concentrated_clusters(tmp_path):

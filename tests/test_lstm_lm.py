@@ -224,7 +224,7 @@ def test_bad_arguments_raise():
     config = lstm_lm_config.get_config("quick")
     config.proposals = ("positive", "softmax")
     with pytest.raises(ValueError, match="proposals"):
-        lstm_lm.check_config(config)
+        lstm_lm.validate_config(config)
     with pytest.raises(ValueError, match="variant"):
         lstm_lm_config.get_config("huge")
 

@@ -29,3 +29,33 @@ def test_render_summary_rejects_missing_and_unused_values(template_dir, values, 
 def test_render_summary_names_a_missing_template(template_dir):
     with pytest.raises(FileNotFoundError, match="no summary template for experiment 'nope'"):
         outputs.render_summary("nope")
+
+
+def test_progress_prints_lines_when_not_on_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(outputs.sys.stderr, "isatty", lambda: False)
+    # interval 0: a line after every item, then a closing one.
+    assert list(outputs.progress(range(4), "draws", interval_s=0.0)) == list(range(4))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        "draws: 1/4 (25%)",
+        "draws: 2/4 (50%)",
+        "draws: 3/4 (75%)",
+        "draws: 4/4 (100%)",
+        "draws: 4/4 (100%)",
+    ]
+    assert "elapsed" in lines[0] and "left" in lines[0] and lines[-1].endswith("done")
+
+
+def test_progress_is_silent_for_a_short_phase_and_uses_a_bar_on_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(outputs.sys.stderr, "isatty", lambda: False)
+    assert list(outputs.progress([1, 2], "quick", interval_s=3600.0)) == [1, 2]
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(outputs.sys.stderr, "isatty", lambda: True)
+    with outputs.Progress("bar", 3, interval_s=0.0) as display:
+        assert display.bar is not None
+        display.update(3)
+    assert capsys.readouterr().out == ""  # the bar is on stderr; no lines on stdout
+
+
+def test_format_duration():
+    assert [outputs.format_duration(s) for s in (42, 210, 9000)] == ["42 s", "3.5 min", "2.5 h"]

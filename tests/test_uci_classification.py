@@ -185,8 +185,8 @@ def test_config_variants_and_bad_config():
     bad = uci_config.get_config("quick")
     bad.datasets = ("banknote", "iris")
     with pytest.raises(ValueError, match=r"config\.datasets"):
-        uci._check_config(bad)
+        uci.validate_config(bad)
     bad = uci_config.get_config("quick")
     bad.couplings = ("simplex", "nope")
     with pytest.raises(ValueError, match="unknown coupling"):
-        uci._check_config(bad)
+        uci.validate_config(bad)

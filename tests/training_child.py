@@ -20,6 +20,8 @@ import signal
 import sys
 import time
 
+# The toy task (tests/), and configs/ and experiments/ (the repository root: not installed).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np
