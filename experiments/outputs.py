@@ -190,8 +190,8 @@ class Progress:
         self.done += count
         if self.bar is not None:
             self.bar.update(count)
-        elif time.monotonic() - self.last_line >= self.interval_s:
-            self._line()
+        elif self.done != self.total and time.monotonic() - self.last_line >= self.interval_s:
+            self._line()  # (the last item's line is close()'s)
 
     def set_note(self, note: str) -> None:
         """Text shown after the counts (e.g. the latest loss)."""

@@ -71,7 +71,11 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     # --workdir is experiments.main's flag (defined on import); here it is the output root.
     workdir = flags.FLAGS.workdir or os.path.join("workdirs", "reproduce")
-    written = reproduce(workdir, _FULL.value)
+    try:
+        written = reproduce(workdir, _FULL.value)
+    except KeyboardInterrupt:
+        print("\ninterrupted (Ctrl-C); run the same command again to start over.", file=sys.stderr)
+        sys.exit(130)
     print("\nDone. Results:")
     for item in written:
         print(f"- {item['title']} ({item['seconds']:.0f} s)")

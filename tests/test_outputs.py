@@ -33,14 +33,13 @@ def test_render_summary_names_a_missing_template(template_dir):
 
 def test_progress_prints_lines_when_not_on_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(outputs.sys.stderr, "isatty", lambda: False)
-    # interval 0: a line after every item, then a closing one.
+    # interval 0: a line after every item but the last, then the closing one.
     assert list(outputs.progress(range(4), "draws", interval_s=0.0)) == list(range(4))
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(",")[0] for line in lines] == [
         "draws: 1/4 (25%)",
         "draws: 2/4 (50%)",
         "draws: 3/4 (75%)",
-        "draws: 4/4 (100%)",
         "draws: 4/4 (100%)",
     ]
     assert "elapsed" in lines[0] and "left" in lines[0] and lines[-1].endswith("done")

@@ -99,6 +99,22 @@ def test_a_torn_last_metrics_line_is_dropped_and_the_cut_is_atomic(tmp_path, tai
     assert not (tmp_path / "metrics.jsonl.tmp").exists()
 
 
+def test_a_crash_while_cutting_the_metrics_file_leaves_the_old_file(tmp_path, monkeypatch):
+    text = '{"step": 5, "split": "train"}\n{"step": 10, "split": "train"}\n{"st'
+    _write_lines(tmp_path / "metrics.jsonl", text)
+
+    def crash(source, destination):
+        raise KeyboardInterrupt("killed before the rename")
+
+    monkeypatch.setattr(metrics_log.os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        metrics_log.MetricsWriter(str(tmp_path), resume_step=5)
+    assert (tmp_path / "metrics.jsonl").read_text() == text  # intact
+    monkeypatch.undo()
+    metrics_log.MetricsWriter(str(tmp_path), resume_step=5).close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 5, "split": "train"}\n'
+
+
 def test_a_damaged_metrics_line_before_the_last_is_an_error_naming_file_and_line(tmp_path):
     _write_lines(tmp_path / "metrics.jsonl", '{"step": 5, "split": "train"}\nxx\n{"step": 6}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl, line 2: not a metrics record"):
@@ -249,30 +265,34 @@ def test_kills_while_writing_and_a_preemption_then_resume_equals_an_uninterrupte
 
 @pytest.mark.slow
 def test_many_kills_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_path):
-    """Up to 40 kills of a 100-step run (until one comes after its end): SIGKILL at random
-    times, during random metrics writes and checkpoint saves, and SIGINT/SIGTERM at random
-    times (drawn from a fixed seed)."""
+    """40 starts of a 400-step run, each ended by a kill drawn from a fixed seed: SIGKILL at a
+    random time, during a random metrics write or checkpoint save or the metrics file's cut on
+    resume, or SIGINT/SIGTERM at a random time; then a run to the end equals an uninterrupted
+    one."""
+    steps = 400
     reference = str(tmp_path / "straight")
-    train.train_and_evaluate(resume_config(100), reference, toy_task())
+    train.train_and_evaluate(resume_config(steps), reference, toy_task())
     workdir = tmp_path / "run"
     generator = np.random.default_rng(2024)
     kills = 0
-    while kills < 40:
-        kills += 1
-        kind = generator.choice(["sigkill", "metrics", "checkpoint", "sigint", "sigterm"])
+    for _ in range(40):
+        kind = generator.choice(["sigkill", "metrics", "checkpoint", "cut", "sigint", "sigterm"])
         delay = float(generator.uniform(0.0, 0.6))
-        if kind in ("metrics", "checkpoint"):
-            result = _child(workdir, f"--kill={kind}:{generator.integers(1, 4)}", "--steps=100")
+        if kind in ("metrics", "checkpoint", "cut"):
+            kill = f"--kill={kind}:{generator.integers(1, 4)}"
+            result = _child(workdir, kill, f"--steps={steps}")
             assert result[0] in (-signal.SIGKILL, 0), result[2][-3000:]
         else:
             signum = {"sigkill": signal.SIGKILL, "sigint": signal.SIGINT}.get(kind, signal.SIGTERM)
-            result = _child(workdir, "--step_delay=0.02", "--steps=100", send=signum, delay=delay)
+            options = ("--step_delay=0.02", f"--steps={steps}")
+            result = _child(workdir, *options, send=signum, delay=delay)
             if signum != signal.SIGKILL and result[0] != 0:
                 _interrupted_cleanly(result, signum)
+        kills += result[0] != 0
         if result[0] == 0:
             break
-    assert kills >= 10
-    _assert_resumed_to_the_end(workdir, reference, steps=100)
+    assert kills >= 30
+    _assert_resumed_to_the_end(workdir, reference, steps=steps)
 
 
 def test_epoch_batches_are_a_function_of_seed_and_step():

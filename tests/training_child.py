@@ -1,14 +1,16 @@
 """Trains the toy task of ``toy_training`` in a subprocess that the tests kill or interrupt.
 
-Usage: python tests/training_child.py WORKDIR OUT.npz [--kill=metrics:N|checkpoint:N]
+Usage: python tests/training_child.py WORKDIR OUT.npz [--kill=metrics:N|checkpoint:N|cut:1]
 [--step_delay=SECONDS] [--steps=N] [--signal_at=STEP:SIGNAME]
 
 ``--kill=metrics:N`` writes half of the N-th metrics record of this process, then SIGKILLs
 itself (a torn line); ``--kill=checkpoint:N`` SIGKILLs itself right after starting the N-th
-checkpoint save (Orbax is still writing it). ``--step_delay`` sleeps before each training batch,
-so that a signal sent from outside lands inside the training loop; ``--signal_at=STEP:SIGTERM``
-sends the process a signal when the batch of STEP is drawn. On success it saves the
-final parameters to OUT.npz and prints the final metrics as JSON on the last line.
+checkpoint save (Orbax is still writing it); ``--kill=cut:1`` SIGKILLs itself when the metrics
+file cut back on resume is about to replace the old one. ``--step_delay`` sleeps before each
+training batch, so that a signal sent from outside lands inside the training loop;
+``--signal_at=STEP:SIGTERM`` sends the process a signal when the batch of STEP is drawn. On
+success it saves the final parameters to OUT.npz and prints the final metrics as JSON on the
+last line.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def _start_save(original, manager, *args):
     original(manager, *args)
 
 
+def _kill_before_replacing_metrics() -> None:
+    """SIGKILLs the process when the cut-back metrics file is about to replace the old one."""
+    replace = os.replace
+
+    def killing_replace(source, destination):
+        if str(destination).endswith(metrics_log.FILENAME):
+            os.kill(os.getpid(), signal.SIGKILL)
+        replace(source, destination)
+
+    os.replace = killing_replace
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workdir")
@@ -66,8 +80,10 @@ def main() -> None:
         where, call = args.kill.split(":")
         if where == "metrics":
             _kill_on_call(metrics_log.MetricsWriter, "_append", int(call), _write_half)
-        else:
+        elif where == "checkpoint":
             _kill_on_call(checkpoints.Checkpoints, "save", int(call), _start_save)
+        else:
+            _kill_before_replacing_metrics()
     task = toy_task()
     if args.step_delay:
         task = with_batches(task, lambda step, batch: time.sleep(args.step_delay))
