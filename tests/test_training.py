@@ -25,14 +25,26 @@ requires_fashion_mnist = pytest.mark.skipif(
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_quick_run_learns_and_writes_metrics(tmp_path):
-    final = train.train_and_evaluate(toy_config(), str(tmp_path), toy_task())
+def test_quick_run_learns_and_writes_metrics(tmp_path, capsys):
+    config = toy_config()
+    config.progress_every_seconds = 1e-9  # a progress line after every step (not a terminal)
+    final = train.train_and_evaluate(config, str(tmp_path), toy_task())
     assert final["step"] == 30
     assert final["eval_accuracy"] > 0.9
     records = train.read_metrics(str(tmp_path))
     assert [r["step"] for r in records if r["split"] == "train"] == [5, 10, 15, 20, 25, 30]
     assert [r["step"] for r in records if r["split"] == "eval"] == [10, 20, 30]
     assert records[0]["loss"] > records[-2]["loss"]
+    # The logged rate is the current one (of the interval's last update), not an average; it
+    # was computed inside the jitted step, so to float32 rounding (a few ulps) of this one.
+    _, schedule = train.make_optimizer(config)
+    for record in records:
+        if record["split"] == "train":
+            current = float(schedule(record["step"] - 1))
+            assert record["learning_rate"] == pytest.approx(current, rel=1e-6)
+    out = capsys.readouterr().out
+    assert "train: 7/30 (23%), " in out and "[train step 5] " in out
+    assert "trained to step 30 in" in out
 
 
 @pytest.fixture(scope="module")
