@@ -367,13 +367,135 @@ class _StopRequests:
 # --------------------------------------------------------------------------- trainer
 
 
-def _interval_summary(pending: Mapping[str, list[float]]) -> dict[str, float]:
-    """A train record: the mean of each metric over the interval's steps, except the learning
-    rate, which is that of the last step."""
-    return {
-        name: values[-1] if name == "learning_rate" else float(np.mean(values, dtype=np.float64))
-        for name, values in pending.items()
-    }
+class _Pending:
+    """The per-step training metrics since the last train record (on device until needed).
+
+    They travel in checkpoints (``TrainingProgress.pending``) so that a resumed run's next
+    record averages the same steps as an uninterrupted run's.
+    """
+
+    def __init__(self, saved: Mapping[str, list[float]]):
+        self.steps: list[dict] = [
+            dict(zip(saved, values, strict=True)) for values in zip(*saved.values(), strict=True)
+        ]
+
+    def append(self, metrics: dict) -> None:
+        self.steps.append(metrics)
+
+    def values(self) -> dict[str, list[float]]:
+        """``{name: [value per step]}`` as host floats."""
+        steps = jax.device_get(self.steps)
+        return {name: [float(step[name]) for step in steps] for name in (steps or [{}])[0]}
+
+    def take_summary(self) -> dict[str, float]:
+        """A train record, emptying the list: the mean of each metric over the interval's
+        steps, except the learning rate, which is that of the last step (the current one)."""
+        summary = {
+            name: values[-1]
+            if name == "learning_rate"
+            else float(np.mean(values, dtype=np.float64))
+            for name, values in self.values().items()
+        }
+        self.steps = []
+        return summary
+
+
+@dataclasses.dataclass(frozen=True)
+class _Steps:
+    """The jitted functions of a run over the ``"data"`` mesh of all devices."""
+
+    to_device: Callable[[Batch], dict[str, jax.Array]]
+    init: Callable[[], TrainState]  # fresh parameters and optimiser state
+    train: Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict]]
+    evaluate: Callable[[TrainState], dict[str, float]] | None
+    target: Any  # the abstract TrainState with shardings, to restore into
+
+
+def _make_steps(config: ml_collections.ConfigDict, task: Task) -> _Steps:
+    devices = jax.device_count()
+    if config.batch_size % devices:
+        raise ValueError(
+            f"batch_size ({config.batch_size}) must be divisible by the device count ({devices})"
+        )
+    mesh = jax.make_mesh((devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    replicated = NamedSharding(mesh, P())
+    data_sharding = NamedSharding(mesh, P("data"))
+
+    def to_device(batch: Batch) -> dict[str, jax.Array]:
+        return {
+            name: jax.make_array_from_process_local_data(data_sharding, np.asarray(value))
+            for name, value in batch.items()
+        }
+
+    optimizer, schedule = make_optimizer(config)
+    init_rng, train_rng = jax.random.split(jax.random.key(config.seed))
+
+    def init_state(rng, batch):
+        params = task.init(rng, batch)
+        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
+
+    example = to_device(next(task.train_batches(0)))
+    abstract = jax.eval_shape(init_state, init_rng, example)
+    state_sharding = jax.tree.map(lambda _: replicated, abstract)
+    init = jax.jit(init_state, out_shardings=state_sharding)
+
+    def train_step(state, batch, rng):
+        def loss_fn(params):
+            return task.loss(params, batch, rng, state.step)
+
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {"loss": loss, **metrics, "learning_rate": schedule(state.step)}
+        return TrainState(state.step + 1, params, opt_state), metrics
+
+    train_step = jax.jit(
+        train_step,
+        donate_argnums=0,
+        in_shardings=(state_sharding, data_sharding, replicated),
+        out_shardings=(state_sharding, replicated),
+    )
+
+    evaluate = None
+    if task.eval_metrics is not None:
+        eval_step = jax.jit(task.eval_metrics, out_shardings=replicated)
+
+        def evaluate(state) -> dict[str, float]:
+            totals: dict[str, float] = {}
+            for batch in task.eval_batches():
+                sums = eval_step(state.params, to_device(batch), train_rng, state.step)
+                for name, value in jax.device_get(sums).items():
+                    totals[name] = totals.get(name, 0.0) + float(value)
+            count = totals.pop("count")
+            return {name: value / count for name, value in totals.items()}
+
+    return _Steps(
+        to_device=to_device,
+        init=lambda: init(init_rng, example),
+        train=lambda state, batch: train_step(state, batch, train_rng),
+        evaluate=evaluate,
+        target=jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract
+        ),
+    )
+
+
+def _restore_or_initialise(
+    checkpoints: Checkpoints, steps: _Steps
+) -> tuple[TrainState, TrainingProgress]:
+    """The state of the newest checkpoint that restores (saying which, and which were
+    skipped), or a fresh one."""
+    restored = checkpoints.restore_latest(steps.target)
+    if restored is None:
+        return steps.init(), TrainingProgress()
+    for line in restored.skipped:
+        print(f"WARNING: {line}; falling back to an older checkpoint", flush=True)
+    print(
+        f"resuming from step {restored.step} (checkpoint {checkpoints.path(restored.step)}, "
+        f"{outputs.format_duration(restored.progress.elapsed_seconds)} of training so far)",
+        flush=True,
+    )
+    return restored.state, restored.progress
 
 
 def train_and_evaluate(
@@ -403,99 +525,15 @@ def train_and_evaluate(
     """
     session_start = time.monotonic()
     validate_train_config(config)
-    devices = jax.device_count()
-    if config.batch_size % devices:
-        raise ValueError(
-            f"batch_size ({config.batch_size}) must be divisible by the device count ({devices})"
-        )
+    steps = _make_steps(config, task)
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
-    mesh = jax.make_mesh((devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-    replicated = NamedSharding(mesh, P())
-    data_sharding = NamedSharding(mesh, P("data"))
-
-    def to_device(batch: Batch) -> dict[str, jax.Array]:
-        return {
-            name: jax.make_array_from_process_local_data(data_sharding, np.asarray(value))
-            for name, value in batch.items()
-        }
-
-    optimizer, schedule = make_optimizer(config)
-    init_rng, train_rng = jax.random.split(jax.random.key(config.seed))
-
-    def init_state(rng, batch):
-        params = task.init(rng, batch)
-        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
-
-    example = to_device(next(task.train_batches(0)))
-    abstract = jax.eval_shape(init_state, init_rng, example)
-    state_sharding = jax.tree.map(lambda _: replicated, abstract)
     checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), config.keep_checkpoints)
-    target = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract
-    )
-    restored = checkpoints.restore_latest(target)
-    if restored is None:
-        state = jax.jit(init_state, out_shardings=state_sharding)(init_rng, example)
-        progress = TrainingProgress()
-    else:
-        for line in restored.skipped:
-            print(f"WARNING: {line}; falling back to an older checkpoint", flush=True)
-        state, progress = restored.state, restored.progress
-        print(
-            f"resuming from step {restored.step} (checkpoint {checkpoints.path(restored.step)}, "
-            f"{outputs.format_duration(progress.elapsed_seconds)} of training so far)",
-            flush=True,
-        )
-    step = int(state.step)
-
-    def train_step(state, batch, rng):
-        def loss_fn(params):
-            return task.loss(params, batch, rng, state.step)
-
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": loss, **metrics, "learning_rate": schedule(state.step)}
-        return TrainState(state.step + 1, params, opt_state), metrics
-
-    train_step = jax.jit(
-        train_step,
-        donate_argnums=0,
-        in_shardings=(state_sharding, data_sharding, replicated),
-        out_shardings=(state_sharding, replicated),
-    )
-
-    eval_step = None
-    if task.eval_metrics is not None:
-        eval_step = jax.jit(task.eval_metrics, out_shardings=replicated)
-
-    def evaluate(state) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for batch in task.eval_batches():
-            sums = jax.device_get(eval_step(state.params, to_device(batch), train_rng, state.step))
-            for name, value in sums.items():
-                totals[name] = totals.get(name, 0.0) + float(value)
-        count = totals.pop("count")
-        return {name: value / count for name, value in totals.items()}
-
-    # The per-step metrics since the last train record: restored ones (host floats) first.
-    pending: list[dict] = [
-        dict(zip(progress.pending, values, strict=True))
-        for values in zip(*progress.pending.values(), strict=True)
-    ]
+    state, progress = _restore_or_initialise(checkpoints, steps)
+    step, pending = int(state.step), _Pending(progress.pending)
 
     def elapsed() -> float:
         return progress.elapsed_seconds + time.monotonic() - session_start
-
-    def save(step: int) -> None:
-        values = jax.device_get(pending)
-        names = values[0] if values else {}
-        checkpoints.save(
-            step,
-            state,
-            TrainingProgress({n: [float(v[n]) for v in values] for n in names}, elapsed()),
-        )
 
     display = outputs.Progress(
         "train",
@@ -513,30 +551,27 @@ def train_and_evaluate(
     batches = task.train_batches(step)
     with _StopRequests(display.write) as stop:
         while step < end:
-            state, metrics = train_step(state, to_device(next(batches)), train_rng)
+            state, metrics = steps.train(state, steps.to_device(next(batches)))
             step += 1
             display.update()
             pending.append(metrics)
             if step % config.log_every_steps == 0 or step == config.num_train_steps:
-                values = jax.device_get(pending)
-                summary = _interval_summary({n: [float(v[n]) for v in values] for n in values[0]})
-                pending = []
+                summary = pending.take_summary()
                 writer.write("train", step, summary)
                 display.set_note(f"loss {summary['loss']:.4g}")
             if (
-                eval_step is not None
+                steps.evaluate is not None
                 and config.eval_every_steps
                 and step % config.eval_every_steps == 0
                 and step < config.num_train_steps
             ):
-                writer.write("eval", step, evaluate(state))
+                writer.write("eval", step, steps.evaluate(state))
             stopping = stop.requested()
             if step % config.checkpoint_every_steps == 0 or step == end or stopping:
-                save(step)
+                checkpoints.save(step, state, TrainingProgress(pending.values(), elapsed()))
             if stopping:
-                checkpoints.close()
-                writer.close()
-                display.close()
+                for closable in (checkpoints, writer, display):
+                    closable.close()
                 interrupted = TrainingInterrupted(stop.signum, step, workdir)
                 print(f"{interrupted}; run the same command again to resume.", flush=True)
                 raise interrupted
@@ -545,8 +580,8 @@ def train_and_evaluate(
     last_train = writer.last("train")
     if last_train is not None:
         final.update({f"train_{k}": v for k, v in last_train.items() if k not in ("step", "split")})
-    if eval_step is not None and step == config.num_train_steps:
-        results = evaluate(state)
+    if steps.evaluate is not None and step == config.num_train_steps:
+        results = steps.evaluate(state)
         writer.write("eval", step, results)
         final.update({f"eval_{k}": v for k, v in results.items()})
     checkpoints.close()

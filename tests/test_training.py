@@ -277,11 +277,11 @@ def test_kills_while_writing_and_a_preemption_then_resume_equals_an_uninterrupte
 
 @pytest.mark.slow
 def test_many_kills_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_path):
-    """40 starts of a 400-step run, each ended by a kill drawn from a fixed seed: SIGKILL at a
+    """40 starts of a 1000-step run, each ended by a kill drawn from a fixed seed: SIGKILL at a
     random time, during a random metrics write or checkpoint save or the metrics file's cut on
     resume, or SIGINT/SIGTERM at a random time; then a run to the end equals an uninterrupted
     one."""
-    steps = 400
+    steps = 1000
     reference = str(tmp_path / "straight")
     train.train_and_evaluate(resume_config(steps), reference, toy_task())
     workdir = tmp_path / "run"
