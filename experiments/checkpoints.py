@@ -61,10 +61,11 @@ class Checkpoints:
 
     Args:
       directory: ``workdir/checkpoints``.
-      keep: how many of the newest checkpoints to keep (at least 2 leaves a fallback).
+      keep: how many of the newest checkpoints to keep (at least 2 leaves a fallback; None
+        keeps all).
     """
 
-    def __init__(self, directory: str, keep: int):
+    def __init__(self, directory: str, keep: int | None):
         self.directory = os.path.abspath(directory)
         self.manager = ocp.CheckpointManager(
             self.directory,
@@ -151,7 +152,7 @@ class Checkpoints:
 
 def latest_params(directory: str) -> Any:
     """The parameters of the newest checkpoint in ``directory`` as host NumPy arrays."""
-    checkpoints = Checkpoints(directory, keep=1_000_000)  # keeps all: this only reads
+    checkpoints = Checkpoints(directory, keep=None)
     try:
         step = checkpoints.manager.latest_step()
         if step is None:
