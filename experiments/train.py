@@ -617,11 +617,11 @@ def train_seed(
     """One run of a sweep: ``train_and_evaluate`` with ``train_config`` at ``seed`` in
     ``workdir/runs/<name>_seed<seed>`` (resumed if it exists).
 
-    Returns the final metrics, the run's directory and the seconds spent in this session.
+    Returns the final metrics, the run's directory and its training time in seconds over all
+    sessions (``final["train_seconds"]``: a resumed run reports the whole, not the last part).
     """
     run_dir = os.path.join(workdir, "runs", f"{name}_seed{seed}")
     run_config = ml_collections.ConfigDict(train_config.to_dict())
     run_config.seed = seed
-    start = time.perf_counter()
     final = train_and_evaluate(run_config, run_dir, task)
-    return final, run_dir, time.perf_counter() - start
+    return final, run_dir, final["train_seconds"]
