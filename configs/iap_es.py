@@ -24,7 +24,7 @@ paper's equal-quality claim is neither shown nor refuted at 3 seeds.
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -102,4 +102,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.es.eval_episodes = 128
         config.es.log_every = 20
         config.es.checkpoint_every = 100
-    return config
+    return apply_overrides(config, arg)

@@ -130,7 +130,7 @@ def initial_params(policy: ImplicitAttentionPolicy, seed: int):
     return policy.init(jax.random.key(seed), jnp.zeros(policy.image_shape), projection)
 
 
-def _check(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     if not config.kinds or not config.seeds:
         raise ValueError("kinds and seeds must be non-empty")
     for kind in config.kinds:
@@ -205,7 +205,7 @@ def mask_agreement(policy: ImplicitAttentionPolicy, observations: jax.Array, dra
 
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains every (kind, seed) (resuming finished or interrupted runs) and collects curves."""
-    _check(config)
+    validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     env = make_env(config)
     observations = probe_observations(env, jax.random.key(2024), 64, 16)

@@ -189,7 +189,7 @@ def test_config_variants():
     assert len(default.seeds) == 3 and len(paper.seeds) > len(default.seeds)
     assert quick.es.num_generations < default.es.num_generations < paper.es.num_generations
     for config in (default, quick, paper):
-        iap_es._check(config)
+        iap_es.validate_config(config)
     with pytest.raises(ValueError, match="config variant"):
         iap_es_config.get_config("fast")
 
@@ -198,8 +198,8 @@ def test_bad_config_is_rejected():
     config = iap_es_config.get_config("quick")
     config.es.eval_every = 3
     with pytest.raises(ValueError, match=r"multiple of es\.log_every"):
-        iap_es._check(config)
+        iap_es.validate_config(config)
     config = ml_collections.ConfigDict(iap_es_config.get_config("quick").to_dict())
     config.reference = "positive:999"
     with pytest.raises(ValueError, match="reference"):
-        iap_es._check(config)
+        iap_es.validate_config(config)
