@@ -13,8 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from rfjax._validation import check_order
 from rfjax.features._common import pointwise_features
-from rfjax.kernels._exact import check_order
 
 
 def arccos_features(x: jax.Array, projection: object, *, order: int) -> jax.Array:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
+from rfjax._validation import check_coefficients
 from rfjax.features._common import check_projection, project
-from rfjax.kernels._exact import check_coefficients
 
 
 def polynomial_features(

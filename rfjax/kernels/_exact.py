@@ -17,11 +17,8 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from rfjax._validation import check_inputs, check_real
-
-ARCCOS_ORDERS = (0, 1, 2)
+from rfjax._validation import check_coefficients, check_inputs, check_order, check_real
 
 
 def _check_pair(x: object, y: object) -> tuple[jax.Array, jax.Array]:
@@ -39,42 +36,6 @@ def _check_pair(x: object, y: object) -> tuple[jax.Array, jax.Array]:
 
 def _dot(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.sum(x * y, axis=-1)
-
-
-def check_order(order: object) -> int:
-    """Returns the arc-cosine ``order`` if it is 0, 1 or 2, else raises ``ValueError``."""
-    if isinstance(order, bool) or order not in ARCCOS_ORDERS:
-        raise ValueError(
-            f"order must be one of {', '.join(map(str, ARCCOS_ORDERS))}; got {order!r}"
-        )
-    return int(order)
-
-
-def check_coefficients(coefficients: object) -> tuple[float, ...]:
-    """Returns polynomial ``coefficients`` c_1..c_l as floats, checking l >= 1 and c_i >= 0.
-
-    ``coefficients`` must be concrete (a sequence of Python numbers or a NumPy array), since the
-    degree l fixes the shape of the computation.
-    """
-    if isinstance(coefficients, jax.core.Tracer):
-        raise TypeError("coefficients must be concrete (a sequence of numbers), not a traced array")
-    try:
-        values = np.asarray(coefficients, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise TypeError(
-            f"coefficients must be a sequence of real numbers, got {coefficients!r}"
-        ) from err
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError(
-            f"coefficients must be a non-empty 1-D sequence (c_1, ..., c_l), got "
-            f"shape {values.shape}"
-        )
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ValueError(
-            f"coefficients must be finite and >= 0 (a positive-definite "
-            f"polynomial kernel), got {values.tolist()}"
-        )
-    return tuple(float(c) for c in values)
 
 
 def gaussian(x: jax.Array, y: jax.Array, *, lengthscale: float = 1.0) -> jax.Array:
