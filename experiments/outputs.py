@@ -14,16 +14,10 @@ import jax
 import ml_collections
 from tqdm.auto import tqdm
 
-# Short names of the couplings in tables and legends (the papers' names).
-COUPLING_LABELS = {
-    "gaussian": "IID",
-    "orthogonal": "ORF",
-    "simplex": "SimRF",
-    "simplex_plus": "SimRF+",
-    "halton": "Halton",
-    "hd_orthogonal": "ORF (fast)",
-    "fast_simplex": "SimRF (fast)",
-}
+from rfjax import projections
+
+# Short names of the couplings in tables and legends (the papers' names), from the registry.
+COUPLING_LABELS = {name: projections.info(name).label for name in projections.available()}
 
 
 def is_writer() -> bool:

@@ -32,9 +32,6 @@ from rfjax import projections as _projections
 KERNELS = ("gaussian", "softmax")
 FEATURES = ("positive", "fourier")
 
-# Couplings whose samplers need at least two input dimensions (simplex constructions).
-_NEEDS_TWO_DIMS = ("simplex", "simplex_plus", "fast_simplex")
-
 
 @functools.partial(jax.jit, static_argnames=("lengthscale", "kernel", "features"))
 def _feature_map(
@@ -81,9 +78,10 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     the validated input (float64 or float32; other inputs are converted to float64), as for
     ``RBFSampler``.
 
-    One input feature: the simplex couplings (``simplex``, ``simplex_plus``, ``fast_simplex``)
-    need at least two input dimensions; for one-dimensional inputs they fall back to the
-    ``gaussian`` (i.i.d.) coupling, which is what any coupling of a single direction amounts to.
+    One input feature: couplings that need at least two input dimensions (``min_dim`` in
+    ``rfjax.projections.info``: the simplex couplings) fall back to the ``gaussian`` (i.i.d.)
+    coupling for one-dimensional inputs, which is what any coupling of a single direction
+    amounts to.
 
     Parameters:
       kernel: ``"gaussian"`` (default) or ``"softmax"``.
@@ -159,7 +157,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         seed = int(check_random_state(self.random_state).randint(2**31 - 1))
         num_vectors = self.n_components // 2 if self.features == "fourier" else self.n_components
         coupling = self.coupling
-        if dim < 2 and coupling in _NEEDS_TWO_DIMS:
+        if dim < _projections.info(coupling).min_dim:
             coupling = "gaussian"
         self._compute_dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
         self.projection_ = _projections.get(coupling)(

@@ -259,3 +259,32 @@ def test_registry_separates_exact_and_approximate_couplings():
     approximate = set(projections.available()) - set(projections.marginally_exact())
     assert approximate == {"hd_orthogonal", "fast_simplex", "givens"}
     assert {"gaussian", "orthogonal", "simplex", "simplex_plus", "halton"} <= set(ALL)
+
+
+def test_registry_metadata_min_dim_and_labels(monkeypatch):
+    # min_dim is what each sampler enforces: the registry's value is the sampler's own bound.
+    for name in projections.available():
+        entry = projections.info(name)
+        assert entry.sampler is projections.get(name) and entry.label
+        if entry.min_dim > 1:
+            with pytest.raises(ValueError, match="dim"):
+                entry.sampler(jax.random.key(0), entry.min_dim - 1, 4)
+        entry.sampler(jax.random.key(0), entry.min_dim, 4)
+    assert {n for n in projections.available() if projections.info(n).min_dim == 2} == {
+        "simplex",
+        "simplex_plus",
+        "fast_simplex",
+    }
+    registry = projections._REGISTRY
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    projections.register("iid_again", projections.gaussian, exact_marginals=False, label="IID'")
+    assert "iid_again" not in projections.marginally_exact()
+    assert projections.info("iid_again").label == "IID'"
+    with pytest.raises(ValueError, match="already registered"):
+        projections.register("iid_again", projections.gaussian, label="x")
+    with pytest.raises(ValueError, match="min_dim"):
+        projections.register("other", projections.gaussian, min_dim=0, label="x")
+    with pytest.raises(TypeError, match="label"):
+        projections.register("other", projections.gaussian, label="")
+    with pytest.raises(ValueError, match="unknown coupling 'nope'; available: gaussian"):
+        projections.info("nope")

@@ -7,15 +7,21 @@ directions come from HD products or Givens layers (``hd_orthogonal``, ``fast_sim
 ``givens``) are only approximately Haar: their estimates are approximately unbiased (their
 docstrings quantify it).
 
-Names for configs: ``get("simplex")`` returns the sampler; ``available()`` lists the names.
+Names for configs: ``get("simplex")`` returns the sampler; ``available()`` lists the names;
+``info(name)`` gives what else the registry knows (exact marginals, minimum dimension, label);
+``register`` adds a coupling.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
+from rfjax._registry import Registry
+from rfjax._validation import check_int
 from rfjax.projections._base import DenseProjection, Projection
 from rfjax.projections._dense import (
+    SIMPLEX_MIN_DIM,
     apply_simplex,
     gaussian,
     orthogonal,
@@ -37,32 +43,81 @@ from rfjax.projections._structured import (
 
 Sampler = Callable[..., Projection]
 
-_REGISTRY: dict[str, Sampler] = {
-    "gaussian": gaussian,
-    "orthogonal": orthogonal,
-    "simplex": simplex,
-    "simplex_plus": simplex_plus,
-    "halton": halton,
-    "hd_orthogonal": hd_orthogonal,
-    "fast_simplex": fast_simplex,
-    "circulant": circulant,
-    "toeplitz": toeplitz,
-    "hankel": hankel,
-    "givens": givens,
-}
+
+@dataclasses.dataclass(frozen=True)
+class CouplingInfo:
+    """What the registry knows about a named coupling.
+
+    Attributes:
+      name: the config name.
+      sampler: ``(key, dim, num_features, *, dtype) -> Projection``.
+      exact_marginals: whether every row it draws is exactly N(0, I_d) (``False`` for
+        approximately Haar constructions).
+      min_dim: the smallest input dimension d it accepts (2 for the simplex constructions).
+      label: a short name for tables and legends (the papers' names).
+    """
+
+    name: str
+    sampler: Sampler
+    exact_marginals: bool
+    min_dim: int
+    label: str
 
 
-_APPROXIMATE: set[str] = {"hd_orthogonal", "fast_simplex", "givens"}
+_REGISTRY: Registry[CouplingInfo] = Registry("coupling")
 
 
-def marginally_exact() -> tuple[str, ...]:
-    """Names of the couplings whose every row is exactly N(0, I_d) (registration order)."""
-    return tuple(name for name in _REGISTRY if name not in _APPROXIMATE)
+def register(
+    name: str, sampler: Sampler, *, exact_marginals: bool = True, min_dim: int = 1, label: str
+) -> None:
+    """Registers ``sampler`` under ``name`` (an error if the name is taken).
+
+    Args:
+      name: the config name.
+      sampler: ``(key, dim, num_features, *, dtype) -> Projection``.
+      exact_marginals: whether every row it draws is exactly N(0, I_d); ``False`` for
+        approximately Haar constructions (see ``marginally_exact``).
+      min_dim: the smallest input dimension the sampler accepts.
+      label: a short name for tables and legends.
+
+    Raises:
+      TypeError: for a name or label that is not a non-empty string, a sampler that is not
+        callable, a non-bool ``exact_marginals`` or a non-integer ``min_dim``.
+      ValueError: if the name is taken or ``min_dim < 1``.
+    """
+    if not callable(sampler):
+        raise TypeError(f"sampler for {name!r} must be callable, got {type(sampler).__name__}")
+    if not isinstance(exact_marginals, bool):
+        raise TypeError(f"exact_marginals must be a bool, got {exact_marginals!r}")
+    min_dim = check_int("min_dim", min_dim, minimum=1)
+    if not isinstance(label, str) or not label:
+        raise TypeError(f"label must be a non-empty string, got {label!r}")
+    _REGISTRY.add(name, CouplingInfo(name, sampler, exact_marginals, min_dim, label))
 
 
 def available() -> tuple[str, ...]:
     """Names of the registered couplings, in registration order."""
-    return tuple(_REGISTRY)
+    return _REGISTRY.names()
+
+
+def marginally_exact() -> tuple[str, ...]:
+    """Names of the couplings whose every row is exactly N(0, I_d) (registration order)."""
+    return tuple(name for name, entry in _REGISTRY.items() if entry.exact_marginals)
+
+
+def info(name: str) -> CouplingInfo:
+    """The registry entry of ``name`` (sampler, exact marginals, minimum dimension, label).
+
+    Raises:
+      TypeError: if ``name`` is not a string.
+      ValueError: if no coupling has that name; the message lists the known names.
+
+    Examples:
+      >>> from rfjax import projections
+      >>> projections.info("simplex").min_dim, projections.info("simplex").label
+      (2, 'SimRF')
+    """
+    return _REGISTRY.get(name)
 
 
 def get(name: str) -> Sampler:
@@ -72,34 +127,31 @@ def get(name: str) -> Sampler:
       TypeError: if ``name`` is not a string.
       ValueError: if no coupling has that name; the message lists the known names.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"coupling name must be a string, got {type(name).__name__}")
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown coupling {name!r}; available: {', '.join(available())}")
-    return _REGISTRY[name]
+    return info(name).sampler
 
 
-def register(name: str, sampler: Sampler, *, exact_marginals: bool = True) -> None:
-    """Registers ``sampler`` under ``name`` (an error if the name is taken).
-
-    Args:
-      name: the config name.
-      sampler: ``(key, dim, num_features, *, dtype) -> Projection``.
-      exact_marginals: whether every row it draws is exactly N(0, I_d); ``False`` for
-        approximately Haar constructions (see ``marginally_exact``).
-    """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"coupling name must be a non-empty string, got {name!r}")
-    if name in _REGISTRY:
-        raise ValueError(f"coupling {name!r} is already registered")
-    if not callable(sampler):
-        raise TypeError(f"sampler for {name!r} must be callable, got {type(sampler).__name__}")
-    _REGISTRY[name] = sampler
-    if not exact_marginals:
-        _APPROXIMATE.add(name)
+# One call per coupling (registration order is the order of ``available()``).
+register("gaussian", gaussian, label="IID")
+register("orthogonal", orthogonal, label="ORF")
+register("simplex", simplex, min_dim=SIMPLEX_MIN_DIM, label="SimRF")
+register("simplex_plus", simplex_plus, min_dim=SIMPLEX_MIN_DIM, label="SimRF+")
+register("halton", halton, label="Halton")
+register("hd_orthogonal", hd_orthogonal, exact_marginals=False, label="ORF (fast)")
+register(
+    "fast_simplex",
+    fast_simplex,
+    exact_marginals=False,
+    min_dim=SIMPLEX_MIN_DIM,
+    label="SimRF (fast)",
+)
+register("circulant", circulant, label="circulant")
+register("toeplitz", toeplitz, label="Toeplitz")
+register("hankel", hankel, label="Hankel")
+register("givens", givens, exact_marginals=False, label="Givens")
 
 
 __all__ = [
+    "CouplingInfo",
     "DenseProjection",
     "GivensProjection",
     "HadamardProjection",
@@ -116,6 +168,7 @@ __all__ = [
     "halton",
     "hankel",
     "hd_orthogonal",
+    "info",
     "marginally_exact",
     "orthogonal",
     "register",

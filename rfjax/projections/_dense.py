@@ -21,6 +21,9 @@ import jax.numpy as jnp
 from rfjax._validation import check_choice, check_float_dtype, check_int, check_key
 from rfjax.projections._base import DenseProjection
 
+# The simplex constructions need at least two input dimensions (a simplex in R^d, d >= 2).
+SIMPLEX_MIN_DIM = 2
+
 
 def _validate(
     key: jax.Array, dim: int, num_features: int, dtype: object, *, min_dim: int = 1
@@ -212,7 +215,7 @@ def simplex(
     References:
       Reid et al. 2023, arXiv:2301.13856, Eq. 8-9 and App. B.2.1.
     """
-    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=2)
+    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=SIMPLEX_MIN_DIM)
     check_choice("partial_block", partial_block, ("truncate", "simplex"))
     weights = _simplex(key, dim, num_features, dtype, partial_block)
     return DenseProjection(weights, block_size=dim)
@@ -271,7 +274,7 @@ def simplex_plus(
     References:
       Reid et al. 2023, arXiv:2301.13856, Eq. 15-17.
     """
-    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=2)
+    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=SIMPLEX_MIN_DIM)
     num_sweeps = check_int("num_sweeps", num_sweeps, minimum=0)
     weights = _simplex_plus(key, dim, num_features, dtype, num_sweeps)
     return DenseProjection(weights, block_size=dim)

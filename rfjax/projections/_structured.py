@@ -31,6 +31,7 @@ from rfjax._validation import check_choice, check_int
 from rfjax.ops import fwht
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import (
+    SIMPLEX_MIN_DIM,
     _compute_dtype,
     _num_blocks,
     _validate,
@@ -281,7 +282,7 @@ def fast_simplex(
     References:
       Reid et al. 2023, arXiv:2301.13856, Sec. 4.2, App. B.2.1 and Eq. 89-90.
     """
-    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=2)
+    dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=SIMPLEX_MIN_DIM)
     num_rotations = _check_num_rotations(num_rotations)
     signs, norms = _hd_factors(key, dim, num_features, dtype, num_rotations)
     return HadamardProjection(signs, norms, dim, num_features, simplex=True)
