@@ -6,13 +6,23 @@ Gram matrix of estimates is ``phi_x @ phi_y.T``.
 
 Asymmetric estimators (complex-exponential and hybrid features, HRF arXiv:2110.04367) take
 ``side="query"`` or ``side="key"``: the estimate is query features . key features.
+
+Named maps: every estimator that attention, models, scikit-learn and configs take by name is a
+``FeatureMap`` (the protocol: ``features``, the log-space form ``scaled_features``, parameters by
+``init``/``fit``; ``FeatureMapPair`` joins two maps) registered here: ``get("positive")()`` makes
+one, ``available()`` lists the names, ``info(name)`` gives the kernel and label, ``register`` adds
+one.
 """
 
+import functools
+
 from rfjax.features._clustering import (
+    ClusterHybridFeatureMap,
     ClusterHybridParameters,
     assign_clusters,
     cluster_adapted_diagonals,
     cluster_hybrid_features,
+    cluster_hybrid_log_features,
     cluster_hybrid_parameters,
     fit_cluster_hybrid,
     kmeans,
@@ -20,12 +30,15 @@ from rfjax.features._clustering import (
 from rfjax.features._common import estimate
 from rfjax.features._complex_exponential import complex_exponential_features
 from rfjax.features._fourier import (
+    FourierFeatureMap,
+    TrigonometricFeatureMap,
     cosine_features,
     fourier_features,
     random_offsets,
     trigonometric_features,
 )
 from rfjax.features._hybrid import (
+    AngularHybridFeatureMap,
     FeaturePair,
     angular_hybrid_features,
     gaussian_hybrid_features,
@@ -34,19 +47,62 @@ from rfjax.features._hybrid import (
     hybrid_key_features,
     hybrid_query_features,
 )
-from rfjax.features._pointwise import angular_features, arccos_features, linear_features
+from rfjax.features._pointwise import (
+    ReluFeatureMap,
+    angular_features,
+    arccos_features,
+    linear_features,
+    relu_features,
+)
 from rfjax.features._polynomial import polynomial_features
-from rfjax.features._positive import positive_features
+from rfjax.features._positive import PositiveFeatureMap, positive_features, positive_log_features
+from rfjax.features._protocol import (
+    SIDES,
+    ExponentialFeatureMap,
+    FeatureMap,
+    FeatureMapPair,
+    ScaledFeatures,
+    Side,
+)
+from rfjax.features._registry import FeatureMapInfo, available, get, info, register
+
+register("positive", PositiveFeatureMap, kernel="softmax", label="FAVOR+ (positive)")
+register(
+    "positive_antithetic",
+    functools.partial(PositiveFeatureMap, antithetic=True),
+    kernel="softmax",
+    label="FAVOR+ (antithetic)",
+)
+register("trigonometric", TrigonometricFeatureMap, kernel="softmax", label="trigonometric")
+register("angular_hybrid", AngularHybridFeatureMap, kernel="softmax", label="HRF angular hybrid")
+register("cluster_hybrid", ClusterHybridFeatureMap, kernel="softmax", label="HRF cluster hybrid")
+register("fourier", FourierFeatureMap, kernel="gaussian", label="random Fourier")
+register("relu", ReluFeatureMap, kernel=None, label="ReLU (generalised)")
 
 __all__ = [
+    "SIDES",
+    "AngularHybridFeatureMap",
+    "ClusterHybridFeatureMap",
     "ClusterHybridParameters",
+    "ExponentialFeatureMap",
+    "FeatureMap",
+    "FeatureMapInfo",
+    "FeatureMapPair",
     "FeaturePair",
+    "FourierFeatureMap",
+    "PositiveFeatureMap",
+    "ReluFeatureMap",
+    "ScaledFeatures",
+    "Side",
+    "TrigonometricFeatureMap",
     "angular_features",
     "angular_hybrid_features",
     "arccos_features",
     "assign_clusters",
+    "available",
     "cluster_adapted_diagonals",
     "cluster_hybrid_features",
+    "cluster_hybrid_log_features",
     "cluster_hybrid_parameters",
     "complex_exponential_features",
     "cosine_features",
@@ -54,14 +110,19 @@ __all__ = [
     "fit_cluster_hybrid",
     "fourier_features",
     "gaussian_hybrid_features",
+    "get",
     "hybrid_estimate",
     "hybrid_features",
     "hybrid_key_features",
     "hybrid_query_features",
+    "info",
     "kmeans",
     "linear_features",
     "polynomial_features",
     "positive_features",
+    "positive_log_features",
     "random_offsets",
+    "register",
+    "relu_features",
     "trigonometric_features",
 ]

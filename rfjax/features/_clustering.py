@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from rfjax._validation import (
     check_choice,
@@ -38,6 +41,8 @@ from rfjax.features._complex_exponential import (
 )
 from rfjax.features._hybrid import concatenate_blocks
 from rfjax.features._positive import positive_features
+from rfjax.features._protocol import ExponentialFeatureMap, FeatureMap, Side
+from rfjax.projections import Projection
 
 INITIALISATIONS = ("kmeans++", "random")
 MATRIX_KINDS = ("real", "complex")
@@ -349,13 +354,89 @@ def _mixture_weights(x: jax.Array, centres: jax.Array, bandwidth: float) -> jax.
     return g / jnp.maximum(1.0, jnp.sum(g, axis=-1, keepdims=True))
 
 
-def cluster_hybrid_features(
+def _zero_one_blocks(
+    x: jax.Array, parameters: ClusterHybridParameters, side: Side
+) -> tuple[jax.Array, jax.Array]:
+    """The zero-one coefficients' blocks: (alphas of the input's cluster pairs (..., k_other,
+    d), active (..., k_q, k_k, 1) bool: the pair of the nearest centres)."""
+    diagonals = parameters.diagonals
+    if side == "query":
+        cluster = _nearest(x, parameters.query_centres)
+        alphas = diagonals[cluster]  # (..., k_k, d)
+        active = jax.nn.one_hot(cluster, parameters.num_query_clusters, dtype=bool)
+        return alphas, active[..., :, None, None]
+    cluster = _nearest(x, parameters.key_centres)
+    alphas = jnp.moveaxis(diagonals[:, cluster], 0, -2)  # (..., k_q, d)
+    active = jax.nn.one_hot(cluster, parameters.num_key_clusters, dtype=bool)
+    return alphas, active[..., None, :, None]
+
+
+def _zero_one_log_features(
+    x: jax.Array, projection: Projection, parameters: ClusterHybridParameters, side: Side
+) -> jax.Array:
+    """Log of the zero-one features for real diagonals: the CE log-features of the input's
+    cluster pairs, a large negative number (exp = 0) in the other blocks."""
+    alphas, active = _zero_one_blocks(x, parameters, side)
+    u, _ = transform(x[..., None, :], alphas, side, diagonal=True)
+    logs = projection(u) - 0.5 * jnp.sum(u * u, axis=-1, keepdims=True)
+    logs = logs - 0.5 * math.log(projection.num_features)
+    logs = logs[..., None, :, :] if side == "query" else logs[..., :, None, :]
+    blocks = jnp.where(active, logs, 0.25 * float(jnp.finfo(logs.dtype).min))
+    return blocks.reshape(*blocks.shape[:-3], -1)
+
+
+def cluster_hybrid_log_features(
     x: jax.Array,
-    projection: object,
+    projection: Projection,
     parameters: ClusterHybridParameters,
     *,
-    side: str,
-    mixture: str = "zero_one",
+    side: Side,
+) -> jax.Array:
+    """The log of the zero-one ``cluster_hybrid_features`` with real diagonals (HRF Def. H.2).
+
+    In the block of the input's cluster pair (i, j) the CE features are positive,
+    exp(w.u - |u|^2/2) / sqrt(m) with u = A_ij x (query) or A_ij^{-1} y (key), so their log is
+    w.u - |u|^2/2 - log(m)/2; the other blocks are 0, whose log is stood in for by a large
+    negative finite number (a quarter of the dtype's lowest, so shifts never overflow).
+    ``cluster_hybrid_features(..., mixture="zero_one")`` is exp of it; stabilised attention shifts
+    it first (``ClusterHybridFeatureMap``). Computed in at least float32.
+
+    Args:
+      x: inputs, shape ``(..., d)``.
+      projection: a drawn ``Projection`` with ``dim == d`` and m rows.
+      parameters: cluster-hybrid parameters with real diagonals.
+      side: ``"query"`` or ``"key"``.
+
+    Returns:
+      Log-features of shape ``(..., k_q k_k m)``.
+
+    Raises:
+      TypeError: for a bad ``x``, ``projection`` or ``parameters``.
+      ValueError: for a bad ``side``, mismatched shapes or complex diagonals (signed features
+        have no log).
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Sec. 2.4, Def. H.2, Eq. 88.
+    """
+    side = check_side(side)
+    projection = check_projection(projection)
+    x = check_inputs("x", x, dim=projection.dim)
+    parameters = _check_parameters(parameters, projection.dim)
+    if jnp.issubdtype(parameters.diagonals.dtype, jnp.complexfloating):
+        raise ValueError(
+            "cluster_hybrid_log_features needs real diagonals (matrix='real'); complex CE "
+            "features are signed and have no log"
+        )
+    return _zero_one_log_features(x, projection, parameters, side)
+
+
+def cluster_hybrid_features(
+    x: jax.Array,
+    projection: Projection,
+    parameters: ClusterHybridParameters,
+    *,
+    side: Side,
+    mixture: Literal["zero_one", "gaussian"] = "zero_one",
     bandwidth: float | None = None,
 ) -> jax.Array:
     """Cluster-adapted hybrid features for the softmax kernel (HRF Def. H.1/H.2, Eq. 21).
@@ -411,20 +492,14 @@ def cluster_hybrid_features(
     elif bandwidth is not None:
         raise ValueError(f"bandwidth is only used with mixture='gaussian', got {bandwidth!r}")
     diagonals = parameters.diagonals
-    num_q, num_k = parameters.num_query_clusters, parameters.num_key_clusters
     if mixture == "zero_one":
-        if side == "query":
-            cluster = _nearest(x, parameters.query_centres)
-            alphas = diagonals[cluster]  # (..., k_k, d)
-            onehot = jax.nn.one_hot(cluster, num_q, dtype=x.dtype)[..., :, None, None]
-        else:
-            cluster = _nearest(x, parameters.key_centres)
-            alphas = jnp.moveaxis(diagonals[:, cluster], 0, -2)  # (..., k_q, d)
-            onehot = jax.nn.one_hot(cluster, num_k, dtype=x.dtype)[..., None, :, None]
+        if not jnp.issubdtype(diagonals.dtype, jnp.complexfloating):
+            return jnp.exp(_zero_one_log_features(x, projection, parameters, side)).astype(x.dtype)
+        alphas, active = _zero_one_blocks(x, parameters, side)
         real, imag = transform(x[..., None, :], alphas, side, diagonal=True)
         phi = features_from_transformed(real, imag, projection, side, x.dtype)
         phi = phi[..., None, :, :] if side == "query" else phi[..., :, None, :]
-        blocks = onehot * phi  # (..., k_q, k_k, w)
+        blocks = jnp.where(active, phi, 0)  # (..., k_q, k_k, w)
         return blocks.reshape(*blocks.shape[:-3], -1)
     real, imag = transform(x[..., None, None, :], diagonals, side, diagonal=True)
     phi = features_from_transformed(real, imag, projection, side, x.dtype)  # (..., kq, kk, w)
@@ -439,3 +514,73 @@ def cluster_hybrid_features(
     return concatenate_blocks(
         [blocks.reshape(*blocks.shape[:-3], -1), default, sign * total * default]
     )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ClusterHybridFeatureMap(ExponentialFeatureMap):
+    """The zero-one cluster-adapted hybrid with real diagonal CE matrices (HRF Def. H.2, Eq. 88)
+    as a ``FeatureMap``: log_features = ``cluster_hybrid_log_features`` with the diagonals of
+    its centres (``cluster_hybrid_parameters``), width k^2 m. Registered as
+    ``"cluster_hybrid"``.
+
+    ``init`` sets both centre sets to zeros (every input in cluster 0, A = I: the plain positive
+    estimator) unless they are set; ``fit`` runs k-means on the queries and on the keys
+    (``fit_cluster_hybrid``). The features span a wide range (|A x| is up to ``max_scale`` |x|),
+    so a row's stabilised normaliser can underflow in attention.
+
+    Attributes:
+      num_clusters: k query and k key clusters.
+      num_iterations: Lloyd steps of each k-means in ``fit``.
+      max_scale: the bound on |alpha| and 1/|alpha| (``cluster_adapted_diagonals``).
+      query_centres: r_i, shape ``(k, d)``; ``None`` until ``init`` or ``fit``.
+      key_centres: r'_j, shape ``(k, d)``.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Sec. 2.4, App. H.2-H.3.
+    """
+
+    num_clusters: int = dataclasses.field(default=2, metadata={"static": True})
+    num_iterations: int = dataclasses.field(default=25, metadata={"static": True})
+    max_scale: float = dataclasses.field(default=10.0, metadata={"static": True})
+    query_centres: jax.Array | None = None
+    key_centres: jax.Array | None = None
+
+    symmetric = False
+    needs_denominator_floor = True
+    fitted_fields = ("query_centres", "key_centres")
+
+    def __post_init__(self):
+        check_int("num_clusters", self.num_clusters, minimum=1)
+        check_int("num_iterations", self.num_iterations, minimum=0)
+
+    def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
+        del key  # nothing random
+        if self.query_centres is not None and self.key_centres is not None:
+            return self
+        zeros = jnp.zeros((self.num_clusters, dim), dtype)
+        return self.replace(query_centres=zeros, key_centres=zeros)
+
+    def fit(self, key: jax.Array, queries: jax.Array, keys: jax.Array) -> FeatureMap:
+        parameters = fit_cluster_hybrid(
+            key,
+            queries,
+            keys,
+            self.num_clusters,
+            self.num_clusters,
+            num_iterations=self.num_iterations,
+            max_scale=self.max_scale,
+        )
+        return self.replace(
+            query_centres=parameters.query_centres, key_centres=parameters.key_centres
+        )
+
+    def log_features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        if self.query_centres is None or self.key_centres is None:
+            raise ValueError(
+                "ClusterHybridFeatureMap has no centres: call .init(key, dim) or .fit(...) first"
+            )
+        parameters = cluster_hybrid_parameters(
+            self.query_centres, self.key_centres, max_scale=self.max_scale
+        )
+        return cluster_hybrid_log_features(x, projection, parameters, side=side)

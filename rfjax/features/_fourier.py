@@ -7,15 +7,19 @@ same.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from rfjax._validation import check_float_dtype, check_int, check_key
 from rfjax.features._common import check_projection, pointwise_features, project
+from rfjax.features._protocol import FeatureMap, ScaledFeatures, Side
 from rfjax.ops import shifted_cos
+from rfjax.projections import Projection
 
 
 def _sin_cos(projected: jax.Array) -> jax.Array:
@@ -24,7 +28,9 @@ def _sin_cos(projected: jax.Array) -> jax.Array:
     return shifted_cos(jnp.concatenate([projected, projected], axis=-1), quarter_turns)
 
 
-def fourier_features(x: jax.Array, projection: object, *, lengthscale: float = 1.0) -> jax.Array:
+def fourier_features(
+    x: jax.Array, projection: Projection, *, lengthscale: float = 1.0
+) -> jax.Array:
     """Random Fourier features (sin/cos) for the Gaussian kernel.
 
     phi(x) = (1/sqrt(m)) [sin(W x / l), cos(W x / l)], so that
@@ -59,7 +65,9 @@ def fourier_features(x: jax.Array, projection: object, *, lengthscale: float = 1
     return pointwise_features(x, projection, _sin_cos, lengthscale=lengthscale)
 
 
-def random_offsets(key: jax.Array, num_features: int, *, dtype: object = jnp.float32) -> jax.Array:
+def random_offsets(
+    key: jax.Array, num_features: int, *, dtype: DTypeLike = jnp.float32
+) -> jax.Array:
     """Phase offsets b_i ~ U[0, 2 pi) for ``cosine_features``.
 
     Args:
@@ -77,7 +85,7 @@ def random_offsets(key: jax.Array, num_features: int, *, dtype: object = jnp.flo
 
 
 def cosine_features(
-    x: jax.Array, projection: object, offsets: jax.Array, *, lengthscale: float = 1.0
+    x: jax.Array, projection: Projection, offsets: jax.Array, *, lengthscale: float = 1.0
 ) -> jax.Array:
     """Single-cosine random Fourier features psi for the Gaussian kernel.
 
@@ -118,7 +126,7 @@ def cosine_features(
     )
 
 
-def trigonometric_features(x: jax.Array, projection: object) -> jax.Array:
+def trigonometric_features(x: jax.Array, projection: Projection) -> jax.Array:
     """Trigonometric random features for the softmax kernel SM(x, y) = exp(x.y).
 
     phi(x) = (e^{|x|^2/2} / sqrt(m)) [sin(W x), cos(W x)], so that
@@ -143,3 +151,56 @@ def trigonometric_features(x: jax.Array, projection: object) -> jax.Array:
     x, projected = project(x, projection)
     log_scale = 0.5 * jnp.sum(x * x, axis=-1) - 0.5 * math.log(projected.shape[-1])
     return jnp.exp(log_scale)[..., None] * _sin_cos(projected)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FourierFeatureMap(FeatureMap):
+    """Random Fourier features (sin/cos) of the Gaussian kernel as a ``FeatureMap``: both sides
+    ``fourier_features(x, projection)`` (width 2m). Registered as ``"fourier"``.
+
+    The features are signed: in normalised attention a row's normaliser can be <= 0.
+    """
+
+    needs_denominator_floor = True
+
+    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        del side  # symmetric
+        return fourier_features(x, projection)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrigonometricFeatureMap(FeatureMap):
+    """Trigonometric softmax features (HRF Eq. 2) as a ``FeatureMap``: both sides
+    ``trigonometric_features(x, projection)`` = e^{|x|^2/2} [sin, cos](W x) / sqrt(m) (width 2m).
+    Registered as ``"trigonometric"``.
+
+    Log-space form: the query side is psi(x) = [sin, cos](W x) / sqrt(m) with log-scale
+    s(x) = |x|^2 / 2, so attention drops the query factor e^{|q|^2/2} (a positive per-query factor
+    cancels in normalised attention), which keeps the query features bounded. The key side keeps
+    the factor in its features (log-scale 0): the keys' factors do not cancel, and kept inside
+    they leave FAVOR's denominator floor ``eps`` acting on the estimate itself. The features are
+    signed, so a row's normaliser can be <= 0.
+
+    References:
+      Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Eq. 2.
+    """
+
+    needs_denominator_floor = True
+
+    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        del side  # symmetric
+        return trigonometric_features(x, projection)
+
+    def scaled_features(
+        self, x: jax.Array, projection: Projection, *, side: Side
+    ) -> ScaledFeatures:
+        if side == "key":
+            phi = trigonometric_features(x, projection)
+            return ScaledFeatures(phi, jnp.zeros(phi.shape[:-1], phi.dtype))
+        x, projected = project(x, projection)
+        log_scale = 0.5 * jnp.sum(x * x, axis=-1)
+        constant = jax.lax.stop_gradient(log_scale)
+        psi = jnp.exp(log_scale - constant)[..., None] * _sin_cos(projected)
+        return ScaledFeatures(psi / math.sqrt(projected.shape[-1]), constant)

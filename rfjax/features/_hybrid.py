@@ -18,18 +18,23 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
-from rfjax._validation import check_choice, check_inputs, check_real
+from rfjax._validation import check_choice, check_inputs, check_int, check_real
 from rfjax.features._common import check_projection
 from rfjax.features._complex_exponential import check_side
 from rfjax.features._fourier import fourier_features, trigonometric_features
 from rfjax.features._pointwise import angular_features
 from rfjax.features._positive import positive_features
+from rfjax.features._protocol import FeatureMap, Side
+from rfjax.projections import Projection, gaussian
 
-COEFFICIENT_ESTIMATORS = ("trigonometric", "positive")
+CoefficientEstimator = Literal["trigonometric", "positive"]
+COEFFICIENT_ESTIMATORS: tuple[CoefficientEstimator, ...] = ("trigonometric", "positive")
 
 
 @jax.tree_util.register_dataclass
@@ -238,8 +243,8 @@ def hybrid_estimate(
 
 
 def _check_coefficient_projection(
-    name: str, projection: object, *bases: object
-) -> tuple[object, int]:
+    name: str, projection: Projection, *bases: Projection
+) -> tuple[Projection, int]:
     projection = check_projection(projection)
     if any(projection is base for base in bases):
         raise ValueError(
@@ -255,11 +260,11 @@ def _check_coefficient_projection(
 
 def angular_hybrid_features(
     x: jax.Array,
-    positive_projection: object,
-    trigonometric_projection: object,
-    sign_projection: object,
+    positive_projection: Projection,
+    trigonometric_projection: Projection,
+    sign_projection: Projection,
     *,
-    side: str,
+    side: Side,
 ) -> jax.Array:
     """Angular hybrid (bipolar) features for the softmax kernel (HRF Eq. 12 and 19).
 
@@ -320,14 +325,14 @@ def angular_hybrid_features(
 
 def gaussian_hybrid_features(
     x: jax.Array,
-    positive_projection: object,
-    trigonometric_projection: object,
-    coefficient_projection: object,
+    positive_projection: Projection,
+    trigonometric_projection: Projection,
+    coefficient_projection: Projection,
     *,
-    side: str,
+    side: Side,
     bandwidth: float,
     radius: float,
-    coefficient_estimator: str = "trigonometric",
+    coefficient_estimator: CoefficientEstimator = "trigonometric",
 ) -> jax.Array:
     """Normalised bipolar Gaussian hybrid features for the softmax kernel (HRF Eq. 20, App. F).
 
@@ -403,3 +408,50 @@ def gaussian_hybrid_features(
     if side == "query":
         return hybrid_query_features([positive, trigonometric], [coefficient], [offset])
     return hybrid_key_features([positive, trigonometric], [coefficient])
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AngularHybridFeatureMap(FeatureMap):
+    """``angular_hybrid_features`` as a ``FeatureMap``: variant II (the projection serves both
+    base estimators) with its own sign projection (n rows, drawn by ``init``). Width
+    (4 m)(n + 1). Registered as ``"angular_hybrid"``.
+
+    The features are signed: in normalised attention a row's normaliser can be <= 0.
+
+    Attributes:
+      num_sign_features: n >= 1, sign projections of the angular coefficient.
+      sign_projection: the Gaussian (i.i.d.) sign projection tau_1..tau_n, drawn by ``init``
+        independently of the base projection; ``None`` until then.
+
+    Examples:
+      >>> import jax
+      >>> from rfjax import features, projections
+      >>> fmap = features.AngularHybridFeatureMap(num_sign_features=3)
+      >>> fmap = fmap.init(jax.random.key(1), 4)
+      >>> w = projections.orthogonal(jax.random.key(0), 4, 8)
+      >>> fmap.features(jax.numpy.ones((2, 4)), w, side="key").shape
+      (2, 128)
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 12, 19, Theorem 3.1 (variant II).
+    """
+
+    num_sign_features: int = dataclasses.field(default=8, metadata={"static": True})
+    sign_projection: Projection | None = None
+
+    symmetric = False
+    needs_denominator_floor = True
+
+    def __post_init__(self):
+        check_int("num_sign_features", self.num_sign_features, minimum=1)
+
+    def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
+        return self.replace(sign_projection=gaussian(key, dim, self.num_sign_features, dtype=dtype))
+
+    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        if self.sign_projection is None:
+            raise ValueError(
+                "AngularHybridFeatureMap has no sign projection: call .init(key, dim) first"
+            )
+        return angular_hybrid_features(x, projection, projection, self.sign_projection, side=side)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 
 from rfjax._validation import check_choice, check_real
 from rfjax.features._common import project
+from rfjax.features._protocol import ExponentialFeatureMap, Side
+from rfjax.projections import Projection
 
-POSITIVE_KERNELS = ("softmax", "gaussian")
+PositiveKernel = Literal["softmax", "gaussian"]
+POSITIVE_KERNELS: tuple[PositiveKernel, ...] = ("softmax", "gaussian")
 STABILIZERS = (None, "row")
 
 # phi(x) = exp(w.x - a |x|^2) / sqrt(width): a = 1/2 for softmax, 1 for Gaussian (Eq. 6-7).
@@ -19,12 +24,12 @@ _SQUARED_NORM_WEIGHT = {"softmax": 0.5, "gaussian": 1.0}
 
 def positive_features(
     x: jax.Array,
-    projection: object,
+    projection: Projection,
     *,
-    kernel: str = "softmax",
+    kernel: PositiveKernel = "softmax",
     antithetic: bool = False,
     lengthscale: float = 1.0,
-    stabilizer: str | None = None,
+    stabilizer: Literal["row"] | None = None,
 ) -> jax.Array:
     """Positive random features for the softmax or Gaussian kernel.
 
@@ -84,8 +89,42 @@ def positive_features(
       Reid et al. 2023, arXiv:2301.13856, Eq. 6-7; Choromanski et al. 2022, arXiv:2110.04367,
       Eq. 3 (antithetic).
     """
-    kernel = check_choice("kernel", kernel, POSITIVE_KERNELS)
     stabilizer = check_choice("stabilizer", stabilizer, STABILIZERS)
+    log_features = positive_log_features(
+        x, projection, kernel=kernel, antithetic=antithetic, lengthscale=lengthscale
+    )
+    if stabilizer == "row":
+        log_features = log_features - jax.lax.stop_gradient(
+            jnp.max(log_features, axis=-1, keepdims=True)
+        )
+    return jnp.exp(log_features)
+
+
+def positive_log_features(
+    x: jax.Array,
+    projection: Projection,
+    *,
+    kernel: PositiveKernel = "softmax",
+    antithetic: bool = False,
+    lengthscale: float = 1.0,
+) -> jax.Array:
+    """The log of ``positive_features`` (no stabiliser): l(x) = z - a |u|^2 - log(width) / 2.
+
+    z = W u, or [W u, -W u] if ``antithetic``; u = x / l; a = 1/2 (softmax) or 1 (Gaussian).
+    ``positive_features`` is exp(l); computing l first lets callers shift it (stabilise) before
+    the ``exp``, as ``PositiveFeatureMap`` and FAVOR attention do. Arguments, shapes and errors
+    as for ``positive_features``.
+
+    Examples:
+      >>> import jax
+      >>> from rfjax import projections
+      >>> w = projections.gaussian(jax.random.key(0), 4, 8)
+      >>> x = jax.numpy.ones((3, 4))
+      >>> bool(jax.numpy.allclose(jax.numpy.exp(positive_log_features(x, w)),
+      ...                         positive_features(x, w)))
+      True
+    """
+    kernel = check_choice("kernel", kernel, POSITIVE_KERNELS)
     if not isinstance(antithetic, bool):
         raise TypeError(f"antithetic must be a bool, got {antithetic!r}")
     lengthscale = check_real("lengthscale", lengthscale, positive=True)
@@ -97,12 +136,30 @@ def positive_features(
     u, projected = project(x, projection, lengthscale=lengthscale)
     if antithetic:
         projected = jnp.concatenate([projected, -projected], axis=-1)
-    log_features = projected - (
+    return projected - (
         _SQUARED_NORM_WEIGHT[kernel] * jnp.sum(u * u, axis=-1, keepdims=True)
         + 0.5 * math.log(projected.shape[-1])
     )
-    if stabilizer == "row":
-        log_features = log_features - jax.lax.stop_gradient(
-            jnp.max(log_features, axis=-1, keepdims=True)
-        )
-    return jnp.exp(log_features)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PositiveFeatureMap(ExponentialFeatureMap):
+    """Positive (FAVOR+) features of the softmax kernel exp(x.y) as a ``FeatureMap``.
+
+    log_features = ``positive_log_features(x, projection, antithetic=antithetic)`` on both sides
+    (symmetric). Registered as ``"positive"`` and ``"positive_antithetic"``.
+
+    Attributes:
+      antithetic: use the pairs +w_i, -w_i (width 2m).
+
+    References:
+      Choromanski et al., "Rethinking Attention with Performers", arXiv:2009.14794, Lemma 1;
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 3 (antithetic).
+    """
+
+    antithetic: bool = dataclasses.field(default=False, metadata={"static": True})
+
+    def log_features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        del side  # symmetric
+        return positive_log_features(x, projection, antithetic=self.antithetic)
