@@ -46,7 +46,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.pooling = "cls"
     config.model.representation_size = None
     config.model.num_features = 32  # m per head (head dim H = 16)
-    config.model.feature_map = "softmax"
+    config.model.feature_map = "positive"
     config.model.redraw_interval = 100
 
     config.train = train_config()

@@ -25,19 +25,19 @@ import numpy as np
 import optax
 
 from experiments import outputs, train
+from rfjax import features as feature_maps
 from rfjax.data import concatenate_digits, load_fsdd, log_mel_spectrogram
-from rfjax.nn import CONFORMER_ATTENTIONS, ConformerEncoder, fit_conformer_clusters
+from rfjax.nn import ConformerEncoder, conformer_attentions, fit_conformer_clusters
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-LABELS = {
-    "exact": "exact softmax",
-    "positive": "FAVOR+ (positive)",
-    "trigonometric": "trigonometric",
-    "angular_hybrid": "HRF angular hybrid",
-    "cluster_hybrid": "HRF cluster hybrid",
-}
+
+def _label(attention: str) -> str:
+    """The attention kind's name in tables and figures (the feature-map registry's label)."""
+    return "exact softmax" if attention == "exact" else feature_maps.info(attention).label
+
+
 MAX_DIGITS = 5
 
 
@@ -247,9 +247,9 @@ def make_task(model, train_arrays, test_arrays, config, seed) -> train.Task:
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     for attention in config.attentions:
-        if attention not in CONFORMER_ATTENTIONS:
+        if attention not in conformer_attentions():
             raise ValueError(
-                f"attentions must hold names from {CONFORMER_ATTENTIONS}, got {attention!r}"
+                f"attentions must hold names from {conformer_attentions()}, got {attention!r}"
             )
     if not config.attentions or not config.seeds:
         raise ValueError("attentions and seeds must be non-empty")
@@ -273,7 +273,7 @@ def _plot(runs: list[dict], curves: dict, attentions, path_bar: str, path_curves
         values = np.array([r["digit_error_rate"] for r in runs if r["attention"] == attention])
         axis.bar(i, values.mean(), yerr=values.std(), capsize=4, color=f"C{i}")
         axis.plot(np.full(len(values), i), values, "k.", ms=4)
-    axis.set_xticks(range(len(attentions)), [LABELS[a] for a in attentions], rotation=20)
+    axis.set_xticks(range(len(attentions)), [_label(a) for a in attentions], rotation=20)
     axis.set(ylabel="test digit error rate", title="Conformer-CTC on FSDD (held-out speaker)")
     outputs.save_figure(figure, path_bar)
     figure, axis = plt.subplots(figsize=(6, 3.5))
@@ -281,7 +281,7 @@ def _plot(runs: list[dict], curves: dict, attentions, path_bar: str, path_curves
         for k, records in enumerate(curves[attention]):
             points = [(r["step"], r["loss"]) for r in records if r["split"] == "train"]
             steps, losses = zip(*points, strict=True)
-            axis.plot(steps, losses, color=f"C{i}", label=LABELS[attention] if k == 0 else None)
+            axis.plot(steps, losses, color=f"C{i}", label=_label(attention) if k == 0 else None)
     axis.set(xlabel="step", ylabel="train CTC loss", yscale="log")
     axis.legend(fontsize=8)
     outputs.save_figure(figure, path_curves)
@@ -300,7 +300,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
             task = make_task(model, train_arrays, test_arrays, config, seed)
             final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
             rate = final["eval_edit_distance"] / final["eval_reference_digits"]
-            print(f"{LABELS[attention]:>20} seed {seed}: DER {rate:.4f} ({seconds:.0f} s)")
+            print(f"{_label(attention):>20} seed {seed}: DER {rate:.4f} ({seconds:.0f} s)")
             runs.append(
                 {
                     "attention": attention,
@@ -321,7 +321,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         rates = np.array([r["digit_error_rate"] for r in mine])
         summary.append(
             {
-                "attention": LABELS[attention],
+                "attention": _label(attention),
                 "seeds": len(rates),
                 "digit error rate (mean ± std)": f"{rates.mean():.4f} ± {rates.std():.4f}",
                 "utterances fully correct": np.mean([r["utterance_accuracy"] for r in mine]),

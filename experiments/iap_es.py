@@ -36,6 +36,7 @@ import pgx
 from scipy import stats
 
 from experiments import es, outputs, train
+from rfjax import features as feature_maps
 from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 
 matplotlib.use("Agg")
@@ -78,7 +79,7 @@ def parse_kind(kind: str) -> dict:
 
 def kind_label(kind: str) -> str:
     spec = parse_kind(kind)
-    name = _NAMES[spec["attention"]]
+    name = _NAMES.get(spec["attention"]) or feature_maps.info(spec["attention"]).label
     if "num_sign_features" in spec:
         return f"{name} {spec['num_features']}x{spec['num_sign_features']}"
     return f"{name} m={spec['num_features']}" if "num_features" in spec else name

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -29,26 +30,40 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from rfjax import features as _features
 from rfjax import projections as _projections
 
-KERNELS = ("gaussian", "softmax")
-FEATURES = ("positive", "fourier")
+Kernel = Literal["gaussian", "softmax"]
+KERNELS: tuple[Kernel, ...] = ("gaussian", "softmax")
 
 
-@functools.partial(jax.jit, static_argnames=("lengthscale", "kernel", "features"))
-def _feature_map(
+def feature_names() -> tuple[str, ...]:
+    """The ``features`` that ``RandomFeatures`` takes: the registered symmetric feature maps of
+    the softmax or Gaussian kernel (``rfjax.features.available()``)."""
+    return tuple(
+        name
+        for name in _features.available()
+        if _features.info(name).kernel in KERNELS and _features.get(name)().symmetric
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("lengthscale", "kernel", "native_kernel"))
+def _transform(
     x: jax.Array,
     projection: _projections.Projection,
+    feature_map: _features.FeatureMap,
     lengthscale: float,
-    kernel: str,
-    features: str,
+    kernel: Kernel,
+    native_kernel: Kernel,
 ) -> jax.Array:
-    """The features of ``RandomFeatures.transform``, compiled once per shape and option."""
-    if features == "fourier":
-        return _features.fourier_features(x, projection, lengthscale=lengthscale)
-    if kernel == "gaussian":
-        return _features.positive_features(
-            x, projection, kernel="gaussian", lengthscale=lengthscale
-        )
-    return _features.positive_features(x / lengthscale, projection, kernel="softmax")
+    """The features of ``RandomFeatures.transform``, compiled once per shape and option.
+
+    With u = x / l, a map of ``kernel`` gives its features of u. A map of the softmax kernel
+    gives the Gaussian kernel through K(x, y) = e^{-|u|^2/2} exp(u.v) e^{-|v|^2/2}: its log-space
+    form (psi, s) becomes psi exp(s - |u|^2/2), which never overflows for positive features.
+    """
+    u = x / jnp.asarray(lengthscale, x.dtype)
+    if kernel == native_kernel:
+        return feature_map.features(u, projection, side="query")
+    psi, log_scale = feature_map.scaled_features(u, projection, side="query")
+    return psi * jnp.exp(log_scale - 0.5 * jnp.sum(u * u, axis=-1))[..., None]
 
 
 class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -61,7 +76,12 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
       only; computed as the softmax kernel of the rescaled inputs x / l).
 
     Feature maps (``Z = transform(X)``, with ``Z @ Z.T`` an unbiased estimate of the kernel matrix
-    for every coupling whose rows are marginally N(0, I); see ``rfjax.projections``):
+    for every coupling whose rows are marginally N(0, I); see ``rfjax.projections``): any name in
+    ``feature_names()``, the symmetric maps of ``rfjax.features`` for the softmax or Gaussian
+    kernel, applied to u = x / l. A softmax-kernel map gives the Gaussian kernel through
+    K(x, y) = e^{-|u|^2/2} exp(u.v) e^{-|v|^2/2}; a Gaussian-kernel map gives only that kernel.
+    The number of projection vectors m is ``n_components`` divided by the map's width per
+    vector, e.g.
 
       ``features="positive"``: ``rfjax.features.positive_features`` with m = ``n_components``
       projection vectors; every feature is positive (FAVOR+).
@@ -86,14 +106,17 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     Parameters:
       kernel: ``"gaussian"`` (default) or ``"softmax"``.
       coupling: a name from ``rfjax.projections.available()``; default ``"simplex"``.
-      features: ``"positive"`` (default) or ``"fourier"`` (Gaussian kernel only).
-      n_components: output width (default 100); even for ``features="fourier"``.
+      features: a name from ``feature_names()``: ``"positive"`` (default), ``"fourier"``
+        (Gaussian kernel only), ``"positive_antithetic"``, ``"trigonometric"``...
+      n_components: output width (default 100); a multiple of the map's width per projection
+        vector (even for ``"fourier"``).
       gamma: kernel parameter gamma > 0 (default 1.0).
       random_state: ``None``, an int or a ``numpy.random.RandomState`` (see Randomness).
 
     Attributes:
       projection_: the drawn ``rfjax.projections.Projection`` (a pytree; ``.matrix()`` gives the
         dense weight matrix of shape ``(num_vectors, n_features_in_)``).
+      feature_map_: the ``rfjax.features.FeatureMap`` with its parameters.
       n_features_in_: number of input features seen in ``fit``.
       feature_names_in_: input feature names, when ``X`` had string column names.
     """
@@ -121,28 +144,44 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             raise ValueError(
                 f"coupling must be one of {_projections.available()}, got {self.coupling!r}"
             )
-        if self.features not in FEATURES:
-            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
-        if self.features == "fourier" and self.kernel != "gaussian":
+        names = feature_names()
+        if not isinstance(self.features, str) or self.features not in names:
+            raise ValueError(f"features must be one of {names}, got {self.features!r}")
+        native_kernel = _features.info(self.features).kernel
+        if native_kernel == "gaussian" and self.kernel != "gaussian":
             raise ValueError(
-                f"features='fourier' only supports kernel='gaussian', got kernel={self.kernel!r}"
+                f"features={self.features!r} only supports kernel='gaussian' (it estimates the "
+                f"Gaussian kernel), got kernel={self.kernel!r}"
             )
         n = self.n_components
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"n_components must be an integer >= 1, got {n!r}")
-        if self.features == "fourier" and n % 2:
-            raise ValueError(
-                f"n_components must be even for features='fourier' (sin/cos pairs), got {n}"
-            )
         g = self.gamma
         if isinstance(g, bool) or not isinstance(g, numbers.Real) or not math.isfinite(g) or g <= 0:
             raise ValueError(f"gamma must be a finite real number > 0, got {g!r}")
+
+    def _num_vectors(self, feature_map: _features.FeatureMap, dim: int) -> int:
+        """m, the projection vectors for ``n_components`` outputs (width per vector from a
+        one-vector probe)."""
+        probe = _projections.gaussian(jax.random.key(0), dim, 1)
+        shape = jax.ShapeDtypeStruct((1, dim), jnp.float32)
+        per_vector = jax.eval_shape(
+            lambda x: feature_map.features(x, probe, side="query"), shape
+        ).shape[-1]
+        if self.n_components % per_vector:
+            raise ValueError(
+                f"n_components must be a multiple of {per_vector} for features="
+                f"{self.features!r} ({per_vector} outputs per projection vector), got "
+                f"{self.n_components}"
+            )
+        return self.n_components // per_vector
 
     def fit(self, X, y=None):
         """Validates the parameters and ``X`` and draws the projection.
 
         Args:
-          X: array-like of shape ``(n_samples, n_features)``; only its width is used.
+          X: array-like of shape ``(n_samples, n_features)``; only its width is used (and, for a
+            feature map with data-fitted parameters, its rows).
           y: ignored.
 
         Returns:
@@ -155,16 +194,26 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         X = validate_data(self, X, dtype=[np.float64, np.float32])
         dim = X.shape[1]
         seed = int(check_random_state(self.random_state).randint(2**31 - 1))
-        num_vectors = self.n_components // 2 if self.features == "fourier" else self.n_components
+        self._compute_dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+        key = jax.random.key(seed)
+        feature_map = _features.get(self.features)().init(
+            jax.random.fold_in(key, 1), dim, dtype=self._compute_dtype
+        )
+        if feature_map.fitted_fields:
+            u = jnp.asarray(X, self._compute_dtype) / self._lengthscale()
+            feature_map = feature_map.fit(jax.random.fold_in(key, 2), u, u)
         coupling = self.coupling
         if dim < _projections.info(coupling).min_dim:
             coupling = "gaussian"
-        self._compute_dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+        self.feature_map_ = feature_map
         self.projection_ = _projections.get(coupling)(
-            jax.random.key(seed), dim, num_vectors, dtype=self._compute_dtype
+            key, dim, self._num_vectors(feature_map, dim), dtype=self._compute_dtype
         )
         self._n_features_out = self.n_components
         return self
+
+    def _lengthscale(self) -> float:
+        return 1.0 / math.sqrt(2.0 * float(self.gamma))
 
     def transform(self, X):
         """Maps ``X`` to random features.
@@ -181,8 +230,14 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         out_dtype = X.dtype
         compute_dtype = self._compute_dtype if X.dtype == np.float64 else jnp.float32
         x = jnp.asarray(X, dtype=compute_dtype)
-        lengthscale = 1.0 / math.sqrt(2.0 * float(self.gamma))
-        z = _feature_map(x, self.projection_, lengthscale, self.kernel, self.features)
+        z = _transform(
+            x,
+            self.projection_,
+            self.feature_map_,
+            self._lengthscale(),
+            self.kernel,
+            _features.info(self.features).kernel,
+        )
         return np.asarray(z, dtype=out_dtype)
 
     def __sklearn_tags__(self):
@@ -191,4 +246,4 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return tags
 
 
-__all__ = ["FEATURES", "KERNELS", "RandomFeatures"]
+__all__ = ["KERNELS", "RandomFeatures", "feature_names"]

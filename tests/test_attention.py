@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from rfjax import attention, projections
+from rfjax import attention, features, projections
 from rfjax.attention import _prefix
 
 BATCH, LENGTH, HEADS, HEAD_DIM, VALUE_DIM = 2, 24, 3, 16, 8
@@ -50,9 +50,9 @@ def reference_features(name, x, weights):
     weights = np.asarray(weights, np.float64)
     projected = x @ weights.T
     m = weights.shape[0]
-    if name == "softmax":
+    if name == "positive":
         return np.exp(projected - 0.5 * np.sum(x * x, -1, keepdims=True)) / math.sqrt(m)
-    if name == "softmax_antithetic":
+    if name == "positive_antithetic":
         both = np.concatenate([projected, -projected], -1)
         return np.exp(both - 0.5 * np.sum(x * x, -1, keepdims=True)) / math.sqrt(2 * m)
     if name == "relu":
@@ -97,7 +97,7 @@ def float32_tolerance(num_terms, value):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("name", ["softmax", "softmax_antithetic", "relu"])
+@pytest.mark.parametrize("name", ["positive", "positive_antithetic", "relu"])
 def test_matches_quadratic_linear_attention(name, causal):
     query, key, value = make_inputs(1, scale=1.0)
     projection = shared_projection()
@@ -115,24 +115,25 @@ def test_matches_quadratic_linear_attention(name, causal):
 def test_causal_any_chunk_size_and_per_head_projection(chunk_size):
     query, key, value = make_inputs(2, scale=1.0)
     projection = per_head_projection()
-    assert projection.matrix().shape == (HEADS, NUM_FEATURES, HEAD_DIM)
+    weights = projection.stacked.matrix()
+    assert weights.shape == (HEADS, NUM_FEATURES, HEAD_DIM)
     out = attention.favor_attention(
         query, key, value, projection, causal=True, chunk_size=chunk_size
     )
-    expected = reference_for("softmax", query, key, value, projection.matrix(), causal=True)
+    expected = reference_for("positive", query, key, value, weights, causal=True)
     np.testing.assert_allclose(
         out, expected, rtol=0, atol=float32_tolerance(NUM_FEATURES + LENGTH, value)
     )
 
 
 def test_asymmetric_feature_maps_and_weights():
-    # (query_map, key_map): here softmax queries with ReLU keys, to check the roles are kept.
+    # A query map and a key map: here positive queries with ReLU keys, to check the roles.
     query, key, value = make_inputs(3, key_length=LENGTH + 5)
     projection = shared_projection()
-    maps = (attention.SoftmaxFeatureMap(), attention.ReluFeatureMap())
+    maps = features.FeatureMapPair(features.PositiveFeatureMap(), features.ReluFeatureMap())
     out = attention.favor_attention(query, key, value, projection, feature_map=maps)
     w = projection.matrix()
-    phi_q = reference_features("softmax", query, w)
+    phi_q = reference_features("positive", query, w)
     phi_k = reference_features("relu", key, w)
     expected = reference_linear_attention(phi_q, phi_k, value, causal=False)
     np.testing.assert_allclose(
@@ -153,6 +154,30 @@ def test_asymmetric_feature_maps_and_weights():
             rtol=0,
             atol=float32_tolerance(NUM_FEATURES + LENGTH, v),
         )
+
+
+def test_per_head_feature_map_parameters():
+    # A PerHead map (here one sign projection per head) equals each head run on its own.
+    query, key, value = make_inputs(27)
+    projection = per_head_projection()
+    template = features.AngularHybridFeatureMap(num_sign_features=2)
+    keys = jax.random.split(jax.random.key(28), HEADS)
+    maps = attention.PerHead(jax.vmap(lambda k: template.init(k, HEAD_DIM))(keys))
+    run = functools.partial(attention.favor_attention, eps=1e-3)
+    out = run(query, key, value, projection, feature_map=maps)
+    for n in range(HEADS):
+        head = slice(n, n + 1)
+        single = run(
+            query[:, :, head],
+            key[:, :, head],
+            value[:, :, head],
+            projection.head(n),
+            feature_map=maps.head(n),
+        )
+        np.testing.assert_allclose(out[:, :, head], single, rtol=1e-5, atol=1e-6)
+    # Different heads' sign projections give different outputs than one shared map.
+    shared = run(query, key, value, projection, feature_map=maps.head(0))
+    assert not np.allclose(shared[:, :, 1:], out[:, :, 1:])
 
 
 def test_softmax_attention_matches_jax():
@@ -182,7 +207,7 @@ def test_future_perturbation_leaves_past_bit_identical():
         jnp.where(later, x + 10.0 * n, x) for x, n in zip((query, key, value), noise, strict=True)
     ]
     for projection in (shared_projection(), per_head_projection()):
-        for name in ("softmax", "relu"):
+        for name in ("positive", "relu"):
             run = functools.partial(
                 attention.favor_attention,
                 feature_map=name,
@@ -201,7 +226,7 @@ def test_stabiliser_keeps_large_inputs_exact():
     # ~e^-103) and the output collapses; the stabilised one reproduces the float64 reference.
     query, key, value = make_inputs(8, scale=7.0)
     projection = shared_projection()
-    expected = reference_for("softmax", query, key, value, projection.matrix(), causal=True)
+    expected = reference_for("positive", query, key, value, projection.matrix(), causal=True)
     assert np.all(np.isfinite(expected))
     out = attention.favor_attention(query, key, value, projection, causal=True, chunk_size=CHUNK)
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-4 * np.max(np.abs(value)))
@@ -270,7 +295,7 @@ def test_fully_masked_rows_are_zero():
 # ----------------------------------------------------------------- decoding
 
 
-@pytest.mark.parametrize("name", ["softmax", "relu"])
+@pytest.mark.parametrize("name", ["positive", "relu"])
 def test_decode_matches_causal(name):
     query, key, value = make_inputs(11, scale=1.0)
     projection = per_head_projection()
@@ -521,3 +546,11 @@ def test_argument_errors():
         run(query.astype(jnp.int32), key, value, projection)
     with pytest.raises(TypeError, match="projection"):
         run(query, key, value, projection.matrix())
+    # N stacked draws must be marked PerHead, with one entry per head.
+    stacked = per_head_projection().stacked
+    with pytest.raises(ValueError, match="PerHead"):
+        run(query, key, value, stacked)
+    with pytest.raises(ValueError, match="leading axis N = 3"):
+        run(query, key, value, attention.PerHead(jax.tree.map(lambda w: w[:2], stacked)))
+    with pytest.raises(TypeError, match="FeatureMap"):
+        run(query, key, value, projection, feature_map=lambda x, p: x)

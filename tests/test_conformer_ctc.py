@@ -12,14 +12,7 @@ import pytest
 from configs import conformer_ctc as conformer_config
 from experiments import conformer_ctc, train
 from experiments.main import run_experiment
-from rfjax.attention import (
-    AngularHybridFeatureMap,
-    ClusterHybridFeatureMap,
-    HybridProjection,
-    TrigonometricFeatureMap,
-    draw_projection,
-    favor_attention,
-)
+from rfjax.attention import draw_projection, favor_attention
 from rfjax.data import (
     DEFAULT_FSDD_DIR,
     concatenate_digits,
@@ -27,14 +20,20 @@ from rfjax.data import (
     log_mel_spectrogram,
     mel_filterbank,
 )
-from rfjax.features import cluster_hybrid_features, fit_cluster_hybrid
+from rfjax.features import (
+    AngularHybridFeatureMap,
+    ClusterHybridFeatureMap,
+    TrigonometricFeatureMap,
+    cluster_hybrid_features,
+    fit_cluster_hybrid,
+)
 from rfjax.nn import (
-    CONFORMER_ATTENTIONS,
     ConformerEncoder,
     PerformerAttention,
+    conformer_attentions,
     fit_conformer_clusters,
 )
-from rfjax.projections import gaussian, orthogonal
+from rfjax.projections import orthogonal
 
 needs_fsdd = pytest.mark.skipif(
     not os.path.isdir(DEFAULT_FSDD_DIR), reason=f"FSDD not found at {DEFAULT_FSDD_DIR}"
@@ -162,30 +161,25 @@ def _scaled(x):
     ["angular_hybrid", "cluster_hybrid", pytest.param("trigonometric", marks=pytest.mark.slow)],
 )
 def test_attention_feature_maps_are_unbiased(kind):
-    """Mean over independent draws of phi_Q(q).phi_K(k) vs the target within 4 SE."""
+    """Mean over independent draws of phi_Q(q').phi_K(k') vs exp(q'.k') within 4 SE, with
+    q' = H^{-1/4} q as FAVOR scales them."""
     dim, draws = 4, 400
-    q, k = 0.6 * jax.random.normal(jax.random.key(0), (2, 3, dim))
-    target = jnp.exp(jnp.sum(_scaled(q) * _scaled(k), -1))
+    q, k = _scaled(0.6 * jax.random.normal(jax.random.key(0), (2, 3, dim)))
+    target = jnp.exp(jnp.sum(q * k, -1))
     if kind == "trigonometric":
-        target = target * jnp.exp(-0.5 * jnp.sum(_scaled(q) ** 2, -1))  # query factor dropped
-        maps, extra = (TrigonometricFeatureMap("query"), TrigonometricFeatureMap("key")), None
+        fmap = TrigonometricFeatureMap()
     elif kind == "angular_hybrid":
-        maps, extra = (AngularHybridFeatureMap("query"), AngularHybridFeatureMap("key")), "signs"
+        fmap = AngularHybridFeatureMap(num_sign_features=3)
     else:
-        maps = (ClusterHybridFeatureMap("query"), ClusterHybridFeatureMap("key"))
         points = jax.random.normal(jax.random.key(9), (2, 40, dim))
-        extra = fit_cluster_hybrid(jax.random.key(8), *_scaled(points), 2, 2)
+        fmap = ClusterHybridFeatureMap().fit(jax.random.key(8), *_scaled(points))
 
     def estimate(key):
         base_key, sign_key = jax.random.split(key)
+        drawn = fmap.init(sign_key, dim)  # the angular hybrid's sign projection
         base = orthogonal(base_key, dim, 8)
-        if extra is None:
-            projection = base
-        elif extra == "signs":
-            projection = HybridProjection(base, gaussian(sign_key, dim, 3))
-        else:
-            projection = HybridProjection(base, extra)
-        return jnp.sum(maps[0](q, projection) * maps[1](k, projection), -1)
+        phi_q = drawn.features(q, base, side="query")
+        return jnp.sum(phi_q * drawn.features(k, base, side="key"), -1)
 
     samples = jax.vmap(estimate)(jax.random.split(jax.random.key(1), draws))
     error = jnp.abs(samples.mean(0) - target)
@@ -193,14 +187,17 @@ def test_attention_feature_maps_are_unbiased(kind):
 
 
 @pytest.mark.parametrize("side", ["query", "key"])
-def test_cluster_map_log_features_match_cluster_hybrid_features(side):
+def test_cluster_map_is_cluster_hybrid_features_of_its_centres(side):
     x = jax.random.normal(jax.random.key(0), (7, 4))
     points = jax.random.normal(jax.random.key(1), (2, 40, 4))
-    parameters = fit_cluster_hybrid(jax.random.key(2), *points, 2, 3)
+    parameters = fit_cluster_hybrid(jax.random.key(2), *points, 2, 2)
+    fmap = ClusterHybridFeatureMap(
+        query_centres=parameters.query_centres, key_centres=parameters.key_centres
+    )
     base = orthogonal(jax.random.key(3), 4, 8)
-    got = ClusterHybridFeatureMap(side)(x, HybridProjection(base, parameters))
-    expected = cluster_hybrid_features(_scaled(x), base, parameters, side=side)
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    got = fmap.features(x, base, side=side)
+    expected = cluster_hybrid_features(x, base, parameters, side=side)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
 
 
 def test_signed_attention_needs_a_denominator_floor():
@@ -208,9 +205,10 @@ def test_signed_attention_needs_a_denominator_floor():
     normaliser is <= 0 into inf; ``eps`` (``PerformerAttention.eps``) keeps them finite."""
     q, k, v = 2.0 * jax.random.normal(jax.random.key(0), (3, 2, 32, 2, 8))
     projection = draw_projection(jax.random.key(1), 8, 4, num_heads=2)
-    maps = (TrigonometricFeatureMap("query"), TrigonometricFeatureMap("key"))
-    assert not np.all(np.isfinite(favor_attention(q, k, v, projection, feature_map=maps)))
-    out = favor_attention(q, k, v, projection, feature_map=maps, eps=1e-3)
+    assert not np.all(
+        np.isfinite(favor_attention(q, k, v, projection, feature_map="trigonometric"))
+    )
+    out = favor_attention(q, k, v, projection, feature_map="trigonometric", eps=1e-3)
     assert np.all(np.isfinite(out))
 
 
@@ -222,9 +220,10 @@ def test_query_key_norm_keeps_the_trigonometric_normaliser_positive():
     x = 2.0 * jax.random.normal(jax.random.key(0), (6, 32, 8))
     projection = draw_projection(jax.random.key(1), 8, 16)
 
-    def normalisers(query, key):  # (B, T, 1, H) each: phi(q_t) . sum_s phi(k_s)
-        phi_q = TrigonometricFeatureMap("query")(query[..., 0, :], projection)
-        phi_k = TrigonometricFeatureMap("key")(key[..., 0, :], projection)
+    def normalisers(query, key):  # (B, T, 1, H) each: phi(q_t') . sum_s phi(k_s')
+        fmap = TrigonometricFeatureMap()
+        phi_q = fmap.features(_scaled(query[..., 0, :]), projection, side="query")
+        phi_k = fmap.features(_scaled(key[..., 0, :]), projection, side="key")
         return jnp.einsum("btf,bf->bt", phi_q, phi_k.sum(1))
 
     fractions = {}
@@ -274,7 +273,7 @@ SLOW = pytest.mark.slow
 
 @pytest.mark.parametrize(
     "attention",
-    [a if a == "cluster_hybrid" else pytest.param(a, marks=SLOW) for a in CONFORMER_ATTENTIONS],
+    [a if a == "cluster_hybrid" else pytest.param(a, marks=SLOW) for a in conformer_attentions()],
 )
 def test_conformer_outputs_and_gradients_are_finite(attention):
     features = 3.0 * jax.random.normal(jax.random.key(0), (2, 24, 5))
@@ -294,7 +293,7 @@ def test_conformer_outputs_and_gradients_are_finite(attention):
     assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads["params"]))
     assert any(np.any(g != 0) for g in jax.tree.leaves(grads["params"]))
     if attention == "cluster_hybrid":
-        assert all(not np.any(g) for g in jax.tree.leaves(grads["clusters"]))  # frozen
+        assert all(not np.any(g) for g in jax.tree.leaves(grads["feature_map"]))  # frozen
 
 
 @pytest.mark.parametrize("attention", ["angular_hybrid", pytest.param("exact", marks=SLOW)])

@@ -50,12 +50,15 @@ def test_linear_time_importance_equals_explicit_attention_column_sums(attention,
     with jax.enable_x64(True):
         policy = _policy(attention, coupling=coupling)
         query, key = _queries_keys(policy, jnp.float64)
-        projection = jax.tree.map(
+        drawn = jax.tree.map(
             lambda x: x.astype(jnp.float64), policy.draw_projection(jax.random.key(3))
         )
-        fast = policy.patch_importance(query, key, projection)
+        fast = policy.patch_importance(query, key, drawn)
         weights = favor_attention_weights(
-            query[None, :, None], key[None, :, None], projection, feature_map=policy.feature_maps()
+            query[None, :, None],
+            key[None, :, None],
+            drawn.projection,
+            feature_map=drawn.feature_map,
         )  # (1, 1, T, T), formed explicitly
         explicit = jnp.sum(weights[0, 0], axis=0)
         assert fast.dtype == jnp.float64
@@ -196,7 +199,7 @@ def test_bad_inputs_raise_errors_naming_the_argument():
         random_feature_importance(
             jnp.zeros((4, 2)),
             jnp.zeros((5, 2)),
-            projection,
-            feature_map=policy.feature_maps(),
+            projection.projection,
+            feature_map=projection.feature_map,
             eps=1.0,
         )

@@ -1,5 +1,7 @@
 """Tests for the scikit-learn front door ``rfjax.sklearn.RandomFeatures``."""
 
+import functools
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -11,7 +13,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from rfjax.sklearn import RandomFeatures
+from rfjax import features
+from rfjax.sklearn import RandomFeatures, feature_names
 
 # These checks set ``n_components = 1`` (sklearn/utils/estimator_checks.py), which sin/cos
 # Fourier features cannot honour: their width is 2m, so ``n_components`` must be even and fit
@@ -136,3 +139,21 @@ def test_pipeline_on_digits_matches_rbf_sampler():
     assert reference > 0.95
     assert ours > 0.95 and ours > reference - 0.02, (ours, reference)
     assert fourier > 0.95 and fourier > reference - 0.02, (fourier, reference)
+
+
+def test_features_come_from_the_feature_map_registry():
+    names = feature_names()
+    assert {"positive", "positive_antithetic", "trigonometric", "fourier"} <= set(names)
+    assert "relu" not in names and "angular_hybrid" not in names  # other kernel; asymmetric
+    for name in names:
+        assert features.info(name).kernel in ("softmax", "gaussian")
+    # A softmax-kernel map gives the Gaussian kernel through e^{-|u|^2/2} exp(u.v) e^{-|v|^2/2}:
+    # trigonometric features e^{|u|^2/2} [sin, cos](W u) / sqrt(m) become the random Fourier
+    # features of the same projection.
+    x = np.random.default_rng(0).normal(size=(6, 5))
+    make = functools.partial(RandomFeatures, n_components=16, gamma=0.3, random_state=4)
+    trigonometric = make(features="trigonometric").fit_transform(x)
+    fourier = make(features="fourier").fit_transform(x)
+    np.testing.assert_allclose(trigonometric, fourier, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="n_components must be a multiple of 2"):
+        RandomFeatures(features="positive_antithetic", n_components=7).fit(x)

@@ -4,45 +4,24 @@
 ``jax.nn.dot_product_attention`` and a drawn projection (any coupling in ``rfjax.projections``),
 bidirectional or causal (chunked prefix sums with a memory-bounded custom VJP), with key padding
 masks and a causal-safe stabiliser; ``favor_decode_init``/``favor_decode_step`` decode token by
-token; ``softmax_attention`` is the exact reference. Signed and hybrid HRF feature-map pairs
-(``TrigonometricFeatureMap``, ``AngularHybridFeatureMap``, ``ClusterHybridFeatureMap`` on a
-``HybridProjection``) plug into ``feature_map=(query_map, key_map)``. Projections are
-arguments: draw them with ``draw_projection`` and redraw them with
-``redraw_key(rng, step, redraw_interval=...)``.
+token; ``favor_attention_weights`` forms the attention matrix; ``softmax_attention`` is the exact
+reference. Feature maps are those of ``rfjax.features`` (by name, or ``FeatureMap`` objects with
+their parameters); attention adds only the data normaliser H^{-1/4} (``data_normalizer``) and
+the stabiliser. Projections and maps are shared by the heads or marked ``PerHead``; draw
+projections with ``draw_projection`` and redraw them with ``redraw_key(rng, step,
+redraw_interval=...)``.
 """
 
-from rfjax.attention._favor import (
-    DecodeState,
-    draw_projection,
-    favor_attention,
-    favor_attention_weights,
-    favor_decode_init,
-    favor_decode_step,
-    redraw_key,
-    softmax_attention,
-)
-from rfjax.attention._feature_maps import (
-    ExponentialFeatureMap,
-    ReluFeatureMap,
-    SoftmaxFeatureMap,
-    data_normalizer,
-)
-from rfjax.attention._hybrid_maps import (
-    AngularHybridFeatureMap,
-    ClusterHybridFeatureMap,
-    HybridProjection,
-    TrigonometricFeatureMap,
-)
+from rfjax.attention._decode import DecodeState, favor_decode_init, favor_decode_step
+from rfjax.attention._favor import favor_attention
+from rfjax.attention._head_features import data_normalizer
+from rfjax.attention._per_head import PerHead, draw_projection, redraw_key
+from rfjax.attention._reference import softmax_attention
+from rfjax.attention._weights import favor_attention_weights
 
 __all__ = [
-    "AngularHybridFeatureMap",
-    "ClusterHybridFeatureMap",
     "DecodeState",
-    "ExponentialFeatureMap",
-    "HybridProjection",
-    "ReluFeatureMap",
-    "SoftmaxFeatureMap",
-    "TrigonometricFeatureMap",
+    "PerHead",
     "data_normalizer",
     "draw_projection",
     "favor_attention",

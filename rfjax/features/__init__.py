@@ -10,8 +10,8 @@ Asymmetric estimators (complex-exponential and hybrid features, HRF arXiv:2110.0
 Named maps: every estimator that attention, models, scikit-learn and configs take by name is a
 ``FeatureMap`` (the protocol: ``features``, the log-space form ``scaled_features``, parameters by
 ``init``/``fit``; ``FeatureMapPair`` joins two maps) registered here: ``get("positive")()`` makes
-one, ``available()`` lists the names, ``info(name)`` gives the kernel and label, ``register`` adds
-one.
+one, ``build(name, **options)`` makes one from the options its factory takes, ``available()``
+lists the names, ``info(name)`` gives the kernel and label, ``register`` adds one.
 """
 
 import functools
@@ -40,6 +40,7 @@ from rfjax.features._fourier import (
 from rfjax.features._hybrid import (
     AngularHybridFeatureMap,
     FeaturePair,
+    GaussianHybridFeatureMap,
     angular_hybrid_features,
     gaussian_hybrid_features,
     hybrid_estimate,
@@ -64,7 +65,7 @@ from rfjax.features._protocol import (
     ScaledFeatures,
     Side,
 )
-from rfjax.features._registry import FeatureMapInfo, available, get, info, register
+from rfjax.features._registry import FeatureMapInfo, available, build, get, info, register
 
 register("positive", PositiveFeatureMap, kernel="softmax", label="FAVOR+ (positive)")
 register(
@@ -76,6 +77,7 @@ register(
 register("trigonometric", TrigonometricFeatureMap, kernel="softmax", label="trigonometric")
 register("angular_hybrid", AngularHybridFeatureMap, kernel="softmax", label="HRF angular hybrid")
 register("cluster_hybrid", ClusterHybridFeatureMap, kernel="softmax", label="HRF cluster hybrid")
+register("gaussian_hybrid", GaussianHybridFeatureMap, kernel="softmax", label="HRF Gaussian hybrid")
 register("fourier", FourierFeatureMap, kernel="gaussian", label="random Fourier")
 register("relu", ReluFeatureMap, kernel=None, label="ReLU (generalised)")
 
@@ -90,6 +92,7 @@ __all__ = [
     "FeatureMapPair",
     "FeaturePair",
     "FourierFeatureMap",
+    "GaussianHybridFeatureMap",
     "PositiveFeatureMap",
     "ReluFeatureMap",
     "ScaledFeatures",
@@ -100,6 +103,7 @@ __all__ = [
     "arccos_features",
     "assign_clusters",
     "available",
+    "build",
     "cluster_adapted_diagonals",
     "cluster_hybrid_features",
     "cluster_hybrid_log_features",

@@ -455,3 +455,65 @@ class AngularHybridFeatureMap(FeatureMap):
                 "AngularHybridFeatureMap has no sign projection: call .init(key, dim) first"
             )
         return angular_hybrid_features(x, projection, projection, self.sign_projection, side=side)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class GaussianHybridFeatureMap(FeatureMap):
+    """``gaussian_hybrid_features`` as a ``FeatureMap``: the projection serves both base
+    estimators, with its own coefficient projection (n rows, drawn by ``init``). Width
+    4m(2n + 1) (trigonometric coefficient) or 4m(n + 1) (positive). Registered as
+    ``"gaussian_hybrid"``.
+
+    The normalisation assumes inputs on the sphere of radius ``radius`` (the estimate stays
+    unbiased off it). The features are signed: in normalised attention a row's normaliser can be
+    <= 0.
+
+    Attributes:
+      num_coefficient_features: n >= 1, projection vectors of the Gaussian coefficient.
+      bandwidth: tau > 0.
+      radius: r > 0.
+      coefficient_estimator: ``"trigonometric"`` or ``"positive"``.
+      coefficient_projection: the Gaussian (i.i.d.) coefficient projection, drawn by ``init``
+        independently of the base projection; ``None`` until then.
+
+    References:
+      Choromanski et al. 2022, arXiv:2110.04367, Eq. 20, App. F.
+    """
+
+    num_coefficient_features: int = dataclasses.field(default=8, metadata={"static": True})
+    bandwidth: float = dataclasses.field(default=1.0, metadata={"static": True})
+    radius: float = dataclasses.field(default=1.0, metadata={"static": True})
+    coefficient_estimator: CoefficientEstimator = dataclasses.field(
+        default="trigonometric", metadata={"static": True}
+    )
+    coefficient_projection: Projection | None = None
+
+    symmetric = False
+    needs_denominator_floor = True
+
+    def __post_init__(self):
+        check_int("num_coefficient_features", self.num_coefficient_features, minimum=1)
+        check_real("bandwidth", self.bandwidth, positive=True)
+        check_real("radius", self.radius, positive=True)
+        check_choice("coefficient_estimator", self.coefficient_estimator, COEFFICIENT_ESTIMATORS)
+
+    def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
+        coefficients = gaussian(key, dim, self.num_coefficient_features, dtype=dtype)
+        return self.replace(coefficient_projection=coefficients)
+
+    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        if self.coefficient_projection is None:
+            raise ValueError(
+                "GaussianHybridFeatureMap has no coefficient projection: call .init(key, dim) first"
+            )
+        return gaussian_hybrid_features(
+            x,
+            projection,
+            projection,
+            self.coefficient_projection,
+            side=side,
+            bandwidth=self.bandwidth,
+            radius=self.radius,
+            coefficient_estimator=self.coefficient_estimator,
+        )

@@ -8,6 +8,7 @@ names, so a new named map is one module (its feature function and ``FeatureMap``
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Literal
 
@@ -95,3 +96,21 @@ def get(name: str) -> Callable[..., FeatureMap]:
       PositiveFeatureMap(antithetic=True)
     """
     return info(name).factory
+
+
+def build(name: str, **options: object) -> FeatureMap:
+    """The map ``name`` made with the ``options`` its factory takes; the others are left out, so
+    one set of options (e.g. a model's ``num_sign_features`` and ``num_clusters``) serves every
+    map.
+
+    Raises:
+      TypeError, ValueError: as ``get``, or from the factory for a bad option value.
+
+    Examples:
+      >>> from rfjax import features
+      >>> features.build("angular_hybrid", num_sign_features=4, num_clusters=3)
+      AngularHybridFeatureMap(num_sign_features=4, sign_projection=None)
+    """
+    factory = get(name)
+    accepted = inspect.signature(factory).parameters
+    return factory(**{key: value for key, value in options.items() if key in accepted})

@@ -8,15 +8,16 @@ Projections are drawn from the RNG stream ``"projection"`` and redrawn by the
 explicit ``projection_step`` (see ``PerformerAttention``).
 """
 
-from rfjax.nn._attention import ATTENTION_KINDS, PROJECTION_STREAM, PerformerAttention
-from rfjax.nn._conformer import (
-    CONFORMER_ATTENTIONS,
-    ConformerEncoder,
-    fit_conformer_clusters,
+from rfjax.nn._attention import (
+    ATTENTION_KINDS,
+    FEATURE_MAP_COLLECTION,
+    PROJECTION_STREAM,
+    PerformerAttention,
 )
+from rfjax.nn._conformer import ConformerEncoder, conformer_attentions, fit_conformer_clusters
 from rfjax.nn._iap import (
     IAP_ATTENTIONS,
-    GaussianHybridFeatureMap,
+    AttentionDraw,
     ImplicitAttentionPolicy,
     image_patches,
     patch_centres,
@@ -44,17 +45,18 @@ from rfjax.nn._vit import PerformerViT
 
 __all__ = [
     "ATTENTION_KINDS",
-    "CONFORMER_ATTENTIONS",
+    "FEATURE_MAP_COLLECTION",
     "FEATURE_PROPOSALS",
     "IAP_ATTENTIONS",
     "PROJECTION_STREAM",
     "PROPOSALS",
+    "AttentionDraw",
     "ConformerEncoder",
-    "GaussianHybridFeatureMap",
     "ImplicitAttentionPolicy",
     "LSTMLanguageModel",
     "PerformerAttention",
     "PerformerViT",
+    "conformer_attentions",
     "distribution_metrics",
     "feature_proposal_probabilities",
     "fit_conformer_clusters",

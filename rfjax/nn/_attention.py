@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
-from rfjax.attention import draw_projection, favor_attention, redraw_key
+from rfjax import features
+from rfjax.attention import PerHead, draw_projection, favor_attention, redraw_key
+from rfjax.features import FeatureMap
+from rfjax.projections import Projection
 from rfjax.projections import available as available_couplings
 
-ATTENTION_KINDS = ("exact", "performer")
+AttentionKind = Literal["exact", "performer"]
+ATTENTION_KINDS: tuple[AttentionKind, ...] = ("exact", "performer")
 PROJECTION_STREAM = "projection"
+FEATURE_MAP_COLLECTION = "feature_map"
 
 
 def _key_padding_mask(mask: jax.Array, batch: int, key_length: int) -> jax.Array:
@@ -58,6 +64,13 @@ class PerformerAttention(nn.Module):
     per-head queries and keys that enter the attention (``"query_heads"``, ``"key_heads"``,
     shape ``(B, T, N, H)``).
 
+    Feature maps with parameters (``rfjax.features.FeatureMap``): the random ones are drawn per
+    head by the map's ``init`` from the same stream (a second key, redrawn with the projection);
+    the data-fitted ones (the map's ``fitted_fields``, e.g. the cluster hybrid's centres) are
+    variables of the collection ``"feature_map"`` of shape ``(N, ...)``, started by ``init`` and
+    set by ``fit`` (e.g. ``rfjax.nn.fit_conformer_clusters``); they are not trained (gradients
+    are stopped).
+
     Attributes:
       num_heads: N.
       qkv_features: width of q, k, v (N * H); default the input width.
@@ -72,7 +85,9 @@ class PerformerAttention(nn.Module):
       coupling: a name from ``rfjax.projections.available()`` ("gaussian" = IID,
         "orthogonal" = ORF, "simplex" = SimRF, ...).
       num_features: m, random features per head.
-      feature_map: as in ``favor_attention`` ("softmax", "softmax_antithetic", "relu").
+      feature_map: a name from ``rfjax.features.available()`` ("positive", "positive_antithetic",
+        "relu", "trigonometric", ...) or a ``FeatureMap`` without its parameters (they are
+        drawn or fitted per head, see above).
       causal: causal (autoregressive) attention.
       redraw_interval: redraw the projection every this many steps (>= 1).
       chunk_size: chunk length of causal prefix sums.
@@ -101,15 +116,15 @@ class PerformerAttention(nn.Module):
     out_features: int | None = None
     dropout_rate: float = 0.0
     deterministic: bool | None = None
-    dtype: Any = None
-    param_dtype: Any = jnp.float32
+    dtype: DTypeLike | None = None
+    param_dtype: DTypeLike = jnp.float32
     kernel_init: Any = nn.initializers.lecun_normal()
     bias_init: Any = nn.initializers.zeros_init()
     use_bias: bool = True
-    attention_kind: str = "performer"
+    attention_kind: AttentionKind = "performer"
     coupling: str = "orthogonal"
     num_features: int = 256
-    feature_map: str = "softmax"
+    feature_map: str | FeatureMap = "positive"
     causal: bool = False
     redraw_interval: int = 1000
     chunk_size: int = 128
@@ -136,6 +151,7 @@ class PerformerAttention(nn.Module):
                 raise ValueError(
                     f"redraw_interval must be an int >= 1, got {self.redraw_interval!r}"
                 )
+            self.feature_map_template()
         if self.query_key_norm and not self.initial_temperature > 0:
             raise ValueError(f"initial_temperature must be > 0, got {self.initial_temperature!r}")
         if features % self.num_heads:
@@ -144,8 +160,8 @@ class PerformerAttention(nn.Module):
             )
         return features // self.num_heads
 
-    def draw_projection(self, head_dim: int, projection_step: jax.Array | int | None):
-        """The per-head projection of this call (see the class docstring)."""
+    def _stream_key(self, projection_step: jax.Array | int | None) -> jax.Array:
+        """A fresh key of the projection stream for this call's step (see the class docstring)."""
         if self.has_rng(PROJECTION_STREAM):
             rng = self.make_rng(PROJECTION_STREAM)
         elif self.is_initializing():
@@ -157,10 +173,46 @@ class PerformerAttention(nn.Module):
                 "key}) with a key that is constant over training, and pass projection_step"
             )
         step = 0 if projection_step is None else projection_step
-        key = redraw_key(rng, step, redraw_interval=self.redraw_interval)
+        return redraw_key(rng, step, redraw_interval=self.redraw_interval)
+
+    def draw_projection(
+        self, head_dim: int, projection_step: jax.Array | int | None
+    ) -> PerHead[Projection]:
+        """The per-head projection of this call (see the class docstring)."""
         return draw_projection(
-            key, head_dim, self.num_features, coupling=self.coupling, num_heads=self.num_heads
+            self._stream_key(projection_step),
+            head_dim,
+            self.num_features,
+            coupling=self.coupling,
+            num_heads=self.num_heads,
         )
+
+    def feature_map_template(self) -> FeatureMap:
+        """The feature map without its parameters (``feature_map`` by name or as given)."""
+        if isinstance(self.feature_map, str):
+            return features.get(self.feature_map)()
+        if isinstance(self.feature_map, FeatureMap):
+            return self.feature_map
+        raise TypeError(
+            f"feature_map must be a name from rfjax.features.available() or an "
+            f"rfjax.features.FeatureMap, got {type(self.feature_map).__name__}"
+        )
+
+    def draw_feature_map(
+        self, head_dim: int, projection_step: jax.Array | int | None
+    ) -> PerHead[FeatureMap]:
+        """The per-head feature map of this call: random parameters drawn by ``init`` (after the
+        projection, from the next key of its stream), fitted ones from ``"feature_map"``."""
+        template = self.feature_map_template()
+        keys = jax.random.split(self._stream_key(projection_step), self.num_heads)
+        fmap = jax.vmap(lambda k: template.init(k, head_dim))(keys)
+        fitted = {
+            name: jax.lax.stop_gradient(
+                self.variable(FEATURE_MAP_COLLECTION, name, lambda n=name: getattr(fmap, n)).value
+            )
+            for name in template.fitted_fields
+        }
+        return PerHead(fmap.replace(**fitted) if fitted else fmap)
 
     def _cosine_scores(self, query: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Unit query and key per head, scaled so that q.k / sqrt(H) = tau q^.k^."""
@@ -257,7 +309,12 @@ class PerformerAttention(nn.Module):
             )
         else:
             projection = self.draw_projection(head_dim, projection_step)
-            self.sow("intermediates", "projection", jax.vmap(lambda p: p.matrix())(projection))
+            feature_map = self.draw_feature_map(head_dim, projection_step)
+            self.sow(
+                "intermediates",
+                "projection",
+                jax.vmap(lambda p: p.matrix())(projection.stacked),
+            )
             if mask is not None:
                 mask = _key_padding_mask(mask, key.shape[0], key.shape[1])
             out = favor_attention(
@@ -265,7 +322,7 @@ class PerformerAttention(nn.Module):
                 key,
                 value,
                 projection,
-                feature_map=self.feature_map,
+                feature_map=feature_map,
                 causal=self.causal,
                 mask=mask,
                 chunk_size=self.chunk_size,

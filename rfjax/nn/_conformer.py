@@ -1,16 +1,17 @@
-"""Conformer encoder with exact, Performer (FAVOR+), trigonometric or hybrid (HRF) attention.
+"""Conformer encoder with exact or random-feature (FAVOR) attention over any softmax-kernel map.
 
 The attention is ``rfjax.nn.PerformerAttention`` (exact softmax or ``favor_attention``); the
-signed estimators plug into FAVOR as asymmetric feature-map pairs (query map, key map):
+random-feature kinds are the feature maps of the softmax kernel registered in
+``rfjax.features`` (``conformer_attentions()``), e.g.
 
-* ``"positive"``: FAVOR+ positive features (``SoftmaxFeatureMap``), the Performer.
+* ``"positive"``: FAVOR+ positive features, the Performer.
 * ``"trigonometric"``: trigonometric softmax features (HRF Eq. 2, ``trigonometric_features``).
 * ``"angular_hybrid"``: the angular (bipolar) hybrid of antithetic positive and trigonometric
   features with an angular coefficient (HRF Eq. 12, 19, ``angular_hybrid_features``, variant II
-  with shared base projections).
+  with shared base projections), its sign projections drawn with the base projection.
 * ``"cluster_hybrid"``: the cluster-adapted hybrid (HRF Sec. 2.4, Def. H.2, zero-one
   coefficients, real diagonal CE matrices; ``cluster_hybrid_features``) with per-head query and
-  key centres held, frozen, in the variable collection ``"clusters"`` (fitted with
+  key centres held, frozen, in the variable collection ``"feature_map"`` (fitted with
   ``fit_conformer_clusters``).
 
 References:
@@ -28,88 +29,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rfjax.attention import (
-    AngularHybridFeatureMap,
-    ClusterHybridFeatureMap,
-    HybridProjection,
-    TrigonometricFeatureMap,
-    draw_projection,
-    redraw_key,
-)
-from rfjax.attention._hybrid_maps import SIDES, _normalised
-from rfjax.features import (
-    cluster_hybrid_parameters,
-    kmeans,
-)
-from rfjax.nn._attention import PROJECTION_STREAM, PerformerAttention
-
-CONFORMER_ATTENTIONS = (
-    "exact",
-    "positive",
-    "trigonometric",
-    "angular_hybrid",
-    "cluster_hybrid",
-)
-CLUSTER_COLLECTION = "clusters"
+from rfjax import features
+from rfjax.attention import data_normalizer
+from rfjax.features import FeatureMap
+from rfjax.nn._attention import FEATURE_MAP_COLLECTION, PROJECTION_STREAM, PerformerAttention
 
 
-def _feature_map(attention: str):
-    """The ``favor_attention`` feature map (name or (query, key) pair) of a Conformer kind."""
-    if attention == "positive":
-        return "softmax"
-    cls = {
-        "trigonometric": TrigonometricFeatureMap,
-        "angular_hybrid": AngularHybridFeatureMap,
-        "cluster_hybrid": ClusterHybridFeatureMap,
-    }[attention]
-    return cls("query"), cls("key")
-
-
-# --------------------------------------------------------------------------- attention
-
-
-class HybridPerformerAttention(PerformerAttention):
-    """``PerformerAttention`` whose projection carries a hybrid map's extra state.
-
-    ``hybrid="angular"``: ``num_sign_features`` Gaussian sign vectors per head, drawn from the
-    ``"projection"`` stream and redrawn with the base projection. ``hybrid="cluster"``: the
-    per-head centres, variables ``query_centres``/``key_centres`` of shape ``(N, k, H)`` in the
-    collection ``"clusters"`` (not trained: gradients are stopped), from which the diagonal CE
-    matrices are computed on every call. ``feature_map`` must be the matching pair.
-    """
-
-    hybrid: str = "angular"
-    num_sign_features: int = 8
-    num_clusters: int = 2
-
-    def draw_projection(self, head_dim: int, projection_step: jax.Array | int | None):
-        base = super().draw_projection(head_dim, projection_step)
-        if self.hybrid == "angular":
-            rng = self.make_rng(PROJECTION_STREAM if self.has_rng(PROJECTION_STREAM) else "params")
-            key = redraw_key(
-                rng,
-                0 if projection_step is None else projection_step,
-                redraw_interval=self.redraw_interval,
-            )
-            signs = draw_projection(
-                key,
-                head_dim,
-                self.num_sign_features,
-                coupling="gaussian",
-                num_heads=self.num_heads,
-            )
-            return HybridProjection(base, signs)
-        if self.hybrid != "cluster":
-            raise ValueError(f"hybrid must be 'angular' or 'cluster', got {self.hybrid!r}")
-        shape = (self.num_heads, self.num_clusters, head_dim)
-        centres = [
-            jax.lax.stop_gradient(
-                self.variable(CLUSTER_COLLECTION, name, jnp.zeros, shape, jnp.float32).value
-            )
-            for name in ("query_centres", "key_centres")
-        ]
-        parameters = jax.vmap(cluster_hybrid_parameters)(*centres)
-        return HybridProjection(base, parameters)
+def conformer_attentions() -> tuple[str, ...]:
+    """The attention kinds of ``ConformerEncoder``: ``"exact"`` and every registered feature map
+    of the softmax kernel (``rfjax.features.available(kernel="softmax")``)."""
+    return ("exact", *features.available(kernel="softmax"))
 
 
 # --------------------------------------------------------------------------- Conformer
@@ -174,11 +103,7 @@ class _ConformerBlock(nn.Module):
     def __call__(self, x, mask, *, train: bool, projection_step):
         x = x + 0.5 * _FeedForward(self.ff_expansion, self.dropout_rate)(x, train=train)
         y = nn.LayerNorm()(x)
-        attention = dict(self.attention)
-        hybrid = attention.pop("hybrid", None)
-        module = PerformerAttention if hybrid is None else HybridPerformerAttention
-        extra = {} if hybrid is None else {"hybrid": hybrid}
-        y = module(num_heads=self.num_heads, name="attention", **attention, **extra)(
+        y = PerformerAttention(num_heads=self.num_heads, name="attention", **self.attention)(
             y, mask=mask, projection_step=projection_step
         )
         x = x + nn.Dropout(self.dropout_rate, deterministic=not train)(y)
@@ -205,19 +130,22 @@ class ConformerEncoder(nn.Module):
       ff_expansion: feed-forward width multiple.
       kernel_size: depthwise convolution kernel (odd).
       dropout_rate: dropout in the feed-forward, attention output and convolution modules.
-      attention: one of ``CONFORMER_ATTENTIONS``.
+      attention: one of ``conformer_attentions()``.
       num_features: m, random projections per head (positive: width m; trigonometric: 2m;
         angular hybrid: 4m(n + 1); cluster hybrid: k^2 m).
-      num_sign_features: n, sign projections of the angular hybrid's coefficient.
-      num_clusters: k query and k key clusters per head (cluster hybrid).
+      num_sign_features: n, sign projections of the angular hybrid's coefficient (the option
+        ``num_sign_features`` of the kinds whose map takes it).
+      num_clusters: k query and k key clusters per head (the option ``num_clusters`` of the
+        kinds whose map takes it: the cluster hybrid).
       coupling: projection coupling (``rfjax.projections.available()``).
       redraw_interval: redraw projections every this many steps.
-      hybrid_eps: floor of the FAVOR denominator for the trigonometric and hybrid kinds. The
-        signed estimators (trigonometric, angular hybrid) can estimate a row's normaliser as
-        <= 0, and the cluster hybrid's stabilised CE features span a wide range (|A x| up to 10
-        |x|), so its normaliser can underflow; with the default floor (the smallest normal
-        number) such rows become inf (forward, signed) or give non-finite gradients (cluster).
-        Rows below the floor are biased. Exact and FAVOR+ keep the default floor.
+      hybrid_eps: floor of the FAVOR denominator for the kinds whose map sets
+        ``needs_denominator_floor`` (trigonometric and hybrids). The signed estimators
+        (trigonometric, angular hybrid) can estimate a row's normaliser as <= 0, and the
+        cluster hybrid's stabilised CE features span a wide range (|A x| up to 10 |x|), so its
+        normaliser can underflow; with the default floor (the smallest normal number) such rows
+        become inf (forward, signed) or give non-finite gradients (cluster). Rows below the
+        floor are biased. Exact and FAVOR+ keep the default floor.
       query_key_norm: cosine attention with a learned per-head temperature for every kind
         (``PerformerAttention.query_key_norm``). The signed kinds need it to train: with raw
         scores they stay at chance and half their runs diverge (``results/conformer_ctc``).
@@ -245,9 +173,9 @@ class ConformerEncoder(nn.Module):
     initial_temperature: float = 1.0
 
     def _check(self) -> None:
-        if self.attention not in CONFORMER_ATTENTIONS:
+        if self.attention not in conformer_attentions():
             raise ValueError(
-                f"attention must be one of {CONFORMER_ATTENTIONS}, got {self.attention!r}"
+                f"attention must be one of {conformer_attentions()}, got {self.attention!r}"
             )
         for name in (
             "num_classes",
@@ -269,6 +197,17 @@ class ConformerEncoder(nn.Module):
         if self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
 
+    def attention_feature_map(self, **options: object) -> FeatureMap:
+        """The feature map of a random-feature kind, without its parameters: the registered
+        factory with the options it takes among ``num_sign_features``, ``num_clusters`` and
+        ``options``."""
+        return features.build(
+            self.attention,
+            num_sign_features=self.num_sign_features,
+            num_clusters=self.num_clusters,
+            **options,
+        )
+
     def _attention_config(self) -> dict:
         scores = {
             "query_key_norm": self.query_key_norm,
@@ -276,21 +215,16 @@ class ConformerEncoder(nn.Module):
         }
         if self.attention == "exact":
             return {"attention_kind": "exact", **scores}
-        config = {
+        feature_map = self.attention_feature_map()
+        return {
             **scores,
             "attention_kind": "performer",
             "coupling": self.coupling,
             "num_features": self.num_features,
-            "feature_map": _feature_map(self.attention),
+            "feature_map": feature_map,
             "redraw_interval": self.redraw_interval,
+            "eps": self.hybrid_eps if feature_map.needs_denominator_floor else None,
         }
-        if self.attention != "positive":
-            config["eps"] = self.hybrid_eps
-        if self.attention == "angular_hybrid":
-            config.update(hybrid="angular", num_sign_features=self.num_sign_features)
-        elif self.attention == "cluster_hybrid":
-            config.update(hybrid="cluster", num_clusters=self.num_clusters)
-        return config
 
     @nn.compact
     def __call__(
@@ -350,25 +284,32 @@ def fit_conformer_clusters(
     num_points: int = 512,
     num_iterations: int = 10,
 ) -> dict:
-    """Fits the cluster hybrid's per-head query and key centres by k-means (HRF Sec. 4.3).
+    """Fits the data-fitted parameters of the attention's feature map per head: for the cluster
+    hybrid, the query and key centres by k-means (HRF Sec. 4.3).
 
     Runs ``model`` on ``features`` with ``variables``, takes every block's per-head queries and
     keys as they enter the attention (sown by ``PerformerAttention``), scales them by H^{-1/4}
-    and fits k-means (``rfjax.features.kmeans``) per head on ``num_points`` real frames drawn
-    uniformly (with replacement) from the unmasked ones. Returns ``variables`` with the
-    ``"clusters"`` collection replaced. The layers are fitted from one forward pass (later
-    layers' inputs come from the earlier layers with their old centres).
+    (as ``favor_attention`` does) and fits the map (``FeatureMap.fit``) per head on
+    ``num_points`` real frames drawn uniformly (with replacement) from the unmasked ones. Returns
+    ``variables`` with the ``"feature_map"`` collection replaced. The layers are fitted from one
+    forward pass (later layers' inputs come from the earlier layers with their old parameters).
 
     Args:
-      key: PRNG key (frame sampling and k-means seeding).
-      model: a ``ConformerEncoder`` with ``attention="cluster_hybrid"``.
-      variables: its variables (``"params"`` and ``"clusters"``).
+      key: PRNG key (frame sampling and the fits, e.g. k-means seeding).
+      model: a ``ConformerEncoder`` whose attention map has fitted parameters
+        (``attention="cluster_hybrid"``).
+      variables: its variables (``"params"`` and ``"feature_map"``).
       features, mask: a batch as for ``model``.
       num_points: frames sampled per fit (>= num_clusters).
-      num_iterations: Lloyd iterations.
+      num_iterations: Lloyd iterations of k-means (for maps that take ``num_iterations``).
     """
-    if model.attention != "cluster_hybrid":
-        raise ValueError(f"model.attention must be 'cluster_hybrid', got {model.attention!r}")
+    fitted_kinds = _fitted_kinds()
+    if model.attention not in fitted_kinds:
+        raise ValueError(
+            f"model.attention must be a kind whose feature map is fitted to data "
+            f"({', '.join(fitted_kinds)}), got {model.attention!r}"
+        )
+    template = model.attention_feature_map(num_iterations=num_iterations)
     (_, frame_mask), state = model.apply(
         variables,
         features,
@@ -378,32 +319,36 @@ def fit_conformer_clusters(
     )
     flat_mask = frame_mask.reshape(-1)
     probabilities = flat_mask / jnp.sum(flat_mask)
-    clusters = {}
+    fitted_maps = {}
     for layer in range(model.num_layers):
         name = f"block_{layer}"
         sown = state["intermediates"][name]["attention"]
         layer_key = jax.random.fold_in(key, layer + 1)
         rows = jax.random.choice(layer_key, flat_mask.shape[0], (num_points,), p=probabilities)
-        centres = {}
-        for side in SIDES:
+
+        def points(side: str, rows=rows, sown=sown) -> jax.Array:
             heads = sown[f"{side}_heads"][0]  # (B, T', N, H)
-            points = heads.reshape(-1, *heads.shape[-2:])[rows]  # (P, N, H)
-            projected = _normalised(jnp.moveaxis(points, 1, 0))
-            keys = jax.random.split(jax.random.fold_in(layer_key, len(side)), model.num_heads)
-            centres[f"{side}_centres"] = jax.vmap(
-                lambda k, p: kmeans(k, p, model.num_clusters, num_iterations=num_iterations)
-            )(keys, projected)
-        clusters[name] = {"attention": centres}
-    return {**variables, CLUSTER_COLLECTION: clusters}
+            per_head = jnp.moveaxis(heads.reshape(-1, *heads.shape[-2:])[rows], 1, 0)
+            return per_head * data_normalizer(per_head.shape[-1])  # (N, P, H)
+
+        queries, keys = points("query"), points("key")
+        head_keys = jax.random.split(jax.random.fold_in(layer_key, 1), model.num_heads)
+        fitted = jax.vmap(lambda k, q, kk: template.init(k, q.shape[-1]).fit(k, q, kk))(
+            head_keys, queries, keys
+        )
+        fitted_maps[name] = {
+            "attention": {field: getattr(fitted, field) for field in template.fitted_fields}
+        }
+    return {**variables, FEATURE_MAP_COLLECTION: fitted_maps}
+
+
+def _fitted_kinds() -> tuple[str, ...]:
+    """The kinds whose feature map has data-fitted parameters."""
+    return tuple(k for k in conformer_attentions()[1:] if features.get(k)().fitted_fields)
 
 
 __all__ = [
-    "CONFORMER_ATTENTIONS",
-    "AngularHybridFeatureMap",
-    "ClusterHybridFeatureMap",
     "ConformerEncoder",
-    "HybridPerformerAttention",
-    "HybridProjection",
-    "TrigonometricFeatureMap",
+    "conformer_attentions",
     "fit_conformer_clusters",
 ]

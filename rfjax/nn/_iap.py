@@ -10,24 +10,17 @@ App. K), so the importance costs O(T w) instead of O(T^2 d) for T patches.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Literal
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rfjax import features
 from rfjax._validation import check_choice, check_int, check_key, check_real
-from rfjax.attention import (
-    AngularHybridFeatureMap,
-    HybridProjection,
-    SoftmaxFeatureMap,
-    TrigonometricFeatureMap,
-    data_normalizer,
-    draw_projection,
-)
-from rfjax.features import gaussian_hybrid_features
+from rfjax.attention import draw_projection
+from rfjax.features import FeatureMap
 from rfjax.nn._patch_importance import (
     importance_flops,
     random_feature_importance,
@@ -36,15 +29,28 @@ from rfjax.nn._patch_importance import (
 from rfjax.projections import Projection
 from rfjax.projections import available as available_couplings
 
-IAPAttention = Literal["exact", "positive", "trigonometric", "angular_hybrid", "gaussian_hybrid"]
+# "exact" and the registered maps of the softmax kernel that need no fitting to data.
 IAP_ATTENTIONS: tuple[str, ...] = (
     "exact",
-    "positive",
-    "trigonometric",
-    "angular_hybrid",
-    "gaussian_hybrid",
+    *(
+        name
+        for name in features.available(kernel="softmax")
+        if not features.get(name)().fitted_fields
+    ),
 )
-_HYBRIDS = ("angular_hybrid", "gaussian_hybrid")
+
+
+class AttentionDraw(NamedTuple):
+    """The random part of a random-feature attention, drawn from one key.
+
+    Attributes:
+      projection: the m base projection vectors.
+      feature_map: the ``rfjax.features.FeatureMap`` with its random parameters (the hybrids'
+        n coefficient vectors).
+    """
+
+    projection: Projection
+    feature_map: FeatureMap
 
 
 # --------------------------------------------------------------------------- patches, top-k
@@ -136,36 +142,6 @@ def top_k_mask(importance: jax.Array, k: int) -> jax.Array:
     return jnp.sum(hits, axis=-2) > 0
 
 
-# --------------------------------------------------------------------------- Gaussian hybrid
-
-
-@dataclasses.dataclass(frozen=True)
-class GaussianHybridFeatureMap:
-    """Gaussian hybrid features (HRF Eq. 20, ``rfjax.features.gaussian_hybrid_features``) of
-    x' = H^{-1/4} x for FAVOR-style attention, on a ``HybridProjection`` whose ``base`` serves
-    both base estimators and whose ``extra`` holds the coefficient's n projection vectors;
-    width 4m(2n + 1) (trigonometric coefficient). Inputs must lie on the sphere of radius
-    ``radius`` after scaling (the policy's unit queries and keys do), and the coefficient's
-    bandwidth equals that radius.
-    """
-
-    side: str
-    radius: float
-
-    def __call__(self, x: jax.Array, projection: HybridProjection) -> jax.Array:
-        x = x * jnp.asarray(data_normalizer(x.shape[-1]), x.dtype)
-        base = projection.base
-        return gaussian_hybrid_features(
-            x,
-            base,
-            base,
-            projection.extra,
-            side=self.side,
-            bandwidth=self.radius,
-            radius=self.radius,
-        )
-
-
 # --------------------------------------------------------------------------- the policy
 
 
@@ -186,9 +162,10 @@ class ImplicitAttentionPolicy(nn.Module):
        decreasing importance, are concatenated (k (P^2 C + 2) numbers);
     5. controller: an MLP (tanh hidden layers ``hidden_sizes``) to ``num_actions`` logits.
 
-    The random projection is not a parameter: draw it with ``draw_projection(key)`` and pass it
-    to every call, so the policy is the pure function (params, observation, key) ->
-    ``apply(params, observation, draw_projection(key))`` (exact attention takes ``None``).
+    The random projection and the map's random parameters are not parameters: draw them with
+    ``draw_projection(key)`` (an ``AttentionDraw``) and pass it to every call, so the policy is
+    the pure function (params, observation, key) -> ``apply(params, observation,
+    draw_projection(key))`` (exact attention takes ``None``).
     Parameters form a small pytree; ``jax.flatten_util.ravel_pytree`` turns it into the flat
     vector that evolution strategies perturb. The importance and kept patches are sown into
     ``"intermediates"`` (``"importance"``, ``"kept"``).
@@ -200,13 +177,16 @@ class ImplicitAttentionPolicy(nn.Module):
       num_kept: k, patches kept by the mask (1 <= k <= T).
       embed_dim: d, width of queries and keys.
       hidden_sizes: the controller's hidden widths.
-      attention: ``"exact"`` (softmax), ``"positive"`` (FAVOR+, ``SoftmaxFeatureMap``, width
-        m), ``"trigonometric"`` (HRF Eq. 2, width 2m), ``"angular_hybrid"`` (HRF Eq. 12,
-        width 4m(n + 1)) or ``"gaussian_hybrid"`` (HRF Eq. 20, width 4m(2n + 1)).
+      attention: one of ``IAP_ATTENTIONS``: ``"exact"`` (softmax) or a feature map of
+        ``rfjax.features``, e.g. ``"positive"`` (FAVOR+, width m), ``"trigonometric"`` (HRF
+        Eq. 2, width 2m), ``"angular_hybrid"`` (HRF Eq. 12, width 4m(n + 1)) or
+        ``"gaussian_hybrid"`` (HRF Eq. 20, width 4m(2n + 1), bandwidth and radius
+        sqrt(tau), the length of the scaled queries and keys).
       coupling: how the m base projection vectors are drawn (``rfjax.projections``); the
-        hybrids' n coefficient vectors are i.i.d. Gaussian.
+        hybrids' n coefficient vectors are i.i.d. Gaussian (drawn by the map's ``init``).
       num_features: m.
-      num_sign_features: n (hybrids only).
+      num_sign_features: n (hybrids only: the angular hybrid's sign vectors, the Gaussian
+        hybrid's coefficient vectors).
       temperature: tau > 0 (fixed: the Gaussian hybrid needs the input radius sqrt(tau)).
       eps: floor of the estimated row normalisers (signed maps can estimate them as <= 0).
 
@@ -232,7 +212,7 @@ class ImplicitAttentionPolicy(nn.Module):
     num_kept: int = 6
     embed_dim: int = 8
     hidden_sizes: tuple[int, ...] = (16,)
-    attention: IAPAttention = "positive"
+    attention: str = "positive"
     coupling: str = "orthogonal"
     num_features: int = 256
     num_sign_features: int = 8
@@ -267,28 +247,29 @@ class ImplicitAttentionPolicy(nn.Module):
             check_choice("coupling", self.coupling, available_couplings())
         return count
 
-    def feature_maps(self) -> tuple:
-        """(query map, key map) of a random-feature ``attention``."""
+    def feature_map(self) -> FeatureMap:
+        """The feature map of a random-feature ``attention``, without its random parameters."""
         radius = math.sqrt(check_real("temperature", self.temperature, positive=True))
-        maps = {
-            "positive": lambda side: SoftmaxFeatureMap(),
-            "trigonometric": TrigonometricFeatureMap,
-            "angular_hybrid": AngularHybridFeatureMap,
-            "gaussian_hybrid": lambda side: GaussianHybridFeatureMap(side, radius),
-        }
-        if self.attention not in maps:
+        if self.attention not in IAP_ATTENTIONS[1:]:
             raise ValueError(
-                f"attention must be one of {tuple(maps)} to have feature maps; got "
+                f"attention must be one of {IAP_ATTENTIONS[1:]} to have a feature map; got "
                 f"{self.attention!r}"
             )
-        return maps[self.attention]("query"), maps[self.attention]("key")
+        n = check_int("num_sign_features", self.num_sign_features, minimum=1)
+        return features.build(
+            self.attention,
+            num_sign_features=n,
+            num_coefficient_features=n,
+            bandwidth=radius,
+            radius=radius,
+        )
 
-    def draw_projection(self, key: jax.Array) -> Projection | None:
-        """The random projection of ``attention`` from ``key`` (``None`` for exact attention).
+    def draw_projection(self, key: jax.Array) -> AttentionDraw | None:
+        """The random draw of ``attention`` from ``key`` (``None`` for exact attention).
 
-        FAVOR+/trigonometric: m vectors of ``coupling``. Hybrids: a ``HybridProjection`` of m
-        base vectors (``coupling``, shared by both base estimators) and n independent Gaussian
-        coefficient vectors.
+        m base vectors of ``coupling`` (shared by a hybrid's base estimators) from one half of
+        the key, the map's random parameters (the hybrids' n independent Gaussian coefficient
+        vectors) from the other.
         """
         self.num_patches()
         if self.attention == "exact":
@@ -298,21 +279,23 @@ class ImplicitAttentionPolicy(nn.Module):
         m = check_int("num_features", self.num_features, minimum=1)
         base_key, extra_key = jax.random.split(key)
         base = draw_projection(base_key, d, m, coupling=self.coupling)
-        if self.attention not in _HYBRIDS:
-            return base
-        n = check_int("num_sign_features", self.num_sign_features, minimum=1)
-        extra = draw_projection(extra_key, d, n, coupling="gaussian")
-        return HybridProjection(base, extra)
+        return AttentionDraw(base, self.feature_map().init(extra_key, d))
 
     def importance_flops(self) -> int:
         """FLOPs of one importance computation (``importance_flops``), from the shapes."""
         count = self.num_patches()
         if self.attention == "exact":
             return importance_flops(count, self.embed_dim)
-        rows = self.num_features + (self.num_sign_features if self.attention in _HYBRIDS else 0)
-        projection = jax.eval_shape(self.draw_projection, jax.random.key(0))
+        drawn = jax.eval_shape(self.draw_projection, jax.random.key(0))
+        # Projection rows: the base vectors and those of projections the map holds.
+        held = jax.tree.leaves(drawn.feature_map, is_leaf=lambda x: isinstance(x, Projection))
+        rows = drawn.projection.num_features + sum(
+            p.num_features for p in held if isinstance(p, Projection)
+        )
         probe = jax.ShapeDtypeStruct((count, self.embed_dim), jnp.float32)
-        width = jax.eval_shape(self.feature_maps()[0], probe, projection).shape[-1]
+        width = jax.eval_shape(
+            lambda x: drawn.feature_map.features(x, drawn.projection, side="query"), probe
+        ).shape[-1]
         return importance_flops(count, self.embed_dim, feature_width=width, projection_rows=rows)
 
     # ----------------------------------------------------------------- forward
@@ -334,7 +317,7 @@ class ImplicitAttentionPolicy(nn.Module):
         return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12) * scale
 
     def patch_importance(
-        self, query: jax.Array, key: jax.Array, projection: Projection | None
+        self, query: jax.Array, key: jax.Array, projection: AttentionDraw | None
     ) -> jax.Array:
         """Column sums of the attention matrix of ``attention``: ``(..., T, d)`` -> ``(..., T)``."""
         if self.attention == "exact":
@@ -345,11 +328,11 @@ class ImplicitAttentionPolicy(nn.Module):
                 f"{self.attention!r}; got None"
             )
         return random_feature_importance(
-            query, key, projection, feature_map=self.feature_maps(), eps=self.eps
+            query, key, projection.projection, feature_map=projection.feature_map, eps=self.eps
         )
 
     @nn.compact
-    def __call__(self, observation: jax.Array, projection: Projection | None) -> jax.Array:
+    def __call__(self, observation: jax.Array, projection: AttentionDraw | None) -> jax.Array:
         """Action logits for one observation (or a batch).
 
         Args:

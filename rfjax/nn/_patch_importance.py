@@ -15,16 +15,14 @@ O(T w) after the features, and the T x T matrix is never formed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
 from rfjax._validation import check_int, check_real
-from rfjax.attention import ExponentialFeatureMap
+from rfjax.attention import data_normalizer
+from rfjax.features import FeatureMap
 from rfjax.projections import Projection
-
-FeatureMap = Callable[[jax.Array, Projection], jax.Array]
 
 
 def _check_queries_keys(query: object, key: object) -> tuple[jax.Array, jax.Array]:
@@ -45,17 +43,19 @@ def _check_queries_keys(query: object, key: object) -> tuple[jax.Array, jax.Arra
 def _features(
     x: jax.Array, projection: Projection, feature_map: FeatureMap, *, side: str
 ) -> jax.Array:
-    """phi(x) (..., T, w); exponential maps are stabilised by shifts that cancel in A.
+    """phi(x') (..., T, w) of x' = H^{-1/4} x, stabilised by the map's log-space form with shifts
+    that cancel in A.
 
-    Queries: exp(l(q_t) - max_i l_i(q_t)), a per-row factor that cancels in row t of A. Keys:
-    exp(l(k_j) - max_{l, i} l_i(k_l)), one factor for all keys of an image that cancels in every
+    Queries: the per-row scale exp(s(q_t)) is dropped (it cancels in row t of A). Keys:
+    psi_j exp(s(k_j) - max_l s(k_l)), one factor for all keys of an image that cancels in every
     row. The shifts are constants under differentiation.
     """
-    if not isinstance(feature_map, ExponentialFeatureMap):
-        return feature_map(x, projection)
-    logs = feature_map.log_features(x, projection)
-    axes = (-1,) if side == "query" else (-2, -1)
-    return jnp.exp(logs - jax.lax.stop_gradient(jnp.max(logs, axis=axes, keepdims=True)))
+    x = x * jnp.asarray(data_normalizer(x.shape[-1]), x.dtype)
+    psi, log_scale = feature_map.scaled_features(x, projection, side=side)
+    if side == "query":
+        return psi
+    shift = jax.lax.stop_gradient(jnp.max(log_scale, axis=-1, keepdims=True))
+    return psi * jnp.exp(log_scale - shift)[..., None]
 
 
 def random_feature_importance(
@@ -63,13 +63,14 @@ def random_feature_importance(
     key: jax.Array,
     projection: Projection,
     *,
-    feature_map: tuple[FeatureMap, FeatureMap],
+    feature_map: FeatureMap,
     eps: float,
 ) -> jax.Array:
     """Column sums of the random-feature attention matrix, in O(T w) (no T x T matrix).
 
-    With features phi = ``feature_map[0]`` on the queries and psi = ``feature_map[1]`` on the
-    keys, A_tj = phi(q_t).psi(k_j) / max(phi(q_t).sum_l psi(k_l), eps) (the row normaliser is
+    With the query features phi and key features psi of ``feature_map`` applied to
+    x' = H^{-1/4} x (as in ``rfjax.attention.favor_attention``),
+    A_tj = phi(q_t).psi(k_j) / max(phi(q_t).sum_l psi(k_l), eps) (the row normaliser is
     floored at ``eps`` as in ``rfjax.attention.favor_attention``; signed maps can estimate it
     as <= 0) and
 
@@ -81,10 +82,9 @@ def random_feature_importance(
     Args:
       query: ``(..., T, d)``, floating.
       key: ``(..., T, d)``.
-      projection: a drawn projection with ``dim == d`` (a ``HybridProjection`` for hybrid maps).
-      feature_map: ``(query_map, key_map)``, callables ``(x, projection) -> (..., T, w)`` such
-        as ``rfjax.attention.SoftmaxFeatureMap()`` (both sides) or the HRF pairs
-        (``rfjax.attention.AngularHybridFeatureMap("query")``, ``...("key")``).
+      projection: a drawn projection with ``dim == d``.
+      feature_map: an ``rfjax.features.FeatureMap`` with its parameters, e.g.
+        ``features.get("positive")()`` or ``features.get("angular_hybrid")().init(key, d)``.
       eps: floor of the row normalisers, > 0.
 
     Returns:
@@ -92,11 +92,11 @@ def random_feature_importance(
 
     Examples:
       >>> import jax
-      >>> from rfjax.attention import SoftmaxFeatureMap, draw_projection
+      >>> from rfjax import features, projections
       >>> q, k = jax.random.normal(jax.random.key(0), (2, 16, 4))
-      >>> w = draw_projection(jax.random.key(1), 4, 64)
+      >>> w = projections.orthogonal(jax.random.key(1), 4, 64)
       >>> c = random_feature_importance(
-      ...     q, k, w, feature_map=(SoftmaxFeatureMap(),) * 2, eps=1e-6)
+      ...     q, k, w, feature_map=features.get("positive")(), eps=1e-6)
       >>> c.shape, round(float(c.sum()), 3)
       ((16,), 16.0)
 
@@ -106,8 +106,8 @@ def random_feature_importance(
     """
     query, key = _check_queries_keys(query, key)
     eps = check_real("eps", eps, positive=True)
-    phi = _features(query, projection, feature_map[0], side="query")
-    psi = _features(key, projection, feature_map[1], side="key")
+    phi = _features(query, projection, feature_map, side="query")
+    psi = _features(key, projection, feature_map, side="key")
     key_sum = jnp.sum(psi, axis=-2)  # (..., w)
     normaliser = jnp.einsum("...tw,...w->...t", phi, key_sum)
     weighted = jnp.einsum("...tw,...t->...w", phi, 1.0 / jnp.maximum(normaliser, eps))

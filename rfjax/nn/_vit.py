@@ -76,7 +76,7 @@ class PerformerViT(nn.Module):
     attention_kind: str = "performer"
     coupling: str = "orthogonal"
     num_features: int = 32
-    feature_map: str = "softmax"
+    feature_map: str = "positive"
     redraw_interval: int = 1000
     dtype: Any = None
 

@@ -1,0 +1,117 @@
+"""Bidirectional FAVOR: phi_Q(Q) (phi_K(K)^T [V, 1]) over blocks of positions, with the key
+stabiliser's running maximum reached online."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rfjax.attention._checks import HeadAxes, log_floor
+from rfjax.attention._head_features import query_features, rowwise, scaled_key_features
+from rfjax.features import FeatureMap
+from rfjax.projections import Projection
+
+# Positions per block (keys and queries); see bidirectional_attention.
+BIDIRECTIONAL_BLOCK = 512
+
+
+def in_blocks(x: jax.Array, block: int, fill: object = 0) -> jax.Array:
+    """(B, T, ...) -> (T'/block, B, block, ...), T padded with ``fill`` to a multiple T'."""
+    batch, length = x.shape[:2]
+    padded = -(-length // block) * block
+    widths = [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2)
+    x = jnp.pad(x, widths, constant_values=fill)
+    return x.reshape(batch, padded // block, block, *x.shape[2:]).swapaxes(0, 1)
+
+
+def key_value_summary(
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    *,
+    axes: HeadAxes,
+    stabilize: bool,
+    block: int,
+) -> tuple[jax.Array, jax.Array]:
+    """(S = sum_j phi_K(k_j) v_j^T exp(-c) (B, N, m, H_v), z = sum_j phi_K(k_j) exp(-c)
+    (B, N, m)), one block of keys at a time (a scan), so each block's features are contracted
+    while they are in cache.
+
+    With phi_K(k_j) = psi_j exp(mu_j) (``key_features``), c is the running maximum of mu over the
+    keys seen so far (per batch and head, a constant under differentiation); when c grows, the
+    carried sums are rescaled by exp(c_old - c_new) <= 1, as in online softmax. At the end c is
+    the maximum over all unmasked keys, the Performer's global key shift. Masked keys get
+    psi = 0, so garbage padding cannot create NaNs.
+    """
+    batch, _, heads, _ = key.shape
+    floor = log_floor(key.dtype)
+
+    def scaled(k: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return rowwise(
+            lambda x, p, f: scaled_key_features(x, p, f, stabilize), k, projection, fmap, axes
+        )
+
+    def step(carry, blocks):
+        kv, k_sum, shift = carry
+        k, v, valid = blocks
+        valid = valid[:, :, None]  # (B, block, 1): the same for every head
+        k = jnp.where(valid[..., None], k, 0)
+        v = jnp.where(valid[..., None], v, 0)  # NaN/inf padding must not reach 0 * v
+        psi, mu = scaled(k)
+        mu = jnp.where(valid, mu, floor)
+        new_shift = jax.lax.stop_gradient(jnp.maximum(shift, jnp.max(mu, axis=1)))
+        rescale = jnp.exp(shift - new_shift)
+        kv, k_sum = kv * rescale[..., None, None], k_sum * rescale[..., None]
+        psi = psi * jnp.exp(mu - new_shift[:, None])[..., None]
+        psi = jnp.where(valid[..., None], psi, 0)
+        kv = kv + jnp.einsum("bcnm,bcnh->bnmh", psi, v)
+        return (kv, k_sum + jnp.sum(psi, axis=1), new_shift), None
+
+    width = jax.eval_shape(scaled, key[:, :1])[0].shape[-1]
+    init = (
+        jnp.zeros((batch, heads, width, value.shape[-1]), key.dtype),
+        jnp.zeros((batch, heads, width), key.dtype),
+        jnp.full((batch, heads), floor, key.dtype),
+    )
+    xs = (in_blocks(key, block), in_blocks(value, block), in_blocks(mask, block, False))
+    (kv, k_sum, _), _ = jax.lax.scan(step, init, xs)
+    return kv, k_sum
+
+
+def bidirectional_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    *,
+    axes: HeadAxes,
+    stabilize: bool,
+    eps: float,
+    block: int,
+) -> jax.Array:
+    """All heads, BTNH in and out: phi_Q(Q) (psi_K(K)^T V) / phi_Q(Q) (psi_K(K)^T 1).
+
+    Keys and queries are processed in blocks of ``block`` positions (the key sums by a scan,
+    see ``key_value_summary``; the read-out by ``lax.map`` over query blocks), contracting in
+    BTNH layout: on CPU this keeps each block's features in cache instead of streaming (T, N, m)
+    tensors through memory three times.
+    """
+    kv, k_sum = key_value_summary(
+        key, value, mask, projection, fmap, axes=axes, stabilize=stabilize, block=block
+    )
+
+    def read_out(q):
+        phi_q = rowwise(
+            lambda x, p, f: query_features(x, p, f, stabilize), q, projection, fmap, axes
+        )
+        numerator = jnp.einsum("btnm,bnmh->btnh", phi_q, kv)
+        denominator = jnp.einsum("btnm,bnm->btn", phi_q, k_sum)
+        return numerator / jnp.maximum(denominator, eps)[..., None]
+
+    batch, length = query.shape[:2]
+    out = jax.lax.map(read_out, in_blocks(query, block))
+    return out.swapaxes(0, 1).reshape(batch, -1, *out.shape[3:])[:, :length]

@@ -1,0 +1,184 @@
+"""Argument checks of the FAVOR functions: BTNH arrays, masks, projections and feature maps
+(shared or ``PerHead``), the stabiliser switch, and the computation dtype."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rfjax import features
+from rfjax._validation import check_real
+from rfjax.attention._per_head import PerHead
+from rfjax.features import FeatureMap
+from rfjax.projections import Projection
+
+FeatureMapSpec = str | FeatureMap | PerHead[FeatureMap]
+ProjectionSpec = Projection | PerHead[Projection]
+# Per-head axes of (projection, feature map) in vmap's in_axes: 0 per head, None shared.
+HeadAxes = tuple[int | None, int | None]
+
+
+def check_array(name: str, x: object) -> jax.Array:
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating array, got dtype {x.dtype}")
+    return x
+
+
+def check_qkv(
+    query: object, key: object, value: object, *, causal: bool
+) -> tuple[jax.Array, jax.Array, jax.Array, bool]:
+    """Validates BTNH query/key/value (or TNH, given a batch axis); returns them and 'unbatched'."""
+    query, key, value = (
+        check_array(n, x) for n, x in (("query", query), ("key", key), ("value", value))
+    )
+    ndims = {query.ndim, key.ndim, value.ndim}
+    if len(ndims) != 1 or ndims.pop() not in (3, 4):
+        raise ValueError(
+            "query, key and value must all have shape (B, T, N, H) or all (T, N, H); got "
+            f"{query.shape}, {key.shape}, {value.shape}"
+        )
+    unbatched = query.ndim == 3
+    if unbatched:
+        query, key, value = query[None], key[None], value[None]
+    batch, length, heads, head_dim = query.shape
+    if key.shape[0] != batch or key.shape[2:] != (heads, head_dim):
+        raise ValueError(
+            f"key must have shape (B, S, N, H) = ({batch}, S, {heads}, {head_dim}) to match "
+            f"query {query.shape}; got {key.shape}"
+        )
+    if value.shape[:3] != key.shape[:3]:
+        raise ValueError(
+            f"value must have shape (B, S, N, H_v) with (B, S, N) = {key.shape[:3]} as key; "
+            f"got {value.shape}"
+        )
+    if causal and key.shape[1] != length:
+        raise ValueError(
+            f"causal attention needs as many keys as queries; got query length {length} and "
+            f"key length {key.shape[1]}"
+        )
+    return query, key, value, unbatched
+
+
+def check_causal(causal: object) -> bool:
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    return causal
+
+
+def check_mask(mask: object, batch: int, length: int) -> jax.Array:
+    """A key padding mask (B, S) of bools; ``None`` means every key is attended to."""
+    if mask is None:
+        return jnp.ones((batch, length), dtype=bool)
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+        raise TypeError(f"mask must be a boolean array (True = attend), got dtype {mask.dtype}")
+    if mask.shape != (batch, length):
+        raise ValueError(
+            f"mask must be a key padding mask of shape (B, S) = ({batch}, {length}); got "
+            f"{mask.shape}"
+        )
+    return mask
+
+
+def _check_stacked(name: str, value: PerHead, num_heads: int) -> None:
+    for leaf in jax.tree.leaves(value.stacked):
+        if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != num_heads:
+            raise ValueError(
+                f"{name} is PerHead, so every leaf must have a leading axis N = {num_heads} "
+                f"(one entry per head); got a leaf of shape {jnp.shape(leaf)}"
+            )
+
+
+def unwrap_projection(projection: object, num_heads: int) -> tuple[Projection, int | None]:
+    """Validates a shared or ``PerHead`` projection; returns the projection (the stacked one for
+    ``PerHead``) and its head axis (0 per head, ``None`` shared)."""
+    if isinstance(projection, PerHead):
+        if not isinstance(projection.stacked, Projection):
+            raise TypeError(
+                f"projection as PerHead must hold stacked Projections, got "
+                f"{type(projection.stacked).__name__}"
+            )
+        _check_stacked("projection", projection, num_heads)
+        return projection.stacked, 0
+    if not isinstance(projection, Projection):
+        raise TypeError(
+            f"projection must be an rfjax.projections.Projection (drawn with a sampler such as "
+            f"rfjax.projections.gaussian) or a PerHead of them, got {type(projection).__name__}"
+        )
+    shape = jax.eval_shape(projection.matrix).shape
+    if len(shape) != 2:
+        raise ValueError(
+            f"projection must be one draw (matrix (m, H)) shared by the heads, or N draws "
+            f"stacked with jax.vmap and marked PerHead (draw_projection(..., num_heads=N) "
+            f"returns one); got a projection with matrix shape {shape}"
+        )
+    return projection, None
+
+
+def check_projection(
+    projection: object, head_dim: int, num_heads: int
+) -> tuple[Projection, int | None]:
+    """``unwrap_projection``, and the projection's dim must be the head dim H."""
+    projection, axis = unwrap_projection(projection, num_heads)
+    if projection.dim != head_dim:
+        raise ValueError(
+            f"projection must have dim == head_dim H = {head_dim}; got dim = {projection.dim}"
+        )
+    return projection, axis
+
+
+def resolve_feature_map(feature_map: object, num_heads: int) -> tuple[FeatureMap, int | None]:
+    """(the map, its head axis): a registered name, a ``FeatureMap`` or a ``PerHead`` of one."""
+    if isinstance(feature_map, str):
+        if feature_map not in features.available():
+            raise ValueError(
+                f"feature_map must be a name from rfjax.features.available() "
+                f"({', '.join(features.available())}) or a FeatureMap; got {feature_map!r}"
+            )
+        return features.get(feature_map)(), None
+    if isinstance(feature_map, PerHead):
+        if not isinstance(feature_map.stacked, FeatureMap):
+            raise TypeError(
+                f"feature_map as PerHead must hold a stacked rfjax.features.FeatureMap, got "
+                f"{type(feature_map.stacked).__name__}"
+            )
+        _check_stacked("feature_map", feature_map, num_heads)
+        return feature_map.stacked, 0
+    if isinstance(feature_map, FeatureMap):
+        return feature_map, None
+    raise TypeError(
+        f"feature_map must be a name from rfjax.features.available(), an "
+        f"rfjax.features.FeatureMap (FeatureMapPair for two maps) or a PerHead of one; got "
+        f"{type(feature_map).__name__}"
+    )
+
+
+def resolve_stabilize(stabilize: object, fmap: FeatureMap) -> bool:
+    """Whether to use the maps' log-space form (``scaled_features``) or raw features."""
+    if stabilize is None:
+        return True
+    if not isinstance(stabilize, bool):
+        raise TypeError(f"stabilize must be None or a bool, got {stabilize!r}")
+    if stabilize and not fmap.has_log_space_form:
+        raise ValueError(
+            f"stabilize=True needs feature maps with a log-space form (scaled_features, e.g. "
+            f"exponential maps such as 'positive'); got {type(fmap).__name__}"
+        )
+    return stabilize
+
+
+def compute_dtype(*arrays: jax.Array) -> jnp.dtype:
+    """At least float32: low-precision inputs are accumulated in float32."""
+    return jnp.result_type(jnp.float32, *(x.dtype for x in arrays))
+
+
+def log_floor(dtype: jnp.dtype) -> float:
+    """A finite stand-in for -inf log-scales (masked keys); differences never overflow."""
+    return -0.25 * float(jnp.finfo(dtype).max)
+
+
+def default_eps(eps: float | None, dtype: jnp.dtype) -> float:
+    if eps is None:
+        return float(jnp.finfo(dtype).tiny)
+    return check_real("eps", eps, positive=True)

@@ -1,0 +1,197 @@
+"""Token-by-token causal FAVOR: the recurrent ``DecodeState`` and its steps."""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import DTypeLike
+
+from rfjax._validation import check_int
+from rfjax.attention._checks import (
+    FeatureMapSpec,
+    HeadAxes,
+    ProjectionSpec,
+    check_mask,
+    check_projection,
+    check_qkv,
+    compute_dtype,
+    default_eps,
+    log_floor,
+    resolve_feature_map,
+    resolve_stabilize,
+    unwrap_projection,
+)
+from rfjax.attention._head_features import key_features, normalise, query_features
+from rfjax.features import FeatureMap
+from rfjax.projections import Projection
+
+
+class DecodeState(NamedTuple):
+    """Recurrent state of causal FAVOR attention after t tokens (per batch and head).
+
+    With the running key maximum c = max_{j < t} mu_j (see ``favor_attention``):
+
+    Attributes:
+      kv_sum: S = sum_{j < t} phi(k_j) v_j^T exp(-c), shape ``(B, N, width, H_v)``, float32+.
+      k_sum: z = sum_{j < t} phi(k_j) exp(-c), shape ``(B, N, width)``.
+      log_offset: c, shape ``(B, N)`` (a large negative stand-in before the first key; 0 for
+        unstabilised maps).
+    """
+
+    kv_sum: jax.Array
+    k_sum: jax.Array
+    log_offset: jax.Array
+
+
+def favor_decode_init(
+    batch_size: int,
+    num_heads: int,
+    value_dim: int,
+    projection: ProjectionSpec,
+    *,
+    feature_map: FeatureMapSpec = "positive",
+    dtype: DTypeLike = jnp.float32,
+) -> DecodeState:
+    """The empty decode state (no tokens yet) for ``favor_decode_step``.
+
+    Args:
+      batch_size: B >= 1.
+      num_heads: N >= 1.
+      value_dim: H_v >= 1.
+      projection: the projection that the steps will use (its key features fix the width).
+      feature_map: as in ``favor_attention`` (its key features fix the width).
+      dtype: accumulation dtype (float32 or float64; lower precisions become float32).
+
+    Returns:
+      A ``DecodeState`` of zeros with ``log_offset`` at the masked-key floor.
+    """
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    value_dim = check_int("value_dim", value_dim, minimum=1)
+    dtype = compute_dtype(jnp.zeros((), dtype))
+    projection, projection_axis = unwrap_projection(projection, num_heads)
+    head_dim = projection.dim
+    fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    single_projection = _head_zero(projection, projection_axis)
+    single_map = _head_zero(fmap, map_axis)
+    probe = jax.ShapeDtypeStruct((1, head_dim), dtype)
+    width = jax.eval_shape(
+        lambda x: single_map.features(x, single_projection, side="key"), probe
+    ).shape[-1]
+    return DecodeState(
+        kv_sum=jnp.zeros((batch_size, num_heads, width, value_dim), dtype),
+        k_sum=jnp.zeros((batch_size, num_heads, width), dtype),
+        log_offset=jnp.full((batch_size, num_heads), log_floor(dtype), dtype),
+    )
+
+
+def _head_zero(value, axis: int | None):
+    """Head 0 of a per-head pytree (axis 0), or the shared value."""
+    return value if axis is None else jax.tree.map(lambda leaf: leaf[0], value)
+
+
+def favor_decode_step(
+    state: DecodeState,
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    projection: ProjectionSpec,
+    *,
+    feature_map: FeatureMapSpec = "positive",
+    mask: jax.Array | None = None,
+    stabilize: bool | None = None,
+    eps: float | None = None,
+) -> tuple[DecodeState, jax.Array]:
+    """One step of causal FAVOR attention: add token t's key/value, attend with its query.
+
+    With phi_K(k_t) = psi_t exp(mu) (the map's log-space form, stabilised; else psi = phi and
+    mu = 0) and c' = max(c, mu):
+
+      S' = exp(c - c') S + psi_t exp(mu - c') v_t^T,   z' = exp(c - c') z + psi_t exp(mu - c'),
+      out_t = phi(q_t) S' / max(phi(q_t) . z', eps),
+
+    which equals position t of ``favor_attention(..., causal=True)`` over the whole sequence, up
+    to rounding (the summation order differs).
+
+    Args:
+      state: the ``DecodeState`` after tokens < t (``favor_decode_init`` for t = 0).
+      query: ``(B, N, H)``, the query of token t.
+      key: ``(B, N, H)``.
+      value: ``(B, N, H_v)``.
+      projection: as in ``favor_attention`` (the same one at every step).
+      feature_map: as in ``favor_attention``.
+      mask: ``(B,)`` bool, whether token t's key is attended to (False: the state is unchanged).
+      stabilize: as in ``favor_attention``.
+      eps: as in ``favor_attention``.
+
+    Returns:
+      ``(new_state, out_t)`` with ``out_t`` of shape ``(B, N, H_v)`` in the inputs' dtype.
+    """
+    if not isinstance(state, DecodeState):
+        raise TypeError(f"state must be a DecodeState, got {type(state).__name__}")
+    query, key, value, _ = check_qkv(query[:, None], key[:, None], value[:, None], causal=True)
+    batch, _, num_heads, head_dim = key.shape
+    if state.kv_sum.shape[:2] != (batch, num_heads) or state.kv_sum.shape[-1] != value.shape[-1]:
+        raise ValueError(
+            f"state of shape {state.kv_sum.shape} does not match batch {batch}, heads "
+            f"{num_heads} and value dim {value.shape[-1]}"
+        )
+    mask = check_mask(None if mask is None else mask[:, None], batch, 1)[:, 0]
+    projection, projection_axis = check_projection(projection, head_dim, num_heads)
+    fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    return _favor_decode_step(
+        state,
+        query[:, 0],
+        key[:, 0],
+        value[:, 0],
+        mask,
+        projection,
+        fmap,
+        axes=(projection_axis, map_axis),
+        stabilize=resolve_stabilize(stabilize, fmap),
+        eps=default_eps(eps, state.kv_sum.dtype),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("axes", "stabilize", "eps"))
+def _favor_decode_step(
+    state: DecodeState,
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    *,
+    axes: HeadAxes,
+    stabilize: bool,
+    eps: float,
+) -> tuple[DecodeState, jax.Array]:
+    out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
+    dtype = state.kv_sum.dtype
+    floor = log_floor(dtype)
+
+    def head(kv_sum, k_sum, offset, q, k, v, valid, proj, f):
+        # q, k: (H,), v: (H_v,), kv_sum: (m, H_v), k_sum: (m,), offset, valid: ().
+        q, k = normalise(q.astype(dtype)), normalise(k.astype(dtype))
+        v = v.astype(dtype)
+        phi_q = query_features(q[None], proj, f, stabilize)[0]
+        psi_k, mu = key_features(k[None], valid[None], proj, f, stabilize, floor)
+        v = jnp.where(valid, v, 0)
+        new_offset = jnp.maximum(offset, mu[0])
+        old_factor = jnp.exp(offset - new_offset)
+        key_features_t = psi_k[0] * jnp.exp(mu[0] - new_offset)
+        kv_sum = old_factor * kv_sum + key_features_t[:, None] * v[None, :]
+        k_sum = old_factor * k_sum + key_features_t
+        out = (phi_q @ kv_sum) / jnp.maximum(phi_q @ k_sum, eps)
+        return kv_sum, k_sum, new_offset, out
+
+    over_heads = jax.vmap(head, in_axes=(0, 0, 0, 0, 0, 0, None, *axes))
+    over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None))
+    kv_sum, k_sum, offset, out = over_batch(
+        state.kv_sum, state.k_sum, state.log_offset, query, key, value, mask, projection, fmap
+    )
+    return DecodeState(kv_sum, k_sum, offset), out.astype(out_dtype)

@@ -1,0 +1,58 @@
+"""Exact softmax attention in FAVOR's conventions: the reference that FAVOR approximates."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from rfjax.attention._checks import check_causal, check_mask, check_qkv, compute_dtype
+
+
+def softmax_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    *,
+    causal: bool = False,
+    mask: jax.Array | None = None,
+) -> jax.Array:
+    """Exact softmax attention softmax(q k^T / sqrt(H)) v: the reference for FAVOR.
+
+    Same conventions as ``favor_attention`` (BTNH shapes, key padding mask, causal), computed in
+    at least float32; a query with no unmasked key gets 0.
+
+    Args:
+      query: ``(B, T, N, H)``.
+      key: ``(B, S, N, H)``.
+      value: ``(B, S, N, H_v)``.
+      causal: attend only to keys j <= t.
+      mask: key padding mask ``(B, S)``, bool, True = attend.
+
+    Returns:
+      ``(B, T, N, H_v)`` in the inputs' result dtype.
+    """
+    causal = check_causal(causal)
+    query, key, value, unbatched = check_qkv(query, key, value, causal=causal)
+    batch, key_length = key.shape[:2]
+    mask = check_mask(mask[None] if unbatched and mask is not None else mask, batch, key_length)
+    out = _softmax_attention(query, key, value, mask, causal=causal)
+    return out[0] if unbatched else out
+
+
+@functools.partial(jax.jit, static_argnames=("causal",))
+def _softmax_attention(query, key, value, mask, *, causal):
+    out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
+    dtype = compute_dtype(query, key, value)
+    query, key, value = (x.astype(dtype) for x in (query, key, value))
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key) / math.sqrt(query.shape[-1])
+    allowed = jnp.broadcast_to(mask[:, None, None, :], logits.shape)
+    if causal:
+        allowed = allowed & jnp.tril(jnp.ones(logits.shape[-2:], dtype=bool))
+    logits = jnp.where(allowed, logits, -jnp.inf)
+    shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    scores = jnp.where(allowed, jnp.exp(logits - jnp.where(allowed, shift, 0)), 0)
+    weights = scores / jnp.maximum(jnp.sum(scores, axis=-1, keepdims=True), 1.0e-30)
+    return jnp.einsum("bnts,bsnh->btnh", weights, value).astype(out_dtype)
