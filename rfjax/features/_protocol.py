@@ -139,7 +139,7 @@ class FeatureMapPair(FeatureMap):
       >>> from rfjax import features
       >>> pair = features.FeatureMapPair(features.PositiveFeatureMap(), features.ReluFeatureMap())
       >>> pair.symmetric, pair.has_log_space_form
-      (False, True)
+      (False, False)
     """
 
     query: FeatureMap
