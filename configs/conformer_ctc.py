@@ -1,6 +1,6 @@
 """Conformer-Performer with CTC on FSDD digit strings: digit error rate per attention kind.
 
-Command:
+Command (the FSDD recordings/ folder from --config.data_dir=<folder> or $RFJAX_FSDD_DIR):
   python -m experiments.main --config=configs/conformer_ctc.py          # ~23 min, 2 CPU cores
   python -m experiments.main --config=configs/conformer_ctc.py:small    # ~15 min, 2 CPU cores
   python -m experiments.main --config=configs/conformer_ctc.py:quick    # ~2 min (compile-bound)
@@ -22,6 +22,7 @@ in a NaN loss) while the others gave FAVOR+ 0.48, exact 0.49, cluster hybrid 0.5
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from configs.common import apply_overrides, parse_variant
 from configs.training import train_config
@@ -32,7 +33,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.experiment = "conformer_ctc"
     config.label = variant or "default"
-    config.data_dir = "/work/shared/data/fsdd/recordings"  # FSDD recordings/ folder
+    config.data_dir = config_dict.placeholder(str)  # FSDD recordings/; None: $RFJAX_FSDD_DIR
     config.test_speakers = ("theo",)  # held out of training
     config.num_train_utterances = 2_000
     config.num_test_utterances = 300

@@ -1,6 +1,7 @@
 """Performer-ViT on Fashion-MNIST: exact softmax vs Performer with IID, ORF and SimRF features.
 
-Command:
+Command (Fashion-MNIST from --config.data_dir=<folder>, $RFJAX_FASHION_MNIST_DIR or the Debian
+package dataset-fashion-mnist):
   python -m experiments.main --config=configs/performer_vit.py          # ~10 min on 2 CPU cores
   python -m experiments.main --config=configs/performer_vit.py:quick    # ~30 s (smoke test)
   python -m experiments.main --config=configs/performer_vit.py:paper    # accelerator, hours
@@ -16,6 +17,7 @@ random features, patch 4).
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from configs.common import apply_overrides, parse_variant
 from configs.training import train_config
@@ -25,7 +27,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = parse_variant(arg, ("quick", "paper"))
     config = ml_collections.ConfigDict()
     config.experiment = "performer_vit"
-    config.data_dir = "/usr/share/datasets/fashion-mnist"
+    # The four idx .gz files; None: $RFJAX_FASHION_MNIST_DIR, else the Debian package's folder.
+    config.data_dir = config_dict.placeholder(str)
     config.num_train_examples = 0  # 0: all 60,000
     config.num_test_examples = 0  # 0: all 10,000 (learning curve and final accuracy)
     # "exact" or a coupling name (a Performer with that coupling; see rfjax.projections).

