@@ -123,12 +123,12 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def __init__(
         self,
-        kernel="gaussian",
-        coupling="simplex",
-        features="positive",
-        n_components=100,
-        gamma=1.0,
-        random_state=None,
+        kernel: Kernel = "gaussian",
+        coupling: str = "simplex",
+        features: str = "positive",
+        n_components: int = 100,
+        gamma: float = 1.0,
+        random_state: int | np.random.RandomState | None = None,
     ):
         self.kernel = kernel
         self.coupling = coupling

@@ -8,6 +8,7 @@ Repository (https://archive.ics.uci.edu, CC BY 4.0).
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 import numpy as np
 
@@ -32,7 +33,8 @@ it on validation data as the value at which the i.i.d. positive-random-feature c
 (not the exact kernel), so that random features are effective and the couplings can be compared.
 """
 
-CATEGORICAL_ENCODINGS = ("onehot", "ordinal")
+CategoricalEncoding = Literal["onehot", "ordinal"]
+CATEGORICAL_ENCODINGS: tuple[CategoricalEncoding, ...] = ("onehot", "ordinal")
 
 # file, column separator (None: any whitespace), categorical columns, leading columns to drop.
 _FILES = {
@@ -102,7 +104,10 @@ def _encode_inputs(fields: np.ndarray, categorical: tuple[int, ...], encoding: s
 
 
 def load_uci(
-    name: str, data_dir: str | None = None, *, categorical: str = "onehot"
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    categorical: CategoricalEncoding = "onehot",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Loads one of the eight UCI classification sets of the SimRF paper.
 

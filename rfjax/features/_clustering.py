@@ -44,9 +44,12 @@ from rfjax.features._positive import positive_features
 from rfjax.features._protocol import ExponentialFeatureMap, FeatureMap, Side
 from rfjax.projections import Projection
 
-INITIALISATIONS = ("kmeans++", "random")
-MATRIX_KINDS = ("real", "complex")
-MIXTURES = ("zero_one", "gaussian")
+Initialisation = Literal["kmeans++", "random"]
+MatrixKind = Literal["real", "complex"]
+Mixture = Literal["zero_one", "gaussian"]
+INITIALISATIONS: tuple[Initialisation, ...] = ("kmeans++", "random")
+MATRIX_KINDS: tuple[MatrixKind, ...] = ("real", "complex")
+MIXTURES: tuple[Mixture, ...] = ("zero_one", "gaussian")
 
 
 def _check_points(name: str, points: object) -> jax.Array:
@@ -123,7 +126,7 @@ def kmeans(
     num_clusters: int,
     *,
     num_iterations: int = 25,
-    init: str = "kmeans++",
+    init: Initialisation = "kmeans++",
 ) -> jax.Array:
     """k-means clustering (Lloyd's algorithm) with k-means++ or random initialisation.
 
@@ -170,7 +173,7 @@ def kmeans(
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4))
 def _kmeans(
-    key: jax.Array, points: jax.Array, num_clusters: int, num_iterations: int, init: str
+    key: jax.Array, points: jax.Array, num_clusters: int, num_iterations: int, init: Initialisation
 ) -> jax.Array:
     if init == "kmeans++":
         centres = _kmeans_plus_plus(key, points, num_clusters)
@@ -184,7 +187,7 @@ def cluster_adapted_diagonals(
     query_centres: jax.Array,
     key_centres: jax.Array,
     *,
-    matrix: str = "real",
+    matrix: MatrixKind = "real",
     max_scale: float = 10.0,
 ) -> jax.Array:
     """Diagonals alpha_ij of the cluster-adapted CE matrices A_ij = diag(alpha_ij) (HRF Eq. 21).
@@ -266,7 +269,7 @@ def cluster_hybrid_parameters(
     query_centres: jax.Array,
     key_centres: jax.Array,
     *,
-    matrix: str = "real",
+    matrix: MatrixKind = "real",
     max_scale: float = 10.0,
 ) -> ClusterHybridParameters:
     """Cluster-hybrid parameters from given centres (``cluster_adapted_diagonals``)."""
@@ -283,7 +286,7 @@ def fit_cluster_hybrid(
     num_query_clusters: int,
     num_key_clusters: int,
     *,
-    matrix: str = "real",
+    matrix: MatrixKind = "real",
     num_iterations: int = 25,
     max_scale: float = 10.0,
 ) -> ClusterHybridParameters:
@@ -436,7 +439,7 @@ def cluster_hybrid_features(
     parameters: ClusterHybridParameters,
     *,
     side: Side,
-    mixture: Literal["zero_one", "gaussian"] = "zero_one",
+    mixture: Mixture = "zero_one",
     bandwidth: float | None = None,
 ) -> jax.Array:
     """Cluster-adapted hybrid features for the softmax kernel (HRF Def. H.1/H.2, Eq. 21).

@@ -24,7 +24,7 @@ def check_projection(projection: object) -> Projection:
 
 
 def project(
-    x: object, projection: object, *, lengthscale: float = 1.0
+    x: jax.Array, projection: Projection, *, lengthscale: float = 1.0
 ) -> tuple[jax.Array, jax.Array]:
     """Validates ``x: (..., d)``, rescales it by 1/lengthscale and projects it.
 
@@ -40,8 +40,8 @@ def project(
 
 
 def pointwise_features(
-    x: object,
-    projection: object,
+    x: jax.Array,
+    projection: Projection,
     function: Callable[[jax.Array], jax.Array],
     *,
     multiplier: float = 1.0,

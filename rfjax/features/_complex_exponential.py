@@ -21,11 +21,11 @@ import numpy as np
 
 from rfjax._validation import check_choice, check_inputs, is_concrete
 from rfjax.features._common import check_projection
+from rfjax.features._protocol import SIDES, Side
+from rfjax.projections import Projection
 
-SIDES = ("query", "key")
 
-
-def check_side(side: object) -> str:
+def check_side(side: object) -> Side:
     """Returns ``side`` if it is ``"query"`` or ``"key"``, else raises."""
     return check_choice("side", side, SIDES)
 
@@ -70,7 +70,7 @@ def check_matrix(matrix: object, dim: int, dtype: jnp.dtype) -> jax.Array:
 
 
 def transform(
-    x: jax.Array, matrix: jax.Array, side: str, *, diagonal: bool
+    x: jax.Array, matrix: jax.Array, side: Side, *, diagonal: bool
 ) -> tuple[jax.Array, jax.Array | None]:
     """u = A x (query) or A^{-T} x (key) as real and imaginary parts (``None`` for real A).
 
@@ -91,7 +91,11 @@ def transform(
 
 
 def features_from_transformed(
-    real: jax.Array, imag: jax.Array | None, projection: object, side: str, dtype: jnp.dtype
+    real: jax.Array,
+    imag: jax.Array | None,
+    projection: Projection,
+    side: Side,
+    dtype: jnp.dtype,
 ) -> jax.Array:
     """Real CE features of u = real + i imag (already transformed by A or A^{-T}).
 
@@ -114,7 +118,7 @@ def features_from_transformed(
 
 
 def complex_exponential_features(
-    x: jax.Array, projection: object, matrix: jax.Array, *, side: str
+    x: jax.Array, projection: Projection, matrix: jax.Array, *, side: Side
 ) -> jax.Array:
     """Real-valued complex-exponential features for the softmax kernel SM(x, y) = exp(x.y).
 

@@ -10,10 +10,11 @@ import jax.numpy as jnp
 
 from rfjax._validation import check_coefficients
 from rfjax.features._common import check_projection, project
+from rfjax.projections import Projection
 
 
 def polynomial_features(
-    x: jax.Array, projection: object, *, coefficients: Sequence[float]
+    x: jax.Array, projection: Projection, *, coefficients: Sequence[float]
 ) -> jax.Array:
     """Random features for K(x, y) = sum_{i=1}^l c_i (x . y)^i, c_i >= 0.
 

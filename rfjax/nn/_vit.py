@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
-from rfjax.nn._attention import PerformerAttention
+from rfjax.nn._attention import AttentionKind, PerformerAttention
 
-POOLINGS = ("cls", "mean")
+Pooling = Literal["cls", "mean"]
+POOLINGS: tuple[Pooling, ...] = ("cls", "mean")
 
 
 class _Block(nn.Module):
@@ -20,7 +22,7 @@ class _Block(nn.Module):
     mlp_dim: int
     dropout_rate: float
     attention: dict
-    dtype: Any
+    dtype: DTypeLike | None
 
     @nn.compact
     def __call__(self, x, *, train: bool, projection_step):
@@ -71,14 +73,14 @@ class PerformerViT(nn.Module):
     num_heads: int = 4
     mlp_dim: int = 128
     dropout_rate: float = 0.0
-    pooling: str = "cls"
+    pooling: Pooling = "cls"
     representation_size: int | None = None
-    attention_kind: str = "performer"
+    attention_kind: AttentionKind = "performer"
     coupling: str = "orthogonal"
     num_features: int = 32
     feature_map: str = "positive"
     redraw_interval: int = 1000
-    dtype: Any = None
+    dtype: DTypeLike | None = None
 
     @nn.compact
     def __call__(

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from rfjax._validation import check_choice, check_float_dtype, check_int, check_key
 from rfjax.projections._base import DenseProjection
@@ -26,7 +28,7 @@ SIMPLEX_MIN_DIM = 2
 
 
 def _validate(
-    key: jax.Array, dim: int, num_features: int, dtype: object, *, min_dim: int = 1
+    key: jax.Array, dim: int, num_features: int, dtype: DTypeLike, *, min_dim: int = 1
 ) -> tuple[int, int, jnp.dtype]:
     check_key("key", key)
     dim = check_int("dim", dim, minimum=min_dim)
@@ -111,7 +113,7 @@ def _gaussian(key, dim, num_features, dtype):
 
 
 def gaussian(
-    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32
+    key: jax.Array, dim: int, num_features: int, *, dtype: DTypeLike = jnp.float32
 ) -> DenseProjection:
     """I.i.d. Gaussian projections (IIDRF): every entry of W is N(0, 1).
 
@@ -141,7 +143,7 @@ def _orthogonal(key, dim, num_features, dtype):
 
 
 def orthogonal(
-    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32
+    key: jax.Array, dim: int, num_features: int, *, dtype: DTypeLike = jnp.float32
 ) -> DenseProjection:
     """Orthogonal random features (ORF): blocks W = D R with R Haar on O(d), D chi_d norms.
 
@@ -189,8 +191,8 @@ def simplex(
     dim: int,
     num_features: int,
     *,
-    dtype: object = jnp.float32,
-    partial_block: str = "truncate",
+    dtype: DTypeLike = jnp.float32,
+    partial_block: Literal["truncate", "simplex"] = "truncate",
 ) -> DenseProjection:
     """Simplex random features (SimRF, Eq. 8): blocks W = D S R.
 
@@ -251,7 +253,12 @@ def _simplex_plus(key, dim, num_features, dtype, num_sweeps):
 
 
 def simplex_plus(
-    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32, num_sweeps: int = 5
+    key: jax.Array,
+    dim: int,
+    num_features: int,
+    *,
+    dtype: DTypeLike = jnp.float32,
+    num_sweeps: int = 5,
 ) -> DenseProjection:
     """Weight-dependent simplex random features (SimRF+, Eq. 15-17): blocks W = D S+ R.
 

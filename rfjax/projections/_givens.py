@@ -8,6 +8,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from rfjax._validation import check_int
 from rfjax.projections._base import Projection
@@ -134,7 +135,7 @@ def givens(
     dim: int,
     num_features: int,
     *,
-    dtype: object = jnp.float32,
+    dtype: DTypeLike = jnp.float32,
     num_layers: int | None = None,
 ) -> GivensProjection:
     """Orthogonal blocks from products of random Givens rotations, with chi_d norms.

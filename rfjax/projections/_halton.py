@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from rfjax._validation import check_float_dtype, check_int, check_key
 from rfjax.projections._base import DenseProjection
@@ -54,7 +55,7 @@ def _halton(key, dim, num_features, dtype):
 
 
 def halton(
-    key: jax.Array, dim: int, num_features: int, *, dtype: object = jnp.float32
+    key: jax.Array, dim: int, num_features: int, *, dtype: DTypeLike = jnp.float32
 ) -> DenseProjection:
     """Randomised Halton projections: w_i = Phi^{-1}(frac(h_i + u)), u ~ U[0, 1)^d.
 
