@@ -23,7 +23,7 @@ import optax
 
 from configs.common import require_names, require_positive
 from experiments import outputs, train
-from rfjax import projections
+from rfjax import features, projections
 from rfjax.data import load_fashion_mnist
 from rfjax.nn import PerformerViT
 
@@ -47,6 +47,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       ValueError: naming the field, the value and what is allowed.
     """
     require_names(config, "attentions", ("exact", *projections.available()))
+    require_names(config.model, "feature_map", features.available(), prefix="config.model")
     if not config.seeds:
         raise ValueError("config.seeds must hold at least one seed")
     require_positive(config, "eval_batch_size")

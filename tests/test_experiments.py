@@ -111,6 +111,11 @@ def test_validation_checks_types_and_names_of_every_experiment():
     config.train.optimizer, config.train.log_every_steps = "adam", 0
     with pytest.raises(ValueError, match=r"config\.train\.log_every_steps must be finite and > 0"):
         validate_config(config)
+    # Feature-map names come from the registry (rfjax.features.available()).
+    config = performer_vit_config.get_config("quick")
+    config.model.feature_map = "softmax"
+    with pytest.raises(ValueError, match=r"config.model.feature_map: 'softmax' is not one of"):
+        validate_config(config)
 
 
 def test_every_experiment_module_validates_with_validate_config():
