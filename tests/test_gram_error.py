@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -77,11 +78,12 @@ def test_paired_differences_of_block_couplings(quick_run):
 def test_expected_squared_error_is_the_sum_of_pointwise_mses():
     x = np.array([[0.1, -0.2, 0.05], [0.0, 0.3, -0.1]])
     total = gram_error.expected_squared_error(x, 3, "orthogonal")
-    pairs = [
-        gram_error.theory.prf_mse(x[i], x[j], 3, coupling="orthogonal")
-        for i in range(2)
-        for j in range(2)
-    ]
+    with jax.enable_x64(True):  # the closed forms are float64 only with x64 on, as the experiment
+        pairs = [
+            gram_error.theory.prf_mse(x[i], x[j], 3, coupling="orthogonal")
+            for i in range(2)
+            for j in range(2)
+        ]
     assert total == pytest.approx(float(np.sum(pairs)), rel=1e-12)
     assert math.isnan(gram_error.expected_squared_error(x, 3, "simplex_plus"))
 

@@ -549,7 +549,14 @@ def test_theorem_3_1_both_variants_discriminating_setting():
     np.testing.assert_allclose([predicted_i, predicted_ii], [0.1070, 0.0747], rtol=5e-3)
 
 
-def test_lemma_3_2_coefficient_moments():
+@pytest.fixture
+def float64():
+    """The closed forms of rfjax.theory are float64 only with x64 enabled."""
+    with jax.enable_x64(True):
+        yield
+
+
+def test_lemma_3_2_coefficient_moments(float64):
     args = (1.3, 0.3, 2.0)
     x, y = _pair(*args)
     moments = theory.angular_coefficient_moments(x, y, NUM_SIGNS)
@@ -582,7 +589,7 @@ def test_angular_hybrid_relative_error(variant):
     )
 
 
-def test_theory_identities():
+def test_theory_identities(float64):
     r = 1.1
     thetas = np.linspace(0.0, math.pi, 2001)
     x = np.stack([np.full_like(thetas, r), np.zeros_like(thetas), *[np.zeros_like(thetas)] * 2], -1)

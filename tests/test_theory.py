@@ -1,23 +1,37 @@
-"""Tests for rfjax.theory: reference values, series vs quadrature, identities, Monte Carlo.
+"""Tests for rfjax.theory: reference values, series vs quadrature, identities, Monte Carlo, the
+simplex conformity at large |x + y| against mpmath, and composition with jit / vmap / grad.
 
-Statistical checks use fixed keys and pass when |measured - predicted| <= 4 standard errors.
+The closed forms are checked in float64 (every test here runs with ``jax_enable_x64``; the
+Monte Carlo draws are float32, as the samplers' default). Statistical checks use fixed keys and
+pass when |measured - predicted| <= 4 standard errors.
 """
 
 from __future__ import annotations
 
+import doctest
 import functools
+import json
 import math
 
 import jax
 import jax.numpy as jnp
+import mpmath_reference
 import numpy as np
 import pytest
+from scipy import special
 
 from rfjax import projections, theory
+from rfjax.theory import _conformity, _hybrid, _mse, _series
 
 NSIG = 4.0
 NUM_DRAWS = 40_000
 DIM = 6
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    with jax.enable_x64(True):
+        yield
 
 
 def _pair(dim: int, norm_x: float, norm_y: float, cosine: float) -> tuple[np.ndarray, np.ndarray]:
@@ -146,11 +160,13 @@ def test_small_v_prefactor_is_the_limit_of_prf_mse(coupling, num_features):
 
 @pytest.mark.parametrize("dim", [2, 3, 6, 16, 64, 256])
 def test_series_agree_with_quadrature_of_eq21(dim):
+    # simplex_conformity is the quadrature of Eq. 21; Eq. 24 (the paper's series) is summed in
+    # exact arithmetic by mpmath. ORF: the 1F1 series (Eq. 23) against the quadrature.
     v = np.array([0.0, 0.3, 0.5, 1.0, 2.0, 3.0])
     np.testing.assert_allclose(
         theory.simplex_conformity(dim, v),
-        theory.conformity_at_angle(dim, v, math.acos(-1 / (dim - 1))),
-        rtol=1e-9,
+        np.exp(mpmath_reference.log_simplex_series(dim, v)),
+        rtol=1e-12,
     )
     np.testing.assert_allclose(
         theory.orthogonal_conformity(dim, v),
@@ -172,10 +188,10 @@ def test_no_overflow_for_large_dim(dim):
     rho_iid = theory.iid_conformity(v)
     rho_orf = theory.orthogonal_conformity(dim, v)
     rho_sim = theory.simplex_conformity(dim, v)
-    quad_sim = theory.conformity_at_angle(dim, v, math.acos(-1 / (dim - 1)))
-    for rho in (rho_orf, rho_sim, quad_sim):
+    series_sim = np.exp(mpmath_reference.log_simplex_series(dim, v))
+    for rho in (rho_orf, rho_sim):
         assert np.all(np.isfinite(rho))
-    np.testing.assert_allclose(rho_sim, quad_sim, rtol=1e-9)
+    np.testing.assert_allclose(rho_sim, series_sim, rtol=1e-12)
     np.testing.assert_allclose(rho_orf[0], 1.0, rtol=1e-12)
     assert np.all(rho_sim[1:] < rho_orf[1:]) and np.all(rho_orf[1:] < rho_iid[1:])
     x, y = _pair(dim, 1.5, 1.5, 0.0)  # v^2 = 4.5
@@ -383,6 +399,226 @@ def test_monte_carlo_conformity_with_a_sampler_callable_and_general_angle():
     )
     _assert_within(mean, se, float(pair_sum / 72))
     assert isinstance(mean, float) and isinstance(se, float) and se > 0
+
+
+# --------------------------------------------------------------------------------------------
+# The simplex conformity at large |x + y| (issue 19, item 2) against mpmath
+# --------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _mpmath_grid() -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The stored mpmath quadrature of Eq. 21 (``mpmath_reference.main``): d -> (v, log rho)."""
+    rows = json.loads(mpmath_reference.GRID_PATH.read_text())["rows"]
+    table = np.array(rows, dtype=np.float64)
+    return {
+        int(dim): (table[table[:, 0] == dim, 1], table[table[:, 0] == dim, 2])
+        for dim in np.unique(table[:, 0])
+    }
+
+
+def _relative_error(log_value: np.ndarray, log_reference: np.ndarray) -> np.ndarray:
+    return np.abs(np.expm1(np.asarray(log_value) - log_reference))
+
+
+@pytest.mark.parametrize("dim", mpmath_reference.GRID_DIMS)
+def test_simplex_conformity_matches_mpmath_up_to_v40(dim):
+    # d in [2, 1024], v in [0, 40] (values up to e^1213: compared in log space). The old Eq. 24
+    # series was 1.5e-5 off at d = 8, v = 14, had the wrong sign at v = 18 and was 56% off at
+    # d = 4, v = 12. Relative error 1e-12: the log's own float64 rounding at log rho ~ 1000 is
+    # 1.1e-13.
+    v, log_reference = _mpmath_grid()[dim]
+    log_rho = theory.log_conformity("simplex", dim, v)
+    assert np.max(_relative_error(log_rho, log_reference)) <= 1e-12
+    finite = log_reference < 700  # where rho itself is a finite float64
+    np.testing.assert_allclose(
+        theory.simplex_conformity(dim, v[finite]), np.exp(log_reference[finite]), rtol=1e-12
+    )
+
+
+@pytest.mark.parametrize(("dim", "v"), [(8, 14.0), (8, 18.0), (3, 12.0), (4, 12.0)])
+def test_simplex_conformity_issue_cases_against_live_mpmath(dim, v):
+    # The issue's failing cases, with the reference recomputed here (not read from the file).
+    reference = mpmath_reference.log_conformity_quadrature(dim, v, -1.0 / (dim - 1))
+    assert _relative_error(theory.log_conformity("simplex", dim, v), reference) <= 1e-12
+
+
+@pytest.mark.slow
+def test_stored_mpmath_grid_is_reproduced():
+    for dim, (v, stored) in _mpmath_grid().items():
+        fresh = [mpmath_reference.log_conformity_quadrature(dim, x, -1.0 / (dim - 1)) for x in v]
+        np.testing.assert_allclose(fresh, stored, rtol=0, atol=1e-12 * np.maximum(1, stored))
+
+
+@pytest.mark.parametrize("dim", mpmath_reference.GRID_DIMS)
+def test_simplex_below_orthogonal_below_iid_up_to_v40(dim):
+    v = _mpmath_grid()[dim][0][1:]  # v > 0
+    log_sim = np.asarray(theory.log_conformity("simplex", dim, v))
+    log_orf = np.asarray(theory.log_conformity("orthogonal", dim, v))
+    log_iid = np.asarray(theory.log_conformity("gaussian", dim, v))
+    assert np.all(log_sim < log_orf) and np.all(log_orf < log_iid)
+
+
+def test_simplex_conformity_memory_is_bounded_and_large_v_is_rejected():
+    # The old series allocated O(v^4) (1.6 GB at v = 20, 108 TiB attempted at v = 1000). Now a
+    # compiled evaluation of 1000 values uses a bounded workspace whatever the values.
+    values = jnp.linspace(0.0, 20.0, 1000)
+    compiled = jax.jit(lambda v: theory.simplex_conformity(8, v)).lower(values).compile()
+    workspace = compiled.memory_analysis().temp_size_in_bytes
+    assert workspace <= 1000 * 16384, workspace  # < 16 KiB per value (6.4 KiB measured)
+    with pytest.raises(ValueError, match="v = 1000 is beyond the range v <= 100"):
+        theory.simplex_conformity(8, 1000.0)
+    # Traced, an out-of-range value is NaN in its own element only.
+    traced = np.asarray(compiled(values.at[-1].set(1000.0)))
+    assert np.all(np.isfinite(traced[:-1])) and math.isnan(traced[-1])
+    np.testing.assert_allclose(traced[-2], theory.simplex_conformity(8, values[-2]), rtol=1e-14)
+
+
+def test_conformity_at_any_angle_matches_mpmath():
+    # Both signs of cos(theta), the peak at the boundary (theta = 0), d = 1, large v.
+    for dim, v, theta in [(1, 5.0, 2.0), (6, 20.0, 0.0), (6, 12.0, 2.5), (64, 20.0, math.pi)]:
+        reference = mpmath_reference.log_conformity_quadrature(dim, v, math.cos(theta))
+        log_rho = np.log(theory.conformity_at_angle(dim, v, theta))
+        assert _relative_error(log_rho, reference) <= 1e-12, (dim, v, theta)
+
+
+# --------------------------------------------------------------------------------------------
+# Composition with jit, vmap and grad (issue 20, point 1)
+# --------------------------------------------------------------------------------------------
+
+
+def test_prf_mse_under_jit_and_vmap_matches_eager():
+    # The issue's call, then a user's vmap over inputs (PRF and RFF in one function).
+    jitted = jax.jit(lambda a, b: theory.prf_mse(a, b, 8, coupling="simplex"))(PRF_X, PRF_Y)
+    np.testing.assert_allclose(
+        jitted, theory.prf_mse(PRF_X, PRF_Y, 8, coupling="simplex"), rtol=1e-14
+    )
+    assert jitted.dtype == jnp.float64
+    rng = np.random.default_rng(5)
+    xs = 0.4 * rng.standard_normal((7, DIM))
+
+    def both(a):
+        return jnp.stack(
+            [
+                theory.prf_mse(a, PRF_Y, 9, coupling="orthogonal"),
+                theory.rff_mse(a, RFF_Y, 9, coupling="simplex"),
+            ]
+        )
+
+    eager = np.stack(
+        [
+            theory.prf_mse(xs, PRF_Y, 9, coupling="orthogonal"),
+            theory.rff_mse(xs, RFF_Y, 9, coupling="simplex"),
+        ],
+        axis=-1,
+    )
+    np.testing.assert_allclose(jax.jit(jax.vmap(both))(xs), eager, rtol=1e-13)
+
+
+def _central_difference(f, t: float, step: float = 1e-5) -> float:
+    return (float(f(t + step)) - float(f(t - step))) / (2 * step)
+
+
+@pytest.mark.parametrize("coupling", ["gaussian", "orthogonal", "simplex"])
+def test_prf_mse_gradient_in_temperature_matches_finite_differences(coupling):
+    # MSE of the softmax-kernel estimate of exp(x.y / tau) (inputs scaled by 1/sqrt(tau)), the
+    # quantity one tunes a temperature on; blocks (6, 3).
+    def mse(tau):
+        scale = 1.0 / jnp.sqrt(tau)
+        return theory.prf_mse(scale * PRF_X, scale * PRF_Y, 9, coupling=coupling, kernel="softmax")
+
+    slope = jax.jit(jax.grad(mse))
+    for tau in (0.5, 1.0, 2.0):
+        np.testing.assert_allclose(slope(tau), _central_difference(mse, tau), rtol=1e-7)
+
+
+def test_rff_mse_gap_and_angle_are_differentiable():
+    def rff(scale):
+        return theory.rff_mse(scale * RFF_X, scale * RFF_Y, 9, coupling="orthogonal") + (
+            theory.rff_mse(scale * RFF_X, scale * RFF_Y, 9, coupling="simplex")
+        )
+
+    def gap(scale):
+        return theory.prf_orthogonality_gap(scale * PRF_X, scale * PRF_Y, DIM)
+
+    def angle(theta):
+        return theory.conformity_at_angle(DIM, 2.0, theta)
+
+    for f, t in ((rff, 1.3), (gap, 0.7), (angle, 1.9)):
+        np.testing.assert_allclose(jax.jit(jax.grad(f))(t), _central_difference(f, t), rtol=1e-7)
+    # At v = 0 (x = -y) the derivatives are finite (no sqrt of v^2 inside).
+    grads = jax.grad(lambda a: theory.prf_mse(a, -a, 6, coupling="simplex"))(jnp.asarray(PRF_X))
+    assert np.all(np.isfinite(grads))
+
+
+def test_hybrid_theory_composes_with_jit_and_grad():
+    def total(scale):
+        x, y = scale * PRF_X, scale * RFF_Y
+        return (
+            theory.angular_hybrid_mse(x, y, 8, 4, variant="shared")
+            + theory.complex_exponential_mse(x, y, jnp.full(DIM, 1.2), 8)
+            + theory.angular_hybrid_relative_error(1.0, scale, 8, 4)
+        )
+
+    np.testing.assert_allclose(jax.jit(total)(0.9), total(0.9), rtol=1e-14)
+    slope = jax.jit(jax.grad(total))(0.9)
+    np.testing.assert_allclose(slope, _central_difference(total, 0.9), rtol=1e-7)
+
+
+def test_float32_without_x64():
+    with jax.enable_x64(False):
+        value = theory.prf_mse(PRF_X, PRF_Y, 9, coupling="simplex")
+        rho = theory.simplex_conformity(DIM, 2.0)
+    assert value.dtype == jnp.float32 and rho.dtype == jnp.float32
+    np.testing.assert_allclose(
+        value, theory.prf_mse(PRF_X, PRF_Y, 9, coupling="simplex"), rtol=1e-5
+    )
+    np.testing.assert_allclose(rho, theory.simplex_conformity(DIM, 2.0), rtol=1e-5)
+
+
+def test_simplex_plus_explains_why_it_has_no_closed_form():
+    for call in (
+        lambda: theory.prf_mse(PRF_X, PRF_Y, 6, coupling="simplex_plus"),
+        lambda: theory.conformity("simplex_plus", DIM, 1.0),
+    ):
+        with pytest.raises(ValueError, match=r"no closed form.*re-optimised for every draw"):
+            call()
+    assert "re-optimised" in theory.no_closed_form_reason("simplex_plus")
+    assert "no closed form" in theory.no_closed_form_reason("halton")
+    assert theory.no_closed_form_reason("simplex") == ""
+    assert "simplex_plus" not in theory.COUPLINGS
+
+
+# --------------------------------------------------------------------------------------------
+# log 0F1 (moved from experiments/conformity.py)
+# --------------------------------------------------------------------------------------------
+
+
+def test_log_hyp0f1_matches_mpmath_and_scipy_derivative():
+    z = np.array([0.0, 1e-3, 0.7, 12.0, 300.0, 1e4])
+    for b in (0.5, 3.0, 32.0):
+        slope = jax.jit(jax.vmap(jax.grad(functools.partial(theory.log_hyp0f1, b))))
+        exact = [float(mpmath_reference.mp.log(mpmath_reference.mp.hyp0f1(b, t))) for t in z]
+        np.testing.assert_allclose(theory.log_hyp0f1(b, z), exact, rtol=1e-15, atol=1e-15)
+        expected = special.hyp0f1(b + 1, z) / (b * special.hyp0f1(b, z))
+        np.testing.assert_allclose(slope(jnp.asarray(z)), expected, rtol=1e-12)
+    # Where 0F1 itself overflows (log 0F1 ~ 2 sqrt(z) = 2000): against the exponentially scaled
+    # Bessel function, 0F1(; b; z) = Gamma(b) z^((1-b)/2) I_{b-1}(2 sqrt(z)).
+    b, z = 2.5, 1e6
+    expected = (
+        math.lgamma(b) + 0.5 * (1 - b) * math.log(z) + math.log(special.ive(b - 1, 2e3)) + 2e3
+    )
+    np.testing.assert_allclose(theory.log_hyp0f1(b, z), expected, rtol=1e-14)
+    with pytest.raises(ValueError, match="z must lie in"):
+        theory.log_hyp0f1(1.0, -1.0)
+    with pytest.raises(ValueError, match="b must be > 0"):
+        theory.log_hyp0f1(0.0, 1.0)
+
+
+def test_docstring_examples_run():
+    for module in (_conformity, _mse, _hybrid, _series):
+        result = doctest.testmod(module, extraglobs={"jax": jax, "jnp": jnp})
+        assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
 # --------------------------------------------------------------------------------------------

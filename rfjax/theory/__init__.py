@@ -1,20 +1,34 @@
-"""Closed-form error theory of random features: RF-conformity and MSEs (NumPy float64 oracles).
+"""Closed-form error theory of random features: RF-conformity and MSEs, as JAX functions.
 
 * RF-conformity (SimRF Eq. 10) of one block: ``iid_conformity`` (Eq. 19),
   ``orthogonal_conformity`` (Eq. 23), ``simplex_conformity`` (Eq. 24), ``conformity_at_angle``
-  (Eq. 21 by quadrature), ``conformity`` (by coupling name); over several independent blocks:
-  ``effective_conformity`` with ``block_sizes``.
+  (Eq. 21 by quadrature), ``conformity`` and ``log_conformity`` (by coupling name); over several
+  independent blocks: ``effective_conformity`` with ``block_sizes``.
 * MSEs: ``prf_mse`` (positive features, Eq. 11; Gaussian and softmax kernels), ``rff_mse``
   (Fourier features, sin/cos and cosine+bias embeddings), the orthogonality gaps
   ``prf_orthogonality_gap`` (Eq. 25) and ``rff_orthogonality_gap`` (Eq. 26),
   ``rff_orthogonal_mse_ratio_asymptotic`` (Eq. 27) and ``small_v_prefactor`` (Sec. 5.1).
-* ``monte_carlo_conformity``: the JAX Monte Carlo check for any coupling.
 * Hybrid random features (softmax kernel, i.i.d. projections): ``trigonometric_mse`` and
   ``positive_antithetic_mse`` (Lemma 2.2), ``complex_exponential_mse`` (real part of the CE
   estimator), ``angular_coefficient_moments`` (Lemma 3.2), ``angular_hybrid_mse`` (Theorem 3.1,
   both variants), relative errors on the sphere ``trigonometric_relative_error``,
   ``positive_relative_error``, ``max_relative_error`` (Lemma 3.4) and
   ``angular_hybrid_relative_error`` (Theorem 3.5, exact per-angle expression).
+* ``log_hyp0f1``: log 0F1(; b; z), the radial average behind RF-conformity (Eq. 10, 31-33).
+* ``monte_carlo_conformity``: the Monte Carlo check for any coupling; ``COUPLINGS`` (those with
+  closed forms) and ``no_closed_form_reason`` (why the others, e.g. SimRF+, have none).
+
+JAX composition. Every closed form above is a JAX function of its array arguments: it runs under
+``jax.jit``, ``jax.vmap`` and ``jax.grad`` (series are summed in ``lax.while_loop`` with exact
+``custom_jvp`` derivative rules), in float64 when ``jax_enable_x64`` is on and float32 otherwise,
+with no NumPy or SciPy on traced values. Names, dimensions and feature counts are static Python
+arguments. Value checks (finite inputs, ranges such as |x + y| <= 100 for the series-based forms)
+raise ``ValueError`` on concrete inputs; under tracing an out-of-range element is NaN instead.
+``small_v_prefactor`` and ``block_sizes`` take only static arguments and return Python numbers.
+
+Host-only: ``monte_carlo_conformity`` alone. It draws projections with a jitted kernel but
+returns Python floats (mean and standard error, averaged in float64 on the host), so it cannot be
+traced; it is a check on the closed forms, not a closed form.
 
 References: Reid et al. 2023, "Simplex Random Features", arXiv:2301.13856; Choromanski et al.
 2022, "Hybrid Random Features", arXiv:2110.04367.
@@ -26,6 +40,7 @@ from rfjax.theory._conformity import (
     conformity_at_angle,
     effective_conformity,
     iid_conformity,
+    log_conformity,
     orthogonal_conformity,
     simplex_conformity,
 )
@@ -41,6 +56,7 @@ from rfjax.theory._hybrid import (
     trigonometric_mse,
     trigonometric_relative_error,
 )
+from rfjax.theory._inputs import COUPLINGS, no_closed_form_reason
 from rfjax.theory._monte_carlo import monte_carlo_conformity
 from rfjax.theory._mse import (
     prf_mse,
@@ -50,8 +66,10 @@ from rfjax.theory._mse import (
     rff_orthogonality_gap,
     small_v_prefactor,
 )
+from rfjax.theory._series import log_hyp0f1
 
 __all__ = [
+    "COUPLINGS",
     "AngularCoefficientMoments",
     "angular_coefficient_moments",
     "angular_hybrid_mse",
@@ -62,8 +80,11 @@ __all__ = [
     "conformity_at_angle",
     "effective_conformity",
     "iid_conformity",
+    "log_conformity",
+    "log_hyp0f1",
     "max_relative_error",
     "monte_carlo_conformity",
+    "no_closed_form_reason",
     "orthogonal_conformity",
     "positive_antithetic_mse",
     "positive_relative_error",

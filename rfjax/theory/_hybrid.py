@@ -1,7 +1,8 @@
 """Closed-form errors of the HRF estimators of the softmax kernel SM(x, y) = exp(x.y).
 
-NumPy float64, vectorised over inputs of shape (..., d) (batch shapes broadcast). All results
-are for i.i.d. Gaussian projections (the setting of the HRF paper). Notation: z = x + y,
+JAX functions (``jit``, ``vmap``, ``grad``) of inputs of shape (..., d) (batch shapes broadcast),
+in float64 when ``jax_enable_x64`` is on and float32 otherwise. All results are for i.i.d.
+Gaussian projections (the setting of the HRF paper). Notation: z = x + y,
 Delta = x - y, theta the angle between x and y (pi/2 when either is zero, as in
 ``rfjax.kernels``), m projections for each base estimator, n for the angular coefficient.
 
@@ -13,28 +14,34 @@ References:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rfjax._validation import check_choice, check_int
+from rfjax._validation import check_choice, check_int, is_concrete
 from rfjax.theory import _inputs
 
-VARIANTS = ("independent", "shared")
+Variant = Literal["independent", "shared"]
+VARIANTS: tuple[Variant, ...] = ("independent", "shared")
 
 
-def _sq(v: np.ndarray) -> np.ndarray:
-    return np.sum(v * v, axis=-1)
+def _sq(v: jax.Array) -> jax.Array:
+    return jnp.sum(v * v, axis=-1)
 
 
-def _angle(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    norms = np.sqrt(_sq(x) * _sq(y))
-    cosine = np.where(norms > 0, np.sum(x * y, axis=-1) / np.where(norms > 0, norms, 1.0), 0.0)
-    return np.arccos(np.clip(cosine, -1.0, 1.0))
+def _angle(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Angle between x and y; pi/2 when either is zero (the derivative there is then 0)."""
+    norms2 = _sq(x) * _sq(y)
+    positive = norms2 > 0
+    safe = jnp.sqrt(jnp.where(positive, norms2, 1.0))
+    cosine = jnp.where(positive, jnp.sum(x * y, axis=-1) / safe, 0.0)
+    return jnp.arccos(jnp.clip(cosine, -1.0, 1.0))
 
 
-def trigonometric_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> np.ndarray:
+def trigonometric_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> jax.Array:
     """MSE of the trigonometric estimator SM-hat^{trig}_m (HRF Lemma 2.2, Eq. 7).
 
       MSE = (1/(2m)) e^{|z|^2} SM^{-2}(x, y) (1 - e^{-|Delta|^2})^2
@@ -48,20 +55,25 @@ def trigonometric_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> np.ndarr
       num_features: m >= 1 (width 2m).
 
     Returns:
-      float64 array of the broadcast batch shape.
+      Array of the broadcast batch shape.
 
     Raises:
       TypeError, ValueError: for non-floating, non-finite or mismatched inputs, or m < 1.
+
+    Examples:
+      >>> x = jnp.array([1.0, 0.0]); y = jnp.array([0.0, 1.0])
+      >>> round(float(trigonometric_mse(x, y, 4)), 6)  # e^2 (1 - e^-2)^2 / 8
+      0.690549
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.2.
     """
     m = _inputs.feature_count(num_features)
     x, y = _inputs.point_pair(x, y)
-    return np.exp(_sq(x) + _sq(y)) * np.expm1(-_sq(x - y)) ** 2 / (2 * m)
+    return jnp.exp(_sq(x) + _sq(y)) * jnp.expm1(-_sq(x - y)) ** 2 / (2 * m)
 
 
-def positive_antithetic_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> np.ndarray:
+def positive_antithetic_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> jax.Array:
     """MSE of the antithetic positive estimator SM-hat^{++}_m (HRF Lemma 2.2, Eq. 7).
 
       MSE = (1/(2m)) e^{|z|^2} SM^2(x, y) (1 - e^{-|z|^2})^2,
@@ -74,7 +86,7 @@ def positive_antithetic_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> np
       num_features: m >= 1 (width 2m: the pairs +-w_i).
 
     Returns:
-      float64 array of the broadcast batch shape.
+      Array of the broadcast batch shape.
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.2, Eq. 3.
@@ -82,16 +94,18 @@ def positive_antithetic_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> np
     m = _inputs.feature_count(num_features)
     x, y = _inputs.point_pair(x, y)
     z2 = _sq(x + y)
-    return np.exp(z2 + 2.0 * np.sum(x * y, axis=-1)) * np.expm1(-z2) ** 2 / (2 * m)
+    return jnp.exp(z2 + 2.0 * jnp.sum(x * y, axis=-1)) * jnp.expm1(-z2) ** 2 / (2 * m)
 
 
-def _check_matrix(matrix: object, dim: int) -> np.ndarray:
+def _check_matrix(matrix: ArrayLike, dim: int) -> jax.Array:
+    """``matrix`` as a complex array of the working precision; values checked when concrete."""
     try:
-        values = np.asarray(matrix)
-    except Exception as err:  # pragma: no cover - exotic objects
+        values = jnp.asarray(matrix)
+    except TypeError as err:
         raise TypeError(f"matrix must be a real or complex array, got {matrix!r}") from err
     if not (
-        np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.complexfloating)
+        jnp.issubdtype(values.dtype, jnp.floating)
+        or jnp.issubdtype(values.dtype, jnp.complexfloating)
     ):
         raise TypeError(
             f"matrix must be a real or complex floating array, got dtype {values.dtype}"
@@ -101,7 +115,14 @@ def _check_matrix(matrix: object, dim: int) -> np.ndarray:
             f"matrix must have shape (d, d) = ({dim}, {dim}) or, for a diagonal, ({dim},); got "
             f"{values.shape}"
         )
-    values = values.astype(np.complex128)
+    values = values.astype(jnp.result_type(_inputs.theory_dtype(), jnp.complex64))
+    if is_concrete(values):
+        _check_invertible(np.asarray(values, np.complex128))
+    return values
+
+
+def _check_invertible(values: np.ndarray) -> None:
+    """Raises for non-finite entries or a condition number >= 1/eps (float64); host-side."""
     if not np.all(np.isfinite(values)):
         raise ValueError("matrix must contain only finite values (no NaN or inf)")
     if values.ndim == 1:
@@ -111,12 +132,11 @@ def _check_matrix(matrix: object, dim: int) -> np.ndarray:
         condition = float(np.linalg.cond(values))
     if not condition < 1.0 / np.finfo(np.float64).eps:
         raise ValueError(f"matrix must be invertible, got condition number {condition:.3g}")
-    return values
 
 
 def complex_exponential_mse(
     x: ArrayLike, y: ArrayLike, matrix: ArrayLike, num_features: int
-) -> np.ndarray:
+) -> jax.Array:
     """MSE of Re SM-hat^m_A, the real part of the complex-exponential estimator (HRF Eq. 16).
 
     With u = A x + A^{-T} y = a + i b (EQUATIONS.md, derived):
@@ -133,7 +153,7 @@ def complex_exponential_mse(
       num_features: m >= 1.
 
     Returns:
-      float64 array of the broadcast batch shape.
+      Array of the broadcast batch shape.
 
     Raises:
       TypeError, ValueError: as ``trigonometric_mse``; a matrix of the wrong shape, non-finite
@@ -145,14 +165,14 @@ def complex_exponential_mse(
     m = _inputs.feature_count(num_features)
     x, y = _inputs.point_pair(x, y)
     a = _check_matrix(matrix, x.shape[-1])
-    u = x * a + y / a if a.ndim == 1 else x @ a.T + y @ np.linalg.inv(a)
+    u = x * a + y / a if a.ndim == 1 else x @ a.T + y @ jnp.linalg.inv(a)
     re, im = u.real, u.imag
-    re2, im2, cross = _sq(re), _sq(im), np.sum(re * im, axis=-1)
+    re2, im2, cross = _sq(re), _sq(im), jnp.sum(re * im, axis=-1)
     # e^{s} cos t - 1 = expm1(s) cos t - 2 sin^2(t/2): no cancellation near u = 0.
-    bracket = 0.5 * np.expm1(re2 + im2) + 0.5 * (
-        np.expm1(re2 - im2) * np.cos(2 * cross) - 2 * np.sin(cross) ** 2
+    bracket = 0.5 * jnp.expm1(re2 + im2) + 0.5 * (
+        jnp.expm1(re2 - im2) * jnp.cos(2 * cross) - 2 * jnp.sin(cross) ** 2
     )
-    return np.exp(2 * np.sum(x * y, axis=-1)) * bracket / m
+    return jnp.exp(2 * jnp.sum(x * y, axis=-1)) * bracket / m
 
 
 class AngularCoefficientMoments(NamedTuple):
@@ -166,14 +186,14 @@ class AngularCoefficientMoments(NamedTuple):
       cross_moment: E[lambda-hat (1 - lambda-hat)] = (1 - 1/n) theta (pi - theta) / pi^2.
     """
 
-    mean: np.ndarray
-    variance: np.ndarray
-    second_moment: np.ndarray
-    complement_second_moment: np.ndarray
-    cross_moment: np.ndarray
+    mean: jax.Array
+    variance: jax.Array
+    second_moment: jax.Array
+    complement_second_moment: jax.Array
+    cross_moment: jax.Array
 
 
-def _moments_from_angle(theta: np.ndarray, n: int) -> AngularCoefficientMoments:
+def _moments_from_angle(theta: jax.Array, n: int) -> AngularCoefficientMoments:
     mean = theta / math.pi
     variance = theta * (math.pi - theta) / (n * math.pi**2)
     return AngularCoefficientMoments(
@@ -198,7 +218,7 @@ def angular_coefficient_moments(
       num_sign_features: n >= 1.
 
     Returns:
-      ``AngularCoefficientMoments`` of float64 arrays of the broadcast batch shape.
+      ``AngularCoefficientMoments`` of arrays of the broadcast batch shape.
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 19, Lemma 3.2, Theorem D.1.
@@ -214,8 +234,8 @@ def angular_hybrid_mse(
     num_features: int,
     num_sign_features: int,
     *,
-    variant: str = "independent",
-) -> np.ndarray:
+    variant: Variant = "independent",
+) -> jax.Array:
     """MSE of the angular hybrid estimator (HRF Theorem 3.1, Eq. 22-23).
 
     Variant I (``"independent"`` projections for SM-hat^{++} and SM-hat^{trig}):
@@ -237,7 +257,13 @@ def angular_hybrid_mse(
       variant: ``"independent"`` or ``"shared"``.
 
     Returns:
-      float64 array of the broadcast batch shape.
+      Array of the broadcast batch shape.
+
+    Examples:
+      >>> x = jnp.array([0.6, 0.0]); y = jnp.array([0.3, 0.4])
+      >>> grad = jax.grad(lambda s: angular_hybrid_mse(s * x, s * y, 8, 4))(1.0)
+      >>> bool(jnp.isfinite(grad))
+      True
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Theorem 3.1, App. C-D (Eq. 31, 38, 45-47).
@@ -251,25 +277,26 @@ def angular_hybrid_mse(
         x, y, m
     ) + moments.complement_second_moment * trigonometric_mse(x, y, m)
     if variant == "shared":
-        sm2 = np.exp(2 * np.sum(x * y, axis=-1))
-        covariance = sm2 * (np.cos(_sq(x) - _sq(y)) - 1.0) / m
+        sm2 = jnp.exp(2 * jnp.sum(x * y, axis=-1))
+        covariance = sm2 * (jnp.cos(_sq(x) - _sq(y)) - 1.0) / m
         mse = mse + 2.0 * moments.cross_moment * covariance
     return mse
 
 
-def _sphere_args(theta: ArrayLike, radius: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def _sphere_args(theta: ArrayLike, radius: ArrayLike) -> tuple[jax.Array, jax.Array]:
+    """Validated angle(s) in [0, pi] and radii >= 0 (ranges checked when concrete), broadcast."""
     theta = _inputs.real_array("theta", theta)
     radius = _inputs.real_array("radius", radius)
-    if np.any(theta < 0) or np.any(theta > math.pi):
+    if is_concrete(theta) and (bool(jnp.any(theta < 0)) or bool(jnp.any(theta > math.pi))):
         raise ValueError(f"theta must lie in [0, pi], got {theta}")
-    if np.any(radius < 0):
+    if is_concrete(radius) and bool(jnp.any(radius < 0)):
         raise ValueError(f"radius must be >= 0, got {radius}")
-    return np.broadcast_arrays(theta, radius)
+    return jnp.broadcast_arrays(theta, radius)
 
 
 def trigonometric_relative_error(
     theta: ArrayLike, radius: ArrayLike, num_features: int
-) -> np.ndarray:
+) -> jax.Array:
     """Relative error sqrt(MSE)/SM of SM-hat^{trig}_m on the sphere S(r) (HRF Lemma 3.4, Eq. 25).
 
       epsilon_{theta, r}(trig) = sqrt(2/m) sinh(r^2 (1 - cos theta)),
@@ -282,17 +309,17 @@ def trigonometric_relative_error(
       num_features: m >= 1.
 
     Returns:
-      float64 array of the broadcast shape.
+      Array of the broadcast shape.
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Definition 3.3, Lemma 3.4.
     """
     m = _inputs.feature_count(num_features)
     theta, radius = _sphere_args(theta, radius)
-    return math.sqrt(2 / m) * np.sinh(radius**2 * (1 - np.cos(theta)))
+    return math.sqrt(2 / m) * jnp.sinh(radius**2 * (1 - jnp.cos(theta)))
 
 
-def positive_relative_error(theta: ArrayLike, radius: ArrayLike, num_features: int) -> np.ndarray:
+def positive_relative_error(theta: ArrayLike, radius: ArrayLike, num_features: int) -> jax.Array:
     """Relative error of SM-hat^{++}_m on S(r) (HRF Lemma 3.4, Eq. 25).
 
       epsilon_{theta, r}(++) = sqrt(2/m) sinh(r^2 (1 + cos theta))  (= trig at pi - theta).
@@ -303,17 +330,17 @@ def positive_relative_error(theta: ArrayLike, radius: ArrayLike, num_features: i
       num_features: m >= 1.
 
     Returns:
-      float64 array of the broadcast shape.
+      Array of the broadcast shape.
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Lemma 3.4.
     """
     m = _inputs.feature_count(num_features)
     theta, radius = _sphere_args(theta, radius)
-    return math.sqrt(2 / m) * np.sinh(radius**2 * (1 + np.cos(theta)))
+    return math.sqrt(2 / m) * jnp.sinh(radius**2 * (1 + jnp.cos(theta)))
 
 
-def max_relative_error(radius: ArrayLike, num_features: int) -> np.ndarray:
+def max_relative_error(radius: ArrayLike, num_features: int) -> jax.Array:
     """Max-relative-error of SM-hat^{trig}_m and SM-hat^{++}_m over S(r): sqrt(2/m) sinh(2 r^2).
 
     Equal for both estimators (Lemma 3.4, Eq. 25-26); it grows like e^{2 r^2} / sqrt(2m).
@@ -323,12 +350,12 @@ def max_relative_error(radius: ArrayLike, num_features: int) -> np.ndarray:
     """
     m = _inputs.feature_count(num_features)
     _, radius = _sphere_args(0.0, radius)
-    return math.sqrt(2 / m) * np.sinh(2 * radius**2)
+    return math.sqrt(2 / m) * jnp.sinh(2 * radius**2)
 
 
 def angular_hybrid_relative_error(
     theta: ArrayLike, radius: ArrayLike, num_features: int, num_sign_features: int
-) -> np.ndarray:
+) -> jax.Array:
     """Exact per-angle relative error of the angular hybrid on S(r) (HRF Theorem 3.5, Eq. 27).
 
       epsilon^2 = (2/m) [E lambda-hat^2 sinh^2(r^2 (1 + cos theta))
@@ -345,7 +372,7 @@ def angular_hybrid_relative_error(
       num_sign_features: n >= 1.
 
     Returns:
-      float64 array of the broadcast shape.
+      Array of the broadcast shape.
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Theorem 3.5, Eq. 22, 24, 25.
@@ -354,9 +381,9 @@ def angular_hybrid_relative_error(
     n = check_int("num_sign_features", num_sign_features, minimum=1)
     theta, radius = _sphere_args(theta, radius)
     moments = _moments_from_angle(theta, n)
-    positive = np.sinh(radius**2 * (1 + np.cos(theta))) ** 2
-    trigonometric = np.sinh(radius**2 * (1 - np.cos(theta))) ** 2
-    return np.sqrt(
+    positive = jnp.sinh(radius**2 * (1 + jnp.cos(theta))) ** 2
+    trigonometric = jnp.sinh(radius**2 * (1 - jnp.cos(theta))) ** 2
+    return jnp.sqrt(
         2
         / m
         * (moments.second_moment * positive + moments.complement_second_moment * trigonometric)

@@ -2,8 +2,10 @@
 
 Kernel conventions: K(x, y) = exp(-|x - y|^2 / 2) (Gaussian), SM(x, y) = exp(x^T y) (softmax).
 m = ``num_features`` counts projection vectors; coupled projections come in independent blocks of
-d rows, the last one truncated when d does not divide m (``block_sizes``). All results are NumPy
-float64, vectorised over inputs of shape (..., d).
+d rows, the last one truncated when d does not divide m (``block_sizes``). All functions are JAX
+functions of the inputs of shape (..., d) (``jit``, ``vmap``, ``grad``), in float64 when
+``jax_enable_x64`` is on and float32 otherwise; ``num_features``, ``coupling``, ``kernel`` and
+``embedding`` are static Python values.
 
 References:
   Reid et al. 2023, "Simplex Random Features", arXiv:2301.13856, Eq. 3, 11, 19-27, Sec. 5.1.
@@ -14,19 +16,29 @@ References:
 from __future__ import annotations
 
 import math
+from typing import Literal
 
-import numpy as np
+import jax
+import jax.numpy as jnp
 from numpy.typing import ArrayLike
-from scipy import special
 
 from rfjax._validation import check_choice
-from rfjax.theory import _conformity, _inputs, _numerics
+from rfjax.theory import _conformity, _inputs, _kernels, _quadrature
+from rfjax.theory._inputs import Coupling
+
+Kernel = Literal["gaussian", "softmax"]
+Embedding = Literal["sincos", "cosine_bias"]
 
 
-def _sizes(coupling: str, dim: int, num_features: int) -> tuple[int, ...]:
+def _sq(v: jax.Array) -> jax.Array:
+    return jnp.sum(v * v, axis=-1)
+
+
+def _same_block_pairs(coupling: Coupling, dim: int, num_features: int) -> int:
+    """S = sum_j b_j (b_j - 1) over the blocks (0 for i.i.d. rows)."""
     if coupling == "gaussian":
-        return (1,) * num_features
-    return _conformity.block_sizes(dim, num_features)
+        return 0
+    return _conformity.same_block_pairs(_conformity.block_sizes(dim, num_features))
 
 
 def prf_mse(
@@ -34,9 +46,9 @@ def prf_mse(
     y: ArrayLike,
     num_features: int,
     *,
-    coupling: str = "gaussian",
-    kernel: str = "gaussian",
-) -> np.ndarray:
+    coupling: Coupling = "gaussian",
+    kernel: Kernel = "gaussian",
+) -> jax.Array:
     """Exact MSE of the positive-random-feature (PRF) kernel estimate phi(x)^T phi(y).
 
     With v = |x + y| and rho_eff the conformity averaged over all ordered pairs of rows
@@ -47,26 +59,35 @@ def prf_mse(
 
     for the Gaussian kernel, features f(w, x) = exp(w^T x - |x|^2); the softmax kernel (features
     exp(w^T x - |x|^2/2)) multiplies this by e^{|x|^2 + |y|^2}. It is evaluated as
-    e^{-2|x|^2-2|y|^2} [e^{v^2} expm1(v^2) / m + S (rho_block - e^{v^2}) / m^2] with
+    e^{-2|x|^2-2|y|^2+v^2} [expm1(v^2) / m + S expm1(log rho_block - v^2) / m^2] with
     S = sum_j b_j (b_j - 1), so that nothing overflows before the prefactor is applied.
+
+    A JAX function of ``x`` and ``y``: ``jax.jit(lambda a, b: prf_mse(a, b, 8,
+    coupling="simplex"))`` compiles, ``jax.vmap`` maps it and ``jax.grad`` differentiates it
+    (e.g. with respect to a temperature that scales the inputs).
+
+    SimRF+ (``coupling="simplex_plus"``) has no closed form and is rejected with the reason: its
+    directions are re-optimised for each draw of the norms (Eq. 16-17), so its pair angles are
+    random, norm-dependent outputs of an optimisation rather than the one fixed angle of Eq. 21.
 
     Args:
       x: inputs, shape (..., d), floating.
-      y: inputs, shape (..., d), broadcasting against ``x``.
+      y: inputs, shape (..., d), broadcasting against ``x``; |x + y| <= 100 for the block
+        couplings.
       num_features: number of projections m >= 1.
       coupling: ``"gaussian"`` (i.i.d.), ``"orthogonal"`` or ``"simplex"`` (blocks of d rows,
         last one truncated, as ``rfjax.projections`` draws them).
       kernel: ``"gaussian"`` or ``"softmax"``.
 
     Returns:
-      float64 array of the broadcast batch shape of ``x`` and ``y``.
+      Array of the broadcast batch shape of ``x`` and ``y``.
 
     Raises:
-      ValueError: unknown coupling/kernel, num_features < 1, non-finite or mismatched inputs,
-        dim < 2 for the simplex coupling.
+      ValueError: unknown coupling/kernel (with the reason for ``"simplex_plus"``),
+        num_features < 1, non-finite or mismatched inputs, dim < 2 for the simplex coupling.
 
     Examples:
-      >>> x = np.array([0.5, 0.0]); y = np.array([0.0, 0.5])
+      >>> x = jnp.array([0.5, 0.0]); y = jnp.array([0.0, 0.5])
       >>> bool(prf_mse(x, y, 2, coupling="orthogonal") < prf_mse(x, y, 2))
       True
 
@@ -78,19 +99,20 @@ def prf_mse(
     num_features = _inputs.feature_count(num_features)
     x, y = _inputs.point_pair(x, y)
     dim = _inputs.dimension(x.shape[-1], coupling)
-    norms2 = np.sum(x * x, axis=-1) + np.sum(y * y, axis=-1)
-    v2 = np.sum((x + y) ** 2, axis=-1)
-    log_prefactor = -(1.0 if kernel == "softmax" else 2.0) * norms2
+    v2 = _sq(x + y)
+    if coupling != "gaussian":
+        _inputs.check_norm("|x + y|", v2)
+    log_prefactor = -(1.0 if kernel == "softmax" else 2.0) * (_sq(x) + _sq(y)) + v2
     m = num_features
-    diagonal = np.exp(v2 + log_prefactor) * np.expm1(v2) / m
-    same = _conformity.same_block_pairs(_sizes(coupling, dim, m))
+    diagonal = jnp.exp(log_prefactor) * jnp.expm1(v2) / m
+    same = _same_block_pairs(coupling, dim, m)
     if same == 0:
         return diagonal
-    excess = _conformity.conformity(coupling, dim, np.sqrt(v2)) - np.exp(v2)
-    return diagonal + same / m**2 * np.exp(log_prefactor) * excess
+    log_rho = _conformity.log_block_conformity(coupling, dim, v2)
+    return diagonal + same / m**2 * jnp.exp(log_prefactor) * jnp.expm1(log_rho - v2)
 
 
-def _rff_block_conformity(coupling: str, dim: int, z2: np.ndarray) -> np.ndarray:
+def _rff_block_conformity(coupling: Coupling, dim: int, z2: jax.Array) -> jax.Array:
     """E[cos(w_i^T delta) cos(w_j^T delta)] for two rows of one block, |delta|^2 = z2.
 
     Orthogonal: Eq. 23 with v^2 -> -z^2, i.e. 1F1(d; d/2; -z^2/2), summed through Kummer's
@@ -98,13 +120,8 @@ def _rff_block_conformity(coupling: str, dim: int, z2: np.ndarray) -> np.ndarray
     rho = [rho_theta + rho_(pi - theta)] / 2 with v^2 -> -z^2 (EQUATIONS.md, not in paper).
     """
     if coupling == "orthogonal":
-        log_value, sign = _numerics.log_kummer_m(dim, -0.5 * z2)
-        return sign * np.exp(log_value)
-    cos_theta = -1.0 / (dim - 1)
-    return 0.5 * (
-        _numerics.angular_conformity(dim, -z2, cos_theta)
-        + _numerics.angular_conformity(dim, -z2, -cos_theta)
-    )
+        return _kernels.rff_orthogonal(dim, z2)
+    return _kernels.rff_simplex(dim, z2)
 
 
 def rff_mse(
@@ -112,9 +129,9 @@ def rff_mse(
     y: ArrayLike,
     num_features: int,
     *,
-    coupling: str = "gaussian",
-    embedding: str = "sincos",
-) -> np.ndarray:
+    coupling: Coupling = "gaussian",
+    embedding: Embedding = "sincos",
+) -> jax.Array:
     """Exact MSE of the random Fourier feature (RFF) estimate of K(x, y) = exp(-|x - y|^2/2).
 
     With z = |x - y| and a_i = cos(w_i^T (x - y)):
@@ -133,21 +150,25 @@ def rff_mse(
       (m outputs), i.i.d. rows only: MSE = (1/m)[1 + k(2 delta)/2 - k(delta)^2]
       = (1/m)[1 + e^{-2 z^2}/2 - e^{-z^2}].
 
+    A JAX function of ``x`` and ``y`` (``jit``, ``vmap``, ``grad``). The simplex block uses a
+    fixed 128-node rule, accurate (to 1e-14 absolute) for z <= 20, where the kernel is e^-200.
+
     Args:
       x: inputs, shape (..., d), floating.
-      y: inputs, shape (..., d), broadcasting against ``x``.
+      y: inputs, shape (..., d), broadcasting against ``x``; |x - y| <= 100 for the orthogonal
+        coupling and <= 20 for the simplex one.
       num_features: number of projections m >= 1.
       coupling: ``"gaussian"``, ``"orthogonal"`` or ``"simplex"`` (``"sincos"`` only).
       embedding: ``"sincos"`` or ``"cosine_bias"``.
 
     Returns:
-      float64 array of the broadcast batch shape of ``x`` and ``y``.
+      Array of the broadcast batch shape of ``x`` and ``y``.
 
     Raises:
       ValueError: unknown names, a non-i.i.d. coupling with ``"cosine_bias"``, bad inputs.
 
     Examples:
-      >>> x = np.array([1.0, 0.0]); y = np.zeros(2)
+      >>> x = jnp.array([1.0, 0.0]); y = jnp.zeros(2)
       >>> round(float(rff_mse(x, y, 1)), 6)  # (1 - e^-1)^2 / 2
       0.199788
 
@@ -165,72 +186,62 @@ def rff_mse(
             f"rows); got coupling={coupling!r}"
         )
     dim = _inputs.dimension(x.shape[-1], coupling)
-    z2 = np.sum((x - y) ** 2, axis=-1)
+    z2 = _sq(x - y)
+    if coupling != "gaussian":
+        limit = (
+            _kernels.SIMPLEX_RFF_MAX_DISTANCE if coupling == "simplex" else _inputs.MAX_NORM_OF_SUM
+        )
+        _inputs.check_norm("|x - y|", z2, limit=limit)
     m = num_features
     if embedding == "cosine_bias":
-        return (1.0 + 0.5 * np.exp(-2.0 * z2) - np.exp(-z2)) / m
-    diagonal = np.expm1(-z2) ** 2 / (2 * m)
-    same = _conformity.same_block_pairs(_sizes(coupling, dim, m))
+        return (1.0 + 0.5 * jnp.exp(-2.0 * z2) - jnp.exp(-z2)) / m
+    diagonal = jnp.expm1(-z2) ** 2 / (2 * m)
+    same = _same_block_pairs(coupling, dim, m)
     if same == 0:
         return diagonal
-    return diagonal + same / m**2 * (_rff_block_conformity(coupling, dim, z2) - np.exp(-z2))
+    excess = _rff_block_conformity(coupling, dim, z2) - jnp.exp(-z2)
+    return diagonal + same / m**2 * excess
 
 
-def _orthogonal_excess_series(dim: int, v2: np.ndarray) -> np.ndarray:
-    """e^{v^2} - rho_ORF = sum_k v^{2k}/k! (1 - prod_{j<k} (d+j)/(d+2j)), v2 >= 0 (Eq. 25).
-
-    Every bracket is in [0, 1) (Eq. 70) and the terms are positive: no cancellation, even for
-    small v where e^{v^2} and rho_ORF agree to many digits.
-    """
-    count = _numerics.num_terms(float(np.max(v2, initial=0.0)))
-    k = np.arange(count, dtype=np.float64)
-    log_product = (
-        special.gammaln(dim + k)
-        - special.gammaln(dim)
-        - k * math.log(2.0)
-        - special.gammaln(dim / 2 + k)
-        + special.gammaln(dim / 2)
-    )
-    bracket = -np.expm1(log_product)
-    with np.errstate(divide="ignore"):
-        log_bracket = np.log(np.maximum(bracket, 0.0))
-    log_terms = special.xlogy(k, v2[..., None]) - special.gammaln(k + 1) + log_bracket
-    return np.exp(special.logsumexp(log_terms, axis=-1))
-
-
-def prf_orthogonality_gap(x: ArrayLike, y: ArrayLike, num_features: int) -> np.ndarray:
+def prf_orthogonality_gap(x: ArrayLike, y: ArrayLike, num_features: int) -> jax.Array:
     """MSE_IID - MSE_ORF of the Gaussian-kernel PRF estimate, for one block (m <= d).
 
       gap = (m-1)/m e^{-2|x|^2-2|y|^2} sum_k v^{2k}/k! (1 - prod_{j<k} (d+j)/(d+2j)) > 0,
 
     v = |x + y|. Each bracket is non-negative, so ORF never does worse than i.i.d. The series has
-    positive terms and is summed in log-space (no cancellation for small v).
+    positive terms (the brackets by a positive recurrence) and is summed in a while loop (no
+    cancellation for small v); its derivative is the same series shifted by one.
 
     Args:
       x: inputs, shape (..., d), floating.
-      y: inputs, shape (..., d), broadcasting against ``x``.
+      y: inputs, shape (..., d), broadcasting against ``x``; |x + y| <= 100.
       num_features: m with 1 <= m <= d.
 
     Returns:
-      float64 array of the broadcast batch shape.
+      Array of the broadcast batch shape.
 
     Raises:
       ValueError: if num_features > d (several blocks), or bad inputs.
+
+    Examples:
+      >>> x = jnp.array([0.3, 0.0]); y = jnp.array([0.0, 0.3])
+      >>> bool(prf_orthogonality_gap(x, y, 2) > 0)
+      True
 
     References:
       Reid et al. 2023, arXiv:2301.13856, Eq. 25 (= Eq. 68-70).
     """
     num_features = _inputs.feature_count(num_features)
     x, y = _inputs.point_pair(x, y)
-    dim = x.shape[-1]
-    _inputs.single_block(num_features, dim, "The orthogonality gap (Eq. 25)")
+    _inputs.single_block(num_features, x.shape[-1], "The orthogonality gap (Eq. 25)")
+    v2 = _sq(x + y)
+    _inputs.check_norm("|x + y|", v2)
     m = num_features
-    log_prefactor = -2.0 * (np.sum(x * x, axis=-1) + np.sum(y * y, axis=-1))
-    v2 = np.sum((x + y) ** 2, axis=-1)
-    return (m - 1) / m * np.exp(log_prefactor) * _orthogonal_excess_series(dim, v2)
+    log_prefactor = -2.0 * (_sq(x) + _sq(y))
+    return (m - 1) / m * _kernels.orthogonal_gap(x.shape[-1], v2, log_prefactor)
 
 
-def rff_orthogonality_gap(z: ArrayLike, dim: int, num_features: int) -> np.ndarray:
+def rff_orthogonality_gap(z: ArrayLike, dim: int, num_features: int) -> jax.Array:
     """MSE_IID - MSE_ORF of the sin/cos RFF estimate of exp(-z^2/2), for one block (m <= d).
 
       gap = (m-1)/m (e^{-z^2} - Gamma(d/2)/Gamma(d) sum_k (-z^2/2)^k Gamma(k+d)/(k! Gamma(k+d/2))),
@@ -240,15 +251,19 @@ def rff_orthogonality_gap(z: ArrayLike, dim: int, num_features: int) -> np.ndarr
     few ulp for any z).
 
     Args:
-      z: |x - y|, any shape.
+      z: |x - y|, any shape, |z| <= 100.
       dim: input dimension d >= 1.
       num_features: m with 1 <= m <= d.
 
     Returns:
-      float64 array of the shape of ``z``.
+      Array of the shape of ``z``.
 
     Raises:
       ValueError: if num_features > dim, or bad arguments.
+
+    Examples:
+      >>> bool(rff_orthogonality_gap(1.0, 6, 6) > 0)
+      True
 
     References:
       Reid et al. 2023, arXiv:2301.13856, Eq. 26 (= Eq. 76).
@@ -257,12 +272,13 @@ def rff_orthogonality_gap(z: ArrayLike, dim: int, num_features: int) -> np.ndarr
     dim = _inputs.dimension(dim)
     num_features = _inputs.feature_count(num_features)
     _inputs.single_block(num_features, dim, "The RFF orthogonality gap (Eq. 26)")
+    _inputs.check_norm("z", z * z)
     z2 = z * z
     m = num_features
-    return (m - 1) / m * (np.exp(-z2) - _rff_block_conformity("orthogonal", dim, z2))
+    return (m - 1) / m * (jnp.exp(-z2) - _kernels.rff_orthogonal(dim, z2))
 
 
-def rff_orthogonal_mse_ratio_asymptotic(z: ArrayLike, dim: int, num_features: int) -> np.ndarray:
+def rff_orthogonal_mse_ratio_asymptotic(z: ArrayLike, dim: int, num_features: int) -> jax.Array:
     """Large-d approximation of MSE_ORF / MSE_IID for sin/cos RFFs, one block (m <= d).
 
       MSE_ORF / MSE_IID = 1 - (m-1) e^{-z^2} z^4 / (d (1 - e^{-z^2})^2) + O(1/d^2),
@@ -276,7 +292,11 @@ def rff_orthogonal_mse_ratio_asymptotic(z: ArrayLike, dim: int, num_features: in
       num_features: m with 1 <= m <= d.
 
     Returns:
-      float64 array of the shape of ``z``.
+      Array of the shape of ``z``.
+
+    Examples:
+      >>> round(float(rff_orthogonal_mse_ratio_asymptotic(0.0, 8, 5)), 6)
+      0.5
 
     References:
       Reid et al. 2023, arXiv:2301.13856, Eq. 27 (= Eq. 86); Yu et al. 2016, arXiv:1610.09072.
@@ -286,17 +306,21 @@ def rff_orthogonal_mse_ratio_asymptotic(z: ArrayLike, dim: int, num_features: in
     num_features = _inputs.feature_count(num_features)
     _inputs.single_block(num_features, dim, "The asymptotic ratio (Eq. 27)")
     z2 = z * z
-    safe = np.where(z2 > 0, z2, 1.0)
-    ratio = np.where(z2 > 0, safe / -np.expm1(-safe), 1.0)
-    return 1.0 - (num_features - 1) / dim * np.exp(-z2) * ratio**2
+    positive = z2 > 0
+    safe = jnp.where(positive, z2, 1.0)  # keeps the derivative at z = 0 finite
+    ratio = jnp.where(positive, safe / -jnp.expm1(-safe), 1.0)
+    return 1.0 - (num_features - 1) / dim * jnp.exp(-z2) * ratio**2
 
 
-def small_v_prefactor(coupling: str, dim: int, num_features: int) -> float:
+def small_v_prefactor(coupling: Coupling, dim: int, num_features: int) -> float:
     """Coefficient c of v^2 in m e^{2|x|^2 + 2|y|^2} MSE = c v^2 + O(v^4) (PRF, one block).
 
     IID and ORF: c = 1. SimRF with m <= d rows in one block:
     c = 1 - (m-1) 2 Gamma((d+1)/2)^2 / (d (d-1) Gamma(d/2)^2), which for m = d is
     1 - 2 Gamma((d+1)/2)^2 / (d Gamma(d/2)^2) (0.0796 at d = 6, 0.00778 at d = 64).
+
+    Every argument is static (a name and two ints), so the result is a Python float, a
+    constant under ``jit``.
 
     Args:
       coupling: ``"gaussian"``, ``"orthogonal"`` or ``"simplex"``.
@@ -322,5 +346,8 @@ def small_v_prefactor(coupling: str, dim: int, num_features: int) -> float:
     _inputs.single_block(num_features, dim, "The small-v expansion (Sec. 5.1)")
     if coupling != "simplex":
         return 1.0
-    log_ratio = 2.0 * (special.gammaln((dim + 1) / 2) - special.gammaln(dim / 2))
+    # Gamma((d+1)/2)^2 / Gamma(d/2)^2 = (sqrt(pi)/2)^2 / exp(2 log_weight_normaliser(d)).
+    log_ratio = 2.0 * (
+        0.5 * math.log(math.pi) - math.log(2.0) - _quadrature.log_weight_normaliser(dim)
+    )
     return 1.0 - (num_features - 1) * 2.0 * math.exp(log_ratio) / (dim * (dim - 1))
