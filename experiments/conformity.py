@@ -45,7 +45,7 @@ import matplotlib.pyplot as plt
 
 SAMPLED = ("gaussian", "orthogonal", "simplex", "simplex_plus")
 GEOMETRIES = (*SAMPLED, "optimised")
-CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
+CLOSED_FORMS = theory.COUPLINGS
 LABELS = {**outputs.COUPLING_LABELS, "optimised": "numerically optimised"}
 OPTIMIZERS = ("adam", "sgd")
 INITIALISATIONS = ("random", "simplex")
@@ -78,48 +78,31 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     check_int("config.seed", config.seed, minimum=0)
 
 
-def num_series_terms(max_z: float) -> int:
-    """Terms of sum_k z^k / (k! (b)_k) (b >= 1) needed for z <= max_z: past k = 2 sqrt(z) the
-    term ratio z / ((k+1)(k+b)) is below 1/4, so 20 more terms leave a tail below 4^-20 of the
-    sum (checked against ``scipy.special.hyp0f1`` to 1e-14 relative for z up to 1000)."""
-    return math.ceil(2.0 * math.sqrt(max_z)) + 20
-
-
 def max_pair_argument(dim: int, v_max: float) -> float:
     """A bound on z = v^2 |w_i + w_j|^2 / 4 that holds except with probability ~1e-12 per norm.
 
     |w_i + w_j|^2 <= 2 (|w_i|^2 + |w_j|^2) and P(chi^2_d >= d + 2 sqrt(d t) + 2 t) <= e^-t
-    (Laurent and Massart 2000), with t = 28; fixed per config so that nothing recompiles.
+    (Laurent and Massart 2000), with t = 28; fixed per config so that nothing recompiles. It lets
+    ``rfjax.theory.log_hyp0f1`` sum a fixed number of terms (no loop inside the optimiser; a z
+    beyond the bound would give NaN, not a truncated value).
     """
     t = 28.0
     chi2_bound = dim + 2.0 * math.sqrt(dim * t) + 2.0 * t
     return v_max * v_max * chi2_bound
 
 
-def log_hyp0f1(b: float, z: jax.Array, num_terms: int) -> jax.Array:
-    """log 0F1(; b; z) for z >= 0 by its power series summed in log space (differentiable).
-
-    0F1(; b; z) = sum_k z^k / (k! (b)_k) = Gamma(b) sum_k z^k / (k! Gamma(k + b)).
-    """
-    k = jnp.arange(num_terms, dtype=z.dtype)
-    log_coefficients = -jax.scipy.special.gammaln(k + 1) - (
-        jax.scipy.special.gammaln(k + b) - jax.scipy.special.gammaln(jnp.asarray(b, z.dtype))
-    )
-    log_z = jnp.log(jnp.maximum(z, jnp.finfo(z.dtype).tiny))[..., None]
-    return jax.nn.logsumexp(log_coefficients + k * log_z, axis=-1)
-
-
-def log_pair_conformity(weights: jax.Array, v: jax.Array, num_terms: int) -> jax.Array:
+def log_pair_conformity(weights: jax.Array, v: jax.Array, max_argument: float) -> jax.Array:
     """log rho(W) = log of 1/(m(m-1)) sum_{i != j} 0F1(d/2; v^2 |w_i + w_j|^2 / 4), W: (m, d).
 
     The Haar-rotation average of Eq. 10 for the drawn rows (the Eq. 12 objective up to the
-    factor Gamma(d/2)).
+    factor Gamma(d/2)), by ``rfjax.theory.log_hyp0f1`` with the static bound ``max_argument``
+    on its argument (``max_pair_argument``).
     """
     m, d = weights.shape
     gram = weights @ weights.T
     squared = jnp.diagonal(gram)
     pair_squared = jnp.maximum(squared[:, None] + squared[None, :] + 2.0 * gram, 0.0)
-    log_terms = log_hyp0f1(d / 2.0, v * v * pair_squared / 4.0, num_terms)
+    log_terms = theory.log_hyp0f1(d / 2.0, v * v * pair_squared / 4.0, max_argument=max_argument)
     off_diagonal = ~jnp.eye(m, dtype=bool)
     log_terms = jnp.where(off_diagonal, log_terms, -jnp.inf)
     return jax.nn.logsumexp(log_terms) - math.log(m * (m - 1))
@@ -143,7 +126,7 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
 def _optimise(
     optimizer: optax.GradientTransformation,
     num_steps: int,
-    num_terms: int,
+    max_argument: float,
     norms: jax.Array,
     start: jax.Array,
     v: jax.Array,
@@ -155,7 +138,7 @@ def _optimise(
     """
 
     def objective(free, norms_one):
-        return log_pair_conformity(_geometry_from_directions(norms_one, free), v, num_terms)
+        return log_pair_conformity(_geometry_from_directions(norms_one, free), v, max_argument)
 
     value_and_grad = jax.vmap(jax.value_and_grad(objective))
 
@@ -179,9 +162,10 @@ def _draw_sampled(dim: int, coupling: str, keys: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _conformity_draws(num_terms: int, weights: jax.Array, v: jax.Array) -> jax.Array:
+def _conformity_draws(max_argument: float, weights: jax.Array, v: jax.Array) -> jax.Array:
     """rho(W) per draw, shape ``(draws,)``."""
-    return jnp.exp(jax.vmap(log_pair_conformity, in_axes=(0, None, None))(weights, v, num_terms))
+    pair = functools.partial(log_pair_conformity, max_argument=max_argument)
+    return jnp.exp(jax.vmap(pair, in_axes=(0, None))(weights, v))
 
 
 def _start_directions(key: jax.Array, init: str, shape: tuple[int, ...]) -> jax.Array:
@@ -196,7 +180,7 @@ def measure(config: ml_collections.ConfigDict) -> dict:
     draw_key, init_key, raw_key = jax.random.split(jax.random.key(config.seed), 3)
     dim, norms_of_sum = config.dim, np.asarray(config.norms_of_sum, np.float64)
     optimizer = make_optimizer(config)
-    num_terms = num_series_terms(max_pair_argument(dim, float(norms_of_sum.max())))
+    max_argument = max_pair_argument(dim, float(norms_of_sum.max()))
     per_draw = {name: np.zeros((norms_of_sum.size, config.num_draws)) for name in GEOMETRIES}
     trace = np.zeros((norms_of_sum.size, config.num_steps + 1))
     norm_mismatch = 0.0
@@ -215,12 +199,12 @@ def measure(config: ml_collections.ConfigDict) -> dict:
         for index, v in enumerate(norms_of_sum):
             v_array = jnp.asarray(v, jnp.float32)
             rows, objective = _optimise(
-                optimizer, config.num_steps, num_terms, norms, start_free, v_array
+                optimizer, config.num_steps, max_argument, norms, start_free, v_array
             )
             weights["optimised"] = rows
             trace[index] += np.asarray(objective, np.float64).sum(axis=1)
             for name in GEOMETRIES:
-                values = _conformity_draws(num_terms, weights[name], v_array)
+                values = _conformity_draws(max_argument, weights[name], v_array)
                 per_draw[name][index, start : start + count] = np.asarray(values, np.float64)
     raw = {}
     for name in SAMPLED if config.raw_num_draws else ():
@@ -252,19 +236,29 @@ def _ratio_and_se(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float
     return float(ratio), float(se)
 
 
+def closed_forms(dim: int, norms_of_sum: np.ndarray) -> dict[str, np.ndarray]:
+    """rho of every geometry with a closed form at each v (float64; nan for the others)."""
+    with jax.enable_x64(True):
+        return {
+            name: np.asarray(theory.conformity(name, dim, norms_of_sum), np.float64)
+            if name in CLOSED_FORMS
+            else np.full(norms_of_sum.shape, math.nan)
+            for name in GEOMETRIES
+        }
+
+
 def tabulate(measured: dict, config: ml_collections.ConfigDict) -> tuple[list, list]:
     """Rows (v, geometry) with estimates, SEs, theory, z-scores and the ratio to SimRF over the
     same draws; rows of paired differences."""
     norms_of_sum = np.asarray(config.norms_of_sum, np.float64)
     per_draw, raw = measured["per_draw"], measured["raw"]
+    closed = closed_forms(config.dim, norms_of_sum)
     rows, differences = [], []
     for index, v in enumerate(norms_of_sum):
-        simplex_theory = float(theory.simplex_conformity(config.dim, v))
+        simplex_theory = float(closed["simplex"][index])
         for name in GEOMETRIES:
             mean, se = (float(v) for v in mean_and_se(per_draw[name][index]))
-            predicted = (
-                float(theory.conformity(name, config.dim, v)) if name in CLOSED_FORMS else math.nan
-            )
+            predicted = float(closed[name][index])
             raw_mean, raw_se = raw.get((name, index), (math.nan, math.nan))
             ratio, ratio_se = _ratio_and_se(per_draw[name][index], per_draw["simplex"][index])
             rows.append(
@@ -305,15 +299,14 @@ def plot(rows: list[dict], measured: dict, config: ml_collections.ConfigDict, pa
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     v_max = max(config.norms_of_sum)
     dense = np.linspace(0.0, v_max * 1.03, 80)
-    simplex_dense = theory.simplex_conformity(config.dim, dense)
+    curves = closed_forms(config.dim, dense)
     for index, name in enumerate(GEOMETRIES):
         color = f"C{index}"
         mine = [r for r in rows if r["geometry"] == name]
         v = np.array([r["v"] for r in mine])
         if name in CLOSED_FORMS:
-            curve = theory.conformity(name, config.dim, dense)
-            axes[0].plot(dense, curve, color=color, lw=1)
-            axes[1].plot(dense, curve / simplex_dense, color=color, lw=1)
+            axes[0].plot(dense, curves[name], color=color, lw=1)
+            axes[1].plot(dense, curves[name] / curves["simplex"], color=color, lw=1)
         for ax, key, error in (
             (axes[0], "rho_mc", "rho_se"),
             (axes[1], "ratio_to_simrf", "ratio_se"),
@@ -411,6 +404,17 @@ def _reference_sentence(differences: list[dict], config: ml_collections.ConfigDi
     )
 
 
+def _nan_note() -> str:
+    """Why some table cells are nan."""
+    reasons = {name: theory.no_closed_form_reason(name) for name in SAMPLED}
+    reasons["optimised"] = "the geometry is the output of this run's optimiser"
+    return (
+        outputs.nan_note("`rho_theory` and `z_score`", reasons)
+        + " `rho_raw_mc` is nan for the optimised geometry, which has no sampler in "
+        "`rfjax.projections`."
+    )
+
+
 def summarise(rows: list[dict], differences: list[dict], config, measured: dict) -> str:
     """The markdown summary: setup, the conformity table, paired differences, paper claims."""
     columns = ("v", "geometry", "rho_mc", "rho_se", "rho_theory", "z_score", "rho_raw_mc")
@@ -454,6 +458,7 @@ def summarise(rows: list[dict], differences: list[dict], config, measured: dict)
         "by less than their standard errors at small v; their closed forms order ORF < IID at "
         "every v > 0.)\n\n"
         f"{table}\n\n"
+        f"{_nan_note()}\n\n"
         "Paired differences of per-draw conformities (same norms; `z` = mean / SE; "
         "`share_positive`: fraction of draws where the difference is > 0):\n\n"
         f"{difference_table}\n\n"

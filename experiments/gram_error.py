@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 COUPLINGS = ("gaussian", "orthogonal", "simplex", "simplex_plus")
-CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
+CLOSED_FORMS = theory.COUPLINGS
 LABELS = outputs.COUPLING_LABELS
 
 
@@ -102,9 +102,9 @@ def expected_squared_error(x: np.ndarray, num_features: int, coupling: str) -> f
     """sum_ij MSE(x_i, x_j): the closed-form E|K - K-hat|_F^2 (Eq. 11, multi-block form)."""
     if coupling not in CLOSED_FORMS:
         return math.nan
-    return float(
-        np.sum(theory.prf_mse(x[:, None, :], x[None, :, :], num_features, coupling=coupling))
-    )
+    with jax.enable_x64(True):
+        mse = theory.prf_mse(x[:, None, :], x[None, :, :], num_features, coupling=coupling)
+        return float(np.sum(np.asarray(mse, np.float64)))
 
 
 def _mean_se(values: np.ndarray) -> tuple[float, float]:
@@ -223,6 +223,13 @@ def _ratio_sentence(rows: list[dict], ratio: int) -> str:
     return f"At m = {ratio}d the mean Frobenius error relative to IID is: {parts}."
 
 
+def _nan_note(config: ml_collections.ConfigDict) -> str:
+    """Why the theory columns are nan for some couplings ("" when all have closed forms)."""
+    reasons = {c: theory.no_closed_form_reason(c) for c in config.couplings}
+    note = outputs.nan_note("`squared_theory` and `z_score`", reasons)
+    return f"{note}\n\n" if note else ""
+
+
 def summarise(
     rows: list[dict], differences: list[dict], data: dict, config: ml_collections.ConfigDict
 ) -> str:
@@ -257,6 +264,7 @@ def summarise(
         "Eq. 19/23/24, multi-block) of the mean squared error, and `z_score` compares it with "
         f"`squared_mean`. Largest |z| over IID/ORF/SimRF: {max_z}.\n\n"
         f"{table}\n\n"
+        f"{_nan_note(config)}"
         f"{ratio_text}\n\n"
         "Paired differences of the Frobenius error (same keys, so the block couplings share "
         "their norms and rotations; `z` = mean / SE):\n\n"

@@ -25,7 +25,7 @@ from rfjax import features, kernels, projections, theory
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-CLOSED_FORMS = ("gaussian", "orthogonal", "simplex")
+CLOSED_FORMS = theory.COUPLINGS
 LABELS = outputs.COUPLING_LABELS
 
 
@@ -88,13 +88,21 @@ def monte_carlo_mse(
     return mean, np.sqrt(np.maximum(variance, 0.0) / num_draws)
 
 
+def closed_form_mse(x: np.ndarray, num_features: int, coupling: str) -> np.ndarray:
+    """Eq. 11 at the pairs (x, x) in float64; nan for couplings without a closed form."""
+    if coupling not in CLOSED_FORMS:
+        return np.full(x.shape[:-1], np.nan)
+    with jax.enable_x64(True):
+        return np.asarray(theory.prf_mse(x, x, num_features, coupling=coupling), np.float64)
+
+
 def measure(config: ml_collections.ConfigDict) -> list[dict]:
     """One row per (v, coupling): Monte Carlo MSE, its SE, theory, and ratios to IID theory."""
     input_key, draw_key = jax.random.split(jax.random.key(config.seed))
     norms_of_sum = np.asarray(config.norms_of_sum, np.float64)
     x, y = make_inputs(input_key, config.dim, norms_of_sum)
-    x64, y64 = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    iid_theory = theory.prf_mse(x64, y64, config.num_features, coupling="gaussian")
+    theory_mse = functools.partial(closed_form_mse, np.asarray(x, np.float64), config.num_features)
+    iid_theory = theory_mse("gaussian")
     rows = []
     for index, coupling in enumerate(config.couplings):
         mse, se = monte_carlo_mse(
@@ -106,11 +114,7 @@ def measure(config: ml_collections.ConfigDict) -> list[dict]:
             config.num_draws,
             config.draws_per_chunk,
         )
-        predicted = (
-            theory.prf_mse(x64, y64, config.num_features, coupling=coupling)
-            if coupling in CLOSED_FORMS
-            else np.full_like(mse, np.nan)
-        )
+        predicted = theory_mse(coupling)
         for i, v in enumerate(norms_of_sum):
             rows.append(
                 {
@@ -135,11 +139,11 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
     direction = np.zeros(config.dim)
     direction[0] = 1.0
     dense_x = dense_v[:, None] / 2 * direction
-    iid = theory.prf_mse(dense_x, dense_x, config.num_features, coupling="gaussian")
+    iid = closed_form_mse(dense_x, config.num_features, "gaussian")
     for index, coupling in enumerate(config.couplings):
         color = f"C{index}"
         if coupling in CLOSED_FORMS:
-            curve = theory.prf_mse(dense_x, dense_x, config.num_features, coupling=coupling)
+            curve = closed_form_mse(dense_x, config.num_features, coupling)
             ax.plot(dense_v, curve / iid, color=color, label=f"{LABELS[coupling]} theory")
         mine = [row for row in rows if row["coupling"] == coupling]
         ax.errorbar(
@@ -157,6 +161,13 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
     ax.set_title(f"Gaussian-kernel PRF MSE, d = {config.dim}, m = {config.num_features}")
     ax.legend(fontsize=7, ncol=2)
     outputs.save_figure(fig, path)
+
+
+def _nan_note(config: ml_collections.ConfigDict) -> str:
+    """Why the theory columns are nan for some couplings ("" when all have closed forms)."""
+    reasons = {c: theory.no_closed_form_reason(c) for c in config.couplings}
+    note = outputs.nan_note("`mse_theory`, `ratio_theory` and `z_score`", reasons)
+    return f"{note}\n\n" if note else ""
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -178,7 +189,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"# Positive-random-feature MSE, Gaussian kernel\n\n"
         f"d = {config.dim}, m = {config.num_features}, {config.num_draws} draws per "
         f"coupling and v; x = y with |x + y| = v.\n\nLargest |Monte Carlo - theory| in "
-        f"standard errors: {max_z:.2f}.\n\n{table}\n\n![MSE ratio](mse_ratio.png)\n"
+        f"standard errors: {max_z:.2f}.\n\n{table}\n\n{_nan_note(config)}"
+        "![MSE ratio](mse_ratio.png)\n"
     )
     outputs.save_run(workdir, rows=rows, summary=summary, config=config)
     plot(rows, config, os.path.join(workdir, "mse_ratio.png"))

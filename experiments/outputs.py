@@ -8,7 +8,7 @@ import os
 import string
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import jax
 import ml_collections
@@ -59,6 +59,16 @@ def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
 PROGRESS_INTERVAL_S = 30.0
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def nan_note(columns: str, reasons: Mapping[str, str]) -> str:
+    """A note for under a table: why ``columns`` are nan for the names with a non-empty reason
+    ("" if none has one)."""
+    missing = {name: reason for name, reason in reasons.items() if reason}
+    if not missing:
+        return ""
+    because = " ".join(f"{name}: {reason}." for name, reason in missing.items())
+    return f"{columns} are nan for {', '.join(missing)}, which have no closed form. {because}"
 
 
 def render_summary(name: str, **values: object) -> str:
