@@ -21,7 +21,7 @@ import pytest
 from scipy import special
 
 from rfjax import projections, theory
-from rfjax.theory import _conformity, _hybrid, _mse, _series
+from rfjax.theory import _conformity, _hybrid, _inputs, _monte_carlo, _mse, _series
 
 NSIG = 4.0
 NUM_DRAWS = 40_000
@@ -616,7 +616,7 @@ def test_log_hyp0f1_matches_mpmath_and_scipy_derivative():
 
 
 def test_docstring_examples_run():
-    for module in (_conformity, _mse, _hybrid, _series):
+    for module in (_conformity, _mse, _hybrid, _series, _inputs, _monte_carlo):
         result = doctest.testmod(module, extraglobs={"jax": jax, "jnp": jnp})
         assert result.failed == 0 and result.attempted > 0, module.__name__
 

@@ -88,6 +88,11 @@ def positive_antithetic_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> ja
     Returns:
       Array of the broadcast batch shape.
 
+    Examples:
+      >>> x = jnp.array([1.0, 0.0]); y = jnp.array([0.0, 1.0])
+      >>> round(float(positive_antithetic_mse(x, y, 4)), 6)  # e^2 (1 - e^-2)^2 / 8
+      0.690549
+
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.2, Eq. 3.
     """
@@ -159,6 +164,11 @@ def complex_exponential_mse(
       TypeError, ValueError: as ``trigonometric_mse``; a matrix of the wrong shape, non-finite
         or singular (condition number >= 1/eps of float64).
 
+    Examples:
+      >>> x = jnp.array([1.0, 0.0]); y = jnp.array([0.0, 1.0])
+      >>> round(float(complex_exponential_mse(x, y, jnp.eye(2), 4)), 6)  # (e^2 - 1) / 4
+      1.597264
+
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Lemma 2.4, Eq. 14-17.
     """
@@ -219,6 +229,11 @@ def angular_coefficient_moments(
 
     Returns:
       ``AngularCoefficientMoments`` of arrays of the broadcast batch shape.
+
+    Examples:
+      >>> moments = angular_coefficient_moments(jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0]), 10)
+      >>> round(float(moments.mean), 6), round(float(moments.variance), 6)  # 1/2, 1/40
+      (0.5, 0.025)
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 19, Lemma 3.2, Theorem D.1.
@@ -311,6 +326,10 @@ def trigonometric_relative_error(
     Returns:
       Array of the broadcast shape.
 
+    Examples:
+      >>> round(float(trigonometric_relative_error(math.pi / 2, 1.0, 8)), 6)  # sinh(1) / 2
+      0.587601
+
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Definition 3.3, Lemma 3.4.
     """
@@ -332,6 +351,10 @@ def positive_relative_error(theta: ArrayLike, radius: ArrayLike, num_features: i
     Returns:
       Array of the broadcast shape.
 
+    Examples:
+      >>> round(float(positive_relative_error(math.pi / 2, 1.0, 8)), 6)  # = trig at pi/2
+      0.587601
+
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Lemma 3.4.
     """
@@ -344,6 +367,10 @@ def max_relative_error(radius: ArrayLike, num_features: int) -> jax.Array:
     """Max-relative-error of SM-hat^{trig}_m and SM-hat^{++}_m over S(r): sqrt(2/m) sinh(2 r^2).
 
     Equal for both estimators (Lemma 3.4, Eq. 25-26); it grows like e^{2 r^2} / sqrt(2m).
+
+    Examples:
+      >>> round(float(max_relative_error(1.0, 8)), 6)  # sinh(2) / 2
+      1.81343
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Lemma 3.4, Eq. 26.
@@ -373,6 +400,10 @@ def angular_hybrid_relative_error(
 
     Returns:
       Array of the broadcast shape.
+
+    Examples:
+      >>> float(angular_hybrid_relative_error(0.0, 1.0, 8, 4))  # exact at theta = 0
+      0.0
 
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Theorem 3.5, Eq. 22, 24, 25.

@@ -74,6 +74,14 @@ def monte_carlo_conformity(
       TypeError: bad key or sampler.
       ValueError: bad shapes or counts.
 
+    Examples:
+      >>> x = jnp.array([0.2, 0.0, 0.0]); y = jnp.array([0.0, 0.2, 0.0])
+      >>> mean, se = monte_carlo_conformity(jax.random.key(0), "simplex", x, y, 3, num_samples=2000)
+      >>> from rfjax.theory import conformity
+      >>> rho = float(conformity("simplex", 3, math.sqrt(0.08)))
+      >>> abs(mean - rho) < 4 * se
+      True
+
     References:
       Reid et al. 2023, arXiv:2301.13856, Eq. 10.
     """
