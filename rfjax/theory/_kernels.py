@@ -1,10 +1,10 @@
 """The compiled kernels behind the closed forms.
 
 Each kernel is ``jax.jit``-compiled once per dtype and input size class: the dimension d is
-passed as an array, not a static argument, and eager inputs are
-padded to a size class by ``_bucketing.call_bucketed``. A public function called eagerly on any
-d and any shape of up to 16 elements therefore reuses one executable per kernel. Under a
-caller's ``jit``/``vmap``/``grad`` the kernels are inlined into the caller's computation.
+passed as an array, not a static argument, and eager inputs are padded to a size class by
+``_bucketing.call_bucketed``. A public function called eagerly on any d and any shape of up to
+128 elements therefore reuses one executable per kernel. Under a caller's
+``jit``/``vmap``/``grad`` the kernels are inlined into the caller's computation.
 """
 
 from __future__ import annotations
