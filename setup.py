@@ -1,21 +1,27 @@
-"""Builds the optional C++ CPU kernel of ``rfjax.ops.fwht`` (``csrc/fwht_cpu.cc``).
+"""Builds the optional C++ CPU kernel of ``rfjax.ops.fwht`` (``csrc/``).
 
 The kernel is a plain shared library (not a Python module) that ``rfjax.ops._fwht_cpu`` loads
 with ctypes and registers with XLA through ``jax.ffi``. It needs a C++17 compiler and the XLA
 FFI headers shipped with jaxlib (``jaxlib/include``; jaxlib is a build requirement). The build is
 optional: when the headers or the compiler are missing or compilation fails, a warning is printed,
-installation goes on, and ``fwht`` uses its pure-XLA fallback.
+installation goes on, and ``fwht`` uses its pure-XLA implementations.
+
+Portability: nothing is compiled for the build machine's CPU (no ``-march=native``). The
+transform (``csrc/fwht_kernel.h``) is compiled once per instruction set into its own namespace
+(``csrc/fwht_isa.cc``): on x86-64 with GCC or Clang for AVX-512F (``-mavx512f -mavx2 -mfma``),
+AVX2 (``-mavx2 -mfma``), SSE2 (the x86-64 baseline) and portable scalar code; elsewhere scalar
+only. The library picks the best one the CPU supports when it is loaded
+(``__builtin_cpu_supports``), so a wheel built on one x86-64 machine runs on any.
 
 Environment:
   RFJAX_BUILD_FWHT_CPU=0   skip the kernel.
-  RFJAX_FWHT_CPU_MARCH=... the -march value (default "native" when the compiler accepts it;
-                           "none" for no -march flag, e.g. for portable wheels).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import platform
 import sys
 import tempfile
 
@@ -24,6 +30,13 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = pathlib.Path(__file__).resolve().parent
 EXT_NAME = "rfjax.ops._fwht_cpu_lib"
+CSRC = pathlib.Path("csrc")
+# Instruction sets compiled on x86-64 (GCC/Clang), best first, with their flags.
+X86_ISAS = {
+    "avx512": ["-mavx512f", "-mavx2", "-mfma"],
+    "avx2": ["-mavx2", "-mfma"],
+    "sse2": ["-msse2"],
+}
 
 
 def _jaxlib_include() -> str | None:
@@ -43,20 +56,24 @@ def _jaxlib_include() -> str | None:
     return None
 
 
-def _accepts_flag(compiler, flag: str) -> bool:
-    """Whether the compiler compiles a small C++ file with ``flag``."""
+def _accepts_flags(compiler, flags: list[str]) -> bool:
+    """Whether the compiler compiles a small C++ file with ``flags``."""
     with tempfile.TemporaryDirectory() as tmp:
         source = pathlib.Path(tmp, "probe.cc")
         source.write_text("int main() { return 0; }\n")
         try:
-            compiler.compile([str(source)], output_dir=tmp, extra_postargs=[flag])
+            compiler.compile([str(source)], output_dir=tmp, extra_postargs=flags)
         except Exception:
             return False
     return True
 
 
+def _is_x86_64() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 class OptionalBuildExt(build_ext):
-    """build_ext that tunes flags for the compiler and never fails the installation."""
+    """build_ext that compiles one kernel object per instruction set and never fails the install."""
 
     def build_extension(self, ext):
         try:
@@ -64,25 +81,38 @@ class OptionalBuildExt(build_ext):
             if include is None:
                 raise RuntimeError("jaxlib's XLA FFI headers (jaxlib/include) were not found")
             if self.compiler.compiler_type == "msvc":
+                common = ["/std:c++17", "/O2", "/EHsc"]
                 ext.include_dirs.append(include)
-                ext.extra_compile_args = ["/std:c++17", "/O2", "/EHsc"]
+                isas = {}  # no run-time CPU detection with MSVC: the scalar kernel only
             else:
                 # -isystem: no warnings from the XLA headers
-                flags = ["-std=c++17", "-O3", "-fvisibility=hidden", "-isystem", include]
-                march = os.environ.get("RFJAX_FWHT_CPU_MARCH", "native")
-                if march != "none" and _accepts_flag(self.compiler, f"-march={march}"):
-                    flags.append(f"-march={march}")
-                flags += [
+                common = ["-std=c++17", "-O3", "-fvisibility=hidden"]
+                common += [
                     f
                     for f in ("-Wno-attributes", "-Wno-maybe-uninitialized")
-                    if _accepts_flag(self.compiler, f)
+                    if _accepts_flags(self.compiler, [f])
                 ]
-                ext.extra_compile_args = flags
+                isas = X86_ISAS if _is_x86_64() else {}
+                isas = {name: f for name, f in isas.items() if _accepts_flags(self.compiler, f)}
+                ext.extra_compile_args = [*common, "-isystem", include]
+            for name, flags in [*isas.items(), ("scalar", [])]:
+                macros = [("RFJAX_ISA", name)] + ([("RFJAX_SCALAR", "1")] if not flags else [])
+                ext.extra_objects += self.compiler.compile(
+                    [str(CSRC / "fwht_isa.cc")],
+                    output_dir=os.path.join(self.build_temp, f"isa_{name}"),
+                    macros=macros,
+                    include_dirs=[str(CSRC)],
+                    extra_postargs=[*common, *flags],
+                    depends=[str(CSRC / "fwht_kernel.h")],
+                )
+                if flags:
+                    ext.define_macros.append((f"RFJAX_HAVE_{name.upper()}", "1"))
+            ext.include_dirs.append(str(CSRC))
             super().build_extension(ext)
         except Exception as error:  # the kernel is optional: fall back to pure XLA
             print(
                 f"WARNING: rfjax's C++ FWHT kernel was not built ({error}); "
-                "rfjax.ops.fwht will use its pure-XLA implementation on CPU.",
+                "rfjax.ops.fwht will use its pure-XLA implementations on CPU.",
                 file=sys.stderr,
             )
 
@@ -98,11 +128,12 @@ class OptionalBuildExt(build_ext):
 
 ext_modules = []
 if os.environ.get("RFJAX_BUILD_FWHT_CPU", "1") != "0":
+    headers = [str(CSRC / name) for name in ("fwht_kernel.h", "fwht_kernel_api.h", "fwht_isa.cc")]
     ext_modules.append(
         Extension(
             EXT_NAME,
-            sources=[str(pathlib.Path("csrc", "fwht_cpu.cc"))],
-            depends=[str(pathlib.Path("csrc", "fwht_cpu.cc"))],
+            sources=[str(CSRC / "fwht_cpu.cc")],
+            depends=headers,
             language="c++",
         )
     )

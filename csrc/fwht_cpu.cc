@@ -3,24 +3,16 @@
 // y[r, :] = H_n x[r, :] (optionally times 1/sqrt(n)) for every row r of an input viewed as
 // rows x n, n a power of two, H_n the Sylvester-Hadamard matrix in natural order.
 //
-// Algorithm (radix-2^R decimation over the bits of the index, low bits first):
-//  * SIMD vectors of W lanes; the log2(W) stages with stride < W run inside one register
-//    (lane permutes), the others combine whole vectors with radix-2^R butterflies (R stages on
-//    2^R vectors held in registers, so one memory pass performs R stages).
-//  * Phase 1 (cache blocking): the stages with stride < kChunk run on L1-sized chunks of
-//    kChunk contiguous elements (or groups of whole rows when n < kChunk). The first pass over a
-//    chunk reads the input and writes the output (out of place: in-register stages plus up to
-//    R vector stages); the remaining small-stride passes run in place on the output while the
-//    chunk is in L1.
-//  * Phase 2: for n > kChunk, the stages with stride >= kChunk run in place on the output row
-//    (in L2 for rows up to ~1 MiB), again with radix-2^R passes.
-//  * The 1/sqrt(n) scale is folded into the last pass. No temporaries beyond the output.
-//  * Several rows per task; large batches are split over the XLA intra-op thread pool (the
-//    FFI ThreadPool) with work stealing: the calling thread takes tasks too and only waits for
-//    tasks already taken, so it never deadlocks when the pool is busy. Small work runs inline.
+// The transform itself (fwht_kernel.h) is compiled once per instruction set (fwht_isa.cc, with
+// the flags setup.py gives each: AVX-512F, AVX2+FMA, SSE2 and portable scalar on x86-64; scalar
+// elsewhere); nothing is compiled with -march=native. At load time this file picks the best one
+// the CPU supports (__builtin_cpu_supports), so one binary runs on any x86-64. The environment
+// variable RFJAX_FWHT_CPU_ISA (avx512, avx2, sse2, scalar) asks for a lower one, and
+// rfjax_fwht_select_isa switches at run time (for tests).
 //
-// Vector back ends: AVX-512F, AVX (+FMA when available), SSE2, and a portable scalar fallback,
-// selected at compile time (-march=native by the package's build when the compiler accepts it).
+// Large batches are split over the XLA intra-op thread pool (the FFI ThreadPool) with work
+// stealing: the calling thread takes tasks too and only waits for tasks already taken, so it
+// never deadlocks when the pool is busy. Small work runs inline.
 
 #include <algorithm>
 #include <atomic>
@@ -32,396 +24,90 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <utility>
 
-#if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
+#include "fwht_kernel_api.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-#if defined(__GNUC__)
-#define RFJAX_INLINE inline __attribute__((always_inline))
-#else
-#define RFJAX_INLINE inline
-#endif
-
 // ---------------------------------------------------------------------------------------------
-// Vector back ends. Each provides: V, W (lanes), kLogW, kMaxR (largest radix exponent of the
-// register butterflies), load/store (unaligned), add, sub, mul, set1, and inreg(v): the kLogW
-// stages with stride < W on the lanes of one vector.
+// Instruction-set dispatch.
 // ---------------------------------------------------------------------------------------------
 
-template <class T>
-struct ScalarOps {
-  using V = T;
-  static constexpr int W = 1;
-  static constexpr int kLogW = 0;
-  static constexpr int kMaxR = 3;
-  static RFJAX_INLINE V load(const T* p) { return *p; }
-  static RFJAX_INLINE void store(T* p, V v) { *p = v; }
-  static RFJAX_INLINE V add(V a, V b) { return a + b; }
-  static RFJAX_INLINE V sub(V a, V b) { return a - b; }
-  static RFJAX_INLINE V mul(V a, V b) { return a * b; }
-  static RFJAX_INLINE V set1(T a) { return a; }
-  static RFJAX_INLINE V inreg(V v) { return v; }
+struct Kernel {
+  const char* name;
+  void (*f32)(const float*, float*, size_t, size_t, bool, float);
+  void (*f64)(const double*, double*, size_t, size_t, bool, double);
 };
 
-#if defined(__AVX512F__)
-struct OpsF32 {
-  using T = float;
-  using V = __m512;
-  static constexpr int W = 16;
-  static constexpr int kLogW = 4;
-  static constexpr int kMaxR = 4;  // 16 vectors in flight out of 32 registers
-  static RFJAX_INLINE V load(const T* p) { return _mm512_loadu_ps(p); }
-  static RFJAX_INLINE void store(T* p, V v) { _mm512_storeu_ps(p, v); }
-  static RFJAX_INLINE V add(V a, V b) { return _mm512_add_ps(a, b); }
-  static RFJAX_INLINE V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  static RFJAX_INLINE V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static RFJAX_INLINE V set1(T a) { return _mm512_set1_ps(a); }
-  // One in-register stage: lane i gets partner + (i has the stage's bit ? -x : x), computed as
-  // fma(x, sign, partner), exact since sign = +-1.
-  static RFJAX_INLINE V inreg(V x) {
-    const V s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
-    const V s2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
-    const V s4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
-    const V s8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
-    x = _mm512_fmadd_ps(x, s1, _mm512_permute_ps(x, 0xB1));
-    x = _mm512_fmadd_ps(x, s2, _mm512_permute_ps(x, 0x4E));
-    x = _mm512_fmadd_ps(x, s4, _mm512_shuffle_f32x4(x, x, 0xB1));
-    x = _mm512_fmadd_ps(x, s8, _mm512_shuffle_f32x4(x, x, 0x4E));
-    return x;
-  }
-};
-struct OpsF64 {
-  using T = double;
-  using V = __m512d;
-  static constexpr int W = 8;
-  static constexpr int kLogW = 3;
-  static constexpr int kMaxR = 4;
-  static RFJAX_INLINE V load(const T* p) { return _mm512_loadu_pd(p); }
-  static RFJAX_INLINE void store(T* p, V v) { _mm512_storeu_pd(p, v); }
-  static RFJAX_INLINE V add(V a, V b) { return _mm512_add_pd(a, b); }
-  static RFJAX_INLINE V sub(V a, V b) { return _mm512_sub_pd(a, b); }
-  static RFJAX_INLINE V mul(V a, V b) { return _mm512_mul_pd(a, b); }
-  static RFJAX_INLINE V set1(T a) { return _mm512_set1_pd(a); }
-  static RFJAX_INLINE V inreg(V x) {
-    const V s1 = _mm512_setr_pd(1, -1, 1, -1, 1, -1, 1, -1);
-    const V s2 = _mm512_setr_pd(1, 1, -1, -1, 1, 1, -1, -1);
-    const V s4 = _mm512_setr_pd(1, 1, 1, 1, -1, -1, -1, -1);
-    x = _mm512_fmadd_pd(x, s1, _mm512_permute_pd(x, 0x55));
-    x = _mm512_fmadd_pd(x, s2, _mm512_shuffle_f64x2(x, x, 0xB1));
-    x = _mm512_fmadd_pd(x, s4, _mm512_shuffle_f64x2(x, x, 0x4E));
-    return x;
-  }
-};
-#elif defined(__AVX__)
-struct OpsF32 {
-  using T = float;
-  using V = __m256;
-  static constexpr int W = 8;
-  static constexpr int kLogW = 3;
-  static constexpr int kMaxR = 3;  // 8 vectors in flight out of 16 registers
-  static RFJAX_INLINE V load(const T* p) { return _mm256_loadu_ps(p); }
-  static RFJAX_INLINE void store(T* p, V v) { _mm256_storeu_ps(p, v); }
-  static RFJAX_INLINE V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static RFJAX_INLINE V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-  static RFJAX_INLINE V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static RFJAX_INLINE V set1(T a) { return _mm256_set1_ps(a); }
-  static RFJAX_INLINE V step(V x, V partner, V sign) {
-#if defined(__FMA__)
-    return _mm256_fmadd_ps(x, sign, partner);
-#else
-    return _mm256_add_ps(partner, _mm256_mul_ps(x, sign));
+#define RFJAX_KERNEL(isa) \
+  Kernel { #isa, rfjax::isa::transform_rows_f32, rfjax::isa::transform_rows_f64 }
+
+// Best first.
+const Kernel kKernels[] = {
+#if defined(RFJAX_HAVE_AVX512)
+    RFJAX_KERNEL(avx512),
 #endif
-  }
-  static RFJAX_INLINE V inreg(V x) {
-    const V s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
-    const V s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
-    const V s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
-    x = step(x, _mm256_permute_ps(x, 0xB1), s1);
-    x = step(x, _mm256_permute_ps(x, 0x4E), s2);
-    x = step(x, _mm256_permute2f128_ps(x, x, 1), s4);
-    return x;
-  }
-};
-struct OpsF64 {
-  using T = double;
-  using V = __m256d;
-  static constexpr int W = 4;
-  static constexpr int kLogW = 2;
-  static constexpr int kMaxR = 3;
-  static RFJAX_INLINE V load(const T* p) { return _mm256_loadu_pd(p); }
-  static RFJAX_INLINE void store(T* p, V v) { _mm256_storeu_pd(p, v); }
-  static RFJAX_INLINE V add(V a, V b) { return _mm256_add_pd(a, b); }
-  static RFJAX_INLINE V sub(V a, V b) { return _mm256_sub_pd(a, b); }
-  static RFJAX_INLINE V mul(V a, V b) { return _mm256_mul_pd(a, b); }
-  static RFJAX_INLINE V set1(T a) { return _mm256_set1_pd(a); }
-  static RFJAX_INLINE V step(V x, V partner, V sign) {
-#if defined(__FMA__)
-    return _mm256_fmadd_pd(x, sign, partner);
-#else
-    return _mm256_add_pd(partner, _mm256_mul_pd(x, sign));
+#if defined(RFJAX_HAVE_AVX2)
+    RFJAX_KERNEL(avx2),
 #endif
-  }
-  static RFJAX_INLINE V inreg(V x) {
-    const V s1 = _mm256_setr_pd(1, -1, 1, -1);
-    const V s2 = _mm256_setr_pd(1, 1, -1, -1);
-    x = step(x, _mm256_permute_pd(x, 0x5), s1);
-    x = step(x, _mm256_permute2f128_pd(x, x, 1), s2);
-    return x;
-  }
-};
-#elif defined(__SSE2__)
-struct OpsF32 {
-  using T = float;
-  using V = __m128;
-  static constexpr int W = 4;
-  static constexpr int kLogW = 2;
-  static constexpr int kMaxR = 3;
-  static RFJAX_INLINE V load(const T* p) { return _mm_loadu_ps(p); }
-  static RFJAX_INLINE void store(T* p, V v) { _mm_storeu_ps(p, v); }
-  static RFJAX_INLINE V add(V a, V b) { return _mm_add_ps(a, b); }
-  static RFJAX_INLINE V sub(V a, V b) { return _mm_sub_ps(a, b); }
-  static RFJAX_INLINE V mul(V a, V b) { return _mm_mul_ps(a, b); }
-  static RFJAX_INLINE V set1(T a) { return _mm_set1_ps(a); }
-  static RFJAX_INLINE V inreg(V x) {
-    const V m1 = _mm_castsi128_ps(_mm_setr_epi32(0, INT32_MIN, 0, INT32_MIN));
-    const V m2 = _mm_castsi128_ps(_mm_setr_epi32(0, 0, INT32_MIN, INT32_MIN));
-    x = _mm_add_ps(_mm_shuffle_ps(x, x, 0xB1), _mm_xor_ps(x, m1));
-    x = _mm_add_ps(_mm_shuffle_ps(x, x, 0x4E), _mm_xor_ps(x, m2));
-    return x;
-  }
-};
-struct OpsF64 {
-  using T = double;
-  using V = __m128d;
-  static constexpr int W = 2;
-  static constexpr int kLogW = 1;
-  static constexpr int kMaxR = 3;
-  static RFJAX_INLINE V load(const T* p) { return _mm_loadu_pd(p); }
-  static RFJAX_INLINE void store(T* p, V v) { _mm_storeu_pd(p, v); }
-  static RFJAX_INLINE V add(V a, V b) { return _mm_add_pd(a, b); }
-  static RFJAX_INLINE V sub(V a, V b) { return _mm_sub_pd(a, b); }
-  static RFJAX_INLINE V mul(V a, V b) { return _mm_mul_pd(a, b); }
-  static RFJAX_INLINE V set1(T a) { return _mm_set1_pd(a); }
-  static RFJAX_INLINE V inreg(V x) {
-    const V m1 = _mm_castsi128_pd(_mm_setr_epi32(0, 0, 0, INT32_MIN));
-    return _mm_add_pd(_mm_shuffle_pd(x, x, 1), _mm_xor_pd(x, m1));
-  }
-};
-#else
-using OpsF32 = ScalarOps<float>;
-using OpsF64 = ScalarOps<double>;
+#if defined(RFJAX_HAVE_SSE2)
+    RFJAX_KERNEL(sse2),
 #endif
-
-template <class T>
-struct OpsFor;
-template <>
-struct OpsFor<float> {
-  using type = OpsF32;
+    RFJAX_KERNEL(scalar),
 };
-template <>
-struct OpsFor<double> {
-  using type = OpsF64;
-};
+constexpr size_t kNumKernels = sizeof(kKernels) / sizeof(kKernels[0]);
 
-// ---------------------------------------------------------------------------------------------
-// One pass: R butterfly stages at strides s, 2s, ..., 2^(R-1) s (s a multiple of W) over a
-// block of L elements (L a multiple of s * 2^R), optionally preceded by the in-register stages
-// (kInreg, then s must equal W) and followed by the scale. in == out is allowed (in place).
-// ---------------------------------------------------------------------------------------------
-
-// Compile-time loop: f(std::integral_constant<int, 0>{}), ..., f(...<N - 1>{}), fully unrolled so
-// that the 2^R vectors of a butterfly stay in registers.
-template <class F, int... I>
-RFJAX_INLINE void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class F>
-RFJAX_INLINE void static_for(F&& f) {
-  static_for_impl(f, std::make_integer_sequence<int, N>{});
-}
-
-// R radix-2 stages on a[0 .. 2^R): stage h pairs (i, i + 2^h) for i with bit h clear.
-template <class Ops, int R>
-RFJAX_INLINE void butterflies(typename Ops::V* a) {
-  static_for<R>([&](auto h) {
-    constexpr int kH = 1 << decltype(h)::value;
-    static_for<(1 << R) / 2>([&](auto p) {
-      constexpr int kP = decltype(p)::value;
-      constexpr int kI = (kP / kH) * 2 * kH + kP % kH;  // p-th index with bit h clear
-      const typename Ops::V u = a[kI];
-      const typename Ops::V v = a[kI + kH];
-      a[kI] = Ops::add(u, v);
-      a[kI + kH] = Ops::sub(u, v);
-    });
-  });
-}
-
-template <class Ops, int R, bool kInreg, bool kScale>
-void pass(const typename Ops::T* in, typename Ops::T* out, size_t L, size_t s,
-          typename Ops::T scale) {
-  using V = typename Ops::V;
-  constexpr int kW = Ops::W;
-  constexpr int kM = 1 << R;
-  const V vscale = Ops::set1(scale);
-  const size_t span = s * kM;
-  for (size_t base = 0; base < L; base += span) {
-    for (size_t j = 0; j < s; j += kW) {
-      const size_t o = base + j;
-      V a[kM];
-      static_for<kM>([&](auto t) {
-        a[t] = Ops::load(in + o + t * s);
-        if constexpr (kInreg) a[t] = Ops::inreg(a[t]);
-      });
-      butterflies<Ops, R>(a);
-      static_for<kM>([&](auto t) {
-        if constexpr (kScale) a[t] = Ops::mul(a[t], vscale);
-        Ops::store(out + o + t * s, a[t]);
-      });
-    }
+bool cpu_supports(const Kernel& kernel) {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (std::strcmp(kernel.name, "avx512") == 0) return __builtin_cpu_supports("avx512f");
+  if (std::strcmp(kernel.name, "avx2") == 0) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }
+  if (std::strcmp(kernel.name, "sse2") == 0) return __builtin_cpu_supports("sse2");
+#endif
+  return std::strcmp(kernel.name, "scalar") == 0;
 }
 
-template <class Ops, bool kInreg, bool kScale>
-void pass_r(int r, const typename Ops::T* in, typename Ops::T* out, size_t L, size_t s,
-            typename Ops::T scale) {
-  switch (r) {
-    case 0:
-      return pass<Ops, 0, kInreg, kScale>(in, out, L, s, scale);
-    case 1:
-      return pass<Ops, 1, kInreg, kScale>(in, out, L, s, scale);
-    case 2:
-      return pass<Ops, 2, kInreg, kScale>(in, out, L, s, scale);
-    case 3:
-      return pass<Ops, 3, kInreg, kScale>(in, out, L, s, scale);
-    default:
-      if constexpr (Ops::kMaxR >= 4) return pass<Ops, 4, kInreg, kScale>(in, out, L, s, scale);
+const Kernel* find_kernel(const char* name) {
+  for (const Kernel& kernel : kKernels) {
+    if (std::strcmp(kernel.name, name) == 0) return &kernel;
   }
+  return nullptr;
 }
 
-template <class Ops, bool kInreg>
-void run_pass(int r, const typename Ops::T* in, typename Ops::T* out, size_t L, size_t s,
-              bool last, bool scaled, typename Ops::T scale) {
-  if (last && scaled) {
-    pass_r<Ops, kInreg, true>(r, in, out, L, s, scale);
-  } else {
-    pass_r<Ops, kInreg, false>(r, in, out, L, s, scale);
+// The best supported kernel, or the one RFJAX_FWHT_CPU_ISA names when it is compiled and
+// supported.
+const Kernel* default_kernel() {
+  const char* wanted = std::getenv("RFJAX_FWHT_CPU_ISA");
+  if (wanted != nullptr && *wanted != '\0') {
+    const Kernel* kernel = find_kernel(wanted);
+    if (kernel != nullptr && cpu_supports(*kernel)) return kernel;
   }
+  for (const Kernel& kernel : kKernels) {
+    if (cpu_supports(kernel)) return &kernel;
+  }
+  return &kKernels[kNumKernels - 1];
 }
 
-// Splits q stages into passes of at most max_r stages, as equal as possible.
-inline int num_passes(int q, int max_r) { return q <= 0 ? 0 : (q + max_r - 1) / max_r; }
-inline int pass_size(int q, int passes, int i) { return q / passes + (i < q % passes ? 1 : 0); }
-
-// Bytes of one L1 chunk (phase 1 block): 32 KiB fits the L1d of current x86 and ARM cores.
-constexpr size_t kChunkBytes = 32 * 1024;
-
-inline int log2_exact(size_t n) {
-  int k = 0;
-  while ((size_t{1} << k) < n) ++k;
-  return k;
-}
-
-// Scalar reference path: rows with n < W (or any n with the scalar back end).
-template <class T>
-void rows_scalar(const T* in, T* out, size_t n, size_t rows, bool scaled, T scale) {
-  for (size_t r = 0; r < rows; ++r) {
-    const T* x = in + r * n;
-    T* y = out + r * n;
-    if (n == 1) {
-      y[0] = scaled ? x[0] * scale : x[0];
-      continue;
-    }
-    for (size_t i = 0; i < n; i += 2) {  // read both before writing: in == out is allowed
-      const T u = x[i];
-      const T v = x[i + 1];
-      y[i] = u + v;
-      y[i + 1] = u - v;
-    }
-    for (size_t h = 2; h < n; h <<= 1) {
-      for (size_t i = 0; i < n; i += 2 * h) {
-        for (size_t j = i; j < i + h; ++j) {
-          const T u = y[j];
-          const T v = y[j + h];
-          y[j] = u + v;
-          y[j + h] = u - v;
-        }
-      }
-    }
-    if (scaled) {
-      for (size_t i = 0; i < n; ++i) y[i] *= scale;
-    }
-  }
-}
-
-// Transforms `rows` consecutive rows of length n (n a power of two >= W) from in to out.
-template <class Ops>
-void rows_vector(const typename Ops::T* in, typename Ops::T* out, size_t n, size_t rows,
-                 bool scaled, typename Ops::T scale) {
-  using T = typename Ops::T;
-  constexpr int kW = Ops::W;
-  constexpr int kMaxR = Ops::kMaxR;
-  const int k = log2_exact(n);
-  const int log_chunk = log2_exact(kChunkBytes / sizeof(T));
-  const int c = std::min(k, log_chunk);  // stages done in phase 1
-  const int q1 = c - Ops::kLogW;                  // vector stages in phase 1
-  const int r0 = std::min(q1, kMaxR);             // vector stages fused in the first pass
-  const int p1 = num_passes(q1 - r0, kMaxR);      // further in-place phase-1 passes
-  const int q2 = k - c;                           // phase-2 stages
-  // Phase-2 passes touch 2^R lines a large power of two apart, which share one L1 set: at most
-  // 8 of them (radix 8) so that they fit the set's ways.
-  const int max_r2 = std::min(kMaxR, 3);
-  const int p2 = num_passes(q2, max_r2);
-  const size_t chunk = size_t{1} << c;
-
-  auto phase1 = [&](const T* src, T* dst, size_t len, bool last_phase) {
-    // First pass: in-register stages and r0 vector stages, out of place.
-    run_pass<Ops, true>(r0, src, dst, len, kW, last_phase && p1 == 0, scaled, scale);
-    size_t s = size_t{kW} << r0;
-    for (int i = 0; i < p1; ++i) {
-      const int r = pass_size(q1 - r0, p1, i);
-      run_pass<Ops, false>(r, dst, dst, len, s, last_phase && i == p1 - 1, scaled, scale);
-      s <<= r;
-    }
-  };
-
-  if (n <= chunk) {
-    // Several whole rows per L1-sized block.
-    const size_t rows_per_block = std::max<size_t>(1, chunk / n);
-    for (size_t r = 0; r < rows; r += rows_per_block) {
-      const size_t nr = std::min(rows_per_block, rows - r);
-      phase1(in + r * n, out + r * n, nr * n, true);
-    }
-    return;
-  }
-  for (size_t r = 0; r < rows; ++r) {
-    const T* x = in + r * n;
-    T* y = out + r * n;
-    for (size_t b = 0; b < n; b += chunk) phase1(x + b, y + b, chunk, false);
-    size_t s = chunk;
-    for (int i = 0; i < p2; ++i) {
-      const int rr = pass_size(q2, p2, i);  // <= max_r2
-      run_pass<Ops, false>(rr, y, y, n, s, i == p2 - 1, scaled, scale);
-      s <<= rr;
-    }
-  }
+std::atomic<const Kernel*>& active_kernel() {
+  static std::atomic<const Kernel*> kernel{default_kernel()};
+  return kernel;
 }
 
 template <class T>
 void transform_rows(const T* in, T* out, size_t n, size_t rows, bool scaled, T scale) {
-  using Ops = typename OpsFor<T>::type;
-  if (n < static_cast<size_t>(Ops::W) || Ops::W == 1) {
-    rows_scalar<T>(in, out, n, rows, scaled, scale);
+  const Kernel* kernel = active_kernel().load(std::memory_order_relaxed);
+  if constexpr (std::is_same_v<T, float>) {
+    kernel->f32(in, out, n, rows, scaled, scale);
   } else {
-    rows_vector<Ops>(in, out, n, rows, scaled, scale);
+    kernel->f64(in, out, n, rows, scaled, scale);
   }
 }
 
@@ -554,5 +240,33 @@ extern "C" RFJAX_EXPORT int rfjax_fwht_f32_rows(const float* in, float* out, siz
                                                 size_t rows, int normalize) {
   if (n == 0 || (n & (n - 1)) != 0) return 1;
   run<float>(nullptr, in, out, n, rows, normalize != 0, 0);
+  return 0;
+}
+
+// The instruction set in use ("avx512", "avx2", "sse2" or "scalar").
+extern "C" RFJAX_EXPORT const char* rfjax_fwht_isa() {
+  return active_kernel().load()->name;
+}
+
+// The compiled instruction sets, best first, comma-separated.
+extern "C" RFJAX_EXPORT const char* rfjax_fwht_compiled_isas() {
+  static const std::string names = [] {
+    std::string joined;
+    for (const Kernel& kernel : kKernels) {
+      if (!joined.empty()) joined += ",";
+      joined += kernel.name;
+    }
+    return joined;
+  }();
+  return names.c_str();
+}
+
+// Switches to the named instruction set: 0 on success, 1 if it was not compiled, 2 if this CPU
+// does not support it. For tests; calls already running finish with the previous one.
+extern "C" RFJAX_EXPORT int rfjax_fwht_select_isa(const char* name) {
+  const Kernel* kernel = find_kernel(name);
+  if (kernel == nullptr) return 1;
+  if (!cpu_supports(*kernel)) return 2;
+  active_kernel().store(kernel);
   return 0;
 }

@@ -1,6 +1,12 @@
-"""The C++ CPU kernel of fwht (rfjax.ops._fwht_cpu): agreement with dense Hadamard products."""
+"""The C++ CPU kernel of fwht (rfjax.ops._fwht_cpu): agreement with dense Hadamard products,
+every compiled instruction set, and a portable build."""
 
 from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -10,9 +16,8 @@ import scipy.linalg
 
 from rfjax.ops import _fwht_cpu, fwht
 
-pytestmark = pytest.mark.skipif(
-    not _fwht_cpu.is_available(), reason="the C++ FWHT kernel was not built"
-)
+REPO = pathlib.Path(__file__).resolve().parents[1]
+built = pytest.mark.skipif(not _fwht_cpu.is_available(), reason="the C++ FWHT kernel was not built")
 
 
 def _reference(x: np.ndarray, normalize: bool) -> np.ndarray:
@@ -45,6 +50,7 @@ def _close(y, ref, dtype) -> None:
     np.testing.assert_allclose(y, ref, rtol=0, atol=tol)
 
 
+@built
 @pytest.mark.parametrize("k", range(17))
 def test_matches_hadamard_float32(k):
     """n = 2^k, k = 0..16 (odd and even log2, n below, at and above the L1 chunk), many rows."""
@@ -57,6 +63,7 @@ def test_matches_hadamard_float32(k):
         _close(y, _reference(x, normalize), np.float32)
 
 
+@built
 def test_large_batch_uses_threads_and_matches_xla():
     """A batch large enough for the thread pool; compared with the pure-XLA butterfly."""
     x = np.random.default_rng(1).standard_normal((4097, 256)).astype(np.float32)
@@ -65,6 +72,7 @@ def test_large_batch_uses_threads_and_matches_xla():
     np.testing.assert_allclose(np.asarray(y), np.asarray(z), rtol=0, atol=1e-4)
 
 
+@built
 @pytest.mark.parametrize("k", [0, 1, 3, 4, 7, 10, 13, 14])
 def test_matches_hadamard_float64(k):
     n = 1 << k
@@ -76,6 +84,7 @@ def test_matches_hadamard_float64(k):
             _close(y, _reference(x, normalize), np.float64)
 
 
+@built
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_half_types_accumulate_in_float32(dtype, normalize):
@@ -89,6 +98,7 @@ def test_half_types_accumulate_in_float32(dtype, normalize):
     np.testing.assert_allclose(np.asarray(y, dtype=np.float64), expected, rtol=0, atol=ulp)
 
 
+@built
 def test_leading_shapes_and_non_contiguous_inputs():
     """Any leading shape; transposed / strided inputs and other axes (XLA makes them dense)."""
     rng = np.random.default_rng(3)
@@ -114,6 +124,7 @@ def test_leading_shapes_and_non_contiguous_inputs():
     )
 
 
+@built
 def test_involution_and_empty_batch():
     x = np.random.default_rng(4).standard_normal((9, 1 << 15)).astype(np.float32)
     y = fwht(fwht(x, normalize=True, implementation="cpu"), normalize=True, implementation="cpu")
@@ -122,6 +133,7 @@ def test_involution_and_empty_batch():
     assert empty.shape == (0, 8)
 
 
+@built
 def test_auto_picks_the_kernel_and_no_temporaries():
     x = jnp.ones((16, 1024), jnp.float32)
     text = jax.jit(lambda v: fwht(v)).lower(x).as_text()
@@ -129,3 +141,83 @@ def test_auto_picks_the_kernel_and_no_temporaries():
     analysis = jax.jit(lambda v: fwht(v)).lower(x).compile().memory_analysis()
     if analysis is not None:
         assert analysis.temp_size_in_bytes <= 1024  # nothing beyond the output
+
+
+def _supported_isas() -> list[str]:
+    """The compiled instruction sets this CPU runs (``select_isa`` refuses the others)."""
+    supported = []
+    for name in _fwht_cpu.compiled_isas():
+        try:
+            _fwht_cpu.select_isa(name)
+        except ValueError:
+            continue
+        supported.append(name)
+    return supported
+
+
+@built
+def test_every_instruction_set_matches_hadamard():
+    """Each compiled instruction set (AVX-512, AVX2, SSE2, scalar) that this CPU supports."""
+    default = _fwht_cpu.isa()
+    compiled = _fwht_cpu.compiled_isas()
+    assert compiled[-1] == "scalar"
+    assert default == _supported_isas()[0]  # the best supported one is the default
+    rng = np.random.default_rng(6)
+    try:
+        for name in _supported_isas():
+            _fwht_cpu.select_isa(name)
+            assert _fwht_cpu.isa() == name
+            for k in (0, 1, 2, 3, 4, 5, 9, 13, 15):
+                n = 1 << k
+                x = rng.standard_normal((3, n)).astype(np.float32)
+                y = jax.jit(lambda v: fwht(v, normalize=True, implementation="cpu"))(x)
+                _close(y, _reference(x, True), np.float32)
+                with jax.enable_x64(True):
+                    z = rng.standard_normal((2, n))
+                    _close(fwht(z, implementation="cpu"), _reference(z, False), np.float64)
+    finally:
+        _fwht_cpu.select_isa(default)
+    with pytest.raises(ValueError, match="was not compiled"):
+        _fwht_cpu.select_isa("neon")
+
+
+def test_scalar_path_compiles_without_simd_macros():
+    """The portable scalar kernel (non-x86 targets) compiles: -fsyntax-only, SIMD macros off."""
+    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    undefined = ["-U__SSE__", "-U__SSE2__", "-U__AVX__", "-U__AVX2__", "-U__AVX512F__"]
+    flags = ["-std=c++17", "-fsyntax-only", *undefined, "-U__FMA__", "-DRFJAX_ISA=portable"]
+    result = subprocess.run(
+        [compiler, *flags, "-Icsrc", "csrc/fwht_isa.cc"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@built
+def test_library_has_no_host_specific_instructions():
+    """Portability: only the AVX-512/AVX2 kernels use 256/512-bit registers (no -march=native)."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump (binutils) is not installed")
+    listing = subprocess.run(
+        [objdump, "-d", "--no-show-raw-insn", "-C", _fwht_cpu.library_path()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    wide = {"%zmm": ("avx512",), "%ymm": ("avx2", "avx512")}  # register -> allowed namespaces
+    function, offenders = "", set()
+    for line in listing.splitlines():
+        if line.endswith(">:"):
+            function = line
+            continue
+        for register, isas in wide.items():
+            if register in line and not any(f"rfjax::{isa}::" in function for isa in isas):
+                offenders.add(function)
+    assert not offenders, sorted(offenders)[:5]

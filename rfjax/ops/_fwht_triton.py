@@ -1,0 +1,240 @@
+"""The Pallas GPU kernel on the Triton backend (``implementation="pallas"``), for sm80-sm89.
+
+Design: the transform as matrix products with Sylvester-Hadamard factors, run on the tensor
+cores through ``jnp.dot`` (which Pallas lowers to ``tt.dot``), rather than log2(n) butterfly
+stages in registers (the Triton backend cannot slice or shuffle register tensors along a
+non-leading axis cheaply). H_n's entries are generated inside the kernel from iotas,
+H[i, j] = (-1)^popcount(i & j), with shifts, xors and ands only; nothing but the operand is read
+from memory. The operand is viewed as ``rows`` vectors of length n = 2^k (a free reshape) and
+two regimes are used:
+
+* n <= ``DENSE_MAX`` (128): each program loads a ``(block_rows, n)`` tile and computes
+  ``tile @ H_n`` (one dot, O(n) work per entry, but n <= 128 keeps the kernel near memory
+  bound). ``tt.dot`` needs every dimension >= 16, so lengths n < 16 are zero-padded to 16 outside
+  the kernel and the first n outputs kept (H_16's top-left n x n block is H_n).
+* ``DENSE_MAX`` < n <= ``MAX_N`` (8192): H_n = H_a (x) H_b with n = a b, a = 2^floor(k/2),
+  b = 2^ceil(k/2) (16 <= a <= b <= 128). A vector reshaped row-major to the a x b matrix X is
+  transformed to H_a X H_b, two 2-D dots of O(a + b) work per entry. The operand is viewed as
+  ``(rows, a, b)``; each program owns ``block_rows`` vectors, builds H_a and H_b once and loops
+  over its vectors (``lax.fori_loop``, one (a, b) tile loaded and stored per step).
+
+Grid: one axis over blocks of rows; a last, partial block is handled by the masked loads and
+stores Pallas emits for blocks that do not divide the array (rows are independent, so the
+undefined padding rows never reach a stored entry).
+
+Precision: float32 dots run with ``Precision.HIGHEST`` (Triton's IEEE mode, not TF32), float64
+dots in float64. Half inputs (float16, bfloat16) enter the first dot in their own dtype with
+float32 accumulation (products with +-1 are exact). The kron regime's second dot then takes the
+float32 intermediate as three bfloat16 parts whose sum is exact (``_bfloat16_parts``) on the
+tensor cores, whose float32 accumulation is not round-to-nearest: ample for a result rounded
+once to a half type, not used for float32 results. The accumulation order differs from the
+butterfly's (sums of up to max(n, b) terms instead of log2 n pairwise stages), so float32
+results agree with ``xla_butterfly`` to rounding, not bitwise.
+
+Limits: power-of-two n <= 8192, float16, bfloat16, float32 and float64 (Triton's float64 dot
+is slow, and n < 16 pays a 16/n padding).
+
+Status: JAX deprecated the Pallas Triton backend (0.11: "The Pallas Triton backend is deprecated
+and will be removed in a future JAX version"; JAX's own warning is emitted when this kernel is
+lowered, and rfjax does not filter it). Mosaic GPU, the supported Pallas GPU backend, needs sm90
+(Hopper) or newer, so this kernel is kept only for sm80-sm89 (Ampere, Ada): ``"auto"`` never
+picks it, ``implementation="pallas"`` asks for it. Measurements and defects seen on a GPU are in
+``benchmarks/gpu_runs/``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+
+DENSE_MAX = 128
+MAX_N = 8192
+MIN_DOT = 16  # tt.dot needs M, N, K >= 16
+_TILE_ELEMENTS = 16384  # operand entries per program (block_rows * n)
+_HALF_DTYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+_ALL_DTYPES = (*_HALF_DTYPES, jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
+
+
+def _hadamard(n: int, dtype) -> jax.Array:
+    """H_n built from iotas inside a kernel: (-1)^parity(i & j), bit operations only."""
+    i = lax.broadcasted_iota(jnp.int32, (n, n), 0)
+    j = lax.broadcasted_iota(jnp.int32, (n, n), 1)
+    p = i & j
+    bits, s = max(1, (n - 1).bit_length()), 1
+    while s < bits:  # s: a power of two >= the number of index bits
+        s *= 2
+    while s > 1:  # fold the parity of the low 2s bits into bit 0
+        s //= 2
+        p = p ^ lax.shift_right_logical(p, jnp.int32(s))
+    sign = (1 - 2 * (p & 1)).astype(jnp.float32)  # int -> float32 -> dtype: exact
+    return sign.astype(dtype)
+
+
+def _bfloat16_parts(x):
+    """Three bfloat16 arrays whose sum is the float32 ``x`` exactly.
+
+    Each part is the top 16 bits of what is left (a bit mask, so it is exactly a bfloat16 value
+    and no compiler may fold the split away as excess precision); bfloat16 keeps 8 significant
+    bits and float32's exponent range, so three parts hold all 24 bits.
+    """
+    parts = []
+    for _ in range(3):
+        bits = lax.bitcast_convert_type(x, jnp.int32) & jnp.int32(-65536)  # 0xFFFF0000
+        part = lax.bitcast_convert_type(bits, jnp.float32)
+        parts.append(part.astype(jnp.bfloat16))
+        x = x - part
+    return parts
+
+
+def _signed_dot(x, h, *, left: bool, acc_dtype, split: bool):
+    """``h @ x`` (``left``) or ``x @ h`` for a +-1 matrix ``h`` (float32), in ``acc_dtype``.
+
+    With ``split`` the float32 ``x`` enters as its three exact bfloat16 parts (tensor-core dots,
+    whose float32 accumulation does not round to nearest: used only where the result is
+    rounded to a half type). Otherwise ``x`` enters in its own dtype: products with +-1 are
+    exact, and float32/float64 dots run in IEEE arithmetic (``Precision.HIGHEST``; not TF32).
+    """
+    parts = _bfloat16_parts(x) if split else [x]
+    total = None
+    for part in parts:
+        factor = h.astype(part.dtype)
+        y = jnp.dot(
+            *((factor, part) if left else (part, factor)),
+            precision=lax.Precision.HIGHEST,
+            preferred_element_type=acc_dtype,
+        )
+        total = y if total is None else total + y
+    return total
+
+
+def _dense_kernel(x_ref, o_ref, *, n, acc_dtype, scale):
+    y = _signed_dot(
+        x_ref[...], _hadamard(n, jnp.float32), left=False, acc_dtype=acc_dtype, split=False
+    )
+    if scale != 1.0:
+        y = y * jnp.asarray(scale, acc_dtype)
+    o_ref[...] = y.astype(o_ref.dtype)
+
+
+def _kron_kernel(x_ref, o_ref, *, a, b, block_rows, acc_dtype, scale):
+    h_b = _hadamard(b, jnp.float32)
+    h_a = _hadamard(a, jnp.float32)
+    split = x_ref.dtype in _HALF_DTYPES  # the second dot's operand is float32
+
+    def transform(x):  # x: (a, b), one vector in row-major order
+        y = _signed_dot(x, h_b, left=False, acc_dtype=acc_dtype, split=False)  # X H_b
+        y = _signed_dot(y, h_a, left=True, acc_dtype=acc_dtype, split=split)  # H_a X H_b
+        if scale != 1.0:
+            y = y * jnp.asarray(scale, acc_dtype)
+        return y.astype(o_ref.dtype)
+
+    if block_rows is None:  # the block is one vector (leading block dimension squeezed)
+        o_ref[...] = transform(x_ref[...])
+        return
+
+    def body(r, carry):
+        o_ref[r] = transform(x_ref[r])
+        return carry
+
+    lax.fori_loop(0, block_rows, body, 0)
+
+
+def _compiler_params(n: int, interpret: bool):
+    if interpret:
+        return None
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.CompilerParams(num_warps=4 if n <= 1024 else 8, num_stages=1)
+
+
+def _block_rows(rows: int, n: int, minimum: int) -> int:
+    target = max(minimum, _TILE_ELEMENTS // n)
+    return max(minimum, min(target, int(pl.next_power_of_2(rows))))
+
+
+def fwht_rows(x: jax.Array, normalize: bool) -> jax.Array:
+    """The transform of the last axis of ``x`` (any leading shape), compiled for a GPU."""
+    return _transform(x, normalize, interpret=False)
+
+
+def fwht_rows_interpret(x: jax.Array, normalize: bool) -> jax.Array:
+    """The same kernel in Pallas' interpret mode (any backend; for tests)."""
+    return _transform(x, normalize, interpret=True)
+
+
+def _transform(x: jax.Array, normalize: bool, *, interpret: bool) -> jax.Array:
+    dtype = jnp.dtype(x.dtype)
+    n = int(x.shape[-1])
+    if dtype not in _ALL_DTYPES:
+        raise TypeError(f"the Pallas fwht kernel does not handle dtype {dtype}")
+    if n > MAX_N or (n & (n - 1)) != 0:
+        raise ValueError(
+            f"the Pallas fwht kernel handles power-of-two lengths up to {MAX_N}, got {n}; use "
+            "implementation='auto' or 'xla'"
+        )
+    if x.size == 0:
+        return x
+    rows = x.size // n
+    mat = jax.typeof(x).manual_axis_type  # the shard_map axes the operand varies over
+    return _pallas_rows(x.reshape(rows, n), normalize, interpret, mat).reshape(x.shape)
+
+
+def _pallas_rows(x2, normalize, interpret, mat):
+    rows, n = x2.shape
+    dtype = jnp.dtype(x2.dtype)
+    acc_dtype = jnp.dtype(jnp.float32) if dtype in _HALF_DTYPES else dtype
+    scale = float(1.0 / np.sqrt(n)) if normalize else 1.0
+    # Under shard_map the output varies over the same mesh axes as the operand.
+    out_type = functools.partial(jax.ShapeDtypeStruct, dtype=dtype, manual_axis_type=mat)
+    # One name per distinct kernel: on the H100, two Triton calls of one module that shared a
+    # name but not a body (the plain and the normalised transform) both ran one of them.
+    name = f"rfjax_fwht_{rows}x{n}_{dtype.name}_{'normalized' if normalize else 'plain'}"
+    call = functools.partial(
+        pl.pallas_call,
+        compiler_params=_compiler_params(n, interpret),
+        interpret=interpret,
+        name=name,
+    )
+
+    if n <= DENSE_MAX:
+        width = max(n, MIN_DOT)
+        if width != n:  # H_width[:n, :n] == H_n
+            x2 = jnp.pad(x2, ((0, 0), (0, width - n)))
+        block_rows = _block_rows(rows, width, MIN_DOT)
+        kernel = functools.partial(_dense_kernel, n=width, acc_dtype=acc_dtype, scale=scale)
+        spec = pl.BlockSpec((block_rows, width), lambda i: (i, 0))
+        y = call(
+            kernel,
+            out_shape=out_type((rows, width)),
+            grid=(pl.cdiv(rows, block_rows),),
+            in_specs=[spec],
+            out_specs=spec,
+        )(x2)
+        return y[:, :n]
+
+    k = n.bit_length() - 1
+    a, b = 1 << (k // 2), 1 << (k - k // 2)
+    block_rows = _block_rows(rows, n, 1)
+    squeeze = block_rows == 1  # one vector per program: no loop, leading block axis squeezed
+    kernel = functools.partial(
+        _kron_kernel,
+        a=a,
+        b=b,
+        block_rows=None if squeeze else block_rows,
+        acc_dtype=acc_dtype,
+        scale=scale,
+    )
+    spec = pl.BlockSpec((None if squeeze else block_rows, a, b), lambda i: (i, 0, 0))
+    y = call(
+        kernel,
+        out_shape=out_type((rows, a, b)),
+        grid=(pl.cdiv(rows, block_rows),),
+        in_specs=[spec],
+        out_specs=spec,
+    )(x2.reshape(rows, a, b))
+    return y.reshape(rows, n)
