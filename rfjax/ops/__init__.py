@@ -1,22 +1,33 @@
-"""Fast operators as XLA ops: the fast Walsh-Hadamard transform, and a vectorised cosine.
-
-``shifted_cos(t, s)`` = cos(t - s pi/2) in fused, vectorisable arithmetic (sin and cos of random
-Fourier features in one pass; XLA:CPU's own sin/cos run element by element).
+"""Fast operators as XLA ops: the fast Walsh-Hadamard transform, the structured-coupling chain
+built on it, and a vectorised cosine.
 
 ``fwht(x, axis=-1, normalize=False)`` computes H_n x along one axis in O(n log n), where H_n is
 the Sylvester-Hadamard matrix (H_1 = 1, H_2n = [[H_n, H_n], [H_n, -H_n]]), unnormalised or scaled
 by 1/sqrt(n) (then orthogonal). It works under ``jit``, ``vmap``, ``grad``/``vjp``/``jvp`` and on
-sharded arrays; the kernel behind it is chosen per platform (see ``implementation``).
+sharded arrays (per shard, no gather); the kernel behind it is chosen per platform (see
+``implementation``).
+
+``hd_chain(x, signs, norms)`` is N_b [S] (H D_{b,k}) ... (H D_{b,1}) x for every block b, the map
+of the fast ORF / fast SimRF couplings, fused into one kernel where one exists (TPU).
+
+``shifted_cos(t, s)`` = cos(t - s pi/2) in fused, vectorisable arithmetic (sin and cos of random
+Fourier features in one pass; XLA:CPU's own sin/cos run element by element).
 """
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
 
 from rfjax._validation import check_choice
+from rfjax.ops._chain import apply_simplex, chain_reference, hd_chain_p
 from rfjax.ops._cos import shifted_cos
-from rfjax.ops._fwht import IMPLEMENTATIONS, fwht_p, xla_butterfly
+from rfjax.ops._fwht import IMPLEMENTATIONS, Implementation, fwht_p
+from rfjax.ops._fwht_xla import kronecker_factors, kronecker_matmul, xla_butterfly
 
 SUPPORTED_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 
@@ -27,8 +38,13 @@ def is_power_of_two(n: int) -> bool:
 
 
 def _normalize_axis(axis: object, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, int):
+    """``axis`` as an index in [0, ndim): any integer (Python or NumPy), not a bool or a float."""
+    if isinstance(axis, (bool, np.bool_)):
         raise TypeError(f"axis must be an integer, got {axis!r}")
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"axis must be an integer, got {axis!r}") from None
     if not -ndim <= axis < ndim:
         raise ValueError(
             f"axis must be in [{-ndim}, {ndim - 1}] for an input of rank {ndim}, got {axis}"
@@ -36,17 +52,38 @@ def _normalize_axis(axis: object, ndim: int) -> int:
     return axis % ndim
 
 
-def _check_operand(x: object) -> jax.Array:
+def _check_bool(name: str, value: object) -> bool:
+    """``value`` as a bool: a Python or NumPy bool only (not 0/1, not a string)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
+    return bool(value)
+
+
+def _check_operand(name: str, x: ArrayLike) -> jax.Array:
     x = jnp.asarray(x)
     if x.dtype not in [jnp.dtype(t) for t in SUPPORTED_DTYPES]:
-        raise TypeError(f"x must have dtype float16, bfloat16, float32 or float64, got {x.dtype}")
+        raise TypeError(
+            f"{name} must have dtype float16, bfloat16, float32 or float64, got {x.dtype}"
+        )
     if x.ndim == 0:
-        raise ValueError("x must have at least one axis, got a scalar")
+        raise ValueError(f"{name} must have at least one axis, got a scalar")
     return x
 
 
+def _check_length(n: int, where: str, shape) -> None:
+    if not is_power_of_two(n):
+        raise ValueError(
+            f"the length of {where} must be a power of two, got {n} (shape {tuple(shape)}); "
+            "pad with rfjax.ops.pad_to_power_of_two"
+        )
+
+
 def fwht(
-    x: jax.Array, *, axis: int = -1, normalize: bool = False, implementation: str = "auto"
+    x: ArrayLike,
+    *,
+    axis: int = -1,
+    normalize: bool = False,
+    implementation: Implementation = "auto",
 ) -> jax.Array:
     """Fast Walsh-Hadamard transform of ``x`` along ``axis``.
 
@@ -59,22 +96,48 @@ def fwht(
     result is the correctly computed transform rounded to the input dtype (relative error about
     one half-precision ulp of the output's largest entries).
 
+    Sharding: under ``jit`` on an array sharded along other axes, every device transforms its own
+    shard (no all-gather, the output sharded like the input). A sharded transformed axis works
+    too, by a distributed transform (each device transforms its block, then log2(p) exchange
+    stages between the p devices); see ``rfjax.ops._partition``.
+
+    Implementations (``implementation=``):
+
+    * ``"cpu"``: the C++ kernel (XLA FFI; SIMD chosen at load time), CPU only;
+    * ``"xla"``: a radix-2 butterfly in plain XLA, every backend;
+    * ``"matmul"``: H_n as a Kronecker product of Hadamard factors of at most 128, applied as
+      small dense contractions (matrix units on TPU/GPU; ``Precision.HIGHEST`` for float32),
+      every backend;
+    * ``"pallas_tpu"`` / ``"pallas_tpu_interpret"``: the Pallas TPU (Mosaic) kernel, compiled for
+      a TPU or run in Pallas' TPU interpret mode on CPU (tests); float16/bfloat16/float32,
+      n <= 2^14;
+    * ``"mosaic_gpu"`` / ``"mosaic_gpu_interpret"``: the Pallas Mosaic GPU kernel for sm90+,
+      compiled or in Pallas' GPU interpret mode on CPU (tests);
+    * ``"pallas"`` / ``"pallas_interpret"``: the Pallas Triton kernel for sm80-sm89 (Triton is
+      deprecated by JAX; kept for GPUs Mosaic GPU does not support), or in generic interpret
+      mode;
+    * ``"auto"``: on CPU the C++ kernel (else ``"matmul"`` for n <= 64 and ``"xla"`` above: on
+      CPU the C++ kernel is 3-30x faster than both, see ``benchmarks/fwht.py``); on TPU
+      ``"matmul"``; on GPU ``"matmul"`` (on an H100 a dense float32 matmul at n <= 128 ran at
+      1.3-2x a device copy against 1.0-66x for the Triton kernel, and bfloat16 at 1.1x for
+      both; neither the Mosaic GPU kernel nor Kronecker matmuls above 128 have been timed on a
+      GPU yet: ``benchmarks/fwht_gpu.py``).
+
     Args:
       x: floating array (float16, bfloat16, float32, float64) of any rank >= 1.
-      axis: the axis to transform; its length n must be a power of two (see
-        ``pad_to_power_of_two``).
-      normalize: scale by 1/sqrt(n).
-      implementation: ``"auto"`` (the C++ FFI kernel on CPU when it was built, the Pallas kernel
-        on GPU, the pure-XLA butterfly otherwise), or one of ``"cpu"``, ``"pallas"``,
-        ``"pallas_interpret"`` (the Pallas kernel in interpret mode, any backend), ``"xla"``.
+      axis: the axis to transform (a Python or NumPy integer); its length n must be a power of
+        two (see ``pad_to_power_of_two``).
+      normalize: scale by 1/sqrt(n) (a Python or NumPy bool).
+      implementation: one of ``IMPLEMENTATIONS``, see above.
 
     Returns:
       An array of the shape and dtype of ``x``.
 
     Raises:
-      TypeError: for a non-floating ``x``, a non-integer ``axis``, a non-bool ``normalize``.
-      ValueError: if the axis length is not a power of two, ``axis`` is out of range, or
-        ``implementation`` is unknown.
+      TypeError: for a non-floating ``x``, a non-integer ``axis``, a non-bool ``normalize``, or
+        a dtype the chosen kernel does not take.
+      ValueError: if the axis length is not a power of two, ``axis`` is out of range,
+        ``implementation`` is unknown or cannot run on the platform.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -84,31 +147,91 @@ def fwht(
     References:
       Fino & Algazi, "Unified matrix treatment of the fast Walsh-Hadamard transform", 1976.
     """
-    x = _check_operand(x)
+    x = _check_operand("x", x)
     axis = _normalize_axis(axis, x.ndim)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize must be a bool, got {normalize!r}")
+    normalize = _check_bool("normalize", normalize)
     check_choice("implementation", implementation, IMPLEMENTATIONS)
-    n = x.shape[axis]
-    if not is_power_of_two(n):
-        raise ValueError(
-            f"the length of axis {axis} must be a power of two, got {n} (shape "
-            f"{x.shape}); pad with rfjax.ops.pad_to_power_of_two"
-        )
+    _check_length(x.shape[axis], f"axis {axis}", x.shape)
     moved = jnp.moveaxis(x, axis, -1)
     y = fwht_p.bind(moved, normalize=normalize, implementation=implementation)
     return jnp.moveaxis(y, -1, axis)
 
 
-def pad_to_power_of_two(x: jax.Array, *, axis: int = -1) -> jax.Array:
+def hd_chain(
+    x: ArrayLike,
+    signs: ArrayLike,
+    norms: ArrayLike,
+    *,
+    simplex: bool = False,
+    implementation: Implementation = "auto",
+) -> jax.Array:
+    """y_b = N_b [S] (H D_{b,k}) ... (H D_{b,1}) x for every block b: fast ORF / SimRF rows.
+
+    H is the normalised p x p Hadamard matrix, D_{b,i} = diag(``signs[b, i]``), S the simplex
+    map of SimRF Eq. 9 (``apply_simplex``; when ``simplex``) and N_b = diag(``norms[b]``). On TPU
+    (``"auto"`` or ``"pallas_tpu"``) this is one fused kernel that reads each input vector from
+    HBM once and writes each output block once; elsewhere it is k ``fwht`` calls with the
+    products between them (``implementation`` is passed on to ``fwht``). The fused kernel keeps
+    every stage in float32 for half-precision inputs; the composition rounds between stages.
+
+    Args:
+      x: ``(..., p)``, p a power of two, floating.
+      signs: ``(B, k, p)``, the diagonals (normally +-1), D_{b,1} first; dtype of ``x``.
+      norms: ``(B, p)``, the row norms; dtype of ``x``.
+      simplex: apply S after the rotations (fast SimRF; needs p >= 2).
+      implementation: as for ``fwht``.
+
+    Returns:
+      ``(..., B, p)`` in the dtype of ``x``.
+
+    Raises:
+      TypeError: for non-floating or mismatched dtypes, or a non-bool ``simplex``.
+      ValueError: for mismatched shapes or a p that is not a power of two.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> hd_chain(jnp.array([1.0, 0.0]), jnp.ones((1, 1, 2)), jnp.ones((1, 2)))
+      Array([[0.70710677, 0.70710677]], dtype=float32)
+
+    References:
+      Reid et al., "Simplex Random Features", ICML 2023, arXiv:2301.13856, Sec. 4.2, App. B.2,
+      Eq. 89-90; Yu et al., "Orthogonal Random Features", NeurIPS 2016, arXiv:1610.09072.
+    """
+    x = _check_operand("x", x)
+    signs, norms = jnp.asarray(signs), jnp.asarray(norms)
+    simplex = _check_bool("simplex", simplex)
+    check_choice("implementation", implementation, IMPLEMENTATIONS)
+    p = x.shape[-1]
+    _check_length(p, "the last axis of x", x.shape)
+    if signs.ndim != 3 or signs.shape[-1] != p or norms.shape != (signs.shape[0], p):
+        raise ValueError(
+            f"signs must have shape (B, k, {p}) and norms (B, {p}) for x of shape {x.shape}, "
+            f"got {signs.shape} and {norms.shape}"
+        )
+    if signs.dtype != x.dtype or norms.dtype != x.dtype:
+        raise TypeError(
+            f"signs and norms must have the dtype of x ({x.dtype}), got {signs.dtype} and "
+            f"{norms.dtype}"
+        )
+    if simplex and p < 2:
+        raise ValueError(f"simplex needs p >= 2, got p = {p}")
+    return hd_chain_p.bind(x, signs, norms, simplex=simplex, implementation=implementation)
+
+
+def pad_to_power_of_two(x: ArrayLike, *, axis: int = -1) -> jax.Array:
     """Appends zeros along ``axis`` up to the next power of two (no copy if already one).
 
     Args:
       x: array of rank >= 1.
-      axis: the axis to pad.
+      axis: the axis to pad (a Python or NumPy integer).
 
     Returns:
       ``x`` with the axis length rounded up to a power of two, the new entries zero.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> pad_to_power_of_two(jnp.array([1.0, 2.0, 3.0]))
+      Array([1., 2., 3., 0.], dtype=float32)
     """
     x = jnp.asarray(x)
     if x.ndim == 0:
@@ -125,9 +248,16 @@ def pad_to_power_of_two(x: jax.Array, *, axis: int = -1) -> jax.Array:
 
 __all__ = [
     "IMPLEMENTATIONS",
+    "Implementation",
+    "apply_simplex",
+    "chain_reference",
     "fwht",
     "fwht_p",
+    "hd_chain",
+    "hd_chain_p",
     "is_power_of_two",
+    "kronecker_factors",
+    "kronecker_matmul",
     "pad_to_power_of_two",
     "shifted_cos",
     "xla_butterfly",

@@ -3,64 +3,133 @@
 ``fwht_p`` transforms the last axis of its operand. It is linear and symmetric (H^T = H), so its
 JVP applies it to the tangent and its transpose applies it to the cotangent; its batching rule
 keeps the batch axis in front of the transformed axis, so ``vmap`` calls the kernel once on the
-batched array. Lowerings, chosen per platform when ``implementation="auto"``:
+batched array. All of this is JAX's public primitive API (``jax.extend.core.Primitive`` and
+``jax.interpreters.{ad,batching,mlir}``): a custom call cannot be given forward- and
+reverse-mode rules and a batching rule together otherwise (``custom_vjp`` has no JVP).
 
-* ``"cpu"``: a C++ kernel registered with XLA through ``jax.ffi`` (built by the package's build;
-  see ``rfjax.ops._fwht_cpu``), used on CPU when it was built;
-* ``"pallas"``: a Pallas kernel for GPUs (``"pallas_interpret"`` runs it in interpret mode on
-  any backend, for tests);
-* ``"xla"``: a pure-XLA radix-2 butterfly, the fallback on every platform.
+Lowering: the implementation (``IMPLEMENTATIONS``) is resolved per platform when the primitive is
+lowered; on operands with an explicit sharding it runs per shard (``rfjax.ops._partition``).
 """
 
 from __future__ import annotations
 
 import functools
+import typing
+from collections.abc import Sequence
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-IMPLEMENTATIONS = ("auto", "cpu", "pallas", "pallas_interpret", "xla")
-HALF_TYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+from rfjax.ops import _fwht_cpu, _fwht_mosaic_gpu, _fwht_tpu, _fwht_triton
+from rfjax.ops._fwht_xla import kronecker_matmul, xla_butterfly
+from rfjax.ops._partition import Kernel, per_shard
+
+Implementation = Literal[
+    "auto",
+    "cpu",
+    "xla",
+    "matmul",
+    "pallas",
+    "pallas_interpret",
+    "pallas_tpu",
+    "pallas_tpu_interpret",
+    "mosaic_gpu",
+    "mosaic_gpu_interpret",
+]
+IMPLEMENTATIONS: tuple[str, ...] = typing.get_args(Implementation)
+
+# The platforms each compiled kernel runs on (the others run anywhere).
+_PLATFORMS = {
+    "cpu": ("cpu",),
+    "pallas": ("cuda", "rocm"),
+    "pallas_tpu": ("tpu",),
+    "mosaic_gpu": ("cuda",),
+}
+# CPU without the C++ kernel: the faster pure-XLA transform by length, measured by
+# benchmarks/fwht.py (float32, 2^20 elements): matmul is faster up to this length.
+CPU_MATMUL_MAX_N = 64
 
 
-def accumulation_dtype(dtype: jnp.dtype) -> jnp.dtype:
-    """The dtype the transform accumulates in: float32 for half types, else ``dtype``."""
-    return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in HALF_TYPES else jnp.dtype(dtype)
+def _kernels() -> dict[str, Kernel]:
+    return {
+        "cpu": _fwht_cpu.fwht_rows,
+        "xla": xla_butterfly,
+        "matmul": kronecker_matmul,
+        "pallas": _fwht_triton.fwht_rows,
+        "pallas_interpret": _fwht_triton.fwht_rows_interpret,
+        "pallas_tpu": _fwht_tpu.fwht_rows,
+        "pallas_tpu_interpret": _fwht_tpu.fwht_rows_interpret,
+        "mosaic_gpu": _fwht_mosaic_gpu.fwht_rows,
+        "mosaic_gpu_interpret": _fwht_mosaic_gpu.fwht_rows_interpret,
+    }
 
 
-def xla_butterfly(x: jax.Array, normalize: bool) -> jax.Array:
-    """Pure-XLA radix-2 transform of the last axis: log2(n) stages of (a + b, a - b).
+def resolve(implementation: str, platform: str, shape: Sequence[int], dtype) -> str:
+    """The implementation ``"auto"`` stands for on ``platform``, or ``implementation`` itself.
 
-    Half-precision inputs are accumulated in float32 and rounded once at the end.
+    ``"auto"``: on CPU the C++ kernel when it was built, else ``"matmul"`` up to n =
+    ``CPU_MATMUL_MAX_N`` and ``"xla"`` above; on TPU and GPU ``"matmul"`` (see ``fwht``); on
+    other platforms ``"xla"``.
+
+    Raises:
+      ValueError: if the implementation cannot run on ``platform``.
     """
-    n = x.shape[-1]
-    out_dtype = x.dtype
-    y = x.astype(accumulation_dtype(x.dtype))
-    lead = y.shape[:-1]
-    half = 1
-    while half < n:
-        pairs = y.reshape(*lead, n // (2 * half), 2, half)
-        a, b = pairs[..., 0, :], pairs[..., 1, :]
-        y = jnp.stack([a + b, a - b], axis=-2).reshape(*lead, n)
-        half *= 2
-    if normalize:
-        y = y * (1.0 / np.sqrt(n))
-    return y.astype(out_dtype)
+    del dtype
+    if implementation == "auto":
+        if platform == "cpu":
+            if _fwht_cpu.is_available():
+                return "cpu"
+            return "matmul" if shape[-1] <= CPU_MATMUL_MAX_N else "xla"
+        if platform in ("tpu", "cuda", "rocm"):
+            return "matmul"
+        return "xla"
+    allowed = _PLATFORMS.get(implementation)
+    if allowed is not None and platform not in allowed:
+        raise ValueError(
+            f"implementation={implementation!r} runs on {', '.join(allowed)}, not on platform "
+            f"{platform!r}; use implementation='auto'"
+        )
+    return implementation
+
+
+# The interpret modes of the Pallas TPU and GPU kernels simulate the device with ordered host
+# callbacks: a primitive lowered to them must declare those effects.
+_SIMULATED = ("pallas_tpu_interpret", "mosaic_gpu_interpret")
+
+
+@functools.cache
+def kernel_effects(implementation: str, shape: tuple[int, ...], dtype, normalize: bool):
+    """The effects of ``implementation``'s kernel on this operand (none but for simulators)."""
+    if implementation not in _SIMULATED:
+        return frozenset()
+    kernel = _kernels()[implementation]
+    operand = jax.ShapeDtypeStruct(shape, dtype)
+    return frozenset(jax.make_jaxpr(lambda v: kernel(v, normalize))(operand).effects)
 
 
 fwht_p = Primitive("rfjax_fwht")
 
 
 def _abstract_eval(x, *, normalize, implementation):
-    del normalize, implementation
-    return x.update(weak_type=False)  # keeps the sharding and shard_map's varying axes
+    effects = kernel_effects(implementation, tuple(x.shape), x.dtype, normalize)
+    return x.update(weak_type=False), effects  # keeps the sharding and shard_map's varying axes
 
 
-fwht_p.def_abstract_eval(_abstract_eval)
-fwht_p.def_impl(functools.partial(jax._src.dispatch.apply_primitive, fwht_p))
+@functools.cache
+def _compiled(normalize: bool, implementation: str):
+    return jax.jit(lambda x: fwht_p.bind(x, normalize=normalize, implementation=implementation))
+
+
+def _impl(x, *, normalize, implementation):
+    """Eager application: the primitive compiled on its own (what jit does for any primitive)."""
+    return _compiled(normalize, implementation)(x)
+
+
+fwht_p.def_effectful_abstract_eval(_abstract_eval)
+fwht_p.def_impl(_impl)
 
 
 def _batch(args, dims, *, normalize, implementation):
@@ -83,36 +152,16 @@ def _transpose(cotangent, x, *, normalize, implementation):
 ad.deflinear2(fwht_p, _transpose)
 
 
-def _register_lowerings() -> None:
-    """Default (every platform): the XLA butterfly, unless a kernel is asked for or chosen."""
-    from rfjax.ops import _fwht_cpu, _fwht_pallas
+def _lowering(platform: str):
+    def rule(ctx, x, *, normalize, implementation):
+        aval = ctx.avals_in[0]
+        chosen = resolve(implementation, platform, aval.shape, aval.dtype)
+        transform = per_shard(_kernels()[chosen], aval, normalize)
+        return mlir.lower_fun(transform, multiple_results=False)(ctx, x)
 
-    def select(platform):
-        def lower(x, *, normalize, implementation):
-            chosen = implementation
-            if chosen == "auto":
-                if platform == "cpu" and _fwht_cpu.is_available():
-                    chosen = "cpu"
-                elif platform in ("cuda", "rocm") and _fwht_pallas.supports(x.shape, x.dtype):
-                    chosen = "pallas"
-                else:
-                    chosen = "xla"
-            if chosen == "cpu":
-                if platform != "cpu":
-                    raise ValueError(f"implementation='cpu' cannot run on platform {platform!r}")
-                return _fwht_cpu.fwht_rows(x, normalize)
-            if chosen == "pallas":
-                return _fwht_pallas.fwht_rows(x, normalize, interpret=False)
-            if chosen == "pallas_interpret":
-                return _fwht_pallas.fwht_rows(x, normalize, interpret=True)
-            return xla_butterfly(x, normalize)
-
-        return mlir.lower_fun(lower, multiple_results=False)
-
-    mlir.register_lowering(fwht_p, select("cpu"), platform="cpu")
-    for platform in ("cuda", "rocm"):
-        mlir.register_lowering(fwht_p, select(platform), platform=platform)
-    mlir.register_lowering(fwht_p, select("other"))
+    return rule
 
 
-_register_lowerings()
+for _platform in ("cpu", "cuda", "rocm", "tpu"):
+    mlir.register_lowering(fwht_p, _lowering(_platform), platform=_platform)
+mlir.register_lowering(fwht_p, _lowering("other"))

@@ -25,7 +25,7 @@ undefined padding rows never reach a stored entry).
 Precision: float32 dots run with ``Precision.HIGHEST`` (Triton's IEEE mode, not TF32), float64
 dots in float64. Half inputs (float16, bfloat16) enter the first dot in their own dtype with
 float32 accumulation (products with +-1 are exact). The kron regime's second dot then takes the
-float32 intermediate as three bfloat16 parts whose sum is exact (``_bfloat16_parts``) on the
+float32 intermediate as three bfloat16 parts whose sum is exact (``bfloat16_parts``) on the
 tensor cores, whose float32 accumulation is not round-to-nearest: ample for a result rounded
 once to a half type, not used for float32 results. The accumulation order differs from the
 butterfly's (sums of up to max(n, b) terms instead of log2 n pairwise stages), so float32
@@ -52,6 +52,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
+from rfjax.ops._fwht_xla import bfloat16_parts
+
 DENSE_MAX = 128
 MAX_N = 8192
 MIN_DOT = 16  # tt.dot needs M, N, K >= 16
@@ -75,22 +77,6 @@ def _hadamard(n: int, dtype) -> jax.Array:
     return sign.astype(dtype)
 
 
-def _bfloat16_parts(x):
-    """Three bfloat16 arrays whose sum is the float32 ``x`` exactly.
-
-    Each part is the top 16 bits of what is left (a bit mask, so it is exactly a bfloat16 value
-    and no compiler may fold the split away as excess precision); bfloat16 keeps 8 significant
-    bits and float32's exponent range, so three parts hold all 24 bits.
-    """
-    parts = []
-    for _ in range(3):
-        bits = lax.bitcast_convert_type(x, jnp.int32) & jnp.int32(-65536)  # 0xFFFF0000
-        part = lax.bitcast_convert_type(bits, jnp.float32)
-        parts.append(part.astype(jnp.bfloat16))
-        x = x - part
-    return parts
-
-
 def _signed_dot(x, h, *, left: bool, acc_dtype, split: bool):
     """``h @ x`` (``left``) or ``x @ h`` for a +-1 matrix ``h`` (float32), in ``acc_dtype``.
 
@@ -99,7 +85,7 @@ def _signed_dot(x, h, *, left: bool, acc_dtype, split: bool):
     rounded to a half type). Otherwise ``x`` enters in its own dtype: products with +-1 are
     exact, and float32/float64 dots run in IEEE arithmetic (``Precision.HIGHEST``; not TF32).
     """
-    parts = _bfloat16_parts(x) if split else [x]
+    parts = bfloat16_parts(x) if split else [x]
     total = None
     for part in parts:
         factor = h.astype(part.dtype)

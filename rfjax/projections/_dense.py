@@ -13,7 +13,6 @@ References:
 from __future__ import annotations
 
 import functools
-import math
 from typing import Literal
 
 import jax
@@ -21,6 +20,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rfjax._validation import check_choice, check_float_dtype, check_int, check_key
+from rfjax.ops import apply_simplex
 from rfjax.projections._base import DenseProjection
 
 # The simplex constructions need at least two input dimensions (a simplex in R^d, d >= 2).
@@ -68,22 +68,6 @@ def simplex_directions(dim: int, dtype: jnp.dtype = jnp.float32) -> jax.Array:
     if dim == 1:
         return jnp.ones((1, 1), dtype)
     return apply_simplex(jnp.eye(dim, dtype=dtype), axis=0)
-
-
-def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
-    """S z along ``axis`` in O(d) per vector (SimRF App. B.2.1), S the matrix of Eq. 9 rows.
-
-    With sigma = sum_{j<d} z_j: (Sz)_i = sqrt(d/(d-1)) z_i - (sqrt(d)+1)/(d-1)^{3/2} sigma for
-    i < d, and (Sz)_d = sigma/sqrt(d-1). The last coordinate of z is ignored (S has a zero last
-    column).
-    """
-    z = jnp.moveaxis(z, axis, -1)
-    d = z.shape[-1]
-    head = z[..., :-1]
-    sigma = jnp.sum(head, axis=-1, keepdims=True)
-    scaled = math.sqrt(d / (d - 1)) * head - (math.sqrt(d) + 1) / (d - 1) ** 1.5 * sigma
-    out = jnp.concatenate([scaled, sigma / math.sqrt(d - 1)], axis=-1)
-    return jnp.moveaxis(out, -1, axis)
 
 
 def _num_blocks(dim: int, num_features: int) -> int:

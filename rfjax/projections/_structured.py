@@ -28,14 +28,13 @@ import jax
 import jax.numpy as jnp
 
 from rfjax._validation import check_choice, check_int
-from rfjax.ops import fwht
+from rfjax.ops import fwht, hd_chain
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import (
     SIMPLEX_MIN_DIM,
     _compute_dtype,
     _num_blocks,
     _validate,
-    apply_simplex,
     chi_norms,
 )
 
@@ -146,12 +145,19 @@ class HadamardProjection(Projection):
         return self.padded_dim
 
     def _apply_padded(self, x: jax.Array) -> jax.Array:
-        """``(..., p) -> (..., m)``: the rows in R^p applied to padded inputs."""
+        """``(..., p) -> (..., m)``: the rows in R^p applied to padded inputs.
+
+        One ``rfjax.ops.hd_chain`` call: a fused kernel where one exists (TPU), else the
+        ``fwht`` calls and products.
+        """
         dtype = _output_dtype(x, self.norms)
-        rotated = apply_hd(x.astype(dtype)[..., None, :], self.signs.astype(dtype))
-        if self.simplex:
-            rotated = apply_simplex(rotated, axis=-1)
-        return _stack_rows(rotated * self.norms.astype(dtype), self.num_features)
+        blocks = hd_chain(
+            x.astype(dtype),
+            self.signs.astype(dtype),
+            self.norms.astype(dtype),
+            simplex=self.simplex,
+        )
+        return _stack_rows(blocks, self.num_features)
 
     def _apply(self, x: jax.Array) -> jax.Array:
         return _jit_apply(self, x)

@@ -1,0 +1,227 @@
+"""The structured-coupling chain y_b = N_b [S] (H D_{b,k}) ... (H D_{b,1}) x as one primitive.
+
+This is what fast ORF and fast SimRF apply (``rfjax.projections.hd_orthogonal``/``fast_simplex``):
+per block b, k Rademacher diagonals D (``signs``), the normalised Hadamard matrix H, optionally
+the simplex map S (``apply_simplex``) and the row norms N (``norms``). ``hd_chain_p`` lowers to
+a fused kernel where one exists (Pallas TPU: one HBM read of x and one write of y, every stage in
+VMEM), and otherwise to the composition of ``fwht`` calls and elementwise products
+(``chain_reference``), which XLA fuses around the transforms.
+
+Rules: linear in x, so its JVP in x is the chain of the tangent and its transpose is
+``jax.linear_transpose`` of the reference; a JVP in the signs or norms (a projection that is
+being differentiated) goes through the reference. ``vmap`` over x alone keeps one kernel call;
+``vmap`` over the factors (per-head projections) runs the reference under ``vmap``. On x with an
+explicit sharding the fused kernel runs per shard of its leading axes (``jax.shard_map``, the
+factors replicated); a sharded transformed axis goes through the composition, whose ``fwht``
+calls transform it across devices (``rfjax.ops._partition``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.sharding import PartitionSpec
+
+from rfjax.ops import _fwht_tpu
+from rfjax.ops._fwht import fwht_p
+from rfjax.ops._partition import explicit_spec
+
+
+def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
+    """S z along ``axis`` in O(d) per vector (SimRF App. B.2.1), S the matrix of Eq. 9 rows.
+
+    With sigma = sum_{j<d} z_j: (Sz)_i = sqrt(d/(d-1)) z_i - (sqrt(d)+1)/(d-1)^{3/2} sigma for
+    i < d, and (Sz)_d = sigma/sqrt(d-1). The last coordinate of z is ignored (S has a zero last
+    column).
+
+    Args:
+      z: array whose ``axis`` has length d >= 2.
+      axis: the axis S acts on.
+
+    Returns:
+      S z, of the shape and dtype of ``z``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> apply_simplex(jnp.array([1.0, 0.0]))
+      Array([ 1., -1.], dtype=float32)
+
+    References:
+      Reid et al., "Simplex Random Features", ICML 2023, arXiv:2301.13856, Eq. 9, App. B.2.1.
+    """
+    z = jnp.moveaxis(z, axis, -1)
+    d = z.shape[-1]
+    head = z[..., :-1]
+    sigma = jnp.sum(head, axis=-1, keepdims=True)
+    scaled = math.sqrt(d / (d - 1)) * head - (math.sqrt(d) + 1) / (d - 1) ** 1.5 * sigma
+    out = jnp.concatenate([scaled, sigma / math.sqrt(d - 1)], axis=-1)
+    return jnp.moveaxis(out, -1, axis)
+
+
+def chain_reference(x, signs, norms, *, simplex: bool, implementation: str = "auto"):
+    """``(..., p) -> (..., B, p)``: the chain as ``fwht`` calls and products (the reference)."""
+    y = x[..., None, :]
+    for stage in range(signs.shape[-2]):
+        y = fwht_p.bind(y * signs[..., stage, :], normalize=True, implementation=implementation)
+    if simplex:
+        y = apply_simplex(y, axis=-1)
+    return y * norms
+
+
+_FUSED = {
+    "pallas_tpu": _fwht_tpu.chain_rows,
+    "pallas_tpu_interpret": _fwht_tpu.chain_rows_interpret,
+}
+
+
+def _fused_kernel(implementation: str, platform: str, x_aval):
+    """The fused kernel this lowering uses, or None for the reference composition."""
+    p = x_aval.shape[-1]
+    if implementation == "auto":
+        if platform != "tpu" or x_aval.dtype not in _fwht_tpu.KERNEL_DTYPES:
+            return None
+        return _FUSED["pallas_tpu"] if p <= _fwht_tpu.MAX_N else None
+    if implementation in _FUSED:
+        if implementation == "pallas_tpu" and platform != "tpu":
+            raise ValueError(
+                f"implementation='pallas_tpu' runs on tpu, not on platform {platform!r}; use "
+                "implementation='auto'"
+            )
+        return _FUSED[implementation]
+    return None
+
+
+hd_chain_p = Primitive("rfjax_hd_chain")
+
+
+@functools.cache
+def _effects(implementation: str, x_shape, signs_shape, dtype, simplex: bool):
+    """The simulator's ordered callbacks of the interpret-mode kernel (else none)."""
+    if implementation != "pallas_tpu_interpret":
+        return frozenset()
+    x, signs = jax.ShapeDtypeStruct(x_shape, dtype), jax.ShapeDtypeStruct(signs_shape, dtype)
+    norms = jax.ShapeDtypeStruct((signs_shape[0], x_shape[-1]), dtype)
+    kernel = functools.partial(_FUSED[implementation], simplex=simplex)
+    return frozenset(jax.make_jaxpr(kernel)(x, signs, norms).effects)
+
+
+def _abstract_eval(x, signs, norms, *, simplex, implementation):
+    del norms
+    spec = tuple(x.sharding.spec)
+    out = x.update(  # keeps the mesh and shard_map's varying axes of x
+        shape=(*x.shape[:-1], signs.shape[0], x.shape[-1]),
+        weak_type=False,
+        sharding=x.sharding.update(spec=PartitionSpec(*spec[:-1], None, spec[-1])),
+    )
+    return out, _effects(implementation, tuple(x.shape), tuple(signs.shape), x.dtype, simplex)
+
+
+@functools.cache
+def _compiled(simplex: bool, implementation: str):
+    def apply(x, signs, norms):
+        return hd_chain_p.bind(x, signs, norms, simplex=simplex, implementation=implementation)
+
+    return jax.jit(apply)
+
+
+hd_chain_p.def_effectful_abstract_eval(_abstract_eval)
+hd_chain_p.def_impl(
+    lambda x, signs, norms, *, simplex, implementation: _compiled(simplex, implementation)(
+        x, signs, norms
+    )
+)
+
+
+def _jvp(primals, tangents, *, simplex, implementation):
+    x, signs, norms = primals
+    dx, dsigns, dnorms = tangents
+    y = hd_chain_p.bind(x, signs, norms, simplex=simplex, implementation=implementation)
+    if type(dsigns) is ad.Zero and type(dnorms) is ad.Zero:  # linear in x
+        if type(dx) is ad.Zero:
+            return y, ad.Zero.from_primal_value(y)
+        dy = hd_chain_p.bind(dx, signs, norms, simplex=simplex, implementation=implementation)
+        return y, dy
+    tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+    reference = functools.partial(chain_reference, simplex=simplex)
+    return y, jax.jvp(reference, primals, tangents)[1]
+
+
+def _transpose(cotangent, x, signs, norms, *, simplex, implementation):
+    if ad.is_undefined_primal(signs) or ad.is_undefined_primal(norms):
+        raise NotImplementedError(
+            "hd_chain is transposed in x only (its JVP in the factors is not)"
+        )
+    if type(cotangent) is ad.Zero:
+        return [ad.Zero(x.aval), None, None]
+
+    del implementation
+    linear = jax.linear_transpose(
+        lambda v: chain_reference(v, signs, norms, simplex=simplex),
+        jax.ShapeDtypeStruct(x.aval.shape, x.aval.dtype),
+    )
+    return [linear(cotangent)[0], None, None]
+
+
+ad.primitive_jvps[hd_chain_p] = _jvp
+ad.primitive_transposes[hd_chain_p] = _transpose
+
+
+def _batch(args, dims, *, simplex, implementation):
+    x, signs, norms = args
+    x_dim, signs_dim, norms_dim = dims
+    if signs_dim is None and norms_dim is None:
+        # The leading axes of x are free batch axes: put the mapped one in front.
+        x = jnp.moveaxis(x, x_dim, 0)
+        out = hd_chain_p.bind(x, signs, norms, simplex=simplex, implementation=implementation)
+        return out, 0
+    reference = functools.partial(chain_reference, simplex=simplex)
+    out = jax.vmap(reference, in_axes=dims)(x, signs, norms)
+    return out, 0
+
+
+batching.primitive_batchers[hd_chain_p] = _batch
+
+
+def _fused_per_shard(kernel, x_aval, simplex: bool):
+    """The fused ``kernel``, as a ``shard_map`` over the leading axes of x when x is sharded."""
+    spec = explicit_spec(x_aval)
+    if spec is None:
+        return functools.partial(kernel, simplex=simplex)
+    out_spec = PartitionSpec(*spec[:-1], None, None)
+    return jax.shard_map(
+        functools.partial(kernel, simplex=simplex),
+        mesh=x_aval.sharding.mesh,
+        in_specs=(PartitionSpec(*spec), PartitionSpec(), PartitionSpec()),
+        out_specs=out_spec,
+        check_vma=False,  # per shard by construction; a Pallas output records no mesh axes
+    )
+
+
+def _lowering(platform: str):
+    def rule(ctx, x, signs, norms, *, simplex, implementation):
+        x_aval = ctx.avals_in[0]
+        kernel = _fused_kernel(implementation, platform, x_aval)
+        spec = explicit_spec(x_aval)
+        if spec is not None and spec[-1] is not None:
+            kernel = None  # a sharded transformed axis: fwht's distributed transform
+        if kernel is None:
+            fused_names = tuple(_FUSED)
+            fwht_implementation = "auto" if implementation in fused_names else implementation
+            fn = functools.partial(
+                chain_reference, simplex=simplex, implementation=fwht_implementation
+            )
+        else:
+            fn = _fused_per_shard(kernel, x_aval, simplex)
+        return mlir.lower_fun(fn, multiple_results=False)(ctx, x, signs, norms)
+
+    return rule
+
+
+for _platform in ("cpu", "cuda", "rocm", "tpu"):
+    mlir.register_lowering(hd_chain_p, _lowering(_platform), platform=_platform)
+mlir.register_lowering(hd_chain_p, _lowering("other"))

@@ -1,0 +1,236 @@
+"""The Pallas Mosaic GPU kernel behind ``fwht`` (``implementation="mosaic_gpu"``), for sm90+.
+
+Mosaic GPU is the supported Pallas backend for Hopper (sm90) and newer GPUs; the Triton backend is
+deprecated (see ``rfjax.ops._fwht_triton``, kept for sm80-sm89). The transform is computed as
+matrix products on the tensor cores (warpgroup MMA, ``plgpu.wgmma``):
+
+* 16 <= n <= 128: a tile of 64 vectors (rows) in shared memory times H_n, one MMA;
+* 256 <= n <= 2^14: n = a b with a = max(16, n / 128) and b = n / a; each vector viewed as an
+  a x b matrix X (a free reshape) becomes H_a X H_b (H_n = H_a (x) H_b): first the tile of
+  vectors as (R a, b) rows times H_b (R = 64 / a vectors, or 1 when a = 128), then, per vector,
+  H_a (zero-padded to 64 rows when a < 64) times X H_b.
+
+Operands: the tensor cores take bfloat16/float16 with float32 accumulation. Products with +-1
+are exact, so bfloat16 and float16 inputs enter as they are; a float32 operand (a float32 input,
+or the float32 intermediate X H_b) enters as three bfloat16 parts whose sum is exactly that
+value (bit masks, so no compiler may fold the split away), each part through its own MMA into
+the same accumulator. Every vector is computed from its own entries only (no zero of a padded
+matrix ever multiplies another vector's entries), so a NaN stays in its vector. The result is
+rounded once to the input dtype. float64 is not supported.
+
+The row count is padded up to a whole number of tiles (one copy of the input) when needed.
+
+Testing: the kernel runs on CPU in Pallas' Mosaic GPU interpret mode (``InterpretGPUParams``:
+it simulates shared memory, the TMA copies, barriers and MMAs, with float32 accumulation), and it
+is lowered for an abstract H100 (``lowering_platforms=("cuda",)``) on CPU, which runs the Mosaic
+GPU lowering and layout inference. Neither compiles it to SASS or runs it on a GPU: whether it
+compiles for sm90, its speed, and the rounding of the tensor cores' float32 accumulation (which
+is not round-to-nearest) have not been checked on hardware.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from rfjax.ops._fwht_xla import bfloat16_parts, hadamard_matrix
+
+MIN_N = 16
+MAX_N = 1 << 14
+KERNEL_DTYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
+_WARPGROUP_ROWS = 64  # the M of one warpgroup MMA
+
+
+def check_supported(n: int, dtype) -> None:
+    """Raises unless the Mosaic GPU kernel transforms vectors of length ``n`` and ``dtype``."""
+    if jnp.dtype(dtype) not in KERNEL_DTYPES:
+        raise TypeError(
+            f"the Mosaic GPU fwht kernel takes float16, bfloat16 or float32, got {dtype}; use "
+            "implementation='matmul' or 'xla'"
+        )
+    if not MIN_N <= n <= MAX_N or n & (n - 1):
+        raise ValueError(
+            f"the Mosaic GPU fwht kernel takes power-of-two lengths {MIN_N} ... {MAX_N}, got "
+            f"{n}; use implementation='matmul' or 'xla'"
+        )
+
+
+def split_factors(n: int) -> tuple[int, int]:
+    """(a, b) with n = a b: (1, n) up to 128, else a = max(16, n / 128) (MMA K >= 16)."""
+    if n <= 128:
+        return 1, n
+    a = max(16, n // 128)
+    return a, n // a
+
+
+def _mma_dtype(dtype) -> jnp.dtype:
+    """The tensor-core operand dtype: float16 stays float16, the others go through bfloat16."""
+    return jnp.dtype(jnp.float16) if jnp.dtype(dtype) == jnp.float16 else jnp.dtype(jnp.bfloat16)
+
+
+def _transforms(columns: int, dtype) -> tuple:
+    """Shared-memory tiling and swizzle of an MMA operand with ``columns`` minor entries."""
+    itemsize = jnp.dtype(dtype).itemsize
+    swizzle = plgpu.find_swizzle(columns * itemsize * 8)
+    return plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle)
+
+
+class _Plan:
+    """Shapes of one launch: a tile is ``tile_rows`` rows of the (rows a, b) view."""
+
+    def __init__(self, rows: int, n: int, dtype):
+        self.n, self.dtype = n, jnp.dtype(dtype)
+        self.a, self.b = split_factors(n)
+        self.vectors_per_tile = max(1, _WARPGROUP_ROWS // self.a)
+        self.tile_rows = self.vectors_per_tile * self.a
+        self.padded_rows = -(-rows // self.vectors_per_tile) * self.vectors_per_tile
+        self.num_tiles = self.padded_rows // self.vectors_per_tile
+        self.mma_dtype = _mma_dtype(dtype)
+        self.split_input = self.dtype == jnp.float32
+        self.left_rows = max(_WARPGROUP_ROWS, self.a)  # H_a padded to a whole warpgroup
+
+
+def _mma_sum(acc_ref, lhs_parts, rhs) -> jax.Array:
+    """sum_i lhs_parts[i] @ rhs into the float32 accumulator ref; returns its value."""
+    for part in lhs_parts:
+        plgpu.wgmma(acc_ref, part, rhs)
+    plgpu.wgmma_wait(0)
+    return acc_ref[...]
+
+
+def _kernel(
+    *refs,
+    plan: _Plan,
+    scale: float,
+    x_smem,
+    hb_smem,
+    barriers,
+    parts=None,
+    ha_smem=None,
+    z_smem=None,
+):
+    """One tile; ``refs`` are the global-memory operands (x, H_b[, H_a]) and the output.
+
+    ``x_smem`` holds the input tile and then the output (stage 1 only) or one vector's product
+    (stage 2 with a >= 64); ``parts`` the bfloat16 parts of the float32 input (stage 1) and then
+    of X H_b (stage 2).
+    """
+    (x_gmem, hb_gmem, *ha_gmem, o_gmem) = refs
+    tile = lax.axis_index("tiles")
+    block = pl.ds(tile * plan.tile_rows, plan.tile_rows)
+    plgpu.copy_gmem_to_smem(hb_gmem, hb_smem, barriers.at[0])
+    plgpu.copy_gmem_to_smem(x_gmem.at[block], x_smem, barriers.at[1])
+    if ha_smem is not None:
+        plgpu.copy_gmem_to_smem(ha_gmem[0], ha_smem, barriers.at[2])
+    plgpu.barrier_wait(barriers.at[0])
+    plgpu.barrier_wait(barriers.at[1])
+
+    # Stage 1: the tile (rows of b entries) times H_b.
+    if plan.split_input:
+        _store_parts(parts, x_smem[...])
+        lhs = [parts.at[i] for i in range(3)]
+    else:
+        lhs = [x_smem]
+    y = pl.run_scoped(
+        functools.partial(_mma, pairs=[(part, hb_smem) for part in lhs]),
+        plgpu.ACC((plan.tile_rows, plan.b), jnp.float32),
+    )
+    if ha_smem is None:
+        x_smem[...] = (y * scale).astype(x_smem.dtype)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(x_smem, o_gmem.at[block])
+        plgpu.wait_smem_to_gmem(0)
+        return
+    # Stage 2: per vector, H_a (padded to a warpgroup) times its a x b block of X H_b. The
+    # product goes to shared memory whole and its first a rows to global memory (a TMA copy of a
+    # slice: no register array is sliced).
+    plgpu.barrier_wait(barriers.at[2])
+    _store_parts(parts, y)
+    z_smem = x_smem if z_smem is None else z_smem
+    for v in range(plan.vectors_per_tile):
+        rows = pl.ds(v * plan.a, plan.a)
+        z = pl.run_scoped(
+            functools.partial(_mma, pairs=[(ha_smem, parts.at[i, rows]) for i in range(3)]),
+            plgpu.ACC((plan.left_rows, plan.b), jnp.float32),
+        )
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the previous vector's copy is out
+        z_smem[...] = (z * scale).astype(z_smem.dtype)
+        plgpu.commit_smem()
+        out_rows = pl.ds(tile * plan.tile_rows + v * plan.a, plan.a)
+        plgpu.copy_smem_to_gmem(z_smem.at[pl.ds(0, plan.a)], o_gmem.at[out_rows])
+    plgpu.wait_smem_to_gmem(0)
+
+
+def _store_parts(parts, value) -> None:
+    """The three bfloat16 parts of the float32 ``value`` into ``parts[0:3]``, fenced for MMAs."""
+    for i, part in enumerate(bfloat16_parts(value)):
+        parts[i] = part
+    plgpu.commit_smem()
+
+
+def _mma(acc_ref, pairs) -> jax.Array:
+    """sum of lhs @ rhs over ``pairs`` (shared-memory refs) into the float32 accumulator."""
+    for lhs, rhs in pairs:
+        plgpu.wgmma(acc_ref, lhs, rhs)
+    plgpu.wgmma_wait(0)
+    return acc_ref[...]
+
+
+def _transform(x: jax.Array, normalize: bool, *, interpret: bool) -> jax.Array:
+    n = x.shape[-1]
+    check_supported(n, x.dtype)
+    if x.size == 0:
+        return x
+    rows = x.size // n
+    plan = _Plan(rows, n, x.dtype)
+    flat = x.reshape(rows, n)
+    if plan.padded_rows != rows:
+        flat = jnp.pad(flat, ((0, plan.padded_rows - rows), (0, 0)))
+    view = flat.reshape(plan.padded_rows * plan.a, plan.b)
+    operands = [view, jnp.asarray(hadamard_matrix(plan.b), plan.mma_dtype)]
+    stage2 = plan.a > 1
+    if stage2:  # H_a in the top a rows of a (left_rows, a) matrix; the other rows are zero
+        ha = jnp.zeros((plan.left_rows, plan.a), jnp.bfloat16)
+        operands.append(ha.at[: plan.a].set(jnp.asarray(hadamard_matrix(plan.a), jnp.bfloat16)))
+    # The two operands of an MMA must share one swizzle: the one of the narrower factor.
+    mma_b = _transforms(min(plan.a, plan.b) if stage2 else plan.b, plan.mma_dtype)
+    parts_b = mma_b
+    scratch = dict(
+        x_smem=plgpu.SMEM(
+            (plan.tile_rows, plan.b), x.dtype, transforms=() if plan.split_input else mma_b
+        ),
+        hb_smem=plgpu.SMEM((plan.b, plan.b), plan.mma_dtype, transforms=mma_b),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=3),
+    )
+    if plan.split_input or stage2:
+        scratch["parts"] = plgpu.SMEM((3, plan.tile_rows, plan.b), jnp.bfloat16, transforms=parts_b)
+    if stage2:
+        scratch["ha_smem"] = plgpu.SMEM((plan.left_rows, plan.a), jnp.bfloat16, transforms=mma_b)
+        if plan.left_rows != plan.a:  # else the input tile's buffer holds the product
+            scratch["z_smem"] = plgpu.SMEM((plan.left_rows, plan.b), x.dtype)
+    kernel = plgpu.kernel(
+        functools.partial(_kernel, plan=plan, scale=1.0 / math.sqrt(n) if normalize else 1.0),
+        out_type=jax.ShapeDtypeStruct(view.shape, x.dtype),
+        grid=(plan.num_tiles,),
+        grid_names=("tiles",),
+        scratch_types=scratch,
+        interpret=plgpu.InterpretGPUParams() if interpret else False,
+    )
+    y = kernel(*operands)
+    return y.reshape(plan.padded_rows, n)[:rows].reshape(x.shape)
+
+
+def fwht_rows(x: jax.Array, normalize: bool) -> jax.Array:
+    """H_n x (optionally / sqrt(n)) along the last axis of ``x``, compiled for a GPU (sm90+)."""
+    return _transform(x, normalize, interpret=False)
+
+
+def fwht_rows_interpret(x: jax.Array, normalize: bool) -> jax.Array:
+    """The same kernel in Pallas' Mosaic GPU interpret mode (on CPU; for tests)."""
+    return _transform(x, normalize, interpret=True)
