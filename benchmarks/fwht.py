@@ -1,6 +1,6 @@
 """Speed and memory of ``rfjax.ops.fwht`` on CPU against its peers (``python -m benchmarks.fwht``).
 
-For float32 batches of 2^22 elements (rows x n, n in {64, 256, 1024, 4096, 65536}), timed
+For batches of 2^22 elements (rows x n, n = 2^4 ... 2^15; float32, or ``--dtype bfloat16``), timed
 interleaved in one run (``benchmarks.timing.time_interleaved``, median over repeats):
 
 * ``rfjax``: ``jit(fwht(x, implementation="cpu"))``, the C++ FFI kernel, using the XLA intra-op
@@ -15,15 +15,17 @@ interleaved in one run (``benchmarks.timing.time_interleaved``, median over repe
 * ``ffht``: the PyPI package ``ffht-unofficial`` (``ffht.fht_(x)``, in place, 1 thread, restored
   the same way) when it is installed (its build needs numpy, pybind11 and setuptools present and
   ``pip install --no-build-isolation ffht-unofficial``);
-* ``matmul``: ``jit(x @ H)`` with a dense float32 H (n <= 4096);
+* ``matmul``: ``jit(fwht(x, implementation="matmul"))``, Kronecker factors of at most 128 as
+  small dense contractions at ``Precision.HIGHEST``;
 * ``xla_butterfly``: ``jit(fwht(x, implementation="xla"))``, the pure-XLA radix-2 butterfly;
 * ``copy_numpy`` / ``copy_xla``: ``np.copyto`` into a preallocated array and ``jit(x + 0)``
   (forced copy), the memory-bandwidth limit for a read + write of the array.
 
-GB/s counts one read and one write of the array (2 * 4 * 2^22 bytes). Ratios: ``rfjax / fht_cpu``
-and ``rfjax_inplace / fht_cpu`` (in place against in place; target <= 1.25 for n >= 256) and
-``xla_butterfly / rfjax`` (target >= 5). Memory: XLA's
-compiled memory analysis of the jitted op (temporaries beyond the output should be ~0).
+GB/s counts one read and one write of the array. Ratios: every implementation over ``copy_xla``
+(1.0 is the bandwidth limit), ``xla_butterfly / rfjax`` and ``matmul / rfjax`` (how much the C++
+kernel saves; the choice of ``implementation="auto"`` on CPU), ``rfjax / fht_cpu`` and
+``rfjax_inplace / fht_cpu`` (in place against in place; target <= 1.25 for n >= 256). Memory:
+XLA's compiled memory analysis of the jitted op (temporaries beyond the output should be ~0).
 """
 
 from __future__ import annotations
@@ -38,14 +40,12 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
 
 from benchmarks.timing import time_interleaved
 from rfjax.ops import _fwht_cpu, fwht
 
-SIZES = (64, 256, 1024, 4096, 65536)
+SIZES = tuple(1 << k for k in range(4, 16))
 TOTAL = 1 << 22
-MATMUL_MAX_N = 4096
 
 
 def _optional_peers():
@@ -95,13 +95,19 @@ def _memory(fn, x) -> dict[str, int]:
     }
 
 
-def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None = None) -> dict:
+def run(
+    total: int = TOTAL,
+    sizes=SIZES,
+    repeats: int = 30,
+    threads: int | None = None,
+    dtype: str = "float32",
+) -> dict:
     fht_cpu, ffht = _optional_peers()
     threads = threads or os.cpu_count() or 1
     if not _fwht_cpu.is_available():
         raise SystemExit("the C++ kernel is not built: pip install -e . with a C++17 compiler")
     rng = np.random.default_rng(0)
-    base = rng.standard_normal(total, dtype=np.float32)
+    base = np.asarray(jnp.asarray(rng.standard_normal(total, dtype=np.float32), dtype))
     nbytes = 2 * base.nbytes
     results = {}
     for n in sizes:
@@ -112,19 +118,17 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
         ours = jax.jit(lambda v: fwht(v, implementation="cpu"))
         ours_1t = jax.jit(lambda v: _fwht_cpu.fwht_rows(v, False, max_threads=0))
         naive = jax.jit(lambda v: fwht(v, implementation="xla"))
+        matmul = jax.jit(lambda v: fwht(v, implementation="matmul"))
         xla_copy = jax.jit(lambda v: v + 0.0)
         dst = np.empty_like(host)
         functions = {
             "rfjax": lambda ours=ours, x=x: ours(x),
             "rfjax_1thread": lambda ours_1t=ours_1t, x=x: ours_1t(x),
             "xla_butterfly": lambda naive=naive, x=x: naive(x),
+            "matmul": lambda matmul=matmul, x=x: matmul(x),
             "copy_numpy": lambda dst=dst, host=host: np.copyto(dst, host),
             "copy_xla": lambda xla_copy=xla_copy, x=x: xla_copy(x),
         }
-        if n <= MATMUL_MAX_N:
-            h = jnp.asarray(scipy.linalg.hadamard(n), dtype=jnp.float32)
-            matmul = jax.jit(lambda v, h: v @ h)
-            functions["matmul"] = lambda matmul=matmul, x=x, h=h: matmul(x, h)
         # In place, like the in-place peers: a donated argument, rebuilt outside the timed region.
         donated = jax.jit(lambda v: fwht(v, implementation="cpu"), donate_argnums=0)
         holder = [jnp.asarray(host)]
@@ -134,7 +138,7 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
                 0, jax.block_until_ready(jnp.asarray(host))
             )
         }
-        if fht_cpu is not None:
+        if fht_cpu is not None and dtype == "float32":
             buf1, bufn = host.copy(), host.copy()
             functions["fht_cpu_t1"] = lambda b=buf1: fht_cpu.fht_2d_f32_rows(b, 1)
             setups["fht_cpu_t1"] = lambda b=buf1, host=host: np.copyto(b, host)
@@ -142,7 +146,7 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
                 name = f"fht_cpu_t{threads}"
                 functions[name] = lambda b=bufn, t=threads: fht_cpu.fht_2d_f32_rows(b, t)
                 setups[name] = lambda b=bufn, host=host: np.copyto(b, host)
-        if ffht is not None:
+        if ffht is not None and dtype == "float32":
             bufx = host.copy()
             functions["ffht"] = lambda b=bufx: ffht.fht_(b)
             setups["ffht"] = lambda b=bufx, host=host: np.copyto(b, host)
@@ -155,9 +159,15 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
                 "gb_per_s": nbytes / t["median_s"] / 1e9,
             }
         ours_ms = row["rfjax"]["median_ms"]
-        ratios = {"xla_butterfly/rfjax": row["xla_butterfly"]["median_ms"] / ours_ms}
+        copy_ms = row["copy_xla"]["median_ms"]
+        ratios = {f"{name}/copy_xla": t["median_ms"] / copy_ms for name, t in row.items()}
+        ratios["xla_butterfly/rfjax"] = row["xla_butterfly"]["median_ms"] / ours_ms
+        ratios["matmul/rfjax"] = row["matmul"]["median_ms"] / ours_ms
+        ratios["matmul/xla_butterfly"] = (
+            row["matmul"]["median_ms"] / row["xla_butterfly"]["median_ms"]
+        )
         for name in row:
-            if name.startswith(("fht_cpu", "ffht", "matmul")):
+            if name.startswith(("fht_cpu", "ffht")):
                 ratios[f"rfjax/{name}"] = ours_ms / row[name]["median_ms"]
         # the same ratios on the fastest repeat (less sensitive to other load on the machine)
         best = row["rfjax"]["min_ms"]
@@ -184,11 +194,13 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
         }
     return {
         "total_elements": total,
+        "dtype": dtype,
         "threads": threads,
         "machine": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "jax": jax.__version__,
         "kernel": _fwht_cpu.library_path(),
+        "kernel_isa": _fwht_cpu.isa(),
         "results": results,
     }
 
@@ -196,8 +208,9 @@ def run(total: int = TOTAL, sizes=SIZES, repeats: int = 30, threads: int | None 
 def _print(report: dict) -> None:
     total = report["total_elements"]
     print(
-        f"fwht float32, {total} elements per batch (2^{total.bit_length() - 1}), "
-        f"{report['cpu_count']} CPUs, jax {report['jax']}; median ms (GB/s, read + write)"
+        f"fwht {report['dtype']}, {total} elements per batch (2^{total.bit_length() - 1}), "
+        f"{report['cpu_count']} CPUs, jax {report['jax']}, kernel ISA {report['kernel_isa']}; "
+        "median ms (GB/s, read + write)"
     )
     for n, res in report["results"].items():
         print(f"\nn = {n} ({res['rows']} rows)")
@@ -221,9 +234,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--log2-total", type=int, default=22)
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--json", type=str, default=None, help="write the results here")
     args = parser.parse_args()
-    report = run(1 << args.log2_total, tuple(args.sizes), args.repeats)
+    report = run(1 << args.log2_total, tuple(args.sizes), args.repeats, dtype=args.dtype)
     _print(report)
     if args.json:
         with open(args.json, "w") as f:
