@@ -37,6 +37,7 @@ from rfjax.ops import (
     pad_to_power_of_two,
     shifted_cos,
 )
+from rfjax.ops._fwht import resolve
 
 ON_GPU = jax.default_backend() == "gpu"
 ON_TPU = jax.default_backend() == "tpu"
@@ -245,6 +246,16 @@ def test_triton_kernel_blocks_and_limits(implementation):
     empty = fwht(jnp.zeros((0, 64)), implementation=implementation)
     assert empty.shape == (0, 64)
     assert _fwht_triton.MAX_N == 8192
+
+
+def test_auto_choice_per_platform():
+    assert resolve("auto", "cpu") == ("cpu" if _fwht_cpu.is_available() else "matmul")
+    assert resolve("auto", "tpu") == resolve("auto", "cuda") == "matmul"
+    assert resolve("auto", "rocm") == "matmul" and resolve("auto", "METAL") == "xla"
+    assert resolve("mosaic_gpu_interpret", "cpu") == "mosaic_gpu_interpret"
+    for implementation, platform in [("pallas_tpu", "cpu"), ("mosaic_gpu", "tpu"), ("cpu", "cuda")]:
+        with pytest.raises(ValueError, match=f"implementation='{implementation}' runs on"):
+            resolve(implementation, platform)
 
 
 def test_kronecker_factors_are_small_and_balanced():

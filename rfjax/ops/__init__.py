@@ -120,12 +120,20 @@ def fwht(
     * ``"pallas"`` / ``"pallas_interpret"``: the Pallas Triton kernel for sm80-sm89 (Triton is
       deprecated by JAX; kept for GPUs Mosaic GPU does not support), or in generic interpret
       mode;
-    * ``"auto"``: on CPU the C++ kernel (else ``"matmul"`` for n <= 64 and ``"xla"`` above: on
-      CPU the C++ kernel is 3-30x faster than both, see ``benchmarks/fwht.py``); on TPU
-      ``"matmul"``; on GPU ``"matmul"`` (on an H100 a dense float32 matmul at n <= 128 ran at
-      1.3-2x a device copy against 1.0-66x for the Triton kernel, and bfloat16 at 1.1x for
-      both; neither the Mosaic GPU kernel nor Kronecker matmuls above 128 have been timed on a
-      GPU yet: ``benchmarks/fwht_gpu.py``).
+    * ``"auto"``: on CPU the C++ kernel, or ``"matmul"`` when it was not built; on TPU and GPU
+      ``"matmul"``; elsewhere ``"xla"``.
+
+    The choice on CPU, from ``benchmarks/fwht.py`` (one run, 2^22 elements per batch, n = 2^4 ...
+    2^15, median time; a 2-core machine shared with other jobs, so single ratios are noisy):
+    in float32 the C++ kernel took 1.05-3.0x the time of an XLA copy of the array, ``"matmul"``
+    1.7-16x and ``"xla"`` 8-36x: the kernel is 1.3-9x faster than ``"matmul"``, which is
+    1.8-5.5x faster than ``"xla"`` at every n; in bfloat16 (the kernel upcasts) the kernel is
+    1.0-5x faster than ``"matmul"``, which is 2.1-3.8x faster than ``"xla"``. On GPU the choice
+    is provisional: on an H100 (``benchmarks/gpu_runs/2026-11-22-h100``) a dense float32 matmul
+    at n <= 128 took 1.0-1.9x a device copy where the Triton kernel took 1.0-64x (bfloat16:
+    1.1-1.2x and 1.0x); the Mosaic GPU kernel and Kronecker matmuls above 128 have not run on a
+    GPU (``python -m benchmarks.gpu_run`` measures them). On TPU ``"matmul"`` runs on the MXU;
+    the TPU kernels have not run on a TPU.
 
     Args:
       x: floating array (float16, bfloat16, float32, float64) of any rank >= 1.

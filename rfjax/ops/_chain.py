@@ -28,7 +28,7 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
 from rfjax.ops import _fwht_tpu
-from rfjax.ops._fwht import fwht_p
+from rfjax.ops._fwht import fwht_p, resolve
 from rfjax.ops._partition import explicit_spec
 
 
@@ -48,8 +48,8 @@ def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
 
     Examples:
       >>> import jax.numpy as jnp
-      >>> apply_simplex(jnp.array([1.0, 0.0]))
-      Array([ 1., -1.], dtype=float32)
+      >>> jnp.round(apply_simplex(jnp.array([1.0, 0.0])), 4)  # d = 2: the directions are +-1
+      Array([-1.,  1.], dtype=float32)
 
     References:
       Reid et al., "Simplex Random Features", ICML 2023, arXiv:2301.13856, Eq. 9, App. B.2.1.
@@ -63,8 +63,19 @@ def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
     return jnp.moveaxis(out, -1, axis)
 
 
-def chain_reference(x, signs, norms, *, simplex: bool, implementation: str = "auto"):
-    """``(..., p) -> (..., B, p)``: the chain as ``fwht`` calls and products (the reference)."""
+def chain_reference(
+    x: jax.Array,
+    signs: jax.Array,
+    norms: jax.Array,
+    *,
+    simplex: bool,
+    implementation: str = "auto",
+) -> jax.Array:
+    """``(..., p) -> (..., B, p)``: the chain as ``fwht`` calls and products (the reference).
+
+    The same map as ``hd_chain`` (see there for the arguments), unfused: each rotation is one
+    ``fwht`` (with ``implementation``), the diagonals, S and N elementwise products between.
+    """
     y = x[..., None, :]
     for stage in range(signs.shape[-2]):
         y = fwht_p.bind(y * signs[..., stage, :], normalize=True, implementation=implementation)
@@ -87,11 +98,7 @@ def _fused_kernel(implementation: str, platform: str, x_aval):
             return None
         return _FUSED["pallas_tpu"] if p <= _fwht_tpu.MAX_N else None
     if implementation in _FUSED:
-        if implementation == "pallas_tpu" and platform != "tpu":
-            raise ValueError(
-                f"implementation='pallas_tpu' runs on tpu, not on platform {platform!r}; use "
-                "implementation='auto'"
-            )
+        resolve(implementation, platform)  # raises off its platform
         return _FUSED[implementation]
     return None
 

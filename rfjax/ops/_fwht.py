@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import typing
-from collections.abc import Sequence
 from typing import Literal
 
 import jax
@@ -48,41 +47,33 @@ _PLATFORMS = {
     "pallas_tpu": ("tpu",),
     "mosaic_gpu": ("cuda",),
 }
-# CPU without the C++ kernel: the faster pure-XLA transform by length, measured by
-# benchmarks/fwht.py (float32, 2^20 elements): matmul is faster up to this length.
-CPU_MATMUL_MAX_N = 64
 
 
-def _kernels() -> dict[str, Kernel]:
-    return {
-        "cpu": _fwht_cpu.fwht_rows,
-        "xla": xla_butterfly,
-        "matmul": kronecker_matmul,
-        "pallas": _fwht_triton.fwht_rows,
-        "pallas_interpret": _fwht_triton.fwht_rows_interpret,
-        "pallas_tpu": _fwht_tpu.fwht_rows,
-        "pallas_tpu_interpret": _fwht_tpu.fwht_rows_interpret,
-        "mosaic_gpu": _fwht_mosaic_gpu.fwht_rows,
-        "mosaic_gpu_interpret": _fwht_mosaic_gpu.fwht_rows_interpret,
-    }
+KERNELS: dict[str, Kernel] = {
+    "cpu": _fwht_cpu.fwht_rows,
+    "xla": xla_butterfly,
+    "matmul": kronecker_matmul,
+    "pallas": _fwht_triton.fwht_rows,
+    "pallas_interpret": _fwht_triton.fwht_rows_interpret,
+    "pallas_tpu": _fwht_tpu.fwht_rows,
+    "pallas_tpu_interpret": _fwht_tpu.fwht_rows_interpret,
+    "mosaic_gpu": _fwht_mosaic_gpu.fwht_rows,
+    "mosaic_gpu_interpret": _fwht_mosaic_gpu.fwht_rows_interpret,
+}
 
 
-def resolve(implementation: str, platform: str, shape: Sequence[int], dtype) -> str:
+def resolve(implementation: str, platform: str) -> str:
     """The implementation ``"auto"`` stands for on ``platform``, or ``implementation`` itself.
 
-    ``"auto"``: on CPU the C++ kernel when it was built, else ``"matmul"`` up to n =
-    ``CPU_MATMUL_MAX_N`` and ``"xla"`` above; on TPU and GPU ``"matmul"`` (see ``fwht``); on
-    other platforms ``"xla"``.
+    ``"auto"``: on CPU the C++ kernel when it was built, else ``"matmul"``; on TPU and GPU
+    ``"matmul"``; on other platforms ``"xla"`` (the measurements behind it are in ``fwht``).
 
     Raises:
       ValueError: if the implementation cannot run on ``platform``.
     """
-    del dtype
     if implementation == "auto":
         if platform == "cpu":
-            if _fwht_cpu.is_available():
-                return "cpu"
-            return "matmul" if shape[-1] <= CPU_MATMUL_MAX_N else "xla"
+            return "cpu" if _fwht_cpu.is_available() else "matmul"
         if platform in ("tpu", "cuda", "rocm"):
             return "matmul"
         return "xla"
@@ -105,7 +96,7 @@ def kernel_effects(implementation: str, shape: tuple[int, ...], dtype, normalize
     """The effects of ``implementation``'s kernel on this operand (none but for simulators)."""
     if implementation not in _SIMULATED:
         return frozenset()
-    kernel = _kernels()[implementation]
+    kernel = KERNELS[implementation]
     operand = jax.ShapeDtypeStruct(shape, dtype)
     return frozenset(jax.make_jaxpr(lambda v: kernel(v, normalize))(operand).effects)
 
@@ -155,8 +146,8 @@ ad.deflinear2(fwht_p, _transpose)
 def _lowering(platform: str):
     def rule(ctx, x, *, normalize, implementation):
         aval = ctx.avals_in[0]
-        chosen = resolve(implementation, platform, aval.shape, aval.dtype)
-        transform = per_shard(_kernels()[chosen], aval, normalize)
+        chosen = resolve(implementation, platform)
+        transform = per_shard(KERNELS[chosen], aval, normalize)
         return mlir.lower_fun(transform, multiple_results=False)(ctx, x)
 
     return rule

@@ -26,6 +26,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from rfjax._validation import check_choice, check_int
 from rfjax.ops import fwht, hd_chain
@@ -220,7 +221,7 @@ def hd_orthogonal(
     dim: int,
     num_features: int,
     *,
-    dtype: object = jnp.float32,
+    dtype: DTypeLike = jnp.float32,
     num_rotations: int = 3,
 ) -> HadamardProjection:
     """Fast orthogonal random features: blocks W = N (H D_k) ... (H D_1) on zero-padded inputs.
@@ -262,7 +263,7 @@ def fast_simplex(
     dim: int,
     num_features: int,
     *,
-    dtype: object = jnp.float32,
+    dtype: DTypeLike = jnp.float32,
     num_rotations: int = 3,
 ) -> HadamardProjection:
     """Fast simplex random features: blocks W = N S (H D_k) ... (H D_1) on zero-padded inputs.
@@ -284,6 +285,12 @@ def fast_simplex(
 
     Returns:
       A ``HadamardProjection`` with ``block_size == p`` and ``simplex == True``.
+
+    Examples:
+      >>> import jax
+      >>> w = fast_simplex(jax.random.key(0), 5, 12)
+      >>> w.matrix().shape, w.block_size, w.simplex
+      ((12, 5), 8, True)
 
     References:
       Reid et al. 2023, arXiv:2301.13856, Sec. 4.2, App. B.2.1 and Eq. 89-90.
