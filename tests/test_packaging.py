@@ -82,18 +82,21 @@ def _build(out: pathlib.Path, scratch: pathlib.Path) -> None:
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dist(request, tmp_path_factory) -> pathlib.Path:
     for module in ("build", "setuptools"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed (pip install -e '.[test]')")
-    out = request.config.cache.mkdir(f"rfjax_dist_{_source_hash()}")
+    name = f"rfjax_dist_{_source_hash()}"
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    out = cache.mkdir(name) if cache is not None else tmp_path_factory.mktemp(name)
     if not (list(out.glob("*.whl")) and list(out.glob("*.tar.gz"))):
         _build(out, tmp_path_factory.mktemp("build"))
     return out
 
 
-def test_build_makes_an_sdist_and_a_portable_wheel(dist):
+def _check_contents(dist: pathlib.Path) -> None:
+    """The sdist carries the C++ sources; the wheel carries the compiled kernel."""
     (sdist,) = dist.glob(f"rfjax-{rfjax.__version__}.tar.gz")
     (wheel,) = dist.glob(f"rfjax-{rfjax.__version__}-*.whl")
     with tarfile.open(sdist) as archive:
@@ -109,7 +112,9 @@ def test_build_makes_an_sdist_and_a_portable_wheel(dist):
     assert libraries, "the wheel has no compiled kernel"
 
 
-def test_wheel_runs_in_a_fresh_environment_without_a_compiler(dist, tmp_path):
+def test_built_wheel_runs_in_a_fresh_environment_without_a_compiler(dist, tmp_path):
+    """One test (not two sharing a fixture), so that parallel workers never build twice."""
+    _check_contents(dist)
     (wheel,) = dist.glob("*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
