@@ -21,18 +21,28 @@ from rfjax import features, kernels, projections, theory
 from rfjax.projections._givens import default_num_layers
 
 HD = ("hd_orthogonal", "fast_simplex")
-GAUSSIAN_STRUCTURED = ("circulant", "toeplitz", "hankel")
+GAUSSIAN_STRUCTURED = (
+    "circulant",
+    "skew_circulant",
+    "toeplitz",
+    "hankel",
+    "low_displacement_rank",
+)
 NEW = (*HD, *GAUSSIAN_STRUCTURED, "givens")
-# (name, options): every coupling, the Gaussian structured ones with and without Step 1.
-VARIANTS = [(name, {}) for name in NEW] + [
-    (name, {"preprocess": True}) for name in GAUSSIAN_STRUCTURED
-]
+# (name, options): every coupling, the Gaussian structured ones with and without Step 1, and the
+# low-displacement-rank family at ranks 2 and 4 as well.
+VARIANTS = (
+    [(name, {}) for name in NEW]
+    + [(name, {"preprocess": True}) for name in GAUSSIAN_STRUCTURED]
+    + [("low_displacement_rank", {"rank": rank}) for rank in (2, 4)]
+)
 EXACTLY_GAUSSIAN = [(n, o) for n, o in VARIANTS if n in GAUSSIAN_STRUCTURED]
 # One variant per projection class and code path (simplex, preprocessing, correlation by FFT).
 TRANSFORM_VARIANTS = [
     ("fast_simplex", {}),
     ("circulant", {}),
     ("toeplitz", {"preprocess": True}),
+    ("low_displacement_rank", {"rank": 2}),
     ("givens", {}),
 ]
 NUM_DRAWS = 3000
@@ -40,7 +50,9 @@ NUM_DRAWS = 3000
 
 def variant_id(variant):
     name, options = variant
-    return name + ("+preprocess" if options else "")
+    return "+".join(
+        [name, *(key if value is True else f"{key}{value}" for key, value in options.items())]
+    )
 
 
 @functools.cache
@@ -89,14 +101,31 @@ def simplex_matrix(p):
     return np.stack([*rows, ones / math.sqrt(p - 1)])
 
 
-def structured_block(structure, g):
-    n = (len(g) + 1) // 2 if structure != "circulant" else len(g)
+def shift_matrix(v, f):
+    """Z_f(v) of Sindhwani et al. 2015: first column v, Z_f(v)_ij = v_(i-j), times f if j > i."""
+    n = len(v)
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    if structure == "circulant":
+    return np.where(j <= i, 1.0, f) * v[(i - j) % n]
+
+
+def structured_block(projection, block):
+    """The n x n structured matrix A of one block from its budget (and h), by its formula."""
+    g = np.asarray(projection.budget[block], np.float64)
+    n = projection.block_dim
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    name = projection.model.name
+    if name == "circulant":
         return g[(j - i) % n]  # Eq. 7-8
-    if structure == "toeplitz":
+    if name == "skew_circulant":
+        return shift_matrix(g, -1.0)
+    if name == "toeplitz":
         return g[j - i + n - 1]  # Eq. 9
-    return g[i + j]  # Eq. 10
+    if name == "hankel":
+        return g[i + j]
+    assert name == "low_displacement_rank", name  # Eq. 11
+    h = np.asarray(projection.parameters[block], np.float64)
+    terms = zip(g.reshape(h.shape), h, strict=True)
+    return sum(shift_matrix(gr, 1.0) @ shift_matrix(hr, -1.0) for gr, hr in terms)
 
 
 def givens_block(signs, permutation, layers, angles, norms):
@@ -123,8 +152,8 @@ def dense_reference(projection):
             if projection.simplex:
                 block = simplex_matrix(len(norms)) @ block
             blocks.append(norms[:, None] * block[:, :d])
-    elif isinstance(projection, projections.StructuredGaussianProjection):
-        blocks = [structured_block(projection.structure, g) for g in f64(projection.budget)]
+    elif isinstance(projection, projections.PModelProjection):
+        blocks = [structured_block(projection, b) for b in range(projection.budget.shape[0])]
         if projection.signs is not None:
             rotation = hd_matrix(f64(projection.signs))[:, :d]
             blocks = [block @ rotation for block in blocks]
@@ -173,10 +202,11 @@ def test_block_sizes_follow_the_padding():
     assert block_sizes(projections.circulant, 5, 12) == (5, 5, 2)
     assert block_sizes(projections.toeplitz, 5, 12) == (5, 5, 2)
     assert block_sizes(projections.hankel, 5, 12, preprocess=True) == (8, 4)
+    assert block_sizes(projections.low_displacement_rank, 5, 12, rank=3) == (5, 5, 2)
     assert block_sizes(projections.givens, 6, 13) == (6, 6, 1)
 
 
-@pytest.mark.parametrize("structure", GAUSSIAN_STRUCTURED)
+@pytest.mark.parametrize("structure", ["circulant", "toeplitz", "hankel"])
 def test_structured_blocks_have_their_pattern(structure):
     dim = 6
     projection = projections.get(structure)(jax.random.key(3), dim, 2 * dim)

@@ -7,6 +7,11 @@ directions come from HD products or Givens layers (``hd_orthogonal``, ``fast_sim
 ``givens``) are only approximately Haar: their estimates are approximately unbiased (their
 docstrings quantify it).
 
+Structured Gaussian matrices in the P-model of Choromanski & Fagan (rows g^T P_i from a budget of
+randomness g): ``p_model`` builds a projection from P_i given densely or from a ``PModel``
+family; ``circulant``, ``skew_circulant``, ``toeplitz``, ``hankel`` and
+``low_displacement_rank`` are its instances, applied by FFT.
+
 Names for configs: ``get("simplex")`` returns the sampler; ``available()`` lists the names;
 ``info(name)`` gives what else the registry knows (exact marginals, minimum dimension, label);
 ``register`` adds a coupling.
@@ -31,15 +36,25 @@ from rfjax.projections._dense import (
 )
 from rfjax.projections._givens import GivensProjection, givens
 from rfjax.projections._halton import halton
-from rfjax.projections._structured import (
-    HadamardProjection,
-    StructuredGaussianProjection,
+from rfjax.projections._p_model import (
+    Circulant,
+    DenseMatrices,
+    Hankel,
+    IndependentRows,
+    LowDisplacementRank,
+    PModel,
+    PModelProjection,
+    SkewCirculant,
+    Toeplitz,
     circulant,
-    fast_simplex,
     hankel,
-    hd_orthogonal,
+    low_displacement_rank,
+    p_model,
+    p_model_violations,
+    skew_circulant,
     toeplitz,
 )
+from rfjax.projections._structured import HadamardProjection, fast_simplex, hd_orthogonal
 
 Sampler = Callable[..., Projection]
 
@@ -148,16 +163,26 @@ register("circulant", circulant, label="circulant")
 register("toeplitz", toeplitz, label="Toeplitz")
 register("hankel", hankel, label="Hankel")
 register("givens", givens, exact_marginals=False, label="Givens")
+register("skew_circulant", skew_circulant, label="skew-circulant")
+register("low_displacement_rank", low_displacement_rank, label="low displacement rank")
 
 
 __all__ = [
+    "Circulant",
     "CouplingInfo",
+    "DenseMatrices",
     "DenseProjection",
     "GivensProjection",
     "HadamardProjection",
+    "Hankel",
+    "IndependentRows",
+    "LowDisplacementRank",
+    "PModel",
+    "PModelProjection",
     "Projection",
     "Sampler",
-    "StructuredGaussianProjection",
+    "SkewCirculant",
+    "Toeplitz",
     "apply_simplex",
     "available",
     "circulant",
@@ -169,11 +194,15 @@ __all__ = [
     "hankel",
     "hd_orthogonal",
     "info",
+    "low_displacement_rank",
     "marginally_exact",
     "orthogonal",
+    "p_model",
+    "p_model_violations",
     "register",
     "simplex",
     "simplex_directions",
     "simplex_plus",
+    "skew_circulant",
     "toeplitz",
 ]

@@ -1,9 +1,9 @@
-"""Fast structured couplings: HD products (fast ORF, fast SimRF) and Gaussian circulant,
-Toeplitz and Hankel matrices.
+"""Fast structured couplings from HD products (fast ORF, fast SimRF), and the padding and HD
+rotation helpers that the P-model families (``_p_model``: circulant, Toeplitz, ...) share.
 
 These projections store their factors (O(p) numbers per block) and never form W to apply it:
 ``x W^T`` costs O(p log p) per block of rows and per input, through the fast Walsh-Hadamard
-transform (``rfjax.ops.fwht``) or the FFT (``jnp.fft``). ``matrix()`` forms W by applying the
+transform (``rfjax.ops.fwht``). ``matrix()`` forms W by applying the
 projection to the identity, for tests and analysis only.
 
 Padding. The Walsh-Hadamard transform needs a power-of-two length, so inputs are zero-padded
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_choice, check_int
+from rfjax._validation import check_int
 from rfjax.ops import fwht, hd_chain
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import (
@@ -38,8 +38,6 @@ from rfjax.projections._dense import (
     _validate,
     chi_norms,
 )
-
-STRUCTURES = ("circulant", "toeplitz", "hankel")
 
 
 def next_power_of_two(n: int) -> int:
@@ -306,191 +304,4 @@ hd_orthogonal.__doc__ = hd_orthogonal.__doc__.format(
 )
 fast_simplex.__doc__ = fast_simplex.__doc__.format(
     note=_HD_APPROXIMATION_NOTE.format(geometry="at pairwise cosine exactly -1/(p-1)")
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Gaussian circulant, Toeplitz and Hankel matrices (Choromanski & Fagan, Eq. 7-10)
-# ---------------------------------------------------------------------------------------------
-
-
-def _correlate(budget: jax.Array, x: jax.Array, rows: int) -> jax.Array:
-    """c[..., b, s] = sum_j g[b, s + j] x[..., j] for s < rows (linear correlation, by FFT).
-
-    ``budget`` has shape ``(num_blocks, t)`` with t = 2n - 1 and ``x`` ``(..., n)``.
-    """
-    length = 2 * rows
-    spectrum_g = jnp.fft.rfft(budget, n=length, axis=-1)
-    spectrum_x = jnp.fft.rfft(x, n=length, axis=-1)[..., None, :]
-    return jnp.fft.irfft(spectrum_g * jnp.conj(spectrum_x), n=length, axis=-1)[..., :rows]
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class StructuredGaussianProjection(Projection):
-    """Blocks of Gaussian circulant, Toeplitz or Hankel matrices, applied by FFT.
-
-    Block b is an n x n matrix A_b built from its own Gaussian budget vector g_b (n = d, or p
-    with preprocessing): (0-based indices)
-
-    * circulant (Eq. 7-8): A_{ij} = g_{(j - i) mod n}, t = n;
-    * Toeplitz (Eq. 9): A_{ij} = g_{j - i + n - 1}, constant along diagonals, t = 2n - 1;
-    * Hankel (Eq. 10): A_{ij} = g_{i + j}, constant along anti-diagonals, t = 2n - 1.
-
-    With preprocessing the input is first zero-padded to p and rotated by one shared
-    x -> H D_3 H D_2 H D_1 x (Eq. 12, Step 1), i.e. W_b = (A_b R_HD)[:, :d].
-
-    Attributes:
-      budget: the Gaussian vectors g, shape ``(num_blocks, t)``.
-      signs: the preprocessing diagonals, shape ``(3, p)``, or ``None``.
-      input_dim: d, also ``dim`` (static).
-      output_dim: m, also ``num_features`` (static); the last block is truncated.
-      structure: ``"circulant"``, ``"toeplitz"`` or ``"hankel"`` (static).
-    """
-
-    budget: jax.Array
-    signs: jax.Array | None
-    input_dim: int = dataclasses.field(metadata={"static": True})
-    output_dim: int = dataclasses.field(metadata={"static": True})
-    structure: str = dataclasses.field(metadata={"static": True})
-
-    @property
-    def dim(self) -> int:
-        return self.input_dim
-
-    @property
-    def num_features(self) -> int:
-        return self.output_dim
-
-    @property
-    def block_size(self) -> int:
-        """n: the budget has length n (circulant) or 2n - 1 (Toeplitz, Hankel)."""
-        length = self.budget.shape[-1]
-        return length if self.structure == "circulant" else (length + 1) // 2
-
-    def _apply(self, x: jax.Array) -> jax.Array:
-        return _jit_apply(self, x)
-
-    def _apply_unjitted(self, x: jax.Array) -> jax.Array:
-        out_dtype = _output_dtype(x, self.budget)
-        fft_dtype = jnp.promote_types(out_dtype, jnp.float32)  # no half-precision FFT
-        x = x.astype(fft_dtype)
-        budget = self.budget.astype(fft_dtype)
-        n = self.block_size
-        if self.signs is not None:
-            x = apply_hd(_pad_last(x, n), self.signs.astype(fft_dtype))
-        if self.structure == "circulant":
-            spectrum = (
-                jnp.conj(jnp.fft.rfft(budget, axis=-1)) * jnp.fft.rfft(x, axis=-1)[..., None, :]
-            )
-            blocks = jnp.fft.irfft(spectrum, n=n, axis=-1)
-        else:
-            blocks = _correlate(budget, x, n)
-            if self.structure == "toeplitz":
-                blocks = blocks[..., ::-1]
-        return _stack_rows(blocks, self.num_features).astype(out_dtype)
-
-    def matrix(self) -> jax.Array:
-        return self._apply(jnp.eye(self.dim, dtype=self.budget.dtype)).T
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
-def _structured_factors(key, dim, num_features, dtype, structure, preprocess):
-    size = next_power_of_two(dim) if preprocess else dim
-    budget_length = size if structure == "circulant" else 2 * size - 1
-    budget_key, sign_key = jax.random.split(key)
-    num_blocks = _num_blocks(size, num_features)
-    budget = jax.random.normal(budget_key, (num_blocks, budget_length), _compute_dtype(dtype))
-    signs = jax.random.rademacher(sign_key, (3, size), dtype) if preprocess else None
-    return budget.astype(dtype), signs
-
-
-def _structured(key, dim, num_features, dtype, preprocess, structure):
-    dim, num_features, dtype = _validate(key, dim, num_features, dtype)
-    preprocess = _check_bool("preprocess", preprocess)
-    check_choice("structure", structure, STRUCTURES)
-    budget, signs = _structured_factors(key, dim, num_features, dtype, structure, preprocess)
-    return StructuredGaussianProjection(budget, signs, dim, num_features, structure)
-
-
-_STRUCTURED_DOC = """Gaussian {name} projections by FFT (Choromanski & Fagan Eq. {equation}).
-
-    Blocks of n rows (n = d, or n = p = 2^ceil(log2 d) with ``preprocess``), each built from
-    its own budget vector g ~ N(0, I_t) (t = {budget}): {formula}. Blocks are independent and
-    the last one is truncated. Every row is a window or cyclic shift of g, so every row is
-    exactly N(0, I_d) (the P-model orthogonality condition, Eq. 14); rows within a block are
-    dependent (they share g) and not orthogonal. Applying costs O(n log n) per block and input
-    (``jnp.fft``, in at least float32); storage O(t) per block.
-
-    With ``preprocess=True`` inputs are zero-padded to p and first rotated by one
-    H D_3 H D_2 H D_1 (Step 1 of the algorithm, Eq. 12), shared by all blocks. Rows stay exactly
-    N(0, I_d) (a Gaussian row times a fixed orthogonal matrix) and rows of different blocks stay
-    independent (independent Gaussian budgets), so the shared rotation costs no exactness.
-
-    Args:
-      key: a PRNG key.
-      dim: input dimension d >= 1.
-      num_features: number of rows m >= 1.
-      dtype: floating dtype of the factors.
-      preprocess: apply the HD rotation first (then the block size is p).
-
-    Returns:
-      A ``StructuredGaussianProjection`` with ``structure == {name!r}``.
-
-    References:
-      Choromanski & Fagan, "Fast nonlinear embeddings via structured matrices",
-      arXiv:1604.07356, Eq. 3, 7-13.
-    """
-
-
-def circulant(
-    key: jax.Array,
-    dim: int,
-    num_features: int,
-    *,
-    dtype: object = jnp.float32,
-    preprocess: bool = False,
-) -> StructuredGaussianProjection:
-    return _structured(key, dim, num_features, dtype, preprocess, "circulant")
-
-
-def toeplitz(
-    key: jax.Array,
-    dim: int,
-    num_features: int,
-    *,
-    dtype: object = jnp.float32,
-    preprocess: bool = False,
-) -> StructuredGaussianProjection:
-    return _structured(key, dim, num_features, dtype, preprocess, "toeplitz")
-
-
-def hankel(
-    key: jax.Array,
-    dim: int,
-    num_features: int,
-    *,
-    dtype: object = jnp.float32,
-    preprocess: bool = False,
-) -> StructuredGaussianProjection:
-    return _structured(key, dim, num_features, dtype, preprocess, "hankel")
-
-
-circulant.__doc__ = _STRUCTURED_DOC.format(
-    name="circulant",
-    equation="7-8",
-    budget="n",
-    formula="A_{ij} = g_{(j - i) mod n}, row i is g cyclically shifted by i",
-)
-toeplitz.__doc__ = _STRUCTURED_DOC.format(
-    name="toeplitz",
-    equation="9",
-    budget="2n - 1",
-    formula="A_{ij} = g_{j - i + n - 1}, constant along diagonals",
-)
-hankel.__doc__ = _STRUCTURED_DOC.format(
-    name="hankel",
-    equation="10",
-    budget="2n - 1",
-    formula="A_{ij} = g_{i + j}, constant along anti-diagonals",
 )

@@ -1,0 +1,178 @@
+"""The P-model abstraction: dense and structured P_i, the paper's conditions, new families.
+
+The marginal laws of the registered families (KS of chi norms, isotropy, Gaussian MGF) are in
+test_projections.py (default options) and test_structured_projections.py (preprocessing, ranks).
+"""
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from rfjax import projections
+from rfjax.projections import PModel
+
+FAMILIES = {
+    "circulant": projections.Circulant(),
+    "skew_circulant": projections.SkewCirculant(),
+    "toeplitz": projections.Toeplitz(),
+    "hankel": projections.Hankel(),
+    "low_displacement_rank": projections.LowDisplacementRank(rank=3),
+    "independent_rows": projections.IndependentRows(),
+}
+
+
+def cyclic_matrices(n, rows):
+    """P_i of the circulant P-model (Eq. 8): (P_i)_sj = 1 iff s = (j - i) mod n."""
+    return np.stack([np.roll(np.eye(n), i, axis=1) for i in range(rows)])
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_block_matrices_rebuild_the_block_and_meet_both_conditions(name):
+    """A_ij = sum_s g_s (P_i)_sj for the P_i read off the fast product (any family)."""
+    model = FAMILIES[name]
+    projection = projections.p_model(jax.random.key(1), 6, 6, generator=model)
+    matrices = projection.block_matrices()
+    assert matrices.shape == (6, model.budget_size(6), 6)
+    assert projections.p_model_violations(matrices) == ()
+    budget = np.asarray(projection.budget[0], np.float64)
+    rebuilt = np.einsum("s,isj->ij", budget, matrices)
+    np.testing.assert_allclose(rebuilt, np.asarray(projection.matrix()), atol=2e-5)
+
+
+def test_dense_matrices_and_the_fast_circulant_are_the_same_projection():
+    n, rows = 7, 4
+    dense = projections.p_model(jax.random.key(2), n, 10, matrices=cyclic_matrices(n, rows))
+    assert dense.block_sizes() == (4, 4, 2)  # k = 4 rows per block, 3 independent budgets
+    fast = projections.p_model(
+        jax.random.key(2), n, 4, generator=projections.Circulant(), budget=dense.budget[:1]
+    )
+    np.testing.assert_allclose(fast.matrix(), dense.matrix()[:4], atol=1e-6)
+    np.testing.assert_allclose(dense.block_matrices(2), cyclic_matrices(n, rows))
+    x = jax.random.normal(jax.random.key(3), (3, n))
+    np.testing.assert_allclose(dense(x), x @ dense.matrix().T, atol=1e-5)
+
+
+def test_a_dense_p_model_with_orthonormal_columns_has_exactly_gaussian_rows():
+    """P_i with orthonormal columns (t = 6 > n = 3, not 0/1): rows N(0, I_3), KS and moments."""
+    rng = np.random.default_rng(0)
+    matrices = np.stack([np.linalg.qr(rng.normal(size=(6, 3)))[0] for _ in range(2)])
+    keys = jax.random.split(jax.random.key(4), 3000)
+    weights = jax.vmap(lambda k: projections.p_model(k, 3, 2, matrices=matrices).matrix())(keys)
+    weights = np.asarray(weights, np.float64)
+    for row in (0, 1):
+        w = weights[:, row]
+        assert stats.kstest(np.linalg.norm(w, axis=-1), stats.chi(3).cdf).pvalue > 1e-3
+        second = (w[:, :, None] * w[:, None, :]).reshape(len(w), -1)
+        se = second.std(axis=0, ddof=1) / math.sqrt(len(w))
+        assert np.all(np.abs(second.mean(axis=0) - np.eye(3).ravel()) <= 4 * se)
+
+
+def test_violations_name_the_failed_condition():
+    n = 4
+    assert projections.p_model_violations(cyclic_matrices(n, 3)) == ()
+    scaled = cyclic_matrices(n, 3)
+    scaled[1] *= 2.0
+    (message,) = projections.p_model_violations(scaled)
+    assert message.startswith("normalisation (unit-norm columns) fails: column")
+    assert "of P_1 has norm 2" in message
+    mixed = cyclic_matrices(n, 2)
+    mixed[0, :, 1] = (mixed[0, :, 0] + mixed[0, :, 1]) / math.sqrt(2)  # unit norm, not orthogonal
+    (message,) = projections.p_model_violations(mixed)
+    assert "orthogonality condition (Eq. 14) fails: columns 0 and 1 of P_0" in message
+    both = mixed.copy()
+    both[1] *= 3.0
+    assert len(projections.p_model_violations(both)) == 2
+    with pytest.raises(ValueError, match="matrices is not a valid P-model: normalisation"):
+        projections.p_model(jax.random.key(0), n, 3, matrices=scaled)
+    with pytest.raises(ValueError, match="orthogonality condition"):
+        projections.p_model(jax.random.key(0), n, 2, matrices=mixed)
+
+
+def test_low_displacement_rank_needs_the_spectral_rescaling_of_h():
+    """sum_r Z_{-1}(h_r)^T Z_{-1}(h_r) = I after the rescaling; unit-norm h alone fail Eq. 14."""
+    n = 6
+    with jax.enable_x64(True):
+        h = jax.random.normal(jax.random.key(5), (3, n), jnp.float64)
+        rescaled = np.asarray(projections._p_model.orthonormalise_skew_circulants(h))
+        eye = np.eye(n)
+        z = [
+            np.asarray(projections._p_model.negacyclic_convolution(v, jnp.asarray(eye)).T)
+            for v in rescaled
+        ]
+        np.testing.assert_allclose(sum(m.T @ m for m in z), eye, atol=1e-12)
+    naive = np.asarray(h) / np.linalg.norm(np.asarray(h))  # the paper's normalisation only
+    model = projections.LowDisplacementRank(rank=3)
+    (message,) = projections.p_model_violations(model.matrices(n, jnp.asarray(naive[None])))
+    assert message.startswith("orthogonality condition (Eq. 14) fails")
+
+
+@dataclasses.dataclass(frozen=True)
+class SignFlippedCirculant(PModel):
+    """A new family in four lines: the circulant with every other column negated."""
+
+    name: ClassVar[str] = "sign_flipped_circulant"
+
+    def budget_size(self, n):
+        return n
+
+    def apply(self, budget, x, parameters):
+        signs = (-1.0) ** jnp.arange(x.shape[-1])
+        return projections.Circulant().apply(budget, x * signs, parameters)
+
+
+@dataclasses.dataclass(frozen=True)
+class RepeatedColumn(PModel):
+    """A broken family: every column reads g_0 (unit norm, not orthogonal)."""
+
+    name: ClassVar[str] = "repeated_column"
+
+    def budget_size(self, n):
+        return n
+
+    def apply(self, budget, x, parameters):
+        total = jnp.sum(x, axis=-1)[..., None, None] * budget[:, :1]  # (..., B, 1)
+        return jnp.broadcast_to(total, (*x.shape[:-1], budget.shape[0], x.shape[-1]))
+
+
+def test_a_new_family_is_one_p_model_definition():
+    projection = projections.p_model(jax.random.key(6), 5, 5, generator=SignFlippedCirculant())
+    weights = np.asarray(projection.matrix())
+    budget = np.asarray(projection.budget[0])
+    i, j = np.meshgrid(np.arange(5), np.arange(5), indexing="ij")
+    np.testing.assert_allclose(weights, budget[(j - i) % 5] * (-1.0) ** j, atol=1e-6)
+    with pytest.raises(ValueError, match=r"RepeatedColumn\(\) \(checked at n = 5\) is not a valid"):
+        projections.p_model(jax.random.key(6), 5, 5, generator=RepeatedColumn())
+
+
+def test_bad_arguments():
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="exactly one of matrices"):
+        projections.p_model(key, 4, 4)
+    with pytest.raises(ValueError, match="exactly one of matrices"):
+        projections.p_model(
+            key, 4, 4, matrices=cyclic_matrices(4, 4), generator=projections.Circulant()
+        )
+    with pytest.raises(TypeError, match=r"generator must be a rfjax\.projections\.PModel"):
+        projections.p_model(key, 4, 4, generator="circulant")
+    with pytest.raises(ValueError, match="block input size n = 8"):
+        projections.p_model(key, 5, 4, matrices=cyclic_matrices(5, 4), preprocess=True)
+    with pytest.raises(TypeError, match="matrices must be a floating array"):
+        projections.p_model(key, 4, 4, matrices=np.eye(4, dtype=int)[None])
+    with pytest.raises(ValueError, match=r"budget must have shape \(num_blocks, t\) = \(2, 4\)"):
+        projections.p_model(key, 4, 8, generator=projections.Circulant(), budget=jnp.zeros((1, 4)))
+    with pytest.raises(TypeError, match="budget must have dtype float32"):
+        projections.p_model(key, 4, 4, generator=projections.Circulant(), budget=np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="budget must contain only finite values"):
+        projections.p_model(
+            key, 4, 4, generator=projections.Circulant(), budget=jnp.full((1, 4), jnp.nan)
+        )
+    with pytest.raises(ValueError, match="rank must be an integer >= 1, got 0"):
+        projections.low_displacement_rank(key, 4, 4, rank=0)
+    with pytest.raises(ValueError, match="block must be < 1"):
+        projections.circulant(key, 4, 4).block_matrices(1)
