@@ -8,6 +8,13 @@
   (Fourier features, sin/cos and cosine+bias embeddings), the orthogonality gaps
   ``prf_orthogonality_gap`` (Eq. 25) and ``rff_orthogonality_gap`` (Eq. 26),
   ``rff_orthogonal_mse_ratio_asymptotic`` (Eq. 27) and ``small_v_prefactor`` (Sec. 5.1).
+* Structured (P-model) features, Choromanski & Fagan: ``coherence_graphs`` of a P-model,
+  ``chromatic_number`` (exact when certified, else a greedy upper bound) and
+  ``p_model_chromatic_number`` (Eq. 4); deviation bounds ``chromatic_deviation_bound`` (the
+  paper's k/chi mechanism) and ``structured_fourier_bound`` with ``row_covariance`` (Gaussian
+  concentration for any P-model); for i.i.d. random Fourier features ``rff_pointwise_bound``
+  (Kakade's notes) and ``rff_uniform_bound`` with ``sutherland_schneider_beta`` (Sutherland &
+  Schneider).
 * Hybrid random features (softmax kernel, i.i.d. projections): ``trigonometric_mse`` and
   ``positive_antithetic_mse`` (Lemma 2.2), ``complex_exponential_mse`` (real part of the CE
   estimator), ``angular_coefficient_moments`` (Lemma 3.2), ``angular_hybrid_mse`` (Theorem 3.1,
@@ -26,12 +33,15 @@ arguments. Value checks (finite inputs, ranges such as |x + y| <= 100 for the se
 raise ``ValueError`` on concrete inputs; under tracing an out-of-range element is NaN instead.
 ``small_v_prefactor`` and ``block_sizes`` take only static arguments and return Python numbers.
 
-Host-only: ``monte_carlo_conformity`` alone. It draws projections with a jitted kernel but
+Host-only: ``monte_carlo_conformity``, which draws projections with a jitted kernel but
 returns Python floats (mean and standard error, averaged in float64 on the host), so it cannot be
-traced; it is a check on the closed forms, not a closed form.
+traced (it is a check on the closed forms, not a closed form); and the structured (P-model)
+functions, which colour graphs (networkx) and bound tails of concrete matrices.
 
 References: Reid et al. 2023, "Simplex Random Features", arXiv:2301.13856; Choromanski et al.
-2022, "Hybrid Random Features", arXiv:2110.04367.
+2022, "Hybrid Random Features", arXiv:2110.04367; Choromanski & Fagan 2016, "Fast nonlinear
+embeddings via structured matrices", arXiv:1604.07356; Sutherland & Schneider 2015, "On the
+Error of Random Fourier Features", arXiv:1506.02785.
 """
 
 from rfjax.theory._conformity import (
@@ -67,6 +77,17 @@ from rfjax.theory._mse import (
     small_v_prefactor,
 )
 from rfjax.theory._series import log_hyp0f1
+from rfjax.theory._structured import (
+    chromatic_deviation_bound,
+    chromatic_number,
+    coherence_graphs,
+    p_model_chromatic_number,
+    rff_pointwise_bound,
+    rff_uniform_bound,
+    row_covariance,
+    structured_fourier_bound,
+    sutherland_schneider_beta,
+)
 
 __all__ = [
     "COUPLINGS",
@@ -75,6 +96,9 @@ __all__ = [
     "angular_hybrid_mse",
     "angular_hybrid_relative_error",
     "block_sizes",
+    "chromatic_deviation_bound",
+    "chromatic_number",
+    "coherence_graphs",
     "complex_exponential_mse",
     "conformity",
     "conformity_at_angle",
@@ -86,6 +110,7 @@ __all__ = [
     "monte_carlo_conformity",
     "no_closed_form_reason",
     "orthogonal_conformity",
+    "p_model_chromatic_number",
     "positive_antithetic_mse",
     "positive_relative_error",
     "prf_mse",
@@ -93,8 +118,13 @@ __all__ = [
     "rff_mse",
     "rff_orthogonal_mse_ratio_asymptotic",
     "rff_orthogonality_gap",
+    "rff_pointwise_bound",
+    "rff_uniform_bound",
+    "row_covariance",
     "simplex_conformity",
     "small_v_prefactor",
+    "structured_fourier_bound",
+    "sutherland_schneider_beta",
     "trigonometric_mse",
     "trigonometric_relative_error",
 ]
