@@ -107,15 +107,20 @@ class PModel(abc.ABC):
           n: the block's input size.
           parameters: that block's parameters (``block_parameters``), ``None`` for fixed P_i.
         """
-        t = self.budget_size(n)
         with jax.ensure_compile_time_eval():
-            eye = jnp.eye(n, dtype=jnp.float32)
+            jacobian = _block_jacobian(self, n, parameters)  # (n, k, t)
+        return np.transpose(np.asarray(jacobian, np.float64), (1, 2, 0))
 
-            def rows(budget):  # (t,) -> (n, k): entry [j, i] = A_ij = sum_s g_s (P_i)_sj
-                return self.apply(budget[None], eye, parameters)[:, 0, :]
 
-            jacobian = jax.jacfwd(rows)(jnp.zeros(t, jnp.float32))  # (n, k, t)
-            return np.transpose(np.asarray(jacobian, np.float64), (1, 2, 0))
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _block_jacobian(model: PModel, n: int, parameters: jax.Array | None) -> jax.Array:
+    """d(A_ij)/d(g_s) of one block, ``(n, k, t)``: entry [j, i, s] = (P_i)_sj (A is linear in g)."""
+    eye = jnp.eye(n, dtype=jnp.float32)
+
+    def rows(budget):  # (t,) -> (n, k): entry [j, i] = A_ij = sum_s g_s (P_i)_sj
+        return model.apply(budget[None], eye, parameters)[:, 0, :]
+
+    return jax.jacfwd(rows)(jnp.zeros(model.budget_size(n), jnp.float32))
 
 
 def _spectra(budget: jax.Array, x: jax.Array, length: int) -> tuple[jax.Array, jax.Array]:

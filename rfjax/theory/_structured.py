@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
+import jax
 import networkx as nx
 import numpy as np
 from jax.typing import ArrayLike
@@ -346,6 +347,11 @@ def structured_fourier_bound(
     return _probability(2.0 * np.exp(-m * epsilon**2 / (2.0 * norm)))
 
 
+@jax.jit
+def _preprocess(projection: PModelProjection, x: jax.Array) -> jax.Array:
+    return projection.preprocess(x)
+
+
 def row_covariance(projection: PModelProjection, delta: ArrayLike) -> np.ndarray:
     """Cov(W delta) over the budgets g, given the HD signs and P parameters: ``(..., m, m)``.
 
@@ -374,7 +380,7 @@ def row_covariance(projection: PModelProjection, delta: ArrayLike) -> np.ndarray
         raise ValueError(
             f"delta must have last axis of size dim={projection.dim}, got {delta.shape}"
         )
-    rotated = np.asarray(projection.preprocess(delta.astype(np.float32)), np.float64)
+    rotated = np.asarray(_preprocess(projection, delta.astype(np.float32)), np.float64)
     m = projection.num_features
     covariance = np.zeros((*delta.shape[:-1], m, m))
     start = 0
