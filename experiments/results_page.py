@@ -26,7 +26,7 @@ SECTIONS = (
     ("On the Error of Random Fourier Features (Sutherland & Schneider, UAI 2015)", ("rff_error",)),
     (
         "Fast nonlinear embeddings via structured matrices (Choromanski & Fagan)",
-        ("structured_kernels",),
+        ("structured_kernels", "structured_concentration"),
     ),
     (
         "Hybrid Random Features (Choromanski et al., ICLR 2022)",

@@ -1,0 +1,64 @@
+"""The structured_concentration experiment (Choromanski & Fagan) at its quick size."""
+
+import pytest
+
+from configs import structured_concentration as concentration_config
+from experiments import structured_concentration
+from experiments.main import run_experiment
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("structured_concentration")
+    config = concentration_config.get_config("quick")
+    return workdir, config, run_experiment(config, str(workdir))
+
+
+def test_writes_outputs(quick_run):
+    workdir, config, result = quick_run
+    for name in ("methods.csv", "tails.csv", "error_vs_budget.png", "tails.png", "summary.md"):
+        assert (workdir / name).stat().st_size > 0, name
+    summary = (workdir / "summary.md").read_text()
+    assert summary.startswith("# ") and "$" not in summary
+    methods = structured_concentration.methods(config)
+    assert [r["method"] for r in result["rows"]] == [name for name, _, _ in methods]
+    assert len(result["tails"]) == len(methods) * len(config.epsilons)
+
+
+def test_every_family_is_unbiased_and_the_gaussian_matches_its_closed_form(quick_run):
+    _, _, result = quick_run
+    for row in result["rows"]:
+        assert abs(row["bias z"]) <= 4, row
+    gaussian = next(r for r in result["rows"] if r["method"] == "gaussian")
+    assert abs(gaussian["MSE"] - result["iid_mse"]) <= 4 * gaussian["MSE SE"]
+
+
+def test_empirical_tails_are_below_the_proven_bounds(quick_run):
+    _, _, result = quick_run
+    for tail in result["tails"]:
+        assert tail["tail"] <= tail["P-model"] + 4 * tail["tail SE"], tail
+        if tail["family"] == "gaussian":
+            assert tail["tail"] <= tail["Hoeffding"] + 4 * tail["tail SE"], tail
+
+
+def test_chromatic_numbers_and_budgets(quick_run):
+    _, _, result = quick_run
+    rows = {r["method"]: r for r in result["rows"]}
+    dim = rows["gaussian"]["n"]
+    assert dim & (dim - 1)  # not a power of two: the plain circulant has odd cycles
+    assert (rows["circulant"]["chi[P]"], rows["circulant_hd"]["chi[P]"]) == (3, 2)
+    assert rows["ldr2"]["chi[P]"] == dim and rows["ldr2_hd"]["chi[P]"] == rows["ldr2_hd"]["n"]
+    assert (rows["circulant"]["budget t"], rows["ldr2"]["budget t"]) == (dim, 2 * dim)
+    assert rows["gaussian"]["budget t"] == dim * dim
+
+
+def test_bad_configs():
+    config = concentration_config.get_config("quick")
+    with config.unlocked():
+        config.families = ("circulant",)
+    with pytest.raises(ValueError, match="families must include 'gaussian'"):
+        structured_concentration.check_config(config)
+    config = concentration_config.get_config("quick")
+    config.epsilons = (0.2, 0.1)
+    with pytest.raises(ValueError, match="epsilons must be increasing"):
+        structured_concentration.check_config(config)
