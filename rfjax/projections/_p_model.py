@@ -33,6 +33,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import ClassVar
 
 import jax
@@ -622,52 +623,27 @@ _FAMILY_DOC = """Gaussian {title} projections by FFT (Choromanski & Fagan {where
     """
 
 
-def circulant(
-    key: jax.Array,
-    dim: int,
-    num_features: int,
-    *,
-    dtype: DTypeLike = jnp.float32,
-    preprocess: bool = False,
-) -> PModelProjection:
-    return p_model(
-        key, dim, num_features, generator=Circulant(), preprocess=preprocess, dtype=dtype
-    )
+def _family_sampler(model: PModel) -> Callable[..., PModelProjection]:
+    """The coupling ``(key, dim, num_features, *, dtype, preprocess)`` of a fixed family."""
+
+    def sample(
+        key: jax.Array,
+        dim: int,
+        num_features: int,
+        *,
+        dtype: DTypeLike = jnp.float32,
+        preprocess: bool = False,
+    ) -> PModelProjection:
+        return p_model(key, dim, num_features, generator=model, preprocess=preprocess, dtype=dtype)
+
+    sample.__name__ = sample.__qualname__ = model.name
+    return sample
 
 
-def skew_circulant(
-    key: jax.Array,
-    dim: int,
-    num_features: int,
-    *,
-    dtype: DTypeLike = jnp.float32,
-    preprocess: bool = False,
-) -> PModelProjection:
-    return p_model(
-        key, dim, num_features, generator=SkewCirculant(), preprocess=preprocess, dtype=dtype
-    )
-
-
-def toeplitz(
-    key: jax.Array,
-    dim: int,
-    num_features: int,
-    *,
-    dtype: DTypeLike = jnp.float32,
-    preprocess: bool = False,
-) -> PModelProjection:
-    return p_model(key, dim, num_features, generator=Toeplitz(), preprocess=preprocess, dtype=dtype)
-
-
-def hankel(
-    key: jax.Array,
-    dim: int,
-    num_features: int,
-    *,
-    dtype: DTypeLike = jnp.float32,
-    preprocess: bool = False,
-) -> PModelProjection:
-    return p_model(key, dim, num_features, generator=Hankel(), preprocess=preprocess, dtype=dtype)
+circulant = _family_sampler(Circulant())
+skew_circulant = _family_sampler(SkewCirculant())
+toeplitz = _family_sampler(Toeplitz())
+hankel = _family_sampler(Hankel())
 
 
 def low_displacement_rank(
