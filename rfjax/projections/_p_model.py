@@ -68,8 +68,25 @@ class PModel(abc.ABC):
     """A structured family in P-model form: how one block of rows is built from its budget g.
 
     Subclasses are frozen dataclasses (hashable: a projection keeps its family as static pytree
-    metadata) and define ``budget_size``, ``apply`` and, if their P_i are random, ``num_rows``
-    and ``draw_parameters``. See ``SkewCirculant`` for a complete family in a few lines.
+    metadata) and define ``budget_size`` and ``apply``; where needed also ``num_rows`` (blocks
+    that are not n x n) and ``draw_parameters`` (random P_i). ``p_model`` checks a family's P_i
+    (read off ``apply``) against the normalisation and orthogonality conditions.
+
+    Examples:
+      A family whose rows are the circulant's rows in reverse order, in four lines:
+
+      >>> import dataclasses, jax
+      >>> from typing import ClassVar
+      >>> @dataclasses.dataclass(frozen=True)
+      ... class ReversedCirculant(PModel):
+      ...     name: ClassVar[str] = "reversed_circulant"
+      ...     def budget_size(self, n):
+      ...         return n
+      ...     def apply(self, budget, x, parameters):
+      ...         return Circulant().apply(budget, x, parameters)[..., ::-1]
+      >>> w = p_model(jax.random.key(0), 6, 6, generator=ReversedCirculant())
+      >>> w.block_matrices().shape  # P_0..P_5, each t x n
+      (6, 6, 6)
     """
 
     name: ClassVar[str]
