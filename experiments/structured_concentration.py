@@ -74,7 +74,7 @@ def methods(config: ml_collections.ConfigDict) -> list[tuple[str, str, bool]]:
     ]
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` naming the config field that is out of range."""
     unknown = [f for f in config.families if f not in FAMILIES]
     if unknown or REFERENCE not in config.families:
@@ -217,7 +217,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> di
     With a ``workdir``, each finished method is saved to ``workdir/measurements.json`` and a
     rerun with the same config resumes from it (``report`` can then be rerun alone).
     """
-    check_config(config)
+    validate_config(config)
     path = os.path.join(workdir, MEASUREMENTS) if workdir else None
     settings = json.loads(json.dumps(config.to_dict()))  # as saved: tuples become lists
     results = {"config": settings, "methods": {}, "seconds": 0.0}

@@ -57,8 +57,8 @@ def test_bad_configs():
     with config.unlocked():
         config.families = ("circulant",)
     with pytest.raises(ValueError, match="families must include 'gaussian'"):
-        structured_concentration.check_config(config)
+        structured_concentration.validate_config(config)
     config = concentration_config.get_config("quick")
     config.epsilons = (0.2, 0.1)
     with pytest.raises(ValueError, match="epsilons must be increasing"):
-        structured_concentration.check_config(config)
+        structured_concentration.validate_config(config)
