@@ -87,6 +87,16 @@ def real_array(name: str, value: ArrayLike) -> jax.Array:
     return array.astype(theory_dtype())
 
 
+def host_real_array(name: str, value: ArrayLike) -> np.ndarray:
+    """``value`` as a float64 NumPy array, validated as by ``real_array``.
+
+    For the host-only functions (the structured bounds colour graphs with networkx), which keep
+    float64 whatever JAX's working dtype is.
+    """
+    real_array(name, value)
+    return np.asarray(value, dtype=np.float64)
+
+
 def point_pair(x: ArrayLike, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
     """Validates inputs ``x``, ``y`` of shape ``(..., d)``; returns them in the working dtype.
 

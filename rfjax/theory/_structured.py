@@ -19,7 +19,7 @@ from jax.typing import ArrayLike
 
 from rfjax._validation import check_choice, check_int, check_real
 from rfjax.projections import PModelProjection
-from rfjax.theory._inputs import feature_count, real_array
+from rfjax.theory._inputs import feature_count, host_real_array
 
 EXACT_SEARCH_VERTICES = 16
 """``chromatic_number(method="auto")`` searches exhaustively up to this many vertices."""
@@ -40,7 +40,7 @@ def _block_matrices(p_model: PModelProjection | ArrayLike) -> np.ndarray:
     if isinstance(p_model, PModelProjection):
         matrices = p_model.block_matrices(0)
         return matrices[: p_model.block_sizes()[0]]
-    matrices = real_array("p_model", p_model)
+    matrices = host_real_array("p_model", p_model)
     if matrices.ndim != 3 or 0 in matrices.shape:
         raise ValueError(
             f"p_model must be a PModelProjection or P matrices of shape (k, t, n), got shape "
@@ -235,7 +235,7 @@ def _probability(value: np.ndarray) -> np.ndarray:
 
 
 def _epsilon(epsilon: object) -> np.ndarray:
-    epsilon = real_array("epsilon", epsilon)
+    epsilon = host_real_array("epsilon", epsilon)
     if np.any(epsilon <= 0):
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
     return epsilon
@@ -341,7 +341,7 @@ def structured_fourier_bound(
     """
     epsilon = _epsilon(epsilon)
     m = feature_count(num_features)
-    norm = real_array("covariance_norm", covariance_norm)
+    norm = host_real_array("covariance_norm", covariance_norm)
     if np.any(norm <= 0):
         raise ValueError(f"covariance_norm must be > 0, got {norm}")
     return _probability(2.0 * np.exp(-m * epsilon**2 / (2.0 * norm)))
@@ -375,7 +375,7 @@ def row_covariance(projection: PModelProjection, delta: ArrayLike) -> np.ndarray
     """
     if not isinstance(projection, PModelProjection):
         raise TypeError(f"projection must be a PModelProjection, got {type(projection).__name__}")
-    delta = real_array("delta", delta)
+    delta = host_real_array("delta", delta)
     if delta.ndim == 0 or delta.shape[-1] != projection.dim:
         raise ValueError(
             f"delta must have last axis of size dim={projection.dim}, got {delta.shape}"
