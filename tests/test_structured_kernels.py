@@ -92,7 +92,7 @@ def test_parse_method():
     ("field", "value", "match"),
     [
         ("methods", ("circulant", "toeplitz"), "reference"),
-        ("methods", ("gaussian", "skew_circulant"), "unknown coupling"),
+        ("methods", ("gaussian", "no_such_coupling"), "unknown coupling"),
         ("num_features", (64, 16), "increasing"),
         ("num_features", (0, 16), "increasing"),
         ("kernels", ("angular",), "kernels"),
