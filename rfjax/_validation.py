@@ -57,8 +57,15 @@ def check_float_dtype(name: str, dtype: object) -> jnp.dtype:
     """Returns ``dtype`` as a canonical JAX floating dtype, else raises.
 
     float64 is only honoured when ``jax_enable_x64`` is on (JAX's usual rule); otherwise it is
-    canonicalised to float32.
+    canonicalised to float32. ``None`` is rejected: rfjax's defaults are written out
+    (``dtype=jnp.float32``), and ``jnp.dtype(None)`` would silently mean float64 with x64 on and
+    float32 without, so a ``None`` passed on from a config or wrapper is a mistake to report.
     """
+    if dtype is None:
+        raise TypeError(
+            f"{name} must be a floating dtype (float16, bfloat16, float32, float64), got None; "
+            f"pass the dtype explicitly (the default is float32)"
+        )
     try:
         dt = jnp.dtype(dtype)
     except TypeError as err:
@@ -84,13 +91,23 @@ def check_key(name: str, key: object) -> jax.Array:
     )
 
 
+def as_array(name: str, x: object) -> jax.Array:
+    """``jnp.asarray(x)``, with an error naming ``name`` for what JAX cannot convert."""
+    try:
+        return jnp.asarray(x)
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"{name} must be a numeric array, got {type(x).__name__} ({str(x)[:40]!r})"
+        ) from err
+
+
 def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
     """Returns ``x`` as a floating array of shape ``(..., dim)``, else raises.
 
     Integer inputs are rejected rather than silently cast. ``dim`` (if given) must match the last
     axis.
     """
-    x = jnp.asarray(x)
+    x = as_array(name, x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"{name} must be a floating array, got dtype {x.dtype}")
     if x.ndim < 1:

@@ -33,7 +33,7 @@ from rfjax._validation import (
     check_real,
     is_concrete,
 )
-from rfjax.features._common import check_projection
+from rfjax.features._common import check_projection, merge_trailing_axes
 from rfjax.features._complex_exponential import (
     check_side,
     features_from_transformed,
@@ -385,7 +385,7 @@ def _zero_one_log_features(
     logs = logs - 0.5 * math.log(projection.num_features)
     logs = logs[..., None, :, :] if side == "query" else logs[..., :, None, :]
     blocks = jnp.where(active, logs, 0.25 * float(jnp.finfo(logs.dtype).min))
-    return blocks.reshape(*blocks.shape[:-3], -1)
+    return merge_trailing_axes(blocks, 3)
 
 
 def cluster_hybrid_log_features(
@@ -503,7 +503,7 @@ def cluster_hybrid_features(
         phi = features_from_transformed(real, imag, projection, side, x.dtype)
         phi = phi[..., None, :, :] if side == "query" else phi[..., :, None, :]
         blocks = jnp.where(active, phi, 0)  # (..., k_q, k_k, w)
-        return blocks.reshape(*blocks.shape[:-3], -1)
+        return merge_trailing_axes(blocks, 3)
     real, imag = transform(x[..., None, None, :], diagonals, side, diagonal=True)
     phi = features_from_transformed(real, imag, projection, side, x.dtype)  # (..., kq, kk, w)
     if side == "query":
@@ -514,9 +514,7 @@ def cluster_hybrid_features(
     default = positive_features(x, projection, antithetic=True)
     total = jnp.sum(weights, axis=(-3, -2))  # sum_i g_i(x) (or sum_j g'_j(y)), shape (..., 1)
     sign = 1.0 if side == "query" else -1.0
-    return concatenate_blocks(
-        [blocks.reshape(*blocks.shape[:-3], -1), default, sign * total * default]
-    )
+    return concatenate_blocks([merge_trailing_axes(blocks, 3), default, sign * total * default])
 
 
 @jax.tree_util.register_dataclass

@@ -12,11 +12,12 @@ from rfjax._validation import check_inputs, check_real
 from rfjax.projections import Projection
 
 
-def check_projection(projection: object) -> Projection:
-    """Returns ``projection`` if it is a drawn ``rfjax.projections.Projection``, else raises."""
+def check_projection(projection: object, name: str = "projection") -> Projection:
+    """Returns ``projection`` if it is a drawn ``rfjax.projections.Projection``, else raises
+    naming the argument ``name``."""
     if not isinstance(projection, Projection):
         raise TypeError(
-            f"projection must be an rfjax.projections.Projection (drawn with a "
+            f"{name} must be an rfjax.projections.Projection (drawn with a "
             f"sampler such as rfjax.projections.gaussian), got "
             f"{type(projection).__name__}"
         )
@@ -55,6 +56,14 @@ def pointwise_features(
     _, projected = project(x, projection, lengthscale=lengthscale)
     scale = math.sqrt(multiplier / projected.shape[-1])
     return scale * function(projected)
+
+
+def merge_trailing_axes(x: jax.Array, count: int) -> jax.Array:
+    """``(..., a_1, ..., a_count) -> (..., a_1 ... a_count)``, also for empty leading axes.
+
+    (``reshape(..., -1)`` cannot infer the size when a leading axis is 0.)
+    """
+    return x.reshape(*x.shape[:-count], math.prod(x.shape[-count:]))
 
 
 def estimate(features_x: jax.Array, features_y: jax.Array) -> jax.Array:

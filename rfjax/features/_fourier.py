@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_float_dtype, check_int, check_key
+from rfjax._validation import check_finite, check_float_dtype, check_int, check_key
 from rfjax.features._common import check_projection, pointwise_features, project
 from rfjax.features._protocol import FeatureMap, ScaledFeatures, Side
 from rfjax.ops import shifted_cos
@@ -106,7 +106,8 @@ def cosine_features(
     Raises:
       TypeError: if ``x`` or ``offsets`` is not floating, or ``projection`` is not a
         ``Projection``.
-      ValueError: if ``x.shape[-1] != projection.dim`` or ``offsets.shape != (m,)``.
+      ValueError: if ``x.shape[-1] != projection.dim`` or ``offsets.shape != (m,)``, or (outside
+        ``jit``) ``offsets`` holds NaN or infinity.
 
     References:
       Rahimi & Recht 2007; Sutherland & Schneider 2015, arXiv:1506.02785 (psi and both
@@ -121,6 +122,7 @@ def cosine_features(
             f"offsets must have shape (num_features,) = "
             f"({projection.num_features},), got {offsets.shape}"
         )
+    check_finite("offsets", offsets)
     return pointwise_features(
         x, projection, lambda z: shifted_cos(z + offsets), multiplier=2.0, lengthscale=lengthscale
     )

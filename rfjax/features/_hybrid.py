@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rfjax._validation import check_choice, check_inputs, check_int, check_real
-from rfjax.features._common import check_projection
+from rfjax.features._common import check_projection, merge_trailing_axes
 from rfjax.features._complex_exponential import check_side
 from rfjax.features._fourier import fourier_features, trigonometric_features
 from rfjax.features._pointwise import angular_features
@@ -78,7 +78,7 @@ def _kron(a: jax.Array, b: jax.Array) -> jax.Array:
     """Vectorised outer product per input: (..., n) x (..., w) -> (..., n w), np.kron order."""
     batch = jnp.broadcast_shapes(a.shape[:-1], b.shape[:-1])
     outer = a[..., :, None] * b[..., None, :]
-    return jnp.broadcast_to(outer, (*batch, *outer.shape[-2:])).reshape(*batch, -1)
+    return merge_trailing_axes(jnp.broadcast_to(outer, (*batch, *outer.shape[-2:])), 2)
 
 
 def concatenate_blocks(blocks: list[jax.Array]) -> jax.Array:
@@ -242,10 +242,15 @@ def hybrid_estimate(
     return total + (1.0 - sum(lambdas, jnp.zeros(()))) * bases[-1]
 
 
+def _check_base_projections(positive: object, trigonometric: object) -> None:
+    check_projection(positive, "positive_projection")
+    check_projection(trigonometric, "trigonometric_projection")
+
+
 def _check_coefficient_projection(
     name: str, projection: Projection, *bases: Projection
 ) -> tuple[Projection, int]:
-    projection = check_projection(projection)
+    projection = check_projection(projection, name)
     if any(projection is base for base in bases):
         raise ValueError(
             f"{name} must be drawn independently of the base projections (the coefficient "
@@ -312,6 +317,7 @@ def angular_hybrid_features(
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 12, 19, Theorem 3.1, Lemma 3.2.
     """
     side = check_side(side)
+    _check_base_projections(positive_projection, trigonometric_projection)
     sign_projection, _ = _check_coefficient_projection(
         "sign_projection", sign_projection, positive_projection, trigonometric_projection
     )
@@ -382,6 +388,7 @@ def gaussian_hybrid_features(
     )
     bandwidth = check_real("bandwidth", bandwidth, positive=True)
     radius = check_real("radius", radius, positive=True)
+    _check_base_projections(positive_projection, trigonometric_projection)
     coefficient_projection, _ = _check_coefficient_projection(
         "coefficient_projection",
         coefficient_projection,

@@ -24,7 +24,8 @@ from rfjax._validation import check_coefficients, check_inputs, check_order, che
 def _check_pair(x: object, y: object) -> tuple[jax.Array, jax.Array]:
     """Validates ``x: (..., d)`` and ``y: (..., d)``: floating, same d, broadcastable batches."""
     x = check_inputs("x", x)
-    y = check_inputs("y", y, dim=x.shape[-1])
+    y = check_inputs("y", y)
+    _check_same_dim(x, y)
     try:
         jnp.broadcast_shapes(x.shape[:-1], y.shape[:-1])
     except ValueError as err:
@@ -32,6 +33,14 @@ def _check_pair(x: object, y: object) -> tuple[jax.Array, jax.Array]:
             f"the leading axes of x {x.shape} and y {y.shape} must broadcast against each other"
         ) from err
     return x, y
+
+
+def _check_same_dim(x: jax.Array, y: jax.Array) -> None:
+    if x.shape[-1] != y.shape[-1]:
+        raise ValueError(
+            f"x and y must have the same last axis (the input dimension d), got shapes "
+            f"{x.shape} and {y.shape}"
+        )
 
 
 def _dot(x: jax.Array, y: jax.Array) -> jax.Array:
@@ -100,21 +109,22 @@ def linear(x: jax.Array, y: jax.Array) -> jax.Array:
 
 def _norm(x: jax.Array) -> jax.Array:
     squared = _dot(x, x)
-    positive = squared > 0
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, squared, 1)), 0)
+    zero = squared == 0  # NaN is not zero: a NaN input gives a NaN norm
+    return jnp.where(zero, 0, jnp.sqrt(jnp.where(zero, 1, squared)))
 
 
 def _norms_and_cosine(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """|x|, |y| and cos(theta) clipped into [-1, 1]; cos = 0 if either vector is zero.
 
-    The norms use a masked square root, so gradients at a zero vector are finite (zero).
+    The norms use a masked square root, so gradients at a zero vector are finite (zero). NaN
+    inputs give NaN (as in the other kernels), never the zero-vector value.
     """
     norm_x = _norm(x)
     norm_y = _norm(y)
     denominator = norm_x * norm_y
-    nonzero = denominator > 0
-    cosine = _dot(x, y) / jnp.where(nonzero, denominator, 1)
-    cosine = jnp.where(nonzero, jnp.clip(cosine, -1.0, 1.0), 0)
+    zero = denominator == 0
+    cosine = _dot(x, y) / jnp.where(zero, 1, denominator)
+    cosine = jnp.where(zero, 0, jnp.clip(cosine, -1.0, 1.0))
     return norm_x, norm_y, cosine
 
 
@@ -234,7 +244,8 @@ def gram(
     if not callable(kernel_fn):
         raise TypeError(f"kernel_fn must be callable, got {type(kernel_fn).__name__}")
     x = check_inputs("x", x)
-    y = check_inputs("y", y, dim=x.shape[-1])
+    y = check_inputs("y", y)
+    _check_same_dim(x, y)
     for name, value in (("x", x), ("y", y)):
         if value.ndim != 2:
             raise ValueError(f"{name} must have shape (num_points, dim), got {value.shape}")

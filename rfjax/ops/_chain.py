@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +28,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
+from rfjax._validation import as_array
 from rfjax.ops import _fwht_tpu
 from rfjax.ops._fwht import fwht_p, resolve
 from rfjax.ops._partition import explicit_spec
@@ -46,6 +48,10 @@ def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
     Returns:
       S z, of the shape and dtype of ``z``.
 
+    Raises:
+      TypeError: if ``z`` is not floating or ``axis`` is not an integer.
+      ValueError: if ``axis`` is out of range or its length d is < 2.
+
     Examples:
       >>> import jax.numpy as jnp
       >>> jnp.round(apply_simplex(jnp.array([1.0, 0.0])), 4)  # d = 2: the directions are +-1
@@ -54,8 +60,20 @@ def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
     References:
       Reid et al., "Simplex Random Features", ICML 2023, arXiv:2301.13856, Eq. 9, App. B.2.1.
     """
+    z = as_array("z", z)
+    if not jnp.issubdtype(z.dtype, jnp.floating):
+        raise TypeError(f"z must be a floating array, got dtype {z.dtype}")
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"axis must be an integer, got {axis!r} of type {type(axis).__name__}")
+    if not -z.ndim <= axis < z.ndim:
+        raise ValueError(f"axis {axis} is out of range for z of shape {z.shape}")
     z = jnp.moveaxis(z, axis, -1)
     d = z.shape[-1]
+    if d < 2:
+        raise ValueError(
+            f"apply_simplex needs the axis length d >= 2 (a regular simplex of d unit vectors "
+            f"in R^d); got d = {d} for z of shape {z.shape} and axis={axis}"
+        )
     head = z[..., :-1]
     sigma = jnp.sum(head, axis=-1, keepdims=True)
     scaled = math.sqrt(d / (d - 1)) * head - (math.sqrt(d) + 1) / (d - 1) ** 1.5 * sigma

@@ -59,12 +59,33 @@ def chi_norms(key: jax.Array, shape: tuple[int, ...], dim: int, dtype: jnp.dtype
     return jnp.linalg.norm(jax.random.normal(key, (*shape, dim), dtype), axis=-1)
 
 
-def simplex_directions(dim: int, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+def simplex_directions(dim: int, dtype: DTypeLike = jnp.float32) -> jax.Array:
     """The d unit vectors s_i of SimRF Eq. 9, as rows of a ``(dim, dim)`` matrix.
 
     They point at the vertices of a regular simplex in the hyperplane ``u_d = 0``: unit norm,
     pairwise cosine -1/(d-1), summing to zero. For ``dim == 1`` the single direction is e_1.
+
+    Args:
+      dim: d >= 1.
+      dtype: floating dtype of the result.
+
+    Returns:
+      S, shape ``(dim, dim)``.
+
+    Raises:
+      TypeError: if ``dim`` is not an integer or ``dtype`` is not a floating dtype.
+      ValueError: if ``dim < 1``.
+
+    Examples:
+      >>> s = simplex_directions(3)
+      >>> [round(float(c), 4) for c in (s[0] @ s[1], s[0] @ s[0])]
+      [-0.5, 1.0]
+
+    References:
+      Reid et al. 2023, arXiv:2301.13856, Eq. 9.
     """
+    dim = check_int("dim", dim, minimum=1)
+    dtype = check_float_dtype("dtype", dtype)
     if dim == 1:
         return jnp.ones((1, 1), dtype)
     return apply_simplex(jnp.eye(dim, dtype=dtype), axis=0)

@@ -102,7 +102,7 @@ class GivensProjection(Projection):
 
         y, _ = jax.lax.scan(layer, y, layers)
         y = y * self.norms.astype(dtype)
-        return y.reshape(*y.shape[:-2], -1)[..., : self.num_features]
+        return y.reshape(*y.shape[:-2], y.shape[-2] * y.shape[-1])[..., : self.num_features]
 
     def matrix(self) -> jax.Array:
         return self._apply(jnp.eye(self.dim, dtype=self.norms.dtype)).T
