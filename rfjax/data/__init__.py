@@ -29,7 +29,7 @@ from rfjax.data._fsdd import (
     log_mel_spectrogram,
     mel_filterbank,
 )
-from rfjax.data._ptb import PTB_EOS, PTB_SOURCE, PTB_SPLITS, load_ptb
+from rfjax.data._ptb import PTB_EOS, PTB_SOURCE, PTB_SPLITS, PTBSplits, load_ptb
 from rfjax.data._uci import UCI_BANDWIDTHS, UCI_DATASETS, load_uci
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "PTB_SPLITS",
     "UCI_BANDWIDTHS",
     "UCI_DATASETS",
+    "PTBSplits",
     "concatenate_digits",
     "fashion_mnist_dir",
     "fsdd_dir",

@@ -44,8 +44,11 @@ def fashion_mnist_dir() -> str:
 def read_idx(path: str) -> np.ndarray:
     """Reads an idx file (optionally gzipped): magic 0x0000TTNN, N big-endian int32 dims, data."""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as handle:
-        raw = handle.read()
+    try:
+        with opener(path, "rb") as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; EOF: truncated
+        raise ValueError(f"{path}: cannot be read ({err or type(err).__name__})") from err
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise ValueError(f"{path} is not an idx file (bad magic number {raw[:4].hex()})")
     ndim = raw[3]
@@ -72,7 +75,8 @@ def load_fashion_mnist(
       (class names in ``FASHION_MNIST_CLASSES``).
 
     Raises:
-      ValueError: for an unknown split.
+      ValueError: for an unknown split, or a file that is unreadable, has the wrong shape, pixels
+        outside [0, 256) or labels outside [0, 10); the message names the file.
       FileNotFoundError: if the files are missing, saying how to get them.
     """
     if split not in FASHION_MNIST_FILES:
@@ -86,10 +90,26 @@ def load_fashion_mnist(
             f"{FASHION_MNIST_SOURCE}, and pass their folder as data_dir or set "
             f"{FASHION_MNIST_DIR_VARIABLE}"
         )
-    images, labels = (read_idx(path) for path in paths)
+    (images_path, labels_path), (images, labels) = paths, (read_idx(path) for path in paths)
     if images.shape[1:] != (28, 28) or labels.shape != images.shape[:1]:
         raise ValueError(
-            f"unexpected Fashion-MNIST shapes in {data_dir}: images {images.shape}, labels "
-            f"{labels.shape}"
+            f"unexpected Fashion-MNIST shapes: images {images.shape} in {images_path}, labels "
+            f"{labels.shape} in {labels_path} (expected (N, 28, 28) and (N,))"
         )
-    return np.array(images, np.uint8), labels.astype(np.int32)
+    return (
+        _checked_range(images_path, "pixel", images, 256).astype(np.uint8),
+        _checked_range(labels_path, "label", labels, len(FASHION_MNIST_CLASSES)).astype(np.int32),
+    )
+
+
+def _checked_range(path: str, what: str, values: np.ndarray, stop: int) -> np.ndarray:
+    """``values`` if they are integers in [0, stop), else a ``ValueError`` naming the file (so
+    nothing wraps around or passes as a class that does not exist)."""
+    if not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(f"{path}: {what}s must be integers, got dtype {values.dtype}")
+    if values.size and not 0 <= values.min() <= values.max() < stop:
+        raise ValueError(
+            f"{path}: {what}s must lie in [0, {stop}), got values in [{values.min()}, "
+            f"{values.max()}]"
+        )
+    return values

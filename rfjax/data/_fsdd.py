@@ -40,13 +40,23 @@ def fsdd_dir() -> str:
 
 
 def _read_wav(path: str) -> np.ndarray:
-    with wave.open(path, "rb") as handle:
-        channels, width, rate = handle.getnchannels(), handle.getsampwidth(), handle.getframerate()
-        frames = handle.readframes(handle.getnframes())
+    """The samples of an 8 kHz mono 16-bit wav file, in [-1, 1); errors name the file."""
+    try:
+        with wave.open(path, "rb") as handle:
+            channels, width = handle.getnchannels(), handle.getsampwidth()
+            rate, count = handle.getframerate(), handle.getnframes()
+            frames = handle.readframes(count)
+    except (wave.Error, EOFError) as err:  # empty, truncated header or not RIFF/WAVE at all
+        raise ValueError(f"{path}: not a readable wav file ({err or type(err).__name__})") from err
     if (channels, width, rate) != (1, 2, FSDD_SAMPLE_RATE):
         raise ValueError(
             f"{path}: expected mono 16-bit {FSDD_SAMPLE_RATE} Hz, got {channels} channels, "
             f"{8 * width}-bit, {rate} Hz"
+        )
+    if len(frames) != count * width:
+        raise ValueError(
+            f"{path}: truncated wav file: the header promises {count} samples, the file holds "
+            f"{len(frames) // width}"
         )
     return np.frombuffer(frames, "<i2").astype(np.float32) / 32768.0
 
@@ -68,7 +78,8 @@ def load_fsdd(data_dir: str | os.PathLike | None = None) -> dict[str, object]:
     Raises:
       FileNotFoundError: if no folder is given and ``RFJAX_FSDD_DIR`` is not set, or the folder
         is missing or holds no FSDD wav file (the message says where to get them).
-      ValueError: if a file is not 8 kHz mono 16-bit.
+      ValueError: if a file is not a readable wav file, is truncated (holds fewer samples than
+        its header says) or is not 8 kHz mono 16-bit; the message names the file.
     """
     data_dir = fsdd_dir() if data_dir is None else os.fspath(data_dir)
     names = sorted(os.listdir(data_dir)) if os.path.isdir(data_dir) else []

