@@ -8,11 +8,21 @@ conversion of the output back to a NumPy array, as a Pipeline sees it. Inputs ar
 scikit-learn default; RBFSampler then computes in float64, RandomFeatures in float32 unless JAX
 runs with 64-bit floats, and both return float64) and float32. Target: RandomFeatures /
 RBFSampler <= 1.0 for every row.
+
+A second table times what a user's first call costs (issue 20, item 3): ``fit`` + the first
+``transform`` of a fresh setting right after import (``cold``, once per transformer: it includes
+XLA's compilation of the sampler and of the block function), the same again with everything
+compiled (``warm``, median of repeats), and ``transform`` of inputs with new ``n_samples`` (each
+a size not seen before; target: no compilation, so close to the warm transform). Target:
+cold fit + first transform within 2x RBFSampler's for n <= 10^4.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import statistics
+import time
 
 import jax
 import numpy as np
@@ -25,6 +35,7 @@ VARIANTS = {
     "rfjax positive/simplex": dict(features="positive", coupling="simplex"),
     "rfjax fourier/orthogonal": dict(features="fourier", coupling="orthogonal"),
 }
+FIRST_CALL_SIZES = (1_000, 10_000)
 
 
 def benchmark(num_inputs: int, dim: int, components: int, repeats: int) -> list[dict]:
@@ -54,6 +65,48 @@ def benchmark(num_inputs: int, dim: int, components: int, repeats: int) -> list[
     return rows
 
 
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _makers(dim: int, width: int) -> dict[str, functools.partial]:
+    makers = {"sklearn RBFSampler": functools.partial(RBFSampler, n_components=width)}
+    for name, options in VARIANTS.items():
+        makers[name] = functools.partial(RandomFeatures, n_components=width, **options)
+    return {name: functools.partial(make, gamma=1 / dim) for name, make in makers.items()}
+
+
+def _fit_transform(make, x: np.ndarray) -> np.ndarray:
+    return make().fit(x).transform(x)
+
+
+def _first_call_times(make, x: np.ndarray, repeats: int, rng) -> dict[str, float]:
+    cold = _seconds(functools.partial(_fit_transform, make, x))
+    warm = [_seconds(functools.partial(_fit_transform, make, x)) for _ in range(repeats)]
+    fitted = make().fit(x)
+    sizes = len(x) - 1 - rng.permutation(len(x) // 2)[:repeats]  # sizes not seen before
+    new_n = [_seconds(functools.partial(fitted.transform, x[:n])) for n in sizes]
+    return {"cold_s": cold, "warm_s": statistics.median(warm), "new_n_s": statistics.median(new_n)}
+
+
+def first_call(dim: int, components: int, repeats: int) -> list[dict]:
+    """Seconds for cold and warm fit + first transform, and for transforms of new sizes."""
+    rows = []
+    rng = np.random.default_rng(1)
+    for offset, num_inputs in enumerate(FIRST_CALL_SIZES):
+        x = rng.normal(size=(num_inputs, dim))
+        # A width not used before in this process, so that the first fit is cold.
+        makers = _makers(dim, components + 2 * offset + 2)
+        times = {name: _first_call_times(make, x, repeats, rng) for name, make in makers.items()}
+        reference = times["sklearn RBFSampler"]
+        for name, row in times.items():
+            ratios = {key.replace("_s", "_ratio"): row[key] / reference[key] for key in row}
+            rows.append({"inputs": num_inputs, "transformer": name, **row, **ratios})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--inputs", type=int, default=10_000)
@@ -68,6 +121,17 @@ def main() -> None:
         print(
             f"{row['input_dtype']:>8} {row['transformer']:>26} {row['median_ms']:>10.2f} "
             f"{row['iqr_ms']:>8.2f} {row['ratio_to_rbf_sampler']:>13.3f}"
+        )
+    print(f"\nfit + first transform, d = {args.dim}, about {args.components} components (seconds)")
+    print(
+        f"{'inputs':>7} {'transformer':>26} {'cold':>7} {'/ RBF':>7} {'warm':>7} {'/ RBF':>7} "
+        f"{'new n':>7} {'/ RBF':>7}"
+    )
+    for row in first_call(args.dim, args.components, min(args.repeats, 5)):
+        print(
+            f"{row['inputs']:>7} {row['transformer']:>26} {row['cold_s']:>7.3f} "
+            f"{row['cold_ratio']:>7.1f} {row['warm_s']:>7.3f} {row['warm_ratio']:>7.1f} "
+            f"{row['new_n_s']:>7.3f} {row['new_n_ratio']:>7.1f}"
         )
 
 

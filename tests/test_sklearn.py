@@ -1,7 +1,9 @@
 """Tests for the scikit-learn front door ``rfjax.sklearn.RandomFeatures``."""
 
 import functools
+import warnings
 
+import jax
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -10,40 +12,23 @@ from sklearn.linear_model import RidgeClassifier
 from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import MinMaxScaler
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from rfjax import features
 from rfjax.sklearn import RandomFeatures, feature_names
 
-# These checks set ``n_components = 1`` (sklearn/utils/estimator_checks.py), which sin/cos
-# Fourier features cannot honour: their width is 2m, so ``n_components`` must be even and fit
-# rejects 1 with a ValueError. The default (positive) configuration passes every check.
-_FOURIER_NEEDS_EVEN_WIDTH = "sets n_components=1; sin/cos Fourier features need an even width"
-_FOURIER_EXPECTED_FAILURES = {
-    name: _FOURIER_NEEDS_EVEN_WIDTH
-    for name in (
-        "check_dont_overwrite_parameters",
-        "check_fit2d_predict1d",
-        "check_methods_subset_invariance",
-        "check_methods_sample_order_invariance",
-        "check_fit2d_1sample",
-        "check_fit2d_1feature",
-    )
-}
 
-
-def _expected_failed_checks(estimator):
-    return _FOURIER_EXPECTED_FAILURES if estimator.features == "fourier" else {}
-
-
+# Regression (issue 18): with features="fourier", 6 checks failed (they set n_components=1,
+# and odd widths were rejected); every check passes now, for every setting below.
+# Positive features of some checks' data (|x|^2 in the thousands) are all 0: fit warns, rightly.
+@pytest.mark.filterwarnings("ignore:RandomFeatures.*carry no information:UserWarning")
 @parametrize_with_checks(
     [
         RandomFeatures(),
-        RandomFeatures(features="fourier", coupling="orthogonal"),
+        RandomFeatures(features="positive", coupling="simplex", gamma=0.1),
         RandomFeatures(kernel="softmax", gamma=0.1, coupling="gaussian"),
-    ],
-    expected_failed_checks=_expected_failed_checks,
+    ]
 )
 def test_sklearn_compatible(estimator, check):
     check(estimator)
@@ -59,7 +44,8 @@ def test_sklearn_compatible(estimator, check):
         ({"features": "fourier", "kernel": "softmax"}, "features"),
         ({"n_components": 0}, "n_components"),
         ({"n_components": 2.5}, "n_components"),
-        ({"features": "fourier", "n_components": 7}, "n_components"),
+        ({"features": "auto", "kernel": "laplacian"}, "kernel"),
+        ({"features": "positive_antithetic", "n_components": 7}, "n_components"),
         ({"gamma": 0.0}, "gamma"),
         ({"gamma": -1.0}, "gamma"),
         ({"gamma": float("nan")}, "gamma"),
@@ -72,30 +58,38 @@ def test_invalid_params_raise_naming_the_parameter(params, name):
 
 def test_shapes_seed_and_dtypes():
     x = np.random.default_rng(0).normal(size=(5, 6))
-    z = RandomFeatures(n_components=10, random_state=1).fit_transform(x)
+    positive = functools.partial(RandomFeatures, features="positive", gamma=0.1)
+    z = positive(n_components=10, random_state=1).fit_transform(x)
     assert z.shape == (5, 10) and z.dtype == np.float64 and np.all(z > 0)
-    again = RandomFeatures(n_components=10, random_state=1).fit_transform(x)
+    again = positive(n_components=10, random_state=1).fit_transform(x)
     np.testing.assert_array_equal(z, again)
-    other = RandomFeatures(n_components=10, random_state=2).fit_transform(x)
+    other = positive(n_components=10, random_state=2).fit_transform(x)
     assert not np.allclose(z, other)
     z32 = RandomFeatures(n_components=10, random_state=1).fit_transform(x.astype(np.float32))
     assert z32.dtype == np.float32
-    zf = RandomFeatures(features="fourier", n_components=10, random_state=1).fit_transform(x)
-    assert zf.shape == (5, 10)
-    est = RandomFeatures(n_components=4).fit(x)
+    est = RandomFeatures(n_components=9).fit(x)  # the default: 4 sin/cos pairs and one cosine
+    assert est.features_ == "fourier" and est.transform(x).shape == (5, 9)
     assert est.n_features_in_ == 6 and est.projection_.matrix().shape == (4, 6)
-    assert list(est.get_feature_names_out()) == [f"randomfeatures{i}" for i in range(4)]
+    assert est.odd_feature_.projection.matrix().shape == (1, 6)
+    assert list(est.get_feature_names_out()) == [f"randomfeatures{i}" for i in range(9)]
+    assert RandomFeatures(kernel="softmax", gamma=0.1).fit(x).features_ == "positive"
     # one input feature: simplex falls back to the i.i.d. coupling
-    assert RandomFeatures(random_state=0).fit_transform(x[:, :1]).shape == (5, 100)
+    one = RandomFeatures(coupling="simplex", random_state=0).fit_transform(x[:, :1])
+    assert one.shape == (5, 100)
 
 
 @pytest.mark.parametrize(
-    ("features", "coupling"),
-    [("positive", "simplex"), ("positive", "gaussian"), ("fourier", "orthogonal")],
+    ("features", "coupling", "m"),
+    [
+        ("positive", "simplex", 4096),
+        ("positive", "gaussian", 4096),
+        ("fourier", "orthogonal", 4096),
+        ("fourier", "orthogonal", 4097),
+    ],
 )
-def test_gram_approximates_rbf_kernel(features, coupling):
+def test_gram_approximates_rbf_kernel(features, coupling, m):
     rng = np.random.default_rng(0)
-    d, n, gamma, m = 8, 20, 0.1, 4096
+    d, n, gamma = 8, 20, 0.1
     x = rng.normal(size=(n, d)) / np.sqrt(d) * 2.0
     exact = rbf_kernel(x, gamma=gamma)
     z = RandomFeatures(
@@ -105,7 +99,9 @@ def test_gram_approximates_rbf_kernel(features, coupling):
     # Monte-Carlo tolerance from the i.i.d. per-feature variance of the estimate (couplings only
     # reduce it): positive features (gaussian kernel, l^2 = 1/(2 gamma), u = x / l):
     #   Var[phi_i(x) phi_i(y) m] = exp(-2|u|^2 - 2|v|^2 + 2|u + v|^2) - K^2;
-    # Fourier (m/2 sin/cos pairs): Var = (1 - K^2)^2 / 2 per pair.
+    # Fourier (p = m // 2 sin/cos pairs): Var = (1 - K^2)^2 / 2 per pair; an odd m adds one
+    # cosine, 2 cos(a) cos(b) with variance (1 + K(2 Delta)) / 2 - K^2 + K(x + y) terms <= 2,
+    # weighted 1/m (the pairs 2p/m).
     u = x * np.sqrt(2 * gamma)
     sq = np.sum(u * u, axis=1)
     if features == "positive":
@@ -114,7 +110,8 @@ def test_gram_approximates_rbf_kernel(features, coupling):
         )
         var = (second - exact**2) / m
     else:
-        var = (1 - exact**2) ** 2 / (2 * (m // 2))
+        pairs = m // 2
+        var = (2 * pairs / m) ** 2 * (1 - exact**2) ** 2 / (2 * max(pairs, 1)) + (m % 2) * 2 / m**2
     std = np.sqrt(np.maximum(var, 0.0))
     error = np.abs(approx - exact)
     # 6 standard deviations elementwise (400 entries), plus float32 rounding slack; on average
@@ -157,3 +154,47 @@ def test_features_come_from_the_feature_map_registry():
     np.testing.assert_allclose(trigonometric, fourier, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="n_components must be a multiple of 2"):
         RandomFeatures(features="positive_antithetic", n_components=7).fit(x)
+
+
+def test_one_component_is_rbf_samplers_single_cosine():
+    x = np.random.default_rng(0).normal(size=(7, 3))
+    est = RandomFeatures(n_components=1, gamma=0.3, random_state=0).fit(x)
+    assert est.projection_ is None
+    w = np.asarray(est.odd_feature_.projection.matrix(), np.float64)
+    b = np.asarray(est.odd_feature_.offsets, np.float64)
+    expected = np.sqrt(2.0) * np.cos(x * np.sqrt(2 * 0.3) @ w.T + b)
+    np.testing.assert_allclose(est.transform(x), expected, rtol=1e-5, atol=1e-5)
+
+
+_COMPILES = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, duration, **kwargs: (
+        _COMPILES.append(event) if "backend_compile" in event else None
+    )
+)
+
+
+@pytest.mark.parametrize("features", ["fourier", "positive"])
+def test_new_n_samples_compiles_nothing_and_rows_do_not_interact(features):
+    # Regression (issue 20, item 3): every new n_samples recompiled (0.4-0.9 s each).
+    x = np.random.default_rng(0).normal(size=(1500, 5))
+    est = RandomFeatures(features=features, n_components=33 if features == "fourier" else 32)
+    est.set_params(gamma=0.1, random_state=0).fit(x[:50])
+    full = est.transform(x)  # two blocks, the second padded
+    before = len(_COMPILES)
+    parts = [est.transform(x[:1]), est.transform(x[1:777]), est.transform(x[777:])]
+    assert len(_COMPILES) == before  # no compilation for new n_samples
+    # The features of a row do not depend on the other rows of its call (nor on the padding).
+    np.testing.assert_allclose(np.concatenate(parts), full, rtol=1e-6, atol=1e-7)
+
+
+def test_degenerate_positive_features_warn():
+    # Regression (issue 20, item 3): positive features of standardised digits with gamma = 1
+    # were all below 1.5e-14, without a warning.
+    x = StandardScaler().fit_transform(load_digits().data[:200])
+    with pytest.warns(UserWarning, match=r"every feature of the fit data is at most .* gamma"):
+        RandomFeatures(features="positive", coupling="simplex", gamma=1.0).fit(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RandomFeatures(gamma=1.0).fit(x)  # the default (Fourier) features stay informative
+        RandomFeatures(features="positive", gamma=1.0 / 64).fit(x)
