@@ -110,20 +110,16 @@ SPECS = {f"projections.{name}": _sampler(name) for name in projections.available
     "features.trigonometric_features": _map(features.trigonometric_features),
     "features.angular_features": _map(features.angular_features),
     "features.linear_features": _map(features.linear_features),
-    "features.positive_features": _map(
-        features.positive_features,
-        kernel="gaussian",
-        antithetic=True,
-        lengthscale=2.0,
-        extra={"kernel": "option", "antithetic": "bool", "lengthscale": "positive real"},
-    ),
-    "features.positive_log_features": _map(
-        features.positive_log_features,
-        kernel="gaussian",
-        antithetic=True,
-        lengthscale=2.0,
-        extra={"kernel": "option", "antithetic": "bool", "lengthscale": "positive real"},
-    ),
+    **{
+        f"features.{name}": _map(
+            getattr(features, name),
+            kernel="gaussian",
+            antithetic=True,
+            lengthscale=2.0,
+            extra={"kernel": "option", "antithetic": "bool", "lengthscale": "positive real"},
+        )
+        for name in ("positive_features", "positive_log_features")
+    },
     "features.arccos_features": _map(features.arccos_features, order=1, extra={"order": "option"}),
     "features.relu_features": _map(
         features.relu_features, eps=1e-3, extra={"eps": "positive real"}
