@@ -65,6 +65,12 @@ def halton(
     coupled through the low-discrepancy pattern. Shifted points are clipped to
     [tiny, 1 - eps] before the inverse Gaussian CDF Phi^{-1} so that no row is infinite.
 
+    When it helps: in low input dimension. Random Fourier features of standardised digits
+    (``benchmarks/sklearn_gram_error.py``, 512 features, 10 seeds) have relative Gram error
+    0.102 +- 0.001 with Halton against 0.133 +- 0.005 i.i.d. at d = 8, but 0.38 +- 0.01 against
+    0.147 +- 0.003 at d = 64 (the coordinates of large prime bases are strongly correlated over
+    the first m points). Use it for d of about 10 or less; prefer ``orthogonal`` beyond.
+
     Args:
       key: a PRNG key (only the shift is random).
       dim: input dimension d >= 1.
