@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax.nn import PerformerAttention, PerformerViT
+from rfjax.nn import LSTMLanguageModel, PerformerAttention, PerformerViT
 
 BATCH, LENGTH, WIDTH, HEADS = 2, 12, 16, 2  # head dim 8
 
@@ -126,7 +126,7 @@ def test_layers_draw_different_projections():
     _, state = vit.apply(
         variables, images, rngs={"projection": jax.random.key(1)}, mutable=["intermediates"]
     )
-    first = state["intermediates"]["block_0"]["PerformerAttention_0"]["projection"][0]
+    first = state["intermediates"]["block_0"]["PerformerAttention_0"]["projection"][0]  # unchanged
     second = state["intermediates"]["block_1"]["PerformerAttention_0"]["projection"][0]
     assert not np.allclose(first, second)
 
@@ -188,8 +188,8 @@ def test_errors_name_the_problem():
     module = PerformerAttention(num_heads=HEADS, num_features=8, coupling="gaussian")
     with pytest.raises(ValueError, match="RNG stream 'projection'"):
         module.apply(params, q, kv)
-    with pytest.raises(ValueError, match="key padding masks only"):
-        mask = nn.make_attention_mask(jnp.ones((BATCH, LENGTH)), jnp.ones((BATCH, LENGTH)))
+    with pytest.raises(ValueError, match="key padding mask and causality only"):
+        mask = jax.random.bernoulli(jax.random.key(0), 0.5, (BATCH, 1, LENGTH, LENGTH))
         module.apply(params, q, kv, mask=mask, rngs={"projection": jax.random.key(0)})
     with pytest.raises(ValueError, match="coupling must be one of"):
         module.clone(coupling="sobol").init(jax.random.key(0), q)
@@ -201,3 +201,50 @@ def test_errors_name_the_problem():
         module.clone(query_key_norm=True, initial_temperature=0.0).init(jax.random.key(0), q)
     with pytest.raises(ValueError, match="pooling"):
         PerformerViT(num_classes=2, pooling="max").init(jax.random.key(0), jnp.ones((1, 28, 28)))
+
+
+def test_sizes_that_are_not_positive_raise_naming_the_argument():
+    x = jnp.ones((1, 8, 8))
+    with pytest.raises(ValueError, match="num_heads must be an integer >= 1, got 0"):
+        PerformerAttention(num_heads=0).init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="num_features must be an integer >= 1, got 0"):
+        PerformerAttention(num_heads=2, num_features=0).init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="patch_size must be an integer >= 1, got 0"):
+        PerformerViT(num_classes=2, patch_size=0).init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="num_classes must be an integer >= 1, got 0"):
+        PerformerViT(num_classes=0).init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="vocab_size must be an integer >= 1, got 0"):
+        LSTMLanguageModel(vocab_size=0).init(jax.random.key(0), jnp.ones((1, 3), int), train=False)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "exact",
+        pytest.param(
+            "performer",
+            marks=pytest.mark.xfail(
+                raises=ZeroDivisionError,
+                strict=True,
+                reason="favor_attention's empty axes (issue 19 item 6, rfjax.attention)",
+            ),
+        ),
+    ],
+)
+def test_empty_batches_give_empty_results(kind):
+    module = PerformerAttention(num_heads=HEADS, num_features=8, attention_kind=kind)
+    params = _mha_params()
+    rngs = {"projection": jax.random.key(1)}
+    for shape in ((0, LENGTH, WIDTH), (BATCH, 0, WIDTH)):
+        assert module.apply(params, jnp.ones(shape), rngs=rngs).shape == shape
+    vit = PerformerViT(num_classes=3, num_features=8, attention_kind=kind)
+    variables = vit.init(jax.random.key(0), jnp.ones((1, 8, 8)))
+    assert vit.apply(variables, jnp.ones((0, 8, 8)), rngs=rngs).shape == (0, 3)
+
+
+def test_lstm_language_model_on_empty_batches():
+    model = LSTMLanguageModel(vocab_size=10, hidden_size=8, num_layers=1)
+    variables = model.init(jax.random.key(0), jnp.ones((1, 3), int), train=False)
+    for shape in ((0, 3), (2, 0)):
+        queries, _ = model.apply(variables, jnp.ones(shape, int), train=False)
+        assert queries.shape == (*shape, 8)

@@ -4,38 +4,39 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Literal
+from typing import Any
 
 import flax.linen as nn
+import flax.linen.module as linen_module
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from rfjax import features
-from rfjax.attention import PerHead, draw_projection, favor_attention, redraw_key
+from rfjax.attention import PerHead, favor_decode_init, redraw_key
 from rfjax.features import FeatureMap
+from rfjax.nn._favor_heads import (
+    ATTENTION_KINDS,
+    AttentionKind,
+    check_attributes,
+    cosine_scores,
+    decode_step,
+    draw_heads,
+    favor_heads,
+    favor_heads_weights,
+    favor_mask,
+    keys_and_values,
+)
+from rfjax.nn._favor_heads import feature_map_template as _feature_map_template
 from rfjax.projections import Projection
-from rfjax.projections import available as available_couplings
 
-AttentionKind = Literal["exact", "performer"]
-ATTENTION_KINDS: tuple[AttentionKind, ...] = ("exact", "performer")
+__all__ = ["ATTENTION_KINDS", "FEATURE_MAP_COLLECTION", "PROJECTION_STREAM", "PerformerAttention"]
+
 PROJECTION_STREAM = "projection"
 FEATURE_MAP_COLLECTION = "feature_map"
-
-
-def _key_padding_mask(mask: jax.Array, batch: int, key_length: int) -> jax.Array:
-    """A Flax attention mask reduced to the key padding mask (B, S) that FAVOR supports."""
-    mask = jnp.asarray(mask)
-    if mask.ndim == 2:
-        return jnp.broadcast_to(mask, (batch, key_length)).astype(bool)
-    if mask.ndim == 4 and mask.shape[1] == 1 and mask.shape[2] == 1:
-        return jnp.broadcast_to(mask[:, 0, 0, :], (batch, key_length)).astype(bool)
-    raise ValueError(
-        "attention_kind='performer' supports key padding masks only: mask must have shape "
-        f"(B, S) or (B, 1, 1, S) with (B, S) = ({batch}, {key_length}); got {mask.shape}. "
-        "Use causal=True for causal masking; general (B, N, T, S) masks need "
-        "attention_kind='exact'"
-    )
+# An unnamed PerformerAttention is named like Flax's attention ("MultiHeadDotProductAttention_0",
+# ...), sharing its counter, so that it takes MultiHeadDotProductAttention's place in a parameter
+# tree and its checkpoints load.
+AUTO_NAME_PREFIX = nn.MultiHeadDotProductAttention.__name__
 
 
 class PerformerAttention(nn.Module):
@@ -43,9 +44,24 @@ class PerformerAttention(nn.Module):
 
     Parameters are those of ``flax.linen.MultiHeadDotProductAttention`` (``query``, ``key``,
     ``value`` DenseGeneral to ``(N, H)`` and ``out`` from ``(N, H)``), so the two share a
-    parameter layout. ``attention_kind="exact"`` computes softmax(q k^T / sqrt(H)) v;
+    parameter layout, and an unnamed ``PerformerAttention`` is auto-named as Flax's would be
+    (``MultiHeadDotProductAttention_0``, ``_1``, ... sharing its counter): replacing
+    ``nn.MultiHeadDotProductAttention(...)`` by ``PerformerAttention(...)`` in a model keeps the
+    parameter tree, so its checkpoints load. The call takes Flax's forms (``inputs_q,
+    inputs_k, inputs_v``, ``inputs_kv=``, ``mask=``, ``sow_weights=``) and Flax's masks (see
+    ``__call__``). ``attention_kind="exact"`` computes softmax(q k^T / sqrt(H)) v;
     ``"performer"`` replaces it with ``rfjax.attention.favor_attention`` over ``num_features``
     random features per head drawn with ``coupling``.
+
+    Decoding (``decode=True``, performer only): as with Flax's attention, ``init`` with the
+    full-length inputs creates the ``"cache"`` collection, here FAVOR's recurrent
+    ``DecodeState`` (``"decode_state"``: sum_j phi(k_j) v_j^T and sum_j phi(k_j) per head, of
+    size independent of the length; ``rfjax.attention.favor_decode_init``) and
+    ``"cache_index"``; each ``apply(..., mutable=["cache"])`` then takes one token
+    ``(B, 1, D)``, adds its key and value to the state and attends causally
+    (``favor_decode_step``), equal to position t of the causal ``favor_attention`` over the
+    whole sequence. The steps must use the same projection: the same ``"projection"`` stream
+    key and ``projection_step`` at every step.
 
     Projections and the step: the random projection is not a parameter and is never stored. It
     is drawn on every call as ``draw_projection(redraw_key(rng, step, redraw_interval), ...)``
@@ -78,6 +94,7 @@ class PerformerAttention(nn.Module):
       dropout_rate: dropout on the attention weights (exact only: the Performer never forms
         them; a non-zero rate with ``attention_kind="performer"`` raises).
       deterministic: default of the call argument.
+      decode: prepare and use the autoregressive cache (see above).
       dtype: computation dtype (default inferred from inputs and params).
       param_dtype: parameter dtype.
       kernel_init, bias_init, use_bias: as in Flax.
@@ -88,7 +105,7 @@ class PerformerAttention(nn.Module):
       feature_map: a name from ``rfjax.features.available()`` ("positive", "positive_antithetic",
         "relu", "trigonometric", ...) or a ``FeatureMap`` without its parameters (they are
         drawn or fitted per head, see above).
-      causal: causal (autoregressive) attention.
+      causal: causal (autoregressive) attention (a causal Flax mask also turns it on).
       redraw_interval: redraw the projection every this many steps (>= 1).
       chunk_size: chunk length of causal prefix sums.
       query_key_norm: score each head's query and key as tau q^.k^ (unit vectors, cosine
@@ -121,6 +138,7 @@ class PerformerAttention(nn.Module):
     kernel_init: Any = nn.initializers.lecun_normal()
     bias_init: Any = nn.initializers.zeros_init()
     use_bias: bool = True
+    decode: bool = False
     attention_kind: AttentionKind = "performer"
     coupling: str = "orthogonal"
     num_features: int = 256
@@ -132,33 +150,37 @@ class PerformerAttention(nn.Module):
     query_key_norm: bool = False
     initial_temperature: float = 1.0
 
+    def __post_init__(self) -> None:
+        # Flax names an unnamed submodule "<class name>_<count>" in Module.__post_init__; this
+        # takes the name Flax would give MultiHeadDotProductAttention first (Flax has no public
+        # hook for it: the parent's auto-name counter is internal state; tests cover it).
+        parent = self.parent
+        if parent is linen_module._unspecified_parent:
+            parent = linen_module._context.module_stack[-1]
+        if (
+            self.name is None
+            and isinstance(parent, nn.Module)
+            and not parent._state.in_setup
+            and parent._initialization_allowed
+        ):
+            cursor = parent._state.autoname_cursor.get(AUTO_NAME_PREFIX, 0)
+            parent._state.autoname_cursor[AUTO_NAME_PREFIX] = cursor + 1
+            object.__setattr__(self, "name", f"{AUTO_NAME_PREFIX}_{cursor}")
+        super().__post_init__()
+
     def _check_attributes(self, features: int) -> int:
-        if self.attention_kind not in ATTENTION_KINDS:
-            raise ValueError(
-                f"attention_kind must be one of {ATTENTION_KINDS}, got {self.attention_kind!r}"
-            )
-        if self.attention_kind == "performer":
-            if self.coupling not in available_couplings():
-                raise ValueError(
-                    f"coupling must be one of {available_couplings()}, got {self.coupling!r}"
-                )
-            if self.dropout_rate:
-                raise ValueError(
-                    "dropout_rate must be 0 with attention_kind='performer' (the attention "
-                    f"weights are never formed); got {self.dropout_rate}"
-                )
-            if not isinstance(self.redraw_interval, int) or self.redraw_interval < 1:
-                raise ValueError(
-                    f"redraw_interval must be an int >= 1, got {self.redraw_interval!r}"
-                )
-            self.feature_map_template()
-        if self.query_key_norm and not self.initial_temperature > 0:
-            raise ValueError(f"initial_temperature must be > 0, got {self.initial_temperature!r}")
-        if features % self.num_heads:
-            raise ValueError(
-                f"qkv_features ({features}) must be divisible by num_heads ({self.num_heads})"
-            )
-        return features // self.num_heads
+        return check_attributes(
+            num_heads=self.num_heads,
+            features=features,
+            attention_kind=self.attention_kind,
+            coupling=self.coupling,
+            num_features=self.num_features,
+            dropout_rate=self.dropout_rate,
+            redraw_interval=self.redraw_interval,
+            feature_map=self.feature_map,
+            query_key_norm=self.query_key_norm,
+            initial_temperature=self.initial_temperature,
+        )
 
     def _stream_key(self, projection_step: jax.Array | int | None) -> jax.Array:
         """A fresh key of the projection stream for this call's step (see the class docstring)."""
@@ -175,44 +197,32 @@ class PerformerAttention(nn.Module):
         step = 0 if projection_step is None else projection_step
         return redraw_key(rng, step, redraw_interval=self.redraw_interval)
 
-    def draw_projection(
-        self, head_dim: int, projection_step: jax.Array | int | None
-    ) -> PerHead[Projection]:
-        """The per-head projection of this call (see the class docstring)."""
-        return draw_projection(
-            self._stream_key(projection_step),
-            head_dim,
-            self.num_features,
-            coupling=self.coupling,
-            num_heads=self.num_heads,
-        )
-
     def feature_map_template(self) -> FeatureMap:
         """The feature map without its parameters (``feature_map`` by name or as given)."""
-        if isinstance(self.feature_map, str):
-            return features.get(self.feature_map)()
-        if isinstance(self.feature_map, FeatureMap):
-            return self.feature_map
-        raise TypeError(
-            f"feature_map must be a name from rfjax.features.available() or an "
-            f"rfjax.features.FeatureMap, got {type(self.feature_map).__name__}"
-        )
+        return _feature_map_template(self.feature_map)
 
-    def draw_feature_map(
+    def draw_heads(
         self, head_dim: int, projection_step: jax.Array | int | None
-    ) -> PerHead[FeatureMap]:
-        """The per-head feature map of this call: random parameters drawn by ``init`` (after the
-        projection, from the next key of its stream), fitted ones from ``"feature_map"``."""
-        template = self.feature_map_template()
-        keys = jax.random.split(self._stream_key(projection_step), self.num_heads)
-        fmap = jax.vmap(lambda k: template.init(k, head_dim))(keys)
+    ) -> tuple[PerHead[Projection], PerHead[FeatureMap]]:
+        """This call's per-head projection and feature map: the projection from the stream key,
+        the map's random parameters from the next key of the stream (its ``init``), its fitted
+        ones from the collection ``"feature_map"`` (see the class docstring)."""
+        projection, fmap = draw_heads(
+            self._stream_key(projection_step),
+            self._stream_key(projection_step),
+            head_dim=head_dim,
+            num_heads=self.num_heads,
+            num_features=self.num_features,
+            coupling=self.coupling,
+            feature_map=self.feature_map,
+        )
         fitted = {
             name: jax.lax.stop_gradient(
                 self.variable(FEATURE_MAP_COLLECTION, name, lambda n=name: getattr(fmap, n)).value
             )
-            for name in template.fitted_fields
+            for name in self.feature_map_template().fitted_fields
         }
-        return PerHead(fmap.replace(**fitted) if fitted else fmap)
+        return projection, PerHead(fmap.replace(**fitted) if fitted else fmap)
 
     def _cosine_scores(self, query: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Unit query and key per head, scaled so that q.k / sqrt(H) = tau q^.k^."""
@@ -222,13 +232,7 @@ class PerformerAttention(nn.Module):
             (self.num_heads,),
             self.param_dtype,
         )
-        head_dim = query.shape[-1]
-        scale = jnp.sqrt(jnp.exp(log_temperature) * math.sqrt(head_dim))[:, None]
-
-        def unit(x):
-            return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
-
-        return unit(query) * scale.astype(query.dtype), unit(key) * scale.astype(key.dtype)
+        return cosine_scores(query, key, log_temperature)
 
     @nn.compact
     def __call__(
@@ -237,9 +241,11 @@ class PerformerAttention(nn.Module):
         inputs_k: jax.Array | None = None,
         inputs_v: jax.Array | None = None,
         *,
+        inputs_kv: jax.Array | None = None,
         mask: jax.Array | None = None,
         deterministic: bool | None = None,
         dropout_rng: jax.Array | None = None,
+        sow_weights: bool = False,
         projection_step: jax.Array | int | None = None,
     ) -> jax.Array:
         """Attends from ``inputs_q`` (B, T, D) to ``inputs_k``/``inputs_v`` (B, S, D).
@@ -248,19 +254,28 @@ class PerformerAttention(nn.Module):
           inputs_q: queries ``(..., T, D_q)``.
           inputs_k: keys ``(..., S, D_k)``; default ``inputs_q`` (self-attention).
           inputs_v: values ``(..., S, D_v)``; default ``inputs_k``.
-          mask: boolean, True = attend. Exact: any mask broadcastable to ``(B, N, T, S)``;
-            performer: a key padding mask ``(B, S)`` or ``(B, 1, 1, S)``.
+          inputs_kv: keys and values at once (Flax's older form; not with ``inputs_k`` or
+            ``inputs_v``).
+          mask: True (or non-zero) = attend. Exact: any mask broadcastable to
+            ``(..., N, T, S)``, as in Flax. Performer: a key padding mask ``(B, S)``, or a Flax
+            mask broadcastable to ``(B, N, T, S)`` made of key padding, query padding and
+            causality (``nn.make_attention_mask(pad, pad)``, ``nn.make_causal_mask``,
+            ``nn.combine_masks`` of them), read as key padding and causality (a causal mask
+            switches causal attention on); any other mask raises ``ValueError`` (at run time
+            inside ``jit``), since FAVOR cannot apply an arbitrary T x S mask.
           deterministic: disables attention dropout (exact only); default the attribute
             (needed only when ``dropout_rate > 0``, as in Flax).
           dropout_rng: key for attention dropout (default the ``"dropout"`` stream).
+          sow_weights: sow the attention weights ``(B, N, T, S)`` into ``"intermediates"`` as
+            ``"attention_weights"`` (as Flax does; the Performer forms them explicitly with
+            ``favor_attention_weights``, O(T S) memory).
           projection_step: the training step that selects the projection (performer only);
             ``None`` means step 0.
 
         Returns:
           ``(..., T, out_features)``.
         """
-        inputs_k = inputs_q if inputs_k is None else inputs_k
-        inputs_v = inputs_k if inputs_v is None else inputs_v
+        inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, inputs_kv)
         features = self.qkv_features or inputs_q.shape[-1]
         out_features = self.out_features or inputs_q.shape[-1]
         head_dim = self._check_attributes(features)
@@ -287,46 +302,10 @@ class PerformerAttention(nn.Module):
             query, key, value = flat(query), flat(key), flat(value)
 
         if self.attention_kind == "exact":
-            if self.causal:
-                causal_mask = nn.make_causal_mask(jnp.ones(query.shape[:2], bool))
-                mask = causal_mask if mask is None else nn.combine_masks(mask, causal_mask)
-            if mask is not None and mask.ndim == 2:
-                mask = mask[:, None, None, :]
-            use_dropout = self.dropout_rate > 0 and not nn.merge_param(
-                "deterministic", self.deterministic, deterministic
-            )
-            if use_dropout and dropout_rng is None:
-                dropout_rng = self.make_rng("dropout")
-            out = nn.dot_product_attention(
-                query,
-                key,
-                value,
-                mask=mask,
-                dropout_rng=dropout_rng,
-                dropout_rate=self.dropout_rate,
-                deterministic=not use_dropout,
-                dtype=self.dtype,
-            )
+            out = self._exact(query, key, value, mask, deterministic, dropout_rng, sow_weights)
         else:
-            projection = self.draw_projection(head_dim, projection_step)
-            feature_map = self.draw_feature_map(head_dim, projection_step)
-            self.sow(
-                "intermediates",
-                "projection",
-                jax.vmap(lambda p: p.matrix())(projection.stacked),
-            )
-            if mask is not None:
-                mask = _key_padding_mask(mask, key.shape[0], key.shape[1])
-            out = favor_attention(
-                query,
-                key,
-                value,
-                projection,
-                feature_map=feature_map,
-                causal=self.causal,
-                mask=mask,
-                chunk_size=self.chunk_size,
-                eps=self.eps,
+            out = self._performer(
+                query, key, value, mask, batch_shape, sow_weights, projection_step
             )
         if flat is not None:
             out = out.reshape(*batch_shape, *out.shape[-3:])
@@ -340,3 +319,77 @@ class PerformerAttention(nn.Module):
             use_bias=self.use_bias,
             name="out",
         )(out)
+
+    def _exact(self, query, key, value, mask, deterministic, dropout_rng, sow_weights):
+        if self.decode:
+            raise ValueError(
+                "decode=True needs attention_kind='performer' (the FAVOR decode state); the "
+                "exact kind has no cache: use flax.linen.MultiHeadDotProductAttention to decode "
+                "with exact attention (the parameters are the same)"
+            )
+        if self.causal:
+            causal_mask = nn.make_causal_mask(jnp.ones(query.shape[:2], bool))
+            mask = causal_mask if mask is None else nn.combine_masks(mask, causal_mask)
+        if mask is not None and mask.ndim == 2:
+            mask = mask[:, None, None, :]
+        use_dropout = self.dropout_rate > 0 and not nn.merge_param(
+            "deterministic", self.deterministic, deterministic
+        )
+        if use_dropout and dropout_rng is None:
+            dropout_rng = self.make_rng("dropout")
+        return nn.dot_product_attention(
+            query,
+            key,
+            value,
+            mask=mask,
+            dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate,
+            deterministic=not use_dropout,
+            dtype=self.dtype,
+            module=self if sow_weights else None,
+        )
+
+    def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
+        batch, length, num_heads, head_dim = query.shape
+        projection, feature_map = self.draw_heads(head_dim, projection_step)
+        self.sow("intermediates", "projection", jax.vmap(lambda p: p.matrix())(projection.stacked))
+        if self.decode:
+            initialized = self.has_variable("cache", "decode_state")
+            state = self.variable(
+                "cache",
+                "decode_state",
+                lambda: favor_decode_init(
+                    batch, num_heads, value.shape[-1], projection, feature_map=feature_map
+                ),
+            )
+            index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+            if initialized:
+                state.value, out = decode_step(
+                    state.value, query, key, value, projection, feature_map, mask, eps=self.eps
+                )
+                index.value = index.value + 1
+                return out
+        favor = favor_mask(
+            mask,
+            batch_shape=batch_shape or (1,),
+            num_heads=num_heads,
+            query_length=length,
+            key_length=key.shape[1],
+            causal=self.causal,
+        )
+        if sow_weights:
+            self.sow(
+                "intermediates",
+                "attention_weights",
+                favor_heads_weights(query, key, projection, feature_map, favor, eps=self.eps),
+            )
+        return favor_heads(
+            query,
+            key,
+            value,
+            projection,
+            feature_map,
+            favor,
+            chunk_size=self.chunk_size,
+            eps=self.eps,
+        )

@@ -6,6 +6,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rfjax._validation import check_int
+
 
 def _symmetric_uniform(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
     """U(-0.1, 0.1), the usual PTB LSTM embedding initialisation (Zaremba et al. 2014)."""
@@ -37,6 +39,9 @@ class LSTMLanguageModel(nn.Module):
     @nn.compact
     def __call__(self, tokens: jax.Array, *, train: bool) -> tuple[jax.Array, jax.Array]:
         """Queries ``(B, T, H)`` for int tokens ``(B, T)``, and the embedding table ``(V, H)``."""
+        check_int("vocab_size", self.vocab_size, minimum=1)
+        check_int("hidden_size", self.hidden_size, minimum=1)
+        check_int("num_layers", self.num_layers, minimum=0)
         embed = nn.Embed(
             self.vocab_size,
             self.hidden_size,

@@ -9,10 +9,47 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+from rfjax._validation import check_int
 from rfjax.nn._attention import AttentionKind, PerformerAttention
 
 Pooling = Literal["cls", "mean"]
 POOLINGS: tuple[Pooling, ...] = ("cls", "mean")
+# The blocks' attention keeps the name it had before PerformerAttention took Flax's auto-names,
+# so that PerformerViT's parameter trees and checkpoints are unchanged.
+ATTENTION_NAME = "PerformerAttention_0"
+
+
+def check_vit_attributes(
+    *,
+    num_classes: object,
+    patch_size: object,
+    hidden_size: object,
+    num_layers: object,
+    num_heads: object,
+    mlp_dim: object,
+    pooling: object,
+) -> None:
+    """Raises for sizes < 1 (``num_layers`` < 0) and unknown poolings, naming the argument."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    for name, value in (
+        ("num_classes", num_classes),
+        ("patch_size", patch_size),
+        ("hidden_size", hidden_size),
+        ("num_heads", num_heads),
+        ("mlp_dim", mlp_dim),
+    ):
+        check_int(name, value, minimum=1)
+    check_int("num_layers", num_layers, minimum=0)
+
+
+def check_vit_images(shape: tuple[int, ...], patch_size: int) -> None:
+    """Image sides ``shape[1:3]`` of ``(B, H, W, C)`` must be multiples of ``patch_size``."""
+    height, width = shape[1:3]
+    if height % patch_size or width % patch_size:
+        raise ValueError(
+            f"image sides ({height}, {width}) must be multiples of patch_size {patch_size}"
+        )
 
 
 class _Block(nn.Module):
@@ -27,9 +64,9 @@ class _Block(nn.Module):
     @nn.compact
     def __call__(self, x, *, train: bool, projection_step):
         y = nn.LayerNorm(dtype=self.dtype)(x)
-        y = PerformerAttention(num_heads=self.num_heads, dtype=self.dtype, **self.attention)(
-            y, projection_step=projection_step, deterministic=not train
-        )
+        y = PerformerAttention(
+            num_heads=self.num_heads, dtype=self.dtype, name=ATTENTION_NAME, **self.attention
+        )(y, projection_step=projection_step, deterministic=not train)
         x = x + nn.Dropout(self.dropout_rate, deterministic=not train)(y)
         y = nn.LayerNorm(dtype=self.dtype)(x)
         y = nn.Dense(self.mlp_dim, dtype=self.dtype)(y)
@@ -91,15 +128,18 @@ class PerformerViT(nn.Module):
         projection_step: jax.Array | int | None = None,
     ) -> jax.Array:
         """Logits ``(B, num_classes)`` for ``images`` ``(B, H, W)`` or ``(B, H, W, C)``."""
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        check_vit_attributes(
+            num_classes=self.num_classes,
+            patch_size=self.patch_size,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            pooling=self.pooling,
+        )
         if images.ndim == 3:
             images = images[..., None]
-        height, width = images.shape[1:3]
-        if height % self.patch_size or width % self.patch_size:
-            raise ValueError(
-                f"image sides ({height}, {width}) must be multiples of patch_size {self.patch_size}"
-            )
+        check_vit_images(images.shape, self.patch_size)
         p = self.patch_size
         x = nn.Conv(
             self.hidden_size,
@@ -109,7 +149,7 @@ class PerformerViT(nn.Module):
             dtype=self.dtype,
             name="embedding",
         )(images)
-        x = x.reshape(x.shape[0], -1, self.hidden_size)
+        x = x.reshape(x.shape[0], x.shape[1] * x.shape[2], self.hidden_size)  # -1: B = 0
         if self.pooling == "cls":
             cls = self.param("cls", nn.initializers.zeros, (1, 1, self.hidden_size))
             x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, x.shape[2])), x], 1)

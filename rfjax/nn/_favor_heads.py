@@ -1,0 +1,325 @@
+"""What the linen and NNX ``PerformerAttention`` share, free of either API: attribute checks,
+Flax attention masks read as FAVOR's key padding and causality, the per-head draws, and FAVOR
+over the heads (forward, explicit weights, one decode step), all through ``rfjax.attention``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rfjax import features
+from rfjax._validation import check_int, is_concrete
+from rfjax.attention import (
+    DecodeState,
+    PerHead,
+    draw_projection,
+    favor_attention,
+    favor_attention_weights,
+    favor_decode_step,
+)
+from rfjax.features import FeatureMap
+from rfjax.projections import Projection
+from rfjax.projections import available as available_couplings
+
+AttentionKind = Literal["exact", "performer"]
+ATTENTION_KINDS: tuple[AttentionKind, ...] = ("exact", "performer")
+MASK_FORMS = (
+    "FAVOR applies a key padding mask and causality only: mask must be a key padding mask "
+    "(B, S), or a Flax mask broadcastable to (B, N, T, S) that is key padding, query padding "
+    "and/or causal (nn.make_attention_mask(q_pad, k_pad), nn.make_causal_mask(x), "
+    "nn.combine_masks of them), the same for every head"
+)
+
+
+def feature_map_template(feature_map: str | FeatureMap) -> FeatureMap:
+    """The feature map without its parameters (``feature_map`` by name or as given)."""
+    if isinstance(feature_map, str):
+        if feature_map not in features.available():
+            raise ValueError(
+                f"feature_map must be a name from rfjax.features.available() "
+                f"({', '.join(features.available())}) or a FeatureMap; got {feature_map!r}"
+            )
+        return features.get(feature_map)()
+    if isinstance(feature_map, FeatureMap):
+        return feature_map
+    raise TypeError(
+        f"feature_map must be a name from rfjax.features.available() or an "
+        f"rfjax.features.FeatureMap, got {type(feature_map).__name__}"
+    )
+
+
+def check_attributes(
+    *,
+    num_heads: object,
+    features: int,
+    attention_kind: str,
+    coupling: str,
+    num_features: object,
+    dropout_rate: float,
+    redraw_interval: object,
+    feature_map: str | FeatureMap,
+    query_key_norm: bool,
+    initial_temperature: float,
+) -> int:
+    """Validates the attention's attributes; returns the head dim H = features / num_heads."""
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    if attention_kind not in ATTENTION_KINDS:
+        raise ValueError(f"attention_kind must be one of {ATTENTION_KINDS}, got {attention_kind!r}")
+    if attention_kind == "performer":
+        if coupling not in available_couplings():
+            raise ValueError(f"coupling must be one of {available_couplings()}, got {coupling!r}")
+        check_int("num_features", num_features, minimum=1)
+        if dropout_rate:
+            raise ValueError(
+                "dropout_rate must be 0 with attention_kind='performer' (the attention "
+                f"weights are never formed); got {dropout_rate}"
+            )
+        if not isinstance(redraw_interval, int) or redraw_interval < 1:
+            raise ValueError(f"redraw_interval must be an int >= 1, got {redraw_interval!r}")
+        feature_map_template(feature_map)
+    if query_key_norm and not initial_temperature > 0:
+        raise ValueError(f"initial_temperature must be > 0, got {initial_temperature!r}")
+    if features % num_heads:
+        raise ValueError(f"qkv_features ({features}) must be divisible by num_heads ({num_heads})")
+    return features // num_heads
+
+
+def draw_heads(
+    projection_key: jax.Array,
+    feature_map_key: jax.Array,
+    *,
+    head_dim: int,
+    num_heads: int,
+    num_features: int,
+    coupling: str,
+    feature_map: str | FeatureMap,
+) -> tuple[PerHead[Projection], FeatureMap]:
+    """One projection per head from ``projection_key`` and the feature map's random parameters
+    per head (its ``init``) from ``feature_map_key``; the map is stacked over the heads (axis 0),
+    its fitted fields still at their ``init`` values (the module supplies them)."""
+    projection = draw_projection(
+        projection_key, head_dim, num_features, coupling=coupling, num_heads=num_heads
+    )
+    template = feature_map_template(feature_map)
+    keys = jax.random.split(feature_map_key, num_heads)
+    return projection, jax.vmap(lambda k: template.init(k, head_dim))(keys)
+
+
+class FavorMask(NamedTuple):
+    """A Flax attention mask as FAVOR applies it.
+
+    Attributes:
+      key_padding: ``(B, S)`` bool, True = attend (``None``: every key).
+      causal: a Python bool when known at trace time, else a traced bool scalar (a traced mask
+        whose causality is read from its values).
+    """
+
+    key_padding: jax.Array | None
+    causal: bool | jax.Array
+
+
+def favor_mask(
+    mask: jax.Array | None,
+    *,
+    batch_shape: tuple[int, ...],
+    num_heads: int,
+    query_length: int,
+    key_length: int,
+    causal: bool,
+) -> FavorMask:
+    """Reads a Flax attention mask as key padding and causality (see ``MASK_FORMS``).
+
+    A mask M (True or non-zero = attend) broadcastable to ``batch_shape + (N, T, S)`` is
+    accepted when, with q_t = any_s M_ts and k_s = any_{n, t} M_ts, it equals
+    q_t k_s (padding) or q_t k_s [s <= t] (causal, T = S): exactly the masks that
+    ``nn.make_attention_mask``, ``nn.make_causal_mask`` and their ``nn.combine_masks`` give
+    (the decomposition is exact for them). Query padding needs nothing from FAVOR (a query row
+    never affects another), so only k and causality are kept; the rows of padded queries attend
+    to the unpadded keys where Flax's own attention averages all values (both are padding).
+    A 2-D mask is a key padding mask ``(B, S)``.
+
+    A concrete mask that is neither raises ``ValueError`` here; a traced one (inside ``jit``)
+    has its causality chosen at run time (``FavorMask.causal`` traced) and raises at run time
+    (through ``jax.debug.callback``, a ``JaxRuntimeError`` carrying the message).
+    """
+    if mask is None:
+        return FavorMask(None, causal)
+    mask = jnp.asarray(mask)
+    batch = math.prod(batch_shape)
+    if mask.ndim == 2:
+        return FavorMask(jnp.broadcast_to(mask, (batch, key_length)).astype(bool), causal)
+    full = (*batch_shape, num_heads, query_length, key_length)
+    try:
+        jnp.broadcast_shapes(mask.shape, full)
+    except ValueError:
+        raise ValueError(f"{MASK_FORMS}; got mask of shape {mask.shape} for {full}") from None
+    if mask.ndim > len(full):
+        raise ValueError(f"{MASK_FORMS}; got mask of shape {mask.shape} for {full}")
+    heads, rows = (1 if mask.ndim < n or mask.shape[-n] == 1 else full[-n] for n in (3, 2))
+    mask = jnp.broadcast_to(mask, (*batch_shape, heads, rows, key_length)).astype(bool)
+    mask = mask.reshape(batch, heads, rows, key_length)
+    if heads == 1 and rows == 1:
+        return FavorMask(mask[:, 0, 0], causal)
+    query_any = jnp.any(mask, axis=-1, keepdims=True)
+    key_padding = jnp.any(mask, axis=(1, 2))
+    padding = query_any & key_padding[:, None, None, :]
+    is_padding = jnp.all(mask == padding)
+    can_be_causal = rows == key_length
+    is_causal = can_be_causal & jnp.all(mask == (padding & jnp.tri(rows, dtype=bool)))
+    if is_concrete(mask):
+        is_padding, is_causal = bool(is_padding), bool(is_causal)
+        if not (is_padding or is_causal):
+            raise ValueError(f"{MASK_FORMS}; got a mask that is neither")
+        return FavorMask(key_padding, causal or (is_causal and not is_padding))
+    jax.debug.callback(_raise_unless_supported, is_padding | is_causal)
+    if causal or not can_be_causal:
+        return FavorMask(key_padding, causal)
+    return FavorMask(key_padding, is_causal & ~is_padding)
+
+
+def _raise_unless_supported(supported: np.ndarray) -> None:
+    if not bool(supported):
+        raise ValueError(f"{MASK_FORMS}; got a mask that is neither")
+
+
+def by_causality[T](compute: Callable[[bool], T], causal: bool | jax.Array) -> T:
+    """``compute(causal)``; a traced ``causal`` selects between both at run time."""
+    if isinstance(causal, bool):
+        return compute(causal)
+    return jax.lax.cond(causal, lambda: compute(True), lambda: compute(False))
+
+
+def favor_heads(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    projection: PerHead[Projection],
+    feature_map: FeatureMap | PerHead[FeatureMap],
+    mask: FavorMask,
+    *,
+    chunk_size: int,
+    eps: float | None,
+) -> jax.Array:
+    """``favor_attention`` over ``(B, T, N, H)`` heads with a ``FavorMask``."""
+    return by_causality(
+        lambda causal: favor_attention(
+            query,
+            key,
+            value,
+            projection,
+            feature_map=feature_map,
+            causal=causal,
+            mask=mask.key_padding,
+            chunk_size=chunk_size,
+            eps=eps,
+        ),
+        mask.causal,
+    )
+
+
+def favor_heads_weights(
+    query: jax.Array,
+    key: jax.Array,
+    projection: PerHead[Projection],
+    feature_map: FeatureMap | PerHead[FeatureMap],
+    mask: FavorMask,
+    *,
+    eps: float | None,
+) -> jax.Array:
+    """The ``(B, N, T, S)`` weights that ``favor_heads`` applies (``favor_attention_weights``)."""
+    return by_causality(
+        lambda causal: favor_attention_weights(
+            query,
+            key,
+            projection,
+            feature_map=feature_map,
+            causal=causal,
+            mask=mask.key_padding,
+            eps=eps,
+        ),
+        mask.causal,
+    )
+
+
+def decode_step(
+    state: DecodeState,
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    projection: PerHead[Projection],
+    feature_map: FeatureMap | PerHead[FeatureMap],
+    mask: jax.Array | None,
+    *,
+    eps: float | None,
+) -> tuple[DecodeState, jax.Array]:
+    """One token of causal FAVOR (``favor_decode_step``) on ``(B, 1, N, H)`` heads.
+
+    ``mask``: ``None`` or a mask for the new token's key (True = attend) of size B (any shape
+    of B elements, e.g. ``(B, 1, 1, 1)``).
+    """
+    if query.shape[1] != 1:
+        raise ValueError(
+            f"decoding takes one token per call: inputs must have length 1, got "
+            f"{query.shape[1]} (queries of shape {query.shape})"
+        )
+    batch = query.shape[0]
+    if mask is not None:
+        mask = jnp.asarray(mask)
+        if mask.size != batch:
+            raise ValueError(
+                f"while decoding, mask must say whether the new token is attended to: B = "
+                f"{batch} elements (e.g. shape (B, 1, 1, 1)); got shape {mask.shape}"
+            )
+        mask = mask.reshape(batch).astype(bool)
+    state, out = favor_decode_step(
+        state,
+        query[:, 0],
+        key[:, 0],
+        value[:, 0],
+        projection,
+        feature_map=feature_map,
+        mask=mask,
+        eps=eps,
+    )
+    return state, out[:, None]
+
+
+def keys_and_values(
+    inputs_q: jax.Array,
+    inputs_k: jax.Array | None,
+    inputs_v: jax.Array | None,
+    inputs_kv: jax.Array | None,
+) -> tuple[jax.Array, jax.Array]:
+    """Flax's call forms: (q), (q, k), (q, k, v) or (q, inputs_kv=kv)."""
+    if inputs_kv is not None:
+        if inputs_k is not None or inputs_v is not None:
+            raise ValueError(
+                "inputs_kv gives both keys and values: pass either inputs_kv or "
+                "inputs_k/inputs_v, not both"
+            )
+        return inputs_kv, inputs_kv
+    if inputs_k is None and inputs_v is not None:
+        raise ValueError(
+            "inputs_v needs inputs_k (for keys and values from one array pass inputs_k only)"
+        )
+    inputs_k = inputs_q if inputs_k is None else inputs_k
+    return inputs_k, inputs_k if inputs_v is None else inputs_v
+
+
+def cosine_scores(
+    query: jax.Array, key: jax.Array, log_temperature: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Unit query and key per head ``(..., N, H)``, scaled so that q.k / sqrt(H) = tau q^.k^
+    with tau = exp(log_temperature) of shape ``(N,)`` (``query_key_norm``)."""
+    head_dim = query.shape[-1]
+    scale = jnp.sqrt(jnp.exp(log_temperature) * math.sqrt(head_dim))[:, None]
+
+    def unit(x):
+        return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
+
+    return unit(query) * scale.astype(query.dtype), unit(key) * scale.astype(key.dtype)

@@ -1,0 +1,165 @@
+"""PerformerAttention as a drop-in for flax.linen.MultiHeadDotProductAttention: auto-names and
+checkpoints, Flax's masks, call forms, decoding with the FAVOR state, sown weights."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax.nn import PerformerAttention
+
+BATCH, LENGTH, WIDTH, HEADS = 2, 10, 16, 2
+RNGS = {"projection": jax.random.key(3)}
+
+
+def _inputs(seed=0):
+    return jax.random.normal(jax.random.key(seed), (2, BATCH, LENGTH, WIDTH)) * 0.5
+
+
+class _TwoAttentions(nn.Module):
+    """A model written for Flax's attention: two unnamed attention layers."""
+
+    attention: type[nn.Module]
+    kwargs: dict
+
+    @nn.compact
+    def __call__(self, x):
+        x = x + self.attention(num_heads=HEADS, **self.kwargs)(x)
+        return x + self.attention(num_heads=HEADS, **self.kwargs)(x)
+
+
+def test_flax_checkpoint_loads_into_unnamed_performer_attention():
+    x, _ = _inputs()
+    flax_model = _TwoAttentions(nn.MultiHeadDotProductAttention, {})
+    params = flax_model.init(jax.random.key(1), x)
+    assert set(params["params"]) == {
+        "MultiHeadDotProductAttention_0",
+        "MultiHeadDotProductAttention_1",
+    }
+    ours = _TwoAttentions(PerformerAttention, {"attention_kind": "exact"})
+    assert jax.tree.structure(ours.init(jax.random.key(1), x)) == jax.tree.structure(params)
+    np.testing.assert_allclose(
+        ours.apply(params, x), flax_model.apply(params, x), rtol=1e-5, atol=1e-6
+    )
+    performer = _TwoAttentions(PerformerAttention, {"num_features": 16})
+    assert performer.apply(params, x, rngs=RNGS).shape == x.shape  # the same tree, FAVOR
+
+
+def _performer(**kwargs):
+    return PerformerAttention(num_heads=HEADS, num_features=16, coupling="gaussian", **kwargs)
+
+
+def _params():
+    x, _ = _inputs()
+    return nn.MultiHeadDotProductAttention(num_heads=HEADS).init(jax.random.key(1), x)
+
+
+PAD = jnp.arange(LENGTH)[None, :] < jnp.array([[7], [LENGTH]])  # (B, T): 7 and 10 tokens
+
+
+@pytest.mark.parametrize(
+    ("name", "mask", "causal"),
+    [
+        ("padding", nn.make_attention_mask(PAD, PAD), False),
+        ("key padding", nn.make_attention_mask(jnp.ones_like(PAD), PAD), False),
+        ("causal", nn.make_causal_mask(PAD), True),
+        (
+            "causal and padding",
+            nn.combine_masks(nn.make_causal_mask(PAD), nn.make_attention_mask(PAD, PAD)),
+            True,
+        ),
+        (
+            "per head",
+            jnp.broadcast_to(nn.make_causal_mask(PAD), (BATCH, HEADS, LENGTH, LENGTH)),
+            True,
+        ),
+    ],
+)
+def test_flax_masks_become_key_padding_and_causality(name, mask, causal):
+    x, _ = _inputs()
+    params = _params()
+    expected = _performer(causal=causal).apply(
+        params, x, mask=PAD if "padding" in name else None, rngs=RNGS
+    )
+    valid = np.asarray(PAD)  # rows of padded queries are padding: not compared
+    got = _performer().apply(params, x, mask=mask, rngs=RNGS)
+    np.testing.assert_allclose(np.asarray(got)[valid], np.asarray(expected)[valid], atol=1e-6)
+    traced = jax.jit(lambda m: _performer().apply(params, x, mask=m, rngs=RNGS))(mask)
+    np.testing.assert_allclose(np.asarray(traced)[valid], np.asarray(expected)[valid], atol=1e-5)
+
+
+def test_masks_favor_cannot_apply_raise():
+    x, _ = _inputs()
+    params = _params()
+    window = jnp.abs(jnp.arange(LENGTH)[:, None] - jnp.arange(LENGTH)[None, :]) <= 2
+    mask = jnp.broadcast_to(window, (BATCH, 1, LENGTH, LENGTH))
+    module = _performer()
+    with pytest.raises(ValueError, match="key padding mask and causality only"):
+        module.apply(params, x, mask=mask, rngs=RNGS)
+    with pytest.raises(Exception, match="key padding mask and causality only"):
+        jax.block_until_ready(jax.jit(lambda m: module.apply(params, x, mask=m, rngs=RNGS))(mask))
+    differing_heads = jnp.stack([nn.make_causal_mask(PAD)[:, 0], mask[:, 0]], axis=1)
+    with pytest.raises(ValueError, match="the same for every head"):
+        module.apply(params, x, mask=differing_heads, rngs=RNGS)
+    with pytest.raises(ValueError, match="broadcastable"):
+        module.apply(params, x, mask=jnp.ones((BATCH, 1, 3, LENGTH), bool), rngs=RNGS)
+
+
+def test_call_forms_of_flax_attention():
+    q, kv = _inputs()
+    params = _params()
+    for module in (_performer(), PerformerAttention(num_heads=HEADS, attention_kind="exact")):
+        expected = module.apply(params, q, kv, kv, rngs=RNGS)
+        np.testing.assert_array_equal(module.apply(params, q, inputs_kv=kv, rngs=RNGS), expected)
+        np.testing.assert_array_equal(module.apply(params, q, kv, rngs=RNGS), expected)
+        with pytest.raises(ValueError, match="either inputs_kv or inputs_k"):
+            module.apply(params, q, kv, inputs_kv=kv, rngs=RNGS)
+        with pytest.raises(ValueError, match="inputs_v needs inputs_k"):
+            module.apply(params, q, inputs_v=kv, rngs=RNGS)
+
+
+def test_decode_one_token_at_a_time_equals_causal_attention():
+    x, _ = _inputs()
+    module = _performer(decode=True)
+    variables = module.init(jax.random.key(1), x)  # full-length inputs: creates the cache
+    params, cache = {"params": variables["params"]}, variables["cache"]
+    assert jax.tree.map(jnp.shape, cache["decode_state"]).kv_sum == (BATCH, HEADS, 16, 8)
+    expected = _performer(causal=True).apply(params, x, rngs=RNGS)
+    outputs = []
+    for t in range(LENGTH):
+        out, state = module.apply(
+            {**params, "cache": cache}, x[:, t : t + 1], rngs=RNGS, mutable=["cache"]
+        )
+        cache = state["cache"]
+        outputs.append(out)
+    assert int(cache["cache_index"]) == LENGTH
+    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="one token per call"):
+        module.apply({**params, "cache": cache}, x[:, :2], rngs=RNGS, mutable=["cache"])
+    with pytest.raises(ValueError, match="decode=True needs attention_kind='performer'"):
+        module.clone(attention_kind="exact").init(jax.random.key(1), x)
+
+
+@pytest.mark.parametrize("kind", ["exact", "performer"])
+def test_sow_weights_as_flax_does(kind):
+    x, _ = _inputs()
+    params = _params()
+    mask = nn.make_causal_mask(PAD)
+    module = PerformerAttention(num_heads=HEADS, num_features=16, attention_kind=kind)
+    _, state = module.apply(
+        params, x, mask=mask, sow_weights=True, rngs=RNGS, mutable=["intermediates"]
+    )
+    (weights,) = state["intermediates"]["attention_weights"]
+    assert weights.shape == (BATCH, HEADS, LENGTH, LENGTH)
+    np.testing.assert_allclose(jnp.sum(weights, axis=-1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(jnp.triu(weights, k=1), 0.0)  # causal
+    if kind == "exact":
+        _, flax_state = nn.MultiHeadDotProductAttention(num_heads=HEADS).apply(
+            params, x, mask=mask, sow_weights=True, mutable=["intermediates"]
+        )
+        np.testing.assert_allclose(
+            weights, flax_state["intermediates"]["attention_weights"][0], rtol=1e-6
+        )
+    _, quiet = module.apply(params, x, rngs=RNGS, mutable=["intermediates"])
+    assert "attention_weights" not in quiet["intermediates"]
