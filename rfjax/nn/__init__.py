@@ -5,7 +5,9 @@ or Performer (FAVOR) attention over any coupling; ``PerformerViT`` is a Vision T
 made of it. ``ImplicitAttentionPolicy`` is an implicit-attention policy (patch importance by
 exact or random-feature attention, top-k masking, an MLP controller) for evolution strategies.
 Projections are drawn from the RNG stream ``"projection"`` and redrawn by the
-explicit ``projection_step`` (see ``PerformerAttention``).
+explicit ``projection_step`` (see ``PerformerAttention``). ``rfjax.nn.nnx`` holds the Flax NNX
+versions (``PerformerAttention`` as a drop-in for ``flax.nnx.MultiHeadAttention``, and
+``PerformerViT``), which share the attention maths with these linen modules.
 """
 
 from rfjax.nn._attention import (

@@ -1,0 +1,382 @@
+"""PerformerAttention in Flax NNX: a drop-in for ``flax.nnx.MultiHeadAttention``."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.nn.initializers import Initializer
+from jax.typing import DTypeLike
+
+from rfjax.attention import DecodeState, PerHead, favor_decode_init, redraw_key
+from rfjax.features import FeatureMap
+from rfjax.nn._favor_heads import (
+    AttentionKind,
+    check_attributes,
+    cosine_scores,
+    decode_step,
+    draw_heads,
+    favor_heads,
+    favor_heads_weights,
+    favor_mask,
+    feature_map_template,
+    keys_and_values,
+)
+from rfjax.projections import Projection
+
+__all__ = ["FittedFeatureMap", "PerformerAttention", "ProjectionKey"]
+
+DEFAULT_KERNEL_INIT = nnx.initializers.lecun_normal()  # nnx.MultiHeadAttention's defaults
+DEFAULT_BIAS_INIT = nnx.initializers.zeros_init()
+
+
+class ProjectionKey(nnx.Variable):
+    """The base PRNG key of an attention layer's projections (not trained, saved with it)."""
+
+
+class FittedFeatureMap(nnx.Variable):
+    """The data-fitted fields of a feature map per head (``FeatureMap.fitted_fields``, each of
+    shape ``(N, ...)``); set by fitting, not by the optimizer."""
+
+
+class PerformerAttention(nnx.Module):
+    """Multi-head attention, exact or Performer (FAVOR), shaped like ``nnx.MultiHeadAttention``.
+
+    The NNX twin of ``rfjax.nn.PerformerAttention`` (same attributes, same maths: both call
+    ``rfjax.attention`` through ``rfjax.nn._favor_heads``). Its submodules are those of
+    ``flax.nnx.MultiHeadAttention`` (``query``, ``key``, ``value``: ``LinearGeneral`` to
+    ``(N, H)``; ``out`` from ``(N, H)``), so an ``nnx.MultiHeadAttention``'s parameters load
+    into it (``nnx.update(performer, nnx.state(mha, nnx.Param))``), and the call takes the same
+    arguments (``inputs_q, inputs_k, inputs_v``, ``mask``, ``deterministic``, ``rngs``,
+    ``sow_weights``, ``decode``, ``is_causal``) plus ``projection_step``.
+
+    Projections: the random projection is not a parameter. ``__init__`` stores a base key
+    (``ProjectionKey``, from the ``"projection"`` stream of ``rngs`` if it has one, else
+    ``"params"``); each call draws ``draw_projection(redraw_key(base, step, redraw_interval),
+    ...)`` (one draw per head) with ``step = projection_step`` (``None``: 0). The same base key
+    and step give the same projection, so features are redrawn every ``redraw_interval``
+    training steps when the train step passes its counter; ``nnx.Optimizer(..., wrt=nnx.Param)``
+    leaves the key alone. Feature maps with random parameters draw them per head from the
+    same key; data-fitted fields are ``FittedFeatureMap`` state (stop-gradient).
+
+    Masks: as in ``rfjax.nn.PerformerAttention``: the exact kind takes any Flax mask; the
+    Performer takes a key padding mask ``(B, S)`` or a Flax mask made of key padding, query
+    padding and causality (``nnx.make_attention_mask``, ``nnx.make_causal_mask``,
+    ``nnx.combine_masks``), read as key padding and causality; others raise ``ValueError``.
+    ``is_causal=True`` or the ``causal`` attribute makes the attention causal.
+
+    Decoding (performer only): ``init_cache(input_shape)`` creates the FAVOR ``DecodeState``
+    (``nnx.Cache``), then each call with ``decode=True`` takes one token ``(B, 1, D)``, as with
+    ``nnx.MultiHeadAttention`` (causal; the same ``projection_step`` at every step).
+
+    Args:
+      num_heads: N.
+      in_features: width of ``inputs_q``.
+      qkv_features: N * H (default ``in_features``).
+      out_features: output width (default ``in_features``).
+      in_kv_features: width of ``inputs_k``/``inputs_v`` (default ``in_features``).
+      dtype, param_dtype, kernel_init, out_kernel_init, bias_init, out_bias_init, use_bias,
+        dropout_rate, deterministic, decode: as in ``nnx.MultiHeadAttention`` (dropout on the
+        attention weights: exact only).
+      attention_kind, coupling, num_features, feature_map, causal, redraw_interval,
+        chunk_size, eps, query_key_norm, initial_temperature: as in
+        ``rfjax.nn.PerformerAttention``.
+      rngs: ``nnx.Rngs`` with ``"params"`` (and optionally ``"projection"``, ``"dropout"``).
+      keep_rngs: keep the dropout stream for calls without ``rngs`` (as in Flax).
+
+    Examples:
+      >>> import jax
+      >>> from flax import nnx
+      >>> from rfjax.nn import nnx as rnnx
+      >>> layer = rnnx.PerformerAttention(4, 32, num_features=16, rngs=nnx.Rngs(0))
+      >>> x = jax.random.normal(jax.random.key(1), (2, 10, 32))
+      >>> layer(x, is_causal=True).shape
+      (2, 10, 32)
+
+    References:
+      Choromanski et al., "Rethinking Attention with Performers", arXiv:2009.14794; Reid et al.,
+      "Simplex Random Features", arXiv:2301.13856, Sec. 5.4.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        in_features: int,
+        qkv_features: int | None = None,
+        out_features: int | None = None,
+        in_kv_features: int | None = None,
+        *,
+        dtype: DTypeLike | None = None,
+        param_dtype: DTypeLike = jnp.float32,
+        dropout_rate: float = 0.0,
+        deterministic: bool | None = None,
+        kernel_init: Initializer = DEFAULT_KERNEL_INIT,
+        out_kernel_init: Initializer | None = None,
+        bias_init: Initializer = DEFAULT_BIAS_INIT,
+        out_bias_init: Initializer | None = None,
+        use_bias: bool = True,
+        decode: bool | None = None,
+        attention_kind: AttentionKind = "performer",
+        coupling: str = "orthogonal",
+        num_features: int = 256,
+        feature_map: str | FeatureMap = "positive",
+        causal: bool = False,
+        redraw_interval: int = 1000,
+        chunk_size: int = 128,
+        eps: float | None = None,
+        query_key_norm: bool = False,
+        initial_temperature: float = 1.0,
+        rngs: nnx.Rngs,
+        keep_rngs: bool = True,
+    ) -> None:
+        qkv_features = in_features if qkv_features is None else qkv_features
+        self.head_dim = check_attributes(
+            num_heads=num_heads,
+            features=qkv_features,
+            attention_kind=attention_kind,
+            coupling=coupling,
+            num_features=num_features,
+            dropout_rate=dropout_rate,
+            redraw_interval=redraw_interval,
+            feature_map=feature_map,
+            query_key_norm=query_key_norm,
+            initial_temperature=initial_temperature,
+        )
+        self.num_heads = num_heads
+        self.in_features = in_features
+        self.qkv_features = qkv_features
+        self.out_features = in_features if out_features is None else out_features
+        self.in_kv_features = in_features if in_kv_features is None else in_kv_features
+        self.dtype = dtype
+        self.dropout_rate = dropout_rate
+        self.deterministic = deterministic
+        self.decode = decode
+        self.attention_kind = attention_kind
+        self.coupling = coupling
+        self.num_features = num_features
+        self.feature_map = feature_map
+        self.causal = causal
+        self.redraw_interval = redraw_interval
+        self.chunk_size = chunk_size
+        self.eps = eps
+        self.query_key_norm = query_key_norm
+        linear = functools.partial(
+            nnx.LinearGeneral,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            use_bias=use_bias,
+            rngs=rngs,
+        )
+        heads = (num_heads, self.head_dim)
+        self.query = linear(in_features, heads)
+        self.key = linear(self.in_kv_features, heads)
+        self.value = linear(self.in_kv_features, heads)
+        self.out = nnx.LinearGeneral(
+            heads,
+            self.out_features,
+            axis=(-2, -1),
+            dtype=dtype,
+            param_dtype=param_dtype,
+            kernel_init=out_kernel_init or kernel_init,
+            bias_init=out_bias_init or bias_init,
+            use_bias=use_bias,
+            rngs=rngs,
+        )
+        self.log_temperature = (
+            nnx.Param(jnp.full((num_heads,), math.log(initial_temperature), param_dtype))
+            if query_key_norm
+            else nnx.data(None)
+        )
+        self.projection_key = ProjectionKey(
+            rngs.projection() if "projection" in rngs else rngs.params()
+        )
+        performer = attention_kind == "performer"
+        fitted = feature_map_template(feature_map).fitted_fields if performer else ()
+        self.fitted_feature_map = (
+            FittedFeatureMap({n: getattr(self._draw(0)[1].stacked, n) for n in fitted})
+            if fitted
+            else nnx.data(None)
+        )
+        self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else nnx.data(None)
+        self.decode_state: nnx.Cache[DecodeState] | None = nnx.data(None)
+        self.cache_index: nnx.Cache[jax.Array] | None = nnx.data(None)
+
+    def _draw(
+        self, projection_step: jax.Array | int | None
+    ) -> tuple[PerHead[Projection], PerHead[FeatureMap]]:
+        """This call's per-head projection and feature map (see the class docstring)."""
+        step = 0 if projection_step is None else projection_step
+        stream = redraw_key(self.projection_key[...], step, redraw_interval=self.redraw_interval)
+        projection_key, feature_map_key = jax.random.split(stream)
+        projection, fmap = draw_heads(
+            projection_key,
+            feature_map_key,
+            head_dim=self.head_dim,
+            num_heads=self.num_heads,
+            num_features=self.num_features,
+            coupling=self.coupling,
+            feature_map=self.feature_map,
+        )
+        fitted = getattr(self, "fitted_feature_map", None)
+        if fitted is not None:
+            fmap = fmap.replace(**jax.tree.map(jax.lax.stop_gradient, fitted.get_value()))
+        return projection, PerHead(fmap)
+
+    def init_cache(
+        self,
+        input_shape: tuple[int, ...],
+        dtype: DTypeLike = jnp.float32,
+        *,
+        projection_step: jax.Array | int | None = None,
+    ) -> None:
+        """Creates the empty decode state for inputs of shape ``(B, ..., D)`` (``(B, 1, D)``
+        per step), as ``nnx.MultiHeadAttention.init_cache`` (performer only)."""
+        self._check_decodable()
+        projection, feature_map = self._draw(projection_step)
+        self.decode_state = nnx.Cache(
+            favor_decode_init(
+                math.prod(input_shape[:-2]),
+                self.num_heads,
+                self.head_dim,
+                projection,
+                feature_map=feature_map,
+                dtype=dtype,
+            )
+        )
+        self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
+
+    def _check_decodable(self) -> None:
+        if self.attention_kind != "performer":
+            raise ValueError(
+                "decoding needs attention_kind='performer' (the FAVOR decode state); the exact "
+                "kind has no cache: use flax.nnx.MultiHeadAttention to decode with exact "
+                "attention (the parameters are the same)"
+            )
+
+    def __call__(
+        self,
+        inputs_q: jax.Array,
+        inputs_k: jax.Array | None = None,
+        inputs_v: jax.Array | None = None,
+        *,
+        mask: jax.Array | None = None,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | nnx.RngStream | None = None,
+        sow_weights: bool = False,
+        decode: bool | None = None,
+        is_causal: bool = False,
+        projection_step: jax.Array | int | None = None,
+    ) -> jax.Array:
+        """Attends from ``inputs_q`` ``(B, T, D)`` to ``inputs_k``/``inputs_v`` ``(B, S, D)``.
+
+        Args:
+          inputs_q, inputs_k, inputs_v, mask, deterministic, rngs, sow_weights, decode: as in
+            ``nnx.MultiHeadAttention`` (masks: see the class docstring; ``sow_weights`` sows
+            ``attention_weights`` ``(B, N, T, S)`` as ``nnx.Intermediate``, for the Performer
+            formed by ``favor_attention_weights``).
+          is_causal: causal attention (with the ``causal`` attribute or a causal mask).
+          projection_step: the training step that selects the projection (performer only).
+
+        Returns:
+          ``(B, T, out_features)``.
+        """
+        inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, None)
+        query, key, value = self.query(inputs_q), self.key(inputs_k), self.value(inputs_v)
+        if self.log_temperature is not None:
+            query, key = cosine_scores(query, key, self.log_temperature[...])
+        causal = self.causal or is_causal
+        decode = bool(self.decode if decode is None else decode)
+        batch_shape = query.shape[:-3]
+        flat = (lambda x: x.reshape(-1, *x.shape[-3:])) if len(batch_shape) != 1 else None
+        if flat is not None:
+            query, key, value = flat(query), flat(key), flat(value)
+        if self.attention_kind == "exact":
+            if decode:
+                self._check_decodable()
+            out = self._exact(query, key, value, mask, causal, deterministic, rngs, sow_weights)
+        elif decode:
+            out = self._decode(query, key, value, mask, projection_step)
+        else:
+            projection, feature_map = self._draw(projection_step)
+            favor = favor_mask(
+                mask,
+                batch_shape=batch_shape or (1,),
+                num_heads=self.num_heads,
+                query_length=query.shape[1],
+                key_length=key.shape[1],
+                causal=causal,
+            )
+            if sow_weights:
+                weights = favor_heads_weights(
+                    query, key, projection, feature_map, favor, eps=self.eps
+                )
+                self.sow(nnx.Intermediate, "attention_weights", weights)
+            out = favor_heads(
+                query,
+                key,
+                value,
+                projection,
+                feature_map,
+                favor,
+                chunk_size=self.chunk_size,
+                eps=self.eps,
+            )
+        if flat is not None:
+            out = out.reshape(*batch_shape, *out.shape[-3:])
+        return self.out(out)
+
+    def _exact(self, query, key, value, mask, causal, deterministic, rngs, sow_weights):
+        if causal:
+            causal_mask = nnx.make_causal_mask(jnp.ones(query.shape[:2], bool))
+            mask = causal_mask if mask is None else nnx.combine_masks(mask, causal_mask)
+        if mask is not None and mask.ndim == 2:
+            mask = mask[:, None, None, :]
+        dropout_rng = None
+        deterministic = self.deterministic if deterministic is None else deterministic
+        if self.dropout_rate > 0 and deterministic is None:
+            raise ValueError(
+                "deterministic must be given to the call or the layer when dropout_rate > 0"
+            )
+        if self.dropout_rate > 0 and not deterministic:
+            stream = self.rngs if rngs is None else rngs
+            stream = stream.dropout if isinstance(stream, nnx.Rngs) else stream
+            if stream is None:
+                raise ValueError(
+                    "rngs must be given to the call when the layer was made with "
+                    "keep_rngs=False and attention dropout is on"
+                )
+            dropout_rng = stream()
+        return nnx.dot_product_attention(
+            query,
+            key,
+            value,
+            mask=mask,
+            dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate,
+            deterministic=dropout_rng is None,
+            dtype=self.dtype,
+            module=self if sow_weights else None,
+        )
+
+    def _decode(self, query, key, value, mask, projection_step):
+        if self.decode_state is None or self.cache_index is None:
+            raise ValueError("the decode cache is not initialised: call init_cache first")
+        projection, feature_map = self._draw(projection_step)
+        state, out = decode_step(
+            self.decode_state.get_value(),
+            query,
+            key,
+            value,
+            projection,
+            feature_map,
+            mask,
+            eps=self.eps,
+        )
+        self.decode_state.set_value(state)
+        self.cache_index.set_value(self.cache_index.get_value() + 1)
+        return out

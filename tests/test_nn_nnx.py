@@ -1,0 +1,206 @@
+"""rfjax.nn.nnx: PerformerAttention as a drop-in for flax.nnx.MultiHeadAttention, and the NNX
+PerformerViT trained with nnx.Optimizer."""
+
+import inspect
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from rfjax import attention
+from rfjax.nn import nnx as rnnx
+
+BATCH, LENGTH, WIDTH, HEADS = 2, 10, 16, 2
+PAD = jnp.arange(LENGTH)[None, :] < jnp.array([[7], [LENGTH]])  # (B, T): 7 and 10 tokens
+
+
+def _inputs(seed=0):
+    return jax.random.normal(jax.random.key(seed), (BATCH, LENGTH, WIDTH)) * 0.5
+
+
+def _performer(**kwargs):
+    kwargs = {"num_features": 16, "coupling": "gaussian", **kwargs}
+    return rnnx.PerformerAttention(HEADS, WIDTH, rngs=nnx.Rngs(0, projection=3), **kwargs)
+
+
+def test_call_signature_matches_nnx_multi_head_attention():
+    ours = inspect.signature(rnnx.PerformerAttention.__call__).parameters
+    theirs = inspect.signature(nnx.MultiHeadAttention.__call__).parameters
+    for name in (
+        "inputs_q",
+        "inputs_k",
+        "inputs_v",
+        "mask",
+        "deterministic",
+        "rngs",
+        "sow_weights",
+        "decode",
+        "is_causal",
+    ):
+        assert ours[name].kind == theirs[name].kind, name
+    ours = inspect.signature(rnnx.PerformerAttention.__init__).parameters
+    theirs = list(inspect.signature(nnx.MultiHeadAttention.__init__).parameters)
+    assert list(ours)[:5] == theirs[:5]  # self, num_heads, in_features, qkv_features, ...
+
+
+def test_multi_head_attention_parameters_load_and_give_its_outputs():
+    x, kv = _inputs(0), _inputs(1)
+    mha = nnx.MultiHeadAttention(HEADS, WIDTH, decode=False, rngs=nnx.Rngs(1))
+    ours = rnnx.PerformerAttention(HEADS, WIDTH, attention_kind="exact", rngs=nnx.Rngs(9))
+    assert jax.tree.structure(nnx.state(ours, nnx.Param)) == jax.tree.structure(
+        nnx.state(mha, nnx.Param)
+    )
+    nnx.update(ours, nnx.state(mha, nnx.Param))
+    mask = nnx.make_attention_mask(PAD, PAD)
+    np.testing.assert_allclose(ours(x, kv, mask=mask), mha(x, kv, mask=mask), atol=1e-6)
+    np.testing.assert_allclose(ours(x, is_causal=True), mha(x, is_causal=True), atol=1e-6)
+    performer = _performer()
+    nnx.update(performer, nnx.state(mha, nnx.Param))  # the same layout for FAVOR
+    assert performer(x, kv).shape == x.shape
+
+
+def test_performer_is_favor_attention_on_the_documented_draw():
+    """Output = out(favor_attention(q, k, v, projection)) with the projection drawn from
+    split(redraw_key(base key, step, redraw_interval))[0], one draw per head."""
+    layer = _performer(redraw_interval=5)
+    x = _inputs()
+    q, k, v = layer.query(x), layer.key(x), layer.value(x)
+    for step in (0, 7):
+        stream = attention.redraw_key(layer.projection_key[...], step, redraw_interval=5)
+        projection = attention.draw_projection(
+            jax.random.split(stream)[0], WIDTH // HEADS, 16, coupling="gaussian", num_heads=HEADS
+        )
+        expected = layer.out(attention.favor_attention(q, k, v, projection, causal=True))
+        got = layer(x, is_causal=True, projection_step=step)
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(layer(x, projection_step=5), layer(x, projection_step=9))
+    assert not np.allclose(layer(x, projection_step=4), layer(x, projection_step=5))
+
+
+def test_flax_masks_become_key_padding_and_causality():
+    x = _inputs()
+    layer = _performer()
+    mask = nnx.combine_masks(nnx.make_causal_mask(PAD), nnx.make_attention_mask(PAD, PAD))
+    expected = layer(x, mask=PAD, is_causal=True)
+    valid = np.asarray(PAD)
+    np.testing.assert_allclose(np.asarray(layer(x, mask=mask))[valid], np.asarray(expected)[valid])
+    traced = nnx.jit(lambda m, mask: m(x, mask=mask))(layer, mask)
+    np.testing.assert_allclose(np.asarray(traced)[valid], np.asarray(expected)[valid], atol=1e-6)
+    window = jnp.abs(jnp.arange(LENGTH)[:, None] - jnp.arange(LENGTH)[None, :]) <= 2
+    with pytest.raises(ValueError, match="key padding mask and causality only"):
+        layer(x, mask=window[None, None])
+
+
+def test_decode_one_token_at_a_time_equals_causal_attention():
+    x = _inputs()
+    layer = _performer(decode=True)
+    with pytest.raises(ValueError, match="call init_cache first"):
+        layer(x[:, :1])
+    expected = layer(x, is_causal=True, decode=False)
+    layer.init_cache(x.shape)
+    step = nnx.jit(lambda m, token: m(token))
+    outputs = [step(layer, x[:, t : t + 1]) for t in range(LENGTH)]
+    assert int(layer.cache_index[...]) == LENGTH
+    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
+    exact = _performer(attention_kind="exact")
+    with pytest.raises(ValueError, match="decoding needs attention_kind='performer'"):
+        exact.init_cache(x.shape)
+
+
+@pytest.mark.parametrize("kind", ["exact", "performer"])
+def test_sow_weights(kind):
+    x = _inputs()
+    layer = _performer(attention_kind=kind)
+    forward = nnx.capture(layer, nnx.Intermediate)
+    out, intermediates = forward(x, mask=nn.make_causal_mask(PAD), sow_weights=True)
+    (weights,) = intermediates["attention_weights"].get_value()
+    assert weights.shape == (BATCH, HEADS, LENGTH, LENGTH)
+    np.testing.assert_allclose(jnp.sum(weights, axis=-1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(jnp.triu(weights, k=1), 0.0)
+    heads = jnp.einsum("bnts,bsnh->btnh", weights, layer.value(x))
+    np.testing.assert_allclose(layer.out(heads), out, rtol=1e-4, atol=1e-5)
+    assert "attention_weights" not in forward(x)[1]
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="num_heads must be an integer >= 1, got 0"):
+        rnnx.PerformerAttention(0, WIDTH, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="dropout_rate must be 0"):
+        rnnx.PerformerAttention(HEADS, WIDTH, dropout_rate=0.1, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="patch_size must be an integer >= 1, got 0"):
+        rnnx.PerformerViT(3, image_size=(8, 8), patch_size=0, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="multiples of patch_size"):
+        rnnx.PerformerViT(3, image_size=(8, 9), rngs=nnx.Rngs(0))
+    vit = rnnx.PerformerViT(3, image_size=(8, 8), num_features=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="images must have shape"):
+        vit(jnp.zeros((1, 12, 12)))
+
+
+def _bright_or_dark(key, count):
+    """Images 8 x 8 whose mean is +0.5 (label 1) or -0.5 (label 0), under N(0, 1) noise."""
+    labels = jax.random.bernoulli(key, 0.5, (count,)).astype(jnp.int32)
+    noise = jax.random.normal(jax.random.fold_in(key, 1), (count, 8, 8))
+    return noise + (labels[:, None, None] - 0.5), labels
+
+
+STEPS = 24
+
+
+def test_vit_trains_with_nnx_optimizer():
+    """A few Adam steps on a fixed batch of a separable task lower the loss; projections are
+    redrawn by the step (redraw_interval=4) inside nnx.jit."""
+    vit = rnnx.PerformerViT(
+        2,
+        image_size=(8, 8),
+        patch_size=2,
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=32,
+        num_features=16,
+        redraw_interval=4,
+        rngs=nnx.Rngs(0),
+    )
+    optimizer = nnx.Optimizer(vit, optax.adam(1e-2), wrt=nnx.Param)
+    images, labels = _bright_or_dark(jax.random.key(1), 32)
+    keys_before = nnx.state(vit, rnnx.ProjectionKey)
+
+    @nnx.jit
+    def train_step(model, optimizer, step):
+        def loss_fn(model):
+            logits = model(images, train=True, projection_step=step)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    losses = [float(train_step(vit, optimizer, step)) for step in range(STEPS)]
+    assert losses[0] == pytest.approx(np.log(2), rel=1e-4)  # zero-initialised head
+    assert np.mean(losses[-4:]) < 0.5 * losses[0], losses
+    assert int(optimizer.step[...]) == STEPS
+    keys_after = nnx.state(vit, rnnx.ProjectionKey)  # not trained
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), keys_before, keys_after))
+
+
+def test_empty_batches_and_unbatched_inputs():
+    layer = _performer(attention_kind="exact")
+    assert layer(jnp.ones((0, LENGTH, WIDTH))).shape == (0, LENGTH, WIDTH)
+    assert _performer()(jnp.ones((LENGTH, WIDTH))).shape == (LENGTH, WIDTH)
+
+
+def test_fitted_feature_map_fields_are_state_that_the_attention_uses():
+    layer = _performer(feature_map="cluster_hybrid", eps=1e-3, query_key_norm=True)
+    fitted = layer.fitted_feature_map.get_value()
+    assert set(fitted) == {"query_centres", "key_centres"}
+    assert all(value.shape[0] == HEADS for value in fitted.values())
+    assert not isinstance(layer.fitted_feature_map, nnx.Param)  # not trained
+    x = _inputs()
+    before = layer(x)
+    centres = jax.random.normal(jax.random.key(5), fitted["query_centres"].shape)
+    layer.fitted_feature_map.set_value({"query_centres": centres, "key_centres": centres})
+    assert not np.allclose(layer(x), before)
