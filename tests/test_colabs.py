@@ -16,7 +16,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 COLABS = pathlib.Path(__file__).resolve().parent.parent / "colabs"
-NOTEBOOKS = ("tour", "simrf_attention", "hybrid_features")
+NOTEBOOKS = ("tour", "simrf_attention", "hybrid_features", "nnx_vit")
 KERNEL_NAME = "rfjax-test-python"
 TIMEOUT_S = 120  # per cell
 

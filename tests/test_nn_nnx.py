@@ -1,6 +1,7 @@
 """rfjax.nn.nnx: PerformerAttention as a drop-in for flax.nnx.MultiHeadAttention, and the NNX
 PerformerViT trained with nnx.Optimizer."""
 
+import doctest
 import inspect
 
 import flax.linen as nn
@@ -12,7 +13,10 @@ import pytest
 from flax import nnx
 
 from rfjax import attention
+from rfjax.nn import _attention as linen_attention
 from rfjax.nn import nnx as rnnx
+from rfjax.nn.nnx import _attention as nnx_attention
+from rfjax.nn.nnx import _vit as nnx_vit
 
 BATCH, LENGTH, WIDTH, HEADS = 2, 10, 16, 2
 PAD = jnp.arange(LENGTH)[None, :] < jnp.array([[7], [LENGTH]])  # (B, T): 7 and 10 tokens
@@ -147,7 +151,7 @@ def _bright_or_dark(key, count):
     return noise + (labels[:, None, None] - 0.5), labels
 
 
-STEPS = 24
+STEPS = 16
 
 
 def test_vit_trains_with_nnx_optimizer():
@@ -156,12 +160,12 @@ def test_vit_trains_with_nnx_optimizer():
     vit = rnnx.PerformerViT(
         2,
         image_size=(8, 8),
-        patch_size=2,
-        hidden_size=16,
+        patch_size=4,
+        hidden_size=8,
         num_layers=1,
         num_heads=2,
-        mlp_dim=32,
-        num_features=16,
+        mlp_dim=16,
+        num_features=8,
         redraw_interval=4,
         rngs=nnx.Rngs(0),
     )
@@ -204,3 +208,9 @@ def test_fitted_feature_map_fields_are_state_that_the_attention_uses():
     centres = jax.random.normal(jax.random.key(5), fitted["query_centres"].shape)
     layer.fitted_feature_map.set_value({"query_centres": centres, "key_centres": centres})
     assert not np.allclose(layer(x), before)
+
+
+@pytest.mark.parametrize("module", [linen_attention, nnx_attention, nnx_vit])
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

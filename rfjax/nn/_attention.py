@@ -123,6 +123,17 @@ class PerformerAttention(nn.Module):
         give them a larger floor (e.g. 1e-3; a bias on those rows only), and
         ``query_key_norm``.
 
+    Examples:
+      >>> import flax.linen as nn
+      >>> import jax
+      >>> from rfjax.nn import PerformerAttention
+      >>> x = jax.random.normal(jax.random.key(0), (2, 10, 32))
+      >>> layer = PerformerAttention(num_heads=4, num_features=16)
+      >>> variables = layer.init(jax.random.key(1), x)
+      >>> mask = nn.make_causal_mask(x[..., 0])  # read as causal attention
+      >>> layer.apply(variables, x, mask=mask, rngs={"projection": jax.random.key(2)}).shape
+      (2, 10, 32)
+
     References:
       Choromanski et al., "Rethinking Attention with Performers", arXiv:2009.14794; Reid et al.,
       "Simplex Random Features", arXiv:2301.13856, Sec. 5.4.
