@@ -137,8 +137,25 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
     np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="one token per call"):
         module.apply({**params, "cache": cache}, x[:, :2], rngs=RNGS, mutable=["cache"])
-    with pytest.raises(ValueError, match="decode=True needs attention_kind='performer'"):
-        module.clone(attention_kind="exact").init(jax.random.key(1), x)
+
+
+def test_exact_decode_keeps_flax_cache_and_outputs():
+    x, _ = _inputs()
+    ours = PerformerAttention(num_heads=HEADS, attention_kind="exact", decode=True)
+    flax_module = nn.MultiHeadDotProductAttention(num_heads=HEADS, decode=True)
+    variables = flax_module.init(jax.random.key(1), x)
+    assert jax.tree.structure(ours.init(jax.random.key(1), x)) == jax.tree.structure(variables)
+    ours_cache = flax_cache = variables["cache"]
+    params = {"params": variables["params"]}
+    for t in range(LENGTH):
+        token = x[:, t : t + 1]
+        out, ours_state = ours.apply({**params, "cache": ours_cache}, token, mutable=["cache"])
+        expected, flax_state = flax_module.apply(
+            {**params, "cache": flax_cache}, token, mutable=["cache"]
+        )
+        ours_cache, flax_cache = ours_state["cache"], flax_state["cache"]
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    assert int(ours_cache["cache_index"]) == LENGTH
 
 
 @pytest.mark.parametrize("kind", ["exact", "performer"])

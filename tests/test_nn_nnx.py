@@ -110,9 +110,14 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
     outputs = [step(layer, x[:, t : t + 1]) for t in range(LENGTH)]
     assert int(layer.cache_index[...]) == LENGTH
     np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
-    exact = _performer(attention_kind="exact")
-    with pytest.raises(ValueError, match="decoding needs attention_kind='performer'"):
-        exact.init_cache(x.shape)
+    exact = _performer(attention_kind="exact", decode=True)
+    mha = nnx.MultiHeadAttention(HEADS, WIDTH, decode=True, rngs=nnx.Rngs(1))
+    nnx.update(exact, nnx.state(mha, nnx.Param))
+    exact.init_cache(x.shape)
+    mha.init_cache(x.shape)
+    for t in range(LENGTH):
+        token = x[:, t : t + 1]
+        np.testing.assert_allclose(exact(token), mha(token), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["exact", "performer"])

@@ -25,6 +25,7 @@ from rfjax.nn._favor_heads import (
     favor_heads_weights,
     favor_mask,
     keys_and_values,
+    kv_cache_step,
 )
 from rfjax.nn._favor_heads import feature_map_template as _feature_map_template
 from rfjax.projections import Projection
@@ -53,15 +54,16 @@ class PerformerAttention(nn.Module):
     ``"performer"`` replaces it with ``rfjax.attention.favor_attention`` over ``num_features``
     random features per head drawn with ``coupling``.
 
-    Decoding (``decode=True``, performer only): as with Flax's attention, ``init`` with the
-    full-length inputs creates the ``"cache"`` collection, here FAVOR's recurrent
-    ``DecodeState`` (``"decode_state"``: sum_j phi(k_j) v_j^T and sum_j phi(k_j) per head, of
-    size independent of the length; ``rfjax.attention.favor_decode_init``) and
-    ``"cache_index"``; each ``apply(..., mutable=["cache"])`` then takes one token
-    ``(B, 1, D)``, adds its key and value to the state and attends causally
-    (``favor_decode_step``), equal to position t of the causal ``favor_attention`` over the
-    whole sequence. The steps must use the same projection: the same ``"projection"`` stream
-    key and ``projection_step`` at every step.
+    Decoding (``decode=True``): as with Flax's attention, ``init`` with the full-length inputs
+    creates the ``"cache"`` collection and each ``apply(..., mutable=["cache"])`` then takes one
+    token ``(B, 1, D)``. The Performer's cache is FAVOR's recurrent ``DecodeState``
+    (``"decode_state"``: sum_j phi(k_j) v_j^T and sum_j phi(k_j) per head, of size independent
+    of the length; ``rfjax.attention.favor_decode_init``) and ``"cache_index"``: each step adds
+    its key and value to the state and attends causally (``favor_decode_step``), equal to
+    position t of the causal ``favor_attention`` over the whole sequence. The steps must use
+    the same projection: the same ``"projection"`` stream key and ``projection_step`` at every
+    step. The exact kind keeps Flax's key/value cache (``"cached_key"``, ``"cached_value"``,
+    ``"cache_index"``, as ``MultiHeadDotProductAttention``).
 
     Projections and the step: the random projection is not a parameter and is never stored. It
     is drawn on every call as ``draw_projection(redraw_key(rng, step, redraw_interval), ...)``
@@ -332,13 +334,21 @@ class PerformerAttention(nn.Module):
         )(out)
 
     def _exact(self, query, key, value, mask, deterministic, dropout_rng, sow_weights):
-        if self.decode:
-            raise ValueError(
-                "decode=True needs attention_kind='performer' (the FAVOR decode state); the "
-                "exact kind has no cache: use flax.linen.MultiHeadDotProductAttention to decode "
-                "with exact attention (the parameters are the same)"
+        decoding = False
+        if self.decode:  # Flax's key/value cache, under Flax's names
+            decoding = self.has_variable("cache", "cached_key")
+            cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+            cached_value = self.variable(
+                "cache", "cached_value", jnp.zeros, value.shape, value.dtype
             )
-        if self.causal:
+            index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+            if decoding:
+                key, value, mask = kv_cache_step(
+                    cached_key.value, cached_value.value, index.value, key, value, mask
+                )
+                cached_key.value, cached_value.value = key, value
+                index.value = index.value + 1
+        if self.causal and not decoding:
             causal_mask = nn.make_causal_mask(jnp.ones(query.shape[:2], bool))
             mask = causal_mask if mask is None else nn.combine_masks(mask, causal_mask)
         if mask is not None and mask.ndim == 2:

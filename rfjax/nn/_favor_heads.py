@@ -323,3 +323,28 @@ def cosine_scores(
         return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
 
     return unit(query) * scale.astype(query.dtype), unit(key) * scale.astype(key.dtype)
+
+
+def kv_cache_step(
+    cached_key: jax.Array,
+    cached_value: jax.Array,
+    index: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array | None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Exact attention's decode step, as Flax's: writes token ``index``'s key and value
+    ``(B, 1, N, H)`` into the caches ``(B, L, N, H)``; returns the caches and the mask
+    ``(B, 1, 1, L)`` of the positions written so far (and ``mask``, if given)."""
+    if key.shape[1] != 1:
+        raise ValueError(
+            f"decoding takes one token per call: inputs must have length 1, got {key.shape[1]} "
+            f"(keys of shape {key.shape})"
+        )
+    zero = jnp.zeros((), index.dtype)
+    at = (zero, index, zero, zero)
+    cached_key = jax.lax.dynamic_update_slice(cached_key, key.astype(cached_key.dtype), at)
+    cached_value = jax.lax.dynamic_update_slice(cached_value, value.astype(cached_value.dtype), at)
+    batch, length = cached_key.shape[:2]
+    written = jnp.broadcast_to(jnp.arange(length) <= index, (batch, 1, 1, length))
+    return cached_key, cached_value, written if mask is None else written & jnp.asarray(mask, bool)

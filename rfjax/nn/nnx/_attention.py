@@ -24,6 +24,7 @@ from rfjax.nn._favor_heads import (
     favor_mask,
     feature_map_template,
     keys_and_values,
+    kv_cache_step,
 )
 from rfjax.projections import Projection
 
@@ -68,9 +69,10 @@ class PerformerAttention(nnx.Module):
     ``nnx.combine_masks``), read as key padding and causality; others raise ``ValueError``.
     ``is_causal=True`` or the ``causal`` attribute makes the attention causal.
 
-    Decoding (performer only): ``init_cache(input_shape)`` creates the FAVOR ``DecodeState``
-    (``nnx.Cache``), then each call with ``decode=True`` takes one token ``(B, 1, D)``, as with
-    ``nnx.MultiHeadAttention`` (causal; the same ``projection_step`` at every step).
+    Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
+    ``DecodeState`` (performer) or Flax's key/value cache (exact); then each call with
+    ``decode=True`` takes one token ``(B, 1, D)``, as with ``nnx.MultiHeadAttention`` (causal;
+    the Performer needs the same ``projection_step`` at every step).
 
     Args:
       num_heads: N.
@@ -204,6 +206,8 @@ class PerformerAttention(nnx.Module):
         )
         self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else nnx.data(None)
         self.decode_state: nnx.Cache[DecodeState] | None = nnx.data(None)
+        self.cached_key: nnx.Cache[jax.Array] | None = nnx.data(None)
+        self.cached_value: nnx.Cache[jax.Array] | None = nnx.data(None)
         self.cache_index: nnx.Cache[jax.Array] | None = nnx.data(None)
 
     def _draw(
@@ -234,9 +238,15 @@ class PerformerAttention(nnx.Module):
         *,
         projection_step: jax.Array | int | None = None,
     ) -> None:
-        """Creates the empty decode state for inputs of shape ``(B, ..., D)`` (``(B, 1, D)``
-        per step), as ``nnx.MultiHeadAttention.init_cache`` (performer only)."""
-        self._check_decodable()
+        """Creates the empty cache for inputs of shape ``(B, L, D)`` (``(B, 1, D)`` per step), as
+        ``nnx.MultiHeadAttention.init_cache``: the FAVOR ``DecodeState`` (performer; its size
+        does not depend on L), or Flax's key/value cache of length L (exact)."""
+        self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
+        if self.attention_kind == "exact":
+            shape = (*input_shape[:-1], self.num_heads, self.head_dim)
+            self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
+            self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
+            return
         projection, feature_map = self._draw(projection_step)
         self.decode_state = nnx.Cache(
             favor_decode_init(
@@ -248,15 +258,10 @@ class PerformerAttention(nnx.Module):
                 dtype=dtype,
             )
         )
-        self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
 
-    def _check_decodable(self) -> None:
-        if self.attention_kind != "performer":
-            raise ValueError(
-                "decoding needs attention_kind='performer' (the FAVOR decode state); the exact "
-                "kind has no cache: use flax.nnx.MultiHeadAttention to decode with exact "
-                "attention (the parameters are the same)"
-            )
+    def _check_cache(self, *names: str) -> None:
+        if any(getattr(self, name) is None for name in names):
+            raise ValueError("the decode cache is not initialised: call init_cache first")
 
     def __call__(
         self,
@@ -297,8 +302,10 @@ class PerformerAttention(nnx.Module):
             query, key, value = flat(query), flat(key), flat(value)
         if self.attention_kind == "exact":
             if decode:
-                self._check_decodable()
-            out = self._exact(query, key, value, mask, causal, deterministic, rngs, sow_weights)
+                key, value, mask = self._append_to_cache(key, value, mask)
+            out = self._exact(
+                query, key, value, mask, causal and not decode, deterministic, rngs, sow_weights
+            )
         elif decode:
             out = self._decode(query, key, value, mask, projection_step)
         else:
@@ -363,9 +370,17 @@ class PerformerAttention(nnx.Module):
             module=self if sow_weights else None,
         )
 
+    def _append_to_cache(self, key, value, mask):
+        self._check_cache("cached_key", "cached_value", "cache_index")
+        key, value, mask = kv_cache_step(
+            self.cached_key[...], self.cached_value[...], self.cache_index[...], key, value, mask
+        )
+        self.cached_key[...], self.cached_value[...] = key, value
+        self.cache_index[...] += 1
+        return key, value, mask
+
     def _decode(self, query, key, value, mask, projection_step):
-        if self.decode_state is None or self.cache_index is None:
-            raise ValueError("the decode cache is not initialised: call init_cache first")
+        self._check_cache("decode_state", "cache_index")
         projection, feature_map = self._draw(projection_step)
         state, out = decode_step(
             self.decode_state.get_value(),
