@@ -275,7 +275,9 @@ class PerformerAttention(nn.Module):
             causality (``nn.make_attention_mask(pad, pad)``, ``nn.make_causal_mask``,
             ``nn.combine_masks`` of them), read as key padding and causality (a causal mask
             switches causal attention on); any other mask raises ``ValueError`` (at run time
-            inside ``jit``), since FAVOR cannot apply an arbitrary T x S mask.
+            inside ``jit``), since FAVOR cannot apply an arbitrary T x S mask. Inside ``jit``
+            such a mask is checked at run time (see ``rfjax.nn._favor_heads.favor_mask``); a
+            ``(B, S)`` key padding mask with ``causal`` costs nothing extra.
           deterministic: disables attention dropout (exact only); default the attribute
             (needed only when ``dropout_rate > 0``, as in Flax).
           dropout_rng: key for attention dropout (default the ``"dropout"`` stream).

@@ -145,7 +145,9 @@ def favor_mask(
 
     A concrete mask that is neither raises ``ValueError`` here; a traced one (inside ``jit``)
     has its causality chosen at run time (``FavorMask.causal`` traced) and raises at run time
-    (through ``jax.debug.callback``, a ``JaxRuntimeError`` carrying the message).
+    (through ``jax.debug.callback``, a ``JaxRuntimeError`` carrying the message). A traced
+    mask thus costs an O(B N T S) check, a host callback and both FAVOR variants compiled (one
+    runs) per call: pass the key padding mask ``(B, S)`` and ``causal`` instead to avoid them.
     """
     if mask is None:
         return FavorMask(None, causal)
