@@ -1,0 +1,15 @@
+"""A scikit-learn front door: random-feature transformers and linear models.
+
+``RandomFeatures`` is a drop-in transformer for ``sklearn.kernel_approximation.RBFSampler``
+(``rfjax.sklearn._random_features``).
+
+Example:
+  >>> from sklearn.pipeline import make_pipeline
+  >>> from sklearn.linear_model import RidgeClassifier
+  >>> from rfjax.sklearn import RandomFeatures
+  >>> model = make_pipeline(RandomFeatures(gamma=0.01, random_state=0), RidgeClassifier())
+"""
+
+from rfjax.sklearn._random_features import KERNELS, RandomFeatures, feature_names
+
+__all__ = ["KERNELS", "RandomFeatures", "feature_names"]
