@@ -1,0 +1,145 @@
+"""Ridge weights from the statistics: one Cholesky solve, or a path of ridges by one eigh."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rfjax._validation import check_real
+from rfjax.linear_models._statistics import RidgeStatistics
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def solve_ridge(
+    statistics: RidgeStatistics, alpha: float, *, fit_intercept: bool = True
+) -> tuple[jax.Array, jax.Array]:
+    """The ridge weights and intercept for one ``alpha``, by a Cholesky solve.
+
+    Minimises |Y - Phi W - 1 b^T|^2 + alpha |W|^2 (the intercept b unpenalised, as
+    ``sklearn.linear_model.Ridge``): with mu = Phi^T 1 / n and ybar = Y^T 1 / n,
+
+      W = (Phi^T Phi - n mu mu^T + alpha I)^{-1} (Phi^T Y - n mu ybar^T),   b = ybar - W^T mu
+
+    (without intercept: W = (Phi^T Phi + alpha I)^{-1} Phi^T Y, b = 0). The centred Gram matrix
+    is formed from the sums, so in float32 features with a large mean (positive features) lose
+    digits to cancellation; sum in float64 where that matters.
+
+    Args:
+      statistics: from ``ridge_statistics``.
+      alpha: the ridge alpha >= 0 (0 needs a positive definite centred Gram matrix).
+      fit_intercept: whether to fit b.
+
+    Returns:
+      ``(weights (m, t), intercept (t,))``.
+
+    Raises:
+      ValueError: for a negative or non-finite alpha, or if the regularised Gram matrix is not
+        numerically positive definite (then increase alpha or sum in float64).
+    """
+    alpha = _check_alpha("alpha", alpha)
+    gram, cross, mean, target_mean = _centred(statistics, fit_intercept)
+    weights = _cholesky_solve(gram, cross, jnp.asarray(alpha, gram.dtype))
+    if not bool(jnp.all(jnp.isfinite(weights))):
+        raise ValueError(
+            f"Phi^T Phi + alpha I is not numerically positive definite at alpha={alpha} in "
+            f"{gram.dtype}: increase alpha or sum the statistics in float64"
+        )
+    return weights, target_mean - mean @ weights
+
+
+def solve_ridge_path(
+    statistics: RidgeStatistics, alphas: Sequence[float], *, fit_intercept: bool = True
+) -> tuple[jax.Array, jax.Array]:
+    """The ridge weights and intercepts for a grid of alphas, by one eigendecomposition.
+
+    With the centred Gram matrix G = Q diag(lambda) Q^T (one ``eigh``, O(m^3)), every alpha
+    costs O(m^2 t): W(alpha) = Q diag(1 / (lambda + alpha)) Q^T C. The maths otherwise as
+    ``solve_ridge``.
+
+    Args:
+      statistics: from ``ridge_statistics``.
+      alphas: L ridge alphas >= 0.
+      fit_intercept: whether to fit the intercepts.
+
+    Returns:
+      ``(weights (L, m, t), intercepts (L, t))``.
+
+    Raises:
+      ValueError: for an empty grid or a negative or non-finite alpha, or if some
+        lambda + alpha is not positive (naming those alphas).
+    """
+    if isinstance(alphas, str) or not isinstance(alphas, Sequence | np.ndarray) or not len(alphas):
+        raise ValueError(f"alphas must be a non-empty sequence of reals >= 0, got {alphas!r}")
+    alphas = [_check_alpha(f"alphas[{i}]", a) for i, a in enumerate(alphas)]
+    gram, cross, mean, target_mean = _centred(statistics, fit_intercept)
+    eigenvalues, rotated, eigenvectors = _eigen(gram, cross)
+    grid = jnp.asarray(alphas, gram.dtype)
+    bad = [a for a, ok in zip(alphas, np.asarray(eigenvalues[0] + grid > 0), strict=True) if not ok]
+    if bad:
+        raise ValueError(
+            f"Phi^T Phi + alpha I is not positive definite for alphas {bad} (smallest eigenvalue "
+            f"{float(eigenvalues[0]):.3g} in {gram.dtype}): use larger alphas"
+        )
+    weights = jnp.einsum(
+        "ij,ljt->lit",
+        eigenvectors,
+        rotated[None] / (eigenvalues[None, :, None] + grid[:, None, None]),
+        precision=_HIGHEST,
+    )
+    return weights, target_mean[None] - jnp.einsum("i,lit->lt", mean, weights)
+
+
+def _check_alpha(name: str, alpha: object) -> float:
+    alpha = check_real(name, alpha)
+    if alpha < 0:
+        raise ValueError(f"{name} must be >= 0, got {alpha}")
+    return alpha
+
+
+def _centred(statistics: RidgeStatistics, fit_intercept: bool):
+    """(G, C, mu, ybar): the centred Gram and cross matrices and the means (zeros without
+    intercept)."""
+    if not isinstance(statistics, RidgeStatistics):
+        raise TypeError(
+            f"statistics must be RidgeStatistics (from ridge_statistics), got "
+            f"{type(statistics).__name__}"
+        )
+    if not isinstance(fit_intercept, bool):
+        raise TypeError(f"fit_intercept must be a bool, got {fit_intercept!r}")
+    return _centre(statistics, fit_intercept)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _centre(statistics: RidgeStatistics, fit_intercept: bool):
+    gram, cross = statistics.gram, statistics.cross
+    if not fit_intercept:
+        return (
+            gram,
+            cross,
+            jnp.zeros(gram.shape[:1], gram.dtype),
+            jnp.zeros(cross.shape[1:], gram.dtype),
+        )
+    n = statistics.count.astype(gram.dtype)
+    mean, target_mean = statistics.feature_sum / n, statistics.target_sum / n
+    gram = gram - n * jnp.outer(mean, mean)
+    cross = cross - n * jnp.outer(mean, target_mean)
+    return gram, cross, mean, target_mean
+
+
+@jax.jit
+def _cholesky_solve(gram: jax.Array, cross: jax.Array, alpha: jax.Array) -> jax.Array:
+    regularised = gram + alpha * jnp.eye(gram.shape[0], dtype=gram.dtype)
+    factor = jax.scipy.linalg.cho_factor(regularised, lower=True)
+    return jax.scipy.linalg.cho_solve(factor, cross)
+
+
+@jax.jit
+def _eigen(gram: jax.Array, cross: jax.Array):
+    """(lambda ascending, Q^T C, Q) of the symmetric ``gram``."""
+    eigenvalues, eigenvectors = jnp.linalg.eigh(gram)
+    return eigenvalues, jnp.matmul(eigenvectors.T, cross, precision=_HIGHEST), eigenvectors
