@@ -71,6 +71,10 @@ def fixed_blocks(
                 f"blocks had x (b, {shapes[0][0]}) and y (b, {shapes[1][0]})"
             )
         while x.shape[0]:
+            if not pending_rows and x.shape[0] >= rows:  # a whole block: no copy beyond dtype
+                yield Block(_as(x[:rows], dtype), _as(y[:rows], dtype), rows)
+                x, y = x[rows:], y[rows:]
+                continue
             take = min(rows - pending_rows, x.shape[0])
             pending.append((x[:take], y[:take]))
             pending_rows += take
@@ -112,3 +116,7 @@ def _concatenate(parts: list[tuple[np.ndarray, np.ndarray]], rows: int, dtype) -
         y[start : start + part_y.shape[0]] = part_y
         start += part_x.shape[0]
     return Block(x, y, valid)
+
+
+def _as(values: np.ndarray, dtype) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=dtype)
