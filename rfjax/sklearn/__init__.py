@@ -1,7 +1,9 @@
 """A scikit-learn front door: random-feature transformers and linear models.
 
 ``RandomFeatures`` is a drop-in transformer for ``sklearn.kernel_approximation.RBFSampler``
-(``rfjax.sklearn._random_features``).
+(``rfjax.sklearn._random_features``); ``RandomFeatureRidge`` and
+``RandomFeatureRidgeClassifier`` fit ridge regression and classification on its features in one
+streaming pass (``rfjax.sklearn._ridge``, on ``rfjax.linear_models``).
 
 Example:
   >>> from sklearn.pipeline import make_pipeline
@@ -11,5 +13,12 @@ Example:
 """
 
 from rfjax.sklearn._random_features import KERNELS, RandomFeatures, feature_names
+from rfjax.sklearn._ridge import RandomFeatureRidge, RandomFeatureRidgeClassifier
 
-__all__ = ["KERNELS", "RandomFeatures", "feature_names"]
+__all__ = [
+    "KERNELS",
+    "RandomFeatureRidge",
+    "RandomFeatureRidgeClassifier",
+    "RandomFeatures",
+    "feature_names",
+]

@@ -1,0 +1,247 @@
+"""``RandomFeatureRidge`` and ``RandomFeatureRidgeClassifier``: ridge on random features.
+
+The scikit-learn front door of ``rfjax.linear_models``: the features of ``RandomFeatures``
+(same parameters and defaults) and a ridge fit by one streaming pass over the rows and one
+Cholesky solve, O(n m^2) time and O(m^2) memory instead of kernel ridge's O(n^3) and O(n^2).
+
+Example:
+  >>> import numpy as np
+  >>> from rfjax.sklearn import RandomFeatureRidgeClassifier
+  >>> x = np.random.default_rng(0).normal(size=(200, 3))
+  >>> labels = (x[:, 0] * x[:, 1] > 0).astype(int)
+  >>> model = RandomFeatureRidgeClassifier(gamma=0.5, n_components=256, alpha=0.1,
+  ...                                      random_state=0).fit(x, labels)
+  >>> bool(model.score(x, labels) > 0.9)
+  True
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.preprocessing import LabelBinarizer
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+
+from rfjax.linear_models import (
+    RandomFeatureRidgeModel,
+    RandomFeatureTransform,
+    array_blocks,
+    fit_random_feature_ridge,
+)
+from rfjax.sklearn._random_features import Kernel, RandomFeatures
+
+# The feature parameters and their defaults are RandomFeatures' own (one place to change them).
+_FEATURE_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(RandomFeatures.__init__).parameters.items()
+    if name != "self"
+}
+_BLOCK_ROWS = 4096
+
+
+class _RandomFeatureRidgeBase(BaseEstimator):
+    """Shared parameters, fit and decision function of the two estimators."""
+
+    def __init__(
+        self,
+        kernel: Kernel = _FEATURE_DEFAULTS["kernel"],
+        coupling: str = _FEATURE_DEFAULTS["coupling"],
+        features: str = _FEATURE_DEFAULTS["features"],
+        n_components: int = _FEATURE_DEFAULTS["n_components"],
+        gamma: float = _FEATURE_DEFAULTS["gamma"],
+        random_state: int | np.random.RandomState | None = _FEATURE_DEFAULTS["random_state"],
+        alpha: float = 1.0,
+        fit_intercept: bool = True,
+    ):
+        self.kernel = kernel
+        self.coupling = coupling
+        self.features = features
+        self.n_components = n_components
+        self.gamma = gamma
+        self.random_state = random_state
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+
+    def _fit_targets(self, X: np.ndarray, targets: np.ndarray) -> None:
+        """Draws the features (as ``RandomFeatures.fit``) and fits ridge to ``targets (n, t)``."""
+        a = self.alpha
+        if isinstance(a, bool) or not isinstance(a, numbers.Real) or not math.isfinite(a) or a < 0:
+            raise ValueError(f"alpha must be a finite real number >= 0, got {a!r}")
+        if not isinstance(self.fit_intercept, bool):
+            raise ValueError(f"fit_intercept must be a bool, got {self.fit_intercept!r}")
+        sampler = RandomFeatures(**{name: getattr(self, name) for name in _FEATURE_DEFAULTS})
+        sampler.fit(X)
+        self.projection_ = sampler.projection_
+        self.feature_map_ = sampler.feature_map_
+        transform = RandomFeatureTransform(
+            sampler.projection_,
+            sampler.feature_map_,
+            1.0 / math.sqrt(2.0 * float(self.gamma)),
+            self.kernel,
+        )
+        x64 = jax.config.jax_enable_x64 and X.dtype == np.float64
+        self.model_: RandomFeatureRidgeModel = fit_random_feature_ridge(
+            transform,
+            array_blocks(X, targets, _BLOCK_ROWS),
+            float(self.alpha),
+            fit_intercept=self.fit_intercept,
+            block_rows=_BLOCK_ROWS,
+            dtype=jnp.float64 if x64 else jnp.float32,
+        )
+
+    def _scores(self, X) -> np.ndarray:
+        """The model's outputs ``(n, t)`` for validated ``X``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return np.asarray(self.model_.predict(X.astype(self.model_.transform.dtype)), np.float64)
+
+    def _coefficients(self, single_output: bool) -> None:
+        weights, intercept = np.asarray(self.model_.weights), np.asarray(self.model_.intercept)
+        self.coef_ = weights[:, 0] if single_output else weights.T
+        self.intercept_ = float(intercept[0]) if single_output else intercept
+
+
+class RandomFeatureRidge(RegressorMixin, _RandomFeatureRidgeBase):
+    """Ridge regression on random features of the Gaussian or softmax kernel.
+
+    Fits f(x) = W^T phi(x) + b minimising |Y - Phi W - 1 b^T|^2 + alpha |W|^2 (alpha as in
+    ``sklearn.linear_model.Ridge``; b unpenalised), which approximates ``KernelRidge`` with the
+    kernel phi estimates (Rahimi & Recht, NIPS 2007). phi is ``RandomFeatures`` with the same
+    parameters (kernel, coupling, feature map, width, gamma, random_state), so
+    ``RandomFeatureRidge(alpha=a, **p)`` predicts as ``make_pipeline(RandomFeatures(**p),
+    Ridge(alpha=a))`` but never holds the n x m feature matrix: rows stream in blocks of 4096
+    (``rfjax.linear_models.ridge_statistics``), summing Phi^T Phi and Phi^T Y in float64 when
+    JAX runs with 64-bit floats and X is float64, float32 otherwise. For data on disk, several
+    devices or several processes, use ``rfjax.linear_models`` directly.
+
+    Parameters:
+      kernel, coupling, features, n_components, gamma, random_state: as ``RandomFeatures``
+        (the same defaults).
+      alpha: ridge alpha >= 0 (default 1.0).
+      fit_intercept: whether to fit the unpenalised intercept b (default True).
+
+    Attributes:
+      model_: the fitted ``rfjax.linear_models.RandomFeatureRidgeModel`` (a pytree holding the
+        projection, the feature map, W and b).
+      projection_, feature_map_: the drawn projection and feature map.
+      coef_: W^T, shape ``(n_targets, n_components)``, or ``(n_components,)`` for 1-D y.
+      intercept_: b, shape ``(n_targets,)``, or a float for 1-D y.
+      n_features_in_, feature_names_in_: as scikit-learn's estimators.
+
+    Example:
+      >>> import numpy as np
+      >>> from rfjax.sklearn import RandomFeatureRidge
+      >>> x = np.random.default_rng(0).normal(size=(300, 2))
+      >>> y = np.sin(2 * x[:, 0])
+      >>> model = RandomFeatureRidge(features="fourier", coupling="orthogonal", gamma=1.0,
+      ...                            n_components=200, alpha=1e-3, random_state=0).fit(x, y)
+      >>> bool(model.score(x, y) > 0.99)
+      True
+    """
+
+    def fit(self, X, y):
+        """Draws the features and fits the ridge weights.
+
+        Args:
+          X: array-like ``(n_samples, n_features)``.
+          y: array-like ``(n_samples,)`` or ``(n_samples, n_targets)``.
+
+        Returns:
+          self.
+
+        Raises:
+          ValueError: for an invalid parameter (named) or invalid ``X``/``y``.
+        """
+        X, y = validate_data(
+            self, X, y, dtype=[np.float64, np.float32], y_numeric=True, multi_output=True
+        )
+        y = np.asarray(y, np.float64)
+        self._fit_targets(X, y.reshape(len(y), -1))
+        self._coefficients(single_output=y.ndim == 1)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """Predictions, float64 ``(n_samples,)`` (1-D y in fit) or ``(n_samples, n_targets)``."""
+        scores = self._scores(X)
+        return scores[:, 0] if np.ndim(self.coef_) == 1 else scores
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+
+class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
+    """Ridge classification on random features, as ``sklearn.linear_model.RidgeClassifier``.
+
+    Classes are encoded one-vs-all as +-1 targets (one column for two classes), fitted by
+    ``RandomFeatureRidge``'s streaming ridge, and predicted by the largest decision value (its
+    sign for two classes).
+
+    Parameters:
+      kernel, coupling, features, n_components, gamma, random_state: as ``RandomFeatures``.
+      alpha: ridge alpha >= 0 (default 1.0).
+      fit_intercept: whether to fit unpenalised intercepts (default True).
+
+    Attributes:
+      classes_: the class labels.
+      model_, projection_, feature_map_: as ``RandomFeatureRidge``.
+      coef_: shape ``(1, n_components)`` for two classes, else ``(n_classes, n_components)``.
+      intercept_: shape ``(1,)`` or ``(n_classes,)``.
+
+    Example:
+      >>> import numpy as np
+      >>> from rfjax.sklearn import RandomFeatureRidgeClassifier
+      >>> x = np.random.default_rng(0).normal(size=(200, 2))
+      >>> labels = np.where(np.hypot(x[:, 0], x[:, 1]) < 1.2, "in", "out")
+      >>> model = RandomFeatureRidgeClassifier(gamma=0.5, n_components=200, alpha=0.1,
+      ...                                      random_state=0).fit(x, labels)
+      >>> model.classes_.tolist(), bool(model.score(x, labels) > 0.9)
+      (['in', 'out'], True)
+    """
+
+    def fit(self, X, y):
+        """Draws the features and fits one ridge per class (one for two classes).
+
+        Args:
+          X: array-like ``(n_samples, n_features)``.
+          y: class labels ``(n_samples,)``.
+
+        Returns:
+          self.
+
+        Raises:
+          ValueError: for an invalid parameter, invalid ``X``, continuous ``y`` or one class.
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        y = column_or_1d(y, warn=True)
+        check_classification_targets(y)
+        binarizer = LabelBinarizer(pos_label=1, neg_label=-1)
+        targets = binarizer.fit_transform(y).astype(np.float64)
+        if len(binarizer.classes_) < 2:
+            raise ValueError(
+                f"y must hold at least 2 classes to classify, got 1 class: {binarizer.classes_}"
+            )
+        self.classes_ = binarizer.classes_
+        self._fit_targets(X, targets)
+        self._coefficients(single_output=False)
+        return self
+
+    def decision_function(self, X) -> np.ndarray:
+        """Decision values: ``(n_samples,)`` for two classes (> 0 means ``classes_[1]``), else
+        ``(n_samples, n_classes)``."""
+        scores = self._scores(X)
+        return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def predict(self, X) -> np.ndarray:
+        """The class with the largest decision value."""
+        scores = self.decision_function(X)
+        indices = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+        return self.classes_[indices]
