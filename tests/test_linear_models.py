@@ -66,21 +66,16 @@ def _closed_form(phi, y, alpha, fit_intercept):
 @pytest.mark.parametrize(
     "coupling,feature_map,kernel,fit_intercept",
     [
-        ("orthogonal", "positive", "gaussian", True),
+        ("orthogonal", "fourier", "gaussian", True),
         ("simplex", "positive_antithetic", "softmax", False),
-        ("hd_orthogonal", "fourier", "gaussian", True),
-        ("gaussian", "trigonometric", "softmax", True),
+        ("gaussian", "positive", "gaussian", True),
     ],
 )
 def test_equals_closed_form_ridge_on_the_feature_matrix(
     x64, coupling, feature_map, kernel, fit_intercept
 ):
     x, y = _data()
-    transform = _transform64(
-        coupling, feature_map, kernel, d=8 if coupling == "hd_orthogonal" else 5
-    )
-    if transform.dim == 8:
-        x = np.concatenate([x, x[:, :3] ** 2], axis=1)
+    transform = _transform64(coupling, feature_map, kernel)
     phi = np.asarray(transform(jnp.asarray(x)))
     model = fit_random_feature_ridge(
         transform, array_blocks(x, y, 64), 0.3, fit_intercept=fit_intercept, dtype=jnp.float64
@@ -140,22 +135,10 @@ def test_float32_statistics_are_close_to_float64(x64):
     np.testing.assert_allclose(single.gram, exact.gram, rtol=300 * 2.0**-24)
 
 
-def test_the_transform_is_the_sklearn_random_features_transform():
-    from rfjax.sklearn import RandomFeatures
-
-    x = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
-    sampler = RandomFeatures(coupling="orthogonal", n_components=8, gamma=0.3, random_state=0)
-    sampler.fit(x)
-    transform = RandomFeatureTransform(
-        sampler.projection_, sampler.feature_map_, 1 / np.sqrt(2 * 0.3), "gaussian"
-    )
-    np.testing.assert_allclose(transform(jnp.asarray(x)), sampler.transform(x), rtol=1e-6)
-
-
 def test_the_model_is_a_pytree_with_its_projection():
     x, y = _data(dtype=np.float32)
     transform = RandomFeatureTransform(
-        projections.get("simplex")(jax.random.key(0), 5, 8), features.get("positive")()
+        projections.get("gaussian")(jax.random.key(0), 5, 8), features.get("positive")()
     )
     model = fit_random_feature_ridge(transform, array_blocks(x, y), 1.0)
     leaves, treedef = jax.tree.flatten(model)
@@ -230,7 +213,7 @@ _SHARDED_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh
 from rfjax import features, projections
-from rfjax.linear_models import RandomFeatureTransform, array_blocks, ridge_statistics, solve_ridge
+from rfjax.linear_models import RandomFeatureTransform, array_blocks, ridge_statistics
 
 jax.config.update("jax_enable_x64", True)
 assert jax.device_count() == 4
@@ -239,8 +222,7 @@ x, y = rng.normal(size=(1000, 6)), rng.normal(size=(1000, 3))
 transform = RandomFeatureTransform(
     projections.get("simplex")(jax.random.key(0), 6, 32, dtype=jnp.float64),
     features.get("positive")(), 2.0, "gaussian")
-one = ridge_statistics(transform, array_blocks(x, y, 100), dtype=jnp.float64,
-                       mesh=Mesh(np.array(jax.devices()[:1]), ("data",)))
+phi = np.asarray(transform(jnp.asarray(x)))  # on one device
 four = ridge_statistics(transform, array_blocks(x, y, 100), dtype=jnp.float64)
 # 2 x 2 mesh: rows over "data", replicas over "model".
 grid = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "model"))
@@ -248,9 +230,10 @@ two_by_two = ridge_statistics(transform, array_blocks(x, y, 100), dtype=jnp.floa
 assert len(four.gram.sharding.device_set) == 4 and four.gram.sharding.is_fully_replicated
 for stats in (four, two_by_two):
     assert int(stats.count) == 1000
-    for name in ("gram", "cross", "feature_sum", "target_sum"):
-        np.testing.assert_allclose(getattr(stats, name), getattr(one, name), rtol=1e-12)
-    np.testing.assert_allclose(solve_ridge(stats, 0.1)[0], solve_ridge(one, 0.1)[0], rtol=1e-9)
+    sums = {"gram": phi.T @ phi, "cross": phi.T @ y}
+    sums.update(feature_sum=phi.sum(0), target_sum=y.sum(0))
+    for name, expected in sums.items():
+        np.testing.assert_allclose(getattr(stats, name), expected, rtol=1e-12, atol=1e-12)
 print("OK")
 """
 

@@ -42,14 +42,14 @@ def solve_ridge(
         numerically positive definite (then increase alpha or sum in float64).
     """
     alpha = _check_alpha("alpha", alpha)
-    gram, cross, mean, target_mean = _centred(statistics, fit_intercept)
-    weights = _cholesky_solve(gram, cross, jnp.asarray(alpha, gram.dtype))
+    _check_statistics(statistics, fit_intercept)
+    weights, intercept = _cholesky_solve(statistics, alpha, fit_intercept)
     if not bool(jnp.all(jnp.isfinite(weights))):
         raise ValueError(
             f"Phi^T Phi + alpha I is not numerically positive definite at alpha={alpha} in "
-            f"{gram.dtype}: increase alpha or sum the statistics in float64"
+            f"{weights.dtype}: increase alpha or sum the statistics in float64"
         )
-    return weights, target_mean - mean @ weights
+    return weights, intercept
 
 
 def solve_ridge_path(
@@ -76,22 +76,15 @@ def solve_ridge_path(
     if isinstance(alphas, str) or not isinstance(alphas, Sequence | np.ndarray) or not len(alphas):
         raise ValueError(f"alphas must be a non-empty sequence of reals >= 0, got {alphas!r}")
     alphas = [_check_alpha(f"alphas[{i}]", a) for i, a in enumerate(alphas)]
-    gram, cross, mean, target_mean = _centred(statistics, fit_intercept)
-    eigenvalues, rotated, eigenvectors = _eigen(gram, cross)
-    grid = jnp.asarray(alphas, gram.dtype)
-    bad = [a for a, ok in zip(alphas, np.asarray(eigenvalues[0] + grid > 0), strict=True) if not ok]
+    _check_statistics(statistics, fit_intercept)
+    smallest, weights, intercepts = _eigen_path(statistics, jnp.asarray(alphas), fit_intercept)
+    bad = [a for a in alphas if not float(smallest) + a > 0]
     if bad:
         raise ValueError(
             f"Phi^T Phi + alpha I is not positive definite for alphas {bad} (smallest eigenvalue "
-            f"{float(eigenvalues[0]):.3g} in {gram.dtype}): use larger alphas"
+            f"{float(smallest):.3g} in {weights.dtype}): use larger alphas"
         )
-    weights = jnp.einsum(
-        "ij,ljt->lit",
-        eigenvectors,
-        rotated[None] / (eigenvalues[None, :, None] + grid[:, None, None]),
-        precision=_HIGHEST,
-    )
-    return weights, target_mean[None] - jnp.einsum("i,lit->lt", mean, weights)
+    return weights, intercepts
 
 
 def _check_alpha(name: str, alpha: object) -> float:
@@ -101,9 +94,7 @@ def _check_alpha(name: str, alpha: object) -> float:
     return alpha
 
 
-def _centred(statistics: RidgeStatistics, fit_intercept: bool):
-    """(G, C, mu, ybar): the centred Gram and cross matrices and the means (zeros without
-    intercept)."""
+def _check_statistics(statistics: object, fit_intercept: object) -> None:
     if not isinstance(statistics, RidgeStatistics):
         raise TypeError(
             f"statistics must be RidgeStatistics (from ridge_statistics), got "
@@ -111,19 +102,15 @@ def _centred(statistics: RidgeStatistics, fit_intercept: bool):
         )
     if not isinstance(fit_intercept, bool):
         raise TypeError(f"fit_intercept must be a bool, got {fit_intercept!r}")
-    return _centre(statistics, fit_intercept)
 
 
-@functools.partial(jax.jit, static_argnums=1)
 def _centre(statistics: RidgeStatistics, fit_intercept: bool):
+    """(G, C, mu, ybar): the centred Gram and cross matrices and the means (zeros without
+    intercept)."""
     gram, cross = statistics.gram, statistics.cross
     if not fit_intercept:
-        return (
-            gram,
-            cross,
-            jnp.zeros(gram.shape[:1], gram.dtype),
-            jnp.zeros(cross.shape[1:], gram.dtype),
-        )
+        zeros = jnp.zeros(gram.shape[:1], gram.dtype), jnp.zeros(cross.shape[1:], gram.dtype)
+        return gram, cross, *zeros
     n = statistics.count.astype(gram.dtype)
     mean, target_mean = statistics.feature_sum / n, statistics.target_sum / n
     gram = gram - n * jnp.outer(mean, mean)
@@ -131,15 +118,27 @@ def _centre(statistics: RidgeStatistics, fit_intercept: bool):
     return gram, cross, mean, target_mean
 
 
-@jax.jit
-def _cholesky_solve(gram: jax.Array, cross: jax.Array, alpha: jax.Array) -> jax.Array:
-    regularised = gram + alpha * jnp.eye(gram.shape[0], dtype=gram.dtype)
+@functools.partial(jax.jit, static_argnums=2)
+def _cholesky_solve(statistics: RidgeStatistics, alpha: float, fit_intercept: bool):
+    gram, cross, mean, target_mean = _centre(statistics, fit_intercept)
+    regularised = gram + jnp.asarray(alpha, gram.dtype) * jnp.eye(gram.shape[0], dtype=gram.dtype)
     factor = jax.scipy.linalg.cho_factor(regularised, lower=True)
-    return jax.scipy.linalg.cho_solve(factor, cross)
+    weights = jax.scipy.linalg.cho_solve(factor, cross)
+    return weights, target_mean - jnp.matmul(mean, weights, precision=_HIGHEST)
 
 
-@jax.jit
-def _eigen(gram: jax.Array, cross: jax.Array):
-    """(lambda ascending, Q^T C, Q) of the symmetric ``gram``."""
+@functools.partial(jax.jit, static_argnums=2)
+def _eigen_path(statistics: RidgeStatistics, alphas: jax.Array, fit_intercept: bool):
+    """(smallest eigenvalue, weights (L, m, t), intercepts (L, t)) from G = Q diag(lambda) Q^T."""
+    gram, cross, mean, target_mean = _centre(statistics, fit_intercept)
     eigenvalues, eigenvectors = jnp.linalg.eigh(gram)
-    return eigenvalues, jnp.matmul(eigenvectors.T, cross, precision=_HIGHEST), eigenvectors
+    rotated = jnp.matmul(eigenvectors.T, cross, precision=_HIGHEST)
+    grid = alphas.astype(gram.dtype)
+    weights = jnp.einsum(
+        "ij,ljt->lit",
+        eigenvectors,
+        rotated[None] / (eigenvalues[None, :, None] + grid[:, None, None]),
+        precision=_HIGHEST,
+    )
+    intercepts = target_mean[None] - jnp.einsum("i,lit->lt", mean, weights, precision=_HIGHEST)
+    return eigenvalues[0], weights, intercepts

@@ -9,8 +9,9 @@ Example:
   >>> from rfjax.sklearn import RandomFeatureRidgeClassifier
   >>> x = np.random.default_rng(0).normal(size=(200, 3))
   >>> labels = (x[:, 0] * x[:, 1] > 0).astype(int)
-  >>> model = RandomFeatureRidgeClassifier(gamma=0.5, n_components=256, alpha=0.1,
-  ...                                      random_state=0).fit(x, labels)
+  >>> model = RandomFeatureRidgeClassifier(
+  ...     features="fourier", coupling="orthogonal", gamma=0.5, n_components=256, alpha=0.1,
+  ...     random_state=0).fit(x, labels)
   >>> bool(model.score(x, labels) > 0.9)
   True
 """
@@ -201,8 +202,9 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
       >>> from rfjax.sklearn import RandomFeatureRidgeClassifier
       >>> x = np.random.default_rng(0).normal(size=(200, 2))
       >>> labels = np.where(np.hypot(x[:, 0], x[:, 1]) < 1.2, "in", "out")
-      >>> model = RandomFeatureRidgeClassifier(gamma=0.5, n_components=200, alpha=0.1,
-      ...                                      random_state=0).fit(x, labels)
+      >>> model = RandomFeatureRidgeClassifier(
+      ...     features="fourier", coupling="orthogonal", gamma=0.5, n_components=200, alpha=0.1,
+      ...     random_state=0).fit(x, labels)
       >>> model.classes_.tolist(), bool(model.score(x, labels) > 0.9)
       (['in', 'out'], True)
     """
