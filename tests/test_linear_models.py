@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import doctest
 import itertools
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from multiprocess import ROOT, cpu_environment
 
 from rfjax import features, projections
 from rfjax.linear_models import (
@@ -28,8 +28,6 @@ from rfjax.linear_models import (
     solve_ridge,
     solve_ridge_path,
 )
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -179,7 +177,7 @@ def test_errors():
     with pytest.raises(ValueError, match="at least one row"):
         ridge_statistics(transform, [])
     with pytest.raises(ValueError, match="same number of rows"):
-        list(array_blocks(x, y[:3]))
+        array_blocks(x, y[:3])
     with pytest.raises(ValueError, match="axis_name"):
         mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
         ridge_statistics(transform, [(x, y)], mesh=mesh, axis_name="rows")
@@ -239,16 +237,12 @@ print("OK")
 
 
 def test_sharded_over_four_devices_equals_one_device():
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    # Unoptimised CPU code compiles several times faster (as in test_multiprocess.py).
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "")
-        + " --xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
-    ).strip()
+    # 4 forced CPU devices; unoptimised CPU code compiles several times faster.
+    flags = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
     result = subprocess.run(
         [sys.executable, "-c", _SHARDED_SCRIPT],
         cwd=ROOT,
-        env=env,
+        env=cpu_environment({"XLA_FLAGS": flags}),
         capture_output=True,
         text=True,
         timeout=600,

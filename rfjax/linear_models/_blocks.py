@@ -23,7 +23,8 @@ def array_blocks(x: ArrayLike, y: ArrayLike, block_rows: int = 4096) -> Iterator
       block_rows: rows per block (the last block may be shorter).
 
     Raises:
-      ValueError: if ``x`` and ``y`` have different numbers of rows.
+      ValueError: if ``x`` and ``y`` have different numbers of rows (when called, not when
+        iterated).
 
     Examples:
       >>> import numpy as np
@@ -38,8 +39,10 @@ def array_blocks(x: ArrayLike, y: ArrayLike, block_rows: int = 4096) -> Iterator
         raise ValueError(
             f"x and y must have the same number of rows, got shapes {x.shape} and {y.shape}"
         )
-    for start in range(0, x.shape[0], block_rows):
-        yield x[start : start + block_rows], y[start : start + block_rows]
+    return (
+        (x[start : start + block_rows], y[start : start + block_rows])
+        for start in range(0, x.shape[0], block_rows)
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,7 +88,8 @@ def ridge_statistics(
     own statistics with no communication; at the end one ``psum`` over ``axis_name`` (inside
     ``shard_map``) adds the statistics of every device of every process. With several processes
     (``jax.distributed.initialize``), each process passes its own rows (any number of blocks;
-    processes need not agree on it), and every process gets the statistics of all rows.
+    processes need not agree on it, but each needs at least one row, or the others wait for it
+    in the final ``psum``), and every process gets the statistics of all rows.
 
     Args:
       transform: the features phi (projection, feature map, lengthscale).
