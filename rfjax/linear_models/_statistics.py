@@ -121,6 +121,10 @@ def ridge_statistics(
       >>> stats.gram.shape, stats.cross.shape, int(stats.count)
       ((4, 4), (4, 1), 10)
     """
+    if not isinstance(transform, RandomFeatureTransform):
+        raise TypeError(
+            f"transform must be a RandomFeatureTransform, got {type(transform).__name__}"
+        )
     dtype = _check_dtype(dtype)
     mesh = Mesh(np.array(jax.devices()), (axis_name,)) if mesh is None else mesh
     if axis_name not in mesh.axis_names:
