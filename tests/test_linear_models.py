@@ -166,7 +166,7 @@ def test_errors():
         RandomFeatureTransform(projection, features.get("positive")(), lengthscale=0.0)
     with pytest.raises(TypeError, match="projection"):
         RandomFeatureTransform(np.zeros((4, 3)), features.get("positive")())
-    with pytest.raises(TypeError, match="transform must be a RandomFeatureTransform"):
+    with pytest.raises(TypeError, match="transform must be a Featurizer"):
         ridge_statistics(projection, [(x, y)])
     with pytest.raises(TypeError, match="x of block 0 must be a floating array"):
         ridge_statistics(transform, [(x.astype(np.int32), y)])

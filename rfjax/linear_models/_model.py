@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike
 from rfjax._validation import check_inputs
 from rfjax.linear_models._solve import solve_ridge
 from rfjax.linear_models._statistics import ridge_statistics
-from rfjax.linear_models._transform import RandomFeatureTransform
+from rfjax.linear_models._transform import Featurizer
 
 
 @jax.tree_util.register_dataclass
@@ -29,12 +29,13 @@ class RandomFeatureRidgeModel:
     ``jit`` and checkpoints whole.
 
     Attributes:
-      transform: the features phi (projection, feature map, lengthscale, kernel).
+      transform: the features phi (a ``Featurizer``: e.g. a ``RandomFeatureTransform`` of a
+        projection, feature map, lengthscale and kernel).
       weights: W, shape ``(width, t)``.
       intercept: b, shape ``(t,)``.
     """
 
-    transform: RandomFeatureTransform
+    transform: Featurizer
     weights: jax.Array
     intercept: jax.Array
 
@@ -51,7 +52,7 @@ def _predict(model: RandomFeatureRidgeModel, x: jax.Array) -> jax.Array:
 
 
 def fit_random_feature_ridge(
-    transform: RandomFeatureTransform,
+    transform: Featurizer,
     blocks: Iterable[tuple[ArrayLike, ArrayLike]],
     alpha: float,
     *,
@@ -67,7 +68,7 @@ def fit_random_feature_ridge(
     ``solve_ridge``; for a grid of alphas call those two with ``solve_ridge_path`` instead.
 
     Args:
-      transform: the features phi.
+      transform: the features phi (a ``Featurizer``).
       blocks: ``(x, y)`` row blocks, e.g. ``array_blocks(x, y)`` of arrays or memory maps.
       alpha: the ridge alpha >= 0 (penalty alpha |W|^2 on the summed squared error).
       fit_intercept: whether to fit an unpenalised intercept.

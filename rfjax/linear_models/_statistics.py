@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike
 
 from rfjax._validation import check_float_dtype, check_int
 from rfjax.linear_models._blocks import fixed_blocks
-from rfjax.linear_models._transform import RandomFeatureTransform
+from rfjax.linear_models._transform import Featurizer
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -67,7 +67,7 @@ class RidgeStatistics:
 
 
 def ridge_statistics(
-    transform: RandomFeatureTransform,
+    transform: Featurizer,
     blocks: Iterable[tuple[ArrayLike, ArrayLike]],
     *,
     block_rows: int = 4096,
@@ -92,7 +92,7 @@ def ridge_statistics(
     in the final ``psum``), and every process gets the statistics of all rows.
 
     Args:
-      transform: the features phi (projection, feature map, lengthscale).
+      transform: the features phi, a ``Featurizer`` such as ``RandomFeatureTransform``.
       blocks: ``(x, y)`` pairs, x floating ``(b, d)``, y real ``(b,)`` or ``(b, t)``; e.g.
         ``array_blocks(x, y)``. Values are checked finite block by block.
       block_rows: rows per step, rounded up to a multiple of the local devices on
@@ -121,9 +121,10 @@ def ridge_statistics(
       >>> stats.gram.shape, stats.cross.shape, int(stats.count)
       ((4, 4), (4, 1), 10)
     """
-    if not isinstance(transform, RandomFeatureTransform):
+    if not isinstance(transform, Featurizer):
         raise TypeError(
-            f"transform must be a RandomFeatureTransform, got {type(transform).__name__}"
+            "transform must be a Featurizer (e.g. a RandomFeatureTransform), got "
+            f"{type(transform).__name__}"
         )
     dtype = _check_dtype(dtype)
     mesh = Mesh(np.array(jax.devices()), (axis_name,)) if mesh is None else mesh

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +14,25 @@ from rfjax._validation import check_choice, check_real
 
 Kernel = Literal["softmax", "gaussian"]
 KERNELS: tuple[Kernel, ...] = ("softmax", "gaussian")
+
+
+@runtime_checkable
+class Featurizer(Protocol):
+    """What a linear model needs of its features: a pytree (parameters as leaves, so it passes
+    through ``jit``) mapping ``(..., dim) -> (..., width)`` in ``dtype``.
+    ``RandomFeatureTransform`` is one; ``rfjax.sklearn``'s ridge estimators pass the features of
+    ``RandomFeatures`` as another."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def dtype(self) -> jnp.dtype: ...
+
+    def __call__(self, x: jax.Array) -> jax.Array: ...
 
 
 @jax.tree_util.register_dataclass

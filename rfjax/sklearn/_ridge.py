@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import numbers
@@ -30,13 +31,10 @@ from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from rfjax.linear_models import (
-    RandomFeatureRidgeModel,
-    RandomFeatureTransform,
-    array_blocks,
-    fit_random_feature_ridge,
-)
-from rfjax.sklearn._random_features import Kernel, RandomFeatures
+from rfjax import features as _features
+from rfjax import projections as _projections
+from rfjax.linear_models import RandomFeatureRidgeModel, array_blocks, fit_random_feature_ridge
+from rfjax.sklearn._random_features import Kernel, OddCosine, RandomFeatures, _transform_block
 
 # The feature parameters and their defaults are RandomFeatures' own (one place to change them).
 _FEATURE_DEFAULTS = {
@@ -45,6 +43,52 @@ _FEATURE_DEFAULTS = {
     if name != "self"
 }
 _BLOCK_ROWS = 4096
+
+
+_STATIC = dict(static=True)  # a field that is part of the pytree's structure, not a leaf
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class RandomFeaturesFeaturizer:
+    """The features of a fitted ``RandomFeatures`` as an ``rfjax.linear_models.Featurizer``: its
+    own ``_transform_block`` (projection, feature map, odd cosine feature), so the ridge fits on
+    exactly what ``RandomFeatures.transform`` returns."""
+
+    projection: _projections.Projection | None
+    feature_map: _features.FeatureMap
+    odd: OddCosine | None
+    dim: int = dataclasses.field(metadata=_STATIC)
+    width: int = dataclasses.field(metadata=_STATIC)
+    dtype: jnp.dtype = dataclasses.field(metadata=_STATIC)
+    lengthscale: float = dataclasses.field(metadata=_STATIC)
+    kernel: Kernel = dataclasses.field(metadata=_STATIC)
+    native_kernel: Kernel = dataclasses.field(metadata=_STATIC)
+
+    @classmethod
+    def of(cls, sampler: RandomFeatures, dtype) -> RandomFeaturesFeaturizer:
+        return cls(
+            sampler.projection_,
+            sampler.feature_map_,
+            sampler.odd_feature_,
+            sampler.n_features_in_,
+            sampler.n_components,
+            jnp.dtype(dtype),
+            sampler._lengthscale(),
+            sampler.kernel,
+            _features.info(sampler.features_).kernel,
+        )
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        options = dict(lengthscale=self.lengthscale, kernel=self.kernel)
+        return _transform_block(
+            x.astype(self.dtype),
+            self.projection,
+            self.feature_map,
+            self.odd,
+            native_kernel=self.native_kernel,
+            **options,
+        )
 
 
 class _RandomFeatureRidgeBase(BaseEstimator):
@@ -81,15 +125,10 @@ class _RandomFeatureRidgeBase(BaseEstimator):
         sampler.fit(X)
         self.projection_ = sampler.projection_
         self.feature_map_ = sampler.feature_map_
-        transform = RandomFeatureTransform(
-            sampler.projection_,
-            sampler.feature_map_,
-            1.0 / math.sqrt(2.0 * float(self.gamma)),
-            self.kernel,
-        )
+        self.odd_feature_ = sampler.odd_feature_
         x64 = jax.config.jax_enable_x64 and X.dtype == np.float64
         self.model_: RandomFeatureRidgeModel = fit_random_feature_ridge(
-            transform,
+            RandomFeaturesFeaturizer.of(sampler, jnp.float64 if x64 else jnp.float32),
             array_blocks(X, targets, _BLOCK_ROWS),
             float(self.alpha),
             fit_intercept=self.fit_intercept,
