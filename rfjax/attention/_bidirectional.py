@@ -7,7 +7,13 @@ import jax
 import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes, log_floor
-from rfjax.attention._head_features import query_features, rowwise, scaled_key_features
+from rfjax.attention._head_features import (
+    finite_key_features,
+    finite_query_features,
+    floored_ratio,
+    rowwise,
+    scaled_key_features,
+)
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -36,8 +42,9 @@ def key_value_summary(
     block: int,
 ) -> tuple[jax.Array, jax.Array]:
     """(S = sum_j phi_K(k_j) v_j^T exp(-c) (B, N, m, H_v), z = sum_j phi_K(k_j) exp(-c)
-    (B, N, m)), one block of keys at a time (a scan), so each block's features are contracted
-    while they are in cache.
+    (B, N, m), bad (B, N)), one block of keys at a time (a scan), so each block's features are
+    contracted while they are in cache; ``bad`` flags the heads with an unmasked key or value that
+    is not finite (``finite_key_features``: such keys are left out of the sums).
 
     With phi_K(k_j) = psi_j exp(mu_j) (``key_features``), c is the running maximum of mu over the
     keys seen so far (per batch and head, a constant under differentiation); when c grows, the
@@ -54,30 +61,28 @@ def key_value_summary(
         )
 
     def step(carry, blocks):
-        kv, k_sum, shift = carry
+        kv, k_sum, shift, bad = carry
         k, v, valid = blocks
-        valid = valid[:, :, None]  # (B, block, 1): the same for every head
-        k = jnp.where(valid[..., None], k, 0)
-        v = jnp.where(valid[..., None], v, 0)  # NaN/inf padding must not reach 0 * v
-        psi, mu = scaled(k)
-        mu = jnp.where(valid, mu, floor)
+        valid = jnp.broadcast_to(valid[:, :, None], k.shape[:3])  # the same for every head
+        psi, mu, v, bad_block = finite_key_features(k, v, valid, scaled, floor)
         new_shift = jax.lax.stop_gradient(jnp.maximum(shift, jnp.max(mu, axis=1)))
         rescale = jnp.exp(shift - new_shift)
         kv, k_sum = kv * rescale[..., None, None], k_sum * rescale[..., None]
         psi = psi * jnp.exp(mu - new_shift[:, None])[..., None]
-        psi = jnp.where(valid[..., None], psi, 0)
         kv = kv + jnp.einsum("bcnm,bcnh->bnmh", psi, v)
-        return (kv, k_sum + jnp.sum(psi, axis=1), new_shift), None
+        bad = bad | jnp.any(bad_block, axis=1)
+        return (kv, k_sum + jnp.sum(psi, axis=1), new_shift, bad), None
 
     width = jax.eval_shape(scaled, key[:, :1])[0].shape[-1]
     init = (
         jnp.zeros((batch, heads, width, value.shape[-1]), key.dtype),
         jnp.zeros((batch, heads, width), key.dtype),
         jnp.full((batch, heads), floor, key.dtype),
+        jnp.zeros((batch, heads), bool),
     )
     xs = (in_blocks(key, block), in_blocks(value, block), in_blocks(mask, block, False))
-    (kv, k_sum, _), _ = jax.lax.scan(step, init, xs)
-    return kv, k_sum
+    (kv, k_sum, _, bad), _ = jax.lax.scan(step, init, xs)
+    return kv, k_sum, bad
 
 
 def bidirectional_attention(
@@ -100,17 +105,19 @@ def bidirectional_attention(
     BTNH layout: on CPU this keeps each block's features in cache instead of streaming (T, N, m)
     tensors through memory three times.
     """
-    kv, k_sum = key_value_summary(
+    kv, k_sum, bad_key = key_value_summary(
         key, value, mask, projection, fmap, axes=axes, stabilize=stabilize, block=block
     )
 
     def read_out(q):
-        phi_q = rowwise(
-            lambda x, p, f: query_features(x, p, f, stabilize), q, projection, fmap, axes
+        phi_q, bad_query = rowwise(
+            lambda x, p, f: finite_query_features(x, p, f, stabilize), q, projection, fmap, axes
         )
         numerator = jnp.einsum("btnm,bnmh->btnh", phi_q, kv)
         denominator = jnp.einsum("btnm,bnm->btn", phi_q, k_sum)
-        return numerator / jnp.maximum(denominator, eps)[..., None]
+        out = floored_ratio(numerator, denominator[..., None], eps)
+        poisoned = bad_query | bad_key[:, None]
+        return jnp.where(poisoned[..., None], jnp.nan, out)
 
     batch, length = query.shape[:2]
     out = jax.lax.map(read_out, in_blocks(query, block))

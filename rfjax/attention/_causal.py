@@ -9,7 +9,12 @@ import jax
 import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes, log_floor
-from rfjax.attention._head_features import key_features, query_features
+from rfjax.attention._head_features import (
+    finite_key_features,
+    finite_query_features,
+    floored_ratio,
+    scaled_key_features,
+)
 from rfjax.attention._prefix import causal_prefix
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
@@ -20,7 +25,7 @@ def _normalise(numerator_and_denominator: jax.Array, eps: float) -> jax.Array:
         numerator_and_denominator[..., :-1],
         numerator_and_denominator[..., -1:],
     )
-    return numerator / jnp.maximum(denominator, eps)
+    return floored_ratio(numerator, denominator, eps)
 
 
 def _head_attention(
@@ -35,15 +40,26 @@ def _head_attention(
     chunk_size: int,
     eps: float,
 ) -> jax.Array:
-    """One head: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v)."""
+    """One head: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v).
+
+    Non-finite queries, keys and values are kept out of the prefix sums (``finite_*_features``)
+    and make NaN exactly the outputs that attend to them: row t if its query is not finite, and
+    every row t >= j for an unmasked key or value j that is not finite.
+    """
     floor = log_floor(query.dtype)
-    phi_q = query_features(query, projection, fmap, stabilize)
-    psi_k, mu = key_features(key, valid, projection, fmap, stabilize, floor)
-    value = jnp.where(valid[:, None], value, 0)  # NaN/inf padding must not reach 0 * v
+    phi_q, bad_query = finite_query_features(query, projection, fmap, stabilize)
+    psi_k, mu, value, bad_key = finite_key_features(
+        key,
+        value,
+        valid,
+        lambda k: scaled_key_features(k, projection, fmap, stabilize),
+        floor,
+    )
     value_ones = jnp.concatenate([value, jnp.ones((*value.shape[:-1], 1), value.dtype)], axis=-1)
     running_max = jax.lax.cummax(mu, axis=0)
-    out = causal_prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size)
-    return _normalise(out, eps)
+    out = _normalise(causal_prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size), eps)
+    poisoned = bad_query | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
+    return jnp.where(poisoned[:, None], jnp.nan, out)
 
 
 def causal_attention(

@@ -4,6 +4,7 @@ log-space form, per-query scales dropped and per-key scales kept as log-scales),
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -66,6 +67,77 @@ def key_features(
     key = jnp.where(valid[..., None], key, 0)
     psi, mu = scaled_key_features(key, projection, fmap, stabilize)
     return jnp.where(valid[..., None], psi, 0), jnp.where(valid, mu, floor)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def floored_ratio(numerator: jax.Array, denominator: jax.Array, eps: float) -> jax.Array:
+    """numerator / max(denominator, eps), with ``denominator`` broadcasting against the
+    numerator (e.g. ``(T, H_v)`` and ``(T, 1)``): the normalisation of attention rows.
+
+    Its derivative is written as (d num - out d den) / max(den, eps), never with den^2: plain
+    autodiff forms -num / den^2, which overflows to inf (and inf * 0 = NaN) once den < ~1e-19 in
+    float32, even where the cotangent is 0 (a row nothing depends on). The floor's own
+    derivative is 0 below ``eps``.
+    """
+    return numerator / jnp.maximum(denominator, eps)
+
+
+@floored_ratio.defjvp
+def _floored_ratio_jvp(eps, primals, tangents):
+    numerator, denominator = primals
+    numerator_dot, denominator_dot = tangents
+    floored = jnp.maximum(denominator, eps)
+    out = numerator / floored
+    denominator_dot = jnp.where(denominator > eps, denominator_dot, 0)
+    return out, (numerator_dot - out * denominator_dot) / floored
+
+
+def finite_rows(x: jax.Array) -> jax.Array:
+    """Whether every entry of each row ``x[..., i, :]`` is finite: shape ``x.shape[:-1]``."""
+    return jnp.all(jnp.isfinite(x), axis=-1)
+
+
+def finite_query_features(
+    query: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool
+) -> tuple[jax.Array, jax.Array]:
+    """(phi_Q (T, width), bad (T,)): ``query_features`` of queries ``(T, H)`` with rows that are
+    not finite (the query or its features) set to 0 and flagged in ``bad``.
+
+    The attention output of a flagged row is set to NaN by the caller; zeroing it inside keeps
+    its NaN out of every other row, in the forward pass and in gradients (a NaN cotangent times
+    a zero feature would spread through the shared sums). The query is zeroed before the map,
+    so the map's derivative is finite too.
+    """
+    finite = finite_rows(query)
+    phi = query_features(jnp.where(finite[..., None], query, 0), projection, fmap, stabilize)
+    finite = finite & finite_rows(phi)
+    return jnp.where(finite[..., None], phi, 0), ~finite
+
+
+def finite_key_features(
+    key: jax.Array,
+    value: jax.Array,
+    valid: jax.Array,
+    scaled: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    floor: float,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(psi, mu, value, bad): the log-space key features ``scaled(key) = (psi, mu)`` of keys
+    ``(..., S, H)`` and values ``(..., S, H_v)`` under the mask ``valid (..., S)``, with every key
+    that cannot contribute a finite term excluded: masked keys, and unmasked keys whose key,
+    value or features are not finite. Excluded keys get psi = 0, mu = ``floor`` and value 0
+    (they are zeroed before the map: no NaN reaches a product, not even 0 * NaN, nor a gradient).
+    ``bad (..., S)`` flags the unmasked ones: every output that attends to one of them is set to
+    NaN by the caller, and no other output can see them.
+    """
+    usable = valid & finite_rows(key) & finite_rows(value)
+    psi, mu = scaled(jnp.where(usable[..., None], key, 0))
+    usable = usable & finite_rows(psi) & jnp.isfinite(mu)
+    return (
+        jnp.where(usable[..., None], psi, 0),
+        jnp.where(usable, mu, floor),
+        jnp.where(usable[..., None], value, 0),
+        valid & ~usable,
+    )
 
 
 def rowwise(

@@ -91,9 +91,10 @@ def causal_prefix_scan(
     def step(carry, inputs):
         state, beta_prev = carry
         a_c, b_c, v_c, alpha_c, beta_c = inputs
-        # Within the chunk: weights (a_t . b_j) exp(alpha_j - beta_t) for j <= t, exactly 0 else.
+        # Within the chunk: weights (a_t . b_j) exp(alpha_j - beta_t) for j <= t, exactly 0 else
+        # (selected, not multiplied by 0: a later key's overflow must not reach row t).
         exponent = jnp.where(causal, alpha_c[None, :] - beta_c[:, None], 0.0)
-        weights = jnp.where(causal, jnp.exp(exponent), 0.0) * (a_c @ b_c.T)
+        weights = jnp.where(causal, jnp.exp(exponent) * (a_c @ b_c.T), 0.0)
         local = weights @ v_c
         # Earlier chunks: S is relative to beta_prev <= beta_t.
         carried = jnp.exp(beta_prev - beta_c)[:, None] * (a_c @ state)

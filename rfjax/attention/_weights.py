@@ -21,7 +21,12 @@ from rfjax.attention._checks import (
     resolve_feature_map,
     resolve_stabilize,
 )
-from rfjax.attention._head_features import key_features, normalise, query_features
+from rfjax.attention._head_features import (
+    floored_ratio,
+    key_features,
+    normalise,
+    query_features,
+)
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -102,9 +107,10 @@ def _favor_attention_weights(
         if causal:
             allowed = allowed & jnp.tril(jnp.ones(allowed.shape, dtype=bool))
         shift = jnp.max(jnp.where(allowed, mu[None, :], floor), axis=1, keepdims=True)
-        factor = jnp.exp(jnp.where(allowed, mu[None, :] - shift, -jnp.inf))
-        scores = (phi_q @ psi_k.T) * factor
-        return scores / jnp.maximum(jnp.sum(scores, axis=1, keepdims=True), eps)
+        factor = jnp.exp(jnp.where(allowed, mu[None, :] - shift, 0))
+        # Selected, not multiplied by 0: a NaN in a masked or later key stays out of row t.
+        scores = jnp.where(allowed, (phi_q @ psi_k.T) * factor, 0)
+        return floored_ratio(scores, jnp.sum(scores, axis=1, keepdims=True), eps)
 
     over_heads = jax.vmap(head, in_axes=(1, 1, None, *axes))
     over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, None, None))

@@ -1,0 +1,128 @@
+"""FAVOR attention with non-finite inputs: a NaN or inf reaches exactly the outputs that attend
+to it (causality holds for non-finite values too), never masked or earlier ones, in outputs and
+in gradients (issue 18, defect 1)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax import attention, features, projections
+
+BATCH, LENGTH, HEADS, HEAD_DIM = 2, 12, 2, 8
+T0 = 7  # first perturbed position
+MASKED = 3  # position masked out in batch element 1
+NON_FINITE = (jnp.nan, jnp.inf, -jnp.inf)
+
+
+def inputs():
+    return tuple(jax.random.normal(jax.random.key(0), (3, BATCH, LENGTH, HEADS, HEAD_DIM)))
+
+
+@functools.cache
+def projection():
+    return projections.orthogonal(jax.random.key(1), HEAD_DIM, 16)
+
+
+def mask():
+    return jnp.ones((BATCH, LENGTH), bool).at[1, MASKED].set(False)
+
+
+def run_for(name, **kwargs):
+    fmap = features.get(name)().init(jax.random.key(2), HEAD_DIM)
+    eps = 1e-3 if fmap.needs_denominator_floor else None
+    return functools.partial(
+        attention.favor_attention, projection=projection(), feature_map=fmap, eps=eps, **kwargs
+    )
+
+
+def perturbed_batch():
+    """The clean inputs followed by 9 copies with every position >= T0 of the query, key or
+    value set to NaN, +inf or -inf, stacked along the batch axis (one compilation); the mask
+    repeated."""
+    clean = inputs()
+    variants = [clean]
+    for which in range(3):
+        for bad in NON_FINITE:
+            perturbed = list(clean)
+            perturbed[which] = perturbed[which].at[:, T0:].set(bad)
+            variants.append(perturbed)
+    stacked = [jnp.concatenate(xs) for xs in zip(*variants, strict=True)]
+    return stacked, jnp.tile(mask(), (len(variants), 1))
+
+
+@pytest.mark.parametrize(
+    ("name", "chunk_sizes"),
+    [("positive", (1, 5, LENGTH)), ("angular_hybrid", (1, LENGTH))]
+    + [(name, (5,)) for name in features.available() if name != "positive"],
+)
+def test_causal_non_finite_future_leaves_past_bit_identical(name, chunk_sizes):
+    # Every position >= T0 of the query, key or value set to NaN, +inf or -inf: outputs before
+    # T0 are bit-identical to the clean run, for chunks of 1, of 5 (T0 inside the second chunk,
+    # with padding) and one chunk of the whole sequence, with a masked key. A key or value makes
+    # every output from T0 on NaN (they attend to it), a query its own row.
+    (query, key, value), masks = perturbed_batch()
+    for chunk_size in chunk_sizes:
+        out = np.asarray(
+            run_for(name, causal=True, chunk_size=chunk_size, mask=masks)(query, key, value)
+        )
+        out = out.reshape(-1, BATCH, *out.shape[1:])
+        before, after = out[0], out[1:]
+        assert np.all(np.isfinite(before))
+        np.testing.assert_array_equal(
+            after[:, :, :T0], np.broadcast_to(before[:, :T0], after[:, :, :T0].shape)
+        )
+        assert np.all(np.isnan(after[:, :, T0:]))
+
+
+@pytest.mark.parametrize("name", ["positive", "relu"])
+def test_causal_gradients_of_the_past_ignore_non_finite_future(name):
+    # A loss on the outputs before T0: its gradients are finite and equal to the clean ones
+    # (to float32 rounding: the backward pass's reversed sums rescale the carried state by the
+    # running maximum of the later keys) when later queries, keys and values are NaN.
+    clean = inputs()
+    run = run_for(name, causal=True, chunk_size=5, mask=mask())
+
+    def grads(q, k, v):
+        return jax.grad(lambda *x: jnp.sum(run(*x)[:, :T0] ** 2), argnums=(0, 1, 2))(q, k, v)
+
+    expected = grads(*clean)
+    got = grads(*(x.at[:, T0 + i].set(jnp.nan) for i, x in enumerate(clean)))
+    for g, e in zip(got, expected, strict=True):
+        assert np.all(np.isfinite(g))
+        # ~(m + T) float32 roundings of the largest gradient entry.
+        tolerance = (16 + LENGTH) * np.finfo(np.float32).eps * float(np.max(np.abs(e)))
+        np.testing.assert_allclose(g[:, :T0], e[:, :T0], rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("name", ["positive", "trigonometric", "gaussian_hybrid"])
+def test_bidirectional_non_finite_masked_keys_and_queries(name):
+    query, key, value = inputs()
+    run = run_for(name, causal=False, mask=mask())
+    before = np.asarray(run(query, key, value))
+    # NaN/inf in a masked key and value: nothing changes.
+    for bad in NON_FINITE:
+        after = run(query, key.at[1, MASKED].set(bad), value.at[1, MASKED].set(bad))
+        np.testing.assert_array_equal(after, before)
+    # A NaN query: its row only (the other rows are bit-identical).
+    after = np.asarray(run(query.at[0, 2].set(jnp.nan), key, value))
+    assert np.all(np.isnan(after[0, 2]))
+    rows = np.arange(LENGTH) != 2
+    np.testing.assert_array_equal(after[0, rows], before[0, rows])
+    np.testing.assert_array_equal(after[1], before[1])
+    # An unmasked NaN key: every row of that batch element attends to it.
+    after = np.asarray(run(query, key.at[0, 5].set(jnp.nan), value))
+    assert np.all(np.isnan(after[0]))
+    np.testing.assert_array_equal(after[1], before[1])
+
+
+def test_attention_weights_keep_non_finite_future_keys_out():
+    query, key, _ = inputs()
+    weights = functools.partial(
+        attention.favor_attention_weights, projection=projection(), causal=True, mask=mask()
+    )
+    before = np.asarray(weights(query, key))
+    after = np.asarray(weights(query, key.at[:, T0:].set(jnp.nan).at[1, MASKED].set(jnp.inf)))
+    np.testing.assert_array_equal(after[:, :, :T0], before[:, :, :T0])
