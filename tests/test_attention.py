@@ -545,7 +545,7 @@ def test_argument_errors():
     with pytest.raises(TypeError, match="floating"):
         run(query.astype(jnp.int32), key, value, projection)
     with pytest.raises(TypeError, match="projection"):
-        run(query, key, value, projection.matrix())
+        run(query, key, value, "gaussian")
     # N stacked draws must be marked PerHead, with one entry per head.
     stacked = per_head_projection().stacked
     with pytest.raises(ValueError, match="PerHead"):

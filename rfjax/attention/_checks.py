@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rfjax import features
 from rfjax._validation import check_real
 from rfjax.attention._per_head import PerHead
 from rfjax.features import FeatureMap
-from rfjax.projections import Projection
+from rfjax.projections import DenseProjection, Projection
 
 FeatureMapSpec = str | FeatureMap | PerHead[FeatureMap]
-ProjectionSpec = Projection | PerHead[Projection]
+# A drawn projection, or a raw matrix W (m, H) (N stacked ones (N, m, H) in a PerHead).
+ProjectionSpec = Projection | jax.Array | PerHead[Projection] | PerHead[jax.Array]
 # Per-head axes of (projection, feature map) in vmap's in_axes: 0 per head, None shared.
 HeadAxes = tuple[int | None, int | None]
 
@@ -67,16 +69,22 @@ def check_causal(causal: object) -> bool:
 
 
 def check_mask(mask: object, batch: int, length: int) -> jax.Array:
-    """A key padding mask (B, S) of bools; ``None`` means every key is attended to."""
+    """A key padding mask of bools, returned as ``(B, S)``; ``None`` means every key is attended
+    to. Accepted shapes: ``(B, S)``, or the ``(B, 1, 1, S)`` form that broadcasts over heads
+    and queries in ``jax.nn.dot_product_attention`` and Flax attention (``pad[:, None, None]``,
+    or ``flax.linen.make_attention_mask(jnp.ones((B, 1)), pad, dtype=bool)``)."""
     if mask is None:
         return jnp.ones((batch, length), dtype=bool)
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         raise TypeError(f"mask must be a boolean array (True = attend), got dtype {mask.dtype}")
+    if mask.shape == (batch, 1, 1, length):
+        return mask[:, 0, 0]
     if mask.shape != (batch, length):
         raise ValueError(
-            f"mask must be a key padding mask of shape (B, S) = ({batch}, {length}); got "
-            f"{mask.shape}"
+            f"mask must be a key padding mask of shape (B, S) = ({batch}, {length}) or "
+            f"(B, 1, 1, S) = ({batch}, 1, 1, {length}); got {mask.shape} (FAVOR cannot apply "
+            f"a mask that depends on the query position other than causal=True)"
         )
     return mask
 
@@ -90,9 +98,27 @@ def _check_stacked(name: str, value: PerHead, num_heads: int) -> None:
             )
 
 
+def as_projection(projection: object) -> object:
+    """A raw floating array W (``(m, H)``, or ``(N, m, H)`` inside ``PerHead``) wrapped as a
+    ``DenseProjection``; anything else unchanged."""
+    if isinstance(projection, PerHead):
+        return PerHead(as_projection(projection.stacked))
+    if isinstance(projection, jax.Array | np.ndarray):
+        weights = check_array("projection", projection)
+        if weights.ndim < 2 or 0 in weights.shape[-2:]:
+            raise ValueError(
+                f"projection as an array must be a matrix W of shape (m, H) with m, H >= 1; "
+                f"got shape {weights.shape}"
+            )
+        return DenseProjection(weights)
+    return projection
+
+
 def unwrap_projection(projection: object, num_heads: int) -> tuple[Projection, int | None]:
-    """Validates a shared or ``PerHead`` projection; returns the projection (the stacked one for
-    ``PerHead``) and its head axis (0 per head, ``None`` shared)."""
+    """Validates a shared or ``PerHead`` projection (or raw matrices, ``as_projection``);
+    returns the projection (the stacked one for ``PerHead``) and its head axis (0 per head,
+    ``None`` shared)."""
+    projection = as_projection(projection)
     if isinstance(projection, PerHead):
         if not isinstance(projection.stacked, Projection):
             raise TypeError(
@@ -104,7 +130,8 @@ def unwrap_projection(projection: object, num_heads: int) -> tuple[Projection, i
     if not isinstance(projection, Projection):
         raise TypeError(
             f"projection must be an rfjax.projections.Projection (drawn with a sampler such as "
-            f"rfjax.projections.gaussian) or a PerHead of them, got {type(projection).__name__}"
+            f"rfjax.projections.gaussian), a floating matrix W of shape (m, H) or a PerHead of "
+            f"them, got {type(projection).__name__}"
         )
     shape = jax.eval_shape(projection.matrix).shape
     if len(shape) != 2:

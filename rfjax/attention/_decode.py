@@ -24,7 +24,12 @@ from rfjax.attention._checks import (
     resolve_stabilize,
     unwrap_projection,
 )
-from rfjax.attention._head_features import key_features, normalise, query_features
+from rfjax.attention._head_features import (
+    floored_ratio,
+    key_features,
+    normalise,
+    query_features,
+)
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -73,14 +78,8 @@ def favor_decode_init(
     value_dim = check_int("value_dim", value_dim, minimum=1)
     dtype = compute_dtype(jnp.zeros((), dtype))
     projection, projection_axis = unwrap_projection(projection, num_heads)
-    head_dim = projection.dim
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
-    single_projection = _head_zero(projection, projection_axis)
-    single_map = _head_zero(fmap, map_axis)
-    probe = jax.ShapeDtypeStruct((1, head_dim), dtype)
-    width = jax.eval_shape(
-        lambda x: single_map.features(x, single_projection, side="key"), probe
-    ).shape[-1]
+    width = _key_width(projection, projection_axis, fmap, map_axis, dtype)
     return DecodeState(
         kv_sum=jnp.zeros((batch_size, num_heads, width, value_dim), dtype),
         k_sum=jnp.zeros((batch_size, num_heads, width), dtype),
@@ -91,6 +90,38 @@ def favor_decode_init(
 def _head_zero(value, axis: int | None):
     """Head 0 of a per-head pytree (axis 0), or the shared value."""
     return value if axis is None else jax.tree.map(lambda leaf: leaf[0], value)
+
+
+def _key_width(
+    projection: Projection,
+    projection_axis: int | None,
+    fmap: FeatureMap,
+    map_axis: int | None,
+    dtype: jnp.dtype,
+) -> int:
+    """The width of the key features (the state's feature axis), from shapes only."""
+    single_projection = _head_zero(projection, projection_axis)
+    single_map = _head_zero(fmap, map_axis)
+    probe = jax.ShapeDtypeStruct((1, projection.dim), dtype)
+    return jax.eval_shape(
+        lambda x: single_map.features(x, single_projection, side="key"), probe
+    ).shape[-1]
+
+
+def _check_state(state: DecodeState, shape: tuple[int, int, int, int]) -> DecodeState:
+    """The state's arrays must have the shapes ``favor_decode_init`` gives for (B, N, width,
+    H_v) = ``shape``."""
+    expected = DecodeState(kv_sum=shape, k_sum=shape[:3], log_offset=shape[:2])
+    actual = DecodeState(*(jnp.shape(x) for x in state))
+    if actual != expected:
+        raise ValueError(
+            f"state does not match this step: (B, N, width, H_v) = {shape} (batch, heads, key "
+            f"feature width of the projection and feature map, value dim) needs shapes "
+            f"kv_sum {expected.kv_sum}, k_sum {expected.k_sum}, log_offset "
+            f"{expected.log_offset}; got {actual.kv_sum}, {actual.k_sum}, {actual.log_offset} "
+            f"(make it with favor_decode_init and the same projection and feature_map)"
+        )
+    return state
 
 
 def favor_decode_step(
@@ -129,19 +160,23 @@ def favor_decode_step(
 
     Returns:
       ``(new_state, out_t)`` with ``out_t`` of shape ``(B, N, H_v)`` in the inputs' dtype.
+
+    Raises:
+      TypeError: for a ``state`` that is not a ``DecodeState``, or arguments as in
+        ``favor_attention``.
+      ValueError: for a ``state`` whose shapes do not match the batch, heads, key feature
+        width and value dim of this step (naming expected and actual shapes), or arguments as
+        in ``favor_attention``.
     """
     if not isinstance(state, DecodeState):
         raise TypeError(f"state must be a DecodeState, got {type(state).__name__}")
     query, key, value, _ = check_qkv(query[:, None], key[:, None], value[:, None], causal=True)
     batch, _, num_heads, head_dim = key.shape
-    if state.kv_sum.shape[:2] != (batch, num_heads) or state.kv_sum.shape[-1] != value.shape[-1]:
-        raise ValueError(
-            f"state of shape {state.kv_sum.shape} does not match batch {batch}, heads "
-            f"{num_heads} and value dim {value.shape[-1]}"
-        )
     mask = check_mask(None if mask is None else mask[:, None], batch, 1)[:, 0]
     projection, projection_axis = check_projection(projection, head_dim, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    width = _key_width(projection, projection_axis, fmap, map_axis, state.kv_sum.dtype)
+    state = _check_state(state, (batch, num_heads, width, value.shape[-1]))
     return _favor_decode_step(
         state,
         query[:, 0],
@@ -186,7 +221,7 @@ def _favor_decode_step(
         key_features_t = psi_k[0] * jnp.exp(mu[0] - new_offset)
         kv_sum = old_factor * kv_sum + key_features_t[:, None] * v[None, :]
         k_sum = old_factor * k_sum + key_features_t
-        out = (phi_q @ kv_sum) / jnp.maximum(phi_q @ k_sum, eps)
+        out = floored_ratio(phi_q @ kv_sum, phi_q @ k_sum, eps)
         return kv_sum, k_sum, new_offset, out
 
     over_heads = jax.vmap(head, in_axes=(0, 0, 0, 0, 0, 0, None, *axes))

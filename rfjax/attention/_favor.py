@@ -88,17 +88,28 @@ def favor_attention(
 
     The denominator is clamped below at ``eps`` (default: the smallest normal number of the
     computation dtype), which only acts when it underflows, e.g. a query whose keys are all
-    masked gets an output of 0.
+    masked (or S = 0) gets an output of 0. The normalisation's derivative is formed without
+    den^2 (``floored_ratio``), so gradients stay finite where the denominator is tiny.
+
+    Non-finite inputs reach exactly the outputs that attend to them: a query, key or value
+    row holding a NaN or inf is left out of every sum, and the outputs that attend to it are
+    NaN: its own row for a query; for an unmasked key or value at position j, every row
+    (bidirectional) or every row t >= j (causal). Masked keys and values are never read, so
+    they may hold anything. Other outputs are those of the inputs without the non-finite
+    rows, and gradients through them stay finite; in particular causal outputs before j are
+    bit-identical whatever positions >= j hold.
 
     Args:
       query: ``(B, T, N, H)`` (or ``(T, N, H)``), floating.
       key: ``(B, S, N, H)``; S == T if ``causal``.
       value: ``(B, S, N, H_v)``.
       projection: a drawn ``rfjax.projections.Projection`` with ``dim == H`` and m rows, from any
-        coupling, shared by all heads (``matrix()`` of shape ``(m, H)``); or one per head: a
+        coupling, shared by all heads (``matrix()`` of shape ``(m, H)``), or a floating matrix
+        W of shape ``(m, H)`` (wrapped as a ``DenseProjection``); or one per head: a
         ``PerHead`` of N draws stacked with ``jax.vmap(sampler)`` over N keys (see
-        ``draw_projection``). Per-head projections cost the same and decorrelate the heads'
-        errors. It is an argument, never drawn here: redraw it with ``redraw_key``.
+        ``draw_projection``), or of an ``(N, m, H)`` array. Per-head projections cost the same
+        and decorrelate the heads' errors. It is an argument, never drawn here: redraw it with
+        ``redraw_key``.
       feature_map: a name from ``rfjax.features.available()`` (``"positive"``: FAVOR+,
         ``"positive_antithetic"``: width 2m, ``"relu"``: generalised attention,
         ``"trigonometric"``...), an ``rfjax.features.FeatureMap`` (with its parameters, e.g.
@@ -110,8 +121,13 @@ def favor_attention(
         gives them); with raw scores about half the rows can be <= 0
         (``tests/test_conformer_ctc``).
       causal: attend only to keys j <= t.
-      mask: key padding mask ``(B, S)`` (or ``(S,)`` if unbatched), bool, True = attend. Masked
-        keys contribute nothing (their features are zeroed).
+      mask: key padding mask, bool, True = attend: ``(B, S)`` (``(S,)`` if unbatched), or
+        ``(B, 1, 1, S)``, the form that broadcasts over heads and queries in
+        ``jax.nn.dot_product_attention`` and Flax attention (``key_padding[:, None, None]``,
+        or ``flax.linen.make_attention_mask(jnp.ones((B, 1)), key_padding, dtype=bool)``).
+        Masks that depend on the query position are not key padding: use ``causal=True`` for
+        the causal one; others cannot be applied by FAVOR. Masked keys contribute nothing
+        (their features are zeroed).
       chunk_size: chunk length C of the causal prefix sums (clipped to T).
       stabilize: ``None`` (use the maps' log-space form), ``True`` (require maps that have one)
         or ``False`` (raw features).
@@ -120,10 +136,12 @@ def favor_attention(
     Returns:
       ``(B, T, N, H_v)`` (or ``(T, N, H_v)``), in the inputs' result dtype. Low-precision inputs
       (bfloat16, float16) are computed and accumulated in float32 and the output is cast back.
+      Empty axes (B, T, N, S or H_v = 0) give the empty (or, for S = 0, all-zero) result.
 
     Raises:
       TypeError: for non-floating inputs, a non-bool mask, a ``projection`` that is not a
-        Projection (or PerHead of them) or a feature map that is not a name or FeatureMap.
+        Projection, a floating matrix or a PerHead of them, or a feature map that is not a
+        name or FeatureMap.
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
         map without a log-space form, or ``chunk_size < 1``.
 
@@ -134,6 +152,10 @@ def favor_attention(
       >>> w = projections.orthogonal(jax.random.key(1), 8, 64)
       >>> attention.favor_attention(q, k, v, w, causal=True).shape
       (2, 16, 4, 8)
+      >>> padding = jax.numpy.arange(16) < jax.numpy.array([[16], [11]])  # (B, S)
+      >>> out = attention.favor_attention(q, k, v, w.matrix(), mask=padding[:, None, None])
+      >>> bool(jax.numpy.all(out == attention.favor_attention(q, k, v, w, mask=padding)))
+      True
 
     References:
       Choromanski et al., "Rethinking Attention with Performers", ICLR 2021, arXiv:2009.14794
@@ -147,6 +169,11 @@ def favor_attention(
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
     projection, projection_axis = check_projection(projection, head_dim, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    if query.size == 0 or value.size == 0:
+        # Empty B, T, N, S or H_v: nothing to compute; with no keys (S = 0) every row is 0.
+        out_shape = (*query.shape[:3], value.shape[-1])
+        out = jnp.zeros(out_shape, jnp.result_type(query.dtype, key.dtype, value.dtype))
+        return out[0] if unbatched else out
     out = _favor_attention(
         query,
         key,

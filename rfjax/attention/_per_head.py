@@ -100,12 +100,25 @@ def redraw_key(rng: jax.Array, step: jax.Array | int, *, redraw_interval: int) -
 
     Args:
       rng: the base PRNG key of the attention layer.
-      step: the training step, an integer (Python or array).
+      step: the training step, an integer (a Python int or a scalar integer array, possibly
+        traced).
       redraw_interval: redraw every this many steps (>= 1).
 
     Returns:
       A PRNG key, constant within each interval.
+
+    Raises:
+      TypeError: for a ``step`` that is not an integer (a float, a bool).
+      ValueError: for a ``step`` that is not a scalar, or ``redraw_interval < 1``.
     """
     check_key("rng", rng)
     redraw_interval = check_int("redraw_interval", redraw_interval, minimum=1)
-    return jax.random.fold_in(rng, jnp.asarray(step) // redraw_interval)
+    step_array = jnp.asarray(step)
+    if not jnp.issubdtype(step_array.dtype, jnp.integer) or isinstance(step, bool):
+        raise TypeError(
+            f"step must be an integer (a Python int or an integer array, possibly traced), got "
+            f"{step!r} of dtype {step_array.dtype}"
+        )
+    if step_array.ndim != 0:
+        raise ValueError(f"step must be a scalar, got an array of shape {step_array.shape}")
+    return jax.random.fold_in(rng, step_array // redraw_interval)
