@@ -16,7 +16,7 @@ from rfjax.attention._head_features import (
     scaled_key_features,
 )
 from rfjax.attention._prefix import causal_prefix
-from rfjax.features import FeatureMap
+from rfjax.features import ExponentialFeatureMap, FeatureMap, FeatureMapPair
 from rfjax.projections import Projection
 
 
@@ -26,6 +26,36 @@ def _normalise(numerator_and_denominator: jax.Array, eps: float) -> jax.Array:
         numerator_and_denominator[..., -1:],
     )
     return floored_ratio(numerator, denominator, eps)
+
+
+# Largest query boost (natural log): boosted query features stay <= e^60, so the chunk's
+# (C, m) x (m, C) products stay below float32's e^88 for m up to ~e^20.
+MAX_QUERY_BOOST = 60.0
+
+
+def _positive_without_floor(fmap: FeatureMap) -> bool:
+    """Maps whose stabilised features are >= 0 on both sides (exponential maps) and whose
+    denominator floor only catches underflow: a per-row query factor is free for them."""
+    if isinstance(fmap, FeatureMapPair):
+        return _positive_without_floor(fmap.query) and _positive_without_floor(fmap.key)
+    return isinstance(fmap, ExponentialFeatureMap) and not fmap.needs_denominator_floor
+
+
+def _query_boost(
+    phi_q: jax.Array, psi_k: jax.Array, mu: jax.Array, running_max: jax.Array
+) -> jax.Array:
+    """Per-row log-factor b_t (T,) for the stabilised query features, a constant that cancels.
+
+    With query features psi_q (largest entry 1) and key terms psi_k,j exp(mu_j - c_t) (running
+    maximum c_t), the largest term of row t's denominator is exp(M_t), M_t = max_i (log psi_q,ti
+    + max_{j <= t} (log psi_k,ji + mu_j)) - c_t <= 0. At large |q|, |k| the query's and the keys'
+    largest features differ, M_t falls below float32's exp(-87) and the row's sums underflow
+    (0 / 0). Scaling row t by exp(b_t), b_t = min(-M_t, MAX_QUERY_BOOST), lifts its largest
+    term to 1 (or by e^60). Causal: M_t reads keys j <= t only.
+    """
+    key_logs = jax.lax.cummax(jnp.log(psi_k) + mu[:, None], axis=0)
+    best = jnp.max(jnp.log(phi_q) + key_logs, axis=-1) - running_max
+    return jax.lax.stop_gradient(jnp.clip(-best, 0.0, MAX_QUERY_BOOST))
 
 
 def _head_attention(
@@ -57,6 +87,8 @@ def _head_attention(
     )
     value_ones = jnp.concatenate([value, jnp.ones((*value.shape[:-1], 1), value.dtype)], axis=-1)
     running_max = jax.lax.cummax(mu, axis=0)
+    if stabilize and _positive_without_floor(fmap):
+        phi_q = phi_q * jnp.exp(_query_boost(phi_q, psi_k, mu, running_max))[:, None]
     out = _normalise(causal_prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size), eps)
     poisoned = bad_query | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
     return jnp.where(poisoned[:, None], jnp.nan, out)

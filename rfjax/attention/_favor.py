@@ -79,6 +79,12 @@ def favor_attention(
       exact factor exp(s(k_j) - c_t) <= 1. Output t therefore depends only on positions <= t:
       perturbing later tokens leaves it bit-identical (the Performer's global key maximum
       would leak the future).
+    * queries, causal, exponential maps without a denominator floor (``"positive"``,
+      ``"positive_antithetic"``): at large |q|, |k| the query's largest features and the keys'
+      differ, and every product of row t's sums can underflow (the row becomes 0 / 0). Row t
+      is then scaled up by exp(b_t), b_t = min(-M_t, 60), where exp(M_t) <= 1 is its largest
+      term, read from the per-feature running maximum of the keys j <= t (causal); the factor
+      cancels like the others.
 
     Each shift is a single constant for all keys of one output row, so it cancels between
     numerator and denominator; the shifts are constants under differentiation (stop_gradient),
