@@ -217,20 +217,7 @@ def test_sizes_that_are_not_positive_raise_naming_the_argument():
         LSTMLanguageModel(vocab_size=0).init(jax.random.key(0), jnp.ones((1, 3), int), train=False)
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "exact",
-        pytest.param(
-            "performer",
-            marks=pytest.mark.xfail(
-                raises=ZeroDivisionError,
-                strict=True,
-                reason="favor_attention's empty axes (issue 19 item 6, rfjax.attention)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("kind", ["exact", "performer"])
 def test_empty_batches_give_empty_results(kind):
     module = PerformerAttention(num_heads=HEADS, num_features=8, attention_kind=kind)
     params = _mha_params()
