@@ -29,6 +29,13 @@ from rfjax.features._clustering import (
 )
 from rfjax.features._common import estimate
 from rfjax.features._complex_exponential import complex_exponential_features
+from rfjax.features._dense_exponential import (
+    DenseExponentialFeatureMap,
+    DenseExponentialParameters,
+    dense_exponential_features,
+    dense_exponential_log_features,
+    fit_dense_exponential,
+)
 from rfjax.features._fourier import (
     FourierFeatureMap,
     TrigonometricFeatureMap,
@@ -36,6 +43,16 @@ from rfjax.features._fourier import (
     fourier_features,
     random_offsets,
     trigonometric_features,
+)
+from rfjax.features._generalized_exponential import (
+    InputStatistics,
+    OptimizedPositiveFeatureMap,
+    generalized_exponential_features,
+    generalized_exponential_log_features,
+    input_statistics,
+    mean_squared_sum,
+    optimal_gerf_parameter,
+    optimized_positive_features,
 )
 from rfjax.features._hybrid import (
     AngularHybridFeatureMap,
@@ -80,12 +97,33 @@ register("cluster_hybrid", ClusterHybridFeatureMap, kernel="softmax", label="HRF
 register("gaussian_hybrid", GaussianHybridFeatureMap, kernel="softmax", label="HRF Gaussian hybrid")
 register("fourier", FourierFeatureMap, kernel="gaussian", label="random Fourier")
 register("relu", ReluFeatureMap, kernel=None, label="ReLU (generalised)")
+register("oprf", OptimizedPositiveFeatureMap, kernel="softmax", label="OPRF (FAVOR++)")
+register(
+    "derf_asymmetric",
+    functools.partial(DenseExponentialFeatureMap, variant="asymmetric"),
+    kernel="softmax",
+    label="ADERF",
+)
+register(
+    "derf_symmetric",
+    functools.partial(DenseExponentialFeatureMap, variant="symmetric"),
+    kernel="softmax",
+    label="SDERF",
+)
+register(
+    "saderf",
+    functools.partial(DenseExponentialFeatureMap, variant="simplified"),
+    kernel="softmax",
+    label="SADERF (FAVOR#)",
+)
 
 __all__ = [
     "SIDES",
     "AngularHybridFeatureMap",
     "ClusterHybridFeatureMap",
     "ClusterHybridParameters",
+    "DenseExponentialFeatureMap",
+    "DenseExponentialParameters",
     "ExponentialFeatureMap",
     "FeatureMap",
     "FeatureMapInfo",
@@ -93,6 +131,8 @@ __all__ = [
     "FeaturePair",
     "FourierFeatureMap",
     "GaussianHybridFeatureMap",
+    "InputStatistics",
+    "OptimizedPositiveFeatureMap",
     "PositiveFeatureMap",
     "ReluFeatureMap",
     "ScaledFeatures",
@@ -110,18 +150,27 @@ __all__ = [
     "cluster_hybrid_parameters",
     "complex_exponential_features",
     "cosine_features",
+    "dense_exponential_features",
+    "dense_exponential_log_features",
     "estimate",
     "fit_cluster_hybrid",
+    "fit_dense_exponential",
     "fourier_features",
     "gaussian_hybrid_features",
+    "generalized_exponential_features",
+    "generalized_exponential_log_features",
     "get",
     "hybrid_estimate",
     "hybrid_features",
     "hybrid_key_features",
     "hybrid_query_features",
     "info",
+    "input_statistics",
     "kmeans",
     "linear_features",
+    "mean_squared_sum",
+    "optimal_gerf_parameter",
+    "optimized_positive_features",
     "polynomial_features",
     "positive_features",
     "positive_log_features",

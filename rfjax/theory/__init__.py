@@ -21,6 +21,10 @@
   both variants), relative errors on the sphere ``trigonometric_relative_error``,
   ``positive_relative_error``, ``max_relative_error`` (Lemma 3.4) and
   ``angular_hybrid_relative_error`` (Theorem 3.5, exact per-angle expression).
+* Generalised and dense exponential features (softmax kernel, i.i.d. rows): ``gerf_variance``
+  and ``gerf_log_second_moment`` (GERF, arXiv:2205.15317 Theorem 3.1), ``oprf_variance`` (OPRF /
+  FAVOR++ at the optimal A of Theorem 3.2), ``dense_exponential_variance`` and
+  ``dense_exponential_log_second_moment`` (DERF / FAVOR#, arXiv:2302.00787 Theorem 3.2).
 * ``log_hyp0f1``: log 0F1(; b; z), the radial average behind RF-conformity (Eq. 10, 31-33).
 * ``monte_carlo_conformity``: the Monte Carlo check for any coupling; ``COUPLINGS`` (those with
   closed forms) and ``no_closed_form_reason`` (why the others, e.g. SimRF+, have none).
@@ -53,6 +57,13 @@ from rfjax.theory._conformity import (
     log_conformity,
     orthogonal_conformity,
     simplex_conformity,
+)
+from rfjax.theory._exponential import (
+    dense_exponential_log_second_moment,
+    dense_exponential_variance,
+    gerf_log_second_moment,
+    gerf_variance,
+    oprf_variance,
 )
 from rfjax.theory._hybrid import (
     AngularCoefficientMoments,
@@ -102,13 +113,18 @@ __all__ = [
     "complex_exponential_mse",
     "conformity",
     "conformity_at_angle",
+    "dense_exponential_log_second_moment",
+    "dense_exponential_variance",
     "effective_conformity",
+    "gerf_log_second_moment",
+    "gerf_variance",
     "iid_conformity",
     "log_conformity",
     "log_hyp0f1",
     "max_relative_error",
     "monte_carlo_conformity",
     "no_closed_form_reason",
+    "oprf_variance",
     "orthogonal_conformity",
     "p_model_chromatic_number",
     "positive_antithetic_mse",
