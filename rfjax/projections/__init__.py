@@ -36,6 +36,7 @@ from rfjax.projections._dense import (
 )
 from rfjax.projections._givens import GivensProjection, givens
 from rfjax.projections._halton import halton
+from rfjax.projections._norm_coupled import antithetic_chi_norms, norm_coupled
 from rfjax.projections._p_model import (
     Circulant,
     DenseMatrices,
@@ -165,6 +166,7 @@ register("hankel", hankel, label="Hankel")
 register("givens", givens, exact_marginals=False, label="Givens")
 register("skew_circulant", skew_circulant, label="skew-circulant")
 register("low_displacement_rank", low_displacement_rank, label="low displacement rank")
+register("norm_coupled", norm_coupled, label="norm-coupled ORF")
 
 
 __all__ = [
@@ -183,6 +185,7 @@ __all__ = [
     "Sampler",
     "SkewCirculant",
     "Toeplitz",
+    "antithetic_chi_norms",
     "apply_simplex",
     "available",
     "circulant",
@@ -196,6 +199,7 @@ __all__ = [
     "info",
     "low_displacement_rank",
     "marginally_exact",
+    "norm_coupled",
     "orthogonal",
     "p_model",
     "p_model_violations",
