@@ -34,6 +34,7 @@ from rfjax.features._dense_exponential import (
     DenseExponentialParameters,
     dense_exponential_features,
     dense_exponential_log_features,
+    dense_exponential_parameters,
     fit_dense_exponential,
 )
 from rfjax.features._fourier import (
@@ -152,6 +153,7 @@ __all__ = [
     "cosine_features",
     "dense_exponential_features",
     "dense_exponential_log_features",
+    "dense_exponential_parameters",
     "estimate",
     "fit_cluster_hybrid",
     "fit_dense_exponential",

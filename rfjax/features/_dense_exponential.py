@@ -164,14 +164,13 @@ def _fit_simplified(statistics: InputStatistics, ridge: float) -> DenseExponenti
 _FITS = {"asymmetric": _fit_asymmetric, "symmetric": _fit_symmetric, "simplified": _fit_simplified}
 
 
-def fit_dense_exponential(
-    queries: jax.Array, keys: jax.Array, *, variant: Variant, ridge: float = 1e-6
+def dense_exponential_parameters(
+    statistics: InputStatistics, *, variant: Variant, ridge: float = 1e-6
 ) -> DenseExponentialParameters:
-    """Closed-form DERF parameters fitted to samples of queries and keys (arXiv:2302.00787, Sec. 4).
+    """Closed-form DERF parameters for given data statistics (arXiv:2302.00787, Sec. 4).
 
     Args:
-      queries: ``(..., n_q, d)``, floating, finite.
-      keys: ``(..., n_k, d)``.
+      statistics: ``input_statistics(queries, keys)`` (optional batch axes).
       variant: ``"asymmetric"`` (ADERF), ``"symmetric"`` (SDERF) or ``"simplified"`` (SADERF,
         FAVOR#); see the module docstring for each closed form.
       ridge: relative ridge >= 0 added to the second moments before inversion.
@@ -180,8 +179,39 @@ def fit_dense_exponential(
       ``DenseExponentialParameters`` with the statistics' batch axes.
 
     Raises:
-      TypeError, ValueError: as ``input_statistics``, for an unknown variant or a negative
-        ridge.
+      ValueError: for an unknown variant or a negative ridge.
+
+    Examples:
+      >>> import jax
+      >>> q = jax.random.normal(jax.random.key(0), (32, 4))
+      >>> s = input_statistics(q, 2.0 * q)
+      >>> dense_exponential_parameters(s, variant="symmetric").rotation.shape
+      (4, 4)
+    """
+    variant = check_choice("variant", variant, VARIANTS)
+    ridge = check_real("ridge", ridge)
+    if ridge < 0:
+        raise ValueError(f"ridge must be >= 0, got {ridge}")
+    return _FITS[variant](statistics, ridge)
+
+
+def fit_dense_exponential(
+    queries: jax.Array, keys: jax.Array, *, variant: Variant, ridge: float = 1e-6
+) -> DenseExponentialParameters:
+    """Closed-form DERF parameters fitted to samples of queries and keys (arXiv:2302.00787, Sec. 4):
+    ``dense_exponential_parameters(input_statistics(queries, keys), variant=variant)``.
+
+    Args:
+      queries: ``(..., n_q, d)``, floating, finite.
+      keys: ``(..., n_k, d)``.
+      variant: ``"asymmetric"``, ``"symmetric"`` or ``"simplified"`` (module docstring).
+      ridge: relative ridge >= 0 added to the second moments before inversion.
+
+    Returns:
+      ``DenseExponentialParameters`` with the batch axes of the inputs.
+
+    Raises:
+      TypeError, ValueError: as ``input_statistics`` and ``dense_exponential_parameters``.
 
     Examples:
       >>> import jax
@@ -191,11 +221,10 @@ def fit_dense_exponential(
       >>> p.scales.shape, bool(jax.numpy.all(p.scales >= 1.0))
       ((4,), True)
     """
-    variant = check_choice("variant", variant, VARIANTS)
-    ridge = check_real("ridge", ridge)
-    if ridge < 0:
-        raise ValueError(f"ridge must be >= 0, got {ridge}")
-    return _FITS[variant](input_statistics(queries, keys), ridge)
+    check_choice("variant", variant, VARIANTS)
+    return dense_exponential_parameters(
+        input_statistics(queries, keys), variant=variant, ridge=ridge
+    )
 
 
 def dense_exponential_log_features(

@@ -25,6 +25,8 @@
   and ``gerf_log_second_moment`` (GERF, arXiv:2205.15317 Theorem 3.1), ``oprf_variance`` (OPRF /
   FAVOR++ at the optimal A of Theorem 3.2), ``dense_exponential_variance`` and
   ``dense_exponential_log_second_moment`` (DERF / FAVOR#, arXiv:2302.00787 Theorem 3.2).
+* ``rank_estimators``: the (feature map x coupling) pairs with closed forms ranked by predicted
+  MSE for given inputs (or input statistics), host-only.
 * ``log_hyp0f1``: log 0F1(; b; z), the radial average behind RF-conformity (Eq. 10, 31-33).
 * ``monte_carlo_conformity``: the Monte Carlo check for any coupling; ``COUPLINGS`` (those with
   closed forms) and ``no_closed_form_reason`` (why the others, e.g. SimRF+, have none).
@@ -87,6 +89,7 @@ from rfjax.theory._mse import (
     rff_orthogonality_gap,
     small_v_prefactor,
 )
+from rfjax.theory._ranking import RankedEstimator, rank_estimators
 from rfjax.theory._series import log_hyp0f1
 from rfjax.theory._structured import (
     chromatic_deviation_bound,
@@ -103,6 +106,7 @@ from rfjax.theory._structured import (
 __all__ = [
     "COUPLINGS",
     "AngularCoefficientMoments",
+    "RankedEstimator",
     "angular_coefficient_moments",
     "angular_hybrid_mse",
     "angular_hybrid_relative_error",
@@ -131,6 +135,7 @@ __all__ = [
     "positive_relative_error",
     "prf_mse",
     "prf_orthogonality_gap",
+    "rank_estimators",
     "rff_mse",
     "rff_orthogonal_mse_ratio_asymptotic",
     "rff_orthogonality_gap",

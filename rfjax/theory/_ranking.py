@@ -1,0 +1,116 @@
+"""Which estimator of the softmax kernel to use: (feature map x coupling) pairs ranked by their
+closed-form MSE for given inputs.
+
+The pairs are those with closed forms in ``rfjax.theory`` (the others are left out, not guessed):
+FAVOR+ with i.i.d., orthogonal and simplex rows (``prf_mse``, SimRF Eq. 11, 19-24); antithetic
+positive and trigonometric features with i.i.d. rows (``positive_antithetic_mse``,
+``trigonometric_mse``, HRF Lemma 2.2); OPRF/FAVOR++ (``oprf_variance``) and the DERF variants
+(``dense_exponential_variance``) with i.i.d. rows, their parameters fitted to the inputs'
+statistics as the feature maps fit them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from numpy.typing import ArrayLike
+
+from rfjax import features
+from rfjax.theory import _exponential, _hybrid, _inputs, _mse
+
+
+class RankedEstimator(NamedTuple):
+    """One (feature map, coupling) pair with its predicted MSE.
+
+    Attributes:
+      feature_map: the name in ``rfjax.features.available()``.
+      coupling: the name in ``rfjax.projections.available()``.
+      mse: the closed-form MSE of the estimate of exp(x.y), averaged over the input pairs.
+    """
+
+    feature_map: str
+    coupling: str
+    mse: float
+
+
+def _closed_forms(
+    statistics: features.InputStatistics, num_features: int
+) -> dict[tuple[str, str], Callable[[jax.Array, jax.Array], jax.Array]]:
+    m = num_features
+    closed = {
+        ("positive", coupling): (
+            lambda x, y, c=coupling: _mse.prf_mse(x, y, m, coupling=c, kernel="softmax")
+        )
+        for coupling in ("gaussian", "orthogonal", "simplex")
+    }
+    closed[("positive_antithetic", "gaussian")] = lambda x, y: _hybrid.positive_antithetic_mse(
+        x, y, m
+    )
+    closed[("trigonometric", "gaussian")] = lambda x, y: _hybrid.trigonometric_mse(x, y, m)
+    closed[("oprf", "gaussian")] = lambda x, y: _exponential.oprf_variance(
+        x, y, m, statistics=statistics
+    )
+    for name, variant in (
+        ("derf_asymmetric", "asymmetric"),
+        ("derf_symmetric", "symmetric"),
+        ("saderf", "simplified"),
+    ):
+        parameters = features.dense_exponential_parameters(statistics, variant=variant)
+        closed[(name, "gaussian")] = lambda x, y, p=parameters: (
+            _exponential.dense_exponential_variance(x, y, m, parameters=p)
+        )
+    return closed
+
+
+def rank_estimators(
+    x: ArrayLike,
+    y: ArrayLike,
+    num_features: int,
+    *,
+    statistics: features.InputStatistics | None = None,
+) -> tuple[RankedEstimator, ...]:
+    """The (feature map, coupling) pairs with closed forms, best (least predicted MSE) first.
+
+    For queries ``x`` and keys ``y`` the predicted MSE of each pair's estimate of exp(x_i.y_j)
+    is averaged over the pairs (i, j) given (``x`` and ``y`` broadcast against each other: pass
+    ``x[:, None]`` and ``y[None]`` for all pairs). The data-fitted maps (OPRF, DERF) take their
+    parameters from ``statistics`` (default ``input_statistics`` of the given x and y), as their
+    ``fit`` does. Host-only: returns Python floats (it is a question a user asks, not a traced
+    computation); each closed form is itself a JAX function.
+
+    Args:
+      x: queries ``(..., d)``, floating, finite.
+      y: keys ``(..., d)``, broadcasting against ``x``.
+      num_features: number of projection rows m (>= 1; the antithetic and trigonometric maps
+        have width 2m from m rows).
+      statistics: ``rfjax.features.input_statistics(queries, keys)`` of the data the maps are
+        fitted to, or ``None`` for those of x and y.
+
+    Returns:
+      ``RankedEstimator`` tuples sorted by ``mse`` (ascending).
+
+    Raises:
+      TypeError, ValueError: for inputs the closed forms reject (e.g. |x + y| > 100 with block
+        couplings) or m < 1.
+
+    Examples:
+      >>> import jax
+      >>> q = 0.5 * jax.random.normal(jax.random.key(0), (8, 4))
+      >>> k = 0.5 * jax.random.normal(jax.random.key(1), (8, 4))
+      >>> ranking = rank_estimators(q[:, None], k[None], 16)
+      >>> len(ranking), ranking[0].mse <= ranking[-1].mse
+      (9, True)
+    """
+    num_features = _inputs.feature_count(num_features)
+    x, y = _inputs.point_pair(x, y)
+    if statistics is None:
+        dim = x.shape[-1]
+        statistics = features.input_statistics(x.reshape(-1, dim), y.reshape(-1, dim))
+    ranked = [
+        RankedEstimator(name, coupling, float(np.mean(np.asarray(mse(x, y)))))
+        for (name, coupling), mse in _closed_forms(statistics, num_features).items()
+    ]
+    return tuple(sorted(ranked, key=lambda entry: entry.mse))
