@@ -23,6 +23,7 @@ from rfjax.attention._checks import (
     resolve_feature_map,
     resolve_stabilize,
 )
+from rfjax.attention._data_fitted import fit_to_inputs, is_unfitted
 from rfjax.attention._head_features import normalise
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
@@ -125,7 +126,10 @@ def favor_attention(
         them a working ``eps`` (e.g. 1e-3), which biases only the rows below it, and bounded
         scores (unit queries and keys, as ``rfjax.nn.PerformerAttention(query_key_norm=True)``
         gives them); with raw scores about half the rows can be <= 0
-        (``tests/test_conformer_ctc``).
+        (``tests/test_conformer_ctc``). The data-fitted maps (``"oprf"``, ``"derf_*"``,
+        ``"saderf"``) given without their statistics are fitted per head to the current queries
+        and keys (bidirectional); causal attention needs them fitted beforehand on a
+        calibration sample (see ``rfjax.attention._data_fitted``).
       causal: attend only to keys j <= t.
       mask: key padding mask, bool, True = attend: ``(B, S)`` (``(S,)`` if unbatched), or
         ``(B, 1, 1, S)``, the form that broadcasts over heads and queries in
@@ -180,6 +184,10 @@ def favor_attention(
         out_shape = (*query.shape[:3], value.shape[-1])
         out = jnp.zeros(out_shape, jnp.result_type(query.dtype, key.dtype, value.dtype))
         return out[0] if unbatched else out
+    if is_unfitted(fmap):  # OPRF/DERF without statistics: from these inputs (_data_fitted)
+        dtype = compute_dtype(query, key, value)
+        fitted = fit_to_inputs(fmap, query.astype(dtype), key.astype(dtype), mask, causal=causal)
+        fmap, map_axis = resolve_feature_map(fitted, num_heads)
     out = _favor_attention(
         query,
         key,
