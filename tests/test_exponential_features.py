@@ -51,7 +51,7 @@ def _monte_carlo(estimate, key=0):
     )
 
 
-def _check(estimate, truth, variance, coupling="gaussian"):
+def _check(estimate, truth, variance):
     mean, se_mean, var, se_var = _monte_carlo(estimate)
     assert abs(mean - truth) <= NSIG * se_mean, (mean, truth, se_mean)
     if variance is not None:
@@ -68,7 +68,7 @@ SETTINGS = [  # (d, m, |x|, |y|, cosine)
 
 @pytest.mark.parametrize(
     ("setting", "a"),
-    [(s, a) for s in SETTINGS for a in (0.0, -0.15)] + [(SETTINGS[0], 0.04)],
+    [(s, -0.15) for s in SETTINGS] + [(SETTINGS[0], 0.0), (SETTINGS[1], 0.04)],
 )
 def test_gerf_is_unbiased_with_the_closed_form_variance(setting, a):
     dim, m, norm_x, norm_y, cosine = setting
@@ -316,3 +316,31 @@ def test_docstring_examples_run(module):
     with jax.enable_x64(False):
         result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+def _log_variance_reduction(scale, dim=64, num_points=64):
+    """Mean over all pairs of log(Var FAVOR+ / Var estimator), x, y ~ N(0, scale / d I_d)."""
+    kq, kk = jax.random.split(jax.random.key(11))
+    queries = jnp.sqrt(scale / dim) * jax.random.normal(kq, (num_points, dim))
+    keys = jnp.sqrt(scale / dim) * jax.random.normal(kk, (num_points, dim))
+    x, y = queries[:, None], keys[None]
+    favor = jnp.log(theory.gerf_variance(x, y, dim, a=0.0))
+    stats = features.input_statistics(queries, keys)
+    reductions = {"oprf": favor - jnp.log(theory.oprf_variance(x, y, dim, statistics=stats))}
+    for variant in VARIANTS:
+        params = features.dense_exponential_parameters(stats, variant=variant)
+        variance = theory.dense_exponential_variance(x, y, dim, parameters=params)
+        reductions[variant] = favor - jnp.log(variance)
+    return {name: float(jnp.mean(value)) for name, value in reductions.items()}
+
+
+def test_headline_variance_reduction_over_favor_plus():
+    # FAVOR# abstract (arXiv:2302.00787): "e^{10}-times smaller variance and beyond" than FAVOR+.
+    # From the closed forms (checked against Monte Carlo above), d = 64, Gaussian queries and keys
+    # with E|x|^2 = 16: every optimised estimator is more than e^10 below FAVOR+, ADERF the most;
+    # with E|x|^2 = 1 the gain is below e^1 (the claim needs large scores).
+    large = _log_variance_reduction(16.0)
+    assert min(large.values()) > 10.0, large
+    assert large["asymmetric"] == max(large.values()), large
+    small = _log_variance_reduction(1.0)
+    assert min(small.values()) > 0.0 and max(small.values()) < 1.0, small
