@@ -344,3 +344,26 @@ def test_headline_variance_reduction_over_favor_plus():
     assert large["asymmetric"] == max(large.values()), large
     small = _log_variance_reduction(1.0)
     assert min(small.values()) > 0.0 and max(small.values()) < 1.0, small
+
+
+def test_orthogonal_rows_lower_the_oprf_mse():
+    # Chefs' Random Tables (arXiv:2205.15317, Sec. 3.3): orthogonal rows reduce OPRF's variance
+    # for any d. Paired Monte Carlo on common keys, the Gram MSE of 36 pairs, d = m = 4.
+    kq, kk = jax.random.split(jax.random.key(3))
+    queries, keys = 0.5 * jax.random.normal(kq, (6, 4)), 0.5 * jax.random.normal(kk, (6, 4))
+    stats = features.input_statistics(queries, keys)
+    truth = jnp.exp(queries @ keys.T)
+
+    def squared_errors(key):
+        out = []
+        for sampler in (projections.gaussian, projections.orthogonal):
+            w = sampler(key, 4, 4, dtype=jnp.float64)
+            phi_q = features.optimized_positive_features(queries, w, side="query", statistics=stats)
+            phi_k = features.optimized_positive_features(keys, w, side="key", statistics=stats)
+            out.append(jnp.mean((phi_q @ phi_k.T - truth) ** 2))
+        return jnp.stack(out)
+
+    draws = jax.random.split(jax.random.key(0), 5_000)
+    errors = np.asarray(jax.jit(jax.vmap(squared_errors))(draws))
+    difference = errors[:, 1] - errors[:, 0]
+    assert difference.mean() < -NSIG * difference.std(ddof=1) / np.sqrt(len(difference))
