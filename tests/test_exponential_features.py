@@ -107,7 +107,7 @@ def test_optimal_gerf_parameter_minimises_the_mean_log_second_moment():
     pairs = jnp.mean(jnp.sum((queries[:, None] + keys[None]) ** 2, -1))
     np.testing.assert_allclose(phi, pairs, rtol=1e-12)
     a_star = float(features.optimal_gerf_parameter(stats))
-    # Theorem 3.2's closed form, written as in the paper.
+    # The OPRF closed form, written as in the paper.
     rho = phi / 5
     np.testing.assert_allclose(
         a_star, (1 - 2 * rho - np.sqrt((2 * rho + 1) ** 2 + 8 * rho)) / 16, rtol=1e-12
@@ -347,7 +347,7 @@ def test_headline_variance_reduction_over_favor_plus():
 
 
 def test_orthogonal_rows_lower_the_oprf_mse():
-    # Chefs' Random Tables (arXiv:2205.15317, Sec. 3.3): orthogonal rows reduce OPRF's variance
+    # Chefs' Random Tables (arXiv:2205.15317): orthogonal rows reduce OPRF's variance
     # for any d. Paired Monte Carlo on common keys, the Gram MSE of 36 pairs, d = m = 4.
     kq, kk = jax.random.split(jax.random.key(3))
     queries, keys = 0.5 * jax.random.normal(kq, (6, 4)), 0.5 * jax.random.normal(kk, (6, 4))

@@ -1,11 +1,11 @@
 """Dense-exponential random features (DERF; FAVOR#), Likhosherstov et al. 2023, arXiv:2302.00787.
 
-DERF (Sec. 3, Def. 3.1) replace GERF's scalars by matrices: with w ~ N(0, I_d),
+DERF (the paper's DERF definition) replace GERF's scalars by matrices: with w ~ N(0, I_d),
 
   f_q(w, x) = D exp(w^T A w + w^T B_q x + x^T C_q x),  f_k(w, y) = D exp(w^T A w + w^T B_k y
   + y^T C_k y),  A symmetric, Q = I - 4A positive definite.
 
-Derivation of the constraints (the paper's Theorem 3.2). The Gaussian integral
+Derivation of the constraints (as in the paper's unbiasedness theorem). The Gaussian integral
 E[exp(w^T (2A) w + w^T u)] = det(Q)^{-1/2} exp(u^T Q^{-1} u / 2) with u = B_q x + B_k y makes
 E[f_q f_k] = exp(x.y) for all x, y iff B_q^T Q^{-1} B_k = I, C_q = -B_q^T Q^{-1} B_q / 2,
 C_k = -B_k^T Q^{-1} B_k / 2 and D = det(Q)^{1/4}. Every solution is
@@ -20,7 +20,8 @@ Second moment (finite iff 2Q - I > 0, i.e. I - 8A > 0): E[(f_q f_k)^2] = det Q d
 exp(sum_l (2 q_l / (2 q_l - 1)) (z_x + z_y)_l^2 - |z_x|^2 - |z_y|^2)
 (``rfjax.theory.dense_exponential_variance``).
 
-Optimal parameters (Sec. 4). Averaged over all query-key pairs, the log second moment is
+Optimal parameters (the paper's closed-form optima). Averaged over all query-key pairs, the log
+second moment is
 log det(I + T) - log det(T) / 2 + tr(T^{-1} S) + const with T = 2Q - I = I - 8A and
 S = mean_{i,j} (x'_i + y'_j)(x'_i + y'_j)^T = Phi M_q Phi^T + Phi^{-T} M_k Phi^{-1}
 + Phi xbar ybar^T Phi^{-1} + (its transpose). For a fixed Phi its stationary point shares S's
@@ -31,8 +32,9 @@ direction. The variants differ in Phi:
 * ``"symmetric"`` (SDERF): Phi = I (B_q = B_k, the same features on both sides);
 * ``"asymmetric"`` (ADERF): Phi = P^{1/2} with P the matrix geometric mean
   M_q^{-1} # M_k = M_q^{-1/2} (M_q^{1/2} M_k M_q^{1/2})^{1/2} M_q^{-1/2}, the minimiser of
-  tr S over Phi (it balances Phi M_q Phi^T = Phi^{-T} M_k Phi^{-1}); the leading term of the
-  objective for small S, where the paper's asymmetric optimum is derived.
+  tr S over Phi (it balances Phi M_q Phi^T = Phi^{-T} M_k Phi^{-1}). This Phi is a closed-form
+  choice, not the exact minimiser over Phi of the full objective; the scales are then exactly
+  optimal for it.
 * ``"simplified"`` (SADERF, FAVOR#): A = alpha I scalar and Phi = diag(psi) with
   psi_l = (M_k[l, l] / M_q[l, l])^{1/4}, which minimises phi' = mean |x' + y'|^2
   = 2 sum_l sqrt(M_q[l, l] M_k[l, l]) + 2 xbar.ybar over diagonal Phi; alpha is the OPRF optimum
@@ -167,7 +169,7 @@ _FITS = {"asymmetric": _fit_asymmetric, "symmetric": _fit_symmetric, "simplified
 def dense_exponential_parameters(
     statistics: InputStatistics, *, variant: Variant, ridge: float = 1e-6
 ) -> DenseExponentialParameters:
-    """Closed-form DERF parameters for given data statistics (arXiv:2302.00787, Sec. 4).
+    """Closed-form DERF parameters for given data statistics (arXiv:2302.00787).
 
     Args:
       statistics: ``input_statistics(queries, keys)`` (optional batch axes).
@@ -198,7 +200,7 @@ def dense_exponential_parameters(
 def fit_dense_exponential(
     queries: jax.Array, keys: jax.Array, *, variant: Variant, ridge: float = 1e-6
 ) -> DenseExponentialParameters:
-    """Closed-form DERF parameters fitted to samples of queries and keys (arXiv:2302.00787, Sec. 4):
+    """Closed-form DERF parameters fitted to samples of queries and keys (arXiv:2302.00787):
     ``dense_exponential_parameters(input_statistics(queries, keys), variant=variant)``.
 
     Args:
@@ -281,8 +283,7 @@ def dense_exponential_features(
     side: Side,
     parameters: DenseExponentialParameters,
 ) -> jax.Array:
-    """Dense-exponential random features (DERF) of the softmax kernel (arXiv:2302.00787, Def. 3.1,
-    Theorem 3.2).
+    """Dense-exponential random features (DERF) of the softmax kernel (arXiv:2302.00787).
 
     phi_i(x) = det(Q)^{1/4} exp(w_i^T A w_i + w_i^T B_side x + x^T C_side x) / sqrt(m) with the
     parameters in the eigenbasis of Q = I - 4A (module docstring), so that query features .

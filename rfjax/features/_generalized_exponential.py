@@ -1,18 +1,19 @@
 """Generalised exponential random features (GERF) and optimised positive features (OPRF, FAVOR++).
 
-GERF (Likhosherstov et al. 2022, arXiv:2205.15317, Sec. 3, Eq. 5) estimate the softmax kernel
+GERF (Likhosherstov et al. 2022, arXiv:2205.15317, the GERF definition) estimate the softmax kernel
 exp(x.y) with features f(w, x) = D exp(A |w|^2 + B w.x + C |x|^2), w ~ N(0, I_d). Taking the
 positive branch s = +1 of the paper, the Gaussian integral
 
   E[exp(2A |w|^2 + B w.(x + y))] = (1 - 4A)^{-d/2} exp(B^2 |x + y|^2 / (2 (1 - 4A)))   (A < 1/4)
 
 makes E[f(w, x) f(w, y)] = exp(x.y) exactly when B^2 = 1 - 4A, C = -1/2 and D = (1 - 4A)^{d/4}
-(Theorem 3.1). A = 0 is FAVOR+. The second moment (finite for A < 1/8),
+(the paper's unbiasedness theorem for GERF). A = 0 is FAVOR+. The second moment (finite for
+A < 1/8),
 
   E[(f(w, x) f(w, y))^2] = (1 - 4A)^d (1 - 8A)^{-d/2} exp(2 (1 - 4A) / (1 - 8A) |x + y|^2
                                                           - |x|^2 - |y|^2),
 
-gives the variance (``rfjax.theory.gerf_variance``). OPRF (Sec. 3.2, Theorem 3.2) picks A to
+gives the variance (``rfjax.theory.gerf_variance``). OPRF (the paper's OPRF theorem) picks A to
 minimise the average over all query-key pairs of the log second moment; with
 phi = mean_{i,j} |x_i + y_j|^2 and t = 1 - 8A > 0 the objective is, up to constants,
 d log(1 + t) - (d/2) log t + phi / t, whose stationary point is the positive root of
@@ -127,7 +128,7 @@ def optimal_precision(scaled_phi: jax.Array) -> jax.Array:
 
 
 def optimal_gerf_parameter(statistics: InputStatistics) -> jax.Array:
-    """A* of OPRF (Likhosherstov et al. 2022, arXiv:2205.15317, Theorem 3.2), shape ``(...)``.
+    """A* of OPRF (Likhosherstov et al. 2022, arXiv:2205.15317, OPRF), shape ``(...)``.
 
     A* = (1/16)(1 - 2 phi/d - sqrt((2 phi/d + 1)^2 + 8 phi/d)) with phi = ``mean_squared_sum``;
     it minimises the mean over pairs of the log second moment of the GERF estimate (module
@@ -149,7 +150,7 @@ def _check_parameter(a: object) -> jax.Array:
         raise TypeError(f"a must be a real floating number or array, got dtype {a.dtype}")
     check_finite("a", a)
     if is_concrete(a) and bool(jnp.any(a >= 0.125)):
-        raise ValueError(f"a must be < 1/8 (finite variance; Theorem 3.1), got {a}")
+        raise ValueError(f"a must be < 1/8 (finite variance), got {a}")
     return a
 
 
@@ -185,7 +186,7 @@ def generalized_exponential_log_features(
 def generalized_exponential_features(
     x: jax.Array, projection: Projection, *, a: jax.Array | float
 ) -> jax.Array:
-    """Positive GERF features of the softmax kernel (arXiv:2205.15317, Eq. 5, Theorem 3.1).
+    """Positive GERF features of the softmax kernel (arXiv:2205.15317, GERF).
 
     phi_i(x) = (1 - 4A)^{d/4} exp(A |w_i|^2 + sqrt(1 - 4A) w_i.x - |x|^2/2) / sqrt(m), so that
     E[phi(x).phi(y)] = exp(x.y) for every A < 1/4 and every coupling whose rows are N(0, I_d)
@@ -224,7 +225,7 @@ def optimized_positive_features(
     x: jax.Array, projection: Projection, *, side: Side, statistics: InputStatistics
 ) -> jax.Array:
     """OPRF (FAVOR++) features: GERF at the optimal A* of ``statistics`` (arXiv:2205.15317,
-    Sec. 3.2, Theorem 3.2).
+    OPRF).
 
     phi(x) = ``generalized_exponential_features(x, projection, a=A*)`` with
     A* = ``optimal_gerf_parameter(statistics)``: positive, bounded, unbiased for exp(x.y) with

@@ -5,8 +5,8 @@ Orthogonal random features fix the directions of a block (rows orthogonal, a Haa
 draw the d norms independently from chi_d. Reid et al. pose the choice of the joint law of the
 norms as an optimal-transport problem (the marginals must stay chi_d, so every feature map stays
 unbiased; the cost is the estimator's second moment). For a pair of orthogonal rows of
-positive/random Laplace features they solve it by the negative monotone coupling (Sec. 3,
-"pairwise norm-coupling"): the second norm is the chi_d quantile of one minus the first's level,
+positive/random Laplace features they solve it by the negative monotone coupling ("pairwise
+norm-coupling"): the second norm is the chi_d quantile of one minus the first's level,
 
   r' = F^{-1}(1 - F(r)),  F the chi_d CDF, F(r) = P(d/2, r^2/2) (regularised lower gamma),
 
@@ -112,7 +112,7 @@ def norm_coupled(
 
     References:
       Reid, Markou, Choromanski, Turner, Weller, "Variance-Reducing Couplings for Random
-      Features", ICLR 2025, arXiv:2405.16541, Sec. 3 (pairwise norm-coupling).
+      Features", ICLR 2025, arXiv:2405.16541 (pairwise norm-coupling).
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype)
     return DenseProjection(_norm_coupled(key, dim, num_features, dtype), block_size=dim)

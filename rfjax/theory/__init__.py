@@ -22,9 +22,9 @@
   ``positive_relative_error``, ``max_relative_error`` (Lemma 3.4) and
   ``angular_hybrid_relative_error`` (Theorem 3.5, exact per-angle expression).
 * Generalised and dense exponential features (softmax kernel, i.i.d. rows): ``gerf_variance``
-  and ``gerf_log_second_moment`` (GERF, arXiv:2205.15317 Theorem 3.1), ``oprf_variance`` (OPRF /
-  FAVOR++ at the optimal A of Theorem 3.2), ``dense_exponential_variance`` and
-  ``dense_exponential_log_second_moment`` (DERF / FAVOR#, arXiv:2302.00787 Theorem 3.2).
+  and ``gerf_log_second_moment`` (GERF, arXiv:2205.15317), ``oprf_variance`` (OPRF /
+  FAVOR++ at the optimal A), ``dense_exponential_variance`` and
+  ``dense_exponential_log_second_moment`` (DERF / FAVOR#, arXiv:2302.00787).
 * ``rank_estimators``: the (feature map x coupling) pairs with closed forms ranked by predicted
   MSE for given inputs (or input statistics), host-only.
 * ``log_hyp0f1``: log 0F1(; b; z), the radial average behind RF-conformity (Eq. 10, 31-33).

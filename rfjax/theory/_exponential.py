@@ -3,8 +3,8 @@
 For m i.i.d. rows w_i ~ N(0, I_d) the estimate is the mean of m independent copies of
 f_q(w, x) f_k(w, y) (times m from the 1/sqrt(m) scales), so Var = (E[(f_q f_k)^2] - e^{2 x.y}) / m.
 The second moments are derived in ``rfjax.features._generalized_exponential`` (GERF,
-arXiv:2205.15317 Theorem 3.1) and ``rfjax.features._dense_exponential`` (DERF,
-arXiv:2302.00787 Theorem 3.2). Only i.i.d. rows have these closed forms; coupled rows (orthogonal,
+arXiv:2205.15317) and ``rfjax.features._dense_exponential`` (DERF,
+arXiv:2302.00787). Only i.i.d. rows have these closed forms; coupled rows (orthogonal,
 simplex, norm-coupled) stay unbiased but their covariance terms are checked by Monte Carlo.
 
 All functions are JAX functions of their array arguments (``jit``, ``vmap``, ``grad``), in the
@@ -28,7 +28,7 @@ def _variance(log_second_moment: jax.Array, dot: jax.Array, num_features: int) -
 
 
 def gerf_log_second_moment(x: ArrayLike, y: ArrayLike, *, a: ArrayLike) -> jax.Array:
-    """log E[(f(w, x) f(w, y))^2] for one positive GERF feature pair (arXiv:2205.15317, Thm. 3.1).
+    """log E[(f(w, x) f(w, y))^2] for one positive GERF feature pair (arXiv:2205.15317).
 
     = d log(1 - 4A) - (d/2) log(1 - 8A) + 2 (1 - 4A) / (1 - 8A) |x + y|^2 - |x|^2 - |y|^2.
 
@@ -63,7 +63,7 @@ def gerf_log_second_moment(x: ArrayLike, y: ArrayLike, *, a: ArrayLike) -> jax.A
 
 def gerf_variance(x: ArrayLike, y: ArrayLike, num_features: int, *, a: ArrayLike) -> jax.Array:
     """Variance (= MSE, the estimate being unbiased) of the positive GERF estimate of exp(x.y)
-    with ``num_features`` i.i.d. Gaussian rows (arXiv:2205.15317, Theorem 3.1).
+    with ``num_features`` i.i.d. Gaussian rows (arXiv:2205.15317).
 
     Var = (e^{``gerf_log_second_moment``} - e^{2 x.y}) / m; A = 0 gives FAVOR+ (it equals
     ``prf_mse(..., kernel="softmax")``).
@@ -84,7 +84,7 @@ def oprf_variance(
     x: ArrayLike, y: ArrayLike, num_features: int, *, statistics: features.InputStatistics
 ) -> jax.Array:
     """Variance of the OPRF (FAVOR++) estimate: ``gerf_variance`` at
-    A* = ``rfjax.features.optimal_gerf_parameter(statistics)`` (arXiv:2205.15317, Thm. 3.2).
+    A* = ``rfjax.features.optimal_gerf_parameter(statistics)`` (arXiv:2205.15317).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -100,7 +100,7 @@ def oprf_variance(
 def dense_exponential_log_second_moment(
     x: ArrayLike, y: ArrayLike, *, parameters: features.DenseExponentialParameters
 ) -> jax.Array:
-    """log E[(f_q(w, x) f_k(w, y))^2] for one DERF feature pair (arXiv:2302.00787, Thm. 3.2).
+    """log E[(f_q(w, x) f_k(w, y))^2] for one DERF feature pair (arXiv:2302.00787).
 
     With z_x = (U^T Phi) x, z_y = (U^T Phi^{-T}) y and q the eigenvalues of Q = I - 4A:
     sum_l [log q_l - log(2 q_l - 1)/2 + 2 q_l / (2 q_l - 1) (z_x + z_y)_l^2] - |z_x|^2 - |z_y|^2.
@@ -138,7 +138,7 @@ def dense_exponential_variance(
     parameters: features.DenseExponentialParameters,
 ) -> jax.Array:
     """Variance of the DERF estimate of exp(x.y) with ``num_features`` i.i.d. Gaussian rows
-    (arXiv:2302.00787, Theorem 3.2):
+    (arXiv:2302.00787):
     (e^{``dense_exponential_log_second_moment``} - e^{2 x.y}) / m.
 
     Examples:
