@@ -367,3 +367,16 @@ def test_orthogonal_rows_lower_the_oprf_mse():
     errors = np.asarray(jax.jit(jax.vmap(squared_errors))(draws))
     difference = errors[:, 1] - errors[:, 0]
     assert difference.mean() < -NSIG * difference.std(ddof=1) / np.sqrt(len(difference))
+
+
+def test_asymmetric_fit_with_fewer_points_than_dimensions_is_finite_in_float32():
+    # Regression: 12 points in d = 16 give singular second moments; in float32 rounding made
+    # eigenvalues negative and M^{-1/2} NaN (found by the estimator zoo's default run).
+    with jax.enable_x64(False):
+        queries = 0.3 * jax.random.normal(jax.random.key(0), (12, 16))
+        keys = 0.3 * jax.random.normal(jax.random.key(1), (12, 16))
+        params = features.fit_dense_exponential(queries, keys, variant="asymmetric")
+        w = projections.gaussian(jax.random.key(2), 16, 32)
+        for side, points in (("query", queries), ("key", keys)):
+            phi = features.dense_exponential_features(points, w, side=side, parameters=params)
+            assert bool(jnp.all(jnp.isfinite(phi)))

@@ -90,7 +90,11 @@ class DenseExponentialParameters(NamedTuple):
 
 
 def _symmetric_power(matrix: jax.Array, power: float) -> jax.Array:
+    """matrix^power for a positive semi-definite matrix; eigenvalues that rounding pushed to or
+    below zero (e.g. fewer points than dimensions in float32) are floored at d eps max|lambda|."""
     values, vectors = jnp.linalg.eigh(matrix)
+    floor = matrix.shape[-1] * jnp.finfo(values.dtype).eps * jnp.max(jnp.abs(values), -1)
+    values = jnp.maximum(values, floor[..., None])
     return (vectors * values[..., None, :] ** power) @ jnp.swapaxes(vectors, -1, -2)
 
 
