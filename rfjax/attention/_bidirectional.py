@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rfjax.attention._checks import HeadAxes, log_floor
+from rfjax.attention._checks import HeadAxes, log_floor, vary_like
 from rfjax.attention._head_features import (
     finite_key_features,
     finite_query_features,
@@ -14,6 +14,7 @@ from rfjax.attention._head_features import (
     rowwise,
     scaled_key_features,
 )
+from rfjax.attention._sequence_parallel import psum_summary
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -40,11 +41,11 @@ def key_value_summary(
     axes: HeadAxes,
     stabilize: bool,
     block: int,
-) -> tuple[jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """(S = sum_j phi_K(k_j) v_j^T exp(-c) (B, N, m, H_v), z = sum_j phi_K(k_j) exp(-c)
-    (B, N, m), bad (B, N)), one block of keys at a time (a scan), so each block's features are
-    contracted while they are in cache; ``bad`` flags the heads with an unmasked key or value that
-    is not finite (``finite_key_features``: such keys are left out of the sums).
+    (B, N, m), c (B, N), bad (B, N)), one block of keys at a time (a scan), so each block's
+    features are contracted while they are in cache; ``bad`` flags the heads with an unmasked key
+    or value that is not finite (``finite_key_features``: such keys are left out of the sums).
 
     With phi_K(k_j) = psi_j exp(mu_j) (``key_features``), c is the running maximum of mu over the
     keys seen so far (per batch and head, a constant under differentiation); when c grows, the
@@ -74,15 +75,18 @@ def key_value_summary(
         return (kv, k_sum + jnp.sum(psi, axis=1), new_shift, bad), None
 
     width = jax.eval_shape(scaled, key[:, :1])[0].shape[-1]
-    init = (
-        jnp.zeros((batch, heads, width, value.shape[-1]), key.dtype),
-        jnp.zeros((batch, heads, width), key.dtype),
-        jnp.full((batch, heads), floor, key.dtype),
-        jnp.zeros((batch, heads), bool),
+    init = tuple(
+        vary_like(x, key, value, mask, projection, fmap)
+        for x in (
+            jnp.zeros((batch, heads, width, value.shape[-1]), key.dtype),
+            jnp.zeros((batch, heads, width), key.dtype),
+            jnp.full((batch, heads), floor, key.dtype),
+            jnp.zeros((batch, heads), bool),
+        )
     )
     xs = (in_blocks(key, block), in_blocks(value, block), in_blocks(mask, block, False))
-    (kv, k_sum, _, bad), _ = jax.lax.scan(step, init, xs)
-    return kv, k_sum, bad
+    (kv, k_sum, shift, bad), _ = jax.lax.scan(step, init, xs)
+    return kv, k_sum, shift, bad
 
 
 def bidirectional_attention(
@@ -97,17 +101,23 @@ def bidirectional_attention(
     stabilize: bool,
     eps: float,
     block: int,
+    sequence_axis: str | None = None,
 ) -> jax.Array:
     """All heads, BTNH in and out: phi_Q(Q) (psi_K(K)^T V) / phi_Q(Q) (psi_K(K)^T 1).
 
     Keys and queries are processed in blocks of ``block`` positions (the key sums by a scan,
     see ``key_value_summary``; the read-out by ``lax.map`` over query blocks), contracting in
     BTNH layout: on CPU this keeps each block's features in cache instead of streaming (T, N, m)
-    tensors through memory three times.
+    tensors through memory three times. With ``sequence_axis`` (inside ``shard_map``), the key
+    sums (and non-finite key flags) of all devices along it are combined
+    (``_sequence_parallel.psum_summary``).
     """
-    kv, k_sum, bad_key = key_value_summary(
+    kv, k_sum, shift, bad_key = key_value_summary(
         key, value, mask, projection, fmap, axes=axes, stabilize=stabilize, block=block
     )
+    if sequence_axis is not None:
+        kv, k_sum = psum_summary(kv, k_sum, shift, sequence_axis)
+        bad_key = jax.lax.pmax(bad_key.astype(jnp.int32), sequence_axis) > 0
 
     def read_out(q):
         phi_q, bad_query = rowwise(

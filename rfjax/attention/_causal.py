@@ -16,6 +16,7 @@ from rfjax.attention._head_features import (
     scaled_key_features,
 )
 from rfjax.attention._prefix import causal_prefix
+from rfjax.attention._sequence_parallel import earlier_devices_any, sequence_parallel_prefix
 from rfjax.features import ExponentialFeatureMap, FeatureMap, FeatureMapPair
 from rfjax.projections import Projection
 
@@ -69,12 +70,14 @@ def _head_attention(
     stabilize: bool,
     chunk_size: int,
     eps: float,
+    sequence_axis: str | None,
 ) -> jax.Array:
-    """One head: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v).
+    """One head: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v); with
+    ``sequence_axis``, the local shard of a sequence split along that mesh axis.
 
     Non-finite queries, keys and values are kept out of the prefix sums (``finite_*_features``)
     and make NaN exactly the outputs that attend to them: row t if its query is not finite, and
-    every row t >= j for an unmasked key or value j that is not finite.
+    every row t >= j for an unmasked key or value j that is not finite (on any earlier device).
     """
     floor = log_floor(query.dtype)
     phi_q, bad_query = finite_query_features(query, projection, fmap, stabilize)
@@ -89,8 +92,13 @@ def _head_attention(
     running_max = jax.lax.cummax(mu, axis=0)
     if stabilize and _positive_without_floor(fmap):
         phi_q = phi_q * jnp.exp(_query_boost(phi_q, psi_k, mu, running_max))[:, None]
-    out = _normalise(causal_prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size), eps)
     poisoned = bad_query | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
+    if sequence_axis is None:
+        prefix = causal_prefix
+    else:
+        prefix = functools.partial(sequence_parallel_prefix, axis_name=sequence_axis)
+        poisoned = poisoned | earlier_devices_any(jnp.any(bad_key), sequence_axis)
+    out = _normalise(prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size), eps)
     return jnp.where(poisoned[:, None], jnp.nan, out)
 
 
@@ -106,9 +114,16 @@ def causal_attention(
     stabilize: bool,
     chunk_size: int,
     eps: float,
+    sequence_axis: str | None = None,
 ) -> jax.Array:
     """All heads, BTNH in and out: ``_head_attention`` vmapped over batch and heads."""
-    head = functools.partial(_head_attention, stabilize=stabilize, chunk_size=chunk_size, eps=eps)
+    head = functools.partial(
+        _head_attention,
+        stabilize=stabilize,
+        chunk_size=chunk_size,
+        eps=eps,
+        sequence_axis=sequence_axis,
+    )
     over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
     over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))
     return over_batch(query, key, value, mask, projection, fmap)

@@ -1,5 +1,6 @@
 """Argument checks of the FAVOR functions: BTNH arrays, masks, projections and feature maps
-(shared or ``PerHead``), the stabiliser switch, and the computation dtype."""
+(shared or ``PerHead``), the stabiliser switch, and the computation dtype; and the mesh axes
+that scan carries vary over inside ``shard_map`` (``vary_like``)."""
 
 from __future__ import annotations
 
@@ -209,3 +210,17 @@ def default_eps(eps: float | None, dtype: jnp.dtype) -> float:
     if eps is None:
         return float(jnp.finfo(dtype).tiny)
     return check_real("eps", eps, positive=True)
+
+
+def vary_like(init: jax.Array, *references: object) -> jax.Array:
+    """``init`` marked as varying over every ``shard_map`` mesh axis that a leaf of
+    ``references`` varies over (a no-op outside ``shard_map``).
+
+    A scan's carry must keep its type, and inside ``shard_map`` the type includes the mesh axes
+    a value varies over: a carry started from constants (zeros) and updated from a device's
+    shard must be marked varying from the start.
+    """
+    leaves = jax.tree.leaves(references)
+    axes = frozenset().union(*(jax.typeof(x).manual_axis_type.varying for x in leaves))
+    missing = tuple(sorted(axes - jax.typeof(init).manual_axis_type.varying))
+    return jax.lax.pcast(init, missing, to="varying") if missing else init

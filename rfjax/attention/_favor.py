@@ -25,6 +25,7 @@ from rfjax.attention._checks import (
 )
 from rfjax.attention._data_fitted import fit_to_inputs, is_unfitted
 from rfjax.attention._head_features import normalise
+from rfjax.attention._sequence_parallel import check_sequence_axis
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -43,6 +44,7 @@ def favor_attention(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     stabilize: bool | None = None,
     eps: float | None = None,
+    sequence_axis: str | None = None,
 ) -> jax.Array:
     """FAVOR linear attention: softmax-like attention through random features in O(T m).
 
@@ -86,6 +88,19 @@ def favor_attention(
       is then scaled up by exp(b_t), b_t = min(-M_t, 60), where exp(M_t) <= 1 is its largest
       term, read from the per-feature running maximum of the keys j <= t (causal); the factor
       cancels like the others.
+
+    Sequence parallel (context parallel): called inside ``jax.shard_map`` with
+    ``sequence_axis="seq"`` on the local shards of query, key, value and mask of a sequence split
+    along its length over the mesh axis ``"seq"`` (device d of D holds positions
+    [d T/D, (d+1) T/D), in_specs ``P(None, "seq")``), it returns the local shard of the output of
+    the whole sequence, with O(T/D) memory per device. Bidirectional: the key sums (S, z) of the
+    devices are rescaled to the global key maximum and summed (``psum``). Causal: each device
+    adds the combined state of the earlier devices (an exclusive scan over the axis: one
+    ``all_gather`` of the per-device (S, z) and their key maxima, and a masked sum), and its
+    running key maximum starts at the earlier devices' maximum, so an output depends on no later
+    position on any device. Gradients flow across devices through the collectives' transposes.
+    Every device must hold the same projection and feature map (replicated, e.g. drawn from the
+    same key).
 
     Each shift is a single constant for all keys of one output row, so it cancels between
     numerator and denominator; the shifts are constants under differentiation (stop_gradient),
@@ -142,6 +157,9 @@ def favor_attention(
       stabilize: ``None`` (use the maps' log-space form), ``True`` (require maps that have one)
         or ``False`` (raw features).
       eps: floor of the denominator (> 0), default the smallest normal number.
+      sequence_axis: ``None``, or the name of the mesh axis of an enclosing ``jax.shard_map``
+        along which the sequence (axis T of query, key, value; axis S of mask) is split; the
+        arrays are then the local shards (see above).
 
     Returns:
       ``(B, T, N, H_v)`` (or ``(T, N, H_v)``), in the inputs' result dtype. Low-precision inputs
@@ -167,6 +185,18 @@ def favor_attention(
       >>> bool(jax.numpy.all(out == attention.favor_attention(q, k, v, w, mask=padding)))
       True
 
+      The same attention with the sequence split along a mesh axis "seq" over the devices
+      (T/D positions on each of D devices):
+
+      >>> from jax.sharding import NamedSharding, PartitionSpec as P
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",))
+      >>> split = P(None, "seq")
+      >>> q, k, v = (jax.device_put(x, NamedSharding(mesh, split)) for x in (q, k, v))
+      >>> def local(q, k, v):
+      ...     return attention.favor_attention(q, k, v, w, causal=True, sequence_axis="seq")
+      >>> jax.shard_map(local, mesh=mesh, in_specs=split, out_specs=split)(q, k, v).shape
+      (2, 16, 4, 8)
+
     References:
       Choromanski et al., "Rethinking Attention with Performers", ICLR 2021, arXiv:2009.14794
       (FAVOR+, Sec. 2-3 and App. B.1 prefix sums); Reid et al., "Simplex Random Features", ICML
@@ -179,6 +209,7 @@ def favor_attention(
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
     projection, projection_axis = check_projection(projection, head_dim, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    sequence_axis = check_sequence_axis(sequence_axis)
     if query.size == 0 or value.size == 0:
         # Empty B, T, N, S or H_v: nothing to compute; with no keys (S = 0) every row is 0.
         out_shape = (*query.shape[:3], value.shape[-1])
@@ -200,11 +231,15 @@ def favor_attention(
         causal=causal,
         chunk_size=chunk_size if causal else 0,  # unused: one compilation for all values
         eps=default_eps(eps, compute_dtype(query, key, value)),
+        sequence_axis=sequence_axis,
     )
     return out[0] if unbatched else out
 
 
-@functools.partial(jax.jit, static_argnames=("axes", "stabilize", "causal", "chunk_size", "eps"))
+@functools.partial(
+    jax.jit,
+    static_argnames=("axes", "stabilize", "causal", "chunk_size", "eps", "sequence_axis"),
+)
 def _favor_attention(
     query: jax.Array,
     key: jax.Array,
@@ -218,6 +253,7 @@ def _favor_attention(
     causal: bool,
     chunk_size: int,
     eps: float,
+    sequence_axis: str | None,
 ) -> jax.Array:
     out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
     dtype = compute_dtype(query, key, value)
@@ -235,6 +271,7 @@ def _favor_attention(
             stabilize=stabilize,
             chunk_size=chunk_size,
             eps=eps,
+            sequence_axis=sequence_axis,
         )
     else:
         out = bidirectional_attention(
@@ -248,5 +285,6 @@ def _favor_attention(
             stabilize=stabilize,
             eps=eps,
             block=min(BIDIRECTIONAL_BLOCK, max(query.shape[1], key.shape[1])),
+            sequence_axis=sequence_axis,
         )
     return out.astype(out_dtype)

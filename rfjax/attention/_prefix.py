@@ -37,6 +37,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from rfjax.attention._checks import vary_like
+
 
 def _pad_to_chunks(
     a: jax.Array, b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array, chunk: int
@@ -105,7 +107,7 @@ def causal_prefix_scan(
         )
         return (state, beta_last), local + carried
 
-    init = (jnp.zeros((width, v.shape[1]), v.dtype), beta[0])
+    init = (vary_like(jnp.zeros((width, v.shape[1]), v.dtype), a, b, v, alpha, beta), beta[0])
     _, out = jax.lax.scan(step, init, tuple(map(split, (a, b, v, alpha, beta))))
     return out.reshape((-1, v.shape[1]))[:length]
 
