@@ -119,6 +119,14 @@ class PerformerAttention(nn.Module):
         (trigonometric, angular hybrid) need it to train (Peng et al., "Random Feature
         Attention", arXiv:2103.02143, normalise queries and keys for the same reason).
       initial_temperature: tau at initialisation (with ``query_key_norm``).
+      sequence_axis: the name of a mesh axis that splits the sequence (performer only): the layer
+        is then called inside ``jax.shard_map`` on the local shard ``(B, T/D, D_model)`` of the
+        inputs and returns the local shard of the output (``favor_attention``'s
+        ``sequence_axis``: key sums reduced over the axis, causal states scanned across it).
+        The parameters and the ``"projection"`` stream key must be the same on every device
+        (replicated), so that all devices draw the same projection. Self-attention or
+        cross-attention between sequences split alike; not with ``decode`` or ``sow_weights``
+        (they raise); ``None``: not split.
       eps: floor of FAVOR's denominator (``favor_attention``'s ``eps``; ``None``: the smallest
         normal number). Signed feature maps (trigonometric, hybrid) can estimate a row's
         normaliser as <= 0; the default floor then turns that row into inf (NaN downstream), so
@@ -160,6 +168,7 @@ class PerformerAttention(nn.Module):
     redraw_interval: int = 1000
     chunk_size: int = 128
     eps: float | None = None
+    sequence_axis: str | None = None
     query_key_norm: bool = False
     initial_temperature: float = 1.0
 
@@ -193,6 +202,7 @@ class PerformerAttention(nn.Module):
             feature_map=self.feature_map,
             query_key_norm=self.query_key_norm,
             initial_temperature=self.initial_temperature,
+            sequence_axis=self.sequence_axis,
         )
 
     def _stream_key(self, projection_step: jax.Array | int | None) -> jax.Array:
@@ -373,6 +383,13 @@ class PerformerAttention(nn.Module):
         )
 
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
+        if self.sequence_axis is not None and (self.decode or sow_weights):
+            raise ValueError(
+                f"sequence_axis={self.sequence_axis!r} splits a whole sequence over devices; it "
+                f"does not combine with decode=True (one token at a time) or sow_weights=True "
+                f"(the (T, S) weights of a shard); got decode={self.decode}, "
+                f"sow_weights={sow_weights}"
+            )
         batch, length, num_heads, head_dim = query.shape
         projection, feature_map = self.draw_heads(head_dim, projection_step)
         self.sow("intermediates", "projection", jax.vmap(lambda p: p.matrix())(projection.stacked))
@@ -415,4 +432,5 @@ class PerformerAttention(nn.Module):
             favor,
             chunk_size=self.chunk_size,
             eps=self.eps,
+            sequence_axis=self.sequence_axis,
         )

@@ -65,6 +65,7 @@ def check_attributes(
     feature_map: str | FeatureMap,
     query_key_norm: bool,
     initial_temperature: float,
+    sequence_axis: str | None = None,
 ) -> int:
     """Validates the attention's attributes; returns the head dim H = features / num_heads."""
     num_heads = check_int("num_heads", num_heads, minimum=1)
@@ -82,6 +83,12 @@ def check_attributes(
         if not isinstance(redraw_interval, int) or redraw_interval < 1:
             raise ValueError(f"redraw_interval must be an int >= 1, got {redraw_interval!r}")
         feature_map_template(feature_map)
+    elif sequence_axis is not None:
+        raise ValueError(
+            "sequence_axis needs attention_kind='performer' (exact attention over a split "
+            f"sequence is not implemented); got sequence_axis={sequence_axis!r} with "
+            f"attention_kind={attention_kind!r}"
+        )
     if query_key_norm and not initial_temperature > 0:
         raise ValueError(f"initial_temperature must be > 0, got {initial_temperature!r}")
     if features % num_heads:
@@ -206,8 +213,10 @@ def favor_heads(
     *,
     chunk_size: int,
     eps: float | None,
+    sequence_axis: str | None = None,
 ) -> jax.Array:
-    """``favor_attention`` over ``(B, T, N, H)`` heads with a ``FavorMask``."""
+    """``favor_attention`` over ``(B, T, N, H)`` heads with a ``FavorMask`` (on the local shard
+    of a sequence split over the mesh axis ``sequence_axis``, if given)."""
     return by_causality(
         lambda causal: favor_attention(
             query,
@@ -219,6 +228,7 @@ def favor_heads(
             mask=mask.key_padding,
             chunk_size=chunk_size,
             eps=eps,
+            sequence_axis=sequence_axis,
         ),
         mask.causal,
     )

@@ -131,7 +131,11 @@ def shifted_cos(t: ArrayLike, quarter_turns: ArrayLike = 0) -> jax.Array:
         t = t.astype(jnp.float32)
     shape = jnp.broadcast_shapes(t.shape, quarter_turns.shape)
     t = jnp.broadcast_to(t, shape)
-    quarter_turns = jnp.broadcast_to(quarter_turns.astype(jnp.int32), shape)
+    # + zeros_like(t): quarter_turns varies over the shard_map mesh axes that t varies over, or
+    # the cond below, vmapped with a batched predicate, mixes varying and invariant operands.
+    quarter_turns = jnp.broadcast_to(quarter_turns.astype(jnp.int32), shape) + jnp.zeros_like(
+        t, jnp.int32
+    )
     # Elements beyond the fast range (and +-inf) enter the fast path as 0, so that it (and its
     # derivative) stays finite there; NaN goes through it and stays NaN.
     outside = jnp.abs(t) > FAST_RANGE[np.dtype(t.dtype)]

@@ -1,0 +1,101 @@
+"""Sequence-parallel FAVOR (``favor_attention(..., sequence_axis=)``, issue 15 part 2): on 4
+forced CPU devices, outputs and gradients equal one device's, causal outputs ignore later
+devices bit for bit, memory per device scales as T / devices, and ``PerformerAttention`` uses it.
+
+The 4-device measurements run once, in a process of their own (``sequence_parallel_checks``):
+XLA_FLAGS must set the device count before jax is imported, and the rest of the suite runs on
+one device.
+"""
+
+import doctest
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from rfjax import attention, nn, projections
+from rfjax.attention import _favor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEVICES = 4
+CASES = (
+    "bidirectional_positive_mask",
+    "causal_positive_mask",
+    "causal_trigonometric_per_head",
+)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
+    ).strip()
+    completed = subprocess.run(
+        [sys.executable, os.path.join(HERE, "sequence_parallel_checks.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_outputs_and_gradients_equal_one_device(measured, case):
+    # Masks hide NaN keys and inf values, a whole device's keys (bidirectional and causal) and a
+    # run across a device boundary; float32, so the only differences are summation orders.
+    errors = measured["cases"][case]
+    assert set(errors) == {"output", "grad_query", "grad_key", "grad_value"}
+    for name, error in errors.items():
+        assert error <= 1e-5, (name, error)
+
+
+@pytest.mark.parametrize("feature_map", ["positive", "relu"])
+def test_causal_outputs_ignore_later_devices(measured, feature_map):
+    # Changed output elements per device after tokens on one device change (with large keys
+    # that raise the running key maximum): none before it, all from it on.
+    changed = measured["perturbations"]
+    last = changed[f"{feature_map}_perturb_device_{DEVICES - 1}"]
+    assert last[: DEVICES - 1] == [0] * (DEVICES - 1) and last[-1] > 0
+    second = changed[f"{feature_map}_perturb_device_1"]
+    assert second[0] == 0 and min(second[1:]) > 0
+
+
+@pytest.mark.parametrize("mode", ["bidirectional", "causal"])
+def test_memory_per_device_scales_as_length_over_devices(measured, mode):
+    # Forward and backward at T = 4096: each device of the mesh needs what one device needs at
+    # T / 4, plus the gathered per-device states (D m (H_v + 1) per head) and one (T/D, m)
+    # scaled copy of the shard's keys for its state: at most 25% more.
+    memory = measured["memory"][mode]
+    quarter = memory["one_device_at_length_over_devices"]
+    assert memory["per_device"] <= 1.25 * quarter, memory
+    assert memory["per_device"] <= 0.4 * memory["one_device"], memory
+
+
+def test_performer_attention_with_sequence_axis(measured):
+    assert measured["performer"] <= 1e-5
+
+
+def test_sequence_axis_errors():
+    q = k = v = jnp.ones((1, 8, 2, 4))
+    w = projections.orthogonal(jax.random.key(0), 4, 8)
+    with pytest.raises(TypeError, match="sequence_axis"):
+        attention.favor_attention(q, k, v, w, sequence_axis=0)
+    with pytest.raises(ValueError, match=r"sequence_axis='seq'.*shard_map"):
+        attention.favor_attention(q, k, v, w, sequence_axis="seq")
+    layer = nn.PerformerAttention(num_heads=2, attention_kind="exact", sequence_axis="seq")
+    with pytest.raises(ValueError, match=r"sequence_axis.*performer"):
+        layer.init(jax.random.key(0), jnp.ones((1, 8, 8)))
+
+
+def test_docstring_examples_run():
+    # favor_attention's examples include a shard_map over a mesh of this process's devices.
+    result = doctest.testmod(_favor)
+    assert result.attempted > 0 and result.failed == 0
