@@ -1,0 +1,157 @@
+"""Sequence-parallel FAVOR: time and memory per device, D devices against one (issue 15, part 2).
+
+  XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m benchmarks.sequence_parallel \\
+      [--lengths 65536 262144] [--repeats 2] [--time-backward-up-to 65536] [--json PATH]
+
+For each length T, mode (bidirectional, causal) and pass (the jitted forward, and the jitted
+gradient for q, k and v of the sum of the outputs), on (1, T, 4, 64) float32 inputs with an
+orthogonal projection shared by the heads (m = 128, the shapes of ``benchmarks.attention``):
+
+* one device: ``favor_attention`` under ``jit`` on device 0;
+* D devices: ``favor_attention(..., sequence_axis="seq")`` in ``jax.shard_map`` over a mesh of
+  all devices, inputs split along T (T / D positions per device).
+
+Memory is XLA's compiled memory analysis of one device's program (arguments + outputs +
+temporaries); times are medians of interleaved repeats (``benchmarks.timing``), the gradient
+timed only up to ``--time-backward-up-to`` (one device's gradient at T = 256k needs ~7 GiB and
+minutes per call on a shared 2-core host; its memory is still compiled and reported). Reported,
+not asserted. The target is memory: D devices need 1/D of one device's memory per device (the
+tests assert it, ``tests/test_sequence_parallel.py``). Forced CPU devices share the host's cores,
+so the D-device time measures the overhead of the split (collectives, the extra per-device state)
+rather than a speed-up; on D accelerators the work per device is 1/D.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from benchmarks.attention import HEAD_DIM, HEADS, NUM_FEATURES, compile_with_memory
+from benchmarks.timing import time_interleaved
+from rfjax.attention import draw_projection, favor_attention
+
+AXIS = "seq"
+MODES = ("bidirectional", "causal")
+PASSES = ("forward", "forward_backward")
+
+
+def attention_fn(causal: bool, sequence_axis: str | None):
+    def forward(q, k, v, projection):
+        return favor_attention(q, k, v, projection, causal=causal, sequence_axis=sequence_axis)
+
+    return forward
+
+
+def with_pass(forward, name: str):
+    if name == "forward":
+        return forward
+    return jax.grad(lambda q, k, v, p: jnp.sum(forward(q, k, v, p)), argnums=(0, 1, 2))
+
+
+def benchmark_length(length: int, repeats: int, time_backward: bool) -> list[dict]:
+    devices = jax.device_count()
+    mesh = jax.make_mesh((devices,), (AXIS,))
+    split = P(None, AXIS)
+    keys = jax.random.split(jax.random.key(length), 4)
+    q, k, v = (jax.random.normal(key, (1, length, HEADS, HEAD_DIM)) for key in keys[:3])
+    projection = draw_projection(keys[3], HEAD_DIM, NUM_FEATURES, coupling="orthogonal")
+    one_args = (q, k, v, projection)
+    replicated = jax.device_put(projection, NamedSharding(mesh, P()))
+    split_args = (*(jax.device_put(x, NamedSharding(mesh, split)) for x in (q, k, v)), replicated)
+    rows, functions = [], {}
+    for mode in MODES:
+        causal = mode == "causal"
+        sharded = jax.shard_map(
+            attention_fn(causal, AXIS),
+            mesh=mesh,
+            in_specs=(split, split, split, P()),
+            out_specs=split,
+        )
+        for name in PASSES:
+            for count, forward, args in (
+                (1, attention_fn(causal, None), one_args),
+                (devices, sharded, split_args),
+            ):
+                with jax.set_mesh(mesh):
+                    compiled, memory = compile_with_memory(with_pass(forward, name), args)
+                rows.append(
+                    {"length": length, "mode": mode, "pass": name, "devices": count, **memory}
+                )
+                rows[-1].update(median_s=None, min_s=None, repeats=0)
+                if name == "forward" or time_backward:
+                    functions[str(len(rows) - 1)] = lambda c=compiled, a=args: c(*a)
+    timings = time_interleaved(functions, repeats=repeats, warmup=1)
+    for index, timing in timings.items():
+        rows[int(index)].update(median_s=timing["median_s"], min_s=timing["min_s"], repeats=repeats)
+    return rows
+
+
+def seconds(row: dict) -> str:
+    return "--" if row["median_s"] is None else f"{row['median_s']:.2f}"
+
+
+def per_device_mb(row: dict) -> float:
+    return (row["argument_bytes"] + row["output_bytes"] + row["temp_bytes"]) / 2**20
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| T | mode | pass | 1 device: s | MiB | D devices: s | MiB per device | memory ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for one in (row for row in rows if row["devices"] == 1):
+        many = next(
+            row
+            for row in rows
+            if row["devices"] > 1 and all(row[f] == one[f] for f in ("length", "mode", "pass"))
+        )
+        lines.append(
+            f"| {one['length']} | {one['mode']} | {one['pass']} | {seconds(one)} | "
+            f"{per_device_mb(one):.0f} | {seconds(many)} | {per_device_mb(many):.0f} | "
+            f"{per_device_mb(many) / per_device_mb(one):.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[65536, 262144])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--time-backward-up-to", type=int, default=65536)
+    parser.add_argument("--json", type=str, default=None, help="also write the results here")
+    args = parser.parse_args()
+    devices = jax.device_count()
+    if devices < 2:
+        raise SystemExit(
+            "sequence parallelism needs several devices: run with "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=4 (CPU) or on D accelerators"
+        )
+    for length in args.lengths:
+        if length % devices:
+            raise SystemExit(f"--lengths: T = {length} must be a multiple of D = {devices}")
+    print(
+        f"jax {jax.__version__}, {devices} {jax.devices()[0].platform} devices on "
+        f"{os.cpu_count()} CPUs, float32, B=1 N={HEADS} H={HEAD_DIM} m={NUM_FEATURES}, "
+        f"repeats {args.repeats}; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    rows = []
+    for length in args.lengths:
+        rows += benchmark_length(length, args.repeats, length <= args.time_backward_up_to)
+        print(f"  T={length} done", file=sys.stderr, flush=True)
+    print(table(rows))
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"devices": devices, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
