@@ -3,13 +3,14 @@
 ``favor_attention(query, key, value, projection, ...)`` takes BTNH arrays like
 ``jax.nn.dot_product_attention`` and a drawn projection (any coupling in ``rfjax.projections``),
 bidirectional or causal (chunked prefix sums with a memory-bounded custom VJP), with key padding
-masks and a causal-safe stabiliser; ``favor_decode_init``/``favor_decode_step`` decode token by
-token; ``favor_attention_weights`` forms the attention matrix; ``softmax_attention`` is the exact
-reference. Feature maps are those of ``rfjax.features`` (by name, or ``FeatureMap`` objects with
-their parameters); attention adds only the data normaliser H^{-1/4} (``data_normalizer``) and
-the stabiliser. Projections and maps are shared by the heads or marked ``PerHead``; draw
-projections with ``draw_projection`` and redraw them with ``redraw_key(rng, step,
-redraw_interval=...)``.
+masks and a causal-safe stabiliser, on one device or sequence parallel (``sequence_axis``: a
+sequence split along its length over a mesh axis inside ``jax.shard_map``);
+``favor_decode_init``/``favor_decode_step`` decode token by token; ``favor_attention_weights``
+forms the attention matrix; ``softmax_attention`` is the exact reference. Feature maps are
+those of ``rfjax.features`` (by name, or ``FeatureMap`` objects with their parameters);
+attention adds only the data normaliser H^{-1/4} (``data_normalizer``) and the stabiliser.
+Projections and maps are shared by the heads or marked ``PerHead``; draw projections with
+``draw_projection`` and redraw them with ``redraw_key(rng, step, redraw_interval=...)``.
 """
 
 from rfjax.attention._decode import DecodeState, favor_decode_init, favor_decode_step
