@@ -2,7 +2,7 @@
 forced CPU devices, outputs and gradients equal one device's, causal outputs ignore later
 devices bit for bit, memory per device scales as T / devices, and ``PerformerAttention`` uses it.
 
-The 4-device measurements run once, in a process of their own (``sequence_parallel_checks``):
+The 4-device measurements run in a process of their own (``sequence_parallel_checks``):
 XLA_FLAGS must set the device count before jax is imported, and the rest of the suite runs on
 one device.
 """
@@ -29,8 +29,7 @@ CASES = (
 )
 
 
-@pytest.fixture(scope="module")
-def measured():
+def run_on_four_devices() -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
@@ -47,39 +46,37 @@ def measured():
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_outputs_and_gradients_equal_one_device(measured, case):
-    # Masks hide NaN keys and inf values, a whole device's keys (bidirectional and causal) and a
-    # run across a device boundary; float32, so the only differences are summation orders.
-    errors = measured["cases"][case]
-    assert set(errors) == {"output", "grad_query", "grad_key", "grad_value"}
-    for name, error in errors.items():
-        assert error <= 1e-5, (name, error)
+def test_on_four_devices():
+    # One test, so that the 4-device process runs once even when pytest-xdist spreads tests.
+    measured = run_on_four_devices()
 
+    # Outputs and gradients equal one device's (float32: only summation orders differ). Masks
+    # hide NaN keys and inf values, a whole device's keys and a run across a device boundary.
+    assert set(measured["cases"]) == set(CASES)
+    for case, errors in measured["cases"].items():
+        assert set(errors) == {"output", "grad_query", "grad_key", "grad_value"}
+        for name, error in errors.items():
+            assert error <= 1e-5, (case, name, error)
 
-@pytest.mark.parametrize("feature_map", ["positive", "relu"])
-def test_causal_outputs_ignore_later_devices(measured, feature_map):
-    # Changed output elements per device after tokens on one device change (with large keys
-    # that raise the running key maximum): none before it, all from it on.
+    # Causal: changed output elements per device after the tokens of one device change (with
+    # large keys that raise the running key maximum): none before it, all from it on.
     changed = measured["perturbations"]
-    last = changed[f"{feature_map}_perturb_device_{DEVICES - 1}"]
-    assert last[: DEVICES - 1] == [0] * (DEVICES - 1) and last[-1] > 0
-    second = changed[f"{feature_map}_perturb_device_1"]
-    assert second[0] == 0 and min(second[1:]) > 0
+    for feature_map in ("positive", "relu"):
+        last = changed[f"{feature_map}_perturb_device_{DEVICES - 1}"]
+        assert last[: DEVICES - 1] == [0] * (DEVICES - 1) and last[-1] > 0, (feature_map, last)
+        second = changed[f"{feature_map}_perturb_device_1"]
+        assert second[0] == 0 and min(second[1:]) > 0, (feature_map, second)
 
+    # Memory of the gradient (forward and backward) at T = 4096: each device of the mesh needs
+    # what one device needs at T / 4, plus the gathered per-device states (D m (H_v + 1) per
+    # head) and a (T/D, m) scaled copy of the shard's keys for its state: at most 25% more.
+    for mode in ("bidirectional", "causal"):
+        memory = measured["memory"][mode]
+        quarter = memory["one_device_at_length_over_devices"]
+        assert memory["per_device"] <= 1.25 * quarter, (mode, memory)
+        assert memory["per_device"] <= 0.4 * memory["one_device"], (mode, memory)
 
-@pytest.mark.parametrize("mode", ["bidirectional", "causal"])
-def test_memory_per_device_scales_as_length_over_devices(measured, mode):
-    # Forward and backward at T = 4096: each device of the mesh needs what one device needs at
-    # T / 4, plus the gathered per-device states (D m (H_v + 1) per head) and one (T/D, m)
-    # scaled copy of the shard's keys for its state: at most 25% more.
-    memory = measured["memory"][mode]
-    quarter = memory["one_device_at_length_over_devices"]
-    assert memory["per_device"] <= 1.25 * quarter, memory
-    assert memory["per_device"] <= 0.4 * memory["one_device"], memory
-
-
-def test_performer_attention_with_sequence_axis(measured):
+    # rfjax.nn.PerformerAttention(causal=True, sequence_axis="seq") against the unsplit layer.
     assert measured["performer"] <= 1e-5
 
 
