@@ -165,6 +165,22 @@ def later_device_perturbations() -> dict[str, dict[str, int]]:
     return result
 
 
+def non_finite_rows() -> dict[str, list[int]]:
+    """Rows per device with a non-finite output when one unmasked key on device 1 is NaN: the
+    rows that attend to it (all rows bidirectional; rows from it on, causal)."""
+    mesh_ = mesh()
+    quarter = LENGTH // DEVICES
+    q, k, v = inputs(5)
+    k = k.at[:, quarter + 3].set(jnp.nan)
+    mask = jnp.ones((BATCH, LENGTH), bool)
+    result = {}
+    for mode, options in (("bidirectional", dict(causal=False)), ("causal", dict(causal=True))):
+        out = sharded(favor(options, AXIS), mesh_)(*split(mesh_, q, k, v, mask))
+        rows = ~np.all(np.isfinite(np.asarray(out)), axis=(2, 3))  # (B, T)
+        result[mode] = rows.reshape(BATCH, DEVICES, quarter).sum(axis=(0, 2)).tolist()
+    return result
+
+
 def compiled_bytes(fn, *arg_shapes) -> int:
     """Arguments + outputs + temporaries of one device's program (XLA's memory analysis)."""
     analysis = jax.jit(fn).lower(*arg_shapes).compile().memory_analysis()
@@ -235,6 +251,7 @@ def main() -> None:
     report = {
         "cases": {name: case_errors(*case) for name, case in CASES.items()},
         "perturbations": later_device_perturbations(),
+        "non_finite_rows": non_finite_rows(),
         "memory": memory_per_device(4096),
         "performer": performer_layer(),
     }

@@ -67,6 +67,14 @@ def test_on_four_devices():
         second = changed[f"{feature_map}_perturb_device_1"]
         assert second[0] == 0 and min(second[1:]) > 0, (feature_map, second)
 
+    # One unmasked NaN key at position 3 of device 1 reaches exactly the rows that attend to it
+    # (a NaN in one place poisons no other device's rows), per device, both batch rows.
+    quarter = 64 // DEVICES
+    assert measured["non_finite_rows"] == {
+        "bidirectional": [2 * quarter] * DEVICES,
+        "causal": [0, 2 * (quarter - 3), 2 * quarter, 2 * quarter],
+    }
+
     # Memory of the gradient (forward and backward) at T = 4096: each device of the mesh needs
     # what one device needs at T / 4, plus the gathered per-device states (D m (H_v + 1) per
     # head) and a (T/D, m) scaled copy of the shard's keys for its state: at most 25% more.
