@@ -1,9 +1,9 @@
 """Nonparametric classification by Gaussian kernel regression on the UCI sets (SimRF Sec. 5.3).
 
 Protocol (SimRF Sec. 5.3, App. B.1-B.2; split and encoding as the authors' public script): one
-fixed random split per data set, the last ``test_fraction`` (5%) of a seeded permutation held out
-for testing; inputs standardised with the training mean and standard deviation, then multiplied
-by the paper's sigma (``rfjax.data.UCI_BANDWIDTHS``). A test point x gets the class
+fixed random split per data set, a seeded permutation with the last ``test_fraction`` (5%) held
+out for testing; inputs standardised with the training mean and standard deviation, then
+multiplied by the paper's sigma (``rfjax.data.UCI_BANDWIDTHS``). A test point x gets the class
 
     argmax_c sum_{j: y_j = c} K_hat(x, x_j),   K_hat(x, x_j) = phi(x) . phi(x_j),
 
@@ -13,9 +13,21 @@ points, never the O(N_train N_test) kernel matrix. The exact-kernel classifier u
 sum_{j in c} exp(-|x - x_j|^2 / 2). Each coupling is drawn ``num_repetitions`` times (keys
 vmapped in batches within one jitted call); accuracy mean and standard error over the draws.
 
-Fig. 8: accuracy vs m/d for IID, ORF, SimRF (and SimRF+) beside the exact kernel. Table 2: SimRF
-vs SimRF+. Table 3: the fast HD-product couplings vs the regular ones, on inputs zero-padded to
-p = 2^ceil(log2 d) with m = (m/d) p for every coupling (the paper's "same effective d").
+Splits (``SPLITS``): ``"all_rows"`` permutes every row of the file (``default_rng(seed)``) and
+holds out its last int(0.05 n) rows, training on the rest; ``"authors"`` is the authors'
+``load_data_onehot``: the file's last line dropped (``load_uci(rows="authors")``: n is one
+smaller for every set but nursery), training on the first int(0.95 n) rows of the permutation
+and testing on the last int(0.05 n), so one row between them is unused when the two round
+down (banknote: 1,302 + 68 of 1,371 rows). The same seed thus gives different test sets.
+
+Fig. 8: accuracy vs m/d for IID, ORF, SimRF (and SimRF+) beside the exact kernel, m/d up to
+``max(config.ratios + config.extra_ratios)`` for sets with d <= ``extra_ratios_max_dim``.
+Table 2: SimRF vs SimRF+ at m = d on every split of ``table2_splits``. Table 3: the fast
+HD-product couplings vs the regular ones, on inputs zero-padded to p = 2^ceil(log2 d) with
+m = (m/d) p for every coupling (the paper's "same effective d").
+
+``measure`` computes; ``report`` writes the tables, the figure and the summary (claims and
+verdicts from ``experiments/templates/uci_classification.md``).
 """
 
 from __future__ import annotations
@@ -31,14 +43,17 @@ import jax.numpy as jnp
 import matplotlib
 import ml_collections
 import numpy as np
+from scipy import stats
 
 from experiments import outputs
 from rfjax import data, features, projections
+from rfjax.ops import pad_to_power_of_two
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 LABELS = {**outputs.COUPLING_LABELS, "exact": "exact"}
+SPLITS = ("all_rows", "authors")
 
 # SimRF paper Table 2 (m = d, the Fig. 8 protocol), rows in the order of UCI_DATASETS (the row
 # labels were lost in the seed's extraction; the order is that of the paper's Fig. 8 and the
@@ -62,18 +77,29 @@ PAPER_TABLE_2 = {
 
 
 def split_and_scale(
-    x: np.ndarray, y: np.ndarray, *, sigma: float, test_fraction: float, seed: int
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    sigma: float,
+    test_fraction: float,
+    seed: int,
+    split: str = "all_rows",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Seeded permutation, the last ``test_fraction`` held out; standardise on train, times sigma.
+    """Seeded permutation and held-out test rows (``split``, see the module docstring);
+    standardise on train, times sigma.
 
     Columns constant on the training split are centred only (their standard deviation is 0).
     Returns float32 ``(x_train, y_train, x_test, y_test)``.
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     order = np.random.default_rng(seed).permutation(len(x))
     num_test = max(1, int(len(x) * test_fraction))
-    train, test = order[:-num_test], order[-num_test:]
+    # The authors' script trains on the first int(n (1 - f)) rows: one may be left unused.
+    num_train = int(len(x) * (1 - test_fraction)) if split == "authors" else len(x) - num_test
+    train, test = order[:num_train], order[-num_test:]
     mean, std = x[train].mean(axis=0), x[train].std(axis=0)
     scale = sigma / np.where(std > 0, std, 1.0)
     x_train, x_test = ((x[rows] - mean) * scale for rows in (train, test))
@@ -87,10 +113,15 @@ def typical_norm_of_sum(x: np.ndarray, key: int = 0, num_pairs: int = 20_000) ->
     return float(np.linalg.norm(x[i] + x[j], axis=1).mean())
 
 
-def pad_to_power_of_two(x: np.ndarray) -> np.ndarray:
-    """Zero-pads the columns to p = 2^ceil(log2 d) (the paper's padding for HD products)."""
-    padded = 1 << max(x.shape[1] - 1, 0).bit_length()
-    return np.pad(x, ((0, 0), (0, padded - x.shape[1])))
+def _padded_columns(x: np.ndarray) -> np.ndarray:
+    """Zero-padded columns to p = 2^ceil(log2 d) (the paper's padding for HD products)."""
+    return np.asarray(pad_to_power_of_two(x, axis=1))
+
+
+def ratios_for(config: ml_collections.ConfigDict, dim: int) -> tuple[int, ...]:
+    """The m/d values of a data set: ``ratios``, plus ``extra_ratios`` if d is small."""
+    extra = tuple(config.extra_ratios) if dim <= config.extra_ratios_max_dim else ()
+    return tuple(sorted({*config.ratios, *extra}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,24 +277,32 @@ def _stable_id(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def prepare(name: str, config: ml_collections.ConfigDict) -> dict:
+def prepare(name: str, config: ml_collections.ConfigDict, split: str) -> dict:
     """Loads, splits and scales one data set; its facts (sizes, exact accuracy, |x + y|)."""
-    x, y = data.load_uci(name, config.data_dir, categorical=config.categorical)
+    x, y = data.load_uci(
+        name,
+        config.data_dir,
+        categorical=config.categorical,
+        rows="authors" if split == "authors" else "all",
+    )
     x_train, y_train, x_test, y_test = split_and_scale(
         x,
         y,
         sigma=data.UCI_BANDWIDTHS[name],
         test_fraction=config.test_fraction,
         seed=config.split_seed,
+        split=split,
     )
     onehot_train = np.eye(int(y.max()) + 1, dtype=np.float32)[y_train]
     counts = np.bincount(y_test, minlength=onehot_train.shape[1])
     facts = {
         "dataset": name,
+        "split": split,
+        "num_rows": len(x),
         "num_train": len(x_train),
         "num_test": len(x_test),
         "dim": x.shape[1],
-        "padded_dim": pad_to_power_of_two(x_test[:1]).shape[1],
+        "padded_dim": _padded_columns(x_test[:1]).shape[1],
         "num_classes": onehot_train.shape[1],
         "sigma": data.UCI_BANDWIDTHS[name],
         "majority_rate": float(counts.max() / counts.sum()),
@@ -276,33 +315,44 @@ def prepare(name: str, config: ml_collections.ConfigDict) -> dict:
 
 def _padded(split: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     x_train, onehot_train, x_test, y_test = split
-    return pad_to_power_of_two(x_train), onehot_train, pad_to_power_of_two(x_test), y_test
+    return _padded_columns(x_train), onehot_train, _padded_columns(x_test), y_test
 
 
-def measure_dataset(index: int, prepared: dict, config: ml_collections.ConfigDict) -> list[dict]:
-    """Rows (table, coupling, m/d, accuracy mean and SE) of Fig. 8 and Table 3 for one set.
+def measure_dataset(
+    index: int, prepared: dict, config: ml_collections.ConfigDict, tables: dict
+) -> list[dict]:
+    """Rows (split, table, coupling, m/d, accuracy mean and SE) of one set on one split.
 
-    Couplings that see the same inputs (the Fig. 8 ones on the scaled inputs, Table 3's on
-    inputs padded to p; both the same when d = p) run in one call, and a coupling that appears
-    in both tables with d = p is drawn once and reported in both.
+    ``tables`` maps a table name ("fig8", "fast", "approach") to (couplings, ratios, padded,
+    repetitions). Couplings that see the same inputs with the same number of draws (the Fig. 8
+    ones on the scaled inputs, Table 3's on inputs padded to p; both the same when d = p) run
+    in one call, and a coupling that appears in both tables with d = p is drawn once and
+    reported in both.
     """
-    facts, split = prepared["facts"], prepared["split"]
-    name = facts["dataset"]
-    repetitions = config.repetitions[name]
+    facts = prepared["facts"]
+    name, split = facts["dataset"], facts["split"]
     root = jax.random.fold_in(jax.random.key(config.seed, impl=config.prng_impl), index)
-    tables = {"fig8": (config.couplings, config.ratios, split)}
-    if config.fast_couplings:
-        tables["fast"] = (config.fast_couplings, config.fast_ratios, _padded(split))
-    groups: dict[int, dict] = {}  # input dimension -> inputs, couplings, ratios
-    for couplings, ratios, inputs in tables.values():
-        group = groups.setdefault(inputs[0].shape[1], {"inputs": inputs, "couplings": []})
+    root = jax.random.fold_in(root, SPLITS.index(split))
+    groups: dict[
+        tuple[int, int], dict
+    ] = {}  # (input dimension, draws) -> inputs, couplings, ratios
+    group_of = {}
+    for table, (couplings, ratios, padded, repetitions) in tables.items():
+        inputs = _padded(prepared["split"]) if padded else prepared["split"]
+        group_of[table] = (inputs[0].shape[1], repetitions)
+        group = groups.setdefault(group_of[table], {"inputs": inputs, "couplings": []})
         group["couplings"] += [c for c in couplings if c not in group["couplings"]]
         group["ratios"] = tuple(sorted(set(group.get("ratios", ())) | set(ratios)))
     accuracy = {}
-    for dim, group in groups.items():
+    for (dim, repetitions), group in groups.items():
         couplings = tuple(group["couplings"])
         keys = jnp.stack(
-            [jax.random.fold_in(jax.random.fold_in(root, _stable_id(c)), dim) for c in couplings]
+            [
+                jax.random.fold_in(
+                    jax.random.fold_in(root, _stable_id(c)), dim * 100_003 + repetitions
+                )
+                for c in couplings
+            ]
         )
         values = draw_accuracies(
             keys,
@@ -311,20 +361,21 @@ def measure_dataset(index: int, prepared: dict, config: ml_collections.ConfigDic
             group["inputs"],
             repetitions,
             config.memory_mb,
-            f"{name} d={dim}",
+            f"{name} {split} d={dim}",
         )
         for coupling, per_ratio in zip(couplings, values, strict=True):
             for ratio, draws in zip(group["ratios"], per_ratio.T, strict=True):
-                accuracy[coupling, dim, ratio] = draws
+                accuracy[coupling, dim, repetitions, ratio] = draws
     rows = []
-    for table, (couplings, ratios, inputs) in tables.items():
-        dim = inputs[0].shape[1]
+    for table, (couplings, ratios, _, repetitions) in tables.items():
+        dim = group_of[table][0]
         for coupling in couplings:
             for ratio in ratios:
-                draws = accuracy[coupling, dim, ratio]
+                draws = accuracy[coupling, dim, repetitions, ratio]
                 rows.append(
                     {
                         "dataset": name,
+                        "split": split,
                         "table": table,
                         "coupling": coupling,
                         "ratio": int(ratio),
@@ -338,13 +389,91 @@ def measure_dataset(index: int, prepared: dict, config: ml_collections.ConfigDic
     return rows
 
 
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    unknown = [name for name in config.datasets if name not in data.UCI_DATASETS]
+    if unknown or not config.datasets:
+        raise ValueError(
+            f"config.datasets must be a non-empty subset of {data.UCI_DATASETS}; got "
+            f"{tuple(config.datasets)}"
+        )
+    for field in ("ratios", "extra_ratios", "fast_ratios", "approach_ratios"):
+        values = tuple(config[field])
+        if any(not isinstance(r, int) or r < 1 for r in values):
+            raise ValueError(f"config.{field} must be integers >= 1, got {values}")
+    for coupling in (*config.couplings, *config.fast_couplings, *config.approach_couplings):
+        projections.get(coupling)  # raises for an unknown name
+    missing = [name for name in config.datasets if name not in config.repetitions]
+    if missing:
+        raise ValueError(f"config.repetitions has no entry for {missing}")
+    if config.table2_ratio not in config.ratios:
+        raise ValueError(f"config.table2_ratio={config.table2_ratio} is not in config.ratios")
+    for split in (config.split, *config.table2_splits):
+        if split not in SPLITS:
+            raise ValueError(
+                f"config.split and config.table2_splits must be in {SPLITS}, got {split!r}"
+            )
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """Fig. 8 and Table 3 on ``config.split``; Table 2 (SimRF, SimRF+ at m/d =
+    ``table2_ratio``) on every other split of ``table2_splits``. Writes nothing."""
+    del workdir  # nothing to resume
+    validate_config(config)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    rows, facts = [], []
+    table2_couplings = tuple(c for c in ("simplex", "simplex_plus") if c in config.couplings)
+    for index, name in enumerate(config.datasets):
+        prepared = prepare(name, config, config.split)
+        facts.append(prepared["facts"])
+        dim, repetitions = prepared["facts"]["dim"], config.repetitions[name]
+        tables = {"fig8": (config.couplings, ratios_for(config, dim), False, repetitions)}
+        if config.fast_couplings:
+            tables["fast"] = (config.fast_couplings, config.fast_ratios, True, repetitions)
+        if config.approach_ratios and dim <= config.extra_ratios_max_dim:
+            tables["approach"] = (
+                config.approach_couplings,
+                config.approach_ratios,
+                False,
+                config.approach_repetitions,
+            )
+        rows += measure_dataset(index, prepared, config, tables)
+        for split in config.table2_splits:
+            if split == config.split or not table2_couplings:
+                continue
+            other = prepare(name, config, split)
+            facts.append(other["facts"])
+            tables = {
+                "fig8": (
+                    table2_couplings,
+                    (config.table2_ratio,),
+                    False,
+                    config.repetitions[name],
+                )
+            }
+            rows += measure_dataset(index, other, config, tables)
+    return {
+        "rows": rows,
+        "facts": facts,
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - cpu_start,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Tables, orderings and the figure
 # ---------------------------------------------------------------------------------------------
 
 
-def _lookup(rows: list[dict], table: str) -> dict[tuple[str, str, int], dict]:
-    return {(r["dataset"], r["coupling"], r["ratio"]): r for r in rows if r["table"] == table}
+def _lookup(rows: list[dict], table: str, split: str) -> dict[tuple[str, str, int], dict]:
+    return {
+        (r["dataset"], r["coupling"], r["ratio"]): r
+        for r in rows
+        if r["table"] == table and r["split"] == split
+    }
+
+
+def _facts(facts: list[dict], split: str) -> list[dict]:
+    return [f for f in facts if f["split"] == split]
 
 
 def _difference(a: dict, b: dict) -> tuple[float, float]:
@@ -352,14 +481,16 @@ def _difference(a: dict, b: dict) -> tuple[float, float]:
     return a["accuracy"] - b["accuracy"], math.hypot(a["accuracy_se"], b["accuracy_se"])
 
 
-def orderings(rows: list[dict], datasets: list[str], ratios: list[int]) -> list[dict]:
+def orderings(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
     """How often SimRF >= ORF, ORF >= IID, SimRF >= IID over the (data set, m/d) cells.
 
     ``ahead`` counts cells with a non-negative mean difference; ``significant_ahead`` /
     ``significant_behind`` those with difference / SE > 2 / < -2. ``average_*`` is the
-    difference of the accuracies averaged over the data sets, per m/d, with its SE.
+    difference of the accuracies averaged over the data sets, per m/d of ``config.ratios``
+    (the m/d every set has), with its SE.
     """
-    fig8 = _lookup(rows, "fig8")
+    fig8 = _lookup(rows, "fig8", config.split)
+    datasets = list(config.datasets)
     result = []
     for better, worse in (
         ("simplex", "orthogonal"),
@@ -367,10 +498,10 @@ def orderings(rows: list[dict], datasets: list[str], ratios: list[int]) -> list[
         ("simplex", "gaussian"),
         ("simplex_plus", "simplex"),
     ):
-        if not all((d, c, r) in fig8 for d in datasets for c in (better, worse) for r in ratios):
+        if better not in config.couplings or worse not in config.couplings:
             continue
         cells = [
-            _difference(fig8[d, better, r], fig8[d, worse, r]) for d in datasets for r in ratios
+            _difference(fig8[d, better, r], fig8[d, worse, r]) for (d, c, r) in fig8 if c == better
         ]
         row = {
             "comparison": f"{LABELS[better]} >= {LABELS[worse]}",
@@ -379,11 +510,12 @@ def orderings(rows: list[dict], datasets: list[str], ratios: list[int]) -> list[
             "significant_ahead": sum(diff > 2 * se for diff, se in cells),
             "significant_behind": sum(diff < -2 * se for diff, se in cells),
         }
-        for r in ratios:
+        for r in config.ratios:
             diffs = [_difference(fig8[d, better, r], fig8[d, worse, r]) for d in datasets]
             mean = sum(diff for diff, _ in diffs) / len(diffs)
             se = math.sqrt(sum(se**2 for _, se in diffs)) / len(diffs)
             row[f"average_m/d={r}"] = f"{mean:+.4f} ± {se:.4f}"
+            row[f"_average_{r}"] = (mean, se)
         result.append(row)
     return result
 
@@ -392,10 +524,10 @@ def fig8_table(
     rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict
 ) -> list[dict]:
     """Accuracy ± SE per data set and m/d, one column per coupling, the exact kernel beside."""
-    fig8 = _lookup(rows, "fig8")
+    fig8 = _lookup(rows, "fig8", config.split)
     table = []
-    for fact in facts:
-        for ratio in config.ratios:
+    for fact in _facts(facts, config.split):
+        for ratio in ratios_for(config, fact["dim"]):
             row = {"dataset": fact["dataset"], "m/d": int(ratio)}
             for coupling in config.couplings:
                 cell = fig8[fact["dataset"], coupling, ratio]
@@ -405,19 +537,48 @@ def fig8_table(
     return table
 
 
-def table2(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
-    """SimRF vs SimRF+ per data set at m/d = ``config.table2_ratio``, the paper's values beside."""
-    fig8 = _lookup(rows, "fig8")
+def approach_table(
+    rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict
+) -> list[dict]:
+    """Exact minus random-feature accuracy per small-d set (the "approach" draws) and m/d, for
+    each approach coupling; whether SimRF is within ``config.exact_tolerance``."""
+    cells = _lookup(rows, "approach", config.split)
+    table = []
+    for fact in _facts(facts, config.split):
+        for ratio in config.approach_ratios:
+            if (fact["dataset"], config.approach_couplings[0], ratio) not in cells:
+                continue
+            row = {"dataset": fact["dataset"], "d": fact["dim"], "m/d": ratio}
+            row["exact"] = f"{fact['exact_accuracy']:.4f}"
+            for coupling in config.approach_couplings:
+                cell = cells[fact["dataset"], coupling, ratio]
+                gap = fact["exact_accuracy"] - cell["accuracy"]
+                row[f"exact - {LABELS[coupling]}"] = f"{gap:+.4f} ± {cell['accuracy_se']:.4f}"
+            if "simplex" in config.approach_couplings:
+                gap = fact["exact_accuracy"] - cells[fact["dataset"], "simplex", ratio]["accuracy"]
+                row[f"SimRF within {config.exact_tolerance}"] = abs(gap) <= config.exact_tolerance
+            table.append(row)
+    return table
+
+
+def table2(
+    rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict, split: str
+) -> list[dict]:
+    """SimRF vs SimRF+ per data set at m/d = ``config.table2_ratio`` on ``split``, the paper's
+    values beside with our distance from them in SE."""
+    fig8 = _lookup(rows, "fig8", split)
     ratio = config.table2_ratio
     table = []
-    for fact in facts:
+    for fact in _facts(facts, split):
         name = fact["dataset"]
         simrf, plus = fig8[name, "simplex", ratio], fig8[name, "simplex_plus", ratio]
         diff, se = _difference(plus, simrf)
         paper = PAPER_TABLE_2[name]
+        z = (simrf["accuracy"] - paper[1]) / math.hypot(simrf["accuracy_se"], paper[2])
         table.append(
             {
                 "dataset": name,
+                "rows used": fact["num_train"] + fact["num_test"],
                 "mean ‖x+y‖": f"{fact['norm_of_sum']:.2f}",
                 "paper ‖x+y‖": f"{paper[0]:.1f}",
                 "SimRF": f"{simrf['accuracy']:.4f} ± {simrf['accuracy_se']:.4f}",
@@ -425,6 +586,8 @@ def table2(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDic
                 "SimRF+ - SimRF": f"{diff:+.4f} ± {se:.4f}",
                 "paper SimRF": f"{paper[1]:.4f} ± {paper[2]:.4f}",
                 "paper SimRF+": f"{paper[3]:.4f} ± {paper[4]:.4f}",
+                "SimRF - paper (SE)": f"{z:+.1f}",
+                "exact": f"{fact['exact_accuracy']:.4f}",
             }
         )
     return table
@@ -432,9 +595,9 @@ def table2(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDic
 
 def table3(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
     """Regular vs fast (HD-product) couplings on inputs padded to p, per data set and m/p."""
-    fast = _lookup(rows, "fast")
+    fast = _lookup(rows, "fast", config.split)
     table = []
-    for fact in facts:
+    for fact in _facts(facts, config.split):
         for ratio in config.fast_ratios:
             row = {"dataset": fact["dataset"], "d -> p": f"{fact['dim']} -> {fact['padded_dim']}"}
             row["m/p"] = int(ratio)
@@ -447,26 +610,33 @@ def table3(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDic
                         fast[fact["dataset"], quick, ratio], fast[fact["dataset"], regular, ratio]
                     )
                     row[f"{LABELS[quick]} - {LABELS[regular]}"] = f"{diff:+.4f} ± {se:.4f}"
+                    row[f"_z_{quick}"] = diff / se if se > 0 else 0.0
             table.append(row)
     return table
 
 
 def plot(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
-    """Fig. 8: accuracy vs m/d per data set (mean ± SE band), exact kernel dashed; average panel."""
-    fig8 = _lookup(rows, "fig8")
+    """Fig. 8: accuracy vs m/d per data set (mean, band ±2 SE), exact kernel dashed; average
+    panel over the sets at the m/d they all have."""
+    fig8 = {**_lookup(rows, "approach", config.split), **_lookup(rows, "fig8", config.split)}
+    facts = _facts(facts, config.split)
     names = [fact["dataset"] for fact in facts]
     panels = len(names) + (len(names) > 1)
     columns = min(3, panels)
     fig, axes = plt.subplots(
         math.ceil(panels / columns),
         columns,
-        figsize=(3.6 * columns, 2.8 * math.ceil(panels / columns)),
+        figsize=(3.6 * columns, 2.9 * math.ceil(panels / columns)),
         squeeze=False,
     )
-    ratios = np.asarray(config.ratios)
     for ax, name in zip(axes.flat, [*names, "average"][:panels], strict=False):
         subset = names if name == "average" else [name]
         for index, coupling in enumerate(config.couplings):
+            ratios = np.asarray(
+                config.ratios
+                if name == "average"
+                else sorted(r for (d, c, r) in fig8 if d == name and c == coupling)
+            )
             mean = np.mean([[fig8[d, coupling, r]["accuracy"] for r in ratios] for d in subset], 0)
             se = np.sqrt(
                 np.sum(
@@ -474,50 +644,138 @@ def plot(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict,
                 )
             ) / len(subset)
             ax.plot(ratios, mean, marker="o", ms=3, color=f"C{index}", label=LABELS[coupling])
-            ax.fill_between(ratios, mean - se, mean + se, color=f"C{index}", alpha=0.25)
+            ax.fill_between(ratios, mean - 2 * se, mean + 2 * se, color=f"C{index}", alpha=0.25)
         exact = np.mean([f["exact_accuracy"] for f in facts if f["dataset"] in subset])
         ax.axhline(exact, color="black", linestyle="--", linewidth=1, label="exact kernel")
         ax.set_xscale("log")
-        ax.set_xticks(ratios, [str(int(r)) for r in ratios])
         ax.set_title(name)
         ax.set_xlabel("m / d")
         ax.set_ylabel("accuracy")
     for ax in list(axes.flat)[panels:]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    axes.flat[0].legend(fontsize=7, title="mean over draws, band ±2 SE", title_fontsize=6)
     outputs.save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
-# Run
+# Verdicts and the summary
 # ---------------------------------------------------------------------------------------------
 
 
-def validate_config(config: ml_collections.ConfigDict) -> None:
-    unknown = [name for name in config.datasets if name not in data.UCI_DATASETS]
-    if unknown or not config.datasets:
-        raise ValueError(
-            f"config.datasets must be a non-empty subset of {data.UCI_DATASETS}; got "
-            f"{tuple(config.datasets)}"
-        )
-    for field in ("ratios", "fast_ratios"):
-        values = tuple(config[field])
-        if any(not isinstance(r, int) or r < 1 for r in values):
-            raise ValueError(f"config.{field} must be integers >= 1, got {values}")
-    for coupling in (*config.couplings, *config.fast_couplings):
-        projections.get(coupling)  # raises for an unknown name
-    missing = [name for name in config.datasets if name not in config.repetitions]
-    if missing:
-        raise ValueError(f"config.repetitions has no entry for {missing}")
-    if config.table2_ratio not in config.ratios:
-        raise ValueError(f"config.table2_ratio={config.table2_ratio} is not in config.ratios")
+def _public(rows: list[dict]) -> list[dict]:
+    """Rows without the private ``_`` columns (kept for verdicts)."""
+    return [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
 
 
-def _summary(rows, facts, config, seconds, cpu_seconds) -> str:
-    datasets = [fact["dataset"] for fact in facts]
-    reps = ", ".join(f"{name} {config.repetitions[name]}" for name in datasets)
+def ordering_verdict(order: list[dict], comparison: str, config) -> str:
+    """Holds if the set-averaged difference is > 3 SE at the smallest m/d (where the couplings
+    differ most) and no (set, m/d) cell is behind by more than 2 SE; the other m/d are given."""
+    row = next((r for r in order if r["comparison"] == comparison), None)
+    if row is None:
+        return "not measured"
+    smallest = min(config.ratios)
+    mean, se = row[f"_average_{smallest}"]
+    resolved = [r for r in config.ratios if row[f"_average_{r}"][0] > 3 * row[f"_average_{r}"][1]]
+    text = (
+        f"set average {mean:+.4f} ± {se:.4f} at m/d = {smallest}; ahead by > 3 SE at "
+        f"m/d in {tuple(resolved)}; {row['significant_behind']} of {row['cells']} cells behind "
+        "by > 2 SE"
+    )
+    if mean > 3 * se and row["significant_behind"] == 0:
+        return f"holds ({text})"
+    return f"does not hold ({text})"
+
+
+def table2_verdict(table: list[dict]) -> tuple[str, str]:
+    """(SimRF+ gains marginal: no set with SimRF+ ahead by more than 3 SE; agreement of our
+    SimRF with the paper's: within 3 SE of the difference)."""
+    gains = [float(r["SimRF+ - SimRF"].split("±")[0]) for r in table]
+    ses = [float(r["SimRF+ - SimRF"].split("±")[1]) for r in table]
+    ahead = sum(g > 3 * s for g, s in zip(gains, ses, strict=True))
+    behind = sum(g < -3 * s for g, s in zip(gains, ses, strict=True))
+    within = sum(abs(float(r["SimRF - paper (SE)"])) <= 3 for r in table)
+    return (
+        f"SimRF+ gains marginal: {'holds' if ahead == 0 else 'does not hold'} (largest "
+        f"|SimRF+ - SimRF| = {max(map(abs, gains)):.4f}; SimRF+ ahead by > 3 SE on {ahead}, "
+        f"behind on {behind} of {len(table)} sets)",
+        f"{within} of {len(table)} sets within 3 SE of the paper's SimRF",
+    )
+
+
+def fast_regular_verdict(zs: list[float], family_level: float = 0.05) -> str:
+    """Fast = regular unless some |z| exceeds the Bonferroni threshold of the family of
+    comparisons (two-sided, family-wise level ``family_level``)."""
+    threshold = float(stats.norm.isf(family_level / (2 * len(zs))))
+    beyond = sum(abs(z) > threshold for z in zs)
+    return (
+        f"{'holds' if beyond == 0 else 'does not hold'}: largest |fast - regular| = "
+        f"{max(map(abs, zs)):.2f} SE over {len(zs)} comparisons against a Bonferroni threshold "
+        f"of {threshold:.2f} SE (family-wise 5%); {sum(abs(z) > 2 for z in zs)} beyond 2 SE, "
+        f"about {0.05 * len(zs):.1f} expected by chance"
+    )
+
+
+def approach_verdicts(rows: list[dict], facts: list[dict], config) -> str:
+    """Per small-d set: exact - SimRF at m/d = 10 and at the largest approach m/d; "tends to the
+    exact kernel" holds if the gap shrank by more than 3 SE on every set; then whether it is
+    within ``exact_tolerance``."""
+    cells = {**_lookup(rows, "approach", config.split), **_lookup(rows, "fig8", config.split)}
+    largest = max(config.approach_ratios, default=0)
+    start = max(config.ratios)
+    parts, shrank, near, far = [], [], [], []
+    for fact in _facts(facts, config.split):
+        name = fact["dataset"]
+        if (name, "simplex", largest) not in cells or (name, "simplex", start) not in cells:
+            continue
+        first, last = cells[name, "simplex", start], cells[name, "simplex", largest]
+        gap_first = fact["exact_accuracy"] - first["accuracy"]
+        gap_last = fact["exact_accuracy"] - last["accuracy"]
+        se = math.hypot(first["accuracy_se"], last["accuracy_se"])
+        shrank.append(gap_first - gap_last > 3 * se)
+        (near if abs(gap_last) <= config.exact_tolerance else far).append(name)
+        parts.append(f"{name} {gap_first:+.3f} -> {gap_last:+.3f}")
+    if not parts:
+        return "not measured"
+    trend = "holds" if all(shrank) else "does not hold everywhere"
+    within = "holds" if not far else f"does not hold on {', '.join(far)}"
+    return (
+        f"tends to the exact kernel: {trend} (exact - SimRF from m/d = {start} to {largest}: "
+        f"{'; '.join(parts)}); within {config.exact_tolerance} at m/d = {largest}: {within}"
+    )
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Writes results.csv, datasets.csv, tables.json, the figure and summary.md."""
+    rows, facts = results["rows"], results["facts"]
+    order = orderings(rows, config)
+    approach = approach_table(rows, facts, config)
+    tables = {"orderings": _public(order), "approach": approach}
+    table2_text, table2_summary, table2_plus = [], [], []
+    table2_splits = [s for s in (config.split, *config.table2_splits) if _facts(facts, s)]
+    table2_splits = list(dict.fromkeys(table2_splits))
+    if "simplex_plus" in config.couplings and "simplex" in config.couplings:
+        for split in table2_splits:
+            table = table2(rows, facts, config, split)
+            tables[f"table2_{split}"] = table
+            plus, paper = table2_verdict(table)
+            table2_summary.append(f"split `{split}`: {paper}")
+            table2_plus.append(f"split `{split}`: {plus}")
+            table2_text.append(
+                f"### Split `{split}`\n\n{outputs.markdown_table(table)}\n\n"
+                f"SimRF+ vs SimRF: {plus}. Our SimRF vs the paper's: {paper}.\n"
+            )
+    table3_text, fast_verdict = "(not run)", "not measured"
+    if config.fast_couplings:
+        table = table3(rows, facts, config)
+        tables["table3"] = _public(table)
+        zs = [v for row in table for k, v in row.items() if k.startswith("_z_")]
+        fast_verdict = fast_regular_verdict(zs)
+        table3_text = outputs.markdown_table(_public(table))
+    approach_verdict = approach_verdicts(rows, facts, config)
     fact_columns = (
         "dataset",
+        "split",
+        "num_rows",
         "num_train",
         "num_test",
         "dim",
@@ -527,116 +785,46 @@ def _summary(rows, facts, config, seconds, cpu_seconds) -> str:
         "majority_rate",
         "exact_accuracy",
     )
-    fact_table = outputs.markdown_table([{k: f[k] for k in fact_columns} for f in facts])
-    parts = [
-        "# Nonparametric classification with random features on eight UCI sets (SimRF Fig. 8, "
-        "Tables 2-3)\n",
-        "Kernel-regression classifier argmax_c sum_{j: y_j = c} K_hat(x, x_j) with the Gaussian "
-        "kernel K(x, y) = exp(-|x - y|^2 / 2) estimated by positive random features "
-        "(SimRF paper Sec. 5.3; linear cost through per-class feature sums). Each data set: one "
-        f"seeded split (seed {config.split_seed}), the last {config.test_fraction:.0%} of a "
-        "random permutation held out (the authors' public script), inputs standardised on the "
-        "training split and multiplied by the paper's sigma (its Fig. 10 bandwidths); "
-        f"categorical columns {config.categorical}-encoded. m/d in {tuple(config.ratios)}; "
-        f"independent draws per coupling: {reps}. The estimate for m = b d uses the first b "
-        "blocks of one draw with the largest m (each prefix is an exact draw). Accuracy is the "
-        "mean over draws ± its standard error; the exact kernel's accuracy is one number per "
-        f"split. Run time {seconds / 60:.1f} min wall, {cpu_seconds / 60:.1f} min CPU. Draws use "
-        f"JAX's {config.prng_impl!r} PRNG.\n",
-        fact_table + "\n",
-        "![Fig. 8: accuracy vs m/d](accuracy_vs_features.png)\n",
-        "## Fig. 8: accuracy vs number of features\n",
-        "The paper gives Fig. 8 only as a plot (no numbers in the seed); it reports that SimRFs "
-        "consistently perform best and that accuracy tends to the exact kernel's as m grows.\n",
-        outputs.markdown_table(fig8_table(rows, facts, config)) + "\n",
-    ]
-    order = orderings(rows, datasets, list(config.ratios))
-    if order:
-        findings = "; ".join(
-            f"{row['comparison']} in {row['ahead']} of {row['cells']} cells "
-            f"({row['significant_ahead']} ahead and {row['significant_behind']} behind by more "
-            "than 2 SE)"
-            for row in order
-        )
-        parts += [
-            "## Ordering SimRF >= ORF >= IID\n",
-            "Over the (data set, m/d) cells: `ahead` = mean difference >= 0; significant = "
-            "difference beyond 2 SE (SE of the difference of two independent means); "
-            "`average_m/d` = difference of the accuracy averaged over the data sets ± SE. "
-            "The paper reports that SimRFs consistently perform best (Sec. 5.3).\n",
-            outputs.markdown_table(order) + "\n",
-            f"Measured: {findings}.\n",
-        ]
-    if "simplex_plus" in config.couplings and "simplex" in config.couplings:
-        parts += [
-            f"## Table 2: SimRF vs SimRF+ (m/d = {config.table2_ratio})\n",
-            "Paper values from the seed's Table 2 (its row labels were lost in extraction; rows "
-            "are in the order of Fig. 8, and the first column, the typical |x + y| of the scaled "
-            "inputs, matches ours row by row; the paper's m is also lost, its accuracies match "
-            "our m = d). The paper finds SimRF+ gains marginal.\n",
-            outputs.markdown_table(table2(rows, facts, config)) + "\n",
-        ]
-    if config.fast_couplings:
-        fast_rows = [r for r in rows if r["table"] == "fast"]
-        zs = []
-        for row in table3(rows, facts, config):
-            for key, value in row.items():
-                if " - " in key and "±" in value:
-                    diff, se = (float(v) for v in value.split("±"))
-                    zs.append(diff / se if se > 0 else 0.0)
-        parts += [
-            "## Table 3: fast (HD-product, k = 3) vs regular couplings\n",
-            "Inputs zero-padded to p = 2^ceil(log2 d) and m = (m/p) p for every coupling, as the "
-            "paper does (App. B.2.2). The seed lost Table 3's numbers; its text says fast SimRFs "
-            "and fast ORFs do not substantially change the accuracy ('frequently identical'). "
-            f"Here: largest |fast - regular| / SE = {max(map(abs, zs)):.2f} over {len(zs)} "
-            f"fast-vs-regular comparisons, {sum(abs(z) > 2 for z in zs)} beyond 2 SE (about "
-            f"{0.05 * len(zs):.1f} expected by chance). Where d = p the regular columns are the "
-            f"Fig. 8 draws. {len(fast_rows)} cells.\n",
-            outputs.markdown_table(table3(rows, facts, config)) + "\n",
-        ]
-    parts += [
-        "## Notes\n",
-        "- Split: the authors' script permutes with a fixed seed and holds out 5%; ours uses "
-        "the same fraction with our own permutation, so the test sets (and the exact-kernel "
-        "accuracy) differ from theirs. Their loader also drops each file's last line (a real "
-        "row except in nursery); we keep every row.\n"
-        "- Nursery and chess are used in full (train and test); the authors' script meant to cut "
-        "them to 1,000 training and 100 test points for speed.\n"
-        "- SimRF+ draws norms per block (the authors' code reuses one norm draw for all blocks).\n"
-        "- Standard errors: the paper's Table 2 SEs are 4-10x smaller than ours (e.g. banknote "
-        "0.0012 against our 0.0057 with 500 draws); the seed does not say how many draws Table 2 "
-        "used. Differences below about 2 SE are not resolved here.\n"
-        "- Draws for m/d < max use the leading blocks of the draw for the largest m, so the "
-        "curves of one coupling are correlated across m (not across couplings).\n",
-    ]
-    return "\n".join(parts)
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Measures every data set, writes results.csv, datasets.csv, tables, the figure, summary."""
-
-    validate_config(config)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    rows, facts = [], []
-    for index, name in enumerate(config.datasets):
-        prepared = prepare(name, config)
-        facts.append(prepared["facts"])
-        rows += measure_dataset(index, prepared, config)
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    summary = _summary(rows, facts, config, seconds, cpu_seconds)
+    reps = ", ".join(f"{name} {config.repetitions[name]}" for name in config.datasets)
+    summary = outputs.render_summary(
+        "uci_classification",
+        split=config.split,
+        split_seed=config.split_seed,
+        test_fraction=f"{config.test_fraction:.0%}",
+        categorical=config.categorical,
+        ratios=tuple(config.ratios),
+        extra_ratios=tuple(config.extra_ratios),
+        extra_max_dim=config.extra_ratios_max_dim,
+        repetitions=reps,
+        minutes=f"{results['seconds'] / 60:.1f}",
+        cpu_minutes=f"{results['cpu_seconds'] / 60:.1f}",
+        prng=config.prng_impl,
+        fact_table=outputs.markdown_table([{k: f[k] for k in fact_columns} for f in facts]),
+        fig8_table=outputs.markdown_table(fig8_table(rows, facts, config)),
+        ordering_table=outputs.markdown_table(_public(order)) if order else "(not run)",
+        simrf_orf_verdict=ordering_verdict(order, "SimRF >= ORF", config),
+        orf_iid_verdict=ordering_verdict(order, "ORF >= IID", config),
+        tolerance=config.exact_tolerance,
+        approach_ratios=tuple(config.approach_ratios),
+        approach_draws=config.approach_repetitions,
+        approach_couplings=", ".join(LABELS[c] for c in config.approach_couplings),
+        approach_table=outputs.markdown_table(approach),
+        approach_verdict=approach_verdict,
+        table2_ratio=config.table2_ratio,
+        table2=("\n".join(table2_text) or "(SimRF+ not run)"),
+        table2_summary="; ".join(table2_summary) or "not measured",
+        table2_plus="; ".join(table2_plus) or "not measured",
+        fast_verdict=fast_verdict,
+        table3=table3_text,
+    )
     outputs.save_run(workdir, rows=rows, summary=summary, config=config)
     outputs.write_csv(os.path.join(workdir, "datasets.csv"), facts)
-    tables = {"orderings": orderings(rows, list(config.datasets), list(config.ratios))}
-    if "simplex_plus" in config.couplings:
-        tables["table2"] = table2(rows, facts, config)
-    if config.fast_couplings:
-        tables["table3"] = table3(rows, facts, config)
     outputs.write_json(os.path.join(workdir, "tables.json"), tables)
     plot(rows, facts, config, os.path.join(workdir, "accuracy_vs_features.png"))
     print(outputs.markdown_table(fig8_table(rows, facts, config)))
-    print(
-        f"\n{seconds:.0f} s; wrote results.csv, datasets.csv, tables.json, "
-        f"accuracy_vs_features.png, summary.md in {workdir}"
-    )
-    return {"rows": rows, "facts": facts, "tables": tables, "seconds": seconds}
+    return {**results, "tables": tables}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """``report(measure(config), config, workdir)``."""
+    return report(measure(config, workdir), config, workdir)

@@ -41,6 +41,32 @@ def test_load_uci_shapes_and_classes(name):
     assert set(data.UCI_BANDWIDTHS) == set(data.UCI_DATASETS)
 
 
+@pytest.mark.parametrize("name", data.UCI_DATASETS)
+def test_load_uci_authors_rows_drop_the_last_line_of_the_file(name):
+    x, y = data.load_uci(name)
+    x_authors, y_authors = data.load_uci(name, rows="authors")
+    # nursery's last line is blank: the authors' loader drops it and keeps every row.
+    dropped = 0 if name == "nursery" else 1
+    assert len(x_authors) == len(x) - dropped
+    np.testing.assert_array_equal(x_authors, x[: len(x_authors)])
+    np.testing.assert_array_equal(y_authors, y[: len(y_authors)])
+    with pytest.raises(ValueError, match="rows must be one of all, authors"):
+        data.load_uci(name, rows="first")
+
+
+def test_authors_split_of_banknote_uses_1370_rows_and_another_test_set():
+    x, y = data.load_uci("banknote", rows="authors")
+    x_train, _, x_test, _ = uci.split_and_scale(
+        x, y, sigma=1.0, test_fraction=0.05, seed=42, split="authors"
+    )
+    assert (len(x_train), len(x_test)) == (1302, 68)  # int(0.95 n) + int(0.05 n) of n = 1,371
+    x_all, y_all = data.load_uci("banknote")
+    _, _, x_test_all, _ = uci.split_and_scale(x_all, y_all, sigma=1.0, test_fraction=0.05, seed=42)
+    assert len(x_test_all) == 68 and not np.allclose(x_test, x_test_all)
+    with pytest.raises(ValueError, match="split must be one of"):
+        uci.split_and_scale(x, y, sigma=1.0, test_fraction=0.05, seed=42, split="theirs")
+
+
 def test_load_uci_onehot_blocks_and_numeric_label_order():
     x, _ = data.load_uci("car")  # all six columns categorical: each row has six ones
     np.testing.assert_array_equal(x.sum(axis=1), 6.0)
@@ -129,15 +155,26 @@ def test_quick_run_writes_outputs(quick_run):
         assert (workdir / name).stat().st_size > 0, name
     assert (workdir / "accuracy_vs_features.png").stat().st_size > 10_000
     rows = read_csv(workdir / "results.csv")
-    fig8 = [r for r in rows if r["table"] == "fig8"]
-    fast = [r for r in rows if r["table"] == "fast"]
-    assert len(fig8) == len(config.datasets) * len(config.couplings) * len(config.ratios)
+    main = [r for r in rows if r["split"] == config.split]
+    fig8 = [r for r in main if r["table"] == "fig8"]
+    fast = [r for r in main if r["table"] == "fast"]
+    dims = {name: data.load_uci(name)[0].shape[1] for name in config.datasets}
+    assert len(fig8) == len(config.couplings) * sum(
+        len(uci.ratios_for(config, dim)) for dim in dims.values()
+    )
+    assert {int(r["ratio"]) for r in fig8 if r["dataset"] == "banknote"} == {1, 10, 100}
     assert len(fast) == len(config.datasets) * len(config.fast_couplings) * len(config.fast_ratios)
+    approach = [r for r in main if r["table"] == "approach"]
+    assert {(r["dataset"], int(r["ratio"])) for r in approach} == {("banknote", 300)}
     tables = json.loads((workdir / "tables.json").read_text())
-    assert [r["dataset"] for r in tables["table2"]] == list(config.datasets)
+    for split in config.table2_splits:  # Table 2 on both splits
+        assert [r["dataset"] for r in tables[f"table2_{split}"]] == list(config.datasets)
+    assert tables["table2_authors"][0]["rows used"] == 1370  # banknote, as the authors' script
+    assert tables["table2_all_rows"][0]["rows used"] == 1372
     assert len(tables["table3"]) == len(config.datasets) * len(config.fast_ratios)
     summary = (workdir / "summary.md").read_text()
     assert summary.startswith("# ") and "](accuracy_vs_features.png)" in summary
+    assert "## Claims, our numbers, verdicts" in summary
     assert "0.7229" in summary  # the paper's Table 2 value for banknote beside ours
     for row in rows:
         assert 0.0 <= float(row["accuracy"]) <= 1.0 and float(row["accuracy_se"]) > 0
@@ -150,14 +187,18 @@ def test_quick_run_writes_outputs(quick_run):
 
 def test_quick_random_features_approach_the_exact_kernel(quick_run):
     config, _, result = quick_run
-    exact = {f["dataset"]: f["exact_accuracy"] for f in result["facts"]}
-    fig8 = {
-        (r["dataset"], r["coupling"], r["ratio"]): r for r in result["rows"] if r["table"] == "fig8"
+    exact = {
+        f["dataset"]: f["exact_accuracy"] for f in result["facts"] if f["split"] == config.split
     }
-    small, large = min(config.ratios), max(config.ratios)
+    fig8 = {
+        (r["dataset"], r["coupling"], r["ratio"]): r
+        for r in result["rows"]
+        if r["table"] == "fig8" and r["split"] == config.split
+    }
     for name in config.datasets:
+        ratios = sorted(r for (d, c, r) in fig8 if d == name and c == "gaussian")
         for coupling in config.couplings:
-            low, high = fig8[name, coupling, small], fig8[name, coupling, large]
+            low, high = fig8[name, coupling, ratios[0]], fig8[name, coupling, ratios[-1]]
             gap = high["accuracy"] - low["accuracy"]
             # Independent-draw SE; the prefixes are positively correlated, so this is wider.
             se = np.hypot(low["accuracy_se"], high["accuracy_se"])
@@ -170,7 +211,10 @@ def test_quick_simrf_beats_iid_with_few_features_on_banknote(quick_run):
     cells = {
         r["coupling"]: r
         for r in result["rows"]
-        if r["table"] == "fig8" and r["dataset"] == "banknote" and r["ratio"] == 1
+        if r["table"] == "fig8"
+        and r["split"] == "all_rows"
+        and r["dataset"] == "banknote"
+        and r["ratio"] == 1
     }
     gap = cells["simplex"]["accuracy"] - cells["gaussian"]["accuracy"]
     assert gap > 2 * np.hypot(cells["simplex"]["accuracy_se"], cells["gaussian"]["accuracy_se"])
@@ -179,6 +223,8 @@ def test_quick_simrf_beats_iid_with_few_features_on_banknote(quick_run):
 def test_config_variants_and_bad_config():
     full, quick = uci_config.get_config(), uci_config.get_config("quick")
     assert tuple(full.datasets) == data.UCI_DATASETS and tuple(full.ratios) == (1, 2, 4, 10)
+    assert max(uci.ratios_for(full, 4)) == 100 and max(uci.ratios_for(full, 21)) == 10
+    assert set(full.table2_splits) == set(uci.SPLITS)
     assert len(quick.datasets) == 2
     with pytest.raises(ValueError, match="config variant"):
         uci_config.get_config("huge")
@@ -186,6 +232,10 @@ def test_config_variants_and_bad_config():
     bad.datasets = ("banknote", "iris")
     with pytest.raises(ValueError, match=r"config\.datasets"):
         uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.split = "theirs"
+    with pytest.raises(ValueError, match=r"config\.split"):
+        uci._check_config(bad)
     bad = uci_config.get_config("quick")
     bad.couplings = ("simplex", "nope")
     with pytest.raises(ValueError, match="unknown coupling"):

@@ -35,6 +35,8 @@ it on validation data as the value at which the i.i.d. positive-random-feature c
 
 CategoricalEncoding = Literal["onehot", "ordinal"]
 CATEGORICAL_ENCODINGS: tuple[CategoricalEncoding, ...] = ("onehot", "ordinal")
+RowSelection = Literal["all", "authors"]
+ROW_SELECTIONS: tuple[RowSelection, ...] = ("all", "authors")
 
 # file, column separator (None: any whitespace), categorical columns, leading columns to drop.
 _FILES = {
@@ -60,11 +62,17 @@ _UCI_PAGES = {
 DEFAULT_UCI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "uci")
 
 
-def _read_rows(path: str, separator: str | None, drop: int) -> tuple[np.ndarray, np.ndarray]:
-    """The file's non-blank lines split into string fields, ``(rows, columns)``, and their line
-    numbers (1-based, for error messages), ``(rows,)``."""
+def _read_rows(
+    path: str, separator: str | None, drop: int, drop_last_line: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The file's non-blank lines (all but the file's last line if ``drop_last_line``) split
+    into string fields, ``(rows, columns)``, and their line numbers (1-based, for error
+    messages), ``(rows,)``."""
     with open(path) as handle:
-        numbered = [(n, line.split(separator)) for n, line in enumerate(handle, 1) if line.strip()]
+        text = handle.readlines()
+    if drop_last_line:
+        text = text[:-1]
+    numbered = [(n, line.split(separator)) for n, line in enumerate(text, 1) if line.strip()]
     if not numbered:
         raise ValueError(f"{path}: the file holds no rows")
     lines = np.array([n for n, _ in numbered])
@@ -137,6 +145,7 @@ def load_uci(
     data_dir: str | os.PathLike | None = None,
     *,
     categorical: CategoricalEncoding = "onehot",
+    rows: RowSelection = "all",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Loads one of the eight UCI classification sets of the SimRF paper.
 
@@ -144,8 +153,10 @@ def load_uci(
     https://archive.ics.uci.edu; CC BY 4.0); the packaged copies are the files distributed with
     the SimRF authors' code. Conventions: no header; the last column is the class; yeast's first
     column (a sequence name) is dropped; yeast and wifi are whitespace-separated, the others
-    comma-separated; blank lines are skipped, every other row is kept (the authors' loader
-    drops each file's last line, which is a real row in all files but nursery's).
+    comma-separated; blank lines are skipped, every other row is kept (``rows="all"``), or, as
+    the authors' loader does (``data[:-1]`` over the file's lines), the file's last line is
+    dropped (``rows="authors"``): a real row in every file but nursery's, whose last line is
+    blank, so those sets have one row fewer (banknote 1,371 instead of 1,372).
 
     Categorical columns (abalone 0, car 0-5, nursery 0-7, chess 0-5) are one-hot encoded by
     default, as the authors' Fig. 8 script does (``load_data_onehot``): categories such as a
@@ -163,6 +174,7 @@ def load_uci(
         ``car.data``, ``yeast.data``, ``cmc.data``, ``nursery.data``, ``wifi.txt``,
         ``chess.data``); default: the copy in the package.
       categorical: ``"onehot"`` (default) or ``"ordinal"``.
+      rows: ``"all"`` (default) or ``"authors"`` (without the file's last line).
 
     Returns:
       ``(x, y)``: float64 inputs ``(N, d)`` (not standardised) and int64 classes ``(N,)``.
@@ -171,15 +183,18 @@ def load_uci(
       chess (28056, 40) 18.
 
     Raises:
-      ValueError: for an unknown ``name`` or ``categorical`` (the message lists the allowed
-        values), or a malformed file: rows of different widths, or a numeric field that is not a
-        finite number (NaN and infinity are rejected); the message names the file and line.
+      ValueError: for an unknown ``name``, ``categorical`` or ``rows`` (the message lists the
+        allowed values), or a malformed file: rows of different widths, or a numeric field that
+        is not a finite number (NaN and infinity are rejected); the message names the file and
+        line.
       FileNotFoundError: if the file is not in ``data_dir``, saying where to get it.
 
     Examples:
       >>> x, y = load_uci("banknote")
       >>> x.shape, int(y.max()) + 1
       ((1372, 4), 2)
+      >>> load_uci("banknote", rows="authors")[0].shape
+      (1371, 4)
 
     References:
       Reid et al., "Simplex Random Features", ICML 2023, arXiv:2301.13856, Sec. 5.3, App. B.1.
@@ -190,6 +205,8 @@ def load_uci(
         raise ValueError(
             f"categorical must be one of {', '.join(CATEGORICAL_ENCODINGS)}; got {categorical!r}"
         )
+    if rows not in ROW_SELECTIONS:
+        raise ValueError(f"rows must be one of {', '.join(ROW_SELECTIONS)}; got {rows!r}")
     filename, separator, categorical_columns, drop = _FILES[name]
     data_dir = DEFAULT_UCI_DIR if data_dir is None else os.fspath(data_dir)
     path = os.path.join(data_dir, filename)
@@ -198,7 +215,7 @@ def load_uci(
             f"UCI {name} file not found: {path}. Download {filename} from the UCI Machine "
             f"Learning Repository ({_UCI_PAGES[name]}) into a folder and pass it as data_dir"
         )
-    fields, lines = _read_rows(path, separator, drop)
+    fields, lines = _read_rows(path, separator, drop, drop_last_line=rows == "authors")
     x = _encode_inputs(
         fields[:, :-1], categorical_columns, categorical, path=path, lines=lines, drop=drop
     )
