@@ -1,4 +1,5 @@
-"""Monte Carlo over independent keys in vmapped chunks, and the sample mean with its SE."""
+"""Monte Carlo over independent keys in vmapped chunks, the sample mean with its SE, and paired
+differences with their confidence intervals."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
+from scipy import stats
 
 from experiments import outputs
 
@@ -33,3 +35,30 @@ def mean_and_se(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean over the first axis and its standard error."""
     count = samples.shape[0]
     return samples.mean(axis=0), samples.std(axis=0, ddof=1) / np.sqrt(count)
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
+    """Mean of the paired differences a_i - b_i with its SE and Student-t confidence interval.
+
+    Args:
+      a, b: shape ``(n,)``, n >= 2, paired by index (e.g. seeds sharing initialisation and data).
+      confidence: the interval's coverage.
+
+    Returns:
+      ``mean``, ``se`` (sd / sqrt(n)), ``sd`` (of the differences, ddof 1), ``low`` and ``high``
+      (mean -/+ t_{(1+confidence)/2, n-1} se) and ``n``.
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
+        raise ValueError(f"a and b must be 1-D of the same length >= 2, got {a.shape}, {b.shape}")
+    differences = a - b
+    mean, se = mean_and_se(differences)
+    half_width = stats.t.ppf((1 + confidence) / 2, len(a) - 1) * se
+    return {
+        "mean": float(mean),
+        "se": float(se),
+        "sd": float(differences.std(ddof=1)),
+        "low": float(mean - half_width),
+        "high": float(mean + half_width),
+        "n": len(a),
+    }

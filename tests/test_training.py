@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from toy_training import leaves, resume_config, signal_at, toy_config, toy_task
 
-from configs import performer_vit as performer_vit_config
 from experiments import checkpoints, metrics_log, train
 from rfjax import data
 
@@ -386,39 +385,3 @@ def test_fashion_mnist_loads_and_missing_data_explains_how_to_get_it(tmp_path):
             data.load_fashion_mnist("test")
     with pytest.raises(ValueError, match="split"):
         data.load_fashion_mnist("validation")
-
-
-@requires_fashion_mnist
-def test_performer_vit_quick_experiment(tmp_path):
-    workdir = tmp_path / "performer_vit"
-    command = [
-        sys.executable,
-        "-m",
-        "experiments.main",
-        "--config=configs/performer_vit.py:quick",
-        f"--workdir={workdir}",
-    ]
-    completed = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    config = performer_vit_config.get_config("quick")
-    with open(workdir / "results.json") as handle:
-        runs = json.load(handle)["runs"]
-    assert len(runs) == len(config.attentions) * len(config.seeds)
-    for run in runs:
-        assert 0.0 <= run["test_accuracy"] <= 1.0
-    for name in ("summary.md", "learning_curves.png", "results.csv", "config.json"):
-        assert (workdir / name).stat().st_size > 0, name
-
-
-def test_performer_vit_config_variants():
-    default = performer_vit_config.get_config()
-    paper = performer_vit_config.get_config("paper")
-    assert (paper.model.num_layers, paper.model.num_heads) == (12, 12)
-    assert (paper.model.mlp_dim, paper.model.num_features) == (3072, 130)
-    assert paper.model.hidden_size % paper.model.num_heads == 0
-    assert {"exact", "orthogonal", "simplex", "gaussian"} <= set(default.attentions)
-    assert performer_vit_config.get_config("quick").train.num_train_steps < 100
-    with pytest.raises(ValueError, match="config variant"):
-        performer_vit_config.get_config("huge")

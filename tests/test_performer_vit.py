@@ -1,0 +1,187 @@
+"""Performer-ViT experiment (SimRF Sec. 5.4): protocols, evaluation, statistics, quick run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from configs import performer_vit as performer_vit_config
+from experiments import performer_vit, train
+from experiments.monte_carlo import paired_difference
+from rfjax import data
+
+requires_fashion_mnist = pytest.mark.skipif(
+    not os.path.exists(os.path.join(data.DEFAULT_FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
+    reason="Fashion-MNIST not installed: apt-get install dataset-fashion-mnist (.ci/run does)",
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_projection_step_of_the_two_protocols():
+    steps = jnp.arange(0, 1000, 50)
+    np.testing.assert_array_equal(performer_vit.projection_step(steps, "fixed", 500), 0)
+    np.testing.assert_array_equal(
+        performer_vit.projection_step(steps, "redraw", 500), np.minimum(np.arange(0, 1000, 50), 500)
+    )
+
+
+def test_redraw_protocol_keeps_the_last_draw_after_redraw_until_step():
+    config = performer_vit_config.get_config("quick")
+    model = performer_vit.make_model(config, "simplex")
+    images = jnp.zeros((2, 28, 28))
+    params = model.init(jax.random.key(0), images)
+    rng = {"projection": jax.random.key(1)}
+
+    @jax.jit
+    def drawn(step):
+        _, state = model.apply(
+            params,
+            images,
+            projection_step=performer_vit.projection_step(step, "redraw", 8),
+            rngs=rng,
+            mutable=["intermediates"],
+        )
+        (matrix,) = state["intermediates"]["block_0"]["PerformerAttention_0"]["projection"]
+        return matrix
+
+    def projection(step):
+        return np.asarray(drawn(jnp.int32(step)))
+
+    # redraw_interval 4, last redraw at step 8: draws change at 4 and 8, never after.
+    assert not np.allclose(projection(0), projection(4))
+    assert not np.allclose(projection(4), projection(8))
+    np.testing.assert_array_equal(projection(8), projection(11))
+    np.testing.assert_array_equal(projection(8), projection(500))
+    np.testing.assert_array_equal(projection(0), projection(3))
+
+
+def test_paired_difference_matches_scipy_paired_t_interval():
+    generator = np.random.default_rng(0)
+    a = generator.normal(0.8, 0.01, 12)
+    b = a - 0.004 + generator.normal(0, 0.003, 12)
+    result = paired_difference(a, b)
+    interval = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert result["low"] == pytest.approx(interval.low)
+    assert result["high"] == pytest.approx(interval.high)
+    assert result["mean"] == pytest.approx(np.mean(a - b))
+    assert result["se"] == pytest.approx(np.std(a - b, ddof=1) / np.sqrt(12))
+    assert result["n"] == 12
+    with pytest.raises(ValueError, match="same length >= 2"):
+        paired_difference(a[:1], b[:1])
+
+
+def test_seeds_needed_and_verdicts():
+    # 0.5% at 3 SE with a paired sd of 0.0066 (the earlier 3-seed run): (3 * 0.0066 / 0.005)^2.
+    assert performer_vit.seeds_needed(0.0066, 0.005) == 16
+    row = {"mean": 0.006, "low": 0.002, "high": 0.010}
+    assert performer_vit.verdict(row, 0.005).startswith("holds")
+    row = {"mean": -0.006, "low": -0.010, "high": -0.002}
+    assert performer_vit.verdict(row, 0.005).startswith("does not hold: the difference is negative")
+    row = {"mean": 0.0, "low": -0.003, "high": 0.003}
+    assert "excludes a gain of +0.005" in performer_vit.verdict(row, 0.005)
+    row = {"mean": 0.002, "low": -0.004, "high": 0.008}
+    assert performer_vit.verdict(row, 0.005).startswith("not resolved")
+
+
+def test_attention_error_falls_with_the_number_of_features():
+    keys = jax.random.split(jax.random.key(0), 3)
+    # Small |q + k|: the positive features' variance exp(|q + k|^2 / sqrt(H)) is moderate, so
+    # m = 64 is already in the m^{-1/2} regime (for large norms the heavy tails delay it).
+    query = jax.random.normal(keys[0], (2, 5, 2, 4)) * 0.3
+    key_heads = jax.random.normal(keys[1], (2, 5, 2, 4)) * 0.3
+    draws = jax.random.split(keys[2], 32)
+
+    def error(num_features):
+        errors = performer_vit.attention_relative_errors(
+            [(query, key_heads)],
+            draws,
+            coupling="orthogonal",
+            num_features=num_features,
+            feature_map="softmax",
+        )
+        return float(np.mean(np.asarray(errors)))
+
+    few, many = error(64), error(1024)
+    # The relative error of a ratio of unbiased estimates falls like m^{-1/2} for large m: 4x
+    # smaller at 16x the features (32 draws: the means are within a few percent).
+    assert 3.0 < few / many < 5.0, (few, many)
+
+
+@requires_fashion_mnist
+def test_performer_vit_quick_experiment(tmp_path):
+    workdir = tmp_path / "performer_vit"
+    command = [
+        sys.executable,
+        "-m",
+        "experiments.main",
+        "--config=configs/performer_vit.py:quick",
+        f"--workdir={workdir}",
+    ]
+    completed = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    config = performer_vit_config.get_config("quick")
+    results = json.loads((workdir / "results.json").read_text())
+    runs = results["runs"]
+    assert len(runs) == sum(
+        performer_vit.num_seeds(config, attention, protocol)
+        for _, attention, protocol in performer_vit.run_names(config)
+    )
+    for run in runs:
+        assert 0.0 <= run["accuracy_own"] <= 1.0
+        assert len(run["accuracy_draws"]) == config.num_eval_draws
+        assert set(run["attention_error"]) == {"orthogonal", "simplex"}
+    (difference,) = [r for r in results["differences"] if r["primary"]]
+    assert difference["comparison"] == "SimRF - ORF" and difference["n"] == 2
+    for name in ("summary.md", "learning_curves.png", "paired_differences.png", "runs.csv"):
+        assert (workdir / name).stat().st_size > 0, name
+    summary = (workdir / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary and "Verdict: **" in summary
+
+    # The fresh-draw evaluation is the model's own evaluation when given the run's own
+    # projection key: the trainer's "projection" stream (fixed protocol: step 0's draw).
+    run = runs[0]
+    model = performer_vit.make_model(config, run["attention"])
+    params = train.final_params(str(workdir / "runs" / f"{run['run']}_seed{run['seed']}"))
+    train_images, _ = data.load_fashion_mnist("train")
+    images, labels = data.load_fashion_mnist("test")
+    test = {
+        "image": images[: config.num_test_examples],
+        "label": labels[: config.num_test_examples],
+    }
+    base = jax.random.split(jax.random.key(run["seed"]))[1]
+    own_key = train.step_rngs(base, 0, per_step=())["projection"]
+    (accuracy,) = performer_vit.fresh_draw_accuracies(
+        model,
+        params,
+        performer_vit.pixel_stats(train_images[: config.num_train_examples]),
+        test,
+        own_key[None],
+        config.eval_batch_size,
+    )
+    assert accuracy == pytest.approx(run["accuracy_own"])
+
+
+def test_performer_vit_config_variants():
+    default = performer_vit_config.get_config()
+    paper = performer_vit_config.get_config("paper")
+    assert (paper.model.num_layers, paper.model.num_heads) == (12, 12)
+    assert (paper.model.mlp_dim, paper.model.num_features) == (3072, 130)
+    assert paper.model.hidden_size % paper.model.num_heads == 0
+    assert {"exact", "orthogonal", "simplex", "gaussian"} <= set(default.attentions)
+    assert set(default.protocols) == set(performer_vit.PROTOCOLS)
+    # The redraw protocol ends with >= 300 steps on its last draw at >= 1/4 of the peak rate.
+    for config in (default, paper):
+        assert config.train.num_train_steps - config.redraw_until_step >= 300
+        assert performer_vit.lr_fraction(config, config.redraw_until_step) >= 0.25
+    assert performer_vit_config.get_config("quick").train.num_train_steps < 100
+    with pytest.raises(ValueError, match="config variant"):
+        performer_vit_config.get_config("huge")
