@@ -46,6 +46,15 @@ def test_kernel_mse_quick_run_writes_results_that_agree_with_theory(tmp_path):
         if float(row["v"]) == min(config.norms_of_sum)
     }
     assert smallest_v["simplex"] < smallest_v["orthogonal"] < smallest_v["gaussian"]
+    summary = (workdir / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary
+    assert "theory| = " in summary and "(4 SE allowed): **holds**" in summary
+
+
+def test_kernel_mse_small_v_limit_is_the_sec_5_1_prefactor():
+    config = kernel_mse_config.get_config()
+    assert kernel_mse.small_v_limit(config) == pytest.approx(0.007782, abs=5e-6)  # d = m = 64
+    assert kernel_mse.small_v_limit(kernel_mse_config.get_config("quick")) is None  # m > d
 
 
 def test_config_variants():
