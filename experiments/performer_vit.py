@@ -742,6 +742,8 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     exact_errors = attention_cells.get("exact", {})
     summary = outputs.render_summary(
         "performer_vit",
+        variant=config.variant,
+        protocols=", ".join(config.protocols),
         layers=model.num_layers,
         heads=model.num_heads,
         width=model.hidden_size,

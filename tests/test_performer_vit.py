@@ -17,7 +17,7 @@ from experiments.monte_carlo import paired_difference
 from rfjax import data
 
 requires_fashion_mnist = pytest.mark.skipif(
-    not os.path.exists(os.path.join(data.DEFAULT_FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
+    not os.path.exists(os.path.join(data.fashion_mnist_dir(), "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed: apt-get install dataset-fashion-mnist (.ci/run does)",
 )
 
@@ -104,7 +104,7 @@ def test_attention_error_falls_with_the_number_of_features():
             draws,
             coupling="orthogonal",
             num_features=num_features,
-            feature_map="softmax",
+            feature_map="positive",
         )
         return float(np.mean(np.asarray(errors)))
 
@@ -183,5 +183,28 @@ def test_performer_vit_config_variants():
         assert config.train.num_train_steps - config.redraw_until_step >= 300
         assert performer_vit.lr_fraction(config, config.redraw_until_step) >= 0.25
     assert performer_vit_config.get_config("quick").train.num_train_steps < 100
+    small = performer_vit_config.get_config("small")  # the default's model, fewer runs
+    assert small.protocols == ("fixed",) and small.variant == "small"
+    assert small.model == default.model and small.train == default.train
+    for config in (default, small, paper, performer_vit_config.get_config("quick")):
+        performer_vit.validate_config(config)
     with pytest.raises(ValueError, match="config variant"):
         performer_vit_config.get_config("huge")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("protocols=(fixed,sometimes)", r"config.protocols: 'sometimes' is not one of"),
+        ("model.feature_map=softmax", r"config.model.feature_map: 'softmax' is not one of"),
+        ("attentions=(exact,orthogonl)", r"config.attentions: 'orthogonl' is not one of"),
+        ("num_seeds.fixed=0", r"config.num_seeds.fixed must be finite and > 0"),
+        ("reference_attentions=(exact,simplex_plus)", r"reference_attentions \['simplex_plus'\]"),
+        ("redraw_until_step=1000", r"redraw_until_step must be in \[0, train.num_train_steps"),
+        ("num_eval_draws=0", r"config.num_eval_draws must be finite and > 0"),
+    ],
+)
+def test_validate_config_names_the_bad_field(override, message):
+    config = performer_vit_config.get_config(override)
+    with pytest.raises(ValueError, match=message):
+        performer_vit.validate_config(config)
