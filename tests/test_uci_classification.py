@@ -235,7 +235,7 @@ def test_config_variants_and_bad_config():
     bad = uci_config.get_config("quick")
     bad.split = "theirs"
     with pytest.raises(ValueError, match=r"config\.split"):
-        uci._check_config(bad)
+        uci.validate_config(bad)
     bad = uci_config.get_config("quick")
     bad.couplings = ("simplex", "nope")
     with pytest.raises(ValueError, match="unknown coupling"):
