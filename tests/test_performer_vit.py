@@ -184,7 +184,8 @@ def test_performer_vit_config_variants():
         assert performer_vit.lr_fraction(config, config.redraw_until_step) >= 0.25
     assert performer_vit_config.get_config("quick").train.num_train_steps < 100
     small = performer_vit_config.get_config("small")  # the default's model, fewer runs
-    assert small.protocols == ("fixed",) and small.variant == "small"
+    assert set(small.protocols) == set(performer_vit.PROTOCOLS) and small.variant == "small"
+    assert small.num_reference_seeds == 1 and small.num_seeds.to_dict() == {"fixed": 6, "redraw": 6}
     assert small.model == default.model and small.train == default.train
     for config in (default, small, paper, performer_vit_config.get_config("quick")):
         performer_vit.validate_config(config)
