@@ -1,25 +1,45 @@
 """LSTM language model on Penn Treebank with random-feature sampled softmax (HRF Sec. 4.2, App. I).
 
-For every proposal (``rfjax.nn.PROPOSALS``) and seed, an ``rfjax.nn.LSTMLanguageModel`` is
-trained with the shared trainer (``experiments.train``; resumable per run in
-``workdir/runs/<proposal>_seed<k>``) on the sampled-softmax loss with M negatives from that
-proposal (``rfjax.nn.sample_proposal``: projections redrawn every step from
-``fold_in(rng, step)``). Training windows are non-overlapping BPTT windows of the (truncated)
-training stream, shuffled per epoch, each starting from a zero LSTM state (the trainer's batches
-are functions of (seed, step) only, so no state is carried across batches). Evaluation: full
-softmax perplexity on the validation and test windows (zero initial state per window). For the
-kernel proposals, the estimate phi(q).psi(e) of the proposal kernel exp(q_bar.e_bar / tau) for
-queries of the trained model on validation text is compared with its true softmax over the
-vocabulary (``rfjax.nn.distribution_metrics``: 1-Wasserstein, KS, fraction of negative
-estimates), averaged over ``num_metric_draws`` feature draws; ``uniform`` is compared as the
-flat estimate; ``exact`` has no estimate (blank). Writes ``results.csv`` (one row per run),
-``results.json``, ``summary.md``, ``perplexity.png``, ``distribution_metrics.png``,
-``learning_curves.png`` and ``config.json``.
+Two settings (``SETTINGS``) make the kernel proposal consistent with the model it serves:
+
+* ``"normalised"`` (the HRF paper's PTB setting, App. I.1): the model keeps raw logits q.e, the
+  proposal is the softmax kernel exp(q_bar.e_bar / tau) of the normalised vectors. tau is chosen
+  every step on a fixed held-out batch of validation windows: the tau of ``config.tau_grid`` that
+  minimises KL(model softmax || kernel softmax) (``rfjax.nn.select_temperature``) under the
+  current parameters (eval mode, no gradient).
+* ``"cosine"`` (Rawat et al. 2019, and HRF App. I on WikiText2): the model's logits are
+  s q_bar.e_bar with a learned scale s (``LSTMLanguageModel(logits="cosine")``), so the kernel
+  softmax at tau = 1/s *is* the model's softmax; only the random-feature error separates a
+  kernel proposal from the exact one.
+
+Each arm ``"<setting>:<estimator>"`` of ``config.arms`` trains an ``rfjax.nn.LSTMLanguageModel``
+per seed with the shared trainer (``experiments.train``; resumable runs in
+``workdir/runs/<setting>-<estimator>_seed<k>``) on the sampled-softmax loss with M negatives
+(``rfjax.nn.sample_proposal``; projections redrawn every step from ``fold_in(rng, step)``).
+Estimators are named in ``config.estimators`` (a proposal, m and n); ``exact`` (the model's
+softmax) and ``uniform`` are proposals without features. Seeds are paired: seed k gives every
+arm of a setting the same initialisation, dropout masks and batch order. Evaluation: full
+softmax perplexity on the validation and test windows (zero initial state per window).
+
+Distribution metrics (HRF Fig. 3, Table 4) are measured on the same queries for every
+estimator: for each seed, the queries of the model trained with ``config.metric_arm_proposal``
+in each setting on ``num_metric_queries`` validation positions, against the kernel softmax
+softmax(q_bar.e_bar / tau) (tau selected on the held-out batch for ``"normalised"``, 1/s for
+``"cosine"``), over ``num_metric_draws`` feature draws; per model the median over queries and
+draws (``rfjax.nn.distribution_metrics``: W1 and KS of the clipped, normalised estimate, and the
+fraction of negative estimates). The cost of every estimator is measured with XLA's cost
+analysis at the training shapes (``proposal_flops``).
+
+``measure`` trains and evaluates; ``report`` writes ``results.csv`` (one row per run),
+``metrics.csv`` (one row per model and estimator), ``results.json``, ``summary.md`` (template
+``experiments/templates/lstm_lm.md``), ``perplexity.png``, ``distribution_metrics.png`` and
+``temperature.png``.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -27,15 +47,18 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import outputs, train
+from experiments import monte_carlo, outputs, train
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
     FEATURE_PROPOSALS,
-    PROPOSALS,
+    SAMPLERS,
     LSTMLanguageModel,
     distribution_metrics,
+    kernel_softmax_divergence,
+    logit_temperature,
     normalize_for_proposal,
     proposal_features,
+    sample_from_features,
     sample_proposal,
     sampled_softmax_loss,
 )
@@ -43,35 +66,92 @@ from rfjax.nn import (
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-LABELS = {
-    "positive": "FAVOR+ (positive)",
-    "trigonometric": "trigonometric",
-    "angular_hybrid": "angular hybrid",
-    "gaussian_hybrid": "Gaussian hybrid",
-    "uniform": "uniform",
-    "exact": "exact softmax",
+SETTINGS = ("normalised", "cosine")
+# Estimators without random features: the model's softmax, the kernel softmax computed exactly
+# (the limit of many features), and uniform.
+PLAIN_PROPOSALS = ("exact", "kernel", "uniform")
+SETTING_LABELS = {
+    "normalised": "raw logits, normalised proposal (HRF PTB)",
+    "cosine": "cosine logits (Rawat et al.)",
 }
 METRICS = ("wasserstein", "ks", "negative_fraction")
+SIGNIFICANCE = 0.05
+
+
+# --------------------------------------------------------------------------- config
+
+
+def parse_arm(arm: str) -> tuple[str, str]:
+    """``"<setting>:<estimator>"`` -> (setting, estimator)."""
+    setting, _, estimator = arm.partition(":")
+    return setting, estimator
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Raises ``ValueError`` for a proposal outside ``PROPOSALS`` or bad sizes."""
-    if not config.proposals:
-        raise ValueError("config.proposals must name at least one proposal")
-    for proposal in config.proposals:
-        if proposal not in PROPOSALS:
+    """Raises ``ValueError`` naming the field for unknown arms, estimators or bad sizes."""
+    if not config.arms or not config.seeds:
+        raise ValueError("config.arms and config.seeds must be non-empty")
+    known = (*PLAIN_PROPOSALS, *config.estimators.keys())
+    for arm in config.arms:
+        setting, estimator = parse_arm(arm)
+        if setting not in SETTINGS or estimator not in known:
             raise ValueError(
-                f"config.proposals: unknown proposal {proposal!r}; allowed: {PROPOSALS}"
+                f"config.arms: {arm!r} must be '<setting>:<estimator>' with a setting in "
+                f"{SETTINGS} and an estimator in {known}"
             )
-    if not config.seeds:
-        raise ValueError("config.seeds must hold at least one seed")
-    for name in ("bptt", "num_metric_queries", "num_metric_draws", "eval_batch_size"):
+    for name, options in config.estimators.items():
+        if options.proposal not in FEATURE_PROPOSALS:
+            raise ValueError(
+                f"config.estimators.{name}.proposal must be one of {FEATURE_PROPOSALS}, got "
+                f"{options.proposal!r}"
+            )
+    if config.sampler.name not in SAMPLERS:
+        raise ValueError(
+            f"config.sampler.name must be one of {SAMPLERS}, got {config.sampler.name}"
+        )
+    for name in (
+        "bptt",
+        "num_metric_queries",
+        "num_metric_draws",
+        "eval_batch_size",
+        "num_heldout_windows",
+        "num_curve_tokens",
+    ):
         if int(config[name]) < 1:
             raise ValueError(f"config.{name} must be >= 1, got {config[name]}")
     if config.sampler.num_samples < 1:
         raise ValueError(
             f"config.sampler.num_samples must be >= 1, got {config.sampler.num_samples}"
         )
+    if min(config.tau_grid) <= 0:
+        raise ValueError(f"config.tau_grid must hold positive temperatures, got {config.tau_grid}")
+
+
+def estimator_options(config: ml_collections.ConfigDict, estimator: str) -> dict:
+    """``proposal`` and the ``proposal_features`` options of a named estimator."""
+    if estimator in PLAIN_PROPOSALS:
+        return {"proposal": estimator}
+    options = config.estimators[estimator]
+    return {
+        "proposal": options.proposal,
+        "num_features": options.num_features,
+        "num_coefficient_features": options.num_coefficient_features,
+        "coupling": config.sampler.coupling,
+    }
+
+
+def feature_width(options: dict) -> int:
+    """W of an estimator's features (``proposal_features``)."""
+    m, n = options["num_features"], options["num_coefficient_features"]
+    return {
+        "positive": 2 * m,
+        "trigonometric": 2 * m,
+        "angular_hybrid": 4 * m * (n + 1),
+        "gaussian_hybrid": 4 * m * (2 * n + 1),
+    }[options["proposal"]]
+
+
+# --------------------------------------------------------------------------- data
 
 
 def windows(tokens: np.ndarray, length: int) -> dict[str, np.ndarray]:
@@ -86,166 +166,8 @@ def windows(tokens: np.ndarray, length: int) -> dict[str, np.ndarray]:
     }
 
 
-def feature_options(config: ml_collections.ConfigDict, proposal: str) -> dict:
-    """Keyword arguments of ``proposal_features`` for a kernel proposal ({} otherwise)."""
-    if proposal not in FEATURE_PROPOSALS:
-        return {}
-    sampler = config.sampler
-    hybrid = proposal.endswith("hybrid")
-    return {
-        "num_features": sampler.hybrid_num_features if hybrid else sampler.num_features,
-        "num_coefficient_features": sampler.num_coefficient_features,
-        "temperature": sampler.temperature,
-        "coupling": sampler.coupling,
-    }
-
-
-def make_task(
-    model: LSTMLanguageModel,
-    arrays: dict[str, dict[str, np.ndarray]],
-    config: ml_collections.ConfigDict,
-    proposal: str,
-    seed: int,
-) -> tuple[train.Task, object]:
-    """The trainer task (sampled-softmax loss; eval: full-softmax NLL on validation) and the
-    jitted eval function (NLL and token count sums of a batch) reused for the test split."""
-    options = feature_options(config, proposal)
-    sampler = config.sampler
-
-    def loss(params, batch, rng, step):
-        rngs = train.step_rngs(rng, step, per_step=("dropout", "proposal"), fixed=())
-        queries, table = model.apply(params, batch["inputs"], train=True, rngs=rngs)
-        queries = queries.reshape(-1, queries.shape[-1])
-        targets = batch["targets"].reshape(-1)
-        samples, log_q = sample_proposal(
-            rngs["proposal"],
-            queries,
-            table,
-            proposal=proposal,
-            num_samples=sampler.num_samples,
-            **options,
-        )
-        losses = sampled_softmax_loss(
-            queries,
-            table,
-            targets,
-            samples,
-            log_q,
-            remove_accidental_hits=sampler.remove_accidental_hits,
-        )
-        hits = jnp.mean(samples == targets[:, None])
-        return jnp.mean(losses), {"accidental_hit_rate": hits}
-
-    def eval_metrics(params, batch, rng, step):
-        queries, table = model.apply(params, batch["inputs"], train=False)
-        log_probs = jax.nn.log_softmax(queries @ table.T, axis=-1)
-        nll = -jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
-        mask = jnp.broadcast_to(batch["mask"][:, None], nll.shape)
-        return {"nll": jnp.sum(jnp.where(mask, nll, 0.0)), "count": jnp.sum(mask)}
-
-    task = train.array_task(
-        lambda rng, batch: model.init(rng, batch["inputs"], train=False),
-        loss,
-        eval_metrics,
-        arrays["train"],
-        arrays["valid"],
-        batch_size=config.train.batch_size,
-        eval_batch_size=config.eval_batch_size,
-        seed=seed,
-    )
-    return task, jax.jit(eval_metrics)
-
-
-def perplexity(eval_fn, params, arrays: dict[str, np.ndarray], batch_size: int) -> float:
-    """exp(mean NLL per token) over all windows of a split, full softmax."""
-    totals = {"nll": 0.0, "count": 0.0}
-    for batch in train.padded_batches(arrays, batch_size):
-        sums = jax.device_get(eval_fn(params, batch, None, None))
-        for name in totals:
-            totals[name] += float(sums[name])
-    return float(np.exp(totals["nll"] / totals["count"]))
-
-
-def proposal_distribution_metrics(
-    model: LSTMLanguageModel,
-    params,
-    inputs: np.ndarray,
-    config: ml_collections.ConfigDict,
-    proposal: str,
-    key: jax.Array,
-) -> dict[str, float]:
-    """W1, KS and negative fraction of the proposal's estimate of softmax(q_bar.e_bar / tau)
-    for ``num_metric_queries`` validation queries, averaged over queries and feature draws."""
-    if proposal == "exact":
-        return dict.fromkeys(METRICS, float("nan"))
-    queries, table = model.apply(params, inputs, train=False)
-    queries = queries.reshape(-1, queries.shape[-1])[: config.num_metric_queries]
-    temperature = config.sampler.temperature
-    probabilities = jax.nn.softmax(
-        normalize_for_proposal(queries, temperature) @ normalize_for_proposal(table, temperature).T,
-        axis=-1,
-    )
-    if proposal == "uniform":
-        values = distribution_metrics(probabilities, jnp.ones_like(probabilities))
-        return {name: float(jnp.mean(values[name])) for name in METRICS}
-    options = feature_options(config, proposal)
-
-    def one_draw(draw_key):
-        query_features, class_features = proposal_features(
-            draw_key, queries, table, proposal=proposal, **options
-        )
-        values = distribution_metrics(probabilities, query_features @ class_features.T)
-        return {name: jnp.mean(values[name]) for name in METRICS}
-
-    draws = jax.lax.map(jax.jit(one_draw), jax.random.split(key, config.num_metric_draws))
-    return {name: float(jnp.mean(draws[name])) for name in METRICS}
-
-
-def _mean_std(values: list[float]) -> str:
-    values = np.asarray(values, float)
-    if np.all(np.isnan(values)):
-        return "—"
-    return f"{np.mean(values):.4g} ± {np.std(values):.2g}"
-
-
-def _plot_bars(
-    summary: list[dict], runs: list[dict], names: tuple, path: str, titles: dict, yscale: str
-):
-    figure, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6))
-    for axis, name in zip(np.atleast_1d(axes), names, strict=True):
-        labels, means, stds = [], [], []
-        for row in summary:
-            values = np.array([r[name] for r in runs if r["proposal"] == row["proposal"]], float)
-            if np.all(np.isnan(values)):
-                continue
-            labels.append(LABELS[row["proposal"]])
-            means.append(np.mean(values))
-            stds.append(np.std(values))
-        axis.bar(range(len(labels)), means, yerr=stds, capsize=3, color="C0")
-        axis.set_xticks(range(len(labels)), labels, rotation=35, ha="right")
-        axis.set(title=titles[name], yscale=yscale)
-    outputs.save_figure(figure, path)
-
-
-def _plot_curves(curves: dict, path: str) -> None:
-    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for proposal, per_seed in curves.items():
-        for axis, (split, name) in zip(axes, (("train", "loss"), ("eval", "nll")), strict=True):
-            series = [[(r["step"], r[name]) for r in rs if r["split"] == split] for rs in per_seed]
-            steps = np.array([s for s, _ in series[0]])
-            values = np.array([[v for _, v in run] for run in series])
-            if name == "nll":
-                values = np.exp(values)
-            mean, std = values.mean(0), values.std(0)
-            axis.plot(steps, mean, label=LABELS[proposal])
-            axis.fill_between(steps, mean - std, mean + std, alpha=0.2)
-    axes[0].set(xlabel="step", ylabel="sampled-softmax loss", title="training loss")
-    axes[1].set(xlabel="step", ylabel="perplexity", yscale="log", title="validation perplexity")
-    axes[1].legend(fontsize=8)
-    outputs.save_figure(figure, path)
-
-
-def _load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
+def load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
+    """Train/valid/test windows (the first ``num_*_tokens`` of each split; 0: all) and V."""
     splits, vocabulary = load_ptb()
     limits = {
         "train": config.num_train_tokens,
@@ -259,150 +181,579 @@ def _load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
     return arrays, len(vocabulary)
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains every (proposal, seed) and writes tables and figures into ``workdir``."""
+def curve_windows(arrays: dict, config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
+    """The validation windows evaluated during training (the learning curves): the first
+    ``num_curve_tokens`` tokens; the final perplexities use every window."""
+    count = max(1, config.num_curve_tokens // config.bptt)
+    return {name: value[:count] for name, value in arrays["valid"].items()}
+
+
+def heldout_inputs(arrays: dict, config: ml_collections.ConfigDict) -> np.ndarray:
+    """The held-out batch that selects tau: the last ``num_heldout_windows`` validation
+    windows (the distribution-metric queries come from the first ones)."""
+    return arrays["valid"]["inputs"][-config.num_heldout_windows :]
+
+
+# --------------------------------------------------------------------------- temperature
+
+
+def divergence_curve(model, params, inputs: np.ndarray, tau_grid) -> jax.Array:
+    """KL(model softmax || softmax(q_bar.e_bar / tau)) on ``inputs`` for every tau of the grid."""
+    queries, table = model.apply(params, inputs, train=False)
+    queries = queries.reshape(-1, queries.shape[-1])
+    cosines = normalize_for_proposal(queries, 1.0) @ normalize_for_proposal(table, 1.0).T
+    return kernel_softmax_divergence(queries @ table.T, cosines, jnp.asarray(tau_grid))
+
+
+def proposal_temperature(model, params, setting: str, inputs: np.ndarray, tau_grid) -> jax.Array:
+    """tau of the kernel proposal: selected on the held-out batch (``"normalised"``) or the
+    model's own 1/s (``"cosine"``, floored at the grid's smallest tau so that exp(1/tau) stays
+    finite in float32; the logged tau shows when the floor binds); a constant for the
+    gradient."""
+    params = jax.lax.stop_gradient(params)
+    if setting == "cosine":
+        return jnp.maximum(logit_temperature(params), min(tau_grid))
+    grid = jnp.asarray(tau_grid)
+    return grid[jnp.argmin(divergence_curve(model, params, inputs, grid))]
+
+
+# --------------------------------------------------------------------------- task
+
+
+def make_model(config: ml_collections.ConfigDict, setting: str, vocab_size: int):
+    return LSTMLanguageModel(
+        vocab_size=vocab_size,
+        logits="cosine" if setting == "cosine" else "dot",
+        **config.model.to_dict(),
+    )
+
+
+def make_task(model, arrays, config, setting: str, estimator: str, seed: int) -> train.Task:
+    """The trainer task: sampled-softmax loss (logging the proposal's tau); eval: full-softmax
+    NLL and token count sums on the learning-curve validation windows (``curve_windows``)."""
+    options = estimator_options(config, estimator)
+    sampler = config.sampler
+    heldout = jnp.asarray(heldout_inputs(arrays, config))
+    tau_grid = tuple(config.tau_grid)
+
+    def loss(params, batch, rng, step):
+        rngs = train.step_rngs(rng, step, per_step=("dropout", "proposal"), fixed=())
+        queries, table = model.apply(params, batch["inputs"], train=True, rngs=rngs)
+        queries = queries.reshape(-1, queries.shape[-1])
+        targets = batch["targets"].reshape(-1)
+        extra, temperature = {}, jnp.float32(jnp.nan)
+        if options["proposal"] in (*FEATURE_PROPOSALS, "kernel"):
+            temperature = proposal_temperature(model, params, setting, heldout, tau_grid)
+            extra["temperature"] = temperature
+        if options["proposal"] in FEATURE_PROPOSALS:
+            extra.update(sampler=sampler.name, uniform_floor=sampler.uniform_floor)
+        samples, log_q = sample_proposal(
+            rngs["proposal"],
+            queries,
+            table,
+            num_samples=sampler.num_samples,
+            **options,
+            **extra,
+        )
+        losses = sampled_softmax_loss(
+            queries,
+            table,
+            targets,
+            samples,
+            log_q,
+            remove_accidental_hits=sampler.remove_accidental_hits,
+        )
+        hits = jnp.mean(samples == targets[:, None])
+        return jnp.mean(losses), {"accidental_hit_rate": hits, "proposal_temperature": temperature}
+
+    def eval_metrics(params, batch, rng, step):
+        queries, table = model.apply(params, batch["inputs"], train=False)
+        log_probs = jax.nn.log_softmax(queries @ table.T, axis=-1)
+        nll = -jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
+        mask = jnp.broadcast_to(batch["mask"][:, None], nll.shape)
+        return {"nll": jnp.sum(jnp.where(mask, nll, 0.0)), "count": jnp.sum(mask)}
+
+    return train.array_task(
+        lambda rng, batch: model.init(rng, batch["inputs"], train=False),
+        loss,
+        eval_metrics,
+        arrays["train"],
+        curve_windows(arrays, config),
+        batch_size=config.train.batch_size,
+        eval_batch_size=config.eval_batch_size,
+        seed=seed,
+    )
+
+
+def perplexity(eval_fn, params, arrays: dict[str, np.ndarray], batch_size: int) -> float:
+    """exp(mean NLL per token) over all windows of a split, full softmax."""
+    totals = {"nll": 0.0, "count": 0.0}
+    for batch in train.padded_batches(arrays, batch_size):
+        sums = jax.device_get(eval_fn(params, batch, None, None))
+        for name in totals:
+            totals[name] += float(sums[name])
+    return float(np.exp(totals["nll"] / totals["count"]))
+
+
+# --------------------------------------------------------------------------- estimator metrics
+
+
+def proposal_flops(config: ml_collections.ConfigDict, estimator: str, vocab_size: int) -> dict:
+    """XLA-measured FLOPs (compiled cost analysis) of one training step's proposal for a batch
+    of B T queries with each sampler: the features of the vocabulary and the queries, then the
+    draws."""
+    options = estimator_options(config, estimator)
+    proposal = options.pop("proposal")
+    count = config.train.batch_size * config.bptt
+    shapes = (
+        jax.random.key(0),
+        jnp.zeros((count, config.model.hidden_size)),
+        jnp.zeros((vocab_size, config.model.hidden_size)),
+    )
+
+    def features(key, queries, embeddings):
+        return proposal_features(
+            key, queries, embeddings, proposal=proposal, temperature=jnp.float32(0.1), **options
+        )
+
+    def cost(function) -> float:
+        return float(jax.jit(function).lower(*shapes).compile().cost_analysis()["flops"])
+
+    row = {}
+    for name in SAMPLERS:
+        row[name] = cost(
+            lambda key, q, e, name=name: sample_from_features(
+                key,
+                *features(key, q, e),
+                config.sampler.num_samples,
+                sampler=name,
+                uniform_floor=config.sampler.uniform_floor,
+            )
+        )
+    return row
+
+
+def estimator_metrics(
+    model, params, inputs: np.ndarray, temperature: float, config, key: jax.Array
+) -> dict[str, dict[str, float]]:
+    """Median (and mean) W1, KS and negative fraction of every estimator's estimate of
+    softmax(q_bar.e_bar / tau), over ``num_metric_queries`` queries and ``num_metric_draws``
+    feature draws; ``uniform`` is scored as the flat estimate."""
+    queries, table = model.apply(params, inputs, train=False)
+    queries = queries.reshape(-1, queries.shape[-1])[: config.num_metric_queries]
+    probabilities = jax.nn.softmax(
+        normalize_for_proposal(queries, temperature) @ normalize_for_proposal(table, temperature).T,
+        axis=-1,
+    )
+    results = {}
+    uniform = distribution_metrics(probabilities, jnp.ones_like(probabilities))
+    results["uniform"] = _summarise({k: np.asarray(v) for k, v in uniform.items()})
+    for estimator in config.estimators:
+        options = estimator_options(config, estimator)
+
+        # Arrays enter as arguments, not closure constants (XLA would constant-fold them).
+        @jax.jit
+        def draws(keys, queries, table, probabilities, options=options):
+            def one_draw(draw_key):
+                query_features, class_features = proposal_features(
+                    draw_key, queries, table, temperature=temperature, **options
+                )
+                return distribution_metrics(probabilities, query_features @ class_features.T)
+
+            return jax.lax.map(one_draw, keys)
+
+        keys = jax.random.split(jax.random.fold_in(key, len(results)), config.num_metric_draws)
+        values = draws(keys, queries, table, probabilities)
+        results[estimator] = _summarise({k: np.asarray(v) for k, v in values.items()})
+    return results
+
+
+def _summarise(values: dict[str, np.ndarray]) -> dict[str, float]:
+    summary = {}
+    for name, value in values.items():
+        summary[f"{name}_median"] = float(np.median(value))
+        summary[f"{name}_mean"] = float(np.mean(value))
+    return summary
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains every (arm, seed); returns runs, learning curves, estimator costs and metrics."""
     validate_config(config)
-    outputs.save_config(workdir, config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
-    arrays, vocab_size = _load_arrays(config)
-    model = LSTMLanguageModel(vocab_size=vocab_size, **config.model.to_dict())
-    metric_rows = -(-config.num_metric_queries // config.bptt)
-    metric_inputs = arrays["valid"]["inputs"][:metric_rows]
-    runs, curves = [], {}
-    for proposal in config.proposals:
+    arrays, vocab_size = load_arrays(config)
+    heldout = heldout_inputs(arrays, config)
+    metric_inputs = arrays["valid"]["inputs"][: -(-config.num_metric_queries // config.bptt)]
+    flops = {
+        name: proposal_flops(config, name, vocab_size)
+        for name in outputs.progress(config.estimators, "measuring proposal FLOPs")
+    }
+    runs, curves, metrics, divergences = [], {}, [], []
+    for arm in config.arms:
+        setting, estimator = parse_arm(arm)
+        model = make_model(config, setting, vocab_size)
         for seed in config.seeds:
-            task, eval_fn = make_task(model, arrays, config, proposal, seed)
-            final, run_dir, seconds = train.train_seed(config.train, workdir, proposal, seed, task)
+            task = make_task(model, arrays, config, setting, estimator, seed)
+            name = f"{setting}-{estimator}"
+            cpu_start = time.process_time()
+            _, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
             params = train.final_params(run_dir)
+            eval_fn = jax.jit(task.eval_metrics)
+            tau = float(proposal_temperature(model, params, setting, heldout, config.tau_grid))
             row = {
-                "proposal": proposal,
+                "arm": arm,
+                "setting": setting,
+                "estimator": estimator,
                 "seed": seed,
-                "valid_perplexity": float(np.exp(final["eval_nll"])),
-                "test_perplexity": perplexity(
-                    eval_fn, params, arrays["test"], config.eval_batch_size
-                ),
-                **proposal_distribution_metrics(
-                    model,
-                    params,
-                    metric_inputs,
-                    config,
-                    proposal,
-                    jax.random.fold_in(jax.random.key(seed), 1),
-                ),
-                "seconds_this_session": seconds,
+                **{
+                    f"{split}_perplexity": perplexity(
+                        eval_fn, params, arrays[split], config.eval_batch_size
+                    )
+                    for split in ("valid", "test")
+                },
+                "final_temperature": tau,
+                **outputs.run_cost(seconds, cpu_start),
             }
             print(
-                f"{LABELS[proposal]:>18} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, "
-                f"test ppl {row['test_perplexity']:.1f} ({row['seconds_this_session']:.0f} s)"
+                f"{arm:>32} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, test ppl "
+                f"{row['test_perplexity']:.1f}, tau {tau:.3g} ({seconds:.0f} s)"
             )
             runs.append(row)
-            curves.setdefault(proposal, []).append(train.read_metrics(run_dir))
-    summary = []
-    for proposal in config.proposals:
-        rows = [r for r in runs if r["proposal"] == proposal]
-        summary.append(
+            curves.setdefault(arm, []).append(train.read_metrics(run_dir))
+            if estimator != config.metric_arm_proposal:
+                continue
+            if setting == "normalised":
+                curve = divergence_curve(model, params, heldout, config.tau_grid)
+                divergences.append({"seed": seed, "divergence": np.asarray(curve).tolist()})
+            per_estimator = estimator_metrics(
+                model, params, metric_inputs, tau, config, jax.random.key(1000 + seed)
+            )
+            for name, values in per_estimator.items():
+                metrics.append(
+                    {"setting": setting, "seed": seed, "estimator": name, "tau": tau, **values}
+                )
+    return {
+        "runs": runs,
+        "curves": curves,
+        "metrics": metrics,
+        "divergences": divergences,
+        "flops": flops,
+        "vocab_size": vocab_size,
+        "tokens": {split: int(value["inputs"].size) for split, value in arrays.items()},
+    }
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def mean_se(values) -> tuple[float, float]:
+    """Mean and standard error (ddof 1; nan for one value) of ``values``."""
+    mean, se = monte_carlo.mean_and_se(np.asarray(values, float))
+    return float(mean), float(se)
+
+
+def _format(mean: float, se: float, digits: int = 4) -> str:
+    return f"{mean:.{digits}g} ± {se:.2g}"
+
+
+def _values(rows: list[dict], name: str, **where) -> np.ndarray:
+    chosen = [r for r in rows if all(r[k] == v for k, v in where.items())]
+    return np.array([r[name] for r in sorted(chosen, key=lambda r: r["seed"])], float)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def perplexity_rows(runs: list[dict], arms) -> list[dict]:
+    rows = []
+    for arm in arms:
+        setting, estimator = parse_arm(arm)
+        rows.append(
             {
-                "proposal": proposal,
-                "seeds": len(rows),
-                **{
-                    name: _mean_std([r[name] for r in rows])
-                    for name in ("valid_perplexity", "test_perplexity", *METRICS)
-                },
+                "setting": SETTING_LABELS[setting],
+                "proposal": estimator,
+                "seeds": len(_values(runs, "seed", arm=arm)),
+                "valid perplexity": _format(*mean_se(_values(runs, "valid_perplexity", arm=arm))),
+                "test perplexity": _format(*mean_se(_values(runs, "test_perplexity", arm=arm))),
+                "final tau": float(np.mean(_values(runs, "final_temperature", arm=arm))),
             }
         )
-    outputs.write_json(
-        os.path.join(workdir, "results.json"), {"runs": runs, "summary": summary}, indent=2
-    )
-    text = _summary_text(config, arrays, vocab_size, summary)
-    outputs.save_run(workdir, rows=runs, summary=text, config=config)
-    _plot_bars(
-        summary,
-        runs,
-        ("valid_perplexity", "test_perplexity"),
-        os.path.join(workdir, "perplexity.png"),
-        {"valid_perplexity": "validation perplexity", "test_perplexity": "test perplexity"},
-        "log",
-    )
-    _plot_bars(
-        summary,
-        runs,
-        METRICS,
-        os.path.join(workdir, "distribution_metrics.png"),
-        {
-            "wasserstein": "1-Wasserstein",
-            "ks": "KS statistic",
-            "negative_fraction": "neg. fraction",
-        },
-        "linear",
-    )
-    _plot_curves(curves, os.path.join(workdir, "learning_curves.png"))
-    return {"runs": runs, "summary": summary}
+    return rows
 
 
-def _summary_text(config, arrays, vocab_size: int, summary: list[dict]) -> str:
-    sampler, model = config.sampler, config.model
-    table = outputs.markdown_table(
-        [{**row, "proposal": LABELS[row["proposal"]]} for row in summary]
-    )
-    tokens = {split: value["inputs"].size for split, value in arrays.items()}
-    hybrid_m, hybrid_n = sampler.hybrid_num_features, sampler.num_coefficient_features
-    return (
-        "# LSTM language model with random-feature sampled softmax (PTB)\n\n"
-        f"Config variant `{config.variant}` (`configs/lstm_lm.py"
-        f"{'' if config.variant == 'default' else ':' + config.variant}`): "
-        + (
-            "the paper's sizes.\n\n"
-            if config.variant == "paper"
-            else "a reduced run, far from the paper's 80 epochs on all of PTB (`:paper`).\n\n"
+def perplexity_verdicts(runs: list[dict], config) -> list[dict]:
+    """Per setting: the paired ratio test perplexity(FAVOR+) / perplexity(exact) against the
+    1.2 target (holds if mean + 2 SE <= 1.2, fails if mean - 2 SE > 1.2)."""
+    verdicts = []
+    favor, exact = config.favor_estimator, config.metric_arm_proposal
+    for setting in SETTINGS:
+        arms = {parse_arm(a)[1] for a in config.arms if parse_arm(a)[0] == setting}
+        if not {favor, exact} <= arms:
+            continue
+        ratio = _values(runs, "test_perplexity", setting=setting, estimator=favor) / _values(
+            runs, "test_perplexity", setting=setting, estimator=exact
         )
-        + f"Data: {PTB_SOURCE}; vocabulary {vocab_size}. Used {tokens['train']:,} training tokens, "
-        f"{tokens['valid']:,} validation and {tokens['test']:,} test tokens (the first ones of "
-        f"each split), in non-overlapping windows of {config.bptt} tokens, each from a zero "
-        "LSTM state.\n\n"
-        f"Model: {model.num_layers}-layer LSTM, hidden {model.hidden_size}, tied embeddings, "
-        f"dropout {model.dropout_rate}; {config.train.optimizer} lr {config.train.learning_rate} "
-        f"({config.train.lr_schedule}), {config.train.num_train_steps} steps of "
-        f"{config.train.batch_size} windows; seeds {tuple(config.seeds)} (std over seeds, "
-        "population).\n\n"
-        f"Sampled softmax: {sampler.num_samples} negatives per query with replacement, "
-        "log-proposal correction, accidental hits "
-        f"{'removed' if sampler.remove_accidental_hits else 'kept'}. Kernel proposals estimate "
-        f"exp(q_bar.e_bar / tau), tau = {sampler.temperature}, on normalised queries and "
-        f"embeddings (the loss uses the un-normalised logits), with {sampler.coupling} "
-        f"projections redrawn every step: FAVOR+ and trigonometric m = {sampler.num_features} "
-        f"(width {2 * sampler.num_features}); angular hybrid m = {hybrid_m} shared base rows and "
-        f"n = {hybrid_n} sign rows (width {4 * hybrid_m * (hybrid_n + 1)}); Gaussian hybrid m = "
-        f"{hybrid_m}, n = {hybrid_n} trigonometric coefficient rows, bandwidth = radius "
-        f"1/sqrt(tau) (width {4 * hybrid_m * (2 * hybrid_n + 1)}). Sampling uses the "
-        "feature-space decomposition (a feature k with probability |a_k| S_k / sum, then a class "
-        "with probability |B_ik| / S_k by binary search in per-feature cumulative tables built "
-        "once per step): no O(V) softmax per query. For the signed estimators (trigonometric, "
-        "hybrids) this samples the |.| mixture of the features, and the loss corrects with the "
-        "probability of that mixture (the proposal actually used); the |.| discards the signs "
-        "that carry the kernel's shape, so this mixture can be much flatter than the kernel "
-        "estimate (nearly uniform for trigonometric features): read these proposals' "
-        "perplexities against `uniform`. `exact` samples the full "
-        "softmax of the model's logits; `uniform` samples 1/V.\n\n"
-        f"Perplexity: full softmax. Distribution metrics: for {config.num_metric_queries} "
-        "validation queries of each trained model, the proposal's random-feature estimate of "
-        "the kernel over all classes, normalised by its sum, against the true "
-        "softmax(q_bar.e_bar / tau): 1-Wasserstein distance sum_i |F(i) - F_hat(i)| / (V - 1) and "
-        "KS statistic max_i |F(i) - F_hat(i)| of the cumulative distributions over the classes "
-        "placed at i / (V - 1) in [0, 1] (vocabulary ordered by training frequency), and the "
-        "fraction of negative "
-        f"kernel estimates; averaged over queries and {config.num_metric_draws} feature draws. "
-        "Uniform is scored as the flat estimate; exact has none (—).\n\n"
-        f"{table}\n\n"
-        "Paper (HRF arXiv:2110.04367, Sec. 4.2, Fig. 3, App. I Tables 4-5, Fig. 10): a 2-layer "
-        "LSTM, hidden 200, 80 epochs, batch 20, dropout 0.5, 40 negatives, 1024 random features "
-        "for FAVOR+/trigonometric, 25 runs. Its table values did not survive in the seed text "
-        "(the cells of Tables 4-5 are empty), so no number can be put beside ours. What the text "
-        "states: the hybrids give the most accurate softmax distribution estimates (lowest "
-        "Wasserstein and KS, Tables 4-5 'consistently outperform FAVOR+ and trigonometric'), "
-        "FAVOR+ has no negative estimates (it is absent from the negative-fraction table), and "
-        "the perplexity differences between the random-feature proposals are 'not very "
-        "significant' (App. I.1).\n\n"
-        "![perplexity](perplexity.png)\n\n"
-        "![distribution metrics](distribution_metrics.png)\n\n"
-        "![learning curves](learning_curves.png)\n"
+        mean, se = mean_se(ratio)
+        if mean + 2 * se <= 1.2:
+            verdict = "holds"
+        elif mean - 2 * se > 1.2:
+            verdict = "does not hold (FAVOR+ more than 20% worse, beyond 2 SE)"
+        else:
+            verdict = "inconclusive (1.2 within 2 SE)"
+        verdicts.append(
+            {
+                "setting": SETTING_LABELS[setting],
+                "test ppl FAVOR+ / exact (mean ± 1 SE, paired seeds)": _format(mean, se),
+                "target <= 1.2": verdict,
+            }
+        )
+    return verdicts
+
+
+def estimator_rows(results: dict, config) -> list[dict]:
+    """Per setting and estimator: width, measured FLOPs, median W1/KS (mean ± SE over seeds)
+    and the paired difference against FAVOR+."""
+    metrics, flops, rows = results["metrics"], results["flops"], []
+    favor = config.favor_estimator
+    for setting in SETTINGS:
+        if not any(m["setting"] == setting for m in metrics):
+            continue
+        for estimator in ("uniform", *config.estimators):
+            where = {"setting": setting, "estimator": estimator}
+            row = {"setting": setting, "estimator": estimator}
+            if estimator in config.estimators:
+                options = estimator_options(config, estimator)
+                cost = flops[estimator]
+                row.update(
+                    {
+                        "m, n": f"{options['num_features']}, {options['num_coefficient_features']}"
+                        if options["proposal"].endswith("hybrid")
+                        else f"{options['num_features']}",
+                        "width W": feature_width(options),
+                        "GFLOP/step clipped": cost["clipped"] / 1e9,
+                        "GFLOP/step decomposition": cost["decomposition"] / 1e9,
+                    }
+                )
+            else:
+                row.update(
+                    {
+                        "m, n": "—",
+                        "width W": "—",
+                        "GFLOP/step clipped": "—",
+                        "GFLOP/step decomposition": "—",
+                    }
+                )
+            for name, label in (("wasserstein", "W1"), ("ks", "KS")):
+                values = _values(metrics, f"{name}_median", **where)
+                row[f"median {label}"] = _format(*mean_se(values), digits=3)
+                if estimator != favor:
+                    reference = _values(metrics, f"{name}_median", setting=setting, estimator=favor)
+                    test = monte_carlo.paired_difference(values, reference)
+                    row[f"{label} - FAVOR+"] = (
+                        f"{test['mean']:+.3g} ± {test['se']:.2g} (p = {test['p']:.2g})"
+                    )
+                else:
+                    row[f"{label} - FAVOR+"] = "—"
+            row["negative fraction"] = float(
+                np.mean(_values(metrics, "negative_fraction_mean", **where))
+            )
+            rows.append(row)
+    return rows
+
+
+def hybrid_verdict(results: dict, config) -> str:
+    """The paper's claim (hybrids more accurate than FAVOR+ on W1 and KS) at equal FLOPs, in
+    the paper's setting (``"normalised"``) and the cosine setting."""
+    metrics, favor, lines = results["metrics"], config.favor_estimator, []
+    for setting in SETTINGS:
+        for estimator in config.equal_flops_estimators:
+            outcomes = []
+            for name, label in (("wasserstein", "W1"), ("ks", "KS")):
+                values = _values(metrics, f"{name}_median", setting=setting, estimator=estimator)
+                if not len(values):
+                    continue
+                reference = _values(metrics, f"{name}_median", setting=setting, estimator=favor)
+                test = monte_carlo.paired_difference(values, reference)
+                better = test["mean"] < 0 and test["p"] < SIGNIFICANCE
+                worse = test["mean"] > 0 and test["p"] < SIGNIFICANCE
+                word = "lower" if better else "higher" if worse else "not different"
+                outcomes.append(
+                    (better, f"{label} {word} ({test['mean']:+.3g} ± {test['se']:.2g})")
+                )
+            if not outcomes:
+                continue
+            verdict = "holds" if all(b for b, _ in outcomes) else "does not hold"
+            lines.append(
+                f"- {SETTING_LABELS[setting]}, {estimator} vs {favor}: "
+                + ", ".join(text for _, text in outcomes)
+                + f" → **{verdict}**"
+            )
+    return "\n".join(lines) if lines else "not measured"
+
+
+def _bar_axis(axis, labels, means, errors, title, log):
+    axis.bar(range(len(labels)), means, yerr=errors, capsize=3, color="C0")
+    axis.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
+    axis.set(title=title, yscale="log" if log else "linear")
+
+
+def _plot_perplexity(runs, curves, arms, path: str) -> None:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    stats_ = [mean_se(_values(runs, "test_perplexity", arm=arm)) for arm in arms]
+    means = [m for m, _ in stats_]
+    _bar_axis(
+        left,
+        list(arms),
+        means,
+        [0 if np.isnan(s) else s for _, s in stats_],
+        "test perplexity (full softmax), mean ± 1 SE",
+        max(means) / min(means) > 10,
     )
+    for i, arm in enumerate(arms):
+        series = [[r for r in records if r["split"] == "eval"] for records in curves[arm]]
+        steps = [r["step"] for r in series[0]]
+        values = np.exp(np.array([[r["nll"] for r in run] for run in series]))
+        outputs.plot_mean_se(right, steps, values, color=f"C{i}", label=arm)
+    right.set(
+        xlabel="step",
+        ylabel="validation perplexity (full softmax)",
+        yscale="log",
+        title="validation perplexity during training (band: ± 1 SE)",
+    )
+    right.legend(fontsize=7)
+    outputs.save_figure(figure, path)
+
+
+def _plot_metrics(results: dict, config, path: str) -> None:
+    metrics = results["metrics"]
+    settings = [s for s in SETTINGS if any(m["setting"] == s for m in metrics)]
+    estimators = ("uniform", *config.estimators)
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    width = 0.8 / max(len(settings), 1)
+    for axis, (name, label) in zip(axes, (("wasserstein", "W1"), ("ks", "KS")), strict=True):
+        for j, setting in enumerate(settings):
+            stats_ = [
+                mean_se(_values(metrics, f"{name}_median", setting=setting, estimator=e))
+                for e in estimators
+            ]
+            axis.bar(
+                np.arange(len(estimators)) + j * width,
+                [m for m, _ in stats_],
+                width,
+                yerr=[0 if np.isnan(s) else s for _, s in stats_],
+                capsize=2,
+                label=SETTING_LABELS[setting],
+            )
+        axis.set_xticks(np.arange(len(estimators)) + width * (len(settings) - 1) / 2)
+        axis.set_xticklabels(estimators, rotation=35, ha="right", fontsize=8)
+        axis.set(
+            yscale="log",
+            title=f"median {label} of the clipped estimate vs the kernel softmax\n"
+            "(bars: mean over seeds ± 1 SE)",
+        )
+        axis.legend(fontsize=7)
+    outputs.save_figure(figure, path)
+
+
+def _plot_temperature(results: dict, config, path: str) -> None:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    grid = np.asarray(config.tau_grid)
+    for row in results["divergences"]:
+        curve = np.asarray(row["divergence"])
+        (line,) = left.plot(grid, curve, label=f"seed {row['seed']}")
+        left.plot(grid[np.argmin(curve)], curve.min(), "o", color=line.get_color())
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel="tau",
+        ylabel="KL(model softmax || kernel softmax), nats",
+        title=f"held-out divergence of the trained {config.metric_arm_proposal}-proposal models"
+        "\n(raw logits; dot: the selected tau)",
+    )
+    left.legend(fontsize=7)
+    for i, (arm, per_seed) in enumerate(results["curves"].items()):
+        series = [
+            [
+                (r["step"], r.get("proposal_temperature", np.nan))
+                for r in records
+                if r["split"] == "train"
+            ]
+            for records in per_seed
+        ]
+        values = np.array([[v for _, v in run] for run in series], float)
+        if np.all(np.isnan(values)):
+            continue
+        steps = [s for s, _ in series[0]]
+        outputs.plot_mean_se(right, steps, values, color=f"C{i}", label=arm)
+    right.set(
+        xlabel="step",
+        ylabel="proposal tau",
+        yscale="log",
+        title="tau of the kernel proposals during training (band: ± 1 SE)",
+    )
+    right.legend(fontsize=7)
+    outputs.save_figure(figure, path)
+
+
+def _setup_text(config, results: dict) -> str:
+    tokens, model, sampler = results["tokens"], config.model, config.sampler
+    steps = config.train.num_train_steps
+    epochs = steps * config.train.batch_size * config.bptt / tokens["train"]
+    return (
+        f"Data: {PTB_SOURCE}; vocabulary V = {results['vocab_size']}. {tokens['train']:,} "
+        f"training tokens, {tokens['valid']:,} validation and {tokens['test']:,} test tokens, "
+        f"non-overlapping windows of {config.bptt} tokens, each from a zero LSTM state. Model: "
+        f"{model.num_layers}-layer LSTM, hidden {model.hidden_size}, tied embeddings, dropout "
+        f"{model.dropout_rate}; {config.train.optimizer}, lr {config.train.learning_rate} "
+        f"({config.train.lr_schedule}), {steps} steps of {config.train.batch_size} windows "
+        f"({epochs:.2f} epochs); seeds {tuple(config.seeds)}, paired across arms. Sampled "
+        f"softmax: {sampler.num_samples} negatives with replacement, log-proposal correction, "
+        f"accidental hits {'removed' if sampler.remove_accidental_hits else 'kept'}; kernel "
+        f"proposals use the `{sampler.name}` sampler (uniform floor {sampler.uniform_floor}) and "
+        f"{sampler.coupling} projections redrawn every step. tau grid: "
+        f"{len(config.tau_grid)} values from {min(config.tau_grid):.3g} to "
+        f"{max(config.tau_grid):.3g} (log-spaced); held-out batch: the last "
+        f"{config.num_heldout_windows} validation windows. Distribution metrics: "
+        f"{config.num_metric_queries} validation queries x {config.num_metric_draws} feature "
+        f"draws per model."
+    )
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures and the summary of ``measure``'s results."""
+    runs, arms = results["runs"], tuple(config.arms)
+    ppl_rows = perplexity_rows(runs, arms)
+    targets = perplexity_verdicts(runs, config)
+    metric_rows = estimator_rows(results, config)
+    outputs.write_json(
+        os.path.join(workdir, "results.json"),
+        {key: value for key, value in results.items() if key != "curves"},
+        indent=2,
+    )
+    if results["metrics"]:
+        outputs.write_csv(os.path.join(workdir, "metrics.csv"), results["metrics"])
+    _plot_perplexity(runs, results["curves"], arms, os.path.join(workdir, "perplexity.png"))
+    _plot_temperature(results, config, os.path.join(workdir, "temperature.png"))
+    if results["metrics"]:
+        _plot_metrics(results, config, os.path.join(workdir, "distribution_metrics.png"))
+    text = outputs.render_summary(
+        "lstm_lm",
+        variant=config.variant,
+        setup=_setup_text(config, results),
+        perplexity_table=outputs.markdown_table(ppl_rows),
+        perplexity_verdict=outputs.markdown_table(targets) if targets else "not run",
+        metric_table=outputs.markdown_table(metric_rows) if metric_rows else "not run",
+        hybrid_verdict=hybrid_verdict(results, config),
+        timing=outputs.timing_text(runs),
+    )
+    outputs.save_run(workdir, rows=runs, summary=text, config=config)
+    return {"runs": runs, "perplexity": ppl_rows, "targets": targets, "metrics": metric_rows}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """``report(measure(config, workdir), config, workdir)``."""
+    validate_config(config)
+    outputs.save_config(workdir, config)
+    return report(measure(config, workdir), config, workdir)

@@ -1,5 +1,5 @@
 """Monte Carlo over independent keys in vmapped chunks, the sample mean with its SE, and paired
-differences with their confidence intervals."""
+differences of two methods over seeds with their t-tests and confidence intervals."""
 
 from __future__ import annotations
 
@@ -38,27 +38,52 @@ def mean_and_se(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
-    """Mean of the paired differences a_i - b_i with its SE and Student-t confidence interval.
+    """Mean of the paired differences a_i - b_i with its SE, the paired t-test and the Student-t
+    confidence interval.
 
     Args:
-      a, b: shape ``(n,)``, n >= 2, paired by index (e.g. seeds sharing initialisation and data).
+      a, b: shape ``(n,)``, n >= 1, paired by index (e.g. seeds sharing initialisation and data).
       confidence: the interval's coverage.
 
     Returns:
-      ``mean``, ``se`` (sd / sqrt(n)), ``sd`` (of the differences, ddof 1), ``low`` and ``high``
-      (mean -/+ t_{(1+confidence)/2, n-1} se) and ``n``.
+      ``mean``, ``se`` (sd / sqrt(n)), ``sd`` (of the differences, ddof 1), ``t`` (mean / se),
+      ``p`` (two-sided paired t-test), ``low`` and ``high`` (mean -/+ t_{(1+confidence)/2, n-1}
+      se) and ``n``. With one pair, ``se``, ``sd``, ``low`` and ``high`` are nan; ``t`` and ``p``
+      are nan also when the differences have no spread.
+
+    Raises:
+      ValueError: if ``a`` and ``b`` are not 1-D of the same length >= 1.
     """
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
-        raise ValueError(f"a and b must be 1-D of the same length >= 2, got {a.shape}, {b.shape}")
+    if a.shape != b.shape or a.ndim != 1 or len(a) < 1:
+        raise ValueError(f"a and b must be 1-D of the same length >= 1, got {a.shape}, {b.shape}")
     differences = a - b
-    mean, se = mean_and_se(differences)
-    half_width = stats.t.ppf((1 + confidence) / 2, len(a) - 1) * se
+    count = len(differences)
+    mean = float(differences.mean())
+    if count < 2:
+        nan = float("nan")
+        return {
+            "mean": mean,
+            "se": nan,
+            "sd": nan,
+            "t": nan,
+            "p": nan,
+            "low": nan,
+            "high": nan,
+            "n": count,
+        }
+    sd = float(differences.std(ddof=1))
+    se = sd / np.sqrt(count)
+    half_width = stats.t.ppf((1 + confidence) / 2, count - 1) * se
+    t = mean / se if se > 0 else float("nan")
+    p = float(2 * stats.t.sf(abs(t), df=count - 1)) if se > 0 else float("nan")
     return {
-        "mean": float(mean),
+        "mean": mean,
         "se": float(se),
-        "sd": float(differences.std(ddof=1)),
+        "sd": sd,
+        "t": float(t),
+        "p": p,
         "low": float(mean - half_width),
         "high": float(mean + half_width),
-        "n": len(a),
+        "n": count,
     }

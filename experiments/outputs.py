@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import jax
 import ml_collections
+import numpy as np
 from tqdm.auto import tqdm
 
 from rfjax import projections
@@ -262,3 +263,42 @@ def progress(items: Iterable, description: str, total: int | None = None, **opti
         for item in items:
             yield item
             display.update()
+
+
+def run_cost(train_seconds: float, cpu_start: float) -> dict[str, float]:
+    """The timing fields of one training run's row (read by ``timing_text``): its training
+    wall time over all sessions (``train_seconds``, as ``train.train_seed`` returns it), the
+    process CPU time of this session since ``cpu_start`` (``time.process_time()`` when the run
+    began) and the machine's 1-min load average now."""
+    return {
+        "train_seconds": train_seconds,
+        "cpu_seconds_this_session": time.process_time() - cpu_start,
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def timing_text(runs: Sequence[dict]) -> str:
+    """The measured time of a sweep's training runs, for summaries: the sum of the rows'
+    ``train_seconds`` (wall, over all sessions of each run) and ``cpu_seconds_this_session``
+    (process CPU time in the session that finished the run), and the mean of their
+    ``load_average`` (the machine's 1-min load when each run ended)."""
+    seconds = sum(r["train_seconds"] for r in runs)
+    cpu_seconds = sum(r["cpu_seconds_this_session"] for r in runs)
+    load = sum(r["load_average"] for r in runs) / len(runs)
+    return (
+        f"{len(runs)} runs took {seconds / 60:.1f} min wall clock of training (over all "
+        f"sessions) and {cpu_seconds / 60:.1f} min of process CPU time for training and "
+        f"evaluation in the session that finished them; the machine was shared, with a mean "
+        f"1-min load average of {load:.1f} when the runs ended"
+    )
+
+
+def plot_mean_se(axis, steps: Sequence[float], values, *, color: str, label: str) -> None:
+    """Plots the mean over runs (rows of ``values``, one column per step) with a ± 1 SE band
+    (no band for one run)."""
+    values = np.asarray(values, float)
+    mean = values.mean(0)
+    count = values.shape[0]
+    se = values.std(0, ddof=1) / np.sqrt(count) if count > 1 else np.zeros_like(mean)
+    axis.plot(steps, mean, color=color, label=label)
+    axis.fill_between(steps, mean - se, mean + se, color=color, alpha=0.2)

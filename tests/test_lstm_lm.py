@@ -1,6 +1,7 @@
 """Random-feature sampled softmax (rfjax.nn), the PTB loader and the lstm_lm experiment."""
 
 import importlib.util
+import json
 import math
 import os
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import lstm_lm as lstm_lm_config
-from experiments import lstm_lm, train
+from experiments import lstm_lm, outputs, train
 from experiments.main import run_experiment
 from rfjax import nn as rnn
 
@@ -56,24 +57,42 @@ SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
-    "proposal",
+    ("proposal", "sampler"),
     [
-        "angular_hybrid",
-        pytest.param("positive", marks=SLOW),
-        pytest.param("trigonometric", marks=SLOW),
-        pytest.param("gaussian_hybrid", marks=SLOW),
+        ("angular_hybrid", "clipped"),
+        ("angular_hybrid", "decomposition"),
+        pytest.param("positive", "clipped", marks=SLOW),
+        pytest.param("trigonometric", "decomposition", marks=SLOW),
+        pytest.param("gaussian_hybrid", "clipped", marks=SLOW),
     ],
 )
-def test_feature_sampler_draws_from_the_proposal_it_reports(proposal):
+def test_feature_sampler_draws_from_the_proposal_it_reports(proposal, sampler):
     queries, embeddings = _problem()
     features = rnn.proposal_features(
         jax.random.key(1), queries, embeddings, proposal=proposal, **FEATURE_OPTIONS
     )
-    probabilities = rnn.feature_proposal_probabilities(*features)
-    samples, log_q = rnn.sample_from_features(jax.random.key(2), *features, 10_000)
+    probabilities = rnn.feature_proposal_probabilities(*features, sampler=sampler)
+    samples, log_q = rnn.sample_from_features(jax.random.key(2), *features, 10_000, sampler=sampler)
     _assert_frequencies_match(samples, probabilities)
     expected = jnp.log(jnp.take_along_axis(probabilities, samples, axis=-1))
     np.testing.assert_allclose(log_q, expected, atol=1e-4)
+
+
+def test_clipped_proposal_is_the_clipped_estimate_with_a_uniform_floor():
+    """Q = (1 - eps) max(K-hat, 0) / sum + eps / V, computed by hand for a signed estimator
+    whose estimates include negatives; a row with no positive estimate is uniform."""
+    queries, embeddings = _problem()
+    q_feat, e_feat = rnn.proposal_features(
+        jax.random.key(3), queries, embeddings, proposal="trigonometric", **FEATURE_OPTIONS
+    )
+    estimate = np.asarray(q_feat @ e_feat.T, np.float64)
+    assert np.any(estimate < 0)  # the clipping matters here
+    clipped = np.maximum(estimate, 0)
+    expected = 0.9 * clipped / clipped.sum(-1, keepdims=True) + 0.1 / VOCAB
+    got = rnn.feature_proposal_probabilities(q_feat, e_feat, sampler="clipped", uniform_floor=0.1)
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    flipped = rnn.feature_proposal_probabilities(-jnp.abs(q_feat), jnp.abs(e_feat))
+    np.testing.assert_allclose(flipped, np.full((3, VOCAB), 1 / VOCAB), rtol=1e-6)
 
 
 def test_positive_proposal_is_the_normalised_kernel_estimate():
@@ -83,7 +102,7 @@ def test_positive_proposal_is_the_normalised_kernel_estimate():
     )
     estimate = q_feat @ e_feat.T
     np.testing.assert_allclose(
-        rnn.feature_proposal_probabilities(q_feat, e_feat),
+        rnn.feature_proposal_probabilities(q_feat, e_feat, sampler="decomposition"),
         estimate / estimate.sum(-1, keepdims=True),
         rtol=1e-5,
     )
@@ -112,6 +131,41 @@ def test_signed_proposals_estimate_the_kernel_without_bias():
         estimates = jax.jit(jax.vmap(draw))(jax.random.split(jax.random.key(4), 2_000))
         se = estimates.std(0) / math.sqrt(estimates.shape[0])
         assert jnp.all(jnp.abs(estimates.mean(0) - truth) <= 4.5 * se + 1e-5), proposal
+
+
+def test_gaussian_hybrid_with_a_traced_temperature_matches_the_library_map():
+    """With bandwidth = radius, ``proposal_features`` (tau a traced array) equals
+    ``gaussian_hybrid_features`` on the normalised inputs with r = 1/sqrt(tau) as a number."""
+    from rfjax import projections
+    from rfjax.features import gaussian_hybrid_features
+
+    queries, embeddings = _problem()
+    tau = 0.5
+    radius = 1 / math.sqrt(tau)
+    options = {**FEATURE_OPTIONS, "temperature": tau}
+    got = jax.jit(
+        lambda t: rnn.proposal_features(
+            jax.random.key(4),
+            queries,
+            embeddings,
+            proposal="gaussian_hybrid",
+            **{**options, "temperature": t},
+        )
+    )(jnp.float32(tau))
+    base_key, coefficient_key = jax.random.split(jax.random.key(4))
+    base = projections.gaussian(base_key, DIM, options["num_features"])
+    coefficient = projections.gaussian(coefficient_key, DIM, options["num_coefficient_features"])
+    for x, side, features in zip((queries, embeddings), ("query", "key"), got, strict=True):
+        expected = gaussian_hybrid_features(
+            rnn.normalize_for_proposal(x, tau),
+            base,
+            base,
+            coefficient,
+            side=side,
+            bandwidth=radius,
+            radius=radius,
+        )
+        np.testing.assert_allclose(features, expected, rtol=2e-5, atol=1e-6)
 
 
 def test_exact_and_uniform_proposals():
@@ -195,9 +249,63 @@ def test_distribution_metrics_closed_forms():
     np.testing.assert_allclose(out["ks"], 0.5)
     out = rnn.distribution_metrics(p, jnp.array([2.0, 3.0, -1.0]))
     np.testing.assert_allclose(out["negative_fraction"], 1 / 3)
-    # p_hat = (0.5, 0.75, -0.25): F - F_hat = (0, -0.25, 0) on classes at 0, 1/2, 1.
-    np.testing.assert_allclose(out["ks"], 0.25)
-    np.testing.assert_allclose(out["wasserstein"], 0.125)
+    # clipped: p_hat = (0.4, 0.6, 0): F - F_hat = (0.1, 0, 0) on classes at 0, 1/2, 1.
+    np.testing.assert_allclose(out["ks"], 0.1, rtol=1e-6)
+    np.testing.assert_allclose(out["wasserstein"], 0.05, rtol=1e-6)
+    out = rnn.distribution_metrics(p, jnp.array([-1.0, -2.0, 0.0]))  # nothing positive: uniform
+    # F - F_hat = (1/2 - 1/3, 1 - 2/3, 0)
+    np.testing.assert_allclose(out["ks"], 1 / 3, rtol=1e-6)
+    np.testing.assert_allclose(out["wasserstein"], 0.25, rtol=1e-6)
+
+
+def test_distribution_metrics_stay_in_their_ranges_for_signed_estimates():
+    """Regression: normalising a signed estimate by its own (near-zero) sum gave W1 and KS far
+    above 1 (up to 8 and 11.8 in the stop-10 run); the clipped estimate is a distribution."""
+    p = jax.nn.softmax(jax.random.normal(jax.random.key(0), (50, 30)))
+    estimates = jax.random.normal(jax.random.key(1), (50, 30))
+    estimates = estimates - estimates.mean(-1, keepdims=True) + 1e-3  # signed sum ~ 0
+    out = rnn.distribution_metrics(p, estimates)
+    for name in ("wasserstein", "ks"):
+        assert jnp.all((out[name] >= 0) & (out[name] <= 1)), (name, out[name].max())
+
+
+def test_kernel_softmax_divergence_and_temperature_selection():
+    logits = jax.random.normal(jax.random.key(0), (4, 9)) * 3
+    cosines = jnp.tanh(jax.random.normal(jax.random.key(1), (4, 9)))
+    grid = jnp.array([0.1, 0.3, 1.0])
+    got = rnn.kernel_softmax_divergence(logits, cosines, grid)
+    p = np.asarray(jax.nn.softmax(logits), np.float64)
+    for tau, value in zip(np.asarray(grid), np.asarray(got), strict=True):
+        q = np.asarray(jax.nn.softmax(cosines / tau), np.float64)
+        np.testing.assert_allclose(value, np.mean(np.sum(p * np.log(p / q), -1)), rtol=1e-4)
+    # logits that are a kernel softmax's: the generating tau is selected, at divergence 0.
+    assert float(rnn.select_temperature(cosines / 0.3, cosines, grid)) == pytest.approx(0.3)
+    assert abs(float(rnn.kernel_softmax_divergence(cosines / 0.3, cosines, grid)[1])) < 1e-5
+
+
+def test_cosine_logits_make_the_model_softmax_the_proposal_kernel():
+    """logits="cosine": o = s q_bar.e_bar, so softmax(q.e) is exp(q_bar.e_bar / tau) normalised
+    at tau = logit_temperature = 1/s; queries and table rows have norm sqrt(s)."""
+    model = rnn.LSTMLanguageModel(vocab_size=30, hidden_size=6, num_layers=1, logits="cosine")
+    tokens = jnp.arange(8).reshape(2, 4)
+    params = model.init(jax.random.key(0), tokens, train=False)
+    params["params"]["log_logit_scale"] = jnp.log(7.0)
+    queries, table = model.apply(params, tokens, train=False)
+    tau = rnn.logit_temperature(params)
+    np.testing.assert_allclose(tau, 1 / 7, rtol=1e-6)
+    np.testing.assert_allclose(jnp.linalg.norm(queries, axis=-1), math.sqrt(7), rtol=1e-5)
+    np.testing.assert_allclose(jnp.linalg.norm(table, axis=-1), math.sqrt(7), rtol=1e-5)
+    queries = queries.reshape(-1, 6)
+    kernel = rnn.normalize_for_proposal(queries, tau) @ rnn.normalize_for_proposal(table, tau).T
+    np.testing.assert_allclose(
+        jax.nn.softmax(queries @ table.T), jax.nn.softmax(kernel), rtol=1e-4, atol=1e-7
+    )
+    with pytest.raises(ValueError, match="logits='cosine'"):
+        rnn.logit_temperature(
+            rnn.LSTMLanguageModel(vocab_size=30, hidden_size=6).init(
+                jax.random.key(0), tokens, train=False
+            )
+        )
 
 
 def test_bad_arguments_raise():
@@ -221,9 +329,23 @@ def test_bad_arguments_raise():
             num_features=4,
             temperature=0.0,
         )
+    with pytest.raises(ValueError, match="sampler"):
+        rnn.sample_from_features(jax.random.key(0), queries, embeddings, 4, sampler="abs")
+    with pytest.raises(ValueError, match="uniform_floor"):
+        rnn.clipped_proposal_log_probabilities(queries, embeddings, uniform_floor=1.5)
+    with pytest.raises(ValueError, match="temperature"):
+        rnn.normalize_for_proposal(queries, jnp.ones(2))
+    with pytest.raises(ValueError, match="logits"):
+        rnn.LSTMLanguageModel(vocab_size=5, logits="sine").init(
+            jax.random.key(0), jnp.zeros((1, 2), int), train=False
+        )
     config = lstm_lm_config.get_config("quick")
-    config.proposals = ("positive", "softmax")
-    with pytest.raises(ValueError, match="proposals"):
+    config.arms = ("normalised:favor+", "cosine:softmax")
+    with pytest.raises(ValueError, match="arms"):
+        lstm_lm.validate_config(config)
+    config = lstm_lm_config.get_config("quick")
+    config.sampler.name = "abs"
+    with pytest.raises(ValueError, match=r"sampler\.name"):
         lstm_lm.validate_config(config)
     with pytest.raises(ValueError, match="variant"):
         lstm_lm_config.get_config("huge")
@@ -249,25 +371,36 @@ def test_quick_experiment_trains_and_writes_outputs(tmp_path):
     result = run_experiment(config, str(tmp_path))
     for name in (
         "results.csv",
+        "metrics.csv",
         "results.json",
         "summary.md",
         "perplexity.png",
         "distribution_metrics.png",
-        "learning_curves.png",
+        "temperature.png",
     ):
         assert os.path.exists(tmp_path / name), name
-    assert (tmp_path / "summary.md").read_text().startswith("# ")
-    assert len(result["runs"]) == len(config.proposals) * len(config.seeds)
-    for proposal in config.proposals:
-        records = train.read_metrics(str(tmp_path / "runs" / f"{proposal}_seed0"))
-        losses = [r["loss"] for r in records if r["split"] == "train"]
-        assert losses[-1] < losses[0] - 0.5, (proposal, losses)
+    assert (tmp_path / "summary.md").read_text().startswith("# LSTM")
+    assert len(result["runs"]) == len(config.arms) * len(config.seeds)
+    for arm in config.arms:
+        setting, estimator = lstm_lm.parse_arm(arm)
+        records = train.read_metrics(str(tmp_path / "runs" / f"{setting}-{estimator}_seed0"))
+        steps = [r for r in records if r["split"] == "train"]
+        assert steps[-1]["loss"] < steps[0]["loss"], (arm, steps)
+        # tau is selected from the grid on the held-out batch every step
+        assert {r["proposal_temperature"] for r in steps} <= set(config.tau_grid)
     for row in result["runs"]:
         # Trained below the uniform predictor's perplexity V = 10,000.
         assert row["valid_perplexity"] < 10_000 and row["test_perplexity"] < 10_000
-        assert 0 <= row["ks"] <= 1 and 0 <= row["negative_fraction"] <= 1
-    hybrid = next(r for r in result["runs"] if r["proposal"] == "angular_hybrid")
-    assert hybrid["negative_fraction"] > 0  # a signed estimator
+    saved = outputs.read_csv(tmp_path / "metrics.csv")
+    assert {row["estimator"] for row in saved} == {"uniform", *config.estimators}
+    for row in saved:
+        for name in ("wasserstein_median", "ks_median"):
+            assert 0 <= float(row[name]) <= 1, row
+    hybrid = next(row for row in saved if row["estimator"] == "angular-eqF")
+    assert float(hybrid["negative_fraction_mean"]) > 0  # a signed estimator
+    flops = json.loads((tmp_path / "results.json").read_text())["flops"]
+    for costs in flops.values():  # the clipped estimate is O(N V W): dearer than the tables
+        assert costs["clipped"] > costs["decomposition"] > 0
 
 
 @pytest.mark.slow
@@ -275,7 +408,8 @@ def test_quick_experiment_trains_and_writes_outputs(tmp_path):
 def test_quick_experiment_resumes_finished_runs(tmp_path):
     config = lstm_lm_config.get_config("quick")
     first = run_experiment(config, str(tmp_path))
-    metrics_path = tmp_path / "runs" / f"{config.proposals[0]}_seed0" / "metrics.jsonl"
+    setting, estimator = lstm_lm.parse_arm(config.arms[0])
+    metrics_path = tmp_path / "runs" / f"{setting}-{estimator}_seed0" / "metrics.jsonl"
     metrics = metrics_path.read_text()
     again = run_experiment(config, str(tmp_path))  # restores the finished run, trains nothing
     assert metrics_path.read_text() == metrics

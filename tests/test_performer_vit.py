@@ -73,8 +73,15 @@ def test_paired_difference_matches_scipy_paired_t_interval():
     assert result["mean"] == pytest.approx(np.mean(a - b))
     assert result["se"] == pytest.approx(np.std(a - b, ddof=1) / np.sqrt(12))
     assert result["n"] == 12
-    with pytest.raises(ValueError, match="same length >= 2"):
-        paired_difference(a[:1], b[:1])
+    test = stats.ttest_rel(a, b)
+    assert result["t"] == pytest.approx(test.statistic) and result["p"] == pytest.approx(
+        test.pvalue
+    )
+    single = paired_difference(a[:1], b[:1])  # one pair: a mean, no spread
+    assert single["mean"] == pytest.approx(a[0] - b[0]) and np.isnan(single["se"])
+    assert np.isnan(single["p"]) and single["n"] == 1
+    with pytest.raises(ValueError, match="same length >= 1"):
+        paired_difference(a[:3], b[:2])
 
 
 def test_seeds_needed_and_verdicts():

@@ -26,7 +26,7 @@ from rfjax.nn._iap import (
     top_k_mask,
     top_k_patches,
 )
-from rfjax.nn._lstm_lm import LSTMLanguageModel
+from rfjax.nn._lstm_lm import LOGITS, LSTMLanguageModel, logit_temperature
 from rfjax.nn._patch_importance import (
     importance_flops,
     random_feature_importance,
@@ -35,13 +35,19 @@ from rfjax.nn._patch_importance import (
 from rfjax.nn._sampled_softmax import (
     FEATURE_PROPOSALS,
     PROPOSALS,
-    distribution_metrics,
+    SAMPLERS,
+    clipped_proposal_log_probabilities,
     feature_proposal_probabilities,
     normalize_for_proposal,
     proposal_features,
     sample_from_features,
     sample_proposal,
     sampled_softmax_loss,
+)
+from rfjax.nn._softmax_divergence import (
+    distribution_metrics,
+    kernel_softmax_divergence,
+    select_temperature,
 )
 from rfjax.nn._vit import PerformerViT
 
@@ -50,20 +56,25 @@ __all__ = [
     "FEATURE_MAP_COLLECTION",
     "FEATURE_PROPOSALS",
     "IAP_ATTENTIONS",
+    "LOGITS",
     "PROJECTION_STREAM",
     "PROPOSALS",
+    "SAMPLERS",
     "AttentionDraw",
     "ConformerEncoder",
     "ImplicitAttentionPolicy",
     "LSTMLanguageModel",
     "PerformerAttention",
     "PerformerViT",
+    "clipped_proposal_log_probabilities",
     "conformer_attentions",
     "distribution_metrics",
     "feature_proposal_probabilities",
     "fit_conformer_clusters",
     "image_patches",
     "importance_flops",
+    "kernel_softmax_divergence",
+    "logit_temperature",
     "normalize_for_proposal",
     "patch_centres",
     "proposal_features",
@@ -71,6 +82,7 @@ __all__ = [
     "sample_from_features",
     "sample_proposal",
     "sampled_softmax_loss",
+    "select_temperature",
     "softmax_importance",
     "top_k_mask",
     "top_k_patches",

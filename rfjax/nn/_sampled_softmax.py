@@ -12,34 +12,47 @@ Z = exp(o_t) + sum_{i != t} exp(o_i) for every Q with Q(i) > 0, and "accidental 
 loss tends to the full cross-entropy as M grows.
 
 Proposals (``PROPOSALS``). ``"uniform"``: Q = 1/V. ``"exact"``: Q = softmax(o), the full
-softmax of the loss logits (the ideal, O(V d) per query). The four kernel proposals follow
-Rawat et al.: a random-feature estimate K-hat(q, e) = phi(q).psi(e) of the softmax kernel of the
-*normalised* vectors with temperature tau,
+softmax of the loss logits (the ideal, O(V d) per query). ``"kernel"``: the kernel softmax
+below computed exactly (O(V d) per query; the limit of infinitely many random features, a
+control that separates the kernel's mismatch with the model from the random-feature error). The
+four random-feature proposals follow Rawat et al.: an estimate K-hat(q, e) = phi(q).psi(e) of
+the softmax kernel of the *normalised* vectors with temperature tau,
 
   K(q, e) = exp(q_bar.e_bar / tau) = SM(q_bar / sqrt(tau), e_bar / sqrt(tau)),  u_bar = u / |u|,
 
-so all inputs lie on the sphere of radius r = 1/sqrt(tau) (the loss keeps the un-normalised
-logits). Feature maps: ``"positive"`` (FAVOR+, antithetic), ``"trigonometric"``,
-``"angular_hybrid"`` and ``"gaussian_hybrid"`` (HRF Eq. 12, 19, 20; ``rfjax.features``).
+so all inputs lie on the sphere of radius r = 1/sqrt(tau). Feature maps: ``"positive"``
+(FAVOR+, antithetic), ``"trigonometric"``, ``"angular_hybrid"`` and ``"gaussian_hybrid"`` (HRF
+Eq. 12, 19, 20; ``rfjax.features``). tau may be a traced scalar (chosen per step, or the
+model's learned temperature). Whether K is consistent with the model depends on the logits: for
+cosine logits o = q_bar.e_bar / tau (Rawat et al.) the kernel softmax *is* the model's softmax;
+for raw logits o = q.e the kernel softmax only approximates it, best at the tau that minimises
+the divergence between the two (``rfjax.nn.select_temperature``).
 
-Efficient sampling by the feature-space decomposition. With query features a = phi(q) and
-key features B[i] = psi(e_i), the proposal actually used is the mixture
+Two samplers (``SAMPLERS``) turn the features a = phi(q), B[i] = psi(e_i) into a proposal:
 
-  Q(i | q) = sum_k |a_k| |B_ik| / sum_k |a_k| S_k,   S_k = sum_i |B_ik|,
+* ``"clipped"`` (default; the HRF paper's treatment of negative estimates): the estimate over
+  the whole vocabulary, clipped at zero, normalised and mixed with a uniform floor eps,
 
-sampled in two stages: a feature k with probability |a_k| S_k / sum_l |a_l| S_l, then a class
-i with probability |B_ik| / S_k. The per-feature tables (column-wise cumulative sums of |B|,
-width W x V) are built once per step from the vocabulary and shared by every query of the
-batch; each draw then costs O(W) for the feature (inverse CDF over the query's W weights,
-shared by its M draws) and O(log V) for the class (a binary search in the feature's table).
-No O(V) softmax is formed per query. For positive features |.| is the identity and Q is the
-normalised kernel estimate K-hat(q, e_i) / sum_j K-hat(q, e_j) (Rawat et al.'s proposal).
-Trigonometric and hybrid estimators are signed, so their normalised estimate is not a
-distribution: we sample the |.| mixture above instead, which is a proper distribution with
-Q(i) > 0 wherever some |a_k B_ik| > 0, and the loss uses this Q (computed exactly for each
-sampled class in O(W)), so the importance correction is exact for the proposal used. The
-|.| mixture is not the (clipped) kernel estimate: for signed features it is flatter than
-K-hat, which is part of what the HRF comparison measures.
+    Q(i | q) = (1 - eps) max(K-hat_i, 0) / sum_j max(K-hat_j, 0) + eps / V
+
+  (Q = 1/V for a query whose estimates are all <= 0). It costs O(V W) per query (the N x V
+  estimate matrix, as much as a full softmax of width W), and it is the distribution the
+  estimator actually proposes: for positive features it is the normalised kernel estimate
+  (plus the floor). The floor bounds the importance weights exp(o_i) / (M Q(i)).
+* ``"decomposition"`` (fast option): the mixture
+
+    Q(i | q) = sum_k |a_k| |B_ik| / sum_k |a_k| S_k,   S_k = sum_i |B_ik|,
+
+  sampled in two stages without forming the estimate: a feature k with probability
+  |a_k| S_k / sum_l |a_l| S_l, then a class i with probability |B_ik| / S_k by binary search in
+  per-feature cumulative tables of |B| (W x V, built once per call and shared by the batch):
+  O(V W) per step plus O(W + M log V) per query. For positive features it equals the normalised
+  kernel estimate (Rawat et al.'s sampler). For signed features it is *not* the clipped
+  estimate: the |.| discards the signs that carry the kernel's shape, and for trigonometric
+  features the mixture is nearly uniform.
+
+Both samplers return the exact log-probability of the distribution they draw from, so the
+importance correction is exact for the proposal used.
 
 References:
   Rawat, Chen, Yu, Suresh and Kumar, "Sampled softmax with random Fourier features",
@@ -50,6 +63,7 @@ References:
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -58,20 +72,61 @@ from rfjax import projections
 from rfjax._validation import check_choice, check_inputs, check_int, check_real
 from rfjax.features import (
     angular_hybrid_features,
-    gaussian_hybrid_features,
+    fourier_features,
+    hybrid_key_features,
+    hybrid_query_features,
     positive_features,
     trigonometric_features,
 )
 
 FEATURE_PROPOSALS = ("positive", "trigonometric", "angular_hybrid", "gaussian_hybrid")
-PROPOSALS = (*FEATURE_PROPOSALS, "uniform", "exact")
+PROPOSALS = (*FEATURE_PROPOSALS, "uniform", "exact", "kernel")
+SAMPLERS = ("clipped", "decomposition")
+
+Temperature = float | jax.Array
 
 
-def normalize_for_proposal(x: jax.Array, temperature: float) -> jax.Array:
+def _check_temperature(temperature: Temperature) -> Temperature:
+    """A Python temperature must be a finite real > 0; an array must be a float scalar (its
+    value is not checked: it may be traced)."""
+    if isinstance(temperature, jax.Array):
+        if temperature.shape != () or not jnp.issubdtype(temperature.dtype, jnp.floating):
+            raise ValueError(
+                f"temperature must be a positive float or a float scalar array, got an array of "
+                f"shape {temperature.shape} and dtype {temperature.dtype}"
+            )
+        return temperature
+    return check_real("temperature", temperature, positive=True)
+
+
+def normalize_for_proposal(x: jax.Array, temperature: Temperature) -> jax.Array:
     """x / (|x| sqrt(tau)): rows on the sphere of radius 1/sqrt(tau), so that
     SM(q', e') = exp(q_bar.e_bar / tau). Zero rows stay zero."""
+    temperature = _check_temperature(temperature)
     norms = jnp.linalg.norm(x, axis=-1, keepdims=True)
-    return x / (jnp.maximum(norms, jnp.finfo(x.dtype).tiny) * math.sqrt(temperature))
+    return x / (jnp.maximum(norms, jnp.finfo(x.dtype).tiny) * jnp.sqrt(temperature))
+
+
+def _gaussian_hybrid_on_sphere(
+    x: jax.Array, radius: Temperature, base: object, coefficient: object, side: str
+) -> jax.Array:
+    """``gaussian_hybrid_features(x, base, base, coefficient, side=side, bandwidth=radius,
+    radius=radius)`` for inputs x on the sphere of radius r, with r possibly traced.
+
+    With bandwidth = radius the coefficient exp(-|x + y|^2 / (2 r^2)) is a function of the unit
+    vectors x / r, y / r only and c = exp(-2), so nothing needs r as a Python number.
+    """
+    positive = positive_features(x, base, antithetic=True)
+    trigonometric = trigonometric_features(x, base)
+    unit = x / radius
+    one_minus_c = -math.expm1(-2.0)
+    gauss = fourier_features(unit if side == "query" else -unit, coefficient)
+    coefficient_features = gauss * (1.0 / math.sqrt(one_minus_c))
+    if side == "query":
+        return hybrid_query_features(
+            [positive, trigonometric], [coefficient_features], [1.0 - 1.0 / one_minus_c]
+        )
+    return hybrid_key_features([positive, trigonometric], [coefficient_features])
 
 
 def proposal_features(
@@ -82,9 +137,8 @@ def proposal_features(
     proposal: str,
     num_features: int,
     num_coefficient_features: int = 8,
-    temperature: float = 1.0,
+    temperature: Temperature = 1.0,
     coupling: str = "orthogonal",
-    gaussian_bandwidth: float | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Random features of the proposal kernel exp(q_bar.e_bar / tau) for queries and classes.
 
@@ -93,8 +147,9 @@ def proposal_features(
     positive/trigonometric (width 2m); for the hybrids m base rows shared by the positive and
     trigonometric estimators (variant II of HRF Theorem 3.1) and n = ``num_coefficient_features``
     independent rows for the coefficient (width 4m(n + 1) angular, 4m(2n + 1) Gaussian with
-    trigonometric coefficients). Inputs are normalised (``normalize_for_proposal``) and treated
-    as constants (``stop_gradient``).
+    trigonometric coefficients and bandwidth equal to the radius 1/sqrt(tau)). Inputs are
+    normalised (``normalize_for_proposal``) and treated as constants (``stop_gradient``).
+    Estimates grow like exp(1/tau): keep tau >= 1/80 in float32.
 
     Args:
       key: PRNG key for the projections.
@@ -103,28 +158,33 @@ def proposal_features(
       proposal: one of ``FEATURE_PROPOSALS``.
       num_features: m >= 1.
       num_coefficient_features: n >= 1 (hybrids only).
-      temperature: tau > 0.
+      temperature: tau > 0, a Python float or a float scalar array (may be traced).
       coupling: coupling name for all projections.
-      gaussian_bandwidth: bandwidth of the Gaussian hybrid's coefficient (default: the radius
-        1/sqrt(tau)).
 
     Returns:
       ``(query_features (N, W), class_features (V, W))``.
 
     Raises:
       TypeError, ValueError: for a bad argument (named in the message).
+
+    Examples:
+      >>> import jax
+      >>> q, e = jax.random.normal(jax.random.key(0), (2, 5, 4))
+      >>> a, b = proposal_features(jax.random.key(1), q, e, proposal="angular_hybrid",
+      ...                          num_features=2, num_coefficient_features=3)
+      >>> (a @ b.T).shape, a.shape[-1]
+      ((5, 5), 32)
     """
     proposal = check_choice("proposal", proposal, FEATURE_PROPOSALS)
     num_features = check_int("num_features", num_features, minimum=1)
     num_coefficient_features = check_int(
         "num_coefficient_features", num_coefficient_features, minimum=1
     )
-    temperature = check_real("temperature", temperature, positive=True)
+    temperature = _check_temperature(temperature)
     queries = check_inputs("queries", queries)
     embeddings = check_inputs("embeddings", embeddings, dim=queries.shape[-1])
     sampler = projections.get(coupling)
     dim = queries.shape[-1]
-    radius = 1.0 / math.sqrt(temperature)
     inputs = [
         normalize_for_proposal(jax.lax.stop_gradient(x), temperature) for x in (queries, embeddings)
     ]
@@ -135,29 +195,76 @@ def proposal_features(
     if proposal == "trigonometric":
         return tuple(trigonometric_features(x, base) for x in inputs)
     coefficient = sampler(coefficient_key, dim, num_coefficient_features, dtype=queries.dtype)
+    sides = ("query", "key")
     if proposal == "angular_hybrid":
         return tuple(
             angular_hybrid_features(x, base, base, coefficient, side=side)
-            for x, side in zip(inputs, ("query", "key"), strict=True)
+            for x, side in zip(inputs, sides, strict=True)
         )
-    bandwidth = radius if gaussian_bandwidth is None else gaussian_bandwidth
+    radius = 1.0 / jnp.sqrt(temperature)
     return tuple(
-        gaussian_hybrid_features(
-            x, base, base, coefficient, side=side, bandwidth=bandwidth, radius=radius
-        )
-        for x, side in zip(inputs, ("query", "key"), strict=True)
+        _gaussian_hybrid_on_sphere(x, radius, base, coefficient, side)
+        for x, side in zip(inputs, sides, strict=True)
     )
 
 
-def feature_proposal_probabilities(
-    query_features: jax.Array, class_features: jax.Array
+def clipped_proposal_log_probabilities(
+    query_features: jax.Array, class_features: jax.Array, uniform_floor: float = 0.01
 ) -> jax.Array:
-    """The proposal Q(i | q) = sum_k |a_k| |B_ik| / sum_k |a_k| S_k of every class, ``(N, V)``.
+    """log Q of the ``"clipped"`` sampler for every class, ``(N, V)`` (see the module docstring).
 
-    O(N V W): for tests and diagnostics; sampling never forms it (``sample_from_features``).
+    Q(i) = (1 - eps) max(K-hat_i, 0) / sum_j max(K-hat_j, 0) + eps / V, or 1/V where every
+    estimate of the row is <= 0. O(N V W).
+
+    Args:
+      query_features: ``(N, W)``.
+      class_features: ``(V, W)``.
+      uniform_floor: eps in (0, 1].
+
+    Returns:
+      ``(N, V)`` log-probabilities (each row's exponentials sum to one).
     """
+    uniform_floor = check_real("uniform_floor", uniform_floor, positive=True)
+    if uniform_floor > 1:
+        raise ValueError(f"uniform_floor must be in (0, 1], got {uniform_floor}")
+    clipped = jnp.maximum(query_features @ class_features.T, 0.0)
+    total = jnp.sum(clipped, axis=-1, keepdims=True)
+    vocabulary = class_features.shape[0]
+    shape = clipped / jnp.where(total > 0, total, 1.0)
+    probabilities = jnp.where(
+        total > 0, (1.0 - uniform_floor) * shape + uniform_floor / vocabulary, 1.0 / vocabulary
+    )
+    return jnp.log(probabilities)
+
+
+def feature_proposal_probabilities(
+    query_features: jax.Array,
+    class_features: jax.Array,
+    *,
+    sampler: Literal["clipped", "decomposition"] = "clipped",
+    uniform_floor: float = 0.01,
+) -> jax.Array:
+    """The proposal Q(i | q) of ``sampler`` for every class, ``(N, V)``.
+
+    O(N V W): for tests and diagnostics (``"decomposition"`` never forms it when sampling).
+    """
+    sampler = check_choice("sampler", sampler, SAMPLERS)
+    if sampler == "clipped":
+        return jnp.exp(
+            clipped_proposal_log_probabilities(query_features, class_features, uniform_floor)
+        )
     weights = jnp.abs(query_features) @ jnp.abs(class_features).T
     return weights / jnp.sum(weights, axis=-1, keepdims=True)
+
+
+def _inverse_cdf(key: jax.Array, probabilities: jax.Array, num_samples: int) -> jax.Array:
+    """``num_samples`` draws per row of ``(N, V)`` probabilities by inverse CDF
+    (O(V + M log V) per row); a zero-probability class is never drawn."""
+    cdf = jnp.cumsum(probabilities, axis=-1)
+    shape = (probabilities.shape[0], num_samples)
+    # 1 - U lies in (0, 1]: the first class whose CDF reaches it has positive mass.
+    u = (1.0 - jax.random.uniform(key, shape, cdf.dtype)) * cdf[:, -1:]
+    return jnp.minimum(jax.vmap(jnp.searchsorted)(cdf, u), probabilities.shape[-1] - 1)
 
 
 def _first_at_least(table: jax.Array, rows: jax.Array, values: jax.Array) -> jax.Array:
@@ -178,40 +285,54 @@ def _first_at_least(table: jax.Array, rows: jax.Array, values: jax.Array) -> jax
     return low
 
 
-def sample_from_features(
+def _sample_decomposition(
     key: jax.Array, query_features: jax.Array, class_features: jax.Array, num_samples: int
 ) -> tuple[jax.Array, jax.Array]:
-    """Draws classes from the feature mixture Q (see the module docstring), with replacement.
+    """The |.| feature mixture by the two-stage decomposition (module docstring)."""
+    weights_q = jnp.abs(query_features)
+    weights_c = jnp.abs(class_features)
+    tables = jnp.cumsum(weights_c, axis=0).T  # (W, V), row k ends with S_k
+    feature_mass = weights_q * tables[:, -1]  # |a_k| S_k, (N, W)
+    feature_key, class_key = jax.random.split(key)
+    features = _inverse_cdf(feature_key, feature_mass, num_samples)
+    shape = features.shape
+    v = (1.0 - jax.random.uniform(class_key, shape, tables.dtype)) * tables[features, -1]
+    samples = _first_at_least(tables, features, v)
+    mass = jnp.einsum("nw,nmw->nm", weights_q, weights_c[samples])
+    return samples, jnp.log(mass) - jnp.log(jnp.sum(feature_mass, axis=-1, keepdims=True))
 
-    Stage 1 picks a feature k per draw by inverse CDF over |a_k| S_k (O(W) per query, shared by
-    its draws); stage 2 picks a class by binary search in the cumulative |B_{., k}| table built
-    once for all queries (O(V W) per call, O(log V) per draw). The returned log-probabilities
-    are those of Q itself (O(W) per draw), the distribution the draws follow.
+
+def sample_from_features(
+    key: jax.Array,
+    query_features: jax.Array,
+    class_features: jax.Array,
+    num_samples: int,
+    *,
+    sampler: Literal["clipped", "decomposition"] = "clipped",
+    uniform_floor: float = 0.01,
+) -> tuple[jax.Array, jax.Array]:
+    """Draws classes from the proposal of ``sampler`` (see the module docstring), with
+    replacement, and returns the log-probabilities of the distribution the draws follow.
 
     Args:
       key: PRNG key.
       query_features: ``(N, W)`` features a of the queries (any sign).
       class_features: ``(V, W)`` features B of the classes (any sign).
       num_samples: M >= 1 draws per query.
+      sampler: ``"clipped"`` (O(V W) per query) or ``"decomposition"`` (O(W + M log V) per
+        query after an O(V W) table).
+      uniform_floor: eps of the ``"clipped"`` sampler.
 
     Returns:
       ``(samples, log_probabilities)``: int32 ``(N, M)`` class ids and float ``(N, M)`` log Q.
     """
     num_samples = check_int("num_samples", num_samples, minimum=1)
-    weights_q = jnp.abs(query_features)
-    weights_c = jnp.abs(class_features)
-    tables = jnp.cumsum(weights_c, axis=0).T  # (W, V), row k ends with S_k
-    feature_mass = weights_q * tables[:, -1]  # |a_k| S_k, (N, W)
-    feature_cdf = jnp.cumsum(feature_mass, axis=-1)
-    feature_key, class_key = jax.random.split(key)
-    shape = (query_features.shape[0], num_samples)
-    # 1 - U lies in (0, 1]: a zero-mass entry is never chosen.
-    u = (1.0 - jax.random.uniform(feature_key, shape, feature_cdf.dtype)) * feature_cdf[:, -1:]
-    features = jnp.minimum(jax.vmap(jnp.searchsorted)(feature_cdf, u), feature_cdf.shape[-1] - 1)
-    v = (1.0 - jax.random.uniform(class_key, shape, tables.dtype)) * tables[features, -1]
-    samples = _first_at_least(tables, features, v)
-    mass = jnp.einsum("nw,nmw->nm", weights_q, weights_c[samples])
-    return samples, jnp.log(mass) - jnp.log(feature_cdf[:, -1:])
+    sampler = check_choice("sampler", sampler, SAMPLERS)
+    if sampler == "decomposition":
+        return _sample_decomposition(key, query_features, class_features, num_samples)
+    log_q = clipped_proposal_log_probabilities(query_features, class_features, uniform_floor)
+    samples = _inverse_cdf(key, jnp.exp(log_q), num_samples)
+    return samples, jnp.take_along_axis(log_q, samples, axis=-1)
 
 
 def sample_proposal(
@@ -221,13 +342,17 @@ def sample_proposal(
     *,
     proposal: str,
     num_samples: int,
+    sampler: Literal["clipped", "decomposition"] = "clipped",
+    uniform_floor: float = 0.01,
     **feature_options,
 ) -> tuple[jax.Array, jax.Array]:
     """Negatives for a sampled softmax: M classes per query and their log-proposal log Q.
 
     ``"uniform"``: Q = 1/V. ``"exact"``: Q = softmax(q.e) of the loss logits (categorical
-    over V per query). Kernel proposals: ``proposal_features`` (``feature_options`` are passed
-    on) then ``sample_from_features``. Everything is computed on ``stop_gradient`` inputs.
+    over V per query). ``"kernel"``: Q = softmax(q_bar.e_bar / tau) exactly (needs
+    ``temperature`` in ``feature_options``). Random-feature proposals: ``proposal_features``
+    (``feature_options`` are passed on) then ``sample_from_features`` with ``sampler``.
+    Everything is computed on ``stop_gradient`` inputs.
 
     Args:
       key: PRNG key (projections and draws).
@@ -235,8 +360,11 @@ def sample_proposal(
       embeddings: ``(V, d)``.
       proposal: one of ``PROPOSALS``.
       num_samples: M >= 1.
-      **feature_options: ``num_features``, ``num_coefficient_features``, ``temperature``,
-        ``coupling``, ``gaussian_bandwidth`` of ``proposal_features`` (kernel proposals only).
+      sampler: ``"clipped"`` or ``"decomposition"`` (kernel proposals only).
+      uniform_floor: eps of the ``"clipped"`` sampler.
+      **feature_options: ``num_features``, ``num_coefficient_features``, ``temperature`` and
+        ``coupling`` of ``proposal_features`` (random-feature proposals; ``"kernel"`` reads
+        ``temperature`` only).
 
     Returns:
       ``(samples, log_probabilities)`` of shape ``(N, M)``.
@@ -252,17 +380,24 @@ def sample_proposal(
     if proposal == "uniform":
         samples = jax.random.randint(key, shape, 0, vocabulary)
         return samples, jnp.full(shape, -math.log(vocabulary), queries.dtype)
-    if proposal == "exact":
+    if proposal in ("exact", "kernel"):
+        if proposal == "kernel":
+            temperature = feature_options.get("temperature")
+            if temperature is None:
+                raise ValueError("proposal='kernel' needs a temperature")
+            queries, embeddings = (
+                normalize_for_proposal(x, temperature) for x in (queries, embeddings)
+            )
         log_q = jax.nn.log_softmax(queries @ embeddings.T, axis=-1)
-        cdf = jnp.cumsum(jnp.exp(log_q), axis=-1)  # inverse CDF: O(V + M log V) per query
-        u = (1.0 - jax.random.uniform(key, shape, cdf.dtype)) * cdf[:, -1:]
-        samples = jnp.minimum(jax.vmap(jnp.searchsorted)(cdf, u), vocabulary - 1)
+        samples = _inverse_cdf(key, jnp.exp(log_q), num_samples)
         return samples, jnp.take_along_axis(log_q, samples, axis=-1)
     projection_key, sample_key = jax.random.split(key)
     features = proposal_features(
         projection_key, queries, embeddings, proposal=proposal, **feature_options
     )
-    return sample_from_features(sample_key, *features, num_samples)
+    return sample_from_features(
+        sample_key, *features, num_samples, sampler=sampler, uniform_floor=uniform_floor
+    )
 
 
 def sampled_softmax_loss(
@@ -310,30 +445,3 @@ def sampled_softmax_loss(
         sampled = jnp.where(samples == targets[:, None], -jnp.inf, sampled)
     all_logits = jnp.concatenate([target_logits[:, None], sampled], axis=-1)
     return jax.nn.logsumexp(all_logits, axis=-1) - target_logits
-
-
-def distribution_metrics(probabilities: jax.Array, estimates: jax.Array) -> dict[str, jax.Array]:
-    """Distances between a true softmax distribution over classes and a kernel estimate of it.
-
-    With class i placed at i / (V - 1) in [0, 1] (ids in vocabulary order) and the estimate
-    normalised to sum to one, p-hat_i = K-hat_i / sum_j K-hat_j (signed when the estimator is),
-    the cumulative distributions F and F-hat give the 1-Wasserstein distance
-    W1 = sum_i |F(i) - F-hat(i)| / (V - 1) and the Kolmogorov-Smirnov statistic
-    KS = max_i |F(i) - F-hat(i)|
-    (Ramdas et al. 2017, as used by HRF Sec. 4.2); ``negative_fraction`` is the fraction of
-    estimates K-hat_i < 0.
-
-    Args:
-      probabilities: ``(..., V)`` true distributions.
-      estimates: ``(..., V)`` kernel estimates K-hat (un-normalised, any sign).
-
-    Returns:
-      dict of ``(...)`` arrays: ``wasserstein``, ``ks``, ``negative_fraction``.
-    """
-    estimated = estimates / jnp.sum(estimates, axis=-1, keepdims=True)
-    gap = jnp.abs(jnp.cumsum(probabilities, axis=-1) - jnp.cumsum(estimated, axis=-1))
-    return {
-        "wasserstein": jnp.sum(gap, axis=-1) / max(gap.shape[-1] - 1, 1),
-        "ks": jnp.max(gap, axis=-1),
-        "negative_fraction": jnp.mean(estimates < 0, axis=-1),
-    }
