@@ -3,19 +3,33 @@
 The HRF paper (arXiv:2110.04367, Sec. 4.3, App. J, Table 2) trains a Conformer-Transducer with
 Performer attention on LibriSpeech and compares softmax-kernel estimators by word error rate.
 LibriSpeech is not available offline here, so this runs the same comparison on real speech at
-small scale: utterances of 2-5 concatenated Free Spoken Digit Dataset recordings
-(``rfjax.data.concatenate_digits``), log-mel features (``rfjax.data.log_mel_spectrogram``),
-test speakers held out of training, a ``rfjax.nn.ConformerEncoder`` trained with CTC
-(``optax.ctc_loss``, blank = class 0, digit d = class d + 1) by the shared trainer
-(``experiments.train``; resumable runs in ``workdir/runs/<attention>_seed<k>``), greedy CTC
-decoding and the digit error rate DER = (total edit distance) / (total reference digits).
-Writes ``results.csv``/``results.json`` (one row per run), ``summary.md`` (mean ± std per
-attention), ``digit_error_rate.png``, ``learning_curves.png`` and ``config.json``.
+small scale: utterances of concatenated Free Spoken Digit Dataset recordings
+(``rfjax.data.concatenate_digits``), log-mel features (``rfjax.data.log_mel_spectrogram``), a
+``rfjax.nn.ConformerEncoder`` trained with CTC (``optax.ctc_loss``, blank = class 0, digit d =
+class d + 1) by the shared trainer (``experiments.train``; resumable runs in
+``workdir/runs/<attention>_seed<k>``), greedy CTC decoding and the digit error rate
+DER = (total edit distance) / (total reference digits).
+
+Protocol. ``config.split`` chooses the test set: ``"recordings"`` holds out the recordings with
+index >= ``first_test_index`` of every speaker (test utterances are new recordings of the
+training speakers), ``"speakers"`` holds out whole speakers (``test_speakers``). Seeds are
+paired: seed k gives every attention kind the same initialisation of the shared parameters and
+the same batch order, so kinds are compared by per-seed differences. The analysis is gated: the
+paired difference FAVOR+ - exact is tested first (two-sided paired t-test); only if it is
+significant is the ordering of the hybrids against FAVOR+ reported. For every exact-attention
+run, a diagnostic re-evaluates the trained model with its attention replaced at inference
+(uniform weights, i.e. temperature -> 0; FAVOR+ features), which shows how much the trained
+model relies on its attention weights.
+
+``measure`` trains and evaluates, ``report`` writes ``results.csv``/``results.json`` (one row
+per run), ``summary.md`` (template ``experiments/templates/conformer_ctc.md``),
+``digit_error_rate.png`` and ``learning_curves.png``.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +38,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import outputs, train
+from experiments import monte_carlo, outputs, train
 from rfjax import features as feature_maps
 from rfjax.data import concatenate_digits, load_fsdd, log_mel_spectrogram
 from rfjax.nn import ConformerEncoder, conformer_attentions, fit_conformer_clusters
@@ -38,21 +52,13 @@ def _label(attention: str) -> str:
     return "exact softmax" if attention == "exact" else feature_maps.info(attention).label
 
 
-MAX_DIGITS = 5
+SPLITS = ("recordings", "speakers")
+RECORDINGS_PER_SPEAKER_DIGIT = 50  # FSDD indices 0..49
+UNIFORM_LOG_TEMPERATURE = -30.0  # tau = e^-30: every score ~0, attention weights uniform
+SIGNIFICANCE = 0.05  # two-sided level of the paired t-tests
 
 
 # --------------------------------------------------------------------------- decoding, metric
-
-
-_SCORES = {
-    True: (
-        "Every kind scores cosine attention, tau q^.k^ with unit per-head queries and keys and a "
-        "learned per-head temperature tau (initially {tau}), in place of q.k / sqrt(H): bounded "
-        "scores keep the signed (trigonometric, angular hybrid) estimates of the normaliser "
-        "positive."
-    ),
-    False: "Scores are q.k / sqrt(H).",
-}
 
 
 def greedy_ctc_decode(logits: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -109,9 +115,10 @@ def edit_distance(
 # --------------------------------------------------------------------------- data
 
 
-def make_data(config: ml_collections.ConfigDict) -> tuple[dict, dict, dict]:
-    """Train and test arrays (speaker-held-out) and a description of the split."""
-    data = load_fsdd(config.data_dir)
+def _test_selection(config: ml_collections.ConfigDict, data: dict) -> np.ndarray:
+    """Boolean mask of the test recordings (``config.split``)."""
+    if config.split == "recordings":
+        return data["index"] >= config.first_test_index
     speakers = data["speaker"]
     unknown = set(config.test_speakers) - set(speakers.tolist())
     if unknown or not config.test_speakers:
@@ -119,7 +126,19 @@ def make_data(config: ml_collections.ConfigDict) -> tuple[dict, dict, dict]:
             f"test_speakers must be a non-empty subset of {sorted(set(speakers.tolist()))}, "
             f"got {tuple(config.test_speakers)}"
         )
-    is_test = np.isin(speakers, list(config.test_speakers))
+    return np.isin(speakers, list(config.test_speakers))
+
+
+def make_data(config: ml_collections.ConfigDict) -> tuple[dict, dict, dict]:
+    """Train and test arrays and a description of the split.
+
+    Utterances are drawn from the train recordings and the test recordings separately, so no
+    recording is in both. Features are normalised by the training frames' mean and std; all
+    utterances are zero-padded to one length (a multiple of 4 frames) and labels to
+    ``max_digits``.
+    """
+    data = load_fsdd(config.data_dir)
+    is_test = _test_selection(config, data)
     splits = {}
     for name, selected, count, seed in (
         ("train", ~is_test, config.num_train_utterances, config.data_seed),
@@ -146,7 +165,7 @@ def make_data(config: ml_collections.ConfigDict) -> tuple[dict, dict, dict]:
     arrays = {}
     for name, (features, labels) in splits.items():
         padded = np.zeros((len(features), frames, config.num_mels), np.float32)
-        targets = np.zeros((len(features), MAX_DIGITS), np.int32)
+        targets = np.zeros((len(features), config.max_digits), np.int32)
         for i, (f, digits) in enumerate(zip(features, labels, strict=True)):
             padded[i, : len(f)] = (f - mean) / std
             targets[i, : len(digits)] = digits + 1
@@ -157,9 +176,12 @@ def make_data(config: ml_collections.ConfigDict) -> tuple[dict, dict, dict]:
             "label_count": np.array([len(d) for d in labels], np.int32),
         }
     info = {
-        "train_speakers": sorted(set(speakers[~is_test].tolist())),
-        "test_speakers": sorted(config.test_speakers),
+        "train_recordings": int(np.sum(~is_test)),
+        "test_recordings": int(np.sum(is_test)),
+        "train_speakers": sorted(set(data["speaker"][~is_test].tolist())),
+        "test_speakers": sorted(set(data["speaker"][is_test].tolist())),
         "max_frames": frames,
+        "mean_frames": float(np.mean([len(f) for f in splits["train"][0]])),
     }
     return arrays["train"], arrays["test"], info
 
@@ -173,9 +195,8 @@ def make_model(config: ml_collections.ConfigDict, attention: str) -> ConformerEn
 
 def _masks(batch):
     frames = jnp.arange(batch["features"].shape[1])[None] < batch["frames"][:, None]
-    label_paddings = (jnp.arange(MAX_DIGITS)[None] >= batch["label_count"][:, None]).astype(
-        jnp.float32
-    )
+    width = batch["labels"].shape[1]
+    label_paddings = (jnp.arange(width)[None] >= batch["label_count"][:, None]).astype(jnp.float32)
     return frames, label_paddings
 
 
@@ -242,143 +263,443 @@ def make_task(model, train_arrays, test_arrays, config, seed) -> train.Task:
     )
 
 
-# --------------------------------------------------------------------------- run
+# --------------------------------------------------------------------------- evaluation
+
+
+def digit_error_rate(totals: dict[str, float]) -> float:
+    """Total edit distance over total reference digits."""
+    return totals["edit_distance"] / totals["reference_digits"]
+
+
+def evaluator(model: ConformerEncoder, test_arrays: dict, config):
+    """``(variables, rng, step) -> totals``: sums of the task's eval metrics over the test set
+    under ``model`` (one jitted function, reused across calls)."""
+    eval_fn = jax.jit(make_task(model, test_arrays, test_arrays, config, seed=0).eval_metrics)
+
+    def evaluate(variables, rng: jax.Array, step: int) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for batch in train.padded_batches(test_arrays, config.eval_batch_size):
+            sums = jax.device_get(eval_fn(variables, batch, rng, step))
+            for name, value in sums.items():
+                totals[name] = totals.get(name, 0.0) + float(value)
+        return totals
+
+    return evaluate
+
+
+def with_uniform_attention(variables: dict) -> dict:
+    """``variables`` with every attention's temperature set to e^-30: uniform weights."""
+
+    def visit(tree):
+        return {
+            name: (
+                jnp.full_like(value, UNIFORM_LOG_TEMPERATURE)
+                if name == "log_temperature"
+                else visit(value)
+                if isinstance(value, dict)
+                else value
+            )
+            for name, value in tree.items()
+        }
+
+    return {**variables, "params": visit(variables["params"])}
+
+
+def swap_diagnostic(config, variables, test_arrays, seed: int, step: int) -> dict[str, float]:
+    """Test DER of an exact-attention model with its attention replaced at inference: uniform
+    weights, and FAVOR+ features (mean over ``num_swap_draws`` projection draws)."""
+    uniform = evaluator(make_model(config, "exact"), test_arrays, config)(
+        with_uniform_attention(variables), jax.random.key(0), step
+    )
+    favor = evaluator(make_model(config, "positive"), test_arrays, config)
+    rates = [
+        digit_error_rate(favor(variables, jax.random.key(1000 * seed + draw), step))
+        for draw in range(config.num_swap_draws)
+    ]
+    return {
+        "der_uniform_attention": digit_error_rate(uniform),
+        "der_favor_swap": float(np.mean(rates)),
+    }
+
+
+def _temperatures(variables: dict) -> list[float]:
+    """The learned per-head temperatures tau of every block (cosine scores)."""
+    return [
+        float(t)
+        for name in sorted(variables["params"])
+        if name.startswith("block_")
+        for t in np.exp(np.asarray(variables["params"][name]["attention"]["log_temperature"]))
+    ]
+
+
+# --------------------------------------------------------------------------- measure
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks names, the split and sizes before anything runs.
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    allowed = conformer_attentions()
     for attention in config.attentions:
-        if attention not in conformer_attentions():
-            raise ValueError(
-                f"attentions must hold names from {conformer_attentions()}, got {attention!r}"
-            )
+        if attention not in allowed:
+            raise ValueError(f"config.attentions must hold names from {allowed}, got {attention!r}")
     if not config.attentions or not config.seeds:
-        raise ValueError("attentions and seeds must be non-empty")
-    if not 1 <= config.min_digits <= config.max_digits <= MAX_DIGITS:
+        raise ValueError("config.attentions and config.seeds must be non-empty")
+    if config.split not in SPLITS:
+        raise ValueError(f"config.split must be one of {SPLITS}, got {config.split!r}")
+    if not 1 <= config.first_test_index < RECORDINGS_PER_SPEAKER_DIGIT:
         raise ValueError(
-            f"need 1 <= min_digits <= max_digits <= {MAX_DIGITS}, got {config.min_digits}, "
+            f"config.first_test_index must be in [1, {RECORDINGS_PER_SPEAKER_DIGIT - 1}], got "
+            f"{config.first_test_index}"
+        )
+    if not 1 <= config.min_digits <= config.max_digits:
+        raise ValueError(
+            f"need 1 <= config.min_digits <= config.max_digits, got {config.min_digits}, "
             f"{config.max_digits}"
         )
+    if not config.model.query_key_norm:
+        raise ValueError(
+            "config.model.query_key_norm must be True: every kind scores cosine attention with a "
+            "learned temperature (the signed kinds need it to train, and the uniform-attention "
+            "diagnostic sets that temperature)"
+        )
+    if config.num_swap_draws < 1:
+        raise ValueError(f"config.num_swap_draws must be >= 1, got {config.num_swap_draws}")
     if "cluster_hybrid" in config.attentions and (
         config.train.optimizer == "adamw" and config.train.weight_decay
     ):
         raise ValueError(
             "cluster_hybrid keeps its fitted centres frozen among the trained variables; "
-            "adamw weight decay would shrink them: use train.optimizer = 'adam'"
+            "adamw weight decay would shrink them: use config.train.optimizer = 'adam'"
         )
 
 
-def _plot(runs: list[dict], curves: dict, attentions, path_bar: str, path_curves: str) -> None:
-    figure, axis = plt.subplots(figsize=(6, 3.5))
-    for i, attention in enumerate(attentions):
-        values = np.array([r["digit_error_rate"] for r in runs if r["attention"] == attention])
-        axis.bar(i, values.mean(), yerr=values.std(), capsize=4, color=f"C{i}")
-        axis.plot(np.full(len(values), i), values, "k.", ms=4)
-    axis.set_xticks(range(len(attentions)), [_label(a) for a in attentions], rotation=20)
-    axis.set(ylabel="test digit error rate", title="Conformer-CTC on FSDD (held-out speaker)")
-    outputs.save_figure(figure, path_bar)
-    figure, axis = plt.subplots(figsize=(6, 3.5))
-    for i, attention in enumerate(attentions):
-        for k, records in enumerate(curves[attention]):
-            points = [(r["step"], r["loss"]) for r in records if r["split"] == "train"]
-            steps, losses = zip(*points, strict=True)
-            axis.plot(steps, losses, color=f"C{i}", label=_label(attention) if k == 0 else None)
-    axis.set(xlabel="step", ylabel="train CTC loss", yscale="log")
-    axis.legend(fontsize=8)
-    outputs.save_figure(figure, path_curves)
+def _gate_order(attentions) -> list[str]:
+    """exact and FAVOR+ first (the gate), then the other kinds in config order."""
+    first = [a for a in ("exact", "positive") if a in attentions]
+    return first + [a for a in attentions if a not in first]
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains every (attention, seed) and writes the table, figures and summary."""
+def train_attention(config, attention, train_arrays, test_arrays, workdir) -> tuple[list, list]:
+    """Trains one attention kind for every seed; its run rows and learning curves."""
+    model = make_model(config, attention)
+    rows, curves = [], []
+    for seed in config.seeds:
+        task = make_task(model, train_arrays, test_arrays, config, seed)
+        cpu_start = time.process_time()
+        final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
+        variables = train.final_params(run_dir)
+        row = {
+            "attention": attention,
+            "seed": seed,
+            "digit_error_rate": final["eval_edit_distance"] / final["eval_reference_digits"],
+            "utterance_accuracy": final["eval_utterance_correct"],
+            "test_ctc_loss": final["eval_loss"],
+            "final_train_loss": [
+                r["loss"] for r in train.read_metrics(run_dir) if r["split"] == "train"
+            ][-1],
+            "mean_temperature": float(np.mean(_temperatures(variables))),
+        }
+        if attention == "exact":
+            row.update(
+                swap_diagnostic(config, variables, test_arrays, seed, config.train.num_train_steps)
+            )
+        row.update(outputs.run_cost(seconds, cpu_start))
+        print(
+            f"{_label(attention):>20} seed {seed}: DER {row['digit_error_rate']:.4f} "
+            f"({seconds:.0f} s)"
+        )
+        rows.append(row)
+        curves.append(train.read_metrics(run_dir))
+    return rows, curves
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains every (attention, seed), exact and FAVOR+ first; with ``config.gate_first`` (and
+    both in ``config.attentions``) the other kinds are trained only if the paired FAVOR+ - exact
+    difference is significant.
+    Returns per-run metrics, learning curves, the split and the kinds skipped."""
     validate_config(config)
-    outputs.save_config(workdir, config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     train_arrays, test_arrays, info = make_data(config)
-    runs, curves = [], {}
-    for attention in config.attentions:
-        model = make_model(config, attention)
-        for seed in config.seeds:
-            task = make_task(model, train_arrays, test_arrays, config, seed)
-            final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
-            rate = final["eval_edit_distance"] / final["eval_reference_digits"]
-            print(f"{_label(attention):>20} seed {seed}: DER {rate:.4f} ({seconds:.0f} s)")
-            runs.append(
-                {
-                    "attention": attention,
-                    "seed": seed,
-                    "digit_error_rate": rate,
-                    "utterance_accuracy": final["eval_utterance_correct"],
-                    "test_ctc_loss": final["eval_loss"],
-                    "final_train_loss": [
-                        r["loss"] for r in train.read_metrics(run_dir) if r["split"] == "train"
-                    ][-1],
-                    "seconds_this_session": seconds,
-                }
-            )
-            curves.setdefault(attention, []).append(train.read_metrics(run_dir))
-    summary = []
-    for attention in config.attentions:
-        mine = [r for r in runs if r["attention"] == attention]
-        rates = np.array([r["digit_error_rate"] for r in mine])
-        summary.append(
+    runs, curves, skipped = [], {}, []
+    gated = config.gate_first and {"exact", "positive"} <= set(config.attentions)
+    for attention in _gate_order(config.attentions):
+        if gated and attention not in ("exact", "positive"):
+            gate = comparisons(runs, ("exact", "positive"))[0]
+            if not gate["p"] < SIGNIFICANCE:
+                skipped.append(attention)
+                continue
+        rows, curves[attention] = train_attention(
+            config, attention, train_arrays, test_arrays, workdir
+        )
+        runs += rows
+    return {"runs": runs, "curves": curves, "info": info, "skipped": skipped}
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _by_attention(runs: list[dict], attention: str, name: str) -> np.ndarray:
+    rows = sorted((r for r in runs if r["attention"] == attention), key=lambda r: r["seed"])
+    return np.array([r[name] for r in rows], float)
+
+
+def comparisons(runs: list[dict], attentions) -> list[dict]:
+    """The gated paired tests: FAVOR+ - exact first, then every other kind - FAVOR+."""
+    rows = []
+    if "exact" in attentions and "positive" in attentions:
+        rows.append(("positive", "exact"))
+    if "positive" in attentions:
+        rows += [(a, "positive") for a in attentions if a not in ("exact", "positive")]
+    result = []
+    for kind, reference in rows:
+        test = monte_carlo.paired_difference(
+            _by_attention(runs, kind, "digit_error_rate"),
+            _by_attention(runs, reference, "digit_error_rate"),
+        )
+        result.append({"kind": kind, "reference": reference, **test})
+    return result
+
+
+def _format_difference(row: dict) -> str:
+    return f"{row['mean']:+.4f} ± {row['se']:.4f} (t = {row['t']:.2f}, p = {row['p']:.3g})"
+
+
+def verdicts(tests: list[dict], num_seeds: int) -> tuple[str, str]:
+    """The gate's outcome and the verdict on the paper's ordering (hybrids ahead of FAVOR+)."""
+    gate = next((t for t in tests if t["reference"] == "exact"), None)
+    if gate is None:
+        return "not run (exact or FAVOR+ missing)", "cannot be tested without the gate"
+    passed = gate["p"] < SIGNIFICANCE
+    gate_text = (
+        f"FAVOR+ - exact = {_format_difference(gate)} over {num_seeds} paired seeds: "
+        + ("significant" if passed else "not significant")
+        + f" at the {SIGNIFICANCE:g} level"
+    )
+    if not passed:
+        return gate_text, (
+            "cannot be tested here: exact and FAVOR+ attention give the same test error within "
+            "the seeds' noise, so this task does not resolve attention kinds and any ordering "
+            "of the hybrids would be noise"
+        )
+    hybrids = [t for t in tests if t["kind"] in ("angular_hybrid", "cluster_hybrid")]
+    better = [t for t in hybrids if t["mean"] < 0 and t["p"] < SIGNIFICANCE]
+    worse = [t for t in hybrids if t["mean"] > 0 and t["p"] < SIGNIFICANCE]
+    if hybrids and len(better) == len(hybrids):
+        return gate_text, "holds: every hybrid has a significantly lower error than FAVOR+"
+    details = "; ".join(f"{_label(t['kind'])} - FAVOR+ = {_format_difference(t)}" for t in hybrids)
+    reason = (
+        "some hybrids are significantly worse than FAVOR+"
+        if worse
+        else "the hybrids are not significantly better than FAVOR+"
+    )
+    return gate_text, f"does not hold: {reason} ({details})"
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _mean_se(values: np.ndarray) -> str:
+    mean, se = monte_carlo.mean_and_se(np.asarray(values, float))
+    return f"{mean:.4f} ± {se:.4f}"
+
+
+def _summary_rows(runs: list[dict], attentions) -> list[dict]:
+    rows = []
+    for attention in attentions:
+        rates = _by_attention(runs, attention, "digit_error_rate")
+        rows.append(
             {
                 "attention": _label(attention),
                 "seeds": len(rates),
-                "digit error rate (mean ± std)": f"{rates.mean():.4f} ± {rates.std():.4f}",
-                "utterances fully correct": np.mean([r["utterance_accuracy"] for r in mine]),
-                "test CTC loss": np.mean([r["test_ctc_loss"] for r in mine]),
-                "final train CTC loss": np.mean([r["final_train_loss"] for r in mine]),
-                "mean": float(rates.mean()),
-                "std": float(rates.std()),
+                "test DER (mean ± 1 SE)": _mean_se(rates),
+                "utterances fully correct": float(
+                    np.mean(_by_attention(runs, attention, "utterance_accuracy"))
+                ),
+                "test CTC loss": float(np.mean(_by_attention(runs, attention, "test_ctc_loss"))),
+                "final train CTC loss": float(
+                    np.mean(_by_attention(runs, attention, "final_train_loss"))
+                ),
+                "learned tau (mean)": float(
+                    np.mean(_by_attention(runs, attention, "mean_temperature"))
+                ),
             }
         )
-    outputs.write_json(
-        os.path.join(workdir, "results.json"), {"runs": runs, "summary": summary, **info}, indent=2
+    return rows
+
+
+def _plot_error_rates(runs, tests, attentions, path: str) -> None:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    seeds = sorted({r["seed"] for r in runs})
+    for i, attention in enumerate(attentions):
+        rates = _by_attention(runs, attention, "digit_error_rate")
+        se = rates.std(ddof=1) / np.sqrt(len(rates)) if len(rates) > 1 else 0.0
+        left.bar(i, rates.mean(), yerr=se, capsize=4, color=f"C{i}", alpha=0.7)
+    per_seed = np.array([_by_attention(runs, a, "digit_error_rate") for a in attentions])
+    for k in range(len(seeds)):
+        left.plot(range(len(attentions)), per_seed[:, k], "k.-", lw=0.5, ms=4, alpha=0.6)
+    left.set_xticks(range(len(attentions)), [_label(a) for a in attentions], rotation=20)
+    left.set(
+        ylabel="test digit error rate",
+        title=f"test DER: mean ± 1 SE over {len(seeds)} seeds (lines: paired seeds)",
     )
-    table = outputs.markdown_table(
-        [{k: v for k, v in row.items() if k not in ("mean", "std")} for row in summary]
+    labels = [f"{_label(t['kind'])}\n- {_label(t['reference'])}" for t in tests]
+    right.errorbar(
+        [t["mean"] for t in tests],
+        range(len(tests)),
+        xerr=[2 * t["se"] for t in tests],
+        fmt="o",
+        capsize=4,
     )
-    _plot(
-        runs,
-        curves,
-        config.attentions,
-        os.path.join(workdir, "digit_error_rate.png"),
-        os.path.join(workdir, "learning_curves.png"),
+    right.axvline(0.0, color="k", lw=0.8)
+    right.set_yticks(range(len(tests)), labels, fontsize=8)
+    right.set(xlabel="paired difference in test DER", title="paired differences, ± 2 SE")
+    outputs.save_figure(figure, path)
+
+
+def _plot_curves(curves: dict, attentions, path: str) -> None:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for i, attention in enumerate(attentions):
+        for axis, split, value in ((left, "eval", "der"), (right, "train", "loss")):
+            series = []
+            for records in curves[attention]:
+                points = [r for r in records if r["split"] == split]
+                steps = [r["step"] for r in points]
+                if value == "der":
+                    series.append([r["edit_distance"] / r["reference_digits"] for r in points])
+                else:
+                    series.append([r["loss"] for r in points])
+            outputs.plot_mean_se(axis, steps, series, color=f"C{i}", label=_label(attention))
+    left.set(xlabel="step", ylabel="test digit error rate", title="test DER (band: ± 1 SE)")
+    right.set(
+        xlabel="step", ylabel="train CTC loss", yscale="log", title="train loss (band: ± 1 SE)"
     )
+    left.legend(fontsize=8)
+    outputs.save_figure(figure, path)
+
+
+def _setup_text(config, info) -> str:
     m = config.model
-    text = (
-        f"# Conformer-Performer with CTC on spoken digit strings (FSDD) — {config.label}\n\n"
-        "HRF paper (arXiv:2110.04367) Sec. 4.3 / App. J / Table 2 analogue on a small real-speech "
-        "task (LibriSpeech is not available offline). Data: Free Spoken Digit Dataset "
-        "(CC BY-SA 4.0, github.com/Jakobovski/free-spoken-digit-dataset), utterances of "
-        f"{config.min_digits}-{config.max_digits} concatenated recordings (each cut to "
-        f"{config.max_samples_per_digit} samples), {config.num_train_utterances} training "
-        f"utterances from speakers {', '.join(info['train_speakers'])}, "
-        f"{config.num_test_utterances} test utterances from the held-out speaker(s) "
-        f"{', '.join(info['test_speakers'])}; {config.num_mels} log-mel bins (25 ms / 10 ms, "
-        "NumPy STFT), padded to "
-        f"{info['max_frames']} frames. Model: Conformer, {m.num_layers} blocks, width "
-        f"{m.model_dim}, {m.num_heads} heads, conv kernel {m.kernel_size}, 4x subsampling; "
-        f"m = {m.num_features} projections per head ({m.coupling}, redrawn every "
-        f"{m.redraw_interval} steps), angular hybrid n = {m.num_sign_features} sign "
-        f"projections, cluster hybrid {m.num_clusters} x {m.num_clusters} clusters per head "
-        "(k-means on the initial model's queries/keys, then frozen); the trigonometric and "
-        f"hybrid kinds use a denominator floor of {m.hybrid_eps}. "
-        f"{_SCORES[m.query_key_norm].format(tau=m.initial_temperature)} Training: "
-        f"{config.train.num_train_steps} steps of batch {config.train.batch_size}, "
-        f"{config.train.optimizer}, lr {config.train.learning_rate}. Metric: digit error "
-        "rate = total edit distance / total reference digits of greedy CTC decoding; std "
-        "over seeds (population); the other columns are means over seeds (CTC losses per "
-        "utterance; the train loss is the mean of the last logging interval).\n\n"
-        f"{table}\n\n"
-        "Paper (HRF Table 2, LibriSpeech WER, Conformer-Transducer): the kinds compared are "
-        "HRF-C(3,3), HRF-C(2,3), HRF-C(3,2), HRF-C(2,2), HRF-A(16,8), HRF-A(8,8), FAVOR+ 432, "
-        "FAVOR+ 256, Trig 432, Trig 256; the paper reports the cluster-based HRFs best, then "
-        "the angular HRFs, ahead of FAVOR+ and trigonometric features. The WER numbers "
-        "themselves were lost in the extraction of the seed text (shared/seeds/002, Table 2), "
-        "so they cannot be placed beside ours; the data set, model size and metric differ in "
-        "any case.\n\n"
-        "![digit error rate](digit_error_rate.png)\n\n![learning curves](learning_curves.png)\n"
+    if config.split == "recordings":
+        split = (
+            f"test recordings: index >= {config.first_test_index} of every speaker and digit "
+            f"({info['test_recordings']} recordings of the training speakers "
+            f"{', '.join(info['train_speakers'])}; {info['train_recordings']} for training)"
+        )
+    else:
+        split = (
+            f"held-out speaker(s) {', '.join(info['test_speakers'])}; training speakers "
+            f"{', '.join(info['train_speakers'])}"
+        )
+    return (
+        f"Utterances of {config.min_digits}-{config.max_digits} concatenated recordings (each cut "
+        f"to {config.max_samples_per_digit} samples), {config.num_train_utterances} for training "
+        f"and {config.num_test_utterances} for testing; {split}. {config.num_mels} log-mel bins "
+        f"(25 ms / 10 ms), padded to {info['max_frames']} frames (mean "
+        f"{info['mean_frames']:.0f}), {info['max_frames'] // 4} after 4x subsampling. Conformer: "
+        f"{m.num_layers} blocks, width {m.model_dim}, {m.num_heads} heads, conv kernel "
+        f"{m.kernel_size}; cosine scores tau q^.k^ with a learned per-head temperature "
+        f"initialised at tau = {m.initial_temperature}; m = {m.num_features} projections per "
+        f"head ({m.coupling}, redrawn every {m.redraw_interval} steps), angular hybrid n = "
+        f"{m.num_sign_features}, cluster hybrid {m.num_clusters} x {m.num_clusters} clusters per "
+        "head (k-means on the initial model's queries and keys, then frozen), denominator floor "
+        f"{m.hybrid_eps} for the signed kinds. Training: {config.train.num_train_steps} steps of "
+        f"batch {config.train.batch_size}, {config.train.optimizer}, lr "
+        f"{config.train.learning_rate} ({config.train.lr_schedule}); seeds "
+        f"{tuple(config.seeds)}, paired across kinds."
+    )
+
+
+def _swap_text(runs: list[dict]) -> str:
+    exact = [r for r in runs if r["attention"] == "exact"]
+    if not exact or "der_uniform_attention" not in exact[0]:
+        return "not run (no exact-attention runs)."
+    own = np.array([r["digit_error_rate"] for r in exact])
+    rows = [
+        {
+            "attention at inference": "exact (as trained)",
+            "test DER (mean ± 1 SE)": _mean_se(own),
+            "paired change": "—",
+        }
+    ]
+    for name, label in (
+        ("der_uniform_attention", "uniform weights (tau -> 0)"),
+        ("der_favor_swap", "FAVOR+ features"),
+    ):
+        values = np.array([r[name] for r in exact])
+        change = monte_carlo.paired_difference(values, own)
+        rows.append(
+            {
+                "attention at inference": label,
+                "test DER (mean ± 1 SE)": _mean_se(values),
+                "paired change": f"{change['mean']:+.4f} ± {change['se']:.4f}",
+            }
+        )
+    return outputs.markdown_table(rows)
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures and the summary of ``measure``'s results."""
+    runs, info = results["runs"], results["info"]
+    attentions = tuple(a for a in config.attentions if a in results["curves"])
+    tests = comparisons(runs, attentions)
+    gate, verdict = verdicts(tests, len(config.seeds))
+    summary = _summary_rows(runs, attentions)
+    outputs.write_json(
+        os.path.join(workdir, "results.json"),
+        {
+            "runs": runs,
+            "summary": summary,
+            "comparisons": tests,
+            "skipped": results["skipped"],
+            **info,
+        },
+        indent=2,
+    )
+    _plot_error_rates(runs, tests, attentions, os.path.join(workdir, "digit_error_rate.png"))
+    _plot_curves(results["curves"], attentions, os.path.join(workdir, "learning_curves.png"))
+    comparison_rows = [
+        {
+            "difference": f"{_label(t['kind'])} - {_label(t['reference'])}",
+            "mean ± 1 SE": f"{t['mean']:+.4f} ± {t['se']:.4f}",
+            "t": t["t"],
+            "p (two-sided)": t["p"],
+        }
+        for t in tests
+    ]
+    text = outputs.render_summary(
+        "conformer_ctc",
+        variant=config.label,
+        setup=_setup_text(config, info),
+        table=outputs.markdown_table(summary),
+        comparisons=outputs.markdown_table(comparison_rows) if comparison_rows else "none",
+        gate=gate,
+        skipped=(
+            "Not trained, because the gate failed (`gate_first`): "
+            + ", ".join(_label(a) for a in results["skipped"])
+            + "."
+            if results["skipped"]
+            else ""
+        ),
+        verdict=verdict,
+        swaps=_swap_text(runs),
+        timing=outputs.timing_text(runs),
     )
     outputs.save_run(workdir, rows=runs, summary=text, config=config)
-    print(table)
-    return {"runs": runs, "summary": summary, **info}
+    return {
+        "runs": runs,
+        "summary": summary,
+        "comparisons": tests,
+        "verdict": verdict,
+        "skipped": results["skipped"],
+        **info,
+    }
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """``report(measure(config, workdir), config, workdir)``."""
+    outputs.save_config(workdir, config)
+    return report(measure(config, workdir), config, workdir)
