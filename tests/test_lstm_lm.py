@@ -416,3 +416,91 @@ def test_quick_experiment_resumes_finished_runs(tmp_path):
     for a, b in zip(first["runs"], again["runs"], strict=True):
         assert a["valid_perplexity"] == b["valid_perplexity"]
         assert a["test_perplexity"] == b["test_perplexity"]
+
+
+def _synthetic_results(config, favor_ratio: float, hybrid_shift: float) -> dict:
+    """measure()-shaped results for every arm and seed of ``config``: FAVOR+'s test perplexity
+    is ``favor_ratio`` times exact's (with seed noise); the equal-FLOPs hybrids' median W1 and
+    KS are FAVOR+'s plus ``hybrid_shift``."""
+    rng = np.random.default_rng(0)
+    runs, curves = [], {}
+    for arm in config.arms:
+        setting, estimator = lstm_lm.parse_arm(arm)
+        for seed in config.seeds:
+            base = 500 + 10 * seed
+            scale = favor_ratio if estimator == config.favor_estimator else 1.0
+            test = base * scale * (1 + 0.01 * rng.standard_normal())
+            runs.append(
+                {
+                    "arm": arm,
+                    "setting": setting,
+                    "estimator": estimator,
+                    "seed": seed,
+                    "valid_perplexity": test * 1.1,
+                    "test_perplexity": test,
+                    "final_temperature": 0.1,
+                    "train_seconds": 60.0,
+                    "cpu_seconds_this_session": 90.0,
+                    "load_average": 3.0,
+                }
+            )
+            records = [
+                {"step": step, "split": "train", "loss": 5.0, "proposal_temperature": 0.1}
+                for step in (25, 50)
+            ] + [{"step": 50, "split": "eval", "nll": math.log(test)}]
+            curves.setdefault(arm, []).append(records)
+    metrics = []
+    for setting in lstm_lm.SETTINGS:
+        for seed in config.seeds:
+            for estimator in ("uniform", *config.estimators):
+                value = 0.01 * (1 + 0.02 * rng.standard_normal())
+                if estimator in config.equal_flops_estimators:
+                    value += hybrid_shift
+                metrics.append(
+                    {
+                        "setting": setting,
+                        "seed": seed,
+                        "estimator": estimator,
+                        "tau": 0.1,
+                        **{
+                            f"{name}_{kind}": value
+                            for name in ("wasserstein", "ks", "negative_fraction")
+                            for kind in ("median", "mean")
+                        },
+                    }
+                )
+    divergences = [
+        {"seed": seed, "divergence": list(np.linspace(2, 1, len(config.tau_grid)))}
+        for seed in config.seeds
+    ]
+    flops = {name: {"clipped": 4e9, "decomposition": 6e8} for name in config.estimators}
+    return {
+        "runs": runs,
+        "curves": curves,
+        "metrics": metrics,
+        "divergences": divergences,
+        "flops": flops,
+        "vocab_size": 10_000,
+        "tokens": {"train": 929_000, "valid": 73_000, "test": 82_000},
+    }
+
+
+@pytest.mark.parametrize(
+    ("favor_ratio", "hybrid_shift", "perplexity_verdict", "hybrid_verdict"),
+    [(1.05, -0.005, "holds", "holds"), (1.6, 0.005, "does not hold", "does not hold")],
+)
+def test_report_states_the_verdicts(
+    tmp_path, favor_ratio, hybrid_shift, perplexity_verdict, hybrid_verdict
+):
+    """The default config's report on synthetic results: the FAVOR+/exact perplexity target per
+    setting and the equal-FLOPs hybrids against FAVOR+, with every figure written."""
+    config = lstm_lm_config.get_config()
+    result = lstm_lm.report(_synthetic_results(config, favor_ratio, hybrid_shift), config, tmp_path)
+    assert len(result["targets"]) == 2  # both settings
+    assert all(t["target <= 1.2"].startswith(perplexity_verdict) for t in result["targets"])
+    summary = (tmp_path / "summary.md").read_text()
+    verdicts = [line for line in summary.splitlines() if line.startswith("- ") and "→" in line]
+    assert len(verdicts) == 2 * len(config.equal_flops_estimators)
+    assert all(line.endswith(f"**{hybrid_verdict}**") for line in verdicts), verdicts
+    for name in ("perplexity.png", "distribution_metrics.png", "temperature.png", "metrics.csv"):
+        assert (tmp_path / name).exists(), name

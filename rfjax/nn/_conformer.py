@@ -148,7 +148,8 @@ class ConformerEncoder(nn.Module):
         floor are biased. Exact and FAVOR+ keep the default floor.
       query_key_norm: cosine attention with a learned per-head temperature for every kind
         (``PerformerAttention.query_key_norm``). The signed kinds need it to train: with raw
-        scores they stay at chance and half their runs diverge (``results/conformer_ctc``).
+        scores they stayed at chance and half their runs diverged (the stop-9 default run of
+        ``experiments.conformer_ctc``, 2-5 digit utterances).
       initial_temperature: its temperature at initialisation.
 
     References:
