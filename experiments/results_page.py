@@ -8,7 +8,8 @@ Each experiment's full run writes ``summary.md`` (tables, figures, the paper's v
 and ``command.txt`` (the command that made it) into ``results/<name>/``. This script stitches them
 together in the order of ``SECTIONS``, one heading level down, with figure and file links
 rewritten relative to the repository root; experiments without results are listed with the command
-that would produce them. Nothing in RESULTS.md is written by hand.
+that would produce them and, if ``results/<name>/not_run.md`` exists, its text (why there is no
+committed run of the current code). Nothing in RESULTS.md is written by hand.
 """
 
 from __future__ import annotations
@@ -70,6 +71,21 @@ def render_experiment(results_dir: str, name: str) -> str | None:
     return f"{title}\n\n`{command}`\n{body}\n"
 
 
+NOT_RUN_FILE = "not_run.md"
+
+
+def missing_entry(results_dir: str, name: str) -> str:
+    """The "Not run yet" line of an experiment: its command, then its ``not_run.md`` note."""
+    entry = f"- `{default_command(name)}`"
+    path = os.path.join(results_dir, name, NOT_RUN_FILE)
+    if os.path.exists(path):
+        with open(path) as handle:
+            note = handle.read().strip()
+        entry += "\n\n" + "\n".join(f"  {line}" if line else "" for line in note.splitlines())
+        entry += "\n"
+    return entry
+
+
 def render(results_dir: str = "results") -> str:
     """The whole page."""
     parts = [HEADER]
@@ -82,7 +98,7 @@ def render(results_dir: str = "results") -> str:
             parts += [text for text in rendered if text]
     if missing:
         parts.append("# Not run yet\n")
-        parts += [f"- `{default_command(name)}`" for name in missing]
+        parts += [missing_entry(results_dir, name) for name in missing]
         parts.append("")
     return "\n".join(parts)
 

@@ -34,6 +34,12 @@ def test_render_demotes_headings_rewrites_local_links_and_lists_missing_runs(tmp
     assert "\n### Part" in page
     assert "# Not run yet" in page
     assert results_page.default_command("gram_error") in page
+    # An experiment without a summary but with a note says why it has no run.
+    (tmp_path / "lstm_lm").mkdir()
+    (tmp_path / "lstm_lm" / results_page.NOT_RUN_FILE).write_text("Too slow here.\n\nTimes.\n")
+    page = results_page.render(str(tmp_path))
+    command = results_page.default_command("lstm_lm")
+    assert f"- `{command}`\n\n  Too slow here.\n\n  Times.\n" in page
 
 
 def test_reproduce_runs_each_headline_experiment_and_reports_its_files(tmp_path, monkeypatch):
