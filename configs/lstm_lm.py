@@ -18,7 +18,9 @@ O(N V W) estimate dominates): angular (m, n) = (8, 8), Gaussian (8, 4), both wid
 equal width: angular (8, 7), width 256, and Gaussian (9, 3), width 252 (4 m (2 n + 1) cannot be
 256).
 
-Default (CPU): see the committed ``results/lstm_lm/summary.md`` for the measured numbers.
+Default (CPU, full PTB, 6 arms x 5 seeds): on the shared 2-core machine (2026-11-23) a run
+took 13-19 min, so the 30 runs need 7-9 h there; no run of this design is committed yet
+(results/lstm_lm/not_run.md).
 ``paper``: 80 epochs of all 929k training tokens, full validation/test, 512 features per map
 (width 1024), 25 seeds (HRF App. I.1).
 """
