@@ -159,6 +159,13 @@ class Rollout:
 # --------------------------------------------------------------------------- training
 
 
+def _strong_types(state):
+    """``state`` without weak types (evosax leaves some scalars weakly typed, e.g. ``std``):
+    the initial, updated and restored states then share one signature, so the jitted steps
+    compile once rather than again after the first generation and after every restore."""
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), state)
+
+
 class ESTrainer:
     """OpenAI-ES for one policy and environment; ``train`` runs one seed (resumable).
 
@@ -200,6 +207,7 @@ class ESTrainer:
             totals, lengths = rollout.returns(population, episode_key, config.episodes_per_member)
             fitness = jnp.mean(totals, axis=1)
             state, _ = strategy.tell(tell_key, population, -fitness, state, params)
+            state = _strong_types(state)  # the input's types: no retrace at the next call
             metrics = {
                 "mean_return": jnp.mean(fitness),
                 "max_return": jnp.max(fitness),
@@ -220,7 +228,8 @@ class ESTrainer:
 
     def initial_state(self, init_params: Params, seed: int):
         init_key = jax.random.split(jax.random.key(seed), 3)[0]
-        return self.strategy.init(init_key, init_params, self.strategy.default_params)
+        state = self.strategy.init(init_key, init_params, self.strategy.default_params)
+        return _strong_types(state)
 
     def _manager(self, workdir: str) -> ocp.CheckpointManager:
         return ocp.CheckpointManager(
@@ -236,7 +245,9 @@ class ESTrainer:
         if start is None:
             return self.initial_state(init_params, seed), 0
         target = {"es_state": jax.eval_shape(self.initial_state, init_params, seed)}
-        return manager.restore(start, args=ocp.args.StandardRestore(target))["es_state"], start
+        restored = manager.restore(start, args=ocp.args.StandardRestore(target))["es_state"]
+        # Through the host: uncommitted arrays like the initial state's, so no recompilation.
+        return _strong_types(jax.device_get(restored)), start
 
     def final_mean(self, workdir: str, init_params: Params, *, seed: int) -> Params:
         """The ES mean (policy parameters) of the latest checkpoint in ``workdir``."""

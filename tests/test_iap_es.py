@@ -109,6 +109,9 @@ def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
     trainer.train(str(tmp_path / "split"), params, seed=0, stop_at_generation=5)
     trainer.train(str(tmp_path / "split"), params, seed=0)
     assert train.read_metrics(str(tmp_path / "split")) == records
+    # One compilation per step for all of it: the initial, updated and restored states share a
+    # signature (weak types and a restored state once retraced both steps).
+    assert trainer.generation._cache_size() == 1 and trainer.evaluate._cache_size() == 1
 
 
 def test_parse_kind_and_bad_kinds():
