@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 ARCCOS_ORDERS = (0, 1, 2)
@@ -45,15 +46,20 @@ def check_real(name: str, value: object, *, positive: bool = False) -> float:
     return value
 
 
-def check_choice(name: str, value: object, allowed: Iterable[str]) -> str:
-    """Returns ``value`` if it is one of ``allowed`` strings, else raises naming them."""
-    allowed = tuple(allowed)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
-    return value  # type: ignore[return-value]
+def check_choice[T](name: str, value: object, allowed: Iterable[T]) -> T:
+    """Returns ``value`` if it is one of ``allowed``, else raises naming them.
+
+    The result has the type of ``allowed``'s elements: with ``allowed`` typed as a tuple of a
+    ``Literal`` (``MODES: tuple[Mode, ...] = ("a", "b")``), it is a ``Mode``.
+    """
+    choices = tuple(allowed)
+    for choice in choices:
+        if value == choice and type(value) is type(choice):
+            return choice
+    raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
 
 
-def check_float_dtype(name: str, dtype: object) -> jnp.dtype:
+def check_float_dtype(name: str, dtype: DTypeLike | None) -> jnp.dtype:
     """Returns ``dtype`` as a canonical JAX floating dtype, else raises.
 
     float64 is only honoured when ``jax_enable_x64`` is on (JAX's usual rule); otherwise it is

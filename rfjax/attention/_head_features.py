@@ -16,7 +16,8 @@ from rfjax.projections import Projection
 
 
 def data_normalizer(head_dim: int) -> float:
-    """H^{-1/4}: with q, k scaled by it, exp(q'.k') = exp(q.k / sqrt(H)) (EQUATIONS Eq. 5).
+    """H^{-1/4}: with q, k scaled by it, exp(q'.k') = exp(q.k / sqrt(H)) (SimRF Eq. 5;
+    docs/maths/attention.md).
 
     ``favor_attention`` scales queries and keys by it before the feature map, so a map of the
     softmax kernel exp(x.y) estimates the attention kernel exp(q.k / sqrt(H)).
@@ -48,7 +49,8 @@ def scaled_key_features(
     psi = phi and mu = 0.
     """
     if stabilize:
-        return tuple(fmap.scaled_features(key, projection, side="key"))
+        psi, mu = fmap.scaled_features(key, projection, side="key")
+        return psi, mu
     psi = fmap.features(key, projection, side="key")
     return psi, jnp.zeros(psi.shape[:-1], psi.dtype)
 

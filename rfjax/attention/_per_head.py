@@ -4,6 +4,7 @@ drawn by coupling name and redrawn by step."""
 from __future__ import annotations
 
 import dataclasses
+from typing import overload
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +48,30 @@ class PerHead[T]:
     def head(self, index: int) -> T:
         """The value of head ``index``."""
         return jax.tree.map(lambda leaf: leaf[index], self.stacked)
+
+
+@overload
+def draw_projection(
+    key: jax.Array,
+    head_dim: int,
+    num_features: int,
+    *,
+    coupling: str = ...,
+    num_heads: None = None,
+    dtype: DTypeLike = ...,
+) -> Projection: ...
+
+
+@overload
+def draw_projection(
+    key: jax.Array,
+    head_dim: int,
+    num_features: int,
+    *,
+    coupling: str = ...,
+    num_heads: int,
+    dtype: DTypeLike = ...,
+) -> PerHead[Projection]: ...
 
 
 def draw_projection(

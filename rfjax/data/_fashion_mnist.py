@@ -7,6 +7,7 @@ import os
 from typing import Literal
 
 import numpy as np
+from jax.typing import DTypeLike
 
 # Where the Debian/Ubuntu package dataset-fashion-mnist installs the files.
 FASHION_MNIST_PACKAGE_DIR = "/usr/share/datasets/fashion-mnist"
@@ -32,7 +33,14 @@ FASHION_MNIST_CLASSES = (
     "Bag",
     "Ankle boot",
 )
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, DTypeLike] = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 
 
 def fashion_mnist_dir() -> str:

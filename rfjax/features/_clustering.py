@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import jax
 import jax.numpy as jnp
@@ -506,6 +506,7 @@ def cluster_hybrid_features(
         return merge_trailing_axes(blocks, 3)
     real, imag = transform(x[..., None, None, :], diagonals, side, diagonal=True)
     phi = features_from_transformed(real, imag, projection, side, x.dtype)  # (..., kq, kk, w)
+    bandwidth = cast(float, bandwidth)  # mixture == "gaussian": validated above
     if side == "query":
         weights = _mixture_weights(x, parameters.query_centres, bandwidth)[..., :, None, None]
     else:

@@ -162,7 +162,7 @@ def complex_exponential_features(
 
     References:
       Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Lemma 2.4,
-      Eq. 13-17; EQUATIONS.md Part 2 (real-valued implementation).
+      Eq. 13-17; docs/maths/hybrid.md (real-valued implementation).
     """
     side = check_side(side)
     projection = check_projection(projection)

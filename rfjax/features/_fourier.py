@@ -111,7 +111,7 @@ def cosine_features(
 
     References:
       Rahimi & Recht 2007; Sutherland & Schneider 2015, arXiv:1506.02785 (psi and both
-      variances); EQUATIONS.md Part 1, Eq. 3.
+      variances); docs/maths/fourier_features.md.
     """
     projection = check_projection(projection)
     offsets = jnp.asarray(offsets)

@@ -342,8 +342,8 @@ def gaussian_hybrid_features(
 ) -> jax.Array:
     """Normalised bipolar Gaussian hybrid features for the softmax kernel (HRF Eq. 20, App. F).
 
-    Reconstruction (EQUATIONS.md Eq. 20, UNCERTAIN in the paper; this is the choice made): with
-    bandwidth tau and the input length r (inputs on the sphere S(r)),
+    Reconstruction (HRF Eq. 20, docs/maths/hybrid.md; uncertain in the paper; this is the
+    choice made): with bandwidth tau and the input length r (inputs on the sphere S(r)),
 
       lambda(x, y) = (exp(-|x + y|^2 / (2 tau^2)) - c) / (1 - c),   c = exp(-2 r^2 / tau^2),
 

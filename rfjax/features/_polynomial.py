@@ -56,7 +56,7 @@ def polynomial_features(
     References:
       Kar & Karnick, "Random Feature Maps for Dot Product Kernels", AISTATS 2012; Kakade,
       lecture notes on random features, polynomial kernels, with the corrections of
-      EQUATIONS.md Part 4 (degree i in the product, |W| = l(l+1)/2).
+      docs/maths/fourier_features.md (degree i in the product, |W| = l(l+1)/2).
     """
     coefficients = check_coefficients(coefficients)
     projection = check_projection(projection)
@@ -80,7 +80,10 @@ def polynomial_features(
     factors = projected.reshape(*projected.shape[:-1], per_feature, width)
     # The i factors of the degree-i term are groups i(i-1)/2 .. i(i+1)/2 - 1.
     features = sum(
-        math.sqrt(c) * jnp.prod(factors[..., i * (i - 1) // 2 : i * (i + 1) // 2, :], axis=-2)
-        for i, c in enumerate(coefficients, start=1)
+        (
+            math.sqrt(c) * jnp.prod(factors[..., i * (i - 1) // 2 : i * (i + 1) // 2, :], axis=-2)
+            for i, c in enumerate(coefficients, start=1)
+        ),
+        start=jnp.zeros((), projected.dtype),
     )
     return features / math.sqrt(width)

@@ -16,7 +16,7 @@ from rfjax.projections import Projection
 
 PositiveKernel = Literal["softmax", "gaussian"]
 POSITIVE_KERNELS: tuple[PositiveKernel, ...] = ("softmax", "gaussian")
-STABILIZERS = (None, "row")
+STABILIZERS: tuple[Literal["row"] | None, ...] = (None, "row")
 
 # phi(x) = exp(w.x - a |x|^2) / sqrt(width): a = 1/2 for softmax, 1 for Gaussian (Eq. 6-7).
 _SQUARED_NORM_WEIGHT = {"softmax": 0.5, "gaussian": 1.0}

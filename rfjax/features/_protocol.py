@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +67,8 @@ class FeatureMap(abc.ABC):
     symmetric: ClassVar[bool] = True
     needs_denominator_floor: ClassVar[bool] = False
     fitted_fields: ClassVar[tuple[str, ...]] = ()
+    # Declared for type checkers (``replace``): every subclass is a dataclass.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     @abc.abstractmethod
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:

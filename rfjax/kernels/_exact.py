@@ -64,7 +64,7 @@ def gaussian(x: jax.Array, y: jax.Array, *, lengthscale: float = 1.0) -> jax.Arr
       1.0
 
     References:
-      SimRF paper (Reid et al. 2023, arXiv:2301.13856) Eq. 4; EQUATIONS.md Part 1.
+      SimRF paper (Reid et al. 2023, arXiv:2301.13856) Eq. 4; docs/maths/positive_features.md.
     """
     x, y = _check_pair(x, y)
     lengthscale = check_real("lengthscale", lengthscale, positive=True)
@@ -142,7 +142,7 @@ def angular(x: jax.Array, y: jax.Array) -> jax.Array:
       Kernel values in [-1, 1], shape ``broadcast(x.shape[:-1], y.shape[:-1])``.
 
     References:
-      Choromanski & Fagan, structured matrices, Eq. 2 (f = sgn); EQUATIONS.md Part 3.
+      Choromanski & Fagan, structured matrices, Eq. 2 (f = sgn); docs/maths/structured.md.
     """
     x, y = _check_pair(x, y)
     _, _, cosine = _norms_and_cosine(x, y)
@@ -169,7 +169,7 @@ def arccos(x: jax.Array, y: jax.Array, *, order: int) -> jax.Array:
 
     References:
       Cho & Saul, "Kernel Methods for Deep Learning", NeurIPS 2009; Choromanski & Fagan,
-      structured matrices, Eq. 2 examples (EQUATIONS.md Part 3).
+      structured matrices, Eq. 2 examples (docs/maths/structured.md).
     """
     x, y = _check_pair(x, y)
     order = check_order(order)
@@ -202,7 +202,7 @@ def polynomial(x: jax.Array, y: jax.Array, *, coefficients: Sequence[float]) -> 
 
     References:
       Kakade, lecture notes on random features, polynomial kernels (as corrected in
-      EQUATIONS.md Part 4).
+      docs/maths/fourier_features.md, other kernels).
     """
     x, y = _check_pair(x, y)
     coefficients = check_coefficients(coefficients)

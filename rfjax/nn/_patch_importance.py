@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from rfjax._validation import check_int, check_real
 from rfjax.attention import data_normalizer
-from rfjax.features import FeatureMap
+from rfjax.features import FeatureMap, Side
 from rfjax.projections import Projection
 
 
@@ -41,7 +41,7 @@ def _check_queries_keys(query: object, key: object) -> tuple[jax.Array, jax.Arra
 
 
 def _features(
-    x: jax.Array, projection: Projection, feature_map: FeatureMap, *, side: str
+    x: jax.Array, projection: Projection, feature_map: FeatureMap, *, side: Side
 ) -> jax.Array:
     """phi(x') (..., T, w) of x' = H^{-1/4} x, stabilised by the map's log-space form with shifts
     that cancel in A.

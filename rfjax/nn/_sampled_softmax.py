@@ -185,26 +185,27 @@ def proposal_features(
     embeddings = check_inputs("embeddings", embeddings, dim=queries.shape[-1])
     sampler = projections.get(coupling)
     dim = queries.shape[-1]
-    inputs = [
+    q, e = (
         normalize_for_proposal(jax.lax.stop_gradient(x), temperature) for x in (queries, embeddings)
-    ]
+    )
     base_key, coefficient_key = jax.random.split(key)
     base = sampler(base_key, dim, num_features, dtype=queries.dtype)
     if proposal == "positive":
-        return tuple(positive_features(x, base, antithetic=True) for x in inputs)
+        return positive_features(q, base, antithetic=True), positive_features(
+            e, base, antithetic=True
+        )
     if proposal == "trigonometric":
-        return tuple(trigonometric_features(x, base) for x in inputs)
+        return trigonometric_features(q, base), trigonometric_features(e, base)
     coefficient = sampler(coefficient_key, dim, num_coefficient_features, dtype=queries.dtype)
-    sides = ("query", "key")
     if proposal == "angular_hybrid":
-        return tuple(
-            angular_hybrid_features(x, base, base, coefficient, side=side)
-            for x, side in zip(inputs, sides, strict=True)
+        return (
+            angular_hybrid_features(q, base, base, coefficient, side="query"),
+            angular_hybrid_features(e, base, base, coefficient, side="key"),
         )
     radius = 1.0 / jnp.sqrt(temperature)
-    return tuple(
-        _gaussian_hybrid_on_sphere(x, radius, base, coefficient, side)
-        for x, side in zip(inputs, sides, strict=True)
+    return (
+        _gaussian_hybrid_on_sphere(q, radius, base, coefficient, "query"),
+        _gaussian_hybrid_on_sphere(e, radius, base, coefficient, "key"),
     )
 
 

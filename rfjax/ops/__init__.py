@@ -17,6 +17,7 @@ Fourier features in one pass; XLA:CPU's own sin/cos run element by element).
 from __future__ import annotations
 
 import operator
+from typing import SupportsIndex
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ def is_power_of_two(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 
 
-def _normalize_axis(axis: object, ndim: int) -> int:
+def _normalize_axis(axis: SupportsIndex, ndim: int) -> int:
     """``axis`` as an index in [0, ndim): any integer (Python or NumPy), not a bool or a float."""
     if isinstance(axis, (bool, np.bool_)):
         raise TypeError(f"axis must be an integer, got {axis!r}")

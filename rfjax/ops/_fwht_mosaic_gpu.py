@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -201,7 +202,7 @@ def _transform(x: jax.Array, normalize: bool, *, interpret: bool) -> jax.Array:
     # The two operands of an MMA must share one swizzle: the one of the narrower factor.
     mma_b = _transforms(min(plan.a, plan.b) if stage2 else plan.b, plan.mma_dtype)
     parts_b = mma_b
-    scratch = dict(
+    scratch: dict[str, Any] = dict(
         x_smem=plgpu.SMEM(
             (plan.tile_rows, plan.b), x.dtype, transforms=() if plan.split_input else mma_b
         ),

@@ -219,7 +219,7 @@ def _chain(x, signs, norms, simplex: bool, *, interpret: bool) -> jax.Array:
     # whole axis), so the array is written as (rows, B p) for p = 128 ... 512, as
     # (rows, B a, 128) for p = 128 a >= 1024, and as (B, rows, p) below 128 (transposed after).
     if p < LANES:
-        out_shape = (num_blocks, rows, p)
+        out_shape: tuple[int, ...] = (num_blocks, rows, p)
         out_spec = pl.BlockSpec((None, block_rows, p), lambda i, b: (b, i, 0))
     elif len(vector) == 1:
         out_shape = (rows, num_blocks * p)

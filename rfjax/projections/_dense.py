@@ -45,7 +45,7 @@ def haar_rotations(key: jax.Array, num_blocks: int, dim: int, dtype: jnp.dtype) 
     """Haar-distributed orthogonal matrices, shape ``(num_blocks, dim, dim)``.
 
     QR of a Gaussian matrix with the sign fix Q diag(sign(diag(R))); without the fix the rows are
-    not isotropic (EQUATIONS.md, implementation pitfalls).
+    not isotropic (docs/maths/couplings.md, orthogonal).
     """
     gaussian_matrices = jax.random.normal(key, (num_blocks, dim, dim), dtype)
     q, r = jnp.linalg.qr(gaussian_matrices)
@@ -214,7 +214,7 @@ def simplex(
       partial_block: what the last block of r = m mod d rows is when m is not a multiple of d.
         ``"truncate"`` (default, as in the paper and the Performer): the first r rows of a full
         d-simplex block. ``"simplex"``: an r-vertex simplex (cosine -1/(r-1)), which has lower
-        RF-conformity and is also unbiased (EQUATIONS.md, NOT IN PAPER note).
+        RF-conformity and is also unbiased (docs/maths/couplings.md, not in the paper).
 
     Returns:
       A ``DenseProjection`` of shape ``(m, d)`` with ``block_size == dim``.

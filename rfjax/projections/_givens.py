@@ -179,5 +179,9 @@ def givens(
     if num_layers is None:
         num_layers = default_num_layers(dim)
     num_layers = check_int("num_layers", num_layers, minimum=0)
-    factors = _givens_factors(key, dim, num_features, dtype, num_layers)
-    return GivensProjection(*factors, output_dim=num_features)
+    signs, permutation, layers, inverses, angles, norms = _givens_factors(
+        key, dim, num_features, dtype, num_layers
+    )
+    return GivensProjection(
+        signs, permutation, layers, inverses, angles, norms, output_dim=num_features
+    )

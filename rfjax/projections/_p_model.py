@@ -1,6 +1,6 @@
 """The P-model of Choromanski & Fagan: structured Gaussian matrices from a budget of randomness.
 
-A P-model (arXiv:1604.07356, Sec. 2.2, Eq. 3; EQUATIONS.md Part 3) draws a budget of randomness
+A P-model (arXiv:1604.07356, Sec. 2.2, Eq. 3; docs/maths/structured.md) draws a budget of randomness
 g ~ N(0, I_t) and builds the rows of a k x n block from fixed matrices P_0..P_{k-1} in R^{t x n}:
 
     a^i = g^T P_i,    i = 0..k-1.
@@ -587,7 +587,7 @@ def p_model(
     parameters = None
     if matrices is not None:
         parameters = _check_matrices(matrices, n, dtype)
-        model = DenseMatrices(rows=parameters.shape[0], budget_length=parameters.shape[1])
+        model: PModel = DenseMatrices(rows=parameters.shape[0], budget_length=parameters.shape[1])
     else:
         model = _check_generator(generator, n)
     num_blocks = _num_blocks(model.num_rows(n), num_features)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -79,8 +80,12 @@ def _output_dtype(x: jax.Array, leaf: jax.Array) -> jnp.dtype:
     return jnp.result_type(x.dtype, leaf.dtype)
 
 
+class _UnjittedApply(Protocol):
+    def _apply_unjitted(self, x: jax.Array) -> jax.Array: ...
+
+
 @jax.jit
-def _jit_apply(projection: Projection, x: jax.Array) -> jax.Array:
+def _jit_apply(projection: _UnjittedApply, x: jax.Array) -> jax.Array:
     """``projection._apply_unjitted(x)`` compiled as one computation (no op-by-op dispatch)."""
     return projection._apply_unjitted(x)
 
@@ -299,9 +304,9 @@ def fast_simplex(
     return HadamardProjection(signs, norms, dim, num_features, simplex=True)
 
 
-hd_orthogonal.__doc__ = hd_orthogonal.__doc__.format(
+hd_orthogonal.__doc__ = (hd_orthogonal.__doc__ or "").format(
     note=_HD_APPROXIMATION_NOTE.format(geometry="exactly orthogonal")
 )
-fast_simplex.__doc__ = fast_simplex.__doc__.format(
+fast_simplex.__doc__ = (fast_simplex.__doc__ or "").format(
     note=_HD_APPROXIMATION_NOTE.format(geometry="at pairwise cosine exactly -1/(p-1)")
 )

@@ -292,7 +292,7 @@ def effective_conformity(
 
     References:
       Reid et al. 2023, arXiv:2301.13856, Eq. 10-11 and footnote 2 (multi-block form derived in
-      EQUATIONS.md).
+      docs/maths/positive_features.md).
     """
     rho_block = _inputs.real_array("block_conformity", block_conformity)
     v = _inputs.real_array("v", v)

@@ -8,7 +8,7 @@ Delta = x - y, theta the angle between x and y (pi/2 when either is zero, as in
 
 References:
   Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Lemma 2.2, 3.2,
-  3.4, Theorem 3.1, 3.5; EQUATIONS.md Part 2 (derivations of the exact expressions).
+  3.4, Theorem 3.1, 3.5; docs/maths/hybrid.md (derivations of the exact expressions).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def complex_exponential_mse(
 ) -> jax.Array:
     """MSE of Re SM-hat^m_A, the real part of the complex-exponential estimator (HRF Eq. 16).
 
-    With u = A x + A^{-T} y = a + i b (EQUATIONS.md, derived):
+    With u = A x + A^{-T} y = a + i b (docs/maths/hybrid.md):
 
       MSE = (SM^2 / m) [ (e^{|a|^2 + |b|^2} + e^{|a|^2 - |b|^2} cos(2 a.b)) / 2 - 1 ],
 
@@ -306,7 +306,8 @@ def _sphere_args(theta: ArrayLike, radius: ArrayLike) -> tuple[jax.Array, jax.Ar
         raise ValueError(f"theta must lie in [0, pi], got {theta}")
     if is_concrete(radius) and bool(jnp.any(radius < 0)):
         raise ValueError(f"radius must be >= 0, got {radius}")
-    return jnp.broadcast_arrays(theta, radius)
+    theta, radius = jnp.broadcast_arrays(theta, radius)
+    return theta, radius
 
 
 def trigonometric_relative_error(
@@ -390,7 +391,7 @@ def angular_hybrid_relative_error(
 
     with the moments of Lemma 3.2; both variants (equal norms). It vanishes at theta = 0 and pi
     (like sqrt(2/(m n pi)) sinh(2 r^2) sqrt(theta) near 0). The paper's explicit upper bound
-    was not recovered (EQUATIONS.md Eq. 27, UNCERTAIN); this is the exact expression it bounds.
+    was not recovered (docs/maths/hybrid.md, Eq. 27); this is the exact expression it bounds.
 
     Args:
       theta: angle(s) in [0, pi].

@@ -127,7 +127,7 @@ def coupling_name(coupling: str) -> Coupling:
             f"coupling={coupling!r} has no closed form. {_NO_CLOSED_FORM[coupling]}. The closed "
             f"forms cover coupling in {', '.join(map(repr, COUPLINGS))}"
         )
-    return check_choice("coupling", coupling, COUPLINGS)  # type: ignore[return-value]
+    return check_choice("coupling", coupling, COUPLINGS)
 
 
 def dimension(dim: int, coupling: str = "gaussian") -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from rfjax.theory import _inputs, _quadrature, _series
 from rfjax.theory._bucketing import call_bucketed
@@ -36,7 +37,7 @@ def _log_at_angle(
     return _inputs.guard_norm(log_rho, v2)
 
 
-def log_at_angle(dim: int, v2: jax.Array, cos_theta: jax.Array) -> jax.Array:
+def log_at_angle(dim: int, v2: jax.Array, cos_theta: ArrayLike) -> jax.Array:
     """log rho_theta by the quadrature of SimRF Eq. 21; NaN where v > 100."""
     dtype = v2.dtype
     normaliser = _quadrature.log_weight_normaliser(dim)
@@ -75,7 +76,7 @@ def _rff_simplex(
 
 def rff_simplex(dim: int, z2: jax.Array) -> jax.Array:
     """E[cos(w_i^T delta) cos(w_j^T delta)] in a simplex block: [rho_theta + rho_(pi - theta)]/2
-    with v^2 -> -z^2 (EQUATIONS.md, not in paper); NaN where z > 20."""
+    with v^2 -> -z^2 (docs/maths/fourier_features.md); NaN where z > 20."""
     dtype = z2.dtype
     sin_u, weights = (jnp.asarray(a, dtype) for a in _quadrature.signed_rule(dim))
     cosine = jnp.asarray(-1.0 / (dim - 1), dtype)

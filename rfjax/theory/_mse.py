@@ -117,7 +117,7 @@ def _rff_block_conformity(coupling: Coupling, dim: int, z2: jax.Array) -> jax.Ar
 
     Orthogonal: Eq. 23 with v^2 -> -z^2, i.e. 1F1(d; d/2; -z^2/2), summed through Kummer's
     transform. Simplex: w_i + w_j and w_i - w_j subtend theta and pi - theta, so
-    rho = [rho_theta + rho_(pi - theta)] / 2 with v^2 -> -z^2 (EQUATIONS.md, not in paper).
+    rho = [rho_theta + rho_(pi - theta)] / 2 with v^2 -> -z^2 (docs/maths/fourier_features.md).
     """
     if coupling == "orthogonal":
         return _kernels.rff_orthogonal(dim, z2)

@@ -61,7 +61,7 @@ def coherence_graphs(p_model: PModelProjection | ArrayLike) -> dict[tuple[int, i
     For the paper's Fig. 1 (circulant, n = 5) every G_{i1,i2} is the 5-cycle; for Toeplitz
     matrices they are disjoint paths (Fig. 2). Here the vertex set is the columns and the
     graphs are indexed by pairs of rows, as in the figures (coloured entries of two highlighted
-    rows); EQUATIONS.md Part 3 reconstructs the transposed reading (rows indexed by a pair of
+    rows); docs/maths/structured.md also gives the transposed reading (rows indexed by a pair of
     columns), which gives isomorphic graphs for circulant, Toeplitz and Hankel matrices.
 
     Args:
@@ -234,7 +234,7 @@ def _probability(value: np.ndarray) -> np.ndarray:
     return np.minimum(1.0, value)
 
 
-def _epsilon(epsilon: object) -> np.ndarray:
+def _epsilon(epsilon: ArrayLike) -> np.ndarray:
     epsilon = host_real_array("epsilon", epsilon)
     if np.any(epsilon <= 0):
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
@@ -258,9 +258,10 @@ def chromatic_deviation_bound(
     i.i.d. rows (``rff_pointwise_bound``).
 
     This is the mechanism by which Choromanski & Fagan (Sec. 3, the main theorem; its exact
-    statement, with coherence and HD terms, is lost in the seed's extraction, EQUATIONS.md Part
-    3 "15-19 not recovered") tie concentration to the chromatic number: "a larger budget of
-    randomness ... decreases the chromatic numbers ... and that implies better concentration".
+    statement, with coherence and HD terms, is lost in the seed's extraction;
+    docs/maths/structured.md, "Concentration") tie concentration to the chromatic number: "a
+    larger budget of randomness ... decreases the chromatic numbers ... and that implies better
+    concentration".
     It is a theorem when chi colours the dependency graph of the summands. For a structured
     matrix on dense (e.g. HD-preprocessed) inputs every two rows share randomness, so with
     chi = chi[P] (which colours the coherence graphs, not that dependency graph) it is the
