@@ -5,7 +5,6 @@ test_projections.py (default options) and test_structured_projections.py (prepro
 """
 
 import dataclasses
-import doctest
 import math
 from typing import ClassVar
 
@@ -177,10 +176,3 @@ def test_bad_arguments():
         projections.low_displacement_rank(key, 4, 4, rank=0)
     with pytest.raises(ValueError, match="block must be < 1"):
         projections.circulant(key, 4, 4).block_matrices(1)
-
-
-def test_docstring_examples_run():
-    from rfjax.projections import _p_model
-
-    result = doctest.testmod(_p_model)
-    assert result.attempted > 0 and result.failed == 0

@@ -1,6 +1,5 @@
 """Theory of structured features: the paper's Figures 1-2, chromatic numbers, bounds."""
 
-import doctest
 import math
 
 import jax
@@ -241,10 +240,3 @@ def test_uniform_bound_formula_and_monotonicity():
         eps, m, d, diameter=diameter, sigma_p=sigma_p, embedding="cosine_bias"
     )
     assert more < value < bias  # more features help; the sin/cos bound is the tighter one
-
-
-def test_docstring_examples_run():
-    from rfjax.theory import _structured
-
-    result = doctest.testmod(_structured)
-    assert result.attempted > 0 and result.failed == 0

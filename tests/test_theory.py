@@ -8,7 +8,6 @@ pass when |measured - predicted| <= 4 standard errors.
 
 from __future__ import annotations
 
-import doctest
 import functools
 import json
 import math
@@ -21,7 +20,6 @@ import pytest
 from scipy import special
 
 from rfjax import projections, theory
-from rfjax.theory import _conformity, _hybrid, _inputs, _monte_carlo, _mse, _series
 
 NSIG = 4.0
 NUM_DRAWS = 40_000
@@ -101,7 +99,7 @@ def _prf_kernel(kernel: str) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Reference values (EQUATIONS.md Part 5) and the small-v prefactor (Sec. 5.1)
+# Reference values (docs/maths/positive_features.md) and the small-v prefactor (Sec. 5.1)
 # --------------------------------------------------------------------------------------------
 
 REFERENCE_TABLE = [
@@ -294,7 +292,7 @@ def test_rff_asymptotic_ratio_eq27_converges_like_one_over_d():
 
 
 def test_rff_simplex_is_worse_than_orthogonal():
-    # EQUATIONS.md (not in paper): MSE/MSE_IID at z = 1, m = d: ORF 0.300 vs SimRF 0.465 (d = 6).
+    # docs/maths/fourier_features.md: MSE/MSE_IID at z = 1, m = d: ORF 0.300 vs SimRF 0.465 (d = 6).
     for dim, orf, sim in ((6, 0.300, 0.465), (64, 0.098, 0.112)):
         x = np.zeros(dim)
         x[0] = 1.0
@@ -355,7 +353,7 @@ def test_rff_cosine_bias_mse_matches_monte_carlo():
     mse, se = _mean_se((estimates - truth) ** 2)
     predicted = theory.rff_mse(RFF_X, RFF_Y, num_features, embedding="cosine_bias")
     _assert_within(mse, se, float(predicted))
-    # psi is worse than phi for the Gaussian kernel (EQUATIONS.md Eq. 3 note)
+    # psi is worse than phi for the Gaussian kernel (docs/maths/fourier_features.md, Eq. 3)
     assert predicted > theory.rff_mse(RFF_X, RFF_Y, num_features)
 
 
@@ -380,7 +378,7 @@ def test_monte_carlo_conformity_matches_closed_forms(coupling):
 
 def test_monte_carlo_conformity_with_a_sampler_callable_and_general_angle():
     # Partial block as an r-vertex simplex (r = 3, cos = -1/2): pairs in it have the Eq. 21
-    # conformity at theta = arccos(-1/2) (EQUATIONS.md: 1.689 at d = 6, v = 1).
+    # conformity at theta = arccos(-1/2) (docs/maths/couplings.md: 1.689 at d = 6, v = 1).
     np.testing.assert_allclose(
         theory.conformity_at_angle(DIM, 1.0, math.acos(-0.5)), 1.689, atol=5e-4
     )
@@ -613,12 +611,6 @@ def test_log_hyp0f1_matches_mpmath_and_scipy_derivative():
         theory.log_hyp0f1(1.0, -1.0)
     with pytest.raises(ValueError, match="b must be > 0"):
         theory.log_hyp0f1(0.0, 1.0)
-
-
-def test_docstring_examples_run():
-    for module in (_conformity, _mse, _hybrid, _series, _inputs, _monte_carlo):
-        result = doctest.testmod(module, extraglobs={"jax": jax, "jnp": jnp})
-        assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
 # --------------------------------------------------------------------------------------------
