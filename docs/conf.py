@@ -10,8 +10,12 @@ Build (from the repository root, warnings as errors):
   editing the docs.
 * Maths notes (``maths/``) and ``RESULTS.md`` are MyST Markdown with ``$...$`` maths.
 * The colabs (``../colabs/*.ipynb``, committed without outputs) are copied into
-  ``_generated/colabs`` and executed by MyST-NB on every build, in quick mode
-  (``RFJAX_COLAB_QUICK=1``, small sizes) unless the environment sets ``RFJAX_COLAB_QUICK``
+  ``_generated/colabs`` and rendered with outputs. The test suite executes them
+  (``tests/test_colabs.py``, quick mode) and leaves the executed copies in
+  ``_generated/executed_colabs``; a build after the tests renders those copies as they are (no
+  second execution) when their cells equal the committed notebook's. Otherwise (no test run
+  before, or a notebook edited since) MyST-NB executes the notebook during the build, in quick
+  mode (``RFJAX_COLAB_QUICK=1``, small sizes) unless the environment sets ``RFJAX_COLAB_QUICK``
   (``RFJAX_COLAB_QUICK=0`` renders them at full size, about a minute of CPU time more).
 """
 
@@ -23,11 +27,14 @@ import pathlib
 import re
 import shutil
 
+import nbformat
+
 import rfjax
 
 DOCS = pathlib.Path(__file__).resolve().parent
 ROOT = DOCS.parent
 GENERATED = DOCS / "_generated"
+EXECUTED_COLABS = GENERATED / "executed_colabs"  # written by tests/test_colabs.py
 
 project = "rfjax"
 author = "rfjax authors"
@@ -72,13 +79,26 @@ html_theme = "furo"
 html_title = f"rfjax {release}"
 
 
+def _cells(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source) for cell in notebook.cells]
+
+
 def _prepare_colabs() -> None:
-    """Copies the committed notebooks next to the docs sources (Sphinx reads only its own tree)."""
+    """Copies the notebooks next to the docs sources (Sphinx reads only its own tree): the test
+    suite's executed copy where it matches the committed notebook (rendered without executing it
+    again), else the committed notebook (executed during the build)."""
     target = GENERATED / "colabs"
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    for notebook in sorted((ROOT / "colabs").glob("*.ipynb")):
-        shutil.copy2(notebook, target / notebook.name)
+    for path in sorted((ROOT / "colabs").glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        executed_path = EXECUTED_COLABS / path.name
+        if executed_path.exists():
+            executed = nbformat.read(executed_path, as_version=4)
+            if _cells(executed) == _cells(notebook):
+                executed.metadata["mystnb"] = {"execution_mode": "off"}
+                notebook = executed
+        nbformat.write(notebook, target / path.name)
 
 
 def _kernel_environment() -> None:

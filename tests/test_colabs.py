@@ -1,4 +1,8 @@
-"""Colabs: each .ipynb matches its jupytext .py source and runs without errors in quick mode."""
+"""Colabs: each .ipynb matches its jupytext .py source and runs without errors in quick mode.
+
+The executed notebooks are left in ``docs/_generated/executed_colabs``: the docs build renders
+them from there instead of executing the colabs a second time (``docs/conf.py``).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-COLABS = pathlib.Path(__file__).resolve().parent.parent / "colabs"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COLABS = ROOT / "colabs"
+EXECUTED = ROOT / "docs" / "_generated" / "executed_colabs"  # read by docs/conf.py
 NOTEBOOKS = ("tour", "simrf_attention", "hybrid_features", "nnx_vit")
 KERNEL_NAME = "rfjax-test-python"
 TIMEOUT_S = 120  # per cell
@@ -71,9 +77,10 @@ def _execute_concurrently(
     Cell errors are recorded as outputs (``allow_errors``) so that every notebook runs to its end.
     """
     with pytest.MonkeyPatch.context() as patch:
-        # The kernels inherit this environment: quick sizes, a non-interactive matplotlib.
+        # The kernels inherit this environment: quick sizes; matplotlib's backend is ipykernel's
+        # inline one (figures become outputs, for the docs), never one inherited from the shell.
         patch.setenv("RFJAX_COLAB_QUICK", "1")
-        patch.setenv("MPLBACKEND", "Agg")
+        patch.delenv("MPLBACKEND", raising=False)
         patch.setenv("JAX_PLATFORMS", "cpu")
         # Quick runs are mostly XLA compilation: unoptimised CPU code compiles about 2.5x faster
         # (same results; the quick sizes make the slower code irrelevant).
@@ -116,3 +123,6 @@ def test_notebooks_execute_in_quick_mode(tmp_path):
     _execute_concurrently(notebooks, tmp_path)
     problems = {name: _problems(notebook) for name, notebook in notebooks.items()}
     assert not any(problems.values()), {name: p for name, p in problems.items() if p}
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    for name, notebook in notebooks.items():
+        nbformat.write(notebook, EXECUTED / f"{name}.ipynb")
