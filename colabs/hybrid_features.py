@@ -172,7 +172,7 @@ for name, values in estimates.items():
 # | angular hybrid | `angular_hybrid_mse(x, y, m, n, variant="shared")` |
 #
 # (no closed form is offered for the Gaussian hybrid: its coefficient is a reconstruction,
-# EQUATIONS.md Eq. 20).
+# docs/maths/hybrid.md, Eq. 20).
 
 # %%
 mse_theory = {

@@ -1,9 +1,10 @@
 """Kernel estimation error of structured (circulant, Toeplitz, Hankel, HD) projections.
 
-Choromanski & Fagan, "Fast nonlinear embeddings via structured matrices" (seed 003, EQUATIONS.md
-Part 3): the paper proves that structured Gaussian matrices (with the H D_3 H D_2 H D_1
-preprocessing of its Step 1) estimate the angular, arc-cosine and Gaussian kernels about as
-well as an unstructured Gaussian matrix; it reports no experiment, so this one measures it.
+Choromanski & Fagan, "Fast nonlinear embeddings via structured matrices" (seed 003,
+docs/maths/structured.md): the paper proves that structured Gaussian matrices (with the
+H D_3 H D_2 H D_1 preprocessing of its Step 1) estimate the angular, arc-cosine and Gaussian
+kernels about as well as an unstructured Gaussian matrix; it reports no experiment, so this one
+measures it.
 
 Command:
   python -m experiments.main --config=configs/structured_kernels.py        # ~2.5 min, 2 busy cores

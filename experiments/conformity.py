@@ -378,7 +378,7 @@ def _gain_sentence(differences: list[dict], v: float) -> str:
     )
 
 
-# EQUATIONS.md (Eq. 17 notes, check SIM-P+c; Eq. 24 / Part 5 values): at d = 6, v = 0.5 the
+# docs/maths/couplings.md (SimRF+, Eq. 17; Monte Carlo check) and Eq. 24: at d = 6, v = 0.5 the
 # drop from SimRF to SimRF+ is 5.3e-3 and from ORF to SimRF 5.6e-2.
 REFERENCE_DROPS = {
     "dim": 6,
@@ -399,7 +399,7 @@ def _reference_sentence(differences: list[dict], config: ml_collections.ConfigDi
         for name in ("simplex - simplex_plus", "orthogonal - simplex")
     )
     return (
-        "Reference values (`EQUATIONS.md`, Eq. 17 notes, verified Monte Carlo at d = 6, "
+        "Reference values (`docs/maths/couplings.md`, SimRF+, verified Monte Carlo at d = 6, "
         f"v = 0.5) beside ours: {parts}.\n\n"
     )
 

@@ -1,9 +1,9 @@
 """Concentration of structured (P-model) random Fourier features against the bounds.
 
 Choromanski & Fagan, "Fast nonlinear embeddings via structured matrices" (seed 003,
-arXiv:1604.07356; EQUATIONS.md Part 3). Every family is a ``rfjax.projections.PModel`` drawn with
-``projections.p_model`` (the unstructured Gaussian one as ``IndependentRows``, t = n^2), with
-and without the H D_3 H D_2 H D_1 preprocessing (Step 1, Eq. 12). The Gaussian kernel is
+arXiv:1604.07356; docs/maths/structured.md). Every family is a ``rfjax.projections.PModel``
+drawn with ``projections.p_model`` (the unstructured Gaussian one as ``IndependentRows``, t = n^2),
+with and without the H D_3 H D_2 H D_1 preprocessing (Step 1, Eq. 12). The Gaussian kernel is
 estimated with sin/cos features (``features.fourier_features``) on pairs of real points; the
 bounds come from ``rfjax.theory``: ``rff_pointwise_bound`` (Kakade), ``chromatic_deviation_bound``
 with chi[P] from ``p_model_chromatic_number``, ``structured_fourier_bound`` with the row

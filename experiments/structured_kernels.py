@@ -1,7 +1,7 @@
 """Gram-matrix error of structured projections vs an unstructured Gaussian one.
 
 Choromanski & Fagan, "Fast nonlinear embeddings via structured matrices" (seed 003,
-arXiv:1604.07356; EQUATIONS.md Part 3). Each method draws a projection with
+arXiv:1604.07356; docs/maths/structured.md). Each method draws a projection with
 ``rfjax.projections.get(coupling)`` (circulant, Toeplitz and Hankel optionally with
 ``preprocess=True``, the H D_3 H D_2 H D_1 rotation of the paper's Step 1) and estimates the
 angular (``features.angular_features``), arc-cosine of order 1 (``features.arccos_features``)
@@ -346,7 +346,7 @@ def summarise(
     return f"""# Structured projections vs unstructured Gaussian: kernel Gram-matrix error
 
 Choromanski & Fagan, "Fast nonlinear embeddings via structured matrices" (seed
-`003_7f79be11405208c9.txt`, arXiv:1604.07356; EQUATIONS.md Part 3). The paper proves that
+`003_7f79be11405208c9.txt`, arXiv:1604.07356; docs/maths/structured.md). The paper proves that
 Gaussian circulant, Toeplitz and Hankel matrices (its P-model, Eq. 7-10), applied after the
 preprocessing x -> H D_3 H D_2 H D_1 x (Step 1, Eq. 12), estimate kernels of the form
 E[f(w.x) f(w.y)] with concentration close to that of unstructured Gaussian matrices. It reports

@@ -537,7 +537,8 @@ def test_complex_exponential_mse(kind):
 
 
 def test_theorem_3_1_both_variants_discriminating_setting():
-    # EQUATIONS.md: m = 8, n = 4, |x| = 1.3, |y| = 0.3, theta = 2: variant II is well below I.
+    # docs/maths/hybrid.md: m = 8, n = 4, |x| = 1.3, |y| = 0.3, theta = 2: variant II is well
+    # below variant I.
     args = (1.3, 0.3, 2.0)
     x, y = _pair(*args)
     predicted_i = theory.angular_hybrid_mse(x, y, 8, 4, variant="independent")
