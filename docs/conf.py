@@ -71,7 +71,8 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
 
-exclude_patterns = ["_build", "README.md"]
+# The tests' executed colabs are read by _prepare_colabs, not pages of their own.
+exclude_patterns = ["_build", "README.md", "_generated/executed_colabs"]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 
 # --------------------------------------------------------------------------- HTML

@@ -113,10 +113,12 @@ def orthogonal_conformity(dim: int, v: ArrayLike) -> jax.Array:
 def simplex_conformity(dim: int, v: ArrayLike) -> jax.Array:
     """RF-conformity of simplex random features (SimRF): pairs at angle arccos(-1/(d-1)).
 
-    rho_SimRF = sqrt(pi) / (Gamma(d/2) 2^(d-1)) sum_k Gamma(k+d)/Gamma(k+d/2) (v^2/2)^k
-                sum_{p=0}^{k} (-1/(d-1))^p Gamma((d+p)/2)/Gamma((d+p+1)/2) / (p! (k-p)!)  (Eq. 24)
-              = E_u[1F1(d; d/2; (v^2/2)(1 - sin(u)/(d-1)))], u ~ sin(u)^(d-1) on [0, pi/2]
-                                                                                   (Eq. 21)
+    By Eq. 24 and, equivalently, Eq. 21::
+
+      rho_SimRF = sqrt(pi) / (Gamma(d/2) 2^(d-1)) sum_k Gamma(k+d)/Gamma(k+d/2) (v^2/2)^k
+                  sum_{p=0}^{k} (-1/(d-1))^p Gamma((d+p)/2)/Gamma((d+p+1)/2) / (p! (k-p)!)  (Eq. 24)
+                = E_u[1F1(d; d/2; (v^2/2)(1 - sin(u)/(d-1)))], u ~ sin(u)^(d-1) on [0, pi/2]
+                                                                                     (Eq. 21)
 
     The double series of Eq. 24 alternates in p and loses about (1 + 1/(d-1)) v^2 / ln(10)
     digits to cancellation (all of them by v ~ 6 for small d; it also needs O(v^4) terms), so
