@@ -161,7 +161,12 @@ def _mel_to_hertz(mel):
 
 
 def mel_filterbank(
-    num_mels: int, fft_size: int, sample_rate: float, *, low_hz: float = 0.0, high_hz=None
+    num_mels: int,
+    fft_size: int,
+    sample_rate: float,
+    *,
+    low_hz: float = 0.0,
+    high_hz: float | None = None,
 ) -> np.ndarray:
     """Triangular mel filters on the rfft bins (HTK mel scale m = 2595 log10(1 + f / 700)).
 

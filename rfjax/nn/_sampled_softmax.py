@@ -63,7 +63,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -345,7 +345,7 @@ def sample_proposal(
     num_samples: int,
     sampler: Literal["clipped", "decomposition"] = "clipped",
     uniform_floor: float = 0.01,
-    **feature_options,
+    **feature_options: Any,
 ) -> tuple[jax.Array, jax.Array]:
     """Negatives for a sampled softmax: M classes per query and their log-proposal log Q.
 

@@ -130,6 +130,16 @@ class PModel(abc.ABC):
         return np.transpose(np.asarray(jacobian, np.float64), (1, 2, 0))
 
 
+def _require_parameters(model: PModel, parameters: jax.Array | None) -> jax.Array:
+    """The random parameters a family with random P_i needs in ``apply``."""
+    if parameters is None:
+        raise ValueError(
+            f"{type(model).__name__}.apply needs the parameters of its P_i (from draw_parameters "
+            "or the dense matrices), got None"
+        )
+    return parameters
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _block_jacobian(model: PModel, n: int, parameters: jax.Array | None) -> jax.Array:
     """d(A_ij)/d(g_s) of one block, ``(n, k, t)``: entry [j, i, s] = (P_i)_sj (A is linear in g)."""
@@ -174,7 +184,7 @@ class Circulant(PModel):
     def budget_size(self, n: int) -> int:
         return n
 
-    def apply(self, budget, x, parameters):
+    def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         n = x.shape[-1]
         spectrum_g, spectrum_x = _spectra(budget, x, n)
         return jnp.fft.irfft(jnp.conj(spectrum_g) * spectrum_x, n=n, axis=-1)
@@ -194,7 +204,7 @@ class SkewCirculant(PModel):
     def budget_size(self, n: int) -> int:
         return n
 
-    def apply(self, budget, x, parameters):
+    def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         return negacyclic_convolution(budget, x[..., None, :])
 
 
@@ -210,7 +220,7 @@ class Hankel(PModel):
     def budget_size(self, n: int) -> int:
         return 2 * n - 1
 
-    def apply(self, budget, x, parameters):
+    def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         n = x.shape[-1]
         spectrum_g, spectrum_x = _spectra(budget, x, 2 * n)
         return jnp.fft.irfft(spectrum_g * jnp.conj(spectrum_x), n=2 * n, axis=-1)[..., :n]
@@ -228,7 +238,7 @@ class Toeplitz(PModel):
     def budget_size(self, n: int) -> int:
         return 2 * n - 1
 
-    def apply(self, budget, x, parameters):
+    def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         return Hankel().apply(budget, x, parameters)[..., ::-1]
 
 
@@ -262,13 +272,15 @@ class LowDisplacementRank(PModel):
     def budget_size(self, n: int) -> int:
         return self.rank * n
 
-    def draw_parameters(self, key, n, num_blocks, dtype):
+    def draw_parameters(
+        self, key: jax.Array, n: int, num_blocks: int, dtype: jnp.dtype
+    ) -> jax.Array | None:
         h = jax.random.normal(key, (num_blocks, self.rank, n), _compute_dtype(dtype))
         return orthonormalise_skew_circulants(h).astype(dtype)
 
-    def apply(self, budget, x, parameters):
+    def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         n = x.shape[-1]
-        h = parameters.astype(x.dtype)  # (B, R, n)
+        h = _require_parameters(self, parameters).astype(x.dtype)  # (B, R, n)
         inner = negacyclic_convolution(h, x[..., None, None, :])  # (..., B, R, n)
         g = budget.reshape(*budget.shape[:-1], self.rank, n)  # (B, R, n)
         spectrum = jnp.sum(jnp.fft.rfft(g, axis=-1) * jnp.fft.rfft(inner, axis=-1), axis=-2)
@@ -302,7 +314,7 @@ class IndependentRows(PModel):
     def budget_size(self, n: int) -> int:
         return n * n
 
-    def apply(self, budget, x, parameters):
+    def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         n = x.shape[-1]
         weights = budget.reshape(*budget.shape[:-1], n, n)  # (B, k, n)
         return jnp.einsum("...j,bij->...bi", x, weights)
@@ -329,13 +341,14 @@ class DenseMatrices(PModel):
     def num_rows(self, n: int) -> int:
         return self.rows
 
-    def block_parameters(self, parameters, block):
+    def block_parameters(self, parameters: jax.Array | None, block: int) -> jax.Array | None:
         return parameters  # one set of P_i shared by every block
 
-    def apply(self, budget, x, parameters):
-        return jnp.einsum("bs,isj,...j->...bi", budget, parameters.astype(x.dtype), x)
+    def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
+        matrices = _require_parameters(self, parameters).astype(x.dtype)
+        return jnp.einsum("bs,isj,...j->...bi", budget, matrices, x)
 
-    def matrices(self, n, parameters=None):
+    def matrices(self, n: int, parameters: jax.Array | None = None) -> np.ndarray:
         return np.asarray(parameters, np.float64)
 
 

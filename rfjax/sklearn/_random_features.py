@@ -29,6 +29,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -270,7 +271,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             )
         return num_vectors, bool(rest)
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: object = None) -> RandomFeatures:
         """Validates the parameters and ``X`` and draws the projection.
 
         Args:
@@ -291,8 +292,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             too large for the scale of ``X``): the features then carry no information.
         """
         self._validate_params()
-        X = validate_data(self, X, dtype=[np.float64, np.float32])
-        dim = X.shape[1]
+        data: np.ndarray = validate_data(self, X, dtype=[np.float64, np.float32])
+        dim = data.shape[1]
         seed = int(check_random_state(self.random_state).randint(2**31 - 1))
         self._compute_dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
         key = jax.random.key(seed)
@@ -301,7 +302,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             jax.random.fold_in(key, 1), dim, dtype=self._compute_dtype
         )
         if feature_map.fitted_fields:
-            u = jnp.asarray(X, self._compute_dtype) / self._lengthscale()
+            u = jnp.asarray(data, self._compute_dtype) / self._lengthscale()
             feature_map = feature_map.fit(jax.random.fold_in(key, 2), u, u)
         coupling = self.coupling
         if dim < _projections.info(coupling).min_dim:
@@ -323,7 +324,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 ),
             )
         self._n_features_out = self.n_components
-        self._warn_if_degenerate(X[:BLOCK_ROWS])
+        self._warn_if_degenerate(data[:BLOCK_ROWS])
         return self
 
     def _warn_if_degenerate(self, X: np.ndarray) -> None:
@@ -343,7 +344,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _lengthscale(self) -> float:
         return 1.0 / math.sqrt(2.0 * float(self.gamma))
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Maps ``X`` to random features.
 
         The rows go through one compiled function in blocks of ``BLOCK_ROWS`` (the last block
@@ -358,17 +359,17 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
           float64 otherwise.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        compute_dtype = self._compute_dtype if X.dtype == np.float64 else jnp.float32
-        out = np.empty((X.shape[0], self.n_components), X.dtype)
+        data: np.ndarray = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        compute_dtype = self._compute_dtype if data.dtype == np.float64 else jnp.float32
+        out = np.empty((data.shape[0], self.n_components), data.dtype)
         options = dict(
             lengthscale=self._lengthscale(),
             kernel=self.kernel,
             native_kernel=_features.info(self.features_).kernel,
         )
-        for start in range(0, X.shape[0], BLOCK_ROWS):
-            rows = X[start : start + BLOCK_ROWS]
-            block = np.zeros((BLOCK_ROWS, X.shape[1]), compute_dtype)
+        for start in range(0, data.shape[0], BLOCK_ROWS):
+            rows = data[start : start + BLOCK_ROWS]
+            block = np.zeros((BLOCK_ROWS, data.shape[1]), compute_dtype)
             block[: len(rows)] = rows
             z = _transform_block(
                 jnp.asarray(block),
