@@ -51,6 +51,7 @@ PACKAGES = (
     "rfjax.attention",
     "rfjax.sklearn",
     "rfjax.nn",
+    "rfjax.nn.nnx",
     "rfjax.data",
 )
 

@@ -1,7 +1,6 @@
 """rfjax.nn.nnx: PerformerAttention as a drop-in for flax.nnx.MultiHeadAttention, and the NNX
 PerformerViT trained with nnx.Optimizer."""
 
-import doctest
 import inspect
 
 import flax.linen as nn
@@ -13,10 +12,7 @@ import pytest
 from flax import nnx
 
 from rfjax import attention
-from rfjax.nn import _attention as linen_attention
 from rfjax.nn import nnx as rnnx
-from rfjax.nn.nnx import _attention as nnx_attention
-from rfjax.nn.nnx import _vit as nnx_vit
 
 BATCH, LENGTH, WIDTH, HEADS = 2, 10, 16, 2
 PAD = jnp.arange(LENGTH)[None, :] < jnp.array([[7], [LENGTH]])  # (B, T): 7 and 10 tokens
@@ -213,9 +209,3 @@ def test_fitted_feature_map_fields_are_state_that_the_attention_uses():
     centres = jax.random.normal(jax.random.key(5), fitted["query_centres"].shape)
     layer.fitted_feature_map.set_value({"query_centres": centres, "key_centres": centres})
     assert not np.allclose(layer(x), before)
-
-
-@pytest.mark.parametrize("module", [linen_attention, nnx_attention, nnx_vit])
-def test_docstring_examples_run(module):
-    result = doctest.testmod(module)
-    assert result.attempted > 0 and result.failed == 0

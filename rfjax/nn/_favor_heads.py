@@ -181,10 +181,10 @@ def favor_mask(
     can_be_causal = rows == key_length
     is_causal = can_be_causal & jnp.all(mask == (padding & jnp.tri(rows, dtype=bool)))
     if is_concrete(mask):
-        is_padding, is_causal = bool(is_padding), bool(is_causal)
-        if not (is_padding or is_causal):
+        padding_form, causal_form = bool(is_padding), bool(is_causal)
+        if not (padding_form or causal_form):
             raise ValueError(f"{MASK_FORMS}; got a mask that is neither")
-        return FavorMask(key_padding, causal or (is_causal and not is_padding))
+        return FavorMask(key_padding, causal or (causal_form and not padding_form))
     jax.debug.callback(_raise_unless_supported, is_padding | is_causal)
     if causal or not can_be_causal:
         return FavorMask(key_padding, causal)
