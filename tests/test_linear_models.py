@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import itertools
 import subprocess
 import sys
@@ -17,10 +16,6 @@ from rfjax import features, projections
 from rfjax.linear_models import (
     RandomFeatureRidgeModel,
     RandomFeatureTransform,
-    _blocks,
-    _model,
-    _statistics,
-    _transform,
     array_blocks,
     fit_random_feature_ridge,
     native_kernel,
@@ -201,12 +196,6 @@ def test_errors():
         solve_ridge_path(statistics, [0.0, 1.0])
     with pytest.raises(TypeError, match="fit_intercept"):
         solve_ridge(statistics, 1.0, fit_intercept=1)
-
-
-def test_docstring_examples_run():
-    for module in (_blocks, _model, _statistics, _transform):
-        result = doctest.testmod(module)
-        assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
 _SHARDED_SCRIPT = """

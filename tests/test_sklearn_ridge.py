@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-
 import jax
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ from sklearn.linear_model import Ridge, RidgeClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from rfjax.sklearn import RandomFeatureRidge, RandomFeatureRidgeClassifier, RandomFeatures, _ridge
+from rfjax.sklearn import RandomFeatureRidge, RandomFeatureRidgeClassifier, RandomFeatures
 
 
 # gamma = 0.03 instead of the default 1.0: check_regressors_train asks for R^2 > 0.5 on 10-D
@@ -92,8 +90,3 @@ def test_bad_parameters_are_named(params, name):
     x, y = _data()
     with pytest.raises(ValueError, match=name):
         RandomFeatureRidge(**params).fit(x, y)
-
-
-def test_docstring_examples_run():
-    result = doctest.testmod(_ridge)
-    assert result.failed == 0 and result.attempted > 0

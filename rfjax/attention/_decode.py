@@ -111,14 +111,14 @@ def _key_width(
 def _check_state(state: DecodeState, shape: tuple[int, int, int, int]) -> DecodeState:
     """The state's arrays must have the shapes ``favor_decode_init`` gives for (B, N, width,
     H_v) = ``shape``."""
-    expected = DecodeState(kv_sum=shape, k_sum=shape[:3], log_offset=shape[:2])
-    actual = DecodeState(*(jnp.shape(x) for x in state))
+    expected = (shape, shape[:3], shape[:2])  # kv_sum, k_sum, log_offset
+    actual = tuple(jnp.shape(x) for x in state)
     if actual != expected:
         raise ValueError(
             f"state does not match this step: (B, N, width, H_v) = {shape} (batch, heads, key "
             f"feature width of the projection and feature map, value dim) needs shapes "
-            f"kv_sum {expected.kv_sum}, k_sum {expected.k_sum}, log_offset "
-            f"{expected.log_offset}; got {actual.kv_sum}, {actual.k_sum}, {actual.log_offset} "
+            f"kv_sum {expected[0]}, k_sum {expected[1]}, log_offset "
+            f"{expected[2]}; got {actual[0]}, {actual[1]}, {actual[2]} "
             f"(make it with favor_decode_init and the same projection and feature_map)"
         )
     return state

@@ -63,7 +63,7 @@ class RandomFeaturesFeaturizer:
     dtype: jnp.dtype = dataclasses.field(metadata=_STATIC)
     lengthscale: float = dataclasses.field(metadata=_STATIC)
     kernel: Kernel = dataclasses.field(metadata=_STATIC)
-    native_kernel: Kernel = dataclasses.field(metadata=_STATIC)
+    native_kernel: Kernel | None = dataclasses.field(metadata=_STATIC)
 
     @classmethod
     def of(cls, sampler: RandomFeatures, dtype) -> RandomFeaturesFeaturizer:
