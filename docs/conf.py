@@ -153,6 +153,7 @@ def _plain_text_maths(app, what, name, obj, options, lines: list[str]) -> None:
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Attributes|Parameters|Keyword Args):\s*$")
 _SHARED_ENTRY = re.compile(r"^(\s+)(\w+(?:, \w+)+)((?: \([^)]*\))?:(?:\s.*)?)$")
+_NAMES_CONTINUED = re.compile(r"^\s+\w+(?:, \w+)*,\s*$")
 
 
 def _split_shared_entries(app, what, name, obj, options, lines: list[str]) -> None:
@@ -167,6 +168,16 @@ def _split_shared_entries(app, what, name, obj, options, lines: list[str]) -> No
             in_section = True
         elif line.strip() and not line.startswith(" "):
             in_section = False
+        if in_section and _NAMES_CONTINUED.match(line):
+            # A list of names wrapped over several lines: join it up to its colon.
+            indent = line[: len(line) - len(line.lstrip())]
+            while (
+                i + 1 < len(lines)
+                and _NAMES_CONTINUED.match(line)
+                and lines[i + 1].startswith(indent + " ")
+            ):
+                i += 1
+                line = f"{line.rstrip()} {lines[i].strip()}"
         match = _SHARED_ENTRY.match(line) if in_section else None
         if not match:
             out.append(line)
