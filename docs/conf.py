@@ -206,8 +206,11 @@ def _no_type_docstrings(app, what, name, obj, options, lines: list[str]) -> None
 
 
 def _skip_namedtuple_aliases(app, what, name, obj, skip, options):
-    """NamedTuple fields ("Alias for field number N") are documented by the class's Attributes."""
+    """NamedTuple fields ("Alias for field number N") are documented by the class's Attributes;
+    methods scikit-learn generates on estimators (``set_fit_request``, ...) are sklearn's."""
     if (getattr(obj, "__doc__", None) or "").startswith("Alias for field number"):
+        return True
+    if (getattr(obj, "__module__", None) or "").startswith("sklearn."):
         return True
     return None
 

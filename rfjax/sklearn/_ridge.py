@@ -26,6 +26,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils.multiclass import check_classification_targets
@@ -186,7 +187,7 @@ class RandomFeatureRidge(RegressorMixin, _RandomFeatureRidgeBase):
       True
     """
 
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> RandomFeatureRidge:
         """Draws the features and fits the ridge weights.
 
         Args:
@@ -199,15 +200,15 @@ class RandomFeatureRidge(RegressorMixin, _RandomFeatureRidgeBase):
         Raises:
           ValueError: for an invalid parameter (named) or invalid ``X``/``y``.
         """
-        X, y = validate_data(
+        data, y = validate_data(
             self, X, y, dtype=[np.float64, np.float32], y_numeric=True, multi_output=True
         )
         y = np.asarray(y, np.float64)
-        self._fit_targets(X, y.reshape(len(y), -1))
+        self._fit_targets(data, y.reshape(len(y), -1))
         self._coefficients(single_output=y.ndim == 1)
         return self
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Predictions, float64 ``(n_samples,)`` (1-D y in fit) or ``(n_samples, n_targets)``."""
         scores = self._scores(X)
         return scores[:, 0] if np.ndim(self.coef_) == 1 else scores
@@ -248,7 +249,7 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
       (['in', 'out'], True)
     """
 
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> RandomFeatureRidgeClassifier:
         """Draws the features and fits one ridge per class (one for two classes).
 
         Args:
@@ -261,7 +262,7 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
         Raises:
           ValueError: for an invalid parameter, invalid ``X``, continuous ``y`` or one class.
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        data, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         y = column_or_1d(y, warn=True)
         check_classification_targets(y)
         binarizer = LabelBinarizer(pos_label=1, neg_label=-1)
@@ -271,17 +272,17 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
                 f"y must hold at least 2 classes to classify, got 1 class: {binarizer.classes_}"
             )
         self.classes_ = binarizer.classes_
-        self._fit_targets(X, targets)
+        self._fit_targets(data, targets)
         self._coefficients(single_output=False)
         return self
 
-    def decision_function(self, X) -> np.ndarray:
+    def decision_function(self, X: ArrayLike) -> np.ndarray:
         """Decision values: ``(n_samples,)`` for two classes (> 0 means ``classes_[1]``), else
         ``(n_samples, n_classes)``."""
         scores = self._scores(X)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The class with the largest decision value."""
         scores = self.decision_function(X)
         indices = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
