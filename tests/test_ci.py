@@ -53,6 +53,7 @@ PACKAGES = (
     "rfjax.nn",
     "rfjax.nn.nnx",
     "rfjax.data",
+    "rfjax.linear_models",
 )
 
 
