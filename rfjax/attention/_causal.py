@@ -4,6 +4,7 @@ stabiliser's running maximum, so that no position sees a later one."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +94,7 @@ def _head_attention(
     if stabilize and _positive_without_floor(fmap):
         phi_q = phi_q * jnp.exp(_query_boost(phi_q, psi_k, mu, running_max))[:, None]
     poisoned = bad_query | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
+    prefix: Callable[..., jax.Array]
     if sequence_axis is None:
         prefix = causal_prefix
     else:

@@ -66,5 +66,7 @@ def fit_to_inputs(
     statistics = _head_statistics(query, key, mask)
     if isinstance(fmap, features.OptimizedPositiveFeatureMap):
         return PerHead(fmap.replace(statistics=statistics))
+    if not isinstance(fmap, features.DenseExponentialFeatureMap):
+        raise TypeError(f"feature_map {type(fmap).__name__} is not a data-fitted (OPRF/DERF) map")
     parameters = features.dense_exponential_parameters(statistics, variant=fmap.variant)
     return PerHead(fmap.replace(parameters=parameters))

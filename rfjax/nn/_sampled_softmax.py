@@ -81,7 +81,7 @@ from rfjax.features import (
 
 FEATURE_PROPOSALS = ("positive", "trigonometric", "angular_hybrid", "gaussian_hybrid")
 PROPOSALS = (*FEATURE_PROPOSALS, "uniform", "exact", "kernel")
-SAMPLERS = ("clipped", "decomposition")
+SAMPLERS: tuple[Literal["clipped", "decomposition"], ...] = ("clipped", "decomposition")
 
 Temperature = float | jax.Array
 
@@ -108,7 +108,11 @@ def normalize_for_proposal(x: jax.Array, temperature: Temperature) -> jax.Array:
 
 
 def _gaussian_hybrid_on_sphere(
-    x: jax.Array, radius: Temperature, base: object, coefficient: object, side: str
+    x: jax.Array,
+    radius: Temperature,
+    base: projections.Projection,
+    coefficient: projections.Projection,
+    side: str,
 ) -> jax.Array:
     """``gaussian_hybrid_features(x, base, base, coefficient, side=side, bandwidth=radius,
     radius=radius)`` for inputs x on the sphere of radius r, with r possibly traced.

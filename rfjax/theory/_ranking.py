@@ -11,8 +11,9 @@ statistics as the feature maps fit them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import numpy as np
@@ -36,15 +37,40 @@ class RankedEstimator(NamedTuple):
     mse: float
 
 
+_PRF_COUPLINGS: tuple[Literal["gaussian", "orthogonal", "simplex"], ...] = (
+    "gaussian",
+    "orthogonal",
+    "simplex",
+)
+
+
+def _prf_mse(
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    num_features: int,
+    coupling: Literal["gaussian", "orthogonal", "simplex"],
+) -> jax.Array:
+    return _mse.prf_mse(x, y, num_features, coupling=coupling, kernel="softmax")
+
+
+def _dense_exponential_variance(
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    num_features: int,
+    parameters: features.DenseExponentialParameters,
+) -> jax.Array:
+    return _exponential.dense_exponential_variance(x, y, num_features, parameters=parameters)
+
+
 def _closed_forms(
     statistics: features.InputStatistics, num_features: int
 ) -> dict[tuple[str, str], Callable[[jax.Array, jax.Array], jax.Array]]:
     m = num_features
-    closed = {
-        ("positive", coupling): (
-            lambda x, y, c=coupling: _mse.prf_mse(x, y, m, coupling=c, kernel="softmax")
-        )
-        for coupling in ("gaussian", "orthogonal", "simplex")
+    closed: dict[tuple[str, str], Callable[[jax.Array, jax.Array], jax.Array]] = {
+        ("positive", coupling): functools.partial(_prf_mse, num_features=m, coupling=coupling)
+        for coupling in _PRF_COUPLINGS
     }
     closed[("positive_antithetic", "gaussian")] = lambda x, y: _hybrid.positive_antithetic_mse(
         x, y, m
@@ -53,14 +79,15 @@ def _closed_forms(
     closed[("oprf", "gaussian")] = lambda x, y: _exponential.oprf_variance(
         x, y, m, statistics=statistics
     )
-    for name, variant in (
+    variants: tuple[tuple[str, Literal["asymmetric", "symmetric", "simplified"]], ...] = (
         ("derf_asymmetric", "asymmetric"),
         ("derf_symmetric", "symmetric"),
         ("saderf", "simplified"),
-    ):
+    )
+    for name, variant in variants:
         parameters = features.dense_exponential_parameters(statistics, variant=variant)
-        closed[(name, "gaussian")] = lambda x, y, p=parameters: (
-            _exponential.dense_exponential_variance(x, y, m, parameters=p)
+        closed[(name, "gaussian")] = functools.partial(
+            _dense_exponential_variance, num_features=m, parameters=parameters
         )
     return closed
 
