@@ -32,9 +32,15 @@ def draw_in_chunks(
 
 
 def mean_and_se(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean over the first axis and its standard error."""
+    """Mean over the first axis and its standard error (NaN for one sample: no spread to
+    estimate, and no NumPy warning about it)."""
     count = samples.shape[0]
-    return samples.mean(axis=0), samples.std(axis=0, ddof=1) / np.sqrt(count)
+    if count < 1:
+        raise ValueError("samples must have at least one row")
+    mean = samples.mean(axis=0)
+    if count < 2:
+        return mean, np.full_like(mean, np.nan, dtype=np.float64)
+    return mean, samples.std(axis=0, ddof=1) / np.sqrt(count)
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[str, float]:

@@ -32,6 +32,11 @@ def mask():
 
 def run_for(name, **kwargs):
     fmap = features.get(name)().init(jax.random.key(2), HEAD_DIM)
+    if any(getattr(fmap, field) is None for field in fmap.fitted_fields):
+        # A data-fitted map (OPRF, DERF) must be fitted before causal use: on the clean inputs,
+        # a calibration sample that no perturbation reaches.
+        query, key, _ = inputs()
+        fmap = fmap.fit(jax.random.key(3), query.reshape(-1, HEAD_DIM), key.reshape(-1, HEAD_DIM))
     eps = 1e-3 if fmap.needs_denominator_floor else None
     return functools.partial(
         attention.favor_attention, projection=projection(), feature_map=fmap, eps=eps, **kwargs
