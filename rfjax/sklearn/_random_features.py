@@ -56,8 +56,9 @@ def feature_names() -> tuple[str, ...]:
 # ``transform`` runs on blocks of this many rows (the last block zero-padded, the padding rows
 # dropped): one compiled shape per fitted estimator and input dtype, whatever n_samples is.
 BLOCK_ROWS = 1024
-# Features this small everywhere on the fit data carry no information (a warning says so).
-DEGENERATE_FEATURES = 1e-10
+# The features estimate k(x, x) = 1 by |z(x)|^2; ``fit`` warns when that estimate is below this on
+# at least half of the fit rows (the features then carry almost no information about the kernel).
+DEGENERATE_FEATURES = 1e-2
 
 
 @jax.tree_util.register_dataclass
@@ -152,8 +153,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     be positive (attention-style normalisers, sampled softmax, non-negative models) and for the
     softmax kernel; for the Gaussian kernel they need small inputs: their variance per feature,
     exp(2 |u + v|^2 - 2 |u|^2 - 2 |v|^2) - K^2 with u = x / l, grows with the inputs' norms,
-    and for gamma |x|^2 >> 1 they underflow (``fit`` warns when every feature of the fit data
-    is at most ``DEGENERATE_FEATURES`` = 1e-10).
+    and for gamma |x|^2 >> 1 they underflow (``fit`` warns when the features' estimate
+    |z(x)|^2 of k(x, x) = 1 is at most ``DEGENERATE_FEATURES`` = 0.01 on half of the fit rows).
 
     Couplings: ``"orthogonal"`` and ``"simplex"`` (exactly N(0, I) rows, coupled in blocks of d)
     lower the error against ``"gaussian"`` (i.i.d.), as measured above. ``"halton"``
@@ -277,7 +278,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Args:
           X: array-like of shape ``(n_samples, n_features)``; only its width is used (and, for a
             feature map with data-fitted parameters, its rows), and its first ``BLOCK_ROWS``
-            rows for the degenerate-feature warning.
+            rows for the degenerate-feature check.
           y: ignored.
 
         Returns:
@@ -287,9 +288,10 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
           ValueError: for an invalid parameter (the message names it) or invalid ``X``.
 
         Warns:
-          UserWarning: if every feature of the first ``BLOCK_ROWS`` rows of ``X`` is at most
-            ``DEGENERATE_FEATURES`` in absolute value (e.g. positive features with a ``gamma``
-            too large for the scale of ``X``): the features then carry no information.
+          UserWarning: if the median over the first ``BLOCK_ROWS`` rows of ``X`` of |z(x)|^2,
+            the features' estimate of k(x, x) = 1, is at most ``DEGENERATE_FEATURES`` (e.g.
+            positive features with a ``gamma`` too large for the scale of ``X``): the features
+            then carry almost no information about the kernel.
         """
         self._validate_params()
         data: np.ndarray = validate_data(self, X, dtype=[np.float64, np.float32])
@@ -328,15 +330,17 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return self
 
     def _warn_if_degenerate(self, X: np.ndarray) -> None:
-        largest = float(np.max(np.abs(self.transform(X)), initial=0.0))
-        if len(X) and largest <= DEGENERATE_FEATURES:
+        if not len(X):
+            return
+        diagonal = float(np.median(np.sum(np.square(self.transform(X)), axis=1)))
+        if not diagonal > DEGENERATE_FEATURES:
             scale = float(np.median(np.sum(X * X, axis=1))) * float(self.gamma)
             warnings.warn(
-                f"RandomFeatures(features={self.features_!r}, gamma={self.gamma}): every feature "
-                f"of the fit data is at most {largest:.1e} in absolute value, so the features "
-                f"carry no information (the median gamma |x|^2 is {scale:.3g}; positive "
-                f"features decay like exp(-gamma |x|^2)). Use features='fourier', a smaller "
-                f"gamma, or rescale X",
+                f"RandomFeatures(features={self.features_!r}, gamma={self.gamma}): the features' "
+                f"estimate |z(x)|^2 of k(x, x) = 1 has median {diagonal:.1e} on the fit data, so "
+                f"the features carry almost no information about the kernel (the median "
+                f"gamma |x|^2 is {scale:.3g}; positive features decay like exp(-gamma |x|^2)). "
+                f"Use features='fourier', a smaller gamma, or rescale X",
                 UserWarning,
                 stacklevel=3,
             )
