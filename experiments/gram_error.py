@@ -12,6 +12,7 @@ sum_ij MSE(x_i, x_j) for a fixed X, the mean squared error is compared with the 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 
@@ -22,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from experiments import outputs
+from experiments.monte_carlo import ordering_verdict
 from rfjax import features, kernels, projections, theory
 from rfjax._validation import check_choice, check_int, check_real
 
@@ -111,13 +113,26 @@ def _mean_se(values: np.ndarray) -> tuple[float, float]:
     return float(values.mean()), float(values.std(ddof=1) / math.sqrt(values.size))
 
 
-def measure(config: ml_collections.ConfigDict) -> tuple[list[dict], list[dict], dict]:
+def data_facts(x: jax.Array) -> dict:
+    """|K|_F of the exact Gaussian Gram matrix and the mean |x_i + x_j| over pairs i != j."""
+    x64 = np.asarray(x, np.float64)
+    exact_norm = float(np.linalg.norm(np.asarray(kernels.gram(kernels.gaussian, x, x), np.float64)))
+    v = np.linalg.norm(x64[:, None, :] + x64[None, :, :], axis=-1)
+    return {
+        "exact_norm": exact_norm,
+        "v_offdiag_mean": float(v[~np.eye(len(v), dtype=bool)].mean()),
+    }
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
     """Rows per (coupling, m): Frobenius error, squared error (with theory), relative error;
-    paired differences between the block couplings; facts about the data."""
+    paired differences between the block couplings; facts about the data. Writes nothing."""
+    del workdir  # nothing to resume
+    validate_config(config)
     data_key, draw_key = jax.random.split(jax.random.key(config.seed))
     x = make_data(data_key, config.num_points, config.dim, config.sigma)
     x64 = np.asarray(x, np.float64)
-    exact_norm = float(np.linalg.norm(np.asarray(kernels.gram(kernels.gaussian, x, x), np.float64)))
+    data = data_facts(x)
     counts = tuple(ratio * config.dim for ratio in config.features_per_dim)
     rows, errors = [], {}
     for coupling in outputs.progress(config.couplings, "gram error couplings"):
@@ -136,20 +151,15 @@ def measure(config: ml_collections.ConfigDict) -> tuple[list[dict], list[dict], 
                     "num_features": m,
                     "frobenius_mean": error_mean,
                     "frobenius_se": error_se,
-                    "relative_mean": error_mean / exact_norm,
-                    "relative_se": error_se / exact_norm,
+                    "relative_mean": error_mean / data["exact_norm"],
+                    "relative_se": error_se / data["exact_norm"],
                     "squared_mean": squared_mean,
                     "squared_se": squared_se,
                     "squared_theory": predicted,
                     "z_score": (squared_mean - predicted) / squared_se,
                 }
             )
-    v = np.linalg.norm(x64[:, None, :] + x64[None, :, :], axis=-1)
-    data = {
-        "exact_norm": exact_norm,
-        "v_offdiag_mean": float(v[~np.eye(len(v), dtype=bool)].mean()),
-    }
-    return rows, paired_differences(errors, config), data
+    return {"rows": rows, "differences": paired_differences(errors, config), "data": data}
 
 
 def paired_differences(errors: dict[str, np.ndarray], config) -> list[dict]:
@@ -230,9 +240,62 @@ def _nan_note(config: ml_collections.ConfigDict) -> str:
     return f"{note}\n\n" if note else ""
 
 
-def summarise(
-    rows: list[dict], differences: list[dict], data: dict, config: ml_collections.ConfigDict
-) -> str:
+def _gap_z(better: dict, worse: dict) -> float:
+    """(worse - better) mean Frobenius error in SEs of the difference, draws taken as
+    independent."""
+    return (worse["frobenius_mean"] - better["frobenius_mean"]) / math.hypot(
+        worse["frobenius_se"], better["frobenius_se"]
+    )
+
+
+def ordering_verdicts(rows: list[dict], differences: list[dict]) -> dict[str, str]:
+    """SimRF < ORF (paired), ORF < IID (independent couplings), SimRF+ <= SimRF (paired) and
+    the error falling with m, each as "holds" or "does not hold, because ..." (3-SE tests)."""
+    by = {(r["coupling"], r["m_over_d"]): r for r in rows}
+    ratios = sorted({r["m_over_d"] for r in rows})
+    paired = {(d["difference"], d["m_over_d"]): d["z"] for d in differences}
+    plus = {k[1]: z for k, z in paired.items() if k[0] == "simplex - simplex_plus"}
+    plus_reversed = [ratio for ratio, z in plus.items() if z < -3]
+    couplings = list(dict.fromkeys(r["coupling"] for r in rows))
+    return {
+        "simplex_orf": ordering_verdict(
+            {k[1]: z for k, z in paired.items() if k[0] == "orthogonal - simplex"},
+            "SimRF below ORF, paired,",
+            "m/d",
+        ),
+        "orf_iid": ordering_verdict(
+            {
+                r: _gap_z(by["orthogonal", r], by["gaussian", r])
+                for r in ratios
+                if ("orthogonal", r) in by and ("gaussian", r) in by
+            },
+            "ORF below IID",
+            "m/d",
+        ),
+        "simrf_plus": "not measured"
+        if not plus
+        else (
+            f"holds (SimRF+ below SimRF by > 3 SE at {sum(z > 3 for z in plus.values())} of "
+            f"{len(plus)} m/d, above at none)"
+            if not plus_reversed
+            else f"does not hold, because SimRF+ is above SimRF by > 3 SE at m/d in {plus_reversed}"
+        ),
+        "falls": ordering_verdict(
+            {
+                (c, later): _gap_z(by[c, later], by[c, earlier])
+                for c in couplings
+                for earlier, later in itertools.pairwise(ratios)
+            },
+            "the next larger m lowers the error",
+            "(coupling, m/d)",
+        ),
+    }
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Writes ``results.csv``, ``differences.csv``, ``gram_error.png``, ``summary.md`` and
+    ``config.json``."""
+    rows, differences, data = results["rows"], results["differences"], results["data"]
     columns = (
         "coupling",
         "m_over_d",
@@ -245,45 +308,43 @@ def summarise(
     )
     table = outputs.markdown_table([{k: r[k] for k in columns} for r in rows])
     checked = [abs(r["z_score"]) for r in rows if r["coupling"] in CLOSED_FORMS]
-    max_z = f"{max(checked):.2f}" if checked else "n/a"
+    max_z = max(checked) if checked else math.nan
     ratio_text = " ".join(
         _ratio_sentence(rows, r)
         for r in (min(config.features_per_dim), max(config.features_per_dim))
     )
-    difference_table = outputs.markdown_table(differences) if differences else "(none)"
-    return (
-        "# Gram matrix approximation error (SimRF Fig. 7, Sec. 5.2)\n\n"
-        f"n = {config.num_points} points x_i ~ N(0, {config.sigma:g}^2 I_{config.dim}) (one data "
-        f"set, seed {config.seed}); exact Gaussian Gram matrix K (|K|_F = "
-        f"{data['exact_norm']:.4g}; mean |x_i + x_j| over pairs {data['v_offdiag_mean']:.3g}); "
-        "K-hat = Phi Phi^T with Gaussian-kernel positive random features; m = (m/d) d with "
-        f"m/d in {list(config.features_per_dim)}; {config.num_repetitions} independent draws of "
-        "max(m) rows per coupling (vmapped), the first m rows giving the m-feature estimate. "
-        "`frobenius` is |K - K-hat|_F (mean and SE over draws), `relative` "
-        "divides it by |K|_F; `squared_theory` is the closed form sum_ij MSE_ij (Eq. 11 with "
-        "Eq. 19/23/24, multi-block) of the mean squared error, and `z_score` compares it with "
-        f"`squared_mean`. Largest |z| over IID/ORF/SimRF: {max_z}.\n\n"
-        f"{table}\n\n"
-        f"{_nan_note(config)}"
-        f"{ratio_text}\n\n"
-        "Paired differences of the Frobenius error (same keys, so the block couplings share "
-        "their norms and rotations; `z` = mean / SE):\n\n"
-        f"{difference_table}\n\n"
-        "Paper (SimRF Sec. 5.2, Fig. 7): the Gram matrix error falls with the number of features "
-        "and is lower for SimRF than for ORF and IID. The seed text lost the figure's values and "
-        "the setup numbers (n, d, sigma); the values used here are this experiment's choice.\n\n"
-        "![Gram error](gram_error.png)\n"
+    verdicts = ordering_verdicts(rows, differences)
+    summary = outputs.render_summary(
+        "gram_error",
+        num_points=config.num_points,
+        sigma=f"{config.sigma:g}",
+        dim=config.dim,
+        seed=config.seed,
+        exact_norm=f"{data['exact_norm']:.4g}",
+        v_mean=f"{data['v_offdiag_mean']:.3g}",
+        ratios=list(config.features_per_dim),
+        repetitions=config.num_repetitions,
+        max_z=f"{max_z:.2f}",
+        max_z_verdict="not measured"
+        if not checked
+        else ("holds" if max_z <= 4 else "does not hold, because a cell is more than 4 SE off"),
+        falls_verdict=verdicts["falls"],
+        simplex_orf_verdict=verdicts["simplex_orf"],
+        orf_iid_verdict=verdicts["orf_iid"],
+        simrf_plus_verdict=verdicts["simrf_plus"],
+        ratio_text=ratio_text,
+        table=table,
+        nan_note=_nan_note(config),
+        difference_table=outputs.markdown_table(differences) if differences else "(none)",
     )
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Measures; writes results.csv, gram_error.png, summary.md, config.json."""
-    validate_config(config)
-    rows, differences, data = measure(config)
-    summary = summarise(rows, differences, data, config)
     outputs.save_run(workdir, rows=rows, summary=summary, config=config)
     if differences:
         outputs.write_csv(os.path.join(workdir, "differences.csv"), differences)
     plot(rows, config, os.path.join(workdir, "gram_error.png"))
     print(summary)
-    return {"rows": rows, "differences": differences, **data}
+    return {"rows": rows, "differences": differences, "verdicts": verdicts, **data}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """``report(measure(config), config, workdir)``."""
+    return report(measure(config, workdir), config, workdir)

@@ -1,9 +1,10 @@
-"""Monte Carlo over independent keys in vmapped chunks, the sample mean with its SE, and paired
-differences of two methods over seeds with their t-tests and confidence intervals."""
+"""Monte Carlo over independent keys in vmapped chunks, the sample mean with its SE, paired
+differences of two methods over seeds with their t-tests and confidence intervals, and the
+verdict on an ordering tested cell by cell."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 import numpy as np
@@ -93,3 +94,40 @@ def paired_difference(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) ->
         "high": float(mean + half_width),
         "n": count,
     }
+
+
+def ordering_verdict(z: Mapping, claim: str, cells: str, threshold: float = 3.0) -> str:
+    """The verdict on an ordering claimed in every cell, from each cell's gap in SEs.
+
+    Args:
+      z: per cell (any label), (value of the worse - value of the better) / SE of the
+        difference; positive where the claimed order shows.
+      claim: what holds when the gap is positive, e.g. "SimRF below ORF".
+      cells: what the labels are, e.g. "v" or "(coupling, m)".
+      threshold: the gap in SEs that resolves a cell.
+
+    Returns:
+      "holds (...)" if every gap exceeds ``threshold``; "does not hold, because ..." with the
+      cells where the order is reversed by more than ``threshold`` SE, if any; otherwise
+      "resolved only in part: ..." naming the cells within ``threshold`` SE (no verdict: a gap
+      inside the noise neither shows nor refutes the order); "not measured" without cells.
+    """
+    if not z:
+        return "not measured"
+    shown = [cell for cell, value in z.items() if value > threshold]
+    reversed_cells = [cell for cell, value in z.items() if value < -threshold]
+    unresolved = [cell for cell, value in z.items() if abs(value) <= threshold]
+    if reversed_cells:
+        return (
+            f"does not hold, because the order is reversed by > {threshold:g} SE at {cells} in "
+            f"{reversed_cells}"
+        )
+    if not unresolved:
+        return (
+            f"holds ({claim} by > {threshold:g} SE at all {len(z)} {cells}; smallest gap "
+            f"{min(z.values()):.1f} SE)"
+        )
+    return (
+        f"resolved only in part: {claim} by > {threshold:g} SE at {cells} in {shown}, within "
+        f"{threshold:g} SE at {cells} in {unresolved}, reversed nowhere"
+    )

@@ -113,3 +113,34 @@ def test_config_variants():
     assert quick.num_repetitions < full.num_repetitions
     with pytest.raises(ValueError, match="config variant"):
         gram_error_config.get_config("huge")
+
+
+def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
+    _, workdir, result = quick_run
+    summary = (workdir / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary
+    verdicts = result["verdicts"]
+    assert verdicts["simrf_plus"] == "not measured"  # the quick config has no SimRF+
+    for name in ("falls", "simplex_orf", "orf_iid"):
+        assert verdicts[name].startswith("holds"), verdicts[name]
+        assert verdicts[name] in summary
+
+
+def test_ordering_verdict_fails_when_the_order_is_reversed():
+    rows = [
+        {"coupling": c, "m_over_d": r, "frobenius_mean": mean, "frobenius_se": 0.01}
+        for c, means in (("gaussian", (2.0, 1.0)), ("orthogonal", (1.5, 1.2)))
+        for r, mean in zip((1, 2), means, strict=True)
+    ]
+    verdicts = gram_error.ordering_verdicts(rows, [])
+    # ORF above IID by 14 SE at m/d = 2: reversed there.
+    assert (
+        verdicts["orf_iid"]
+        == "does not hold, because the order is reversed by > 3 SE at m/d in [2]"
+    )
+    rows[-1]["frobenius_mean"] = 0.99  # 0.7 SE below IID: unresolved, not reversed
+    assert gram_error.ordering_verdicts(rows, [])["orf_iid"] == (
+        "resolved only in part: ORF below IID by > 3 SE at m/d in [1], within 3 SE at m/d in "
+        "[2], reversed nowhere"
+    )
+    assert verdicts["falls"].startswith("holds")
