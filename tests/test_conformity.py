@@ -1,7 +1,6 @@
 """The SimRF Fig. 4 conformity experiment at its quick size, run in-process, and its pieces."""
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from scipy import special
 
@@ -59,14 +58,43 @@ def test_coupled_geometries_share_norms_and_order_as_the_paper(quick_run):
 
 def test_optimised_geometry_decreases_the_objective_and_beats_simrf(quick_run):
     _, _, result = quick_run
-    trace = result["trace"]  # (num_v, num_steps + 1): mean log rho per step
-    assert np.all(trace[:, -1] < trace[:, 0])
+    for v in quick_run[0].norms_of_sum:
+        steps = [r for r in result["trace"] if r["v"] == v]  # mean log rho at some steps
+        assert steps[0]["step"] == 0 and steps[-1]["step"] == quick_run[0].num_steps
+        assert steps[-1]["mean_log_rho"] < steps[0]["mean_log_rho"]
     for row in result["differences"]:
         if row["difference"] == "simplex - optimised":
             assert row["mean"] > -4.0 * row["se"], row
         if row["difference"] == "simplex_plus - optimised":
             # The optimiser reaches at least SimRF+ (up to 4 SE).
             assert row["mean"] > -4.0 * row["se"], row
+
+
+def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
+    _, workdir, result = quick_run
+    summary = (workdir / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary
+    verdicts = result["verdicts"]
+    assert verdicts["closed_order"] == "holds at every v"
+    for name in ("simrf_orf", "simrf_plus", "optimiser"):
+        assert verdicts[name].startswith("holds"), verdicts[name]
+    for verdict in verdicts.values():
+        assert verdict in summary
+
+
+def test_ordering_verdict_fails_when_the_monte_carlo_reverses_orf_and_iid():
+    rows = [
+        {"geometry": g, "v": 1.0, "rho_mc": mc, "rho_se": 0.01, "rho_theory": t}
+        for g, mc, t in (("simplex", 2.0, 2.0), ("orthogonal", 2.6, 2.5), ("gaussian", 2.4, 2.7))
+    ]
+    differences = [
+        {"difference": name, "v": 1.0, "mean": 0.5, "se": 0.01, "z": 50.0}
+        for name in ("orthogonal - simplex", "simplex - simplex_plus", "simplex_plus - optimised")
+    ]
+    verdicts = conformity.ordering_verdicts(rows, differences)
+    assert verdicts["closed_order"] == "holds at every v"
+    assert verdicts["orf_iid"].startswith("does not hold, because the order is reversed")
+    assert verdicts["simrf_orf"].startswith("holds")
 
 
 def test_pair_conformity_of_the_simplex_is_its_pair_average():
