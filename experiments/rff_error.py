@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 
 from experiments import outputs
-from experiments.monte_carlo import draw_in_chunks, mean_and_se
+from experiments.monte_carlo import draw_in_chunks, mean_and_se, ordering_verdict
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
@@ -303,27 +303,66 @@ def plot_tail(rows: list[dict], config: ml_collections.ConfigDict, path: str) ->
     outputs.save_figure(fig, path)
 
 
-def summarise(
-    variance_rows: list[dict],
-    max_rows: list[dict],
-    tail_rows: list[dict],
-    config: ml_collections.ConfigDict,
-) -> tuple[str, dict]:
-    """The markdown summary and the headline numbers."""
-    z = [abs(r["z_score"]) for r in variance_rows if np.isfinite(r["z_score"])]
-    by_delta = {}
+def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """The variance rows (part 1), the max-error rows and the tail probabilities (part 2).
+    Writes nothing."""
+    del workdir  # nothing to resume
+    validate_config(config)
+    variance_key, max_key = jax.random.split(jax.random.key(config.seed))
+    variance_rows = measure_variance(config, variance_key)
+    max_rows, region_max = measure_max_error(config, max_key)
+    return {
+        "variance_rows": variance_rows,
+        "max_rows": max_rows,
+        "tail_rows": tail_probabilities(config, region_max),
+    }
+
+
+def _gap_z(row_phi: dict, row_psi: dict, mean: str, se: str) -> float:
+    """(psi - phi) in SEs of the difference (independent draws); positive: phi lower."""
+    return (row_psi[mean] - row_phi[mean]) / np.hypot(row_phi[se], row_psi[se])
+
+
+def _median_and_quartiles(tail_rows: list[dict], embedding: str) -> tuple[float, ...]:
+    """The 25%, 50% and 75% quantiles of |f|_inf from the survival curve Pr(|f|_inf > eps)."""
+    cdf = [1 - r[f"prob_{embedding}"] for r in tail_rows]
+    eps = [r["eps"] for r in tail_rows]
+    return tuple(float(np.interp(q, cdf, eps)) for q in (0.25, 0.5, 0.75))
+
+
+def variance_verdict(variance_rows: list[dict]) -> tuple[str, dict]:
+    """The verdict on "phi is lower-variance" (the closed forms put phi lower at every Delta and
+    no Monte Carlo cell has psi below phi by more than 3 SE) and the counts behind it."""
+    by_delta: dict[float, dict] = {}
     for r in variance_rows:
         by_delta.setdefault(r["delta"], {})[r["embedding"]] = r
-    resolved = [  # distances where the closed-form gap exceeds 4 SE of the Monte Carlo gap
-        delta
-        for delta, cell in by_delta.items()
-        if cell["psi"]["variance_theory"] - cell["phi"]["variance_theory"]
-        > 4 * np.hypot(cell["phi"]["variance_se"], cell["psi"]["variance_se"])
+    theory_lower = [
+        d for d, c in by_delta.items() if c["phi"]["variance_theory"] < c["psi"]["variance_theory"]
     ]
-    phi_lower = sum(
-        by_delta[d]["phi"]["variance_mc"] < by_delta[d]["psi"]["variance_mc"] for d in resolved
-    )
-    unresolved = [d for d in by_delta if d not in resolved]
+    z = {d: _gap_z(c["phi"], c["psi"], "variance_mc", "variance_se") for d, c in by_delta.items()}
+    counts = {
+        "distances": len(by_delta),
+        "theory_lower": len(theory_lower),
+        "resolved": int(sum(value > 3 for value in z.values())),
+        "reversed": int(sum(value < -3 for value in z.values())),
+        "unresolved": [d for d, value in z.items() if abs(value) <= 3],
+    }
+    if counts["theory_lower"] == counts["distances"] and counts["reversed"] == 0:
+        return "holds", counts
+    return (
+        f"does not hold, because the closed forms put phi lower at only "
+        f"{counts['theory_lower']} of {counts['distances']} distances and the Monte Carlo has "
+        f"psi lower by > 3 SE at {counts['reversed']}"
+    ), counts
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Writes ``variance.csv``, ``max_error.csv``, ``tail_probability.csv``, three PNGs,
+    ``summary.json`` and ``summary.md``."""
+    variance_rows, max_rows = results["variance_rows"], results["max_rows"]
+    tail_rows = results["tail_rows"]
+    z = [abs(r["z_score"]) for r in variance_rows if np.isfinite(r["z_score"])]
+    variance_text, variance_counts = variance_verdict(variance_rows)
     region = [r for r in max_rows if r["radius"] == max(config.radii)]
     region_table = []
     for D in config.embedding_dims:
@@ -338,16 +377,18 @@ def summarise(
                 "psi / phi": cells["psi"]["max_error_mean"] / cells["phi"]["max_error_mean"],
             }
         )
-    pairs = {}
+    pairs: dict[tuple, dict] = {}
     for r in max_rows:
-        pairs.setdefault((r["D"], r["radius"]), {})[r["embedding"]] = r["max_error_mean"]
-    wins = sum(p["phi"] < p["psi"] for p in pairs.values())
-    quantiles = {
-        e: float(
-            np.interp(0.5, [1 - r[f"prob_{e}"] for r in tail_rows], [r["eps"] for r in tail_rows])
-        )
-        for e in EMBEDDINGS
+        pairs.setdefault((r["D"], r["radius"]), {})[r["embedding"]] = r
+    max_z = {
+        cell: _gap_z(p["phi"], p["psi"], "max_error_mean", "max_error_se")
+        for cell, p in pairs.items()
     }
+    phi_lower = int(sum(v > 3 for v in max_z.values()))
+    psi_lower = int(sum(v < -3 for v in max_z.values()))
+    tail_cell = pairs[(config.tail_embedding_dim, max(config.radii))]
+    tail_z = _gap_z(tail_cell["phi"], tail_cell["psi"], "max_error_mean", "max_error_se")
+    quartiles = {e: _median_and_quartiles(tail_rows, e) for e in EMBEDDINGS}
     variance_table = [
         {
             "Delta": r["delta"],
@@ -360,82 +401,52 @@ def summarise(
         if round(r["delta"] / 0.5, 6).is_integer()
     ]
     R = config.region_radius
-    text = f"""# Errors of random Fourier features: phi (sin/cos) vs psi (cos + offset)
-
-Sutherland & Schneider, "On the Error of Random Fourier Features" (seed
-`004_9168d645005bf659.txt`, poster; UAI 2015, arXiv:1506.02785): their Fig. 1 (variance per
-dimension), Fig. 3 (average max error within a radius) and Fig. 4 (Pr(|f|_inf > eps) on
-[-3, 3], D = 500). Gaussian kernel k(Delta) = exp(-Delta^2 / (2 sigma^2)), sigma =
-{config.lengthscale:g}, d = {config.dim}, as in the seed's "Numerical results with d=1".
-Both embeddings have output width D: phi(x) = sqrt(2/D) [sin(w_i x), cos(w_i x)] with D/2
-i.i.d. frequencies (`rfjax.features.fourier_features`), psi(x) = sqrt(2/D) cos(w_i x + b_i)
-with D frequencies and b_i ~ U[0, 2 pi] (`rfjax.features.cosine_features`,
-`random_offsets`).
-
-## 1. Variance vs distance (Fig. 1)
-
-D = {config.variance_embedding_dim}, {config.num_variance_draws} draws per embedding, y = 0,
-x = Delta. Closed forms (seed, "Variance"; `rfjax.theory.rff_mse`):
-Var phi = [1 + k(2 Delta) - 2 k(Delta)^2] / D and Var psi = [1 + k(2 Delta)/2 - k(Delta)^2] / D.
-Largest |Monte Carlo - theory| over {len(z)} (Delta, embedding) cells: {max(z):.2f} standard
-errors (phi at Delta = 0 is exact, variance 0, and has no z-score). By the closed forms
-Var psi - Var phi = [k(Delta)^2 - k(2 Delta)/2] / D > 0 at every Delta for the Gaussian kernel
-(the seed: Var cos(w Delta) = (1 - e^(-Delta^2/sigma^2))/2 <= 1/2); the Monte Carlo resolves
-that gap (by more than 4 SE) at {len(resolved)} of {len(by_delta)} distances, and phi has the
-lower Monte Carlo variance at {phi_lower} of those {len(resolved)}. Where the gap is below
-the Monte Carlo resolution (Delta in {unresolved}) both variances are 1/D to within the noise.
-Rows at every 0.5 of Delta (all rows: `variance.csv`):
-
-{outputs.markdown_table(variance_table)}
-
-![variance](variance.png)
-
-## 2. Max error sup |k_hat - k| (Fig. 3 and 4)
-
-For each draw the error f(x, y) = k_hat(x, y) - k(x, y) is evaluated on all pairs of a grid of
-{config.grid_points} points on [{-R:g}, {R:g}] (spacing {2 * R / (config.grid_points - 1):.3g});
-its sup within |x|, |y| <= r gives Fig. 3, its sup over the whole square Fig. 4.
-{config.num_max_draws} draws per (embedding, D), vmapped. psi is not shift-invariant, so the
-sup runs over pairs (x, y), not over Delta only.
-
-phi has the lower average max error in {wins} of {len(pairs)} (D, r) cells. Over the whole
-region [{-R:g}, {R:g}]:
-
-{outputs.markdown_table(region_table)}
-
-![max error within a radius](max_error_radius.png)
-
-Tail at D = {config.tail_embedding_dim} (Fig. 4; `tail_probability.csv`): the median of
-|f|_inf is {quantiles["phi"]:.3f} for phi and {quantiles["psi"]:.3f} for psi.
-
-![tail probability](tail_probability.png)
-
-The seed's figures carry no readable numbers (the poster's plots were lost in extraction), so
-only its qualitative statements can be set beside ours: "phi is lower-variance" for the Gaussian
-kernel, and "f_psi concentrates more tightly, but its mean is higher, both in the bound and
-empirically". The grid D values of Fig. 3 are our choice ({list(config.embedding_dims)}); the
-seed does not state its own.
-"""
+    text = outputs.render_summary(
+        "rff_error",
+        lengthscale=f"{config.lengthscale:g}",
+        dim=config.dim,
+        variance_dim=config.variance_embedding_dim,
+        variance_draws=config.num_variance_draws,
+        max_z=f"{max(z):.2f}",
+        z_cells=len(z),
+        closed_form_verdict="holds"
+        if max(z) <= 4
+        else "does not hold, because a cell is more than 4 SE off",
+        theory_lower=variance_counts["theory_lower"],
+        distances=variance_counts["distances"],
+        resolved=variance_counts["resolved"],
+        reversed=variance_counts["reversed"],
+        unresolved=variance_counts["unresolved"],
+        variance_verdict=variance_text,
+        variance_table=outputs.markdown_table(variance_table),
+        grid_points=config.grid_points,
+        region=f"[{-R:g}, {R:g}]",
+        spacing=f"{2 * R / (config.grid_points - 1):.3g}",
+        max_draws=config.num_max_draws,
+        phi_lower=phi_lower,
+        psi_lower=psi_lower,
+        cells=len(pairs),
+        max_error_verdict=ordering_verdict(max_z, "phi lower", "(D, r)"),
+        region_table=outputs.markdown_table(region_table),
+        tail_dim=config.tail_embedding_dim,
+        tail_z=f"{tail_z:.1f}",
+        mean_verdict="holds"
+        if tail_z > 3
+        else "does not hold, because psi's mean max error is not above phi's by > 3 SE",
+        phi_quartiles=", ".join(f"{q:.3f}" for q in quartiles["phi"]),
+        psi_quartiles=", ".join(f"{q:.3f}" for q in quartiles["psi"]),
+        phi_spread=f"{quartiles['phi'][2] - quartiles['phi'][0]:.3f}",
+        psi_spread=f"{quartiles['psi'][2] - quartiles['psi'][0]:.3f}",
+        embedding_dims=list(config.embedding_dims),
+    )
     headline = {
         "max_abs_z": float(max(z)),
-        "variance_gap_resolved": len(resolved),
-        "phi_lower_variance_where_resolved": int(phi_lower),
-        "phi_lower_max_error_cells": int(wins),
+        "variance_gap_resolved": int(variance_counts["resolved"]),
+        "phi_lower_max_error_cells": phi_lower,
+        "psi_lower_max_error_cells": psi_lower,
         "cells": len(pairs),
-        "median_max_error": quantiles,
+        "median_max_error": {e: quartiles[e][1] for e in EMBEDDINGS},
     }
-    return text, headline
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``variance.csv``, ``max_error.csv``, ``tail_probability.csv``, three PNGs,
-    ``summary.json`` and ``summary.md``."""
-    validate_config(config)
-    variance_key, max_key = jax.random.split(jax.random.key(config.seed))
-    variance_rows = measure_variance(config, variance_key)
-    max_rows, region_max = measure_max_error(config, max_key)
-    tail_rows = tail_probabilities(config, region_max)
-    text, headline = summarise(variance_rows, max_rows, tail_rows, config)
     outputs.save_run(
         workdir, rows=variance_rows, summary=text, config=config, csv_name="variance.csv"
     )
@@ -446,9 +457,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     plot_max_error(max_rows, os.path.join(workdir, "max_error_radius.png"))
     plot_tail(tail_rows, config, os.path.join(workdir, "tail_probability.png"))
     print(text)
-    return {
-        "variance_rows": variance_rows,
-        "max_rows": max_rows,
-        "tail_rows": tail_rows,
-        **headline,
-    }
+    return {**results, **headline}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """``report(measure(config), config, workdir)``."""
+    return report(measure(config, workdir), config, workdir)

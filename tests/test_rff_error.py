@@ -72,6 +72,26 @@ def test_max_error_grows_with_radius_and_tail_is_a_survival_function(quick_run):
         assert np.all(np.diff(probabilities) <= 0)
 
 
+def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
+    workdir, _ = quick_run
+    summary = (workdir / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary
+    # Closed forms, variance order, max-error order, the higher mean of psi: four verdicts.
+    assert summary.count("**holds") + summary.count("**does not hold") == 4
+    assert "shown, not tested" in summary  # no SE for the quantiles: no verdict on tightness
+
+
+def test_variance_verdict_fails_when_psi_is_lower():
+    rows = [
+        {"delta": 1.0, "embedding": e, "variance_mc": mc, "variance_se": 0.01, "variance_theory": t}
+        for e, mc, t in (("phi", 0.5, 0.4), ("psi", 0.3, 0.6))
+    ]
+    verdict, counts = rff_error.variance_verdict(rows)
+    assert counts["reversed"] == 1 and verdict.startswith("does not hold, because")
+    rows[0]["variance_mc"] = 0.3
+    assert rff_error.variance_verdict(rows)[0] == "holds"  # a gap within 3 SE is no reversal
+
+
 def test_rings_cover_the_region_and_nest():
     config = rff_error_config.get_config("quick")
     points, rings = rff_error.grid_and_rings(config)
