@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 
 from experiments import outputs
-from experiments.monte_carlo import draw_in_chunks, mean_and_se
+from experiments.monte_carlo import draw_in_chunks, mean_and_se, ordering_verdict
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
@@ -176,9 +176,12 @@ def _relative_errors(
     return jax.vmap(one_draw)(matrices)
 
 
-def measure(config: ml_collections.ConfigDict) -> tuple[list[dict], float, int]:
-    """One row per (kernel, method, m): mean relative squared Frobenius error and its SE; the
-    Gaussian kernel's lengthscale; the input dimension."""
+def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """``rows``, one per (kernel, method, m): mean relative squared Frobenius error, its SE,
+    the closed form and the ratio to ``gaussian``; the Gaussian kernel's ``lengthscale``; the
+    input dimension ``dim``. Writes nothing."""
+    del workdir  # nothing to resume
+    validate_config(config)
     points, lengthscale = load_points(config)
     x = jnp.asarray(points, jnp.float32)
     exact = exact_grams(x, lengthscale)
@@ -220,7 +223,7 @@ def measure(config: ml_collections.ConfigDict) -> tuple[list[dict], float, int]:
                     }
                 )
     add_ratios(rows)
-    return rows, lengthscale, points.shape[-1]
+    return {"rows": rows, "lengthscale": lengthscale, "dim": points.shape[-1]}
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -283,13 +286,12 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
     outputs.save_figure(fig, path)
 
 
-def summarise(
-    rows: list[dict], config: ml_collections.ConfigDict, lengthscale: float, dim: int
-) -> str:
-    """The markdown summary."""
-    ratio_table = []
+def _ratio_table(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Per method and kernel: the mean over m of the error ratio to ``gaussian``, its range and
+    the largest SE of a ratio."""
+    table = []
     for method in config.methods:
-        row = {"method": method}
+        row: dict = {"method": method}
         for kernel in KERNELS:
             mine = [r for r in rows if r["kernel"] == kernel and r["method"] == method]
             ratios = np.array([r["ratio"] for r in mine])
@@ -297,7 +299,55 @@ def summarise(
             row[f"{kernel} ratio (mean over m)"] = float(ratios.mean())
             row[f"{kernel} range"] = f"{ratios.min():.3f}-{ratios.max():.3f}"
             row[f"{kernel} max SE"] = float(ses.max())
-        ratio_table.append(row)
+        table.append(row)
+    return table
+
+
+def _hd_table(rows: list[dict], dim: int) -> list[dict]:
+    """Per kernel: the range of the ``_hd`` methods' ratios for m < d and m >= d."""
+    table = []
+    for kernel in KERNELS:
+        row = {"kernel": kernel}
+        for label, keep in (("m < d", lambda m: m < dim), ("m >= d", lambda m: m >= dim)):
+            ratios = [
+                r["ratio"]
+                for r in rows
+                if r["kernel"] == kernel
+                and r["method"].endswith(PREPROCESS_SUFFIX)
+                and keep(r["m"])
+            ]
+            row[label] = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-"
+        table.append(row)
+    return table
+
+
+def ratio_counts(rows: list[dict], keep) -> dict[str, int]:
+    """Over the rows with ``keep(row)``: how many ratios to ``gaussian`` are above 1 by more
+    than 3 SE, below by more than 3 SE, and within 3 SE."""
+    z = [(r["ratio"] - 1.0) / r["ratio_se"] for r in rows if keep(r)]
+    return {
+        "above": sum(value > 3 for value in z),
+        "below": sum(value < -3 for value in z),
+        "within": sum(abs(value) <= 3 for value in z),
+        "cells": len(z),
+    }
+
+
+def matches_verdict(counts: dict[str, int]) -> str:
+    """The verdict on "the structured error matches the unstructured one" for some cells."""
+    if not counts["cells"]:
+        return "not measured"
+    if counts["above"] == 0:
+        return f"holds (no ratio above 1 by > 3 SE in {counts['cells']} cells)"
+    return (
+        f"does not hold, because the ratio is above 1 by > 3 SE in {counts['above']} of "
+        f"{counts['cells']} cells"
+    )
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Writes ``results.csv``, ``error_vs_features.png``, ``config.json`` and ``summary.md``."""
+    rows, lengthscale, dim = results["rows"], results["lengthscale"], results["dim"]
     largest = max(config.num_features)
     error_table = [
         {
@@ -313,107 +363,69 @@ def summarise(
         if r["m"] == largest
     ]
     z = [abs(r["z_score"]) for r in rows if np.isfinite(r["z_score"])]
-    hd_table = []
-    for kernel in KERNELS:
-        row = {"kernel": kernel}
-        for label, keep in (("m < d", lambda m: m < dim), ("m >= d", lambda m: m >= dim)):
-            ratios = [
-                r["ratio"]
-                for r in rows
-                if r["kernel"] == kernel
-                and r["method"].endswith(PREPROCESS_SUFFIX)
-                and keep(r["m"])
-            ]
-            row[label] = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-"
-        hd_table.append(row)
-    angular_gap = max(
-        (
-            abs(r["ratio"] - 1.0)
-            for r in rows
-            if r["kernel"] == "angular" and r["method"].endswith(PREPROCESS_SUFFIX)
-        ),
-        default=float("nan"),
-    )
-    plain = [r["ratio"] for r in rows if r["method"] in STRUCTURES]
-    plain_above = sum(ratio > 1.0 for ratio in plain)
-    orthogonal = [r["ratio"] for r in rows if r["method"] == "hd_orthogonal"]
+    max_z = max(z, default=float("nan"))
+    hd = {
+        kernel: ratio_counts(
+            rows,
+            lambda r, kernel=kernel: (
+                r["kernel"] == kernel and r["method"].endswith(PREPROCESS_SUFFIX)
+            ),
+        )
+        for kernel in KERNELS
+    }
+    plain = ratio_counts(rows, lambda r: r["method"] in STRUCTURES)
+    orthogonal = ratio_counts(rows, lambda r: r["method"] == "hd_orthogonal")
+    orthogonal_ratios = [r["ratio"] for r in rows if r["method"] == "hd_orthogonal"]
     unit = np.zeros(dim)
     unit[0] = 1.0
     orf_ratio = float(
         theory.rff_mse(unit, np.zeros(dim), dim, coupling="orthogonal")
         / theory.rff_mse(unit, np.zeros(dim), dim)
     )
-    return f"""# Structured projections vs unstructured Gaussian: kernel Gram-matrix error
-
-Choromanski & Fagan, "Fast nonlinear embeddings via structured matrices" (seed
-`003_7f79be11405208c9.txt`, arXiv:1604.07356; docs/maths/structured.md). The paper proves that
-Gaussian circulant, Toeplitz and Hankel matrices (its P-model, Eq. 7-10), applied after the
-preprocessing x -> H D_3 H D_2 H D_1 x (Step 1, Eq. 12), estimate kernels of the form
-E[f(w.x) f(w.y)] with concentration close to that of unstructured Gaussian matrices. It reports
-no numerical experiment, so there are no paper values to set beside ours; its claim is that
-the structured error matches the unstructured one.
-
-Setup: scikit-learn digits (d = 64; our choice of real data), {config.num_points} images drawn
-with seed {config.seed}, centred and scaled to mean norm 1. Kernels: angular 1 - 2 theta/pi
-(sign features), arc-cosine of order 1 (ReLU features), Gaussian with lengthscale = median
-pairwise distance = {lengthscale:.3f} (sin/cos Fourier features, width 2m). For each method,
-{config.num_draws} vmapped draws of one projection of max(m) rows each (its first m rows
-are an m-row draw of the same coupling, so one draw serves every m and the three feature maps;
-methods use independent draws) give the relative squared Frobenius error
-|K_hat - K|_F^2 / |K|_F^2 of the {config.num_points} x {config.num_points} Gram matrix;
-means with standard errors. Methods:
-`gaussian` (i.i.d. rows), `circulant`/`toeplitz`/`hankel` (blocks of d rows from one Gaussian
-budget vector each; independent blocks for m > d), the same with `_hd` (Step 1
-preprocessing) and `hd_orthogonal` (fast ORF, blocks of H D H D H D rows with chi norms).
-
-Error ratio to `gaussian` at equal m (mean over m = {list(config.num_features)}, the range over
-m, and the largest SE of a ratio):
-
-{outputs.markdown_table(ratio_table, float_format="{:.3f}")}
-
-Closed form (Gaussian kernel; i.i.d. rows and circulant/Toeplitz/Hankel without
-preprocessing, whose row correlations are fixed by the data: `gaussian_kernel_theory`): the
-Monte Carlo agrees within {max(z, default=float("nan")):.2f} standard errors over {len(z)}
-cells. For a pair at distance Delta the structured estimate's MSE exceeds the i.i.d. one by
-(1/m^2) sum over row pairs (i, j) of one block of e^(-s^2) (cosh(c_(i-j)/l^2) - 1) >= 0, with
-c the autocorrelation of Delta and s = |Delta|/l: rows of one block share the Gaussian budget,
-so their projections of Delta are correlated unless Delta is uncorrelated with its own shifts.
-The HD preprocessing replaces the large correlations of image pixels with their shifts by
-random ones of size O(1/sqrt(d)), but summed over the b - 1 other rows of a block they still add
-a term of the order of (b - 1)/d times the i.i.d. variance at s ~ 1, where the i.i.d. variance
-(1 - e^(-s^2))^2 / 2 is small. Ratios of the `_hd` methods to `gaussian` (min-max over the
-three structures), for m < d = {dim} and m >= d:
-
-{outputs.markdown_table(hd_table, float_format="{:.3f}")}
-
-The extra term grows with the rows per block b = min(m, d) and is largest relative to the i.i.d.
-variance for the Gaussian kernel; for the angular kernel, whose i.i.d. variance 1 - k^2 is
-large, the `_hd` ratios are within {angular_gap:.1%} of 1. Without preprocessing the structured
-ratio is above 1 in {plain_above} of {len(plain)} (kernel, method, m) cells (smallest
-{min(plain, default=float("nan")):.3f}). The paper's theorems bound the concentration up
-to constants (chromatic number, coherence); they do not claim equal error, so a constant factor
-above 1 does not contradict the seed. `hd_orthogonal` (orthogonal rows within a block) has
-ratios {min(orthogonal, default=float("nan")):.3f}-{max(orthogonal, default=float("nan")):.3f}
-over all kernels and m; for the Gaussian kernel at m = d the ORF theory
-(`rfjax.theory.rff_mse(coupling="orthogonal")`) gives an MSE
-ratio to i.i.d. of {orf_ratio:.3f} at |Delta| = l, m = d = {dim}.
-
-At m = {largest} (theory: NaN where no closed form):
-
-{outputs.markdown_table(error_table)}
-
-![error vs number of features](error_vs_features.png)
-
-All rows: `results.csv`.
-"""
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``results.csv``, ``error_vs_features.png``, ``config.json`` and ``summary.md``."""
-    validate_config(config)
-    rows, lengthscale, dim = measure(config)
-    text = summarise(rows, config, lengthscale, dim)
+    text = outputs.render_summary(
+        "structured_kernels",
+        num_points=config.num_points,
+        seed=config.seed,
+        lengthscale=f"{lengthscale:.3f}",
+        draws=config.num_draws,
+        num_features=list(config.num_features),
+        dim=dim,
+        largest=largest,
+        ratio_table=outputs.markdown_table(_ratio_table(rows, config), float_format="{:.3f}"),
+        hd_table=outputs.markdown_table(_hd_table(rows, dim), float_format="{:.3f}"),
+        **{f"{kernel}_verdict": matches_verdict(hd[kernel]) for kernel in KERNELS},
+        hd_below=sum(c["below"] for c in hd.values()),
+        hd_cells=sum(c["cells"] for c in hd.values()),
+        max_z=f"{max_z:.2f}",
+        z_cells=len(z),
+        theory_verdict="not measured"
+        if not z
+        else ("holds" if max_z <= 4 else "does not hold, because a cell is more than 4 SE off"),
+        plain_above=plain["above"],
+        plain_cells=plain["cells"],
+        plain_verdict=ordering_verdict(
+            {
+                (r["kernel"], r["method"], r["m"]): (r["ratio"] - 1.0) / r["ratio_se"]
+                for r in rows
+                if r["method"] in STRUCTURES
+            },
+            "the structured error above the i.i.d. one",
+            "(kernel, method, m)",
+        ),
+        orthogonal_range="-"
+        if not orthogonal_ratios
+        else f"{min(orthogonal_ratios):.3f}-{max(orthogonal_ratios):.3f}",
+        orthogonal_below=orthogonal["below"],
+        orthogonal_cells=orthogonal["cells"],
+        orf_ratio=f"{orf_ratio:.3f}",
+        error_table=outputs.markdown_table(error_table),
+    )
     outputs.save_run(workdir, rows=rows, summary=text, config=config)
     plot(rows, config, os.path.join(workdir, "error_vs_features.png"))
     print(text)
     return {"rows": rows, "lengthscale": lengthscale}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """``report(measure(config), config, workdir)``."""
+    return report(measure(config, workdir), config, workdir)

@@ -65,6 +65,26 @@ def test_structured_versus_gaussian(quick_run):
     assert circulant["error_theory"] > cells[("gaussian", "gaussian", m)]["error_theory"]
 
 
+def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
+    workdir, _ = quick_run
+    summary = (workdir / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary
+    # One verdict per kernel for the _hd methods, one without preprocessing, one closed form.
+    assert summary.count("**holds") + summary.count("**does not hold") == 5
+
+
+def test_ratio_counts_and_verdict():
+    rows = [{"ratio": ratio, "ratio_se": 0.01} for ratio in (1.0, 1.02, 1.05, 0.9)]
+    counts = structured_kernels.ratio_counts(rows, lambda row: True)
+    assert counts == {"above": 1, "below": 1, "within": 2, "cells": 4}
+    assert structured_kernels.matches_verdict(counts) == (
+        "does not hold, because the ratio is above 1 by > 3 SE in 1 of 4 cells"
+    )
+    assert structured_kernels.matches_verdict(
+        structured_kernels.ratio_counts(rows[:2], lambda row: True)
+    ).startswith("holds")
+
+
 def test_closed_form_reduces_to_iid_for_uncorrelated_shifts():
     # a single spike has zero autocorrelation at every nonzero lag: structured = i.i.d.
     points = np.zeros((2, 8))
