@@ -54,6 +54,11 @@ def test_pointwise_quick_hybrid_is_exact_at_both_ends(tmp_path):
                 row["rel_error_se"]
             )
             assert abs(z) <= 5.0, row
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary
+    # The exactness at both ends is a computed verdict (float64 rounding only).
+    assert "Theorem 3.5" in summary and "exact counts as below 1e-06" in summary
+    assert summary.count("**holds") + summary.count("**does not hold") == 3
 
 
 def test_qmc_quick_table_is_complete(tmp_path):
@@ -67,11 +72,38 @@ def test_qmc_quick_table_is_complete(tmp_path):
     for row in rows:
         if row["method"] not in missing:
             assert float(row["mse"]) > 0 and math.isfinite(float(row["mse"])), row
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Claim, our numbers, verdict" in summary
+    assert len(result["comparisons"]) == len(config.datasets) * len(config.matchings)
+    for comparison in result["comparisons"]:
+        assert comparison["verdict"] in summary
     for dataset in config.datasets:
         hybrid = [r for r in rows if r["dataset"] == dataset and r["method"] == "HRF-ort"]
         assert len({r["mse"] for r in hybrid}) == 1  # the hybrid does not depend on matching
         widths = {r["matching"]: int(r["width"]) for r in rows if r["dataset"] == dataset}
         assert widths["width"] == int(hybrid[0]["width"])
+
+
+def test_qmc_verdict_needs_hrf_below_every_baseline_by_three_standard_errors():
+    config = qmc_config.get_config("quick")
+    config.datasets, config.matchings = ("wine",), ("projections",)
+
+    def verdict(baseline_mse):
+        rows = [
+            {"dataset": "wine", "matching": "projections", "method": m, "mse": mse, "mse_se": 0.01}
+            for m, mse in zip(config.methods, (1.0, 1.2, *baseline_mse), strict=True)
+        ]
+        (comparison,) = hrf_qmc.hrf_versus_baselines(rows, config)
+        return comparison["verdict"], hrf_qmc.matching_verdict([comparison], "projections")
+
+    assert verdict((1.1, 1.1, 1.1)) == ("holds", "holds on wine")  # 7 SE
+    assert verdict((1.1, 1.03, 1.1)) == (  # ORF-Had 2.1 SE above: not resolved, not refuted
+        "a gap within 3 SE",
+        "resolved only in part: on wine a gap within 3 SE",
+    )
+    cell, overall = verdict((0.9, 1.1, 1.1))
+    assert cell == "ORF-reg lower by > 3 SE"
+    assert overall == "does not hold, because on wine ORF-reg lower by > 3 SE"
 
 
 def test_boston_is_read_from_the_shipped_csv():
