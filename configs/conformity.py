@@ -5,7 +5,8 @@ Command:
   python -m experiments.main --config=configs/conformity.py          # ~2 min on 2 idle cores
   python -m experiments.main --config=configs/conformity.py:quick    # ~20 s CPU (smoke test)
 
-Measured: the full run took 116 s of CPU time (10 min wall while the 2 cores ran ~12 jobs).
+Measured: a full run took 116 s of CPU time (10 min wall while the 2 cores ran ~12 jobs); the
+rerun of 2026-11-23 took 22.5 min wall at a 1-min load average of ~15 on the 2 cores.
 
 One block of m = d = 6 projections. For every v = |x+y| on the grid, ``num_draws`` draws of each
 geometry give the conformity rho (Eq. 10) as the mean of the per-draw Haar-averaged pair sums
