@@ -40,6 +40,36 @@ def test_bidirectional_attention_fits_the_map_to_the_current_inputs(name):
     assert float(jnp.max(jnp.abs(by_name - plain))) > 1e-3
 
 
+@pytest.mark.parametrize("name", ["oprf", "saderf"])
+def test_attention_weights_fit_the_map_as_favor_attention_does(name):
+    # Issue 16: the explicit weights used to treat an unfitted map as FAVOR+.
+    q, k, v = _qkv()
+    w = projections.orthogonal(jax.random.key(1), H, M)
+    weights = attention.favor_attention_weights(q, k, w, feature_map=name)
+    by_hand = attention.favor_attention_weights(q, k, w, feature_map=_fitted_per_head(name, q, k))
+    np.testing.assert_allclose(weights, by_hand, rtol=2e-5, atol=1e-6)
+    applied = jnp.einsum("bnts,bsnh->btnh", weights, v)
+    out = attention.favor_attention(q, k, v, w, feature_map=name)
+    np.testing.assert_allclose(applied, out, rtol=2e-4, atol=1e-5)
+
+
+def test_causal_weights_and_decoding_reject_an_unfitted_map():
+    q, k, v = _qkv()
+    w = projections.orthogonal(jax.random.key(1), H, M)
+    with pytest.raises(ValueError, match=r"feature_map OptimizedPositiveFeatureMap .*calibration"):
+        attention.favor_attention_weights(q, k, w, feature_map="oprf", causal=True)
+    with pytest.raises(ValueError, match=r"feature_map DenseExponentialFeatureMap .*calibration"):
+        attention.favor_decode_init(B, N, H, w, feature_map="saderf")
+    fitted = _fitted_per_head("saderf", q, k)
+    state = attention.favor_decode_init(B, N, H, w, feature_map=fitted)
+    with pytest.raises(ValueError, match=r"feature_map DenseExponentialFeatureMap .*calibration"):
+        attention.favor_decode_step(state, q[:, 0], k[:, 0], v[:, 0], w, feature_map="saderf")
+    # The fitted map decodes position 0 as causal attention does.
+    _, out = attention.favor_decode_step(state, q[:, 0], k[:, 0], v[:, 0], w, feature_map=fitted)
+    full = attention.favor_attention(q, k, v, w, feature_map=fitted, causal=True)
+    np.testing.assert_allclose(out, full[:, 0], rtol=1e-5, atol=1e-6)
+
+
 def test_masked_keys_do_not_enter_the_statistics():
     q, k, v = _qkv()
     mask = jnp.arange(T) < T - 4

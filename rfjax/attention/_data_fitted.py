@@ -1,8 +1,9 @@
 """Data-fitted feature maps (OPRF/FAVOR++, DERF/FAVOR#) in attention: their statistics.
 
 OPRF and DERF choose their parameters from the statistics of the queries and keys they will
-see (``rfjax.features.input_statistics``). ``favor_attention`` fits an unfitted one (its
-parameters ``None``, e.g. given by name) to the current inputs:
+see (``rfjax.features.input_statistics``). ``favor_attention`` and ``favor_attention_weights``
+fit an unfitted one (its parameters ``None``, e.g. given by name) to the current inputs
+(``fit_if_unfitted``); decoding is causal and needs a fitted map (``check_fitted``):
 
 * bidirectional attention: per head, from the current queries and unmasked keys (after the data
   normaliser H^{-1/4}), pooled over the batch: one parameter set per head (a ``PerHead`` map).
@@ -33,6 +34,25 @@ def is_unfitted(fmap: object) -> bool:
     return False
 
 
+def _unfitted_in_causal(fmap: object) -> ValueError:
+    return ValueError(
+        f"feature_map {type(fmap).__name__} has no fitted statistics, and fitting them to "
+        "the current keys in causal attention would let each position see later keys; fit "
+        "it once on a calibration sample (fmap.fit(key, queries, keys)) and pass the fitted "
+        "map"
+    )
+
+
+def check_fitted(fmap: object) -> None:
+    """Causal attention that cannot fit (decoding): an unfitted OPRF/DERF map is an error.
+
+    Raises:
+      ValueError: naming ``feature_map``, if ``fmap`` is unfitted (``is_unfitted``).
+    """
+    if is_unfitted(fmap):
+        raise _unfitted_in_causal(fmap)
+
+
 def _head_statistics(query: jax.Array, key: jax.Array, valid: jax.Array):
     """InputStatistics per head, leaves ``(N, ...)``, from BTNH queries and keys, keys masked."""
     query, key = normalise(query), normalise(key)
@@ -57,12 +77,7 @@ def fit_to_inputs(
       ValueError: with ``causal=True`` (fit the map on a calibration sample instead).
     """
     if causal:
-        raise ValueError(
-            f"feature_map {type(fmap).__name__} has no fitted statistics, and fitting them to "
-            "the current keys in causal attention would let each position see later keys; fit "
-            "it once on a calibration sample (fmap.fit(key, queries, keys)) and pass the fitted "
-            "map"
-        )
+        raise _unfitted_in_causal(fmap)
     statistics = _head_statistics(query, key, mask)
     if isinstance(fmap, features.OptimizedPositiveFeatureMap):
         return PerHead(fmap.replace(statistics=statistics))
@@ -70,3 +85,26 @@ def fit_to_inputs(
         raise TypeError(f"feature_map {type(fmap).__name__} is not a data-fitted (OPRF/DERF) map")
     parameters = features.dense_exponential_parameters(statistics, variant=fmap.variant)
     return PerHead(fmap.replace(parameters=parameters))
+
+
+def fit_if_unfitted(
+    fmap: features.FeatureMap,
+    map_axis: int | None,
+    query: jax.Array,
+    key: jax.Array,
+    mask: jax.Array,
+    *,
+    causal: bool,
+    dtype: jnp.dtype,
+) -> tuple[features.FeatureMap, int | None]:
+    """(map, head axis) as attention uses them: ``fmap`` and ``map_axis`` unchanged if it is
+    not an unfitted data-fitted map, else the map fitted per head (``fit_to_inputs``, axis 0)
+    to BTNH ``query``/``key`` cast to the computation ``dtype``.
+
+    Raises:
+      ValueError: for an unfitted map with ``causal=True``.
+    """
+    if not is_unfitted(fmap):
+        return fmap, map_axis
+    fitted = fit_to_inputs(fmap, query.astype(dtype), key.astype(dtype), mask, causal=causal)
+    return fitted.stacked, 0

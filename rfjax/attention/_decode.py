@@ -24,6 +24,7 @@ from rfjax.attention._checks import (
     resolve_stabilize,
     unwrap_projection,
 )
+from rfjax.attention._data_fitted import check_fitted
 from rfjax.attention._head_features import (
     floored_ratio,
     key_features,
@@ -67,11 +68,16 @@ def favor_decode_init(
       num_heads: N >= 1.
       value_dim: H_v >= 1.
       projection: the projection that the steps will use (its key features fix the width).
-      feature_map: as in ``favor_attention`` (its key features fix the width).
+      feature_map: as in ``favor_attention`` (its key features fix the width); decoding is
+        causal, so a data-fitted map (``"oprf"``, ``"derf_*"``, ``"saderf"``) must come fitted
+        on a calibration sample (``fmap.fit(key, queries, keys)``).
       dtype: accumulation dtype (float32 or float64; lower precisions become float32).
 
     Returns:
       A ``DecodeState`` of zeros with ``log_offset`` at the masked-key floor.
+
+    Raises:
+      ValueError: for sizes < 1, or an unfitted data-fitted ``feature_map``.
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     num_heads = check_int("num_heads", num_heads, minimum=1)
@@ -79,6 +85,7 @@ def favor_decode_init(
     dtype = compute_dtype(jnp.zeros((), dtype))
     projection, projection_axis = unwrap_projection(projection, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    check_fitted(fmap)
     width = _key_width(projection, projection_axis, fmap, map_axis, dtype)
     return DecodeState(
         kv_sum=jnp.zeros((batch_size, num_heads, width, value_dim), dtype),
@@ -153,7 +160,7 @@ def favor_decode_step(
       key: ``(B, N, H)``.
       value: ``(B, N, H_v)``.
       projection: as in ``favor_attention`` (the same one at every step).
-      feature_map: as in ``favor_attention``.
+      feature_map: as in ``favor_decode_init`` (data-fitted maps fitted beforehand).
       mask: ``(B,)`` bool, whether token t's key is attended to (False: the state is unchanged).
       stabilize: as in ``favor_attention``.
       eps: as in ``favor_attention``.
@@ -165,8 +172,8 @@ def favor_decode_step(
       TypeError: for a ``state`` that is not a ``DecodeState``, or arguments as in
         ``favor_attention``.
       ValueError: for a ``state`` whose shapes do not match the batch, heads, key feature
-        width and value dim of this step (naming expected and actual shapes), or arguments as
-        in ``favor_attention``.
+        width and value dim of this step (naming expected and actual shapes), an unfitted
+        data-fitted ``feature_map``, or arguments as in ``favor_attention``.
     """
     if not isinstance(state, DecodeState):
         raise TypeError(f"state must be a DecodeState, got {type(state).__name__}")
@@ -175,6 +182,7 @@ def favor_decode_step(
     mask = check_mask(None if mask is None else mask[:, None], batch, 1)[:, 0]
     projection, projection_axis = check_projection(projection, head_dim, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    check_fitted(fmap)
     width = _key_width(projection, projection_axis, fmap, map_axis, state.kv_sum.dtype)
     state = _check_state(state, (batch, num_heads, width, value.shape[-1]))
     return _favor_decode_step(

@@ -23,7 +23,7 @@ from rfjax.attention._checks import (
     resolve_feature_map,
     resolve_stabilize,
 )
-from rfjax.attention._data_fitted import fit_to_inputs, is_unfitted
+from rfjax.attention._data_fitted import fit_if_unfitted
 from rfjax.attention._head_features import normalise
 from rfjax.attention._sequence_parallel import check_sequence_axis
 from rfjax.features import FeatureMap
@@ -171,7 +171,8 @@ def favor_attention(
         Projection, a floating matrix or a PerHead of them, or a feature map that is not a
         name or FeatureMap.
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
-        map without a log-space form, or ``chunk_size < 1``.
+        map without a log-space form, an unfitted data-fitted map with ``causal=True``, or
+        ``chunk_size < 1``.
 
     Examples:
       >>> import jax
@@ -215,10 +216,9 @@ def favor_attention(
         out_shape = (*query.shape[:3], value.shape[-1])
         out = jnp.zeros(out_shape, jnp.result_type(query.dtype, key.dtype, value.dtype))
         return out[0] if unbatched else out
-    if is_unfitted(fmap):  # OPRF/DERF without statistics: from these inputs (_data_fitted)
-        dtype = compute_dtype(query, key, value)
-        fitted = fit_to_inputs(fmap, query.astype(dtype), key.astype(dtype), mask, causal=causal)
-        fmap, map_axis = resolve_feature_map(fitted, num_heads)
+    # OPRF/DERF without statistics: fitted to these inputs (_data_fitted).
+    dtype = compute_dtype(query, key, value)
+    fmap, map_axis = fit_if_unfitted(fmap, map_axis, query, key, mask, causal=causal, dtype=dtype)
     out = _favor_attention(
         query,
         key,
@@ -230,7 +230,7 @@ def favor_attention(
         stabilize=resolve_stabilize(stabilize, fmap),
         causal=causal,
         chunk_size=chunk_size if causal else 0,  # unused: one compilation for all values
-        eps=default_eps(eps, compute_dtype(query, key, value)),
+        eps=default_eps(eps, dtype),
         sequence_axis=sequence_axis,
     )
     return out[0] if unbatched else out

@@ -21,6 +21,7 @@ from rfjax.attention._checks import (
     resolve_feature_map,
     resolve_stabilize,
 )
+from rfjax.attention._data_fitted import fit_if_unfitted
 from rfjax.attention._head_features import (
     floored_ratio,
     key_features,
@@ -53,7 +54,8 @@ def favor_attention_weights(
       query: ``(B, T, N, H)``.
       key: ``(B, S, N, H)``; S == T if ``causal``.
       projection: as in ``favor_attention``.
-      feature_map: as in ``favor_attention``.
+      feature_map: as in ``favor_attention`` (an unfitted data-fitted map, e.g. ``"oprf"``, is
+        fitted to these queries and keys as ``favor_attention`` fits it: bidirectional only).
       causal: attend only to keys j <= t.
       mask: key padding mask ``(B, S)``, bool.
       stabilize: as in ``favor_attention``.
@@ -62,6 +64,10 @@ def favor_attention_weights(
     Returns:
       Row-stochastic weights ``(B, N, T, S)`` in the computation dtype (at least float32), as
       ``jax.nn.dot_product_attention`` uses them; rows with no key are 0.
+
+    Raises:
+      TypeError, ValueError: as ``favor_attention`` (e.g. an unfitted data-fitted
+        ``feature_map`` with ``causal=True``).
     """
     causal = check_causal(causal)
     query, key, _, unbatched = check_qkv(query, key, key[..., :1], causal=causal)
@@ -71,6 +77,9 @@ def favor_attention_weights(
     mask = check_mask(mask, batch, key_length)
     projection, projection_axis = check_projection(projection, head_dim, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    dtype = compute_dtype(query, key)
+    # OPRF/DERF without statistics: fitted as favor_attention fits them (_data_fitted).
+    fmap, map_axis = fit_if_unfitted(fmap, map_axis, query, key, mask, causal=causal, dtype=dtype)
     return _favor_attention_weights(
         query,
         key,
@@ -80,7 +89,7 @@ def favor_attention_weights(
         axes=(projection_axis, map_axis),
         stabilize=resolve_stabilize(stabilize, fmap),
         causal=causal,
-        eps=default_eps(eps, compute_dtype(query, key)),
+        eps=default_eps(eps, dtype),
     )
 
 
