@@ -12,13 +12,24 @@ missing item) is reported with its step, path and error, moved to ``workdir/corr
 (kept for inspection, and out of the way of the step numbers training will save again), and the
 next newest is tried. If checkpoints exist but none restores, ``CheckpointError`` names them all:
 the trainer never restarts silently from scratch over a workdir that has checkpoints.
+
+A restore that fails stops at the first bad read while the other TensorStore reads of the same
+checkpoint are still in flight; Orbax runs it in an asyncio loop of its own and closes that
+loop at once, so those reads would end by calling into a closed loop ("Event loop is closed",
+printed as an ignored exception, or a ``PytestUnraisableExceptionWarning`` in whatever test
+runs next). Restores therefore run under ``_settled_event_loops``: a loop created meanwhile
+lets its pending tasks finish (their errors are the failed restore's, already reported) before
+it closes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -56,6 +67,33 @@ class Restored:
     skipped: tuple[str, ...]  # one line per unrestorable checkpoint: step, path, error
 
 
+class _SettlingEventLoop(asyncio.SelectorEventLoop):
+    """An event loop that, closed with tasks still pending, first runs them to completion."""
+
+    def close(self) -> None:
+        pending = [task for task in asyncio.all_tasks(self) if not task.done()]
+        if pending and not self.is_running() and not self.is_closed():
+            self.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        super().close()
+
+
+class _SettlingEventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _SettlingEventLoop()
+
+
+@contextlib.contextmanager
+def _settled_event_loops() -> Iterator[None]:
+    """Event loops created inside (Orbax's, one per restore) finish their tasks before closing
+    (module docstring)."""
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_SettlingEventLoopPolicy())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(previous)
+
+
 class Checkpoints:
     """The checkpoints of one run in ``directory`` (created if missing).
 
@@ -91,12 +129,14 @@ class Checkpoints:
         skipped: dict[int, str] = {}
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                restored = self.manager.restore(
-                    step,
-                    args=ocp.args.Composite(
-                        state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()
-                    ),
-                )
+                with _settled_event_loops():
+                    restored = self.manager.restore(
+                        step,
+                        args=ocp.args.Composite(
+                            state=ocp.args.StandardRestore(target),
+                            progress=ocp.args.JsonRestore(),
+                        ),
+                    )
                 progress = TrainingProgress(**restored["progress"])
             except Exception as error:  # Orbax/TensorStore raise many types for damaged files
                 skipped[step] = (
@@ -157,9 +197,10 @@ def latest_params(directory: str) -> Any:
         step = checkpoints.manager.latest_step()
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {checkpoints.directory}")
-        restored = checkpoints.manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.StandardRestore())
-        )
+        with _settled_event_loops():
+            restored = checkpoints.manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore())
+            )
     finally:
         checkpoints.close()
     return restored["state"]["params"]

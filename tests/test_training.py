@@ -152,13 +152,6 @@ def _write_bytes(path: str, data: bytes) -> None:
         handle.write(data)
 
 
-# A failed Orbax restore leaves TensorStore reads in flight whose callbacks may reach the closed
-# asyncio loop ("Event loop is closed", reported by pytest as unraisable); only these tests
-# restore damaged checkpoints.
-ORBAX_FAILED_RESTORE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-@ORBAX_FAILED_RESTORE
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, straight, capsys):
     reference, expected = straight
     workdir = str(tmp_path / "run")
@@ -175,7 +168,6 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, st
     assert_same_run(workdir, reference)
 
 
-@ORBAX_FAILED_RESTORE
 def test_no_restorable_checkpoint_is_an_error_naming_each_not_a_fresh_start(tmp_path):
     workdir = str(tmp_path / "run")
     train.train_and_evaluate(resume_config(), workdir, toy_task(), stop_at_step=14)  # 7, 14
