@@ -8,22 +8,23 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from rfjax import attention, projections
+from rfjax import attention, features, projections
 
 LENGTH, HEAD_DIM, NUM_FEATURES = 32, 64, 128
 EPS32 = float(np.finfo(np.float32).eps)
 
 
-def inputs(norm, dtype):
-    """q, k of norm exactly ``norm`` (random directions), v standard normal: (1, T, 1, H)."""
-    kq, kk, kv = jax.random.split(jax.random.key(norm), 3)
+def inputs(norm, dtype, *, length=LENGTH, key=None):
+    """q, k of norm exactly ``norm`` (random directions), v standard normal: (1, T, 1, H),
+    drawn from ``key`` (default: the norm)."""
+    kq, kk, kv = jax.random.split(jax.random.key(norm if key is None else key), 3)
 
     def directions(key):
-        x = jax.random.normal(key, (1, LENGTH, 1, HEAD_DIM))
+        x = jax.random.normal(key, (1, length, 1, HEAD_DIM))
         return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
     q, k = norm * directions(kq), norm * directions(kk)
-    v = jax.random.normal(kv, (1, LENGTH, 1, HEAD_DIM))
+    v = jax.random.normal(kv, (1, length, 1, HEAD_DIM))
     return tuple(x.astype(dtype) for x in (q, k, v))
 
 
@@ -54,8 +55,9 @@ def exact(query, key, value, weights, *, antithetic, causal):
 @pytest.mark.parametrize(
     ("feature_map", "norms", "dtypes"),
     [
-        # Quick: the case that failed before (NaN gradients from |q| = |k| = 80, causal).
-        ("positive", (40, 80, 100), (jnp.float32,)),
+        # The case that failed before (NaN gradients from |q| = |k| = 80, causal) at the issue's
+        # scale; the default suite covers it at norm 100 in test_every_map_... (smaller T, m).
+        pytest.param("positive", (40, 80, 100), (jnp.float32,), marks=pytest.mark.slow, id="f32"),
         pytest.param("positive", (40, 80, 100), (jnp.bfloat16,), marks=pytest.mark.slow, id="bf16"),
         pytest.param(
             "positive_antithetic",
@@ -94,3 +96,131 @@ def test_large_norms_finite_and_exact(feature_map, norms, dtypes):
                 np.testing.assert_allclose(out, expected, rtol=0, atol=tolerance)
                 for grad in loss(query, key, value):
                     assert np.all(np.isfinite(np.asarray(grad, np.float32))), (causal, norm)
+
+
+# ----------------------------------------------------------- every map, both modes, decode
+
+QUICK_LENGTH, QUICK_FEATURES = 16, 32
+# Still open (issue 19 item 1): at norm 100 these maps' stabilised normalisers underflow for
+# most rows (the per-head key shift leaves the features where the query is largest below
+# e^-87 of it): OPRF/DERF rows collapse to 0 / 0 with NaN gradients, and every cluster-hybrid
+# row falls below the floor eps. A fix needs per-feature shifts of the key sums. Strict: the
+# test fails once they work, to be moved into the default suite.
+COLLAPSING = ("cluster_hybrid", "oprf", "derf_asymmetric", "derf_symmetric", "saderf")
+ALL_MAPS = [
+    pytest.param(
+        name,
+        marks=[
+            pytest.mark.slow,
+            pytest.mark.xfail(strict=True, reason="rows underflow at norm 100 (issue 19)"),
+        ],
+    )
+    if name in COLLAPSING
+    else name
+    for name in features.available()
+]
+
+
+def ready_map(name):
+    """The registered map with its random parameters drawn and, for the data-fitted ones,
+    fitted on a calibration sample of the same distribution (causal attention needs it)."""
+    fmap = features.get(name)().init(jax.random.key(2), HEAD_DIM)
+    if any(getattr(fmap, field) is None for field in fmap.fitted_fields):
+        calibration_q, calibration_k, _ = inputs(100, jnp.float32, key=9)
+        scaled = [
+            jnp.asarray(attention_inputs(x), jnp.float32) for x in (calibration_q, calibration_k)
+        ]
+        fmap = fmap.fit(jax.random.key(3), *scaled)
+    return fmap
+
+
+def attention_inputs(x):
+    """(1, T, 1, H) -> (T, H) float64 rows as the feature map sees them (times H^{-1/4})."""
+    return np.asarray(x, np.float64)[0, :, 0] * attention.data_normalizer(HEAD_DIM)
+
+
+def reference(query, key, value, fmap, projection, *, causal, eps):
+    """float64 FAVOR of the same map: the log-space form (psi, s) in float64, scores
+    S_tj = psi(q_t) . psi(k_j) e^{s(k_j) - c_t} (the query's own scale cancels; c_t the maximum
+    of s over the keys row t attends to), out_t = sum_j S_tj v_j / max(sum_j S_tj, eps).
+    Returns (out (T, H_v), tolerance (T,)): rows whose normaliser is below 2 eps (signed maps)
+    or 0 (underflow) get an infinite tolerance; the others eps32 times the scale of the
+    log-features, times the row's condition number sum |S_tj| / |sum S_tj| (1 for positive
+    features), times max |v|."""
+    with jax.enable_x64(True):
+        cast = jax.tree.map(lambda leaf: jnp.asarray(leaf, jnp.float64), (fmap, projection))
+        rows = [jnp.asarray(attention_inputs(x), jnp.float64) for x in (query, key)]
+        psi_q, s_q = cast[0].scaled_features(rows[0], cast[1], side="query")
+        psi_k, s_k = cast[0].scaled_features(rows[1], cast[1], side="key")
+        psi_q, s_q, psi_k, s_k = (np.asarray(x) for x in (psi_q, s_q, psi_k, s_k))
+        arguments = np.abs(np.concatenate(rows) @ np.asarray(cast[1].matrix()).T).max()
+    allowed = np.tril(np.ones((len(psi_q), len(psi_k)), bool)) if causal else True
+    shift = np.max(np.where(allowed, s_k[None, :], -np.inf), axis=1, keepdims=True)
+    scores = np.where(allowed, (psi_q @ psi_k.T) * np.exp(s_k[None, :] - shift), 0.0)
+    value = np.asarray(value, np.float64)[0, :, 0]
+    denominator = scores.sum(1)
+    out = scores @ value / np.maximum(denominator, eps)[:, None]
+    condition = np.abs(scores).sum(1) / np.abs(denominator)
+    # Exponents (|x'|^2/2, w.x', the log-scales) are rounded in float32 relative to their size.
+    scale = max(np.abs(s_q).max(), np.abs(s_k).max(), arguments)
+    tolerance = 32 * EPS32 * scale * condition * np.abs(value).max()
+    tolerance = np.where((denominator > 2 * eps) & np.isfinite(condition), tolerance, np.inf)
+    return out, tolerance
+
+
+@pytest.mark.parametrize("name", ALL_MAPS)
+def test_every_map_at_norm_100_is_finite_and_matches_float64(name):
+    """|q| = |k| = 100 (|x'| = 35 after the normaliser; e^{|x'|^2/2} = e^625 overflows float32
+    and the trigonometric and hybrid maps' features did), both modes, float32 and bfloat16:
+    finite outputs and gradients, outputs equal to the float64 computation where its rows are
+    well conditioned, and token-by-token decoding too. Signed maps get the working floor
+    ``eps`` that ``favor_attention`` asks them for."""
+    fmap = ready_map(name)
+    projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, QUICK_FEATURES)
+    eps = 1e-3 if fmap.needs_denominator_floor else float(np.finfo(np.float32).tiny)
+    by_dtype = [inputs(100, dtype, length=QUICK_LENGTH) for dtype in (jnp.float32, jnp.bfloat16)]
+    for causal in (True, False):
+
+        def run(q, k, v, causal=causal):
+            return attention.favor_attention(
+                q, k, v, projection, feature_map=fmap, causal=causal, chunk_size=8, eps=eps
+            )
+
+        def loss(q, k, v):  # linear in the output: its gradient is finite iff the VJP is
+            out = run(q, k, v).astype(jnp.float32)
+            return jnp.sum(out * v[..., ::-1].astype(jnp.float32)), out
+
+        grad = jax.grad(loss, (0, 1, 2), has_aux=True)
+        # Both dtypes in one compilation.
+        results = jax.jit(lambda both, grad=grad: [grad(*qkv) for qkv in both])(by_dtype)
+        for (query, key, value), (grads, out) in zip(by_dtype, results, strict=True):
+            label = (name, causal, str(query.dtype))
+            for g in grads:
+                assert np.all(np.isfinite(np.asarray(g, np.float32))), label
+            out = np.asarray(out, np.float64)[0, :, 0]
+            assert np.all(np.isfinite(out)), label
+            expected, tolerance = reference(
+                query, key, value, fmap, projection, causal=causal, eps=eps
+            )
+            if query.dtype == jnp.bfloat16:  # plus the output's rounding to bfloat16
+                tolerance = tolerance + 2.0**-8 * np.abs(expected).max()
+            checked = np.isfinite(tolerance)  # signed maps: rows with a normaliser above 2 eps
+            assert checked.sum() >= QUICK_LENGTH // 4, label
+            error = np.abs(out - expected).max(1)
+            assert np.all(error[checked] <= tolerance[checked]), (label, error, tolerance)
+            if causal and query.dtype == jnp.float32:
+                decoded = np.abs(decode(query, key, value, fmap, projection, eps) - expected)
+                assert np.all(decoded.max(1)[checked] <= tolerance[checked]), (label, decoded)
+
+
+def decode(query, key, value, fmap, projection, eps):
+    """Causal FAVOR token by token (``favor_decode_step``): (T, H_v) float64."""
+    state = attention.favor_decode_init(1, 1, value.shape[-1], projection, feature_map=fmap)
+    outs = []
+    for t in range(query.shape[1]):
+        state, out = attention.favor_decode_step(
+            state, query[:, t], key[:, t], value[:, t], projection, feature_map=fmap, eps=eps
+        )
+        assert all(np.all(np.isfinite(np.asarray(x))) for x in state), t
+        outs.append(np.asarray(out, np.float64)[0, 0])
+    return np.stack(outs)

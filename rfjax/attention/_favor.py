@@ -68,8 +68,10 @@ def favor_attention(
 
     Stabiliser (on by default): the maps' log-space form (``FeatureMap.scaled_features``)
     writes phi(x) = psi(x) exp(s(x)) with a per-row log-scale s; for exponential maps
-    phi = exp(l) it is s = max_i l_i, so psi's largest entry is 1. The scales are applied as
-    shifts that cancel exactly in the normalised output:
+    phi = exp(l) it is s = max_i l_i, so psi's largest entry is 1; for the trigonometric map
+    s = |x|^2/2 - log(m)/2 (psi = [sin, cos](W x)), and the angular and Gaussian hybrids take
+    the larger of their two bases' scales. The scales are applied as shifts that cancel exactly
+    in the normalised output:
 
     * queries: the row's own scale exp(s(q_t)) is dropped;
     * keys, bidirectional: one constant, the maximum c of s over all unmasked keys of the

@@ -150,9 +150,17 @@ def trigonometric_features(x: jax.Array, projection: Projection) -> jax.Array:
     References:
       Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Eq. 2.
     """
+    log_scale, sin_cos = trigonometric_parts(x, projection)
+    return jnp.exp(log_scale)[..., None] * sin_cos
+
+
+def trigonometric_parts(x: jax.Array, projection: Projection) -> tuple[jax.Array, jax.Array]:
+    """``trigonometric_features`` as (log-scale a (...), [sin, cos](W x) (..., 2m)):
+    phi(x) = e^a [sin, cos](W x), a = |x|^2 / 2 - log(m) / 2, so that callers can shift a before
+    the ``exp`` (e^a overflows float32 from |x| ~ 13, float64 from ~ 37)."""
     x, projected = project(x, projection)
     log_scale = 0.5 * jnp.sum(x * x, axis=-1) - 0.5 * math.log(projected.shape[-1])
-    return jnp.exp(log_scale)[..., None] * _sin_cos(projected)
+    return log_scale, _sin_cos(projected)
 
 
 @jax.tree_util.register_dataclass
@@ -178,12 +186,12 @@ class TrigonometricFeatureMap(FeatureMap):
     ``trigonometric_features(x, projection)`` = e^{|x|^2/2} [sin, cos](W x) / sqrt(m) (width 2m).
     Registered as ``"trigonometric"``.
 
-    Log-space form: the query side is psi(x) = [sin, cos](W x) / sqrt(m) with log-scale
-    s(x) = |x|^2 / 2, so attention drops the query factor e^{|q|^2/2} (a positive per-query factor
-    cancels in normalised attention), which keeps the query features bounded. The key side keeps
-    the factor in its features (log-scale 0): the keys' factors do not cancel, and kept inside
-    they leave FAVOR's denominator floor ``eps`` acting on the estimate itself. The features are
-    signed, so a row's normaliser can be <= 0.
+    Log-space form (both sides): psi(x) = [sin, cos](W x) / sqrt(m) with log-scale
+    s(x) = |x|^2 / 2, so phi = psi e^s never overflows: attention drops the query factor (it
+    cancels in normalised attention) and shifts the keys' by their running maximum, as for the
+    positive maps (the factor e^{|x|^2/2} overflows float32 from |x| ~ 13, i.e. |q| ~ 38 at
+    H = 64 after the data normaliser). The features are signed, so a row's normaliser can be
+    <= 0; FAVOR's floor ``eps`` then acts on the shifted normaliser.
 
     References:
       Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Eq. 2.
@@ -198,11 +206,16 @@ class TrigonometricFeatureMap(FeatureMap):
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side
     ) -> ScaledFeatures:
-        if side == "key":
-            phi = trigonometric_features(x, projection)
-            return ScaledFeatures(phi, jnp.zeros(phi.shape[:-1], phi.dtype))
-        x, projected = project(x, projection)
-        log_scale = 0.5 * jnp.sum(x * x, axis=-1)
-        constant = jax.lax.stop_gradient(log_scale)
-        psi = jnp.exp(log_scale - constant)[..., None] * _sin_cos(projected)
-        return ScaledFeatures(psi / math.sqrt(projected.shape[-1]), constant)
+        del side  # symmetric
+        log_scale, sin_cos = trigonometric_parts(x, projection)
+        return shift_log_scale(log_scale, sin_cos)
+
+
+def shift_log_scale(
+    log_scale: jax.Array, features: jax.Array, shift: jax.Array | None = None
+) -> ScaledFeatures:
+    """phi = e^a features (a: ``log_scale`` (...), features (..., width)) in log-space form
+    (psi, s): s = ``shift`` (default a), a constant under differentiation, and
+    psi = e^{a - s} features, which carries phi's gradient."""
+    constant = jax.lax.stop_gradient(log_scale if shift is None else shift)
+    return ScaledFeatures(jnp.exp(log_scale - constant)[..., None] * features, constant)

@@ -27,10 +27,10 @@ from jax.typing import DTypeLike
 from rfjax._validation import check_choice, check_inputs, check_int, check_real
 from rfjax.features._common import check_projection, merge_trailing_axes
 from rfjax.features._complex_exponential import check_side
-from rfjax.features._fourier import fourier_features, trigonometric_features
+from rfjax.features._fourier import fourier_features, shift_log_scale, trigonometric_parts
 from rfjax.features._pointwise import angular_features
-from rfjax.features._positive import positive_features
-from rfjax.features._protocol import FeatureMap, Side
+from rfjax.features._positive import positive_features, positive_log_features
+from rfjax.features._protocol import FeatureMap, ScaledFeatures, Side
 from rfjax.projections import Projection, gaussian
 
 CoefficientEstimator = Literal["trigonometric", "positive"]
@@ -316,17 +316,55 @@ def angular_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 12, 19, Theorem 3.1, Lemma 3.2.
     """
+    return unscaled(
+        _angular_hybrid_scaled(
+            x, positive_projection, trigonometric_projection, sign_projection, side=side
+        )
+    )
+
+
+def unscaled(scaled: ScaledFeatures) -> jax.Array:
+    """phi = psi e^s from the log-space form (psi, s)."""
+    return scaled.features * jnp.exp(scaled.log_scale)[..., None]
+
+
+def _scaled_bases(
+    x: jax.Array, positive_projection: Projection, trigonometric_projection: Projection
+) -> tuple[list[jax.Array], jax.Array]:
+    """([psi_+, psi_trig], s): the hybrid maps' two base features, the antithetic positive
+    (2 m_+) and the trigonometric ones (2 m_t), as psi e^s with one per-row log-scale
+    s = max(max_i l_i, a) (a constant under differentiation; entries of psi at most 1), l the
+    positive log-features and a = |x|^2/2 - log(m_t)/2 the trigonometric log-scale (HRF Eq. 2-3).
+    Hybrid features (Lemma 2.3) are linear in the bases, so they share s; computed directly, the
+    trigonometric block overflows (e^{|x|^2/2}) and the positive one underflows at large |x|."""
+    log_positive = positive_log_features(x, positive_projection, antithetic=True)
+    log_trigonometric, sin_cos = trigonometric_parts(x, trigonometric_projection)
+    shift = jnp.maximum(jnp.max(log_positive, axis=-1), log_trigonometric)
+    trigonometric, shift = shift_log_scale(log_trigonometric, sin_cos, shift)
+    positive = jnp.exp(log_positive - shift[..., None])
+    return [positive, trigonometric], shift
+
+
+def _angular_hybrid_scaled(
+    x: jax.Array,
+    positive_projection: Projection,
+    trigonometric_projection: Projection,
+    sign_projection: Projection,
+    *,
+    side: Side,
+) -> ScaledFeatures:
+    """``angular_hybrid_features`` in log-space form (same arguments and errors): Lemma 2.3
+    with a = 1/2, rho(x) = sgn(T x)/sqrt(2n), eta(y) = -sgn(T y)/sqrt(2n) on scaled bases."""
     side = check_side(side)
     _check_base_projections(positive_projection, trigonometric_projection)
     sign_projection, _ = _check_coefficient_projection(
         "sign_projection", sign_projection, positive_projection, trigonometric_projection
     )
-    positive = positive_features(x, positive_projection, antithetic=True)
-    trigonometric = trigonometric_features(x, trigonometric_projection)
+    bases, log_scale = _scaled_bases(x, positive_projection, trigonometric_projection)
     signs = angular_features(x, sign_projection) * (1.0 / math.sqrt(2.0))  # sgn / sqrt(2n)
     if side == "query":
-        return hybrid_query_features([positive, trigonometric], [signs], [0.5])
-    return hybrid_key_features([positive, trigonometric], [-signs])
+        return ScaledFeatures(hybrid_query_features(bases, [signs], [0.5]), log_scale)
+    return ScaledFeatures(hybrid_key_features(bases, [-signs]), log_scale)
 
 
 def gaussian_hybrid_features(
@@ -382,6 +420,33 @@ def gaussian_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 20, App. F (Eq. 67-69).
     """
+    return unscaled(
+        _gaussian_hybrid_scaled(
+            x,
+            positive_projection,
+            trigonometric_projection,
+            coefficient_projection,
+            side=side,
+            bandwidth=bandwidth,
+            radius=radius,
+            coefficient_estimator=coefficient_estimator,
+        )
+    )
+
+
+def _gaussian_hybrid_scaled(
+    x: jax.Array,
+    positive_projection: Projection,
+    trigonometric_projection: Projection,
+    coefficient_projection: Projection,
+    *,
+    side: Side,
+    bandwidth: float,
+    radius: float,
+    coefficient_estimator: CoefficientEstimator,
+) -> ScaledFeatures:
+    """``gaussian_hybrid_features`` in log-space form (same arguments and errors): Lemma 2.3
+    with a = -c/(1-c), rho(x) = f(x)/sqrt(1-c), eta(y) = f(-y)/sqrt(1-c) on scaled bases."""
     side = check_side(side)
     coefficient_estimator = check_choice(
         "coefficient_estimator", coefficient_estimator, COEFFICIENT_ESTIMATORS
@@ -395,8 +460,13 @@ def gaussian_hybrid_features(
         positive_projection,
         trigonometric_projection,
     )
-    positive = positive_features(x, positive_projection, antithetic=True)
-    trigonometric = trigonometric_features(x, trigonometric_projection)
+    one_minus_c = -math.expm1(-2.0 * radius**2 / bandwidth**2)
+    if not one_minus_c > 0.0:
+        raise ValueError(
+            f"radius / bandwidth = {radius / bandwidth:.3g} is too small: the normalisation "
+            f"1 - exp(-2 r^2 / tau^2) underflows to 0"
+        )
+    bases, log_scale = _scaled_bases(x, positive_projection, trigonometric_projection)
     u = x if side == "query" else -x
     if coefficient_estimator == "trigonometric":
         gauss = fourier_features(u, coefficient_projection, lengthscale=bandwidth)
@@ -404,17 +474,13 @@ def gaussian_hybrid_features(
         gauss = positive_features(
             u, coefficient_projection, kernel="gaussian", lengthscale=bandwidth
         )
-    one_minus_c = -math.expm1(-2.0 * radius**2 / bandwidth**2)
-    if not one_minus_c > 0.0:
-        raise ValueError(
-            f"radius / bandwidth = {radius / bandwidth:.3g} is too small: the normalisation "
-            f"1 - exp(-2 r^2 / tau^2) underflows to 0"
-        )
     coefficient = gauss * (1.0 / math.sqrt(one_minus_c))
-    offset = 1.0 - 1.0 / one_minus_c  # -c / (1 - c)
     if side == "query":
-        return hybrid_query_features([positive, trigonometric], [coefficient], [offset])
-    return hybrid_key_features([positive, trigonometric], [coefficient])
+        offset = 1.0 - 1.0 / one_minus_c  # -c / (1 - c)
+        psi = hybrid_query_features(bases, [coefficient], [offset])
+    else:
+        psi = hybrid_key_features(bases, [coefficient])
+    return ScaledFeatures(psi, log_scale)
 
 
 @jax.tree_util.register_dataclass
@@ -424,7 +490,10 @@ class AngularHybridFeatureMap(FeatureMap):
     base estimators) with its own sign projection (n rows, drawn by ``init``). Width
     (4 m)(n + 1). Registered as ``"angular_hybrid"``.
 
-    The features are signed: in normalised attention a row's normaliser can be <= 0.
+    The features are signed: in normalised attention a row's normaliser can be <= 0. Log-space
+    form: both bases scaled by their common per-row log-scale s = max(max_i l_i, |x|^2/2 -
+    log(m)/2) (l the positive log-features), so attention can shift the trigonometric base's
+    e^{|x|^2/2} instead of overflowing.
 
     Attributes:
       num_sign_features: n >= 1, sign projections of the angular coefficient.
@@ -457,11 +526,16 @@ class AngularHybridFeatureMap(FeatureMap):
         return self.replace(sign_projection=gaussian(key, dim, self.num_sign_features, dtype=dtype))
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        return unscaled(self.scaled_features(x, projection, side=side))
+
+    def scaled_features(
+        self, x: jax.Array, projection: Projection, *, side: Side
+    ) -> ScaledFeatures:
         if self.sign_projection is None:
             raise ValueError(
                 "AngularHybridFeatureMap has no sign projection: call .init(key, dim) first"
             )
-        return angular_hybrid_features(x, projection, projection, self.sign_projection, side=side)
+        return _angular_hybrid_scaled(x, projection, projection, self.sign_projection, side=side)
 
 
 @jax.tree_util.register_dataclass
@@ -474,7 +548,7 @@ class GaussianHybridFeatureMap(FeatureMap):
 
     The normalisation assumes inputs on the sphere of radius ``radius`` (the estimate stays
     unbiased off it). The features are signed: in normalised attention a row's normaliser can be
-    <= 0.
+    <= 0. Log-space form: as ``AngularHybridFeatureMap``'s (the bases' common log-scale).
 
     Attributes:
       num_coefficient_features: n >= 1, projection vectors of the Gaussian coefficient.
@@ -510,11 +584,16 @@ class GaussianHybridFeatureMap(FeatureMap):
         return self.replace(coefficient_projection=coefficients)
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        return unscaled(self.scaled_features(x, projection, side=side))
+
+    def scaled_features(
+        self, x: jax.Array, projection: Projection, *, side: Side
+    ) -> ScaledFeatures:
         if self.coefficient_projection is None:
             raise ValueError(
                 "GaussianHybridFeatureMap has no coefficient projection: call .init(key, dim) first"
             )
-        return gaussian_hybrid_features(
+        return _gaussian_hybrid_scaled(
             x,
             projection,
             projection,
