@@ -1,9 +1,22 @@
-"""Shared pytest configuration: the ``slow`` marker, a ``--runslow`` switch, and where the FSDD
-recordings are (``$RFJAX_FSDD_DIR``, else the project's shared copy beside the checkout)."""
+"""Shared pytest configuration: the ``slow`` marker, a ``--runslow`` switch, where the FSDD
+recordings are (``$RFJAX_FSDD_DIR``, else the project's shared copy beside the checkout), and XLA's
+CPU backend at optimisation level 0 for the suite.
+
+Most of the suite's time is XLA compiling small programs once each; at backend optimisation level
+0 (LLVM's expensive passes off) compiling takes about half the CPU time and the tests' arithmetic
+is the same (the level changes code generation, not the HLO's semantics: fusion, sharding and
+collectives are decided before it). Set ``RFJAX_TEST_XLA_OPTIMISE=1`` to test with XLA's default
+level instead; flags already in ``$XLA_FLAGS`` are kept, and subprocesses inherit them.
+"""
 
 import os
 
 import pytest
+
+FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+if os.environ.get("RFJAX_TEST_XLA_OPTIMISE") != "1":
+    # Before anything imports jax (conftest modules load before the test modules).
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAGS}".strip()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_FSDD = os.path.join(os.path.dirname(ROOT), "shared", "data", "fsdd", "recordings")
