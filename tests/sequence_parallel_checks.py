@@ -191,10 +191,10 @@ def compiled_bytes(fn, *arg_shapes) -> int:
     )
 
 
-def memory_per_device(length: int) -> dict[str, dict[str, int]]:
-    """Compiled bytes per device of the gradient (forward and backward) of (1, T, 4, 64) inputs
-    with m = 128: on one device at T = ``length`` and at T / D, and per device of the mesh at
-    T = ``length``."""
+def memory_per_device(length: int) -> dict[str, dict[str, dict[str, int]]]:
+    """Compiled bytes per device of the forward pass and of the gradient (forward and backward)
+    of (1, T, 4, 64) inputs with m = 128: on one device at T = ``length`` and at T / D, and per
+    device of the mesh at T = ``length``; by mode, then pass."""
     mesh_ = mesh()
     projection = projections.orthogonal(jax.random.key(1), 64, 128)
 
@@ -202,6 +202,7 @@ def memory_per_device(length: int) -> dict[str, dict[str, int]]:
         qkv = jax.ShapeDtypeStruct((1, length, 4, 64), jnp.float32, sharding=sharding)
         return [qkv, qkv, qkv, jax.ShapeDtypeStruct((1, length), jnp.bool_, sharding=sharding)]
 
+    passes = {"forward": lambda fn: fn, "gradient": lambda fn: jax.grad(loss(fn), (0, 1, 2))}
     result = {}
     for causal in (False, True):
 
@@ -210,22 +211,23 @@ def memory_per_device(length: int) -> dict[str, dict[str, int]]:
                 q, k, v, projection, mask=mask, causal=causal, sequence_axis=axis
             )
 
-        gradient = functools.partial(jax.grad, argnums=(0, 1, 2))
-        one = gradient(loss(functools.partial(run, axis=None)))
-        many = gradient(
-            loss(
-                jax.shard_map(
-                    functools.partial(run, axis=AXIS), mesh=mesh_, in_specs=SPLIT, out_specs=SPLIT
-                )
-            )
+        one = functools.partial(run, axis=None)
+        many = jax.shard_map(
+            functools.partial(run, axis=AXIS), mesh=mesh_, in_specs=SPLIT, out_specs=SPLIT
         )
-        with jax.set_mesh(mesh_):
-            per_device = compiled_bytes(many, *shapes(length, NamedSharding(mesh_, SPLIT)))
-        result["causal" if causal else "bidirectional"] = {
-            "one_device": compiled_bytes(one, *shapes(length)),
-            "one_device_at_length_over_devices": compiled_bytes(one, *shapes(length // DEVICES)),
-            "per_device": per_device,
-        }
+        mode = result.setdefault("causal" if causal else "bidirectional", {})
+        for name, wrap in passes.items():
+            with jax.set_mesh(mesh_):
+                per_device = compiled_bytes(
+                    wrap(many), *shapes(length, NamedSharding(mesh_, SPLIT))
+                )
+            mode[name] = {
+                "one_device": compiled_bytes(wrap(one), *shapes(length)),
+                "one_device_at_length_over_devices": compiled_bytes(
+                    wrap(one), *shapes(length // DEVICES)
+                ),
+                "per_device": per_device,
+            }
     return result
 
 
@@ -246,6 +248,32 @@ def performer_layer() -> float:
     return relative_error(many(params, *split(mesh_, tokens)), expected)
 
 
+def performer_nnx_layer() -> float:
+    """Relative error of causal ``rfjax.nn.nnx.PerformerAttention(sequence_axis=...)`` in
+    ``shard_map`` (state split outside, replicated, merged inside) against the same layer
+    without it (the same state)."""
+    from flax import nnx
+
+    from rfjax.nn import nnx as rnnx
+
+    mesh_ = mesh()
+    tokens = jax.random.normal(jax.random.key(7), (BATCH, LENGTH, 16))
+
+    def layer(sequence_axis):
+        return rnnx.PerformerAttention(
+            2, 16, num_features=16, causal=True, sequence_axis=sequence_axis, rngs=nnx.Rngs(8)
+        )
+
+    expected = jax.jit(lambda x: layer(None)(x))(tokens)
+    graphdef, state = nnx.split(layer(AXIS))
+
+    def local(state, x):
+        return nnx.merge(graphdef, state)(x)
+
+    many = jax.jit(jax.shard_map(local, mesh=mesh_, in_specs=(P(), SPLIT), out_specs=SPLIT))
+    return relative_error(many(state, *split(mesh_, tokens)), expected)
+
+
 def main() -> None:
     assert jax.device_count() == DEVICES, jax.devices()
     report = {
@@ -254,6 +282,7 @@ def main() -> None:
         "non_finite_rows": non_finite_rows(),
         "memory": memory_per_device(4096),
         "performer": performer_layer(),
+        "performer_nnx": performer_nnx_layer(),
     }
     print(json.dumps(report))
 

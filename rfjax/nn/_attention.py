@@ -18,6 +18,7 @@ from rfjax.nn._favor_heads import (
     ATTENTION_KINDS,
     AttentionKind,
     check_attributes,
+    check_sequence_call,
     cosine_scores,
     decode_step,
     draw_heads,
@@ -383,13 +384,7 @@ class PerformerAttention(nn.Module):
         )
 
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
-        if self.sequence_axis is not None and (self.decode or sow_weights):
-            raise ValueError(
-                f"sequence_axis={self.sequence_axis!r} splits a whole sequence over devices; it "
-                f"does not combine with decode=True (one token at a time) or sow_weights=True "
-                f"(the (T, S) weights of a shard); got decode={self.decode}, "
-                f"sow_weights={sow_weights}"
-            )
+        check_sequence_call(self.sequence_axis, decode=self.decode, sow_weights=sow_weights)
         batch, length, num_heads, head_dim = query.shape
         projection, feature_map = self.draw_heads(head_dim, projection_step)
         self.sow("intermediates", "projection", jax.vmap(lambda p: p.matrix())(projection.stacked))

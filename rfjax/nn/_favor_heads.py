@@ -96,6 +96,17 @@ def check_attributes(
     return features // num_heads
 
 
+def check_sequence_call(sequence_axis: str | None, *, decode: bool, sow_weights: bool) -> None:
+    """A layer with ``sequence_axis`` attends over whole split sequences: not with ``decode``
+    (one token at a time) or ``sow_weights`` (the (T, S) weights of a shard)."""
+    if sequence_axis is not None and (decode or sow_weights):
+        raise ValueError(
+            f"sequence_axis={sequence_axis!r} splits a whole sequence over devices; it "
+            f"does not combine with decode=True (one token at a time) or sow_weights=True "
+            f"(the (T, S) weights of a shard); got decode={decode}, sow_weights={sow_weights}"
+        )
+
+
 def draw_heads(
     projection_key: jax.Array,
     feature_map_key: jax.Array,

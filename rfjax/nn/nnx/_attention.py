@@ -16,6 +16,7 @@ from rfjax.features import FeatureMap
 from rfjax.nn._favor_heads import (
     AttentionKind,
     check_attributes,
+    check_sequence_call,
     cosine_scores,
     decode_step,
     draw_heads,
@@ -86,6 +87,12 @@ class PerformerAttention(nnx.Module):
       attention_kind, coupling, num_features, feature_map, causal, redraw_interval,
         chunk_size, eps, query_key_norm, initial_temperature: as in
         ``rfjax.nn.PerformerAttention``.
+      sequence_axis: the name of a mesh axis that splits the sequence (performer only), as in
+        ``rfjax.nn.PerformerAttention``: the layer is called inside ``jax.shard_map`` on the
+        local shard ``(B, T/D, D_model)`` and returns the local shard of the output
+        (``favor_attention(..., sequence_axis=)``); its state (parameters, ``ProjectionKey``)
+        is replicated, e.g. ``nnx.split`` outside and ``nnx.merge`` inside with ``in_specs``
+        ``P()`` for the state. Not with ``decode`` or ``sow_weights`` (they raise).
       rngs: ``nnx.Rngs`` with ``"params"`` (and optionally ``"projection"``, ``"dropout"``).
       keep_rngs: keep the dropout stream for calls without ``rngs`` (as in Flax).
 
@@ -131,6 +138,7 @@ class PerformerAttention(nnx.Module):
         eps: float | None = None,
         query_key_norm: bool = False,
         initial_temperature: float = 1.0,
+        sequence_axis: str | None = None,
         rngs: nnx.Rngs,
         keep_rngs: bool = True,
     ) -> None:
@@ -146,6 +154,7 @@ class PerformerAttention(nnx.Module):
             feature_map=feature_map,
             query_key_norm=query_key_norm,
             initial_temperature=initial_temperature,
+            sequence_axis=sequence_axis,
         )
         self.num_heads = num_heads
         self.in_features = in_features
@@ -165,6 +174,7 @@ class PerformerAttention(nnx.Module):
         self.chunk_size = chunk_size
         self.eps = eps
         self.query_key_norm = query_key_norm
+        self.sequence_axis = sequence_axis
         linear = functools.partial(
             nnx.LinearGeneral,
             dtype=dtype,
@@ -300,6 +310,7 @@ class PerformerAttention(nnx.Module):
         flat = (lambda x: x.reshape(-1, *x.shape[-3:])) if len(batch_shape) != 1 else None
         if flat is not None:
             query, key, value = flat(query), flat(key), flat(value)
+        check_sequence_call(self.sequence_axis, decode=decode, sow_weights=sow_weights)
         if self.attention_kind == "exact":
             if decode:
                 key, value, mask = self._append_to_cache(key, value, mask)
@@ -332,6 +343,7 @@ class PerformerAttention(nnx.Module):
                 favor,
                 chunk_size=self.chunk_size,
                 eps=self.eps,
+                sequence_axis=self.sequence_axis,
             )
         if flat is not None:
             out = out.reshape(*batch_shape, *out.shape[-3:])
