@@ -64,7 +64,13 @@ def _pad_to_chunks(
 
 
 def causal_prefix_scan(
-    a: jax.Array, b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array, chunk: int
+    a: jax.Array,
+    b: jax.Array,
+    v: jax.Array,
+    alpha: jax.Array,
+    beta: jax.Array,
+    chunk: int,
+    initial: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
     """The chunked op, differentiated by plain autodiff (stores one (m, p) state per chunk).
 
@@ -76,6 +82,9 @@ def causal_prefix_scan(
       beta: query-side log-scales, shape ``(T,)``, non-decreasing, ``alpha[j] <= beta[t]`` for
         ``j <= t``.
       chunk: chunk length C >= 1 (static).
+      initial: ``(S_0, c_0)``, the state of keys before position 0, ``(m, p)`` relative to the
+        scalar c_0 <= ``beta[0]``: Y_t gains (a_t . S_0) exp(c_0 - beta_t), added inside the
+        scan (no (T, p) term outside it). Default: no earlier keys.
 
     Returns:
       Y, shape ``(T, p)``.
@@ -107,26 +116,37 @@ def causal_prefix_scan(
         )
         return (state, beta_last), local + carried
 
-    init = (vary_like(jnp.zeros((width, v.shape[1]), v.dtype), a, b, v, alpha, beta), beta[0])
+    if initial is None:
+        initial = (jnp.zeros((width, v.shape[1]), v.dtype), beta[0])
+    init = (vary_like(initial[0], a, b, v, alpha, beta), vary_like(initial[1], beta))
     _, out = jax.lax.scan(step, init, tuple(map(split, (a, b, v, alpha, beta))))
     return out.reshape((-1, v.shape[1]))[:length]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def causal_prefix(
-    a: jax.Array, b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array, chunk: int
+    a: jax.Array,
+    b: jax.Array,
+    v: jax.Array,
+    alpha: jax.Array,
+    beta: jax.Array,
+    chunk: int,
+    initial: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
     """``causal_prefix_scan`` with a VJP that recomputes chunk by chunk (bounded memory)."""
-    return causal_prefix_scan(a, b, v, alpha, beta, chunk)
+    return causal_prefix_scan(a, b, v, alpha, beta, chunk, initial)
 
 
-def _causal_prefix_fwd(a, b, v, alpha, beta, chunk):
-    return causal_prefix(a, b, v, alpha, beta, chunk), (a, b, v, alpha, beta)
+def _causal_prefix_fwd(a, b, v, alpha, beta, chunk, initial):
+    return causal_prefix(a, b, v, alpha, beta, chunk, initial), (a, b, v, alpha, beta, initial)
 
 
 def _causal_prefix_bwd(chunk, residuals, grad):
-    a, b, v, alpha, beta = residuals
-    grad_a = causal_prefix(grad, v, b, alpha, beta, chunk)
+    a, b, v, alpha, beta, initial = residuals
+    # With an initial state, da_t gains (G_t . S_0^T) exp(c_0 - beta_t): the op's own carried
+    # term, so the same op with the initial state (S_0^T, c_0).
+    transposed = None if initial is None else (initial[0].T, initial[1])
+    grad_a = causal_prefix(grad, v, b, alpha, beta, chunk, transposed)
     # Anti-causal sums: reverse time, log-scales -beta, then the per-key factor
     # exp(alpha_j - beta_j) <= 1.
     flip_neg_beta = -beta[::-1]
@@ -139,7 +159,12 @@ def _causal_prefix_bwd(chunk, residuals, grad):
         key_factor
         * causal_prefix(b[::-1], a[::-1], grad[::-1], flip_neg_beta, flip_neg_beta, chunk)[::-1]
     )
-    return grad_a, grad_b, grad_v, jnp.zeros_like(alpha), jnp.zeros_like(beta)
+    grad_initial = None
+    if initial is not None:
+        # dS_0 = sum_t exp(c_0 - beta_t) a_t G_t^T; c_0, like alpha and beta, is a constant.
+        shift = initial[1]
+        grad_initial = (a.T @ (grad * jnp.exp(shift - beta)[:, None]), jnp.zeros_like(shift))
+    return grad_a, grad_b, grad_v, jnp.zeros_like(alpha), jnp.zeros_like(beta), grad_initial
 
 
 causal_prefix.defvjp(_causal_prefix_fwd, _causal_prefix_bwd)

@@ -165,5 +165,4 @@ def sequence_parallel_prefix(
     state = key_state(b, v, alpha, beta, chunk)
     earlier_state, earlier_max = exclusive_state_scan(state, local_max, axis_name)
     beta = jnp.maximum(beta, earlier_max)
-    carried = jnp.exp(earlier_max - beta)[:, None] * (a @ earlier_state)
-    return causal_prefix(a, b, v, alpha, beta, chunk) + carried
+    return causal_prefix(a, b, v, alpha, beta, chunk, (earlier_state, earlier_max))
