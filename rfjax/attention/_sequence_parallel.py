@@ -155,9 +155,10 @@ def sequence_parallel_prefix(
     With the local shard's inputs (shapes and contract as in ``causal_prefix``, beta the local
     running maximum of alpha), Y_t = sum over all positions j <= t of the full sequence. The
     earlier devices' state enters as (a_t . S_<d) exp(C_d - beta'_t), with the running maximum
-    beta'_t = max(C_d, beta_t) carried across the device boundary; the local part is
-    ``causal_prefix`` with beta', so the contract (beta' non-decreasing, alpha_j <= beta'_t) and
-    its bounded-memory VJP are kept. Gradients to earlier devices' keys and values flow back
+    beta'_t = max(C_d, beta_t) carried across the device boundary: it is ``causal_prefix``'s
+    initial state (summed inside its scan, no (T/D, p) term outside) with beta', so the
+    contract (beta' non-decreasing, alpha_j <= beta'_t, C_d <= beta'_0) and its bounded-memory
+    VJP are kept. Gradients to earlier devices' keys and values flow back
     through the ``all_gather`` of ``exclusive_state_scan``.
     """
     alpha, beta = jax.lax.stop_gradient(alpha), jax.lax.stop_gradient(beta)
