@@ -87,6 +87,28 @@ def test_statistics_change_the_fitted_estimators_only():
             assert entry.mse != pytest.approx(own[key], rel=1e-6)
 
 
+def test_weights_give_the_weighted_mean_of_the_pairs():
+    queries, keys = _data()
+    stats = features.input_statistics(queries, keys)
+    x, y = queries[:, None], keys[None]
+    plain = theory.rank_estimators(x, y, 8, statistics=stats)
+    uniform = theory.rank_estimators(x, y, 8, statistics=stats, weights=jnp.full((6, 6), 2.0))
+    assert [(e.feature_map, e.coupling) for e in uniform] == [
+        (e.feature_map, e.coupling) for e in plain
+    ]
+    assert [e.mse for e in uniform] == pytest.approx([e.mse for e in plain], rel=1e-12)
+    one_pair = np.zeros((6, 6))
+    one_pair[2, 4] = 1.0
+    weighted = theory.rank_estimators(x, y, 8, statistics=stats, weights=one_pair)
+    single = theory.rank_estimators(queries[2], keys[4], 8, statistics=stats)
+    assert {(e.feature_map, e.coupling): e.mse for e in weighted} == pytest.approx(
+        {(e.feature_map, e.coupling): e.mse for e in single}, rel=1e-12
+    )
+    for bad in (np.zeros((6, 6)), -one_pair, np.ones((5,))):
+        with pytest.raises(ValueError, match="weights"):
+            theory.rank_estimators(x, y, 8, weights=bad)
+
+
 def test_bad_arguments_raise():
     queries, keys = _data()
     with pytest.raises(ValueError, match="num_features"):

@@ -98,6 +98,7 @@ def rank_estimators(
     num_features: int,
     *,
     statistics: features.InputStatistics | None = None,
+    weights: ArrayLike | None = None,
 ) -> tuple[RankedEstimator, ...]:
     """The (feature map, coupling) pairs with closed forms, best (least predicted MSE) first.
 
@@ -115,13 +116,18 @@ def rank_estimators(
         have width 2m from m rows).
       statistics: ``rfjax.features.input_statistics(queries, keys)`` of the data the maps are
         fitted to, or ``None`` for those of x and y.
+      weights: nonnegative finite weights of the pairs, broadcasting against the pairs' shape
+        (that of x and y broadcast, less the last axis), not all zero; the weighted mean
+        sum(w MSE) / sum(w) is ranked. ``None``: the plain mean. E.g. w = exp(-|x|^2 - |y|^2)
+        ranks by the Gaussian kernel's MSE (its estimate is the softmax one times
+        exp(-|x|^2/2 - |y|^2/2)).
 
     Returns:
       ``RankedEstimator`` tuples sorted by ``mse`` (ascending).
 
     Raises:
       TypeError, ValueError: for inputs the closed forms reject (e.g. |x + y| > 100 with block
-        couplings) or m < 1.
+        couplings), m < 1 or bad ``weights``.
 
     Examples:
       >>> import jax
@@ -136,8 +142,26 @@ def rank_estimators(
     if statistics is None:
         dim = x.shape[-1]
         statistics = features.input_statistics(x.reshape(-1, dim), y.reshape(-1, dim))
+    pair_shape = np.broadcast_shapes(x.shape[:-1], y.shape[:-1])
+    weight = _pair_weights(weights, pair_shape)
     ranked = [
-        RankedEstimator(name, coupling, float(np.mean(np.asarray(mse(x, y)))))
+        RankedEstimator(name, coupling, float(np.average(np.asarray(mse(x, y)), weights=weight)))
         for (name, coupling), mse in _closed_forms(statistics, num_features).items()
     ]
     return tuple(sorted(ranked, key=lambda entry: entry.mse))
+
+
+def _pair_weights(weights: ArrayLike | None, pair_shape: tuple[int, ...]) -> np.ndarray | None:
+    """``weights`` broadcast to the pairs' shape, checked; ``None`` stays ``None``."""
+    if weights is None:
+        return None
+    array = np.asarray(weights, dtype=np.float64)
+    try:
+        array = np.broadcast_to(array, pair_shape)
+    except ValueError:
+        raise ValueError(
+            f"weights must broadcast against the pairs' shape {pair_shape}, got shape {array.shape}"
+        ) from None
+    if not np.all(np.isfinite(array)) or np.any(array < 0) or not np.any(array > 0):
+        raise ValueError("weights must be finite, nonnegative and not all zero")
+    return array
