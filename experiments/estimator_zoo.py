@@ -1,11 +1,27 @@
-"""Estimator zoo (synthetic pairs): Monte Carlo kernel MSE, closed forms and cost of every
-softmax-kernel (feature map x coupling) pair, ranked, with a heat map.
+"""Estimator zoo: Monte Carlo kernel MSE, attention-matrix error, closed forms and cost of every
+softmax-kernel (feature map x coupling) pair, on synthetic and real query/key pairs.
 
-The grid pairs are x = r R e_1, y = r R (c e_1 + sqrt(1 - c^2) e_2) for one random rotation R
-per (r, c). Data-fitted maps are fitted to the grid's queries and keys (as attention fits them
-to the current inputs); random map parameters (hybrids) are redrawn with each projection. All
-pairs share the draw keys (paired comparisons). The MSE is averaged over the grid pairs; its SE
-is over the draws.
+Pair sets (``experiments.estimator_zoo_data``): a synthetic grid across norm and angle, the
+queries and keys of a trained Performer-ViT (``config.vit_path``), and rows of UCI sets. For
+each set and pair, ``num_draws`` draws (common keys for all pairs: paired comparisons) give,
+per group of queries and keys, the map fitted to the group (data-fitted maps: OPRF, DERF, as
+attention fits them to the current sequence and head; random map parameters, the hybrids',
+redrawn with each projection) and one projection of the coupling (independent per group):
+
+* kernel MSE: synthetic pairs, the mean over the pairs (query t with key t) of
+  (phi(q) . psi(k) - exp(q.k))^2; real sets, the Gaussian kernel's, every query with every key
+  of a group: the estimate exp(-|q|^2/2) phi(q) . psi(k) exp(-|k|^2/2) of exp(-|q - k|^2 / 2)
+  (as the SimRF paper's Gaussian-kernel experiments; bounded by 1, where exp(q.k) of real rows
+  spans decades and its MSE is one pair's heavy tail). Averaged over groups, mean ± SE over
+  draws; the closed form (``rfjax.theory.rank_estimators`` with the group's statistics, weights
+  exp(-|q|^2 - |k|^2) on real sets) where one exists;
+* attention-matrix error (real sets): |A_hat - A|_F / |A|_F pooled over groups, A = softmax(q
+  k^T) the exact attention, A_hat FAVOR's matrix (``rfjax.attention.favor_attention_weights``)
+  with the fitted map;
+* cost: query plus key feature rows per second (jitted, d = ``config.dim``).
+
+Reporting is in ``experiments.estimator_zoo_report``; the papers' variance ratios in
+``experiments.estimator_zoo_ratios``.
 """
 
 from __future__ import annotations
@@ -13,20 +29,22 @@ from __future__ import annotations
 import functools
 import math
 import os
+import pickle
 import time
 
 import jax
 import jax.numpy as jnp
-import matplotlib
 import ml_collections
 import numpy as np
 
 from configs.common import require_names, require_positive
-from experiments import outputs
-from rfjax import features, projections, theory
+from experiments import estimator_zoo_data as pair_data
+from experiments import estimator_zoo_ratios, estimator_zoo_report, outputs
+from rfjax import data, features, projections, theory
+from rfjax.attention import favor_attention_weights
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+BASELINE = ("positive", "gaussian")  # FAVOR+ with i.i.d. rows
+RAW_FILE = "measurements.pkl"  # in the workdir; not committed (large)
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -37,41 +55,116 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """
     require_names(config, "feature_maps", features.available(kernel="softmax"))
     require_names(config, "couplings", projections.available())
-    require_positive(config, "dim", "num_features", "norms", "num_draws", "cost_inputs")
+    require_names(config, "real_feature_maps", config.feature_maps)
+    require_names(config, "real_couplings", config.couplings)
+    if "positive" not in config.real_feature_maps or "gaussian" not in config.real_couplings:
+        raise ValueError(
+            "config.real_feature_maps and config.real_couplings must include FAVOR+ i.i.d. "
+            f"('positive', 'gaussian'), the baseline; got {config.real_feature_maps} and "
+            f"{config.real_couplings}"
+        )
+    if config.uci_sets:  # () runs no UCI set
+        require_names(config, "uci_sets", data.UCI_DATASETS)
+    require_positive(
+        config,
+        "dim",
+        "num_features",
+        "norms",
+        "num_draws",
+        "real_draws",
+        "cost_inputs",
+        "uci_groups",
+        "uci_group_size",
+    )
     for cosine in config.cosines:
         if not -1.0 <= cosine <= 1.0:
             raise ValueError(f"config.cosines must lie in [-1, 1], got {cosine}")
 
 
-def make_pairs(key: jax.Array, dim: int, norms, cosines) -> tuple[jax.Array, jax.Array]:
-    """The grid pairs (queries, keys), shape ``(len(norms) * len(cosines), dim)`` each."""
-    xs, ys = [], []
-    for index, (norm, cosine) in enumerate((r, c) for r in norms for c in cosines):
-        rotation, _ = jnp.linalg.qr(jax.random.normal(jax.random.fold_in(key, index), (dim, dim)))
-        xs.append(norm * rotation[:, 0])
-        ys.append(norm * (cosine * rotation[:, 0] + math.sqrt(1.0 - cosine**2) * rotation[:, 1]))
-    return jnp.stack(xs), jnp.stack(ys)
+def pair_sets(config: ml_collections.ConfigDict) -> list[pair_data.PairSet]:
+    """The synthetic grid, the ViT's queries and keys (if ``vit_path``) and the UCI sets."""
+    sets = [
+        pair_data.synthetic(jax.random.key(config.seed), config.dim, config.norms, config.cosines)
+    ]
+    if config.vit_path:
+        sets.append(pair_data.vit(config.vit_path))
+    sets += [
+        pair_data.uci(name, config.uci_groups, config.uci_group_size, config.seed)
+        for name in config.uci_sets
+    ]
+    return sets
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _squared_errors(name, coupling, num_features, keys, queries, keys_in):
-    """Mean over the pairs of (estimate - exp(x.y))^2, one value per draw key."""
+def _gaussian_weights(q, k):
+    """exp(-|q|^2 - |k|^2) per query-key pair ``(T, S)``: the factor that turns the softmax
+    kernel's squared error into the Gaussian kernel's."""
+    return np.exp(-np.sum(q**2, -1)[:, None] - np.sum(k**2, -1)[None])
+
+
+def _gaussian_gram(fmap, w, q, k):
+    """The Gaussian-kernel estimate exp(-|q|^2/2) phi(q) . psi(k) exp(-|k|^2/2), formed in log
+    space (no overflow of phi for large norms), and its truth exp(-|q - k|^2 / 2)."""
+    query = fmap.scaled_features(q, w, side="query")
+    key = fmap.scaled_features(k, w, side="key")
+    half_q, half_k = 0.5 * jnp.sum(q * q, -1), 0.5 * jnp.sum(k * k, -1)
+    left = query.features * jnp.exp(query.log_scale - half_q)[:, None]
+    right = key.features * jnp.exp(key.log_scale - half_k)[:, None]
+    return left @ right.T, jnp.exp(q @ k.T - half_q[:, None] - half_k[None])
+
+
+@functools.partial(jax.jit, static_argnames=("name", "coupling", "num_features", "paired"))
+def _draw_errors(draw_keys, queries, keys_in, *, name, coupling, num_features, paired):
+    """Per draw and group: the mean squared kernel error over the group's pairs (paired sets:
+    the softmax kernel exp(q.k), query t with key t; other sets: the Gaussian kernel, every
+    query with every key) and the squared Frobenius error of the attention matrix (0 for
+    paired sets). Two ``(K, G)`` arrays."""
     template = features.get(name)()
+    sampler = projections.get(coupling)
     dim = queries.shape[-1]
-    truth = jnp.exp(jnp.sum(queries * keys_in, axis=-1))
+
+    def one_group(key, q, k):
+        projection_key, map_key = jax.random.split(key)
+        fmap = template.init(map_key, dim).fit(map_key, q, k)
+        w = sampler(projection_key, dim, num_features)
+        if paired:
+            phi_q = fmap.features(q, w, side="query")
+            phi_k = fmap.features(k, w, side="key")
+            errors = jnp.sum(phi_q * phi_k, axis=-1) - jnp.exp(jnp.sum(q * k, axis=-1))
+            return jnp.mean(errors**2), jnp.zeros((), errors.dtype)
+        estimate, truth = _gaussian_gram(fmap, w, q, k)
+        attention = favor_attention_weights(q[None, :, None], k[None, :, None], w, feature_map=fmap)
+        exact = jax.nn.softmax(q @ k.T, axis=-1)
+        return jnp.mean((estimate - truth) ** 2), jnp.sum((attention[0, 0] - exact) ** 2)
 
     def one_draw(key):
-        projection_key, map_key = jax.random.split(key)
-        fmap = template.init(map_key, dim).fit(map_key, queries, keys_in)
-        w = projections.get(coupling)(projection_key, dim, num_features)
-        phi_q = fmap.features(queries, w, side="query")
-        phi_k = fmap.features(keys_in, w, side="key")
-        return jnp.mean((jnp.sum(phi_q * phi_k, axis=-1) - truth) ** 2)
+        return jax.vmap(one_group)(jax.random.split(key, queries.shape[0]), queries, keys_in)
 
-    return jax.vmap(one_draw)(keys)
+    return jax.lax.map(one_draw, draw_keys, batch_size=25)
 
 
-def features_per_second(name, coupling, config) -> float:
+def closed_forms(pairs: pair_data.PairSet, num_features: int) -> dict[tuple[str, str], np.ndarray]:
+    """Per (feature map, coupling) with a closed form, its MSE per group ``(G,)``, for the
+    quantity ``_draw_errors`` measures (paired: softmax kernel; else Gaussian kernel)."""
+    out: dict[tuple[str, str], np.ndarray] = {}
+    with jax.enable_x64(True):
+        for g, (q, k) in enumerate(zip(pairs.queries, pairs.keys, strict=True)):
+            statistics = features.input_statistics(jnp.asarray(q), jnp.asarray(k))
+            if pairs.paired:
+                ranking = theory.rank_estimators(q, k, num_features, statistics=statistics)
+                scale = 1.0
+            else:
+                weights = _gaussian_weights(q, k)
+                ranking = theory.rank_estimators(
+                    q[:, None], k[None], num_features, statistics=statistics, weights=weights
+                )
+                scale = float(weights.mean())
+            for entry in ranking:
+                key = (entry.feature_map, entry.coupling)
+                out.setdefault(key, np.zeros(len(pairs.queries)))[g] = entry.mse * scale
+    return out
+
+
+def features_per_second(name: str, coupling: str, config: ml_collections.ConfigDict) -> float:
     """Query plus key feature rows per second (jitted, median of 3 timed calls)."""
     key = jax.random.key(config.seed + 1)
     x = jax.random.normal(key, (config.cost_inputs, config.dim)) / config.dim**0.5
@@ -87,93 +180,112 @@ def features_per_second(name, coupling, config) -> float:
     return 2 * config.cost_inputs / float(np.median(times))
 
 
-def measure(config: ml_collections.ConfigDict) -> list[dict]:
-    """One row per (feature map, coupling)."""
-    pair_key, draw_key = jax.random.split(jax.random.key(config.seed))
-    queries, keys_in = make_pairs(pair_key, config.dim, config.norms, config.cosines)
-    draw_keys = jax.random.split(draw_key, config.num_draws)
-    with jax.enable_x64(True):
-        ranking = theory.rank_estimators(
-            np.asarray(queries, np.float64), np.asarray(keys_in, np.float64), config.num_features
-        )
-    closed = {(e.feature_map, e.coupling): e.mse for e in ranking}
-    errors, rows = {}, []
-    pairs = [(n, c) for n in config.feature_maps for c in config.couplings]
-    for name, coupling in outputs.progress(pairs, "estimators"):
-        squared = np.asarray(
-            _squared_errors(name, coupling, config.num_features, draw_keys, queries, keys_in),
-            np.float64,
-        )
-        errors[(name, coupling)] = squared
-        mse, se = squared.mean(), squared.std(ddof=1) / math.sqrt(len(squared))
-        predicted = closed.get((name, coupling), math.nan)
-        rows.append(
-            {
-                "feature_map": name,
-                "coupling": coupling,
-                "mse_mc": float(mse),
-                "mse_se": float(se),
-                "mse_theory": float(predicted),
-                "z_score": float((mse - predicted) / se),
-                "features_per_s": features_per_second(name, coupling, config),
-            }
-        )
-    baseline = errors.get(("positive", "gaussian"))
-    for row in rows:
-        if baseline is None:
-            row["ratio_to_favor_plus"], row["ratio_z"] = math.nan, math.nan
-            continue
-        difference = errors[(row["feature_map"], row["coupling"])] - baseline
-        row["ratio_to_favor_plus"] = row["mse_mc"] / float(baseline.mean())
-        spread = difference.std(ddof=1) / math.sqrt(len(difference))
-        row["ratio_z"] = float(difference.mean() / spread) if spread > 0 else 0.0
-    return sorted(rows, key=lambda row: row["mse_mc"])
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values)))
 
 
-def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
-    """Heat map of log10(MSE / MSE of FAVOR+ i.i.d.), Monte Carlo."""
-    grid = np.full((len(config.feature_maps), len(config.couplings)), np.nan)
-    for row in rows:
-        i = config.feature_maps.index(row["feature_map"])
-        j = config.couplings.index(row["coupling"])
-        grid[i, j] = np.log10(row["ratio_to_favor_plus"])
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * grid.shape[1], 1.0 + 0.45 * grid.shape[0]))
-    image = ax.imshow(
-        grid, cmap="RdBu_r", vmin=-np.nanmax(np.abs(grid)), vmax=np.nanmax(np.abs(grid))
+def measure_set(pairs: pair_data.PairSet, config: ml_collections.ConfigDict) -> dict:
+    """Per (feature map, coupling): the per-draw errors ``(K, G)`` and closed forms ``(G,)``."""
+    num_draws = config.num_draws if pairs.paired else config.real_draws
+    draw_keys = jax.random.split(jax.random.key(config.seed + 2), num_draws)
+    queries = jnp.asarray(pairs.queries, jnp.float32)
+    keys_in = jnp.asarray(pairs.keys, jnp.float32)
+    kernel, attention = {}, {}
+    maps, couplings = (
+        (config.feature_maps, config.couplings)
+        if pairs.paired
+        else (config.real_feature_maps, config.real_couplings)
     )
-    ax.set_xticks(range(grid.shape[1]), [outputs.COUPLING_LABELS[c] for c in config.couplings])
-    ax.set_yticks(range(grid.shape[0]), [features.info(n).label for n in config.feature_maps])
-    plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
-    for (i, j), value in np.ndenumerate(grid):
-        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6)
-    fig.colorbar(image, ax=ax, label="log10 MSE / MSE(FAVOR+, IID)")
-    ax.set_title(f"Kernel MSE, d = {config.dim}, m = {config.num_features}")
-    outputs.save_figure(fig, path)
+    estimators = [(n, c) for n in maps for c in couplings]
+    for name, coupling in outputs.progress(estimators, pairs.name):
+        squared, frobenius = _draw_errors(
+            draw_keys,
+            queries,
+            keys_in,
+            name=name,
+            coupling=coupling,
+            num_features=config.num_features,
+            paired=pairs.paired,
+        )
+        kernel[(name, coupling)] = np.asarray(squared, np.float64)
+        attention[(name, coupling)] = np.asarray(frobenius, np.float64)
+    exact = jax.nn.softmax(jnp.einsum("gtd,gsd->gts", queries, keys_in), axis=-1)
+    return {
+        "pairs": pairs,
+        "kernel": kernel,
+        "attention": attention,
+        "attention_norm": float(jnp.sum(exact**2)),
+        "closed": closed_forms(pairs, config.num_features),
+    }
+
+
+def summarise_set(measured: dict, costs: dict) -> list[dict]:
+    """One row per (feature map, coupling), ranked by Monte Carlo MSE, with paired comparisons:
+    against FAVOR+ i.i.d. and against the next row of the ranking (both in SE)."""
+    pairs, kernel, attention = measured["pairs"], measured["kernel"], measured["attention"]
+    mse_draws = {key: value.mean(axis=1) for key, value in kernel.items()}
+    error_draws = {
+        key: np.sqrt(value.sum(axis=1) / measured["attention_norm"])
+        for key, value in attention.items()
+    }
+    rows = []
+    for key, draws in mse_draws.items():
+        mse, se = _mean_se(draws)
+        theory_mse = (
+            float(measured["closed"][key].mean()) if key in measured["closed"] else math.nan
+        )
+        row = {
+            "data": pairs.name,
+            "feature_map": key[0],
+            "coupling": key[1],
+            "mse_mc": mse,
+            "mse_se": se,
+            "mse_theory": theory_mse,
+            "z_score": (mse - theory_mse) / se if se > 0 else math.nan,
+        }
+        row["attention_error"], row["attention_se"] = (
+            (math.nan, math.nan) if pairs.paired else _mean_se(error_draws[key])
+        )
+        row["features_per_s"] = costs[key]
+        rows.append(row)
+    rows.sort(key=lambda row: row["mse_mc"])
+    for index, row in enumerate(rows):
+        key = (row["feature_map"], row["coupling"])
+        row["ratio_to_favor_plus"] = row["mse_mc"] / float(mse_draws[BASELINE].mean())
+        row["ratio_z"] = paired_z(mse_draws[key], mse_draws[BASELINE])
+        following = rows[index + 1] if index + 1 < len(rows) else None
+        row["next_z"] = (
+            paired_z(mse_draws[key], mse_draws[(following["feature_map"], following["coupling"])])
+            if following
+            else math.nan
+        )
+        row["attention_ratio_z"] = (
+            math.nan if pairs.paired else paired_z(error_draws[key], error_draws[BASELINE])
+        )
+    return rows
+
+
+def paired_z(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean of a - b over common draws in standard errors (0 when identical)."""
+    difference = a - b
+    spread = difference.std(ddof=1) / math.sqrt(len(difference))
+    return float(difference.mean() / spread) if spread > 0 else 0.0
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Measures, writes ``results.csv``, ``heatmap.png`` and ``summary.md`` (ranked table)."""
+    """Measures every set, writes ``results.csv``, ``by_norm.csv``, ``ratios.csv``, the heat
+    maps and ``summary.md``."""
     start = time.perf_counter()
-    rows = measure(config)
-    finite = [abs(r["z_score"]) for r in rows if math.isfinite(r["z_score"])]
-    max_z = max(finite) if finite else math.nan
-    table = outputs.markdown_table(rows)
+    estimators = [(n, c) for n in config.feature_maps for c in config.couplings]
+    costs = {key: features_per_second(*key, config) for key in estimators}
+    measured = [measure_set(pairs, config) for pairs in pair_sets(config)]
+    rows = [row for one in measured for row in summarise_set(one, costs)]
+    ratios = estimator_zoo_ratios.measure(config.ratios)
     elapsed = time.perf_counter() - start
-    summary = (
-        "# Estimator zoo: synthetic pairs\n\n"
-        f"d = {config.dim}, m = {config.num_features}, |x| = |y| in {tuple(config.norms)}, "
-        f"cosine in {tuple(config.cosines)}; {config.num_draws} draws (common keys). Ranked by "
-        "Monte Carlo MSE (mean over the grid pairs, SE over draws); `mse_theory` from "
-        "`rfjax.theory.rank_estimators` (nan: no closed form); `ratio_z`: paired difference to "
-        "FAVOR+ i.i.d. in SE.\n\n"
-        f"Largest |Monte Carlo - closed form| in SE: {max_z:.2f}. Run time {elapsed:.0f} s "
-        "(2 shared CPU cores).\n\n"
-        f"{table}\n\n![heat map](heatmap.png)\n\n"
-        "Not covered (issue 16): real query/key pairs (Performer-ViT checkpoint, UCI) and "
-        "attention-matrix error.\n"
-    )
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
-    plot(rows, config, os.path.join(workdir, "heatmap.png"))
-    print(table)
-    print(f"\nmax |z| = {max_z:.2f}; wrote results.csv, heatmap.png, summary.md in {workdir}")
-    return {"rows": rows, "max_abs_z": max_z}
+    if outputs.is_writer():  # the measurements, to redo the report without measuring again
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, RAW_FILE), "wb") as handle:
+            pickle.dump(
+                {"measured": measured, "rows": rows, "ratios": ratios, "elapsed": elapsed}, handle
+            )
+    return estimator_zoo_report.report(measured, rows, ratios, config, workdir, elapsed)

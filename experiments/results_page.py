@@ -34,6 +34,10 @@ SECTIONS = (
         ("hrf_pointwise", "hrf_qmc", "hrf_clustered", "lstm_lm", "conformer_ctc", "iap_es"),
     ),
     ("Performers", ("performer_vit",)),
+    (
+        "Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
+        ("estimator_zoo",),
+    ),
 )
 
 HEADER = """# Results
