@@ -44,7 +44,7 @@ from rfjax import data, features, projections, theory
 from rfjax.attention import favor_attention_weights
 
 BASELINE = ("positive", "gaussian")  # FAVOR+ with i.i.d. rows
-RAW_FILE = "measurements.pkl"  # in the workdir; not committed (large)
+RAW_FILE = "measurements_{part}.pkl"  # in the workdir; not committed (large)
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -57,6 +57,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     require_names(config, "couplings", projections.available())
     require_names(config, "real_feature_maps", config.feature_maps)
     require_names(config, "real_couplings", config.couplings)
+    require_names(config, "part", ("all", "synthetic", "real"))
     if "positive" not in config.real_feature_maps or "gaussian" not in config.real_couplings:
         raise ValueError(
             "config.real_feature_maps and config.real_couplings must include FAVOR+ i.i.d. "
@@ -272,20 +273,50 @@ def paired_z(a: np.ndarray, b: np.ndarray) -> float:
     return float(difference.mean() / spread) if spread > 0 else 0.0
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Measures every set, writes ``results.csv``, ``by_norm.csv``, ``ratios.csv``, the heat
-    maps and ``summary.md``."""
+def _measure_part(config: ml_collections.ConfigDict, part: str) -> dict:
+    """The measurements of one part: ``"synthetic"`` (with the cost and the papers' variance
+    ratios) or ``"real"`` (the ViT and UCI sets)."""
     start = time.perf_counter()
+    sets = [pairs for pairs in pair_sets(config) if pairs.paired == (part == "synthetic")]
+    measured = [measure_set(pairs, config) for pairs in sets]
+    ratios = estimator_zoo_ratios.measure(config.ratios) if part == "synthetic" else []
+    return {"measured": measured, "ratios": ratios, "elapsed": time.perf_counter() - start}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Measures the sets of ``config.part``, saves them (``measurements_<part>.pkl``), and once
+    every part's measurements are in ``workdir`` writes ``results.csv``, ``by_norm.csv``,
+    ``ratios.csv``, the heat maps and ``summary.md``.
+
+    ``part = "all"`` measures everything in one process; ``"synthetic"`` and ``"real"`` split
+    the work between two processes started with the same workdir (the same keys: the same
+    numbers), the second to finish writes the report.
+    """
+    parts = ("synthetic", "real") if config.part == "all" else (config.part,)
+    measurements = {part: _measure_part(config, part) for part in parts}
+    if outputs.is_writer():
+        os.makedirs(workdir, exist_ok=True)
+        for part, measured in measurements.items():
+            with open(os.path.join(workdir, RAW_FILE.format(part=part)), "wb") as handle:
+                pickle.dump(measured, handle)
+    for part in ("synthetic", "real"):
+        if part not in measurements:
+            path = os.path.join(workdir, RAW_FILE.format(part=part))
+            if not os.path.exists(path):
+                print(f"part {config.part} done; the report waits for part {part} ({path})")
+                return {}
+            with open(path, "rb") as handle:
+                measurements[part] = pickle.load(handle)
+    return report(measurements, config, workdir)
+
+
+def report(measurements: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """The report from the parts' measurements (see ``run``)."""
     estimators = [(n, c) for n in config.feature_maps for c in config.couplings]
     costs = {key: features_per_second(*key, config) for key in estimators}
-    measured = [measure_set(pairs, config) for pairs in pair_sets(config)]
+    measured = measurements["synthetic"]["measured"] + measurements["real"]["measured"]
     rows = [row for one in measured for row in summarise_set(one, costs)]
-    ratios = estimator_zoo_ratios.measure(config.ratios)
-    elapsed = time.perf_counter() - start
-    if outputs.is_writer():  # the measurements, to redo the report without measuring again
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, RAW_FILE), "wb") as handle:
-            pickle.dump(
-                {"measured": measured, "rows": rows, "ratios": ratios, "elapsed": elapsed}, handle
-            )
-    return estimator_zoo_report.report(measured, rows, ratios, config, workdir, elapsed)
+    elapsed = {part: value["elapsed"] for part, value in measurements.items()}
+    return estimator_zoo_report.report(
+        measured, rows, measurements["synthetic"]["ratios"], config, workdir, elapsed
+    )

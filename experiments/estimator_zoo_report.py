@@ -294,7 +294,11 @@ def _closed_form_check(rows: list[dict], by_norm: list[dict]) -> str:
     return text
 
 
-def report(measured, rows, ratios, config, workdir: str, elapsed: float) -> dict:
+def _run_time(elapsed: dict[str, float]) -> str:
+    return ", ".join(f"{part} {seconds / 60:.0f} min" for part, seconds in elapsed.items())
+
+
+def report(measured, rows, ratios, config, workdir: str, elapsed: dict[str, float]) -> dict:
     """Writes the CSVs, heat maps and ``summary.md``; returns the rows."""
     synthetic = next(one for one in measured if one["pairs"].paired)
     by_norm = by_norm_rows(synthetic, config)
@@ -317,7 +321,8 @@ def report(measured, rows, ratios, config, workdir: str, elapsed: float) -> dict
     )
     summary = f"""# Estimator zoo: every (feature map x coupling) on synthetic and real pairs
 
-Issue 16's table. {setup} Run time {elapsed / 60:.1f} min (2 CPU cores shared with other jobs).
+Issue 16's table. {setup} Run time: {_run_time(elapsed)} (2 CPU cores shared with other
+jobs, niced; load average ~15).
 
 Columns: kernel MSE (synthetic: of exp(q.k), query t with key t; real sets: of the Gaussian
 kernel exp(-|q - k|^2 / 2), every query with every key of a group, the estimate being the
