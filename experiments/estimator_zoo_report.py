@@ -167,19 +167,33 @@ def norm_coupled_table(rows: list[dict]) -> str:
 
 
 def norm_coupled_verdict(rows: list[dict]) -> str:
-    """Where norm coupling lowers the kernel MSE and where it lowers the attention error."""
+    """Where norm coupling changes the kernel MSE and the attention error beyond RESOLVED SE,
+    and whether that bears on the paper's finding."""
 
-    def where(key: str, sign: int) -> str:
-        names = [r["data"] for r in rows if math.isfinite(r[key]) and sign * r[key] > RESOLVED]
-        return ", ".join(names) if names else "nowhere"
+    def where(key: str, sign: int) -> list[str]:
+        return [r["data"] for r in rows if math.isfinite(r[key]) and sign * r[key] > RESOLVED]
 
-    real = [r for r in rows if math.isfinite(r["attention_z"])]
+    mse_better, attention_better = where("mse_z", -1), where("attention_z", -1)
+    changed = mse_better + where("mse_z", 1) + attention_better + where("attention_z", 1)
+    if not changed:
+        return (
+            f"Verdict: not resolved. Neither metric differs between norm-coupled and orthogonal "
+            f"rows beyond {RESOLVED:g} SE on any set, so this run can neither confirm the kernel-"
+            "variance reduction nor show it failing to reach the attention matrix: the "
+            "positive-feature squared errors are heavy-tailed here (Monte Carlo far below the "
+            "ORF closed forms above)."
+        )
+    carried = [name for name in mse_better if name in attention_better]
+    lost = [name for name in mse_better if name not in attention_better]
+
+    def names(items: list[str]) -> str:
+        return ", ".join(items) if items else "none"
+
     return (
-        f"Kernel MSE lower with norm coupling beyond {RESOLVED:g} SE: {where('mse_z', -1)}; "
-        f"higher: {where('mse_z', 1)}. Attention error lower: {where('attention_z', -1)}; "
-        f"higher: {where('attention_z', 1)} (of {len(real)} real sets). "
-        "The paper's finding holds here where the kernel-MSE gain does not carry over to the "
-        "attention matrix."
+        f"Kernel MSE lower with norm coupling beyond {RESOLVED:g} SE: {names(mse_better)}; "
+        f"attention error lower: {names(attention_better)}. The kernel gain carries over to the "
+        f"attention matrix on: {names(carried)}; it does not on: {names(lost)} (the paper's "
+        "finding)."
     )
 
 
