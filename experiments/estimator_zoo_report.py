@@ -319,7 +319,8 @@ def report(measured, rows, ratios, config, workdir: str, elapsed: dict[str, floa
     nc_rows = norm_coupled_rows(measured, config)
     sets = [one["pairs"].name for one in measured]
     tables = "\n\n".join(
-        f"### {name}\n\n{ranked_table([r for r in rows if r['data'] == name])}" for name in sets
+        f"## Ranked: {name}\n\n{ranked_table([r for r in rows if r['data'] == name])}"
+        for name in sets
     )
     setup = (
         f"d = {config.dim} (synthetic; ViT head dimension 16; UCI: the set's width), m = "
