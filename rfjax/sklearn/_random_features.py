@@ -56,8 +56,9 @@ def feature_names() -> tuple[str, ...]:
 # ``transform`` runs on blocks of this many rows (the last block zero-padded, the padding rows
 # dropped): one compiled shape per fitted estimator and input dtype, whatever n_samples is.
 BLOCK_ROWS = 1024
-# The features estimate k(x, x) = 1 by |z(x)|^2; ``fit`` warns when that estimate is below this on
-# at least half of the fit rows (the features then carry almost no information about the kernel).
+# The features estimate k(x, x) (1 for the Gaussian kernel, exp(2 gamma |x|^2) for the softmax
+# kernel) by |z(x)|^2; ``fit`` warns when that estimate is below this fraction of k(x, x) on at
+# least half of the fit rows (the features then carry almost no information about the kernel).
 DEGENERATE_FEATURES = 1e-2
 
 
@@ -168,7 +169,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     softmax kernel; for the Gaussian kernel they need small inputs: their variance per feature,
     exp(2 |u + v|^2 - 2 |u|^2 - 2 |v|^2) - K^2 with u = x / l, grows with the inputs' norms,
     and for gamma |x|^2 >> 1 they underflow (``fit`` warns when the features' estimate
-    |z(x)|^2 of k(x, x) = 1 is at most ``DEGENERATE_FEATURES`` = 0.01 on half of the fit rows).
+    |z(x)|^2 of k(x, x) is at most ``DEGENERATE_FEATURES`` = 0.01 of it on half of the fit rows).
 
     Couplings: ``"orthogonal"`` and ``"simplex"`` (exactly N(0, I) rows, coupled in blocks of d)
     lower the error against ``"gaussian"`` (i.i.d.), as measured above. ``"halton"``
@@ -304,7 +305,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Warns:
           UserWarning: if the median over the first ``BLOCK_ROWS`` rows of ``X`` of |z(x)|^2,
-            the features' estimate of k(x, x) = 1, is at most ``DEGENERATE_FEATURES`` (e.g.
+            the features' estimate of k(x, x), over k(x, x) is at most ``DEGENERATE_FEATURES`` (e.g.
             positive features with a ``gamma`` too large for the scale of ``X``): the features
             then carry almost no information about the kernel.
         """
@@ -349,15 +350,19 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _warn_if_degenerate(self, X: np.ndarray) -> None:
         if not len(X):
             return
-        diagonal = float(np.median(np.sum(np.square(self.transform(X)), axis=1)))
-        if not diagonal > DEGENERATE_FEATURES:
-            scale = float(np.median(np.sum(X * X, axis=1))) * float(self.gamma)
+        squared_norms = np.sum(X * X, axis=1)
+        log_kernel_diagonal = 2.0 * float(self.gamma) * squared_norms * (self.kernel == "softmax")
+        with np.errstate(divide="ignore"):
+            log_estimate = np.log(np.sum(np.square(self.transform(X)), axis=1))
+        ratio = float(np.exp(np.median(log_estimate - log_kernel_diagonal)))
+        if not ratio > DEGENERATE_FEATURES:
+            scale = float(np.median(squared_norms)) * float(self.gamma)
             warnings.warn(
                 f"RandomFeatures(features={self.features_!r}, gamma={self.gamma}): the features' "
-                f"estimate |z(x)|^2 of k(x, x) = 1 has median {diagonal:.1e} on the fit data, so "
-                f"the features carry almost no information about the kernel (the median "
-                f"gamma |x|^2 is {scale:.3g}; positive features decay like exp(-gamma |x|^2)). "
-                f"Use features='fourier', a smaller gamma, or rescale X",
+                f"estimate |z(x)|^2 of k(x, x) is a fraction {ratio:.1e} of it (median over the "
+                f"fit data), so the features carry almost no information about the kernel (the "
+                f"median gamma |x|^2 is {scale:.3g}; positive features decay like "
+                f"exp(-gamma |x|^2)). Use features='fourier', a smaller gamma, or rescale X",
                 UserWarning,
                 stacklevel=3,
             )
