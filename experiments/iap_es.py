@@ -312,9 +312,10 @@ def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
             "(paired SE), a difference the 95% interval separates from 0"
         )
     return (
-        f"**not established**: the 90% interval [{low:.3g}, {high:.3g}] is not inside the margin "
-        f"+-{margin:.3g}; with these seeds only a difference of {claim['detectable']:.3g} would "
-        "be detected with 80% power, so equal quality is neither shown nor refuted"
+        f"**does not hold** in this run, because equal quality is not shown: the 90% interval "
+        f"[{low:.3g}, {high:.3g}] is not inside the margin +-{margin:.3g}. No difference is "
+        f"shown either (only one of {claim['detectable']:.3g} would be detected with 80% "
+        "power): the run is too small to refute the claim, only to fail to support it"
     )
 
 

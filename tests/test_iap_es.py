@@ -138,7 +138,9 @@ def test_paired_comparison_matches_a_paired_t_test():
     assert result["equivalent"] and not result["different"]
     tight = iap_es.paired_comparison(values, reference, margin=0.1)
     assert not tight["equivalent"]
-    assert "not established" in iap_es.verdict(tight, 3.0, 0.1)
+    assert "does not hold** in this run, because equal quality is not shown" in iap_es.verdict(
+        tight, 3.0, 0.1
+    )
     worse = iap_es.paired_comparison(reference - 1.0, reference + 0.01 * np.arange(4), margin=0.1)
     assert "does not hold" in iap_es.verdict(worse, 3.0, 0.1)
 
