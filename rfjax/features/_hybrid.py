@@ -316,16 +316,9 @@ def angular_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 12, 19, Theorem 3.1, Lemma 3.2.
     """
-    return unscaled(
-        _angular_hybrid_scaled(
-            x, positive_projection, trigonometric_projection, sign_projection, side=side
-        )
-    )
-
-
-def unscaled(scaled: ScaledFeatures) -> jax.Array:
-    """phi = psi e^s from the log-space form (psi, s)."""
-    return scaled.features * jnp.exp(scaled.log_scale)[..., None]
+    return _angular_hybrid_scaled(
+        x, positive_projection, trigonometric_projection, sign_projection, side=side
+    ).unscaled()
 
 
 def _scaled_bases(
@@ -420,18 +413,16 @@ def gaussian_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 20, App. F (Eq. 67-69).
     """
-    return unscaled(
-        _gaussian_hybrid_scaled(
-            x,
-            positive_projection,
-            trigonometric_projection,
-            coefficient_projection,
-            side=side,
-            bandwidth=bandwidth,
-            radius=radius,
-            coefficient_estimator=coefficient_estimator,
-        )
-    )
+    return _gaussian_hybrid_scaled(
+        x,
+        positive_projection,
+        trigonometric_projection,
+        coefficient_projection,
+        side=side,
+        bandwidth=bandwidth,
+        radius=radius,
+        coefficient_estimator=coefficient_estimator,
+    ).unscaled()
 
 
 def _gaussian_hybrid_scaled(
@@ -526,7 +517,7 @@ class AngularHybridFeatureMap(FeatureMap):
         return self.replace(sign_projection=gaussian(key, dim, self.num_sign_features, dtype=dtype))
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        return unscaled(self.scaled_features(x, projection, side=side))
+        return self.scaled_features(x, projection, side=side).unscaled()
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side
@@ -584,7 +575,7 @@ class GaussianHybridFeatureMap(FeatureMap):
         return self.replace(coefficient_projection=coefficients)
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        return unscaled(self.scaled_features(x, projection, side=side))
+        return self.scaled_features(x, projection, side=side).unscaled()
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side

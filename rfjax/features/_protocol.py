@@ -47,6 +47,10 @@ class ScaledFeatures(NamedTuple):
     features: jax.Array
     log_scale: jax.Array
 
+    def unscaled(self) -> jax.Array:
+        """phi = psi e^s, shape ``(..., width)``."""
+        return self.features * jnp.exp(self.log_scale)[..., None]
+
 
 class FeatureMap(abc.ABC):
     """A random-feature estimator: query features . key features estimate a kernel K.
