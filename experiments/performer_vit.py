@@ -657,7 +657,7 @@ def error_verdict(error_rows: list[dict]) -> str:
     return f"{word}: SimRF below ORF by > 3 SE on {below} of {len(diffs)} models, above on {above}"
 
 
-def _difference_text(row: dict) -> str:
+def difference_text(row: dict) -> str:
     if not row:
         return "not measured"
     return (
@@ -767,13 +767,13 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         attention_images=config.num_attention_images,
         attention_draws=config.num_attention_draws,
         target=f"{target:+.3f}",
-        fixed_simrf_orf=_difference_text(primary.get("fixed", {})),
+        fixed_simrf_orf=difference_text(primary.get("fixed", {})),
         fixed_verdict=verdict(primary.get("fixed", {}), target),
-        redraw_simrf_orf=_difference_text(primary.get("redraw", {})),
+        redraw_simrf_orf=difference_text(primary.get("redraw", {})),
         redraw_verdict=verdict(primary.get("redraw", {}), target),
-        fixed_orf_iid=_difference_text(secondary.get("fixed", {})),
+        fixed_orf_iid=difference_text(secondary.get("fixed", {})),
         fixed_orf_iid_verdict=verdict(secondary.get("fixed", {}), target),
-        redraw_orf_iid=_difference_text(secondary.get("redraw", {})),
+        redraw_orf_iid=difference_text(secondary.get("redraw", {})),
         redraw_orf_iid_verdict=verdict(secondary.get("redraw", {}), target),
         exact_simrf_error=exact_errors.get("SimRF", "-"),
         exact_orf_error=exact_errors.get("ORF", "-"),

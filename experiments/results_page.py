@@ -36,7 +36,7 @@ SECTIONS = (
     ("Performers", ("performer_vit",)),
     (
         "Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
-        ("estimator_zoo",),
+        ("estimator_zoo", "performer_vit_maps"),
     ),
 )
 

@@ -1,0 +1,252 @@
+"""Performer-ViT with FAVOR+, FAVOR++ (OPRF) and FAVOR# (SADERF) features: do the optimised maps
+train better Performers? (arXiv:2205.15317, arXiv:2302.00787; issue 16)
+
+Runs: for every feature map of ``config.feature_maps``, ``experiments.performer_vit`` trains and
+evaluates the Performer-ViT of ``config.vit`` with that map and ``config.coupling`` (fixed
+projection protocol, seeds 0..``num_seeds`` - 1) in ``workdir/<map>`` (resumable, as there).
+The seeds are paired across maps: the same initialisation and batches (the maps have no trained
+parameters), so a paired difference isolates the features.
+
+Reported (``summary.md``, ``results.json``, ``runs.csv``, ``paired_differences.png``): per map,
+test accuracy with the run's own projection (the primary metric, as in performer_vit) and
+averaged over fresh projections, and the attention-matrix error of the map on the run's own
+trained queries and keys; paired differences map - baseline with Student-t 95% intervals and
+verdicts; the seeds that would put ``target_difference`` at 3 SE.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+
+import matplotlib
+import ml_collections
+import numpy as np
+
+from configs.common import require_names, require_positive
+from experiments import outputs, performer_vit
+from experiments.monte_carlo import paired_difference
+from rfjax import features, projections
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+PROTOCOL = "fixed"
+METRICS = {
+    "accuracy_own": "test accuracy, own projection",
+    "accuracy_fresh": "test accuracy, fresh draws",
+    "attention_error": "attention error on own queries/keys",
+}
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks the map and coupling names, the seeds and the Performer-ViT settings.
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "feature_maps", features.available(kernel="softmax"))
+    require_names(config, "baseline", tuple(config.feature_maps))
+    require_names(config, "coupling", projections.available())
+    require_positive(config, "num_seeds", "target_difference")
+    performer_vit.validate_config(map_config(config, config.baseline, config.num_seeds))
+
+
+def map_config(
+    config: ml_collections.ConfigDict, feature_map: str, num_seeds: int
+) -> ml_collections.ConfigDict:
+    """The performer_vit config of one map's runs on seeds 0..``num_seeds`` - 1."""
+    vit = copy.deepcopy(config.vit)
+    vit.model.feature_map = feature_map
+    vit.attentions = (config.coupling,)
+    vit.protocols = (PROTOCOL,)
+    vit.num_seeds = ml_collections.ConfigDict({PROTOCOL: num_seeds})
+    vit.reference_attentions = ()
+    vit.num_reference_seeds = 0
+    vit.target_difference = config.target_difference
+    return vit
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains and evaluates every (map, seed), seed by seed (every map's seed k before any map's
+    seed k + 1, so that a run stopped early leaves complete pairs; finished runs and their
+    evaluations are reused): one record per run."""
+    for count in range(1, config.num_seeds + 1):
+        by_map = {}
+        for feature_map in config.feature_maps:
+            map_workdir = os.path.join(workdir, feature_map)
+            os.makedirs(map_workdir, exist_ok=True)
+            by_map[feature_map] = performer_vit.measure(
+                map_config(config, feature_map, count), map_workdir
+            )
+    runs = [
+        {**run, "feature_map": m, "attention_error": run["attention_error"][config.coupling]}
+        for m, results in by_map.items()
+        for run in results["runs"]
+    ]
+    return {"runs": runs, "num_test": by_map[config.baseline]["num_test"]}
+
+
+def per_seed(runs: list[dict], feature_map: str, metric: str) -> dict[int, float]:
+    return {r["seed"]: r[metric] for r in runs if r["feature_map"] == feature_map}
+
+
+def accuracy_rows(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Mean ± SE over seeds of every metric, per map."""
+    rows = []
+    for feature_map in config.feature_maps:
+        row: dict = {"feature map": features.info(feature_map).label}
+        for metric, label in METRICS.items():
+            values = np.array(list(per_seed(runs, feature_map, metric).values()))
+            se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+            row[label] = f"{values.mean():.4f} ± {se:.4f}"
+        row["seeds"] = len(values)
+        rows.append(row)
+    return rows
+
+
+def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Paired differences map - baseline per metric (seeds both have), with the seeds needed
+    to put ``target_difference`` at 3 SE."""
+    rows = []
+    for feature_map in (m for m in config.feature_maps if m != config.baseline):
+        for metric in METRICS:
+            mine, base = (
+                per_seed(runs, feature_map, metric),
+                per_seed(runs, config.baseline, metric),
+            )
+            seeds = sorted(set(mine) & set(base))
+            if len(seeds) < 2:
+                continue
+            stats = paired_difference(
+                np.array([mine[s] for s in seeds]), np.array([base[s] for s in seeds])
+            )
+            rows.append(
+                {
+                    "feature_map": feature_map,
+                    "metric": metric,
+                    "comparison": f"{features.info(feature_map).label} - "
+                    f"{features.info(config.baseline).label}",
+                    **stats,
+                    "seeds_for_target_at_3se": performer_vit.seeds_needed(
+                        stats["sd"], config.target_difference
+                    ),
+                }
+            )
+    return rows
+
+
+def error_verdict(row: dict) -> str:
+    """Is the map's attention error below the baseline's by more than 3 SE (paired by seed)?"""
+    if not row:
+        return "not measured"
+    text = f"{row['mean']:+.4f} ± {row['se']:.4f}"
+    if row["mean"] + 3 * row["se"] < 0:
+        return f"holds ({text}: below by more than 3 SE)"
+    if row["mean"] - 3 * row["se"] > 0:
+        return f"does not hold: the error is higher ({text}, more than 3 SE)"
+    return f"does not hold: no difference resolved ({text}, within 3 SE)"
+
+
+def claim_lines(rows: list[dict], config: ml_collections.ConfigDict) -> str:
+    """One bullet per map: accuracy difference and verdict, attention-error difference and
+    verdict, and the power statement."""
+    lines = []
+    for feature_map in (m for m in config.feature_maps if m != config.baseline):
+        found = {r["metric"]: r for r in rows if r["feature_map"] == feature_map}
+        accuracy, error = found.get("accuracy_own", {}), found.get("attention_error", {})
+        label = features.info(feature_map).label
+        lines.append(
+            f"- **{label}**: accuracy difference "
+            f"{performer_vit.difference_text(accuracy)}. Verdict (better accuracy): "
+            f"**{performer_vit.verdict(accuracy, config.target_difference)}**. Attention error "
+            f"on its own trained queries and keys minus FAVOR+'s: verdict (lower error): "
+            f"**{error_verdict(error)}**."
+        )
+        if accuracy:
+            lines.append(
+                f"  Power: sd of the paired accuracy difference {accuracy['sd']:.4f}; "
+                f"{accuracy['n']} seeds give SE {accuracy['se']:.4f} (3 SE = "
+                f"{3 * accuracy['se']:.4f}); {accuracy['seeds_for_target_at_3se']} seeds would "
+                f"put {config.target_difference:+.3f} at 3 SE."
+            )
+    return "\n".join(lines)
+
+
+def plot_differences(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
+    """Paired accuracy differences (own projection) with their 95% intervals."""
+    shown = [r for r in rows if r["metric"] == "accuracy_own"]
+    fig, axis = plt.subplots(figsize=(5, 1 + 0.6 * max(len(shown), 1)))
+    for index, row in enumerate(shown):
+        axis.errorbar(
+            row["mean"],
+            index,
+            xerr=[[row["mean"] - row["low"]], [row["high"] - row["mean"]]],
+            fmt="o",
+            capsize=4,
+        )
+    axis.axvline(0.0, color="grey", lw=1)
+    axis.axvline(config.target_difference, color="tab:red", ls="--", lw=1, label="target gain")
+    axis.set_yticks(range(len(shown)), [r["comparison"] for r in shown])
+    axis.set_xlabel("paired test-accuracy difference (mean, Student-t 95% CI)")
+    axis.legend(loc="best", fontsize=8)
+    outputs.save_figure(fig, path)
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, the figure and the summary from ``measure``'s results."""
+    runs = results["runs"]
+    rows = differences(runs, config)
+    table = accuracy_rows(runs, config)
+    outputs.write_json(os.path.join(workdir, "results.json"), {"runs": runs, "differences": rows})
+    outputs.write_csv(
+        os.path.join(workdir, "runs.csv"),
+        [{k: v for k, v in r.items() if k != "accuracy_draws"} for r in runs],
+    )
+    if rows:
+        plot_differences(rows, config, os.path.join(workdir, "paired_differences.png"))
+    vit, model = config.vit, config.vit.model
+    summary = outputs.render_summary(
+        "performer_vit_maps",
+        variant=config.variant,
+        maps=", ".join(features.info(m).label for m in config.feature_maps),
+        coupling=config.coupling,
+        layers=model.num_layers,
+        heads=model.num_heads,
+        width=model.hidden_size,
+        features=model.num_features,
+        steps=vit.train.num_train_steps,
+        batch=vit.train.batch_size,
+        num_test=results["num_test"],
+        seeds=config.num_seeds,
+        eval_draws=vit.num_eval_draws,
+        attention_images=vit.num_attention_images,
+        attention_draws=vit.num_attention_draws,
+        target=f"{config.target_difference:+.3f}",
+        claims=claim_lines(rows, config),
+        accuracy_table=outputs.markdown_table(table),
+        difference_table=outputs.markdown_table(
+            [
+                {
+                    "comparison": r["comparison"],
+                    "metric": METRICS[r["metric"]],
+                    "difference": f"{r['mean']:+.4f} ± {r['se']:.4f}",
+                    "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
+                    "seeds": r["n"],
+                }
+                for r in rows
+            ]
+        ),
+        timing=f"{len(runs)} runs, {sum(r['train_seconds'] for r in runs) / 60:.1f} min of "
+        "training wall time in all (a shared machine: see the load caveat in the note)",
+    )
+    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
+    outputs.save_config(workdir, config)
+    print(outputs.markdown_table(table))
+    return {"runs": runs, "differences": rows}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """``report(measure(config, workdir), config, workdir)``."""
+    return report(measure(config, workdir), config, workdir)
