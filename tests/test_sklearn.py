@@ -188,6 +188,25 @@ def test_new_n_samples_compiles_nothing_and_rows_do_not_interact(features):
     np.testing.assert_allclose(np.concatenate(parts), full, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize(
+    ("features", "coupling"), [("fourier", "orthogonal"), ("positive", "simplex")]
+)
+def test_a_cold_fit_and_transform_compile_two_programs(features, coupling):
+    # Issue 20, item 3: a cold fit + first transform compiled 7 programs (key, seed conversion,
+    # a fold_in per derived key, the sampler, input staging, the block function); now the
+    # draw is one program and the block function the other. A refit with a new random_state
+    # and a transform of a new n_samples compile nothing.
+    x = np.random.default_rng(0).normal(size=(300, 7))
+    width = 37 if features == "fourier" else 37 * 2  # a setting no other test compiles
+    before = len(_COMPILES)
+    est = RandomFeatures(features=features, coupling=coupling, n_components=width, gamma=0.05)
+    est.set_params(random_state=0).fit(x).transform(x)
+    assert len(_COMPILES) - before == 2
+    before = len(_COMPILES)
+    est.set_params(random_state=1).fit(x).transform(x[:123])
+    assert len(_COMPILES) == before
+
+
 def test_degenerate_positive_features_warn():
     # Regression (issue 20, item 3): positive features of standardised digits with gamma = 1
     # were all below 1.5e-14, without a warning. The check is on the features' estimate of
