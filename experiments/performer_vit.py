@@ -392,8 +392,9 @@ def _load(split: str, data_dir: str, limit: int) -> dict[str, np.ndarray]:
     return {"image": images, "label": labels}
 
 
-def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains and evaluates every (run, seed); returns one record per run and the curves."""
+def measure(config: ml_collections.ConfigDict, workdir: str, first_seed: int = 0) -> dict:
+    """Trains and evaluates every (run, seed) from seed ``first_seed`` on; returns one record per
+    run and the curves."""
     outputs.save_config(workdir, config)  # now too: a long run that stops early keeps it
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     arrays = {
@@ -402,7 +403,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     }
     runs, curves = [], {}
     most = max(num_seeds(config, a, p) for _, a, p in run_names(config))
-    for seed in range(most):
+    for seed in range(first_seed, most):
         for name, attention, protocol in run_names(config):
             if seed >= num_seeds(config, attention, protocol):
                 continue

@@ -72,20 +72,19 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains and evaluates every (map, seed), seed by seed (every map's seed k before any map's
     seed k + 1, so that a run stopped early leaves complete pairs; finished runs and their
     evaluations are reused): one record per run."""
-    for count in range(1, config.num_seeds + 1):
-        by_map = {}
+    runs, num_test = [], 0
+    for seed in range(config.num_seeds):
         for feature_map in config.feature_maps:
             map_workdir = os.path.join(workdir, feature_map)
             os.makedirs(map_workdir, exist_ok=True)
-            by_map[feature_map] = performer_vit.measure(
-                map_config(config, feature_map, count), map_workdir
+            results = performer_vit.measure(
+                map_config(config, feature_map, seed + 1), map_workdir, first_seed=seed
             )
-    runs = [
-        {**run, "feature_map": m, "attention_error": run["attention_error"][config.coupling]}
-        for m, results in by_map.items()
-        for run in results["runs"]
-    ]
-    return {"runs": runs, "num_test": by_map[config.baseline]["num_test"]}
+            num_test = results["num_test"]
+            for run in results["runs"]:
+                own_error = run["attention_error"][config.coupling]
+                runs.append({**run, "feature_map": feature_map, "attention_error": own_error})
+    return {"runs": runs, "num_test": num_test}
 
 
 def per_seed(runs: list[dict], feature_map: str, metric: str) -> dict[int, float]:
@@ -219,7 +218,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         steps=vit.train.num_train_steps,
         batch=vit.train.batch_size,
         num_test=results["num_test"],
-        seeds=config.num_seeds,
+        last_seed=config.num_seeds - 1,
         eval_draws=vit.num_eval_draws,
         attention_images=vit.num_attention_images,
         attention_draws=vit.num_attention_draws,
