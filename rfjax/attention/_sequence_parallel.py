@@ -8,14 +8,18 @@ mesh axis ``name`` (device d holds positions [d T/D, (d+1) T/D)).
   against all keys.
 * Causal: device d needs the state of all earlier devices, an exclusive scan of the per-device
   (S_d, z_d, c_d) under the online-softmax combination (S, c) + (S', c') = (S e^{c - c''} +
-  S' e^{c' - c''}, c'' = max(c, c')). ``exclusive_state_scan`` does it by one ``all_gather`` and a
-  masked sum: D states of m (H_v + 1) floats per head are small next to the T/D (m + H_v) of the
-  local features, it is a single collective round (a ``ppermute`` ring needs D - 1 dependent
-  rounds, a Hillis-Steele scan log2 D rounds of combines), its transpose (a reduce-scatter) gives
-  the backward pass with no custom rule, and later devices' states enter only through
+  S' e^{c' - c''}, c'' = max(c, c')). It is done by an ``all_gather`` of the D key maxima
+  (``earlier_weights``: each device's running maximum is known before it sums its state) and
+  one of the D states with a masked sum (``exclusive_state_sum``): D states of m (H_v + 1)
+  floats per head are small next to the T/D (m + H_v) of the local features, it is a single
+  collective round per quantity (a ``ppermute`` ring needs D - 1 dependent rounds, a
+  Hillis-Steele scan log2 D rounds of combines), its transpose is one reduce-scatter
+  (``exclusive_state_sum_transpose``), and later devices' states enter only through
   ``jnp.where(earlier, ., 0)``: device d's output is computed from bit-identical inputs whatever
   devices > d hold, so the causal leak test holds across device boundaries. The running key
   maximum of device d starts at the maximum over earlier devices (never later ones).
+  ``sequence_parallel_prefix`` has its own VJP so that the gradient, like the forward pass,
+  needs per device what one device needs at T / D (issue 15).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rfjax.attention._checks import log_floor, vary_like
-from rfjax.attention._prefix import _pad_to_chunks, causal_prefix
+from rfjax.attention._checks import log_floor
+from rfjax.attention._prefix import causal_prefix, prefix_cotangents, weighted_outer_sum
 
 
 def check_sequence_axis(sequence_axis: object) -> str | None:
@@ -69,75 +73,51 @@ def psum_summary(
     return jax.lax.psum((kv * rescale[..., None, None], k_sum * rescale[..., None]), axis_name)
 
 
-def exclusive_state_scan(
-    state: jax.Array, local_max: jax.Array, axis_name: str
-) -> tuple[jax.Array, jax.Array]:
-    """(sum_{e < d} S_e exp(c_e - C_d), C_d = max_{e < d} c_e) on device d of ``axis_name``.
-
-    Args:
-      state: S_d, this device's state ``(m, p)`` relative to ``local_max``.
-      local_max: c_d, a scalar (a constant under differentiation).
-      axis_name: the mesh axis that splits the sequence.
-
-    Returns:
-      The combined state of the earlier devices ``(m, p)`` and their maximum; on device 0 a zero
-      state and the log floor (``_checks.log_floor``), which is below every key's log-scale.
-    """
-    states = jax.lax.all_gather(state, axis_name)
-    maxima = jax.lax.all_gather(jax.lax.stop_gradient(local_max), axis_name)
-    earlier = jnp.arange(states.shape[0]) < jax.lax.axis_index(axis_name)
-    earlier_max = jnp.max(jnp.where(earlier, maxima, log_floor(state.dtype)))
-    factors = jnp.exp(jnp.where(earlier, maxima - earlier_max, 0.0))
-    masked = jnp.where(earlier[:, None, None], states, 0.0)
-    return jnp.einsum("d,dmp->mp", jnp.where(earlier, factors, 0.0), masked), earlier_max
-
-
 def earlier_devices_any(flag: jax.Array, axis_name: str) -> jax.Array:
     """Whether ``flag`` (a bool scalar) is set on any device before this one along the axis."""
     flags = jax.lax.all_gather(flag, axis_name)
     return jnp.any(flags & (jnp.arange(flags.shape[0]) < jax.lax.axis_index(axis_name)))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def key_state(
-    b: jax.Array, v: jax.Array, alpha: jax.Array, beta: jax.Array, chunk: int
-) -> jax.Array:
-    """This device's state S = sum_j exp(alpha_j - beta_last) b_j v_j^T ``(m, p)``.
+def earlier_weights(local_max: jax.Array, axis_name: str) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """How the device states of ``axis_name`` combine into this device's earlier state.
 
-    Shapes and contract as in ``causal_prefix`` (beta_last = ``beta[-1]`` >= every alpha). The
-    sum runs chunk by chunk over the same padded (T / C, C, .) split of b, v and alpha that
-    ``causal_prefix`` scans, so that XLA keeps one copy of the keys' features: the one-product
-    form ``(b * w[:, None]).T @ v`` kept b live in a second layout next to the scan's and made
-    a scaled copy (per device 0.30 of one device's memory at 4 devices instead of ~0.26;
-    issue 15). The VJP is the two plain products (residuals: the inputs); alpha and beta are
-    constants.
+    Args:
+      local_max: c_d, this device's key maximum, a scalar (a constant under differentiation).
+      axis_name: the mesh axis that splits the sequence.
+
+    Returns:
+      ``(weights, earlier, earlier_max)`` on device d: C_d = max_{e < d} c_e (on device 0 the
+      log floor ``_checks.log_floor``, below every key's log-scale), ``earlier`` the (D,) mask
+      e < d and weights_e = exp(B_e - C_d) <= 1 for e < d, 0 else, where B_e = max_{e' <= e}
+      c_{e'} is the running maximum at the end of device e, relative to which device e keeps
+      its state S_e. Only the maxima of earlier devices enter.
     """
-    chunk = min(chunk, b.shape[0])
-    _, b, v, alpha, beta = _pad_to_chunks(b, b, v, alpha, beta, chunk)
-    num_chunks = b.shape[0] // chunk
-
-    def split(x: jax.Array) -> jax.Array:
-        return x.reshape((num_chunks, chunk, *x.shape[1:]))
-
-    def step(state, inputs):
-        b_c, v_c, alpha_c = inputs
-        return state + (b_c * jnp.exp(alpha_c - beta[-1])[:, None]).T @ v_c, None
-
-    init = vary_like(jnp.zeros((b.shape[1], v.shape[1]), v.dtype), b, v, alpha, beta)
-    return jax.lax.scan(step, init, (split(b), split(v), split(alpha)))[0]
+    maxima = jax.lax.all_gather(jax.lax.stop_gradient(local_max), axis_name)
+    earlier = jnp.arange(maxima.shape[0]) < jax.lax.axis_index(axis_name)
+    earlier_max = jnp.max(jnp.where(earlier, maxima, log_floor(maxima.dtype)))
+    exponents = jnp.where(earlier, jax.lax.cummax(maxima) - earlier_max, 0.0)
+    return jnp.where(earlier, jnp.exp(exponents), 0.0), earlier, earlier_max
 
 
-def _key_state_fwd(b, v, alpha, beta, chunk):
-    return key_state(b, v, alpha, beta, chunk), (b, v, alpha, beta)
+def exclusive_state_sum(
+    state: jax.Array, weights: jax.Array, earlier: jax.Array, axis_name: str
+) -> jax.Array:
+    """sum_{e < d} weights_e S_e ``(m, p)`` on device d: the earlier devices' state (``state``
+    is this device's S_d; ``weights``, ``earlier`` from ``earlier_weights``). Later devices'
+    states enter only through ``jnp.where(earlier, ., 0)``."""
+    states = jax.lax.all_gather(state, axis_name)
+    return jnp.einsum("d,dmp->mp", weights, jnp.where(earlier[:, None, None], states, 0.0))
 
 
-def _key_state_bwd(chunk, residuals, grad):
-    b, v, alpha, beta = residuals
-    weights = jnp.exp(alpha - beta[-1])[:, None]
-    return (v * weights) @ grad.T, weights * (b @ grad), jnp.zeros_like(alpha), jnp.zeros_like(beta)
-
-
-key_state.defvjp(_key_state_fwd, _key_state_bwd)
+def exclusive_state_sum_transpose(
+    grad: jax.Array, weights: jax.Array, earlier: jax.Array, axis_name: str
+) -> jax.Array:
+    """The transpose of ``exclusive_state_sum``: from each device e's cotangent G_e of its
+    earlier state, this device's dL/dS_d = sum_{e > d} weights^{(e)}_d G_e ``(m, p)``, by one
+    reduce-scatter (``psum_scatter``) of the (D, m, p) contributions."""
+    contributions = jnp.where(earlier[:, None, None], weights[:, None, None] * grad, 0.0)
+    return jax.lax.psum_scatter(contributions, axis_name, scatter_dimension=0)
 
 
 def sequence_parallel_prefix(
@@ -154,16 +134,50 @@ def sequence_parallel_prefix(
 
     With the local shard's inputs (shapes and contract as in ``causal_prefix``, beta the local
     running maximum of alpha), Y_t = sum over all positions j <= t of the full sequence. The
-    earlier devices' state enters as (a_t . S_<d) exp(C_d - beta'_t), with the running maximum
-    beta'_t = max(C_d, beta_t) carried across the device boundary: it is ``causal_prefix``'s
-    initial state (summed inside its scan, no (T/D, p) term outside) with beta', so the
-    contract (beta' non-decreasing, alpha_j <= beta'_t, C_d <= beta'_0) and its bounded-memory
-    VJP are kept. Gradients to earlier devices' keys and values flow back
-    through the ``all_gather`` of ``exclusive_state_scan``.
+    running maximum is carried across the device boundary first, beta'_t = max(C_d, beta_t)
+    (``earlier_weights``); device d sums its keys into S_d = sum_j exp(alpha_j - B_d) b_j v_j^T
+    relative to B_d = beta'_{T/D-1} (``_prefix.weighted_outer_sum``, chunk by chunk), and the
+    earlier devices' state S_<d = sum_{e < d} S_e exp(B_e - C_d) (``exclusive_state_sum``)
+    enters as ``causal_prefix``'s initial state (S_<d, C_d) with beta', summed inside its scan:
+    Y_t gains (a_t . S_<d) exp(C_d - beta'_t). The contract (beta' non-decreasing,
+    alpha_j <= beta'_t, C_d <= beta'_0) holds.
+
+    Gradients (a ``jax.custom_vjp``; alpha and beta are constants) keep the one-device memory
+    bound: the cotangent of S_<d, sum_t exp(C_d - beta'_t) a_t G_t^T, is summed chunk by chunk;
+    its transpose across devices (a reduce-scatter) gives dL/dS_d, which enters the prefix's
+    reversed-time passes as their initial state (``_prefix.prefix_cotangents``) instead of as
+    (T/D, m) and (T/D, p) terms added to their outputs (issue 15: the gradient's per-device
+    memory was 0.29 of one device's at 4 devices, ideal 0.25).
     """
+    return _prefix_over_devices(a, b, v, alpha, beta, chunk, axis_name)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _prefix_over_devices(a, b, v, alpha, beta, chunk, axis_name):
+    return _prefix_over_devices_fwd(a, b, v, alpha, beta, chunk, axis_name)[0]
+
+
+def _prefix_over_devices_fwd(a, b, v, alpha, beta, chunk, axis_name):
     alpha, beta = jax.lax.stop_gradient(alpha), jax.lax.stop_gradient(beta)
-    local_max = beta[-1]  # >= every alpha of this shard
-    state = key_state(b, v, alpha, beta, chunk)
-    earlier_state, earlier_max = exclusive_state_scan(state, local_max, axis_name)
+    weights, earlier, earlier_max = earlier_weights(beta[-1], axis_name)
     beta = jnp.maximum(beta, earlier_max)
-    return causal_prefix(a, b, v, alpha, beta, chunk, (earlier_state, earlier_max))
+    # All of a, b and v before the state sum: the chunked copies of b and v that the sum and
+    # the prefix scan share are then not live while XLA computes the query features (without
+    # the barrier, 1.06x one device's gradient memory at T/4 per device at T = 4096; 1.00x with).
+    a, b, v = jax.lax.optimization_barrier((a, b, v))
+    own_state = weighted_outer_sum(b, v, alpha - beta[-1], chunk)
+    initial = (exclusive_state_sum(own_state, weights, earlier, axis_name), earlier_max)
+    out = causal_prefix(a, b, v, alpha, beta, chunk, initial)
+    return out, (a, b, v, alpha, beta, initial, weights, earlier)
+
+
+def _prefix_over_devices_bwd(chunk, axis_name, residuals, grad):
+    a, b, v, alpha, beta, initial, weights, earlier = residuals
+    # Over reversed time, as the prefix's reversed passes read a and G: one copy of each.
+    earlier_state_grad = weighted_outer_sum(a[::-1], grad[::-1], (initial[1] - beta)[::-1], chunk)
+    own_state_grad = exclusive_state_sum_transpose(earlier_state_grad, weights, earlier, axis_name)
+    grads = prefix_cotangents(a, b, v, alpha, beta, chunk, initial, grad, own_state_grad)
+    return (*grads, jnp.zeros_like(alpha), jnp.zeros_like(beta))
+
+
+_prefix_over_devices.defvjp(_prefix_over_devices_fwd, _prefix_over_devices_bwd)
