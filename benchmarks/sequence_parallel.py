@@ -17,7 +17,7 @@ temporaries); times are medians of interleaved repeats (``benchmarks.timing``), 
 (gradient), and the run that timed them was killed for memory on the shared 24 GB host;
 their memory is still compiled and reported. Reported, not asserted. The target is memory: each
 of D devices needs what one device needs at T / D (``tests/test_sequence_parallel.py`` asserts it
-at T = 4096: the forward pass within 10%, the gradient within 25%). Forced CPU devices share the
+at T = 4096: the forward pass and the gradient within 5%). Forced CPU devices share the
 host's cores, so the D-device time measures the overhead of the split (collectives, the extra
 per-device state) rather than a speed-up; on D accelerators the work per device is 1/D.
 """
