@@ -207,18 +207,15 @@ def prefix_cotangents(
     start_b = start_v = None
     if final_state_grad is not None:
         start_b, start_v = (final_state_grad.T, -beta[-1]), (final_state_grad, -beta[-1])
-    grad_b = (
-        key_factor
-        * causal_prefix(v[::-1], grad[::-1], a[::-1], flip_neg_beta, flip_neg_beta, chunk, start_b)[
-            ::-1
-        ]
-    )
-    grad_v = (
-        key_factor
-        * causal_prefix(b[::-1], a[::-1], grad[::-1], flip_neg_beta, flip_neg_beta, chunk, start_v)[
-            ::-1
-        ]
-    )
+
+    def reversed_prefix(x, y, z, start):
+        flipped = causal_prefix(
+            x[::-1], y[::-1], z[::-1], flip_neg_beta, flip_neg_beta, chunk, start
+        )
+        return key_factor * flipped[::-1]
+
+    grad_b = reversed_prefix(v, grad, a, start_b)
+    grad_v = reversed_prefix(b, a, grad, start_v)
     return grad_a, grad_b, grad_v
 
 

@@ -162,11 +162,12 @@ def _prefix_over_devices_fwd(a, b, v, alpha, beta, chunk, axis_name):
     weights, earlier, earlier_max = earlier_weights(beta[-1], axis_name)
     beta = jnp.maximum(beta, earlier_max)
     # Two scheduling constraints (values unchanged): a, b and v all computed before the state
-    # sum, and a's chunked copy for the prefix scan made only after it. Without them XLA
+    # sum, and a's chunked copy for the prefix scan made only after it. Without the first XLA
     # keeps the chunked copies of b and v (shared by the sum and the scan) live while it
-    # computes the query features, and the copy of a live during the sum: per device 1.06x
-    # (loss sum(sin(3 Y)), masked) or 1.03x (loss sum(Y)) one device's gradient memory at T/4
-    # at T = 4096; 0.97x with both (issue 15).
+    # computes the query features; without the second, the copy of a lives during the sum.
+    # Per-device gradient memory over one device's at T/4, T = 4096 (issue 15): 1.06x with
+    # neither (loss sum(sin(3 Y)), masked), 1.00x with the first (1.03x for loss sum(Y)),
+    # 0.97x with both (both losses).
     a, b, v = jax.lax.optimization_barrier((a, b, v))
     own_state = weighted_outer_sum(b, v, alpha - beta[-1], chunk)
     a, own_state = jax.lax.optimization_barrier((a, own_state))
