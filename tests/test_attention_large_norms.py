@@ -101,22 +101,12 @@ def test_large_norms_finite_and_exact(feature_map, norms, dtypes):
 # ----------------------------------------------------------- every map, both modes, decode
 
 QUICK_LENGTH, QUICK_FEATURES = 16, 32
-# Still open (issue 19 item 1): at norm 100 these maps' stabilised normalisers underflow for
-# most rows (the per-head key shift leaves the features where the query is largest below
-# e^-87 of it): OPRF/DERF rows collapse to 0 / 0 with NaN gradients, and every cluster-hybrid
-# row falls below the floor eps. A fix needs per-feature shifts of the key sums. Strict: the
-# test fails once they work, to be moved into the default suite.
-COLLAPSING = ("cluster_hybrid", "oprf", "derf_asymmetric", "derf_symmetric", "saderf")
+# The maps whose keys need a shift per feature (issue 19 item 1: with one shift per key their
+# rows underflowed to 0 / 0 at norm 100); ~10 s each, so in the slow suite, with
+# test_per_feature_key_shifts_at_norm_100_quick in the default one.
+PER_FEATURE = ("cluster_hybrid", "oprf", "derf_asymmetric", "derf_symmetric", "saderf")
 ALL_MAPS = [
-    pytest.param(
-        name,
-        marks=[
-            pytest.mark.slow,
-            pytest.mark.xfail(strict=True, reason="rows underflow at norm 100 (issue 19)"),
-        ],
-    )
-    if name in COLLAPSING
-    else name
+    pytest.param(name, marks=pytest.mark.slow) if name in PER_FEATURE else name
     for name in features.available()
 ]
 
@@ -142,7 +132,10 @@ def attention_inputs(x):
 def reference(query, key, value, fmap, projection, *, causal, eps):
     """float64 FAVOR of the same map: the log-space form (psi, s) in float64, scores
     S_tj = psi(q_t) . psi(k_j) e^{s(k_j) - c_t} (the query's own scale cancels; c_t the maximum
-    of s over the keys row t attends to), out_t = sum_j S_tj v_j / max(sum_j S_tj, eps).
+    of s over the keys row t attends to), out_t = sum_j S_tj v_j / max(sum_j S_tj, eps). For
+    exponential maps (phi = exp(l)) the scores are formed from the log-features,
+    S_tj = exp(logsumexp_i(l_i(q_t) + l_i(k_j)) - M_t) with M_t the row's largest, as attention
+    shifts them: psi = exp(l - s) underflows even float64 at norm 100 for the data-fitted maps.
     Returns (out (T, H_v), tolerance (T,)): rows whose normaliser is below 2 eps (signed maps)
     or 0 (underflow) get an infinite tolerance; the others eps32 times the scale of the
     log-features, times the row's condition number sum |S_tj| / |sum S_tj| (1 for positive
@@ -154,9 +147,16 @@ def reference(query, key, value, fmap, projection, *, causal, eps):
         psi_k, s_k = cast[0].scaled_features(rows[1], cast[1], side="key")
         psi_q, s_q, psi_k, s_k = (np.asarray(x) for x in (psi_q, s_q, psi_k, s_k))
         arguments = np.abs(np.concatenate(rows) @ np.asarray(cast[1].matrix()).T).max()
+        logs = exponential_logs(cast[0], rows, cast[1])
     allowed = np.tril(np.ones((len(psi_q), len(psi_k)), bool)) if causal else True
-    shift = np.max(np.where(allowed, s_k[None, :], -np.inf), axis=1, keepdims=True)
-    scores = np.where(allowed, (psi_q @ psi_k.T) * np.exp(s_k[None, :] - shift), 0.0)
+    if logs is None:
+        shift = np.max(np.where(allowed, s_k[None, :], -np.inf), axis=1, keepdims=True)
+        scores = np.where(allowed, (psi_q @ psi_k.T) * np.exp(s_k[None, :] - shift), 0.0)
+    else:  # S_tj = exp(logsumexp_i(l_i(q_t) + l_i(k_j)) - M_t): psi would underflow float64
+        log_scores = np.where(
+            allowed, logsumexp(logs[0][:, None] + logs[1][None], axis=-1), -np.inf
+        )
+        scores = np.exp(log_scores - log_scores.max(1, keepdims=True))
     value = np.asarray(value, np.float64)[0, :, 0]
     denominator = scores.sum(1)
     out = scores @ value / np.maximum(denominator, eps)[:, None]
@@ -168,6 +168,16 @@ def reference(query, key, value, fmap, projection, *, causal, eps):
     return out, tolerance
 
 
+def exponential_logs(fmap, rows, projection):
+    """(l_Q(q), l_K(k)) as numpy arrays for exponential maps (phi = exp(l)), else ``None``."""
+    if not isinstance(fmap, features.ExponentialFeatureMap):
+        return None
+    return tuple(
+        np.asarray(fmap.log_features(x, projection, side=side))
+        for x, side in zip(rows, features.SIDES, strict=True)
+    )
+
+
 @pytest.mark.parametrize("name", ALL_MAPS)
 def test_every_map_at_norm_100_is_finite_and_matches_float64(name):
     """|q| = |k| = 100 (|x'| = 35 after the normaliser; e^{|x'|^2/2} = e^625 overflows float32
@@ -175,11 +185,36 @@ def test_every_map_at_norm_100_is_finite_and_matches_float64(name):
     finite outputs and gradients, outputs equal to the float64 computation where its rows are
     well conditioned, and token-by-token decoding too. Signed maps get the working floor
     ``eps`` that ``favor_attention`` asks them for."""
+    check_at_norm_100(name)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_per_feature_key_shifts_at_norm_100_quick(causal):
+    """The check above for DERF (asymmetric), float32, T = 8, m = 16: with one key shift per
+    key (before), its query's and keys' largest features point in different directions and
+    rows underflowed to 0 / 0 (NaN gradients); per-feature shifts keep every row's largest
+    term at 1."""
+    check_at_norm_100(
+        "derf_asymmetric", modes=(causal,), dtypes=(jnp.float32,), length=8, num_features=16
+    )
+
+
+def check_at_norm_100(
+    name,
+    *,
+    modes=(True, False),
+    dtypes=(jnp.float32, jnp.bfloat16),
+    length=QUICK_LENGTH,
+    num_features=QUICK_FEATURES,
+):
+    """The registered map ``name`` at |q| = |k| = 100 (H = 64) in the attention ``modes``
+    (causal or not) and ``dtypes``: finite outputs and gradients, outputs against ``reference``,
+    and causal float32 decoding too."""
     fmap = ready_map(name)
-    projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, QUICK_FEATURES)
+    projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, num_features)
     eps = 1e-3 if fmap.needs_denominator_floor else float(np.finfo(np.float32).tiny)
-    by_dtype = [inputs(100, dtype, length=QUICK_LENGTH) for dtype in (jnp.float32, jnp.bfloat16)]
-    for causal in (True, False):
+    by_dtype = [inputs(100, dtype, length=length) for dtype in dtypes]
+    for causal in modes:
 
         def run(q, k, v, causal=causal):
             return attention.favor_attention(
@@ -205,7 +240,7 @@ def test_every_map_at_norm_100_is_finite_and_matches_float64(name):
             if query.dtype == jnp.bfloat16:  # plus the output's rounding to bfloat16
                 tolerance = tolerance + 2.0**-8 * np.abs(expected).max()
             checked = np.isfinite(tolerance)  # signed maps: rows with a normaliser above 2 eps
-            assert checked.sum() >= QUICK_LENGTH // 4, label
+            assert checked.sum() >= length // 4, label
             error = np.abs(out - expected).max(1)
             assert np.all(error[checked] <= tolerance[checked]), (label, error, tolerance)
             if causal and query.dtype == jnp.float32:

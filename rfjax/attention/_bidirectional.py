@@ -1,5 +1,5 @@
 """Bidirectional FAVOR: phi_Q(Q) (phi_K(K)^T [V, 1]) over blocks of positions, with the key
-stabiliser's running maximum reached online."""
+stabiliser's running maximum (per feature for exponential maps) reached online."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes, log_floor, vary_like
 from rfjax.attention._head_features import (
+    FeatureLogs,
     finite_key_features,
     finite_query_features,
     floored_ratio,
+    has_feature_logs,
+    key_logs,
     rowwise,
-    scaled_key_features,
 )
 from rfjax.attention._sequence_parallel import psum_summary
 from rfjax.features import FeatureMap
@@ -42,45 +44,51 @@ def key_value_summary(
     stabilize: bool,
     block: int,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """(S = sum_j phi_K(k_j) v_j^T exp(-c) (B, N, m, H_v), z = sum_j phi_K(k_j) exp(-c)
-    (B, N, m), c (B, N), bad (B, N)), one block of keys at a time (a scan), so each block's
-    features are contracted while they are in cache; ``bad`` flags the heads with an unmasked key
-    or value that is not finite (``finite_key_features``: such keys are left out of the sums).
+    """(S (B, N, m, H_v), z (B, N, m), c (B, N, w), bad (B, N)), one block of keys at a time (a
+    scan), so each block's features are contracted while they are in cache; ``bad`` flags the
+    heads with an unmasked key or value that is not finite (``finite_key_features``: such keys
+    are left out of the sums).
 
-    With phi_K(k_j) = psi_j exp(mu_j) (``key_features``), c is the running maximum of mu over the
-    keys seen so far (per batch and head, a constant under differentiation); when c grows, the
-    carried sums are rescaled by exp(c_old - c_new) <= 1, as in online softmax. At the end c is
-    the maximum over all unmasked keys, the Performer's global key shift. Masked keys get
-    psi = 0, so garbage padding cannot create NaNs.
+    With phi_K(k_j) = f_j exp(g_j) entrywise (``FeatureLogs``: for exponential maps f = 1 and
+    g = the log-features, w = m; otherwise f = psi and g = mu, the per-key log-scale, w = 1),
+    S_i = sum_j f_ji exp(g_ji - c_i) v_j^T and z_i = sum_j f_ji exp(g_ji - c_i), where c is the
+    running maximum of g over the keys seen so far (per batch, head and, for w = m, feature; a
+    constant under differentiation). When c grows, the carried sums are rescaled by
+    exp(c_old - c_new) <= 1, as in online softmax. At the end c is the maximum over all unmasked
+    keys: for w = 1 the Performer's global key shift; for w = m each feature's own, so no
+    feature of any key is lost to underflow (the largest term of every feature is 1). Masked
+    keys get f = 0, so garbage padding cannot create NaNs.
     """
     batch, _, heads, _ = key.shape
     floor = log_floor(key.dtype)
+    per_feature = has_feature_logs(fmap)
 
-    def scaled(k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def logs(k: jax.Array) -> FeatureLogs:
         return rowwise(
-            lambda x, p, f: scaled_key_features(x, p, f, stabilize), k, projection, fmap, axes
+            lambda x, p, f: key_logs(x, p, f, stabilize, per_feature), k, projection, fmap, axes
         )
 
     def step(carry, blocks):
         kv, k_sum, shift, bad = carry
         k, v, valid = blocks
         valid = jnp.broadcast_to(valid[:, :, None], k.shape[:3])  # the same for every head
-        psi, mu, v, bad_block = finite_key_features(k, v, valid, scaled, floor)
-        new_shift = jax.lax.stop_gradient(jnp.maximum(shift, jnp.max(mu, axis=1)))
+        (factor, log), v, bad_block = finite_key_features(k, v, valid, logs, floor)
+        new_shift = jax.lax.stop_gradient(jnp.maximum(shift, jnp.max(log, axis=1)))
         rescale = jnp.exp(shift - new_shift)
-        kv, k_sum = kv * rescale[..., None, None], k_sum * rescale[..., None]
-        psi = psi * jnp.exp(mu - new_shift[:, None])[..., None]
-        kv = kv + jnp.einsum("bcnm,bcnh->bnmh", psi, v)
+        kv, k_sum = kv * rescale[..., None], k_sum * rescale
+        terms = factor * jnp.exp(log - new_shift[:, None])
+        kv = kv + jnp.einsum("bcnm,bcnh->bnmh", terms, v)
         bad = bad | jnp.any(bad_block, axis=1)
-        return (kv, k_sum + jnp.sum(psi, axis=1), new_shift, bad), None
+        return (kv, k_sum + jnp.sum(terms, axis=1), new_shift, bad), None
 
-    width = jax.eval_shape(scaled, key[:, :1])[0].shape[-1]
+    factor_shape, log_shape = jax.eval_shape(logs, key[:, :1])
+    width = max(factor_shape.shape[-1], log_shape.shape[-1])
     init = tuple(
         vary_like(x, key, value, mask, projection, fmap)
         for x in (
             jnp.zeros((batch, heads, width, value.shape[-1]), key.dtype),
             jnp.zeros((batch, heads, width), key.dtype),
-            jnp.full((batch, heads), floor, key.dtype),
+            jnp.full((batch, heads, log_shape.shape[-1]), floor, key.dtype),
             jnp.zeros((batch, heads), bool),
         )
     )
@@ -117,12 +125,20 @@ def bidirectional_attention(
     )
     if sequence_axis is not None:
         kv, k_sum = psum_summary(kv, k_sum, shift, sequence_axis)
+        shift = jax.lax.pmax(shift, sequence_axis)  # the sums are now relative to it
         bad_key = jax.lax.pmax(bad_key.astype(jnp.int32), sequence_axis) > 0
 
     def read_out(q):
-        phi_q, bad_query = rowwise(
-            lambda x, p, f: finite_query_features(x, p, f, stabilize), q, projection, fmap, axes
+        (factor, log), bad_query = rowwise(
+            lambda x, p, f: finite_query_features(x, p, f, stabilize, has_feature_logs(fmap)),
+            q,
+            projection,
+            fmap,
+            axes,
         )
+        # phi_Q(q_t) e^c = factor e^{log + c}, over its row maximum M_t (it cancels).
+        log = log + shift[:, None]
+        phi_q = factor * jnp.exp(log - jax.lax.stop_gradient(jnp.max(log, -1, keepdims=True)))
         numerator = jnp.einsum("btnm,bnmh->btnh", phi_q, kv)
         denominator = jnp.einsum("btnm,bnm->btn", phi_q, k_sum)
         out = floored_ratio(numerator, denominator[..., None], eps)

@@ -27,9 +27,10 @@ from rfjax.attention._checks import (
 from rfjax.attention._data_fitted import check_fitted
 from rfjax.attention._head_features import (
     floored_ratio,
-    key_features,
+    has_feature_logs,
+    masked_key_logs,
     normalise,
-    query_features,
+    query_logs,
 )
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
@@ -38,13 +39,15 @@ from rfjax.projections import Projection
 class DecodeState(NamedTuple):
     """Recurrent state of causal FAVOR attention after t tokens (per batch and head).
 
-    With the running key maximum c = max_{j < t} mu_j (see ``favor_attention``):
+    With the key features phi(k_j) = f_j exp(g_j) entrywise (for exponential maps f = 1 and g
+    the log-features; otherwise f = psi and g = mu, the per-key log-scale) and the running key
+    maximum c = max_{j < t} g_j (per feature for exponential maps, see ``favor_attention``):
 
     Attributes:
       kv_sum: S = sum_{j < t} phi(k_j) v_j^T exp(-c), shape ``(B, N, width, H_v)``, float32+.
       k_sum: z = sum_{j < t} phi(k_j) exp(-c), shape ``(B, N, width)``.
-      log_offset: c, shape ``(B, N)`` (a large negative stand-in before the first key; 0 for
-        unstabilised maps).
+      log_offset: c, shape ``(B, N, width)`` for exponential maps (one shift per feature), else
+        ``(B, N, 1)`` (a large negative stand-in before the first key; 0 for unstabilised maps).
     """
 
     kv_sum: jax.Array
@@ -90,7 +93,9 @@ def favor_decode_init(
     return DecodeState(
         kv_sum=jnp.zeros((batch_size, num_heads, width, value_dim), dtype),
         k_sum=jnp.zeros((batch_size, num_heads, width), dtype),
-        log_offset=jnp.full((batch_size, num_heads), log_floor(dtype), dtype),
+        log_offset=jnp.full(
+            (batch_size, num_heads, _offset_width(fmap, width)), log_floor(dtype), dtype
+        ),
     )
 
 
@@ -115,10 +120,18 @@ def _key_width(
     ).shape[-1]
 
 
-def _check_state(state: DecodeState, shape: tuple[int, int, int, int]) -> DecodeState:
+def _offset_width(fmap: FeatureMap, width: int) -> int:
+    """The width of ``log_offset``: one shift per feature (exponential maps) or per head."""
+    return width if has_feature_logs(fmap) else 1
+
+
+def _check_state(
+    state: DecodeState, shape: tuple[int, int, int, int], fmap: FeatureMap
+) -> DecodeState:
     """The state's arrays must have the shapes ``favor_decode_init`` gives for (B, N, width,
-    H_v) = ``shape``."""
-    expected = (shape, shape[:3], shape[:2])  # kv_sum, k_sum, log_offset
+    H_v) = ``shape`` and ``fmap``."""
+    offset = (*shape[:2], _offset_width(fmap, shape[2]))
+    expected = (shape, shape[:3], offset)  # kv_sum, k_sum, log_offset
     actual = tuple(jnp.shape(x) for x in state)
     if actual != expected:
         raise ValueError(
@@ -145,11 +158,12 @@ def favor_decode_step(
 ) -> tuple[DecodeState, jax.Array]:
     """One step of causal FAVOR attention: add token t's key/value, attend with its query.
 
-    With phi_K(k_t) = psi_t exp(mu) (the map's log-space form, stabilised; else psi = phi and
-    mu = 0) and c' = max(c, mu):
+    With phi_K(k_t) = f_t exp(g_t) entrywise (``DecodeState``; unstabilised f = phi and g = 0),
+    c' = max(c, g_t) (entrywise) and M_t the largest entry of log phi(q_t) + c' (a shift that
+    cancels; for maps with one shift per head, phi(q_t) is the query's stabilised features):
 
-      S' = exp(c - c') S + psi_t exp(mu - c') v_t^T,   z' = exp(c - c') z + psi_t exp(mu - c'),
-      out_t = phi(q_t) S' / max(phi(q_t) . z', eps),
+      S' = exp(c - c') S + f_t exp(g_t - c') v_t^T,   z' = exp(c - c') z + f_t exp(g_t - c'),
+      out_t = a_t S' / max(a_t . z', eps),   a_t = phi(q_t) exp(c' - M_t),
 
     which equals position t of ``favor_attention(..., causal=True)`` over the whole sequence, up
     to rounding (the summation order differs).
@@ -184,7 +198,7 @@ def favor_decode_step(
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
     check_fitted(fmap)
     width = _key_width(projection, projection_axis, fmap, map_axis, state.kv_sum.dtype)
-    state = _check_state(state, (batch, num_heads, width, value.shape[-1]))
+    state = _check_state(state, (batch, num_heads, width, value.shape[-1]), fmap)
     return _favor_decode_step(
         state,
         query[:, 0],
@@ -218,17 +232,19 @@ def _favor_decode_step(
     floor = log_floor(dtype)
 
     def head(kv_sum, k_sum, offset, q, k, v, valid, proj, f):
-        # q, k: (H,), v: (H_v,), kv_sum: (m, H_v), k_sum: (m,), offset, valid: ().
+        # q, k: (H,), v: (H_v,), kv_sum: (m, H_v), k_sum: (m,), offset: (m,) or (1,), valid: ().
         q, k = normalise(q.astype(dtype)), normalise(k.astype(dtype))
         v = v.astype(dtype)
-        phi_q = query_features(q[None], proj, f, stabilize)[0]
-        psi_k, mu = key_features(k[None], valid[None], proj, f, stabilize, floor)
+        query_factor, query_log = query_logs(q[None], proj, f, stabilize, has_feature_logs(f))
+        key_factor, key_log = masked_key_logs(k[None], valid[None], proj, f, stabilize, floor)
         v = jnp.where(valid, v, 0)
-        new_offset = jnp.maximum(offset, mu[0])
+        new_offset = jnp.maximum(offset, key_log[0])
         old_factor = jnp.exp(offset - new_offset)
-        key_features_t = psi_k[0] * jnp.exp(mu[0] - new_offset)
-        kv_sum = old_factor * kv_sum + key_features_t[:, None] * v[None, :]
+        key_features_t = key_factor[0] * jnp.exp(key_log[0] - new_offset)
+        kv_sum = old_factor[:, None] * kv_sum + key_features_t[:, None] * v[None, :]
         k_sum = old_factor * k_sum + key_features_t
+        log = query_log[0] + new_offset
+        phi_q = query_factor[0] * jnp.exp(log - jax.lax.stop_gradient(jnp.max(log)))
         out = floored_ratio(phi_q @ kv_sum, phi_q @ k_sum, eps)
         return kv_sum, k_sum, new_offset, out
 

@@ -74,16 +74,22 @@ def favor_attention(
     in the normalised output:
 
     * queries: the row's own scale exp(s(q_t)) is dropped;
-    * keys, bidirectional: one constant, the maximum c of s over all unmasked keys of the
-      sequence (as in the Performer code), reached online: the sums carried over key blocks are
-      rescaled by exp(c_old - c_new) <= 1 whenever a block raises the running maximum, and each
-      key enters as psi_j exp(s(k_j) - c);
+    * keys, bidirectional: exponential maps (phi = exp(l)) get one shift per feature,
+      c_i = max_j l_i(k_j) over the unmasked keys, and each query is read out as
+      exp(l_i(q_t) + c_i - M_t) with its row maximum M_t (so every row's largest term is 1, at
+      any norm); other maps one constant, the maximum c of s over all unmasked keys of the
+      sequence (as in the Performer code). Either is reached online: the sums carried over key
+      blocks are rescaled by exp(c_old - c_new) <= 1 whenever a block raises the running
+      maximum, and each key enters as psi_j exp(s(k_j) - c) (or exp(l_i(k_j) - c_i));
     * keys, causal: the running maximum c_t = max_{j <= t} s(k_j), applied online: the
       carried state (S, z) is kept relative to the running maximum and rescaled by
       exp(c_old - c_new) <= 1 when it grows (as in online softmax), and each key enters with the
       exact factor exp(s(k_j) - c_t) <= 1. Output t therefore depends only on positions <= t:
       perturbing later tokens leaves it bit-identical (the Performer's global key maximum
-      would leak the future).
+      would leak the future). Maps whose ``per_feature_causal_shifts`` is set (OPRF, DERF,
+      the cluster hybrid: query and key log-features that peak in different directions) keep
+      the running maximum per feature, with each chunk's weights formed in log space
+      (``_log_prefix``); with ``sequence_axis`` they are not supported yet (ValueError).
     * queries, causal, exponential maps without a denominator floor (``"positive"``,
       ``"positive_antithetic"``): at large |q|, |k| the query's largest features and the keys'
       differ, and every product of row t's sums can underflow (the row becomes 0 / 0). Row t
@@ -104,10 +110,11 @@ def favor_attention(
     Every device must hold the same projection and feature map (replicated, e.g. drawn from the
     same key).
 
-    Each shift is a single constant for all keys of one output row, so it cancels between
-    numerator and denominator; the shifts are constants under differentiation (stop_gradient),
-    which keeps gradients exact. Nothing overflows (every exponent is <= 0); keys whose scores are
-    below exp(-87) (float32) of the running maximum underflow to 0, as in every stabilised
+    Each shift is a single constant for all keys of one output row (or, per feature, undone
+    by the query's read-out), so it cancels between numerator and denominator; the shifts are
+    constants under differentiation (stop_gradient), which keeps gradients exact. Nothing
+    overflows (every exponent is <= 0); with one shift per key, keys whose scores are below
+    exp(-87) (float32) of the running maximum underflow to 0, as in every stabilised
     Performer. Raw kernel estimates are not exposed here, so the stabiliser biases nothing.
 
     The denominator is clamped below at ``eps`` (default: the smallest normal number of the
@@ -173,8 +180,9 @@ def favor_attention(
         Projection, a floating matrix or a PerHead of them, or a feature map that is not a
         name or FeatureMap.
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
-        map without a log-space form, an unfitted data-fitted map with ``causal=True``, or
-        ``chunk_size < 1``.
+        map without a log-space form, an unfitted data-fitted map with ``causal=True``,
+        ``chunk_size < 1``, or ``causal=True`` with ``sequence_axis`` and a map whose
+        ``per_feature_causal_shifts`` is set.
 
     Examples:
       >>> import jax

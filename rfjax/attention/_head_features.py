@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes
-from rfjax.features import FeatureMap
+from rfjax.features import SIDES, ExponentialFeatureMap, FeatureMap, FeatureMapPair, Side
 from rfjax.projections import Projection
 
 
@@ -55,6 +56,66 @@ def scaled_key_features(
     return psi, jnp.zeros(psi.shape[:-1], psi.dtype)
 
 
+def exponential_side(fmap: FeatureMap, side: Side) -> ExponentialFeatureMap | None:
+    """The exponential map (phi = exp(l)) that gives ``side``'s features, or ``None``."""
+    if isinstance(fmap, FeatureMapPair):
+        fmap = fmap.query if side == "query" else fmap.key
+    return fmap if isinstance(fmap, ExponentialFeatureMap) else None
+
+
+def has_feature_logs(fmap: FeatureMap) -> bool:
+    """Whether both sides' features are exponentials of log-features (per-feature key shifts,
+    see ``FeatureLogs``)."""
+    return all(exponential_side(fmap, side) is not None for side in SIDES)
+
+
+class FeatureLogs(NamedTuple):
+    """phi = factor * exp(log) entrywise (``factor`` and ``log`` broadcast against each other to
+    the features' width): the per-feature log-space form in which attention shifts keys.
+
+    Stabilised exponential maps (``has_feature_logs``): factor = 1 (width 1; 0 for a key left
+    out) and log = l, the log-features (width m), so each feature gets its own key shift and no
+    feature of a key is rounded relative to the key's largest one. Other maps: factor = psi and
+    log = mu (width 1), their per-row form (``scaled_key_features``), whose shift is one per row.
+    Queries' logs are relative to their own maximum (the query's scale cancels). ``log`` is a
+    constant under differentiation only where it is mu; l carries its gradient.
+
+    Attributes:
+      factor: shape ``(..., width)`` or ``(..., 1)``.
+      log: shape ``(..., width)`` or ``(..., 1)``.
+    """
+
+    factor: jax.Array
+    log: jax.Array
+
+
+def query_logs(
+    query: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool, per_feature: bool
+) -> FeatureLogs:
+    """The ``FeatureLogs`` of queries ``(T, H)``: per feature (``per_feature``, for maps with
+    ``has_feature_logs``, stabilised) or per row."""
+    exponential = exponential_side(fmap, "query")
+    if per_feature and stabilize and exponential is not None:
+        logs = exponential.log_features(query, projection, side="query")
+        logs = logs - jax.lax.stop_gradient(jnp.max(logs, axis=-1, keepdims=True))
+        return FeatureLogs(jnp.ones((*logs.shape[:-1], 1), logs.dtype), logs)
+    phi = query_features(query, projection, fmap, stabilize)
+    return FeatureLogs(phi, jnp.zeros((*phi.shape[:-1], 1), phi.dtype))
+
+
+def key_logs(
+    key: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool, per_feature: bool
+) -> FeatureLogs:
+    """The ``FeatureLogs`` of keys ``(S, H)``: per feature (``per_feature``, for maps with
+    ``has_feature_logs``, stabilised) or per row."""
+    exponential = exponential_side(fmap, "key")
+    if per_feature and stabilize and exponential is not None:
+        logs = exponential.log_features(key, projection, side="key")
+        return FeatureLogs(jnp.ones((*logs.shape[:-1], 1), logs.dtype), logs)
+    psi, mu = scaled_key_features(key, projection, fmap, stabilize)
+    return FeatureLogs(psi, mu[..., None])
+
+
 def key_features(
     key: jax.Array,
     valid: jax.Array,
@@ -69,6 +130,24 @@ def key_features(
     key = jnp.where(valid[..., None], key, 0)
     psi, mu = scaled_key_features(key, projection, fmap, stabilize)
     return jnp.where(valid[..., None], psi, 0), jnp.where(valid, mu, floor)
+
+
+def masked_key_logs(
+    key: jax.Array,
+    valid: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    stabilize: bool,
+    floor: float,
+) -> FeatureLogs:
+    """``key_logs`` of keys ``(S, H)`` (per feature where ``has_feature_logs``) with a mask
+    ``valid (S,)``: masked keys get factor = 0 and log = floor, and are zeroed before the map
+    (as in ``key_features``)."""
+    key = jnp.where(valid[..., None], key, 0)
+    factor, log = key_logs(key, projection, fmap, stabilize, has_feature_logs(fmap))
+    return FeatureLogs(
+        jnp.where(valid[..., None], factor, 0), jnp.where(valid[..., None], log, floor)
+    )
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
@@ -100,10 +179,10 @@ def finite_rows(x: jax.Array) -> jax.Array:
 
 
 def finite_query_features(
-    query: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool
-) -> tuple[jax.Array, jax.Array]:
-    """(phi_Q (T, width), bad (T,)): ``query_features`` of queries ``(T, H)`` with rows that are
-    not finite (the query or its features) set to 0 and flagged in ``bad``.
+    query: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool, per_feature: bool
+) -> tuple[FeatureLogs, jax.Array]:
+    """(``query_logs`` (T, .), bad (T,)) of queries ``(T, H)`` with rows that are not finite
+    (the query or its features) set to 0 and flagged in ``bad``.
 
     The attention output of a flagged row is set to NaN by the caller; zeroing it inside keeps
     its NaN out of every other row, in the forward pass and in gradients (a NaN cotangent times
@@ -111,32 +190,34 @@ def finite_query_features(
     so the map's derivative is finite too.
     """
     finite = finite_rows(query)
-    phi = query_features(jnp.where(finite[..., None], query, 0), projection, fmap, stabilize)
-    finite = finite & finite_rows(phi)
-    return jnp.where(finite[..., None], phi, 0), ~finite
+    query = jnp.where(finite[..., None], query, 0)
+    factor, log = query_logs(query, projection, fmap, stabilize, per_feature)
+    finite = finite & finite_rows(factor) & finite_rows(log)
+    return FeatureLogs(*(jnp.where(finite[..., None], x, 0) for x in (factor, log))), ~finite
 
 
 def finite_key_features(
     key: jax.Array,
     value: jax.Array,
     valid: jax.Array,
-    scaled: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    logs: Callable[[jax.Array], FeatureLogs],
     floor: float,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """(psi, mu, value, bad): the log-space key features ``scaled(key) = (psi, mu)`` of keys
-    ``(..., S, H)`` and values ``(..., S, H_v)`` under the mask ``valid (..., S)``, with every key
-    that cannot contribute a finite term excluded: masked keys, and unmasked keys whose key,
-    value or features are not finite. Excluded keys get psi = 0, mu = ``floor`` and value 0
-    (they are zeroed before the map: no NaN reaches a product, not even 0 * NaN, nor a gradient).
+) -> tuple[FeatureLogs, jax.Array, jax.Array]:
+    """(features, value, bad): the ``FeatureLogs`` ``logs(key)`` of keys ``(..., S, H)`` and the
+    values ``(..., S, H_v)`` under the mask ``valid (..., S)``, with every key that cannot
+    contribute a finite term excluded: masked keys, and unmasked keys whose key, value or
+    features are not finite. Excluded keys get factor = 0, log = ``floor`` and value 0 (they are
+    zeroed before the map: no NaN reaches a product, not even 0 * NaN, nor a gradient).
     ``bad (..., S)`` flags the unmasked ones: every output that attends to one of them is set to
     NaN by the caller, and no other output can see them.
     """
     usable = valid & finite_rows(key) & finite_rows(value)
-    psi, mu = scaled(jnp.where(usable[..., None], key, 0))
-    usable = usable & finite_rows(psi) & jnp.isfinite(mu)
+    factor, log = logs(jnp.where(usable[..., None], key, 0))
+    usable = usable & finite_rows(factor) & finite_rows(log)
     return (
-        jnp.where(usable[..., None], psi, 0),
-        jnp.where(usable, mu, floor),
+        FeatureLogs(
+            jnp.where(usable[..., None], factor, 0), jnp.where(usable[..., None], log, floor)
+        ),
         jnp.where(usable[..., None], value, 0),
         valid & ~usable,
     )

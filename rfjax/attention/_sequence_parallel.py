@@ -59,9 +59,10 @@ def psum_summary(
     """Bidirectional key sums of all devices from this device's.
 
     Args:
-      kv: S_d = sum_j psi_j exp(mu_j - c_d) v_j^T over this device's keys, ``(B, N, m, H_v)``.
-      k_sum: z_d = sum_j psi_j exp(mu_j - c_d), ``(B, N, m)``.
-      shift: c_d, this device's key maximum, ``(B, N)`` (a constant under differentiation).
+      kv: S_d = sum_j f_j exp(g_j - c_d) v_j^T over this device's keys, ``(B, N, m, H_v)``.
+      k_sum: z_d = sum_j f_j exp(g_j - c_d), ``(B, N, m)``.
+      shift: c_d, this device's key maximum, ``(B, N, w)``: one per head (w = 1) or per feature
+        (w = m) (a constant under differentiation).
       axis_name: the mesh axis that splits the keys.
 
     Returns:
@@ -70,7 +71,7 @@ def psum_summary(
     """
     shift = jax.lax.stop_gradient(shift)
     rescale = jnp.exp(shift - jax.lax.pmax(shift, axis_name))
-    return jax.lax.psum((kv * rescale[..., None, None], k_sum * rescale[..., None]), axis_name)
+    return jax.lax.psum((kv * rescale[..., None], k_sum * rescale), axis_name)
 
 
 def earlier_devices_any(flag: jax.Array, axis_name: str) -> jax.Array:

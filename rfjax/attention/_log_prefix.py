@@ -1,0 +1,109 @@
+"""Causal prefix sums of linear attention with per-feature shifts, from log-features.
+
+One head, one sequence. With query log-features la (T, m), key log-features lb (T, m) and values
+v (T, p), the operation is
+
+    Y_t = sum_{j <= t} sum_i exp(la_ti + lb_ji - M_t) v_j,      t = 0..T-1,
+
+returned with its row shifts M (T,), constants under differentiation chosen by the op so that
+every exponential is of a non-positive number and the row's largest term is exp(0) = 1.
+``_prefix.causal_prefix`` factors each key into one scalar log-scale and features relative to it,
+so a key's features far below its own largest one (by more than float32's e^-87) are lost before
+any query can weigh them; here no factor is shared between features, so no term that matters to
+row t underflows: the carried state is kept relative to a per-feature shift, and the terms within
+a chunk are formed in log space.
+
+The sequence is cut into chunks of length C. A ``lax.scan`` over chunks carries
+
+    S_i = sum_{j < chunk} exp(lb_ji - c_i) v_j    (m, p),    c_i = max_{j < chunk} lb_ji,
+
+(c depends on earlier chunks only: causal). Within a chunk, the weights of the C x C masked form
+are W_tj = sum_i exp(la_ti + lb_ji - M_t) for j <= t (a (C, C, m) tensor), with
+
+    M_t = max(max_{j <= t, i} (la_ti + lb_ji), max_i (la_ti + c_i)),
+
+and Y_t = sum_j W_tj v_j + sum_i exp(la_ti + c_i - M_t) S_i. M_t reads positions <= t only, and
+later keys enter only through selections (``jnp.where``), never products with 0, so output t is
+bit-identical whatever later positions hold. Work per chunk: C^2 m exponentials, where the
+scalar-shift op does a (C, m) x (m, C) product.
+
+Gradients: plain autodiff of the scan with each chunk's step rematerialised
+(``jax.checkpoint``), so the backward pass stores one (m, p) state and (m,) shift per chunk,
+never the (C, C, m) tensors: O(T (m + p) + C^2 m + (T / C) m p) memory per head.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rfjax.attention._checks import log_floor, vary_like
+
+
+def causal_log_prefix(
+    la: jax.Array, lb: jax.Array, v: jax.Array, chunk: int
+) -> tuple[jax.Array, jax.Array]:
+    """(Y (T, p), M (T,)): the chunked op of the module docstring.
+
+    Args:
+      la: query log-features, shape ``(T, m)``, finite.
+      lb: key log-features, shape ``(T, m)``, finite (a key that must not count gets a very
+        negative lb, e.g. ``_checks.log_floor``, and a zero row of ``v``).
+      v: values, shape ``(T, p)`` (append a column of ones for the normaliser).
+      chunk: chunk length C >= 1 (static; clipped to T).
+
+    Returns:
+      Y with Y_t = sum_{j <= t} sum_i exp(la_ti + lb_ji - M_t) v_j, and the row shifts M
+      (``stop_gradient``), M_t >= every exponent of row t.
+    """
+    length, width = la.shape
+    chunk = min(chunk, length)
+    pad = -length % chunk
+    floor = log_floor(lb.dtype)
+    # Padded keys: lb at the floor and v = 0 (they add nothing); padded queries are dropped.
+    la = jnp.pad(la, ((0, pad), (0, 0)))
+    lb = jnp.pad(lb, ((0, pad), (0, 0)), constant_values=floor)
+    v = jnp.pad(v, ((0, pad), (0, 0)))
+    num_chunks = la.shape[0] // chunk
+
+    def split(x: jax.Array) -> jax.Array:
+        return x.reshape((num_chunks, chunk, *x.shape[1:]))
+
+    causal = jnp.tril(jnp.ones((chunk, chunk), dtype=bool))
+
+    @jax.checkpoint
+    def step(carry, inputs):
+        state, shift = carry
+        la_c, lb_c, v_c = inputs
+        # (C, C, m): la_ti + lb_ji for j <= t, -inf (selected, not added) for j > t.
+        pairs = jnp.where(causal[:, :, None], la_c[:, None, :] + lb_c[None, :, :], -jnp.inf)
+        carried_logs = la_c + shift[None, :]
+        row_shift = jax.lax.stop_gradient(
+            jnp.maximum(jnp.max(pairs, axis=(1, 2)), jnp.max(carried_logs, axis=1))
+        )
+        weights = jnp.sum(jnp.exp(pairs - row_shift[:, None, None]), axis=-1)
+        out = weights @ v_c + jnp.exp(carried_logs - row_shift[:, None]) @ state
+        new_shift = jax.lax.stop_gradient(jnp.maximum(shift, jnp.max(lb_c, axis=0)))
+        state = (
+            jnp.exp(shift - new_shift)[:, None] * state + jnp.exp(lb_c - new_shift[None, :]).T @ v_c
+        )
+        return (state, new_shift), (out, row_shift)
+
+    init = (
+        vary_like(jnp.zeros((width, v.shape[1]), v.dtype), la, lb, v),
+        vary_like(jnp.full((width,), floor, lb.dtype), la, lb, v),
+    )
+    _, (out, row_shift) = jax.lax.scan(step, init, (split(la), split(lb), split(v)))
+    return out.reshape((-1, v.shape[1]))[:length], row_shift.reshape(-1)[:length]
+
+
+def causal_log_prefix_quadratic(
+    la: jax.Array, lb: jax.Array, v: jax.Array, row_shift: jax.Array
+) -> jax.Array:
+    """The same Y for given row shifts M as a (T, T, m) masked form: the reference for tests
+    (O(T^2 m) memory)."""
+    length = la.shape[0]
+    causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+    pairs = la[:, None, :] + lb[None, :, :] - row_shift[:, None, None]
+    weights = jnp.sum(jnp.exp(jnp.where(causal[:, :, None], pairs, -jnp.inf)), axis=-1)
+    return weights @ v
