@@ -82,7 +82,7 @@ def test_causal_non_finite_future_leaves_past_bit_identical(name, chunk_sizes):
         assert np.all(np.isnan(after[:, :, T0:]))
 
 
-@pytest.mark.parametrize("name", ["positive", "relu"])
+@pytest.mark.parametrize("name", ["positive", "relu", "derf_asymmetric"])
 def test_causal_gradients_of_the_past_ignore_non_finite_future(name):
     # A loss on the outputs before T0: its gradients are finite and equal to the clean ones
     # (to float32 rounding: the backward pass's reversed sums rescale the carried state by the
