@@ -9,11 +9,11 @@ import jax.numpy as jnp
 from rfjax.attention._checks import HeadAxes, log_floor, vary_like
 from rfjax.attention._head_features import (
     FeatureLogs,
+    feature_logs,
     finite_key_features,
     finite_query_features,
     floored_ratio,
     has_feature_logs,
-    key_logs,
     rowwise,
 )
 from rfjax.attention._sequence_parallel import psum_summary
@@ -65,7 +65,11 @@ def key_value_summary(
 
     def logs(k: jax.Array) -> FeatureLogs:
         return rowwise(
-            lambda x, p, f: key_logs(x, p, f, stabilize, per_feature), k, projection, fmap, axes
+            lambda x, p, f: feature_logs(x, p, f, stabilize, per_feature, "key"),
+            k,
+            projection,
+            fmap,
+            axes,
         )
 
     def step(carry, blocks):

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 from rfjax.attention._checks import HeadAxes, log_floor
 from rfjax.attention._head_features import (
     exponential_side,
+    feature_logs,
     finite_key_features,
     finite_query_features,
     floored_ratio,
     has_feature_logs,
-    key_logs,
 )
 from rfjax.attention._log_prefix import causal_log_prefix
 from rfjax.attention._prefix import causal_prefix
@@ -110,7 +110,11 @@ def _head_attention(
         query, projection, fmap, stabilize, per_feature
     )
     (key_factor, key_log), value, bad_key = finite_key_features(
-        key, value, valid, lambda k: key_logs(k, projection, fmap, stabilize, per_feature), floor
+        key,
+        value,
+        valid,
+        lambda k: feature_logs(k, projection, fmap, stabilize, per_feature, "key"),
+        floor,
     )
     # The denominator's column: 1 for the keys that count, 0 for those left out.
     counted = (valid & ~bad_key).astype(value.dtype)

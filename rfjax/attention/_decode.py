@@ -26,11 +26,11 @@ from rfjax.attention._checks import (
 )
 from rfjax.attention._data_fitted import check_fitted
 from rfjax.attention._head_features import (
+    feature_logs,
     floored_ratio,
     has_feature_logs,
-    masked_key_logs,
+    key_features,
     normalise,
-    query_logs,
 )
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
@@ -235,8 +235,12 @@ def _favor_decode_step(
         # q, k: (H,), v: (H_v,), kv_sum: (m, H_v), k_sum: (m,), offset: (m,) or (1,), valid: ().
         q, k = normalise(q.astype(dtype)), normalise(k.astype(dtype))
         v = v.astype(dtype)
-        query_factor, query_log = query_logs(q[None], proj, f, stabilize, has_feature_logs(f))
-        key_factor, key_log = masked_key_logs(k[None], valid[None], proj, f, stabilize, floor)
+        query_factor, query_log = feature_logs(
+            q[None], proj, f, stabilize, has_feature_logs(f), "query"
+        )
+        key_factor, key_log = key_features(
+            k[None], valid[None], proj, f, stabilize, floor, per_feature=has_feature_logs(f)
+        )
         v = jnp.where(valid, v, 0)
         new_offset = jnp.maximum(offset, key_log[0])
         old_factor = jnp.exp(offset - new_offset)

@@ -89,30 +89,26 @@ class FeatureLogs(NamedTuple):
     log: jax.Array
 
 
-def query_logs(
-    query: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool, per_feature: bool
+def feature_logs(
+    x: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    stabilize: bool,
+    per_feature: bool,
+    side: Side,
 ) -> FeatureLogs:
-    """The ``FeatureLogs`` of queries ``(T, H)``: per feature (``per_feature``, for maps with
-    ``has_feature_logs``, stabilised) or per row."""
-    exponential = exponential_side(fmap, "query")
+    """The ``FeatureLogs`` of ``side``'s rows ``x (T, H)``: per feature (``per_feature``, for
+    maps with ``has_feature_logs``, stabilised) or per row."""
+    exponential = exponential_side(fmap, side)
     if per_feature and stabilize and exponential is not None:
-        logs = exponential.log_features(query, projection, side="query")
-        logs = logs - jax.lax.stop_gradient(jnp.max(logs, axis=-1, keepdims=True))
+        logs = exponential.log_features(x, projection, side=side)
+        if side == "query":  # relative to the row's maximum: the query's own scale cancels
+            logs = logs - jax.lax.stop_gradient(jnp.max(logs, axis=-1, keepdims=True))
         return FeatureLogs(jnp.ones((*logs.shape[:-1], 1), logs.dtype), logs)
-    phi = query_features(query, projection, fmap, stabilize)
-    return FeatureLogs(phi, jnp.zeros((*phi.shape[:-1], 1), phi.dtype))
-
-
-def key_logs(
-    key: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool, per_feature: bool
-) -> FeatureLogs:
-    """The ``FeatureLogs`` of keys ``(S, H)``: per feature (``per_feature``, for maps with
-    ``has_feature_logs``, stabilised) or per row."""
-    exponential = exponential_side(fmap, "key")
-    if per_feature and stabilize and exponential is not None:
-        logs = exponential.log_features(key, projection, side="key")
-        return FeatureLogs(jnp.ones((*logs.shape[:-1], 1), logs.dtype), logs)
-    psi, mu = scaled_key_features(key, projection, fmap, stabilize)
+    if side == "query":
+        phi = query_features(x, projection, fmap, stabilize)
+        return FeatureLogs(phi, jnp.zeros((*phi.shape[:-1], 1), phi.dtype))
+    psi, mu = scaled_key_features(x, projection, fmap, stabilize)
     return FeatureLogs(psi, mu[..., None])
 
 
@@ -123,28 +119,13 @@ def key_features(
     fmap: FeatureMap,
     stabilize: bool,
     floor: float,
-) -> tuple[jax.Array, jax.Array]:
-    """``scaled_key_features`` of keys ``(S, H)`` with a mask ``valid (S,)``: masked keys get
-    psi = 0 and mu = floor. They are zeroed before the map, so padding holding garbage cannot
-    create NaNs (not even in gradients)."""
-    key = jnp.where(valid[..., None], key, 0)
-    psi, mu = scaled_key_features(key, projection, fmap, stabilize)
-    return jnp.where(valid[..., None], psi, 0), jnp.where(valid, mu, floor)
-
-
-def masked_key_logs(
-    key: jax.Array,
-    valid: jax.Array,
-    projection: Projection,
-    fmap: FeatureMap,
-    stabilize: bool,
-    floor: float,
+    per_feature: bool,
 ) -> FeatureLogs:
-    """``key_logs`` of keys ``(S, H)`` (per feature where ``has_feature_logs``) with a mask
-    ``valid (S,)``: masked keys get factor = 0 and log = floor, and are zeroed before the map
-    (as in ``key_features``)."""
+    """``feature_logs`` of keys ``(S, H)`` with a mask ``valid (S,)``: masked keys get
+    factor = 0 and log = floor. They are zeroed before the map, so padding holding garbage
+    cannot create NaNs (not even in gradients)."""
     key = jnp.where(valid[..., None], key, 0)
-    factor, log = key_logs(key, projection, fmap, stabilize, has_feature_logs(fmap))
+    factor, log = feature_logs(key, projection, fmap, stabilize, per_feature, "key")
     return FeatureLogs(
         jnp.where(valid[..., None], factor, 0), jnp.where(valid[..., None], log, floor)
     )
@@ -181,7 +162,7 @@ def finite_rows(x: jax.Array) -> jax.Array:
 def finite_query_features(
     query: jax.Array, projection: Projection, fmap: FeatureMap, stabilize: bool, per_feature: bool
 ) -> tuple[FeatureLogs, jax.Array]:
-    """(``query_logs`` (T, .), bad (T,)) of queries ``(T, H)`` with rows that are not finite
+    """(``feature_logs`` (T, .), bad (T,)) of queries ``(T, H)`` with rows that are not finite
     (the query or its features) set to 0 and flagged in ``bad``.
 
     The attention output of a flagged row is set to NaN by the caller; zeroing it inside keeps
@@ -191,7 +172,7 @@ def finite_query_features(
     """
     finite = finite_rows(query)
     query = jnp.where(finite[..., None], query, 0)
-    factor, log = query_logs(query, projection, fmap, stabilize, per_feature)
+    factor, log = feature_logs(query, projection, fmap, stabilize, per_feature, "query")
     finite = finite & finite_rows(factor) & finite_rows(log)
     return FeatureLogs(*(jnp.where(finite[..., None], x, 0) for x in (factor, log))), ~finite
 

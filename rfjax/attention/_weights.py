@@ -111,7 +111,8 @@ def _favor_attention_weights(
 
     def head(q, k, valid, proj, f):
         phi_q = query_features(q, proj, f, stabilize)
-        psi_k, mu = key_features(k, valid, proj, f, stabilize, floor)
+        psi_k, mu = key_features(k, valid, proj, f, stabilize, floor, per_feature=False)
+        mu = mu[:, 0]
         allowed = jnp.broadcast_to(valid[None, :], (q.shape[0], k.shape[0]))
         if causal:
             allowed = allowed & jnp.tril(jnp.ones(allowed.shape, dtype=bool))
