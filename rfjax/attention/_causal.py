@@ -73,8 +73,9 @@ def uses_log_space_prefix(fmap: FeatureMap, stabilize: bool) -> bool:
     log-features peak in different directions (data-fitted or asymmetric transforms), and one
     shift per key loses every key feature below e^-87 of the key's largest before a query can
     weigh it (rows 0 / 0 at norms of 40-100). It costs C^2 m exponentials per chunk where the
-    per-key shift does a matmul: 4.9x the time of forward + backward for positive features at
-    T = 1024, m = 256, C = 64 (0.70 s against 0.14 s, CPU). Positive features
+    per-key shift does a matmul: 4-5x the time of forward + backward for positive features at
+    T = 1024, m = 256, C = 64, 4 heads (medians of 7 interleaved repeats, two runs on a shared
+    2-core CPU: 0.70 s and 0.58 s against 0.14 s and 0.14 s). Positive features
     (``"positive"``, ``"positive_antithetic"``) keep the per-key shift with the per-row query
     boost (``_query_boost``), which is exact for them up to norm 100 (tests).
     """

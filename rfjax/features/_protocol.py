@@ -116,7 +116,7 @@ class ExponentialFeatureMap(FeatureMap):
     Attributes:
       per_feature_causal_shifts: causal attention (``rfjax.attention.favor_attention``) keeps
         the keys' stabilising shift per feature, exact at any norm but C^2 m exponentials per
-        chunk (about 5x the time); ``False`` where one shift per key (with attention's per-row
+        chunk (4-5x the time); ``False`` where one shift per key (with attention's per-row
         query boost) is exact at the norms of practice (positive features). Bidirectional
         attention and decoding shift every exponential map's keys per feature (no extra cost).
     """
