@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from rfjax import attention, nn, projections
+from rfjax import attention, features, nn, projections
 
 DEVICES = 4
 AXIS = "seq"
@@ -72,6 +72,14 @@ def split(mesh_, *arrays):
     return tuple(jax.device_put(x, NamedSharding(mesh_, SPLIT)) for x in arrays)
 
 
+def fitted_dense_exponential() -> features.FeatureMap:
+    """FAVOR#'s asymmetric DERF, fitted on a calibration sample (causal attention needs a
+    fitted map): one of the maps that keep a key shift per feature in causal attention."""
+    fmap = features.get("derf_asymmetric")().init(jax.random.key(4), HEAD_DIM)
+    q, k, _ = inputs(9)
+    return fmap.fit(jax.random.key(5), q.reshape(-1, HEAD_DIM), k.reshape(-1, HEAD_DIM))
+
+
 CASES = {
     # name: (favor_attention keywords, padding mask, scale of queries and keys)
     "bidirectional_positive_mask": (dict(causal=False), True, 1.0),
@@ -84,6 +92,12 @@ CASES = {
         dict(causal=True, feature_map="trigonometric", per_head=True, eps=1e-3, chunk_size=8),
         False,
         0.5,
+    ),
+    # Per-feature key shifts across devices (sequence_parallel_log_prefix), chunk 12 again.
+    "causal_derf_asymmetric_mask": (
+        dict(causal=True, feature_map=fitted_dense_exponential(), chunk_size=12),
+        True,
+        1.0,
     ),
 }
 
@@ -151,6 +165,10 @@ def later_device_perturbations() -> dict[str, dict[str, int]]:
     for name, options in (
         ("positive", dict(causal=True, chunk_size=8)),
         ("relu", dict(causal=True, chunk_size=8, feature_map="relu")),
+        (
+            "derf_asymmetric",
+            dict(causal=True, chunk_size=8, feature_map=fitted_dense_exponential()),
+        ),
     ):
         run = sharded(favor(options, AXIS), mesh_)
         before = np.asarray(run(*split(mesh_, q, k, v, mask)))

@@ -259,25 +259,3 @@ def decode(query, key, value, fmap, projection, eps):
         assert all(np.all(np.isfinite(np.asarray(x))) for x in state), t
         outs.append(np.asarray(out, np.float64)[0, 0])
     return np.stack(outs)
-
-
-def test_per_feature_causal_maps_reject_sequence_axis():
-    """The sequence-parallel causal path carries one shift per key across devices: a map that
-    needs one per feature gets a clear error naming feature_map and sequence_axis."""
-    fmap = ready_map("derf_asymmetric")
-    projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, 8)
-    mesh = jax.make_mesh((1,), ("seq",))
-    split = jax.sharding.PartitionSpec(None, "seq")
-    query, key, value = (
-        jax.device_put(x, jax.sharding.NamedSharding(mesh, split))
-        for x in inputs(1, jnp.float32, length=4)
-    )
-
-    def local(q, k, v):
-        return attention.favor_attention(
-            q, k, v, projection, feature_map=fmap, causal=True, sequence_axis="seq"
-        )
-
-    sharded = jax.shard_map(local, mesh=mesh, in_specs=split, out_specs=split)
-    with pytest.raises(ValueError, match=r"feature_map=DenseExponentialFeatureMap.*sequence_axis"):
-        sharded(query, key, value)

@@ -28,6 +28,7 @@ CASES = (
     "bidirectional_positive_mask",
     "causal_positive_mask",
     "causal_trigonometric_per_head",
+    "causal_derf_asymmetric_mask",
 )
 
 
@@ -63,7 +64,7 @@ def test_on_four_devices():
     # Causal: changed output elements per device after the tokens of one device change (with
     # large keys that raise the running key maximum): none before it, all from it on.
     changed = measured["perturbations"]
-    for feature_map in ("positive", "relu"):
+    for feature_map in ("positive", "relu", "derf_asymmetric"):
         last = changed[f"{feature_map}_perturb_device_{DEVICES - 1}"]
         assert last[: DEVICES - 1] == [0] * (DEVICES - 1) and last[-1] > 0, (feature_map, last)
         second = changed[f"{feature_map}_perturb_device_1"]

@@ -21,7 +21,11 @@ from rfjax.attention._head_features import (
 )
 from rfjax.attention._log_prefix import causal_log_prefix
 from rfjax.attention._prefix import causal_prefix
-from rfjax.attention._sequence_parallel import earlier_devices_any, sequence_parallel_prefix
+from rfjax.attention._sequence_parallel import (
+    earlier_devices_any,
+    sequence_parallel_log_prefix,
+    sequence_parallel_prefix,
+)
 from rfjax.features import SIDES, ExponentialFeatureMap, FeatureMap, FeatureMapPair
 from rfjax.projections import Projection
 
@@ -121,9 +125,15 @@ def _head_attention(
     counted = (valid & ~bad_key).astype(value.dtype)
     value_ones = jnp.concatenate([value, counted[:, None]], axis=-1)
     poisoned = bad_query | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
+    if sequence_axis is not None:
+        poisoned = poisoned | earlier_devices_any(jnp.any(bad_key), sequence_axis)
     if per_feature:
-        # sequence_axis is None here (causal_attention rejects the combination).
-        sums, _ = causal_log_prefix(query_log, key_log, value_ones, chunk_size)
+        if sequence_axis is None:
+            sums, _ = causal_log_prefix(query_log, key_log, value_ones, chunk_size)
+        else:
+            sums = sequence_parallel_log_prefix(
+                query_log, key_log, value_ones, chunk_size, axis_name=sequence_axis
+            )
         return jnp.where(poisoned[:, None], jnp.nan, _normalise(sums, eps))
     psi_k, mu = key_factor, key_log[:, 0]
     running_max = jax.lax.cummax(mu, axis=0)
@@ -134,7 +144,6 @@ def _head_attention(
         prefix = causal_prefix
     else:
         prefix = functools.partial(sequence_parallel_prefix, axis_name=sequence_axis)
-        poisoned = poisoned | earlier_devices_any(jnp.any(bad_key), sequence_axis)
     out = _normalise(prefix(phi_q, psi_k, value_ones, mu, running_max, chunk_size), eps)
     return jnp.where(poisoned[:, None], jnp.nan, out)
 
@@ -153,19 +162,7 @@ def causal_attention(
     eps: float,
     sequence_axis: str | None = None,
 ) -> jax.Array:
-    """All heads, BTNH in and out: ``_head_attention`` vmapped over batch and heads.
-
-    Raises:
-      ValueError: for ``sequence_axis`` with a map that ``uses_log_space_prefix`` (its
-        cross-device state would need per-feature shifts too).
-    """
-    if sequence_axis is not None and uses_log_space_prefix(fmap, stabilize):
-        raise ValueError(
-            f"feature_map={type(fmap).__name__} keeps a key shift per feature in causal "
-            f"attention, which sequence_axis={sequence_axis!r} does not support yet: use "
-            f"sequence_axis=None, causal=False, or a map with one shift per key (e.g. "
-            f"'positive')"
-        )
+    """All heads, BTNH in and out: ``_head_attention`` vmapped over batch and heads."""
     head = functools.partial(
         _head_attention,
         stabilize=stabilize,

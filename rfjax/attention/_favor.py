@@ -89,7 +89,8 @@ def favor_attention(
       would leak the future). Maps whose ``per_feature_causal_shifts`` is set (OPRF, DERF,
       the cluster hybrid: query and key log-features that peak in different directions) keep
       the running maximum per feature, with each chunk's weights formed in log space
-      (``_log_prefix``); with ``sequence_axis`` they are not supported yet (ValueError).
+      (``_log_prefix``); with ``sequence_axis`` each device combines the earlier devices'
+      per-feature states (``_sequence_parallel.sequence_parallel_log_prefix``).
     * queries, causal, exponential maps without a denominator floor (``"positive"``,
       ``"positive_antithetic"``): at large |q|, |k| the query's largest features and the keys'
       differ, and every product of row t's sums can underflow (the row becomes 0 / 0). Row t
@@ -180,9 +181,8 @@ def favor_attention(
         Projection, a floating matrix or a PerHead of them, or a feature map that is not a
         name or FeatureMap.
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
-        map without a log-space form, an unfitted data-fitted map with ``causal=True``,
-        ``chunk_size < 1``, or ``causal=True`` with ``sequence_axis`` and a map whose
-        ``per_feature_causal_shifts`` is set.
+        map without a log-space form, an unfitted data-fitted map with ``causal=True``, or
+        ``chunk_size < 1``.
 
     Examples:
       >>> import jax

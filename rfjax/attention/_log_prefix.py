@@ -41,7 +41,11 @@ from rfjax.attention._checks import log_floor, vary_like
 
 
 def causal_log_prefix(
-    la: jax.Array, lb: jax.Array, v: jax.Array, chunk: int
+    la: jax.Array,
+    lb: jax.Array,
+    v: jax.Array,
+    chunk: int,
+    initial: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(Y (T, p), M (T,)): the chunked op of the module docstring.
 
@@ -51,6 +55,9 @@ def causal_log_prefix(
         negative lb, e.g. ``_checks.log_floor``, and a zero row of ``v``).
       v: values, shape ``(T, p)`` (append a column of ones for the normaliser).
       chunk: chunk length C >= 1 (static; clipped to T).
+      initial: ``(S_0, c_0)``, the state of keys before position 0: S_0 ``(m, p)`` relative to
+        the per-feature shift c_0 ``(m,)`` (a constant), as the scan carries it; row t gains
+        sum_i exp(la_ti + c_0i - M_t) S_0i. Default: no earlier keys (c_0 at the log floor).
 
     Returns:
       Y with Y_t = sum_{j <= t} sum_i exp(la_ti + lb_ji - M_t) v_j, and the row shifts M
@@ -89,10 +96,9 @@ def causal_log_prefix(
         )
         return (state, new_shift), (out, row_shift)
 
-    init = (
-        vary_like(jnp.zeros((width, v.shape[1]), v.dtype), la, lb, v),
-        vary_like(jnp.full((width,), floor, lb.dtype), la, lb, v),
-    )
+    if initial is None:
+        initial = (jnp.zeros((width, v.shape[1]), v.dtype), jnp.full((width,), floor, lb.dtype))
+    init = (vary_like(initial[0], la, lb, v), vary_like(initial[1], la, lb, v))
     _, (out, row_shift) = jax.lax.scan(step, init, (split(la), split(lb), split(v)))
     return out.reshape((-1, v.shape[1]))[:length], row_shift.reshape(-1)[:length]
 

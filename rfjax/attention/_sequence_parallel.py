@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from rfjax.attention._checks import log_floor
+from rfjax.attention._log_prefix import causal_log_prefix
 from rfjax.attention._prefix import causal_prefix, prefix_cotangents, weighted_outer_sum
 
 
@@ -187,3 +188,30 @@ def _prefix_over_devices_bwd(chunk, axis_name, residuals, grad):
 
 
 _prefix_over_devices.defvjp(_prefix_over_devices_fwd, _prefix_over_devices_bwd)
+
+
+def sequence_parallel_log_prefix(
+    la: jax.Array, lb: jax.Array, v: jax.Array, chunk: int, *, axis_name: str
+) -> jax.Array:
+    """``_log_prefix.causal_log_prefix`` (per-feature shifts) on device d's shard of a sequence
+    split along ``axis_name``: Y_t over all keys j <= t of the whole sequence, up to the row
+    shift that cancels in FAVOR's ratio (``(T / D, p)``).
+
+    Each device sums its keys relative to its own per-feature maximum, c_d = max_j lb_j
+    (``(m,)``, a constant), S_d = sum_j exp(lb_j - c_d) v_j^T; device d combines the earlier
+    devices' (S_e, c_e) per feature, C = max_{e < d} c_e and S = sum_{e < d} exp(c_e - C) S_e
+    (one ``all_gather`` each; later devices enter only through ``jnp.where(earlier, ., 0)``, and
+    their exponents are selected away before ``exp``, so neither their values nor an overflow
+    reach device d or its gradients), and scans its shard from (S, C).
+    """
+    floor = log_floor(lb.dtype)
+    local_max = jax.lax.stop_gradient(jnp.max(lb, axis=0))
+    state = jnp.exp(lb - local_max[None, :]).T @ v
+    maxima = jax.lax.all_gather(local_max, axis_name)
+    states = jax.lax.all_gather(state, axis_name)
+    earlier = (jnp.arange(maxima.shape[0]) < jax.lax.axis_index(axis_name))[:, None]
+    earlier_max = jnp.max(jnp.where(earlier, maxima, floor), axis=0)
+    factors = jnp.exp(jnp.where(earlier, maxima - earlier_max[None, :], 0.0))
+    combined = jnp.sum(jnp.where(earlier[:, :, None], factors[:, :, None] * states, 0.0), axis=0)
+    out, _ = causal_log_prefix(la, lb, v, chunk, (combined, earlier_max))
+    return out
