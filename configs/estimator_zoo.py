@@ -32,17 +32,41 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Monte Carlo rows that fall short of them.
     config.norms = (0.25, 0.5, 0.75, 1.0, 1.5)
     config.cosines = (-0.5, 0.0, 0.5, 0.9)
-    # The default run is shrunk to what the shared 2-core machine could run in the time it had
-    # (issue 16 asks for every pair): under a load average of ~15, niced, each (map, coupling,
-    # pair set) cost ~2.5 min of wall time, nearly all of it XLA compilation, so the first grid
-    # (9 maps x 5 couplings on 4 pair sets) measured ~2 h per process. The four softmax maps
-    # with the largest expected differences and three couplings on the synthetic grid; FAVOR+
-    # and FAVOR# on the real sets. Every map and coupling runs with --config.feature_maps /
-    # --config.couplings (and real_feature_maps / real_couplings).
-    config.feature_maps = ("positive", "oprf", "derf_asymmetric", "saderf")
-    config.couplings = ("gaussian", "orthogonal", "norm_coupled")
-    config.real_feature_maps = ("positive", "saderf")
-    config.real_couplings = ("gaussian", "orthogonal", "norm_coupled")
+    # The full grid: every softmax-kernel feature map (``features.available(kernel="softmax")``)
+    # x every coupling (``projections.available()``; all work at d = 16 and at the UCI set's
+    # d = 4), on the synthetic grid and on the real sets. The projections of all draws are
+    # drawn outside the error program and passed in as dense matrices, so each (feature map,
+    # pair set) compiles one program for all couplings (experiments/estimator_zoo.py).
+    config.feature_maps = (
+        "positive",
+        "positive_antithetic",
+        "trigonometric",
+        "angular_hybrid",
+        "cluster_hybrid",
+        "gaussian_hybrid",
+        "oprf",
+        "derf_asymmetric",
+        "derf_symmetric",
+        "saderf",
+    )
+    config.couplings = (
+        "gaussian",
+        "orthogonal",
+        "simplex",
+        "simplex_plus",
+        "halton",
+        "hd_orthogonal",
+        "fast_simplex",
+        "circulant",
+        "toeplitz",
+        "hankel",
+        "givens",
+        "skew_circulant",
+        "low_displacement_rank",
+        "norm_coupled",
+    )
+    config.real_feature_maps = config.feature_maps
+    config.real_couplings = config.couplings
     config.num_draws = 1_000  # synthetic pairs
     config.real_draws = 300  # ViT and UCI groups
     # Queries and keys of a trained Performer-ViT (experiments/estimator_zoo_vit.py); "": none.

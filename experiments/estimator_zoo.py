@@ -113,20 +113,47 @@ def _gaussian_gram(fmap, w, q, k):
     return left @ right.T, jnp.exp(q @ k.T - half_q[:, None] - half_k[None])
 
 
-@functools.partial(jax.jit, static_argnames=("name", "coupling", "num_features", "paired"))
-def _draw_errors(draw_keys, queries, keys_in, *, name, coupling, num_features, paired):
-    """Per draw and group: the mean squared kernel error over the group's pairs (paired sets:
-    the softmax kernel exp(q.k), query t with key t; other sets: the Gaussian kernel, every
-    query with every key) and the squared Frobenius error of the attention matrix (0 for
-    paired sets). Two ``(K, G)`` arrays."""
-    template = features.get(name)()
+# The experiment's XLA programs run once per (feature map, pair set) or (coupling, pair set), so
+# they are compiled for compile time, not run time (as ``rfjax.sklearn``'s samplers): backend
+# optimisation level 0, the same numbers up to rounding.
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("coupling", "num_groups", "dim", "num_features"),
+    compiler_options=FAST_COMPILE,
+)
+def draw_weights(draw_keys, *, coupling, num_groups, dim, num_features):
+    """The projection of ``coupling`` for every draw and group, as dense matrices W
+    ``(K, G, m, d)``: group g of draw k uses the first half of ``split(split(draw_keys[k],
+    G)[g])`` (the second half draws and fits the map, in ``_draw_errors``). Dense, so that every
+    coupling shares one error program per feature map (the maps use a projection only through
+    ``x W^T``, ``dim``, ``num_features`` and ``matrix()``; a structured projection's fast
+    application gives the same ``x W^T`` up to rounding)."""
     sampler = projections.get(coupling)
+
+    def one_group(key):
+        projection_key, _ = jax.random.split(key)
+        return sampler(projection_key, dim, num_features).matrix()
+
+    return jax.vmap(lambda key: jax.vmap(one_group)(jax.random.split(key, num_groups)))(draw_keys)
+
+
+@functools.partial(jax.jit, static_argnames=("name", "paired"), compiler_options=FAST_COMPILE)
+def _draw_errors(draw_keys, weights, queries, keys_in, *, name, paired):
+    """Per draw and group, with the projections ``weights`` ``(K, G, m, d)`` of
+    ``draw_weights``: the mean squared kernel error over the group's pairs (paired sets: the
+    softmax kernel exp(q.k), query t with key t; other sets: the Gaussian kernel, every query
+    with every key) and the squared Frobenius error of the attention matrix (0 for paired
+    sets). Two ``(K, G)`` arrays."""
+    template = features.get(name)()
     dim = queries.shape[-1]
 
-    def one_group(key, q, k):
-        projection_key, map_key = jax.random.split(key)
+    def one_group(key, matrix, q, k):
+        _, map_key = jax.random.split(key)
         fmap = template.init(map_key, dim).fit(map_key, q, k)
-        w = sampler(projection_key, dim, num_features)
+        w = projections.DenseProjection(matrix)
         if paired:
             phi_q = fmap.features(q, w, side="query")
             phi_k = fmap.features(k, w, side="key")
@@ -137,10 +164,12 @@ def _draw_errors(draw_keys, queries, keys_in, *, name, coupling, num_features, p
         exact = jax.nn.softmax(q @ k.T, axis=-1)
         return jnp.mean((estimate - truth) ** 2), jnp.sum((attention[0, 0] - exact) ** 2)
 
-    def one_draw(key):
-        return jax.vmap(one_group)(jax.random.split(key, queries.shape[0]), queries, keys_in)
+    def one_draw(draw):
+        key, matrices = draw
+        group_keys = jax.random.split(key, queries.shape[0])
+        return jax.vmap(one_group)(group_keys, matrices, queries, keys_in)
 
-    return jax.lax.map(one_draw, draw_keys, batch_size=25)
+    return jax.lax.map(one_draw, (draw_keys, weights), batch_size=25)
 
 
 def closed_forms(pairs: pair_data.PairSet, num_features: int) -> dict[tuple[str, str], np.ndarray]:
@@ -165,18 +194,24 @@ def closed_forms(pairs: pair_data.PairSet, num_features: int) -> dict[tuple[str,
     return out
 
 
+@jax.jit
+def _feature_rows(fmap, projection, x):
+    """Query and key features of ``x`` (jitted at the default optimisation level: timed)."""
+    return fmap.features(x, projection, side="query"), fmap.features(x, projection, side="key")
+
+
 def features_per_second(name: str, coupling: str, config: ml_collections.ConfigDict) -> float:
-    """Query plus key feature rows per second (jitted, median of 3 timed calls)."""
+    """Query plus key feature rows per second (jitted, the coupling's own projection type,
+    median of 3 timed calls)."""
     key = jax.random.key(config.seed + 1)
     x = jax.random.normal(key, (config.cost_inputs, config.dim)) / config.dim**0.5
     fmap = features.get(name)().init(key, config.dim).fit(key, x, x)
     w = projections.get(coupling)(key, config.dim, config.num_features)
-    apply = jax.jit(lambda x: (fmap.features(x, w, side="query"), fmap.features(x, w, side="key")))
-    jax.block_until_ready(apply(x))
+    jax.block_until_ready(_feature_rows(fmap, w, x))
     times = []
     for _ in range(3):
         start = time.perf_counter()
-        jax.block_until_ready(apply(x))
+        jax.block_until_ready(_feature_rows(fmap, w, x))
         times.append(time.perf_counter() - start)
     return 2 * config.cost_inputs / float(np.median(times))
 
@@ -197,24 +232,26 @@ def measure_set(pairs: pair_data.PairSet, config: ml_collections.ConfigDict) -> 
         if pairs.paired
         else (config.real_feature_maps, config.real_couplings)
     )
-    estimators = [(n, c) for n in maps for c in couplings]
-    for name, coupling in outputs.progress(estimators, pairs.name):
-        squared, frobenius = _draw_errors(
+    for coupling in outputs.progress(couplings, pairs.name):
+        weights = draw_weights(
             draw_keys,
-            queries,
-            keys_in,
-            name=name,
             coupling=coupling,
+            num_groups=queries.shape[0],
+            dim=queries.shape[-1],
             num_features=config.num_features,
-            paired=pairs.paired,
         )
-        kernel[(name, coupling)] = np.asarray(squared, np.float64)
-        attention[(name, coupling)] = np.asarray(frobenius, np.float64)
+        for name in maps:  # one compiled program per map, shared by the couplings
+            squared, frobenius = _draw_errors(
+                draw_keys, weights, queries, keys_in, name=name, paired=pairs.paired
+            )
+            kernel[(name, coupling)] = np.asarray(squared, np.float64)
+            attention[(name, coupling)] = np.asarray(frobenius, np.float64)
     exact = jax.nn.softmax(jnp.einsum("gtd,gsd->gts", queries, keys_in), axis=-1)
+    estimators = [(name, coupling) for name in maps for coupling in couplings]  # map-major
     return {
         "pairs": pairs,
-        "kernel": kernel,
-        "attention": attention,
+        "kernel": {key: kernel[key] for key in estimators},
+        "attention": {key: attention[key] for key in estimators},
         "attention_norm": float(jnp.sum(exact**2)),
         "closed": closed_forms(pairs, config.num_features),
     }

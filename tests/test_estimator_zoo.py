@@ -8,12 +8,16 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import estimator_zoo as zoo_config
 from experiments import estimator_zoo
 from experiments import estimator_zoo_data as pair_data
+from rfjax import features, projections
+from rfjax.attention import favor_attention_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,3 +108,88 @@ def test_vit_groups_are_one_head_of_one_layer_of_one_image(tmp_path):
     index = (1 * 3 + 2) * 4 + 3  # image 1, layer 2, head 3
     np.testing.assert_allclose(pairs.queries[index], queries[1, 2, :, 3] * 16**-0.25)
     np.testing.assert_allclose(pairs.keys[index], keys[1, 2, :, 3] * 16**-0.25)
+
+
+def _pairs(paired: bool) -> pair_data.PairSet:
+    if paired:
+        return pair_data.synthetic(jax.random.key(0), 4, (0.4, 0.8), (0.0, 0.7))
+    queries, keys = 0.4 * np.random.default_rng(1).normal(size=(2, 2, 3, 4))  # G = 2, T = 3
+    return pair_data.PairSet("real", queries, keys, False)
+
+
+def _errors(pairs: pair_data.PairSet, name: str, coupling: str, draw_keys, num_features=8):
+    queries, keys = (jnp.asarray(a, jnp.float32) for a in (pairs.queries, pairs.keys))
+    weights = estimator_zoo.draw_weights(
+        draw_keys,
+        coupling=coupling,
+        num_groups=queries.shape[0],
+        dim=queries.shape[-1],
+        num_features=num_features,
+    )
+    return estimator_zoo._draw_errors(
+        draw_keys, weights, queries, keys, name=name, paired=pairs.paired
+    )
+
+
+def _errors_per_coupling_path(pairs, name, coupling, draw_keys, num_features=8):
+    """The zoo's errors as its first version drew them: the coupling's own projection (its own
+    type, e.g. FFT-applied circulant) drawn inside each group from the group key's first half,
+    the map from its second half; plain loops, no jit."""
+    sampler, template = projections.get(coupling), features.get(name)()
+    squared = np.zeros((len(draw_keys), len(pairs.queries)))
+    frobenius = np.zeros_like(squared)
+    for i, draw_key in enumerate(draw_keys):
+        group_keys = jax.random.split(draw_key, len(pairs.queries))
+        for g, (q, k) in enumerate(zip(pairs.queries, pairs.keys, strict=True)):
+            q, k = jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32)
+            projection_key, map_key = jax.random.split(group_keys[g])
+            fmap = template.init(map_key, q.shape[-1]).fit(map_key, q, k)
+            w = sampler(projection_key, q.shape[-1], num_features)
+            phi_q, phi_k = fmap.features(q, w, side="query"), fmap.features(k, w, side="key")
+            if pairs.paired:
+                truth = jnp.exp(jnp.sum(q * k, -1))
+                squared[i, g] = jnp.mean((jnp.sum(phi_q * phi_k, -1) - truth) ** 2)
+                continue
+            half_q, half_k = 0.5 * jnp.sum(q * q, -1), 0.5 * jnp.sum(k * k, -1)
+            estimate = (phi_q @ phi_k.T) * jnp.exp(-half_q[:, None] - half_k[None])
+            truth = jnp.exp(-0.5 * jnp.sum((q[:, None] - k[None]) ** 2, -1))
+            squared[i, g] = jnp.mean((estimate - truth) ** 2)
+            attention = favor_attention_weights(
+                q[None, :, None], k[None, :, None], w, feature_map=fmap
+            )
+            exact = jax.nn.softmax(q @ k.T, axis=-1)
+            frobenius[i, g] = jnp.sum((attention[0, 0] - exact) ** 2)
+    return squared, frobenius
+
+
+@pytest.mark.parametrize(
+    ("paired", "name", "coupling"),
+    [(True, "saderf", "circulant"), (True, "positive", "orthogonal"), (False, "oprf", "halton")],
+)
+def test_errors_equal_the_per_coupling_path(paired, name, coupling):
+    """Drawing every projection outside the error program (dense, one program for all
+    couplings) gives the numbers of drawing the coupling's own projection inside it."""
+    pairs = _pairs(paired)
+    draw_keys = jax.random.split(jax.random.key(5), 2)
+    expected = _errors_per_coupling_path(pairs, name, coupling, draw_keys)
+    squared, frobenius = _errors(pairs, name, coupling, draw_keys)
+    np.testing.assert_allclose(squared, expected[0], rtol=2e-4)
+    np.testing.assert_allclose(frobenius, expected[1], rtol=2e-4, atol=1e-7)
+    assert paired or np.all(expected[1] > 0)
+
+
+def test_couplings_share_one_compiled_error_program():
+    pairs = _pairs(True)
+    draw_keys = jax.random.split(jax.random.key(6), 2)
+    _errors(pairs, "oprf", "gaussian", draw_keys)
+    compiled = estimator_zoo._draw_errors._cache_size()
+    for coupling in ("orthogonal", "circulant"):  # a dense and a structured (FFT) coupling
+        _errors(pairs, "oprf", coupling, draw_keys)
+    assert estimator_zoo._draw_errors._cache_size() == compiled
+
+
+def test_default_config_is_the_full_grid():
+    config = zoo_config.get_config()
+    estimator_zoo.validate_config(config)
+    assert set(config.feature_maps) == set(features.available(kernel="softmax"))
+    assert set(config.couplings) == set(projections.available())
