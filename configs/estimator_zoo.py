@@ -84,6 +84,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.ratios.dim = 64
     config.ratios.num_points = 64
     config.ratios.scales = (1.0, 4.0, 16.0)  # E|x|^2
+    # kappa: query coordinate variances spread over a factor kappa, keys' reversed (1: isotropic)
+    config.ratios.anisotropies = (1.0, 10.0, 100.0)
     config.ratios.mc_scales = (1.0,)
     config.ratios.mc_draws = 2_000
     config.ratios.seed = 11
@@ -106,5 +108,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.ratios.dim = 8
         config.ratios.num_points = 8
         config.ratios.scales = (1.0,)
+        config.ratios.anisotropies = (1.0,)
         config.ratios.mc_scales = ()
     return apply_overrides(config, arg)

@@ -113,9 +113,15 @@ def _gaussian_gram(fmap, w, q, k):
     return left @ right.T, jnp.exp(q @ k.T - half_q[:, None] - half_k[None])
 
 
-# The experiment's XLA programs run once per (feature map, pair set) or (coupling, pair set), so
-# they are compiled for compile time, not run time (as ``rfjax.sklearn``'s samplers): backend
-# optimisation level 0, the same numbers up to rounding.
+# The samplers run once per (coupling, pair set), so they are compiled for compile time, not run
+# time (as ``rfjax.sklearn``'s): XLA backend optimisation level 0, the same draws up to
+# rounding. Measured on the ViT set (300 draws x 64 groups, loaded 2-core machine): orthogonal
+# 0.9 s compile + 4.8 s run at level 0 against 25.2 s + 1.5 s at the default level, i.i.d.
+# 0.5 + 2.3 s against 6.3 + 0.5 s; norm-coupled, whose 64-step bisection is run-time bound,
+# 2.6 + 82.5 s against 29.0 + 12.5 s (the one coupling where level 0 costs more). The error
+# program, shared by all couplings of a map, runs 14 times per compile and stays at the default
+# level: SADERF 2.0 s compile + 0.9 s per run against 2.9 + 2.3 s at level 0, the cluster
+# hybrid 14.1 + 3.1 s against 6.3 + 6.9 s.
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
@@ -140,7 +146,7 @@ def draw_weights(draw_keys, *, coupling, num_groups, dim, num_features):
     return jax.vmap(lambda key: jax.vmap(one_group)(jax.random.split(key, num_groups)))(draw_keys)
 
 
-@functools.partial(jax.jit, static_argnames=("name", "paired"), compiler_options=FAST_COMPILE)
+@functools.partial(jax.jit, static_argnames=("name", "paired"))
 def _draw_errors(draw_keys, weights, queries, keys_in, *, name, paired):
     """Per draw and group, with the projections ``weights`` ``(K, G, m, d)`` of
     ``draw_weights``: the mean squared kernel error over the group's pairs (paired sets: the
@@ -317,7 +323,12 @@ def _measure_part(config: ml_collections.ConfigDict, part: str) -> dict:
     sets = [pairs for pairs in pair_sets(config) if pairs.paired == (part == "synthetic")]
     measured = [measure_set(pairs, config) for pairs in sets]
     ratios = estimator_zoo_ratios.measure(config.ratios) if part == "synthetic" else []
-    return {"measured": measured, "ratios": ratios, "elapsed": time.perf_counter() - start}
+    return {
+        "measured": measured,
+        "ratios": ratios,
+        "elapsed": time.perf_counter() - start,
+        "load": os.getloadavg()[0],  # 1-min load average at the end: the machine's share
+    }
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -353,7 +364,7 @@ def report(measurements: dict, config: ml_collections.ConfigDict, workdir: str) 
     costs = {key: features_per_second(*key, config) for key in estimators}
     measured = measurements["synthetic"]["measured"] + measurements["real"]["measured"]
     rows = [row for one in measured for row in summarise_set(one, costs)]
-    elapsed = {part: value["elapsed"] for part, value in measurements.items()}
+    elapsed = {part: (value["elapsed"], value["load"]) for part, value in measurements.items()}
     return estimator_zoo_report.report(
         measured, rows, measurements["synthetic"]["ratios"], config, workdir, elapsed
     )
