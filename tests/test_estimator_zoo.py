@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from configs import estimator_zoo as zoo_config
-from experiments import estimator_zoo
+from experiments import estimator_zoo, estimator_zoo_ratios
 from experiments import estimator_zoo_data as pair_data
 from rfjax import features, projections
 from rfjax.attention import favor_attention_weights
@@ -193,3 +193,18 @@ def test_default_config_is_the_full_grid():
     estimator_zoo.validate_config(config)
     assert set(config.feature_maps) == set(features.available(kernel="softmax"))
     assert set(config.couplings) == set(projections.available())
+
+
+def test_ratio_points_have_the_stated_coordinate_variances():
+    """Queries' coordinate l has variance (s/d) lambda_l, keys' (s/d) / lambda_l, lambda
+    geometric over a factor kappa with mean 1 (kappa = 1: N(0, (s/d) I_d))."""
+    scale, dim, n = 4.0, 8, 4096
+    for anisotropy in (1.0, 100.0):
+        queries, keys = estimator_zoo_ratios._points(scale, anisotropy, dim, n, seed=3)
+        spread = anisotropy ** np.linspace(-0.5, 0.5, dim)
+        spread /= spread.mean()
+        for points, variance in ((queries, scale / dim * spread), (keys, scale / dim / spread)):
+            # sample variance of n normals: SE = variance * sqrt(2 / n)
+            z = (np.var(np.asarray(points), axis=0) - variance) / (variance * np.sqrt(2 / n))
+            assert np.all(np.abs(z) < 4), z
+        assert spread[-1] / spread[0] == pytest.approx(anisotropy)
