@@ -298,18 +298,33 @@ def plot(measured: list[dict], rows: list[dict], config, path: str, attention: b
         i, j = maps.index(row["feature_map"]), couplings.index(row["coupling"])
         grids[row["data"]][i, j] = np.log10(value / baseline[row["data"]])
     limit = max(float(np.nanmax(np.abs(g))) for g in grids.values()) or 1.0
+    # each panel shows the maps (rows) and couplings (columns) measured on its set
+    shown = {
+        name: (np.flatnonzero(np.isfinite(g).any(1)), np.flatnonzero(np.isfinite(g).any(0)))
+        for name, g in grids.items()
+    }
+    widths = [len(columns) for _, columns in shown.values()]
     fig, axes = plt.subplots(
-        1, len(names), figsize=(1.5 + 3.6 * len(names), 1.4 + 0.38 * len(maps)), squeeze=False
+        1,
+        len(names),
+        figsize=(3.0 + 0.42 * sum(widths) + 1.6 * len(names), 1.6 + 0.36 * len(maps)),
+        squeeze=False,
+        gridspec_kw={"width_ratios": widths, "wspace": 0.9},
     )
     for ax, name in zip(axes[0], names, strict=True):
-        grid = grids[name]
+        rows_shown, columns_shown = shown[name]
+        grid = grids[name][np.ix_(rows_shown, columns_shown)]
         image = ax.imshow(grid, cmap="RdBu_r", vmin=-limit, vmax=limit)
-        ax.set_xticks(range(len(couplings)), [outputs.COUPLING_LABELS[c] for c in couplings])
-        ax.set_yticks(range(len(maps)), [features.info(n).label for n in maps])
+        ax.set_xticks(
+            range(len(columns_shown)),
+            [outputs.COUPLING_LABELS[couplings[j]] for j in columns_shown],
+        )
+        ax.set_yticks(range(len(rows_shown)), [features.info(maps[i]).label for i in rows_shown])
         plt.setp(ax.get_xticklabels(), rotation=45, ha="right", fontsize=7)
         plt.setp(ax.get_yticklabels(), fontsize=7)
         for (i, j), value in np.ndenumerate(grid):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=5.5)
+            if np.isfinite(value):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=5)
         ax.set_title(name, fontsize=9)
     what = "attention error" if attention else "kernel MSE"
     fig.colorbar(image, ax=axes[0].tolist(), label=f"log10 {what} / FAVOR+ IID")
