@@ -21,6 +21,7 @@ import math
 import os
 
 import matplotlib
+import matplotlib.ticker
 import ml_collections
 import numpy as np
 
@@ -176,7 +177,7 @@ def claim_lines(rows: list[dict], config: ml_collections.ConfigDict) -> str:
 def plot_differences(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
     """Paired accuracy differences (own projection) with their 95% intervals."""
     shown = [r for r in rows if r["metric"] == "accuracy_own"]
-    fig, axis = plt.subplots(figsize=(5, 1 + 0.6 * max(len(shown), 1)))
+    fig, axis = plt.subplots(figsize=(7, 1.2 + 0.7 * max(len(shown), 1)))
     for index, row in enumerate(shown):
         axis.errorbar(
             row["mean"],
@@ -187,10 +188,28 @@ def plot_differences(rows: list[dict], config: ml_collections.ConfigDict, path: 
         )
     axis.axvline(0.0, color="grey", lw=1)
     axis.axvline(config.target_difference, color="tab:red", ls="--", lw=1, label="target gain")
-    axis.set_yticks(range(len(shown)), [r["comparison"] for r in shown])
-    axis.set_xlabel("paired test-accuracy difference (mean, Student-t 95% CI)")
-    axis.legend(loc="best", fontsize=8)
+    axis.set_yticks(range(len(shown)), [features.info(r["feature_map"]).label for r in shown])
+    axis.set_ylim(-0.6, len(shown) - 0.4)
+    axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+    axis.set_xlabel(
+        f"test accuracy minus {features.info(config.baseline).label}'s, paired by seed\n"
+        "(mean and Student-t 95% interval)"
+    )
+    axis.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
     outputs.save_figure(fig, path)
+
+
+def timing_text(runs: list[dict]) -> str:
+    """The runs' training wall time (the trainer's ``train_seconds``, first-run compilation
+    included), and the 1-min load average of the machine now."""
+    minutes = sum(r["train_seconds"] for r in runs) / 60
+    return (
+        f"{len(runs)} runs, {minutes:.1f} min of training wall time in all (each map's first run "
+        "includes most of the compilation: later runs read the JAX compilation cache); the "
+        f"machine's 2 CPU cores were shared with other jobs (1-min load average "
+        f"{os.getloadavg()[0]:.1f} when this summary was written)"
+    )
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -237,8 +256,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
                 for r in rows
             ]
         ),
-        timing=f"{len(runs)} runs, {sum(r['train_seconds'] for r in runs) / 60:.1f} min of "
-        "training wall time in all (a shared machine: see the load caveat in the note)",
+        timing=timing_text(runs),
     )
     outputs.write_text(os.path.join(workdir, "summary.md"), summary)
     outputs.save_config(workdir, config)
