@@ -364,6 +364,15 @@ def _run_time(elapsed: dict[str, tuple[float, float]]) -> str:
     )
 
 
+def _left_out(config: ml_collections.ConfigDict) -> str:
+    """``", not on the real sets: ..."`` for the synthetic grid's maps and couplings missing from
+    the real sets (the config says why), else ``""``."""
+    maps = [m for m in config.feature_maps if m not in config.real_feature_maps]
+    couplings = [c for c in config.couplings if c not in config.real_couplings]
+    missing = [*maps, *couplings]
+    return f" (not on the real sets: {', '.join(missing)}; see the config)" if missing else ""
+
+
 def report(
     measured, rows, ratios, config, workdir: str, elapsed: dict[str, tuple[float, float]]
 ) -> dict:
@@ -386,12 +395,15 @@ def report(
         f"{', '.join(config.uci_sets)} ({config.uci_groups} groups of {config.uci_group_size} "
         "queries and as many keys, distinct rows, standardised and divided by the median "
         "query-key distance: the Gaussian kernel's lengthscale by the median heuristic). Common "
-        "draw keys for every estimator (paired comparisons); data-fitted maps fitted per group."
+        "draw keys for every estimator (paired comparisons); data-fitted maps fitted per group. "
+        f"Synthetic grid: {len(config.feature_maps)} maps x {len(config.couplings)} couplings; "
+        f"real sets: {len(config.real_feature_maps)} maps x {len(config.real_couplings)} "
+        f"couplings{_left_out(config)}."
     )
     summary = f"""# Estimator zoo: every (feature map x coupling) on synthetic and real pairs
 
-Issue 16's table. {setup} Run time, one process, niced, on 2 CPU cores shared with other
-jobs (times inflated by their load): {_run_time(elapsed)}.
+Issue 16's table. {setup} Run time per part (niced, on 2 CPU cores shared with other
+jobs, so inflated by their load): {_run_time(elapsed)}.
 
 Columns: kernel MSE (synthetic: of exp(q.k), query t with key t; real sets: of the Gaussian
 kernel exp(-|q - k|^2 / 2), every query with every key of a group, the estimate being the

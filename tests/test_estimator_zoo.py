@@ -193,6 +193,9 @@ def test_default_config_is_the_full_grid():
     estimator_zoo.validate_config(config)
     assert set(config.feature_maps) == set(features.available(kernel="softmax"))
     assert set(config.couplings) == set(projections.available())
+    # The real sets: every map but the angular hybrid (its cost; see the config) x every coupling.
+    assert set(config.real_feature_maps) == set(config.feature_maps) - {"angular_hybrid"}
+    assert set(config.real_couplings) == set(config.couplings)
 
 
 def test_ratio_points_have_the_stated_coordinate_variances():
