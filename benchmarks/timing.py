@@ -27,12 +27,15 @@ def time_interleaved(
             start = time.perf_counter()
             jax.block_until_ready(fn())
             samples[name].append(time.perf_counter() - start)
+    return {name: summary(times) for name, times in samples.items()}
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    """Median, minimum and quartiles of wall times (one sample: all four are that sample)."""
+    quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
     return {
-        name: {
-            "median_s": statistics.median(times),
-            "min_s": min(times),
-            "q25_s": statistics.quantiles(times, n=4)[0],
-            "q75_s": statistics.quantiles(times, n=4)[2],
-        }
-        for name, times in samples.items()
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "q25_s": quartiles[0],
+        "q75_s": quartiles[2],
     }
