@@ -223,6 +223,9 @@ def features_per_second(name: str, coupling: str, config: ml_collections.ConfigD
 
 
 def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    """Mean and its SE over draws; the SE is NaN (no warning) where a draw's error is infinite."""
+    if not np.isfinite(values).all():
+        return float(values.mean()), math.nan
     return float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values)))
 
 
@@ -296,24 +299,21 @@ def summarise_set(measured: dict, costs: dict) -> list[dict]:
     for index, row in enumerate(rows):
         key = (row["feature_map"], row["coupling"])
         row["ratio_to_favor_plus"] = row["mse_mc"] / float(mse_draws[BASELINE].mean())
-        row["ratio_z"] = paired_z(mse_draws[key], mse_draws[BASELINE])
+        row["ratio_z"] = estimator_zoo_report.paired_z(mse_draws[key], mse_draws[BASELINE])
         following = rows[index + 1] if index + 1 < len(rows) else None
         row["next_z"] = (
-            paired_z(mse_draws[key], mse_draws[(following["feature_map"], following["coupling"])])
+            estimator_zoo_report.paired_z(
+                mse_draws[key], mse_draws[(following["feature_map"], following["coupling"])]
+            )
             if following
             else math.nan
         )
         row["attention_ratio_z"] = (
-            math.nan if pairs.paired else paired_z(error_draws[key], error_draws[BASELINE])
+            math.nan
+            if pairs.paired
+            else estimator_zoo_report.paired_z(error_draws[key], error_draws[BASELINE])
         )
     return rows
-
-
-def paired_z(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean of a - b over common draws in standard errors (0 when identical)."""
-    difference = a - b
-    spread = difference.std(ddof=1) / math.sqrt(len(difference))
-    return float(difference.mean() / spread) if spread > 0 else 0.0
 
 
 def _measure_part(config: ml_collections.ConfigDict, part: str) -> dict:

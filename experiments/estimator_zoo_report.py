@@ -47,8 +47,18 @@ PAPER_SETTINGS = (
 )
 
 
+def paired_z(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean of a - b over common draws in standard errors (0 when identical; NaN where a draw's
+    error is infinite: a signed map's normaliser crossing 0 has no paired difference)."""
+    difference = a - b
+    if not np.isfinite(difference).all():
+        return math.nan
+    spread = difference.std(ddof=1) / math.sqrt(len(difference))
+    return float(difference.mean() / spread) if spread > 0 else 0.0
+
+
 def _pm(mean: float, se: float) -> str:
-    return f"{mean:.3g} ± {se:.2g}"
+    return f"{mean:.3g} ± {se:.2g}" if math.isfinite(se) else f"{mean:.3g}"
 
 
 def _z(value: float) -> str:
@@ -93,8 +103,6 @@ def by_norm_rows(synthetic: dict, config: ml_collections.ConfigDict) -> list[dic
             values, reference = draws[:, g], baseline[:, g]
             mse = float(values.mean())
             se = float(values.std(ddof=1) / math.sqrt(len(values)))
-            difference = values - reference
-            spread = difference.std(ddof=1) / math.sqrt(len(difference))
             theory_mse = float(closed[key][g]) if key in closed else math.nan
             rows.append(
                 {
@@ -106,7 +114,7 @@ def by_norm_rows(synthetic: dict, config: ml_collections.ConfigDict) -> list[dic
                     "mse_theory": theory_mse,
                     "z_score": (mse - theory_mse) / se if se > 0 else math.nan,
                     "ratio_to_favor_plus": mse / float(reference.mean()),
-                    "ratio_z": float(difference.mean() / spread) if spread > 0 else 0.0,
+                    "ratio_z": paired_z(values, reference),
                 }
             )
     return rows
@@ -147,7 +155,7 @@ def norm_coupled_rows(measured: list[dict], config: ml_collections.ConfigDict) -
             row = {
                 "data": label,
                 "mse_ratio": float(a.mean() / b.mean()),
-                "mse_z": _paired_z(a, b),
+                "mse_z": paired_z(a, b),
                 "attention_ratio": math.nan,
                 "attention_z": math.nan,
             }
@@ -157,7 +165,7 @@ def norm_coupled_rows(measured: list[dict], config: ml_collections.ConfigDict) -
                 eb = np.sqrt(one["attention"][orth].sum(axis=1) / norm)
                 row["attention_ratio"], row["attention_z"] = (
                     ea.mean() / eb.mean(),
-                    _paired_z(ea, eb),
+                    paired_z(ea, eb),
                 )
             rows.append(row)
     return rows
@@ -256,12 +264,6 @@ def ratios_verdict(rows: list[dict]) -> str:
     return text
 
 
-def _paired_z(a: np.ndarray, b: np.ndarray) -> float:
-    difference = a - b
-    spread = difference.std(ddof=1) / math.sqrt(len(difference))
-    return float(difference.mean() / spread) if spread > 0 else 0.0
-
-
 def ratios_table(rows: list[dict]) -> str:
     lines = [
         {
@@ -280,6 +282,13 @@ def ratios_table(rows: list[dict]) -> str:
         for row in rows
     ]
     return outputs.markdown_table(lines)
+
+
+def colour_limit(grids) -> float:
+    """The heat maps' symmetric colour limit: the largest finite |log10 ratio| (an infinite error,
+    shown grey, must not stretch the scale to infinity), 1 if there is none."""
+    finite = [np.abs(g[np.isfinite(g)]) for g in grids]
+    return max((float(f.max()) for f in finite if f.size), default=0.0) or 1.0
 
 
 def plot(measured: list[dict], rows: list[dict], config, path: str, attention: bool) -> None:
@@ -302,12 +311,13 @@ def plot(measured: list[dict], rows: list[dict], config, path: str, attention: b
         value = row["attention_error"] if attention else row["mse_mc"]
         i, j = maps.index(row["feature_map"]), couplings.index(row["coupling"])
         grids[row["data"]][i, j] = np.log10(value / baseline[row["data"]])
-    limit = max(float(np.nanmax(np.abs(g))) for g in grids.values()) or 1.0
+    limit = colour_limit(grids.values())
     # each panel shows the maps (rows) and couplings (columns) measured on its set
     shown = {
-        name: (np.flatnonzero(np.isfinite(g).any(1)), np.flatnonzero(np.isfinite(g).any(0)))
+        name: (np.flatnonzero(~np.isnan(g).all(1)), np.flatnonzero(~np.isnan(g).all(0)))
         for name, g in grids.items()
     }
+    colours = plt.get_cmap("RdBu_r").with_extremes(bad="lightgrey")
     widths = [len(columns) for _, columns in shown.values()]
     fig, axes = plt.subplots(
         1,
@@ -319,7 +329,7 @@ def plot(measured: list[dict], rows: list[dict], config, path: str, attention: b
     for ax, name in zip(axes[0], names, strict=True):
         rows_shown, columns_shown = shown[name]
         grid = grids[name][np.ix_(rows_shown, columns_shown)]
-        image = ax.imshow(grid, cmap="RdBu_r", vmin=-limit, vmax=limit)
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=colours, vmin=-limit, vmax=limit)
         ax.set_xticks(
             range(len(columns_shown)),
             [outputs.COUPLING_LABELS[couplings[j]] for j in columns_shown],
@@ -328,12 +338,16 @@ def plot(measured: list[dict], rows: list[dict], config, path: str, attention: b
         plt.setp(ax.get_xticklabels(), rotation=45, ha="right", fontsize=7)
         plt.setp(ax.get_yticklabels(), fontsize=7)
         for (i, j), value in np.ndenumerate(grid):
-            if np.isfinite(value):
+            if not np.isnan(value):
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=5)
         ax.set_title(name, fontsize=9)
     what = "attention error" if attention else "kernel MSE"
     fig.colorbar(image, ax=axes[0].tolist(), label=f"log10 {what} / FAVOR+ IID")
-    fig.suptitle(f"{what}, m = {config.num_features} (Monte Carlo means)", fontsize=10)
+    fig.suptitle(
+        f"{what}, m = {config.num_features} (Monte Carlo means; grey 'inf': an infinite error, "
+        "a signed map's normaliser crossing 0)",
+        fontsize=10,
+    )
     fig.savefig(path, dpi=120, bbox_inches="tight") if outputs.is_writer() else None
     plt.close(fig)
 

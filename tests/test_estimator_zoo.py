@@ -4,6 +4,7 @@ FAVOR+ on the attention error of real rows (paired, beyond 4 SE), and the pair s
 as documented."""
 
 import csv
+import math
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from configs import estimator_zoo as zoo_config
-from experiments import estimator_zoo, estimator_zoo_ratios
+from experiments import estimator_zoo, estimator_zoo_ratios, estimator_zoo_report
 from experiments import estimator_zoo_data as pair_data
 from rfjax import features, projections
 from rfjax.attention import favor_attention_weights
@@ -193,8 +194,8 @@ def test_default_config_is_the_full_grid():
     estimator_zoo.validate_config(config)
     assert set(config.feature_maps) == set(features.available(kernel="softmax"))
     assert set(config.couplings) == set(projections.available())
-    # The real sets: every map but the angular hybrid (its cost; see the config) x every coupling.
-    assert set(config.real_feature_maps) == set(config.feature_maps) - {"angular_hybrid"}
+    # The real sets: the same full grid.
+    assert set(config.real_feature_maps) == set(config.feature_maps)
     assert set(config.real_couplings) == set(config.couplings)
 
 
@@ -211,3 +212,21 @@ def test_ratio_points_have_the_stated_coordinate_variances():
             z = (np.var(np.asarray(points), axis=0) - variance) / (variance * np.sqrt(2 / n))
             assert np.all(np.abs(z) < 4), z
         assert spread[-1] / spread[0] == pytest.approx(anisotropy)
+
+
+def test_heat_map_colour_limit_ignores_infinite_errors():
+    # A signed map's attention error is infinite where its normaliser crosses 0 (the ViT set):
+    # the colour scale must come from the finite cells (an infinite limit blanked every panel).
+    grids = [np.array([[0.1, np.inf], [np.nan, -0.2]]), np.array([[-np.inf, 0.05]])]
+    assert estimator_zoo_report.colour_limit(grids) == 0.2
+    assert estimator_zoo_report.colour_limit([np.array([[np.nan, np.inf]])]) == 1.0
+
+
+def test_an_infinite_error_has_no_paired_z():
+    # The trigonometric map's attention error is infinite on some ViT draws: no z (was 0.0, a
+    # "no difference" that was not measured), no SE, and no RuntimeWarning.
+    finite = np.array([1.0, 2.0, 3.5])
+    with np.errstate(all="raise"):
+        assert math.isnan(estimator_zoo_report.paired_z(np.array([1.0, np.inf, 2.0]), finite))
+        assert estimator_zoo_report.paired_z(finite, finite) == 0.0
+    assert estimator_zoo_report.paired_z(finite + np.array([1.0, 1.1, 0.9]), finite) > 5
