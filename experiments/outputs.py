@@ -148,7 +148,7 @@ def save_figure(fig, path: str) -> None:
 
     if is_writer():
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches="tight")  # keeps legends outside the axes
     plt.close(fig)
 
 

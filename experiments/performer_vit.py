@@ -555,11 +555,13 @@ def _plot_differences(rows: list[dict], config, path: str) -> None:
         color="C3",
         linestyle="--",
         linewidth=0.8,
-        label=f"paper's SimRF - ORF gain ({config.target_difference:+.3f})",
+        label=f"paper's SimRF - ORF gain ({100 * config.target_difference:+.1f} points)",
     )
     ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("difference in test accuracy, paired by seed")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlabel("test accuracy difference, paired by seed (percentage points)")
+    ax.xaxis.set_major_formatter(lambda value, _: f"{100 * value:+.1f}")
+    # Above the axes: inside, it would cover the points of the lowest rows.
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     outputs.save_figure(fig, path)
 
 
