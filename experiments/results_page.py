@@ -31,7 +31,15 @@ SECTIONS = (
     ),
     (
         "Hybrid Random Features (Choromanski et al., ICLR 2022)",
-        ("hrf_pointwise", "hrf_qmc", "hrf_clustered", "lstm_lm", "conformer_ctc", "iap_es"),
+        (
+            "hrf_pointwise",
+            "hrf_qmc",
+            "hrf_clustered",
+            "lstm_lm",
+            "conformer_ctc",
+            "conformer_ctc_attention_context",
+            "iap_es",
+        ),
     ),
     ("Performers", ("performer_vit",)),
     (

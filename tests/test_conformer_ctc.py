@@ -493,3 +493,12 @@ def test_gate_first_trains_the_hybrids_only_after_a_significant_gate(
     assert order[:2] == ["exact", "positive"]
     assert ("angular_hybrid" in order) == trained
     assert results["skipped"] == ([] if trained else ["angular_hybrid"])
+
+
+def test_attention_context_variant_changes_only_the_convolution_kernel():
+    # The second committed design: attention is the only mixing across frames (kernel 1).
+    default = conformer_config.get_config().to_dict()
+    variant = conformer_config.get_config("attention_context").to_dict()
+    assert variant["model"].pop("kernel_size") == 1 and default["model"].pop("kernel_size") == 3
+    assert variant.pop("label") == "attention_context" and default.pop("label") == "default"
+    assert variant == default
