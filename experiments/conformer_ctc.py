@@ -481,7 +481,8 @@ def verdicts(tests: list[dict], num_seeds: int) -> tuple[str, str]:
     )
     if not passed:
         return gate_text, (
-            "cannot be tested here: exact and FAVOR+ attention give the same test error within "
+            "does not hold in this run, because it cannot be tested here: exact and FAVOR+ "
+            "attention give the same test error within "
             "the seeds' noise, so this task does not resolve attention kinds and any ordering "
             "of the hybrids would be noise"
         )
