@@ -43,6 +43,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 _KIND = re.compile(r"^(?P<attention>[a-z_]+)(:(?P<m>\d+)(x(?P<n>\d+))?)?$")
+_FLOP_FIELDS = ("importance_flops", "xla_importance_flops")
+_INFERENCE_STREAM = 7  # fold_in tag of the inference-swap episodes (training uses split(key, 3))
 _NAMES = {
     "exact": "exact softmax",
     "positive": "FAVOR+",
@@ -111,6 +113,19 @@ def make_rollout(config: ml_collections.ConfigDict, env, policy) -> es.Rollout:
     return es.Rollout(env, act, policy.draw_projection, max_steps=config.max_steps)
 
 
+def inference_evaluator(rollout: es.Rollout, num_episodes: int):
+    """A jitted ``(params, key) -> returns`` of ``num_episodes`` episodes of one policy played
+    with ``rollout``'s attention (the inference swap: any kind's trained parameters fit every
+    kind's policy, they share one layout)."""
+
+    @jax.jit
+    def returns(params, key):
+        totals, _ = rollout.returns(jax.tree.map(lambda x: x[None], params), key, num_episodes)
+        return totals[0]
+
+    return returns
+
+
 def xla_importance_flops(policy: ImplicitAttentionPolicy) -> float:
     """XLA's FLOP count (``cost_analysis``) of one patch-importance computation."""
     count, d = policy.num_patches(), policy.embed_dim
@@ -145,6 +160,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"es.eval_every ({config.es.eval_every}) must be a multiple of es.log_every "
             f"({config.es.log_every}): FLOPs are counted at each evaluation"
+        )
+    if not isinstance(config.inference_episodes, int) or config.inference_episodes < 1:
+        raise ValueError(
+            f"inference_episodes must be an int >= 1, got {config.inference_episodes!r}"
         )
     evaluations = config.es.num_generations // config.es.eval_every + 1
     if not 1 <= config.final_evals <= evaluations:
@@ -213,11 +232,12 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     kinds = {}
     for kind in config.kinds:
         policy = make_policy(config, env, kind)
-        template = initial_params(policy, seed=0)
+        template, rollout = initial_params(policy, seed=0), make_rollout(config, env, policy)
         kinds[kind] = {
             "label": kind_label(kind),
             "policy": policy,
-            "trainer": es.ESTrainer(config.es, make_rollout(config, env, policy), template),
+            "trainer": es.ESTrainer(config.es, rollout, template),
+            "inference": inference_evaluator(rollout, config.inference_episodes),
             "importance_flops": policy.importance_flops(),
             "xla_importance_flops": xla_importance_flops(policy),
             "agreement": mask_agreement(policy, observations, config.agreement_draws),
@@ -232,6 +252,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             curve = _curve(run_dir, info["importance_flops"])
             final_mean = trainer.final_mean(run_dir, params, seed=seed)
             agreement = float(info["agreement"](final_mean, jax.random.key(seed)))
+            inference = inference_returns(kinds, final_mean, run_key=(seed, kind))
             runs.append(
                 {
                     "kind": kind,
@@ -240,6 +261,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     "cpu_seconds": time.process_time() - cpu,
                     "final_return": float(np.mean(curve["return"][-config.final_evals :])),
                     "mask_agreement": agreement,
+                    "inference_return": inference,
                     **curve,
                 }
             )
@@ -249,12 +271,23 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             )
     return {
         "kinds": {
-            kind: {k: v for k, v in info.items() if k not in ("policy", "trainer", "agreement")}
+            kind: {k: v for k, v in info.items() if k in ("label", *_FLOP_FIELDS)}
             for kind, info in kinds.items()
         },
         "runs": runs,
         "seconds": time.perf_counter() - start,
     }
+
+
+def inference_returns(kinds: dict, params, *, run_key: tuple[int, str]) -> dict[str, float]:
+    """Mean return of one trained policy played with every kind's attention on the same
+    episodes (environment and projection keys): the run's own episodes, independent of other
+    runs' (the key folds in the seed and the training kind)."""
+    seed, trained = run_key
+    key = jax.random.fold_in(
+        jax.random.fold_in(jax.random.key(seed), _INFERENCE_STREAM), list(kinds).index(trained)
+    )
+    return {kind: float(jnp.mean(info["inference"](params, key))) for kind, info in kinds.items()}
 
 
 # --------------------------------------------------------------------------- statistics
@@ -268,7 +301,10 @@ def paired_comparison(
     ``ci95`` is the two-sided 95% t interval; ``ci90`` the 90% one, whose inclusion in
     [-margin, margin] is the two one-sided tests (TOST) of equivalence at 5%; ``detectable``
     is the true mean difference a two-sided 5% paired t test detects with probability
-    ``power``, (t_{0.975, n-1} + t_{power, n-1}) SD / sqrt(n).
+    ``power``, (t_{0.975, n-1} + t_{power, n-1}) SD / sqrt(n); ``units_for_equivalence`` the
+    number of pairs at which TOST would show equivalence with probability ``power`` if the true
+    difference were 0 and the SD as observed, ((z_{0.95} + z_{(1 + power)/2}) SD / margin)^2
+    (normal approximation).
     """
     differences = np.asarray(values, np.float64) - np.asarray(reference, np.float64)
     n = len(differences)
@@ -284,6 +320,9 @@ def paired_comparison(
         "ci90": (mean - t90 * se, mean + t90 * se),
         "detectable": float((t95 + stats.t.ppf(power, n - 1)) * se),
         "equivalent": bool(-margin <= mean - t90 * se and mean + t90 * se <= margin),
+        "units_for_equivalence": int(
+            np.ceil(((stats.norm.ppf(0.95) + stats.norm.ppf((1 + power) / 2)) * sd / margin) ** 2)
+        ),
         "different": bool(abs(mean) > t95 * se),
     }
 
@@ -320,6 +359,25 @@ def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
 
 
 # --------------------------------------------------------------------------- report
+
+
+def inference_swap(runs: list[dict], kinds: dict, config: ml_collections.ConfigDict):
+    """The inference-swap table (trained kind x played kind, mean ± SE over seeds) and the
+    claim kind against the reference played by the same trained policies (paired by run, all
+    runs) with the equivalence margin from the reference's mean inference return."""
+    rows = []
+    for trained, info in kinds.items():
+        played_by = [r["inference_return"] for r in runs if r["kind"] == trained]
+        row = {"trained with": info["label"]}
+        for played, other in kinds.items():
+            row[f"plays with {other['label']}"] = _mean_se(np.array([p[played] for p in played_by]))
+        rows.append(row)
+    claim, reference = (
+        np.array([r["inference_return"][kind] for r in runs])
+        for kind in (config.claim_kind, config.reference)
+    )
+    margin = config.equivalence_margin * abs(float(reference.mean()))
+    return rows, paired_comparison(claim, reference, margin=margin), margin
 
 
 def _band(axis, x, runs, color, label, keep):
@@ -390,6 +448,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     flops_ratio = (
         kinds[config.reference]["importance_flops"] / kinds[config.claim_kind]["importance_flops"]
     )
+    swap_rows, swap, swap_margin = inference_swap(results["runs"], kinds, config)
     run_rows = [
         {
             "kind": r["kind"],
@@ -397,6 +456,10 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             "final_return": r["final_return"],
             "initial_return": r["return"][0],
             "mask_agreement": r["mask_agreement"],
+            **{
+                f"inference_return_{run_name(kind)}": value
+                for kind, value in r["inference_return"].items()
+            },
             "forward_passes": r["forward_passes"][-1],
             "attention_flops": r["attention_flops"][-1],
             "seconds_this_invocation": r["seconds"],
@@ -435,6 +498,14 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         ci95=f"[{claim['ci95'][0]:.3f}, {claim['ci95'][1]:.3f}]",
         detectable=f"{claim['detectable']:.3f}",
         verdict=verdict(claim, flops_ratio, margin),
+        seeds_for_equivalence=claim["units_for_equivalence"],
+        runs=len(results["runs"]),
+        inference_episodes=config.inference_episodes,
+        inference_table=outputs.markdown_table(swap_rows),
+        inference_difference=f"{swap['mean']:+.3f} ± {swap['se']:.3f}",
+        inference_ci95=f"[{swap['ci95'][0]:.3f}, {swap['ci95'][1]:.3f}]",
+        inference_margin=f"{swap_margin:.3g}",
+        inference_verdict=verdict(swap, flops_ratio, swap_margin),
         agreement_claim=_mean_se(agreement[config.claim_kind]),
         agreement_reference=_mean_se(agreement[config.reference]),
         agreement_difference=(
@@ -444,7 +515,13 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         minutes=f"{results['seconds'] / 60:.1f}",
     )
     paths = outputs.save_run(workdir, rows=run_rows, summary=summary, config=config)
-    return {"rows": rows, "claim": claim, "flops_ratio": flops_ratio, **paths}
+    return {
+        "rows": rows,
+        "claim": claim,
+        "inference_claim": swap,
+        "flops_ratio": flops_ratio,
+        **paths,
+    }
 
 
 def _patch_text(config: ml_collections.ConfigDict) -> str:

@@ -145,6 +145,40 @@ def test_paired_comparison_matches_a_paired_t_test():
     assert "does not hold" in iap_es.verdict(worse, 3.0, 0.1)
 
 
+def test_inference_swap_plays_the_same_episodes_with_every_kind():
+    # A policy whose controller ignores its input acts alike under every attention: on the
+    # same episodes (the swap's pairing) its returns are then equal, on other episodes not.
+    config = iap_es_config.get_config("quick")
+    env = iap_es.make_env(config)
+    kinds = {}
+    for kind in ("exact", "positive:16"):
+        rollout = iap_es.make_rollout(config, env, iap_es.make_policy(config, env, kind))
+        kinds[kind] = {"inference": iap_es.inference_evaluator(rollout, 16)}
+    params = iap_es.initial_params(iap_es.make_policy(config, env, "exact"), seed=0)
+    blind = jax.tree_util.tree_map_with_path(
+        lambda path, x: x if "bias" in jax.tree_util.keystr(path) else jnp.zeros_like(x), params
+    )
+    swap = iap_es.inference_returns(kinds, blind, run_key=(0, "exact"))
+    assert set(swap) == set(kinds) and swap["exact"] == swap["positive:16"]
+    other = iap_es.inference_returns(kinds, blind, run_key=(1, "exact"))
+    assert other["exact"] != swap["exact"]  # another run: other episodes
+
+
+def test_seeds_for_equivalence_give_the_stated_power():
+    # TOST at 5% with the returned number of pairs, true difference 0: power about 80%.
+    sd, margin = 1.0, 0.3
+    values = np.array([sd, -sd, 0.0])  # standard deviation sd
+    n = iap_es.paired_comparison(values, np.zeros(3), margin=margin)["units_for_equivalence"]
+    assert n == int(np.ceil(((1.6449 + 1.2816) * sd / margin) ** 2))
+    draws = 2000
+    differences = np.random.default_rng(0).normal(0.0, sd, size=(draws, n))
+    shown = [
+        iap_es.paired_comparison(d, np.zeros(n), margin=margin)["equivalent"] for d in differences
+    ]
+    se = np.sqrt(0.8 * 0.2 / draws)
+    assert abs(np.mean(shown) - 0.8) <= 4 * se + 0.01, np.mean(shown)  # + t vs z at n ~ 95
+
+
 def test_report_writes_the_summary_figures_and_tables(tmp_path):
     config = iap_es_config.get_config("quick")
     generations = [0, 2, 4]
@@ -156,6 +190,10 @@ def test_report_writes_the_summary_figures_and_tables(tmp_path):
             "cpu_seconds": 1.0,
             "final_return": 1.0 + 0.1 * seed + 0.01 * i,
             "mask_agreement": 0.8 + 0.01 * seed + 0.02 * i,
+            "inference_return": {
+                played: 1.0 + 0.1 * seed + 0.01 * i - 0.02 * j
+                for j, played in enumerate(config.kinds)
+            },
             "generation": generations,
             "return": [0.2, 0.6, 1.0 + 0.1 * seed + 0.01 * i],
             "return_se": [0.1] * 3,
@@ -177,6 +215,9 @@ def test_report_writes_the_summary_figures_and_tables(tmp_path):
     with open(written["summary"]) as handle:
         summary = handle.read()
     assert "HRF angular 4x4" in summary and "Verdict" in summary
+    assert "plays with HRF angular 4x4" in summary and "at inference" in summary
+    # The swap: the claim kind (played third) minus the reference (second), every run: -0.02.
+    assert written["inference_claim"]["mean"] == pytest.approx(-0.02)
     assert written["flops_ratio"] == pytest.approx(2000 / 3000)
     for name in ("return_vs_generation.png", "return_vs_flops.png", "results.csv"):
         assert os.path.getsize(tmp_path / name) > 0
@@ -193,7 +234,10 @@ def test_config_variants():
     assert {"exact", "positive:256", "angular_hybrid:8x8"} <= set(default.kinds)
     assert len(default.seeds) == 3 and len(paper.seeds) > len(default.seeds)
     assert quick.es.num_generations < default.es.num_generations < paper.es.num_generations
-    for config in (default, quick, paper):
+    pair = iap_es_config.get_config("pair")
+    assert pair.kinds == (default.reference, default.claim_kind)
+    assert set(default.seeds) < set(pair.seeds)  # the default's runs are the pair's first seeds
+    for config in (default, quick, paper, pair):
         iap_es.validate_config(config)
     with pytest.raises(ValueError, match="config variant"):
         iap_es_config.get_config("fast")
