@@ -340,11 +340,17 @@ def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
     """The paper's claim (equal quality at ~3x fewer attention FLOPs) against our numbers."""
     low, high = claim["ci90"]
     if claim["equivalent"]:
-        return (
+        text = (
             f"**holds**: the 90% interval of the paired difference [{low:.3g}, {high:.3g}] lies "
             f"inside the equivalence margin +-{margin:.3g}, at {flops_ratio:.2g}x fewer "
             "attention FLOPs per forward pass"
         )
+        if claim["different"]:
+            text += (
+                f"; the difference itself, {claim['mean']:+.3g} +- {claim['se']:.3g}, is resolved "
+                "from 0 (95% interval), but it is smaller than the margin"
+            )
+        return text
     if claim["different"] and claim["mean"] < 0:
         return (
             f"**does not hold**: the hybrid is worse by {-claim['mean']:.3g} +- {claim['se']:.3g} "

@@ -141,6 +141,11 @@ def test_paired_comparison_matches_a_paired_t_test():
     assert "does not hold** in this run, because equal quality is not shown" in iap_es.verdict(
         tight, 3.0, 0.1
     )
+    slightly_lower = iap_es.paired_comparison(
+        reference - 0.05 + 0.001 * np.arange(4), reference, margin=0.5
+    )
+    assert slightly_lower["equivalent"] and slightly_lower["different"]
+    assert "resolved from 0" in iap_es.verdict(slightly_lower, 3.0, 0.5)
     worse = iap_es.paired_comparison(reference - 1.0, reference + 0.01 * np.arange(4), margin=0.1)
     assert "does not hold" in iap_es.verdict(worse, 3.0, 0.1)
 
