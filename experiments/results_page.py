@@ -39,6 +39,7 @@ SECTIONS = (
             "conformer_ctc",
             "conformer_ctc_attention_context",
             "iap_es",
+            "iap_es_pair",
         ),
     ),
     ("Performers", ("performer_vit",)),
