@@ -19,10 +19,15 @@ over the last ``final_evals`` evaluations; kinds are compared with the reference
 m = 256) by paired differences over seeds (mean, SE, a t interval and the difference detectable
 with 80% power), and the paper's claim is tested as equivalence within a margin (two one-sided
 t tests at 5%, i.e. a 90% interval inside +-margin).
+
+Each finished run's measurements are recorded beside its metrics (``runs/<run>/result.json``,
+with the settings they were made under), so a committed sweep can be extended by seeds without
+its checkpoints: runs recorded under the same settings are reused, the new seeds are trained.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -44,6 +49,7 @@ import matplotlib.pyplot as plt
 
 _KIND = re.compile(r"^(?P<attention>[a-z_]+)(:(?P<m>\d+)(x(?P<n>\d+))?)?$")
 _FLOP_FIELDS = ("importance_flops", "xla_importance_flops")
+_RUN_RECORD = "result.json"  # a finished run's measurements, beside its metrics
 _INFERENCE_STREAM = 7  # fold_in tag of the inference-swap episodes (training uses split(key, 3))
 _NAMES = {
     "exact": "exact softmax",
@@ -224,7 +230,8 @@ def mask_agreement(policy: ImplicitAttentionPolicy, observations: jax.Array, dra
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains every (kind, seed) (resuming finished or interrupted runs) and collects curves."""
+    """Measures every (kind, seed): a run recorded under the same settings is reused, any other
+    is trained (resuming from its checkpoint if interrupted) and recorded."""
     validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     env = make_env(config)
@@ -246,28 +253,16 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     for seed in config.seeds:  # seeds outside: an interrupted sweep leaves complete pairs
         for kind, info in kinds.items():
             run_dir = os.path.join(workdir, "runs", f"{run_name(kind)}_seed{seed}")
-            began, cpu = time.perf_counter(), time.process_time()
-            trainer, params = info["trainer"], initial_params(info["policy"], seed)
-            trainer.train(run_dir, params, seed=seed)
-            curve = _curve(run_dir, info["importance_flops"])
-            final_mean = trainer.final_mean(run_dir, params, seed=seed)
-            agreement = float(info["agreement"](final_mean, jax.random.key(seed)))
-            inference = inference_returns(kinds, final_mean, run_key=(seed, kind))
-            runs.append(
-                {
-                    "kind": kind,
-                    "seed": seed,
-                    "seconds": time.perf_counter() - began,
-                    "cpu_seconds": time.process_time() - cpu,
-                    "final_return": float(np.mean(curve["return"][-config.final_evals :])),
-                    "mask_agreement": agreement,
-                    "inference_return": inference,
-                    **curve,
-                }
-            )
+            recorded = read_run_record(run_dir, config)
+            if recorded is None:
+                run = train_run(config, kinds, kind, seed, run_dir)
+                write_run_record(run_dir, config, run)
+            else:
+                run = recorded
+            runs.append(run)
             print(
-                f"{info['label']:>24} seed {seed}: return {runs[-1]['final_return']:.3f} "
-                f"({runs[-1]['seconds']:.0f} s)"
+                f"{info['label']:>24} seed {seed}: return {run['final_return']:.3f} "
+                f"({run['seconds']:.0f} s{', recorded earlier' if recorded else ''})"
             )
     return {
         "kinds": {
@@ -277,6 +272,58 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "runs": runs,
         "seconds": time.perf_counter() - start,
     }
+
+
+def train_run(config: ml_collections.ConfigDict, kinds: dict, kind: str, seed: int, run_dir: str):
+    """Trains (or resumes from ``run_dir``'s checkpoint) one (kind, seed) run and measures it:
+    its curve, final return, mask agreement with exact attention and inference returns."""
+    info = kinds[kind]
+    began, cpu = time.perf_counter(), time.process_time()
+    trainer, params = info["trainer"], initial_params(info["policy"], seed)
+    trainer.train(run_dir, params, seed=seed)
+    curve = _curve(run_dir, info["importance_flops"])
+    final_mean = trainer.final_mean(run_dir, params, seed=seed)
+    return {
+        "kind": kind,
+        "seed": seed,
+        "seconds": time.perf_counter() - began,
+        "cpu_seconds": time.process_time() - cpu,
+        "final_return": float(np.mean(curve["return"][-config.final_evals :])),
+        "mask_agreement": float(info["agreement"](final_mean, jax.random.key(seed))),
+        "inference_return": inference_returns(kinds, final_mean, run_key=(seed, kind)),
+        **curve,
+    }
+
+
+def run_settings(config: ml_collections.ConfigDict) -> dict:
+    """What one run's measurements depend on: the config less the sweep's seeds, its label and
+    where compiled programs are cached (JSON types, as a record stores them)."""
+    skip = ("seeds", "label", "compilation_cache_dir")
+    return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k not in skip}))
+
+
+def write_run_record(run_dir: str, config: ml_collections.ConfigDict, run: dict) -> None:
+    """Writes a finished run's measurements with the settings they were made under to
+    ``run_dir/result.json``, so a sweep extended by seeds reuses them without the checkpoints
+    (which committed results do not hold)."""
+    outputs.write_json(
+        os.path.join(run_dir, _RUN_RECORD), {"settings": run_settings(config), "run": run}
+    )
+
+
+def read_run_record(run_dir: str, config: ml_collections.ConfigDict) -> dict | None:
+    """The run recorded in ``run_dir`` when it was measured under ``config``'s settings; None
+    when there is no record or it was made under other settings (the run is then measured
+    again, resuming from its checkpoint if there is one)."""
+    path = os.path.join(run_dir, _RUN_RECORD)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        record = json.load(handle)
+    if record["settings"] != run_settings(config):
+        print(f"{path}: recorded under other settings; measuring the run again")
+        return None
+    return record["run"]
 
 
 def inference_returns(kinds: dict, params, *, run_key: tuple[int, str]) -> dict[str, float]:

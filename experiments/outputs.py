@@ -106,9 +106,10 @@ def write_text(path: str, text: str) -> None:
 
 
 def write_json(path: str, data, indent: int = 1) -> None:
-    """Writes ``data`` (JSON-serialisable) to ``path`` (process 0)."""
+    """Writes ``data`` (JSON-serialisable) to ``path``, creating its folder (process 0)."""
     if not is_writer():
         return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
         json.dump(data, handle, indent=indent)
 

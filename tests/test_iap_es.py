@@ -228,6 +228,28 @@ def test_report_writes_the_summary_figures_and_tables(tmp_path):
         assert os.path.getsize(tmp_path / name) > 0
 
 
+def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
+    config = iap_es_config.get_config("quick")
+    recorded = []
+    for seed in config.seeds:  # the order measure() visits runs in
+        for i, kind in enumerate(config.kinds):
+            run = {"kind": kind, "seed": seed, "seconds": 1.0, "final_return": 10.0 * seed + i}
+            run_dir = tmp_path / "runs" / f"{iap_es.run_name(kind)}_seed{seed}"
+            iap_es.write_run_record(str(run_dir), config, run)
+            recorded.append(run)
+    measured = iap_es.measure(config, str(tmp_path))
+    assert measured["runs"] == recorded
+    assert os.listdir(run_dir) == ["result.json"]  # nothing was trained or checkpointed
+    # A sweep extended by seeds (another label) reuses the record; other settings do not.
+    extended = ml_collections.ConfigDict(config.to_dict())
+    extended.seeds, extended.label = (*config.seeds, 99), "more seeds"
+    assert iap_es.read_run_record(str(run_dir), extended) == run
+    other = ml_collections.ConfigDict(config.to_dict())
+    other.es.sigma *= 2
+    assert iap_es.read_run_record(str(run_dir), other) is None
+    assert iap_es.read_run_record(str(tmp_path / "runs" / "never_run"), config) is None
+
+
 @pytest.mark.slow
 def test_quick_config_runs_end_to_end(tmp_path):
     summary = run_experiment(iap_es_config.get_config("quick"), str(tmp_path))
