@@ -399,9 +399,16 @@ def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
             )
         return text
     if claim["different"] and claim["mean"] < 0:
+        low95, high95 = claim["ci95"]
+        size = (
+            f"by more than the margin +-{margin:.3g} too"
+            if high95 < -margin
+            else f"whether the deficit exceeds the margin +-{margin:.3g} is not resolved"
+        )
         return (
             f"**does not hold**: the hybrid is worse by {-claim['mean']:.3g} +- {claim['se']:.3g} "
-            "(paired SE), a difference the 95% interval separates from 0"
+            f"(paired SE), a difference the 95% interval [{low95:.3g}, {high95:.3g}] separates "
+            f"from 0; {size}"
         )
     return (
         f"**does not hold** in this run, because equal quality is not shown: the 90% interval "

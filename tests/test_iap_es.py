@@ -147,7 +147,14 @@ def test_paired_comparison_matches_a_paired_t_test():
     assert slightly_lower["equivalent"] and slightly_lower["different"]
     assert "resolved from 0" in iap_es.verdict(slightly_lower, 3.0, 0.5)
     worse = iap_es.paired_comparison(reference - 1.0, reference + 0.01 * np.arange(4), margin=0.1)
-    assert "does not hold" in iap_es.verdict(worse, 3.0, 0.1)
+    assert "worse by" in iap_es.verdict(worse, 3.0, 0.1)
+    assert "by more than the margin" in iap_es.verdict(worse, 3.0, 0.1)
+    # Worse (95% interval about [-0.50, -0.30]) but not surely by more than a margin of 0.45.
+    deficit = iap_es.paired_comparison(
+        reference - 0.4 + 0.05 * np.arange(4) - 0.075, reference, margin=0.45
+    )
+    assert deficit["different"] and not deficit["equivalent"]
+    assert "whether the deficit exceeds the margin" in iap_es.verdict(deficit, 3.0, 0.45)
 
 
 def test_inference_swap_plays_the_same_episodes_with_every_kind():
