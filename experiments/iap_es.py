@@ -274,7 +274,9 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     }
 
 
-def train_run(config: ml_collections.ConfigDict, kinds: dict, kind: str, seed: int, run_dir: str):
+def train_run(
+    config: ml_collections.ConfigDict, kinds: dict, kind: str, seed: int, run_dir: str
+) -> dict:
     """Trains (or resumes from ``run_dir``'s checkpoint) one (kind, seed) run and measures it:
     its curve, final return, mask agreement with exact attention and inference returns."""
     info = kinds[kind]
