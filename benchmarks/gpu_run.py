@@ -1,20 +1,27 @@
 """Everything a GPU session should run, in one command (``python -m benchmarks.gpu_run``).
 
-  python -m benchmarks.gpu_run [--out DIR] [--skip-tests] [--quick]
+  python -m benchmarks.gpu_run [--out DIR] [--skip-tests] [--quick] [--minutes M]
 
-Writes into ``DIR`` (default ``benchmarks/gpu_runs/<date>-<device>``):
+Writes into ``DIR`` (default ``benchmarks/gpu_runs/<date>-<device>``), at most seven files:
 
 * ``environment.json``: JAX version, device kind and compute capability, ``nvidia-smi`` output;
-* ``pytest.log``: the whole test suite on the GPU (the compiled ``pallas``/``mosaic_gpu``
-  parameters run there instead of being skipped);
-* ``fwht_gpu.json``/``.txt``: ``benchmarks.fwht_gpu`` (every n = 2^4 ... 2^15, float32 and
-  bfloat16, ratios to a device copy, the matmul path beside the kernels);
-* ``attention_gpu.json``/``.txt``: ``benchmarks.attention_gpu`` (FAVOR against cuDNN flash
-  attention, T = 1k ... 64k, bfloat16 and float32, forward and forward + backward).
+* ``pytest.log``: the GPU-marked tests (``tests/test_ops.py`` with ``-k`` on the compiled
+  kernels: ``mosaic_gpu``, ``pallas`` (Triton), ``matmul``, ``auto``, ``hd_chain``), which run on
+  the device instead of being skipped (``tests/test_pallas_kernels.py`` is the CPU simulators');
+* ``fwht_gpu.json``: ``benchmarks.fwht_gpu`` (n = 2^6 ... 2^15, float32 and bfloat16, every
+  implementation as a ratio to a device copy);
+* ``attention_gpu.json``: ``benchmarks.attention_gpu`` (FAVOR against cuDNN flash attention, XLA
+  exact attention and flash-linear-attention, T = 1k ... 64k, B = 1 and 8, with the roofline and a
+  profile of causal FAVOR);
+* ``run.log``: the benchmarks' printed tables; ``steps.json``: each step's exit status and time.
 
-Each step runs in its own process; a failing step is recorded (``steps.json``) and the others
-still run. ``--quick`` shortens the benchmarks (fewer repeats, T <= 8k) for a first look. Commit
-the directory and summarise it in a README there, as ``benchmarks/gpu_runs/2026-11-22-h100``.
+Each step runs in its own process under a time limit (``--minutes`` in all, shared in fixed
+proportions; a benchmark starts no new case past its share and writes its JSON after every case,
+so a step cut short keeps what it measured); a failing step is recorded and the others still run.
+``--quick`` shortens the benchmarks for a first look. Commit the directory with a README, as
+``benchmarks/gpu_runs/2026-11-22-h100``. With a device lent for a few minutes, carry
+flash-linear-attention's ``fla-core`` wheel (pure Python) and set
+``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (JAX and PyTorch share the device).
 """
 
 from __future__ import annotations
@@ -54,16 +61,24 @@ def _environment() -> dict:
     return info
 
 
-def _step(name: str, command: list[str], log: pathlib.Path) -> dict:
+def _step(name: str, command: list[str], log: pathlib.Path, timeout_s: float) -> dict:
     print(f"== {name}: {' '.join(command)}", flush=True)
     started = datetime.datetime.now()
-    with open(log, "w") as out:
-        result = subprocess.run(
-            command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False
-        )
+    with open(log, "a") as out:
+        try:
+            result = subprocess.run(
+                command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s
+            )
+            code: int | str = result.returncode
+        except subprocess.TimeoutExpired:
+            code = f"timed out after {timeout_s:.0f} s"
     seconds = (datetime.datetime.now() - started).total_seconds()
-    print(f"   exit {result.returncode} after {seconds:.0f} s -> {log}", flush=True)
-    return {"command": command, "returncode": result.returncode, "seconds": seconds}
+    print(f"   exit {code} after {seconds:.0f} s -> {log}", flush=True)
+    return {"command": command, "returncode": code, "seconds": seconds}
+
+
+GPU_TESTS = ["tests/test_ops.py"]
+GPU_TEST_SELECTION = "(mosaic_gpu or pallas or matmul or auto or hd_chain) and not interpret"
 
 
 def main() -> None:
@@ -71,6 +86,7 @@ def main() -> None:
     parser.add_argument("--out", type=str, default=None)
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--minutes", type=float, default=30.0, help="time for all the steps")
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit(
@@ -80,24 +96,26 @@ def main() -> None:
     out = pathlib.Path(args.out or ROOT / "benchmarks" / "gpu_runs" / f"{today}-{_device_slug()}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "environment.json").write_text(json.dumps(_environment(), indent=2))
-    python = sys.executable
-    quick_fwht = ["--repeats", "10"] if args.quick else []
-    quick_attention = ["--repeats", "5", "--lengths", "1024", "2048", "4096", "8192"]
+    python, seconds = sys.executable, 60 * args.minutes
     steps = {}
     if not args.skip_tests:
-        steps["pytest"] = _step(
-            "test suite", [python, "-m", "pytest", "-q", "-ra"], out / "pytest.log"
-        )
-    steps["fwht_gpu"] = _step(
-        "fwht benchmark",
-        [python, "-m", "benchmarks.fwht_gpu", "--json", str(out / "fwht_gpu.json"), *quick_fwht],
-        out / "fwht_gpu.txt",
-    )
+        command = [python, "-m", "pytest", "-v", "-ra", "-n", "12", *GPU_TESTS]
+        command += ["-k", GPU_TEST_SELECTION]
+        steps["pytest"] = _step("GPU tests", command, out / "pytest.log", 0.25 * seconds)
+    fwht = [python, "-m", "benchmarks.fwht_gpu", "--json", str(out / "fwht_gpu.json")]
+    fwht += ["--budget-s", f"{0.15 * seconds:.0f}"] + (["--repeats", "3"] if args.quick else [])
+    steps["fwht_gpu"] = _step("fwht benchmark", fwht, out / "run.log", 0.25 * seconds)
+    attention = [
+        python,
+        "-m",
+        "benchmarks.attention_gpu",
+        "--json",
+        str(out / "attention_gpu.json"),
+    ]
+    attention += ["--budget-s", f"{0.3 * seconds:.0f}", "--profile", "8", "16384"]
+    attention += ["--lengths", "1024", "4096", "16384"] if args.quick else []
     steps["attention_gpu"] = _step(
-        "attention benchmark",
-        [python, "-m", "benchmarks.attention_gpu", "--json", str(out / "attention_gpu.json")]
-        + (quick_attention if args.quick else []),
-        out / "attention_gpu.txt",
+        "attention benchmark", attention, out / "run.log", 0.45 * seconds
     )
     (out / "steps.json").write_text(json.dumps(steps, indent=2))
     print(f"done: {out}")

@@ -31,8 +31,12 @@ from jax.test_util import check_grads
 
 from rfjax.ops import (
     _fwht_cpu,
+    _fwht_mosaic_gpu,
+    _fwht_tpu,
     _fwht_triton,
+    chain_reference,
     fwht,
+    hd_chain,
     kronecker_factors,
     pad_to_power_of_two,
     shifted_cos,
@@ -75,6 +79,21 @@ IMPLEMENTATIONS = [
 ]
 SIMULATED = ["pallas_tpu_interpret", "mosaic_gpu_interpret"]
 EPS32 = float(np.finfo(np.float32).eps)
+# The compiled kernels that take only some lengths and dtypes (they raise for the others).
+LIMITED_KERNELS = {
+    "mosaic_gpu": _fwht_mosaic_gpu.check_supported,
+    "pallas_tpu": _fwht_tpu.check_supported,
+}
+
+
+def skip_unsupported(implementation: str, *cases: tuple[int, object]) -> None:
+    """Skips the test if a limited kernel does not take one of the (n, dtype) ``cases``."""
+    check = LIMITED_KERNELS.get(implementation)
+    for n, dtype in cases if check is not None else ():
+        try:
+            check(n, dtype)
+        except (TypeError, ValueError) as error:
+            pytest.skip(f"{implementation} does not take n = {n}, {jnp.dtype(dtype)}: {error}")
 
 
 @functools.cache
@@ -127,6 +146,7 @@ def _case(k: int):
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("k", range(13))
 def test_matches_dense_hadamard(implementation, k):
+    skip_unsupported(implementation, (2**k, jnp.float32))
     x, axis = _case(k)
 
     @jax.jit
@@ -144,6 +164,7 @@ def test_matches_dense_hadamard(implementation, k):
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_inverse_and_involution(implementation):
+    skip_unsupported(implementation, (8, jnp.float32), (256, jnp.float32))
     for k, shape, axis in [(3, (8, 5), 0), (8, (2, 256), 1)]:
         n = 2**k
         x = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
@@ -165,6 +186,7 @@ def test_docstring_example():
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_gradients(implementation):
+    skip_unsupported(implementation, (4, jnp.float64))
     transform = functools.partial(fwht, axis=0, normalize=True, implementation=implementation)
     with jax.enable_x64(True):
         rng = np.random.default_rng(7)
@@ -179,6 +201,7 @@ def test_gradients(implementation):
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_vmap_and_jit(implementation):
+    skip_unsupported(implementation, (4, jnp.float32), (8, jnp.float32))
     x = np.random.default_rng(3).standard_normal((8, 6, 4)).astype(np.float32)
 
     def f(v, axis=-1):
@@ -203,6 +226,7 @@ def test_vmap_and_jit(implementation):
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 def test_half_precision(implementation, dtype):
+    skip_unsupported(implementation, (16, dtype), (1024, dtype))
     rng = np.random.default_rng(11)
     for shape, axis in [((5, 16), -1), ((1024, 3), 0)]:
         x = jnp.asarray(rng.standard_normal(shape), dtype)
@@ -221,6 +245,7 @@ def test_half_precision(implementation, dtype):
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_float64(implementation):
+    skip_unsupported(implementation, (16, jnp.float64))
     with jax.enable_x64(True):
         rng = np.random.default_rng(5)
         for k, shape, axis in [(4, (16, 3), 0), (9, (2, 512), -1)]:
@@ -246,6 +271,38 @@ def test_triton_kernel_blocks_and_limits(implementation):
     empty = fwht(jnp.zeros((0, 64)), implementation=implementation)
     assert empty.shape == (0, 64)
     assert _fwht_triton.MAX_N == 8192
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("simplex", [False, True])
+def test_hd_chain_matches_the_reference(implementation, simplex):
+    """The fast ORF / SimRF chain through each fwht implementation (on a GPU: the compiled
+    kernels) against the composition in float64."""
+    p, rows, blocks = 256, 5, 2
+    skip_unsupported(implementation, (p, jnp.float32))
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((rows, p)).astype(np.float32)
+    signs = rng.choice([-1.0, 1.0], size=(blocks, 3, p)).astype(np.float32)
+    norms = np.abs(rng.standard_normal((blocks, p))).astype(np.float32)
+    y = jax.jit(functools.partial(hd_chain, simplex=simplex, implementation=implementation))(
+        x, signs, norms
+    )
+    with jax.enable_x64(True):
+        ref = np.asarray(
+            chain_reference(
+                jnp.asarray(x, jnp.float64),
+                jnp.asarray(signs, jnp.float64),
+                jnp.asarray(norms, jnp.float64),
+                simplex=simplex,
+                implementation="xla",
+            )
+        )
+    assert y.shape == (rows, blocks, p) and y.dtype == jnp.float32
+    # Three normalised rotations of a vector of norm |x|, each within the fwht tolerance; the
+    # simplex map and the norms scale the error by at most sqrt(p / (p - 1)) + 1 and max |norm|.
+    scale = np.linalg.norm(x, axis=-1)[:, None, None] * norms.max() * 3
+    tol = 3 * 4 * EPS32 * (1 + math.log2(p)) * scale
+    assert np.all(np.abs(np.asarray(y, np.float64) - ref) <= tol)
 
 
 def test_auto_choice_per_platform():

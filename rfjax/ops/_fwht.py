@@ -62,11 +62,26 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
-def resolve(implementation: str, platform: str) -> str:
+# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest
+# implementation measured by ``benchmarks/fwht_gpu.py`` (``benchmarks/gpu_runs/``); cases not
+# listed use ``"matmul"``. ``tests/test_ops.py`` checks this table against the committed run.
+GPU_AUTO_SM90: dict[tuple[str, int], str] = {}
+
+
+def resolve(
+    implementation: str,
+    platform: str,
+    *,
+    n: int | None = None,
+    dtype=None,
+    capability: tuple[int, int] | None = None,
+) -> str:
     """The implementation ``"auto"`` stands for on ``platform``, or ``implementation`` itself.
 
-    ``"auto"``: on CPU the C++ kernel when it was built, else ``"matmul"``; on TPU and GPU
-    ``"matmul"``; on other platforms ``"xla"`` (the measurements behind it are in ``fwht``).
+    ``"auto"``: on CPU the C++ kernel when it was built, else ``"matmul"``; on TPU ``"matmul"``;
+    on an NVIDIA GPU of compute capability ``capability`` >= (9, 0) the fastest implementation
+    measured for vectors of length ``n`` and ``dtype`` (``GPU_AUTO_SM90``), else ``"matmul"``;
+    on other platforms ``"xla"`` (the measurements behind it are in ``fwht``).
 
     Raises:
       ValueError: if the implementation cannot run on ``platform``.
@@ -74,6 +89,9 @@ def resolve(implementation: str, platform: str) -> str:
     if implementation == "auto":
         if platform == "cpu":
             return "cpu" if _fwht_cpu.is_available() else "matmul"
+        if platform == "cuda" and capability is not None and capability >= (9, 0):
+            key = (jnp.dtype(dtype).name if dtype is not None else "", n or 0)
+            return GPU_AUTO_SM90.get(key, "matmul")
         if platform in ("tpu", "cuda", "rocm"):
             return "matmul"
         return "xla"
@@ -84,6 +102,17 @@ def resolve(implementation: str, platform: str) -> str:
             f"{platform!r}; use implementation='auto'"
         )
     return implementation
+
+
+@functools.cache
+def cuda_capability() -> tuple[int, int] | None:
+    """(major, minor) compute capability of the first CUDA device, or None without one."""
+    try:
+        device = jax.devices("cuda")[0]
+    except RuntimeError:
+        return None
+    major, minor = str(getattr(device, "compute_capability", "0.0")).split(".")[:2]
+    return int(major), int(minor)
 
 
 # The interpret modes of the Pallas TPU and GPU kernels simulate the device with ordered host
@@ -146,7 +175,10 @@ ad.deflinear2(fwht_p, _transpose)
 def _lowering(platform: str):
     def rule(ctx, x, *, normalize, implementation):
         aval = ctx.avals_in[0]
-        chosen = resolve(implementation, platform)
+        capability = cuda_capability() if platform == "cuda" else None
+        chosen = resolve(
+            implementation, platform, n=aval.shape[-1], dtype=aval.dtype, capability=capability
+        )
         transform = per_shard(KERNELS[chosen], aval, normalize)
         return mlir.lower_fun(transform, multiple_results=False)(ctx, x)
 
