@@ -305,6 +305,26 @@ def test_hd_chain_matches_the_reference(implementation, simplex):
     assert np.all(np.abs(np.asarray(y, np.float64) - ref) <= tol)
 
 
+def _block_size(dim) -> int:
+    """The length of one block dimension of a Pallas block mapping (a squeezed one is 1)."""
+    return int(getattr(dim, "block_size", 1) or 1)
+
+
+@pytest.mark.parametrize("rows, n", [(1, 16), (2, 64), (5, 16), (100, 128), (3, 512), (37, 512)])
+def test_triton_kernel_sees_whole_blocks_only(rows, n):
+    """Every block of the Triton kernel lies inside its (padded) operand: on an H200 a block
+    taller than the array (1-5 rows in a block of 16) corrupted other outputs of the program."""
+    x = jnp.zeros((rows, n), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda v: _fwht_triton.fwht_rows_interpret(v, True))(x)
+    calls = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert len(calls) == 1
+    for mapping in calls[0].params["grid_mapping"].block_mappings:
+        blocks = [_block_size(dim) for dim in mapping.block_shape]
+        assert all(
+            size % block == 0 for size, block in zip(mapping.array_aval.shape, blocks, strict=True)
+        )
+
+
 def test_auto_choice_per_platform():
     assert resolve("auto", "cpu") == ("cpu" if _fwht_cpu.is_available() else "matmul")
     assert resolve("auto", "tpu") == resolve("auto", "cuda") == "matmul"

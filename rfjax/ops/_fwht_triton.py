@@ -18,9 +18,8 @@ two regimes are used:
   ``(rows, a, b)``; each program owns ``block_rows`` vectors, builds H_a and H_b once and loops
   over its vectors (``lax.fori_loop``, one (a, b) tile loaded and stored per step).
 
-Grid: one axis over blocks of rows; a last, partial block is handled by the masked loads and
-stores Pallas emits for blocks that do not divide the array (rows are independent, so the
-undefined padding rows never reach a stored entry).
+Grid: one axis over blocks of rows; the rows are padded with zeros to a whole number of blocks
+(``_pad_rows``) and the padding dropped from the result, so no block is partial.
 
 Precision: float32 dots run with ``Precision.HIGHEST`` (Triton's IEEE mode, not TF32), float64
 dots in float64. Half inputs (float16, bfloat16) enter the first dot in their own dtype with
@@ -177,8 +176,9 @@ def _pallas_rows(x2, normalize, interpret, mat):
     scale = float(1.0 / np.sqrt(n)) if normalize else 1.0
     # Under shard_map the output varies over the same mesh axes as the operand.
     out_type = functools.partial(jax.ShapeDtypeStruct, dtype=dtype, manual_axis_type=mat)
-    # One name per distinct kernel: on the H100, two Triton calls of one module that shared a
-    # name but not a body (the plain and the normalised transform) both ran one of them.
+    # One name per distinct kernel. On the H100 (2026-11-22) the plain and the normalised
+    # transform in one program gave one result for both; that case had 5 rows in a block of 16,
+    # the defect _pad_rows removes (seen again on an H200 with distinct names).
     name = f"rfjax_fwht_{rows}x{n}_{dtype.name}_{'normalized' if normalize else 'plain'}"
     call = functools.partial(
         pl.pallas_call,
@@ -194,14 +194,15 @@ def _pallas_rows(x2, normalize, interpret, mat):
         block_rows = _block_rows(rows, width, MIN_DOT)
         kernel = functools.partial(_dense_kernel, n=width, acc_dtype=acc_dtype, scale=scale)
         spec = pl.BlockSpec((block_rows, width), lambda i: (i, 0))
+        padded = _pad_rows(x2, block_rows)
         y = call(
             kernel,
-            out_shape=out_type((rows, width)),
-            grid=(pl.cdiv(rows, block_rows),),
+            out_shape=out_type(padded.shape),
+            grid=(padded.shape[0] // block_rows,),
             in_specs=[spec],
             out_specs=spec,
-        )(x2)
-        return y[:, :n]
+        )(padded)
+        return y[:rows, :n]
 
     k = n.bit_length() - 1
     a, b = 1 << (k // 2), 1 << (k - k // 2)
@@ -216,11 +217,25 @@ def _pallas_rows(x2, normalize, interpret, mat):
         scale=scale,
     )
     spec = pl.BlockSpec((None if squeeze else block_rows, a, b), lambda i: (i, 0, 0))
+    padded = _pad_rows(x2, block_rows)
     y = call(
         kernel,
-        out_shape=out_type((rows, a, b)),
-        grid=(pl.cdiv(rows, block_rows),),
+        out_shape=out_type((padded.shape[0], a, b)),
+        grid=(padded.shape[0] // block_rows,),
         in_specs=[spec],
         out_specs=spec,
-    )(x2.reshape(rows, a, b))
-    return y.reshape(rows, n)
+    )(padded.reshape(-1, a, b))
+    return y.reshape(-1, n)[:rows]
+
+
+def _pad_rows(x2: jax.Array, block_rows: int) -> jax.Array:
+    """``x2`` with zero rows appended up to a whole number of blocks (no copy if it has one).
+
+    On an H200 (``benchmarks/gpu_runs/2026-11-26-h200``) every failing case had a block taller
+    than the whole array (1, 2 or 5 rows in a block of 16 rows), and a wrong result appeared in
+    another output of the same program (the plain or the normalised transform of the same
+    input), as stores past the array would give; partial last blocks of taller arrays were
+    right. Whole blocks leave nothing to mask.
+    """
+    extra = -x2.shape[0] % block_rows
+    return jnp.pad(x2, ((0, extra), (0, 0))) if extra else x2
