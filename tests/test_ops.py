@@ -16,8 +16,10 @@ Integer-valued float64 inputs give exact results (every partial sum is an intege
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -41,7 +43,7 @@ from rfjax.ops import (
     pad_to_power_of_two,
     shifted_cos,
 )
-from rfjax.ops._fwht import resolve
+from rfjax.ops._fwht import GPU_AUTO_SM90, resolve
 
 ON_GPU = jax.default_backend() == "gpu"
 ON_TPU = jax.default_backend() == "tpu"
@@ -323,6 +325,33 @@ def test_triton_kernel_sees_whole_blocks_only(rows, n):
         assert all(
             size % block == 0 for size, block in zip(mapping.array_aval.shape, blocks, strict=True)
         )
+
+
+GPU_RUN = (
+    pathlib.Path(__file__).parents[1] / "benchmarks/gpu_runs/2026-11-26-h200/run1_fwht_gpu.json"
+)
+AUTO_CANDIDATES = {"mosaic_gpu": "mosaic_gpu", "matmul": "matmul", "xla_butterfly": "xla"}
+
+
+def test_gpu_auto_choice_is_the_fastest_measured():
+    """``"auto"`` on sm90+ picks, per measured case, the fastest implementation it may pick (the
+    committed H200 run), and ``"matmul"`` where nothing was measured."""
+    report = json.loads(GPU_RUN.read_text())
+    measured = set()
+    for case, result in report["results"].items():
+        dtype, n = case.split()[0], int(case.split("=")[1])
+        timed = {
+            implementation: result["timings"][label]["median_ms"]
+            for label, implementation in AUTO_CANDIDATES.items()
+            if label in result["timings"] and label not in result["failed"]
+        }
+        fastest = min(timed, key=timed.__getitem__)
+        assert resolve("auto", "cuda", n=n, dtype=dtype, capability=(9, 0)) == fastest, case
+        measured.add((dtype, n))
+    assert set(GPU_AUTO_SM90) <= measured
+    assert resolve("auto", "cuda", n=1 << 15, dtype="float32", capability=(9, 0)) == "matmul"
+    assert resolve("auto", "cuda", n=1024, dtype="bfloat16", capability=(9, 0)) == "matmul"
+    assert resolve("auto", "cuda", n=1024, dtype="float32", capability=(8, 0)) == "matmul"
 
 
 def test_auto_choice_per_platform():

@@ -62,10 +62,16 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
-# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest
-# implementation measured by ``benchmarks/fwht_gpu.py`` (``benchmarks/gpu_runs/``); cases not
-# listed use ``"matmul"``. ``tests/test_ops.py`` checks this table against the committed run.
-GPU_AUTO_SM90: dict[tuple[str, int], str] = {}
+# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest of the
+# implementations ``"auto"`` may pick (Mosaic GPU, matmul, the XLA butterfly; not the deprecated
+# Triton kernel) measured by ``benchmarks/fwht_gpu.py`` on an H200
+# (``benchmarks/gpu_runs/2026-11-26-h200``, float32, 2^24 elements). Cases not listed (bfloat16
+# and n = 2^15 were not measured, n < 64 neither) use ``"matmul"``. ``tests/test_ops.py`` checks
+# this table against the committed run.
+GPU_AUTO_SM90: dict[tuple[str, int], str] = {
+    ("float32", 64): "matmul",
+    **{("float32", 1 << k): "mosaic_gpu" for k in range(7, 15)},
+}
 
 
 def resolve(
