@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from rfjax._random import flat
 from rfjax._validation import check_int, is_concrete
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import _compute_dtype, _num_blocks, _validate
@@ -275,7 +276,7 @@ class LowDisplacementRank(PModel):
     def draw_parameters(
         self, key: jax.Array, n: int, num_blocks: int, dtype: jnp.dtype
     ) -> jax.Array | None:
-        h = jax.random.normal(key, (num_blocks, self.rank, n), _compute_dtype(dtype))
+        h = flat(jax.random.normal, key, (num_blocks, self.rank, n), _compute_dtype(dtype))
         return orthonormalise_skew_circulants(h).astype(dtype)
 
     def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
@@ -530,8 +531,8 @@ def _check_budget(budget: object, shape: tuple[int, int], dtype: jnp.dtype) -> j
 def _draw(key, model, n, num_blocks, dtype, preprocess):
     budget_key, sign_key, parameter_key = jax.random.split(key, 3)
     shape = (num_blocks, model.budget_size(n))
-    budget = jax.random.normal(budget_key, shape, _compute_dtype(dtype)).astype(dtype)
-    signs = jax.random.rademacher(sign_key, (3, n), dtype) if preprocess else None
+    budget = flat(jax.random.normal, budget_key, shape, _compute_dtype(dtype)).astype(dtype)
+    signs = flat(jax.random.rademacher, sign_key, (3, n), dtype) if preprocess else None
     return budget, signs, model.draw_parameters(parameter_key, n, num_blocks, dtype)
 
 
