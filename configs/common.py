@@ -108,6 +108,13 @@ def apply_overrides(
     return config
 
 
+def check_field(config: ml_collections.ConfigDict, key: str) -> None:
+    """Raises the ``ValueError`` of an override of ``key`` (dotted for nested fields) when
+    ``config`` has no such field: the same message for ``--config=FILE:key=value`` and for
+    absl's ``--config.key=value`` (``experiments.main``)."""
+    _locate(config, key)
+
+
 def _locate(config: ml_collections.ConfigDict, key: str) -> tuple[Any, str]:
     *path, name = key.split(".")
     node = config

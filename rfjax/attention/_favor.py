@@ -218,7 +218,10 @@ def favor_attention(
     batch, key_length, num_heads, head_dim = key.shape
     mask = check_mask(mask[None] if unbatched and mask is not None else mask, batch, key_length)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
-    projection, projection_axis = check_projection(projection, head_dim, num_heads)
+    given_shape = query.shape[1:] if unbatched else query.shape
+    projection, projection_axis = check_projection(
+        projection, head_dim, num_heads, query_shape=given_shape
+    )
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
     sequence_axis = check_sequence_axis(sequence_axis)
     if query.size == 0 or value.size == 0:
