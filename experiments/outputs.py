@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -72,10 +73,57 @@ def nan_note(columns: str, reasons: Mapping[str, str]) -> str:
     return f"{columns} are nan for {', '.join(missing)}, which have no closed form. {because}"
 
 
+# Quick variants are sized for seconds (smoke tests), not for evidence: their verdicts are not
+# powered, so none of them may say "does not hold" (issue 33). ``run_experiment`` runs every
+# experiment under ``unpowered_verdicts(config)``; ``render_summary`` then rewrites the
+# summary's verdicts with ``downgrade_verdicts``. The experiments core (issue 29) owns the
+# verdict rule; this is the one place where it is applied to quick runs.
+UNPOWERED_VARIANTS = ("quick",)
+NOT_POWERED = "not resolved (quick variant, not powered)"
+_unpowered: list[str] = []  # the variant of the quick run in progress, if any
+
+
+def config_variant(config: ml_collections.ConfigDict) -> str | None:
+    """The variant a config was made with (``config.variant``; iap_es calls it ``label``)."""
+    return config.get("variant", config.get("label"))
+
+
+@contextlib.contextmanager
+def unpowered_verdicts(config: ml_collections.ConfigDict) -> Iterator[None]:
+    """Within the block, summaries of a quick-variant ``config`` downgrade their verdicts."""
+    variant = config_variant(config)
+    quick = variant in UNPOWERED_VARIANTS
+    if quick:
+        _unpowered.append(str(variant))
+    try:
+        yield
+    finally:
+        if quick:
+            _unpowered.pop()
+
+
+def downgrade_verdicts(text: str, variant: str | None) -> str:
+    """``text`` as a run of ``variant`` may state it: for a quick variant every "does not hold"
+    becomes ``NOT_POWERED`` ("not resolved"), and a note under the title says that the full
+    config is the size that resolves the claims; other variants' text is returned unchanged
+    (``tests/test_quick_verdicts.py``).
+    """
+    if variant not in UNPOWERED_VARIANTS:
+        return text
+    title, newline, body = text.partition("\n")
+    note = (
+        f"\n> {variant} variant: sized for a smoke test, so its verdicts are not powered and "
+        f'none is "does not hold"; "{NOT_POWERED}" needs the full config (the same command '
+        f"without :{variant}) to be resolved."
+    )
+    return title + note + newline + body.replace("does not hold", NOT_POWERED)
+
+
 def render_summary(name: str, **values: object) -> str:
     """The summary text of experiment ``name``: ``experiments/templates/<name>.md`` with its
     ``$placeholders`` (``string.Template`` syntax; ``$$`` is a literal ``$``) filled from
-    ``values`` (formatted with ``str``).
+    ``values`` (formatted with ``str``); inside ``unpowered_verdicts`` of a quick variant, with
+    its verdicts downgraded (``downgrade_verdicts``).
 
     Raises:
       FileNotFoundError: if the template does not exist (the message gives its path).
@@ -93,7 +141,8 @@ def render_summary(name: str, **values: object) -> str:
             f"summary template {path}: placeholders without values {missing}, values without "
             f"placeholders {unused}"
         )
-    return template.substitute({key: str(value) for key, value in values.items()})
+    text = template.substitute({key: str(value) for key, value in values.items()})
+    return downgrade_verdicts(text, _unpowered[-1] if _unpowered else None)
 
 
 def write_text(path: str, text: str) -> None:
