@@ -37,8 +37,8 @@ def pytest_addoption(parser):
         action="store_true",
         default=False,
         help="the full suite: also run the tests marked slow (paper-scale runs, long Monte Carlo "
-        "or training) and statistical (Monte Carlo checks at several sizes or keys beyond "
-        "the default suite's one)",
+        "or training) and statistical (checks repeated at further sizes, couplings, keys or "
+        "settings beyond the default suite's representative cases)",
     )
     parser.addoption(
         "--cpu-times",
@@ -51,8 +51,8 @@ def pytest_addoption(parser):
 
 FULL_SUITE_MARKERS = {
     "slow": "slow (paper-scale run, long Monte Carlo or training); use --runslow",
-    "statistical": "statistical (a Monte Carlo check the default suite makes at one size); "
-    "use --runslow",
+    "statistical": "statistical (a check repeated beyond the default suite's representative "
+    "cases); use --runslow",
 }
 
 
