@@ -182,6 +182,7 @@ class PerformerAttention(nn.Module):
     bias_init: Initializer = nn.initializers.zeros_init()
     out_bias_init: Initializer | None = None
     use_bias: bool = True
+    #: Flax's attention function (exact kind; the Performer computes FAVOR in its place).
     attention_fn: Callable[..., jax.Array] = nn.dot_product_attention
     decode: bool = False
     normalize_qk: bool = False
