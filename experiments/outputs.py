@@ -36,7 +36,7 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(stated(list(rows)))
 
 
 def read_csv(path) -> list[dict[str, str]]:
@@ -50,7 +50,7 @@ def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
     header = list(rows[0])
 
     def cell(value):
-        return float_format.format(value) if isinstance(value, float) else str(value)
+        return float_format.format(value) if isinstance(value, float) else str(stated(value))
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(row[key]) for key in header) + " |" for row in rows]
@@ -76,7 +76,8 @@ def nan_note(columns: str, reasons: Mapping[str, str]) -> str:
 # Quick variants are sized for seconds (smoke tests), not for evidence: their verdicts are not
 # powered, so none of them may say "does not hold" (issue 33). ``run_experiment`` runs every
 # experiment under ``unpowered_verdicts(config)``; ``render_summary`` then rewrites the
-# summary's verdicts with ``downgrade_verdicts``. The experiments core (issue 29) owns the
+# summary's verdicts with ``downgrade_verdicts``, and ``write_csv``, ``write_json`` and
+# ``markdown_table`` theirs with ``stated``. The experiments core (issue 29) owns the
 # verdict rule; this is the one place where it is applied to quick runs.
 UNPOWERED_VARIANTS = ("quick",)
 NOT_POWERED = "not resolved (quick variant, not powered)"
@@ -117,6 +118,21 @@ def downgrade_verdicts(text: str, variant: str | None) -> str:
         f"without :{variant}) to be resolved."
     )
     return title + note + newline + body.replace("does not hold", NOT_POWERED)
+
+
+def stated(value):
+    """``value`` (a string, or a list, tuple or dict holding strings) with a quick run's "does
+    not hold" downgraded to ``NOT_POWERED`` inside ``unpowered_verdicts`` (CSV rows, JSON and
+    markdown tables carry verdicts too); unchanged otherwise."""
+    if not _unpowered:
+        return value
+    if isinstance(value, str):
+        return value.replace("does not hold", NOT_POWERED)
+    if isinstance(value, dict):
+        return {key: stated(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(stated(item) for item in value)
+    return value
 
 
 def render_summary(name: str, **values: object) -> str:
@@ -160,7 +176,7 @@ def write_json(path: str, data, indent: int = 1) -> None:
         return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
-        json.dump(data, handle, indent=indent)
+        json.dump(stated(data), handle, indent=indent)
 
 
 def save_config(workdir: str, config: ml_collections.ConfigDict) -> str:

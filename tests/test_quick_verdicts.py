@@ -1,6 +1,8 @@
 """Quick variants never state "does not hold" (issue 33, point 5): a run of a quick config
 through ``run_experiment`` has its summary's verdicts downgraded to "not resolved"."""
 
+import json
+
 import pytest
 
 from configs import iap_es as iap_es_config
@@ -30,6 +32,19 @@ def test_a_quick_run_states_no_does_not_hold(toy_run):
     assert "does not hold" not in summary.replace('none is "does not hold"', "")
     assert "Claim: **not resolved (quick variant, not powered)**, because 7.3 SE." in summary
     assert "needs the full config (the same command without :quick)" in summary
+
+
+def test_a_quick_run_states_no_does_not_hold_in_tables_csv_or_json(tmp_path):
+    rows = [{"claim": "SimRF < ORF", "verdict": "does not hold (3 SE)", "z": 3.0}]
+    with outputs.unpowered_verdicts(kernel_mse_config.get_config("quick")):
+        table = outputs.markdown_table(rows)
+        outputs.write_csv(str(tmp_path / "r.csv"), rows)
+        outputs.write_json(str(tmp_path / "r.json"), {"verdicts": ["does not hold", "holds"]})
+    assert "| SimRF < ORF | not resolved (quick variant, not powered) (3 SE) | 3 |" in table
+    assert outputs.read_csv(tmp_path / "r.csv")[0]["verdict"].startswith("not resolved")
+    verdicts = json.loads((tmp_path / "r.json").read_text())["verdicts"]
+    assert verdicts == [outputs.NOT_POWERED, "holds"]
+    assert "does not hold" in outputs.markdown_table(rows)  # outside a quick run: unchanged
 
 
 def test_a_full_run_keeps_its_verdicts(toy_run):
