@@ -102,10 +102,20 @@ def apply_overrides(
       ValueError: for an unknown key or a value that does not parse as the field's type (the
         message names the key, the value and the expected syntax).
     """
-    for key, text in parse_arg(arg)[1].items():
+    variant, overrides = parse_arg(arg)
+    if "variant" not in config and "label" not in config:  # iap_es names it "label"
+        config.variant = variant or "default"  # read by experiments.outputs.config_variant
+    for key, text in overrides.items():
         parent, name = _locate(config, key)
         parent[name] = _parse_value(key, text, parent[name])
     return config
+
+
+def check_field(config: ml_collections.ConfigDict, key: str) -> None:
+    """Raises the ``ValueError`` of an override of ``key`` (dotted for nested fields) when
+    ``config`` has no such field: the same message for ``--config=FILE:key=value`` and for
+    absl's ``--config.key=value`` (``experiments.main``)."""
+    _locate(config, key)
 
 
 def _locate(config: ml_collections.ConfigDict, key: str) -> tuple[Any, str]:

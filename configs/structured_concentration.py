@@ -28,7 +28,7 @@ the machine; measurements.json makes it resumable, and ``report`` alone takes se
 
 import ml_collections
 
-from configs.common import parse_variant
+from configs.common import apply_overrides, parse_variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -63,4 +63,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.draws_per_chunk = 200
         config.bound_draws = 2
         config.epsilons = (0.05, 0.1, 0.2, 0.4)
-    return config
+    return apply_overrides(config, arg)

@@ -192,7 +192,10 @@ VARIANTS = ("asymmetric", "symmetric", "simplified")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("setting", SETTINGS[:3])
+@pytest.mark.parametrize(  # the first setting by default, the others in the full suite
+    "setting",
+    [SETTINGS[0], *(pytest.param(s, marks=pytest.mark.statistical) for s in SETTINGS[1:3])],
+)
 def test_derf_is_unbiased_with_the_closed_form_variance(setting, variant):
     dim, m, norm_x, norm_y, cosine = setting
     x, y = _pair(dim, norm_x, norm_y, cosine)

@@ -363,7 +363,10 @@ UNBIASED_NAMES = (
 )
 
 
-@pytest.mark.parametrize("coupling", COUPLINGS)
+@pytest.mark.parametrize(  # orthogonal (coupled rows) by default, i.i.d. in the full suite
+    "coupling",
+    [pytest.param(c, marks=pytest.mark.statistical) if c == "gaussian" else c for c in COUPLINGS],
+)
 @pytest.mark.parametrize("name", UNBIASED_NAMES)
 def test_unbiased(coupling, name):
     samples = _unbiased_draws(coupling)[name]

@@ -56,7 +56,13 @@ def favor_attention(
     where A(t) is every unmasked key (bidirectional) or every unmasked key j <= t (``causal``).
     A map of the softmax kernel (``rfjax.features.available(kernel="softmax")``) makes
     phi_Q(q') . phi_K(k') an unbiased estimate of exp(q . k / sqrt(H)); with the default, the
-    output approximates ``softmax_attention`` with an error falling like 1/sqrt(m). Bidirectional
+    output approximates ``softmax_attention`` with an error that falls like 1/sqrt(m) but grows
+    like exp(|q'|^2) with the scores' scale: small for |q'|^2 = |q|^2 / sqrt(H) below about 1,
+    far from softmax at any practical m for |q'|^2 of 4 and more (an untrained layer's
+    |q'|^2 is about sqrt(H)). The expected error against the input norm and m, from
+    ``rfjax.theory.prf_mse`` and measured, and how to keep it small (normalised queries and
+    keys with a small temperature, the OPRF/DERF maps): docs/maths/attention.md, "How large
+    the error is, and how to keep it small". Bidirectional
     attention computes phi_Q(Q) (phi_K(K)^T [V, 1]) in blocks of ``BIDIRECTIONAL_BLOCK``
     positions (a scan over key blocks accumulating the sums, then the read-out per query block),
     in O(block (m + H_v) + m H_v) temporary memory per head for the forward pass; causal
@@ -218,7 +224,10 @@ def favor_attention(
     batch, key_length, num_heads, head_dim = key.shape
     mask = check_mask(mask[None] if unbatched and mask is not None else mask, batch, key_length)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
-    projection, projection_axis = check_projection(projection, head_dim, num_heads)
+    given_shape = query.shape[1:] if unbatched else query.shape
+    projection, projection_axis = check_projection(
+        projection, head_dim, num_heads, query_shape=given_shape
+    )
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
     sequence_axis = check_sequence_axis(sequence_axis)
     if query.size == 0 or value.size == 0:

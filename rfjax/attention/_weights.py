@@ -75,7 +75,9 @@ def favor_attention_weights(
         raise ValueError("favor_attention_weights needs batched (B, T, N, H) inputs")
     batch, key_length, num_heads, head_dim = key.shape
     mask = check_mask(mask, batch, key_length)
-    projection, projection_axis = check_projection(projection, head_dim, num_heads)
+    projection, projection_axis = check_projection(
+        projection, head_dim, num_heads, query_shape=query.shape
+    )
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
     dtype = compute_dtype(query, key)
     # OPRF/DERF without statistics: fitted as favor_attention fits them (_data_fitted).

@@ -4,6 +4,8 @@ over the heads (forward, explicit weights, one decode step), all through ``rfjax
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal, NamedTuple
@@ -371,3 +373,101 @@ def kv_cache_step(
     batch, length = cached_key.shape[:2]
     written = jnp.broadcast_to(jnp.arange(length) <= index, (batch, 1, 1, length))
     return cached_key, cached_value, written if mask is None else written & jnp.asarray(mask, bool)
+
+
+# --- Flax's MultiHeadAttention arguments, as the Performer applies them -------------------------
+
+
+def check_flax_arguments(
+    attention_kind: str,
+    *,
+    attention_fn: object,
+    default_attention_fn: object,
+    rope_attention_fn: object = None,
+    **unsupported: object,
+) -> Callable[..., jax.Array] | None:
+    """Flax's attention arguments that FAVOR replaces, checked for ``attention_kind``.
+
+    The exact kind takes them all (Flax's meaning). The Performer computes FAVOR in place of
+    ``attention_fn`` and so takes it only at Flax's default, or as
+    ``functools.partial(rope_attention_fn, rope=...)`` (NNX's rotary attention: the returned
+    rotation is applied to queries and keys before FAVOR, which then estimates the softmax of
+    the rotated scores); the ``unsupported`` ones (Flax's einsum overrides of the T x S
+    products FAVOR never forms) only at ``None``.
+
+    Returns:
+      The rotary embedding to apply to queries and keys (an ``nnx.RoPE``), or None.
+
+    Raises:
+      ValueError: naming the argument that the Performer cannot apply.
+    """
+    if attention_kind != "performer":
+        return None
+    for name, value in unsupported.items():
+        if value is not None:
+            raise ValueError(
+                f"{name} overrides a product of softmax attention (q k^T or its weights times "
+                f"v) that attention_kind='performer' never forms; got {name}={value!r}: leave "
+                "it None, or use attention_kind='exact'"
+            )
+    if attention_fn is default_attention_fn:
+        return None
+    if (
+        rope_attention_fn is not None
+        and isinstance(attention_fn, functools.partial)
+        and attention_fn.func is rope_attention_fn
+        and set(attention_fn.keywords) == {"rope"}
+        and not attention_fn.args
+    ):
+        return attention_fn.keywords["rope"]
+    accepted = "the default" + (
+        " or functools.partial(nnx.dot_product_attention_with_rope, rope=rope)"
+        if rope_attention_fn is not None
+        else ""
+    )
+    raise ValueError(
+        f"attention_fn: attention_kind='performer' computes FAVOR in place of softmax "
+        f"attention, so attention_fn must be {accepted}; got {attention_fn!r} (use "
+        "attention_kind='exact' for another attention function)"
+    )
+
+
+def matmul_precision(precision: object) -> contextlib.AbstractContextManager:
+    """A context in which FAVOR's products run at Flax's ``precision`` (``None``: JAX's default;
+    a ``jax.lax.Precision``, its name, or a pair of equal ones), through
+    ``jax.default_matmul_precision``."""
+    if precision is None:
+        return contextlib.nullcontext()
+    if isinstance(precision, (tuple, list)):
+        if len(precision) != 2 or precision[0] != precision[1]:
+            raise ValueError(
+                "precision as a pair sets the two operands of one product; FAVOR runs several "
+                f"products, so give one precision (or an equal pair); got {precision!r}"
+            )
+        precision = precision[0]
+    try:
+        name = jax.lax.Precision(precision).name.lower()
+    except (ValueError, TypeError):
+        raise TypeError(
+            "precision must be None, a jax.lax.Precision or its name ('default', 'high', "
+            f"'highest'), or a pair of equal ones, for attention_kind='performer'; got "
+            f"{precision!r}"
+        ) from None
+    return jax.default_matmul_precision(name)
+
+
+def repeat_kv_heads(key: jax.Array, value: jax.Array, num_heads: int) -> tuple[jax.Array, ...]:
+    """Grouped key/value heads ``(..., N_kv, H)`` repeated to the N query heads (query head i
+    reads key/value head i // (N / N_kv), as Flax's ``dot_product_attention`` groups them)."""
+    groups = num_heads // key.shape[-2]
+    if groups == 1:
+        return key, value
+    return jnp.repeat(key, groups, axis=-2), jnp.repeat(value, groups, axis=-2)
+
+
+def rotate(rope: Callable[..., jax.Array], x: jax.Array, positions: jax.Array | None) -> jax.Array:
+    """``nnx.RoPE`` applied per head to ``(..., L, N, H)`` (as
+    ``nnx.dot_product_attention_with_rope`` applies it)."""
+    if positions is None:
+        return jax.vmap(rope, in_axes=-2, out_axes=-2)(x)
+    return jax.vmap(rope, in_axes=(-2, None), out_axes=-2)(x, positions)

@@ -29,8 +29,7 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
 from rfjax._validation import as_array
-from rfjax.ops import _fwht_tpu
-from rfjax.ops._fwht import fwht_p, resolve
+from rfjax.ops._fwht import backend, fwht_p, resolve
 from rfjax.ops._partition import explicit_spec
 
 
@@ -102,22 +101,29 @@ def chain_reference(
     return y * norms
 
 
+# The fused kernels, in the Pallas TPU module (imported on first use, like fwht's kernels).
 _FUSED = {
-    "pallas_tpu": _fwht_tpu.chain_rows,
-    "pallas_tpu_interpret": _fwht_tpu.chain_rows_interpret,
+    "pallas_tpu": "chain_rows",
+    "pallas_tpu_interpret": "chain_rows_interpret",
 }
+
+
+def _fused(implementation: str):
+    return getattr(backend("_fwht_tpu"), _FUSED[implementation])
 
 
 def _fused_kernel(implementation: str, platform: str, x_aval):
     """The fused kernel this lowering uses, or None for the reference composition."""
     p = x_aval.shape[-1]
     if implementation == "auto":
-        if platform != "tpu" or x_aval.dtype not in _fwht_tpu.KERNEL_DTYPES:
+        if platform != "tpu":
             return None
-        return _FUSED["pallas_tpu"] if p <= _fwht_tpu.MAX_N else None
+        tpu = backend("_fwht_tpu")
+        supported = x_aval.dtype in tpu.KERNEL_DTYPES and p <= tpu.MAX_N
+        return _fused("pallas_tpu") if supported else None
     if implementation in _FUSED:
         resolve(implementation, platform)  # raises off its platform
-        return _FUSED[implementation]
+        return _fused(implementation)
     return None
 
 
@@ -131,7 +137,7 @@ def _effects(implementation: str, x_shape, signs_shape, dtype, simplex: bool):
         return frozenset()
     x, signs = jax.ShapeDtypeStruct(x_shape, dtype), jax.ShapeDtypeStruct(signs_shape, dtype)
     norms = jax.ShapeDtypeStruct((signs_shape[0], x_shape[-1]), dtype)
-    kernel = functools.partial(_FUSED[implementation], simplex=simplex)
+    kernel = functools.partial(_fused(implementation), simplex=simplex)
     return frozenset(jax.make_jaxpr(kernel)(x, signs, norms).effects)
 
 

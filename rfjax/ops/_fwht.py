@@ -14,6 +14,8 @@ lowered; on operands with an explicit sharding it runs per shard (``rfjax.ops._p
 from __future__ import annotations
 
 import functools
+import importlib
+import types
 import typing
 from typing import Literal
 
@@ -22,8 +24,7 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from rfjax.ops import _fwht_cpu, _fwht_mosaic_gpu, _fwht_tpu, _fwht_triton
-from rfjax.ops._fwht_xla import kronecker_matmul, xla_butterfly
+from rfjax.ops import _fwht_cpu
 from rfjax.ops._partition import Kernel, per_shard
 
 Implementation = Literal[
@@ -49,17 +50,32 @@ _PLATFORMS = {
 }
 
 
-KERNELS: dict[str, Kernel] = {
-    "cpu": _fwht_cpu.fwht_rows,
-    "xla": xla_butterfly,
-    "matmul": kronecker_matmul,
-    "pallas": _fwht_triton.fwht_rows,
-    "pallas_interpret": _fwht_triton.fwht_rows_interpret,
-    "pallas_tpu": _fwht_tpu.fwht_rows,
-    "pallas_tpu_interpret": _fwht_tpu.fwht_rows_interpret,
-    "mosaic_gpu": _fwht_mosaic_gpu.fwht_rows,
-    "mosaic_gpu_interpret": _fwht_mosaic_gpu.fwht_rows_interpret,
+# Where each implementation's kernel is: (module of rfjax.ops, function). The Pallas backends
+# (Triton, Pallas TPU, Mosaic GPU) import JAX's Pallas and Mosaic modules, which take about a
+# second to import: ``kernel`` imports them when a program using them is first lowered, so
+# ``import rfjax`` never does.
+_KERNEL_SOURCES: dict[str, tuple[str, str]] = {
+    "cpu": ("_fwht_cpu", "fwht_rows"),
+    "xla": ("_fwht_xla", "xla_butterfly"),
+    "matmul": ("_fwht_xla", "kronecker_matmul"),
+    "pallas": ("_fwht_triton", "fwht_rows"),
+    "pallas_interpret": ("_fwht_triton", "fwht_rows_interpret"),
+    "pallas_tpu": ("_fwht_tpu", "fwht_rows"),
+    "pallas_tpu_interpret": ("_fwht_tpu", "fwht_rows_interpret"),
+    "mosaic_gpu": ("_fwht_mosaic_gpu", "fwht_rows"),
+    "mosaic_gpu_interpret": ("_fwht_mosaic_gpu", "fwht_rows_interpret"),
 }
+
+
+def backend(module: str) -> types.ModuleType:
+    """The backend module ``rfjax.ops.<module>``, imported on first use."""
+    return importlib.import_module(f"rfjax.ops.{module}")
+
+
+def kernel(implementation: str) -> Kernel:
+    """The row kernel of a resolved ``implementation`` (one of ``IMPLEMENTATIONS`` but "auto")."""
+    module, name = _KERNEL_SOURCES[implementation]
+    return getattr(backend(module), name)
 
 
 # What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest of the
@@ -131,9 +147,9 @@ def kernel_effects(implementation: str, shape: tuple[int, ...], dtype, normalize
     """The effects of ``implementation``'s kernel on this operand (none but for simulators)."""
     if implementation not in _SIMULATED:
         return frozenset()
-    kernel = KERNELS[implementation]
+    rows = kernel(implementation)
     operand = jax.ShapeDtypeStruct(shape, dtype)
-    return frozenset(jax.make_jaxpr(lambda v: kernel(v, normalize))(operand).effects)
+    return frozenset(jax.make_jaxpr(lambda v: rows(v, normalize))(operand).effects)
 
 
 fwht_p = Primitive("rfjax_fwht")
@@ -185,7 +201,7 @@ def _lowering(platform: str):
         chosen = resolve(
             implementation, platform, n=aval.shape[-1], dtype=aval.dtype, capability=capability
         )
-        transform = per_shard(KERNELS[chosen], aval, normalize)
+        transform = per_shard(kernel(chosen), aval, normalize)
         return mlir.lower_fun(transform, multiple_results=False)(ctx, x)
 
     return rule
