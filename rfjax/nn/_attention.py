@@ -25,6 +25,7 @@ from rfjax.nn._favor_heads import (
     favor_heads,
     favor_heads_weights,
     favor_mask,
+    isolating_non_finite,
     keys_and_values,
     kv_cache_step,
 )
@@ -371,10 +372,8 @@ class PerformerAttention(nn.Module):
         )
         if use_dropout and dropout_rng is None:
             dropout_rng = self.make_rng("dropout")
-        return nn.dot_product_attention(
-            query,
-            key,
-            value,
+        attend = functools.partial(
+            nn.dot_product_attention,
             mask=mask,
             dropout_rng=dropout_rng,
             dropout_rate=self.dropout_rate,
@@ -382,6 +381,7 @@ class PerformerAttention(nn.Module):
             dtype=self.dtype,
             module=self if sow_weights else None,
         )
+        return isolating_non_finite(attend, query, key, value, mask)
 
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
         check_sequence_call(self.sequence_axis, decode=self.decode, sow_weights=sow_weights)

@@ -312,6 +312,34 @@ def decode_step(
     return state, out[:, None]
 
 
+def isolating_non_finite(
+    attend: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array | None,
+) -> jax.Array:
+    """Exact attention ``attend(query, key, value)`` (Flax's ``dot_product_attention`` with
+    ``mask`` applied inside) on ``(B, T, N, H)`` heads, with non-finite inputs isolated as in
+    FAVOR (``rfjax.attention.favor_attention``): a query, key or value row holding a NaN or inf
+    is zeroed before ``attend`` (Flax multiplies masked weights by values, so 0 * NaN would reach
+    every row), and the output rows that attend to it are NaN: a query's own row, every row
+    whose ``mask`` (nonzero = attend, broadcastable to ``(B, N, T, S)``; ``None``: all)
+    allows a key or value. Masked keys and values are never read."""
+    bad_query, bad_key = (~jnp.all(jnp.isfinite(x), axis=-1) for x in (query, key))
+    bad_key = bad_key | ~jnp.all(jnp.isfinite(value), axis=-1)  # (B, S, N)
+    query = jnp.where(bad_query[..., None], 0, query)
+    key, value = (jnp.where(bad_key[..., None], 0, x) for x in (key, value))
+    out = attend(query, key, value)
+    reads_bad = jnp.moveaxis(bad_key, 1, 2)[:, :, None, :]  # (B, N, 1, S)
+    if mask is not None:
+        reads_bad = reads_bad & (jnp.asarray(mask) != 0)
+    batch, length, heads = bad_query.shape
+    poisoned = jnp.broadcast_to(jnp.any(reads_bad, axis=-1), (batch, heads, length))
+    poisoned = jnp.moveaxis(poisoned, 1, 2) | bad_query
+    return jnp.where(poisoned[..., None], jnp.nan, out)
+
+
 def keys_and_values(
     inputs_q: jax.Array,
     inputs_k: jax.Array | None,

@@ -24,6 +24,7 @@ from rfjax.nn._favor_heads import (
     favor_heads_weights,
     favor_mask,
     feature_map_template,
+    isolating_non_finite,
     keys_and_values,
     kv_cache_step,
 )
@@ -370,10 +371,8 @@ class PerformerAttention(nnx.Module):
                     "keep_rngs=False and attention dropout is on"
                 )
             dropout_rng = stream()
-        return nnx.dot_product_attention(
-            query,
-            key,
-            value,
+        attend = functools.partial(
+            nnx.dot_product_attention,
             mask=mask,
             dropout_rng=dropout_rng,
             dropout_rate=self.dropout_rate,
@@ -381,6 +380,7 @@ class PerformerAttention(nnx.Module):
             dtype=self.dtype,
             module=self if sow_weights else None,
         )
+        return isolating_non_finite(attend, query, key, value, mask)
 
     def _append_to_cache(self, key, value, mask):
         self._check_cache("cached_key", "cached_value", "cache_index")
