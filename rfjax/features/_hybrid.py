@@ -350,6 +350,7 @@ def _angular_hybrid_scaled(
     with a = 1/2, rho(x) = sgn(T x)/sqrt(2n), eta(y) = -sgn(T y)/sqrt(2n) on scaled bases."""
     side = check_side(side)
     _check_base_projections(positive_projection, trigonometric_projection)
+    x = check_inputs("x", x, dim=positive_projection.dim)
     sign_projection, _ = _check_coefficient_projection(
         "sign_projection", sign_projection, positive_projection, trigonometric_projection
     )
@@ -445,6 +446,7 @@ def _gaussian_hybrid_scaled(
     bandwidth = check_real("bandwidth", bandwidth, positive=True)
     radius = check_real("radius", radius, positive=True)
     _check_base_projections(positive_projection, trigonometric_projection)
+    x = check_inputs("x", x, dim=positive_projection.dim)
     coefficient_projection, _ = _check_coefficient_projection(
         "coefficient_projection",
         coefficient_projection,
