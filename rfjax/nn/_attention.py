@@ -289,7 +289,9 @@ class PerformerAttention(nn.Module):
             switches causal attention on); any other mask raises ``ValueError`` (at run time
             inside ``jit``), since FAVOR cannot apply an arbitrary T x S mask. Inside ``jit``
             such a mask is checked at run time (see ``rfjax.nn._favor_heads.favor_mask``); a
-            ``(B, S)`` key padding mask with ``causal`` costs nothing extra.
+            ``(B, S)`` key padding mask with ``causal`` costs nothing extra. The Performer
+            applies boolean and 0/1 masks only: other values (an additive mask) raise
+            ``ValueError`` (a traced non-boolean mask is checked at run time).
           deterministic: disables attention dropout (exact only); default the attribute
             (needed only when ``dropout_rate > 0``, as in Flax).
           dropout_rng: key for attention dropout (default the ``"dropout"`` stream).

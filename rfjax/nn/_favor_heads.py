@@ -4,6 +4,7 @@ over the heads (forward, explicit weights, one decode step), all through ``rfjax
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal, NamedTuple
@@ -33,6 +34,14 @@ MASK_FORMS = (
     "(B, S), or a Flax mask broadcastable to (B, N, T, S) that is key padding, query padding "
     "and/or causal (nn.make_attention_mask(q_pad, k_pad), nn.make_causal_mask(x), "
     "nn.combine_masks of them), the same for every head"
+)
+
+
+MASK_VALUES = (
+    "FAVOR applies boolean masks (True = attend) and Flax's 0/1 masks (1 = attend, as "
+    "nn.make_attention_mask gives them); it cannot apply an additive mask (0 = attend, -inf or a "
+    "large negative number = masked) nor weights: pass mask == 0 of an additive mask, or a "
+    "boolean key padding mask (B, S)"
 )
 
 
@@ -159,7 +168,8 @@ def favor_mask(
     (the decomposition is exact for them). Query padding needs nothing from FAVOR (a query row
     never affects another), so only k and causality are kept; the rows of padded queries attend
     to the unpadded keys where Flax's own attention averages all values (both are padding).
-    A 2-D mask is a key padding mask ``(B, S)``.
+    A 2-D mask is a key padding mask ``(B, S)``. Masks are boolean or hold only 0 and 1 (Flax's
+    float masks); other values (an additive mask) raise ``ValueError`` (``MASK_VALUES``).
 
     A concrete mask that is neither raises ``ValueError`` here; a traced one (inside ``jit``)
     has its causality chosen at run time (``FavorMask.causal`` traced) and raises at run time
@@ -169,7 +179,7 @@ def favor_mask(
     """
     if mask is None:
         return FavorMask(None, causal)
-    mask = jnp.asarray(mask)
+    mask = _check_mask_values(jnp.asarray(mask))
     batch = math.prod(batch_shape)
     if mask.ndim == 2:
         return FavorMask(jnp.broadcast_to(mask, (batch, key_length)).astype(bool), causal)
@@ -205,6 +215,26 @@ def favor_mask(
 def _raise_unless_supported(supported: np.ndarray) -> None:
     if not bool(supported):
         raise ValueError(f"{MASK_FORMS}; got a mask that is neither")
+
+
+def _check_mask_values(mask: jax.Array) -> jax.Array:
+    """``mask`` as bools, if it is boolean or holds only 0 and 1 (Flax's float masks); other
+    values (an additive mask) raise ``ValueError`` (``MASK_VALUES``): here for a concrete mask,
+    at run time (``jax.debug.callback``) for a traced one, at the cost of a host callback
+    (boolean masks cost nothing)."""
+    if mask.dtype == jnp.bool_:
+        return mask
+    binary = jnp.all((mask == 0) | (mask == 1))
+    if is_concrete(binary):
+        _raise_unless_binary(binary, mask.dtype)
+    else:
+        jax.debug.callback(functools.partial(_raise_unless_binary, dtype=mask.dtype), binary)
+    return mask != 0
+
+
+def _raise_unless_binary(binary: np.ndarray | jax.Array, dtype: object) -> None:
+    if not bool(binary):
+        raise ValueError(f"{MASK_VALUES}; got a {dtype} mask with values other than 0 and 1")
 
 
 def by_causality[T](compute: Callable[[bool], T], causal: bool | jax.Array) -> T:

@@ -68,7 +68,8 @@ class PerformerAttention(nnx.Module):
     Masks: as in ``rfjax.nn.PerformerAttention``: the exact kind takes any Flax mask; the
     Performer takes a key padding mask ``(B, S)`` or a Flax mask made of key padding, query
     padding and causality (``nnx.make_attention_mask``, ``nnx.make_causal_mask``,
-    ``nnx.combine_masks``), read as key padding and causality; others raise ``ValueError``.
+    ``nnx.combine_masks``), read as key padding and causality, boolean or 0/1-valued; others
+    (and additive masks) raise ``ValueError``.
     ``is_causal=True`` or the ``causal`` attribute makes the attention causal.
 
     Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
