@@ -153,8 +153,9 @@ def favor_attention(
         gives them); with raw scores about half the rows can be <= 0
         (``tests/test_conformer_ctc``). The data-fitted maps (``"oprf"``, ``"derf_*"``,
         ``"saderf"``) given without their statistics are fitted per head to the current queries
-        and keys (bidirectional); causal attention needs them fitted beforehand on a
-        calibration sample (see ``rfjax.attention._data_fitted``).
+        and keys (bidirectional; with ``sequence_axis``, those of the whole sequence); causal
+        attention needs them fitted beforehand on a calibration sample (see
+        ``rfjax.attention._data_fitted``).
       causal: attend only to keys j <= t.
       mask: key padding mask, bool, True = attend: ``(B, S)`` (``(S,)`` if unbatched), or
         ``(B, 1, 1, S)``, the form that broadcasts over heads and queries in
@@ -228,7 +229,9 @@ def favor_attention(
         return out[0] if unbatched else out
     # OPRF/DERF without statistics: fitted to these inputs (_data_fitted).
     dtype = compute_dtype(query, key, value)
-    fmap, map_axis = fit_if_unfitted(fmap, map_axis, query, key, mask, causal=causal, dtype=dtype)
+    fmap, map_axis = fit_if_unfitted(
+        fmap, map_axis, query, key, mask, causal=causal, dtype=dtype, sequence_axis=sequence_axis
+    )
     out = _favor_attention(
         query,
         key,
