@@ -25,7 +25,7 @@ from rfjax.attention._checks import (
 )
 from rfjax.attention._data_fitted import fit_if_unfitted
 from rfjax.attention._head_features import normalise
-from rfjax.attention._sequence_parallel import check_sequence_axis
+from rfjax.attention._sequence_parallel import check_sequence_axis, check_split_along
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -109,7 +109,10 @@ def favor_attention(
     running key maximum starts at the earlier devices' maximum, so an output depends on no later
     position on any device. Gradients flow across devices through the collectives' transposes.
     Every device must hold the same projection and feature map (replicated, e.g. drawn from the
-    same key).
+    same key). The axis must split the sequence: query, key, value and a given mask that do not
+    vary over it (replicated) raise ``ValueError``; a shard's type does not say which dimension
+    the axis splits, so an axis that splits the heads or the batch instead is caught only through
+    the key padding mask (replicated then), and without a mask gives wrong outputs unnoticed.
 
     Each shift is a single constant for all keys of one output row (or, per feature, undone
     by the query's read-out), so it cancels between numerator and denominator; the shifts are
@@ -182,8 +185,8 @@ def favor_attention(
         Projection, a floating matrix or a PerHead of them, or a feature map that is not a
         name or FeatureMap.
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
-        map without a log-space form, an unfitted data-fitted map with ``causal=True``, or
-        ``chunk_size < 1``.
+        map without a log-space form, an unfitted data-fitted map with ``causal=True``,
+        ``chunk_size < 1``, or an input that does not vary over ``sequence_axis``.
 
     Examples:
       >>> import jax
@@ -217,11 +220,12 @@ def favor_attention(
     causal = check_causal(causal)
     query, key, value, unbatched = check_qkv(query, key, value, causal=causal)
     batch, key_length, num_heads, head_dim = key.shape
+    sequence_axis = check_sequence_axis(sequence_axis)
+    check_split_along(sequence_axis, query=query, key=key, value=value, mask=mask)
     mask = check_mask(mask[None] if unbatched and mask is not None else mask, batch, key_length)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
     projection, projection_axis = check_projection(projection, head_dim, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
-    sequence_axis = check_sequence_axis(sequence_axis)
     if query.size == 0 or value.size == 0:
         # Empty B, T, N, S or H_v: nothing to compute; with no keys (S = 0) every row is 0.
         out_shape = (*query.shape[:3], value.shape[-1])

@@ -54,6 +54,40 @@ def check_sequence_axis(sequence_axis: object) -> str | None:
     return sequence_axis
 
 
+def check_split_along(sequence_axis: str | None, **arrays: object) -> None:
+    """Inside ``jax.shard_map``, every array given (query, key, value, a key padding mask; ``None``
+    is skipped) must vary over the mesh axis ``sequence_axis``, as the local shards of a
+    sequence split along it do. A shard's type records the mesh axes it varies over, not which
+    dimension an axis splits: a replicated input (in_specs ``P()``) is caught here, a split of
+    the heads or the batch over the axis only through its key padding mask (one row per
+    position, replicated when the heads are split). Without ``check_vma`` the types record no
+    axes, and nothing is checked.
+
+    Raises:
+      ValueError: naming the first array that does not vary over the axis.
+    """
+    if sequence_axis is None or not _tracks_axis(sequence_axis):
+        return
+    for name, array in arrays.items():
+        if array is None:
+            continue
+        if sequence_axis in jax.typeof(jnp.asarray(array)).manual_axis_type.varying:
+            continue
+        raise ValueError(
+            f"{name} does not vary over the mesh axis {sequence_axis!r}: with sequence_axis="
+            f"{sequence_axis!r} every device must hold its own part of the sequence (in_specs "
+            f"P(None, {sequence_axis!r}) for (B, T, ...) arrays and (B, S) masks); a replicated "
+            f"{name} would be read as that part, and an axis that splits the heads or the batch "
+            f"instead would mix them"
+        )
+
+
+def _tracks_axis(axis_name: str) -> bool:
+    """Whether types inside this ``shard_map`` record variation over ``axis_name`` (its
+    ``check_vma``): the axis index always varies over its axis when they do."""
+    return axis_name in jax.typeof(jax.lax.axis_index(axis_name)).manual_axis_type.varying
+
+
 def psum_summary(
     kv: jax.Array, k_sum: jax.Array, shift: jax.Array, axis_name: str
 ) -> tuple[jax.Array, jax.Array]:
