@@ -86,17 +86,13 @@ def favor_attention(
       exp(c_old - c_new) <= 1 when it grows (as in online softmax), and each key enters with the
       exact factor exp(s(k_j) - c_t) <= 1. Output t therefore depends only on positions <= t:
       perturbing later tokens leaves it bit-identical (the Performer's global key maximum
-      would leak the future). Maps whose ``per_feature_causal_shifts`` is set (OPRF, DERF,
-      the cluster hybrid: query and key log-features that peak in different directions) keep
-      the running maximum per feature, with each chunk's weights formed in log space
-      (``_log_prefix``); with ``sequence_axis`` each device combines the earlier devices'
+      would leak the future). Exponential maps (positive features, OPRF, DERF, the cluster
+      hybrid) keep the running maximum per feature, c_ti = max_{j <= t} l_i(k_j), with the
+      weights within blocks of 16 positions formed in log space and each row read out
+      relative to its largest term (``_log_prefix``): at large |q|, |k| the query's largest
+      features and the keys' lie in different directions, and one shift per key loses a row's
+      largest terms; with ``sequence_axis`` each device combines the earlier devices'
       per-feature states (``_sequence_parallel.sequence_parallel_log_prefix``).
-    * queries, causal, exponential maps without a denominator floor (``"positive"``,
-      ``"positive_antithetic"``): at large |q|, |k| the query's largest features and the keys'
-      differ, and every product of row t's sums can underflow (the row becomes 0 / 0). Row t
-      is then scaled up by exp(b_t), b_t = min(-M_t, 60), where exp(M_t) <= 1 is its largest
-      term, read from the per-feature running maximum of the keys j <= t (causal); the factor
-      cancels like the others.
 
     Sequence parallel (context parallel): called inside ``jax.shard_map`` with
     ``sequence_axis="seq"`` on the local shards of query, key, value and mask of a sequence split
@@ -167,7 +163,9 @@ def favor_attention(
         Masks that depend on the query position are not key padding: use ``causal=True`` for
         the causal one; others cannot be applied by FAVOR. Masked keys contribute nothing
         (their features are zeroed).
-      chunk_size: chunk length C of the causal prefix sums (clipped to T).
+      chunk_size: chunk length C of the causal prefix sums (clipped to T); exponential maps
+        (stabilised) form each chunk's weights in blocks of 16 positions and round C up to a
+        whole number of blocks: there C sets how often the gradient keeps a state.
       stabilize: ``None`` (use the maps' log-space form), ``True`` (require maps that have one)
         or ``False`` (raw features).
       eps: floor of the denominator (> 0), default the smallest normal number.
