@@ -24,7 +24,7 @@ from rfjax.attention._checks import (
     resolve_stabilize,
 )
 from rfjax.attention._data_fitted import fit_if_unfitted
-from rfjax.attention._head_features import normalise
+from rfjax.attention._head_features import has_signed_features, normalise
 from rfjax.attention._sequence_parallel import check_sequence_axis, check_split_along
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
@@ -119,8 +119,14 @@ def favor_attention(
 
     The denominator is clamped below at ``eps`` (default: the smallest normal number of the
     computation dtype), which only acts when it underflows, e.g. a query whose keys are all
-    masked (or S = 0) gets an output of 0. The normalisation's derivative is formed without
-    den^2 (``floored_ratio``), so gradients stay finite where the denominator is tiny.
+    masked (or S = 0) gets an output of 0. Signed maps (trigonometric, Fourier, angular and
+    Gaussian hybrids: ``needs_denominator_floor`` without exponential features) estimate a
+    row's normaliser as <= 0 once their relative error nears 1 (H = 64, m = 128, random
+    directions: no row up to |q| = |k| = 4, 2-4% at 6, ~43% at 8); their default ``eps`` is
+    ``_checks.SIGNED_EPS`` = 1e-3 (normalisers are in units where each key's largest term is
+    at most 1), which clips those rows: they are biased but finite (|output| <= |numerator| /
+    eps), never NaN or inf. The normalisation's derivative is formed without den^2
+    (``floored_ratio``), so gradients stay finite where the denominator is tiny.
 
     Non-finite inputs reach exactly the outputs that attend to them: a query, key or value
     row holding a NaN or inf is left out of every sum, and the outputs that attend to it are
@@ -146,14 +152,14 @@ def favor_attention(
         ``"trigonometric"``...), an ``rfjax.features.FeatureMap`` (with its parameters, e.g.
         ``features.get("angular_hybrid")().init(key, H)``; ``FeatureMapPair`` joins a query map
         and a key map), or a ``PerHead`` of a map with per-head parameters. Maps whose
-        ``needs_denominator_floor`` is set (signed maps) can make a row's denominator <= 0: give
-        them a working ``eps`` (e.g. 1e-3), which biases only the rows below it, and bounded
-        scores (unit queries and keys, as ``rfjax.nn.PerformerAttention(query_key_norm=True)``
-        gives them); with raw scores about half the rows can be <= 0
-        (``tests/test_conformer_ctc``). The data-fitted maps (``"oprf"``, ``"derf_*"``,
-        ``"saderf"``) given without their statistics are fitted per head to the current queries
-        and keys (bidirectional; with ``sequence_axis``, those of the whole sequence); causal
-        attention needs them fitted beforehand on a calibration sample (see
+        ``needs_denominator_floor`` is set (signed maps) can make a row's denominator <= 0:
+        their default ``eps`` (1e-3, see above) clips those rows; give them bounded scores
+        (unit queries and keys, as ``rfjax.nn.PerformerAttention(query_key_norm=True)`` gives
+        them; the safe input ranges are in docs/maths/attention.md); with raw scores about half
+        the rows can be <= 0 (``tests/test_conformer_ctc``). The data-fitted maps (``"oprf"``,
+        ``"derf_*"``, ``"saderf"``) given without their statistics are fitted per head to the
+        current queries and keys (bidirectional; with ``sequence_axis``, those of the whole
+        sequence); causal attention needs them fitted beforehand on a calibration sample (see
         ``rfjax.attention._data_fitted``).
       causal: attend only to keys j <= t.
       mask: key padding mask, bool, True = attend: ``(B, S)`` (``(S,)`` if unbatched), or
@@ -168,7 +174,8 @@ def favor_attention(
         whole number of blocks: there C sets how often the gradient keeps a state.
       stabilize: ``None`` (use the maps' log-space form), ``True`` (require maps that have one)
         or ``False`` (raw features).
-      eps: floor of the denominator (> 0), default the smallest normal number.
+      eps: floor of the denominator (> 0); default 1e-3 for signed maps, else the smallest
+        normal number (see above).
       sequence_axis: ``None``, or the name of the mesh axis of an enclosing ``jax.shard_map``
         along which the sequence (axis T of query, key, value; axis S of mask) is split; the
         arrays are then the local shards (see above).
@@ -245,7 +252,7 @@ def favor_attention(
         stabilize=resolve_stabilize(stabilize, fmap),
         causal=causal,
         chunk_size=chunk_size if causal else 0,  # unused: one compilation for all values
-        eps=default_eps(eps, dtype),
+        eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
         sequence_axis=sequence_axis,
     )
     return out[0] if unbatched else out

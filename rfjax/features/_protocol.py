@@ -48,8 +48,10 @@ class ScaledFeatures(NamedTuple):
     log_scale: jax.Array
 
     def unscaled(self) -> jax.Array:
-        """phi = psi e^s, shape ``(..., width)``."""
-        return self.features * jnp.exp(self.log_scale)[..., None]
+        """phi = psi e^s, shape ``(..., width)``. Where e^s overflows the dtype, the entries are
+        +-inf, and those where psi = 0 stay 0 (never 0 * inf = NaN)."""
+        scale = jnp.exp(self.log_scale)[..., None]
+        return jnp.where(jnp.isinf(scale) & (self.features == 0), 0, self.features * scale)
 
 
 class FeatureMap(abc.ABC):
