@@ -221,9 +221,19 @@ def log_floor(dtype: jnp.dtype) -> float:
     return -0.25 * float(jnp.finfo(dtype).max)
 
 
-def default_eps(eps: float | None, dtype: jnp.dtype) -> float:
+# The default denominator floor of signed feature maps: their estimated normalisers cross zero
+# once the estimate's relative error nears 1 (|q|, |k| from ~6 at H = 64, m = 128), and a row
+# divided by a floor of float32's smallest normal number was inf or NaN. Normalisers are in
+# units where every key's largest term is at most 1 (the stabiliser), so the floor clips only
+# rows whose estimate is near 0 or negative, and bounds them by |numerator| / SIGNED_EPS.
+SIGNED_EPS = 1e-3
+
+
+def default_eps(eps: float | None, dtype: jnp.dtype, *, signed: bool) -> float:
+    """``eps``, or its default: ``SIGNED_EPS`` for maps with ``signed`` features (a normaliser
+    that can be <= 0), else the smallest normal number of ``dtype`` (only underflow)."""
     if eps is None:
-        return float(jnp.finfo(dtype).tiny)
+        return SIGNED_EPS if signed else float(jnp.finfo(dtype).tiny)
     return check_real("eps", eps, positive=True)
 
 

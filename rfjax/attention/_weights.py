@@ -24,6 +24,7 @@ from rfjax.attention._checks import (
 from rfjax.attention._data_fitted import fit_if_unfitted
 from rfjax.attention._head_features import (
     floored_ratio,
+    has_signed_features,
     key_features,
     normalise,
     query_features,
@@ -91,7 +92,7 @@ def favor_attention_weights(
         axes=(projection_axis, map_axis),
         stabilize=resolve_stabilize(stabilize, fmap),
         causal=causal,
-        eps=default_eps(eps, dtype),
+        eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
     )
 
 

@@ -30,6 +30,7 @@ from rfjax.nn._favor_heads import (
     favor_heads,
     favor_heads_weights,
     favor_mask,
+    isolating_non_finite,
     keys_and_values,
     kv_cache_step,
     matmul_precision,
@@ -327,7 +328,9 @@ class PerformerAttention(nn.Module):
             switches causal attention on); any other mask raises ``ValueError`` (at run time
             inside ``jit``), since FAVOR cannot apply an arbitrary T x S mask. Inside ``jit``
             such a mask is checked at run time (see ``rfjax.nn._favor_heads.favor_mask``); a
-            ``(B, S)`` key padding mask with ``causal`` costs nothing extra.
+            ``(B, S)`` key padding mask with ``causal`` costs nothing extra. The Performer
+            applies boolean and 0/1 masks only: other values (an additive mask) raise
+            ``ValueError`` (a traced non-boolean mask is checked at run time).
           deterministic: disables attention dropout (exact only); default the attribute
             (needed only when ``dropout_rate > 0``, as in Flax).
           dropout_rng: key for attention dropout (default the ``"dropout"`` stream).
@@ -444,7 +447,8 @@ class PerformerAttention(nn.Module):
         arguments = {name: arg for name, arg in arguments.items() if name in accepted}
         if sow_weights:
             arguments["module"] = self
-        return self.attention_fn(query, key, value, **arguments)
+        attend = functools.partial(self.attention_fn, **arguments)
+        return isolating_non_finite(attend, query, key, value, mask)
 
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
         check_sequence_call(self.sequence_axis, decode=self.decode, sow_weights=sow_weights)

@@ -38,6 +38,14 @@ MASK_FORMS = (
 )
 
 
+MASK_VALUES = (
+    "FAVOR applies boolean masks (True = attend) and Flax's 0/1 masks (1 = attend, as "
+    "nn.make_attention_mask gives them); it cannot apply an additive mask (0 = attend, -inf or a "
+    "large negative number = masked) nor weights: pass mask == 0 of an additive mask, or a "
+    "boolean key padding mask (B, S)"
+)
+
+
 def feature_map_template(feature_map: str | FeatureMap) -> FeatureMap:
     """The feature map without its parameters (``feature_map`` by name or as given)."""
     if isinstance(feature_map, str):
@@ -161,7 +169,8 @@ def favor_mask(
     (the decomposition is exact for them). Query padding needs nothing from FAVOR (a query row
     never affects another), so only k and causality are kept; the rows of padded queries attend
     to the unpadded keys where Flax's own attention averages all values (both are padding).
-    A 2-D mask is a key padding mask ``(B, S)``.
+    A 2-D mask is a key padding mask ``(B, S)``. Masks are boolean or hold only 0 and 1 (Flax's
+    float masks); other values (an additive mask) raise ``ValueError`` (``MASK_VALUES``).
 
     A concrete mask that is neither raises ``ValueError`` here; a traced one (inside ``jit``)
     has its causality chosen at run time (``FavorMask.causal`` traced) and raises at run time
@@ -171,7 +180,7 @@ def favor_mask(
     """
     if mask is None:
         return FavorMask(None, causal)
-    mask = jnp.asarray(mask)
+    mask = _check_mask_values(jnp.asarray(mask))
     batch = math.prod(batch_shape)
     if mask.ndim == 2:
         return FavorMask(jnp.broadcast_to(mask, (batch, key_length)).astype(bool), causal)
@@ -207,6 +216,26 @@ def favor_mask(
 def _raise_unless_supported(supported: np.ndarray) -> None:
     if not bool(supported):
         raise ValueError(f"{MASK_FORMS}; got a mask that is neither")
+
+
+def _check_mask_values(mask: jax.Array) -> jax.Array:
+    """``mask`` as bools, if it is boolean or holds only 0 and 1 (Flax's float masks); other
+    values (an additive mask) raise ``ValueError`` (``MASK_VALUES``): here for a concrete mask,
+    at run time (``jax.debug.callback``) for a traced one, at the cost of a host callback
+    (boolean masks cost nothing)."""
+    if mask.dtype == jnp.bool_:
+        return mask
+    binary = jnp.all((mask == 0) | (mask == 1))
+    if is_concrete(binary):
+        _raise_unless_binary(binary, mask.dtype)
+    else:
+        jax.debug.callback(functools.partial(_raise_unless_binary, dtype=mask.dtype), binary)
+    return mask != 0
+
+
+def _raise_unless_binary(binary: np.ndarray | jax.Array, dtype: object) -> None:
+    if not bool(binary):
+        raise ValueError(f"{MASK_VALUES}; got a {dtype} mask with values other than 0 and 1")
 
 
 def by_causality[T](compute: Callable[[bool], T], causal: bool | jax.Array) -> T:
@@ -312,6 +341,41 @@ def decode_step(
         eps=eps,
     )
     return state, out[:, None]
+
+
+def isolating_non_finite(
+    attend: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array | None,
+    *,
+    causal: bool = False,
+) -> jax.Array:
+    """Exact attention ``attend(query, key, value)`` (Flax's ``dot_product_attention`` with
+    ``mask``, and the causal mask when ``causal``, applied inside) on ``(B, T, N, H)`` heads,
+    with non-finite inputs isolated as in
+    FAVOR (``rfjax.attention.favor_attention``): a query, key or value row holding a NaN or inf
+    is zeroed before ``attend`` (Flax multiplies masked weights by values, so 0 * NaN would reach
+    every row), and the output rows that attend to it are NaN: a query's own row, every row
+    whose ``mask`` (nonzero = attend, broadcastable to ``(B, N, T, S)``; ``None``: all)
+    allows a key or value. Masked keys and values are never read."""
+    bad_query, bad_key = (~jnp.all(jnp.isfinite(x), axis=-1) for x in (query, key))
+    bad_key = bad_key | ~jnp.all(jnp.isfinite(value), axis=-1)  # (B, S, N)
+    query = jnp.where(bad_query[..., None], 0, query)
+    key, value = (jnp.where(bad_key[..., None], 0, x) for x in (key, value))
+    out = attend(query, key, value)
+    groups = bad_query.shape[-1] // bad_key.shape[-1]  # grouped key/value heads read by N/N_kv
+    reads_bad = jnp.repeat(jnp.moveaxis(bad_key, 1, 2), groups, axis=1)[:, :, None, :]  # B,N,1,S
+    if causal:  # row t reads keys j <= t only
+        length, keys = query.shape[1], key.shape[1]
+        reads_bad = reads_bad & (jnp.arange(keys)[None, :] <= jnp.arange(length)[:, None])
+    if mask is not None:
+        reads_bad = reads_bad & (jnp.asarray(mask) != 0)
+    batch, length, heads = bad_query.shape
+    poisoned = jnp.broadcast_to(jnp.any(reads_bad, axis=-1), (batch, heads, length))
+    poisoned = jnp.moveaxis(poisoned, 1, 2) | bad_query
+    return jnp.where(poisoned[..., None], jnp.nan, out)
 
 
 def keys_and_values(

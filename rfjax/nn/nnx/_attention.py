@@ -31,6 +31,7 @@ from rfjax.nn._favor_heads import (
     favor_heads_weights,
     favor_mask,
     feature_map_template,
+    isolating_non_finite,
     keys_and_values,
     kv_cache_step,
     matmul_precision,
@@ -83,7 +84,8 @@ class PerformerAttention(nnx.Module):
     Masks: as in ``rfjax.nn.PerformerAttention``: the exact kind takes any Flax mask; the
     Performer takes a key padding mask ``(B, S)`` or a Flax mask made of key padding, query
     padding and causality (``nnx.make_attention_mask``, ``nnx.make_causal_mask``,
-    ``nnx.combine_masks``), read as key padding and causality; others raise ``ValueError``.
+    ``nnx.combine_masks``), read as key padding and causality, boolean or 0/1-valued; others
+    (and additive masks) raise ``ValueError``.
     ``is_causal=True`` or the ``causal`` attribute makes the attention causal.
 
     Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
@@ -526,10 +528,8 @@ class PerformerAttention(nnx.Module):
                 )
             dropout_rng = stream()
         positions = {} if input_positions is None else {"input_positions": input_positions}
-        return self.attention_fn(
-            query,
-            key,
-            value,
+        attend = functools.partial(
+            self.attention_fn,
             mask=mask,
             dropout_rng=dropout_rng,
             dropout_rate=self.dropout_rate,
@@ -541,6 +541,7 @@ class PerformerAttention(nnx.Module):
             is_causal=causal,
             **positions,
         )
+        return isolating_non_finite(attend, query, key, value, mask, causal=causal)
 
     def _append_to_cache(self, key, value, mask):
         self._check_cache("cached_key", "cached_value", "cache_index")
