@@ -1,8 +1,8 @@
-"""Shared pytest configuration: the ``slow`` and ``statistical`` markers and the switches that run
-them (``--runstatistical``, as ``.ci/run`` does; ``--runslow``: both), ``--cpu-times`` (CPU seconds per
-test file, for ``tests/cpu_budget.py``), where the FSDD recordings are (``$RFJAX_FSDD_DIR``,
-else the project's shared copy beside the checkout), and XLA's CPU backend at optimisation level
-0 for the suite.
+"""Shared pytest configuration: the ``slow`` and ``statistical`` markers and the switches that
+run them (``--runstatistical``, as ``.ci/run`` does; ``--runslow``: both), ``--cpu-times`` (CPU
+seconds per test file, for ``tests/cpu_budget.py``), where the FSDD recordings are
+(``$RFJAX_FSDD_DIR``, else the project's shared copy beside the checkout), and XLA's CPU backend
+at optimisation level 0 for the suite.
 
 Most of the suite's time is XLA compiling small programs once each; at backend optimisation level
 0 (LLVM's expensive passes off) compiling takes about half the CPU time and the tests' arithmetic

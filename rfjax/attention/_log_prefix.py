@@ -149,6 +149,7 @@ def _in_blocks(
     pad = ((0, -length % chunk), (0, 0))
     la, v = jnp.pad(la, pad), jnp.pad(v, pad)
     lb = jnp.pad(lb, pad, constant_values=log_floor(lb.dtype))
+
     def split(x: jax.Array) -> jax.Array:
         return x.reshape((-1, chunk // block, block, x.shape[-1]))
 
