@@ -103,6 +103,35 @@ def causal_log_prefix(
     return out.reshape((-1, v.shape[1]))[:length], row_shift.reshape(-1)[:length]
 
 
+def shifted_state_sum(lb: jax.Array, v: jax.Array, shift: jax.Array, chunk: int) -> jax.Array:
+    """sum_j exp(lb_j - shift) v_j^T ``(m, p)``, per feature, chunk by chunk.
+
+    lb: ``(T, m)`` key log-features, v: ``(T, p)``, shift: ``(m,)`` with shift >= lb_j (a
+    constant). The sum runs over the same zero-padded (T / C, C, .) split of lb and v that
+    ``causal_log_prefix``'s scan reads, each chunk's (C, m) exponentials rematerialised in the
+    backward pass, so neither pass holds a (T, m) array beside the prefix's own: one product
+    ``exp(lb - shift).T @ v`` over the whole sequence keeps its (T, m) exponentials (issue 31:
+    with it, sequence-parallel DERF at T = 64k on 4 devices needed 0.308 of one device's
+    memory per device in the forward pass; 0.269 chunked).
+    """
+    chunk = min(chunk, lb.shape[0])
+    pad = -lb.shape[0] % chunk
+    lb = jnp.pad(lb, ((0, pad), (0, 0)), constant_values=log_floor(lb.dtype))
+    v = jnp.pad(v, ((0, pad), (0, 0)))
+    shift = jax.lax.stop_gradient(shift)
+
+    @jax.checkpoint
+    def step(total, inputs):
+        lb_c, v_c = inputs
+        return total + jnp.exp(lb_c - shift[None, :]).T @ v_c, None
+
+    def split(z: jax.Array) -> jax.Array:
+        return z.reshape((-1, chunk, z.shape[1]))
+
+    init = vary_like(jnp.zeros((lb.shape[1], v.shape[1]), v.dtype), lb, v, shift)
+    return jax.lax.scan(step, init, (split(lb), split(v)))[0]
+
+
 def causal_log_prefix_quadratic(
     la: jax.Array, lb: jax.Array, v: jax.Array, row_shift: jax.Array
 ) -> jax.Array:
