@@ -32,6 +32,7 @@ from rfjax.nn._patch_importance import (
     random_feature_importance,
     softmax_importance,
 )
+from rfjax.nn._performer_lm import PerformerLM
 from rfjax.nn._sampled_softmax import (
     FEATURE_PROPOSALS,
     PROPOSALS,
@@ -65,6 +66,7 @@ __all__ = [
     "ImplicitAttentionPolicy",
     "LSTMLanguageModel",
     "PerformerAttention",
+    "PerformerLM",
     "PerformerViT",
     "clipped_proposal_log_probabilities",
     "conformer_attentions",
