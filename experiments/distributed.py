@@ -9,7 +9,7 @@ processes: each process then holds whole sequences of its rows of the batch, the
 ``process_share`` gives it, and loads only those.
 
 Evaluation batches (``padded_batches``) are padded with masked rows to a multiple of the
-device count, so any ``eval_batch_size`` works on any number of devices and processes;
+``"data"`` axis, so any ``eval_batch_size`` works on any number of devices and processes;
 training batch sizes must divide evenly (``check_batch_size`` says which sizes do, and
 ``experiments.train.validate_train_config`` calls it). ``evaluate`` sums a task's metric sums
 over such batches on the mesh: the same totals on every process.
@@ -100,13 +100,16 @@ def process_share(batch_size: int) -> slice:
     return slice(jax.process_index() * local, (jax.process_index() + 1) * local)
 
 
-def padded_batches(arrays: Batch, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+def padded_batches(
+    arrays: Batch, batch_size: int, sequence_parallelism: int = 1
+) -> Iterator[dict[str, np.ndarray]]:
     """All examples in order, ``batch_size`` real ones per global batch (fewer in the last), each
-    batch zero-padded to a multiple of the device count (so that it splits over every device
-    and process) with a boolean ``"mask"`` marking the real examples. On multi-host each
-    process gets its ``jax.process_index()`` share of every global batch."""
-    devices = jax.device_count()
-    padded_size = -(-batch_size // devices) * devices
+    batch zero-padded to a multiple of the ``"data"`` axis of ``train_mesh(
+    sequence_parallelism)`` (so that it splits over every device and process) with a boolean
+    ``"mask"`` marking the real examples. On multi-host each process gets its
+    ``jax.process_index()`` share of every global batch."""
+    parts = data_parallelism(sequence_parallelism)
+    padded_size = -(-batch_size // parts) * parts
     share = process_share(padded_size)
     size = len(next(iter(arrays.values())))
     for start in range(0, size, batch_size):

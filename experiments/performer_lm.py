@@ -33,7 +33,6 @@ checkpoints in ``runs/<kind>_seed<k>`` (``benchmarks/long_context.py`` decodes f
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
@@ -165,17 +164,23 @@ def make_task(config, arrays: dict, kind: str, vocab_size: int, seed: int) -> tr
             "count": jnp.sum(mask) * token_nll.shape[1],
         }
 
-    task = train.array_task(
-        init,
-        loss,
-        eval_metrics,
-        arrays["train"],
-        arrays["valid"],
-        batch_size=config.train.batch_size,
-        eval_batch_size=config.eval_batch_size,
-        seed=seed,
+    return train.Task(
+        init=init,
+        loss=loss,
+        train_batches=lambda start: train.epoch_batches(
+            arrays["train"], config.train.batch_size, seed, start
+        ),
+        eval_metrics=eval_metrics,
+        eval_batches=lambda: eval_batches(config, arrays["valid"]),
+        sequence_keys=SEQUENCE_KEYS,
     )
-    return dataclasses.replace(task, sequence_keys=SEQUENCE_KEYS)
+
+
+def eval_batches(config, split_arrays: dict):
+    """Every window of a split, ``eval_batch_size`` per batch, padded to the ``"data"`` axis."""
+    return train.padded_batches(
+        split_arrays, config.eval_batch_size, config.train.sequence_parallelism
+    )
 
 
 def perplexity(config, task: train.Task, params, split_arrays: dict, step: int) -> float:
@@ -183,7 +188,7 @@ def perplexity(config, task: train.Task, params, split_arrays: dict, step: int) 
     totals = distributed.evaluate(
         task.eval_metrics,
         params,
-        train.padded_batches(split_arrays, config.eval_batch_size),
+        eval_batches(config, split_arrays),
         sequence_parallelism=config.train.sequence_parallelism,
         sequence_keys=SEQUENCE_KEYS,
         rng=train_rng(config),

@@ -114,8 +114,8 @@ class Task:
         first being the batch of ``start_step``; batch s must depend only on the seed and s.
       eval_metrics: ``(params, batch, rng, step) -> dict`` of metric sums over the batch,
         including ``"count"`` (the number of real examples); reported as sum / count.
-      eval_batches: ``() -> iterable`` of host eval batches (padded to a multiple of the device
-        count; see ``padded_batches``).
+      eval_batches: ``() -> iterable`` of host eval batches (padded to a multiple of the mesh's
+        ``"data"`` axis; see ``padded_batches``).
       sequence_keys: the batch entries whose axis 1 is a sequence split over the mesh's
         ``"seq"`` axis (``config.sequence_parallelism`` devices; ``experiments.distributed``);
         the loss and metrics then split their computation with ``jax.shard_map`` over
