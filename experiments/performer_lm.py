@@ -72,6 +72,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.model.coupling must be one of {projections.available()}, got "
             f"{config.model.coupling!r}"
         )
+    _check_feature_map(config)
     for name in ("context_length", "eval_batch_size"):
         if int(config[name]) < 1:
             raise ValueError(f"config.{name} must be >= 1, got {config[name]}")
@@ -84,6 +85,22 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         )
     if not config.margin > 0:
         raise ValueError(f"config.margin must be > 0, got {config.margin}")
+
+
+def _check_feature_map(config: ml_collections.ConfigDict) -> None:
+    """Traces the model once (shapes only): a map that causal attention cannot use as given
+    raises here, before any data is loaded. The data-fitted maps (``"oprf"``, ``"derf_*"``,
+    ``"saderf"``) need statistics fitted on a calibration sample, which this experiment does
+    not do."""
+    model = make_model(config, "performer", 16)
+    try:
+        jax.eval_shape(model.init, jax.random.key(0), jax.ShapeDtypeStruct((1, 8), jnp.int32))
+    except ValueError as error:
+        raise ValueError(
+            f"config.model.feature_map={config.model.feature_map!r} cannot be used here: "
+            f"{error}. The LM trains maps without fitted statistics (e.g. 'positive', "
+            f"'trigonometric', the hybrids)"
+        ) from None
 
 
 # --------------------------------------------------------------------------- data

@@ -107,6 +107,12 @@ def test_experiment_rejects_a_context_the_sequence_devices_do_not_divide():
         performer_lm.validate_config(config)
     with pytest.raises(ValueError, match="attention_kinds: 'flash'"):
         performer_lm.validate_config(get_config("quick,attention_kinds=(flash,)"))
+    with pytest.raises(ValueError, match="feature_map='derf_asymmetric' cannot be used here"):
+        performer_lm.validate_config(get_config("quick,model.feature_map=derf_asymmetric"))
+    for name in ("positive", "trigonometric", "angular_hybrid"):  # any other map and coupling
+        performer_lm.validate_config(
+            get_config(f"quick,model.feature_map={name},model.coupling=simplex")
+        )
 
 
 def _four_devices(check: str, workdir) -> dict:
