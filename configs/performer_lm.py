@@ -17,12 +17,18 @@ train / valid / test each one stream). ``train.sequence_parallelism`` devices sp
 sequence (``jax.shard_map`` over the mesh's ``"seq"`` axis; see ``experiments/performer_lm.py``).
 
 Default (CPU): T = 4,096, 2 layers of width 128, 4 heads, m = 64 positive features (ORF), 250
-steps of one window each (1.0M tokens, ~1.1 epochs: undertrained) for both kinds; FAVOR took
-about 1 s per step and exact attention 8 s on the shared 2-core machine (load ~5), so the run
-takes about 40 min, nearly all of it exact attention. Measured: see ``results/performer_lm``.
+steps of one window each (1.0M tokens, ~1.1 epochs: undertrained) for both kinds. Measured
+(2026-11-26, results/performer_lm): 50 min wall on the 2-core machine shared with other jobs
+(load 4-10; 19 min of process CPU time), FAVOR 8.8 min of it and exact attention 40 min; on
+this machine at load ~4 one training step takes 0.5 s (FAVOR) and 1.7 s (exact)
+(benchmarks/results/long_context), so an idle machine runs it in about 10 min.
 ``quick``: T = 256, tiny model, 6 steps (the tests add ``train.sequence_parallelism=2`` on 4
-forced CPU devices: a 2 x 2 mesh). ``paper``
-(accelerators): T = 65,536, 6 layers of width 512, m = 256, 20k steps of 8 windows.
+forced CPU devices: a 2 x 2 mesh). ``paper`` (accelerator hosts of 8 devices): T = 16,384 split
+over 8 devices, 6 layers of width 512, 8 heads, m = 256, 3 paired seeds, 400 steps of 8 windows
+(~57 epochs of PTB's 56 windows of 16k). At T = 65,536 exact attention does not fit (the small
+default model's training step needs 112 GiB per device on 4 devices,
+``benchmarks/results/long_context``): ``paper,context_length=65536,attention_kinds=(performer,)``
+trains FAVOR alone (no comparison).
 """
 
 import ml_collections
@@ -96,22 +102,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.train.eval_every_steps = 3
         config.train.checkpoint_every_steps = 3
     elif variant == "paper":
-        config.context_length = 65_536
+        config.context_length = 16_384
         config.seeds = (0, 1, 2)
         config.model.num_layers = 6
         config.model.embed_dim = 512
         config.model.num_heads = 8
         config.model.mlp_dim = 2048
         config.model.num_features = 256
-        config.model.redraw_interval = 1000
         config.model.chunk_size = 256
         config.model.loss_chunk = 2048
         config.undertrained = False
-        config.train.num_train_steps = 20_000
+        config.train.num_train_steps = 400
         config.train.batch_size = 8
-        config.train.warmup_steps = 1_000
-        config.train.log_every_steps = 100
-        config.train.eval_every_steps = 2_000
-        config.train.checkpoint_every_steps = 1_000
+        config.train.warmup_steps = 40
+        config.train.log_every_steps = 10
+        config.train.eval_every_steps = 100
+        config.train.checkpoint_every_steps = 100
         config.train.sequence_parallelism = 8
     return apply_overrides(config, arg)
