@@ -448,6 +448,16 @@ _SHARDING_SCRIPT = textwrap.dedent(
             check(jax.jit(chain), jax.device_put(CHAIN_X, NamedSharding(mesh, P("x"))), reference,
                   tol=1e-5)
 
+    # Pallas' TPU interpret mode (a simulator with ordered host callbacks): per shard under
+    # explicit axes; under automatic axes custom_partitioning cannot carry its effects, and XLA
+    # gathers its operand (the result is still right).
+    simulated = lambda v: fwht(v, normalize=True, implementation="pallas_tpu_interpret")
+    reference = simulated(x)
+    check(jax.jit(simulated), jax.device_put(x, NamedSharding(explicit, P("x"))), reference)
+    rows = jax.device_put(x, NamedSharding(auto, P("x")))
+    np.testing.assert_allclose(np.asarray(jax.jit(simulated)(rows)), reference, rtol=1e-6,
+                               atol=1e-6)
+
     # The structured couplings built on fwht (three transforms in a row, with products between):
     # per shard of the batch, no collective, under explicit and automatic axes.
     inputs = np.random.default_rng(1).standard_normal((16, 100)).astype(np.float32)
