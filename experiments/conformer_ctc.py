@@ -38,7 +38,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import monte_carlo, outputs, train
+from experiments import distributed, monte_carlo, outputs, train
 from rfjax import features as feature_maps
 from rfjax.data import concatenate_digits, load_fsdd, log_mel_spectrogram
 from rfjax.nn import ConformerEncoder, conformer_attentions, fit_conformer_clusters
@@ -273,16 +273,13 @@ def digit_error_rate(totals: dict[str, float]) -> float:
 
 def evaluator(model: ConformerEncoder, test_arrays: dict, config):
     """``(variables, rng, step) -> totals``: sums of the task's eval metrics over the test set
-    under ``model`` (one jitted function, reused across calls)."""
-    eval_fn = jax.jit(make_task(model, test_arrays, test_arrays, config, seed=0).eval_metrics)
+    under ``model``, batches split over all devices of all processes (the same totals on every
+    process)."""
+    eval_fn = make_task(model, test_arrays, test_arrays, config, seed=0).eval_metrics
 
     def evaluate(variables, rng: jax.Array, step: int) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for batch in train.padded_batches(test_arrays, config.eval_batch_size):
-            sums = jax.device_get(eval_fn(variables, batch, rng, step))
-            for name, value in sums.items():
-                totals[name] = totals.get(name, 0.0) + float(value)
-        return totals
+        batches = train.padded_batches(test_arrays, config.eval_batch_size)
+        return distributed.evaluate(eval_fn, variables, batches, rng=rng, step=step)
 
     return evaluate
 

@@ -47,7 +47,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import monte_carlo, outputs, train
+from experiments import distributed, monte_carlo, outputs, train
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
     FEATURE_PROPOSALS,
@@ -286,12 +286,9 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
 
 
 def perplexity(eval_fn, params, arrays: dict[str, np.ndarray], batch_size: int) -> float:
-    """exp(mean NLL per token) over all windows of a split, full softmax."""
-    totals = {"nll": 0.0, "count": 0.0}
-    for batch in train.padded_batches(arrays, batch_size):
-        sums = jax.device_get(eval_fn(params, batch, None, None))
-        for name in totals:
-            totals[name] += float(sums[name])
+    """exp(mean NLL per token) over all windows of a split, full softmax (batches split over
+    all devices of all processes: the same value on every process)."""
+    totals = distributed.evaluate(eval_fn, params, train.padded_batches(arrays, batch_size))
     return float(np.exp(totals["nll"] / totals["count"]))
 
 
@@ -400,7 +397,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             cpu_start = time.process_time()
             _, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
             params = train.final_params(run_dir)
-            eval_fn = jax.jit(task.eval_metrics)
+            eval_fn = task.eval_metrics
             tau = float(proposal_temperature(model, params, setting, heldout, config.tau_grid))
             row = {
                 "arm": arm,

@@ -45,7 +45,6 @@ draws, then mean ± SE over seeds per (trained model, coupling).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -58,7 +57,7 @@ import numpy as np
 import optax
 
 from configs.common import require_names, require_positive
-from experiments import outputs, train
+from experiments import distributed, outputs, train
 from experiments.monte_carlo import paired_difference
 from rfjax import features, projections
 from rfjax.attention import draw_projection, favor_attention_weights
@@ -241,19 +240,6 @@ def make_task(
 # --------------------------------------------------------------------------- evaluation
 
 
-@functools.partial(jax.jit, static_argnames=("model",))
-def _correct_with_projection(model, params, images, labels, mask, key, mean, std):
-    """Correct predictions among the masked ``images`` with the projection drawn from ``key``."""
-    logits = model.apply(
-        params,
-        (images.astype(jnp.float32) / 255 - mean) / std,
-        train=False,
-        projection_step=0,
-        rngs={"projection": key},
-    )
-    return jnp.sum((jnp.argmax(logits, -1) == labels) & mask)
-
-
 def fresh_draw_accuracies(
     model: PerformerViT,
     params,
@@ -264,17 +250,32 @@ def fresh_draw_accuracies(
 ) -> np.ndarray:
     """Test accuracy with each key's projection (``rngs={"projection": key}``, step 0): ``(K,)``.
 
-    ``pixel_stats``: the training images' pixel mean and std (of pixel / 255).
+    ``pixel_stats``: the training images' pixel mean and std (of pixel / 255). Batches are split
+    over all devices of all processes (the same accuracies on every process).
     """
-    totals = np.zeros(len(keys))
-    for batch in train.padded_batches(test_arrays, batch_size):
-        for index, key in enumerate(keys):
-            totals[index] += int(
-                _correct_with_projection(
-                    model, params, batch["image"], batch["label"], batch["mask"], key, *pixel_stats
-                )
-            )
-    return totals / len(test_arrays["label"])
+    mean, std = pixel_stats
+
+    def correct(params, batch, key, step):
+        logits = model.apply(
+            params,
+            (batch["image"].astype(jnp.float32) / 255 - mean) / std,
+            train=False,
+            projection_step=step,
+            rngs={"projection": key},
+        )
+        return {"correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) & batch["mask"])}
+
+    totals = [
+        distributed.evaluate(
+            correct,
+            params,
+            train.padded_batches(test_arrays, batch_size),
+            rng=key,
+            step=jnp.int32(0),
+        )["correct"]
+        for key in keys
+    ]
+    return np.asarray(totals) / len(test_arrays["label"])
 
 
 def queries_and_keys(model: PerformerViT, params, images: jax.Array) -> list[tuple]:

@@ -42,7 +42,7 @@ SECTIONS = (
             "iap_es_pair",
         ),
     ),
-    ("Performers", ("performer_vit",)),
+    ("Performers", ("performer_vit", "performer_lm")),
     (
         "Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
         ("estimator_zoo", "performer_vit_maps"),

@@ -98,12 +98,12 @@ def fwht(
     one half-precision ulp of the output's largest entries).
 
     Sharding: under ``jit`` on an array sharded along other axes, every device transforms its own
-    shard (no all-gather, the output sharded like the input). With explicit mesh axes
-    (``jax.make_mesh``'s default) this holds for every implementation, and a sharded transformed
-    axis works too, by a distributed transform (each device transforms its block, then log2(p)
-    exchange stages between the p devices). Under automatic axes the pure-XLA implementations
-    partition the same way; the C++ kernel runs per shard but its output sharding must be fixed
-    by the program (``out_shardings``); a Pallas kernel's operand is gathered. See
+    shard (no all-gather, the output sharded like the input), with explicit mesh axes
+    (``jax.make_mesh``'s default) and automatic ones (a plain ``jax.sharding.Mesh``; a Shardy
+    sharding rule through ``custom_partitioning``) alike. A sharded transformed axis works too,
+    by a distributed transform (each device transforms its block, then log2(p) exchange stages
+    between the p devices). Exception: Pallas' TPU and Mosaic GPU interpret modes (simulators
+    with ordered host callbacks) have their operand gathered under automatic axes. See
     ``rfjax.ops._partition``.
 
     Implementations (``implementation=``):

@@ -11,9 +11,11 @@ Rules: linear in x, so its JVP in x is the chain of the tangent and its transpos
 ``jax.linear_transpose`` of the reference; a JVP in the signs or norms (a projection that is
 being differentiated) goes through the reference. ``vmap`` over x alone keeps one kernel call;
 ``vmap`` over the factors (per-head projections) runs the reference under ``vmap``. On x with an
-explicit sharding the fused kernel runs per shard of its leading axes (``jax.shard_map``, the
-factors replicated); a sharded transformed axis goes through the composition, whose ``fwht``
-calls transform it across devices (``rfjax.ops._partition``).
+sharded x the fused kernel runs per shard of its leading axes, the factors replicated
+(explicit axes: ``jax.shard_map``; automatic axes: ``custom_partitioning``; see
+``rfjax.ops._partition``); the composition's ``fwht`` calls run per shard by themselves, and an
+explicitly sharded transformed axis goes through the composition, whose ``fwht`` calls transform
+it across devices.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from jax.sharding import PartitionSpec
 
 from rfjax._validation import as_array
 from rfjax.ops._fwht import backend, fwht_p, resolve
-from rfjax.ops._partition import explicit_spec
+from rfjax.ops._partition import auto_rows, explicit_spec, requires_devices
 
 
 def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
@@ -166,6 +168,7 @@ hd_chain_p.def_impl(
         x, signs, norms
     )
 )
+requires_devices(hd_chain_p)  # its lowering partitions kernels under automatic axes
 
 
 def _jvp(primals, tangents, *, simplex, implementation):
@@ -218,14 +221,17 @@ def _batch(args, dims, *, simplex, implementation):
 batching.primitive_batchers[hd_chain_p] = _batch
 
 
-def _fused_per_shard(kernel, x_aval, simplex: bool):
-    """The fused ``kernel``, as a ``shard_map`` over the leading axes of x when x is sharded."""
+def _fused_per_shard(kernel, x_aval, simplex: bool, effects):
+    """The fused ``kernel`` per shard of the leading axes of x: a ``shard_map`` under explicit
+    axes, ``custom_partitioning`` under automatic ones (but for a simulator's ordered callbacks,
+    which it cannot carry: XLA gathers those)."""
+    fn = functools.partial(kernel, simplex=simplex)
     spec = explicit_spec(x_aval)
     if spec is None:
-        return functools.partial(kernel, simplex=simplex)
+        return fn if effects else auto_rows(fn, "... p, b k p, b p -> ... b p")
     out_spec = PartitionSpec(*spec[:-1], None, None)
     return jax.shard_map(
-        functools.partial(kernel, simplex=simplex),
+        fn,
         mesh=x_aval.sharding.mesh,
         in_specs=(PartitionSpec(*spec), PartitionSpec(), PartitionSpec()),
         out_specs=out_spec,
@@ -247,7 +253,11 @@ def _lowering(platform: str):
                 chain_reference, simplex=simplex, implementation=fwht_implementation
             )
         else:
-            fn = _fused_per_shard(kernel, x_aval, simplex)
+            signs_aval = ctx.avals_in[1]
+            effects = _effects(
+                implementation, tuple(x_aval.shape), tuple(signs_aval.shape), x_aval.dtype, simplex
+            )
+            fn = _fused_per_shard(kernel, x_aval, simplex, effects)
         return mlir.lower_fun(fn, multiple_results=False)(ctx, x, signs, norms)
 
     return rule

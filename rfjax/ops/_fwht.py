@@ -8,7 +8,8 @@ batched array. All of this is JAX's public primitive API (``jax.extend.core.Prim
 reverse-mode rules and a batching rule together otherwise (``custom_vjp`` has no JVP).
 
 Lowering: the implementation (``IMPLEMENTATIONS``) is resolved per platform when the primitive is
-lowered; on operands with an explicit sharding it runs per shard (``rfjax.ops._partition``).
+lowered; on a sharded operand it runs per shard, under explicit and automatic mesh axes alike
+(``rfjax.ops._partition``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from rfjax.ops import _fwht_cpu
-from rfjax.ops._partition import Kernel, per_shard
+from rfjax.ops._partition import Kernel, auto_per_shard, explicit_spec, per_shard, requires_devices
 
 Implementation = Literal[
     "auto",
@@ -172,6 +173,7 @@ def _impl(x, *, normalize, implementation):
 
 fwht_p.def_effectful_abstract_eval(_abstract_eval)
 fwht_p.def_impl(_impl)
+requires_devices(fwht_p)  # its lowering partitions the kernel under automatic axes
 
 
 def _batch(args, dims, *, normalize, implementation):
@@ -201,7 +203,12 @@ def _lowering(platform: str):
         chosen = resolve(
             implementation, platform, n=aval.shape[-1], dtype=aval.dtype, capability=capability
         )
-        transform = per_shard(kernel(chosen), aval, normalize)
+        row_kernel = kernel(chosen)
+        simulator = kernel_effects(chosen, tuple(aval.shape), aval.dtype, normalize)
+        if explicit_spec(aval) is None and not simulator:
+            transform = auto_per_shard(row_kernel, normalize)
+        else:  # explicit axes; or ordered callbacks, which custom_partitioning cannot carry
+            transform = per_shard(row_kernel, aval, normalize)
         return mlir.lower_fun(transform, multiple_results=False)(ctx, x)
 
     return rule
