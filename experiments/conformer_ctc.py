@@ -38,7 +38,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import monte_carlo, outputs, train
+from experiments import monte_carlo, train
+from experiments.core import outputs
 from rfjax import features as feature_maps
 from rfjax.data import concatenate_digits, load_fsdd, log_mel_spectrogram
 from rfjax.nn import ConformerEncoder, conformer_attentions, fit_conformer_clusters

@@ -35,7 +35,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import outputs
+from experiments.core import outputs
 from experiments.monte_carlo import mean_and_se, ordering_verdict
 from rfjax import projections, theory
 from rfjax._validation import check_choice, check_int, check_real

@@ -37,9 +37,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from configs.common import require_names, require_positive
 from experiments import estimator_zoo_data as pair_data
-from experiments import estimator_zoo_ratios, estimator_zoo_report, outputs
+from experiments import estimator_zoo_ratios, estimator_zoo_report
+from experiments.core import outputs
+from experiments.core.validate import require_names, require_positive
 from rfjax import data, features, projections, theory
 from rfjax.attention import favor_attention_weights
 

@@ -10,7 +10,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import outputs
+from experiments.core import outputs
 from rfjax import features
 
 matplotlib.use("Agg")

@@ -22,7 +22,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import outputs
+from experiments.core import outputs
 from experiments.monte_carlo import ordering_verdict
 from rfjax import features, kernels, projections, theory
 from rfjax._validation import check_choice, check_int, check_real

@@ -38,8 +38,8 @@ import ml_collections
 import numpy as np
 import scipy.linalg
 
-from configs.common import require_names, require_positive
-from experiments import outputs
+from experiments.core import outputs
+from experiments.core.validate import require_names, require_positive
 from rfjax import features, projections
 
 matplotlib.use("Agg")

@@ -40,7 +40,8 @@ import numpy as np
 import pgx
 from scipy import stats
 
-from experiments import es, outputs, train
+from experiments import es, train
+from experiments.core import outputs
 from rfjax import features as feature_maps
 from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 

@@ -22,8 +22,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from configs.common import require_names, require_positive
-from experiments import outputs
+from experiments.core import outputs
+from experiments.core.validate import require_names, require_positive
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")

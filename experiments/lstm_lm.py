@@ -47,7 +47,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import monte_carlo, outputs, train
+from experiments import monte_carlo, train
+from experiments.core import outputs
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
     FEATURE_PROPOSALS,

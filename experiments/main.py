@@ -43,7 +43,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from configs.common import check_types
+from experiments.core.validate import check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file[:variant][,key=value...].", lock_config=True

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from scipy import stats
 
-from experiments import outputs
+from experiments.core import outputs
 
 
 def draw_in_chunks(

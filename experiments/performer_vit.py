@@ -57,8 +57,9 @@ import ml_collections
 import numpy as np
 import optax
 
-from configs.common import require_names, require_positive
-from experiments import outputs, train
+from experiments import train
+from experiments.core import outputs
+from experiments.core.validate import require_names, require_positive
 from experiments.monte_carlo import paired_difference
 from rfjax import features, projections
 from rfjax.attention import draw_projection, favor_attention_weights

@@ -25,8 +25,9 @@ import matplotlib.ticker
 import ml_collections
 import numpy as np
 
-from configs.common import require_names, require_positive
-from experiments import outputs, performer_vit
+from experiments import performer_vit
+from experiments.core import outputs
+from experiments.core.validate import require_names, require_positive
 from experiments.monte_carlo import paired_difference
 from rfjax import features, projections
 

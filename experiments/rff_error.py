@@ -18,7 +18,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import outputs
+from experiments.core import outputs
 from experiments.monte_carlo import draw_in_chunks, mean_and_se, ordering_verdict
 from rfjax import features, kernels, projections, theory
 

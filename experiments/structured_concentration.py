@@ -30,7 +30,8 @@ import ml_collections
 import numpy as np
 from scipy import stats
 
-from experiments import outputs, structured_kernels
+from experiments import structured_kernels
+from experiments.core import outputs
 from rfjax import features, projections, theory
 
 matplotlib.use("Agg")

@@ -65,10 +65,10 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from configs.common import check_types, require_names, require_positive
 from configs.training import train_config
-from experiments import outputs
 from experiments.checkpoints import Checkpoints, TrainingProgress, latest_params
+from experiments.core import outputs
+from experiments.core.validate import check_types, require_names, require_positive
 from experiments.metrics_log import MetricsWriter, read_metrics
 
 __all__ = [

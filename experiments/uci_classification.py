@@ -45,7 +45,7 @@ import ml_collections
 import numpy as np
 from scipy import stats
 
-from experiments import outputs
+from experiments.core import outputs
 from rfjax import data, features, projections
 from rfjax.ops import pad_to_power_of_two
 

@@ -6,8 +6,8 @@ from scipy import special
 
 from configs import conformity as conformity_config
 from experiments import conformity
+from experiments.core.outputs import read_csv
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 from rfjax import theory
 
 

@@ -12,8 +12,8 @@ import pytest
 from configs import kernel_mse as kernel_mse_config
 from configs import performer_vit as performer_vit_config
 from experiments import kernel_mse
+from experiments.core.outputs import read_csv
 from experiments.main import run_experiment, validate_config
-from experiments.outputs import read_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,8 +8,8 @@ import pytest
 
 from configs import gram_error as gram_error_config
 from experiments import gram_error
+from experiments.core.outputs import read_csv
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from configs import hrf_clustered as clustered_config
 from configs import hrf_pointwise as pointwise_config
 from configs import hrf_qmc as qmc_config
 from experiments import hrf_clustered, hrf_qmc
+from experiments.core.outputs import read_csv
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 from rfjax import features
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from configs import lstm_lm as lstm_lm_config
-from experiments import lstm_lm, outputs, train
+from experiments import lstm_lm, train
+from experiments.core import outputs
 from experiments.main import run_experiment
 from rfjax import nn as rnn
 

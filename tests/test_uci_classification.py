@@ -9,8 +9,8 @@ import pytest
 
 from configs import uci_classification as uci_config
 from experiments import uci_classification as uci
+from experiments.core.outputs import read_csv
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 from rfjax import data, features, projections
 from rfjax.data._uci import DEFAULT_UCI_DIR
 

@@ -59,7 +59,7 @@ def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
 # Seconds between progress lines when stderr is not a terminal (logs, CI, nohup).
 PROGRESS_INTERVAL_S = 30.0
 
-TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 
 
 def nan_note(columns: str, reasons: Mapping[str, str]) -> str:

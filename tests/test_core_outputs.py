@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments import outputs
+from experiments.core import outputs
 
 
 @pytest.fixture
