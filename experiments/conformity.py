@@ -35,10 +35,9 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments.core import outputs
-from experiments.monte_carlo import mean_and_se, ordering_verdict
+from experiments.core import outputs, stats, validate, verdicts
+from experiments.core.stats import Estimate, mean_se
 from rfjax import projections, theory
-from rfjax._validation import check_choice, check_int, check_real
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -60,22 +59,17 @@ DIFFERENCES = (
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError``/``TypeError`` naming the first bad config field."""
-    check_int("config.dim", config.dim, minimum=2)
-    values = tuple(config.norms_of_sum)
-    if not values:
-        raise ValueError("config.norms_of_sum must list at least one v = |x + y| > 0")
-    for v in values:
-        check_real("config.norms_of_sum entries", v, positive=True)
-    check_int("config.num_draws", config.num_draws, minimum=2)
-    check_int("config.draws_per_chunk", config.draws_per_chunk, minimum=1)
-    if config.raw_num_draws != 0:
-        check_int("config.raw_num_draws (0 to skip the raw check)", config.raw_num_draws, minimum=2)
-    check_choice("config.optimizer", config.optimizer, OPTIMIZERS)
-    check_choice("config.init", config.init, INITIALISATIONS)
-    check_real("config.learning_rate", config.learning_rate, positive=True)
-    check_int("config.num_steps", config.num_steps, minimum=1)
-    check_int("config.trace_points", config.trace_points, minimum=2)
-    check_int("config.seed", config.seed, minimum=0)
+    validate.require_int(config, "dim", minimum=2)
+    validate.require_nonempty(config, "norms_of_sum")
+    validate.require_positive(config, "norms_of_sum", "learning_rate")
+    validate.require_int(config, "num_draws", minimum=2)
+    validate.require_int(config, "draws_per_chunk", "num_steps", minimum=1)
+    validate.require_int(config, "trace_points", minimum=2)
+    validate.require_int(config, "seed", minimum=0)
+    if config.raw_num_draws != 0:  # 0 skips the raw check
+        validate.require_int(config, "raw_num_draws", minimum=2)
+    validate.require_names(config, "optimizer", OPTIMIZERS)
+    validate.require_names(config, "init", INITIALISATIONS)
 
 
 def max_pair_argument(dim: int, v_max: float) -> float:
@@ -230,14 +224,6 @@ def sample(config: ml_collections.ConfigDict) -> dict:
     }
 
 
-def _ratio_and_se(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float, float]:
-    """mean(a) / mean(b) over the same draws and its delta-method SE, sd(a - r b) / (sqrt(N) b)."""
-    ratio = numerator.mean() / denominator.mean()
-    residual = numerator - ratio * denominator
-    se = residual.std(ddof=1) / (math.sqrt(numerator.size) * denominator.mean())
-    return float(ratio), float(se)
-
-
 def closed_forms(dim: int, norms_of_sum: np.ndarray) -> dict[str, np.ndarray]:
     """rho of every geometry with a closed form at each v (float64; nan for the others)."""
     with jax.enable_x64(True):
@@ -259,10 +245,10 @@ def tabulate(measured: dict, config: ml_collections.ConfigDict) -> tuple[list, l
     for index, v in enumerate(norms_of_sum):
         simplex_theory = float(closed["simplex"][index])
         for name in GEOMETRIES:
-            mean, se = (float(v) for v in mean_and_se(per_draw[name][index]))
+            mean, se = (float(v) for v in mean_se(per_draw[name][index]))
             predicted = float(closed[name][index])
             raw_mean, raw_se = raw.get((name, index), (math.nan, math.nan))
-            ratio, ratio_se = _ratio_and_se(per_draw[name][index], per_draw["simplex"][index])
+            ratio = stats.ratio_of_means(per_draw[name][index], per_draw["simplex"][index])
             rows.append(
                 {
                     "v": float(v),
@@ -273,14 +259,14 @@ def tabulate(measured: dict, config: ml_collections.ConfigDict) -> tuple[list, l
                     "z_score": (mean - predicted) / se,
                     "rho_raw_mc": raw_mean,
                     "rho_raw_se": raw_se,
-                    "ratio_to_simrf": ratio,
-                    "ratio_se": ratio_se,
+                    "ratio_to_simrf": ratio.mean,
+                    "ratio_se": ratio.se,
                     "ratio_theory": predicted / simplex_theory,
                 }
             )
         for first, second in DIFFERENCES:
             paired = per_draw[first][index] - per_draw[second][index]
-            mean, se = (float(v) for v in mean_and_se(paired))
+            mean, se = (float(v) for v in mean_se(paired))
             differences.append(
                 {
                     "v": float(v),
@@ -390,49 +376,103 @@ def _gain_sentence(differences: list[dict], v: float) -> str:
     )
 
 
-def ordering_verdicts(rows: list[dict], differences: list[dict]) -> dict[str, str]:
-    """SimRF < ORF < IID (Theorem 4.3) by the closed forms and by the Monte Carlo, SimRF+ below
-    SimRF, and the optimised geometry at or below SimRF+ (3-SE tests)."""
+# Half of SimRF's drop to the optimised geometry: the stated tolerance for "SimRF+ comes close".
+CLOSE_SHARE = 0.5
+
+
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares (paired differences pooled over v; the
+    draws are shared by every v)."""
+    judge = verdicts.Verdicts(config)
+    rows, n = results["rows"], config.num_draws
     by = {(r["geometry"], r["v"]): r for r in rows}
+    paired = {(d["difference"], d["v"]): d for d in results["differences"]}
     grid = sorted({r["v"] for r in rows})
-    paired = {(d["difference"], d["v"]): d for d in differences}
-    closed_order = all(
-        by["simplex", v]["rho_theory"]
-        < by["orthogonal", v]["rho_theory"]
-        < by["gaussian", v]["rho_theory"]
+    closed = [r for r in rows if r["geometry"] in CLOSED_FORMS]
+    worst = max(closed, key=lambda r: abs(r["z_score"]))
+    judge.effect(
+        "agreement",
+        Estimate(worst["rho_mc"] - worst["rho_theory"], worst["rho_se"], n),
+        effect=f"Monte Carlo - closed form at the worst of {len(closed)} cells "
+        f"({LABELS[worst['geometry']]}, v = {worst['v']:g})",
+        units="draws",
+    )
+    gap = min(
+        by[worse, v]["rho_theory"] - by[better, v]["rho_theory"]
+        for better, worse in (("simplex", "orthogonal"), ("orthogonal", "gaussian"))
         for v in grid
     )
-    orf_iid = {
-        v: (by["gaussian", v]["rho_mc"] - by["orthogonal", v]["rho_mc"])
-        / math.hypot(by["gaussian", v]["rho_se"], by["orthogonal", v]["rho_se"])
-        for v in grid
-    }
-    optimiser_behind = [
-        v
-        for v in grid
-        if paired["simplex_plus - optimised", v]["mean"]
-        < -3 * paired["simplex_plus - optimised", v]["se"]
-    ]
-    return {
-        "closed_order": "holds at every v"
-        if closed_order
-        else "does not hold, because the closed forms break SimRF < ORF < IID at some v",
-        "simrf_orf": ordering_verdict(
-            {v: paired["orthogonal - simplex", v]["z"] for v in grid},
-            "SimRF below ORF, paired,",
-            "v",
-        ),
-        "orf_iid": ordering_verdict(orf_iid, "ORF below IID", "v"),
-        "simrf_plus": ordering_verdict(
-            {v: paired["simplex - simplex_plus", v]["z"] for v in grid},
-            "SimRF+ below SimRF, paired,",
-            "v",
-        ),
-        "optimiser": "holds (the optimised geometry is never above SimRF+ by > 3 SE)"
-        if not optimiser_behind
-        else f"does not hold, because the optimiser ends above SimRF+ by > 3 SE at v in "
-        f"{optimiser_behind}",
-    }
+    judge.exact("closed_order", gap, effect="smallest closed-form gap over v and both steps")
+
+    def relative(difference: str) -> dict[float, Estimate]:
+        """Paired differences in units of SimRF's conformity, per v."""
+        cells = {v: paired[difference, v] for v in grid}
+        return {
+            v: Estimate(d["relative_to_simrf"], d["se"] * d["relative_to_simrf"] / d["mean"], n)
+            for v, d in cells.items()
+        }
+
+    for name, difference, effect in (
+        ("simrf_orf", "orthogonal - simplex", "(ORF - SimRF) / SimRF, paired"),
+        ("simrf_plus", "simplex - simplex_plus", "(SimRF - SimRF+) / SimRF, paired"),
+        ("optimiser", "simplex_plus - optimised", "(SimRF+ - optimised) / SimRF, paired"),
+    ):
+        judge.ordering(
+            name,
+            relative(difference),
+            effect=effect,
+            cell_name="v",
+            units="draws",
+            shared_units=True,
+        )
+    simplex = {v: by["simplex", v]["rho_mc"] for v in grid}
+    judge.ordering(
+        "orf_iid",
+        {
+            v: stats.independent_difference(
+                Estimate(
+                    by["gaussian", v]["rho_mc"] / simplex[v],
+                    by["gaussian", v]["rho_se"] / simplex[v],
+                    n,
+                ),
+                Estimate(
+                    by["orthogonal", v]["rho_mc"] / simplex[v],
+                    by["orthogonal", v]["rho_se"] / simplex[v],
+                    n,
+                ),
+            )
+            for v in grid
+        },
+        effect="(IID - ORF) / SimRF, independent draws",
+        cell_name="v",
+        units="draws",
+        shared_units=True,
+    )
+    shares = {v: _share_of_drop(paired, v, n) for v in grid}
+    judge.ordering(
+        "close",
+        shares,
+        effect=f"(share of SimRF's drop to the optimised geometry reached by SimRF+) - "
+        f"{CLOSE_SHARE:g}",
+        cell_name="v",
+        units="draws",
+        shared_units=True,
+    )
+    return judge
+
+
+def _share_of_drop(paired: dict, v: float, n: int) -> Estimate:
+    """(SimRF - SimRF+) / (SimRF - optimised) - CLOSE_SHARE at ``v``. Its 95% interval holds
+    for any correlation of the two paired means: each mean's 97.5% interval (jointly at least
+    95%, Bonferroni) bounds the ratio; the SE is that interval's half-width / 1.96."""
+    top, bottom = paired["simplex - simplex_plus", v], paired["simplex - optimised", v]
+    q = Estimate(0.0, 1.0, n).quantile(0.975)
+    share = top["mean"] / bottom["mean"]
+    low = (top["mean"] - q * top["se"]) / (bottom["mean"] + q * bottom["se"])
+    high = (top["mean"] + q * top["se"]) / (bottom["mean"] - q * bottom["se"])
+    return Estimate(
+        share - CLOSE_SHARE, (high - low) / (2 * Estimate(0.0, 1.0, n).quantile(0.95)), n
+    )
 
 
 def closeness_rows(differences: list[dict]) -> list[dict]:
@@ -491,30 +531,23 @@ def _nan_note() -> str:
     )
 
 
-# Half of SimRF's drop to the optimised geometry: the stated tolerance for "SimRF+ comes close".
-CLOSE_SHARE = 0.5
-
-
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes ``results.csv``, ``differences.csv``, ``trace.csv``, ``conformity.png``,
-    ``summary.md`` and ``config.json``."""
+    ``summary.md``, ``verdicts.json`` and ``config.json``."""
     rows, differences, trace = results["rows"], results["differences"], results["trace"]
     columns = ("v", "geometry", "rho_mc", "rho_se", "rho_theory", "z_score", "rho_raw_mc")
-    table = outputs.markdown_table([{k: r[k] for k in columns} for r in rows], "{:.6g}")
     closed = [r for r in rows if r["geometry"] in CLOSED_FORMS]
-    max_z = max(abs(r["z_score"]) for r in closed)
     raw_z = [
         abs(r["rho_raw_mc"] - r["rho_theory"]) / r["rho_raw_se"]
         for r in closed
         if math.isfinite(r["rho_raw_mc"])
     ]
-    verdicts = ordering_verdicts(rows, differences)
-    closeness = closeness_rows(differences)
-    far = [c["v"] for c in closeness if c["share of the drop reached by SimRF+"] <= CLOSE_SHARE]
     v_last = config.norms_of_sum[-1]
     _, last_trace = _trace_of(trace, v_last)
-    summary = outputs.render_summary(
+    summary = verdicts.write_summary(
+        workdir,
         "conformity",
+        judge(results, config),
         dim=config.dim,
         norms_of_sum=list(config.norms_of_sum),
         draws=config.num_draws,
@@ -534,37 +567,21 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         v_last=v_last,
         trace_start=f"{last_trace[0]:.4f}",
         trace_end=f"{last_trace[-1]:.5f}",
-        max_z=f"{max_z:.2f}",
-        agreement_verdict="holds"
-        if max_z <= 4
-        else "does not hold, because a cell is more than 4 SE from its closed form",
-        closed_order=verdicts["closed_order"],
-        simrf_orf=verdicts["simrf_orf"],
-        orf_iid=verdicts["orf_iid"],
-        simrf_plus=verdicts["simrf_plus"],
-        optimiser=verdicts["optimiser"],
         close_share=f"{CLOSE_SHARE:g}",
-        close_verdict="holds at every v"
-        if not far
-        else f"does not hold, because at v in {far} SimRF+ reaches at most half of the drop",
-        closeness_table=outputs.markdown_table(closeness, "{:.3g}"),
+        closeness_table=outputs.markdown_table(closeness_rows(differences), "{:.3g}"),
         findings=" ".join(
             _gain_sentence(differences, v)
             for v in (config.norms_of_sum[0], config.norms_of_sum[-1])
         ),
         reference=_reference_sentence(differences, config),
-        table=table,
+        table=outputs.markdown_table([{k: r[k] for k in columns} for r in rows], "{:.6g}"),
         nan_note=_nan_note(),
         difference_table=outputs.markdown_table(differences),
     )
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     outputs.write_csv(os.path.join(workdir, "differences.csv"), differences)
     outputs.write_csv(os.path.join(workdir, "trace.csv"), trace)
+    outputs.save_config(workdir, config)
     plot(rows, trace, config, os.path.join(workdir, "conformity.png"))
     print(summary)
-    return {**results, "verdicts": verdicts}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)
+    return results

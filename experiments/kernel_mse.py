@@ -22,7 +22,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs
+from experiments.core import outputs, stats, verdicts
+from experiments.core.stats import Estimate
 from experiments.core.validate import require_names, require_positive
 from rfjax import features, kernels, projections, theory
 
@@ -76,20 +77,12 @@ def monte_carlo_mse(
     y: jax.Array,
     num_draws: int,
     draws_per_chunk: int,
-) -> tuple[np.ndarray, ...]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean squared error and its standard error over ``num_draws`` projections."""
-    total = np.zeros(x.shape[0])
-    total_sq = np.zeros(x.shape[0])
-    chunks = range(0, num_draws, draws_per_chunk)
-    for start in outputs.progress(chunks, f"{LABELS[coupling]:>7} draws"):
-        count = min(draws_per_chunk, num_draws - start)
-        keys = jax.random.split(jax.random.fold_in(key, start), count)
-        errors = np.asarray(_squared_errors(coupling, num_features, keys, x, y), np.float64)
-        total += errors.sum(axis=0)
-        total_sq += (errors**2).sum(axis=0)
-    mean = total / num_draws
-    variance = (total_sq - num_draws * mean**2) / (num_draws - 1)
-    return mean, np.sqrt(np.maximum(variance, 0.0) / num_draws)
+    draw = functools.partial(_squared_errors, coupling, num_features, x=x, y=y)
+    return stats.chunked_mean_se(
+        draw, key, num_draws, draws_per_chunk, f"{LABELS[coupling]:>7} draws"
+    )
 
 
 def closed_form_mse(x: np.ndarray, num_features: int, coupling: str) -> np.ndarray:
@@ -191,99 +184,98 @@ def small_v_limit(config: ml_collections.ConfigDict) -> float | None:
     ) / theory.small_v_prefactor("gaussian", config.dim, config.num_features)
 
 
-def ordering_verdict(rows: list[dict]) -> tuple[str, str]:
-    """Theory: SimRF < ORF < IID at every v; Monte Carlo: at which v each step is resolved."""
-    by = {(r["coupling"], r["v"]): r for r in rows}
+def _ratio(row: dict, n: int) -> Estimate:
+    """A cell's Monte Carlo MSE in units of the IID closed form."""
+    return Estimate(row["ratio_mc"], row["ratio_se"], n)
+
+
+def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares."""
+    judge = verdicts.Verdicts(config)
+    n, by = config.num_draws, {(r["coupling"], r["v"]): r for r in rows}
     grid = sorted({r["v"] for r in rows})
-    theory_holds = all(
-        by["simplex", v]["mse_theory"]
-        < by["orthogonal", v]["mse_theory"]
-        < by["gaussian", v]["mse_theory"]
-        for v in grid
+    checked = [r for r in rows if math.isfinite(r["z_score"])]
+    worst = max(checked, key=lambda r: abs(r["z_score"]))
+    judge.effect(
+        "exact",
+        Estimate(worst["mse_mc"] - worst["mse_theory"], worst["mse_se"], n),
+        effect=f"Monte Carlo - closed form at the worst of {len(checked)} cells "
+        f"({LABELS[worst['coupling']]}, v = {worst['v']:g})",
+        units="draws",
     )
-    resolved = []
-    for better, worse in (("simplex", "orthogonal"), ("orthogonal", "gaussian")):
-        z = {
-            v: (by[worse, v]["mse_mc"] - by[better, v]["mse_mc"])
-            / math.hypot(by[worse, v]["mse_se"], by[better, v]["mse_se"])
-            for v in grid
-        }
-        ahead = [v for v in grid if z[v] > 3]
-        behind = [v for v in grid if z[v] < -3]
-        resolved.append(
-            f"{LABELS[better]} < {LABELS[worse]} by > 3 SE at v in {tuple(ahead)}, the other "
-            f"way at {tuple(behind) or 'none'}"
+    steps = (("simplex", "orthogonal"), ("orthogonal", "gaussian"))
+    if not {"gaussian", "orthogonal", "simplex"} <= set(config.couplings):
+        for name in ("order_theory", "simrf_below_orf", "orf_below_iid"):
+            judge.not_tested(name, "needs the IID, ORF and SimRF couplings")
+    else:
+        gap = min(
+            by[w, v]["ratio_theory"] - by[b, v]["ratio_theory"] for b, w in steps for v in grid
         )
-    return ("holds" if theory_holds else "does not hold"), "; ".join(resolved)
+        judge.exact("order_theory", gap, effect="smallest closed-form gap over v and both steps")
+        for name, (better, worse) in zip(("simrf_below_orf", "orf_below_iid"), steps, strict=True):
+            judge.ordering(
+                name,
+                {
+                    v: stats.independent_difference(
+                        _ratio(by[worse, v], n), _ratio(by[better, v], n)
+                    )
+                    for v in grid
+                },
+                effect=f"({LABELS[worse]} - {LABELS[better]}) MSE / IID closed form",
+                cell_name="v",
+                units="draws",
+                shared_units=True,
+            )
+    smallest = min(grid)
+    if small_v_limit(config) is None or ("simplex", smallest) not in by:
+        judge.not_tested("small_v", "needs SimRF in one block (m <= d)")
+    else:
+        cell = by["simplex", smallest]
+        judge.effect(
+            "small_v",
+            Estimate(cell["ratio_mc"] - cell["ratio_theory"], cell["ratio_se"], n),
+            effect=f"SimRF / IID at v = {smallest:g}: Monte Carlo {cell['ratio_mc']:.5f} minus the "
+            f"closed form {cell['ratio_theory']:.5f}",
+            units="draws",
+        )
+    if not {"simplex", "simplex_plus"} <= set(config.couplings):
+        judge.not_tested("simrf_plus", "needs SimRF and SimRF+")
+    else:
+        judge.ordering(
+            "simrf_plus",
+            {
+                v: stats.independent_difference(
+                    _ratio(by["simplex_plus", v], n), _ratio(by["simplex", v], n)
+                )
+                for v in grid
+            },
+            effect="(SimRF+ - SimRF) MSE / IID closed form",
+            cell_name="v",
+            units="draws",
+            shared_units=True,
+        )
+    return judge
 
 
 def report(rows: list[dict], config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``results.csv``, ``mse_ratio.png``, ``summary.md`` and ``config.json``."""
-    columns = (
-        "v",
-        "coupling",
-        "mse_mc",
-        "mse_se",
-        "mse_theory",
-        "ratio_mc",
-        "ratio_theory",
-        "z_score",
-    )
-    table = outputs.markdown_table([{k: row[k] for k in columns} for row in rows])
-    max_z = max(abs(r["z_score"]) for r in rows if math.isfinite(r["z_score"]))
-    theory_order, monte_carlo_order = (
-        ordering_verdict(rows)
-        if {"gaussian", "orthogonal", "simplex"} <= set(config.couplings)
-        else ("not measured", "not measured")
-    )
+    """Writes ``results.csv``, ``mse_ratio.png``, ``summary.md``, ``verdicts.json`` and
+    ``config.json``."""
+    columns = ("v", "coupling", "mse_mc", "mse_se", "mse_theory", "ratio_mc", "ratio_theory")
+    table = outputs.markdown_table([{k: row[k] for k in (*columns, "z_score")} for row in rows])
     limit = small_v_limit(config)
-    smallest = min(config.norms_of_sum)
-    simrf = [r for r in rows if r["coupling"] == "simplex" and r["v"] == smallest]
-    small_v = "Not measured (needs SimRF and m <= d)"
-    if limit is not None and simrf:
-        cell = simrf[0]
-        z = abs(cell["ratio_mc"] - cell["ratio_theory"]) / cell["ratio_se"]
-        verdict = "holds" if z <= 4 and cell["ratio_mc"] < 0.1 else "does not hold"
-        small_v = (
-            f"SimRF / IID at v = {smallest}: Monte Carlo {cell['ratio_mc']:.5f} ± "
-            f"{cell['ratio_se']:.5f} ({z:.1f} SE from the closed form {cell['ratio_theory']:.5f}); "
-            f"the v -> 0 limit is {limit:.5f}: **{verdict}**"
-        )
-    plus = [r for r in rows if r["coupling"] == "simplex_plus"]
-    plus_text = "not measured"
-    if plus and simrf:
-        simplex = {r["v"]: r for r in rows if r["coupling"] == "simplex"}
-        z = [
-            (simplex[p["v"]]["mse_mc"] - p["mse_mc"])
-            / math.hypot(p["mse_se"], simplex[p["v"]]["mse_se"])
-            for p in plus
-        ]
-        below, above = sum(v > 3 for v in z), sum(v < -3 for v in z)
-        plus_text = (
-            f"SimRF+ below SimRF by > 3 SE at {below} of {len(plus)} v, above at {above}: "
-            f"**{'holds' if above == 0 else 'does not hold'}**"
-        )
-    summary = outputs.render_summary(
+    summary = verdicts.write_summary(
+        workdir,
         "kernel_mse",
+        judge(rows, config),
         dim=config.dim,
         num_features=config.num_features,
         draws=config.num_draws,
-        max_z=f"{max_z:.2f}",
-        max_z_verdict="holds" if max_z <= 4 else "does not hold",
-        theory_order=theory_order,
-        monte_carlo_order=monte_carlo_order,
-        small_v=small_v,
-        simrf_plus=plus_text,
+        limit="none (m > d)" if limit is None else f"{limit:.5f}",
         table=table,
         nan_note=_nan_note(config),
     )
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
+    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "mse_ratio.png"))
-    print(table)
-    print(f"\nmax |z| = {max_z:.2f}; wrote results.csv, mse_ratio.png, summary.md in {workdir}")
-    return {"rows": rows, "max_abs_z": max_z}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)
+    print(summary)
+    return {"rows": rows}

@@ -14,12 +14,16 @@ Before anything runs, the config is validated: every field must have its default
 the experiment's ``validate_config`` checks names and ranges; a bad config stops with a message
 that names the field, the value and the accepted syntax.
 
-The config names its experiment (``config.experiment``); the module ``experiments.<name>``
-provides ``validate_config(config)`` and ``run(config, workdir)``, which writes its results
-into ``workdir``. ``workdir/status.json`` says whether the run is ``running``, ``done``,
-``failed`` or ``interrupted``; when a run does not finish, a ``FAILED`` file explains why and
-the previous run's ``summary.md`` (renamed ``summary.previous.md`` when a run starts) no longer
-looks current. Training experiments resume from their checkpoints when started again.
+The config names its experiment (``config.experiment``) and declares the claims its report
+judges (``config.claims``, with their tests and margins: ``experiments.core.verdicts``); the
+module ``experiments.<name>`` provides ``validate_config(config)``, ``measure(config, workdir)``,
+whose records are stored as ``workdir/records.json``, and ``report(records, config, workdir)``,
+which writes the summary, tables, figures and verdicts from them (``python -m
+experiments.regenerate`` rewrites a report from its records without measuring).
+``workdir/status.json`` says whether the run is ``running``, ``done``, ``failed`` or
+``interrupted``; when a run does not finish, a ``FAILED`` file explains why and the previous
+run's ``summary.md`` (renamed ``summary.previous.md`` when a run starts) no longer looks
+current. Training experiments resume from their checkpoints when started again.
 
 Several processes (one per host; see the README's "Scaling out"): add
 ``--coordinator_address=HOST0:PORT --num_processes=N --process_id=I`` to the same command on
@@ -43,6 +47,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments.core import records, verdicts
 from experiments.core.validate import check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -80,6 +85,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if not isinstance(name, str) or not os.path.exists(_module_path(name)):
         raise ValueError(f"config.experiment={name!r} names no module experiments/<name>.py")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
+    if "claims" in config:  # TODO(step 2): every study declares its claims
+        verdicts.validate_claims(config)
     if "train" in config:
         from experiments import train  # here: experiments without training need no Orbax
 
@@ -154,7 +161,12 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
         _start(workdir, command)
     module = importlib.import_module(f"experiments.{name}")
     try:
-        result = module.run(config, workdir)
+        if hasattr(module, "run"):
+            result = module.run(config, workdir)
+        else:
+            measured = module.measure(config, workdir)
+            records.write(workdir, measured)
+            result = module.report(measured, config, workdir)
     except BaseException as error:
         if writer:
             _fail(workdir, command, error)

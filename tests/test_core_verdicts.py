@@ -108,14 +108,14 @@ def test_within_k_se():
 
 
 def test_an_ordering_over_cells_is_one_pooled_test():
-    # Two cells shown, one reversed within the noise: the pooled mean (0.4 + 0.4 - 0.1) / 3 =
-    # 0.2333 with SE sqrt(3 * 0.01) / 3 = 0.0577 is above 0 by 4 SE: holds, although not every
-    # cell passes.
+    # Two cells shown, one reversed within the noise: with equal SEs the precision weights are
+    # equal, so the pooled mean (0.4 + 0.4 - 0.1) / 3 = 0.2333 with SE sqrt(3 * 0.01) / 3 =
+    # 0.0577 is above 0 by 4 SE: holds, although not every cell passes.
     judge = make(order=claim("A below B", "greater"))
     cells = {1: Estimate(0.4, 0.1, 1000), 2: Estimate(0.4, 0.1, 1000), 3: Estimate(-0.1, 0.1, 1000)}
     verdict = judge.ordering("order", cells, effect="B - A", cell_name="v", units="draws")
     assert verdict.outcome == Outcome.HOLDS
-    assert "mean over 3 v = +0.233 ± 0.0577" in verdict.evidence
+    assert "precision-weighted mean over 3 v = +0.233 ± 0.0577" in verdict.evidence
     # The same cells measured on shared draws: SE 0.1 (any correlation), CI [0.037, 0.43].
     shared = judge.ordering(
         "order", cells, effect="B - A", cell_name="v", units="draws", shared_units=True
@@ -127,6 +127,11 @@ def test_an_ordering_over_cells_is_one_pooled_test():
     flipped = {k: Estimate(-e.mean, e.se, e.n) for k, e in cells.items()}
     verdict = less.ordering("order", flipped, effect="A - B", cell_name="v", units="draws")
     assert verdict.outcome == Outcome.HOLDS and "claimed way at 2 of 3" in verdict.evidence
+    # Precision weights: a noisy cell counts less. Weights 100 and 1: (100 * 0.1 + 1 * -1.0) /
+    # 101 = 0.0891, SE sqrt(100^2 * 0.01 + 1) / 101 = 0.0995.
+    noisy = {1: Estimate(0.1, 0.1, 100), 2: Estimate(-1.0, 1.0, 100)}
+    verdict = judge.ordering("order", noisy, effect="d", cell_name="v", units="draws")
+    assert "= +0.0891 ± 0.0995" in verdict.evidence
 
 
 def test_claims_are_validated_and_every_declared_claim_needs_a_verdict(tmp_path):

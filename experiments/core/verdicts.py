@@ -225,14 +225,18 @@ class Verdicts:
         k: float = 3.0,
         shared_units: bool = False,
     ) -> Verdict:
-        """The verdict on an ordering over cells: one pooled test of the mean effect over the
-        cells (``stats.pool``; ``shared_units`` where every cell is measured on the same draws
-        or seeds), with, for description, the cells where the effect alone is beyond ``k`` SE
-        either way."""
+        """The verdict on an ordering over cells: one pooled test of the precision-weighted
+        mean effect over the cells (``stats.pool`` with weights 1 / se^2; ``shared_units``
+        where every cell is measured on the same draws or seeds), with, for description, the
+        cells where the effect alone is beyond ``k`` SE either way. Cells without a finite
+        estimate or SE are left out (and counted)."""
         if not cells:
             return self.not_tested(name, f"no {cell_name} measured")
-        finite = {c: e for c, e in cells.items() if math.isfinite(e.mean)}
-        pooled = pool(list(finite.values()), shared_units=shared_units)
+        finite = {c: e for c, e in cells.items() if math.isfinite(e.mean) and e.se > 0}
+        if not finite:
+            return self.not_tested(name, f"no {cell_name} with a finite estimate and SE")
+        weights = [1 / e.se**2 for e in finite.values()]
+        pooled = pool(list(finite.values()), weights, shared_units=shared_units)
         shown = [c for c, e in finite.items() if e.mean > k * e.se]
         against = [c for c, e in finite.items() if e.mean < -k * e.se]
         if self._claim(name).test in ("less", "nonsuperior"):
@@ -246,8 +250,8 @@ class Verdicts:
         return self.effect(
             name,
             pooled,
-            effect=f"{effect}, mean over {len(finite)} {cell_name}"
-            + (" (SE bounded for draws shared by the cells)" if shared_units else ""),
+            effect=f"{effect}, precision-weighted mean over {len(finite)} {cell_name}"
+            + (" (SE bounded for units shared by the cells)" if shared_units else ""),
             units=units,
             reference=reference,
             number=number,
@@ -267,13 +271,15 @@ class Verdicts:
             return Outcome.NOT_RESOLVED, "no interval (too few units or no spread)"
         holds, fails = _regions(claim.test, margin)
         if _inside((low, high), holds):
-            return Outcome.HOLDS, f"the interval lies {_region_text(holds, number)}"
+            lies = "it lies" if estimate.se == 0 else "the interval lies"
+            return Outcome.HOLDS, f"{lies} {_region_text(holds, number)}"
         against = _inside((low, high), fails) or (
             claim.test == "equivalent" and (low > margin or high < -margin)
         )
         if against and self.powered:
+            lies = "it lies" if estimate.se == 0 else "the interval lies"
             return Outcome.DOES_NOT_HOLD, (
-                f"the interval lies against the claim beyond the margin {_number(margin, number)}"
+                f"{lies} against the claim beyond the margin {_number(margin, number)}"
             )
         if against:
             return Outcome.NOT_RESOLVED, (
@@ -399,6 +405,17 @@ def write(workdir: str, verdicts: Verdicts) -> str:
     ordered = {name: verdicts.given[name].as_dict() for name in verdicts.claims}
     outputs.write_json(path, ordered)
     return path
+
+
+def write_summary(workdir: str, template: str, judge: Verdicts, **values: object) -> str:
+    """Renders the summary template ``template`` with ``values`` and every verdict of ``judge``
+    as ``$verdict_<claim>`` (its ``Verdict.sentence``), writes it to ``workdir/summary.md``
+    and the verdicts to ``verdicts.json`` (``write``); returns the summary."""
+    sentences = {f"verdict_{name}": v.sentence() for name, v in judge.given.items()}
+    summary = outputs.render_summary(template, **values, **sentences)
+    write(workdir, judge)
+    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
+    return summary
 
 
 def read(workdir: str) -> dict[str, Verdict]:

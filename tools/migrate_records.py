@@ -1,0 +1,68 @@
+"""One-off: writes ``records.json`` into each committed ``results/<name>/`` from the files its
+report wrote before studies stored their records (CSV and JSON tables; a few values that only
+the committed summary kept, at the precision it printed them). Measures nothing.
+
+Usage: python tools/migrate_records.py [NAME...]
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import sys
+
+RESULTS = "results"
+
+
+def typed(text: str):
+    """A CSV cell as the value the report wrote: int, float, bool or str."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(text, text)
+
+
+def rows(name: str, file: str) -> list[dict]:
+    with open(os.path.join(RESULTS, name, file), newline="") as handle:
+        return [{k: typed(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def summary_value(name: str, pattern: str) -> str:
+    """The first group of ``pattern`` in the committed summary (values only it kept)."""
+    with open(os.path.join(RESULTS, name, "summary.md")) as handle:
+        match = re.search(pattern, handle.read())
+    if match is None:
+        raise ValueError(f"{name}: {pattern!r} not in summary.md")
+    return match.group(1)
+
+
+def kernel_mse(name: str):
+    return rows(name, "results.csv")
+
+
+def conformity(name: str):
+    return {
+        "rows": rows(name, "results.csv"),
+        "differences": rows(name, "differences.csv"),
+        "trace": rows(name, "trace.csv"),
+        "norm_mismatch": float(summary_value(name, r"largest norm mismatch ([0-9.e+-]+)\)")),
+    }
+
+
+MIGRATIONS = {"kernel_mse": kernel_mse, "conformity": conformity}
+
+
+def main(names: list[str]) -> None:
+    for name in names or sorted(MIGRATIONS):
+        records = MIGRATIONS[name.split("@")[0]](name)
+        with open(os.path.join(RESULTS, name, "records.json"), "w") as handle:
+            json.dump(records, handle, indent=1)
+        print(f"wrote {RESULTS}/{name}/records.json")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
