@@ -22,10 +22,9 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs
-from experiments.monte_carlo import ordering_verdict
+from experiments.core import outputs, stats, validate, verdicts
+from experiments.core.stats import Estimate
 from rfjax import features, kernels, projections, theory
-from rfjax._validation import check_choice, check_int, check_real
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -37,22 +36,11 @@ LABELS = outputs.COUPLING_LABELS
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError``/``TypeError`` naming the first bad config field."""
-    check_int("config.dim", config.dim, minimum=2)
-    check_int("config.num_points", config.num_points, minimum=2)
-    check_real("config.sigma", config.sigma, positive=True)
-    ratios = tuple(config.features_per_dim)
-    if not ratios:
-        raise ValueError("config.features_per_dim must list at least one m / d")
-    for ratio in ratios:
-        check_int("config.features_per_dim entries", ratio, minimum=1)
-    couplings = tuple(config.couplings)
-    if not couplings:
-        raise ValueError(f"config.couplings must name at least one of {COUPLINGS}")
-    for coupling in couplings:
-        check_choice("config.couplings entries", coupling, COUPLINGS)
-    check_int("config.num_repetitions", config.num_repetitions, minimum=2)
-    check_int("config.repetitions_per_chunk", config.repetitions_per_chunk, minimum=1)
-    check_int("config.seed", config.seed, minimum=0)
+    validate.require_int(config, "dim", "num_points", "num_repetitions", minimum=2)
+    validate.require_positive(config, "sigma")
+    validate.require_int(config, "features_per_dim", "repetitions_per_chunk", minimum=1)
+    validate.require_names(config, "couplings", COUPLINGS)
+    validate.require_int(config, "seed", minimum=0)
 
 
 def make_data(key: jax.Array, num_points: int, dim: int, sigma: float) -> jax.Array:
@@ -92,12 +80,10 @@ def squared_errors(
 ) -> np.ndarray:
     """Squared Frobenius errors of ``num_repetitions`` draws, shape ``(repetitions, len(m))``."""
     exact = kernels.gram(kernels.gaussian, x, x)
-    values = []
-    for start in range(0, config.num_repetitions, config.repetitions_per_chunk):
-        count = min(config.repetitions_per_chunk, config.num_repetitions - start)
-        keys = jax.random.split(jax.random.fold_in(key, start), count)
-        values.append(np.asarray(_squared_errors(coupling, feature_counts, keys, x, exact)))
-    return np.concatenate(values).astype(np.float64)
+    draw = functools.partial(_squared_errors, coupling, feature_counts, x=x, exact=exact)
+    return stats.draw_in_chunks(
+        draw, key, config.num_repetitions, config.repetitions_per_chunk, f"{coupling} draws"
+    )
 
 
 def expected_squared_error(x: np.ndarray, num_features: int, coupling: str) -> float:
@@ -110,7 +96,8 @@ def expected_squared_error(x: np.ndarray, num_features: int, coupling: str) -> f
 
 
 def _mean_se(values: np.ndarray) -> tuple[float, float]:
-    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(values.size))
+    mean, se = stats.mean_se(values)
+    return float(mean), float(se)
 
 
 def data_facts(x: jax.Array) -> dict:
@@ -240,61 +227,88 @@ def _nan_note(config: ml_collections.ConfigDict) -> str:
     return f"{note}\n\n" if note else ""
 
 
-def _gap_z(better: dict, worse: dict) -> float:
-    """(worse - better) mean Frobenius error in SEs of the difference, draws taken as
-    independent."""
-    return (worse["frobenius_mean"] - better["frobenius_mean"]) / math.hypot(
-        worse["frobenius_se"], better["frobenius_se"]
-    )
-
-
-def ordering_verdicts(rows: list[dict], differences: list[dict]) -> dict[str, str]:
-    """SimRF < ORF (paired), ORF < IID (independent couplings), SimRF+ <= SimRF (paired) and
-    the error falling with m, each as "holds" or "does not hold, because ..." (3-SE tests)."""
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares (each ordering one test pooled over m;
+    every m is measured on the same draws)."""
+    judge = verdicts.Verdicts(config)
+    rows, n = results["rows"], config.num_repetitions
     by = {(r["coupling"], r["m_over_d"]): r for r in rows}
     ratios = sorted({r["m_over_d"] for r in rows})
-    paired = {(d["difference"], d["m_over_d"]): d["z"] for d in differences}
-    plus = {k[1]: z for k, z in paired.items() if k[0] == "simplex - simplex_plus"}
-    plus_reversed = [ratio for ratio, z in plus.items() if z < -3]
+    checked = [r for r in rows if r["coupling"] in CLOSED_FORMS]
+    worst = max(checked, key=lambda r: abs(r["z_score"]))
+    judge.effect(
+        "exact",
+        Estimate(worst["squared_mean"] - worst["squared_theory"], worst["squared_se"], n),
+        effect=f"Monte Carlo - closed form of E|K - K-hat|_F^2 at the worst of {len(checked)} "
+        f"cells ({LABELS[worst['coupling']]}, m = {worst['m_over_d']}d)",
+        units="draws",
+    )
+
+    def error(coupling: str, ratio: int) -> Estimate:
+        return Estimate(by[coupling, ratio]["relative_mean"], by[coupling, ratio]["relative_se"], n)
+
     couplings = list(dict.fromkeys(r["coupling"] for r in rows))
-    return {
-        "simplex_orf": ordering_verdict(
-            {k[1]: z for k, z in paired.items() if k[0] == "orthogonal - simplex"},
-            "SimRF below ORF, paired,",
-            "m/d",
-        ),
-        "orf_iid": ordering_verdict(
+    judge.ordering(
+        "falls",
+        {
+            (c, later): stats.independent_difference(error(c, earlier), error(c, later))
+            for c in couplings
+            for earlier, later in itertools.pairwise(ratios)
+        },
+        effect="|K - K-hat|_F / |K|_F at one m minus at the next larger m",
+        cell_name="(coupling, m/d)",
+        units="draws",
+        shared_units=True,
+    )
+    paired = {(d["difference"], d["m_over_d"]): d for d in results["differences"]}
+    if ("orthogonal - simplex", ratios[0]) in paired:
+        judge.ordering(
+            "simplex_orf",
+            {r: _relative(paired["orthogonal - simplex", r], n) for r in ratios},
+            effect="(ORF - SimRF) / ORF Frobenius error, paired",
+            cell_name="m/d",
+            units="draws",
+            shared_units=True,
+        )
+    else:
+        judge.not_tested("simplex_orf", "needs ORF and SimRF")
+    if {"gaussian", "orthogonal"} <= set(couplings):
+        judge.ordering(
+            "orf_iid",
             {
-                r: _gap_z(by["orthogonal", r], by["gaussian", r])
+                r: stats.independent_difference(error("gaussian", r), error("orthogonal", r))
                 for r in ratios
-                if ("orthogonal", r) in by and ("gaussian", r) in by
             },
-            "ORF below IID",
-            "m/d",
-        ),
-        "simrf_plus": "not measured"
-        if not plus
-        else (
-            f"holds (SimRF+ below SimRF by > 3 SE at {sum(z > 3 for z in plus.values())} of "
-            f"{len(plus)} m/d, above at none)"
-            if not plus_reversed
-            else f"does not hold, because SimRF+ is above SimRF by > 3 SE at m/d in {plus_reversed}"
-        ),
-        "falls": ordering_verdict(
-            {
-                (c, later): _gap_z(by[c, later], by[c, earlier])
-                for c in couplings
-                for earlier, later in itertools.pairwise(ratios)
-            },
-            "the next larger m lowers the error",
-            "(coupling, m/d)",
-        ),
-    }
+            effect="(IID - ORF) |K - K-hat|_F / |K|_F, independent draws",
+            cell_name="m/d",
+            units="draws",
+            shared_units=True,
+        )
+    else:
+        judge.not_tested("orf_iid", "needs IID and ORF")
+    if ("simplex - simplex_plus", ratios[0]) in paired:
+        judge.ordering(
+            "simrf_plus",
+            {r: _relative(paired["simplex - simplex_plus", r], n, sign=-1) for r in ratios},
+            effect="(SimRF+ - SimRF) / SimRF Frobenius error, paired",
+            cell_name="m/d",
+            units="draws",
+            shared_units=True,
+        )
+    else:
+        judge.not_tested("simrf_plus", "this variant runs no SimRF+")
+    return judge
+
+
+def _relative(difference: dict, n: int, sign: int = 1) -> Estimate:
+    """A paired difference row in units of its first coupling's mean error."""
+    scale = difference["relative_to_first"] / difference["mean"]
+    return Estimate(sign * difference["relative_to_first"], difference["se"] * scale, n)
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``results.csv``, ``differences.csv``, ``gram_error.png``, ``summary.md`` and
-    ``config.json``."""
+    """Writes ``results.csv``, ``differences.csv``, ``gram_error.png``, ``summary.md``,
+    ``verdicts.json`` and ``config.json``."""
     rows, differences, data = results["rows"], results["differences"], results["data"]
     columns = (
         "coupling",
@@ -306,16 +320,14 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         "squared_theory",
         "z_score",
     )
-    table = outputs.markdown_table([{k: r[k] for k in columns} for r in rows])
-    checked = [abs(r["z_score"]) for r in rows if r["coupling"] in CLOSED_FORMS]
-    max_z = max(checked) if checked else math.nan
     ratio_text = " ".join(
         _ratio_sentence(rows, r)
         for r in (min(config.features_per_dim), max(config.features_per_dim))
     )
-    verdicts = ordering_verdicts(rows, differences)
-    summary = outputs.render_summary(
+    summary = verdicts.write_summary(
+        workdir,
         "gram_error",
+        judge(results, config),
         num_points=config.num_points,
         sigma=f"{config.sigma:g}",
         dim=config.dim,
@@ -324,27 +336,15 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         v_mean=f"{data['v_offdiag_mean']:.3g}",
         ratios=list(config.features_per_dim),
         repetitions=config.num_repetitions,
-        max_z=f"{max_z:.2f}",
-        max_z_verdict="not measured"
-        if not checked
-        else ("holds" if max_z <= 4 else "does not hold, because a cell is more than 4 SE off"),
-        falls_verdict=verdicts["falls"],
-        simplex_orf_verdict=verdicts["simplex_orf"],
-        orf_iid_verdict=verdicts["orf_iid"],
-        simrf_plus_verdict=verdicts["simrf_plus"],
         ratio_text=ratio_text,
-        table=table,
+        table=outputs.markdown_table([{k: r[k] for k in columns} for r in rows]),
         nan_note=_nan_note(config),
         difference_table=outputs.markdown_table(differences) if differences else "(none)",
     )
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     if differences:
         outputs.write_csv(os.path.join(workdir, "differences.csv"), differences)
+    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "gram_error.png"))
     print(summary)
-    return {"rows": rows, "differences": differences, "verdicts": verdicts, **data}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)
+    return results

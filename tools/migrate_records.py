@@ -53,7 +53,22 @@ def conformity(name: str):
     }
 
 
-MIGRATIONS = {"kernel_mse": kernel_mse, "conformity": conformity}
+def gram_error(name: str):
+    table = rows(name, "results.csv")
+    first = table[0]
+    return {
+        "rows": table,
+        "differences": rows(name, "differences.csv"),
+        "data": {
+            # |K|_F from the table (relative = frobenius / |K|_F); the mean |x_i + x_j| from
+            # the summary, which alone kept it.
+            "exact_norm": first["frobenius_mean"] / first["relative_mean"],
+            "v_offdiag_mean": float(summary_value(name, r"over pairs ([0-9.]+)\)")),
+        },
+    }
+
+
+MIGRATIONS = {"kernel_mse": kernel_mse, "conformity": conformity, "gram_error": gram_error}
 
 
 def main(names: list[str]) -> None:
