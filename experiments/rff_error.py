@@ -18,8 +18,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs
-from experiments.monte_carlo import draw_in_chunks, mean_and_se, ordering_verdict
+from experiments.core import outputs, stats, validate, verdicts
+from experiments.core.stats import Estimate, draw_in_chunks, mean_se
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
@@ -72,7 +72,7 @@ def measure_variance(config: ml_collections.ConfigDict, key: jax.Array) -> list[
         draw = functools.partial(
             _squared_errors, embedding, D, config.lengthscale, x=jnp.asarray(x, jnp.float32)
         )
-        variance, se = mean_and_se(
+        variance, se = mean_se(
             draw_in_chunks(
                 draw,
                 jax.random.fold_in(key, index),
@@ -167,7 +167,7 @@ def measure_max_error(
                 f"max error {embedding} D={D}",
             )
             region_max[(embedding, D)] = maxima[:, -1]
-            mean, se = mean_and_se(maxima)
+            mean, se = mean_se(maxima)
             for r, m, s in zip(config.radii, mean, se, strict=True):
                 rows.append(
                     {
@@ -201,31 +201,31 @@ def tail_probabilities(
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` naming the config field that is out of range."""
-    dims = (config.variance_embedding_dim, *config.embedding_dims)
-    if any(not isinstance(D, int) or D < 2 or D % 2 for D in dims):
-        raise ValueError(
-            f"variance_embedding_dim and embedding_dims must be even integers >= 2 (phi uses "
-            f"D/2 frequencies); got {config.variance_embedding_dim} and {config.embedding_dims}"
-        )
-    if config.tail_embedding_dim not in config.embedding_dims:
-        raise ValueError(
-            f"tail_embedding_dim must be one of embedding_dims {config.embedding_dims}, got "
-            f"{config.tail_embedding_dim}"
-        )
+    validate.require_int(config, "variance_embedding_dim", "embedding_dims", minimum=2)
+    for key in ("variance_embedding_dim", "embedding_dims"):
+        value = config[key]
+        even = all(D % 2 == 0 for D in (value if isinstance(value, tuple) else (value,)))
+        validate.require(even, key, value, "even (phi uses D/2 frequencies)")
+    validate.require(
+        config.tail_embedding_dim in config.embedding_dims,
+        "tail_embedding_dim",
+        config.tail_embedding_dim,
+        f"one of embedding_dims {config.embedding_dims}",
+    )
+    validate.require_nonempty(config, "radii")
+    validate.require_positive(config, "radii", "lengthscale", "region_radius")
     radii = np.asarray(config.radii, np.float64)
-    if radii.size == 0 or np.any(np.diff(radii) <= 0) or radii[0] <= 0:
-        raise ValueError(f"radii must be positive and increasing, got {config.radii}")
-    if not np.isclose(radii[-1], config.region_radius):
-        raise ValueError(
-            f"the last of radii must equal region_radius = {config.region_radius} (the tail "
-            f"probability uses the whole region), got radii {config.radii}"
-        )
-    if config.grid_points < 3 or config.num_max_draws < 2 or config.num_variance_draws < 2:
-        raise ValueError("grid_points must be >= 3 and the draw counts >= 2")
-    if config.dim < 1 or config.lengthscale <= 0:
-        raise ValueError(
-            f"need dim >= 1 and lengthscale > 0, got {config.dim}, {config.lengthscale}"
-        )
+    validate.require(bool(np.all(np.diff(radii) > 0)), "radii", config.radii, "increasing")
+    validate.require(
+        bool(np.isclose(radii[-1], config.region_radius)),
+        "radii",
+        config.radii,
+        f"ending at region_radius = {config.region_radius} (the tail probability uses the "
+        "whole region)",
+    )
+    validate.require_int(config, "grid_points", minimum=3)
+    validate.require_int(config, "num_max_draws", "num_variance_draws", minimum=2)
+    validate.require_int(config, "dim", "draws_per_chunk", "num_epsilons", minimum=1)
 
 
 def plot_variance(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
@@ -318,11 +318,6 @@ def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> di
     }
 
 
-def _gap_z(row_phi: dict, row_psi: dict, mean: str, se: str) -> float:
-    """(psi - phi) in SEs of the difference (independent draws); positive: phi lower."""
-    return (row_psi[mean] - row_phi[mean]) / np.hypot(row_phi[se], row_psi[se])
-
-
 def _median_and_quartiles(tail_rows: list[dict], embedding: str) -> tuple[float, ...]:
     """The 25%, 50% and 75% quantiles of |f|_inf from the survival curve Pr(|f|_inf > eps)."""
     cdf = [1 - r[f"prob_{embedding}"] for r in tail_rows]
@@ -330,39 +325,75 @@ def _median_and_quartiles(tail_rows: list[dict], embedding: str) -> tuple[float,
     return tuple(float(np.interp(q, cdf, eps)) for q in (0.25, 0.5, 0.75))
 
 
-def variance_verdict(variance_rows: list[dict]) -> tuple[str, dict]:
-    """The verdict on "phi is lower-variance" (the closed forms put phi lower at every Delta and
-    no Monte Carlo cell has psi below phi by more than 3 SE) and the counts behind it."""
+def _psi_minus_phi(pair: dict, mean: str, se: str, n: int) -> Estimate:
+    """psi - phi of one cell (independent draws)."""
+    phi, psi = (Estimate(pair[e][mean], pair[e][se], n) for e in EMBEDDINGS)
+    return stats.independent_difference(psi, phi)
+
+
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares (orderings: one test pooled over the
+    cells; within an embedding every cell is measured on the same draws)."""
+    judge = verdicts.Verdicts(config)
+    variance_rows, max_rows = results["variance_rows"], results["max_rows"]
+    n = config.num_variance_draws
+    checked = [r for r in variance_rows if np.isfinite(r["z_score"])]
+    worst = max(checked, key=lambda r: abs(r["z_score"]))
+    judge.effect(
+        "closed_forms",
+        Estimate(worst["variance_mc"] - worst["variance_theory"], worst["variance_se"], n),
+        effect=f"Monte Carlo - closed-form variance at the worst of {len(checked)} cells "
+        f"({worst['embedding']}, Delta = {worst['delta']:g})",
+        units="draws",
+    )
     by_delta: dict[float, dict] = {}
     for r in variance_rows:
         by_delta.setdefault(r["delta"], {})[r["embedding"]] = r
-    theory_lower = [
-        d for d, c in by_delta.items() if c["phi"]["variance_theory"] < c["psi"]["variance_theory"]
-    ]
-    z = {d: _gap_z(c["phi"], c["psi"], "variance_mc", "variance_se") for d, c in by_delta.items()}
-    counts = {
-        "distances": len(by_delta),
-        "theory_lower": len(theory_lower),
-        "resolved": int(sum(value > 3 for value in z.values())),
-        "reversed": int(sum(value < -3 for value in z.values())),
-        "unresolved": [d for d, value in z.items() if abs(value) <= 3],
-    }
-    if counts["theory_lower"] == counts["distances"] and counts["reversed"] == 0:
-        return "holds", counts
-    return (
-        f"does not hold, because the closed forms put phi lower at only "
-        f"{counts['theory_lower']} of {counts['distances']} distances and the Monte Carlo has "
-        f"psi lower by > 3 SE at {counts['reversed']}"
-    ), counts
+    judge.exact(
+        "variance_theory",
+        min(c["psi"]["variance_theory"] - c["phi"]["variance_theory"] for c in by_delta.values()),
+        effect="smallest closed-form Var psi - Var phi over Delta",
+    )
+    judge.ordering(
+        "variance",
+        {d: _psi_minus_phi(c, "variance_mc", "variance_se", n) for d, c in by_delta.items()},
+        effect="Var psi - Var phi",
+        cell_name="Delta",
+        units="draws",
+        shared_units=True,
+    )
+    pairs: dict[tuple, dict] = {}
+    for r in max_rows:
+        pairs.setdefault((r["D"], r["radius"]), {})[r["embedding"]] = r
+    n = config.num_max_draws
+    judge.ordering(
+        "max_error",
+        {cell: _psi_minus_phi(p, "max_error_mean", "max_error_se", n) for cell, p in pairs.items()},
+        effect="E max error psi - phi",
+        cell_name="(D, r)",
+        units="draws",
+        shared_units=True,
+    )
+    tail = pairs[(config.tail_embedding_dim, max(config.radii))]
+    judge.effect(
+        "mean",
+        _psi_minus_phi(tail, "max_error_mean", "max_error_se", n),
+        effect=f"E |f|_inf psi - phi over the whole region at D = {config.tail_embedding_dim}",
+        units="draws",
+    )
+    judge.not_tested(
+        "tighter",
+        "the records hold the tail curve, not the draws: these quartiles have no standard "
+        "error (a bootstrap SE of the interquartile range needs the draws of a new run)",
+    )
+    return judge
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes ``variance.csv``, ``max_error.csv``, ``tail_probability.csv``, three PNGs,
-    ``summary.json`` and ``summary.md``."""
+    ``summary.json``, ``summary.md``, ``verdicts.json`` and ``config.json``."""
     variance_rows, max_rows = results["variance_rows"], results["max_rows"]
     tail_rows = results["tail_rows"]
-    z = [abs(r["z_score"]) for r in variance_rows if np.isfinite(r["z_score"])]
-    variance_text, variance_counts = variance_verdict(variance_rows)
     region = [r for r in max_rows if r["radius"] == max(config.radii)]
     region_table = []
     for D in config.embedding_dims:
@@ -377,17 +408,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
                 "psi / phi": cells["psi"]["max_error_mean"] / cells["phi"]["max_error_mean"],
             }
         )
-    pairs: dict[tuple, dict] = {}
-    for r in max_rows:
-        pairs.setdefault((r["D"], r["radius"]), {})[r["embedding"]] = r
-    max_z = {
-        cell: _gap_z(p["phi"], p["psi"], "max_error_mean", "max_error_se")
-        for cell, p in pairs.items()
-    }
-    phi_lower = int(sum(v > 3 for v in max_z.values()))
-    psi_lower = int(sum(v < -3 for v in max_z.values()))
-    tail_cell = pairs[(config.tail_embedding_dim, max(config.radii))]
-    tail_z = _gap_z(tail_cell["phi"], tail_cell["psi"], "max_error_mean", "max_error_se")
     quartiles = {e: _median_and_quartiles(tail_rows, e) for e in EMBEDDINGS}
     variance_table = [
         {
@@ -401,65 +421,56 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         if round(r["delta"] / 0.5, 6).is_integer()
     ]
     R = config.region_radius
-    text = outputs.render_summary(
+    text = verdicts.write_summary(
+        workdir,
         "rff_error",
+        judge(results, config),
         lengthscale=f"{config.lengthscale:g}",
         dim=config.dim,
         variance_dim=config.variance_embedding_dim,
         variance_draws=config.num_variance_draws,
-        max_z=f"{max(z):.2f}",
-        z_cells=len(z),
-        closed_form_verdict="holds"
-        if max(z) <= 4
-        else "does not hold, because a cell is more than 4 SE off",
-        theory_lower=variance_counts["theory_lower"],
-        distances=variance_counts["distances"],
-        resolved=variance_counts["resolved"],
-        reversed=variance_counts["reversed"],
-        unresolved=variance_counts["unresolved"],
-        variance_verdict=variance_text,
         variance_table=outputs.markdown_table(variance_table),
         grid_points=config.grid_points,
         region=f"[{-R:g}, {R:g}]",
         spacing=f"{2 * R / (config.grid_points - 1):.3g}",
         max_draws=config.num_max_draws,
-        phi_lower=phi_lower,
-        psi_lower=psi_lower,
-        cells=len(pairs),
-        max_error_verdict=ordering_verdict(max_z, "phi lower", "(D, r)"),
         region_table=outputs.markdown_table(region_table),
         tail_dim=config.tail_embedding_dim,
-        tail_z=f"{tail_z:.1f}",
-        mean_verdict="holds"
-        if tail_z > 3
-        else "does not hold, because psi's mean max error is not above phi's by > 3 SE",
         phi_quartiles=", ".join(f"{q:.3f}" for q in quartiles["phi"]),
         psi_quartiles=", ".join(f"{q:.3f}" for q in quartiles["psi"]),
         phi_spread=f"{quartiles['phi'][2] - quartiles['phi'][0]:.3f}",
         psi_spread=f"{quartiles['psi'][2] - quartiles['psi'][0]:.3f}",
         embedding_dims=list(config.embedding_dims),
     )
-    headline = {
-        "max_abs_z": float(max(z)),
-        "variance_gap_resolved": int(variance_counts["resolved"]),
-        "phi_lower_max_error_cells": phi_lower,
-        "psi_lower_max_error_cells": psi_lower,
-        "cells": len(pairs),
-        "median_max_error": {e: quartiles[e][1] for e in EMBEDDINGS},
-    }
-    outputs.save_run(
-        workdir, rows=variance_rows, summary=text, config=config, csv_name="variance.csv"
-    )
+    outputs.write_json(os.path.join(workdir, "summary.json"), _headline(results, quartiles))
+    outputs.write_csv(os.path.join(workdir, "variance.csv"), variance_rows)
     outputs.write_csv(os.path.join(workdir, "max_error.csv"), max_rows)
     outputs.write_csv(os.path.join(workdir, "tail_probability.csv"), tail_rows)
-    outputs.write_json(os.path.join(workdir, "summary.json"), headline)
+    outputs.save_config(workdir, config)
     plot_variance(variance_rows, config, os.path.join(workdir, "variance.png"))
     plot_max_error(max_rows, os.path.join(workdir, "max_error_radius.png"))
     plot_tail(tail_rows, config, os.path.join(workdir, "tail_probability.png"))
     print(text)
-    return {**results, **headline}
+    return results
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)
+def _headline(results: dict, quartiles: dict) -> dict:
+    """The numbers of ``summary.json``: the largest |z| of the variances and the cells where
+    one embedding is lower by more than 3 SE."""
+    z = [abs(r["z_score"]) for r in results["variance_rows"] if np.isfinite(r["z_score"])]
+    pairs: dict[tuple, dict] = {}
+    for r in results["max_rows"]:
+        pairs.setdefault((r["D"], r["radius"]), {})[r["embedding"]] = r
+    gaps = [_psi_minus_phi(p, "max_error_mean", "max_error_se", 1) for p in pairs.values()]
+    by_delta: dict[float, dict] = {}
+    for r in results["variance_rows"]:
+        by_delta.setdefault(r["delta"], {})[r["embedding"]] = r
+    variance = [_psi_minus_phi(c, "variance_mc", "variance_se", 1) for c in by_delta.values()]
+    return {
+        "max_abs_z": float(max(z)),
+        "variance_gap_resolved": sum(g.mean > 3 * g.se for g in variance),
+        "phi_lower_max_error_cells": sum(g.mean > 3 * g.se for g in gaps),
+        "psi_lower_max_error_cells": sum(g.mean < -3 * g.se for g in gaps),
+        "cells": len(pairs),
+        "median_max_error": {e: quartiles[e][1] for e in EMBEDDINGS},
+    }

@@ -68,7 +68,20 @@ def gram_error(name: str):
     }
 
 
-MIGRATIONS = {"kernel_mse": kernel_mse, "conformity": conformity, "gram_error": gram_error}
+def rff_error(name: str):
+    return {
+        "variance_rows": rows(name, "variance.csv"),
+        "max_rows": rows(name, "max_error.csv"),
+        "tail_rows": rows(name, "tail_probability.csv"),
+    }
+
+
+MIGRATIONS = {
+    "rff_error": rff_error,
+    "kernel_mse": kernel_mse,
+    "conformity": conformity,
+    "gram_error": gram_error,
+}
 
 
 def main(names: list[str]) -> None:

@@ -138,3 +138,17 @@ def require_nonempty(config: ml_collections.ConfigDict, *keys: str, prefix: str 
     for key in keys:
         if not tuple(config[key]):
             raise ValueError(f"{prefix}.{key} must not be empty, got {config[key]!r}")
+
+
+def require(condition: bool, key: str, value: object, allowed: str, prefix: str = "config"):
+    """Raises ``ValueError`` naming ``prefix.key``, its value and ``allowed`` unless
+    ``condition`` (for the checks that ``require_*`` do not cover).
+
+    Example:
+      >>> require(3 % 2 == 0, "embedding_dim", 3, "an even int")
+      Traceback (most recent call last):
+      ...
+      ValueError: config.embedding_dim must be an even int, got 3
+    """
+    if not condition:
+        raise ValueError(f"{prefix}.{key} must be {allowed}, got {value!r}")
