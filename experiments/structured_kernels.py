@@ -21,8 +21,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs
-from experiments.monte_carlo import draw_in_chunks, mean_and_se, ordering_verdict
+from experiments.core import outputs, validate, verdicts
+from experiments.core.stats import Estimate, draw_in_chunks, mean_se
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
@@ -202,7 +202,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> di
             config.draws_per_chunk,
             method,
         )
-        mean, se = mean_and_se(errors)
+        mean, se = mean_se(errors)
         for m_index, m in enumerate(num_features):
             for k_index, kernel in enumerate(KERNELS):
                 predicted = (
@@ -243,22 +243,25 @@ def add_ratios(rows: list[dict]) -> None:
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` naming the config field that is out of range."""
-    if REFERENCE not in config.methods:
-        raise ValueError(f"methods must include the reference {REFERENCE!r}, got {config.methods}")
+    validate.require(
+        REFERENCE in config.methods,
+        "methods",
+        config.methods,
+        f"including the reference {REFERENCE!r}",
+    )
     for method in config.methods:
         parse_method(method)
-    if tuple(config.kernels) != KERNELS:
-        raise ValueError(
-            f"kernels must be {KERNELS} (all three share each draw), got {config.kernels}"
-        )
-    m = config.num_features
-    if not m or any(not isinstance(v, int) or v < 1 for v in m) or list(m) != sorted(set(m)):
-        raise ValueError(f"num_features must be increasing positive integers, got {m}")
-    if config.num_draws < 2 or config.draws_per_chunk < 1:
-        raise ValueError(
-            f"num_draws must be >= 2 and draws_per_chunk >= 1, got {config.num_draws}, "
-            f"{config.draws_per_chunk}"
-        )
+    validate.require(
+        tuple(config.kernels) == KERNELS,
+        "kernels",
+        config.kernels,
+        f"{KERNELS} (all three share each draw)",
+    )
+    validate.require_nonempty(config, "num_features")
+    validate.require_int(config, "num_features", "draws_per_chunk", minimum=1)
+    m = list(config.num_features)
+    validate.require(m == sorted(set(m)), "num_features", config.num_features, "increasing")
+    validate.require_int(config, "num_draws", minimum=2)
 
 
 def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
@@ -321,32 +324,56 @@ def _hd_table(rows: list[dict], dim: int) -> list[dict]:
     return table
 
 
-def ratio_counts(rows: list[dict], keep) -> dict[str, int]:
-    """Over the rows with ``keep(row)``: how many ratios to ``gaussian`` are above 1 by more
-    than 3 SE, below by more than 3 SE, and within 3 SE."""
-    z = [(r["ratio"] - 1.0) / r["ratio_se"] for r in rows if keep(r)]
-    return {
-        "above": sum(value > 3 for value in z),
-        "below": sum(value < -3 for value in z),
-        "within": sum(abs(value) <= 3 for value in z),
-        "cells": len(z),
-    }
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares: each a test of the precision-weighted
+    mean ratio to ``gaussian`` over its cells (the m of one method share their draws)."""
+    judge = verdicts.Verdicts(config)
+    rows, n = results["rows"], config.num_draws
 
+    def ratios(keep) -> dict:
+        return {
+            (r["kernel"], r["method"], r["m"]): Estimate(r["ratio"] - 1.0, r["ratio_se"], n)
+            for r in rows
+            if keep(r)
+        }
 
-def matches_verdict(counts: dict[str, int]) -> str:
-    """The verdict on "the structured error matches the unstructured one" for some cells."""
-    if not counts["cells"]:
-        return "not measured"
-    if counts["above"] == 0:
-        return f"holds (no ratio above 1 by > 3 SE in {counts['cells']} cells)"
-    return (
-        f"does not hold, because the ratio is above 1 by > 3 SE in {counts['above']} of "
-        f"{counts['cells']} cells"
+    for kernel in KERNELS:
+        judge.ordering(
+            f"hd_{kernel}",
+            ratios(
+                lambda r, k=kernel: r["kernel"] == k and r["method"].endswith(PREPROCESS_SUFFIX)
+            ),
+            effect=f"{kernel} kernel: error ratio of the `_hd` methods to `gaussian` - 1",
+            cell_name="(kernel, method, m)",
+            units="draws",
+            shared_units=True,
+        )
+    judge.ordering(
+        "plain",
+        ratios(lambda r: r["method"] in STRUCTURES),
+        effect="error ratio of plain circulant/Toeplitz/Hankel to `gaussian` - 1",
+        cell_name="(kernel, method, m)",
+        units="draws",
+        shared_units=True,
     )
+    checked = [r for r in rows if np.isfinite(r["z_score"])]
+    if not checked:
+        judge.not_tested("theory", "no method with a closed form was run")
+    else:
+        worst = max(checked, key=lambda r: abs(r["z_score"]))
+        judge.effect(
+            "theory",
+            Estimate(worst["error"] - worst["error_theory"], worst["error_se"], n),
+            effect=f"Monte Carlo - closed form at the worst of {len(checked)} cells "
+            f"({worst['method']}, m = {worst['m']})",
+            units="draws",
+        )
+    return judge
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``results.csv``, ``error_vs_features.png``, ``config.json`` and ``summary.md``."""
+    """Writes ``results.csv``, ``error_vs_features.png``, ``config.json``, ``summary.md`` and
+    ``verdicts.json``."""
     rows, lengthscale, dim = results["rows"], results["lengthscale"], results["dim"]
     largest = max(config.num_features)
     error_table = [
@@ -362,28 +389,18 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         for r in rows
         if r["m"] == largest
     ]
-    z = [abs(r["z_score"]) for r in rows if np.isfinite(r["z_score"])]
-    max_z = max(z, default=float("nan"))
-    hd = {
-        kernel: ratio_counts(
-            rows,
-            lambda r, kernel=kernel: (
-                r["kernel"] == kernel and r["method"].endswith(PREPROCESS_SUFFIX)
-            ),
-        )
-        for kernel in KERNELS
-    }
-    plain = ratio_counts(rows, lambda r: r["method"] in STRUCTURES)
-    orthogonal = ratio_counts(rows, lambda r: r["method"] == "hd_orthogonal")
-    orthogonal_ratios = [r["ratio"] for r in rows if r["method"] == "hd_orthogonal"]
+    orthogonal = [r for r in rows if r["method"] == "hd_orthogonal"]
+    ratios = [r["ratio"] for r in orthogonal]
     unit = np.zeros(dim)
     unit[0] = 1.0
     orf_ratio = float(
         theory.rff_mse(unit, np.zeros(dim), dim, coupling="orthogonal")
         / theory.rff_mse(unit, np.zeros(dim), dim)
     )
-    text = outputs.render_summary(
+    text = verdicts.write_summary(
+        workdir,
         "structured_kernels",
+        judge(results, config),
         num_points=config.num_points,
         seed=config.seed,
         lengthscale=f"{lengthscale:.3f}",
@@ -393,39 +410,15 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         largest=largest,
         ratio_table=outputs.markdown_table(_ratio_table(rows, config), float_format="{:.3f}"),
         hd_table=outputs.markdown_table(_hd_table(rows, dim), float_format="{:.3f}"),
-        **{f"{kernel}_verdict": matches_verdict(hd[kernel]) for kernel in KERNELS},
-        hd_below=sum(c["below"] for c in hd.values()),
-        hd_cells=sum(c["cells"] for c in hd.values()),
-        max_z=f"{max_z:.2f}",
-        z_cells=len(z),
-        theory_verdict="not measured"
-        if not z
-        else ("holds" if max_z <= 4 else "does not hold, because a cell is more than 4 SE off"),
-        plain_above=plain["above"],
-        plain_cells=plain["cells"],
-        plain_verdict=ordering_verdict(
-            {
-                (r["kernel"], r["method"], r["m"]): (r["ratio"] - 1.0) / r["ratio_se"]
-                for r in rows
-                if r["method"] in STRUCTURES
-            },
-            "the structured error above the i.i.d. one",
-            "(kernel, method, m)",
-        ),
-        orthogonal_range="-"
-        if not orthogonal_ratios
-        else f"{min(orthogonal_ratios):.3f}-{max(orthogonal_ratios):.3f}",
-        orthogonal_below=orthogonal["below"],
-        orthogonal_cells=orthogonal["cells"],
+        orthogonal_range="-" if not ratios else f"{min(ratios):.3f}-{max(ratios):.3f}",
+        orthogonal_below=sum(r["ratio"] - 1 < -3 * r["ratio_se"] for r in orthogonal),
+        orthogonal_cells=len(orthogonal),
         orf_ratio=f"{orf_ratio:.3f}",
+        hd_margin=f"{config.claims.hd_angular.margin:g}",
         error_table=outputs.markdown_table(error_table),
     )
-    outputs.save_run(workdir, rows=rows, summary=text, config=config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
+    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "error_vs_features.png"))
     print(text)
-    return {"rows": rows, "lengthscale": lengthscale}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)
+    return results

@@ -76,7 +76,16 @@ def rff_error(name: str):
     }
 
 
+def structured_kernels(name: str):
+    return {
+        "rows": rows(name, "results.csv"),
+        "lengthscale": float(summary_value(name, r"median pairwise distance =\s+([0-9.]+)")),
+        "dim": int(summary_value(name, r"digits \(d = ([0-9]+);")),
+    }
+
+
 MIGRATIONS = {
+    "structured_kernels": structured_kernels,
     "rff_error": rff_error,
     "kernel_mse": kernel_mse,
     "conformity": conformity,

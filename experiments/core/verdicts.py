@@ -386,10 +386,11 @@ def _margin_text(claim: Claim, margin: float, number: str) -> str:
     return _number(margin, number) if margin else "0 (none declared)"
 
 
-def _cells_text(cells: list, cell_name: str) -> str:
+def _cells_text(cells: list, cell_name: str, shown: int = 6) -> str:
     if not cells:
         return "none"
-    return f"{len(cells)} ({cell_name} {', '.join(str(c) for c in cells)})"
+    listed = ", ".join(str(c) for c in cells[:shown]) + (", ..." if len(cells) > shown else "")
+    return f"{len(cells)} ({cell_name} {listed})"
 
 
 def write(workdir: str, verdicts: Verdicts) -> str:
