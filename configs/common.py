@@ -180,8 +180,9 @@ def claim(
       statement: the claim in words, with its source.
       test: ``"greater"``/``"less"`` (an ordering: the effect is > 0 / < 0),
         ``"noninferior"``/``"nonsuperior"`` (the effect is > -margin / < +margin),
-        ``"equivalent"`` (within ±margin, two one-sided tests) or ``"within_se"`` (within k SE
-        of 0: agreement with a reference).
+        ``"equivalent"`` (within ±margin, two one-sided tests), ``"within_se"`` (within k SE
+        of 0: agreement with a reference) or ``"fact"`` (a deterministic statement, such as a
+        closed form or a graph colouring: no noise, so it holds or does not hold).
       margin: the size of an effect against the claim that refutes it; with 0 no result can
         refute the claim (it is then "not resolved" at worst).
       relative: whether ``margin`` is a fraction of a reference value the study supplies.

@@ -47,7 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 "within_se",
                 k=4.0,
             ),
-            "closed_order": claim("SimRF < ORF < IID by the closed forms (Theorem 4.3)", "greater"),
+            "closed_order": claim("SimRF < ORF < IID by the closed forms (Theorem 4.3)", "fact"),
             "simrf_orf": claim("SimRF < ORF (Theorem 4.3, Fig. 4), Monte Carlo", "greater"),
             "orf_iid": claim("ORF < IID (Theorem 4.3, Fig. 4), Monte Carlo", "greater"),
             "simrf_plus": claim("SimRF+ below SimRF (Sec. 3.2, Fig. 4)", "greater"),

@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 k=4.0,
             ),
             "order_theory": claim(
-                "SimRF < ORF < IID at every v, by the closed forms (Corollary 3.3)", "greater"
+                "SimRF < ORF < IID at every v, by the closed forms (Corollary 3.3)", "fact"
             ),
             "simrf_below_orf": claim(
                 "SimRF below ORF (Corollary 3.3, Fig. 6), Monte Carlo", "greater"

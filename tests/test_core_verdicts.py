@@ -141,7 +141,7 @@ def test_claims_are_validated_and_every_declared_claim_needs_a_verdict(tmp_path)
         make(bad=claim("x", "bigger"))
     with pytest.raises(ValueError, match="declare the claims"):
         verdicts.Verdicts(ml_collections.ConfigDict({"powered": True}))
-    judge = make(a=claim("A", "greater"), b=claim("B", "less"))
+    judge = make(a=claim("A", "fact"), b=claim("B", "less"))
     judge.exact("a", 0.5, effect="gap")
     with pytest.raises(ValueError, match=r"without a verdict: \['b'\]"):
         verdicts.write(str(tmp_path), judge)
@@ -163,3 +163,14 @@ def test_no_interval_is_not_resolved():
     judge = make(gain=claim("A beats B", "greater", margin=1.0))
     verdict = judge.effect("gain", Estimate(-5.0, math.nan, 1, 0.0), effect="d", units="seeds")
     assert verdict.outcome == Outcome.NOT_RESOLVED and "no interval" in verdict.evidence
+
+
+def test_a_fact_is_decided_without_noise():
+    judge = make(order=claim("closed forms ordered", "fact"), gain=claim("A beats B", "greater"))
+    verdict = judge.exact("order", -0.002, effect="smallest gap")
+    assert verdict.outcome == Outcome.DOES_NOT_HOLD and verdict.evidence == (
+        "smallest gap = -0.002 (exact)"
+    )
+    assert judge.fact("order", True, "every cycle odd").outcome == Outcome.HOLDS
+    with pytest.raises(ValueError, match="not a 'fact'"):
+        judge.fact("gain", True, "no")

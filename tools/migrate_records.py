@@ -84,7 +84,35 @@ def structured_kernels(name: str):
     }
 
 
+def structured_concentration(name: str):
+    """measurements.json (the per-method measurements) and the data set's constants, which
+    ``measure`` computes from the data (no draws): dim, lengthscale, diameter, i.i.d. MSE."""
+    import numpy as np
+
+    from experiments import structured_concentration as study
+    from experiments.core import records
+    from rfjax import theory
+
+    with open(os.path.join(RESULTS, name, "measurements.json")) as handle:
+        measured = json.load(handle)
+    config = records.load_config(os.path.join(RESULTS, name))
+    points, lengthscale = study.load_points(config)
+    scaled = points / lengthscale
+    first, second = study.choose_pairs(len(points), config.num_pairs, config.seed)
+    distances = np.linalg.norm(scaled[:, None] - scaled[None], axis=-1)
+    dim = points.shape[-1]
+    return {
+        **measured,
+        "dim": dim,
+        "num_features": dim,
+        "lengthscale": lengthscale,
+        "diameter": float(distances.max()),
+        "iid_mse": float(np.mean(theory.rff_mse(scaled[first], scaled[second], dim))),
+    }
+
+
 MIGRATIONS = {
+    "structured_concentration": structured_concentration,
     "structured_kernels": structured_kernels,
     "rff_error": rff_error,
     "kernel_mse": kernel_mse,

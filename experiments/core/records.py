@@ -23,6 +23,17 @@ CONFIG_FILE = "config.json"
 COMMAND_FILE = "command.txt"
 
 
+# Fields that say how a report judges, not what a measurement depends on.
+REPORT_FIELDS = ("claims", "powered")
+
+
+def settings(config: ml_collections.ConfigDict, exclude: tuple[str, ...] = ()) -> dict:
+    """What a measurement depends on: ``config`` without ``REPORT_FIELDS`` and ``exclude``,
+    as JSON stores it (tuples as lists), for comparing a stored record with a new config."""
+    skip = (*REPORT_FIELDS, *exclude)
+    return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k not in skip}))
+
+
 def write(workdir: str, records: Any) -> str:
     """Writes ``records`` (JSON: dicts, lists, numbers, strings) to ``workdir/records.json``
     (process 0); returns the path."""

@@ -50,6 +50,7 @@ TESTS = {
     "nonsuperior": (0.95, True, "the effect is < +margin (lower is better)"),
     "equivalent": (0.90, True, "the effect is within ±margin (two one-sided tests)"),
     "within_se": (0.95, False, "the effect is within k SE of 0 (agreement with a reference)"),
+    "fact": (0.95, False, "a deterministic statement (a closed form, a graph colouring): no noise"),
 }
 
 
@@ -258,12 +259,18 @@ class Verdicts:
             note=note,
         )
 
+    def fact(self, name: str, true: bool, evidence: str) -> Verdict:
+        """The verdict on a deterministic statement (claim test ``"fact"``): computed exactly,
+        with no noise to resolve, so it holds or does not hold."""
+        claim = self._claim(name)
+        if claim.test != "fact":
+            raise ValueError(f"claim {name!r} is a {claim.test!r} claim, not a 'fact'")
+        outcome = Outcome.HOLDS if true else Outcome.DOES_NOT_HOLD
+        return self._record(name, Verdict(claim.statement, outcome, evidence, "exact"))
+
     def exact(self, name: str, value: float, *, effect: str, number: str = ".3g") -> Verdict:
-        """The verdict from a closed form (no noise): ``value`` oriented as the claim's test
-        reads it."""
-        return self.effect(
-            name, Estimate(value, 0.0, 1), effect=effect, units="closed form", number=number
-        )
+        """``fact``: a closed-form ``value`` that the claim says is > 0."""
+        return self.fact(name, value > 0, f"{effect} = {_number(value, '+' + number)} (exact)")
 
     def _interval_rule(self, claim, estimate, margin, units, number):
         low, high = estimate.interval(claim.level)
@@ -368,7 +375,9 @@ def _unresolved_text(claim: Claim, estimate: Estimate, margin: float, units: str
 
 def _estimate_text(effect: str, estimate: Estimate, level: float, units: str, number: str):
     if estimate.se == 0:
-        return f"{effect} = {_number(estimate.mean, '+' + number)} ({units})"
+        return (
+            f"{effect} = {_number(estimate.mean, '+' + number)} ({estimate.n} {units}, no spread)"
+        )
     low, high = estimate.interval(level)
     return (
         f"{effect} = {_number(estimate.mean, '+' + number)} ± {_number(estimate.se, number)} "
