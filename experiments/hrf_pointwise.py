@@ -22,7 +22,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs
+from experiments.core import outputs, stats, verdicts
+from experiments.core.stats import Estimate
 from experiments.core.validate import require_names, require_positive
 from rfjax import features, projections, theory
 
@@ -173,31 +174,25 @@ def theory_curves(
 def monte_carlo_relative_error(
     key: jax.Array, radius: float, x: np.ndarray, y: np.ndarray, config: ml_collections.ConfigDict
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Relative errors and their standard errors, shapes (num_estimators, T)."""
-    exact = np.exp(np.sum(x * y, axis=-1))
-    total = np.zeros((len(ESTIMATORS), x.shape[0]))
-    total_sq = np.zeros_like(total)
+    """Relative errors and their standard errors (delta method), shapes (num_estimators, T)."""
+    exact = jnp.exp(jnp.sum(jnp.asarray(x * y, config.dtype), axis=-1))
     xj, yj = jnp.asarray(x, config.dtype), jnp.asarray(y, config.dtype)
-    chunks = range(0, config.num_draws, config.draws_per_chunk)
-    for start in outputs.progress(chunks, f"r = {radius:g} draws"):
-        count = min(config.draws_per_chunk, config.num_draws - start)
-        base_keys, gaussian_keys = jax.random.split(jax.random.fold_in(key, start), (2, count))
-        m, n = config.num_features, config.num_coefficient_features
+    m, n = config.num_features, config.num_coefficient_features
+    bandwidth = config.gaussian_bandwidth_over_radius * radius
+
+    def squared_relative_errors(keys):
+        base_keys, gaussian_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
         base = _base_and_angular_estimates(config.coupling, m, n, base_keys, xj, yj)
-        bandwidth = config.gaussian_bandwidth_over_radius * radius
         gaussian = _gaussian_hybrid_estimates(
             config.coupling, m, n, radius, bandwidth, gaussian_keys, xj, yj
         )
-        estimates = jnp.concatenate([base, gaussian], axis=1)
-        relative_sq = ((np.asarray(estimates, np.float64) - exact) / exact) ** 2
-        total += relative_sq.sum(axis=0)
-        total_sq += (relative_sq**2).sum(axis=0)
-    count = config.num_draws
-    mse = total / count
-    variance = np.maximum((total_sq - count * mse**2) / (count - 1), 0.0)
+        return ((jnp.concatenate([base, gaussian], axis=1) - exact) / exact) ** 2
+
+    mse, mse_se = stats.chunked_mean_se(
+        squared_relative_errors, key, config.num_draws, config.draws_per_chunk, f"r = {radius:g}"
+    )
     error = np.sqrt(mse)
-    se = np.sqrt(variance / count) / (2.0 * np.maximum(error, np.finfo(np.float64).tiny))
-    return error, se
+    return error, mse_se / (2.0 * np.maximum(error, np.finfo(np.float64).tiny))
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> list[dict]:
@@ -344,31 +339,52 @@ def endpoint_errors(rows: list[dict]) -> tuple[float, float]:
     return max(r["rel_error_mc"] for r in ends), max(r["rel_error_theory"] for r in ends)
 
 
-def bounded_agreement(rows: list[dict]) -> tuple[float, int]:
-    """Largest |Monte Carlo - theory| / SE over the trig cells with non-zero theory, and their
-    number (trig is bounded, so its Monte Carlo SE is reliable)."""
-    z = [
-        abs(r["rel_error_mc"] - r["rel_error_theory"]) / r["rel_error_se"]
-        for r in rows
-        if r["estimator"] == "trigonometric" and r["rel_error_theory"] > 0
-    ]
-    return max(z), len(z)
+def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares."""
+    judge = verdicts.Verdicts(config)
+    radii, summary_rows = list(config.radii), summarise(rows, config)
+    theory_best = best_at(summary_rows, "theory")
+    judge.fact(
+        "smallest",
+        theory_best == radii,
+        f"by the closed forms the angular hybrid's max over theta is the smallest at r in "
+        f"{theory_best} of {radii}",
+    )
+    end_mc, end_theory = endpoint_errors(rows)
+    judge.fact(
+        "exact_ends",
+        end_mc < EXACT_TOLERANCE,
+        f"largest relative error at the two ends over all r: Monte Carlo {end_mc:.2g}, closed "
+        f"form {end_theory:.2g} (exact counts as below {EXACT_TOLERANCE:g}, float64 rounding)",
+    )
+    trig = [r for r in rows if r["estimator"] == "trigonometric" and r["rel_error_theory"] > 0]
+    worst = max(
+        trig, key=lambda r: abs(r["rel_error_mc"] - r["rel_error_theory"]) / r["rel_error_se"]
+    )
+    judge.effect(
+        "agreement",
+        Estimate(
+            worst["rel_error_mc"] - worst["rel_error_theory"],
+            worst["rel_error_se"],
+            config.num_draws,
+        ),
+        effect=f"Monte Carlo - closed form at the worst of {len(trig)} trig cells (r = "
+        f"{worst['radius']:g}, theta = {worst['theta']:.3g})",
+        units="draws",
+    )
+    return judge
 
 
 def report(rows: list[dict], config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``results.csv``, ``summary.csv``, ``relative_error.png``, ``summary.md`` and
-    ``config.json``."""
+    """Writes ``results.csv``, ``summary.csv``, ``relative_error.png``, ``summary.md``,
+    ``verdicts.json`` and ``config.json``."""
     summary_rows = summarise(rows, config)
-    outputs.write_csv(os.path.join(workdir, "summary.csv"), summary_rows)
-    table = outputs.markdown_table(summary_rows)
-    radii = list(config.radii)
-    theory_best, mc_best = best_at(summary_rows, "theory"), best_at(summary_rows, "mc")
     gaps = monte_carlo_max_gaps(rows, config)
     resolved = [g["r"] for g in gaps if all(value > 3 for key, value in g.items() if key != "r")]
-    end_mc, end_theory = endpoint_errors(rows)
-    max_z, cells = bounded_agreement(rows)
-    summary = outputs.render_summary(
+    summary = verdicts.write_summary(
+        workdir,
         "hrf_pointwise",
+        judge(rows, config),
         dim=config.dim,
         m=config.num_features,
         n=config.num_coefficient_features,
@@ -377,39 +393,15 @@ def report(rows: list[dict], config: ml_collections.ConfigDict, workdir: str) ->
         angles=config.num_angles,
         bandwidth=f"{config.gaussian_bandwidth_over_radius:g}",
         dtype=config.dtype,
-        radii=radii,
-        theory_best=theory_best,
-        theory_verdict="holds"
-        if theory_best == radii
-        else f"does not hold, because at r in {[r for r in radii if r not in theory_best]} "
-        "another estimator's closed-form max is smaller",
-        mc_best=mc_best,
+        radii=list(config.radii),
+        mc_best=best_at(summary_rows, "mc"),
         mc_resolved=resolved,
         gap_table=outputs.markdown_table(gaps, "{:.1f}"),
-        end_mc=f"{end_mc:.2g}",
-        end_theory=f"{end_theory:.2g}",
-        tolerance=f"{EXACT_TOLERANCE:g}",
-        end_verdict="holds"
-        if end_mc < EXACT_TOLERANCE
-        else f"does not hold, because the Monte Carlo error there reaches {end_mc:.2g}",
-        max_z=f"{max_z:.2f}",
-        cells=cells,
-        agreement_verdict="holds"
-        if max_z <= 4
-        else "does not hold, because a trig cell is more than 4 SE from its closed form",
-        table=table,
+        table=outputs.markdown_table(summary_rows),
     )
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
+    outputs.write_csv(os.path.join(workdir, "summary.csv"), summary_rows)
+    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "relative_error.png"))
-    print(table)
-    print(f"wrote results.csv, summary.csv, relative_error.png, summary.md in {workdir}")
-    return {
-        "rows": rows,
-        "summary": summary_rows,
-        "hybrid_best_at": {"theory": theory_best, "mc": mc_best},
-    }
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)
+    print(summary)
+    return {"rows": rows, "summary": summary_rows}

@@ -19,7 +19,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs
+from experiments.core import outputs, stats, verdicts
+from experiments.core.stats import Estimate
 from experiments.core.validate import require_names, require_positive
 from rfjax import features, projections
 
@@ -154,17 +155,19 @@ def monte_carlo_mse(
     description: str,
 ) -> tuple[float, float]:
     """MSE over pairs and ``num_draws`` draws, and its standard error over draws."""
-    per_draw = []
     xj, yj = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
-    for start in outputs.progress(range(0, config.num_draws, config.draws_per_chunk), description):
-        count = min(config.draws_per_chunk, config.num_draws - start)
-        keys = jax.random.split(jax.random.fold_in(key, start), count)
-        errors = _mean_squared_errors(
-            estimator, coupling, num_features, config.num_sign_features, keys, xj, yj
-        )
-        per_draw.append(np.asarray(errors, np.float64))
-    values = np.concatenate(per_draw)
-    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+    draw = functools.partial(
+        _mean_squared_errors,
+        estimator,
+        coupling,
+        num_features,
+        config.num_sign_features,
+        x=xj,
+        y=yj,
+    )
+    values = stats.draw_in_chunks(draw, key, config.num_draws, config.draws_per_chunk, description)
+    mean, se = stats.mean_se(values)
+    return float(mean), float(se)
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
@@ -272,68 +275,80 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
     outputs.save_figure(fig, path)
 
 
-UNRESOLVED = "a gap within 3 SE"
-
-
 def hrf_versus_baselines(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
     """Per (data set, matching): the better HRF variant and, for each baseline, the gap
-    (baseline MSE - HRF MSE) in standard errors of the difference (independent draws), with the
-    Table 1 verdict: "holds" if HRF is below every baseline by more than 3 SE."""
+    (baseline MSE - HRF MSE) in standard errors of the difference (independent draws)."""
     out = []
     for name in config.datasets:
         for matching in config.matchings:
-            mine = {
-                r["method"]: r
-                for r in rows
-                if r["dataset"] == name and r["matching"] == matching and np.isfinite(r["mse"])
-            }
+            mine = _finite(rows, name, matching)
             hybrids = [m for m in mine if METHODS[m][0] == "hybrid"]
             baselines = [m for m in mine if METHODS[m][0] != "hybrid"]
             if not hybrids or not baselines:
                 continue
             best = min(hybrids, key=lambda m: mine[m]["mse"])
-            z = {
-                b: (mine[b]["mse"] - mine[best]["mse"])
-                / np.hypot(mine[b]["mse_se"], mine[best]["mse_se"])
-                for b in baselines
-            }
             row = {"dataset": name, "baselines matched by": matching, "better HRF": best}
-            row.update({f"z vs {b}": float(z[b]) for b in baselines})
-            beaten = [b for b in baselines if z[b] < -3]
-            row["verdict"] = (
-                "holds"
-                if all(value > 3 for value in z.values())
-                else f"{', '.join(beaten)} lower by > 3 SE"
-                if beaten
-                else UNRESOLVED
-            )
+            for b in baselines:
+                gap = _relative_gap(mine[b], mine[best], config.num_draws)
+                row[f"z vs {b}"] = gap.mean / gap.se
             out.append(row)
     return out
 
 
-def matching_verdict(comparisons: list[dict], matching: str) -> str:
-    """The Table 1 verdict over the data sets for one matching: "holds", "does not hold" (a
-    baseline lower by > 3 SE somewhere) or "resolved only in part" (gaps within 3 SE)."""
-    mine = [c for c in comparisons if c["baselines matched by"] == matching]
-    if not mine:
-        return "not measured"
-    failing = [f"on {c['dataset']} {c['verdict']}" for c in mine if c["verdict"] != "holds"]
-    if not failing:
-        return f"holds on {', '.join(c['dataset'] for c in mine)}"
-    if all(c["verdict"] in ("holds", UNRESOLVED) for c in mine):
-        return "resolved only in part: " + "; ".join(failing)
-    return "does not hold, because " + "; ".join(failing)
+def _finite(rows: list[dict], dataset: str, matching: str) -> dict[str, dict]:
+    return {
+        r["method"]: r
+        for r in rows
+        if r["dataset"] == dataset and r["matching"] == matching and np.isfinite(r["mse"])
+    }
+
+
+def _relative_gap(baseline: dict, hybrid: dict, n: int) -> Estimate:
+    """(baseline MSE - HRF MSE) / HRF MSE (independent draws)."""
+    difference = stats.independent_difference(
+        Estimate(baseline["mse"], baseline["mse_se"], n),
+        Estimate(hybrid["mse"], hybrid["mse_se"], n),
+    )
+    return Estimate(difference.mean / hybrid["mse"], difference.se / hybrid["mse"], difference.n)
+
+
+def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """One verdict per matching: the better HRF variant against every baseline, one test of
+    the precision-weighted mean relative gap over (data set, baseline) cells."""
+    judge = verdicts.Verdicts(config)
+    for matching in MATCHINGS:
+        cells = {}
+        for name in config.datasets if matching in config.matchings else ():
+            mine = _finite(rows, name, matching)
+            hybrids = [m for m in mine if METHODS[m][0] == "hybrid"]
+            if not hybrids:
+                continue
+            best = mine[min(hybrids, key=lambda m: mine[m]["mse"])]
+            for b in (m for m in mine if METHODS[m][0] != "hybrid"):
+                cells[(name, b)] = _relative_gap(mine[b], best, config.num_draws)
+        judge.ordering(
+            f"{matching}_matched",
+            cells,
+            effect="(baseline MSE - better HRF MSE) / HRF MSE",
+            cell_name="(data set, baseline)",
+            units="draws",
+            shared_units=True,
+        )
+    return judge
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``results.csv``, ``mse.png``, ``summary.md`` and ``config.json``."""
+    """Writes ``results.csv``, ``mse.png``, ``summary.md``, ``verdicts.json`` and
+    ``config.json``."""
     rows, notes = results["rows"], results["notes"]
     summary_rows = table_rows(rows, config)
     comparisons = hrf_versus_baselines(rows, config)
     table = outputs.markdown_table(summary_rows)
     m, n = config.num_features, config.num_sign_features
-    summary = outputs.render_summary(
+    verdicts.write_summary(
+        workdir,
         "hrf_qmc",
+        judge(rows, config),
         scaling=repr(config.scaling),
         input_norm=f"{config.input_norm:g}",
         pairs=config.num_pairs,
@@ -343,21 +358,15 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         width=4 * m * (n + 1),
         same_projections=m + n,
         same_width=2 * m * (n + 1),
-        projections_verdict=matching_verdict(comparisons, "projections"),
-        width_verdict=matching_verdict(comparisons, "width"),
         comparison_table=outputs.markdown_table(comparisons, "{:.1f}"),
         table=table,
         notes="".join(f"- {note}\n" for note in notes) or "- all couplings registered\n",
     )
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
+    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "mse.png"))
     print(table)
     for note in notes:
         print(note)
     print(f"wrote results.csv, mse.png, summary.md in {workdir}")
     return {"rows": rows, "table": summary_rows, "comparisons": comparisons, "notes": notes}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)

@@ -111,7 +111,23 @@ def structured_concentration(name: str):
     }
 
 
+def hrf_qmc(name: str):
+    notes = []
+    with open(os.path.join(RESULTS, name, "summary.md")) as handle:
+        for line in handle:
+            if line.startswith("- ") and "not registered" in line:
+                notes.append(line[2:].strip())
+    return {"rows": rows(name, "results.csv"), "notes": notes}
+
+
+def hrf_clustered(name: str):
+    return {"rows": rows(name, "results.csv"), "facts": rows(name, "configurations.csv")}
+
+
 MIGRATIONS = {
+    "hrf_clustered": hrf_clustered,
+    "hrf_qmc": hrf_qmc,
+    "hrf_pointwise": kernel_mse,  # the rows of results.csv
     "structured_concentration": structured_concentration,
     "structured_kernels": structured_kernels,
     "rff_error": rff_error,
