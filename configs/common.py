@@ -172,6 +172,7 @@ def claim(
     relative: bool = False,
     confidence: float = 0.0,
     k: float = 3.0,
+    pooling: str = "equal",
 ) -> ml_collections.ConfigDict:
     """A claim declared before the run, for ``config.claims`` (judged by
     ``experiments.core.verdicts``, which checks the fields).
@@ -188,6 +189,9 @@ def claim(
       relative: whether ``margin`` is a fraction of a reference value the study supplies.
       confidence: the interval's coverage (0: 0.90 for equivalence, 0.95 otherwise).
       k: for ``within_se``, the SEs that count as agreement.
+      pooling: how a test over cells weights them: ``"equal"`` (the mean effect over the
+        cells) or ``"precision"`` (1 / se^2, for cells whose noise differs by orders of
+        magnitude).
     """
     return ml_collections.ConfigDict(
         {
@@ -197,5 +201,6 @@ def claim(
             "relative": relative,
             "confidence": float(confidence),
             "k": float(k),
+            "pooling": pooling,
         }
     )

@@ -411,7 +411,7 @@ def configuration_rows(rows: list[dict], facts: list[dict], config) -> list[dict
 
 def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
     """The verdicts on the claims ``config`` declares: cluster-HRF against both baselines, one
-    test of the precision-weighted mean relative gap over (configuration, m, baseline)."""
+    test of the mean relative gap over (configuration, m, baseline)."""
     judge = verdicts.Verdicts(config)
     rows, n = results["rows"], config.repetitions
     cells = {}

@@ -314,7 +314,7 @@ def _relative_gap(baseline: dict, hybrid: dict, n: int) -> Estimate:
 
 def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdicts:
     """One verdict per matching: the better HRF variant against every baseline, one test of
-    the precision-weighted mean relative gap over (data set, baseline) cells."""
+    the mean relative gap over (data set, baseline) cells."""
     judge = verdicts.Verdicts(config)
     for matching in MATCHINGS:
         cells = {}

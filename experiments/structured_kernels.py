@@ -325,8 +325,8 @@ def _hd_table(rows: list[dict], dim: int) -> list[dict]:
 
 
 def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
-    """The verdicts on the claims ``config`` declares: each a test of the precision-weighted
-    mean ratio to ``gaussian`` over its cells (the m of one method share their draws)."""
+    """The verdicts on the claims ``config`` declares: each a test of the mean ratio to
+    ``gaussian`` over its cells (the m of one method share their draws)."""
     judge = verdicts.Verdicts(config)
     rows, n = results["rows"], config.num_draws
 

@@ -43,9 +43,9 @@ import jax.numpy as jnp
 import matplotlib
 import ml_collections
 import numpy as np
-from scipy import stats
 
-from experiments.core import outputs
+from experiments.core import outputs, stats, verdicts
+from experiments.core.stats import Estimate
 from rfjax import data, features, projections
 from rfjax.ops import pad_to_power_of_two
 
@@ -383,7 +383,7 @@ def measure_dataset(
                         "num_features": int(ratio * dim),
                         "repetitions": repetitions,
                         "accuracy": float(draws.mean()),
-                        "accuracy_se": float(draws.std(ddof=1) / math.sqrt(len(draws))),
+                        "accuracy_se": float(stats.mean_se(draws)[1]),
                     }
                 )
     return rows
@@ -663,115 +663,139 @@ def plot(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict,
 
 
 def _public(rows: list[dict]) -> list[dict]:
-    """Rows without the private ``_`` columns (kept for verdicts)."""
+    """Rows without the private ``_`` columns."""
     return [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
 
 
-def ordering_verdict(order: list[dict], comparison: str, config) -> str:
-    """Holds if the set-averaged difference is > 3 SE at the smallest m/d (where the couplings
-    differ most) and no (set, m/d) cell is behind by more than 2 SE; the other m/d are given."""
-    row = next((r for r in order if r["comparison"] == comparison), None)
-    if row is None:
-        return "not measured"
-    smallest = min(config.ratios)
-    mean, se = row[f"_average_{smallest}"]
-    resolved = [r for r in config.ratios if row[f"_average_{r}"][0] > 3 * row[f"_average_{r}"][1]]
-    text = (
-        f"set average {mean:+.4f} ± {se:.4f} at m/d = {smallest}; ahead by > 3 SE at "
-        f"m/d in {tuple(resolved)}; {row['significant_behind']} of {row['cells']} cells behind "
-        "by > 2 SE"
+def _accuracy(cell: dict) -> Estimate:
+    return Estimate(cell["accuracy"], cell["accuracy_se"], cell["repetitions"])
+
+
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares (couplings use independent draws; the m
+    of one coupling share their draws)."""
+    judge = verdicts.Verdicts(config)
+    rows, facts = results["rows"], results["facts"]
+    fig8 = _lookup(rows, "fig8", config.split)
+    for name, (better, worse) in (
+        ("simrf_orf", ("simplex", "orthogonal")),
+        ("orf_iid", ("orthogonal", "gaussian")),
+    ):
+        judge.ordering(
+            name,
+            {
+                (d, r): stats.independent_difference(_accuracy(fig8[d, better, r]), _accuracy(c))
+                for (d, c_name, r), c in fig8.items()
+                if c_name == worse and (d, better, r) in fig8
+            },
+            effect=f"accuracy {LABELS[better]} - {LABELS[worse]}",
+            cell_name="(data set, m/d)",
+            units="draws",
+            shared_units=True,
+        )
+    _approach(judge, rows, facts, config)
+    plus = {
+        (split, d): stats.independent_difference(
+            _accuracy(cells[d, "simplex_plus", config.table2_ratio]),
+            _accuracy(cells[d, "simplex", config.table2_ratio]),
+        )
+        for split in dict.fromkeys((config.split, *config.table2_splits))
+        for cells in (_lookup(rows, "fig8", split),)
+        for d in config.datasets
+        if (d, "simplex_plus", config.table2_ratio) in cells
+    }
+    judge.ordering(
+        "simrf_plus_marginal",
+        plus,
+        effect=f"accuracy SimRF+ - SimRF at m/d = {config.table2_ratio}",
+        cell_name="(split, data set)",
+        units="draws",
     )
-    if mean > 3 * se and row["significant_behind"] == 0:
-        return f"holds ({text})"
-    return f"does not hold ({text})"
-
-
-def table2_verdict(table: list[dict]) -> tuple[str, str]:
-    """(SimRF+ gains marginal: no set with SimRF+ ahead by more than 3 SE; agreement of our
-    SimRF with the paper's: within 3 SE of the difference)."""
-    gains = [float(r["SimRF+ - SimRF"].split("±")[0]) for r in table]
-    ses = [float(r["SimRF+ - SimRF"].split("±")[1]) for r in table]
-    ahead = sum(g > 3 * s for g, s in zip(gains, ses, strict=True))
-    behind = sum(g < -3 * s for g, s in zip(gains, ses, strict=True))
-    within = sum(abs(float(r["SimRF - paper (SE)"])) <= 3 for r in table)
-    return (
-        f"SimRF+ gains marginal: {'holds' if ahead == 0 else 'does not hold'} (largest "
-        f"|SimRF+ - SimRF| = {max(map(abs, gains)):.4f}; SimRF+ ahead by > 3 SE on {ahead}, "
-        f"behind on {behind} of {len(table)} sets)",
-        f"{within} of {len(table)} sets within 3 SE of the paper's SimRF",
+    fast = _lookup(rows, "fast", config.split)
+    judge.ordering(
+        "fast_regular",
+        {
+            (d, LABELS[quick], r): stats.independent_difference(
+                _accuracy(fast[d, quick, r]), _accuracy(fast[d, regular, r])
+            )
+            for (d, c, r) in fast
+            for regular, quick in (("orthogonal", "hd_orthogonal"), ("simplex", "fast_simplex"))
+            if c == quick and (d, regular, r) in fast
+        },
+        effect="accuracy fast - regular coupling",
+        cell_name="(data set, fast coupling, m/p)",
+        units="draws",
     )
-
-
-def fast_regular_verdict(zs: list[float], family_level: float = 0.05) -> str:
-    """Fast = regular unless some |z| exceeds the Bonferroni threshold of the family of
-    comparisons (two-sided, family-wise level ``family_level``)."""
-    threshold = float(stats.norm.isf(family_level / (2 * len(zs))))
-    beyond = sum(abs(z) > threshold for z in zs)
-    return (
-        f"{'holds' if beyond == 0 else 'does not hold'}: largest |fast - regular| = "
-        f"{max(map(abs, zs)):.2f} SE over {len(zs)} comparisons against a Bonferroni threshold "
-        f"of {threshold:.2f} SE (family-wise 5%); {sum(abs(z) > 2 for z in zs)} beyond 2 SE, "
-        f"about {0.05 * len(zs):.1f} expected by chance"
+    authors = _lookup(rows, "fig8", "authors")
+    judge.every(
+        "reproduces_paper",
+        {
+            d: stats.independent_difference(
+                _accuracy(authors[d, "simplex", config.table2_ratio]),
+                Estimate(PAPER_TABLE_2[d][1], PAPER_TABLE_2[d][2], 1),
+            )
+            for d in config.datasets
+            if (d, "simplex", config.table2_ratio) in authors
+        },
+        effect="our SimRF - the paper's (Table 2, authors' split)",
+        cell_name="data sets",
+        units="draws",
     )
+    return judge
 
 
-def approach_verdicts(rows: list[dict], facts: list[dict], config) -> str:
-    """Per small-d set: exact - SimRF at m/d = 10 and at the largest approach m/d; "tends to the
-    exact kernel" holds if the gap shrank by more than 3 SE on every set; then whether it is
-    within ``exact_tolerance``."""
+def _approach(judge, rows: list[dict], facts: list[dict], config) -> None:
+    """ "Tends to the exact kernel" on the small-d sets: the gap exact - SimRF shrinks from the
+    largest Fig. 8 m/d to the largest approach m/d, and ends within the declared margin."""
     cells = {**_lookup(rows, "approach", config.split), **_lookup(rows, "fig8", config.split)}
-    largest = max(config.approach_ratios, default=0)
-    start = max(config.ratios)
-    parts, shrank, near, far = [], [], [], []
+    largest, start = max(config.approach_ratios, default=0), max(config.ratios)
+    shrink, final = {}, {}
     for fact in _facts(facts, config.split):
         name = fact["dataset"]
         if (name, "simplex", largest) not in cells or (name, "simplex", start) not in cells:
             continue
-        first, last = cells[name, "simplex", start], cells[name, "simplex", largest]
-        gap_first = fact["exact_accuracy"] - first["accuracy"]
-        gap_last = fact["exact_accuracy"] - last["accuracy"]
-        se = math.hypot(first["accuracy_se"], last["accuracy_se"])
-        shrank.append(gap_first - gap_last > 3 * se)
-        (near if abs(gap_last) <= config.exact_tolerance else far).append(name)
-        parts.append(f"{name} {gap_first:+.3f} -> {gap_last:+.3f}")
-    if not parts:
-        return "not measured"
-    trend = "holds" if all(shrank) else "does not hold everywhere"
-    within = "holds" if not far else f"does not hold on {', '.join(far)}"
-    return (
-        f"tends to the exact kernel: {trend} (exact - SimRF from m/d = {start} to {largest}: "
-        f"{'; '.join(parts)}); within {config.exact_tolerance} at m/d = {largest}: {within}"
+        first, last = (
+            _accuracy(cells[name, "simplex", start]),
+            _accuracy(cells[name, "simplex", largest]),
+        )
+        shrink[name] = stats.independent_difference(last, first)
+        final[name] = Estimate(fact["exact_accuracy"] - last.mean, last.se, last.n)
+    judge.ordering(
+        "approach_trend",
+        shrink,
+        effect=f"SimRF accuracy at m/d = {largest} - at m/d = {start}",
+        cell_name="data sets",
+        units="draws",
+    )
+    judge.every(
+        "approach_within",
+        final,
+        effect=f"exact - SimRF accuracy at m/d = {largest}",
+        cell_name="data sets",
+        units="draws",
     )
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes results.csv, datasets.csv, tables.json, the figure and summary.md."""
+    """Writes results.csv, datasets.csv, tables.json, the figure, summary.md, verdicts.json
+    and config.json."""
     rows, facts = results["rows"], results["facts"]
     order = orderings(rows, config)
     approach = approach_table(rows, facts, config)
     tables = {"orderings": _public(order), "approach": approach}
-    table2_text, table2_summary, table2_plus = [], [], []
-    table2_splits = [s for s in (config.split, *config.table2_splits) if _facts(facts, s)]
-    table2_splits = list(dict.fromkeys(table2_splits))
+    table2_text = []
     if "simplex_plus" in config.couplings and "simplex" in config.couplings:
-        for split in table2_splits:
-            table = table2(rows, facts, config, split)
-            tables[f"table2_{split}"] = table
-            plus, paper = table2_verdict(table)
-            table2_summary.append(f"split `{split}`: {paper}")
-            table2_plus.append(f"split `{split}`: {plus}")
+        for split in dict.fromkeys(
+            s for s in (config.split, *config.table2_splits) if _facts(facts, s)
+        ):
+            tables[f"table2_{split}"] = table2(rows, facts, config, split)
             table2_text.append(
-                f"### Split `{split}`\n\n{outputs.markdown_table(table)}\n\n"
-                f"SimRF+ vs SimRF: {plus}. Our SimRF vs the paper's: {paper}.\n"
+                f"### Split `{split}`\n\n{outputs.markdown_table(tables[f'table2_{split}'])}\n"
             )
-    table3_text, fast_verdict = "(not run)", "not measured"
+    table3_text = "(not run)"
     if config.fast_couplings:
-        table = table3(rows, facts, config)
-        tables["table3"] = _public(table)
-        zs = [v for row in table for k, v in row.items() if k.startswith("_z_")]
-        fast_verdict = fast_regular_verdict(zs)
-        table3_text = outputs.markdown_table(_public(table))
-    approach_verdict = approach_verdicts(rows, facts, config)
+        tables["table3"] = _public(table3(rows, facts, config))
+        table3_text = outputs.markdown_table(tables["table3"])
     fact_columns = (
         "dataset",
         "split",
@@ -785,9 +809,10 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         "majority_rate",
         "exact_accuracy",
     )
-    reps = ", ".join(f"{name} {config.repetitions[name]}" for name in config.datasets)
-    summary = outputs.render_summary(
+    summary = verdicts.write_summary(
+        workdir,
         "uci_classification",
+        judge(results, config),
         split=config.split,
         split_seed=config.split_seed,
         test_fraction=f"{config.test_fraction:.0%}",
@@ -795,36 +820,25 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         ratios=tuple(config.ratios),
         extra_ratios=tuple(config.extra_ratios),
         extra_max_dim=config.extra_ratios_max_dim,
-        repetitions=reps,
+        repetitions=", ".join(f"{name} {config.repetitions[name]}" for name in config.datasets),
         minutes=f"{results['seconds'] / 60:.1f}",
         cpu_minutes=f"{results['cpu_seconds'] / 60:.1f}",
         prng=config.prng_impl,
         fact_table=outputs.markdown_table([{k: f[k] for k in fact_columns} for f in facts]),
         fig8_table=outputs.markdown_table(fig8_table(rows, facts, config)),
         ordering_table=outputs.markdown_table(_public(order)) if order else "(not run)",
-        simrf_orf_verdict=ordering_verdict(order, "SimRF >= ORF", config),
-        orf_iid_verdict=ordering_verdict(order, "ORF >= IID", config),
-        tolerance=config.exact_tolerance,
         approach_ratios=tuple(config.approach_ratios),
         approach_draws=config.approach_repetitions,
         approach_couplings=", ".join(LABELS[c] for c in config.approach_couplings),
         approach_table=outputs.markdown_table(approach),
-        approach_verdict=approach_verdict,
         table2_ratio=config.table2_ratio,
         table2=("\n".join(table2_text) or "(SimRF+ not run)"),
-        table2_summary="; ".join(table2_summary) or "not measured",
-        table2_plus="; ".join(table2_plus) or "not measured",
-        fast_verdict=fast_verdict,
         table3=table3_text,
     )
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     outputs.write_csv(os.path.join(workdir, "datasets.csv"), facts)
     outputs.write_json(os.path.join(workdir, "tables.json"), tables)
+    outputs.save_config(workdir, config)
     plot(rows, facts, config, os.path.join(workdir, "accuracy_vs_features.png"))
-    print(outputs.markdown_table(fig8_table(rows, facts, config)))
+    print(summary)
     return {**results, "tables": tables}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)

@@ -108,14 +108,14 @@ def test_within_k_se():
 
 
 def test_an_ordering_over_cells_is_one_pooled_test():
-    # Two cells shown, one reversed within the noise: with equal SEs the precision weights are
-    # equal, so the pooled mean (0.4 + 0.4 - 0.1) / 3 = 0.2333 with SE sqrt(3 * 0.01) / 3 =
-    # 0.0577 is above 0 by 4 SE: holds, although not every cell passes.
+    # Two cells shown, one reversed within the noise: the pooled mean (0.4 + 0.4 - 0.1) / 3 =
+    # 0.2333 with SE sqrt(3 * 0.01) / 3 = 0.0577 is above 0 by 4 SE: holds, although not every
+    # cell passes.
     judge = make(order=claim("A below B", "greater"))
     cells = {1: Estimate(0.4, 0.1, 1000), 2: Estimate(0.4, 0.1, 1000), 3: Estimate(-0.1, 0.1, 1000)}
     verdict = judge.ordering("order", cells, effect="B - A", cell_name="v", units="draws")
     assert verdict.outcome == Outcome.HOLDS
-    assert "precision-weighted mean over 3 v = +0.233 ± 0.0577" in verdict.evidence
+    assert "mean over 3 v = +0.233 ± 0.0577" in verdict.evidence
     # The same cells measured on shared draws: SE 0.1 (any correlation), CI [0.037, 0.43].
     shared = judge.ordering(
         "order", cells, effect="B - A", cell_name="v", units="draws", shared_units=True
@@ -130,7 +130,8 @@ def test_an_ordering_over_cells_is_one_pooled_test():
     # Precision weights: a noisy cell counts less. Weights 100 and 1: (100 * 0.1 + 1 * -1.0) /
     # 101 = 0.0891, SE sqrt(100^2 * 0.01 + 1) / 101 = 0.0995.
     noisy = {1: Estimate(0.1, 0.1, 100), 2: Estimate(-1.0, 1.0, 100)}
-    verdict = judge.ordering("order", noisy, effect="d", cell_name="v", units="draws")
+    weighted = make(order=claim("A below B", "greater", pooling="precision"))
+    verdict = weighted.ordering("order", noisy, effect="d", cell_name="v", units="draws")
     assert "= +0.0891 ± 0.0995" in verdict.evidence
 
 
@@ -174,3 +175,39 @@ def test_a_fact_is_decided_without_noise():
     assert judge.fact("order", True, "every cycle odd").outcome == Outcome.HOLDS
     with pytest.raises(ValueError, match="not a 'fact'"):
         judge.fact("gain", True, "no")
+
+
+def test_a_claim_about_every_cell_is_an_intersection_union_test():
+    judge = make(same=claim("A = B on every set", "equivalent", margin=0.01))
+    # 90% CIs 0.002 -+ 0.0033 and -0.001 -+ 0.0033: both inside +-0.01.
+    cells = {"a": Estimate(0.002, 0.002, 500), "b": Estimate(-0.001, 0.002, 500)}
+    verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.HOLDS and "it holds at all 2 sets" in verdict.evidence
+    # A third set 0.05 +- 0.002: beyond the margin even at the Bonferroni-corrected
+    # 1 - 0.1 / 3 = 96.7% confidence.
+    cells["c"] = Estimate(0.05, 0.002, 500)
+    verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.DOES_NOT_HOLD and "(sets c)" in verdict.evidence
+    assert "intervals at 96.67%" in verdict.evidence
+    # Opposite deviations do not cancel, as they would in a pooled mean.
+    cells = {"a": Estimate(0.012, 0.002, 500), "b": Estimate(-0.012, 0.002, 500)}
+    pooled = make(same=claim("A = B", "equivalent", margin=0.01))
+    assert pooled.ordering("same", cells, effect="d", cell_name="s", units="d").outcome == (
+        Outcome.HOLDS
+    )
+    verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+
+
+def test_the_pooling_is_declared_with_the_claim():
+    cells = {1: Estimate(1.0, 0.1, 100), 2: Estimate(-3.0, 10.0, 100)}
+    equal = make(order=claim("A above B", "greater"))
+    verdict = equal.ordering("order", cells, effect="d", cell_name="v", units="draws")
+    assert "d, mean over 2 v = -1 ± 5" in verdict.evidence  # (1 - 3) / 2, sqrt(0.01 + 100) / 2
+    precision = make(order=claim("A above B", "greater", pooling="precision"))
+    verdict = precision.ordering("order", cells, effect="d", cell_name="v", units="draws")
+    assert (
+        verdict.outcome == Outcome.HOLDS and "precision-weighted mean over 2 v" in verdict.evidence
+    )
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        make(order=claim("A", "greater", pooling="median"))

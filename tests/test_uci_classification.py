@@ -9,7 +9,9 @@ import pytest
 
 from configs import uci_classification as uci_config
 from experiments import uci_classification as uci
+from experiments.core import verdicts
 from experiments.core.outputs import read_csv
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 from rfjax import data, features, projections
 from rfjax.data._uci import DEFAULT_UCI_DIR
@@ -176,6 +178,11 @@ def test_quick_run_writes_outputs(quick_run):
     assert summary.startswith("# ") and "](accuracy_vs_features.png)" in summary
     assert "## Claims, our numbers, verdicts" in summary
     assert "0.7229" in summary  # the paper's Table 2 value for banknote beside ours
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    assert all(v.sentence() in summary for v in stored.values())
+    # The quick variant is not sized to refute a claim.
+    assert all(v.outcome != Outcome.DOES_NOT_HOLD for v in stored.values())
     for row in rows:
         assert 0.0 <= float(row["accuracy"]) <= 1.0 and float(row["accuracy_se"]) > 0
     # With d = p the regular couplings of Table 3 are the Fig. 8 draws, reported in both.

@@ -124,7 +124,20 @@ def hrf_clustered(name: str):
     return {"rows": rows(name, "results.csv"), "facts": rows(name, "configurations.csv")}
 
 
+def uci_classification(name: str):
+    """The tables; the run's wall and CPU time from the summary (printed in minutes)."""
+    minutes = summary_value(name, r"Run time ([0-9.]+) min wall")
+    cpu_minutes = summary_value(name, r"min wall, ([0-9.]+) min CPU")
+    return {
+        "rows": rows(name, "results.csv"),
+        "facts": rows(name, "datasets.csv"),
+        "seconds": float(minutes) * 60,
+        "cpu_seconds": float(cpu_minutes) * 60,
+    }
+
+
 MIGRATIONS = {
+    "uci_classification": uci_classification,
     "hrf_clustered": hrf_clustered,
     "hrf_qmc": hrf_qmc,
     "hrf_pointwise": kernel_mse,  # the rows of results.csv

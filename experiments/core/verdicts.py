@@ -54,6 +54,9 @@ TESTS = {
 }
 
 
+POOLINGS = ("equal", "precision")
+
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim as its config declares it (see ``configs.common.claim``).
@@ -67,6 +70,9 @@ class Claim:
       confidence: the interval's coverage (0 for the test's default: 0.90 for equivalence,
         i.e. TOST at 5%, 0.95 otherwise).
       k: for ``within_se``, the number of SEs that count as agreement.
+      pooling: how an ordering over cells weights them: ``"equal"`` (the plain mean effect over
+        the cells) or ``"precision"`` (weights 1 / se^2: for cells whose noise differs by orders
+        of magnitude, e.g. Monte Carlo cells with heavy tails).
     """
 
     statement: str
@@ -75,6 +81,7 @@ class Claim:
     relative: bool = False
     confidence: float = 0.0
     k: float = 3.0
+    pooling: str = "equal"
 
     def __post_init__(self):
         if self.test not in TESTS:
@@ -87,6 +94,8 @@ class Claim:
             raise ValueError(f"claim confidence must be in (0, 1) or 0, got {self.confidence!r}")
         if not self.k > 0:
             raise ValueError(f"claim k must be > 0, got {self.k!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"claim pooling must be one of {POOLINGS}, got {self.pooling!r}")
 
     @property
     def level(self) -> float:
@@ -226,38 +235,101 @@ class Verdicts:
         k: float = 3.0,
         shared_units: bool = False,
     ) -> Verdict:
-        """The verdict on an ordering over cells: one pooled test of the precision-weighted
-        mean effect over the cells (``stats.pool`` with weights 1 / se^2; ``shared_units``
-        where every cell is measured on the same draws or seeds), with, for description, the
-        cells where the effect alone is beyond ``k`` SE either way. Cells without a finite
-        estimate or SE are left out (and counted)."""
+        """The verdict on an ordering over cells: one pooled test of the mean effect over the
+        cells (``stats.pool``, weighted as the claim declares; ``shared_units`` where every
+        cell is measured on the same draws or seeds), with, for description, the cells where
+        the effect alone is beyond ``k`` SE either way. Cells without a finite estimate or SE
+        are left out (and counted)."""
         if not cells:
             return self.not_tested(name, f"no {cell_name} measured")
         finite = {c: e for c, e in cells.items() if math.isfinite(e.mean) and e.se > 0}
         if not finite:
             return self.not_tested(name, f"no {cell_name} with a finite estimate and SE")
-        weights = [1 / e.se**2 for e in finite.values()]
+        precision = self._claim(name).pooling == "precision"
+        weights = [1 / e.se**2 for e in finite.values()] if precision else None
         pooled = pool(list(finite.values()), weights, shared_units=shared_units)
         shown = [c for c, e in finite.items() if e.mean > k * e.se]
         against = [c for c, e in finite.items() if e.mean < -k * e.se]
-        if self._claim(name).test in ("less", "nonsuperior"):
+        test = self._claim(name).test
+        if test in ("less", "nonsuperior"):
             shown, against = against, shown
         note = (
             f"Cell by cell: beyond {k:g} SE the claimed way at {len(shown)} of {len(finite)} "
             f"{cell_name}, the other way at {_cells_text(against, cell_name)}"
         )
+        if test == "equivalent":
+            note = (
+                f"Cell by cell: beyond {k:g} SE of 0 at {len(shown) + len(against)} of "
+                f"{len(finite)} {cell_name} ({len(shown)} above, {len(against)} below)"
+            )
         if len(finite) < len(cells):
             note += f"; {len(cells) - len(finite)} {cell_name} without a finite estimate left out"
         return self.effect(
             name,
             pooled,
-            effect=f"{effect}, precision-weighted mean over {len(finite)} {cell_name}"
+            effect=f"{effect}, {'precision-weighted ' if precision else ''}mean over "
+            f"{len(finite)} {cell_name}"
             + (" (SE bounded for units shared by the cells)" if shared_units else ""),
             units=units,
             reference=reference,
             number=number,
             note=note,
         )
+
+    def every(
+        self,
+        name: str,
+        cells: Mapping[object, Estimate],
+        *,
+        effect: str,
+        cell_name: str,
+        units: str,
+        number: str = ".3g",
+    ) -> Verdict:
+        """The verdict on a claim about every cell (an intersection-union test, for
+        equivalence, where pooling signed effects would let deviations of both signs cancel):
+        it holds if it holds in every cell at the claim's confidence (no correction needed);
+        it does not hold if in some cell the interval at the Bonferroni-corrected confidence
+        lies against it beyond the margin; otherwise it is not resolved, and the sentence names
+        the unresolved cells and the units the worst of them needs."""
+        claim = self._claim(name)
+        if not cells:
+            return self.not_tested(name, f"no {cell_name} measured")
+        margin = self.margin_of(name)
+        strict = dataclasses.replace(claim, confidence=1 - (1 - claim.level) / len(cells))
+        judged = {
+            cell: (
+                self._interval_rule(claim, e, margin, units, number)[0],
+                self._interval_rule(strict, e, margin, units, number)[0],
+            )
+            for cell, e in cells.items()
+        }
+        failing = [c for c, (_, corrected) in judged.items() if corrected == Outcome.DOES_NOT_HOLD]
+        open_cells = [c for c, (plain, _) in judged.items() if plain != Outcome.HOLDS]
+        worst = max(cells.items(), key=lambda item: abs(item[1].mean) / max(item[1].se, 1e-300))
+        head = _estimate_text(
+            f"{effect} at the farthest {cell_name} ({worst[0]})",
+            worst[1],
+            claim.level,
+            units,
+            number,
+        )
+        if failing:
+            outcome = Outcome.DOES_NOT_HOLD
+            reason = (
+                f"against the claim beyond the margin {_number(margin, number)} at "
+                f"{_cells_text(failing, cell_name)} (intervals at {100 * strict.level:.4g}%, "
+                f"Bonferroni over {len(cells)} {cell_name})"
+            )
+        elif not open_cells:
+            outcome, reason = Outcome.HOLDS, f"it holds at all {len(cells)} {cell_name}"
+        else:
+            outcome = Outcome.NOT_RESOLVED
+            reason = f"not resolved at {_cells_text(open_cells, cell_name)} of {len(cells)}"
+        verdict = Verdict(
+            claim.statement, outcome, f"{head}; {reason}", _margin_text(claim, margin, number)
+        )
+        return self._record(name, verdict)
 
     def fact(self, name: str, true: bool, evidence: str) -> Verdict:
         """The verdict on a deterministic statement (claim test ``"fact"``): computed exactly,
