@@ -20,16 +20,17 @@ redrawn with each projection) and one projection of the coupling (independent pe
   with the fitted map;
 * cost: query plus key feature rows per second (jitted, d = ``config.dim``).
 
-Reporting is in ``experiments.estimator_zoo_report``; the papers' variance ratios in
+``measure`` keeps the statistics of every set as records (the draws stay in memory);
+reporting is in ``experiments.estimator_zoo_report``; the papers' variance ratios in
 ``experiments.estimator_zoo_ratios``.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
-import pickle
 import time
 
 import jax
@@ -39,13 +40,14 @@ import numpy as np
 
 from experiments import estimator_zoo_data as pair_data
 from experiments import estimator_zoo_ratios, estimator_zoo_report
-from experiments.core import outputs
+from experiments.core import outputs, stats
 from experiments.core.validate import require_names, require_positive
 from rfjax import data, features, projections, theory
 from rfjax.attention import favor_attention_weights
 
 BASELINE = ("positive", "gaussian")  # FAVOR+ with i.i.d. rows
-RAW_FILE = "measurements_{part}.pkl"  # in the workdir; not committed (large)
+report = estimator_zoo_report.report  # tables, figures and verdicts from the records
+PART_FILE = "records_{part}.json"  # one part's records, when two processes share the work
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -223,13 +225,6 @@ def features_per_second(name: str, coupling: str, config: ml_collections.ConfigD
     return 2 * config.cost_inputs / float(np.median(times))
 
 
-def _mean_se(values: np.ndarray) -> tuple[float, float]:
-    """Mean and its SE over draws; the SE is NaN (no warning) where a draw's error is infinite."""
-    if not np.isfinite(values).all():
-        return float(values.mean()), math.nan
-    return float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values)))
-
-
 def measure_set(pairs: pair_data.PairSet, config: ml_collections.ConfigDict) -> dict:
     """Per (feature map, coupling): the per-draw errors ``(K, G)`` and closed forms ``(G,)``."""
     num_draws = config.num_draws if pairs.paired else config.real_draws
@@ -267,6 +262,17 @@ def measure_set(pairs: pair_data.PairSet, config: ml_collections.ConfigDict) -> 
     }
 
 
+def paired_z(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean of a - b over common draws in standard errors (0 when identical; NaN where a draw's
+    error is infinite: a signed map's normaliser crossing 0 has no paired difference)."""
+    return stats.paired_difference(a, b).t
+
+
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    mean, se = stats.mean_se(values)
+    return float(mean), float(se)
+
+
 def summarise_set(measured: dict, costs: dict) -> list[dict]:
     """One row per (feature map, coupling), ranked by Monte Carlo MSE, with paired comparisons:
     against FAVOR+ i.i.d. and against the next row of the ranking (both in SE)."""
@@ -300,72 +306,126 @@ def summarise_set(measured: dict, costs: dict) -> list[dict]:
     for index, row in enumerate(rows):
         key = (row["feature_map"], row["coupling"])
         row["ratio_to_favor_plus"] = row["mse_mc"] / float(mse_draws[BASELINE].mean())
-        row["ratio_z"] = estimator_zoo_report.paired_z(mse_draws[key], mse_draws[BASELINE])
+        row["ratio_z"] = paired_z(mse_draws[key], mse_draws[BASELINE])
         following = rows[index + 1] if index + 1 < len(rows) else None
         row["next_z"] = (
-            estimator_zoo_report.paired_z(
-                mse_draws[key], mse_draws[(following["feature_map"], following["coupling"])]
-            )
+            paired_z(mse_draws[key], mse_draws[(following["feature_map"], following["coupling"])])
             if following
             else math.nan
         )
         row["attention_ratio_z"] = (
-            math.nan
-            if pairs.paired
-            else estimator_zoo_report.paired_z(error_draws[key], error_draws[BASELINE])
+            math.nan if pairs.paired else paired_z(error_draws[key], error_draws[BASELINE])
         )
     return rows
 
 
+def by_norm_rows(synthetic: dict, config: ml_collections.ConfigDict) -> list[dict]:
+    """Per (estimator, norm) of the synthetic grid: MSE, its ratio to FAVOR+ i.i.d. (paired z)
+    and the Monte Carlo - closed form z."""
+    kernel, closed = synthetic["kernel"], synthetic["closed"]
+    baseline = kernel[BASELINE]
+    rows = []
+    for key, draws in kernel.items():
+        for g, norm in enumerate(config.norms):
+            values, reference = draws[:, g], baseline[:, g]
+            mse, se = _mean_se(values)
+            theory_mse = float(closed[key][g]) if key in closed else math.nan
+            rows.append(
+                {
+                    "feature_map": key[0],
+                    "coupling": key[1],
+                    "norm": float(norm),
+                    "mse_mc": mse,
+                    "mse_se": se,
+                    "mse_theory": theory_mse,
+                    "z_score": (mse - theory_mse) / se if se > 0 else math.nan,
+                    "ratio_to_favor_plus": mse / float(reference.mean()),
+                    "ratio_z": paired_z(values, reference),
+                }
+            )
+    return rows
+
+
+def norm_coupled_rows(one: dict, config: ml_collections.ConfigDict) -> list[dict]:
+    """Positive features, norm-coupled against orthogonal, on one set (per norm for the
+    synthetic grid): kernel-MSE ratio and attention-error ratio (real sets) with paired z."""
+    rows = []
+    nc, orth = ("positive", "norm_coupled"), ("positive", "orthogonal")
+    kernel, pairs = one["kernel"], one["pairs"]
+    if nc not in kernel or orth not in kernel:
+        return rows
+    groups = (
+        [(f"{pairs.name} norm {norm:g}", [g]) for g, norm in enumerate(config.norms)]
+        if pairs.paired
+        else [(pairs.name, list(range(len(pairs.queries))))]
+    )
+    for label, index in groups:
+        a, b = kernel[nc][:, index].mean(axis=1), kernel[orth][:, index].mean(axis=1)
+        row = {
+            "data": label,
+            "mse_ratio": float(a.mean() / b.mean()),
+            "mse_z": paired_z(a, b),
+            "attention_ratio": math.nan,
+            "attention_z": math.nan,
+        }
+        if not pairs.paired:
+            norm = one["attention_norm"]
+            ea = np.sqrt(one["attention"][nc].sum(axis=1) / norm)
+            eb = np.sqrt(one["attention"][orth].sum(axis=1) / norm)
+            row["attention_ratio"], row["attention_z"] = ea.mean() / eb.mean(), paired_z(ea, eb)
+        rows.append(row)
+    return rows
+
+
 def _measure_part(config: ml_collections.ConfigDict, part: str) -> dict:
-    """The measurements of one part: ``"synthetic"`` (with the cost and the papers' variance
-    ratios) or ``"real"`` (the ViT and UCI sets)."""
+    """The records of one part: ``"synthetic"`` (with the per-norm rows and the papers' variance
+    ratios) or ``"real"`` (the ViT and UCI sets). The draws stay here; the records keep the
+    statistics of each set."""
     start = time.perf_counter()
-    sets = [pairs for pairs in pair_sets(config) if pairs.paired == (part == "synthetic")]
-    measured = [measure_set(pairs, config) for pairs in sets]
-    ratios = estimator_zoo_ratios.measure(config.ratios) if part == "synthetic" else []
-    return {
-        "measured": measured,
-        "ratios": ratios,
-        "elapsed": time.perf_counter() - start,
-        "load": os.getloadavg()[0],  # 1-min load average at the end: the machine's share
-    }
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Measures the sets of ``config.part``, saves them (``measurements_<part>.pkl``), and once
-    every part's measurements are in ``workdir`` writes ``results.csv``, ``by_norm.csv``,
-    ``ratios.csv``, the heat maps and ``summary.md``.
-
-    ``part = "all"`` measures everything in one process; ``"synthetic"`` and ``"real"`` split
-    the work between two processes started with the same workdir (the same keys: the same
-    numbers), the second to finish writes the report.
-    """
-    parts = ("synthetic", "real") if config.part == "all" else (config.part,)
-    measurements = {part: _measure_part(config, part) for part in parts}
-    if outputs.is_writer():
-        os.makedirs(workdir, exist_ok=True)
-        for part, measured in measurements.items():
-            with open(os.path.join(workdir, RAW_FILE.format(part=part)), "wb") as handle:
-                pickle.dump(measured, handle)
-    for part in ("synthetic", "real"):
-        if part not in measurements:
-            path = os.path.join(workdir, RAW_FILE.format(part=part))
-            if not os.path.exists(path):
-                print(f"part {config.part} done; the report waits for part {part} ({path})")
-                return {}
-            with open(path, "rb") as handle:
-                measurements[part] = pickle.load(handle)
-    return report(measurements, config, workdir)
-
-
-def report(measurements: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """The report from the parts' measurements (see ``run``)."""
     estimators = [(n, c) for n in config.feature_maps for c in config.couplings]
     costs = {key: features_per_second(*key, config) for key in estimators}
-    measured = measurements["synthetic"]["measured"] + measurements["real"]["measured"]
-    rows = [row for one in measured for row in summarise_set(one, costs)]
-    elapsed = {part: (value["elapsed"], value["load"]) for part, value in measurements.items()}
-    return estimator_zoo_report.report(
-        measured, rows, measurements["synthetic"]["ratios"], config, workdir, elapsed
-    )
+    records: dict = {"sets": [], "rows": [], "by_norm": [], "norm_coupled": []}
+    for pairs in pair_sets(config):
+        if pairs.paired != (part == "synthetic"):
+            continue
+        one = measure_set(pairs, config)
+        records["sets"].append({"name": pairs.name, "paired": pairs.paired})
+        records["rows"] += summarise_set(one, costs)
+        records["norm_coupled"] += norm_coupled_rows(one, config)
+        if pairs.paired:
+            records["by_norm"] += by_norm_rows(one, config)
+    records["ratios"] = estimator_zoo_ratios.measure(config.ratios) if part == "synthetic" else []
+    # Wall seconds and the 1-min load average at the end: the machine's share.
+    records["elapsed"] = {part: [time.perf_counter() - start, os.getloadavg()[0]]}
+    return records
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """The records of ``config.part``; with part ``"synthetic"`` or ``"real"`` (two processes
+    started with the same workdir: the same keys, the same numbers) each part is stored as
+    ``records_<part>.json`` and the second to finish returns both, the first
+    ``{"waiting_for": part}``."""
+    validate_config(config)
+    parts = ("synthetic", "real") if config.part == "all" else (config.part,)
+    measured = {part: _measure_part(config, part) for part in parts}
+    for part, part_records in measured.items():
+        outputs.write_json(os.path.join(workdir, PART_FILE.format(part=part)), part_records)
+    for part in ("synthetic", "real"):
+        path = os.path.join(workdir, PART_FILE.format(part=part))
+        if part not in measured:
+            if not os.path.exists(path):
+                return {"waiting_for": part}
+            with open(path) as handle:
+                measured[part] = json.load(handle)
+    merged: dict = {}
+    for part in ("synthetic", "real"):
+        for key, value in measured[part].items():
+            merged[key] = (
+                {**merged.get(key, {}), **value}
+                if key == "elapsed"
+                else [
+                    *merged.get(key, []),
+                    *value,
+                ]
+            )
+    return merged

@@ -10,7 +10,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs
+from experiments.core import outputs, verdicts
+from experiments.core.stats import Estimate
 from rfjax import features
 
 matplotlib.use("Agg")
@@ -45,16 +46,6 @@ PAPER_SETTINGS = (
     "E|x|^2 = s, isotropic (kappa = 1) and with queries and keys stretched along opposite "
     "axes (kappa > 1, a heterogeneous case); both baselines are reported."
 )
-
-
-def paired_z(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean of a - b over common draws in standard errors (0 when identical; NaN where a draw's
-    error is infinite: a signed map's normaliser crossing 0 has no paired difference)."""
-    difference = a - b
-    if not np.isfinite(difference).all():
-        return math.nan
-    spread = difference.std(ddof=1) / math.sqrt(len(difference))
-    return float(difference.mean() / spread) if spread > 0 else 0.0
 
 
 def _pm(mean: float, se: float) -> str:
@@ -92,34 +83,6 @@ def ranked_table(rows: list[dict]) -> str:
     return outputs.markdown_table(lines)
 
 
-def by_norm_rows(synthetic: dict, config: ml_collections.ConfigDict) -> list[dict]:
-    """Per (estimator, norm) of the synthetic grid: MSE, its ratio to FAVOR+ i.i.d. (paired z)
-    and the Monte Carlo - closed form z."""
-    kernel, closed = synthetic["kernel"], synthetic["closed"]
-    baseline = kernel[("positive", "gaussian")]
-    rows = []
-    for key, draws in kernel.items():
-        for g, norm in enumerate(config.norms):
-            values, reference = draws[:, g], baseline[:, g]
-            mse = float(values.mean())
-            se = float(values.std(ddof=1) / math.sqrt(len(values)))
-            theory_mse = float(closed[key][g]) if key in closed else math.nan
-            rows.append(
-                {
-                    "feature_map": key[0],
-                    "coupling": key[1],
-                    "norm": float(norm),
-                    "mse_mc": mse,
-                    "mse_se": se,
-                    "mse_theory": theory_mse,
-                    "z_score": (mse - theory_mse) / se if se > 0 else math.nan,
-                    "ratio_to_favor_plus": mse / float(reference.mean()),
-                    "ratio_z": paired_z(values, reference),
-                }
-            )
-    return rows
-
-
 def by_norm_table(rows: list[dict], config: ml_collections.ConfigDict) -> str:
     """Estimators down, norms across: MSE / MSE(FAVOR+ i.i.d.) and its paired z."""
     cells: dict[tuple[str, str], dict] = {}
@@ -134,41 +97,6 @@ def by_norm_table(rows: list[dict], config: ml_collections.ConfigDict) -> str:
         )
         line[f"norm {row['norm']:g}"] = f"{row['ratio_to_favor_plus']:.3g} ({_z(row['ratio_z'])})"
     return outputs.markdown_table(list(cells.values()))
-
-
-def norm_coupled_rows(measured: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
-    """Positive features, norm-coupled against orthogonal, per data set (and synthetic norm):
-    kernel-MSE ratio and attention-error ratio (real sets) with paired z."""
-    rows = []
-    nc, orth = ("positive", "norm_coupled"), ("positive", "orthogonal")
-    for one in measured:
-        kernel, pairs = one["kernel"], one["pairs"]
-        if nc not in kernel or orth not in kernel:
-            continue
-        groups = (
-            [(f"{pairs.name} norm {norm:g}", [g]) for g, norm in enumerate(config.norms)]
-            if pairs.paired
-            else [(pairs.name, list(range(len(pairs.queries))))]
-        )
-        for label, index in groups:
-            a, b = kernel[nc][:, index].mean(axis=1), kernel[orth][:, index].mean(axis=1)
-            row = {
-                "data": label,
-                "mse_ratio": float(a.mean() / b.mean()),
-                "mse_z": paired_z(a, b),
-                "attention_ratio": math.nan,
-                "attention_z": math.nan,
-            }
-            if not pairs.paired:
-                norm = one["attention_norm"]
-                ea = np.sqrt(one["attention"][nc].sum(axis=1) / norm)
-                eb = np.sqrt(one["attention"][orth].sum(axis=1) / norm)
-                row["attention_ratio"], row["attention_z"] = (
-                    ea.mean() / eb.mean(),
-                    paired_z(ea, eb),
-                )
-            rows.append(row)
-    return rows
 
 
 def norm_coupled_table(rows: list[dict]) -> str:
@@ -188,80 +116,88 @@ def norm_coupled_table(rows: list[dict]) -> str:
     )
 
 
-def norm_coupled_verdict(rows: list[dict]) -> str:
-    """Where norm coupling changes the kernel MSE and the attention error beyond RESOLVED SE,
-    and whether that bears on the paper's finding."""
-
-    def where(key: str, sign: int) -> list[str]:
-        return [r["data"] for r in rows if math.isfinite(r[key]) and sign * r[key] > RESOLVED]
-
-    mse_better, attention_better = where("mse_z", -1), where("attention_z", -1)
-    changed = mse_better + where("mse_z", 1) + attention_better + where("attention_z", 1)
-    if not changed:
-        return (
-            "Verdict on the paper's variance reduction by norm coupling: does not hold in this "
-            "run, because neither metric differs between norm-coupled and orthogonal rows "
-            f"beyond {RESOLVED:g} SE on any set; the run neither confirms the kernel-variance "
-            "reduction nor shows it failing to reach the attention matrix: the "
-            "positive-feature squared errors are heavy-tailed here (Monte Carlo far below the "
-            "ORF closed forms above)."
+def judge(records: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares."""
+    judge = verdicts.Verdicts(config)
+    checked = [r for r in records["rows"] if math.isfinite(r["z_score"])]
+    worst = max(checked, key=lambda r: abs(r["z_score"]))
+    judge.effect(
+        "closed_forms",
+        Estimate(worst["mse_mc"] - worst["mse_theory"], worst["mse_se"], config.num_draws),
+        effect=f"Monte Carlo - closed form at the worst of {len(checked)} rows ({worst['data']} "
+        f"{worst['feature_map']}/{worst['coupling']})",
+        units="draws",
+        note="Where the squared errors are heavy-tailed the sample mean falls short of the "
+        "expectation and its SE is too small: there Monte Carlo cannot estimate the variance "
+        "and the closed form is the reference",
+    )
+    coupled = {
+        r["data"]: Estimate(r["mse_ratio"] - 1, (r["mse_ratio"] - 1) / r["mse_z"], config.num_draws)
+        for r in records["norm_coupled"]
+        if math.isfinite(r["mse_z"]) and r["mse_z"] != 0
+    }
+    judge.ordering(
+        "norm_coupling",
+        coupled,
+        effect="kernel MSE norm-coupled / orthogonal - 1, paired",
+        cell_name="sets",
+        units="draws",
+        shared_units=True,
+    )
+    ratios = records["ratios"]
+    for name, key, baseline in (
+        ("e10_over_favor", "mean_log_ratio", "FAVOR+"),
+        ("e10_over_oprf", "mean_log_ratio_vs_oprf", "OPRF"),
+    ):
+        if not ratios:
+            judge.not_tested(name, "the variance ratios were not computed")
+            continue
+        best = _best_derf(ratios, key)
+        judge.fact(
+            name,
+            all(value >= 10 for value, _, _ in best.values()),
+            f"best DERF variant's mean ln(Var {baseline} / Var) at s = "
+            f"{max(r['scale'] for r in ratios):g} (the declared rule): "
+            + "; ".join(
+                f"kappa = {kappa:g}: {estimator} {value:.1f} (ln of the pooled variances: "
+                f"{pooled:.1f})"
+                for kappa, (value, estimator, pooled) in best.items()
+            ),
         )
-    carried = [name for name in mse_better if name in attention_better]
-    lost = [name for name in mse_better if name not in attention_better]
-
-    def names(items: list[str]) -> str:
-        return ", ".join(items) if items else "none"
-
-    return (
-        f"Kernel MSE lower with norm coupling beyond {RESOLVED:g} SE: {names(mse_better)}; "
-        f"attention error lower: {names(attention_better)}. The kernel gain carries over to the "
-        f"attention matrix on: {names(carried)}; it does not on: {names(lost)} (the paper's "
-        "finding)."
-    )
+    return judge
 
 
-def _claim(rows: list[dict], key: str, baseline: str) -> str:
-    """Whether the best DERF variant reaches e^10 over ``baseline`` (mean ln ratio ``key``)."""
-    derf = [r for r in rows if r["estimator"] != "oprf"]
-    best = max(derf, key=lambda r: r[key])
-    values = ", ".join(f"{r['estimator']} {r[key]:.1f}" for r in derf)
-    verdict = (
-        "holds"
-        if best[key] >= 10
-        else f"does not hold, because the best mean ln ratio is {best[key]:.1f} < 10"
-    )
-    return f"over {baseline}: {verdict} (mean ln ratio {values})"
-
-
-def ratios_verdict(rows: list[dict]) -> str:
-    """The FAVOR# claim (e^10 and beyond) at the largest scale of every anisotropy, over FAVOR+
-    and over OPRF; OPRF over FAVOR+; the Monte Carlo check."""
+def _best_derf(rows: list[dict], key: str) -> dict[float, tuple[float, str, float]]:
+    """Per anisotropy at the largest scale: the best DERF variant's mean ln ratio ``key``, its
+    name and its ln ratio of pooled variances over the same baseline."""
     largest = max(r["scale"] for r in rows)
-    text = "FAVOR# 'e^10-times smaller variance and beyond', best DERF variant at s = "
-    parts = []
-    for anisotropy in sorted({r["anisotropy"] for r in rows}):
-        at = [r for r in rows if r["scale"] == largest and r["anisotropy"] == anisotropy]
-        parts.append(
-            f"kappa = {anisotropy:g}: {_claim(at, 'mean_log_ratio', 'FAVOR+')}; "
-            f"{_claim(at, 'mean_log_ratio_vs_oprf', 'OPRF')}"
-        )
-    text += f"{largest:g}, " + "; ".join(parts) + ". OPRF over FAVOR+, mean ln ratio: "
-    text += (
-        ", ".join(
-            f"{r['mean_log_ratio']:.2f} at (kappa, s) = ({r['anisotropy']:g}, {r['scale']:g})"
-            for r in rows
-            if r["estimator"] == "oprf"
-        )
-        + ". "
+    best = {}
+    for kappa in sorted({r["anisotropy"] for r in rows}):
+        at = [r for r in rows if r["scale"] == largest and r["anisotropy"] == kappa]
+        oprf = next(r["pooled_log_ratio"] for r in at if r["estimator"] == "oprf")
+        top = max((r for r in at if r["estimator"] != "oprf"), key=lambda r: r[key])
+        pooled = top["pooled_log_ratio"] - (oprf if key.endswith("oprf") else 0.0)
+        best[kappa] = (top[key], top["estimator"], pooled)
+    return best
+
+
+def _oprf_text(rows: list[dict]) -> str:
+    return ", ".join(
+        f"{r['mean_log_ratio']:.2f} at (kappa, s) = ({r['anisotropy']:g}, {r['scale']:g})"
+        for r in rows
+        if r["estimator"] == "oprf"
     )
+
+
+def _monte_carlo_text(rows: list[dict]) -> str:
     checked = [r for r in rows if math.isfinite(r["mc_se"]) and r["mc_se"] > 0]
-    if checked:
-        zs = [(r["mc_pooled_log_ratio"] - r["pooled_log_ratio"]) / r["mc_se"] for r in checked]
-        text += (
-            f"Monte Carlo check of the pooled ratio ({len(checked)} rows): largest "
-            f"|MC - closed form| = {max(abs(z) for z in zs):.1f} SE."
-        )
-    return text
+    if not checked:
+        return ""
+    zs = [(r["mc_pooled_log_ratio"] - r["pooled_log_ratio"]) / r["mc_se"] for r in checked]
+    return (
+        f"Monte Carlo check of the pooled ratio ({len(checked)} rows): largest "
+        f"|MC - closed form| = {max(abs(z) for z in zs):.1f} SE."
+    )
 
 
 def ratios_table(rows: list[dict]) -> str:
@@ -291,9 +227,9 @@ def colour_limit(grids) -> float:
     return max((float(f.max()) for f in finite if f.size), default=0.0) or 1.0
 
 
-def plot(measured: list[dict], rows: list[dict], config, path: str, attention: bool) -> None:
+def plot(sets: list[dict], rows: list[dict], config, path: str, attention: bool) -> None:
     """Heat maps, one panel per data set: log10 of MSE (or attention error) / FAVOR+ i.i.d."""
-    names = [one["pairs"].name for one in measured if attention <= (not one["pairs"].paired)]
+    names = [one["name"] for one in sets if attention <= (not one["paired"])]
     if not names:
         return
     maps, couplings = list(config.feature_maps), list(config.couplings)
@@ -348,7 +284,8 @@ def plot(measured: list[dict], rows: list[dict], config, path: str, attention: b
         "a signed map's normaliser crossing 0)",
         fontsize=10,
     )
-    fig.savefig(path, dpi=120, bbox_inches="tight") if outputs.is_writer() else None
+    if outputs.is_writer():  # no tight_layout: the colour bar spans the panels
+        fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -375,7 +312,7 @@ def _closed_form_check(rows: list[dict], by_norm: list[dict]) -> str:
     return text
 
 
-def _run_time(elapsed: dict[str, tuple[float, float]]) -> str:
+def _run_time(elapsed: dict[str, list[float]]) -> str:
     """Per part: wall minutes and the 1-min load average at its end."""
     return ", ".join(
         f"{part} {seconds / 60:.1f} min (load average {load:.1f} at its end)"
@@ -392,19 +329,59 @@ def _left_out(config: ml_collections.ConfigDict) -> str:
     return f" (not on the real sets: {', '.join(missing)}; see the config)" if missing else ""
 
 
-def report(
-    measured, rows, ratios, config, workdir: str, elapsed: dict[str, tuple[float, float]]
-) -> dict:
-    """Writes the CSVs, heat maps and ``summary.md``; returns the rows."""
-    synthetic = next(one for one in measured if one["pairs"].paired)
-    by_norm = by_norm_rows(synthetic, config)
-    nc_rows = norm_coupled_rows(measured, config)
-    sets = [one["pairs"].name for one in measured]
-    tables = "\n\n".join(
-        f"## Ranked: {name}\n\n{ranked_table([r for r in rows if r['data'] == name])}"
-        for name in sets
+def report(records: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Writes ``results.csv``, ``by_norm.csv``, ``ratios.csv``, the heat maps, ``summary.md``,
+    ``verdicts.json`` and ``config.json`` from the records (nothing, while a part waits)."""
+    if "waiting_for" in records:
+        print(f"part {config.part} done; the report waits for part {records['waiting_for']}")
+        return {}
+    rows, by_norm, ratios = records["rows"], records["by_norm"], records["ratios"]
+    sets = [one["name"] for one in records["sets"]]
+    summary = verdicts.write_summary(
+        workdir,
+        "estimator_zoo",
+        judge(records, config),
+        setup=_setup(config),
+        run_time=_run_time(records["elapsed"]),
+        resolved=f"{RESOLVED:g}",
+        dim=config.dim,
+        closed_form_check=_closed_form_check(rows, by_norm),
+        tables="\n\n".join(
+            f"## Ranked: {name}\n\n{ranked_table([r for r in rows if r['data'] == name])}"
+            for name in sets
+        ),
+        by_norm_table=by_norm_table(by_norm, config),
+        norm_coupling_finding=NORM_COUPLING_FINDING,
+        norm_coupled_table=norm_coupled_table(records["norm_coupled"])
+        if records["norm_coupled"]
+        else "(norm_coupled not in the run)",
+        paper_settings=PAPER_SETTINGS,
+        ratios_dim=config.ratios.dim,
+        ratios_points=config.ratios.num_points,
+        anisotropies=tuple(config.ratios.anisotropies),
+        mc_draws=config.ratios.mc_draws,
+        ratios_table=ratios_table(ratios),
+        oprf_ratios=_oprf_text(ratios),
+        monte_carlo_check=_monte_carlo_text(ratios),
     )
-    setup = (
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
+    outputs.write_csv(os.path.join(workdir, "by_norm.csv"), by_norm)
+    outputs.write_csv(os.path.join(workdir, "ratios.csv"), ratios)
+    outputs.save_config(workdir, config)
+    plot(records["sets"], rows, config, os.path.join(workdir, "heatmap.png"), attention=False)
+    plot(
+        records["sets"],
+        rows,
+        config,
+        os.path.join(workdir, "heatmap_attention.png"),
+        attention=True,
+    )
+    print(summary)
+    return records
+
+
+def _setup(config: ml_collections.ConfigDict) -> str:
+    return (
         f"d = {config.dim} (synthetic; ViT head dimension 16; UCI: the set's width), m = "
         f"{config.num_features} rows (antithetic and trigonometric maps: 2m features). "
         f"Synthetic: |x| = |y| in {tuple(config.norms)}, cosine in {tuple(config.cosines)}, "
@@ -419,68 +396,3 @@ def report(
         f"real sets: {len(config.real_feature_maps)} maps x {len(config.real_couplings)} "
         f"couplings{_left_out(config)}."
     )
-    summary = f"""# Estimator zoo: every (feature map x coupling) on synthetic and real pairs
-
-Issue 16's table. {setup} Run time per part (niced, on 2 CPU cores shared with other
-jobs, so inflated by their load): {_run_time(elapsed)}.
-
-Columns: kernel MSE (synthetic: of exp(q.k), query t with key t; real sets: of the Gaussian
-kernel exp(-|q - k|^2 / 2), every query with every key of a group, the estimate being the
-map's softmax estimate times exp(-|q|^2/2 - |k|^2/2); mean over pairs, mean ± SE over draws);
-closed form from `rfjax.theory.rank_estimators` where one exists, and the Monte Carlo - closed
-form gap in SE; the MSE ratio to FAVOR+ i.i.d. and its paired z; `z vs next`: the paired
-difference to the next row of the ranking in SE (bold: beyond {RESOLVED:g} SE, a resolved step; a
-step not in bold is inside the noise); for real sets the attention-matrix error
-|A_hat - A|_F / |A|_F against exact softmax (mean ± SE over draws) and its paired z against
-FAVOR+; cost in query plus key feature rows per second (d = {config.dim}, one CPU process).
-
-{_closed_form_check(rows, by_norm)}
-
-{tables}
-
-![kernel MSE heat map](heatmap.png)
-
-![attention error heat map](heatmap_attention.png)
-
-## Synthetic pairs by norm
-
-MSE / MSE(FAVOR+ i.i.d.) at each norm (paired z; bold: beyond {RESOLVED:g} SE).
-
-{by_norm_table(by_norm, config)}
-
-## Norm-coupled against orthogonal rows (positive features)
-
-{NORM_COUPLING_FINDING}
-
-Measured here (ratio < 1: norm coupling better; paired z, bold: beyond {RESOLVED:g} SE):
-
-{norm_coupled_table(nc_rows) if nc_rows else "(norm_coupled not in the run)"}
-
-{norm_coupled_verdict(nc_rows) if nc_rows else ""}
-
-## The papers' variance ratios over FAVOR+ and OPRF
-
-{PAPER_SETTINGS}
-
-Setting of `experiments/estimator_zoo_ratios.py`: d = {config.ratios.dim}, m = d i.i.d. rows,
-{config.ratios.num_points} queries and as many keys, coordinate l of a query from
-N(0, (s/d) lambda_l) and of a key from N(0, (s/d) / lambda_l), lambda geometric from
-kappa^(-1/2) to kappa^(1/2), normalised to mean 1 (kappa = 1: N(0, (s/d) I_d), E[x.x] = s;
-kappa in {tuple(config.ratios.anisotropies)}); the data-fitted maps fitted to all of them; mean
-over all pairs of ln(Var FAVOR+ / Var) and ln(Var OPRF / Var) from the closed forms, ln of the
-ratio of the pair-averaged variances, and its Monte Carlo check ({config.ratios.mc_draws} draws,
-SE by the delta method) at kappa = 1 where FAVOR+'s squared errors are light-tailed enough.
-
-{ratios_table(ratios)}
-
-{ratios_verdict(ratios)}
-"""
-    if outputs.is_writer():
-        os.makedirs(workdir, exist_ok=True)
-        outputs.write_csv(os.path.join(workdir, "by_norm.csv"), by_norm)
-        outputs.write_csv(os.path.join(workdir, "ratios.csv"), ratios)
-    outputs.save_run(workdir, rows=rows, summary=summary, config=config)
-    plot(measured, rows, config, os.path.join(workdir, "heatmap.png"), attention=False)
-    plot(measured, rows, config, os.path.join(workdir, "heatmap_attention.png"), attention=True)
-    print(summary)
-    return {"rows": rows, "by_norm": by_norm, "ratios": ratios}

@@ -136,7 +136,56 @@ def uci_classification(name: str):
     }
 
 
+def markdown_rows(name: str, header: str) -> list[dict]:
+    """The rows of the markdown table of the committed summary whose header line starts with
+    ``header``, as typed values (empty cells NaN, bold z values unbolded)."""
+    with open(os.path.join(RESULTS, name, "summary.md")) as handle:
+        lines = handle.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    names = [c.strip() for c in lines[start].strip("|").split("|")]
+    table = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().strip("*") or "nan" for c in line.strip("|").split("|")]
+        table.append({k: typed(v) for k, v in zip(names, cells, strict=True)})
+    return table
+
+
+def estimator_zoo(name: str):
+    """The ranked rows, per-norm rows and ratios from their CSVs; the norm-coupled rows and the
+    run time from the summary, which alone kept them (at its printed precision)."""
+    ranked = rows(name, "results.csv")
+    coupled = [
+        {
+            "data": r["data"],
+            "mse_ratio": r["MSE norm-coupled / orthogonal"],
+            "mse_z": r["z (MSE)"],
+            "attention_ratio": r["attention error norm-coupled / orthogonal"],
+            "attention_z": r["z (attention)"],
+        }
+        for r in markdown_rows(name, "| data | MSE norm-coupled")
+    ]
+    with open(os.path.join(RESULTS, name, "summary.md")) as handle:
+        found = re.findall(
+            r"(synthetic|real) ([0-9.]+) min \(load average ([0-9.]+) at its end\)", handle.read()
+        )
+    elapsed = {part: [float(minutes) * 60, float(load)] for part, minutes, load in found}
+    return {
+        "sets": [
+            {"name": data, "paired": data == "synthetic"}
+            for data in dict.fromkeys(r["data"] for r in ranked)
+        ],
+        "rows": ranked,
+        "by_norm": rows(name, "by_norm.csv"),
+        "norm_coupled": coupled,
+        "ratios": rows(name, "ratios.csv"),
+        "elapsed": elapsed,
+    }
+
+
 MIGRATIONS = {
+    "estimator_zoo": estimator_zoo,
     "uci_classification": uci_classification,
     "hrf_clustered": hrf_clustered,
     "hrf_qmc": hrf_qmc,

@@ -47,8 +47,11 @@ class Estimate:
 
     @property
     def t(self) -> float:
-        """``mean / se`` (NaN without a positive SE)."""
-        return self.mean / self.se if self.se > 0 else math.nan
+        """``mean / se``: 0 for no effect without spread (identical paired samples), NaN
+        for any other effect without a positive SE."""
+        if self.se > 0:
+            return self.mean / self.se
+        return 0.0 if self.mean == 0 and self.se == 0 else math.nan
 
     @property
     def p(self) -> float:
