@@ -27,7 +27,6 @@ its checkpoints: runs recorded under the same settings are reused, the new seeds
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -38,10 +37,9 @@ import matplotlib
 import ml_collections
 import numpy as np
 import pgx
-from scipy import stats
 
 from experiments import es, train
-from experiments.core import outputs
+from experiments.core import outputs, records, stats, sweep, verdicts
 from rfjax import features as feature_maps
 from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 
@@ -50,7 +48,6 @@ import matplotlib.pyplot as plt
 
 _KIND = re.compile(r"^(?P<attention>[a-z_]+)(:(?P<m>\d+)(x(?P<n>\d+))?)?$")
 _FLOP_FIELDS = ("importance_flops", "xla_importance_flops")
-_RUN_RECORD = "result.json"  # a finished run's measurements, beside its metrics
 _INFERENCE_STREAM = 7  # fold_in tag of the inference-swap episodes (training uses split(key, 3))
 _NAMES = {
     "exact": "exact softmax",
@@ -178,9 +175,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 
 
 def _curve(run_dir: str, flops_per_pass: float) -> dict:
-    records = train.read_metrics(run_dir)
-    passes = {r["step"]: r["forward_passes"] for r in records if r["split"] == "train"}
-    evals = [r for r in records if r["split"] == "eval"]
+    metrics = train.read_metrics(run_dir)
+    passes = {r["step"]: r["forward_passes"] for r in metrics if r["split"] == "train"}
+    evals = [r for r in metrics if r["split"] == "eval"]
     generations = np.array([r["step"] for r in evals])
     cumulative = np.array([sum(v for s, v in passes.items() if s <= g) for g in generations])
     return {
@@ -231,8 +228,8 @@ def mask_agreement(policy: ImplicitAttentionPolicy, observations: jax.Array, dra
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Measures every (kind, seed): a run recorded under the same settings is reused, any other
-    is trained (resuming from its checkpoint if interrupted) and recorded."""
+    """Measures every (kind, seed) with the core sweep: a run recorded under the same settings is
+    reused, any other is trained (resuming from its checkpoint if interrupted) and recorded."""
     validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     env = make_env(config)
@@ -250,21 +247,14 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "xla_importance_flops": xla_importance_flops(policy),
             "agreement": mask_agreement(policy, observations, config.agreement_draws),
         }
-    runs, start = [], time.perf_counter()
-    for seed in config.seeds:  # seeds outside: an interrupted sweep leaves complete pairs
-        for kind, info in kinds.items():
-            run_dir = os.path.join(workdir, "runs", f"{run_name(kind)}_seed{seed}")
-            recorded = read_run_record(run_dir, config)
-            if recorded is None:
-                run = train_run(config, kinds, kind, seed, run_dir)
-                write_run_record(run_dir, config, run)
-            else:
-                run = recorded
-            runs.append(run)
-            print(
-                f"{info['label']:>24} seed {seed}: return {run['final_return']:.3f} "
-                f"({run['seconds']:.0f} s{', recorded earlier' if recorded else ''})"
-            )
+    start = time.perf_counter()
+    runs = sweep.run(
+        workdir,
+        [run_name(kind) for kind in config.kinds],
+        config.seeds,
+        lambda arm, seed, run_dir: train_run(config, kinds, _kind_of(config, arm), seed, run_dir),
+        records.settings(config, exclude=("seeds", "label", "compilation_cache_dir")),
+    )
     return {
         "kinds": {
             kind: {k: v for k, v in info.items() if k in ("label", *_FLOP_FIELDS)}
@@ -273,6 +263,10 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "runs": runs,
         "seconds": time.perf_counter() - start,
     }
+
+
+def _kind_of(config: ml_collections.ConfigDict, arm: str) -> str:
+    return next(kind for kind in config.kinds if run_name(kind) == arm)
 
 
 def train_run(
@@ -286,6 +280,7 @@ def train_run(
     trainer.train(run_dir, params, seed=seed)
     curve = _curve(run_dir, info["importance_flops"])
     final_mean = trainer.final_mean(run_dir, params, seed=seed)
+    print(f"{info['label']:>24} seed {seed}: trained ({time.perf_counter() - began:.0f} s)")
     return {
         "kind": kind,
         "seed": seed,
@@ -296,37 +291,6 @@ def train_run(
         "inference_return": inference_returns(kinds, final_mean, run_key=(seed, kind)),
         **curve,
     }
-
-
-def run_settings(config: ml_collections.ConfigDict) -> dict:
-    """What one run's measurements depend on: the config less the sweep's seeds, its label and
-    where compiled programs are cached (JSON types, as a record stores them)."""
-    skip = ("seeds", "label", "compilation_cache_dir")
-    return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k not in skip}))
-
-
-def write_run_record(run_dir: str, config: ml_collections.ConfigDict, run: dict) -> None:
-    """Writes a finished run's measurements with the settings they were made under to
-    ``run_dir/result.json``, so a sweep extended by seeds reuses them without the checkpoints
-    (which committed results do not hold)."""
-    outputs.write_json(
-        os.path.join(run_dir, _RUN_RECORD), {"settings": run_settings(config), "run": run}
-    )
-
-
-def read_run_record(run_dir: str, config: ml_collections.ConfigDict) -> dict | None:
-    """The run recorded in ``run_dir`` when it was measured under ``config``'s settings; None
-    when there is no record or it was made under other settings (the run is then measured
-    again, resuming from its checkpoint if there is one)."""
-    path = os.path.join(run_dir, _RUN_RECORD)
-    if not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        record = json.load(handle)
-    if record["settings"] != run_settings(config):
-        print(f"{path}: recorded under other settings; measuring the run again")
-        return None
-    return record["run"]
 
 
 def inference_returns(kinds: dict, params, *, run_key: tuple[int, str]) -> dict[str, float]:
@@ -343,112 +307,69 @@ def inference_returns(kinds: dict, params, *, run_key: tuple[int, str]) -> dict[
 # --------------------------------------------------------------------------- statistics
 
 
-def paired_comparison(
-    values: np.ndarray, reference: np.ndarray, *, margin: float, power: float = 0.8
-) -> dict:
-    """Paired differences d = values - reference over seeds: mean, SE, intervals, power.
-
-    ``ci95`` is the two-sided 95% t interval; ``ci90`` the 90% one, whose inclusion in
-    [-margin, margin] is the two one-sided tests (TOST) of equivalence at 5%; ``detectable``
-    is the true mean difference a two-sided 5% paired t test detects with probability
-    ``power``, (t_{0.975, n-1} + t_{power, n-1}) SD / sqrt(n); ``units_for_equivalence`` the
-    number of pairs at which TOST would show equivalence with probability ``power`` if the true
-    difference were 0 and the SD as observed, ((z_{0.95} + z_{(1 + power)/2}) SD / margin)^2
-    (normal approximation).
-    """
-    differences = np.asarray(values, np.float64) - np.asarray(reference, np.float64)
-    n = len(differences)
-    if n < 2:
-        raise ValueError(f"a paired comparison needs >= 2 seeds, got {n}")
-    mean, sd = float(differences.mean()), float(differences.std(ddof=1))
-    se = sd / np.sqrt(n)
-    t95, t90 = stats.t.ppf(0.975, n - 1), stats.t.ppf(0.95, n - 1)
-    return {
-        "mean": mean,
-        "se": se,
-        "ci95": (mean - t95 * se, mean + t95 * se),
-        "ci90": (mean - t90 * se, mean + t90 * se),
-        "detectable": float((t95 + stats.t.ppf(power, n - 1)) * se),
-        "equivalent": bool(-margin <= mean - t90 * se and mean + t90 * se <= margin),
-        "units_for_equivalence": int(
-            np.ceil(((stats.norm.ppf(0.95) + stats.norm.ppf((1 + power) / 2)) * sd / margin) ** 2)
-        ),
-        "different": bool(abs(mean) > t95 * se),
-    }
-
-
 def _per_seed(runs: list[dict], kind: str, seeds, name: str = "final_return") -> np.ndarray:
     table = {(r["kind"], r["seed"]): r[name] for r in runs}
     return np.array([table[(kind, seed)] for seed in seeds])
 
 
-def _mean_se(values: np.ndarray) -> str:
-    return f"{values.mean():.3f} ± {values.std(ddof=1) / np.sqrt(len(values)):.3f}"
+def _pm(values: np.ndarray) -> str:
+    mean, se = stats.mean_se(values)
+    return f"{mean:.3f} ± {se:.3f}"
 
 
-def verdict(claim: dict, flops_ratio: float, margin: float) -> str:
-    """The paper's claim (equal quality at ~3x fewer attention FLOPs) against our numbers."""
-    low, high = claim["ci90"]
-    if claim["equivalent"]:
-        text = (
-            f"**holds**: the 90% interval of the paired difference [{low:.3g}, {high:.3g}] lies "
-            f"inside the equivalence margin +-{margin:.3g}, at {flops_ratio:.2g}x fewer "
-            "attention FLOPs per forward pass"
-        )
-        if claim["different"]:
-            text += (
-                f"; the difference itself, {claim['mean']:+.3g} +- {claim['se']:.3g}, is resolved "
-                "from 0 (95% interval), but it is smaller than the margin"
-            )
-        return text
-    if claim["different"] and claim["mean"] < 0:
-        low95, high95 = claim["ci95"]
-        size = (
-            f"by more than the margin +-{margin:.3g} too"
-            if high95 < -margin
-            else f"whether the deficit exceeds the margin +-{margin:.3g} is not resolved"
-        )
-        return (
-            f"**does not hold**: the hybrid is worse by {-claim['mean']:.3g} +- {claim['se']:.3g} "
-            f"(paired SE), a difference the 95% interval [{low95:.3g}, {high95:.3g}] separates "
-            f"from 0; {size}"
-        )
-    return (
-        f"**does not hold** in this run, because equal quality is not shown: the 90% interval "
-        f"[{low:.3g}, {high:.3g}] is not inside the margin +-{margin:.3g}. No difference is "
-        f"shown either (only one of {claim['detectable']:.3g} would be detected with 80% "
-        "power): the run is too small to refute the claim, only to fail to support it"
+def _difference(estimate: stats.Estimate) -> str:
+    return f"{estimate.mean:+.3f} ± {estimate.se:.3f}"
+
+
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """Equal quality of the claim kind and the reference, in training (final returns, paired by
+    seed) and at inference (the same trained policies played with either attention, paired by
+    run), each as equivalence within the declared fraction of the reference's return."""
+    judge = verdicts.Verdicts(config)
+    seeds, runs = list(config.seeds), results["runs"]
+    reference = _per_seed(runs, config.reference, seeds)
+    training = stats.paired_difference(_per_seed(runs, config.claim_kind, seeds), reference)
+    labels = {kind: info["label"] for kind, info in results["kinds"].items()}
+    effect = f"{labels[config.claim_kind]} - {labels[config.reference]}"
+    judge.effect(
+        "equal_quality",
+        training,
+        effect=f"{effect} final return, paired by seed",
+        units="seeds",
+        reference=float(reference.mean()),
     )
+    claim, played = (
+        np.array([r["inference_return"][kind] for r in runs])
+        for kind in (config.claim_kind, config.reference)
+    )
+    judge.effect(
+        "equal_at_inference",
+        stats.paired_difference(claim, played),
+        effect=f"{effect} return played by the same trained policies, paired by run",
+        units="runs",
+        reference=float(played.mean()),
+    )
+    return judge
 
 
 # --------------------------------------------------------------------------- report
 
 
-def inference_swap(runs: list[dict], kinds: dict, config: ml_collections.ConfigDict):
-    """The inference-swap table (trained kind x played kind, mean ± SE over seeds) and the
-    claim kind against the reference played by the same trained policies (paired by run, all
-    runs) with the equivalence margin from the reference's mean inference return."""
+def inference_rows(runs: list[dict], kinds: dict) -> list[dict]:
+    """The inference-swap table: trained kind x played kind, mean ± SE over seeds."""
     rows = []
     for trained, info in kinds.items():
         played_by = [r["inference_return"] for r in runs if r["kind"] == trained]
         row = {"trained with": info["label"]}
         for played, other in kinds.items():
-            row[f"plays with {other['label']}"] = _mean_se(np.array([p[played] for p in played_by]))
+            row[f"plays with {other['label']}"] = _pm(np.array([p[played] for p in played_by]))
         rows.append(row)
-    claim, reference = (
-        np.array([r["inference_return"][kind] for r in runs])
-        for kind in (config.claim_kind, config.reference)
-    )
-    margin = config.equivalence_margin * abs(float(reference.mean()))
-    return rows, paired_comparison(claim, reference, margin=margin), margin
+    return rows
 
 
 def _band(axis, x, runs, color, label, keep):
     values = np.array([r["return"] for r in runs])[:, keep]
-    mean = values.mean(axis=0)
-    se = values.std(axis=0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0 * mean
-    axis.plot(x[keep], mean, color=color, label=label)
-    axis.fill_between(x[keep], mean - se, mean + se, color=color, alpha=0.2)
+    outputs.plot_mean_se(axis, x[keep], values, color=color, label=label)
 
 
 def _plot(results: dict, config, path_generations: str, path_flops: str) -> None:
@@ -475,71 +396,54 @@ def _plot(results: dict, config, path_generations: str, path_flops: str) -> None
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Tables, figures and ``summary.md`` from ``measure``'s results."""
-    seeds, kinds = list(config.seeds), results["kinds"]
-    reference = _per_seed(results["runs"], config.reference, seeds)
-    margin = config.equivalence_margin * abs(float(reference.mean()))
+    """Tables, figures, ``summary.md`` and ``verdicts.json`` from ``measure``'s records."""
+    seeds, kinds, runs = list(config.seeds), results["kinds"], results["runs"]
+    reference = _per_seed(runs, config.reference, seeds)
     rows = []
     for kind, info in kinds.items():
-        finals = _per_seed(results["runs"], kind, seeds)
-        agreement = _per_seed(results["runs"], kind, seeds, "mask_agreement")
-        row = {
-            "kind": info["label"],
-            "attention FLOPs / forward": info["importance_flops"],
-            "XLA FLOPs / forward": int(info["xla_importance_flops"]),
-            "top-k agreement with exact": _mean_se(agreement),
-            "final return (mean ± SE)": _mean_se(finals),
-        }
-        if kind != config.reference:
-            paired = paired_comparison(finals, reference, margin=margin)
-            row["minus reference (paired ± SE)"] = f"{paired['mean']:+.3f} ± {paired['se']:.3f}"
-            row["detectable (80%)"] = f"{paired['detectable']:.3f}"
-        else:
-            row["minus reference (paired ± SE)"] = "reference"
-            row["detectable (80%)"] = ""
-        rows.append(row)
-    claim = paired_comparison(
-        _per_seed(results["runs"], config.claim_kind, seeds), reference, margin=margin
-    )
+        finals = _per_seed(runs, kind, seeds)
+        paired = stats.paired_difference(finals, reference)
+        is_reference = kind == config.reference
+        rows.append(
+            {
+                "kind": info["label"],
+                "attention FLOPs / forward": info["importance_flops"],
+                "XLA FLOPs / forward": int(info["xla_importance_flops"]),
+                "top-k agreement with exact": _pm(_per_seed(runs, kind, seeds, "mask_agreement")),
+                "final return (mean ± SE)": _pm(finals),
+                "minus reference (paired ± SE)": "reference"
+                if is_reference
+                else _difference(paired),
+                "detectable (80%)": ""
+                if is_reference
+                else f"{stats.detectable_difference(paired):.3f}",
+            }
+        )
+    claim = stats.paired_difference(_per_seed(runs, config.claim_kind, seeds), reference)
     agreement = {
-        kind: _per_seed(results["runs"], kind, seeds, "mask_agreement")
+        kind: _per_seed(runs, kind, seeds, "mask_agreement")
         for kind in (config.claim_kind, config.reference)
     }
-    agreement_difference = paired_comparison(
-        agreement[config.claim_kind], agreement[config.reference], margin=1.0
-    )
     flops_ratio = (
         kinds[config.reference]["importance_flops"] / kinds[config.claim_kind]["importance_flops"]
     )
-    swap_rows, swap, swap_margin = inference_swap(results["runs"], kinds, config)
-    run_rows = [
-        {
-            "kind": r["kind"],
-            "seed": r["seed"],
-            "final_return": r["final_return"],
-            "initial_return": r["return"][0],
-            "mask_agreement": r["mask_agreement"],
-            **{
-                f"inference_return_{run_name(kind)}": value
-                for kind, value in r["inference_return"].items()
-            },
-            "forward_passes": r["forward_passes"][-1],
-            "attention_flops": r["attention_flops"][-1],
-            "seconds_this_invocation": r["seconds"],
-            "cpu_seconds_this_invocation": r["cpu_seconds"],
-        }
-        for r in results["runs"]
-    ]
-    os.makedirs(workdir, exist_ok=True)
-    outputs.write_json(os.path.join(workdir, "results.json"), results)
+    swap = stats.paired_difference(
+        *(
+            np.array([r["inference_return"][k] for r in runs])
+            for k in (config.claim_kind, config.reference)
+        )
+    )
+    margin = config.equivalence_margin * abs(float(reference.mean()))
     _plot(
         results,
         config,
         os.path.join(workdir, "return_vs_generation.png"),
         os.path.join(workdir, "return_vs_flops.png"),
     )
-    summary = outputs.render_summary(
+    summary = verdicts.write_summary(
+        workdir,
         "iap_es",
+        judge(results, config),
         env=config.env,
         label=config.label,
         kinds=", ".join(info["label"] for info in kinds.values()),
@@ -556,35 +460,44 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         claim_kind=kinds[config.claim_kind]["label"],
         flops_ratio=f"{flops_ratio:.2f}",
         margin_fraction=f"{config.equivalence_margin:.0%}",
-        margin=f"{margin:.3g}",
-        difference=f"{claim['mean']:+.3f} ± {claim['se']:.3f}",
-        ci95=f"[{claim['ci95'][0]:.3f}, {claim['ci95'][1]:.3f}]",
-        detectable=f"{claim['detectable']:.3f}",
-        verdict=verdict(claim, flops_ratio, margin),
-        seeds_for_equivalence=claim["units_for_equivalence"],
-        runs=len(results["runs"]),
+        detectable=f"{stats.detectable_difference(claim):.3f}",
+        seeds_for_equivalence=stats.units_for_equivalence(claim.sd, margin),
+        runs=len(runs),
         inference_episodes=config.inference_episodes,
-        inference_table=outputs.markdown_table(swap_rows),
-        inference_difference=f"{swap['mean']:+.3f} ± {swap['se']:.3f}",
-        inference_ci95=f"[{swap['ci95'][0]:.3f}, {swap['ci95'][1]:.3f}]",
-        inference_margin=f"{swap_margin:.3g}",
-        inference_verdict=verdict(swap, flops_ratio, swap_margin),
-        agreement_claim=_mean_se(agreement[config.claim_kind]),
-        agreement_reference=_mean_se(agreement[config.reference]),
-        agreement_difference=(
-            f"{agreement_difference['mean']:+.3f} ± {agreement_difference['se']:.3f}"
+        inference_table=outputs.markdown_table(inference_rows(runs, kinds)),
+        agreement_claim=_pm(agreement[config.claim_kind]),
+        agreement_reference=_pm(agreement[config.reference]),
+        agreement_difference=_difference(
+            stats.paired_difference(agreement[config.claim_kind], agreement[config.reference])
         ),
         agreement_draws=config.agreement_draws,
         minutes=f"{results['seconds'] / 60:.1f}",
     )
-    paths = outputs.save_run(workdir, rows=run_rows, summary=summary, config=config)
-    return {
-        "rows": rows,
-        "claim": claim,
-        "inference_claim": swap,
-        "flops_ratio": flops_ratio,
-        **paths,
-    }
+    outputs.write_csv(os.path.join(workdir, "results.csv"), _run_rows(runs))
+    outputs.save_config(workdir, config)
+    print(summary)
+    return {"rows": rows, "claim": claim, "inference_claim": swap, "flops_ratio": flops_ratio}
+
+
+def _run_rows(runs: list[dict]) -> list[dict]:
+    return [
+        {
+            "kind": r["kind"],
+            "seed": r["seed"],
+            "final_return": r["final_return"],
+            "initial_return": r["return"][0],
+            "mask_agreement": r["mask_agreement"],
+            **{
+                f"inference_return_{run_name(kind)}": value
+                for kind, value in r["inference_return"].items()
+            },
+            "forward_passes": r["forward_passes"][-1],
+            "attention_flops": r["attention_flops"][-1],
+            "seconds_this_invocation": r["seconds"],
+            "cpu_seconds_this_invocation": r["cpu_seconds"],
+        }
+        for r in runs
+    ]
 
 
 def _patch_text(config: ml_collections.ConfigDict) -> str:
@@ -594,8 +507,3 @@ def _patch_text(config: ml_collections.ConfigDict) -> str:
         f"query/key width {policy.embed_dim}, temperature {policy.temperature}, controller "
         f"hidden {tuple(policy.hidden_sizes)}"
     )
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    outputs.save_config(workdir, config)
-    return report(measure(config, workdir), config, workdir)

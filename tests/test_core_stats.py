@@ -133,3 +133,15 @@ def test_chunked_mean_se_equals_the_mean_se_of_the_stacked_draws():
     np.testing.assert_allclose(se, reference_se, rtol=1e-9)
     with pytest.raises(ValueError, match="num_draws"):
         stats.draw_in_chunks(draw, key, 0, 16, "test")
+
+
+def test_the_units_for_equivalence_give_the_stated_power():
+    # TOST at 5% with the returned number of pairs, true difference 0: power about 80%.
+    sd, margin = 1.0, 0.3
+    n = stats.units_for_equivalence(sd, margin)
+    assert n == math.ceil(((1.6449 + 1.2816) * sd / margin) ** 2)
+    draws = 2000
+    differences = np.random.default_rng(0).normal(0.0, sd, size=(draws, n))
+    shown = [stats.tost_p(stats.sample_estimate(d), margin) < 0.05 for d in differences]
+    se = math.sqrt(0.8 * 0.2 / draws)
+    assert abs(np.mean(shown) - 0.8) <= 4 * se + 0.01, np.mean(shown)  # + t vs z at n ~ 95
