@@ -21,9 +21,10 @@ run, a diagnostic re-evaluates the trained model with its attention replaced at 
 (uniform weights, i.e. temperature -> 0; FAVOR+ features), which shows how much the trained
 model relies on its attention weights.
 
-``measure`` trains and evaluates, ``report`` writes ``results.csv``/``results.json`` (one row
-per run), ``summary.md`` (template ``experiments/templates/conformer_ctc.md``),
-``digit_error_rate.png`` and ``learning_curves.png``.
+``measure`` trains and evaluates (one core sweep cell per run), ``report`` writes
+``results.csv`` (one row per run), ``summary.md`` (template
+``experiments/templates/conformer_ctc.md``), ``digit_error_rate.png`` and
+``learning_curves.png``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import monte_carlo, train
-from experiments.core import outputs
+from experiments import train
+from experiments.core import outputs, records, stats, sweep, verdicts
 from rfjax import features as feature_maps
 from rfjax.data import concatenate_digits, load_fsdd, log_mel_spectrogram
 from rfjax.nn import ConformerEncoder, conformer_attentions, fit_conformer_clusters
@@ -383,60 +384,73 @@ def _gate_order(attentions) -> list[str]:
     return first + [a for a in attentions if a not in first]
 
 
-def train_attention(config, attention, train_arrays, test_arrays, workdir) -> tuple[list, list]:
-    """Trains one attention kind for every seed; its run rows and learning curves."""
-    model = make_model(config, attention)
-    rows, curves = [], []
-    for seed in config.seeds:
-        task = make_task(model, train_arrays, test_arrays, config, seed)
-        cpu_start = time.process_time()
-        final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
-        variables = train.final_params(run_dir)
-        row = {
-            "attention": attention,
-            "seed": seed,
-            "digit_error_rate": final["eval_edit_distance"] / final["eval_reference_digits"],
-            "utterance_accuracy": final["eval_utterance_correct"],
-            "test_ctc_loss": final["eval_loss"],
-            "final_train_loss": [
-                r["loss"] for r in train.read_metrics(run_dir) if r["split"] == "train"
-            ][-1],
-            "mean_temperature": float(np.mean(_temperatures(variables))),
-        }
-        if attention == "exact":
-            row.update(
-                swap_diagnostic(config, variables, test_arrays, seed, config.train.num_train_steps)
-            )
-        row.update(outputs.run_cost(seconds, cpu_start))
-        print(
-            f"{_label(attention):>20} seed {seed}: DER {row['digit_error_rate']:.4f} "
-            f"({seconds:.0f} s)"
+def train_run(config, attention, seed, arrays, workdir) -> dict:
+    """Trains (or resumes) one (attention, seed) run and measures it: its row and learning
+    curve."""
+    train_arrays, test_arrays = arrays
+    task = make_task(make_model(config, attention), train_arrays, test_arrays, config, seed)
+    cpu_start = time.process_time()
+    final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
+    variables = train.final_params(run_dir)
+    curve = train.read_metrics(run_dir)
+    row = {
+        "attention": attention,
+        "seed": seed,
+        "digit_error_rate": final["eval_edit_distance"] / final["eval_reference_digits"],
+        "utterance_accuracy": final["eval_utterance_correct"],
+        "test_ctc_loss": final["eval_loss"],
+        "final_train_loss": [r["loss"] for r in curve if r["split"] == "train"][-1],
+        "mean_temperature": float(np.mean(_temperatures(variables))),
+    }
+    if attention == "exact":
+        row.update(
+            swap_diagnostic(config, variables, test_arrays, seed, config.train.num_train_steps)
         )
-        rows.append(row)
-        curves.append(train.read_metrics(run_dir))
-    return rows, curves
+    row.update(outputs.run_cost(seconds, cpu_start))
+    print(
+        f"{_label(attention):>20} seed {seed}: DER {row['digit_error_rate']:.4f} ({seconds:.0f} s)"
+    )
+    return {**row, "curve": curve}
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains every (attention, seed), exact and FAVOR+ first; with ``config.gate_first`` (and
-    both in ``config.attentions``) the other kinds are trained only if the paired FAVOR+ - exact
-    difference is significant.
-    Returns per-run metrics, learning curves, the split and the kinds skipped."""
+    """Trains every (attention, seed) with the core sweep, exact and FAVOR+ first; with
+    ``config.gate_first`` (and both in ``config.attentions``) the other kinds are trained only if
+    the paired FAVOR+ - exact difference is significant. Returns per-run metrics, learning
+    curves, the split and the kinds skipped."""
     validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     train_arrays, test_arrays, info = make_data(config)
-    runs, curves, skipped = [], {}, []
-    gated = config.gate_first and {"exact", "positive"} <= set(config.attentions)
-    for attention in _gate_order(config.attentions):
-        if gated and attention not in ("exact", "positive"):
-            gate = comparisons(runs, ("exact", "positive"))[0]
-            if not gate["p"] < SIGNIFICANCE:
-                skipped.append(attention)
-                continue
-        rows, curves[attention] = train_attention(
-            config, attention, train_arrays, test_arrays, workdir
+    settings = records.settings(
+        config, exclude=("label", "attentions", "seeds", "gate_first", "compilation_cache_dir")
+    )
+
+    def cells(attentions) -> list[dict]:
+        return sweep.run(
+            workdir,
+            attentions,
+            config.seeds,
+            lambda arm, seed, _: train_run(config, arm, seed, (train_arrays, test_arrays), workdir),
+            settings,
         )
-        runs += rows
+
+    order = _gate_order(config.attentions)
+    gated = config.gate_first and {"exact", "positive"} <= set(config.attentions)
+    done = cells(order[:2] if gated else order)
+    skipped = []
+    if gated:
+        gate = _gate(done)
+        if gate.p < SIGNIFICANCE:
+            done += cells(order[2:])
+        else:
+            skipped = order[2:]
+    curves: dict[str, list] = {}
+    for record in sorted(done, key=lambda r: (order.index(r["attention"]), r["seed"])):
+        curves.setdefault(record["attention"], []).append(record["curve"])
+    runs = [
+        {k: v for k, v in r.items() if k not in ("curve", "arm", "seconds")}
+        for r in sorted(done, key=lambda r: (order.index(r["attention"]), r["seed"]))
+    ]
     return {"runs": runs, "curves": curves, "info": info, "skipped": skipped}
 
 
@@ -448,64 +462,79 @@ def _by_attention(runs: list[dict], attention: str, name: str) -> np.ndarray:
     return np.array([r[name] for r in rows], float)
 
 
+def _gate(runs: list[dict]) -> stats.Estimate:
+    """FAVOR+ - exact test DER, paired by seed: does this task resolve attention kinds?"""
+    return stats.paired_difference(
+        _by_attention(runs, "positive", "digit_error_rate"),
+        _by_attention(runs, "exact", "digit_error_rate"),
+    )
+
+
 def comparisons(runs: list[dict], attentions) -> list[dict]:
-    """The gated paired tests: FAVOR+ - exact first, then every other kind - FAVOR+."""
-    rows = []
+    """The gated paired differences: FAVOR+ - exact first, then every other kind - FAVOR+."""
+    pairs = []
     if "exact" in attentions and "positive" in attentions:
-        rows.append(("positive", "exact"))
+        pairs.append(("positive", "exact"))
     if "positive" in attentions:
-        rows += [(a, "positive") for a in attentions if a not in ("exact", "positive")]
-    result = []
-    for kind, reference in rows:
-        test = monte_carlo.paired_difference(
-            _by_attention(runs, kind, "digit_error_rate"),
-            _by_attention(runs, reference, "digit_error_rate"),
-        )
-        result.append({"kind": kind, "reference": reference, **test})
-    return result
+        pairs += [(a, "positive") for a in attentions if a not in ("exact", "positive")]
+    return [
+        {
+            "kind": kind,
+            "reference": reference,
+            **stats.paired_difference(
+                _by_attention(runs, kind, "digit_error_rate"),
+                _by_attention(runs, reference, "digit_error_rate"),
+            ).as_dict(),
+        }
+        for kind, reference in pairs
+    ]
 
 
 def _format_difference(row: dict) -> str:
     return f"{row['mean']:+.4f} ± {row['se']:.4f} (t = {row['t']:.2f}, p = {row['p']:.3g})"
 
 
-def verdicts(tests: list[dict], num_seeds: int) -> tuple[str, str]:
-    """The gate's outcome and the verdict on the paper's ordering (hybrids ahead of FAVOR+)."""
-    gate = next((t for t in tests if t["reference"] == "exact"), None)
-    if gate is None:
-        return "not run (exact or FAVOR+ missing)", "cannot be tested without the gate"
-    passed = gate["p"] < SIGNIFICANCE
-    gate_text = (
-        f"FAVOR+ - exact = {_format_difference(gate)} over {num_seeds} paired seeds: "
-        + ("significant" if passed else "not significant")
-        + f" at the {SIGNIFICANCE:g} level"
-    )
-    if not passed:
-        return gate_text, (
-            "does not hold in this run, because it cannot be tested here: exact and FAVOR+ "
-            "attention give the same test error within "
-            "the seeds' noise, so this task does not resolve attention kinds and any ordering "
-            "of the hybrids would be noise"
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The paper's ordering (hybrids below FAVOR+ in error), tested only where the task
+    resolves attention kinds (the gate): FAVOR+ - hybrid DER averaged over the hybrids per
+    seed, one paired test over seeds."""
+    judge = verdicts.Verdicts(config)
+    runs = results["runs"]
+    attentions = {r["attention"] for r in runs}
+    hybrids = [a for a in ("angular_hybrid", "cluster_hybrid") if a in attentions]
+    if not {"exact", "positive"} <= attentions:
+        judge.not_tested("hybrid_ordering", "the gate needs exact and FAVOR+ runs")
+        return judge
+    gate = _gate(runs)
+    low, high = gate.interval()
+    if not gate.p < SIGNIFICANCE:
+        judge.not_tested(
+            "hybrid_ordering",
+            f"this task does not resolve attention kinds: FAVOR+ - exact test DER = "
+            f"{gate.mean:+.4f} ± {gate.se:.4f} (95% CI [{low:+.4f}, {high:+.4f}], p = "
+            f"{gate.p:.2g}, {gate.n} paired seeds), so any ordering of the hybrids would be noise",
         )
-    hybrids = [t for t in tests if t["kind"] in ("angular_hybrid", "cluster_hybrid")]
-    better = [t for t in hybrids if t["mean"] < 0 and t["p"] < SIGNIFICANCE]
-    worse = [t for t in hybrids if t["mean"] > 0 and t["p"] < SIGNIFICANCE]
-    if hybrids and len(better) == len(hybrids):
-        return gate_text, "holds: every hybrid has a significantly lower error than FAVOR+"
-    details = "; ".join(f"{_label(t['kind'])} - FAVOR+ = {_format_difference(t)}" for t in hybrids)
-    reason = (
-        "some hybrids are significantly worse than FAVOR+"
-        if worse
-        else "the hybrids are not significantly better than FAVOR+"
-    )
-    return gate_text, f"does not hold: {reason} ({details})"
+    elif not hybrids:
+        judge.not_tested("hybrid_ordering", "no hybrid was trained")
+    else:
+        favor = _by_attention(runs, "positive", "digit_error_rate")
+        mean_hybrid = np.mean([_by_attention(runs, a, "digit_error_rate") for a in hybrids], 0)
+        judge.effect(
+            "hybrid_ordering",
+            stats.paired_difference(favor, mean_hybrid),
+            effect=f"FAVOR+ - mean of {', '.join(_label(a) for a in hybrids)} test DER, paired "
+            "by seed",
+            units="seeds",
+            number=".4f",
+        )
+    return judge
 
 
 # --------------------------------------------------------------------------- report
 
 
 def _mean_se(values: np.ndarray) -> str:
-    mean, se = monte_carlo.mean_and_se(np.asarray(values, float))
+    mean, se = stats.mean_se(np.asarray(values, float))
     return f"{mean:.4f} ± {se:.4f}"
 
 
@@ -537,9 +566,8 @@ def _plot_error_rates(runs, tests, attentions, path: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     seeds = sorted({r["seed"] for r in runs})
     for i, attention in enumerate(attentions):
-        rates = _by_attention(runs, attention, "digit_error_rate")
-        se = rates.std(ddof=1) / np.sqrt(len(rates)) if len(rates) > 1 else 0.0
-        left.bar(i, rates.mean(), yerr=se, capsize=4, color=f"C{i}", alpha=0.7)
+        mean, se = stats.mean_se(_by_attention(runs, attention, "digit_error_rate"))
+        left.bar(i, mean, yerr=np.nan_to_num(se), capsize=4, color=f"C{i}", alpha=0.7)
     per_seed = np.array([_by_attention(runs, a, "digit_error_rate") for a in attentions])
     for k in range(len(seeds)):
         left.plot(range(len(attentions)), per_seed[:, k], "k.-", lw=0.5, ms=4, alpha=0.6)
@@ -567,8 +595,8 @@ def _plot_curves(curves: dict, attentions, path: str) -> None:
     for i, attention in enumerate(attentions):
         for axis, split, value in ((left, "eval", "der"), (right, "train", "loss")):
             series = []
-            for records in curves[attention]:
-                points = [r for r in records if r["split"] == split]
+            for curve in curves[attention]:
+                points = [r for r in curve if r["split"] == split]
                 steps = [r["step"] for r in points]
                 if value == "der":
                     series.append([r["edit_distance"] / r["reference_digits"] for r in points])
@@ -632,35 +660,22 @@ def _swap_text(runs: list[dict]) -> str:
         ("der_favor_swap", "FAVOR+ features"),
     ):
         values = np.array([r[name] for r in exact])
-        change = monte_carlo.paired_difference(values, own)
+        change = stats.paired_difference(values, own)
         rows.append(
             {
                 "attention at inference": label,
                 "test DER (mean ± 1 SE)": _mean_se(values),
-                "paired change": f"{change['mean']:+.4f} ± {change['se']:.4f}",
+                "paired change": f"{change.mean:+.4f} ± {change.se:.4f}",
             }
         )
     return outputs.markdown_table(rows)
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Tables, figures and the summary of ``measure``'s results."""
+    """Tables, figures, the summary and the verdicts of ``measure``'s records."""
     runs, info = results["runs"], results["info"]
     attentions = tuple(a for a in config.attentions if a in results["curves"])
     tests = comparisons(runs, attentions)
-    gate, verdict = verdicts(tests, len(config.seeds))
-    summary = _summary_rows(runs, attentions)
-    outputs.write_json(
-        os.path.join(workdir, "results.json"),
-        {
-            "runs": runs,
-            "summary": summary,
-            "comparisons": tests,
-            "skipped": results["skipped"],
-            **info,
-        },
-        indent=2,
-    )
     _plot_error_rates(runs, tests, attentions, os.path.join(workdir, "digit_error_rate.png"))
     _plot_curves(results["curves"], attentions, os.path.join(workdir, "learning_curves.png"))
     comparison_rows = [
@@ -672,36 +687,30 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         }
         for t in tests
     ]
-    text = outputs.render_summary(
+    gate = next((t for t in tests if t["reference"] == "exact"), None)
+    text = verdicts.write_summary(
+        workdir,
         "conformer_ctc",
+        judge(results, config),
         variant=config.label,
         setup=_setup_text(config, info),
-        table=outputs.markdown_table(summary),
+        table=outputs.markdown_table(_summary_rows(runs, attentions)),
         comparisons=outputs.markdown_table(comparison_rows) if comparison_rows else "none",
-        gate=gate,
+        gate="not run (exact or FAVOR+ missing)"
+        if gate is None
+        else f"FAVOR+ - exact = {_format_difference(gate)} over {gate['n']} paired seeds "
+        f"(the other kinds are trained if p < {SIGNIFICANCE:g})",
         skipped=(
-            "Not trained, because the gate failed (`gate_first`): "
+            "Not trained, because of the gate (`gate_first`): "
             + ", ".join(_label(a) for a in results["skipped"])
             + "."
             if results["skipped"]
             else ""
         ),
-        verdict=verdict,
         swaps=_swap_text(runs),
         timing=outputs.timing_text(runs),
     )
-    outputs.save_run(workdir, rows=runs, summary=text, config=config)
-    return {
-        "runs": runs,
-        "summary": summary,
-        "comparisons": tests,
-        "verdict": verdict,
-        "skipped": results["skipped"],
-        **info,
-    }
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config, workdir), config, workdir)``."""
+    outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
     outputs.save_config(workdir, config)
-    return report(measure(config, workdir), config, workdir)
+    print(text)
+    return {"runs": runs, "comparisons": tests, "skipped": results["skipped"], **info}

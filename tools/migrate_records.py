@@ -184,7 +184,30 @@ def estimator_zoo(name: str):
     }
 
 
+def metrics(name: str, run: str) -> list[dict]:
+    """A committed run's metrics log (runs/<run>/metrics.jsonl)."""
+    with open(os.path.join(RESULTS, name, "runs", run, "metrics.jsonl")) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def conformer_ctc(name: str):
+    """results.json held the runs, the split and the skipped kinds; the learning curves are the
+    committed metrics logs."""
+    with open(os.path.join(RESULTS, name, "results.json")) as handle:
+        stored = json.load(handle)
+    info_keys = ("train_recordings", "test_recordings", "train_speakers", "test_speakers")
+    info = {k: stored[k] for k in (*info_keys, "max_frames", "mean_frames")}
+    curves: dict[str, list] = {}
+    for run in stored["runs"]:
+        curves.setdefault(run["attention"], []).append(
+            metrics(name, f"{run['attention']}_seed{run['seed']}")
+        )
+    return {"runs": stored["runs"], "curves": curves, "info": info, "skipped": stored["skipped"]}
+
+
 MIGRATIONS = {
+    "conformer_ctc": conformer_ctc,
+    "conformer_ctc_attention_context": conformer_ctc,
     "estimator_zoo": estimator_zoo,
     "uci_classification": uci_classification,
     "hrf_clustered": hrf_clustered,
