@@ -18,12 +18,10 @@ O(N V W) estimate dominates): angular (m, n) = (8, 8), Gaussian (8, 4), both wid
 equal width: angular (8, 7), width 256, and Gaussian (9, 3), width 252 (4 m (2 n + 1) cannot be
 256).
 
-Default (CPU, full PTB, 6 arms x 5 seeds): 30 runs of 54-90 s each on the idle 2-core machine
-(2026-11-23; 13-19 min under heavy load), committed in results/lstm_lm/. Measured: test
-perplexity FAVOR+ / model-softmax proposal 1.364 ± 0.042 (HRF PTB setting) and 1.548 ± 0.020
-(cosine logits): the 20% target does not hold; at equal measured FLOPs the hybrids' median W1
-and KS are higher than FAVOR+'s in both settings (e.g. angular, normalised: W1 +0.245 ± 0.008,
-KS +0.316 ± 0.019): claim (1) does not hold here.
+Default (CPU, full PTB, 6 arms x 5 seeds): 30 runs of about a minute each on 2 idle cores, 400
+steps (0.3 epochs): the models are undertrained, so the default is not sized to refute the
+paper's claims (``powered`` False). The claims and their tests are declared below; the measured
+numbers and verdicts are in results/lstm_lm/summary.md.
 ``paper``: 80 epochs of all 929k training tokens, full validation/test, 512 features per map
 (width 1024), 25 seeds (HRF App. I.1).
 """
@@ -31,7 +29,7 @@ KS +0.316 ± 0.019): claim (1) does not hold here.
 import ml_collections
 import numpy as np
 
-from configs.common import apply_overrides, parse_variant
+from configs.common import apply_overrides, claim, parse_variant
 from configs.training import train_config
 
 
@@ -70,6 +68,32 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.equal_flops_estimators = ("angular-eqF", "gaussian-eqF")
     config.metric_arm_proposal = "exact"  # whose models' queries the metrics use
     config.seeds = (0, 1, 2, 3, 4)
+    config.claims = ml_collections.ConfigDict(
+        {
+            # Refuted if the hybrids' median W1 / KS is above FAVOR+'s by more than 0.01.
+            "hybrids_more_accurate": claim(
+                "The hybrids estimate the softmax distribution more accurately than FAVOR+ at "
+                "similar FLOPs: lower W1 and KS (HRF Sec. 4.2, Fig. 3)",
+                "greater",
+                margin=0.01,
+            ),
+            # "Not very significant" differences: every random-feature proposal within 20% of
+            # FAVOR+'s test perplexity.
+            "proposals_alike": claim(
+                "The perplexity differences between the random-feature proposals are not very "
+                "significant (HRF Sec. 4.2)",
+                "equivalent",
+                margin=0.2,
+            ),
+            "favor_within_20": claim(
+                "Our target: FAVOR+'s test perplexity within 20% of the model-softmax proposal's",
+                "nonsuperior",
+                margin=0.2,
+            ),
+        }
+    )
+    # The default trains 400 steps (0.3 epochs): undertrained models cannot refute a claim.
+    config.powered = variant == "paper"
     config.num_train_tokens = 0  # 0: all 929,589
     config.num_eval_tokens = 0  # per split (validation, test); 0: all
     config.bptt = 35  # tokens per training window (each window starts from a zero state)

@@ -47,8 +47,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import monte_carlo, train
-from experiments.core import outputs
+from experiments import train
+from experiments.core import outputs, records, stats, sweep, verdicts
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
     FEATURE_PROPOSALS,
@@ -380,66 +380,96 @@ def _summarise(values: dict[str, np.ndarray]) -> dict[str, float]:
 # --------------------------------------------------------------------------- measure
 
 
+def train_run(config, arm: str, seed: int, context: dict, workdir: str) -> dict:
+    """Trains (or resumes) one (arm, seed) run and measures it: its row, learning curve and,
+    for the models of ``metric_arm_proposal``, the distribution metrics of every estimator (and
+    the divergence curve of the normalised setting)."""
+    arrays, vocab_size, heldout = context["arrays"], context["vocab_size"], context["heldout"]
+    setting, estimator = parse_arm(arm)
+    model = make_model(config, setting, vocab_size)
+    task = make_task(model, arrays, config, setting, estimator, seed)
+    cpu_start = time.process_time()
+    _, run_dir, seconds = train.train_seed(config.train, workdir, run_name(arm), seed, task)
+    params = train.final_params(run_dir)
+    eval_fn = jax.jit(task.eval_metrics)
+    tau = float(proposal_temperature(model, params, setting, heldout, config.tau_grid))
+    row = {
+        "arm": arm,
+        "setting": setting,
+        "estimator": estimator,
+        "seed": seed,
+        **{
+            f"{split}_perplexity": perplexity(
+                eval_fn, params, arrays[split], config.eval_batch_size
+            )
+            for split in ("valid", "test")
+        },
+        "final_temperature": tau,
+        **outputs.run_cost(seconds, cpu_start),
+    }
+    print(
+        f"{arm:>32} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, test ppl "
+        f"{row['test_perplexity']:.1f}, tau {tau:.3g} ({seconds:.0f} s)"
+    )
+    record = {"row": row, "curve": train.read_metrics(run_dir), "metrics": [], "divergence": None}
+    if estimator == config.metric_arm_proposal:
+        if setting == "normalised":
+            record["divergence"] = np.asarray(
+                divergence_curve(model, params, heldout, config.tau_grid)
+            ).tolist()
+        per_estimator = estimator_metrics(
+            model, params, context["metric_inputs"], tau, config, jax.random.key(1000 + seed)
+        )
+        record["metrics"] = [
+            {"setting": setting, "seed": seed, "estimator": name, "tau": tau, **values}
+            for name, values in per_estimator.items()
+        ]
+    return record
+
+
+def run_name(arm: str) -> str:
+    """The run folder name of an arm: ``"<setting>-<estimator>"``."""
+    setting, estimator = parse_arm(arm)
+    return f"{setting}-{estimator}"
+
+
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains every (arm, seed); returns runs, learning curves, estimator costs and metrics."""
+    """Trains every (arm, seed) with the core sweep; returns runs, learning curves, estimator
+    costs and metrics."""
     validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     arrays, vocab_size = load_arrays(config)
-    heldout = heldout_inputs(arrays, config)
-    metric_inputs = arrays["valid"]["inputs"][: -(-config.num_metric_queries // config.bptt)]
+    context = {
+        "arrays": arrays,
+        "vocab_size": vocab_size,
+        "heldout": heldout_inputs(arrays, config),
+        "metric_inputs": arrays["valid"]["inputs"][: -(-config.num_metric_queries // config.bptt)],
+    }
     flops = {
         name: proposal_flops(config, name, vocab_size)
         for name in outputs.progress(config.estimators, "measuring proposal FLOPs")
     }
-    runs, curves, metrics, divergences = [], {}, [], []
-    for arm in config.arms:
-        setting, estimator = parse_arm(arm)
-        model = make_model(config, setting, vocab_size)
-        for seed in config.seeds:
-            task = make_task(model, arrays, config, setting, estimator, seed)
-            name = f"{setting}-{estimator}"
-            cpu_start = time.process_time()
-            _, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
-            params = train.final_params(run_dir)
-            eval_fn = jax.jit(task.eval_metrics)
-            tau = float(proposal_temperature(model, params, setting, heldout, config.tau_grid))
-            row = {
-                "arm": arm,
-                "setting": setting,
-                "estimator": estimator,
-                "seed": seed,
-                **{
-                    f"{split}_perplexity": perplexity(
-                        eval_fn, params, arrays[split], config.eval_batch_size
-                    )
-                    for split in ("valid", "test")
-                },
-                "final_temperature": tau,
-                **outputs.run_cost(seconds, cpu_start),
-            }
-            print(
-                f"{arm:>32} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, test ppl "
-                f"{row['test_perplexity']:.1f}, tau {tau:.3g} ({seconds:.0f} s)"
-            )
-            runs.append(row)
-            curves.setdefault(arm, []).append(train.read_metrics(run_dir))
-            if estimator != config.metric_arm_proposal:
-                continue
-            if setting == "normalised":
-                curve = divergence_curve(model, params, heldout, config.tau_grid)
-                divergences.append({"seed": seed, "divergence": np.asarray(curve).tolist()})
-            per_estimator = estimator_metrics(
-                model, params, metric_inputs, tau, config, jax.random.key(1000 + seed)
-            )
-            for name, values in per_estimator.items():
-                metrics.append(
-                    {"setting": setting, "seed": seed, "estimator": name, "tau": tau, **values}
-                )
+    arms = {run_name(arm): arm for arm in config.arms}
+    cells = sweep.run(
+        workdir,
+        list(arms),
+        config.seeds,
+        lambda name, seed, _: train_run(config, arms[name], seed, context, workdir),
+        records.settings(config, exclude=("variant", "arms", "seeds", "compilation_cache_dir")),
+    )
+    cells.sort(key=lambda r: (list(arms).index(r["arm"]), r["seed"]))  # arm-major, as the tables
+    curves: dict[str, list] = {}
+    for cell in cells:
+        curves.setdefault(cell["row"]["arm"], []).append(cell["curve"])
     return {
-        "runs": runs,
+        "runs": [cell["row"] for cell in cells],
         "curves": curves,
-        "metrics": metrics,
-        "divergences": divergences,
+        "metrics": [m for cell in cells for m in cell["metrics"]],
+        "divergences": [
+            {"seed": cell["seed"], "divergence": cell["divergence"]}
+            for cell in cells
+            if cell["divergence"] is not None
+        ],
         "flops": flops,
         "vocab_size": vocab_size,
         "tokens": {split: int(value["inputs"].size) for split, value in arrays.items()},
@@ -451,7 +481,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def mean_se(values) -> tuple[float, float]:
     """Mean and standard error (ddof 1; nan for one value) of ``values``."""
-    mean, se = monte_carlo.mean_and_se(np.asarray(values, float))
+    mean, se = stats.mean_se(np.asarray(values, float))
     return float(mean), float(se)
 
 
@@ -482,35 +512,6 @@ def perplexity_rows(runs: list[dict], arms) -> list[dict]:
             }
         )
     return rows
-
-
-def perplexity_verdicts(runs: list[dict], config) -> list[dict]:
-    """Per setting: the paired ratio test perplexity(FAVOR+) / perplexity(exact) against the
-    1.2 target (holds if mean + 2 SE <= 1.2, fails if mean - 2 SE > 1.2)."""
-    verdicts = []
-    favor, exact = config.favor_estimator, config.metric_arm_proposal
-    for setting in SETTINGS:
-        arms = {parse_arm(a)[1] for a in config.arms if parse_arm(a)[0] == setting}
-        if not {favor, exact} <= arms:
-            continue
-        ratio = _values(runs, "test_perplexity", setting=setting, estimator=favor) / _values(
-            runs, "test_perplexity", setting=setting, estimator=exact
-        )
-        mean, se = mean_se(ratio)
-        if mean + 2 * se <= 1.2:
-            verdict = "holds"
-        elif mean - 2 * se > 1.2:
-            verdict = "does not hold (FAVOR+ more than 20% worse, beyond 2 SE)"
-        else:
-            verdict = "inconclusive (1.2 within 2 SE)"
-        verdicts.append(
-            {
-                "setting": SETTING_LABELS[setting],
-                "test ppl FAVOR+ / exact (mean ± 1 SE, paired seeds)": _format(mean, se),
-                "target <= 1.2": verdict,
-            }
-        )
-    return verdicts
 
 
 def estimator_rows(results: dict, config) -> list[dict]:
@@ -551,9 +552,9 @@ def estimator_rows(results: dict, config) -> list[dict]:
                 row[f"median {label}"] = _format(*mean_se(values), digits=3)
                 if estimator != favor:
                     reference = _values(metrics, f"{name}_median", setting=setting, estimator=favor)
-                    test = monte_carlo.paired_difference(values, reference)
+                    test = stats.paired_difference(values, reference)
                     row[f"{label} - FAVOR+"] = (
-                        f"{test['mean']:+.3g} ± {test['se']:.2g} (p = {test['p']:.2g})"
+                        f"{test.mean:+.3g} ± {test.se:.2g} (p = {test.p:.2g})"
                     )
                 else:
                     row[f"{label} - FAVOR+"] = "—"
@@ -564,34 +565,63 @@ def estimator_rows(results: dict, config) -> list[dict]:
     return rows
 
 
-def hybrid_verdict(results: dict, config) -> str:
-    """The paper's claim (hybrids more accurate than FAVOR+ on W1 and KS) at equal FLOPs, in
-    the paper's setting (``"normalised"``) and the cosine setting."""
-    metrics, favor, lines = results["metrics"], config.favor_estimator, []
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares."""
+    judge = verdicts.Verdicts(config)
+    runs, metrics, favor = results["runs"], results["metrics"], config.favor_estimator
+    exact = config.metric_arm_proposal
+
+    def ppl(setting, estimator):
+        return _values(runs, "test_perplexity", setting=setting, estimator=estimator)
+
+    def ratio(setting: str, estimator: str, reference: str):
+        """Test perplexity estimator / reference - 1, paired by seed."""
+        values, base = ppl(setting, estimator), ppl(setting, reference)
+        if not len(values) or len(values) != len(base):
+            return None
+        return stats.sample_estimate(values / base - 1)
+
+    within = {s: ratio(s, favor, exact) for s in SETTINGS}
+    within = {s: e for s, e in within.items() if e is not None}
+    judge.ordering(
+        "favor_within_20",
+        within,
+        effect="test perplexity FAVOR+ / model softmax - 1, paired by seed",
+        cell_name="settings",
+        units="seeds",
+    )
+    random_feature = [e for e in config.estimators if e != favor]
+    others = {
+        (SETTING_LABELS[s], e): r
+        for s in SETTINGS
+        for e in random_feature
+        if (r := ratio(s, e, favor)) is not None
+    }
+    judge.every(
+        "proposals_alike",
+        others,
+        effect="test perplexity / FAVOR+'s - 1, paired by seed",
+        cell_name="(setting, proposal)",
+        units="seeds",
+    )
+    cells = {}
     for setting in SETTINGS:
         for estimator in config.equal_flops_estimators:
-            outcomes = []
             for name, label in (("wasserstein", "W1"), ("ks", "KS")):
                 values = _values(metrics, f"{name}_median", setting=setting, estimator=estimator)
-                if not len(values):
-                    continue
                 reference = _values(metrics, f"{name}_median", setting=setting, estimator=favor)
-                test = monte_carlo.paired_difference(values, reference)
-                better = test["mean"] < 0 and test["p"] < SIGNIFICANCE
-                worse = test["mean"] > 0 and test["p"] < SIGNIFICANCE
-                word = "lower" if better else "higher" if worse else "not different"
-                outcomes.append(
-                    (better, f"{label} {word} ({test['mean']:+.3g} ± {test['se']:.2g})")
-                )
-            if not outcomes:
-                continue
-            verdict = "holds" if all(b for b, _ in outcomes) else "does not hold"
-            lines.append(
-                f"- {SETTING_LABELS[setting]}, {estimator} vs {favor}: "
-                + ", ".join(text for _, text in outcomes)
-                + f" → **{verdict}**"
-            )
-    return "\n".join(lines) if lines else "not measured"
+                if len(values) and len(values) == len(reference):
+                    cells[(SETTING_LABELS[setting], estimator, label)] = stats.paired_difference(
+                        reference, values
+                    )
+    judge.ordering(
+        "hybrids_more_accurate",
+        cells,
+        effect="median distance FAVOR+ - hybrid at equal FLOPs, paired by seed",
+        cell_name="(setting, hybrid, metric)",
+        units="seeds",
+    )
+    return judge
 
 
 def _bar_axis(axis, labels, means, errors, title, log):
@@ -723,38 +753,26 @@ def _setup_text(config, results: dict) -> str:
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Tables, figures and the summary of ``measure``'s results."""
+    """Tables, figures, the summary and the verdicts of ``measure``'s records."""
     runs, arms = results["runs"], tuple(config.arms)
     ppl_rows = perplexity_rows(runs, arms)
-    targets = perplexity_verdicts(runs, config)
     metric_rows = estimator_rows(results, config)
-    outputs.write_json(
-        os.path.join(workdir, "results.json"),
-        {key: value for key, value in results.items() if key != "curves"},
-        indent=2,
-    )
     if results["metrics"]:
         outputs.write_csv(os.path.join(workdir, "metrics.csv"), results["metrics"])
+        _plot_metrics(results, config, os.path.join(workdir, "distribution_metrics.png"))
     _plot_perplexity(runs, results["curves"], arms, os.path.join(workdir, "perplexity.png"))
     _plot_temperature(results, config, os.path.join(workdir, "temperature.png"))
-    if results["metrics"]:
-        _plot_metrics(results, config, os.path.join(workdir, "distribution_metrics.png"))
-    text = outputs.render_summary(
+    text = verdicts.write_summary(
+        workdir,
         "lstm_lm",
+        judge(results, config),
         variant=config.variant,
         setup=_setup_text(config, results),
         perplexity_table=outputs.markdown_table(ppl_rows),
-        perplexity_verdict=outputs.markdown_table(targets) if targets else "not run",
         metric_table=outputs.markdown_table(metric_rows) if metric_rows else "not run",
-        hybrid_verdict=hybrid_verdict(results, config),
         timing=outputs.timing_text(runs),
     )
-    outputs.save_run(workdir, rows=runs, summary=text, config=config)
-    return {"runs": runs, "perplexity": ppl_rows, "targets": targets, "metrics": metric_rows}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config, workdir), config, workdir)``."""
-    validate_config(config)
+    outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
     outputs.save_config(workdir, config)
-    return report(measure(config, workdir), config, workdir)
+    print(text)
+    return {"runs": runs, "perplexity": ppl_rows, "metrics": metric_rows}

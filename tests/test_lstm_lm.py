@@ -12,7 +12,8 @@ import pytest
 
 from configs import lstm_lm as lstm_lm_config
 from experiments import lstm_lm, train
-from experiments.core import outputs
+from experiments.core import outputs, verdicts
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 from rfjax import nn as rnn
 
@@ -373,7 +374,8 @@ def test_quick_experiment_trains_and_writes_outputs(tmp_path):
     for name in (
         "results.csv",
         "metrics.csv",
-        "results.json",
+        "records.json",
+        "verdicts.json",
         "summary.md",
         "perplexity.png",
         "distribution_metrics.png",
@@ -399,7 +401,7 @@ def test_quick_experiment_trains_and_writes_outputs(tmp_path):
             assert 0 <= float(row[name]) <= 1, row
     hybrid = next(row for row in saved if row["estimator"] == "angular-eqF")
     assert float(hybrid["negative_fraction_mean"]) > 0  # a signed estimator
-    flops = json.loads((tmp_path / "results.json").read_text())["flops"]
+    flops = json.loads((tmp_path / "records.json").read_text())["flops"]
     for costs in flops.values():  # the clipped estimate is O(N V W): dearer than the tables
         assert costs["clipped"] > costs["decomposition"] > 0
 
@@ -487,21 +489,24 @@ def _synthetic_results(config, favor_ratio: float, hybrid_shift: float) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("favor_ratio", "hybrid_shift", "perplexity_verdict", "hybrid_verdict"),
-    [(1.05, -0.005, "holds", "holds"), (1.6, 0.005, "does not hold", "does not hold")],
+    ("powered", "favor_ratio", "hybrid_shift", "target", "hybrids"),
+    [
+        (True, 1.05, -0.05, Outcome.HOLDS, Outcome.HOLDS),
+        (True, 1.6, 0.05, Outcome.DOES_NOT_HOLD, Outcome.DOES_NOT_HOLD),
+        # The default config's undertrained models cannot refute a claim.
+        (False, 1.6, 0.05, Outcome.NOT_RESOLVED, Outcome.NOT_RESOLVED),
+    ],
 )
-def test_report_states_the_verdicts(
-    tmp_path, favor_ratio, hybrid_shift, perplexity_verdict, hybrid_verdict
-):
-    """The default config's report on synthetic results: the FAVOR+/exact perplexity target per
-    setting and the equal-FLOPs hybrids against FAVOR+, with every figure written."""
+def test_report_states_the_verdicts(tmp_path, powered, favor_ratio, hybrid_shift, target, hybrids):
+    """The default config's report on synthetic results: the FAVOR+/exact perplexity target and
+    the equal-FLOPs hybrids against FAVOR+, with every figure written."""
     config = lstm_lm_config.get_config()
-    result = lstm_lm.report(_synthetic_results(config, favor_ratio, hybrid_shift), config, tmp_path)
-    assert len(result["targets"]) == 2  # both settings
-    assert all(t["target <= 1.2"].startswith(perplexity_verdict) for t in result["targets"])
+    config.powered = powered
+    lstm_lm.report(_synthetic_results(config, favor_ratio, hybrid_shift), config, tmp_path)
+    stored = verdicts.read(str(tmp_path))
+    assert stored["favor_within_20"].outcome == target
+    assert stored["hybrids_more_accurate"].outcome == hybrids
     summary = (tmp_path / "summary.md").read_text()
-    verdicts = [line for line in summary.splitlines() if line.startswith("- ") and "→" in line]
-    assert len(verdicts) == 2 * len(config.equal_flops_estimators)
-    assert all(line.endswith(f"**{hybrid_verdict}**") for line in verdicts), verdicts
+    assert all(v.sentence() in summary for v in stored.values())
     for name in ("perplexity.png", "distribution_metrics.png", "temperature.png", "metrics.csv"):
         assert (tmp_path / name).exists(), name

@@ -205,7 +205,20 @@ def conformer_ctc(name: str):
     return {"runs": stored["runs"], "curves": curves, "info": info, "skipped": stored["skipped"]}
 
 
+def lstm_lm(name: str):
+    """results.json held everything but the learning curves: those are the committed metrics
+    logs (runs/<setting>-<estimator>_seed<k>)."""
+    with open(os.path.join(RESULTS, name, "results.json")) as handle:
+        stored = json.load(handle)
+    curves: dict[str, list] = {}
+    for run in stored["runs"]:
+        folder = f"{run['setting']}-{run['estimator']}_seed{run['seed']}"
+        curves.setdefault(run["arm"], []).append(metrics(name, folder))
+    return {**stored, "curves": curves}
+
+
 MIGRATIONS = {
+    "lstm_lm": lstm_lm,
     "conformer_ctc": conformer_ctc,
     "conformer_ctc_attention_context": conformer_ctc,
     "estimator_zoo": estimator_zoo,

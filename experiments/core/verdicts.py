@@ -297,15 +297,8 @@ class Verdicts:
             return self.not_tested(name, f"no {cell_name} measured")
         margin = self.margin_of(name)
         strict = dataclasses.replace(claim, confidence=1 - (1 - claim.level) / len(cells))
-        judged = {
-            cell: (
-                self._interval_rule(claim, e, margin, units, number)[0],
-                self._interval_rule(strict, e, margin, units, number)[0],
-            )
-            for cell, e in cells.items()
-        }
-        failing = [c for c, (_, corrected) in judged.items() if corrected == Outcome.DOES_NOT_HOLD]
-        open_cells = [c for c, (plain, _) in judged.items() if plain != Outcome.HOLDS]
+        failing = [c for c, e in cells.items() if _side(strict, e, margin) == "against"]
+        open_cells = [c for c, e in cells.items() if _side(claim, e, margin) != "holds"]
         worst = max(cells.items(), key=lambda item: abs(item[1].mean) / max(item[1].se, 1e-300))
         head = _estimate_text(
             f"{effect} at the farthest {cell_name} ({worst[0]})",
@@ -315,12 +308,12 @@ class Verdicts:
             number,
         )
         if failing:
-            outcome = Outcome.DOES_NOT_HOLD
+            outcome = Outcome.DOES_NOT_HOLD if self.powered else Outcome.NOT_RESOLVED
             reason = (
                 f"against the claim beyond the margin {_number(margin, number)} at "
                 f"{_cells_text(failing, cell_name)} (intervals at {100 * strict.level:.4g}%, "
                 f"Bonferroni over {len(cells)} {cell_name})"
-            )
+            ) + ("" if self.powered else f", but {UNPOWERED}")
         elif not open_cells:
             outcome, reason = Outcome.HOLDS, f"it holds at all {len(cells)} {cell_name}"
         else:
@@ -345,25 +338,19 @@ class Verdicts:
         return self.fact(name, value > 0, f"{effect} = {_number(value, '+' + number)} (exact)")
 
     def _interval_rule(self, claim, estimate, margin, units, number):
-        low, high = estimate.interval(claim.level)
-        if not (math.isfinite(low) and math.isfinite(high)):
+        side = _side(claim, estimate, margin)
+        lies = "it lies" if estimate.se == 0 else "the interval lies"
+        if side == "none":
             return Outcome.NOT_RESOLVED, "no interval (too few units or no spread)"
-        holds, fails = _regions(claim.test, margin)
-        if _inside((low, high), holds):
-            lies = "it lies" if estimate.se == 0 else "the interval lies"
-            return Outcome.HOLDS, f"{lies} {_region_text(holds, number)}"
-        against = _inside((low, high), fails) or (
-            claim.test == "equivalent" and (low > margin or high < -margin)
-        )
-        if against and self.powered:
-            lies = "it lies" if estimate.se == 0 else "the interval lies"
+        if side == "holds":
+            return Outcome.HOLDS, f"{lies} {_region_text(_regions(claim.test, margin)[0], number)}"
+        if side == "against" and self.powered:
             return Outcome.DOES_NOT_HOLD, (
                 f"{lies} against the claim beyond the margin {_number(margin, number)}"
             )
-        if against:
+        if side == "against":
             return Outcome.NOT_RESOLVED, (
-                "the interval lies against the claim beyond the margin, but this variant is not "
-                "sized to test the claims (config.powered is False), so it cannot refute it"
+                f"{lies} against the claim beyond the margin, but {UNPOWERED}"
             )
         return Outcome.NOT_RESOLVED, _unresolved_text(claim, estimate, margin, units, number)
 
@@ -397,6 +384,27 @@ def _regions(test: str, margin: float):
     if test == "nonsuperior":
         return (-inf, margin), (margin, inf)
     return (-margin, margin), None  # equivalent: fails on either side, see _interval_rule
+
+
+UNPOWERED = (
+    "this variant is not sized to test the claims (config.powered is False), so it cannot refute it"
+)
+
+
+def _side(claim: Claim, estimate: Estimate, margin: float) -> str:
+    """Where the claim's interval lies: ``"holds"``, ``"against"`` (beyond the margin),
+    ``"open"`` (straddling) or ``"none"`` (no interval)."""
+    low, high = estimate.interval(claim.level)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "none"
+    holds, fails = _regions(claim.test, margin)
+    if _inside((low, high), holds):
+        return "holds"
+    if _inside((low, high), fails) or (
+        claim.test == "equivalent" and (low > margin or high < -margin)
+    ):
+        return "against"
+    return "open"
 
 
 def _inside(interval: tuple[float, float], region: tuple[float, float] | None) -> bool:
