@@ -37,16 +37,18 @@ estimates them with FAVOR+ (``rfjax.attention.favor_attention_weights``). Report
 relative Frobenius error |A_hat - A|_F / |A|_F over all layers, heads and images, mean over
 draws, then mean ± SE over seeds per (trained model, coupling).
 
-``measure`` trains and evaluates; ``report`` writes ``results.json``, ``runs.csv``,
+``measure`` trains and evaluates every run as a core sweep cell (its record kept with its
+settings in ``runs/<run>_seed<k>/result.json``); ``report`` writes ``runs.csv``,
 ``differences.csv``, ``attention_error.csv``, ``paired_differences.png``,
-``learning_curves.png``, ``attention_error.png`` and ``summary.md`` (claims and verdicts from
-``experiments/templates/performer_vit.md``).
+``learning_curves.png``, ``attention_error.png``, ``summary.md`` (claims from the config,
+verdicts by ``experiments.core.verdicts``, template ``experiments/templates/performer_vit.md``)
+and ``verdicts.json``. ``measure_run``, ``load_arrays``, ``differences`` and the table helpers
+are public: ``experiments.performer_vit_maps`` uses them.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 
@@ -58,9 +60,8 @@ import numpy as np
 import optax
 
 from experiments import train
-from experiments.core import outputs
+from experiments.core import outputs, records, stats, sweep, verdicts
 from experiments.core.validate import require_names, require_positive
-from experiments.monte_carlo import paired_difference
 from rfjax import features, projections
 from rfjax.attention import draw_projection, favor_attention_weights
 from rfjax.data import load_fashion_mnist
@@ -349,11 +350,7 @@ def evaluate_run(
     attention: str,
 ) -> dict:
     """Fresh-draw accuracies (Performers) and the attention errors of every coupling on the
-    run's trained queries and keys; cached in ``run_dir/evaluation.json``."""
-    path = os.path.join(run_dir, "evaluation.json")
-    if os.path.exists(path):
-        with open(path) as handle:
-            return json.load(handle)
+    run's trained queries and keys."""
     params = train.final_params(run_dir)
     normalise = _normaliser(arrays["train"]["image"])
     root = jax.random.fold_in(jax.random.key(config.eval_seed), seed)
@@ -382,7 +379,6 @@ def evaluate_run(
             feature_map=config.model.feature_map,
         )
         result["attention_error"][coupling] = float(np.mean(np.asarray(errors)))
-    outputs.write_json(path, result)
     return result
 
 
@@ -393,47 +389,79 @@ def _load(split: str, data_dir: str, limit: int) -> dict[str, np.ndarray]:
     return {"image": images, "label": labels}
 
 
-def measure(config: ml_collections.ConfigDict, workdir: str, first_seed: int = 0) -> dict:
-    """Trains and evaluates every (run, seed) from seed ``first_seed`` on; returns one record per
-    run and the curves."""
-    outputs.save_config(workdir, config)  # now too: a long run that stops early keeps it
-    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
-    arrays = {
+def load_arrays(config: ml_collections.ConfigDict) -> dict[str, dict[str, np.ndarray]]:
+    """The train and test splits of ``config`` (limited to its example counts)."""
+    return {
         "train": _load("train", config.data_dir, config.num_train_examples),
         "test": _load("test", config.data_dir, config.num_test_examples),
     }
-    runs, curves = [], {}
-    most = max(num_seeds(config, a, p) for _, a, p in run_names(config))
-    for seed in range(first_seed, most):
-        for name, attention, protocol in run_names(config):
-            if seed >= num_seeds(config, attention, protocol):
-                continue
-            model = make_model(config, attention)
-            task = make_task(model, arrays["train"], arrays["test"], config, seed, protocol)
-            final, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
-            evaluation = evaluate_run(config, model, run_dir, arrays, seed, attention)
-            draws = evaluation.get("accuracy_draws", [final["eval_accuracy"]])
-            print(
-                f"{name:>20} seed {seed}: accuracy own {final['eval_accuracy']:.4f}, fresh draws "
-                f"{np.mean(draws):.4f} ({seconds:.0f} s)"
-            )
-            runs.append(
-                {
-                    "run": name,
-                    "attention": attention,
-                    "protocol": protocol or "",
-                    "seed": seed,
-                    "accuracy_own": final["eval_accuracy"],
-                    "accuracy_draws": draws,
-                    "accuracy_fresh": float(np.mean(draws)),
-                    "test_loss": final["eval_loss"],
-                    "attention_error": evaluation["attention_error"],
-                    "train_seconds": seconds,
-                }
-            )
-            curves.setdefault(name, []).append(train.read_metrics(run_dir))
+
+
+def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed: int, workdir):
+    """Trains (or resumes) one run in ``workdir/runs/<name>_seed<seed>`` and evaluates it: its
+    record (accuracies, attention errors, train time) and learning curve."""
+    model = make_model(config, attention)
+    task = make_task(model, arrays["train"], arrays["test"], config, seed, protocol)
+    final, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
+    evaluation = evaluate_run(config, model, run_dir, arrays, seed, attention)
+    draws = evaluation.get("accuracy_draws", [final["eval_accuracy"]])
+    print(
+        f"{name:>20} seed {seed}: accuracy own {final['eval_accuracy']:.4f}, fresh draws "
+        f"{np.mean(draws):.4f} ({seconds:.0f} s)"
+    )
     return {
-        "runs": runs,
+        "run": name,
+        "attention": attention,
+        "protocol": protocol or "",
+        "seed": seed,
+        "accuracy_own": final["eval_accuracy"],
+        "accuracy_draws": draws,
+        "accuracy_fresh": float(np.mean(draws)),
+        "test_loss": final["eval_loss"],
+        "attention_error": evaluation["attention_error"],
+        "train_seconds": seconds,
+        "curve": train.read_metrics(run_dir),
+    }
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains and evaluates every (run, seed) with the core sweep (the runs that share a seed
+    count form one sweep, seeds outside); one record per run and the curves."""
+    outputs.save_config(workdir, config)  # now too: a long run that stops early keeps it
+    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
+    arrays = load_arrays(config)
+    variants = {name: (attention, protocol) for name, attention, protocol in run_names(config)}
+    settings = records.settings(
+        config,
+        exclude=(
+            "variant",
+            "attentions",
+            "protocols",
+            "num_seeds",
+            "num_reference_seeds",
+            "reference_attentions",
+            "compilation_cache_dir",
+            "target_difference",
+        ),
+    )
+    cells = []
+    for count in sorted({num_seeds(config, a, p) for a, p in variants.values()}, reverse=True):
+        names = [n for n, (a, p) in variants.items() if num_seeds(config, a, p) == count]
+        cells += sweep.run(
+            workdir,
+            names,
+            range(count),
+            lambda name, seed, _: measure_run(config, arrays, name, *variants[name], seed, workdir),
+            settings,
+        )
+    cells.sort(key=lambda r: (r["seed"], list(variants).index(r["run"])))
+    curves: dict[str, list] = {}
+    for cell in sorted(cells, key=lambda r: (list(variants).index(r["run"]), r["seed"])):
+        curves.setdefault(cell["run"], []).append(cell["curve"])
+    return {
+        "runs": [
+            {k: v for k, v in c.items() if k not in ("curve", "arm", "seconds")} for c in cells
+        ],
         "curves": curves,
         "num_train": len(arrays["train"]["label"]),
         "num_test": len(arrays["test"]["label"]),
@@ -454,9 +482,9 @@ def _paired(runs: list[dict], better: str, worse: str, metric: str) -> tuple[np.
     return np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
 
 
-def seeds_needed(sd: float, target: float, standard_errors: float = 3.0) -> int:
-    """Paired seeds n such that ``target`` is ``standard_errors`` SE: n = (k sd / target)^2."""
-    return max(2, math.ceil((standard_errors * sd / target) ** 2))
+def seeds_at_3se(sd: float, target: float) -> int:
+    """Paired seeds n at which ``target`` is 3 SE: n = (3 sd / target)^2, at least 2."""
+    return max(2, math.ceil((3 * sd / target) ** 2))
 
 
 def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
@@ -475,7 +503,7 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
                 a, b = _paired(runs, better, worse, metric)
                 if len(a) < 2:
                     continue
-                stats = paired_difference(a, b)
+                difference = stats.paired_difference(a, b)
                 rows.append(
                     {
                         "protocol": protocol,
@@ -483,9 +511,9 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
                         "primary": metric == PRIMARY_METRIC[protocol],
                         "comparison": f"{_label(better.split('_')[-1])} - "
                         f"{_label(worse.split('_')[-1])}",
-                        **stats,
-                        "seeds_for_target_at_3se": seeds_needed(
-                            stats["sd"], config.target_difference
+                        **difference.as_dict(),
+                        "seeds_for_target_at_3se": seeds_at_3se(
+                            difference.sd, config.target_difference
                         ),
                     }
                 )
@@ -499,8 +527,8 @@ def accuracy_table(runs: list[dict], config: ml_collections.ConfigDict) -> list[
         row = {"protocol": protocol or "-", "attention": _label(attention)}
         for metric in METRICS:
             values = np.array(list(_per_seed(runs, name, metric).values()))
-            se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
-            row[f"test accuracy, {METRICS[metric]}"] = f"{values.mean():.4f} ± {se:.4f}"
+            mean, se = stats.mean_se(values)
+            row[f"test accuracy, {METRICS[metric]}"] = f"{mean:.4f} ± {se:.4f}"
         row["seeds"] = len(values)
         rows.append(row)
     return rows
@@ -516,17 +544,16 @@ def attention_error_rows(runs: list[dict], config: ml_collections.ConfigDict) ->
         row = {"queries and keys of": f"{protocol or ''} {_label(attention)}".strip()}
         errors = {c: np.array([r["attention_error"][c] for r in mine]) for c in couplings}
         for coupling in couplings:
-            values = errors[coupling]
-            se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
-            row[_label(coupling)] = f"{values.mean():.4f} ± {se:.4f}"
-            row[f"{coupling}_mean"] = float(values.mean())
-            row[f"{coupling}_se"] = float(se)
+            mean, se = (float(v) for v in stats.mean_se(errors[coupling]))
+            row[_label(coupling)] = f"{mean:.4f} ± {se:.4f}"
+            row[f"{coupling}_mean"] = mean
+            row[f"{coupling}_se"] = se
         if {"simplex", "orthogonal"} <= set(couplings):
             row["SimRF / ORF"] = f"{errors['simplex'].mean() / errors['orthogonal'].mean():.3f}"
             row["SimRF - ORF"] = "-"
             if len(mine) > 1:  # paired by model: both couplings see the same queries and keys
-                diff = paired_difference(errors["simplex"], errors["orthogonal"])
-                row["SimRF - ORF"] = f"{diff['mean']:+.4f} ± {diff['se']:.4f}"
+                diff = stats.paired_difference(errors["simplex"], errors["orthogonal"])
+                row["SimRF - ORF"] = f"{diff.mean:+.4f} ± {diff.se:.4f}"
                 row["_simrf_minus_orf"] = diff
         rows.append(row)
     return rows
@@ -582,7 +609,7 @@ def _plot_curves(curves: dict, config, path: str) -> None:
             steps = np.array([s for s, _ in series[0]])
             values = np.array([[v for _, v in run] for run in series])
             mean = values.mean(0)
-            se = values.std(0, ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0 * mean
+            se = np.nan_to_num(stats.mean_se(values)[1])
             axis.plot(steps, mean, style, color=f"C{index}", label=label)
             axis.fill_between(steps, mean - se, mean + se, color=f"C{index}", alpha=0.2)
     for axis in axes:
@@ -632,33 +659,55 @@ def _find(rows: list[dict], protocol: str, comparison: str) -> dict:
     return {}
 
 
-def verdict(row: dict, target: float) -> str:
-    """ "holds" / "does not hold (why)" for "better > worse" from a paired-difference row."""
-    if not row:
-        return "not measured"
-    interval = f"{row['mean']:+.4f}, 95% CI [{row['low']:+.4f}, {row['high']:+.4f}]"
-    if row["low"] > 0:
-        return f"holds ({interval}: the interval is above 0)"
-    if row["high"] < 0:
-        return f"does not hold: the difference is negative ({interval})"
-    if row["high"] < target:
-        return (
-            f"does not hold: no difference resolved ({interval}); the interval excludes a gain "
-            f"of {target:+.3f}"
+def _difference(row: dict) -> stats.Estimate:
+    return stats.Estimate(row["mean"], row["se"], row["n"], row["n"] - 1)
+
+
+def judge(diff_rows: list[dict], error_rows: list[dict], config) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares: the primary accuracy differences per
+    protocol (pooled over protocols, or every protocol for "never worse") and SimRF - ORF
+    attention error pooled over the trained models."""
+    judge = verdicts.Verdicts(config)
+    for name, comparison in (("simrf_beats_orf", "SimRF - ORF"), ("orf_beats_iid", "ORF - IID")):
+        cells = {
+            p: _difference(row)
+            for p in config.protocols
+            if (row := _find(diff_rows, p, comparison))
+        }
+        judge.ordering(
+            name,
+            cells,
+            effect=f"{comparison} test accuracy (own projection), paired by seed",
+            cell_name="protocols",
+            units="seeds",
+            number=".4f",
         )
-    return f"not resolved ({interval} contains both 0 and {target:+.3f})"
-
-
-def error_verdict(error_rows: list[dict]) -> str:
-    """SimRF's attention error below ORF's by more than 3 SE (paired by seed) on every trained
-    model's queries and keys?"""
-    diffs = [r["_simrf_minus_orf"] for r in error_rows if "_simrf_minus_orf" in r]
-    if not diffs:
-        return "not measured"
-    below = sum(d["mean"] + 3 * d["se"] < 0 for d in diffs)
-    above = sum(d["mean"] - 3 * d["se"] > 0 for d in diffs)
-    word = "holds" if below == len(diffs) else "does not hold everywhere"
-    return f"{word}: SimRF below ORF by > 3 SE on {below} of {len(diffs)} models, above on {above}"
+    judge.every(
+        "simrf_never_worse",
+        {
+            p: _difference(row)
+            for p in config.protocols
+            if (row := _find(diff_rows, p, "SimRF - ORF"))
+        },
+        effect="SimRF - ORF test accuracy, paired by seed",
+        cell_name="protocols",
+        units="seeds",
+        number=".4f",
+    )
+    judge.ordering(
+        "attention_error",
+        {
+            r["queries and keys of"]: r["_simrf_minus_orf"]
+            for r in error_rows
+            if "_simrf_minus_orf" in r
+        },
+        effect="SimRF - ORF attention error on each trained model's queries and keys, paired by "
+        "seed",
+        cell_name="models",
+        units="seeds",
+        number=".4f",
+    )
+    return judge
 
 
 def difference_text(row: dict) -> str:
@@ -691,17 +740,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     diff_rows = differences(runs, config)
     accuracy_rows = accuracy_table(runs, config)
     error_rows = attention_error_rows(runs, config)
-    outputs.write_json(
-        os.path.join(workdir, "results.json"),
-        {
-            "runs": runs,
-            "differences": diff_rows,
-            "attention_error": [
-                {k: v for k, v in r.items() if not k.startswith("_")} for r in error_rows
-            ],
-        },
-        indent=2,
-    )
     flat_runs = [
         {
             **{k: v for k, v in r.items() if k not in ("accuracy_draws", "attention_error")},
@@ -744,8 +782,10 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     secondary = {p: _find(diff_rows, p, "ORF - IID") for p in config.protocols}
     attention_cells = {r["queries and keys of"]: r for r in error_rows}
     exact_errors = attention_cells.get("exact", {})
-    summary = outputs.render_summary(
+    verdicts.write_summary(
+        workdir,
         "performer_vit",
+        judge(diff_rows, error_rows, config),
         variant=config.variant,
         protocols=", ".join(config.protocols),
         layers=model.num_layers,
@@ -772,18 +812,13 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         attention_draws=config.num_attention_draws,
         target=f"{target:+.3f}",
         fixed_simrf_orf=difference_text(primary.get("fixed", {})),
-        fixed_verdict=verdict(primary.get("fixed", {}), target),
         redraw_simrf_orf=difference_text(primary.get("redraw", {})),
-        redraw_verdict=verdict(primary.get("redraw", {}), target),
         fixed_orf_iid=difference_text(secondary.get("fixed", {})),
-        fixed_orf_iid_verdict=verdict(secondary.get("fixed", {}), target),
         redraw_orf_iid=difference_text(secondary.get("redraw", {})),
-        redraw_orf_iid_verdict=verdict(secondary.get("redraw", {}), target),
         exact_simrf_error=exact_errors.get("SimRF", "-"),
         exact_orf_error=exact_errors.get("ORF", "-"),
         exact_iid_error=exact_errors.get("IID", "-"),
         exact_error_difference=exact_errors.get("SimRF - ORF", "-"),
-        error_verdict=error_verdict(error_rows),
         power=_power_text(diff_rows, config),
         accuracy_table=outputs.markdown_table(accuracy_rows),
         difference_table=difference_table(True),
@@ -795,7 +830,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             ]
         ),
     )
-    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
     outputs.save_config(workdir, config)
     print(outputs.markdown_table(accuracy_rows))
     print(difference_table(True))
@@ -806,8 +840,3 @@ def lr_fraction(config: ml_collections.ConfigDict, step: int) -> float:
     """The learning rate at ``step`` as a fraction of the peak."""
     _, schedule = train.make_optimizer(config.train)
     return float(schedule(step)) / config.train.learning_rate
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config, workdir), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)

@@ -1,13 +1,14 @@
 """Performer-ViT with FAVOR+, FAVOR++ (OPRF) and FAVOR# (SADERF) features: do the optimised maps
 train better Performers? (arXiv:2205.15317, arXiv:2302.00787; issue 16)
 
-Runs: for every feature map of ``config.feature_maps``, ``experiments.performer_vit`` trains and
-evaluates the Performer-ViT of ``config.vit`` with that map and ``config.coupling`` (fixed
-projection protocol, seeds 0..``num_seeds`` - 1) in ``workdir/<map>`` (resumable, as there).
+Runs: for every feature map of ``config.feature_maps``, ``experiments.performer_vit.measure_run``
+trains and evaluates the Performer-ViT of ``config.vit`` with that map and ``config.coupling``
+(fixed projection protocol, seeds 0..``num_seeds`` - 1), one core sweep cell per run in
+``workdir/runs/<map>_seed<k>`` (resumable, extendable by seeds).
 The seeds are paired across maps: the same initialisation and batches (the maps have no trained
 parameters), so a paired difference isolates the features.
 
-Reported (``summary.md``, ``results.json``, ``runs.csv``, ``paired_differences.png``): per map,
+Reported (``summary.md``, ``verdicts.json``, ``runs.csv``, ``paired_differences.png``): per map,
 test accuracy with the run's own projection (the primary metric, as in performer_vit) and
 averaged over fresh projections, and the attention-matrix error of the map on the run's own
 trained queries and keys; paired differences map - baseline with Student-t 95% intervals and
@@ -17,7 +18,6 @@ verdicts; the seeds that would put ``target_difference`` at 3 SE.
 from __future__ import annotations
 
 import copy
-import math
 import os
 
 import matplotlib
@@ -26,9 +26,8 @@ import ml_collections
 import numpy as np
 
 from experiments import performer_vit
-from experiments.core import outputs
+from experiments.core import outputs, records, stats, sweep, verdicts
 from experiments.core.validate import require_names, require_positive
-from experiments.monte_carlo import paired_difference
 from rfjax import features, projections
 
 matplotlib.use("Agg")
@@ -71,22 +70,34 @@ def map_config(
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains and evaluates every (map, seed), seed by seed (every map's seed k before any map's
-    seed k + 1, so that a run stopped early leaves complete pairs; finished runs and their
-    evaluations are reused): one record per run."""
-    runs, num_test = [], 0
-    for seed in range(config.num_seeds):
-        for feature_map in config.feature_maps:
-            map_workdir = os.path.join(workdir, feature_map)
-            os.makedirs(map_workdir, exist_ok=True)
-            results = performer_vit.measure(
-                map_config(config, feature_map, seed + 1), map_workdir, first_seed=seed
-            )
-            num_test = results["num_test"]
-            for run in results["runs"]:
-                own_error = run["attention_error"][config.coupling]
-                runs.append({**run, "feature_map": feature_map, "attention_error": own_error})
-    return {"runs": runs, "num_test": num_test}
+    """Trains and evaluates every (map, seed) with the core sweep (every map's seed k before
+    any map's seed k + 1, so that a run stopped early leaves complete pairs): one record per
+    run."""
+    configs = {m: map_config(config, m, config.num_seeds) for m in config.feature_maps}
+    arrays = performer_vit.load_arrays(configs[config.baseline])
+    performer_vit.train.enable_compilation_cache(workdir, config.vit.compilation_cache_dir)
+
+    def measure_run(feature_map: str, seed: int, _) -> dict:
+        record = performer_vit.measure_run(
+            configs[feature_map], arrays, feature_map, config.coupling, PROTOCOL, seed, workdir
+        )
+        own_error = record["attention_error"][config.coupling]
+        return {**record, "feature_map": feature_map, "attention_error": own_error}
+
+    cells = sweep.run(
+        workdir,
+        list(config.feature_maps),
+        range(config.num_seeds),
+        measure_run,
+        lambda m: records.settings(configs[m], exclude=("variant", "num_seeds")),
+    )
+    runs = [{k: v for k, v in c.items() if k not in ("curve", "arm", "seconds")} for c in cells]
+    # The machine's 1-min load average when the sweep ended: its share of the 2 cores.
+    return {
+        "runs": runs,
+        "num_test": len(arrays["test"]["label"]),
+        "load_average": os.getloadavg()[0],
+    }
 
 
 def per_seed(runs: list[dict], feature_map: str, metric: str) -> dict[int, float]:
@@ -100,8 +111,8 @@ def accuracy_rows(runs: list[dict], config: ml_collections.ConfigDict) -> list[d
         row: dict = {"feature map": features.info(feature_map).label}
         for metric, label in METRICS.items():
             values = np.array(list(per_seed(runs, feature_map, metric).values()))
-            se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
-            row[label] = f"{values.mean():.4f} ± {se:.4f}"
+            mean, se = stats.mean_se(values)
+            row[label] = f"{mean:.4f} ± {se:.4f}"
         row["seeds"] = len(values)
         rows.append(row)
     return rows
@@ -120,7 +131,7 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
             seeds = sorted(set(mine) & set(base))
             if len(seeds) < 2:
                 continue
-            stats = paired_difference(
+            difference = stats.paired_difference(
                 np.array([mine[s] for s in seeds]), np.array([base[s] for s in seeds])
             )
             rows.append(
@@ -129,50 +140,50 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
                     "metric": metric,
                     "comparison": f"{features.info(feature_map).label} - "
                     f"{features.info(config.baseline).label}",
-                    **stats,
-                    "seeds_for_target_at_3se": performer_vit.seeds_needed(
-                        stats["sd"], config.target_difference
+                    **difference.as_dict(),
+                    "seeds_for_target_at_3se": performer_vit.seeds_at_3se(
+                        difference.sd, config.target_difference
                     ),
                 }
             )
     return rows
 
 
-def error_verdict(row: dict) -> str:
-    """Is the map's attention error below the baseline's by more than 3 SE (paired by seed)?"""
-    if not row:
-        return "not measured"
-    text = f"{row['mean']:+.4f} ± {row['se']:.4f}"
-    if row["mean"] + 3 * row["se"] < 0:
-        return f"holds ({text}: below by more than 3 SE)"
-    if row["mean"] - 3 * row["se"] > 0:
-        return f"does not hold: the error is higher ({text}, more than 3 SE)"
-    return f"does not hold: no difference resolved ({text}, within 3 SE)"
-
-
-def claim_lines(rows: list[dict], config: ml_collections.ConfigDict) -> str:
-    """One bullet per map: accuracy difference and verdict, attention-error difference and
-    verdict, and the power statement."""
-    lines = []
-    for feature_map in (m for m in config.feature_maps if m != config.baseline):
-        found = {r["metric"]: r for r in rows if r["feature_map"] == feature_map}
-        accuracy, error = found.get("accuracy_own", {}), found.get("attention_error", {})
-        label = features.info(feature_map).label
-        lines.append(
-            f"- **{label}**: accuracy difference "
-            f"{performer_vit.difference_text(accuracy)}. Verdict (better accuracy): "
-            f"**{performer_vit.verdict(accuracy, config.target_difference)}**. Attention error "
-            f"on its own trained queries and keys minus FAVOR+'s: verdict (lower error): "
-            f"**{error_verdict(error)}**."
-        )
-        if accuracy:
-            lines.append(
-                f"  Power: sd of the paired accuracy difference {accuracy['sd']:.4f}; "
-                f"{accuracy['n']} seeds give SE {accuracy['se']:.4f} (3 SE = "
-                f"{3 * accuracy['se']:.4f}); {accuracy['seeds_for_target_at_3se']} seeds would "
-                f"put {config.target_difference:+.3f} at 3 SE."
+def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The optimised maps against the baseline: accuracy (better) and attention error (lower),
+    each one test of the mean paired difference over the maps."""
+    judge = verdicts.Verdicts(config)
+    for name, metric, effect in (
+        ("better_accuracy", "accuracy_own", "test accuracy (own projection)"),
+        ("lower_attention_error", "attention_error", "attention error on own queries and keys"),
+    ):
+        cells = {
+            features.info(r["feature_map"]).label: stats.Estimate(
+                r["mean"], r["se"], r["n"], r["n"] - 1
             )
-    return "\n".join(lines)
+            for r in rows
+            if r["metric"] == metric
+        }
+        judge.ordering(
+            name,
+            cells,
+            effect=f"map - {features.info(config.baseline).label} {effect}, paired by seed",
+            cell_name="maps",
+            units="seeds",
+            number=".4f",
+        )
+    return judge
+
+
+def power_lines(rows: list[dict], config: ml_collections.ConfigDict) -> str:
+    """One line per map: the power of its paired accuracy difference."""
+    return "\n".join(
+        f"- {features.info(r['feature_map']).label}: sd of the paired accuracy difference "
+        f"{r['sd']:.4f}; {r['n']} seeds give SE {r['se']:.4f} (3 SE = {3 * r['se']:.4f}); "
+        f"{r['seeds_for_target_at_3se']} seeds would put {config.target_difference:+.3f} at 3 SE."
+        for r in rows
+        if r["metric"] == "accuracy_own"
+    )
 
 
 def plot_differences(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
@@ -201,15 +212,15 @@ def plot_differences(rows: list[dict], config: ml_collections.ConfigDict, path: 
     outputs.save_figure(fig, path)
 
 
-def timing_text(runs: list[dict]) -> str:
+def timing_text(runs: list[dict], load_average: float) -> str:
     """The runs' training wall time (the trainer's ``train_seconds``, first-run compilation
-    included), and the 1-min load average of the machine now."""
+    included), and the machine's 1-min load average when the sweep ended."""
     minutes = sum(r["train_seconds"] for r in runs) / 60
     return (
         f"{len(runs)} runs, {minutes:.1f} min of training wall time in all (each map's first run "
         "includes most of the compilation: later runs read the JAX compilation cache); the "
         f"machine's 2 CPU cores were shared with other jobs (1-min load average "
-        f"{os.getloadavg()[0]:.1f} when this summary was written)"
+        f"{load_average:.1f} when the sweep ended)"
     )
 
 
@@ -218,7 +229,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     runs = results["runs"]
     rows = differences(runs, config)
     table = accuracy_rows(runs, config)
-    outputs.write_json(os.path.join(workdir, "results.json"), {"runs": runs, "differences": rows})
     outputs.write_csv(
         os.path.join(workdir, "runs.csv"),
         [{k: v for k, v in r.items() if k != "accuracy_draws"} for r in runs],
@@ -226,8 +236,10 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     if rows:
         plot_differences(rows, config, os.path.join(workdir, "paired_differences.png"))
     vit, model = config.vit, config.vit.model
-    summary = outputs.render_summary(
+    verdicts.write_summary(
+        workdir,
         "performer_vit_maps",
+        judge(rows, config),
         variant=config.variant,
         maps=", ".join(features.info(m).label for m in config.feature_maps),
         coupling=config.coupling,
@@ -243,7 +255,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         attention_images=vit.num_attention_images,
         attention_draws=vit.num_attention_draws,
         target=f"{config.target_difference:+.3f}",
-        claims=claim_lines(rows, config),
+        power=power_lines(rows, config),
         accuracy_table=outputs.markdown_table(table),
         difference_table=outputs.markdown_table(
             [
@@ -257,14 +269,8 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
                 for r in rows
             ]
         ),
-        timing=timing_text(runs),
+        timing=timing_text(runs, results["load_average"]),
     )
-    outputs.write_text(os.path.join(workdir, "summary.md"), summary)
     outputs.save_config(workdir, config)
     print(outputs.markdown_table(table))
     return {"runs": runs, "differences": rows}
-
-
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """``report(measure(config, workdir), config, workdir)``."""
-    return report(measure(config, workdir), config, workdir)

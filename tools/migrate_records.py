@@ -217,7 +217,36 @@ def lstm_lm(name: str):
     return {**stored, "curves": curves}
 
 
+def performer_vit(name: str):
+    """results.json held the runs; the learning curves are the committed metrics logs and the
+    split sizes the summary's."""
+    with open(os.path.join(RESULTS, name, "results.json")) as handle:
+        stored = json.load(handle)
+    curves: dict[str, list] = {}
+    for run in sorted(stored["runs"], key=lambda r: r["seed"]):
+        curves.setdefault(run["run"], []).append(metrics(name, f"{run['run']}_seed{run['seed']}"))
+    return {
+        "runs": stored["runs"],
+        "curves": curves,
+        "num_train": int(summary_value(name, r"([0-9]+) training and [0-9]+ test images")),
+        "num_test": int(summary_value(name, r"[0-9]+ training and ([0-9]+) test images")),
+    }
+
+
+def performer_vit_maps(name: str):
+    with open(os.path.join(RESULTS, name, "results.json")) as handle:
+        stored = json.load(handle)
+    return {
+        "runs": stored["runs"],
+        "num_test": int(summary_value(name, r"([0-9]+) test images")),
+        # printed as "when this summary was written": the report was written when the sweep ended
+        "load_average": float(summary_value(name, r"1-min load average ([0-9.]+) when")),
+    }
+
+
 MIGRATIONS = {
+    "performer_vit": performer_vit,
+    "performer_vit_maps": performer_vit_maps,
     "lstm_lm": lstm_lm,
     "conformer_ctc": conformer_ctc,
     "conformer_ctc_attention_context": conformer_ctc,

@@ -33,17 +33,20 @@ class Estimate:
       se: its standard error (NaN when it cannot be estimated, e.g. from one unit).
       n: the number of units behind it (seeds, draws, models, cells).
       df: degrees of freedom of its t reference distribution; ``math.inf`` for a normal one.
+      spread: the standard deviation of one unit where it was computed directly (None: it is
+        ``se * sqrt(n)``).
     """
 
     mean: float
     se: float
     n: int
     df: float = math.inf
+    spread: float | None = None
 
     @property
     def sd(self) -> float:
-        """The spread of one unit, ``se * sqrt(n)``."""
-        return self.se * math.sqrt(self.n)
+        """The spread of one unit."""
+        return self.se * math.sqrt(self.n) if self.spread is None else self.spread
 
     @property
     def t(self) -> float:
@@ -126,7 +129,9 @@ def sample_estimate(samples) -> Estimate:
     if samples.ndim != 1:
         raise ValueError(f"samples must be 1-D, got shape {samples.shape}")
     mean, se = mean_se(samples)
-    return Estimate(float(mean), float(se), len(samples), float(len(samples) - 1))
+    count = len(samples)
+    spread = float(samples.std(ddof=1)) if count > 1 and np.isfinite(se) else math.nan
+    return Estimate(float(mean), float(se), count, float(count - 1), spread)
 
 
 def paired_difference(a, b) -> Estimate:
