@@ -75,8 +75,9 @@ PREVIOUS_SUMMARY_FILE = "summary.previous.md"
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks ``config`` before anything runs: the experiment exists, every field has the type
-    of its default in ``configs/<experiment>.py``, the trainer options (``config.train``) are
-    valid, and the experiment's own ``validate_config`` accepts names and ranges.
+    of its default in ``configs/<experiment>.py``, its claims are declared and well formed, the
+    trainer options (``config.train``) are valid, and the experiment's own ``validate_config``
+    accepts names and ranges.
 
     Raises:
       ValueError, TypeError: naming the field, the value and what is accepted.
@@ -85,8 +86,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if not isinstance(name, str) or not os.path.exists(_module_path(name)):
         raise ValueError(f"config.experiment={name!r} names no module experiments/<name>.py")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
-    if "claims" in config:  # TODO(step 2): every study declares its claims
-        verdicts.validate_claims(config)
+    verdicts.validate_claims(config)
     if "train" in config:
         from experiments import train  # here: experiments without training need no Orbax
 
@@ -161,12 +161,9 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
         _start(workdir, command)
     module = importlib.import_module(f"experiments.{name}")
     try:
-        if hasattr(module, "run"):
-            result = module.run(config, workdir)
-        else:
-            measured = module.measure(config, workdir)
-            records.write(workdir, measured)
-            result = module.report(measured, config, workdir)
+        measured = module.measure(config, workdir)
+        records.write(workdir, measured)
+        result = module.report(measured, config, workdir)
     except BaseException as error:
         if writer:
             _fail(workdir, command, error)
