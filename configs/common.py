@@ -102,12 +102,17 @@ def apply_overrides(
         message names the key, the value and the expected syntax).
     """
     for key, text in parse_arg(arg)[1].items():
-        parent, name = _locate(config, key)
-        parent[name] = _parse_value(key, text, parent[name])
+        parent, name = locate_field(config, key)
+        parent[name] = parse_field_value(key, text, parent[name])
     return config
 
 
-def _locate(config: ml_collections.ConfigDict, key: str) -> tuple[Any, str]:
+def locate_field(config: ml_collections.ConfigDict, key: str) -> tuple[Any, str]:
+    """The parent group and name of the dotted field ``key`` of ``config``.
+
+    Raises:
+      ValueError: for an unknown field (with close names) or a group.
+    """
     *path, name = key.split(".")
     node = config
     for index, part in enumerate([*path, name]):
@@ -152,7 +157,8 @@ def _parse_scalar(key: str, text: str, like: Any) -> Any:
     return value
 
 
-def _parse_value(key: str, text: str, default: Any) -> Any:
+def parse_field_value(key: str, text: str, default: Any) -> Any:
+    """``text`` parsed as the type of the field ``key``'s ``default`` (tuples element-wise)."""
     if not isinstance(default, tuple):
         return _parse_scalar(key, text, default)
     inner = text

@@ -25,6 +25,12 @@ experiments.regenerate`` rewrites a report from its records without measuring).
 run's ``summary.md`` (renamed ``summary.previous.md`` when a run starts) no longer looks
 current. Training experiments resume from their checkpoints when started again.
 
+Ablations from the command line (``experiments.core.ablation``): a grid over one config field
+and seeds, one study run per cell (resumable), and the paired report of two arms with its
+verdict:
+  python -m experiments.main --config=configs/performer_vit.py:quick \\
+      --sweep=model.feature_map=positive,oprf --seeds=0:5 --metric=accuracy_own
+
 Several processes (one per host; see the README's "Scaling out"): add
 ``--coordinator_address=HOST0:PORT --num_processes=N --process_id=I`` to the same command on
 every host (or ``--distributed`` alone where ``jax.distributed.initialize()`` detects the
@@ -47,7 +53,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments.core import records, verdicts
+from experiments.core import ablation, records, verdicts
 from experiments.core.validate import check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -66,6 +72,19 @@ _COORDINATOR = flags.DEFINE_string(
 )
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, N).")
+_SWEEP = flags.DEFINE_string(
+    "sweep", None, "An ablation: FIELD=V1,V2,... (one study run per value and seed; see --seeds)."
+)
+_SEEDS = flags.DEFINE_string("seeds", "0:5", "Ablation seeds: START:STOP or S1,S2,...")
+_SEED_FIELD = flags.DEFINE_string(
+    "seed_field", None, "The config field an ablation seed sets (default: the study's SEED_FIELD)."
+)
+_METRIC = flags.DEFINE_string("metric", None, "The study's headline number an ablation compares.")
+_COMPARE = flags.DEFINE_list("compare", [], "The two swept values to compare (default: first two).")
+_TEST = flags.DEFINE_string(
+    "test", "greater", "The ablation's declared claim test (second vs first)."
+)
+_MARGIN = flags.DEFINE_float("margin", 0.0, "The ablation's declared margin.")
 
 STATUS_FILE = "status.json"
 FAILED_FILE = "FAILED"
@@ -176,6 +195,24 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
     return result
 
 
+def run_ablation(config: ml_collections.ConfigDict, workdir: str | None) -> None:
+    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir`` (default
+    ``workdirs/<experiment>_ablation``)."""
+    if not _METRIC.value:
+        raise app.UsageError("--sweep needs --metric (a key of the study's headline numbers)")
+    ablation.run(
+        config,
+        workdir or os.path.join("workdirs", f"{config.experiment}_ablation"),
+        sweep_text=_SWEEP.value,
+        seeds_text=_SEEDS.value,
+        metric=_METRIC.value,
+        seed_field=_SEED_FIELD.value,
+        compare=_COMPARE.value,
+        test=_TEST.value,
+        margin=_MARGIN.value,
+    )
+
+
 def initialize_distributed() -> None:
     """``jax.distributed.initialize`` from the ``--distributed``/``--coordinator_address``/
     ``--num_processes``/``--process_id`` flags (nothing if none is given)."""
@@ -201,6 +238,9 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     command = ["python", "-m", "experiments.main", *sys.argv[1:]]
     try:
+        if _SWEEP.value:
+            run_ablation(config, _WORKDIR.value)
+            return
         run_experiment(config, _WORKDIR.value, command=command)
     except KeyboardInterrupt:
         print("\ninterrupted (Ctrl-C); run the same command again to resume.", file=sys.stderr)

@@ -424,9 +424,13 @@ def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed:
     }
 
 
+SEED_FIELD = "train.seed"  # the first seed: the runs train seeds train.seed, train.seed + 1, ...
+
+
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains and evaluates every (run, seed) with the core sweep (the runs that share a seed
-    count form one sweep, seeds outside); one record per run and the curves."""
+    count form one sweep, seeds outside; seeds from ``train.seed`` on); one record per run and
+    the curves."""
     outputs.save_config(workdir, config)  # now too: a long run that stops early keeps it
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     arrays = load_arrays(config)
@@ -450,7 +454,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         cells += sweep.run(
             workdir,
             names,
-            range(count),
+            range(config.train.seed, config.train.seed + count),
             lambda name, seed, _: measure_run(config, arrays, name, *variants[name], seed, workdir),
             settings,
         )
@@ -465,6 +469,16 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "curves": curves,
         "num_train": len(arrays["train"]["label"]),
         "num_test": len(arrays["test"]["label"]),
+    }
+
+
+def headline(results: dict) -> dict[str, float]:
+    """The numbers an ablation compares: the mean over the runs of the test accuracy (own
+    projection, fresh draws) and the test loss."""
+    runs = results["runs"]
+    return {
+        metric: float(np.mean([r[metric] for r in runs]))
+        for metric in ("accuracy_own", "accuracy_fresh", "test_loss")
     }
 
 
