@@ -9,9 +9,9 @@ package dataset-fashion-mnist):
 
 Trains, per paired seed (same initialisation and batch order for every variant), one exact ViT
 and one Performer per (projection protocol, coupling) with the shared trainer
-(``experiments.train``: resumable, data parallel over all devices). Protocols: ``fixed`` (one
-projection per run) and ``redraw`` (redrawn every ``model.redraw_interval`` steps until
-``redraw_until_step``, then kept for the remaining steps). Performers are evaluated over
+(``experiments.core.train.trainer``: resumable, data parallel over all devices). Protocols:
+``fixed`` (one projection per run) and ``redraw`` (redrawn every ``model.redraw_interval`` steps
+until ``redraw_until_step``, then kept for the remaining steps). Performers are evaluated over
 ``num_eval_draws`` fresh projections; paired differences over seeds with 95% intervals, and the
 attention-matrix error of each coupling on the trained queries and keys (see
 ``experiments/performer_vit.py``).

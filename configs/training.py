@@ -1,4 +1,5 @@
-"""The trainer's options (``experiments.train``), shared by the training experiments' configs."""
+"""The trainer's options (``experiments.core.train.trainer``), shared by the training
+experiments' configs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import ml_collections
 
 
 def train_config() -> ml_collections.ConfigDict:
-    """Defaults for every option ``experiments.train.train_and_evaluate`` reads.
+    """Defaults for every option ``experiments.core.train.trainer.train_and_evaluate`` reads.
 
     An experiment config holds this as ``config.train`` and overrides fields; the trainer reads
     each field directly (no hidden defaults).

@@ -6,7 +6,7 @@ LibriSpeech is not available offline here, so this runs the same comparison on r
 small scale: utterances of concatenated Free Spoken Digit Dataset recordings
 (``rfjax.data.concatenate_digits``), log-mel features (``rfjax.data.log_mel_spectrogram``), a
 ``rfjax.nn.ConformerEncoder`` trained with CTC (``optax.ctc_loss``, blank = class 0, digit d =
-class d + 1) by the shared trainer (``experiments.train``; resumable runs in
+class d + 1) by the shared trainer (``experiments.core.train.trainer``; resumable runs in
 ``workdir/runs/<attention>_seed<k>``), greedy CTC decoding and the digit error rate
 DER = (total edit distance) / (total reference digits).
 
@@ -39,8 +39,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import train
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import trainer as train
 from rfjax import features as feature_maps
 from rfjax.data import concatenate_digits, load_fsdd, log_mel_spectrogram
 from rfjax.nn import ConformerEncoder, conformer_attentions, fit_conformer_clusters

@@ -6,7 +6,8 @@ Usage (minutes on 2 CPU cores; Fashion-MNIST as for ``configs/performer_vit.py``
 
 The model is the ``performer_vit`` config's ``small`` model (2 layers, 2 heads of dimension 16,
 FAVOR+ with m = 32 orthogonal features, one fixed projection, 1000 steps), trained with the
-shared trainer (``experiments.train``: Flax, optax, Orbax checkpoints in ``--workdir``). The
+shared trainer (``experiments.core.train.trainer``: Flax, optax, Orbax checkpoints in
+``--workdir``). The
 output holds ``queries`` and ``keys`` of shape ``(images, layers, tokens, heads, head_dim)``
 (``PerformerAttention``'s sown ``query_heads`` / ``key_heads``, before the 1/sqrt(H) of the
 softmax), the test accuracy with the run's own projection, and the run's settings.
@@ -21,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import performer_vit as vit_config
-from experiments import performer_vit, train
+from experiments import performer_vit
+from experiments.core.train import trainer as train
 
 COUPLING = "orthogonal"
 

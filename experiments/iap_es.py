@@ -9,7 +9,7 @@ runs the same comparison on a real JAX environment with image observations: MinA
 Pgx (``pgx.make("minatar-breakout")``, 10 x 10 x 4 boolean images).
 
 Every attention kind (``config.kinds``) trains ``rfjax.nn.ImplicitAttentionPolicy`` with
-OpenAI-ES (``experiments.es``) for each seed. Runs are paired: a seed fixes the initial
+OpenAI-ES (``experiments.core.train.es``) for each seed. Runs are paired: a seed fixes the initial
 parameters, the ES perturbations, the episodes and the evaluation episodes for every kind, so
 kinds differ only by their attention. For each run we record the evaluation return of the ES
 mean over the generations, the policy evaluations (forward passes) spent and hence the
@@ -38,8 +38,9 @@ import ml_collections
 import numpy as np
 import pgx
 
-from experiments import es, train
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import es
+from experiments.core.train import trainer as train
 from rfjax import features as feature_maps
 from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 

@@ -13,7 +13,7 @@ Two settings (``SETTINGS``) make the kernel proposal consistent with the model i
   kernel proposal from the exact one.
 
 Each arm ``"<setting>:<estimator>"`` of ``config.arms`` trains an ``rfjax.nn.LSTMLanguageModel``
-per seed with the shared trainer (``experiments.train``; resumable runs in
+per seed with the shared trainer (``experiments.core.train.trainer``; resumable runs in
 ``workdir/runs/<setting>-<estimator>_seed<k>``) on the sampled-softmax loss with M negatives
 (``rfjax.nn.sample_proposal``; projections redrawn every step from ``fold_in(rng, step)``).
 Estimators are named in ``config.estimators`` (a proposal, m and n); ``exact`` (the model's
@@ -47,8 +47,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments import train
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import trainer as train
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
     FEATURE_PROPOSALS,

@@ -107,7 +107,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
     verdicts.validate_claims(config)
     if "train" in config:
-        from experiments import train  # here: experiments without training need no Orbax
+        from experiments.core.train import (
+            trainer as train,  # here: experiments without training need no Orbax
+        )
 
         train.validate_train_config(config.train)
     importlib.import_module(f"experiments.{name}").validate_config(config)

@@ -1,10 +1,11 @@
 """Performer-ViT on Fashion-MNIST: does SimRF attention beat ORF (and ORF IID)? (SimRF Sec. 5.4)
 
 Runs. For every seed, one ViT with exact softmax attention and one Performer per (projection
-protocol, coupling) are trained with ``experiments.train`` in ``workdir/runs/<run>_seed<k>``
-(resumable: an interrupted experiment started again skips finished runs). The runs of one seed
-are paired: the same parameter initialisation and the same batches in the same order (both are
-functions of the seed only), so couplings differ only in their random features.
+protocol, coupling) are trained with ``experiments.core.train.trainer`` in
+``workdir/runs/<run>_seed<k>`` (resumable: an interrupted experiment started again skips
+finished runs). The runs of one seed are paired: the same parameter initialisation and the
+same batches in the same order (both are functions of the seed only), so couplings differ only
+in their random features.
 
 Projection protocols (the projection is never a parameter; ``PerformerAttention`` draws it from
 the run's ``"projection"`` stream and the step it is given):
@@ -59,8 +60,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments import train
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import trainer as train
 from experiments.core.validate import require_names, require_positive
 from rfjax import features, projections
 from rfjax.attention import draw_projection, favor_attention_weights

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from configs import conformer_ctc as conformer_config
-from experiments import conformer_ctc, train
+from experiments import conformer_ctc
+from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 from rfjax.attention import draw_projection, favor_attention

@@ -11,8 +11,10 @@ import pgx
 import pytest
 
 from configs import iap_es as iap_es_config
-from experiments import es, iap_es, train
+from experiments import iap_es
 from experiments.core import records, sweep, verdicts
+from experiments.core.train import es
+from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from configs import lstm_lm as lstm_lm_config
-from experiments import lstm_lm, train
+from experiments import lstm_lm
 from experiments.core import outputs, verdicts
+from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 from rfjax import nn as rnn

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from configs import performer_vit as performer_vit_config
-from experiments import performer_vit, train
+from experiments import performer_vit
 from experiments.core import verdicts
+from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
 from rfjax import data
 

@@ -66,10 +66,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from configs.training import train_config
-from experiments.checkpoints import Checkpoints, TrainingProgress, latest_params
 from experiments.core import outputs
+from experiments.core.train.checkpoints import Checkpoints, TrainingProgress, latest_params
+from experiments.core.train.metrics_log import MetricsWriter, read_metrics
 from experiments.core.validate import check_types, require_names, require_positive
-from experiments.metrics_log import MetricsWriter, read_metrics
 
 __all__ = [
     "Task",

@@ -38,7 +38,7 @@ from evosax.core.fitness_shaping import (
 )
 from tqdm.auto import tqdm
 
-from experiments import train
+from experiments.core.train import trainer as train
 
 Params = Any
 FitnessShaping = Literal["centered_rank", "identity"]
