@@ -8,7 +8,7 @@ Command (the FSDD recordings/ folder from --config.data_dir=<folder> or $RFJAX_F
   python -m experiments.main --config=configs/conformer_ctc.py:paper    # accelerator
 
 HRF paper (arXiv:2110.04367) Sec. 4.3 / App. J / Table 2 analogue (see
-``experiments/conformer_ctc.py``): one ConformerEncoder per attention kind (exact, FAVOR+,
+``experiments/conformer_ctc/``): one ConformerEncoder per attention kind (exact, FAVOR+,
 trigonometric, angular hybrid, cluster hybrid) and paired seed, trained with CTC on utterances
 of 10-12 concatenated Free Spoken Digit Dataset recordings; the test set is the held-out
 recordings (index >= 40) of the training speakers. Attention starts peaked (cosine scores, a

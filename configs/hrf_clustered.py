@@ -5,7 +5,7 @@ Command:
       # ~15 min on 2 busy cores
   python -m experiments.main --config=configs/hrf_clustered.py:quick    # seconds (smoke test)
 
-Data (App. H.1/H.3, constants chosen here; see experiments/hrf_clustered.py): d = 16; two
+Data (App. H.1/H.3, constants chosen here; see experiments/hrf_clustered/): d = 16; two
 query and two key Gaussian clusters of 1,000 points with covariance sigma^2 I. Every query mean
 is orthogonal to every key mean and the centre loss L of Eq. 21 is set by the magnitudes alone,
 as a fraction L / L_F of FAVOR+'s |r + r'|^2 ("small L" 0.2, "large L" 0.6), so L no longer moves

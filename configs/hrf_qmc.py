@@ -5,7 +5,8 @@ Command:
   python -m experiments.main --config=configs/hrf_qmc.py:quick    # seconds (smoke test)
 
 Wine comes from scikit-learn (in the ``experiments`` extra), Boston housing from
-``experiments/data/boston_housing.csv`` (origin and licence in ``experiments/data/SOURCE.md``).
+``experiments/hrf_qmc/data/boston_housing.csv`` (origin and licence in
+``experiments/hrf_qmc/data/SOURCE.md``).
 
 Inputs: each data set's 13 features are standardised (zero mean, unit variance per column),
 then every row is scaled to unit length (``scaling="sphere"``, the setting of the paper's

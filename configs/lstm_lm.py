@@ -6,7 +6,7 @@ Command:
   python -m experiments.main --config=configs/lstm_lm.py:paper     # accelerator (HRF App. I sizes)
 
 A 2-layer LSTM (hidden 200, tied embeddings) is trained for every arm "<setting>:<estimator>"
-and seed with 40 sampled negatives per query (``experiments/lstm_lm.py`` explains the two
+and seed with 40 sampled negatives per query (``experiments/lstm_lm/`` explains the two
 settings: raw logits with a normalised-vector proposal whose tau is chosen on a held-out batch,
 the HRF paper's PTB setting; cosine logits with a learned scale, Rawat et al.'s setting). The
 distribution metrics score every estimator in ``estimators`` on the queries of the

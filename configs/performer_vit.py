@@ -14,7 +14,7 @@ and one Performer per (projection protocol, coupling) with the shared trainer
 until ``redraw_until_step``, then kept for the remaining steps). Performers are evaluated over
 ``num_eval_draws`` fresh projections; paired differences over seeds with 95% intervals, and the
 attention-matrix error of each coupling on the trained queries and keys (see
-``experiments/performer_vit.py``).
+``experiments/performer_vit/``).
 
 Claim (SimRF paper arXiv:2301.13856, Sec. 5.4): the SimRF-Performer beats the ORF-Performer
 (+0.5% on one data set), which beats IID. The seeds are sized so that 0.5% is 3 SE of the paired
@@ -45,7 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.num_test_examples = 0  # 0: all 10,000 (learning curve and final accuracy)
     # "exact" or a coupling name (a Performer with that coupling; see rfjax.projections).
     config.attentions = ("exact", "gaussian", "orthogonal", "simplex")
-    config.protocols = ("fixed", "redraw")  # see experiments/performer_vit.py
+    config.protocols = ("fixed", "redraw")  # see experiments/performer_vit/
     config.redraw_until_step = 500  # last redraw (protocol "redraw")
     # Seeds 0..n-1 per protocol for ORF and SimRF, sized so that target_difference is 3 SE of
     # the paired SimRF - ORF difference (power estimate from the first seeds: see the summary);

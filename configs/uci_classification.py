@@ -7,7 +7,7 @@ Command:
                                                # scale: all sets, 100 draws (nursery 40, chess 20)
   python -m experiments.main --config=configs/uci_classification.py:quick   # ~20 s CPU (tests)
 
-Protocol of SimRF Sec. 5.3 / App. B (see experiments/uci_classification.py): fixed 95/5 split,
+Protocol of SimRF Sec. 5.3 / App. B (see experiments/uci_classification/): fixed 95/5 split,
 inputs standardised on the training split and multiplied by the paper's sigma, prediction
 argmax_c sum_{j in c} K_hat(x, x_j) with Gaussian-kernel positive random features, m/d in
 {1, 2, 4, 10} (and 30, 100 for the sets with d <= 10, plus 300 and 1,000 with 50 draws for the

@@ -16,8 +16,9 @@ that names the field, the value and the accepted syntax.
 
 The config names its experiment (``config.experiment``) and declares the claims its report
 judges (``config.claims``, with their tests and margins: ``experiments.core.verdicts``); the
-module ``experiments.<name>`` provides ``validate_config(config)``, ``measure(config, workdir)``,
-whose records are stored as ``workdir/records.json``, and ``report(records, config, workdir)``,
+study package ``experiments.<name>`` provides ``validate_config(config)``,
+``measure(config, workdir)``, whose records are stored as ``workdir/records.json``, and
+``report(records, config, workdir)``,
 which writes the summary, tables, figures and verdicts from them (``python -m
 experiments.regenerate`` rewrites a report from its records without measuring).
 ``workdir/status.json`` says whether the run is ``running``, ``done``, ``failed`` or
@@ -102,8 +103,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       ValueError, TypeError: naming the field, the value and what is accepted.
     """
     name = config.get("experiment")
-    if not isinstance(name, str) or not os.path.exists(_module_path(name)):
-        raise ValueError(f"config.experiment={name!r} names no module experiments/<name>.py")
+    if not isinstance(name, str) or not os.path.exists(_package_path(name)):
+        raise ValueError(f"config.experiment={name!r} names no study package experiments/<name>/")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
     verdicts.validate_claims(config)
     if "train" in config:
@@ -115,8 +116,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     importlib.import_module(f"experiments.{name}").validate_config(config)
 
 
-def _module_path(name: str) -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+def _package_path(name: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), name, "__init__.py")
 
 
 def _write_status(workdir: str, state: str, command: list[str] | None, **fields) -> None:

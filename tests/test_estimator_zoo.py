@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from configs import estimator_zoo as zoo_config
-from experiments import estimator_zoo, estimator_zoo_ratios, estimator_zoo_report
-from experiments import estimator_zoo_data as pair_data
+from experiments import estimator_zoo
 from experiments.core import verdicts
+from experiments.estimator_zoo import data as pair_data
+from experiments.estimator_zoo import ratios as estimator_zoo_ratios
+from experiments.estimator_zoo import report as estimator_zoo_report
 from rfjax import features, projections
 from rfjax.attention import favor_attention_weights
 

@@ -59,7 +59,8 @@ def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
 # Seconds between progress lines when stderr is not a terminal (logs, CI, nohup).
 PROGRESS_INTERVAL_S = 30.0
 
-TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
+# The experiments package: a study's summary template is ``experiments/<study>/summary.md``.
+EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def nan_note(columns: str, reasons: Mapping[str, str]) -> str:
@@ -73,7 +74,7 @@ def nan_note(columns: str, reasons: Mapping[str, str]) -> str:
 
 
 def render_summary(name: str, **values: object) -> str:
-    """The summary text of experiment ``name``: ``experiments/templates/<name>.md`` with its
+    """The summary text of experiment ``name``: ``experiments/<name>/summary.md`` with its
     ``$placeholders`` (``string.Template`` syntax; ``$$`` is a literal ``$``) filled from
     ``values`` (formatted with ``str``).
 
@@ -81,7 +82,7 @@ def render_summary(name: str, **values: object) -> str:
       FileNotFoundError: if the template does not exist (the message gives its path).
       ValueError: if a placeholder has no value or a value has no placeholder (both listed).
     """
-    path = os.path.join(TEMPLATES, f"{name}.md")
+    path = os.path.join(EXPERIMENTS, name, "summary.md")
     if not os.path.exists(path):
         raise FileNotFoundError(f"no summary template for experiment {name!r} at {path}")
     with open(path) as handle:

@@ -27,7 +27,7 @@ HD-product couplings vs the regular ones, on inputs zero-padded to p = 2^ceil(lo
 m = (m/d) p for every coupling (the paper's "same effective d").
 
 ``measure`` computes; ``report`` writes the tables, the figure and the summary (claims and
-verdicts from ``experiments/templates/uci_classification.md``).
+verdicts from ``experiments/uci_classification/summary.md``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 saves the per-head queries and keys it attends with on test images.
 
 Usage (minutes on 2 CPU cores; Fashion-MNIST as for ``configs/performer_vit.py``):
-  python -m experiments.estimator_zoo_vit --output=results/estimator_zoo/vit_queries_keys.npz
+  python -m experiments.estimator_zoo.vit --output=results/estimator_zoo/vit_queries_keys.npz
 
 The model is the ``performer_vit`` config's ``small`` model (2 layers, 2 heads of dimension 16,
 FAVOR+ with m = 32 orthogonal features, one fixed projection, 1000 steps), trained with the

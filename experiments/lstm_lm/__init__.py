@@ -32,7 +32,7 @@ analysis at the training shapes (``proposal_flops``).
 
 ``measure`` trains and evaluates; ``report`` writes ``results.csv`` (one row per run),
 ``metrics.csv`` (one row per model and estimator), ``results.json``, ``summary.md`` (template
-``experiments/templates/lstm_lm.md``), ``perplexity.png``, ``distribution_metrics.png`` and
+``experiments/lstm_lm/summary.md``), ``perplexity.png``, ``distribution_metrics.png`` and
 ``temperature.png``.
 """
 

@@ -42,7 +42,7 @@ draws, then mean ± SE over seeds per (trained model, coupling).
 settings in ``runs/<run>_seed<k>/result.json``); ``report`` writes ``runs.csv``,
 ``differences.csv``, ``attention_error.csv``, ``paired_differences.png``,
 ``learning_curves.png``, ``attention_error.png``, ``summary.md`` (claims from the config,
-verdicts by ``experiments.core.verdicts``, template ``experiments/templates/performer_vit.md``)
+verdicts by ``experiments.core.verdicts``, template ``experiments/performer_vit/summary.md``)
 and ``verdicts.json``. ``measure_run``, ``load_arrays``, ``differences`` and the table helpers
 are public: ``experiments.performer_vit_maps`` uses them.
 """

@@ -22,7 +22,7 @@ Per configuration the data, the random pairs and the fitted clusters are fixed; 
 repetition (one key) draws fresh projections for every estimator and measures the MSE of
 SM(x, y) = exp(x.y) averaged over the pairs. All repetitions of one m run in one vmapped call.
 ``measure`` computes, ``report`` writes the tables, the figure and the summary (claims and
-verdicts from ``experiments/templates/hrf_clustered.md``).
+verdicts from ``experiments/hrf_clustered/summary.md``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ covariance of each draw (``row_covariance``) and ``rff_uniform_bound`` (Sutherla
 ``measure`` returns per-method statistics (means and SEs over draws, chi[P], the P-model bound)
 and saves them to ``workdir/measurements.json`` method by method (a rerun resumes; ``report``
 alone can be rerun from it); ``report`` writes ``methods.csv``, ``tails.csv``, the figures and
-``summary.md`` (template ``experiments/templates/structured_concentration.md``).
+``summary.md`` (template ``experiments/structured_concentration/summary.md``).
 """
 
 from __future__ import annotations

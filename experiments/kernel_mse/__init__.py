@@ -7,7 +7,7 @@ independent projections estimate K(x, y) = exp(-|x-y|^2/2) by phi(x).phi(y) with
 Gaussian-kernel positive features; the squared errors give the MSE and its standard error.
 ``measure`` computes the rows; ``report`` writes the table, the figure (MSE ratio to IID on a
 log axis: it spans decades, down to the small-v SimRF ratio ~0.008 at d = 64) and the summary
-(claims and verdicts from ``experiments/templates/kernel_mse.md``).
+(claims and verdicts from ``experiments/kernel_mse/summary.md``).
 """
 
 from __future__ import annotations

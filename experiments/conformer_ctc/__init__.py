@@ -23,7 +23,7 @@ model relies on its attention weights.
 
 ``measure`` trains and evaluates (one core sweep cell per run), ``report`` writes
 ``results.csv`` (one row per run), ``summary.md`` (template
-``experiments/templates/conformer_ctc.md``), ``digit_error_rate.png`` and
+``experiments/conformer_ctc/summary.md``), ``digit_error_rate.png`` and
 ``learning_curves.png``.
 """
 
