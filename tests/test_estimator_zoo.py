@@ -17,9 +17,9 @@ import pytest
 from configs import estimator_zoo as zoo_config
 from experiments import estimator_zoo
 from experiments.core import verdicts
-from experiments.estimator_zoo import data as pair_data
+from experiments.estimator_zoo import pairs as pair_data
 from experiments.estimator_zoo import ratios as estimator_zoo_ratios
-from experiments.estimator_zoo import report as estimator_zoo_report
+from experiments.estimator_zoo import reporting as estimator_zoo_report
 from rfjax import features, projections
 from rfjax.attention import favor_attention_weights
 

@@ -1,7 +1,7 @@
 """Estimator zoo: Monte Carlo kernel MSE, attention-matrix error, closed forms and cost of every
 softmax-kernel (feature map x coupling) pair, on synthetic and real query/key pairs.
 
-Pair sets (``experiments.estimator_zoo.data``): a synthetic grid across norm and angle, the
+Pair sets (``experiments.estimator_zoo.pairs``): a synthetic grid across norm and angle, the
 queries and keys of a trained Performer-ViT (``config.vit_path``), and rows of UCI sets. For
 each set and pair, ``num_draws`` draws (common keys for all pairs: paired comparisons) give,
 per group of queries and keys, the map fitted to the group (data-fitted maps: OPRF, DERF, as
@@ -21,7 +21,7 @@ redrawn with each projection) and one projection of the coupling (independent pe
 * cost: query plus key feature rows per second (jitted, d = ``config.dim``).
 
 ``measure`` keeps the statistics of every set as records (the draws stay in memory);
-reporting is in ``experiments.estimator_zoo.report``; the papers' variance ratios in
+reporting is in ``experiments.estimator_zoo.reporting``; the papers' variance ratios in
 ``experiments.estimator_zoo.ratios``.
 """
 
@@ -40,9 +40,9 @@ import numpy as np
 
 from experiments.core import outputs, stats
 from experiments.core.validate import require_names, require_positive
-from experiments.estimator_zoo import data as pair_data
+from experiments.estimator_zoo import pairs as pair_data
 from experiments.estimator_zoo import ratios as estimator_zoo_ratios
-from experiments.estimator_zoo import report as estimator_zoo_report
+from experiments.estimator_zoo import reporting as estimator_zoo_report
 from rfjax import data, features, projections, theory
 from rfjax.attention import favor_attention_weights
 
