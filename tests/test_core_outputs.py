@@ -7,13 +7,15 @@ from experiments.core import outputs
 
 @pytest.fixture
 def template_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(outputs, "TEMPLATES", str(tmp_path))
-    (tmp_path / "toy.md").write_text("Claim: $claim. Ours: $ours ($$ is literal).\n")
+    """A study package folder ``<tmp>/sketch/`` with its ``summary.md``."""
+    monkeypatch.setattr(outputs, "EXPERIMENTS", str(tmp_path))
+    (tmp_path / "sketch").mkdir()
+    (tmp_path / "sketch" / "summary.md").write_text("Claim: $claim. Ours: $ours ($$ is literal).\n")
     return tmp_path
 
 
 def test_render_summary_fills_every_placeholder(template_dir):
-    text = outputs.render_summary("toy", claim="SimRF < ORF", ours=0.25)
+    text = outputs.render_summary("sketch", claim="SimRF < ORF", ours=0.25)
     assert text == "Claim: SimRF < ORF. Ours: 0.25 ($ is literal).\n"
 
 
@@ -23,7 +25,7 @@ def test_render_summary_fills_every_placeholder(template_dir):
 )
 def test_render_summary_rejects_missing_and_unused_values(template_dir, values, listed):
     with pytest.raises(ValueError, match=listed.replace("[", r"\[").replace("]", r"\]")):
-        outputs.render_summary("toy", **values)
+        outputs.render_summary("sketch", **values)
 
 
 def test_render_summary_names_a_missing_template(template_dir):
