@@ -15,6 +15,7 @@ import glob
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,6 +27,15 @@ def base_text(base: str, path: str) -> str | None:
 
 def table_rows(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("|")]
+
+
+NUMBER = re.compile(r"[-+]?\d+\.\d+(?:e[-+]?\d+)?|[-+]?\d+e[-+]?\d+")
+
+
+def lost_numbers(old_row: str, new_text: str) -> list[str]:
+    """The decimal numbers of an old table row that the new summary no longer prints (a row
+    whose verdict column went keeps its numbers elsewhere in the new text)."""
+    return [n for n in NUMBER.findall(old_row) if n.lstrip("+-") not in new_text]
 
 
 def read(path: str) -> str:
@@ -61,13 +71,15 @@ def main(base: str) -> int:
                 problems += 1
         old = base_text(base, f"results/{name}/summary.md") or ""
         new = read(f"results/{name}/summary.md")
-        missing = [row for row in table_rows(old) if row not in table_rows(new)]
-        if missing:
-            print(f"{name}: {len(missing)} table rows of the old summary are not in the new one")
-            problems += len(missing)
+        changed = [row for row in table_rows(old) if row not in table_rows(new)]
+        missing = [(row, lost) for row in changed if (lost := lost_numbers(row, new))]
+        for row, lost in missing:
+            print(f"{name}: the numbers {lost} of the old row {row[:80]!r} are not in the new one")
+        problems += len(missing)
         verdicts = json.loads(read(f"results/{name}/verdicts.json"))
         outcomes = ", ".join(f"{k} {v['outcome']}" for k, v in verdicts.items())
-        print(f"{name}: {'tables unchanged' if not missing else 'TABLES CHANGED'}; {outcomes}")
+        state = "every number kept" if not missing else "NUMBERS LOST"
+        print(f"{name}: {state} ({len(changed)} table rows recast); {outcomes}")
     print("every number unchanged" if not problems else f"{problems} differences")
     return 1 if problems else 0
 

@@ -497,6 +497,26 @@ def _values(rows: list[dict], name: str, **where) -> np.ndarray:
 # --------------------------------------------------------------------------- report
 
 
+def ratio_rows(runs: list[dict], config) -> list[dict]:
+    """Per setting: test perplexity FAVOR+ / model-softmax proposal, paired by seed."""
+    rows = []
+    favor, exact = config.favor_estimator, config.metric_arm_proposal
+    for setting in SETTINGS:
+        values = [
+            _values(runs, "test_perplexity", setting=setting, estimator=e) for e in (favor, exact)
+        ]
+        if len(values[0]) and len(values[0]) == len(values[1]):
+            rows.append(
+                {
+                    "setting": SETTING_LABELS[setting],
+                    "test ppl FAVOR+ / exact (mean ± 1 SE, paired seeds)": _format(
+                        *mean_se(values[0] / values[1])
+                    ),
+                }
+            )
+    return rows
+
+
 def perplexity_rows(runs: list[dict], arms) -> list[dict]:
     rows = []
     for arm in arms:
@@ -769,6 +789,9 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         variant=config.variant,
         setup=_setup_text(config, results),
         perplexity_table=outputs.markdown_table(ppl_rows),
+        ratio_table=outputs.markdown_table(ratio_rows(runs, config))
+        if ratio_rows(runs, config)
+        else "not run",
         metric_table=outputs.markdown_table(metric_rows) if metric_rows else "not run",
         timing=outputs.timing_text(runs),
     )

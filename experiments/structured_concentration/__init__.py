@@ -391,6 +391,77 @@ def _mse(row: dict, n: int) -> Estimate:
     return Estimate(row["MSE"], row["MSE SE"], n)
 
 
+def _compare(a: dict, b: dict, n: int) -> str:
+    d = stats.independent_difference(_mse(a, n), _mse(b, n))
+    return f"{a['method']} - {b['method']} = {d.mean:.3g} ± {d.se:.2g} (z = {d.t:+.1f})"
+
+
+def numbers(results: dict, config: ml_collections.ConfigDict) -> dict[str, str]:
+    """The numbers behind each statement of the template's table (``<claim>_numbers``)."""
+    rows, tails, n = method_rows(results, config), tail_rows(results, config), config.num_draws
+    by_name = {r["method"]: r for r in rows}
+    worst = max(rows, key=lambda r: abs(r["bias z"]))
+    values = {
+        "unbiased_numbers": f"largest abs(bias)/SE over {len(rows)} methods: "
+        f"{abs(worst['bias z']):.1f} ({worst['method']}); pairs with abs(bias) > 4 SE: "
+        f"{sum(r['pairs abs(z) > 4'] for r in rows)} of {len(rows) * config.num_pairs} "
+        f"(chance: {len(rows) * config.num_pairs * 6.3e-5:.1f})"
+    }
+    pairs = {
+        "budget": [
+            (method_name("toeplitz", p), method_name("circulant", p)) for p in config.preprocess
+        ],
+        "ldr": [
+            (method_name(big, p), method_name(small, p))
+            for p in config.preprocess
+            for small, big in (("ldr1", "ldr2"), ("ldr2", "ldr4"))
+        ],
+    }
+    for key, chosen in pairs.items():
+        found = [(by_name[a], by_name[b]) for a, b in chosen if a in by_name and b in by_name]
+        values[f"{key}_numbers"] = "; ".join(_compare(a, b, n) for a, b in found) or "-"
+    hd = [
+        (by_name[method_name(f, True)], by_name[method_name(f, False)])
+        for f in config.families
+        if f != REFERENCE and method_name(f, True) in by_name and method_name(f, False) in by_name
+    ]
+    values["hd_numbers"] = (
+        "MSE ratio plain / HD: "
+        + ", ".join(f"{LABELS[b['family']]} {b['MSE'] / a['MSE']:.2f}" for a, b in hd)
+        if hd
+        else "-"
+    )
+    structured = [r for r in rows if r["family"] != REFERENCE]
+    if len(structured) >= 3:
+        mse = [r["MSE"] for r in structured]
+        for key, column in (("chi_order", "chi[P]"), ("lambda_order", "mean lambda")):
+            rank = scipy_stats.spearmanr([r[column] for r in structured], mse)
+            values[f"{key}_numbers"] = (
+                f"Spearman({column}, MSE) = {rank.statistic:.2f} (p = {rank.pvalue:.2g}) over "
+                f"{len(structured)} structured methods"
+            )
+    else:
+        values["chi_order_numbers"] = values["lambda_order_numbers"] = "-"
+    for key, bound in (
+        ("hoeffding", "Hoeffding"),
+        ("p_model", "P-model"),
+        ("chromatic", "chromatic"),
+    ):
+        checked = [t for t in tails if bound != "Hoeffding" or t["family"] == REFERENCE]
+        below = sum(t["tail"] <= t[bound] + 4 * t["tail SE"] for t in checked)
+        values[f"{key}_numbers"] = (
+            f"{below} of {len(checked)} (method, eps) cells below the bound (+4 SE)"
+        )
+    reference = [t for t in tails if t["method"] == REFERENCE]
+    at = min(reference, key=lambda t: abs(t["eps"] - 0.1))
+    values["uniform_numbers"] = (
+        f"bound at m = {results['num_features']}: {at['uniform']:.3g} at eps = {at['eps']:g}; "
+        f"empirical P(max over pairs > {at['eps']:g}): {at['max tail']:.3g} ± "
+        f"{at['max tail SE']:.2g}"
+    )
+    return values
+
+
 def _circulant_chi(n: int) -> int:
     """chi[P] of a circulant P-model: its coherence graphs are cycles of length n / gcd(n,
     shift), odd for some shift iff n is not a power of 2."""
@@ -610,6 +681,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         ratio_plain=_ratio_range(rows, False),
         ratio_hd=_ratio_range(rows, True),
         uniform_m=f"{features_for_uniform_bound(0.1, 0.05, results['dim'], results['diameter']):,}",
+        **numbers(results, config),
     )
     outputs.write_csv(os.path.join(workdir, "methods.csv"), rows)
     outputs.save_config(workdir, config)
