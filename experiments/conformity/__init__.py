@@ -388,13 +388,16 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     by = {(r["geometry"], r["v"]): r for r in rows}
     paired = {(d["difference"], d["v"]): d for d in results["differences"]}
     grid = sorted({r["v"] for r in rows})
-    closed = [r for r in rows if r["geometry"] in CLOSED_FORMS]
-    worst = max(closed, key=lambda r: abs(r["z_score"]))
-    judge.effect(
+    judge.worst_cell(
         "agreement",
-        Estimate(worst["rho_mc"] - worst["rho_theory"], worst["rho_se"], n),
-        effect=f"Monte Carlo - closed form at the worst of {len(closed)} cells "
-        f"({LABELS[worst['geometry']]}, v = {worst['v']:g})",
+        {
+            f"{LABELS[r['geometry']]}, v = {r['v']:g}": Estimate(
+                r["rho_mc"] - r["rho_theory"], r["rho_se"], n
+            )
+            for r in rows
+            if r["geometry"] in CLOSED_FORMS
+        },
+        effect="Monte Carlo - closed form",
         units="draws",
     )
     gap = min(

@@ -96,6 +96,16 @@ def require_names(
             raise ValueError(f"{prefix}.{key}: {name!r} is not one of {tuple(allowed)}{hint}")
 
 
+def _require_each(config, keys, valid, allowed: str, prefix: str) -> None:
+    """Raises ``ValueError`` for the first ``config[key]`` (a value or a non-empty tuple of
+    values) with a value that is not ``valid``, naming the field, the value and ``allowed``."""
+    for key in keys:
+        value = config[key]
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if not values or not all(valid(v) for v in values):
+            raise ValueError(f"{prefix}.{key} must be {allowed}, got {value!r}")
+
+
 def require_positive(config: ml_collections.ConfigDict, *keys: str, prefix: str = "config") -> None:
     """Checks that each ``config[key]`` (a number or a tuple of numbers) is finite and > 0
     (``prefix`` names ``config`` in messages).
@@ -103,13 +113,13 @@ def require_positive(config: ml_collections.ConfigDict, *keys: str, prefix: str 
     Raises:
       ValueError: naming the field and the value.
     """
-    for key in keys:
-        value = config[key]
-        values = value if isinstance(value, (tuple, list)) else (value,)
-        if not values or not all(
-            isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values
-        ):
-            raise ValueError(f"{prefix}.{key} must be finite and > 0, got {value!r}")
+    _require_each(
+        config,
+        keys,
+        lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
+        "finite and > 0",
+        prefix,
+    )
 
 
 def require_int(
@@ -120,13 +130,13 @@ def require_int(
     Raises:
       ValueError: naming the field and the value.
     """
-    for key in keys:
-        value = config[key]
-        values = value if isinstance(value, (tuple, list)) else (value,)
-        if not values or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values
-        ):
-            raise ValueError(f"{prefix}.{key} must be an int >= {minimum}, got {value!r}")
+    _require_each(
+        config,
+        keys,
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum,
+        f"an int >= {minimum}",
+        prefix,
+    )
 
 
 def require_nonempty(config: ml_collections.ConfigDict, *keys: str, prefix: str = "config"):

@@ -222,6 +222,32 @@ class Verdicts:
             evidence += f". {note}"
         return self._record(name, Verdict(claim.statement, outcome, evidence, margin_text))
 
+    def worst_cell(
+        self,
+        name: str,
+        cells: Mapping[object, Estimate],
+        *,
+        effect: str,
+        units: str,
+        cell_name: str = "cells",
+        number: str = ".3g",
+        note: str = "",
+    ) -> Verdict:
+        """The verdict on agreement in every cell (a ``within_se`` claim: a closed form checked
+        by Monte Carlo) from the cell farthest from it in SEs."""
+        checked = {c: e for c, e in cells.items() if math.isfinite(e.mean) and e.se > 0}
+        if not checked:
+            return self.not_tested(name, f"no {cell_name} with a finite estimate and SE")
+        cell, worst = max(checked.items(), key=lambda item: abs(item[1].mean) / item[1].se)
+        return self.effect(
+            name,
+            worst,
+            effect=f"{effect} at the worst of {len(checked)} {cell_name} ({cell})",
+            units=units,
+            number=number,
+            note=note,
+        )
+
     def ordering(
         self,
         name: str,

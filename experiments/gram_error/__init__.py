@@ -234,13 +234,16 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     rows, n = results["rows"], config.num_repetitions
     by = {(r["coupling"], r["m_over_d"]): r for r in rows}
     ratios = sorted({r["m_over_d"] for r in rows})
-    checked = [r for r in rows if r["coupling"] in CLOSED_FORMS]
-    worst = max(checked, key=lambda r: abs(r["z_score"]))
-    judge.effect(
+    judge.worst_cell(
         "exact",
-        Estimate(worst["squared_mean"] - worst["squared_theory"], worst["squared_se"], n),
-        effect=f"Monte Carlo - closed form of E|K - K-hat|_F^2 at the worst of {len(checked)} "
-        f"cells ({LABELS[worst['coupling']]}, m = {worst['m_over_d']}d)",
+        {
+            f"{LABELS[r['coupling']]}, m = {r['m_over_d']}d": Estimate(
+                r["squared_mean"] - r["squared_theory"], r["squared_se"], n
+            )
+            for r in rows
+            if r["coupling"] in CLOSED_FORMS
+        },
+        effect="Monte Carlo - closed form of E|K - K-hat|_F^2",
         units="draws",
     )
 
@@ -261,42 +264,39 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
         shared_units=True,
     )
     paired = {(d["difference"], d["m_over_d"]): d for d in results["differences"]}
-    if ("orthogonal - simplex", ratios[0]) in paired:
-        judge.ordering(
+    independent = {"gaussian", "orthogonal"} <= set(couplings)
+    for name, cells, effect in (
+        (
             "simplex_orf",
-            {r: _relative(paired["orthogonal - simplex", r], n) for r in ratios},
-            effect="(ORF - SimRF) / ORF Frobenius error, paired",
-            cell_name="m/d",
-            units="draws",
-            shared_units=True,
-        )
-    else:
-        judge.not_tested("simplex_orf", "needs ORF and SimRF")
-    if {"gaussian", "orthogonal"} <= set(couplings):
-        judge.ordering(
+            {
+                r: _relative(paired[k], n)
+                for r in ratios
+                if (k := ("orthogonal - simplex", r)) in paired
+            },
+            "(ORF - SimRF) / ORF Frobenius error, paired",
+        ),
+        (
             "orf_iid",
             {
                 r: stats.independent_difference(error("gaussian", r), error("orthogonal", r))
                 for r in ratios
+                if independent
             },
-            effect="(IID - ORF) |K - K-hat|_F / |K|_F, independent draws",
-            cell_name="m/d",
-            units="draws",
-            shared_units=True,
-        )
-    else:
-        judge.not_tested("orf_iid", "needs IID and ORF")
-    if ("simplex - simplex_plus", ratios[0]) in paired:
-        judge.ordering(
+            "(IID - ORF) |K - K-hat|_F / |K|_F, independent draws",
+        ),
+        (
             "simrf_plus",
-            {r: _relative(paired["simplex - simplex_plus", r], n, sign=-1) for r in ratios},
-            effect="(SimRF+ - SimRF) / SimRF Frobenius error, paired",
-            cell_name="m/d",
-            units="draws",
-            shared_units=True,
+            {
+                r: _relative(paired[k], n, sign=-1)
+                for r in ratios
+                if (k := ("simplex - simplex_plus", r)) in paired
+            },
+            "(SimRF+ - SimRF) / SimRF Frobenius error, paired",
+        ),
+    ):
+        judge.ordering(
+            name, cells, effect=effect, cell_name="m/d", units="draws", shared_units=True
         )
-    else:
-        judge.not_tested("simrf_plus", "this variant runs no SimRF+")
     return judge
 
 

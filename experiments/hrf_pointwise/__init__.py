@@ -357,20 +357,18 @@ def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdi
         f"largest relative error at the two ends over all r: Monte Carlo {end_mc:.2g}, closed "
         f"form {end_theory:.2g} (exact counts as below {EXACT_TOLERANCE:g}, float64 rounding)",
     )
-    trig = [r for r in rows if r["estimator"] == "trigonometric" and r["rel_error_theory"] > 0]
-    worst = max(
-        trig, key=lambda r: abs(r["rel_error_mc"] - r["rel_error_theory"]) / r["rel_error_se"]
-    )
-    judge.effect(
+    judge.worst_cell(
         "agreement",
-        Estimate(
-            worst["rel_error_mc"] - worst["rel_error_theory"],
-            worst["rel_error_se"],
-            config.num_draws,
-        ),
-        effect=f"Monte Carlo - closed form at the worst of {len(trig)} trig cells (r = "
-        f"{worst['radius']:g}, theta = {worst['theta']:.3g})",
+        {
+            f"r = {r['radius']:g}, theta = {r['theta']:.3g}": Estimate(
+                r["rel_error_mc"] - r["rel_error_theory"], r["rel_error_se"], config.num_draws
+            )
+            for r in rows
+            if r["estimator"] == "trigonometric" and r["rel_error_theory"] > 0
+        },
+        effect="Monte Carlo - closed form",
         units="draws",
+        cell_name="trig cells",
     )
     return judge
 

@@ -337,13 +337,16 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     judge = verdicts.Verdicts(config)
     variance_rows, max_rows = results["variance_rows"], results["max_rows"]
     n = config.num_variance_draws
-    checked = [r for r in variance_rows if np.isfinite(r["z_score"])]
-    worst = max(checked, key=lambda r: abs(r["z_score"]))
-    judge.effect(
+    judge.worst_cell(
         "closed_forms",
-        Estimate(worst["variance_mc"] - worst["variance_theory"], worst["variance_se"], n),
-        effect=f"Monte Carlo - closed-form variance at the worst of {len(checked)} cells "
-        f"({worst['embedding']}, Delta = {worst['delta']:g})",
+        {
+            f"{r['embedding']}, Delta = {r['delta']:g}": Estimate(
+                r["variance_mc"] - r["variance_theory"], r["variance_se"], n
+            )
+            for r in variance_rows
+            if np.isfinite(r["z_score"])
+        },
+        effect="Monte Carlo - closed-form variance",
         units="draws",
     )
     by_delta: dict[float, dict] = {}

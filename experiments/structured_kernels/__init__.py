@@ -356,18 +356,18 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
         units="draws",
         shared_units=True,
     )
-    checked = [r for r in rows if np.isfinite(r["z_score"])]
-    if not checked:
-        judge.not_tested("theory", "no method with a closed form was run")
-    else:
-        worst = max(checked, key=lambda r: abs(r["z_score"]))
-        judge.effect(
-            "theory",
-            Estimate(worst["error"] - worst["error_theory"], worst["error_se"], n),
-            effect=f"Monte Carlo - closed form at the worst of {len(checked)} cells "
-            f"({worst['method']}, m = {worst['m']})",
-            units="draws",
-        )
+    judge.worst_cell(
+        "theory",
+        {
+            f"{r['method']}, m = {r['m']}": Estimate(
+                r["error"] - r["error_theory"], r["error_se"], n
+            )
+            for r in rows
+            if np.isfinite(r["z_score"])
+        },
+        effect="Monte Carlo - closed form",
+        units="draws",
+    )
     return judge
 
 
