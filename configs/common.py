@@ -57,7 +57,8 @@ def parse_arg(arg: str | None) -> tuple[str | None, dict[str, str]]:
     Raises:
       ValueError: if an item is malformed, names a key twice, or a variant is not first.
     """
-    variant, overrides = None, {}
+    variant: str | None = None
+    overrides: dict[str, str] = {}
     for position, item in enumerate(_split_items(arg or "")):
         if "=" not in item:
             if overrides:

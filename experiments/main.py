@@ -54,7 +54,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments.core import ablation, records, verdicts
+from experiments.core import ablation, records, sweep, verdicts
 from experiments.core.validate import check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -82,6 +82,12 @@ _SEED_FIELD = flags.DEFINE_string(
 )
 _METRIC = flags.DEFINE_string("metric", None, "The study's headline number an ablation compares.")
 _COMPARE = flags.DEFINE_list("compare", [], "The two swept values to compare (default: first two).")
+_WORKER = flags.DEFINE_string(
+    "worker",
+    "0/1",
+    "I/N: this process measures every N-th sweep cell from I (independent "
+    "processes sharing a workdir; the last to finish reports).",
+)
 _TEST = flags.DEFINE_string(
     "test", "greater", "The ablation's declared claim test (second vs first)."
 )
@@ -183,7 +189,11 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
         _start(workdir, command)
     module = importlib.import_module(f"experiments.{name}")
     try:
-        measured = module.measure(config, workdir)
+        try:
+            measured = module.measure(config, workdir)
+        except sweep.Pending as pending:
+            print(f"this worker's cells are done; {pending}")
+            return {}
         records.write(workdir, measured)
         result = module.report(measured, config, workdir)
     except BaseException as error:
@@ -198,22 +208,37 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
     return result
 
 
+def parse_worker(text: str) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)`` with 0 <= I < N.
+
+    Raises:
+      app.UsageError: for anything else.
+    """
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise app.UsageError(f"--worker must be I/N with 0 <= I < N, got {text!r}")
+    return int(index), int(count)
+
+
 def run_ablation(config: ml_collections.ConfigDict, workdir: str | None) -> None:
     """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir`` (default
     ``workdirs/<experiment>_ablation``)."""
     if not _METRIC.value:
         raise app.UsageError("--sweep needs --metric (a key of the study's headline numbers)")
-    ablation.run(
-        config,
-        workdir or os.path.join("workdirs", f"{config.experiment}_ablation"),
-        sweep_text=_SWEEP.value,
-        seeds_text=_SEEDS.value,
-        metric=_METRIC.value,
-        seed_field=_SEED_FIELD.value,
-        compare=_COMPARE.value,
-        test=_TEST.value,
-        margin=_MARGIN.value,
-    )
+    try:
+        ablation.run(
+            config,
+            workdir or os.path.join("workdirs", f"{config.experiment}_ablation"),
+            sweep_text=str(_SWEEP.value),
+            seeds_text=_SEEDS.value,
+            metric=_METRIC.value,
+            seed_field=_SEED_FIELD.value,
+            compare=_COMPARE.value,
+            test=_TEST.value,
+            margin=_MARGIN.value,
+        )
+    except sweep.Pending as pending:
+        print(f"this worker's cells are done; {pending}")
 
 
 def initialize_distributed() -> None:
@@ -240,6 +265,7 @@ def main(argv: list[str]) -> None:
         )
         sys.exit(2)
     command = ["python", "-m", "experiments.main", *sys.argv[1:]]
+    sweep.WORKER = parse_worker(_WORKER.value)
     try:
         if _SWEEP.value:
             run_ablation(config, _WORKDIR.value)

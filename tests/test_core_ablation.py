@@ -25,9 +25,13 @@ COMMAND = [
 ]
 
 
-def run(workdir):
+def run(workdir, *options):
     completed = subprocess.run(
-        [*COMMAND, f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True, check=False
+        [*COMMAND, f"--workdir={workdir}", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed.stdout
@@ -62,6 +66,17 @@ def test_an_ablation_records_every_cell_reports_the_pair_and_resumes(tmp_path):
         if path != killed:
             assert path.stat().st_mtime_ns == mtime, path
     assert killed.exists()
+
+
+def test_two_workers_share_an_ablation_and_the_last_one_reports(tmp_path):
+    first = run(tmp_path, "--worker=0/2")
+    assert "cells wait for other workers" in first and not (tmp_path / "ablation.md").exists()
+    measured = sorted(p.parent.name for p in (tmp_path / "runs").glob("*/result.json"))
+    # cells 0, 2, 4 of (8, 0) (16, 0) (8, 1) (16, 1) (8, 2) (16, 2): seeds outside
+    assert measured == ["8_seed0", "8_seed1", "8_seed2"]
+    run(tmp_path, "--worker=1/2")
+    assert len(list((tmp_path / "runs").glob("*/result.json"))) == 6
+    assert "ablation" in verdicts.read(str(tmp_path))
 
 
 def test_bad_ablation_arguments_name_the_problem():

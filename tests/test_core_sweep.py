@@ -52,9 +52,10 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
 
 def test_workers_share_the_cells_and_the_last_one_sees_them_all(tmp_path):
     calls = []
-    pending = sweep.run(str(tmp_path), ["a", "b"], [0, 1], measuring(calls), {}, worker=(0, 2))
+    with pytest.raises(sweep.Pending) as pending:
+        sweep.run(str(tmp_path), ["a", "b"], [0, 1], measuring(calls), {}, worker=(0, 2))
     assert calls == [("a", 0), ("a", 1)]  # cells 0 and 2 of (a,0) (b,0) (a,1) (b,1)
-    assert isinstance(pending, sweep.Pending) and pending.missing == [("b", 0), ("b", 1)]
+    assert pending.value.missing == [("b", 0), ("b", 1)]
     done = sweep.run(str(tmp_path), ["a", "b"], [0, 1], measuring(calls), {}, worker=(1, 2))
     assert calls[2:] == [("b", 0), ("b", 1)] and len(done) == 4
     with pytest.raises(ValueError, match="worker"):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -139,7 +140,7 @@ def make_data(config: ml_collections.ConfigDict) -> tuple[dict, dict, dict]:
     utterances are zero-padded to one length (a multiple of 4 frames) and labels to
     ``max_digits``.
     """
-    data = load_fsdd(config.data_dir)
+    data: dict[str, Any] = load_fsdd(config.data_dir)
     is_test = _test_selection(config, data)
     splits = {}
     for name, selected, count, seed in (
@@ -276,7 +277,10 @@ def digit_error_rate(totals: dict[str, float]) -> float:
 def evaluator(model: ConformerEncoder, test_arrays: dict, config):
     """``(variables, rng, step) -> totals``: sums of the task's eval metrics over the test set
     under ``model`` (one jitted function, reused across calls)."""
-    eval_fn = jax.jit(make_task(model, test_arrays, test_arrays, config, seed=0).eval_metrics)
+    eval_metrics = make_task(model, test_arrays, test_arrays, config, seed=0).eval_metrics
+    if eval_metrics is None:
+        raise ValueError("the CTC task has no eval_metrics")
+    eval_fn = jax.jit(eval_metrics)
 
     def evaluate(variables, rng: jax.Array, step: int) -> dict[str, float]:
         totals: dict[str, float] = {}

@@ -8,7 +8,7 @@ import os
 import string
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 
 import jax
 import ml_collections
@@ -259,7 +259,7 @@ def format_duration(seconds: float) -> str:
 def progress(items: Iterable, description: str, total: int | None = None, **options) -> Iterator:
     """Iterates over ``items`` showing a ``Progress`` (a bar on a terminal, periodic lines in
     logs); ``options`` go to ``Progress``."""
-    if total is None and hasattr(items, "__len__"):
+    if total is None and isinstance(items, Sized):
         total = len(items)
     with Progress(description, total, **options) as display:
         for item in items:

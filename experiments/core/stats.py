@@ -189,17 +189,17 @@ def pool(
     """
     if not cells:
         raise ValueError("pool needs at least one cell")
-    weights = np.ones(len(cells)) if weights is None else np.asarray(weights, np.float64)
-    if weights.shape != (len(cells),):
+    w = np.ones(len(cells)) if weights is None else np.asarray(weights, np.float64)
+    if w.shape != (len(cells),):
         raise ValueError(f"weights must have one entry per cell ({len(cells)}), got {weights}")
-    total = float(weights.sum())
-    pairs = list(zip(weights, cells, strict=True))
+    total = float(w.sum())
+    pairs = list(zip(w, cells, strict=True))
     mean = float(sum(w * c.mean for w, c in pairs) / total)
     if shared_units:
         se = float(sum(w * c.se for w, c in pairs) / total)
         return Estimate(mean, se, max(c.n for c in cells), min(c.df for c in cells))
     variance = sum(w**2 * c.se**2 for w, c in pairs) / total**2
-    return Estimate(mean, math.sqrt(variance), sum(c.n for c in cells), _welch_df(cells, weights))
+    return Estimate(mean, math.sqrt(variance), sum(c.n for c in cells), _welch_df(cells, w))
 
 
 def _welch_df(cells: Sequence[Estimate], weights) -> float:

@@ -10,12 +10,13 @@ pairs.
 
 Several independent processes share a sweep through ``worker=(index, count)``: each measures
 the cells ``index, index + count, ...`` (in the order above) and the sweep is complete when
-every cell has a record; until then ``run`` returns ``Pending`` with the missing cells.
+every cell has a record; until then ``run`` raises ``Pending`` with the missing cells
+(``experiments.main --worker=I/N`` sets this process's share; the last worker to finish
+reports).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -27,11 +28,16 @@ from experiments.core import outputs
 RECORD_FILE = "result.json"
 
 
-@dataclasses.dataclass(frozen=True)
-class Pending:
-    """A sweep shared by workers that is not complete yet: the cells without a record."""
+class Pending(Exception):  # noqa: N818 (a state, not a failure)
+    """A sweep shared by workers is not complete yet: the cells without a record."""
 
-    missing: list[tuple[str, int]]
+    def __init__(self, missing: list[tuple[str, int]]):
+        super().__init__(f"{len(missing)} cells wait for other workers: {missing}")
+        self.missing = missing
+
+
+# This process's share of every sweep, (index, count): ``experiments.main --worker=I/N``.
+WORKER = (0, 1)
 
 
 def run_dir(workdir: str, arm: str, seed: int) -> str:
@@ -67,8 +73,8 @@ def run(
     measure: Callable[[str, int, str], Mapping[str, Any]],
     settings: Mapping[str, Any] | Callable[[str], Mapping[str, Any]],
     *,
-    worker: tuple[int, int] = (0, 1),
-) -> list[dict] | Pending:
+    worker: tuple[int, int] | None = None,
+) -> list[dict]:
     """Measures every (seed, arm) cell that has no record under its settings.
 
     Args:
@@ -77,13 +83,17 @@ def run(
       measure: ``(arm, seed, run_dir) -> record`` (JSON-serialisable) of one cell.
       settings: what a cell's measurement depends on (the config less its seeds and other
         cells' arms), one mapping for every arm or a function of the arm.
-      worker: ``(index, count)``: this process measures every ``count``-th cell from ``index``.
+      worker: ``(index, count)``: this process measures every ``count``-th cell from ``index``
+        (default ``WORKER``).
 
     Returns:
       The records in cell order, each with ``arm`` and ``seed`` (and ``seconds``, the wall time
-      of a cell measured now), or ``Pending`` when cells of other workers have no record yet.
+      of a cell measured now).
+
+    Raises:
+      Pending: when cells of other workers have no record yet.
     """
-    index, count = worker
+    index, count = WORKER if worker is None else worker
     if not 0 <= index < count:
         raise ValueError(f"worker must be (index, count) with 0 <= index < count, got {worker}")
     cells = [(arm, seed) for seed in seeds for arm in arms]
@@ -101,5 +111,5 @@ def run(
             records[arm, seed] = {**record, "arm": arm, "seed": seed}
     missing = [cell for cell in cells if cell not in records]
     if missing:
-        return Pending(missing)
+        raise Pending(missing)
     return [records[cell] for cell in cells]

@@ -26,6 +26,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import ml_collections
 
@@ -225,7 +226,7 @@ class Verdicts:
     def worst_cell(
         self,
         name: str,
-        cells: Mapping[object, Estimate],
+        cells: Mapping[Any, Estimate],
         *,
         effect: str,
         units: str,
@@ -251,7 +252,7 @@ class Verdicts:
     def ordering(
         self,
         name: str,
-        cells: Mapping[object, Estimate],
+        cells: Mapping[Any, Estimate],
         *,
         effect: str,
         cell_name: str,
@@ -305,7 +306,7 @@ class Verdicts:
     def every(
         self,
         name: str,
-        cells: Mapping[object, Estimate],
+        cells: Mapping[Any, Estimate],
         *,
         effect: str,
         cell_name: str,

@@ -350,7 +350,7 @@ def by_norm_rows(synthetic: dict, config: ml_collections.ConfigDict) -> list[dic
 def norm_coupled_rows(one: dict, config: ml_collections.ConfigDict) -> list[dict]:
     """Positive features, norm-coupled against orthogonal, on one set (per norm for the
     synthetic grid): kernel-MSE ratio and attention-error ratio (real sets) with paired z."""
-    rows = []
+    rows: list[dict] = []
     nc, orth = ("positive", "norm_coupled"), ("positive", "orthogonal")
     kernel, pairs = one["kernel"], one["pairs"]
     if nc not in kernel or orth not in kernel:

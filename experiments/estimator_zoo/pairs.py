@@ -44,8 +44,8 @@ def synthetic(key: jax.Array, dim: int, norms, cosines) -> PairSet:
     queries = np.zeros((len(norms), len(cosines), dim))
     keys = np.zeros_like(queries)
     for index, (g, t) in enumerate((g, t) for g in range(len(norms)) for t in range(len(cosines))):
-        rotation, _ = jnp.linalg.qr(jax.random.normal(jax.random.fold_in(key, index), (dim, dim)))
-        rotation = np.asarray(rotation, np.float64)
+        q, _ = jnp.linalg.qr(jax.random.normal(jax.random.fold_in(key, index), (dim, dim)))
+        rotation = np.asarray(q, np.float64)
         norm, cosine = norms[g], cosines[t]
         queries[g, t] = norm * rotation[:, 0]
         keys[g, t] = norm * (cosine * rotation[:, 0] + math.sqrt(1.0 - cosine**2) * rotation[:, 1])

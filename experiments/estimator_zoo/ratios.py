@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,7 @@ import numpy as np
 from rfjax import features, projections, theory
 
 # (feature-map name, DERF variant or None for OPRF)
-ESTIMATORS = (
+ESTIMATORS: tuple[tuple[str, Literal["asymmetric", "symmetric", "simplified"] | None], ...] = (
     ("oprf", None),
     ("derf_asymmetric", "asymmetric"),
     ("derf_symmetric", "symmetric"),

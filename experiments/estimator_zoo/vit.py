@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -28,7 +29,7 @@ from experiments.core.train import trainer as train
 COUPLING = "orthogonal"
 
 
-def train_and_extract(workdir: str, num_images: int, seed: int) -> dict[str, np.ndarray]:
+def train_and_extract(workdir: str, num_images: int, seed: int) -> dict[str, Any]:
     """Trains (or resumes) the run in ``workdir`` and returns the arrays to save."""
     config = vit_config.get_config("small")
     config.data_dir = os.environ.get("RFJAX_FASHION_MNIST_DIR") or config.data_dir
@@ -43,7 +44,7 @@ def train_and_extract(workdir: str, num_images: int, seed: int) -> dict[str, np.
     mean, std = performer_vit.pixel_stats(arrays["train"]["image"])
     images = (jnp.asarray(arrays["test"]["image"][:num_images], jnp.float32) / 255 - mean) / std
     layers = performer_vit.queries_and_keys(model, params, images)
-    return {
+    out: dict[str, Any] = {
         "queries": np.stack([np.asarray(q) for q, _ in layers], axis=1),
         "keys": np.stack([np.asarray(k) for _, k in layers], axis=1),
         "test_accuracy": np.float64(final["eval_accuracy"]),
@@ -51,6 +52,7 @@ def train_and_extract(workdir: str, num_images: int, seed: int) -> dict[str, np.
         "num_features": np.int64(config.model.num_features),
         "seed": np.int64(seed),
     }
+    return out
 
 
 def main() -> None:

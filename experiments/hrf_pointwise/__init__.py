@@ -160,7 +160,7 @@ def gaussian_hybrid_relative_error(
 
 def theory_curves(
     thetas: np.ndarray, radius: float, config: ml_collections.ConfigDict
-) -> dict[str, np.ndarray]:
+) -> dict[str, jax.Array | np.ndarray]:
     m, n = config.num_features, config.num_coefficient_features
     bandwidth = config.gaussian_bandwidth_over_radius * radius
     return {

@@ -177,8 +177,8 @@ def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> di
     validate_config(config)
     pair_key, draw_key = jax.random.split(jax.random.key(config.seed))
     available = projections.available()
-    notes = []
-    rows = []
+    notes: list[str] = []
+    rows: list[dict] = []
     for d_index, name in enumerate(config.datasets):
         data = preprocess(load_dataset(name), config.scaling, config.input_norm)
         x, y = random_pairs(jax.random.fold_in(pair_key, d_index), data, config.num_pairs)
@@ -235,7 +235,7 @@ def table_rows(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict
                     "missing" if np.isnan(r["mse"]) else f"{r['mse']:.3e} ± {r['mse_se']:.1e}"
                 )
             finite = {k: v["mse"] for k, v in mine.items() if np.isfinite(v["mse"])}
-            row["lowest"] = min(finite, key=finite.get)
+            row["lowest"] = min(finite, key=lambda method: finite[method])
             out.append(row)
     return out
 

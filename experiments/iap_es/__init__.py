@@ -38,7 +38,7 @@ import ml_collections
 import numpy as np
 import pgx
 
-from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core import cost, outputs, records, stats, sweep, verdicts
 from experiments.core.train import es
 from experiments.core.train import trainer as train
 from rfjax import features as feature_maps
@@ -136,10 +136,7 @@ def xla_importance_flops(policy: ImplicitAttentionPolicy) -> float:
     count, d = policy.num_patches(), policy.embed_dim
     query = jax.ShapeDtypeStruct((count, d), jnp.float32)
     projection = jax.eval_shape(policy.draw_projection, jax.random.key(0))
-    compiled = jax.jit(policy.patch_importance).lower(query, query, projection).compile()
-    analysis = compiled.cost_analysis()
-    analysis = analysis[0] if isinstance(analysis, list) else analysis
-    return float(analysis["flops"])
+    return cost.compiled_flops(policy.patch_importance, query, query, projection)
 
 
 # --------------------------------------------------------------------------- measure

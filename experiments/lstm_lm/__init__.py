@@ -38,6 +38,7 @@ analysis at the training shapes (``proposal_flops``).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -47,7 +48,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core import cost, outputs, records, stats, sweep, verdicts
 from experiments.core.train import trainer as train
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
@@ -317,21 +318,21 @@ def proposal_flops(config: ml_collections.ConfigDict, estimator: str, vocab_size
             key, queries, embeddings, proposal=proposal, temperature=jnp.float32(0.1), **options
         )
 
-    def cost(function) -> float:
-        return float(jax.jit(function).lower(*shapes).compile().cost_analysis()["flops"])
-
-    row = {}
-    for name in SAMPLERS:
-        row[name] = cost(
-            lambda key, q, e, name=name: sample_from_features(
-                key,
-                *features(key, q, e),
-                config.sampler.num_samples,
-                sampler=name,
-                uniform_floor=config.sampler.uniform_floor,
-            )
+    def draw(key, q, e, sampler):
+        query_features, class_features = features(key, q, e)
+        return sample_from_features(
+            key,
+            query_features,
+            class_features,
+            config.sampler.num_samples,
+            sampler=sampler,
+            uniform_floor=config.sampler.uniform_floor,
         )
-    return row
+
+    return {
+        name: cost.compiled_flops(functools.partial(draw, sampler=name), *shapes)
+        for name in SAMPLERS
+    }
 
 
 def estimator_metrics(
@@ -391,6 +392,8 @@ def train_run(config, arm: str, seed: int, context: dict, workdir: str) -> dict:
     cpu_start = time.process_time()
     _, run_dir, seconds = train.train_seed(config.train, workdir, run_name(arm), seed, task)
     params = train.final_params(run_dir)
+    if task.eval_metrics is None:
+        raise ValueError("the language-model task has no eval_metrics")
     eval_fn = jax.jit(task.eval_metrics)
     tau = float(proposal_temperature(model, params, setting, heldout, config.tau_grid))
     row = {

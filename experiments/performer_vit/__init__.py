@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -137,7 +138,9 @@ def run_name(attention: str, protocol: str | None) -> str:
 def run_names(config: ml_collections.ConfigDict) -> list[tuple[str, str, str | None]]:
     """(run name, attention, protocol) of every trained variant: exact once, then each
     (protocol, coupling)."""
-    names = [("exact", "exact", None)] if "exact" in config.attentions else []
+    names: list[tuple[str, str, str | None]] = []
+    if "exact" in config.attentions:
+        names.append(("exact", "exact", None))
     for protocol in config.protocols:
         names += [(run_name(a, protocol), a, protocol) for a in config.attentions if a != "exact"]
     return names
@@ -161,7 +164,8 @@ def projection_step(step: jax.Array, protocol: str | None, redraw_until_step: in
 def make_model(config: ml_collections.ConfigDict, attention: str) -> PerformerViT:
     """The ViT of ``config.model`` with exact attention or a Performer with that coupling."""
     kind = {"attention_kind": "exact"} if attention == "exact" else {"coupling": attention}
-    return PerformerViT(num_classes=10, **config.model.to_dict(), **kind)
+    options: dict[str, Any] = {**config.model.to_dict(), **kind}
+    return PerformerViT(num_classes=10, **options)
 
 
 def pixel_stats(train_images: np.ndarray) -> tuple[float, float]:
@@ -383,7 +387,7 @@ def evaluate_run(
     return result
 
 
-def _load(split: str, data_dir: str, limit: int) -> dict[str, np.ndarray]:
+def _load(split: Literal["train", "test"], data_dir: str, limit: int) -> dict[str, np.ndarray]:
     images, labels = load_fashion_mnist(split, data_dir=data_dir)
     if limit:
         images, labels = images[:limit], labels[:limit]
@@ -539,7 +543,7 @@ def accuracy_table(runs: list[dict], config: ml_collections.ConfigDict) -> list[
     """Mean ± SE over seeds of both accuracies per run."""
     rows = []
     for name, attention, protocol in run_names(config):
-        row = {"protocol": protocol or "-", "attention": _label(attention)}
+        row: dict[str, Any] = {"protocol": protocol or "-", "attention": _label(attention)}
         for metric in METRICS:
             values = np.array(list(_per_seed(runs, name, metric).values()))
             mean, se = stats.mean_se(values)
@@ -556,7 +560,9 @@ def attention_error_rows(runs: list[dict], config: ml_collections.ConfigDict) ->
     rows = []
     for name, attention, protocol in run_names(config):
         mine = sorted((r for r in runs if r["run"] == name), key=lambda r: r["seed"])
-        row = {"queries and keys of": f"{protocol or ''} {_label(attention)}".strip()}
+        row: dict[str, Any] = {
+            "queries and keys of": f"{protocol or ''} {_label(attention)}".strip()
+        }
         errors = {c: np.array([r["attention_error"][c] for r in mine]) for c in couplings}
         for coupling in couplings:
             mean, se = (float(v) for v in stats.mean_se(errors[coupling]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 EMBEDDINGS = ("phi", "psi")
-THEORY_NAMES = {"phi": "sincos", "psi": "cosine_bias"}
+THEORY_NAMES: dict[str, Literal["sincos", "cosine_bias"]] = {"phi": "sincos", "psi": "cosine_bias"}
 LABELS = {"phi": "phi (sin/cos, D/2 freqs)", "psi": "psi (cos + offset, D freqs)"}
 STYLES = {"phi": "-", "psi": "--"}
 
@@ -145,9 +146,10 @@ def measure_max_error(
 ) -> tuple[list[dict], dict[tuple[str, int], np.ndarray]]:
     """Part 2: rows per (D, embedding, r) of the average max error within radius r, and the
     draws of the max error over the whole region per (embedding, D)."""
-    points, rings = grid_and_rings(config)
-    points, rings = jnp.asarray(points, jnp.float32), jnp.asarray(rings)
-    rows, region_max = [], {}
+    grid, ring_of_pair = grid_and_rings(config)
+    points, rings = jnp.asarray(grid, jnp.float32), jnp.asarray(ring_of_pair)
+    rows: list[dict] = []
+    region_max: dict[tuple[str, int], np.ndarray] = {}
     for d_index, D in enumerate(config.embedding_dims):
         for e_index, embedding in enumerate(EMBEDDINGS):
             draw = functools.partial(

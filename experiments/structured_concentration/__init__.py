@@ -22,6 +22,7 @@ import json
 import math
 import os
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -131,7 +132,7 @@ def measure_errors(config, model, preprocess, points, first, second, exact, key)
     """
     eps = np.asarray(config.epsilons)
     num_pairs = len(first)
-    per_draw = {"mse": [], "bias": [], "tail": [], "max_tail": []}
+    per_draw: dict[str, list[np.ndarray]] = {"mse": [], "bias": [], "tail": [], "max_tail": []}
     pair_sum, pair_squares = np.zeros(num_pairs), np.zeros(num_pairs)
     args = (jnp.asarray(points, jnp.float32), jnp.asarray(first), jnp.asarray(second))
     for start in outputs.progress(range(0, config.num_draws, config.draws_per_chunk), "draws"):
@@ -211,7 +212,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> di
     """
     validate_config(config)
     path = os.path.join(workdir, MEASUREMENTS) if workdir else None
-    results = {"config": records.settings(config), "methods": {}, "seconds": 0.0}
+    results: dict[str, Any] = {"config": records.settings(config), "methods": {}, "seconds": 0.0}
     if path and os.path.exists(path):
         with open(path) as handle:
             saved = json.load(handle)

@@ -78,7 +78,9 @@ def exact_grams(x: jax.Array, lengthscale: float) -> dict[str, jax.Array]:
     }
 
 
-def feature_maps(x: jax.Array, projection: object, lengthscale: float) -> dict[str, jax.Array]:
+def feature_maps(
+    x: jax.Array, projection: projections.Projection, lengthscale: float
+) -> dict[str, jax.Array]:
     """The three feature maps of ``x`` under one drawn projection."""
     return {
         "angular": features.angular_features(x, projection),

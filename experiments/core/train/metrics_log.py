@@ -133,6 +133,8 @@ class MetricsWriter:
         return next((r for r in reversed(self.records) if r["split"] == split), None)
 
     def _append(self, line: str) -> None:
+        if self.handle is None:
+            raise ValueError("the metrics log is closed")
         self.handle.write(line)
         self.handle.flush()
         os.fsync(self.handle.fileno())
