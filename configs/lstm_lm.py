@@ -35,7 +35,7 @@ from configs.training import train_config
 
 def _estimator(proposal: str, num_features: int, num_coefficient_features: int = 1):
     options = ml_collections.ConfigDict()
-    options.proposal = proposal  # one of rfjax.nn.FEATURE_PROPOSALS
+    options.proposal = proposal  # one of rfjax.nn.feature_proposals()
     options.num_features = num_features  # m
     options.num_coefficient_features = num_coefficient_features  # n (hybrids only)
     return options
@@ -58,7 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         "normalised:angular-eqF",
     )
     config.estimators = ml_collections.ConfigDict()
-    config.estimators["favor+"] = _estimator("positive", 128)
+    config.estimators["favor+"] = _estimator("positive_antithetic", 128)
     config.estimators["trigonometric"] = _estimator("trigonometric", 128)
     config.estimators["angular-eqW"] = _estimator("angular_hybrid", 8, 7)
     config.estimators["angular-eqF"] = _estimator("angular_hybrid", 8, 8)
@@ -141,7 +141,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # models also serve the distribution metrics.
         config.arms = ("normalised:angular-eqF",)
         config.estimators = ml_collections.ConfigDict()
-        config.estimators["favor+"] = _estimator("positive", 8)
+        config.estimators["favor+"] = _estimator("positive_antithetic", 8)
         config.estimators["angular-eqF"] = _estimator("angular_hybrid", 2, 2)
         config.equal_flops_estimators = ("angular-eqF",)
         config.metric_arm_proposal = "angular-eqF"
@@ -179,7 +179,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 "gaussian-eqF",
             )
         )
-        config.estimators["favor+"] = _estimator("positive", 512)  # width 1024 (HRF App. I.1)
+        # width 1024 (HRF App. I.1)
+        config.estimators["favor+"] = _estimator("positive_antithetic", 512)
         config.estimators["trigonometric"] = _estimator("trigonometric", 512)
         config.estimators["angular-eqW"] = _estimator("angular_hybrid", 16, 15)
         config.estimators["angular-eqF"] = _estimator("angular_hybrid", 16, 16)

@@ -13,7 +13,7 @@ OpenAI-ES (``experiments.core.train.es``) for each seed. Runs are paired: a seed
 parameters, the ES perturbations, the episodes and the evaluation episodes for every kind, so
 kinds differ only by their attention. For each run we record the evaluation return of the ES
 mean over the generations, the policy evaluations (forward passes) spent and hence the
-cumulative attention FLOPs (``ImplicitAttentionPolicy.importance_flops`` per forward pass;
+cumulative attention FLOPs (``experiments.iap_es.flops.policy_importance_flops`` per forward pass;
 XLA's own count is reported beside it). The quality of a run is its mean evaluation return
 over the last ``final_evals`` evaluations; kinds are compared with the reference (FAVOR+,
 m = 256) by paired differences over seeds (mean, SE, a t interval and the difference detectable
@@ -41,6 +41,7 @@ import pgx
 from experiments.core import cost, outputs, records, stats, sweep, verdicts
 from experiments.core.train import es
 from experiments.core.train import trainer as train
+from experiments.iap_es.flops import policy_importance_flops
 from rfjax import features as feature_maps
 from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 
@@ -241,7 +242,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "policy": policy,
             "trainer": es.ESTrainer(config.es, rollout, template),
             "inference": inference_evaluator(rollout, config.inference_episodes),
-            "importance_flops": policy.importance_flops(),
+            "importance_flops": policy_importance_flops(policy),
             "xla_importance_flops": xla_importance_flops(policy),
             "agreement": mask_agreement(policy, observations, config.agreement_draws),
         }

@@ -26,7 +26,7 @@ estimator: for each seed, the queries of the model trained with ``config.metric_
 in each setting on ``num_metric_queries`` validation positions, against the kernel softmax
 softmax(q_bar.e_bar / tau) (tau selected on the held-out batch for ``"normalised"``, 1/s for
 ``"cosine"``), over ``num_metric_draws`` feature draws; per model the median over queries and
-draws (``rfjax.nn.distribution_metrics``: W1 and KS of the clipped, normalised estimate, and the
+draws (``experiments.lstm_lm.metrics``: W1 and KS of the clipped, normalised estimate, and the
 fraction of negative estimates). The cost of every estimator is measured with XLA's cost
 analysis at the training shapes (``proposal_flops``).
 
@@ -50,12 +50,13 @@ import numpy as np
 
 from experiments.core import cost, outputs, records, stats, sweep, verdicts
 from experiments.core.train import trainer as train
+from experiments.lstm_lm.metrics import distribution_metrics
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
-    FEATURE_PROPOSALS,
+    PLAIN_PROPOSALS,
     SAMPLERS,
     LSTMLanguageModel,
-    distribution_metrics,
+    feature_proposals,
     kernel_softmax_divergence,
     logit_temperature,
     normalize_for_proposal,
@@ -71,7 +72,6 @@ import matplotlib.pyplot as plt
 SETTINGS = ("normalised", "cosine")
 # Estimators without random features: the model's softmax, the kernel softmax computed exactly
 # (the limit of many features), and uniform.
-PLAIN_PROPOSALS = ("exact", "kernel", "uniform")
 SETTING_LABELS = {
     "normalised": "raw logits, normalised proposal (HRF PTB)",
     "cosine": "cosine logits (Rawat et al.)",
@@ -102,9 +102,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 f"{SETTINGS} and an estimator in {known}"
             )
     for name, options in config.estimators.items():
-        if options.proposal not in FEATURE_PROPOSALS:
+        if options.proposal not in feature_proposals():
             raise ValueError(
-                f"config.estimators.{name}.proposal must be one of {FEATURE_PROPOSALS}, got "
+                f"config.estimators.{name}.proposal must be one of {feature_proposals()}, got "
                 f"{options.proposal!r}"
             )
     if config.sampler.name not in SAMPLERS:
@@ -143,14 +143,12 @@ def estimator_options(config: ml_collections.ConfigDict, estimator: str) -> dict
 
 
 def feature_width(options: dict) -> int:
-    """W of an estimator's features (``proposal_features``)."""
-    m, n = options["num_features"], options["num_coefficient_features"]
-    return {
-        "positive": 2 * m,
-        "trigonometric": 2 * m,
-        "angular_hybrid": 4 * m * (n + 1),
-        "gaussian_hybrid": 4 * m * (2 * n + 1),
-    }[options["proposal"]]
+    """W of an estimator's features (``proposal_features``), from the shapes."""
+    probe = jax.ShapeDtypeStruct((1, 4), jnp.float32)
+    query_features, _ = jax.eval_shape(
+        lambda q: proposal_features(jax.random.key(0), q, q, **options), probe
+    )
+    return int(query_features.shape[-1])
 
 
 # --------------------------------------------------------------------------- data
@@ -244,10 +242,10 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
         queries = queries.reshape(-1, queries.shape[-1])
         targets = batch["targets"].reshape(-1)
         extra, temperature = {}, jnp.float32(jnp.nan)
-        if options["proposal"] in (*FEATURE_PROPOSALS, "kernel"):
+        if options["proposal"] in (*feature_proposals(), "kernel"):
             temperature = proposal_temperature(model, params, setting, heldout, tau_grid)
             extra["temperature"] = temperature
-        if options["proposal"] in FEATURE_PROPOSALS:
+        if options["proposal"] in feature_proposals():
             extra.update(sampler=sampler.name, uniform_floor=sampler.uniform_floor)
         samples, log_q = sample_proposal(
             rngs["proposal"],
