@@ -9,7 +9,7 @@ import pytest
 
 from configs import uci_classification as uci_config
 from experiments import uci_classification as uci
-from experiments.core import verdicts
+from experiments.core import kernel_classifier, verdicts
 from experiments.core.outputs import read_csv
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
@@ -127,9 +127,10 @@ def test_exact_kernel_classifier_beats_the_majority_class():
 def test_prefix_scores_match_a_projection_with_fewer_blocks(coupling):
     x_train, onehot_train, x_test, _ = _banknote_split()
     key = jax.random.key(3)
-    scores = np.asarray(
-        uci.random_feature_scores(key, coupling, (1, 3), x_train, onehot_train, x_test)
+    scores = kernel_classifier.random_feature_scores(
+        key, coupling, (1, 3), x_train, onehot_train, x_test
     )
+    scores = np.asarray(scores)
     weights = projections.get(coupling)(key, 4, 12).matrix()
     for index, blocks in enumerate((1, 3)):
         prefix = projections.DenseProjection(weights[: 4 * blocks], block_size=4)
