@@ -675,14 +675,9 @@ def _swap_text(runs: list[dict]) -> str:
     return outputs.markdown_table(rows)
 
 
-def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Tables, figures, the summary and the verdicts of ``measure``'s records."""
-    runs, info = results["runs"], results["info"]
-    attentions = tuple(a for a in config.attentions if a in results["curves"])
-    tests = comparisons(runs, attentions)
-    _plot_error_rates(runs, tests, attentions, os.path.join(workdir, "digit_error_rate.png"))
-    _plot_curves(results["curves"], attentions, os.path.join(workdir, "learning_curves.png"))
-    comparison_rows = [
+def comparison_rows(tests: list[dict]) -> list[dict]:
+    """The paired comparisons as shown in the summary."""
+    return [
         {
             "difference": f"{_label(t['kind'])} - {_label(t['reference'])}",
             "mean ± 1 SE": f"{t['mean']:+.4f} ± {t['se']:.4f}",
@@ -691,19 +686,34 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         }
         for t in tests
     ]
+
+
+def _gate_text(tests: list[dict]) -> str:
     gate = next((t for t in tests if t["reference"] == "exact"), None)
+    if gate is None:
+        return "not run (exact or FAVOR+ missing)"
+    return (
+        f"FAVOR+ - exact = {_format_difference(gate)} over {gate['n']} paired seeds "
+        f"(the other kinds are trained if p < {SIGNIFICANCE:g})"
+    )
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures, the summary and the verdicts of ``measure``'s records."""
+    runs, info = results["runs"], results["info"]
+    attentions = tuple(a for a in config.attentions if a in results["curves"])
+    tests = comparisons(runs, attentions)
+    _plot_error_rates(runs, tests, attentions, os.path.join(workdir, "digit_error_rate.png"))
+    _plot_curves(results["curves"], attentions, os.path.join(workdir, "learning_curves.png"))
     text = verdicts.write_summary(
         workdir,
         "conformer_ctc",
         judge(results, config),
-        variant=config.label,
+        config,
         setup=_setup_text(config, info),
         table=outputs.markdown_table(_summary_rows(runs, attentions)),
-        comparisons=outputs.markdown_table(comparison_rows) if comparison_rows else "none",
-        gate="not run (exact or FAVOR+ missing)"
-        if gate is None
-        else f"FAVOR+ - exact = {_format_difference(gate)} over {gate['n']} paired seeds "
-        f"(the other kinds are trained if p < {SIGNIFICANCE:g})",
+        comparisons=outputs.markdown_table(comparison_rows(tests)) if tests else "none",
+        gate=_gate_text(tests),
         skipped=(
             "Not trained, because of the gate (`gate_first`): "
             + ", ".join(_label(a) for a in results["skipped"])
@@ -715,6 +725,5 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         timing=outputs.timing_text(runs),
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
-    outputs.save_config(workdir, config)
     print(text)
     return {"runs": runs, "comparisons": tests, "skipped": results["skipped"], **info}

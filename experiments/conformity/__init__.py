@@ -534,39 +534,40 @@ def _nan_note() -> str:
     )
 
 
+TABLE_COLUMNS = ("v", "geometry", "rho_mc", "rho_se", "rho_theory", "z_score", "rho_raw_mc")
+
+
+def _raw_note(rows: list[dict], config: ml_collections.ConfigDict) -> str:
+    """The plain exp Monte Carlo check against the closed forms, in words."""
+    raw_z = [
+        abs(r["rho_raw_mc"] - r["rho_theory"]) / r["rho_raw_se"]
+        for r in rows
+        if r["geometry"] in CLOSED_FORMS and math.isfinite(r["rho_raw_mc"])
+    ]
+    if not raw_z:
+        return "The raw exp Monte Carlo check was skipped (`raw_num_draws = 0`)."
+    return (
+        f"`rho_raw_mc` is the plain exp Monte Carlo of `rfjax.theory.monte_carlo_conformity` "
+        f"({config.raw_num_draws} draws, x = y = (v/2) e_1), a check independent of the "
+        f"estimator: largest |raw - closed form| = {max(raw_z):.2f} of its SEs over "
+        f"{len(raw_z)} cells."
+    )
+
+
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes ``results.csv``, ``differences.csv``, ``trace.csv``, ``conformity.png``,
     ``summary.md``, ``verdicts.json`` and ``config.json``."""
     rows, differences, trace = results["rows"], results["differences"], results["trace"]
-    columns = ("v", "geometry", "rho_mc", "rho_se", "rho_theory", "z_score", "rho_raw_mc")
-    closed = [r for r in rows if r["geometry"] in CLOSED_FORMS]
-    raw_z = [
-        abs(r["rho_raw_mc"] - r["rho_theory"]) / r["rho_raw_se"]
-        for r in closed
-        if math.isfinite(r["rho_raw_mc"])
-    ]
     v_last = config.norms_of_sum[-1]
     _, last_trace = _trace_of(trace, v_last)
     summary = verdicts.write_summary(
         workdir,
         "conformity",
         judge(results, config),
-        dim=config.dim,
+        config,
         norms_of_sum=list(config.norms_of_sum),
-        draws=config.num_draws,
         norm_mismatch=f"{results['norm_mismatch']:.1e}",
-        raw_note=(
-            f"`rho_raw_mc` is the plain exp Monte Carlo of `rfjax.theory.monte_carlo_conformity` "
-            f"({config.raw_num_draws} draws, x = y = (v/2) e_1), a check independent of the "
-            f"estimator: largest |raw - closed form| = {max(raw_z):.2f} of its SEs over "
-            f"{len(raw_z)} cells."
-            if raw_z
-            else "The raw exp Monte Carlo check was skipped (`raw_num_draws = 0`)."
-        ),
-        optimizer=config.optimizer,
-        learning_rate=config.learning_rate,
-        num_steps=config.num_steps,
-        init=config.init,
+        raw_note=_raw_note(rows, config),
         v_last=v_last,
         trace_start=f"{last_trace[0]:.4f}",
         trace_end=f"{last_trace[-1]:.5f}",
@@ -577,14 +578,13 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             for v in (config.norms_of_sum[0], config.norms_of_sum[-1])
         ),
         reference=_reference_sentence(differences, config),
-        table=outputs.markdown_table([{k: r[k] for k in columns} for r in rows], "{:.6g}"),
+        table=outputs.markdown_table(outputs.select(rows, TABLE_COLUMNS), "{:.6g}"),
         nan_note=_nan_note(),
         difference_table=outputs.markdown_table(differences),
     )
-    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    outputs.write_csv(os.path.join(workdir, "differences.csv"), differences)
-    outputs.write_csv(os.path.join(workdir, "trace.csv"), trace)
-    outputs.save_config(workdir, config)
+    outputs.write_csvs(
+        workdir, {"results.csv": rows, "differences.csv": differences, "trace.csv": trace}
+    )
     plot(rows, trace, config, os.path.join(workdir, "conformity.png"))
     print(summary)
     return results

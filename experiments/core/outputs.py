@@ -38,10 +38,29 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
         writer.writerows(rows)
 
 
+def write_csvs(workdir: str, tables: Mapping[str, Sequence[dict]]) -> None:
+    """Writes each ``{file name: rows}`` of ``tables`` into ``workdir`` (``write_csv``)."""
+    for name, rows in tables.items():
+        write_csv(os.path.join(workdir, name), rows)
+
+
 def read_csv(path) -> list[dict[str, str]]:
     """The rows of a CSV file written by ``write_csv``, as dicts of strings."""
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def select(rows: Iterable[dict], columns: Sequence[str] | Mapping[str, str]) -> list[dict]:
+    """The rows with only ``columns``: names, or a mapping {shown name: key in the row}.
+
+    Examples:
+      >>> select([{"a": 1, "b": 2, "c": 3}], ("c", "a"))
+      [{'c': 3, 'a': 1}]
+      >>> select([{"a": 1, "b": 2}], {"A": "a"})
+      [{'A': 1}]
+    """
+    pairs = columns.items() if isinstance(columns, Mapping) else [(c, c) for c in columns]
+    return [{shown: row[key] for shown, key in pairs} for row in rows]
 
 
 def markdown_table(rows: Sequence[dict], float_format: str = "{:.4g}") -> str:
@@ -73,10 +92,26 @@ def nan_note(columns: str, reasons: Mapping[str, str]) -> str:
     return f"{columns} are nan for {', '.join(missing)}, which have no closed form. {because}"
 
 
-def render_summary(name: str, **values: object) -> str:
+class _SummaryTemplate(string.Template):
+    """``string.Template`` whose placeholders may be dotted, ``$config.train.num_train_steps``."""
+
+    idpattern = r"(?a:[_a-z][_a-z0-9]*(?:\.[_a-z][_a-z0-9]*)*)"
+
+
+def _config_value(config: ml_collections.ConfigDict, path: str) -> object:
+    value: object = config
+    for key in path.split("."):
+        value = value[key]  # type: ignore[index]
+    return value
+
+
+def render_summary(
+    name: str, config: ml_collections.ConfigDict | None = None, **values: object
+) -> str:
     """The summary text of experiment ``name``: ``experiments/<name>/summary.md`` with its
     ``$placeholders`` (``string.Template`` syntax; ``$$`` is a literal ``$``) filled from
-    ``values`` (formatted with ``str``).
+    ``values`` and, for ``$config.<path>`` (a dotted path into ``config``), from the config
+    (formatted with ``str``).
 
     Raises:
       FileNotFoundError: if the template does not exist (the message gives its path).
@@ -86,8 +121,17 @@ def render_summary(name: str, **values: object) -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no summary template for experiment {name!r} at {path}")
     with open(path) as handle:
-        template = string.Template(handle.read())
+        template = _SummaryTemplate(handle.read())
     placeholders = set(template.get_identifiers())
+    if config is not None:
+        values = {
+            **values,
+            **{
+                key: _config_value(config, key.removeprefix("config."))
+                for key in placeholders
+                if key.startswith("config.")
+            },
+        }
     missing, unused = sorted(placeholders - set(values)), sorted(set(values) - placeholders)
     if missing or unused:
         raise ValueError(

@@ -524,14 +524,22 @@ def write(workdir: str, verdicts: Verdicts) -> str:
     return path
 
 
-def write_summary(workdir: str, template: str, judge: Verdicts, **values: object) -> str:
-    """Renders the summary template ``template`` with ``values`` and every verdict of ``judge``
-    as ``$verdict_<claim>`` (its ``Verdict.sentence``), writes it to ``workdir/summary.md``
-    and the verdicts to ``verdicts.json`` (``write``); returns the summary."""
+def write_summary(
+    workdir: str,
+    template: str,
+    judge: Verdicts,
+    config: ml_collections.ConfigDict,
+    **values: object,
+) -> str:
+    """Renders the summary template ``template`` with ``values``, ``$config.<path>`` from
+    ``config`` and every verdict of ``judge`` as ``$verdict_<claim>`` (its
+    ``Verdict.sentence``); writes it to ``workdir/summary.md``, the verdicts to
+    ``verdicts.json`` (``write``) and the config to ``config.json``; returns the summary."""
     sentences = {f"verdict_{name}": v.sentence() for name, v in judge.given.items()}
-    summary = outputs.render_summary(template, **values, **sentences)
+    summary = outputs.render_summary(template, config, **values, **sentences)
     write(workdir, judge)
     outputs.write_text(os.path.join(workdir, "summary.md"), summary)
+    outputs.save_config(workdir, config)
     return summary
 
 

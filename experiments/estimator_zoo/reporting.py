@@ -340,19 +340,18 @@ def report(records: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         print(f"part {config.part} done; the report waits for part {records['waiting_for']}")
         return {}
     rows, by_norm, ratios = records["rows"], records["by_norm"], records["ratios"]
-    sets = [one["name"] for one in records["sets"]]
     summary = verdicts.write_summary(
         workdir,
         "estimator_zoo",
         judge(records, config),
+        config,
         setup=_setup(config),
         run_time=_run_time(records["elapsed"]),
         resolved=f"{RESOLVED:g}",
-        dim=config.dim,
         closed_form_check=_closed_form_check(rows, by_norm),
         tables="\n\n".join(
             f"## Ranked: {name}\n\n{ranked_table([r for r in rows if r['data'] == name])}"
-            for name in sets
+            for name in (one["name"] for one in records["sets"])
         ),
         by_norm_table=by_norm_table(by_norm, config),
         norm_coupling_finding=NORM_COUPLING_FINDING,
@@ -360,26 +359,14 @@ def report(records: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         if records["norm_coupled"]
         else "(norm_coupled not in the run)",
         paper_settings=PAPER_SETTINGS,
-        ratios_dim=config.ratios.dim,
-        ratios_points=config.ratios.num_points,
         anisotropies=tuple(config.ratios.anisotropies),
-        mc_draws=config.ratios.mc_draws,
         ratios_table=ratios_table(ratios),
         oprf_ratios=_oprf_text(ratios),
         monte_carlo_check=_monte_carlo_text(ratios),
     )
-    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    outputs.write_csv(os.path.join(workdir, "by_norm.csv"), by_norm)
-    outputs.write_csv(os.path.join(workdir, "ratios.csv"), ratios)
-    outputs.save_config(workdir, config)
-    plot(records["sets"], rows, config, os.path.join(workdir, "heatmap.png"), attention=False)
-    plot(
-        records["sets"],
-        rows,
-        config,
-        os.path.join(workdir, "heatmap_attention.png"),
-        attention=True,
-    )
+    outputs.write_csvs(workdir, {"results.csv": rows, "by_norm.csv": by_norm, "ratios.csv": ratios})
+    for name, attention in (("heatmap.png", False), ("heatmap_attention.png", True)):
+        plot(records["sets"], rows, config, os.path.join(workdir, name), attention=attention)
     print(summary)
     return records
 

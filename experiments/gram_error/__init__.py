@@ -328,14 +328,11 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         workdir,
         "gram_error",
         judge(results, config),
-        num_points=config.num_points,
+        config,
         sigma=f"{config.sigma:g}",
-        dim=config.dim,
-        seed=config.seed,
         exact_norm=f"{data['exact_norm']:.4g}",
         v_mean=f"{data['v_offdiag_mean']:.3g}",
         ratios=list(config.features_per_dim),
-        repetitions=config.num_repetitions,
         ratio_text=ratio_text,
         table=outputs.markdown_table([{k: r[k] for k in columns} for r in rows]),
         nan_note=_nan_note(config),
@@ -344,7 +341,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     if differences:
         outputs.write_csv(os.path.join(workdir, "differences.csv"), differences)
-    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "gram_error.png"))
     print(summary)
     return results

@@ -495,13 +495,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         workdir,
         "hrf_clustered",
         judge(results, config),
-        dim=config.dim,
-        points=config.points_per_cluster,
-        pairs=config.num_pairs,
-        repetitions=config.repetitions,
-        coupling=config.coupling,
-        norm=config.centre_norm,
-        max_scale=config.max_scale,
+        config,
         spread_low=f"{min(spreads):.0f}",
         spread_high=f"{max(spreads):.0f}",
         paper_separated=paper_count,
@@ -511,7 +505,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     outputs.write_csv(os.path.join(workdir, "configurations.csv"), facts)
-    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "mse_vs_m.png"))
     print(outputs.markdown_table(per_configuration))
     return {

@@ -383,14 +383,8 @@ def report(rows: list[dict], config: ml_collections.ConfigDict, workdir: str) ->
         workdir,
         "hrf_pointwise",
         judge(rows, config),
-        dim=config.dim,
-        m=config.num_features,
-        n=config.num_coefficient_features,
-        coupling=config.coupling,
-        draws=config.num_draws,
-        angles=config.num_angles,
+        config,
         bandwidth=f"{config.gaussian_bandwidth_over_radius:g}",
-        dtype=config.dtype,
         radii=list(config.radii),
         mc_best=best_at(summary_rows, "mc"),
         mc_resolved=resolved,
@@ -399,7 +393,6 @@ def report(rows: list[dict], config: ml_collections.ConfigDict, workdir: str) ->
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     outputs.write_csv(os.path.join(workdir, "summary.csv"), summary_rows)
-    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "relative_error.png"))
     print(summary)
     return {"rows": rows, "summary": summary_rows}

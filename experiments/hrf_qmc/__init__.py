@@ -349,10 +349,9 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         workdir,
         "hrf_qmc",
         judge(rows, config),
+        config,
         scaling=repr(config.scaling),
         input_norm=f"{config.input_norm:g}",
-        pairs=config.num_pairs,
-        draws=config.num_draws,
         m=m,
         n=n,
         width=4 * m * (n + 1),
@@ -363,7 +362,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         notes="".join(f"- {note}\n" for note in notes) or "- all couplings registered\n",
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "mse.png"))
     print(table)
     for note in notes:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -324,30 +325,26 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     """Equal quality of the claim kind and the reference, in training (final returns, paired by
     seed) and at inference (the same trained policies played with either attention, paired by
     run), each as equivalence within the declared fraction of the reference's return."""
-    judge = verdicts.Verdicts(config)
-    seeds, runs = list(config.seeds), results["runs"]
-    reference = _per_seed(runs, config.reference, seeds)
-    training = stats.paired_difference(_per_seed(runs, config.claim_kind, seeds), reference)
+    judge, values = verdicts.Verdicts(config), claim_differences(results, config)
     labels = {kind: info["label"] for kind, info in results["kinds"].items()}
     effect = f"{labels[config.claim_kind]} - {labels[config.reference]}"
-    judge.effect(
-        "equal_quality",
-        training,
-        effect=f"{effect} final return, paired by seed",
-        units="seeds",
-        reference=float(reference.mean()),
-    )
-    claim, played = (
-        np.array([r["inference_return"][kind] for r in runs])
-        for kind in (config.claim_kind, config.reference)
-    )
-    judge.effect(
-        "equal_at_inference",
-        stats.paired_difference(claim, played),
-        effect=f"{effect} return played by the same trained policies, paired by run",
-        units="runs",
-        reference=float(played.mean()),
-    )
+    for name, difference, reference, text, units in (
+        ("equal_quality", "claim", "reference_final", "final return, paired by seed", "seeds"),
+        (
+            "equal_at_inference",
+            "inference_claim",
+            "reference_played",
+            "return played by the same trained policies, paired by run",
+            "runs",
+        ),
+    ):
+        judge.effect(
+            name,
+            values[difference],
+            effect=f"{effect} {text}",
+            units=units,
+            reference=values[reference],
+        )
     return judge
 
 
@@ -394,12 +391,13 @@ def _plot(results: dict, config, path_generations: str, path_flops: str) -> None
         outputs.save_figure(figure, path)
 
 
-def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Tables, figures, ``summary.md`` and ``verdicts.json`` from ``measure``'s records."""
-    seeds, kinds, runs = list(config.seeds), results["kinds"], results["runs"]
+def kind_rows(results: dict, config: ml_collections.ConfigDict) -> list[dict]:
+    """One row per attention kind: FLOPs, top-k agreement, final return, paired difference with
+    the reference and the difference detectable with 80% power."""
+    seeds, runs = list(config.seeds), results["runs"]
     reference = _per_seed(runs, config.reference, seeds)
     rows = []
-    for kind, info in kinds.items():
+    for kind, info in results["kinds"].items():
         finals = _per_seed(runs, kind, seeds)
         paired = stats.paired_difference(finals, reference)
         is_reference = kind == config.reference
@@ -418,21 +416,46 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
                 else f"{stats.detectable_difference(paired):.3f}",
             }
         )
-    claim = stats.paired_difference(_per_seed(runs, config.claim_kind, seeds), reference)
-    agreement = {
-        kind: _per_seed(runs, kind, seeds, "mask_agreement")
-        for kind in (config.claim_kind, config.reference)
+    return rows
+
+
+def claim_differences(results: dict, config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The claim kind minus the reference, paired: final returns by seed (``claim``) and the
+    returns played by the same trained policies by run (``inference_claim``), with the
+    reference's means."""
+    seeds, runs = list(config.seeds), results["runs"]
+    pair = (config.claim_kind, config.reference)
+    finals = [_per_seed(runs, kind, seeds) for kind in pair]
+    inference = [np.array([r["inference_return"][k] for r in runs]) for k in pair]
+    return {
+        "claim": stats.paired_difference(*finals),
+        "inference_claim": stats.paired_difference(*inference),
+        "reference_final": float(finals[1].mean()),
+        "reference_played": float(inference[1].mean()),
     }
-    flops_ratio = (
-        kinds[config.reference]["importance_flops"] / kinds[config.claim_kind]["importance_flops"]
-    )
-    swap = stats.paired_difference(
-        *(
-            np.array([r["inference_return"][k] for r in runs])
-            for k in (config.claim_kind, config.reference)
-        )
-    )
-    margin = config.equivalence_margin * abs(float(reference.mean()))
+
+
+def claim_values(results: dict, config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """``claim_differences``, the FLOPs ratio of the reference to the claim kind, the margin and
+    the top-k agreement of the two kinds by seed."""
+    kinds, values = results["kinds"], claim_differences(results, config)
+    pair = (config.claim_kind, config.reference)
+    return {
+        **values,
+        "flops_ratio": kinds[config.reference]["importance_flops"]
+        / kinds[config.claim_kind]["importance_flops"],
+        "margin": config.equivalence_margin * abs(values["reference_final"]),
+        "agreement": [
+            _per_seed(results["runs"], kind, list(config.seeds), "mask_agreement") for kind in pair
+        ],
+    }
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures, ``summary.md`` and ``verdicts.json`` from ``measure``'s records."""
+    kinds, runs = results["kinds"], results["runs"]
+    rows, values = kind_rows(results, config), claim_values(results, config)
+    claim, agreement = values["claim"], values["agreement"]
     _plot(
         results,
         config,
@@ -443,39 +466,27 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         workdir,
         "iap_es",
         judge(results, config),
-        env=config.env,
-        label=config.label,
+        config,
         kinds=", ".join(info["label"] for info in kinds.values()),
-        seeds=len(seeds),
-        generations=config.es.num_generations,
-        population=config.es.population_size,
-        episodes=config.es.episodes_per_member,
-        eval_episodes=config.es.eval_episodes,
-        final_evals=config.final_evals,
-        eval_every=config.es.eval_every,
+        seeds=len(config.seeds),
         patches=_patch_text(config),
         table=outputs.markdown_table(rows),
         reference=kinds[config.reference]["label"],
         claim_kind=kinds[config.claim_kind]["label"],
-        flops_ratio=f"{flops_ratio:.2f}",
+        flops_ratio=f"{values['flops_ratio']:.2f}",
         margin_fraction=f"{config.equivalence_margin:.0%}",
         detectable=f"{stats.detectable_difference(claim):.3f}",
-        seeds_for_equivalence=stats.units_for_equivalence(claim.sd, margin),
+        seeds_for_equivalence=stats.units_for_equivalence(claim.sd, values["margin"]),
         runs=len(runs),
-        inference_episodes=config.inference_episodes,
         inference_table=outputs.markdown_table(inference_rows(runs, kinds)),
-        agreement_claim=_pm(agreement[config.claim_kind]),
-        agreement_reference=_pm(agreement[config.reference]),
-        agreement_difference=_difference(
-            stats.paired_difference(agreement[config.claim_kind], agreement[config.reference])
-        ),
-        agreement_draws=config.agreement_draws,
+        agreement_claim=_pm(agreement[0]),
+        agreement_reference=_pm(agreement[1]),
+        agreement_difference=_difference(stats.paired_difference(*agreement)),
         minutes=f"{results['seconds'] / 60:.1f}",
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), _run_rows(runs))
-    outputs.save_config(workdir, config)
     print(summary)
-    return {"rows": rows, "claim": claim, "inference_claim": swap, "flops_ratio": flops_ratio}
+    return {"rows": rows, **values}
 
 
 def _run_rows(runs: list[dict]) -> list[dict]:

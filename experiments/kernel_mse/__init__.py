@@ -278,15 +278,12 @@ def report(rows: list[dict], config: ml_collections.ConfigDict, workdir: str) ->
         workdir,
         "kernel_mse",
         judge(rows, config),
-        dim=config.dim,
-        num_features=config.num_features,
-        draws=config.num_draws,
+        config,
         limit="none (m > d)" if limit is None else f"{limit:.5f}",
         table=table,
         nan_note=_nan_note(config),
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "mse_ratio.png"))
     print(summary)
     return {"rows": rows}

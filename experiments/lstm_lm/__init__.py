@@ -787,7 +787,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         workdir,
         "lstm_lm",
         judge(results, config),
-        variant=config.variant,
+        config,
         setup=_setup_text(config, results),
         perplexity_table=outputs.markdown_table(ppl_rows),
         ratio_table=outputs.markdown_table(ratio_rows(runs, config))
@@ -797,6 +797,5 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         timing=outputs.timing_text(runs),
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
-    outputs.save_config(workdir, config)
     print(text)
     return {"runs": runs, "perplexity": ppl_rows, "metrics": metric_rows}

@@ -755,18 +755,14 @@ def _power_text(rows: list[dict], config) -> str:
     return "\n".join(lines) or "- not measured (no SimRF - ORF pair with two or more seeds)"
 
 
-def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Tables, figures and the summary from ``measure``'s results."""
-    runs = results["runs"]
-    diff_rows = differences(runs, config)
-    accuracy_rows = accuracy_table(runs, config)
-    error_rows = attention_error_rows(runs, config)
+def _write_files(results: dict, diff_rows: list, error_rows: list, config, workdir: str) -> None:
+    """runs.csv, differences.csv, attention_error.csv and the three figures."""
     flat_runs = [
         {
             **{k: v for k, v in r.items() if k not in ("accuracy_draws", "attention_error")},
             **{f"attention_error_{c}": e for c, e in r["attention_error"].items()},
         }
-        for r in runs
+        for r in results["runs"]
     ]
     outputs.write_csv(os.path.join(workdir, "runs.csv"), flat_runs)
     if diff_rows:
@@ -779,71 +775,69 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     _plot_curves(results["curves"], config, os.path.join(workdir, "learning_curves.png"))
     _plot_attention_error(error_rows, config, os.path.join(workdir, "attention_error.png"))
 
-    def difference_table(primary):
-        shown = [r for r in diff_rows if r["primary"] == primary]
-        if not shown:
-            return "(fewer than two paired seeds: no differences)"
-        return outputs.markdown_table(
-            [
-                {
-                    "protocol": r["protocol"],
-                    "metric": METRICS[r["metric"]],
-                    "difference": r["comparison"],
-                    "mean ± SE": f"{r['mean']:+.4f} ± {r['se']:.4f}",
-                    "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
-                    "seeds": r["n"],
-                    "sd": f"{r['sd']:.4f}",
-                }
-                for r in shown
-            ]
-        )
 
-    model, target = config.model, config.target_difference
-    primary = {p: _find(diff_rows, p, "SimRF - ORF") for p in config.protocols}
-    secondary = {p: _find(diff_rows, p, "ORF - IID") for p in config.protocols}
-    attention_cells = {r["queries and keys of"]: r for r in error_rows}
-    exact_errors = attention_cells.get("exact", {})
+def difference_table(diff_rows: list[dict], primary: bool) -> str:
+    """The primary (SimRF - ORF) or secondary paired differences as a markdown table."""
+    shown = [r for r in diff_rows if r["primary"] == primary]
+    if not shown:
+        return "(fewer than two paired seeds: no differences)"
+    return outputs.markdown_table(
+        [
+            {
+                "protocol": r["protocol"],
+                "metric": METRICS[r["metric"]],
+                "difference": r["comparison"],
+                "mean ± SE": f"{r['mean']:+.4f} ± {r['se']:.4f}",
+                "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
+                "seeds": r["n"],
+                "sd": f"{r['sd']:.4f}",
+            }
+            for r in shown
+        ]
+    )
+
+
+def _headline_values(diff_rows: list[dict], error_rows: list[dict], config) -> dict[str, object]:
+    """The differences and attention errors the summary's prose quotes."""
+    values: dict[str, object] = {}
+    for name, comparison in (("simrf_orf", "SimRF - ORF"), ("orf_iid", "ORF - IID")):
+        for protocol in ("fixed", "redraw"):
+            row = _find(diff_rows, protocol, comparison) if protocol in config.protocols else {}
+            values[f"{protocol}_{name}"] = difference_text(row)
+    exact_errors = {r["queries and keys of"]: r for r in error_rows}.get("exact", {})
+    for key, column in (("simrf", "SimRF"), ("orf", "ORF"), ("iid", "IID")):
+        values[f"exact_{key}_error"] = exact_errors.get(column, "-")
+    values["exact_error_difference"] = exact_errors.get("SimRF - ORF", "-")
+    return values
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures and the summary from ``measure``'s results."""
+    runs = results["runs"]
+    diff_rows = differences(runs, config)
+    accuracy_rows = accuracy_table(runs, config)
+    error_rows = attention_error_rows(runs, config)
+    _write_files(results, diff_rows, error_rows, config, workdir)
+    model = config.model
     verdicts.write_summary(
         workdir,
         "performer_vit",
         judge(diff_rows, error_rows, config),
-        variant=config.variant,
+        config,
         protocols=", ".join(config.protocols),
-        layers=model.num_layers,
-        heads=model.num_heads,
-        width=model.hidden_size,
-        mlp=model.mlp_dim,
-        patch=model.patch_size,
-        features=model.num_features,
         head_dim=model.hidden_size // model.num_heads,
-        steps=config.train.num_train_steps,
-        batch=config.train.batch_size,
-        learning_rate=config.train.learning_rate,
         num_train=results["num_train"],
         num_test=results["num_test"],
         seeds=", ".join(f"{p} {config.num_seeds[p]}" for p in config.protocols),
-        reference_seeds=config.num_reference_seeds,
         reference=" and ".join(_label(a) for a in config.reference_attentions),
-        redraw_interval=model.redraw_interval,
-        redraw_until=config.redraw_until_step,
         steps_after=config.train.num_train_steps - config.redraw_until_step,
         lr_at_last_redraw=f"{lr_fraction(config, config.redraw_until_step):.2f}",
-        eval_draws=config.num_eval_draws,
-        attention_images=config.num_attention_images,
-        attention_draws=config.num_attention_draws,
-        target=f"{target:+.3f}",
-        fixed_simrf_orf=difference_text(primary.get("fixed", {})),
-        redraw_simrf_orf=difference_text(primary.get("redraw", {})),
-        fixed_orf_iid=difference_text(secondary.get("fixed", {})),
-        redraw_orf_iid=difference_text(secondary.get("redraw", {})),
-        exact_simrf_error=exact_errors.get("SimRF", "-"),
-        exact_orf_error=exact_errors.get("ORF", "-"),
-        exact_iid_error=exact_errors.get("IID", "-"),
-        exact_error_difference=exact_errors.get("SimRF - ORF", "-"),
+        target=f"{config.target_difference:+.3f}",
+        **_headline_values(diff_rows, error_rows, config),
         power=_power_text(diff_rows, config),
         accuracy_table=outputs.markdown_table(accuracy_rows),
-        difference_table=difference_table(True),
-        secondary_difference_table=difference_table(False),
+        difference_table=difference_table(diff_rows, True),
+        secondary_difference_table=difference_table(diff_rows, False),
         attention_table=outputs.markdown_table(
             [
                 {k: v for k, v in r.items() if not k.endswith(("_mean", "_se", "_orf"))}
@@ -851,9 +845,8 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             ]
         ),
     )
-    outputs.save_config(workdir, config)
     print(outputs.markdown_table(accuracy_rows))
-    print(difference_table(True))
+    print(difference_table(diff_rows, True))
     return {"runs": runs, "differences": diff_rows, "attention_error": error_rows}
 
 

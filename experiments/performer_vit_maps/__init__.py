@@ -224,6 +224,20 @@ def timing_text(runs: list[dict], load_average: float) -> str:
     )
 
 
+def difference_table(rows: list[dict]) -> list[dict]:
+    """The paired differences as shown in the summary."""
+    return [
+        {
+            "comparison": r["comparison"],
+            "metric": METRICS[r["metric"]],
+            "difference": f"{r['mean']:+.4f} ± {r['se']:.4f}",
+            "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
+            "seeds": r["n"],
+        }
+        for r in rows
+    ]
+
+
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Tables, the figure and the summary from ``measure``'s results."""
     runs = results["runs"]
@@ -235,42 +249,19 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     )
     if rows:
         plot_differences(rows, config, os.path.join(workdir, "paired_differences.png"))
-    vit, model = config.vit, config.vit.model
     verdicts.write_summary(
         workdir,
         "performer_vit_maps",
         judge(rows, config),
-        variant=config.variant,
+        config,
         maps=", ".join(features.info(m).label for m in config.feature_maps),
-        coupling=config.coupling,
-        layers=model.num_layers,
-        heads=model.num_heads,
-        width=model.hidden_size,
-        features=model.num_features,
-        steps=vit.train.num_train_steps,
-        batch=vit.train.batch_size,
         num_test=results["num_test"],
         last_seed=config.num_seeds - 1,
-        eval_draws=vit.num_eval_draws,
-        attention_images=vit.num_attention_images,
-        attention_draws=vit.num_attention_draws,
         target=f"{config.target_difference:+.3f}",
         power=power_lines(rows, config),
         accuracy_table=outputs.markdown_table(table),
-        difference_table=outputs.markdown_table(
-            [
-                {
-                    "comparison": r["comparison"],
-                    "metric": METRICS[r["metric"]],
-                    "difference": f"{r['mean']:+.4f} ± {r['se']:.4f}",
-                    "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
-                    "seeds": r["n"],
-                }
-                for r in rows
-            ]
-        ),
+        difference_table=outputs.markdown_table(difference_table(rows)),
         timing=timing_text(runs, results["load_average"]),
     )
-    outputs.save_config(workdir, config)
     print(outputs.markdown_table(table))
     return {"runs": runs, "differences": rows}

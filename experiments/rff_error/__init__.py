@@ -394,16 +394,13 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     return judge
 
 
-def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Writes ``variance.csv``, ``max_error.csv``, ``tail_probability.csv``, three PNGs,
-    ``summary.json``, ``summary.md``, ``verdicts.json`` and ``config.json``."""
-    variance_rows, max_rows = results["variance_rows"], results["max_rows"]
-    tail_rows = results["tail_rows"]
+def max_error_table(max_rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """E max error of phi and psi over the largest region, per D, and their ratio."""
     region = [r for r in max_rows if r["radius"] == max(config.radii)]
-    region_table = []
+    table = []
     for D in config.embedding_dims:
         cells = {r["embedding"]: r for r in region if r["D"] == D}
-        region_table.append(
+        table.append(
             {
                 "D": D,
                 "E max err phi": cells["phi"]["max_error_mean"],
@@ -413,8 +410,12 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
                 "psi / phi": cells["psi"]["max_error_mean"] / cells["phi"]["max_error_mean"],
             }
         )
-    quartiles = {e: _median_and_quartiles(tail_rows, e) for e in EMBEDDINGS}
-    variance_table = [
+    return table
+
+
+def variance_table(variance_rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """D Var, Monte Carlo and theory, at every Delta that is a multiple of 0.5."""
+    return [
         {
             "Delta": r["delta"],
             "embedding": r["embedding"],
@@ -425,33 +426,38 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         for r in variance_rows
         if round(r["delta"] / 0.5, 6).is_integer()
     ]
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Writes ``variance.csv``, ``max_error.csv``, ``tail_probability.csv``, three PNGs,
+    ``summary.json``, ``summary.md``, ``verdicts.json`` and ``config.json``."""
+    variance_rows, max_rows = results["variance_rows"], results["max_rows"]
+    tail_rows = results["tail_rows"]
+    quartiles = {e: _median_and_quartiles(tail_rows, e) for e in EMBEDDINGS}
     R = config.region_radius
     text = verdicts.write_summary(
         workdir,
         "rff_error",
         judge(results, config),
+        config,
         lengthscale=f"{config.lengthscale:g}",
-        dim=config.dim,
-        variance_dim=config.variance_embedding_dim,
-        variance_draws=config.num_variance_draws,
-        variance_table=outputs.markdown_table(variance_table),
-        grid_points=config.grid_points,
+        variance_table=outputs.markdown_table(variance_table(variance_rows, config)),
         region=f"[{-R:g}, {R:g}]",
         spacing=f"{2 * R / (config.grid_points - 1):.3g}",
-        max_draws=config.num_max_draws,
-        region_table=outputs.markdown_table(region_table),
-        tail_dim=config.tail_embedding_dim,
-        phi_quartiles=", ".join(f"{q:.3f}" for q in quartiles["phi"]),
-        psi_quartiles=", ".join(f"{q:.3f}" for q in quartiles["psi"]),
-        phi_spread=f"{quartiles['phi'][2] - quartiles['phi'][0]:.3f}",
-        psi_spread=f"{quartiles['psi'][2] - quartiles['psi'][0]:.3f}",
+        region_table=outputs.markdown_table(max_error_table(max_rows, config)),
+        **{f"{e}_quartiles": ", ".join(f"{q:.3f}" for q in quartiles[e]) for e in EMBEDDINGS},
+        **{f"{e}_spread": f"{quartiles[e][2] - quartiles[e][0]:.3f}" for e in EMBEDDINGS},
         embedding_dims=list(config.embedding_dims),
     )
     outputs.write_json(os.path.join(workdir, "summary.json"), _headline(results, quartiles))
-    outputs.write_csv(os.path.join(workdir, "variance.csv"), variance_rows)
-    outputs.write_csv(os.path.join(workdir, "max_error.csv"), max_rows)
-    outputs.write_csv(os.path.join(workdir, "tail_probability.csv"), tail_rows)
-    outputs.save_config(workdir, config)
+    outputs.write_csvs(
+        workdir,
+        {
+            "variance.csv": variance_rows,
+            "max_error.csv": max_rows,
+            "tail_probability.csv": tail_rows,
+        },
+    )
     plot_variance(variance_rows, config, os.path.join(workdir, "variance.png"))
     plot_max_error(max_rows, os.path.join(workdir, "max_error_radius.png"))
     plot_tail(tail_rows, config, os.path.join(workdir, "tail_probability.png"))

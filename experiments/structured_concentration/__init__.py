@@ -622,6 +622,29 @@ def power_note(rows: list[dict]) -> str:
     )
 
 
+METHOD_COLUMNS = (
+    "method",
+    "n",
+    "budget t",
+    "chi[P]",
+    "MSE",
+    "MSE SE",
+    "ratio to Gaussian",
+    "ratio SE",
+    "bias z",
+    "pairs abs(z) > 4",
+    "mean lambda",
+)
+BOUND_COLUMNS = {
+    "method": "method",
+    "P(abs err > eps)": "tail",
+    "SE": "tail SE",
+    "P-model bound": "P-model",
+    "k/chi bound": "chromatic",
+    "Hoeffding": "Hoeffding",
+}
+
+
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Tables, figures and the summary of ``measure``'s results."""
     rows = method_rows(results, config)
@@ -629,53 +652,19 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     outputs.write_csv(f"{workdir}/tails.csv", tails)
     plot_budget(rows, results, f"{workdir}/error_vs_budget.png")
     plot_tails(tails, config, f"{workdir}/tails.png")
-    table = [
-        {
-            key: row[key]
-            for key in (
-                "method",
-                "n",
-                "budget t",
-                "chi[P]",
-                "MSE",
-                "MSE SE",
-                "ratio to Gaussian",
-                "ratio SE",
-                "bias z",
-                "pairs abs(z) > 4",
-                "mean lambda",
-            )
-        }
-        for row in rows
-    ]
     eps_shown = min(config.epsilons, key=lambda e: abs(e - 0.15))
-    bound_table = [
-        {
-            "method": t["method"],
-            "P(abs err > eps)": t["tail"],
-            "SE": t["tail SE"],
-            "P-model bound": t["P-model"],
-            "k/chi bound": t["chromatic"],
-            "Hoeffding": t["Hoeffding"],
-        }
-        for t in tails
-        if t["eps"] == eps_shown
-    ]
+    bounds = outputs.select([t for t in tails if t["eps"] == eps_shown], BOUND_COLUMNS)
     summary = verdicts.write_summary(
         workdir,
         "structured_concentration",
         judge(results, config),
+        config,
         dim=results["dim"],
         hd_dim=max(r["n"] for r in rows),
-        num_points=config.num_points,
-        num_pairs=config.num_pairs,
-        num_draws=config.num_draws,
-        bound_draws=config.bound_draws,
-        seed=config.seed,
         lengthscale=f"{results['lengthscale']:.3f}",
-        method_table=outputs.markdown_table(table, float_format="{:.4g}"),
+        method_table=outputs.markdown_table(outputs.select(rows, METHOD_COLUMNS)),
         eps_shown=eps_shown,
-        bound_table=outputs.markdown_table(bound_table, float_format="{:.3g}"),
+        bound_table=outputs.markdown_table(bounds, float_format="{:.3g}"),
         iid_mse=f"{results['iid_mse']:.4g}",
         power=power_note(rows),
         runtime=f"{results['seconds'] / 60:.1f}",
@@ -685,7 +674,6 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         **numbers(results, config),
     )
     outputs.write_csv(os.path.join(workdir, "methods.csv"), rows)
-    outputs.save_config(workdir, config)
     return {"rows": rows, "tails": tails, "summary": summary, "iid_mse": results["iid_mse"]}
 
 

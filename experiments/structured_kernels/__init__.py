@@ -373,40 +373,40 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     return judge
 
 
+ERROR_COLUMNS = {
+    "method": "method",
+    "kernel": "kernel",
+    "error": "error",
+    "SE": "error_se",
+    "theory": "error_theory",
+    "ratio": "ratio",
+    "ratio SE": "ratio_se",
+}
+
+
+def orf_mse_ratio(dim: int) -> float:
+    """MSE(ORF) / MSE(IID) of random Fourier features at |x - y| = 1 (``rfjax.theory``)."""
+    unit = np.zeros(dim)
+    unit[0] = 1.0
+    return float(
+        theory.rff_mse(unit, np.zeros(dim), dim, coupling="orthogonal")
+        / theory.rff_mse(unit, np.zeros(dim), dim)
+    )
+
+
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes ``results.csv``, ``error_vs_features.png``, ``config.json``, ``summary.md`` and
     ``verdicts.json``."""
     rows, lengthscale, dim = results["rows"], results["lengthscale"], results["dim"]
     largest = max(config.num_features)
-    error_table = [
-        {
-            "method": r["method"],
-            "kernel": r["kernel"],
-            "error": r["error"],
-            "SE": r["error_se"],
-            "theory": r["error_theory"],
-            "ratio": r["ratio"],
-            "ratio SE": r["ratio_se"],
-        }
-        for r in rows
-        if r["m"] == largest
-    ]
     orthogonal = [r for r in rows if r["method"] == "hd_orthogonal"]
     ratios = [r["ratio"] for r in orthogonal]
-    unit = np.zeros(dim)
-    unit[0] = 1.0
-    orf_ratio = float(
-        theory.rff_mse(unit, np.zeros(dim), dim, coupling="orthogonal")
-        / theory.rff_mse(unit, np.zeros(dim), dim)
-    )
     text = verdicts.write_summary(
         workdir,
         "structured_kernels",
         judge(results, config),
-        num_points=config.num_points,
-        seed=config.seed,
+        config,
         lengthscale=f"{lengthscale:.3f}",
-        draws=config.num_draws,
         num_features=list(config.num_features),
         dim=dim,
         largest=largest,
@@ -415,12 +415,13 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         orthogonal_range="-" if not ratios else f"{min(ratios):.3f}-{max(ratios):.3f}",
         orthogonal_below=sum(r["ratio"] - 1 < -3 * r["ratio_se"] for r in orthogonal),
         orthogonal_cells=len(orthogonal),
-        orf_ratio=f"{orf_ratio:.3f}",
+        orf_ratio=f"{orf_mse_ratio(dim):.3f}",
         hd_margin=f"{config.claims.hd_angular.margin:g}",
-        error_table=outputs.markdown_table(error_table),
+        error_table=outputs.markdown_table(
+            outputs.select([r for r in rows if r["m"] == largest], ERROR_COLUMNS)
+        ),
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    outputs.save_config(workdir, config)
     plot(rows, config, os.path.join(workdir, "error_vs_features.png"))
     print(text)
     return results

@@ -675,6 +675,37 @@ def _approach(judge, rows: list[dict], facts: list[dict], config) -> None:
     )
 
 
+FACT_COLUMNS = (
+    "dataset",
+    "split",
+    "num_rows",
+    "num_train",
+    "num_test",
+    "dim",
+    "padded_dim",
+    "num_classes",
+    "sigma",
+    "majority_rate",
+    "exact_accuracy",
+)
+
+
+def table2_sections(rows: list[dict], facts: list[dict], config, tables: dict) -> list[str]:
+    """Table 2 (SimRF vs SimRF+ at m = d) per split that was run, as markdown sections; each
+    table is also stored in ``tables`` as ``table2_<split>``."""
+    sections: list[str] = []
+    if "simplex_plus" not in config.couplings or "simplex" not in config.couplings:
+        return sections
+    for split in dict.fromkeys(
+        s for s in (config.split, *config.table2_splits) if _facts(facts, s)
+    ):
+        tables[f"table2_{split}"] = table2(rows, facts, config, split)
+        sections.append(
+            f"### Split `{split}`\n\n{outputs.markdown_table(tables[f'table2_{split}'])}\n"
+        )
+    return sections
+
+
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes results.csv, datasets.csv, tables.json, the figure, summary.md, verdicts.json
     and config.json."""
@@ -682,62 +713,34 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     order = orderings(rows, config)
     approach = approach_table(rows, facts, config)
     tables = {"orderings": _public(order), "approach": approach}
-    table2_text = []
-    if "simplex_plus" in config.couplings and "simplex" in config.couplings:
-        for split in dict.fromkeys(
-            s for s in (config.split, *config.table2_splits) if _facts(facts, s)
-        ):
-            tables[f"table2_{split}"] = table2(rows, facts, config, split)
-            table2_text.append(
-                f"### Split `{split}`\n\n{outputs.markdown_table(tables[f'table2_{split}'])}\n"
-            )
+    table2_text = table2_sections(rows, facts, config, tables)
     table3_text = "(not run)"
     if config.fast_couplings:
         tables["table3"] = _public(table3(rows, facts, config))
         table3_text = outputs.markdown_table(tables["table3"])
-    fact_columns = (
-        "dataset",
-        "split",
-        "num_rows",
-        "num_train",
-        "num_test",
-        "dim",
-        "padded_dim",
-        "num_classes",
-        "sigma",
-        "majority_rate",
-        "exact_accuracy",
-    )
     summary = verdicts.write_summary(
         workdir,
         "uci_classification",
         judge(results, config),
-        split=config.split,
-        split_seed=config.split_seed,
+        config,
         test_fraction=f"{config.test_fraction:.0%}",
-        categorical=config.categorical,
         ratios=tuple(config.ratios),
         extra_ratios=tuple(config.extra_ratios),
-        extra_max_dim=config.extra_ratios_max_dim,
         repetitions=", ".join(f"{name} {config.repetitions[name]}" for name in config.datasets),
         minutes=f"{results['seconds'] / 60:.1f}",
         cpu_minutes=f"{results['cpu_seconds'] / 60:.1f}",
-        prng=config.prng_impl,
-        fact_table=outputs.markdown_table([{k: f[k] for k in fact_columns} for f in facts]),
+        fact_table=outputs.markdown_table(outputs.select(facts, FACT_COLUMNS)),
         fig8_table=outputs.markdown_table(fig8_table(rows, facts, config)),
         ordering_table=outputs.markdown_table(_public(order)) if order else "(not run)",
         approach_ratios=tuple(config.approach_ratios),
-        approach_draws=config.approach_repetitions,
         approach_couplings=", ".join(LABELS[c] for c in config.approach_couplings),
         approach_table=outputs.markdown_table(approach),
-        table2_ratio=config.table2_ratio,
         table2=("\n".join(table2_text) or "(SimRF+ not run)"),
         table3=table3_text,
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
     outputs.write_csv(os.path.join(workdir, "datasets.csv"), facts)
     outputs.write_json(os.path.join(workdir, "tables.json"), tables)
-    outputs.save_config(workdir, config)
     plot(rows, facts, config, os.path.join(workdir, "accuracy_vs_features.png"))
     print(summary)
     return {**results, "tables": tables}
