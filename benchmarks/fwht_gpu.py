@@ -154,10 +154,15 @@ def run(total: int, sizes, dtypes, calls: int, repeats: int, json_path=None, bud
             x = jnp.asarray(base.reshape(total // n, n), dtype=dtype)
             report["results"][case] = measure_case(x, n, dtype, capability, calls, repeats)
             print(f"  {case} done ({time.monotonic() - started:.0f} s)", flush=True)
-            if json_path:
-                with open(json_path, "w") as f:
-                    json.dump(report, f, indent=2)
+            _write(report, json_path)
+    _write(report, json_path)  # with the cases the budget left out
     return report
+
+
+def _write(report: dict, json_path: str | None) -> None:
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=2)
 
 
 def _print(report: dict) -> None:

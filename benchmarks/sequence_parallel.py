@@ -44,16 +44,29 @@ from jax.sharding import PartitionSpec as P
 
 from benchmarks.attention import HEAD_DIM, HEADS, NUM_FEATURES, compile_with_memory
 from benchmarks.timing import time_interleaved
+from rfjax import features
 from rfjax.attention import draw_projection, favor_attention
 
 AXIS = "seq"
-MODES = ("bidirectional", "causal")
+# causal_per_feature: causal with a map that keeps one key shift per feature (FAVOR#'s asymmetric
+# DERF, fitted to N(0, I) inputs), the log-space prefix (``_sequence_parallel``'s
+# ``sequence_parallel_log_prefix``) rather than the per-key one.
+MODES = ("bidirectional", "causal", "causal_per_feature")
 PASSES = ("forward", "forward_backward")
 
 
-def attention_fn(causal: bool, sequence_axis: str | None):
+def mode_options(mode: str) -> dict:
+    """``favor_attention`` keywords of a mode."""
+    if mode == "causal_per_feature":
+        sample = jax.random.normal(jax.random.key(2), (2, 512, HEAD_DIM))
+        fitted = features.get("derf_asymmetric")().fit(jax.random.key(3), *sample)
+        return dict(causal=True, feature_map=fitted)
+    return dict(causal=mode == "causal")
+
+
+def attention_fn(options: dict, sequence_axis: str | None):
     def forward(q, k, v, projection):
-        return favor_attention(q, k, v, projection, causal=causal, sequence_axis=sequence_axis)
+        return favor_attention(q, k, v, projection, sequence_axis=sequence_axis, **options)
 
     return forward
 
@@ -97,16 +110,16 @@ def benchmark_length(
     split_args = (*(jax.device_put(x, NamedSharding(mesh, split)) for x in (q, k, v)), replicated)
     rows, functions = [], {}
     for mode in modes:
-        causal = mode == "causal"
+        options = mode_options(mode)
         sharded = jax.shard_map(
-            attention_fn(causal, AXIS),
+            attention_fn(options, AXIS),
             mesh=mesh,
             in_specs=(split, split, split, P()),
             out_specs=split,
         )
         for name in passes:
             for selector, count, forward, args in (
-                ("one", 1, attention_fn(causal, None), one_args),
+                ("one", 1, attention_fn(options, None), one_args),
                 ("all", devices, sharded, split_args),
             ):
                 if selector not in device_counts:

@@ -15,7 +15,11 @@ def train_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0  # initialisation, dropout and data order are functions of it (and the step)
     config.num_train_steps = 1_000
-    config.batch_size = 128  # global; divisible by the number of devices
+    config.batch_size = 128  # global; divisible by the devices over sequence_parallelism
+    # Devices that split each sequence (the mesh's "seq" axis;
+    # experiments/core/train/distributed.py): 1 but for tasks whose examples are sequences split
+    # over devices (Task.sequence_keys).
+    config.sequence_parallelism = 1
     config.optimizer = "adamw"  # "adam" | "adamw" | "sgd" (momentum 0.9)
     config.learning_rate = 1e-3
     config.lr_schedule = "cosine"  # "cosine" (to 0 at num_train_steps) | "constant"

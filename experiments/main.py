@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import importlib.util
 import json
 import os
 import shlex
@@ -54,6 +55,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from configs.common import locate_field
 from experiments.core import ablation, records, sweep, verdicts
 from experiments.core.validate import check_types
 
@@ -220,15 +222,14 @@ def parse_worker(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def run_ablation(config: ml_collections.ConfigDict, workdir: str | None) -> None:
-    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir`` (default
-    ``workdirs/<experiment>_ablation``)."""
+def run_ablation(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir``."""
     if not _METRIC.value:
         raise app.UsageError("--sweep needs --metric (a key of the study's headline numbers)")
     try:
         ablation.run(
             config,
-            workdir or os.path.join("workdirs", f"{config.experiment}_ablation"),
+            workdir,
             sweep_text=str(_SWEEP.value),
             seeds_text=_SEEDS.value,
             metric=_METRIC.value,
@@ -249,6 +250,67 @@ def initialize_distributed() -> None:
         jax.distributed.initialize(*explicit)
 
 
+def _stop_on_invalid_config(message: str) -> None:
+    print(
+        f"invalid config: {message}\nUsage: python -m experiments.main "
+        "--config=configs/NAME.py[:variant][,key=value...] (--help for more)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing (``app.run``'s ``flags_parser``), where an invalid config stops with
+    the message ``main`` gives for one that fails validation, whichever override form it came
+    from: ``--config=FILE:key=value`` (an error of ``get_config``) or ``--config.key=value`` (an
+    unknown field: the same message as the first form). Other flag errors read as absl's."""
+    try:
+        return flags.FLAGS(argv)
+    except Exception as error:
+        message = _config_error(error, argv)
+        if message is not None:
+            _stop_on_invalid_config(message)
+        if not isinstance(error, flags.Error):
+            raise
+        print(f"FATAL Flags parsing error: {error}", file=sys.stderr)
+        print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+        sys.exit(1)
+
+
+def _config_error(error: BaseException, argv: list[str]) -> str | None:
+    """The message of the config's own error behind a flag parsing ``error``, if any."""
+    if str(error).startswith("flag --config="):
+        cause = error  # ml_collections re-raises get_config's error with its traceback as text
+        while (inner := cause.__cause__ or cause.__context__) is not None:
+            cause = inner
+        if isinstance(cause, (ValueError, TypeError)):
+            return str(cause)
+    keys = [a[len("--config.") :].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+    config = _config_file(argv) if keys else None
+    for key in keys if config is not None else ():
+        try:
+            locate_field(config, key)
+        except ValueError as missing:
+            return str(missing)
+    return None
+
+
+def _config_file(argv: list[str]) -> ml_collections.ConfigDict | None:
+    """The config that ``--config=FILE[:arg]`` names (before ``--config.key`` overrides), or
+    None if there is none or it does not load."""
+    specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+    if not specs:
+        return None
+    path, _, arg = specs[-1].partition(":")
+    try:
+        spec = importlib.util.spec_from_file_location("experiment_config", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return module.get_config(arg) if arg else module.get_config()
+    except Exception:
+        return None
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -258,24 +320,35 @@ def main(argv: list[str]) -> None:
     try:
         validate_config(config)
     except (ValueError, TypeError) as error:
-        print(
-            f"invalid config: {error}\nUsage: python -m experiments.main "
-            "--config=configs/NAME.py[:variant][,key=value...] (--help for more)",
-            file=sys.stderr,
-        )
-        sys.exit(2)
+        _stop_on_invalid_config(str(error))
     command = ["python", "-m", "experiments.main", *sys.argv[1:]]
     sweep.WORKER = parse_worker(_WORKER.value)
+    ablating = bool(_SWEEP.value)
+    default = config.experiment + ("_ablation" if ablating else "")
+    workdir = _WORKDIR.value or os.path.join("workdirs", default)
     try:
-        if _SWEEP.value:
-            run_ablation(config, _WORKDIR.value)
-            return
-        run_experiment(config, _WORKDIR.value, command=command)
+        if ablating:
+            run_ablation(config, workdir)
+        else:
+            run_experiment(config, workdir, command=command)
     except KeyboardInterrupt:
         print("\ninterrupted (Ctrl-C); run the same command again to resume.", file=sys.stderr)
         sys.exit(130)
+    if jax.process_index() == 0:
+        print(_where(workdir, ablating))
+
+
+def _where(workdir: str, ablating: bool) -> str:
+    """The line that says where a finished run's report went."""
+    if ablating:
+        report = os.path.join(workdir, ablation.REPORT_FILE)
+        where = f"ablation: {report}" if os.path.exists(report) else "no ablation report yet"
+        return f"{where}; one run per cell in {workdir}/runs/"
+    summary = os.path.join(workdir, SUMMARY_FILE)
+    where = f"summary: {summary}" if os.path.exists(summary) else "no summary.md"
+    return f"{where}; results in {workdir}/ (status.json says whether the run is done)"
 
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -43,7 +43,7 @@ SECTIONS = (
             "iap_es_pair",
         ),
     ),
-    ("Performers", ("performer_vit",)),
+    ("Performers", ("performer_vit", "performer_lm")),
     (
         "Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
         ("estimator_zoo", "performer_vit_maps"),
@@ -126,6 +126,39 @@ def verdict_table(results_dir: str) -> str:
     )
 
 
+GPU_RUNS_DIR = os.path.join("benchmarks", "gpu_runs")
+
+
+def render_gpu_runs(runs_dir: str = GPU_RUNS_DIR) -> list[str]:
+    """The "Performance on GPUs" section: each GPU run's generated ``summary.md`` (newest first),
+    one heading level down, with a link to the run's README."""
+    names = (
+        sorted(
+            (
+                name
+                for name in os.listdir(runs_dir)
+                if os.path.exists(os.path.join(runs_dir, name, "summary.md"))
+            ),
+            reverse=True,
+        )
+        if os.path.isdir(runs_dir)
+        else []
+    )
+    if not names:
+        return []
+    parts = ["# Performance on GPUs\n"]
+    for name in names:
+        folder = os.path.join(runs_dir, name)
+        with open(os.path.join(folder, "summary.md")) as handle:
+            summary = handle.read().strip()
+        summary = re.sub(r"^(#+) ", r"#\1 ", summary, flags=re.MULTILINE)
+        title, _, body = summary.partition("\n")
+        readme = f"{folder}/README.md"
+        link = f"What ran, what it showed and what was not measured: [{readme}]({readme})."
+        parts.append(f"{title}\n\n{link}\n{body}\n")
+    return parts
+
+
 def render(results_dir: str = "results") -> str:
     """The whole page."""
     parts = [HEADER]
@@ -139,6 +172,7 @@ def render(results_dir: str = "results") -> str:
         if any(rendered):
             parts.append(f"# {section}\n")
             parts += [text for text in rendered if text]
+    parts += render_gpu_runs()
     if missing:
         parts.append("# Not run yet\n")
         parts += [missing_entry(results_dir, name) for name in missing]

@@ -4,11 +4,28 @@ Layers (lower never import higher): ``projections`` (couplings) -> ``features`` 
 -> estimates (``attention``: FAVOR linear attention; ``linear_models``: ridge on random
 features); ``kernels`` (exact oracles) and
 ``theory`` (closed-form errors) beside them; ``nn`` (Flax modules) on top; ``data`` (loaders).
+
+Every subpackage is imported on first use (``rfjax.nn`` imports Flax, ``rfjax.sklearn``
+scikit-learn), so ``import rfjax`` costs nothing beyond what is used.
 """
 
-from rfjax import attention, data, features, kernels, linear_models, nn, projections, theory
+import importlib
+import typing
 
 __version__ = "0.1.0"
+
+_SUBPACKAGES = (
+    "attention",
+    "data",
+    "features",
+    "kernels",
+    "linear_models",
+    "nn",
+    "ops",
+    "projections",
+    "sklearn",
+    "theory",
+)
 
 __all__ = [
     "__version__",
@@ -21,3 +38,28 @@ __all__ = [
     "projections",
     "theory",
 ]
+
+if typing.TYPE_CHECKING:  # what the lazy attributes are, for type checkers
+    from rfjax import (  # noqa: F401 (ops and sklearn: public, outside __all__)
+        attention,
+        data,
+        features,
+        kernels,
+        linear_models,
+        nn,
+        ops,
+        projections,
+        sklearn,
+        theory,
+    )
+
+
+def __getattr__(name: str) -> typing.Any:
+    """``rfjax.<subpackage>``, imported on first access (PEP 562)."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"rfjax.{name}")
+    raise AttributeError(f"module 'rfjax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SUBPACKAGES})

@@ -1,6 +1,8 @@
-"""Shared pytest configuration: the ``slow`` marker, a ``--runslow`` switch, where the FSDD
-recordings are (``$RFJAX_FSDD_DIR``, else the project's shared copy beside the checkout), and XLA's
-CPU backend at optimisation level 0 for the suite.
+"""Shared pytest configuration: the ``slow`` and ``statistical`` markers and the switches that
+run them (``--runstatistical``, as ``.ci/run`` does; ``--runslow``: both), ``--cpu-times`` (CPU
+seconds per test file, for ``tests/cpu_budget.py``), where the FSDD recordings are
+(``$RFJAX_FSDD_DIR``, else the project's shared copy beside the checkout), and XLA's CPU backend
+at optimisation level 0 for the suite.
 
 Most of the suite's time is XLA compiling small programs once each; at backend optimisation level
 0 (LLVM's expensive passes off) compiling takes about half the CPU time and the tests' arithmetic
@@ -34,16 +36,103 @@ def pytest_addoption(parser):
         "--runslow",
         action="store_true",
         default=False,
-        help="also run the tests marked slow (paper-scale runs, long Monte Carlo or training)",
+        help="everything: also run the tests marked slow (paper-scale runs, long Monte Carlo or "
+        "training) and statistical",
     )
+    parser.addoption(
+        "--runstatistical",
+        action="store_true",
+        default=False,
+        help="also run the tests marked statistical (checks repeated at further sizes, "
+        "couplings, keys or settings beyond the default suite's representative cases), as CI does",
+    )
+    parser.addoption(
+        "--cpu-times",
+        metavar="PATH",
+        default=None,
+        help="write the CPU seconds of every test file's tests to PATH (JSON), for "
+        "tests/cpu_budget.py",
+    )
+
+
+# marker -> (the option that runs it besides --runslow, the skip reason)
+OPTIONAL_MARKERS = {
+    "slow": ("--runslow", "slow (paper-scale run, long Monte Carlo or training); use --runslow"),
+    "statistical": (
+        "--runstatistical",
+        "statistical (a check repeated beyond the default suite's representative cases); use "
+        "--runstatistical",
+    ),
+}
 
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--runslow"):
         return
-    skip_slow = pytest.mark.skip(
-        reason="slow (paper-scale run, long Monte Carlo or training); use --runslow"
-    )
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip_slow)
+        for marker, (option, reason) in OPTIONAL_MARKERS.items():
+            if marker in item.keywords and not config.getoption(option):
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
+
+
+# --- CPU seconds per test file (``--cpu-times=PATH``; checked by tests/cpu_budget.py) ---------
+#
+# Each phase (setup, call, teardown) of a test is timed in CPU seconds, user + system, of the
+# process that runs it and of the child processes it waited for (``time.process_time`` and
+# ``resource.getrusage(RUSAGE_CHILDREN)``): the work a file costs, whatever else loads the
+# machine. A phase's seconds travel in its report (``user_properties``), so under pytest-xdist
+# the controller sums the workers' reports per file and writes the JSON.
+
+CPU_PROPERTY = "cpu_seconds"
+_CPU_MARK = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    import resource
+    import time
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_MARK] = _cpu_seconds()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if item.config.getoption("--cpu-times") and _CPU_MARK in item.stash:
+        now = _cpu_seconds()
+        report.user_properties.append((CPU_PROPERTY, now - item.stash[_CPU_MARK]))
+        item.stash[_CPU_MARK] = now  # the next phase starts here
+    return report
+
+
+def pytest_runtest_logreport(report):
+    seconds = dict(report.user_properties).get(CPU_PROPERTY)
+    if seconds is None:
+        return
+    path = report.nodeid.split("::", 1)[0]
+    entry = _FILE_CPU.setdefault(path, {"cpu_seconds": 0.0, "tests": 0})
+    entry["cpu_seconds"] += seconds
+    entry["tests"] += report.when == "call" or (report.when == "setup" and report.skipped)
+
+
+_FILE_CPU: dict[str, dict] = {}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    del exitstatus
+    path = session.config.getoption("--cpu-times")
+    if not path or hasattr(session.config, "workerinput"):  # xdist workers: the controller writes
+        return
+    import json
+
+    files = dict(sorted(_FILE_CPU.items(), key=lambda item: -item[1]["cpu_seconds"]))
+    total = sum(entry["cpu_seconds"] for entry in files.values())
+    with open(path, "w") as handle:
+        json.dump({"total_cpu_seconds": total, "files": files}, handle, indent=1)

@@ -221,19 +221,27 @@ def memory_per_device(length: int) -> dict[str, dict[str, dict[str, int]]]:
         return [qkv, qkv, qkv, jax.ShapeDtypeStruct((1, length), jnp.bool_, sharding=sharding)]
 
     passes = {"forward": lambda fn: fn, "gradient": lambda fn: jax.grad(loss(fn), (0, 1, 2))}
+    # The per-feature key shifts (sequence_parallel_log_prefix): DERF fitted to N(0, I) inputs.
+    sample = jax.random.normal(jax.random.key(2), (2, 512, 64))
+    per_feature = features.get("derf_asymmetric")().fit(jax.random.key(3), *sample)
+    modes = {
+        "bidirectional": dict(causal=False),
+        "causal": dict(causal=True),
+        "causal_per_feature": dict(causal=True, feature_map=per_feature),
+    }
     result = {}
-    for causal in (False, True):
+    for mode_name, options in modes.items():
 
-        def run(q, k, v, mask, axis, causal=causal):
+        def run(q, k, v, mask, axis, options=options):
             return attention.favor_attention(
-                q, k, v, projection, mask=mask, causal=causal, sequence_axis=axis
+                q, k, v, projection, mask=mask, sequence_axis=axis, **options
             )
 
         one = functools.partial(run, axis=None)
         many = jax.shard_map(
             functools.partial(run, axis=AXIS), mesh=mesh_, in_specs=SPLIT, out_specs=SPLIT
         )
-        mode = result.setdefault("causal" if causal else "bidirectional", {})
+        mode = result.setdefault(mode_name, {})
         for name, wrap in passes.items():
             with jax.set_mesh(mesh_):
                 per_device = compiled_bytes(

@@ -75,11 +75,12 @@ def test_masked_keys_do_not_enter_the_statistics():
     mask = jnp.arange(T) < T - 4
     w = projections.gaussian(jax.random.key(1), H, M)
     out = attention.favor_attention(q, k, v, w, feature_map="saderf", mask=jnp.tile(mask, (B, 1)))
-    garbage = jnp.where(mask[None, :, None, None], k, 50.0)
-    again = attention.favor_attention(
-        q, garbage, v, w, feature_map="saderf", mask=jnp.tile(mask, (B, 1))
-    )
-    np.testing.assert_allclose(out, again, rtol=1e-6)
+    for fill in (50.0, jnp.nan, jnp.inf):  # NaN/inf: issue 32 (0 * NaN entered the sums)
+        garbage = jnp.where(mask[None, :, None, None], k, fill)
+        again = attention.favor_attention(
+            q, garbage, v, w, feature_map="saderf", mask=jnp.tile(mask, (B, 1))
+        )
+        np.testing.assert_allclose(out, again, rtol=1e-6)
 
 
 def test_causal_attention_needs_calibrated_statistics_and_stays_causal():

@@ -7,7 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax.attention._log_prefix import causal_log_prefix, causal_log_prefix_quadratic
+from rfjax.attention._log_prefix import (
+    causal_log_prefix,
+    causal_log_prefix_and_state,
+    causal_log_prefix_quadratic,
+    log_outer_sum,
+)
 
 LENGTH, WIDTH, VALUES = 13, 5, 3
 
@@ -76,3 +81,40 @@ def test_later_positions_cannot_reach_earlier_rows():
 
     for grad in jax.grad(loss, (0, 1, 2))(wild_la, wild_lb, wild_v):
         assert np.all(np.isfinite(np.asarray(grad)))
+
+
+@pytest.mark.parametrize("chunk", [3, 20, 64])  # 20: two blocks of 16, T = 13 padded
+def test_blocked_state_sums_match_their_direct_forms_values_and_gradients(chunk):
+    """The pieces of sequence parallelism's VJP (issue 32): ``log_outer_sum`` (a state or an
+    initial state's cotangent, block by block) and ``causal_log_prefix_and_state`` (the prefix
+    and the keys' own state in one scan) against their direct float64 forms."""
+    la, lb, v, g = operands(3)
+    with jax.enable_x64(True):
+        row_shift = jnp.max(la, axis=1) + 7.0
+        feature_shift = jnp.max(lb, axis=0) - 3.0  # exponents la + c - M <= 0 for these
+        own_shift = jnp.max(lb, axis=0)
+
+        def direct(x, y, rows, features):
+            return jnp.exp(x + features[None, :] - rows[:, None]).T @ y
+
+        got = log_outer_sum(la, g, row_shift, feature_shift, chunk)
+        want = direct(la, g, row_shift, feature_shift)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        initial = (jnp.asarray(np.ones((WIDTH, VALUES))), jnp.max(lb, axis=0) - 1.0)
+
+        def fused(la, lb, v):
+            out, _, state = causal_log_prefix_and_state(la, lb, v, chunk, initial, own_shift)
+            return out, state
+
+        def separate(la, lb, v):
+            out, _ = causal_log_prefix(la, lb, v, chunk, initial)
+            return out, direct(lb, v, jnp.zeros(LENGTH), -own_shift)
+
+        state_cotangent = jnp.asarray(np.arange(WIDTH * VALUES).reshape(WIDTH, VALUES) / 7.0)
+        for got, want in zip(
+            jax.vjp(fused, la, lb, v)[1]((g, state_cotangent)),
+            jax.vjp(separate, la, lb, v)[1]((g, state_cotangent)),
+            strict=True,
+        ):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+        np.testing.assert_allclose(fused(la, lb, v)[1], separate(la, lb, v)[1], rtol=1e-12)

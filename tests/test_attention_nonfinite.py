@@ -131,3 +131,99 @@ def test_attention_weights_keep_non_finite_future_keys_out():
     before = np.asarray(weights(query, key))
     after = np.asarray(weights(query, key.at[:, T0:].set(jnp.nan).at[1, MASKED].set(jnp.inf)))
     np.testing.assert_array_equal(after[:, :, :T0], before[:, :, :T0])
+
+
+def test_exact_reference_isolates_non_finite_inputs_as_favor_does():
+    # Issue 32 item 6: softmax_attention ("same conventions as favor_attention") let a NaN value
+    # at T0 reach every earlier causal row (0 * NaN in the weighted sum) and a NaN in a masked
+    # value reach every row. Non-finite queries, keys and values now reach exactly the rows that
+    # attend to them, in outputs and gradients, as in FAVOR.
+    query, key, value = inputs()
+    reference = functools.partial(attention.softmax_attention, mask=mask())
+    for causal in (True, False):
+        before = np.asarray(reference(query, key, value, causal=causal))
+        assert np.all(np.isfinite(before))
+        for bad in NON_FINITE:
+            # Masked key and value (batch element 1): nothing changes.
+            hidden = (key.at[1, MASKED].set(bad), value.at[1, MASKED].set(bad))
+            np.testing.assert_array_equal(reference(query, *hidden, causal=causal), before)
+            for which in (1, 2):  # an unmasked key or value at T0
+                perturbed = [query, key, value]
+                perturbed[which] = perturbed[which].at[:, T0].set(bad)
+                after = np.asarray(reference(*perturbed, causal=causal))
+                attending = slice(T0, None) if causal else slice(None)
+                assert np.all(np.isnan(after[:, attending])), (causal, which, bad)
+                if causal:
+                    np.testing.assert_array_equal(after[:, :T0], before[:, :T0])
+        # A NaN query: its own row only.
+        after = np.asarray(reference(query.at[0, 2].set(jnp.nan), key, value, causal=causal))
+        assert np.all(np.isnan(after[0, 2]))
+        np.testing.assert_array_equal(np.delete(after, 2, axis=1)[0], np.delete(before, 2, 1)[0])
+
+    # Gradients of the causal rows before T0 ignore a NaN value at T0 and in a masked position.
+    def grads(v):
+        loss = lambda q, k, v: jnp.sum(reference(q, k, v, causal=True)[:, :T0] ** 2)  # noqa: E731
+        return jax.grad(loss, argnums=(0, 1, 2))(query, key, v)
+
+    expected = grads(value)
+    got = grads(value.at[:, T0].set(jnp.nan).at[1, MASKED].set(jnp.nan))
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(np.asarray(g)[:, :T0], np.asarray(e)[:, :T0])
+        assert np.all(np.isfinite(np.asarray(g)))
+
+
+def test_exact_attention_modules_isolate_non_finite_tokens():
+    # Issue 32 item 6: rfjax.nn.PerformerAttention(attention_kind="exact") (linen and NNX, both
+    # through Flax's dot_product_attention) let a NaN in a masked token reach every row, and a
+    # NaN token at T0 every earlier causal row. Now as in FAVOR: masked tokens are never read,
+    # and a non-finite token reaches exactly the rows that attend to it.
+    from flax import nnx as flax_nnx
+
+    from rfjax import nn as rnn
+    from rfjax.nn import nnx as rnnx
+
+    tokens = jax.random.normal(jax.random.key(4), (BATCH, LENGTH, 16))
+    linen = rnn.PerformerAttention(num_heads=HEADS, attention_kind="exact")
+    params = linen.init(jax.random.key(5), tokens)
+    nnx_layer = rnnx.PerformerAttention(HEADS, 16, attention_kind="exact", rngs=flax_nnx.Rngs(6))
+    padding = mask()[:, None, None, :]  # (B, 1, 1, S), as Flax masks broadcast
+
+    layers = {
+        "linen": lambda x, **kw: linen.apply(params, x, **kw),
+        "nnx": lambda x, **kw: nnx_layer(x, **kw),
+    }
+    for name, layer in layers.items():
+        for causal_mask in (None, jnp.tril(jnp.ones((LENGTH, LENGTH), bool))[None, None]):
+            full = padding if causal_mask is None else padding & causal_mask
+            before = np.asarray(layer(tokens, mask=full))
+            assert np.all(np.isfinite(before)), name
+            # NaN in the masked token of batch element 1: only its own (query) row changes.
+            after = np.array(layer(tokens.at[1, MASKED].set(jnp.nan), mask=full))
+            assert np.all(np.isnan(after[1, MASKED])), name
+            after[1, MASKED] = before[1, MASKED]
+            np.testing.assert_array_equal(after, before, err_msg=name)
+            # NaN token at T0: causal rows before it unchanged, the rows that attend to it NaN.
+            after = np.asarray(layer(tokens.at[:, T0].set(jnp.nan), mask=full))
+            if causal_mask is None:
+                assert np.all(np.isnan(after)), name
+            else:
+                np.testing.assert_array_equal(after[:, :T0], before[:, :T0], err_msg=name)
+                assert np.all(np.isnan(after[:, T0:])), name
+
+
+def test_exact_nnx_attention_isolates_with_is_causal_and_grouped_kv_heads():
+    # The NNX exact kind under Flax's own causal flag (is_causal=True, no mask) and with grouped
+    # key/value heads (num_kv_heads < num_heads): a NaN token at T0 reaches rows >= T0 only.
+    from flax import nnx as flax_nnx
+
+    from rfjax.nn import nnx as rnnx
+
+    tokens = jax.random.normal(jax.random.key(7), (BATCH, LENGTH, 16))
+    for kv_heads in (HEADS, HEADS // 2):
+        layer = rnnx.PerformerAttention(
+            HEADS, 16, num_kv_heads=kv_heads, attention_kind="exact", rngs=flax_nnx.Rngs(8)
+        )
+        before = np.asarray(layer(tokens, is_causal=True))
+        after = np.asarray(layer(tokens.at[:, T0].set(jnp.nan), is_causal=True))
+        np.testing.assert_array_equal(after[:, :T0], before[:, :T0])
+        assert np.all(np.isnan(after[:, T0:]))

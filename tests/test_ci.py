@@ -23,10 +23,15 @@ def _readme_commands() -> list[str]:
 
 def test_ci_runs_the_readme_commands_verbatim():
     commands = [c for c in _readme_commands() if any(tool in c for tool in CI_COMMANDS)]
-    assert len(commands) == 3, commands  # tests, static checks, docs
+    assert len(commands) == 4, commands  # default tests, full tests, static checks, docs
+    default, full = (c for c in commands if "-m pytest" in c)
+    # CI's suite is the default one with the statistical tests, timings and the budget check.
+    assert full.startswith(default + " --runstatistical --durations=")
+    assert "--cpu-times=" in full and "tests/cpu_budget.py" in full
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     for command in commands:
-        assert command in ci_lines, f"{command!r} is not a line of .ci/run"
+        if command != default:  # CI runs the full suite, which contains the default one
+            assert command in ci_lines, f"{command!r} is not a line of .ci/run"
     assert all(c.startswith(("tools/python3.12 ", ".venv/bin/")) for c in commands), commands
 
 
@@ -79,6 +84,11 @@ def test_public_api_is_annotated(package):
             missing += _unannotated(f"{package}.{name}", obj)
         elif inspect.isclass(obj):
             for attribute, value in vars(obj).items():
-                if not attribute.startswith("_") and inspect.isfunction(value):
+                # Methods defined in the class (not a field's default that is a function, such
+                # as PerformerAttention.attention_fn = flax.linen.dot_product_attention).
+                method = inspect.isfunction(value) and value.__qualname__.startswith(
+                    f"{obj.__qualname__}."
+                )
+                if not attribute.startswith("_") and method:
                     missing += _unannotated(f"{package}.{name}.{attribute}", value)
     assert not missing, missing

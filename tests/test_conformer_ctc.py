@@ -285,15 +285,19 @@ def test_cluster_map_is_cluster_hybrid_features_of_its_centres(side):
 
 
 def test_signed_attention_needs_a_denominator_floor():
-    """Trigonometric FAVOR: the default floor (smallest normal) turns rows whose estimated
-    normaliser is <= 0 into inf; ``eps`` (``PerformerAttention.eps``) keeps them finite."""
+    """Trigonometric FAVOR: a floor of the smallest normal number turns rows whose estimated
+    normaliser is <= 0 into inf; the signed maps' default floor (1e-3, issue 32; before, the
+    smallest normal number was every map's default) keeps them finite, as ``eps``
+    (``PerformerAttention.eps``) does."""
     q, k, v = 2.0 * jax.random.normal(jax.random.key(0), (3, 2, 32, 2, 8))
     projection = draw_projection(jax.random.key(1), 8, 4, num_heads=2)
-    assert not np.all(
-        np.isfinite(favor_attention(q, k, v, projection, feature_map="trigonometric"))
-    )
-    out = favor_attention(q, k, v, projection, feature_map="trigonometric", eps=1e-3)
+    tiny = float(np.finfo(np.float32).tiny)
+    unguarded = favor_attention(q, k, v, projection, feature_map="trigonometric", eps=tiny)
+    assert not np.all(np.isfinite(unguarded))
+    out = favor_attention(q, k, v, projection, feature_map="trigonometric")
     assert np.all(np.isfinite(out))
+    floored = favor_attention(q, k, v, projection, feature_map="trigonometric", eps=1e-3)
+    np.testing.assert_array_equal(out, floored)
 
 
 def test_query_key_norm_keeps_the_trigonometric_normaliser_positive():

@@ -175,6 +175,11 @@ def test_a_fact_is_decided_without_noise():
     assert judge.fact("order", True, "every cycle odd").outcome == Outcome.HOLDS
     with pytest.raises(ValueError, match="not a 'fact'"):
         judge.fact("gain", True, "no")
+    # A quick variant computed it at its own sizes: false there, it cannot refute the claim.
+    quick = make(powered=False, order=claim("closed forms ordered", "fact"))
+    verdict = quick.exact("order", -0.002, effect="smallest gap")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+    assert verdict.evidence.startswith("smallest gap = -0.002 (exact); false here, but this")
 
 
 def test_a_claim_about_every_cell_is_an_intersection_union_test():

@@ -31,6 +31,7 @@ def test_kernel_mse_quick_run_writes_results_that_agree_with_theory(tmp_path):
         command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert f"summary: {workdir}/summary.md" in completed.stdout.splitlines()[-1]
     for name in ("results.csv", "mse_ratio.png", "summary.md", "config.json", "records.json"):
         assert (workdir / name).stat().st_size > 0, name
     rows = read_csv(workdir / "results.csv")

@@ -192,7 +192,10 @@ VARIANTS = ("asymmetric", "symmetric", "simplified")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("setting", SETTINGS[:3])
+@pytest.mark.parametrize(  # the first setting by default, the others in the full suite
+    "setting",
+    [SETTINGS[0], *(pytest.param(s, marks=pytest.mark.statistical) for s in SETTINGS[1:3])],
+)
 def test_derf_is_unbiased_with_the_closed_form_variance(setting, variant):
     dim, m, norm_x, norm_y, cosine = setting
     x, y = _pair(dim, norm_x, norm_y, cosine)
@@ -380,3 +383,29 @@ def test_asymmetric_fit_with_fewer_points_than_dimensions_is_finite_in_float32()
         for side, points in (("query", queries), ("key", keys)):
             phi = features.dense_exponential_features(points, w, side=side, parameters=params)
             assert bool(jnp.all(jnp.isfinite(phi)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("variant", _dense_exponential.VARIANTS)
+def test_fits_in_low_precision_are_float32_fits_returned_in_the_input_dtype(dtype, variant):
+    # Issue 32 item 5: the asymmetric and symmetric fits failed on bfloat16/float16 inputs
+    # inside eigh (JAX's dtype error). Every fit (OPRF's statistics too) now computes in float32
+    # and returns the input dtype: the same numbers as a float32 fit of the same (rounded)
+    # inputs, cast back.
+    queries = jax.random.normal(jax.random.key(0), (32, 4)).astype(dtype)
+    keys = 2.0 * jax.random.normal(jax.random.key(1), (32, 4)).astype(dtype)
+    params = features.fit_dense_exponential(queries, keys, variant=variant)
+    wide = features.fit_dense_exponential(
+        queries.astype(jnp.float32), keys.astype(jnp.float32), variant=variant
+    )
+    for got, want in zip(params, wide, strict=True):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want.astype(dtype)))
+    statistics = features.input_statistics(queries, keys)
+    wide_inputs = (queries.astype(jnp.float32), keys.astype(jnp.float32))
+    for got, want in zip(statistics, features.input_statistics(*wide_inputs), strict=True):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want.astype(dtype)))
+    fitted = features.DenseExponentialFeatureMap(variant).fit(jax.random.key(2), queries, keys)
+    w = projections.orthogonal(jax.random.key(3), 4, 8)
+    assert bool(jnp.all(jnp.isfinite(fitted.features(queries, w, side="query"))))

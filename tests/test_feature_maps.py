@@ -134,3 +134,30 @@ def test_maps_without_their_parameters_raise_clearly():
         features.AngularHybridFeatureMap(num_sign_features=0)
     with pytest.raises(ValueError, match="eps"):
         features.ReluFeatureMap(eps=0.0)
+
+
+@pytest.mark.parametrize("name", ["trigonometric", "angular_hybrid", "gaussian_hybrid"])
+def test_features_beyond_the_float_range_raise_and_never_give_nan(name):
+    # Issue 32 item 3: the trigonometric and hybrid features carry e^{|x|^2/2}, which overflows
+    # float32 from |x| = sqrt(2 log(max) + log m) (13.4 at m = 8): at |x| = 30 they were inf
+    # and NaN (0 * inf) without a word. Outside jit such inputs now raise, naming the map, the
+    # norm and the representable one; inside jit the entries are +-inf, never NaN; the
+    # log-space form (what attention uses) stays finite.
+    from rfjax.features import _fourier
+
+    fmap = ready(name, dim=DIM)
+    w = projections.orthogonal(jax.random.key(3), DIM, NUM_FEATURES)
+    limit = _fourier.representable_norm(NUM_FEATURES, jnp.float32)
+    assert 13.3 < limit < 13.5
+    direction = jnp.ones((2, DIM)) / np.sqrt(DIM)
+    for side in features.SIDES:
+        inside = fmap.features(0.97 * limit * direction, w, side=side)
+        assert bool(jnp.all(jnp.isfinite(inside)))
+        beyond = 30.0 * direction
+        with pytest.raises(ValueError, match=rf"{type(fmap).__name__}: .*\|x\| up to 30\b.*13\.4"):
+            fmap.features(beyond, w, side=side)
+        traced = jax.jit(lambda x, side=side: fmap.features(x, w, side=side))(beyond)
+        assert not bool(jnp.any(jnp.isnan(traced))) and bool(jnp.any(jnp.isinf(traced)))
+        assert bool(jnp.all(jnp.isfinite(fmap.scaled_features(beyond, w, side=side).features)))
+    with pytest.raises(ValueError, match=r"trigonometric_features: .*\|x\| up to 30\b"):
+        features.trigonometric_features(30.0 * direction, w)

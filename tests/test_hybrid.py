@@ -363,7 +363,10 @@ UNBIASED_NAMES = (
 )
 
 
-@pytest.mark.parametrize("coupling", COUPLINGS)
+@pytest.mark.parametrize(  # orthogonal (coupled rows) by default, i.i.d. in the full suite
+    "coupling",
+    [pytest.param(c, marks=pytest.mark.statistical) if c == "gaussian" else c for c in COUPLINGS],
+)
 @pytest.mark.parametrize("name", UNBIASED_NAMES)
 def test_unbiased(coupling, name):
     samples = _unbiased_draws(coupling)[name]
@@ -704,3 +707,22 @@ def test_bad_hybrid_inputs_are_rejected():
         features.hybrid_estimate([1.0, 2.0], [])
     with pytest.raises(TypeError, match="FeaturePair"):
         features.hybrid_features([(x, x)], [], [])
+
+
+@pytest.mark.parametrize("side", ["query", "key"])
+def test_hybrid_features_take_lists_on_both_sides(side):
+    # Issue 32 item 7: gaussian_hybrid_features(list, ..., side="key") failed with "bad operand
+    # type for unary -: 'list'" while side="query" took the list: inputs are converted once, at
+    # the boundary, for both hybrids; integer inputs are still rejected there.
+    w = projections.gaussian(jax.random.key(0), DIM, NUM_FEATURES)
+    tau = projections.gaussian(jax.random.key(1), DIM, NUM_SIGNS)
+    rows = np.asarray(jax.random.normal(jax.random.key(2), (3, DIM)))
+    gaussian = functools.partial(
+        features.gaussian_hybrid_features, side=side, bandwidth=1.0, radius=1.0
+    )
+    angular = functools.partial(features.angular_hybrid_features, side=side)
+    for hybrid in (gaussian, angular):
+        from_list = hybrid(rows.tolist(), w, w, tau)
+        np.testing.assert_array_equal(from_list, hybrid(jnp.asarray(rows, jnp.float32), w, w, tau))
+        with pytest.raises(TypeError, match="x must be a floating array"):
+            hybrid(np.ones((3, DIM), np.int32), w, w, tau)

@@ -163,3 +163,71 @@ def test_uci_fields_parse_to_finite_numbers_or_name_file_and_line(tmp_path, text
     else:
         with pytest.raises(ValueError, match=rf"banknote\.txt, line {row + 1}, column 2"):
             data.load_uci("banknote", data_dir=tmp_path)
+
+
+# ------------------------------------------------------------------ issue 32's sweep
+
+
+@FIXED
+@given(
+    position=st.integers(0, 7),
+    which=st.sampled_from(["key", "value"]),
+    bad=st.sampled_from([math.nan, math.inf, -math.inf]),
+    masked=st.booleans(),
+    causal=st.booleans(),
+)
+def test_exact_reference_reaches_only_the_rows_that_attend(position, which, bad, masked, causal):
+    # Found: softmax_attention let a NaN value reach earlier causal rows and, masked, every row.
+    from rfjax import attention
+
+    q, k, v = jax.random.normal(jax.random.key(0), (3, 1, 8, 1, 4))
+    mask = jnp.ones((1, 8), bool).at[0, position].set(not masked)
+    perturbed = {"key": k, "value": v}
+    perturbed[which] = perturbed[which].at[0, position].set(bad)
+    before = np.asarray(attention.softmax_attention(q, k, v, mask=mask, causal=causal))
+    after = np.asarray(attention.softmax_attention(q, **perturbed, mask=mask, causal=causal))
+    attends = np.zeros(8, bool) if masked else (np.arange(8) >= position if causal else True)
+    attends = np.broadcast_to(attends, (8,))
+    assert np.all(np.isnan(after[0, attends]))
+    np.testing.assert_array_equal(after[0, ~attends], before[0, ~attends])
+
+
+@FIXED
+@given(
+    values=st.lists(st.sampled_from([0.0, 1.0, -1e9, -math.inf, 0.5, 2.0]), min_size=6, max_size=6)
+)
+def test_performer_masks_are_boolean_or_zero_one(values):
+    # Found: an additive float mask (0 = attend, -1e9 = masked) was read as mask != 0 (inverted).
+    from rfjax.nn._favor_heads import favor_mask
+
+    mask = jnp.asarray([values], jnp.float32)  # (B, S) = (1, 6)
+    read = lambda m: favor_mask(  # noqa: E731
+        m, batch_shape=(1,), num_heads=1, query_length=6, key_length=6, causal=False
+    )
+    if set(values) <= {0.0, 1.0}:
+        np.testing.assert_array_equal(read(mask).key_padding, mask != 0)
+    else:
+        with pytest.raises(ValueError, match="values other than 0 and 1"):
+            read(mask)
+
+
+@FEW
+@given(norm=st.floats(60.0, 130.0), causal=st.booleans(), antithetic=st.booleans())
+def test_positive_attention_gradients_are_finite_at_large_norms(norm, causal, antithetic):
+    # Found: causal FAVOR with positive features had NaN gradients from |q| = |k| = 110.
+    from rfjax import attention
+
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    unit = lambda key: (lambda x: x / jnp.linalg.norm(x, axis=-1, keepdims=True))(  # noqa: E731
+        jax.random.normal(key, (1, 16, 1, 64))
+    )
+    q, k, v = norm * unit(kq), norm * unit(kk), jax.random.normal(kv, (1, 16, 1, 64))
+    w = projections.orthogonal(jax.random.key(1), 64, 64)
+    name = "positive_antithetic" if antithetic else "positive"
+
+    def loss(q, k, v):
+        out = attention.favor_attention(q, k, v, w, feature_map=name, causal=causal, chunk_size=8)
+        return jnp.sum(out * v[..., ::-1])
+
+    for grad in jax.grad(loss, (0, 1, 2))(q, k, v):
+        assert np.all(np.isfinite(np.asarray(grad)))

@@ -87,12 +87,21 @@ def test_on_four_devices():
     # sum's chunked copies of the keys' features live while the query features were computed)
     # and the causal gradient 1.16x (dL/dS_d entered as (T/D, m) and (T/D, H_v + 1) arrays
     # next to the prefix's own, and dL/dS_<d as one (T/D)-long product).
-    for mode in ("bidirectional", "causal"):
+    # The maps with per-feature key shifts (causal_per_feature, DERF; issue 31): before the
+    # log-space prefix's own VJP and chunked state sum, the gradient was 1.063x here (1.13x at
+    # T = 16384: the state's (T/D, m) cotangent beside the prefix's own).
+    for mode in ("bidirectional", "causal", "causal_per_feature"):
         for name in ("forward", "gradient"):
             memory = measured["memory"][mode][name]
             quarter = memory["one_device_at_length_over_devices"]
             assert memory["per_device"] <= 1.05 * quarter, (mode, name, memory)
-            assert memory["per_device"] <= 0.4 * memory["one_device"], (mode, name, memory)
+            if mode != "causal_per_feature":
+                assert memory["per_device"] <= 0.4 * memory["one_device"], (mode, name, memory)
+    # Per-feature shifts form (C, C, m) log-weights per chunk (C = 128, m = 128: 32 MiB over the
+    # 4 heads) whatever T / D is: a working set that splitting the sequence cannot divide, so at
+    # T = 4096 one device at T / 4 (then the mesh's devices) needs 0.59 of one device at T; at
+    # T = 65536, 0.269 (forward) and 0.299 (gradient), 1.08x and 1.10x one device at T / 4
+    # (benchmarks/results/sequence_parallel_cpu4.md).
 
     # rfjax.nn.PerformerAttention(causal=True, sequence_axis="seq") against the unsplit layer,
     # linen and NNX.

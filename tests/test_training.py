@@ -365,8 +365,32 @@ def test_four_device_data_parallel_run_matches_one_device(tmp_path):
 
 def test_batch_size_must_divide_over_devices(tmp_path, monkeypatch):
     monkeypatch.setattr(jax, "device_count", lambda: 3)
-    with pytest.raises(ValueError, match="divisible by the device count"):
-        train.train_and_evaluate(toy_config(), str(tmp_path), toy_task())
+    config = toy_config()
+    config.batch_size = 20
+    # Raised with the config's validation, naming the field and the sizes that work.
+    with pytest.raises(ValueError, match=r"batch_size=20 must be divisible by 3.*e\.g\. 18 or 21"):
+        train.validate_train_config(config)
+    with pytest.raises(ValueError, match="batch_size=20 must be divisible by 3"):
+        train.train_and_evaluate(config, str(tmp_path), toy_task())
+
+
+def test_evaluation_batches_are_padded_to_the_device_count(monkeypatch):
+    # Any eval batch size splits over every device and process: 25 real rows per batch padded
+    # to 28 on 4 devices, masked (issue 31: 25 on 2 processes raised in evaluation).
+    monkeypatch.setattr(jax, "device_count", lambda: 4)
+    arrays = {"x": np.arange(60)}
+    batches = list(train.padded_batches(arrays, 25))
+    assert [len(b["x"]) for b in batches] == [28, 28, 28]
+    assert [int(b["mask"].sum()) for b in batches] == [25, 25, 10]
+    real = np.concatenate([b["x"][b["mask"]] for b in batches])
+    np.testing.assert_array_equal(real, np.arange(60))
+
+
+def test_sequence_parallelism_must_divide_each_process_devices():
+    config = toy_config()
+    config.sequence_parallelism = 2  # one CPU device here
+    with pytest.raises(ValueError, match="sequence_parallelism=2 must divide the 1 devices"):
+        train.validate_train_config(config)
 
 
 @requires_fashion_mnist

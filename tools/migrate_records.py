@@ -244,7 +244,20 @@ def performer_vit_maps(name: str):
     }
 
 
+def performer_lm(name: str):
+    """results.json held the runs (and the comparison the report now judges from them); the
+    devices and processes the run used from the summary, which alone printed them."""
+    with open(os.path.join(RESULTS, name, "results.json")) as handle:
+        stored = json.load(handle)
+    return {
+        "runs": stored["runs"],
+        "devices": int(summary_value(name, r"([0-9]+) devices in [0-9]+ process")),
+        "processes": int(summary_value(name, r"[0-9]+ devices in ([0-9]+) process")),
+    }
+
+
 MIGRATIONS = {
+    "performer_lm": performer_lm,
     "performer_vit": performer_vit,
     "performer_vit_maps": performer_vit_maps,
     "lstm_lm": lstm_lm,

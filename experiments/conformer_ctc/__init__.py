@@ -41,6 +41,7 @@ import numpy as np
 import optax
 
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from rfjax import features as feature_maps
 from rfjax.data import concatenate_digits, load_fsdd, log_mel_spectrogram
@@ -276,19 +277,15 @@ def digit_error_rate(totals: dict[str, float]) -> float:
 
 def evaluator(model: ConformerEncoder, test_arrays: dict, config):
     """``(variables, rng, step) -> totals``: sums of the task's eval metrics over the test set
-    under ``model`` (one jitted function, reused across calls)."""
-    eval_metrics = make_task(model, test_arrays, test_arrays, config, seed=0).eval_metrics
-    if eval_metrics is None:
+    under ``model``, batches split over all devices of all processes (the same totals on every
+    process)."""
+    eval_fn = make_task(model, test_arrays, test_arrays, config, seed=0).eval_metrics
+    if eval_fn is None:
         raise ValueError("the CTC task has no eval_metrics")
-    eval_fn = jax.jit(eval_metrics)
 
     def evaluate(variables, rng: jax.Array, step: int) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for batch in train.padded_batches(test_arrays, config.eval_batch_size):
-            sums = jax.device_get(eval_fn(variables, batch, rng, step))
-            for name, value in sums.items():
-                totals[name] = totals.get(name, 0.0) + float(value)
-        return totals
+        batches = train.padded_batches(test_arrays, config.eval_batch_size)
+        return distributed.evaluate(eval_fn, variables, batches, rng=rng, step=step)
 
     return evaluate
 

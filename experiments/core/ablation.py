@@ -26,6 +26,8 @@ import ml_collections
 from configs.common import claim, locate_field, parse_field_value
 from experiments.core import outputs, records, stats, sweep, verdicts
 
+REPORT_FILE = "ablation.md"
+
 
 def parse_sweep(text: str, config: ml_collections.ConfigDict) -> tuple[str, list]:
     """``"field=v1,v2"`` -> the field and its values (parsed as the field's type).
@@ -138,6 +140,6 @@ def run(
         f"{outputs.markdown_table(rows)}\n\n{verdict.sentence()}\n"
     )
     verdicts.write(workdir, judge)
-    outputs.write_text(os.path.join(workdir, "ablation.md"), text)
+    outputs.write_text(os.path.join(workdir, REPORT_FILE), text)
     print(text)
     return verdict

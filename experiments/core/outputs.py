@@ -204,7 +204,8 @@ class Progress:
     When stderr is a terminal, a tqdm bar (cleared at the end). Otherwise (logs, CI, ``nohup``)
     a line on stdout at most every ``interval_s`` seconds, ``description: done/total (percent),
     rate, elapsed, time left[, note]``, and a last line with the total time if any was printed
-    (a phase shorter than ``interval_s`` stays silent).
+    (a phase shorter than ``interval_s`` stays silent), ending in ``done``, or in
+    ``interrupted`` (Ctrl-C, SIGTERM) or ``stopped by <error>`` when the phase ends early.
 
     Args:
       description: what is being counted (first word of each line).
@@ -257,19 +258,20 @@ class Progress:
         else:
             print(text, flush=True)
 
-    def close(self) -> None:
+    def close(self, outcome: str = "done") -> None:
+        """Ends the phase; the last line (if any was printed) ends in ``outcome``."""
         if self.bar is not None:
             self.bar.close()
         elif self.lines:
-            self._line(final=True)
+            self._line(final=outcome)
 
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc_info) -> None:
+        self.close(_outcome(exc_type))
 
-    def _line(self, final: bool = False) -> None:
+    def _line(self, final: str | None = None) -> None:
         now = time.monotonic()
         elapsed = now - self.start
         count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
@@ -283,12 +285,23 @@ class Progress:
         if self.total and rate > 0 and not final:
             parts.append(f"~{format_duration((self.total - self.done) / rate)} left")
         if final:
-            parts.append("done")
+            parts.append(final)
         if self.note:
             parts.append(self.note)
         print(", ".join(parts), flush=True)
         self.last_line = now
         self.lines += 1
+
+
+def _outcome(exc_type: type[BaseException] | None) -> str:
+    """How a phase ended, for its last progress line."""
+    if exc_type is None:
+        return "done"
+    if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):  # SystemExit: SIGTERM's exit
+        return "interrupted"
+    if issubclass(exc_type, GeneratorExit):  # ``progress`` closed before its last item
+        return "stopped"
+    return f"stopped by {exc_type.__name__}"
 
 
 def format_duration(seconds: float) -> str:

@@ -9,7 +9,8 @@ turns claim and effect into a ``Verdict`` with exactly one of four outcomes:
 - **holds**: the interval at the claim's confidence lies where the claim says;
 - **does not hold**: the interval lies against the claim beyond the declared margin. Never with
   a zero margin and never from a variant that is not sized to test the claims
-  (``config.powered`` False: quick and smoke variants);
+  (``config.powered`` False: quick and smoke variants, undertrained models), whose summaries
+  open with a note saying so and naming the variant that is (``unpowered_note``);
 - **not resolved**: the interval straddles a boundary; the sentence says how many units (seeds,
   draws) would resolve it at the observed spread, or why no number would;
 - **not tested**: the design could not test the claim; the sentence says why.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import json
 import math
 import os
@@ -353,11 +355,18 @@ class Verdicts:
 
     def fact(self, name: str, true: bool, evidence: str) -> Verdict:
         """The verdict on a deterministic statement (claim test ``"fact"``): computed exactly,
-        with no noise to resolve, so it holds or does not hold."""
+        with no noise to resolve, so it holds or does not hold (in a variant not sized to test
+        the claims, a false statement is "not resolved": it was computed at that variant's
+        sizes)."""
         claim = self._claim(name)
         if claim.test != "fact":
             raise ValueError(f"claim {name!r} is a {claim.test!r} claim, not a 'fact'")
-        outcome = Outcome.HOLDS if true else Outcome.DOES_NOT_HOLD
+        if true:
+            outcome = Outcome.HOLDS
+        elif self.powered:
+            outcome = Outcome.DOES_NOT_HOLD
+        else:
+            outcome, evidence = Outcome.NOT_RESOLVED, f"{evidence}; false here, but {UNPOWERED}"
         return self._record(name, Verdict(claim.statement, outcome, evidence, "exact"))
 
     def exact(self, name: str, value: float, *, effect: str, number: str = ".3g") -> Verdict:
@@ -537,10 +546,49 @@ def write_summary(
     ``verdicts.json`` (``write``) and the config to ``config.json``; returns the summary."""
     sentences = {f"verdict_{name}": v.sentence() for name, v in judge.given.items()}
     summary = outputs.render_summary(template, config, **values, **sentences)
+    if not judge.powered:
+        title, _, body = summary.partition("\n")
+        summary = f"{title}\n\n{unpowered_note(config)}\n{body}"
     write(workdir, judge)
     outputs.write_text(os.path.join(workdir, "summary.md"), summary)
     outputs.save_config(workdir, config)
     return summary
+
+
+def unpowered_note(config: ml_collections.ConfigDict) -> str:
+    """The note under the title of a summary from a variant not sized to test its claims
+    (``config.powered`` False): what that means for its verdicts and which variant of its
+    config file is sized to resolve them (``powered_variant``)."""
+    name = config.get("experiment")
+    variant = powered_variant(name) if isinstance(name, str) else None
+    if variant is None:
+        resolve = "no variant of its config file is sized to resolve them"
+    else:
+        argument = f"configs/{name}.py" + (f":{variant}" if variant else "")
+        resolve = f"`--config={argument}` is sized to resolve them"
+    return (
+        "> **Not powered.** This variant is not sized to test the claims (`config.powered` is "
+        'False: a smoke test or undertrained models), so none of its verdicts is "does not '
+        'hold": an effect against a claim beyond its margin reads "not resolved"; '
+        f"{resolve}."
+    )
+
+
+def powered_variant(experiment: str) -> str | None:
+    """The variant of ``configs/<experiment>.py`` sized to test its claims: ``""`` for the
+    default config, else ``"paper"``; None if neither is (or the file has no such variant)."""
+    try:
+        module = importlib.import_module(f"configs.{experiment}")
+    except ImportError:
+        return None
+    for variant in ("", "paper"):
+        try:
+            candidate = module.get_config(variant or None)
+        except ValueError:  # no such variant
+            continue
+        if candidate.get("powered", True):
+            return variant
+    return None
 
 
 def read(workdir: str) -> dict[str, Verdict]:

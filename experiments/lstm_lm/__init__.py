@@ -49,6 +49,7 @@ import ml_collections
 import numpy as np
 
 from experiments.core import cost, outputs, records, stats, sweep, verdicts
+from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.lstm_lm.metrics import distribution_metrics
 from rfjax.data import PTB_SOURCE, load_ptb
@@ -286,12 +287,9 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
 
 
 def perplexity(eval_fn, params, arrays: dict[str, np.ndarray], batch_size: int) -> float:
-    """exp(mean NLL per token) over all windows of a split, full softmax."""
-    totals = {"nll": 0.0, "count": 0.0}
-    for batch in train.padded_batches(arrays, batch_size):
-        sums = jax.device_get(eval_fn(params, batch, None, None))
-        for name in totals:
-            totals[name] += float(sums[name])
+    """exp(mean NLL per token) over all windows of a split, full softmax (batches split over
+    all devices of all processes: the same value on every process)."""
+    totals = distributed.evaluate(eval_fn, params, train.padded_batches(arrays, batch_size))
     return float(np.exp(totals["nll"] / totals["count"]))
 
 
@@ -392,7 +390,7 @@ def train_run(config, arm: str, seed: int, context: dict, workdir: str) -> dict:
     params = train.final_params(run_dir)
     if task.eval_metrics is None:
         raise ValueError("the language-model task has no eval_metrics")
-    eval_fn = jax.jit(task.eval_metrics)
+    eval_fn = task.eval_metrics
     tau = float(proposal_temperature(model, params, setting, heldout, config.tau_grid))
     row = {
         "arm": arm,

@@ -49,7 +49,6 @@ are public: ``experiments.performer_vit_maps`` uses them.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from typing import Any, Literal
@@ -62,6 +61,7 @@ import numpy as np
 import optax
 
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.core.validate import require_names, require_positive
 from rfjax import features, projections
@@ -248,19 +248,6 @@ def make_task(
 # --------------------------------------------------------------------------- evaluation
 
 
-@functools.partial(jax.jit, static_argnames=("model",))
-def _correct_with_projection(model, params, images, labels, mask, key, mean, std):
-    """Correct predictions among the masked ``images`` with the projection drawn from ``key``."""
-    logits = model.apply(
-        params,
-        (images.astype(jnp.float32) / 255 - mean) / std,
-        train=False,
-        projection_step=0,
-        rngs={"projection": key},
-    )
-    return jnp.sum((jnp.argmax(logits, -1) == labels) & mask)
-
-
 def fresh_draw_accuracies(
     model: PerformerViT,
     params,
@@ -271,17 +258,32 @@ def fresh_draw_accuracies(
 ) -> np.ndarray:
     """Test accuracy with each key's projection (``rngs={"projection": key}``, step 0): ``(K,)``.
 
-    ``pixel_stats``: the training images' pixel mean and std (of pixel / 255).
+    ``pixel_stats``: the training images' pixel mean and std (of pixel / 255). Batches are split
+    over all devices of all processes (the same accuracies on every process).
     """
-    totals = np.zeros(len(keys))
-    for batch in train.padded_batches(test_arrays, batch_size):
-        for index, key in enumerate(keys):
-            totals[index] += int(
-                _correct_with_projection(
-                    model, params, batch["image"], batch["label"], batch["mask"], key, *pixel_stats
-                )
-            )
-    return totals / len(test_arrays["label"])
+    mean, std = pixel_stats
+
+    def correct(params, batch, key, step):
+        logits = model.apply(
+            params,
+            (batch["image"].astype(jnp.float32) / 255 - mean) / std,
+            train=False,
+            projection_step=step,
+            rngs={"projection": key},
+        )
+        return {"correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) & batch["mask"])}
+
+    totals = [
+        distributed.evaluate(
+            correct,
+            params,
+            train.padded_batches(test_arrays, batch_size),
+            rng=key,
+            step=jnp.int32(0),
+        )["correct"]
+        for key in keys
+    ]
+    return np.asarray(totals) / len(test_arrays["label"])
 
 
 def queries_and_keys(model: PerformerViT, params, images: jax.Array) -> list[tuple]:

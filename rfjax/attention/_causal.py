@@ -1,6 +1,7 @@
 """Causal FAVOR: per head, chunked prefix sums with the key stabiliser's running maximum, so that
-no position sees a later one: one shift per key (``_prefix.causal_prefix``) or, for the maps
-``uses_log_space_prefix`` names, one per feature (``_log_prefix.causal_log_prefix``)."""
+no position sees a later one: one shift per feature for exponential maps
+(``_log_prefix.causal_log_prefix``, ``uses_log_space_prefix``), one per key for the others
+(``_prefix.causal_prefix``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes, log_floor
 from rfjax.attention._head_features import (
-    exponential_side,
     feature_logs,
     finite_key_features,
     finite_query_features,
@@ -26,7 +26,7 @@ from rfjax.attention._sequence_parallel import (
     sequence_parallel_log_prefix,
     sequence_parallel_prefix,
 )
-from rfjax.features import SIDES, ExponentialFeatureMap, FeatureMap, FeatureMapPair
+from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
 
@@ -38,55 +38,20 @@ def _normalise(numerator_and_denominator: jax.Array, eps: float) -> jax.Array:
     return floored_ratio(numerator, denominator, eps)
 
 
-# Largest query boost (natural log): boosted query features stay <= e^60, so the chunk's
-# (C, m) x (m, C) products stay below float32's e^88 for m up to ~e^20.
-MAX_QUERY_BOOST = 60.0
-
-
-def _positive_without_floor(fmap: FeatureMap) -> bool:
-    """Maps whose stabilised features are >= 0 on both sides (exponential maps) and whose
-    denominator floor only catches underflow: a per-row query factor is free for them."""
-    if isinstance(fmap, FeatureMapPair):
-        return _positive_without_floor(fmap.query) and _positive_without_floor(fmap.key)
-    return isinstance(fmap, ExponentialFeatureMap) and not fmap.needs_denominator_floor
-
-
-def _query_boost(
-    phi_q: jax.Array, psi_k: jax.Array, mu: jax.Array, running_max: jax.Array
-) -> jax.Array:
-    """Per-row log-factor b_t (T,) for the stabilised query features, a constant that cancels.
-
-    With query features psi_q (largest entry 1) and key terms psi_k,j exp(mu_j - c_t) (running
-    maximum c_t), the largest term of row t's denominator is exp(M_t), M_t = max_i (log psi_q,ti
-    + max_{j <= t} (log psi_k,ji + mu_j)) - c_t <= 0. At large |q|, |k| the query's and the keys'
-    largest features differ, M_t falls below float32's exp(-87) and the row's sums underflow
-    (0 / 0). Scaling row t by exp(b_t), b_t = min(-M_t, MAX_QUERY_BOOST), lifts its largest
-    term to 1 (or by e^60). Causal: M_t reads keys j <= t only.
-    """
-    key_logs = jax.lax.cummax(jnp.log(psi_k) + mu[:, None], axis=0)
-    best = jnp.max(jnp.log(phi_q) + key_logs, axis=-1) - running_max
-    return jax.lax.stop_gradient(jnp.clip(-best, 0.0, MAX_QUERY_BOOST))
-
-
 def uses_log_space_prefix(fmap: FeatureMap, stabilize: bool) -> bool:
     """Whether causal attention with ``fmap`` keeps a key shift per feature (the one place
-    that decides it).
+    that decides it): stabilised exponential maps (both sides: positive features, OPRF, DERF,
+    the cluster hybrid) run ``_log_prefix.causal_log_prefix``.
 
-    Stabilised exponential maps (both sides) whose ``per_feature_causal_shifts`` is set (on
-    either side) run ``_log_prefix.causal_log_prefix``: their query-side and key-side
-    log-features peak in different directions (data-fitted or asymmetric transforms), and one
-    shift per key loses every key feature below e^-87 of the key's largest before a query can
-    weigh it (rows 0 / 0 at norms of 40-100). It costs C^2 m exponentials per chunk where the
-    per-key shift does a matmul: 4-5x the time of forward + backward for positive features at
-    T = 1024, m = 256, C = 64, 4 heads (medians of 7 interleaved repeats, two runs on a shared
-    2-core CPU: 0.70 s and 0.58 s against 0.14 s and 0.14 s). Positive features
-    (``"positive"``, ``"positive_antithetic"``) keep the per-key shift with the per-row query
-    boost (``_query_boost``), which is exact for them up to norm 100 (tests).
+    One shift per key (``_prefix.causal_prefix``) loses every key feature below e^-87 of the
+    key's largest before a query can weigh it; at large |q|, |k| the query's largest features
+    and the keys' differ, and rows underflow (0 / 0) or their gradients overflow: positive
+    features at |q| = |k| = 110-120 (H = 64, m = 128) had NaN gradients and outputs off the
+    float64 result by up to 200x the rounding tolerance (issue 32), the data-fitted maps from
+    norm 40 (issue 19). The log-space op forms the chunk's quadratic form per feature in blocks
+    of ``_log_prefix.LOG_BLOCK`` positions, at about the per-key op's cost.
     """
-    if not (stabilize and has_feature_logs(fmap)):
-        return False
-    sides = [exponential_side(fmap, side) for side in SIDES]
-    return any(side is not None and side.per_feature_causal_shifts for side in sides)
+    return stabilize and has_feature_logs(fmap)
 
 
 def _head_attention(
@@ -137,8 +102,6 @@ def _head_attention(
         return jnp.where(poisoned[:, None], jnp.nan, _normalise(sums, eps))
     psi_k, mu = key_factor, key_log[:, 0]
     running_max = jax.lax.cummax(mu, axis=0)
-    if stabilize and _positive_without_floor(fmap):
-        phi_q = phi_q * jnp.exp(_query_boost(phi_q, psi_k, mu, running_max))[:, None]
     prefix: Callable[..., jax.Array]
     if sequence_axis is None:
         prefix = causal_prefix

@@ -144,14 +144,29 @@ def unwrap_projection(projection: object, num_heads: int) -> tuple[Projection, i
     return projection, None
 
 
+def read_as(shape: tuple[int, ...]) -> str:
+    """How ``check_qkv`` reads an array of ``shape`` (4-D: (B, T, N, H); 3-D: (T, N, H))."""
+    names = ("B", "T", "N", "H")[-len(shape) :]
+    return f"({', '.join(names)}) = {tuple(shape)}"
+
+
 def check_projection(
-    projection: object, head_dim: int, num_heads: int
+    projection: object, head_dim: int, num_heads: int, *, query_shape: tuple[int, ...] = ()
 ) -> tuple[Projection, int | None]:
-    """``unwrap_projection``, and the projection's dim must be the head dim H."""
+    """``unwrap_projection``, and the projection's dim must be the head dim H (the last axis of
+    the query, whose given shape ``query_shape`` the message then says how it was read)."""
     projection, axis = unwrap_projection(projection, num_heads)
     if projection.dim != head_dim:
+        read = (
+            f" The query of shape {tuple(query_shape)} was read as {read_as(query_shape)}: "
+            "query, key and value must be (B, T, N, H) or (T, N, H) arrays, the heads on their "
+            "own axis (for a (B, T, D) array of N heads pass x.reshape(B, T, N, D // N))."
+            if query_shape
+            else ""
+        )
         raise ValueError(
-            f"projection must have dim == head_dim H = {head_dim}; got dim = {projection.dim}"
+            f"projection must have dim == head_dim H = {head_dim}; got dim = "
+            f"{projection.dim}.{read}"
         )
     return projection, axis
 
@@ -206,9 +221,19 @@ def log_floor(dtype: jnp.dtype) -> float:
     return -0.25 * float(jnp.finfo(dtype).max)
 
 
-def default_eps(eps: float | None, dtype: jnp.dtype) -> float:
+# The default denominator floor of signed feature maps: their estimated normalisers cross zero
+# once the estimate's relative error nears 1 (|q|, |k| from ~6 at H = 64, m = 128), and a row
+# divided by a floor of float32's smallest normal number was inf or NaN. Normalisers are in
+# units where every key's largest term is at most 1 (the stabiliser), so the floor clips only
+# rows whose estimate is near 0 or negative, and bounds them by |numerator| / SIGNED_EPS.
+SIGNED_EPS = 1e-3
+
+
+def default_eps(eps: float | None, dtype: jnp.dtype, *, signed: bool) -> float:
+    """``eps``, or its default: ``SIGNED_EPS`` for maps with ``signed`` features (a normaliser
+    that can be <= 0), else the smallest normal number of ``dtype`` (only underflow)."""
     if eps is None:
-        return float(jnp.finfo(dtype).tiny)
+        return SIGNED_EPS if signed else float(jnp.finfo(dtype).tiny)
     return check_real("eps", eps, positive=True)
 
 

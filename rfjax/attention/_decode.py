@@ -29,6 +29,7 @@ from rfjax.attention._head_features import (
     feature_logs,
     floored_ratio,
     has_feature_logs,
+    has_signed_features,
     key_features,
     normalise,
 )
@@ -209,7 +210,7 @@ def favor_decode_step(
         fmap,
         axes=(projection_axis, map_axis),
         stabilize=resolve_stabilize(stabilize, fmap),
-        eps=default_eps(eps, state.kv_sum.dtype),
+        eps=default_eps(eps, state.kv_sum.dtype, signed=has_signed_features(fmap)),
     )
 
 

@@ -24,8 +24,8 @@ from rfjax.attention._checks import (
     resolve_stabilize,
 )
 from rfjax.attention._data_fitted import fit_if_unfitted
-from rfjax.attention._head_features import normalise
-from rfjax.attention._sequence_parallel import check_sequence_axis
+from rfjax.attention._head_features import has_signed_features, normalise
+from rfjax.attention._sequence_parallel import check_sequence_axis, check_split_along
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -56,7 +56,13 @@ def favor_attention(
     where A(t) is every unmasked key (bidirectional) or every unmasked key j <= t (``causal``).
     A map of the softmax kernel (``rfjax.features.available(kernel="softmax")``) makes
     phi_Q(q') . phi_K(k') an unbiased estimate of exp(q . k / sqrt(H)); with the default, the
-    output approximates ``softmax_attention`` with an error falling like 1/sqrt(m). Bidirectional
+    output approximates ``softmax_attention`` with an error that falls like 1/sqrt(m) but grows
+    like exp(|q'|^2) with the scores' scale: small for |q'|^2 = |q|^2 / sqrt(H) below about 1,
+    far from softmax at any practical m for |q'|^2 of 4 and more (an untrained layer's
+    |q'|^2 is about sqrt(H)). The expected error against the input norm and m, from
+    ``rfjax.theory.prf_mse`` and measured, and how to keep it small (normalised queries and
+    keys with a small temperature, the OPRF/DERF maps): docs/maths/attention.md, "How large
+    the error is, and how to keep it small". Bidirectional
     attention computes phi_Q(Q) (phi_K(K)^T [V, 1]) in blocks of ``BIDIRECTIONAL_BLOCK``
     positions (a scan over key blocks accumulating the sums, then the read-out per query block),
     in O(block (m + H_v) + m H_v) temporary memory per head for the forward pass; causal
@@ -86,17 +92,13 @@ def favor_attention(
       exp(c_old - c_new) <= 1 when it grows (as in online softmax), and each key enters with the
       exact factor exp(s(k_j) - c_t) <= 1. Output t therefore depends only on positions <= t:
       perturbing later tokens leaves it bit-identical (the Performer's global key maximum
-      would leak the future). Maps whose ``per_feature_causal_shifts`` is set (OPRF, DERF,
-      the cluster hybrid: query and key log-features that peak in different directions) keep
-      the running maximum per feature, with each chunk's weights formed in log space
-      (``_log_prefix``); with ``sequence_axis`` each device combines the earlier devices'
+      would leak the future). Exponential maps (positive features, OPRF, DERF, the cluster
+      hybrid) keep the running maximum per feature, c_ti = max_{j <= t} l_i(k_j), with the
+      weights within blocks of 16 positions formed in log space and each row read out
+      relative to its largest term (``_log_prefix``): at large |q|, |k| the query's largest
+      features and the keys' lie in different directions, and one shift per key loses a row's
+      largest terms; with ``sequence_axis`` each device combines the earlier devices'
       per-feature states (``_sequence_parallel.sequence_parallel_log_prefix``).
-    * queries, causal, exponential maps without a denominator floor (``"positive"``,
-      ``"positive_antithetic"``): at large |q|, |k| the query's largest features and the keys'
-      differ, and every product of row t's sums can underflow (the row becomes 0 / 0). Row t
-      is then scaled up by exp(b_t), b_t = min(-M_t, 60), where exp(M_t) <= 1 is its largest
-      term, read from the per-feature running maximum of the keys j <= t (causal); the factor
-      cancels like the others.
 
     Sequence parallel (context parallel): called inside ``jax.shard_map`` with
     ``sequence_axis="seq"`` on the local shards of query, key, value and mask of a sequence split
@@ -109,7 +111,10 @@ def favor_attention(
     running key maximum starts at the earlier devices' maximum, so an output depends on no later
     position on any device. Gradients flow across devices through the collectives' transposes.
     Every device must hold the same projection and feature map (replicated, e.g. drawn from the
-    same key).
+    same key). The axis must split the sequence: query, key, value and a given mask that do not
+    vary over it (replicated) raise ``ValueError``; a shard's type does not say which dimension
+    the axis splits, so an axis that splits the heads or the batch instead is caught only through
+    the key padding mask (replicated then), and without a mask gives wrong outputs unnoticed.
 
     Each shift is a single constant for all keys of one output row (or, per feature, undone
     by the query's read-out), so it cancels between numerator and denominator; the shifts are
@@ -120,8 +125,14 @@ def favor_attention(
 
     The denominator is clamped below at ``eps`` (default: the smallest normal number of the
     computation dtype), which only acts when it underflows, e.g. a query whose keys are all
-    masked (or S = 0) gets an output of 0. The normalisation's derivative is formed without
-    den^2 (``floored_ratio``), so gradients stay finite where the denominator is tiny.
+    masked (or S = 0) gets an output of 0. Signed maps (trigonometric, Fourier, angular and
+    Gaussian hybrids: ``needs_denominator_floor`` without exponential features) estimate a
+    row's normaliser as <= 0 once their relative error nears 1 (H = 64, m = 128, random
+    directions: no row up to |q| = |k| = 4, 2-4% at 6, ~43% at 8); their default ``eps`` is
+    ``_checks.SIGNED_EPS`` = 1e-3 (normalisers are in units where each key's largest term is
+    at most 1), which clips those rows: they are biased but finite (|output| <= |numerator| /
+    eps), never NaN or inf. The normalisation's derivative is formed without den^2
+    (``floored_ratio``), so gradients stay finite where the denominator is tiny.
 
     Non-finite inputs reach exactly the outputs that attend to them: a query, key or value
     row holding a NaN or inf is left out of every sum, and the outputs that attend to it are
@@ -147,14 +158,15 @@ def favor_attention(
         ``"trigonometric"``...), an ``rfjax.features.FeatureMap`` (with its parameters, e.g.
         ``features.get("angular_hybrid")().init(key, H)``; ``FeatureMapPair`` joins a query map
         and a key map), or a ``PerHead`` of a map with per-head parameters. Maps whose
-        ``needs_denominator_floor`` is set (signed maps) can make a row's denominator <= 0: give
-        them a working ``eps`` (e.g. 1e-3), which biases only the rows below it, and bounded
-        scores (unit queries and keys, as ``rfjax.nn.PerformerAttention(query_key_norm=True)``
-        gives them); with raw scores about half the rows can be <= 0
-        (``tests/test_conformer_ctc``). The data-fitted maps (``"oprf"``, ``"derf_*"``,
-        ``"saderf"``) given without their statistics are fitted per head to the current queries
-        and keys (bidirectional); causal attention needs them fitted beforehand on a
-        calibration sample (see ``rfjax.attention._data_fitted``).
+        ``needs_denominator_floor`` is set (signed maps) can make a row's denominator <= 0:
+        their default ``eps`` (1e-3, see above) clips those rows; give them bounded scores
+        (unit queries and keys, as ``rfjax.nn.PerformerAttention(query_key_norm=True)`` gives
+        them; the safe input ranges are in docs/maths/attention.md); with raw scores about half
+        the rows can be <= 0 (``tests/test_conformer_ctc``). The data-fitted maps (``"oprf"``,
+        ``"derf_*"``, ``"saderf"``) given without their statistics are fitted per head to the
+        current queries and keys (bidirectional; with ``sequence_axis``, those of the whole
+        sequence); causal attention needs them fitted beforehand on a calibration sample (see
+        ``rfjax.attention._data_fitted``).
       causal: attend only to keys j <= t.
       mask: key padding mask, bool, True = attend: ``(B, S)`` (``(S,)`` if unbatched), or
         ``(B, 1, 1, S)``, the form that broadcasts over heads and queries in
@@ -163,10 +175,13 @@ def favor_attention(
         Masks that depend on the query position are not key padding: use ``causal=True`` for
         the causal one; others cannot be applied by FAVOR. Masked keys contribute nothing
         (their features are zeroed).
-      chunk_size: chunk length C of the causal prefix sums (clipped to T).
+      chunk_size: chunk length C of the causal prefix sums (clipped to T); exponential maps
+        (stabilised) form each chunk's weights in blocks of 16 positions and round C up to a
+        whole number of blocks: there C sets how often the gradient keeps a state.
       stabilize: ``None`` (use the maps' log-space form), ``True`` (require maps that have one)
         or ``False`` (raw features).
-      eps: floor of the denominator (> 0), default the smallest normal number.
+      eps: floor of the denominator (> 0); default 1e-3 for signed maps, else the smallest
+        normal number (see above).
       sequence_axis: ``None``, or the name of the mesh axis of an enclosing ``jax.shard_map``
         along which the sequence (axis T of query, key, value; axis S of mask) is split; the
         arrays are then the local shards (see above).
@@ -181,8 +196,8 @@ def favor_attention(
         Projection, a floating matrix or a PerHead of them, or a feature map that is not a
         name or FeatureMap.
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
-        map without a log-space form, an unfitted data-fitted map with ``causal=True``, or
-        ``chunk_size < 1``.
+        map without a log-space form, an unfitted data-fitted map with ``causal=True``,
+        ``chunk_size < 1``, or an input that does not vary over ``sequence_axis``.
 
     Examples:
       >>> import jax
@@ -216,11 +231,15 @@ def favor_attention(
     causal = check_causal(causal)
     query, key, value, unbatched = check_qkv(query, key, value, causal=causal)
     batch, key_length, num_heads, head_dim = key.shape
+    sequence_axis = check_sequence_axis(sequence_axis)
+    check_split_along(sequence_axis, query=query, key=key, value=value, mask=mask)
     mask = check_mask(mask[None] if unbatched and mask is not None else mask, batch, key_length)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
-    projection, projection_axis = check_projection(projection, head_dim, num_heads)
+    given_shape = query.shape[1:] if unbatched else query.shape
+    projection, projection_axis = check_projection(
+        projection, head_dim, num_heads, query_shape=given_shape
+    )
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
-    sequence_axis = check_sequence_axis(sequence_axis)
     if query.size == 0 or value.size == 0:
         # Empty B, T, N, S or H_v: nothing to compute; with no keys (S = 0) every row is 0.
         out_shape = (*query.shape[:3], value.shape[-1])
@@ -228,7 +247,9 @@ def favor_attention(
         return out[0] if unbatched else out
     # OPRF/DERF without statistics: fitted to these inputs (_data_fitted).
     dtype = compute_dtype(query, key, value)
-    fmap, map_axis = fit_if_unfitted(fmap, map_axis, query, key, mask, causal=causal, dtype=dtype)
+    fmap, map_axis = fit_if_unfitted(
+        fmap, map_axis, query, key, mask, causal=causal, dtype=dtype, sequence_axis=sequence_axis
+    )
     out = _favor_attention(
         query,
         key,
@@ -240,7 +261,7 @@ def favor_attention(
         stabilize=resolve_stabilize(stabilize, fmap),
         causal=causal,
         chunk_size=chunk_size if causal else 0,  # unused: one compilation for all values
-        eps=default_eps(eps, dtype),
+        eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
         sequence_axis=sequence_axis,
     )
     return out[0] if unbatched else out

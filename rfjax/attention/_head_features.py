@@ -69,6 +69,13 @@ def has_feature_logs(fmap: FeatureMap) -> bool:
     return all(exponential_side(fmap, side) is not None for side in SIDES)
 
 
+def has_signed_features(fmap: FeatureMap) -> bool:
+    """Whether a row's estimated normaliser can be <= 0 with ``fmap``: a map that needs a
+    denominator floor and is not exponential on both sides (positive features only underflow,
+    which the per-feature key shifts prevent)."""
+    return fmap.needs_denominator_floor and not has_feature_logs(fmap)
+
+
 class FeatureLogs(NamedTuple):
     """phi = factor * exp(log) entrywise (``factor`` and ``log`` broadcast against each other to
     the features' width): the per-feature log-space form in which attention shifts keys.

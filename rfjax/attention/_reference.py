@@ -22,7 +22,12 @@ def softmax_attention(
     """Exact softmax attention softmax(q k^T / sqrt(H)) v: the reference for FAVOR.
 
     Same conventions as ``favor_attention`` (BTNH shapes, key padding mask, causal), computed in
-    at least float32; a query with no unmasked key gets 0.
+    at least float32; a query with no unmasked key gets 0. Non-finite inputs reach exactly the
+    outputs that attend to them, as in ``favor_attention``: a query row holding a NaN or inf
+    makes its own output row NaN; an unmasked key or value at position j makes every row that
+    attends to it NaN (every row, or rows t >= j if causal); masked keys and values are never
+    read, and no other output or gradient sees them (weights are selected with ``where``,
+    never multiplied by 0).
 
     Args:
       query: ``(B, T, N, H)``.
@@ -47,6 +52,12 @@ def _softmax_attention(query, key, value, mask, *, causal):
     out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
     dtype = compute_dtype(query, key, value)
     query, key, value = (x.astype(dtype) for x in (query, key, value))
+    # Non-finite rows are read by no product (0 * NaN would reach every row): they are zeroed,
+    # and the rows that attend to them (a query: its own) are set to NaN at the end.
+    bad_query, bad_key = (~jnp.all(jnp.isfinite(x), axis=-1) for x in (query, key))
+    bad_key = bad_key | ~jnp.all(jnp.isfinite(value), axis=-1)  # (B, S, N)
+    query = jnp.where(bad_query[..., None], 0, query)
+    key, value = (jnp.where(bad_key[..., None], 0, x) for x in (key, value))
     logits = jnp.einsum("btnh,bsnh->bnts", query, key) / math.sqrt(query.shape[-1])
     allowed = jnp.broadcast_to(mask[:, None, None, :], logits.shape)
     if causal:
@@ -55,4 +66,7 @@ def _softmax_attention(query, key, value, mask, *, causal):
     shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     scores = jnp.where(allowed, jnp.exp(logits - jnp.where(allowed, shift, 0)), 0)
     weights = scores / jnp.maximum(jnp.sum(scores, axis=-1, keepdims=True), 1.0e-30)
-    return jnp.einsum("bnts,bsnh->btnh", weights, value).astype(out_dtype)
+    out = jnp.einsum("bnts,bsnh->btnh", weights, value)
+    poisoned = jnp.any(allowed & jnp.moveaxis(bad_key, 1, 2)[:, :, None, :], axis=-1)
+    poisoned = jnp.moveaxis(poisoned, 1, 2) | bad_query  # (B, T, N)
+    return jnp.where(poisoned[..., None], jnp.nan, out).astype(out_dtype)

@@ -24,6 +24,7 @@ from rfjax.attention._checks import (
 from rfjax.attention._data_fitted import fit_if_unfitted
 from rfjax.attention._head_features import (
     floored_ratio,
+    has_signed_features,
     key_features,
     normalise,
     query_features,
@@ -75,7 +76,9 @@ def favor_attention_weights(
         raise ValueError("favor_attention_weights needs batched (B, T, N, H) inputs")
     batch, key_length, num_heads, head_dim = key.shape
     mask = check_mask(mask, batch, key_length)
-    projection, projection_axis = check_projection(projection, head_dim, num_heads)
+    projection, projection_axis = check_projection(
+        projection, head_dim, num_heads, query_shape=query.shape
+    )
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
     dtype = compute_dtype(query, key)
     # OPRF/DERF without statistics: fitted as favor_attention fits them (_data_fitted).
@@ -89,7 +92,7 @@ def favor_attention_weights(
         axes=(projection_axis, map_axis),
         stabilize=resolve_stabilize(stabilize, fmap),
         causal=causal,
-        eps=default_eps(eps, dtype),
+        eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
     )
 
 

@@ -59,6 +59,7 @@ from rfjax.features._common import check_projection
 from rfjax.features._complex_exponential import check_side
 from rfjax.features._generalized_exponential import (
     InputStatistics,
+    at_least_float32,
     generalized_exponential_log_features,
     input_statistics,
     optimal_precision,
@@ -182,7 +183,8 @@ def dense_exponential_parameters(
       ridge: relative ridge >= 0 added to the second moments before inversion.
 
     Returns:
-      ``DenseExponentialParameters`` with the statistics' batch axes.
+      ``DenseExponentialParameters`` with the statistics' batch axes and dtype (computed in at
+      least float32: ``eigh`` takes no bfloat16 or float16).
 
     Raises:
       ValueError: for an unknown variant or a negative ridge.
@@ -198,7 +200,9 @@ def dense_exponential_parameters(
     ridge = check_real("ridge", ridge)
     if ridge < 0:
         raise ValueError(f"ridge must be >= 0, got {ridge}")
-    return _FITS[variant](statistics, ridge)
+    dtype = jnp.result_type(*statistics)
+    wide = InputStatistics(*(jnp.asarray(x, at_least_float32(dtype)) for x in statistics))
+    return DenseExponentialParameters(*(p.astype(dtype) for p in _FITS[variant](wide, ridge)))
 
 
 def fit_dense_exponential(
@@ -214,7 +218,8 @@ def fit_dense_exponential(
       ridge: relative ridge >= 0 added to the second moments before inversion.
 
     Returns:
-      ``DenseExponentialParameters`` with the batch axes of the inputs.
+      ``DenseExponentialParameters`` with the batch axes and dtype of the inputs (fitted in at
+      least float32).
 
     Raises:
       TypeError, ValueError: as ``input_statistics`` and ``dense_exponential_parameters``.
@@ -228,9 +233,13 @@ def fit_dense_exponential(
       ((4,), True)
     """
     check_choice("variant", variant, VARIANTS)
-    return dense_exponential_parameters(
+    queries, keys = check_inputs("queries", queries), check_inputs("keys", keys)
+    dtype = jnp.result_type(queries, keys)
+    queries, keys = (x.astype(at_least_float32(dtype)) for x in (queries, keys))
+    parameters = dense_exponential_parameters(
         input_statistics(queries, keys), variant=variant, ridge=ridge
     )
+    return DenseExponentialParameters(*(p.astype(dtype) for p in parameters))
 
 
 def dense_exponential_log_features(

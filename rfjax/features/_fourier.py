@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_finite, check_float_dtype, check_int, check_key
+from rfjax._validation import check_finite, check_float_dtype, check_int, check_key, is_concrete
 from rfjax.features._common import check_projection, pointwise_features, project
 from rfjax.features._protocol import FeatureMap, ScaledFeatures, Side
 from rfjax.ops import shifted_cos
@@ -134,24 +134,55 @@ def trigonometric_features(x: jax.Array, projection: Projection) -> jax.Array:
     phi(x) = (e^{|x|^2/2} / sqrt(m)) [sin(W x), cos(W x)], so that
     phi(x).phi(y) = e^{(|x|^2 + |y|^2)/2} (1/m) sum_i cos(w_i.(x - y)), unbiased for SM(x, y).
     The estimate is exact when x == y; its relative error grows where x and y point apart
-    (HRF Lemma 3.4). Features can be negative and grow like e^{|x|^2/2}.
+    (HRF Lemma 3.4). Features can be negative and grow like e^{|x|^2/2}: they are finite for
+    |x| < sqrt(2 log(max) + log m) (``representable_norm``: 13.5 in float32, 37.7 in float64
+    at m = 128); beyond it use the map's log-space form (``TrigonometricFeatureMap``'s
+    ``scaled_features``, as attention does), since the kernel e^{x.y} itself overflows there.
 
     Args:
       x: inputs, shape ``(..., d)``, floating (for attention, scale by d^{-1/4} first).
       projection: a drawn ``Projection`` with ``dim == d`` and m rows.
 
     Returns:
-      Features of shape ``(..., 2m)``.
+      Features of shape ``(..., 2m)``; inside ``jit``, +-inf (never NaN) where they overflow.
 
     Raises:
       TypeError: if ``x`` is not floating or ``projection`` is not a ``Projection``.
-      ValueError: if ``x.shape[-1] != projection.dim``.
+      ValueError: if ``x.shape[-1] != projection.dim``, or (outside ``jit``) if a finite input
+        row's features overflow the dtype (``exponentiated``), naming the largest |x|.
 
     References:
       Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Eq. 2.
     """
     log_scale, sin_cos = trigonometric_parts(x, projection)
-    return jnp.exp(log_scale)[..., None] * sin_cos
+    scaled = shift_log_scale(log_scale, sin_cos)
+    return exponentiated("trigonometric_features", scaled, x, projection.num_features)
+
+
+def representable_norm(num_features: int, dtype: DTypeLike) -> float:
+    """The largest |x| whose factor e^{|x|^2/2 - log(m)/2} (trigonometric features and the
+    hybrids' trigonometric base) is finite in ``dtype``: sqrt(2 log(max) + log m)."""
+    return math.sqrt(2.0 * math.log(float(jnp.finfo(dtype).max)) + math.log(num_features))
+
+
+def exponentiated(name: str, scaled: ScaledFeatures, x: jax.Array, num_features: int) -> jax.Array:
+    """``scaled.unscaled()``: features psi e^s whose factor e^s can overflow (e^{|x|^2/2}).
+
+    Outside ``jit``, a finite input row whose features overflow raises ``ValueError`` naming
+    ``name``, the largest |x| and the representable one (``representable_norm`` for the m =
+    ``num_features`` projections); inside, those entries are +-inf, never NaN."""
+    phi, x = scaled.unscaled(), jnp.asarray(x)
+    finite_rows = jnp.all(jnp.isfinite(x), axis=-1)
+    overflows = jnp.any(jnp.isinf(phi), axis=-1) & finite_rows
+    if is_concrete(overflows) and bool(jnp.any(overflows)):
+        norms = jnp.linalg.norm(jnp.where(finite_rows[..., None], x, 0), axis=-1)
+        raise ValueError(
+            f"{name}: inputs with |x| up to {float(jnp.max(norms)):.4g} give features beyond "
+            f"{phi.dtype}'s range: they carry e^(|x|^2/2), finite for |x| < "
+            f"{representable_norm(num_features, phi.dtype):.4g} here; use the map's log-space "
+            f"form (FeatureMap.scaled_features, as attention does) or smaller inputs"
+        )
+    return phi
 
 
 def trigonometric_parts(x: jax.Array, projection: Projection) -> tuple[jax.Array, jax.Array]:
@@ -169,7 +200,9 @@ class FourierFeatureMap(FeatureMap):
     """Random Fourier features (sin/cos) of the Gaussian kernel as a ``FeatureMap``: both sides
     ``fourier_features(x, projection)`` (width 2m). Registered as ``"fourier"``.
 
-    The features are signed: in normalised attention a row's normaliser can be <= 0.
+    The features are signed: in normalised attention a row's normaliser can be <= 0, and
+    FAVOR's default floor for signed maps (``eps`` = 1e-3) clips such rows (safe ranges:
+    docs/maths/attention.md).
     """
 
     needs_denominator_floor = True
@@ -190,8 +223,11 @@ class TrigonometricFeatureMap(FeatureMap):
     s(x) = |x|^2 / 2, so phi = psi e^s never overflows: attention drops the query factor (it
     cancels in normalised attention) and shifts the keys' by their running maximum, as for the
     positive maps (the factor e^{|x|^2/2} overflows float32 from |x| ~ 13, i.e. |q| ~ 38 at
-    H = 64 after the data normaliser). The features are signed, so a row's normaliser can be
-    <= 0; FAVOR's floor ``eps`` then acts on the shifted normaliser.
+    H = 64 after the data normaliser). ``features`` (phi itself) is finite for |x| <
+    ``representable_norm`` (13.5 in float32 at m = 128) and raises beyond it outside ``jit``.
+    The features are signed, so a row's normaliser can be <= 0: FAVOR's default floor for
+    signed maps (``eps`` = 1e-3) clips such rows, finite but biased; the estimate is reliable
+    for bounded inputs (safe ranges: docs/maths/attention.md).
 
     References:
       Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Eq. 2.
@@ -200,8 +236,8 @@ class TrigonometricFeatureMap(FeatureMap):
     needs_denominator_floor = True
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        del side  # symmetric
-        return trigonometric_features(x, projection)
+        scaled = self.scaled_features(x, projection, side=side)
+        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side

@@ -74,7 +74,8 @@ def input_statistics(queries: jax.Array, keys: jax.Array) -> InputStatistics:
 
     Returns:
       ``InputStatistics`` with the means ``(..., d)`` and second moments ``(..., d, d)`` taken
-      over the point axis (-2).
+      over the point axis (-2), accumulated in at least float32 and returned in the inputs'
+      dtype.
 
     Raises:
       TypeError: if an input is not floating.
@@ -93,12 +94,21 @@ def input_statistics(queries: jax.Array, keys: jax.Array) -> InputStatistics:
             f"queries and keys must have the same d (last axis), got shapes {queries.shape} and "
             f"{keys.shape}"
         )
-    return InputStatistics(
+    dtype = jnp.result_type(queries, keys)
+    queries, keys = (x.astype(at_least_float32(dtype)) for x in (queries, keys))
+    statistics = InputStatistics(
         jnp.mean(queries, axis=-2),
         jnp.mean(keys, axis=-2),
         _second_moment(queries),
         _second_moment(keys),
     )
+    return InputStatistics(*(x.astype(dtype) for x in statistics))
+
+
+def at_least_float32(dtype: jnp.dtype) -> jnp.dtype:
+    """The dtype in which fits are computed: float32 for low-precision (bfloat16, float16)
+    inputs, else ``dtype``; results are returned in the inputs' dtype."""
+    return jnp.promote_types(dtype, jnp.float32)
 
 
 def _second_moment(points: jax.Array) -> jax.Array:

@@ -27,7 +27,12 @@ from jax.typing import DTypeLike
 from rfjax._validation import check_choice, check_inputs, check_int, check_real
 from rfjax.features._common import check_projection, merge_trailing_axes
 from rfjax.features._complex_exponential import check_side
-from rfjax.features._fourier import fourier_features, shift_log_scale, trigonometric_parts
+from rfjax.features._fourier import (
+    exponentiated,
+    fourier_features,
+    shift_log_scale,
+    trigonometric_parts,
+)
 from rfjax.features._pointwise import angular_features
 from rfjax.features._positive import positive_features, positive_log_features
 from rfjax.features._protocol import FeatureMap, ScaledFeatures, Side
@@ -316,9 +321,12 @@ def angular_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 12, 19, Theorem 3.1, Lemma 3.2.
     """
-    return _angular_hybrid_scaled(
+    scaled = _angular_hybrid_scaled(
         x, positive_projection, trigonometric_projection, sign_projection, side=side
-    ).unscaled()
+    )
+    return exponentiated(
+        "angular_hybrid_features", scaled, x, trigonometric_projection.num_features
+    )
 
 
 def _scaled_bases(
@@ -350,6 +358,7 @@ def _angular_hybrid_scaled(
     with a = 1/2, rho(x) = sgn(T x)/sqrt(2n), eta(y) = -sgn(T y)/sqrt(2n) on scaled bases."""
     side = check_side(side)
     _check_base_projections(positive_projection, trigonometric_projection)
+    x = check_inputs("x", x, dim=positive_projection.dim)
     sign_projection, _ = _check_coefficient_projection(
         "sign_projection", sign_projection, positive_projection, trigonometric_projection
     )
@@ -413,7 +422,7 @@ def gaussian_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 20, App. F (Eq. 67-69).
     """
-    return _gaussian_hybrid_scaled(
+    scaled = _gaussian_hybrid_scaled(
         x,
         positive_projection,
         trigonometric_projection,
@@ -422,7 +431,10 @@ def gaussian_hybrid_features(
         bandwidth=bandwidth,
         radius=radius,
         coefficient_estimator=coefficient_estimator,
-    ).unscaled()
+    )
+    return exponentiated(
+        "gaussian_hybrid_features", scaled, x, trigonometric_projection.num_features
+    )
 
 
 def _gaussian_hybrid_scaled(
@@ -445,6 +457,7 @@ def _gaussian_hybrid_scaled(
     bandwidth = check_real("bandwidth", bandwidth, positive=True)
     radius = check_real("radius", radius, positive=True)
     _check_base_projections(positive_projection, trigonometric_projection)
+    x = check_inputs("x", x, dim=positive_projection.dim)
     coefficient_projection, _ = _check_coefficient_projection(
         "coefficient_projection",
         coefficient_projection,
@@ -481,10 +494,13 @@ class AngularHybridFeatureMap(FeatureMap):
     base estimators) with its own sign projection (n rows, drawn by ``init``). Width
     (4 m)(n + 1). Registered as ``"angular_hybrid"``.
 
-    The features are signed: in normalised attention a row's normaliser can be <= 0. Log-space
+    The features are signed: in normalised attention a row's normaliser can be <= 0, and
+    FAVOR's default floor for signed maps (``eps`` = 1e-3) clips such rows. Log-space
     form: both bases scaled by their common per-row log-scale s = max(max_i l_i, |x|^2/2 -
     log(m)/2) (l the positive log-features), so attention can shift the trigonometric base's
-    e^{|x|^2/2} instead of overflowing.
+    e^{|x|^2/2} instead of overflowing; ``features`` (phi itself) is finite for |x| < 13.5
+    (float32, m = 128: ``_fourier.representable_norm``) and raises beyond it outside ``jit``
+    (safe ranges: docs/maths/attention.md).
 
     Attributes:
       num_sign_features: n >= 1, sign projections of the angular coefficient.
@@ -517,7 +533,8 @@ class AngularHybridFeatureMap(FeatureMap):
         return self.replace(sign_projection=gaussian(key, dim, self.num_sign_features, dtype=dtype))
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        return self.scaled_features(x, projection, side=side).unscaled()
+        scaled = self.scaled_features(x, projection, side=side)
+        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side
@@ -539,7 +556,8 @@ class GaussianHybridFeatureMap(FeatureMap):
 
     The normalisation assumes inputs on the sphere of radius ``radius`` (the estimate stays
     unbiased off it). The features are signed: in normalised attention a row's normaliser can be
-    <= 0. Log-space form: as ``AngularHybridFeatureMap``'s (the bases' common log-scale).
+    <= 0 (clipped by FAVOR's default floor for signed maps, 1e-3). Log-space form and the range
+    of ``features``: as ``AngularHybridFeatureMap``'s (the bases' common log-scale).
 
     Attributes:
       num_coefficient_features: n >= 1, projection vectors of the Gaussian coefficient.
@@ -575,7 +593,8 @@ class GaussianHybridFeatureMap(FeatureMap):
         return self.replace(coefficient_projection=coefficients)
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        return self.scaled_features(x, projection, side=side).unscaled()
+        scaled = self.scaled_features(x, projection, side=side)
+        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side

@@ -160,9 +160,6 @@ class PositiveFeatureMap(ExponentialFeatureMap):
 
     antithetic: bool = dataclasses.field(default=False, metadata={"static": True})
 
-    # One shift per key suffices in causal attention (see ExponentialFeatureMap).
-    per_feature_causal_shifts = False
-
     def log_features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
         del side  # symmetric
         return positive_log_features(x, projection, antithetic=self.antithetic)

@@ -48,8 +48,10 @@ class ScaledFeatures(NamedTuple):
     log_scale: jax.Array
 
     def unscaled(self) -> jax.Array:
-        """phi = psi e^s, shape ``(..., width)``."""
-        return self.features * jnp.exp(self.log_scale)[..., None]
+        """phi = psi e^s, shape ``(..., width)``. Where e^s overflows the dtype, the entries are
+        +-inf, and those where psi = 0 stay 0 (never 0 * inf = NaN)."""
+        scale = jnp.exp(self.log_scale)[..., None]
+        return jnp.where(jnp.isinf(scale) & (self.features == 0), 0, self.features * scale)
 
 
 class FeatureMap(abc.ABC):
@@ -111,17 +113,10 @@ class ExponentialFeatureMap(FeatureMap):
     """A map phi(x) = exp(l(x)) given by its log-features l (positive features).
 
     Subclasses implement ``log_features``; ``scaled_features`` shifts l by its row maximum, so
-    the largest entry of psi is exactly 1 and nothing overflows.
-
-    Attributes:
-      per_feature_causal_shifts: causal attention (``rfjax.attention.favor_attention``) keeps
-        the keys' stabilising shift per feature, exact at any norm but C^2 m exponentials per
-        chunk (4-5x the time); ``False`` where one shift per key (with attention's per-row
-        query boost) is exact at the norms of practice (positive features). Bidirectional
-        attention and decoding shift every exponential map's keys per feature (no extra cost).
+    the largest entry of psi is exactly 1 and nothing overflows. Attention
+    (``rfjax.attention.favor_attention``, causal and bidirectional, and decoding) shifts every
+    exponential map's keys per feature, from l: exact at any norm.
     """
-
-    per_feature_causal_shifts: ClassVar[bool] = True
 
     @abc.abstractmethod
     def log_features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:

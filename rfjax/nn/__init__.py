@@ -2,7 +2,8 @@
 
 ``PerformerAttention`` is a drop-in for ``flax.linen.MultiHeadDotProductAttention`` with exact
 or Performer (FAVOR) attention over any coupling; ``PerformerViT`` is a Vision Transformer
-made of it. ``ImplicitAttentionPolicy`` is an implicit-attention policy (patch importance by
+made of it, ``PerformerLM`` a decoder-only causal language model whose sequence can be split
+over devices. ``ImplicitAttentionPolicy`` is an implicit-attention policy (patch importance by
 exact or random-feature attention, top-k masking, an MLP controller) for evolution strategies.
 Projections are drawn from the RNG stream ``"projection"`` and redrawn by the
 explicit ``projection_step`` (see ``PerformerAttention``). ``rfjax.nn.nnx`` holds the Flax NNX
@@ -31,6 +32,7 @@ from rfjax.nn._patch_importance import (
     random_feature_importance,
     softmax_importance,
 )
+from rfjax.nn._performer_lm import PerformerLM
 from rfjax.nn._sampled_softmax import (
     PLAIN_PROPOSALS,
     SAMPLERS,
@@ -63,6 +65,7 @@ __all__ = [
     "ImplicitAttentionPolicy",
     "LSTMLanguageModel",
     "PerformerAttention",
+    "PerformerLM",
     "PerformerViT",
     "clipped_proposal_log_probabilities",
     "conformer_attentions",

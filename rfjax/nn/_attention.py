@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import flax.linen.module as linen_module
 import jax
 import jax.numpy as jnp
+from flax.linen.linear import default_kernel_init
+from flax.typing import DotGeneralT, Initializer, PrecisionLike
 from jax.typing import DTypeLike
 
 from rfjax.attention import PerHead, favor_decode_init, redraw_key
@@ -18,6 +22,7 @@ from rfjax.nn._favor_heads import (
     ATTENTION_KINDS,
     AttentionKind,
     check_attributes,
+    check_flax_arguments,
     check_sequence_call,
     cosine_scores,
     decode_step,
@@ -25,8 +30,10 @@ from rfjax.nn._favor_heads import (
     favor_heads,
     favor_heads_weights,
     favor_mask,
+    isolating_non_finite,
     keys_and_values,
     kv_cache_step,
+    matmul_precision,
 )
 from rfjax.nn._favor_heads import feature_map_template as _feature_map_template
 from rfjax.projections import Projection
@@ -44,8 +51,12 @@ AUTO_NAME_PREFIX = nn.MultiHeadDotProductAttention.__name__
 class PerformerAttention(nn.Module):
     """Multi-head attention, exact or Performer (FAVOR), shaped like Flax's multi-head attention.
 
-    Parameters are those of ``flax.linen.MultiHeadDotProductAttention`` (``query``, ``key``,
-    ``value`` DenseGeneral to ``(N, H)`` and ``out`` from ``(N, H)``), so the two share a
+    Attributes are those of the installed Flax's ``flax.linen.MultiHeadDotProductAttention``
+    (``MultiHeadAttention``), in its order, with its defaults and meaning
+    (``tests/test_nn_flax_arguments.py`` walks both signatures), then rfjax's own; where the
+    Performer cannot apply one it raises ``ValueError`` naming it (see Attributes).
+    Parameters are Flax's (``query``, ``key``, ``value`` DenseGeneral to ``(N, H)``, ``out``
+    from ``(N, H)``, ``query_ln`` and ``key_ln`` with ``normalize_qk``), so the two share a
     parameter layout, and an unnamed ``PerformerAttention`` is auto-named as Flax's would be
     (``MultiHeadDotProductAttention_0``, ``_1``, ... sharing its counter): replacing
     ``nn.MultiHeadDotProductAttention(...)`` by ``PerformerAttention(...)`` in a model keeps the
@@ -91,16 +102,24 @@ class PerformerAttention(nn.Module):
     are stopped).
 
     Attributes:
-      num_heads: N.
-      qkv_features: width of q, k, v (N * H); default the input width.
-      out_features: output width; default the input width.
-      dropout_rate: dropout on the attention weights (exact only: the Performer never forms
-        them; a non-zero rate with ``attention_kind="performer"`` raises).
-      deterministic: default of the call argument.
-      decode: prepare and use the autoregressive cache (see above).
-      dtype: computation dtype (default inferred from inputs and params).
-      param_dtype: parameter dtype.
-      kernel_init, bias_init, use_bias: as in Flax.
+      num_heads, dtype, param_dtype, qkv_features, out_features, broadcast_dropout,
+        dropout_rate, deterministic, precision, kernel_init, out_kernel_init, bias_init,
+        out_bias_init, use_bias, attention_fn, decode, normalize_qk, force_fp32_for_softmax,
+        qkv_dot_general, out_dot_general, qkv_dot_general_cls, out_dot_general_cls,
+        qk_attn_weights_einsum_cls, attn_weights_value_einsum_cls: Flax's attributes of
+        ``MultiHeadDotProductAttention``, in its order and with its defaults and meaning. For
+        both kinds they build the projections (``query``, ``key``, ``value``, ``out``) and,
+        with ``normalize_qk``, the LayerNorms ``query_ln`` and ``key_ln`` as Flax does; the
+        exact kind passes the rest to ``attention_fn`` as Flax does. The Performer computes
+        FAVOR in place of ``attention_fn`` (which must stay the default) and never forms the
+        T x S products that ``qk_attn_weights_einsum_cls`` and
+        ``attn_weights_value_einsum_cls`` override (they must stay None; both raise
+        ``ValueError`` naming the argument otherwise); it runs FAVOR's products at
+        ``precision`` (``jax.default_matmul_precision``), computes its features and
+        normaliser (the softmax's counterpart) in at least float32 whatever
+        ``force_fp32_for_softmax`` says (what the flag asks of softmax always holds), and has
+        no attention dropout (``dropout_rate`` must be 0; ``broadcast_dropout`` then does
+        nothing).
       attention_kind: ``"exact"`` or ``"performer"``.
       coupling: a name from ``rfjax.projections.available()`` ("gaussian" = IID,
         "orthogonal" = ORF, "simplex" = SimRF, ...).
@@ -151,16 +170,30 @@ class PerformerAttention(nn.Module):
     """
 
     num_heads: int
-    qkv_features: int | None = None
-    out_features: int | None = None
-    dropout_rate: float = 0.0
-    deterministic: bool | None = None
     dtype: DTypeLike | None = None
     param_dtype: DTypeLike = jnp.float32
-    kernel_init: Any = nn.initializers.lecun_normal()
-    bias_init: Any = nn.initializers.zeros_init()
+    qkv_features: int | None = None
+    out_features: int | None = None
+    broadcast_dropout: bool = True
+    dropout_rate: float = 0.0
+    deterministic: bool | None = None
+    precision: PrecisionLike = None
+    kernel_init: Initializer = default_kernel_init
+    out_kernel_init: Initializer | None = None
+    bias_init: Initializer = nn.initializers.zeros_init()
+    out_bias_init: Initializer | None = None
     use_bias: bool = True
+    #: Flax's attention function (exact kind; the Performer computes FAVOR in its place).
+    attention_fn: Callable[..., jax.Array] = nn.dot_product_attention
     decode: bool = False
+    normalize_qk: bool = False
+    force_fp32_for_softmax: bool = False
+    qkv_dot_general: DotGeneralT | None = None
+    out_dot_general: DotGeneralT | None = None
+    qkv_dot_general_cls: Any = None
+    out_dot_general_cls: Any = None
+    qk_attn_weights_einsum_cls: Callable[..., Callable[..., jax.Array]] | None = None
+    attn_weights_value_einsum_cls: Callable[..., Callable[..., jax.Array]] | None = None
     attention_kind: AttentionKind = "performer"
     coupling: str = "orthogonal"
     num_features: int = 256
@@ -192,6 +225,13 @@ class PerformerAttention(nn.Module):
         super().__post_init__()
 
     def _check_attributes(self, features: int) -> int:
+        check_flax_arguments(
+            self.attention_kind,
+            attention_fn=self.attention_fn,
+            default_attention_fn=nn.dot_product_attention,
+            qk_attn_weights_einsum_cls=self.qk_attn_weights_einsum_cls,
+            attn_weights_value_einsum_cls=self.attn_weights_value_einsum_cls,
+        )
         return check_attributes(
             num_heads=self.num_heads,
             features=features,
@@ -288,7 +328,9 @@ class PerformerAttention(nn.Module):
             switches causal attention on); any other mask raises ``ValueError`` (at run time
             inside ``jit``), since FAVOR cannot apply an arbitrary T x S mask. Inside ``jit``
             such a mask is checked at run time (see ``rfjax.nn._favor_heads.favor_mask``); a
-            ``(B, S)`` key padding mask with ``causal`` costs nothing extra.
+            ``(B, S)`` key padding mask with ``causal`` costs nothing extra. The Performer
+            applies boolean and 0/1 masks only: other values (an additive mask) raise
+            ``ValueError`` (a traced non-boolean mask is checked at run time).
           deterministic: disables attention dropout (exact only); default the attribute
             (needed only when ``dropout_rate > 0``, as in Flax).
           dropout_rng: key for attention dropout (default the ``"dropout"`` stream).
@@ -314,10 +356,19 @@ class PerformerAttention(nn.Module):
             kernel_init=self.kernel_init,
             bias_init=self.bias_init,
             use_bias=self.use_bias,
+            precision=self.precision,
+            dot_general=self.qkv_dot_general,
+            dot_general_cls=self.qkv_dot_general_cls,
         )
         query = dense(name="query")(inputs_q)
         key = dense(name="key")(inputs_k)
         value = dense(name="value")(inputs_v)
+        if self.normalize_qk:  # Flax's LayerNorms of q and k per head, under Flax's names
+            layer_norm = functools.partial(
+                nn.LayerNorm, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype
+            )
+            query = layer_norm(name="query_ln")(query)
+            key = layer_norm(name="key_ln")(key)
         if self.query_key_norm:
             query, key = self._cosine_scores(query, key)
         self.sow("intermediates", "query_heads", query)
@@ -330,9 +381,10 @@ class PerformerAttention(nn.Module):
         if self.attention_kind == "exact":
             out = self._exact(query, key, value, mask, deterministic, dropout_rng, sow_weights)
         else:
-            out = self._performer(
-                query, key, value, mask, batch_shape, sow_weights, projection_step
-            )
+            with matmul_precision(self.precision):
+                out = self._performer(
+                    query, key, value, mask, batch_shape, sow_weights, projection_step
+                )
         if flat is not None:
             out = out.reshape(*batch_shape, *out.shape[-3:])
         return nn.DenseGeneral(
@@ -340,9 +392,12 @@ class PerformerAttention(nn.Module):
             axis=(-2, -1),
             dtype=self.dtype,
             param_dtype=self.param_dtype,
-            kernel_init=self.kernel_init,
-            bias_init=self.bias_init,
+            kernel_init=self.out_kernel_init or self.kernel_init,
+            bias_init=self.out_bias_init or self.bias_init,
             use_bias=self.use_bias,
+            precision=self.precision,
+            dot_general=self.out_dot_general,
+            dot_general_cls=self.out_dot_general_cls,
             name="out",
         )(out)
 
@@ -371,17 +426,29 @@ class PerformerAttention(nn.Module):
         )
         if use_dropout and dropout_rng is None:
             dropout_rng = self.make_rng("dropout")
-        return nn.dot_product_attention(
-            query,
-            key,
-            value,
-            mask=mask,
-            dropout_rng=dropout_rng,
-            dropout_rate=self.dropout_rate,
-            deterministic=not use_dropout,
-            dtype=self.dtype,
-            module=self if sow_weights else None,
-        )
+        # Flax's call of attention_fn: the arguments of nn.dot_product_attention that the
+        # function takes (AQT-style einsum classes instantiated), the module to sow into.
+        einsums = {
+            "qk_attn_weights_einsum": self.qk_attn_weights_einsum_cls,
+            "attn_weights_value_einsum": self.attn_weights_value_einsum_cls,
+        }
+        arguments = {
+            "mask": mask,
+            "dropout_rng": dropout_rng,
+            "dropout_rate": self.dropout_rate,
+            "broadcast_dropout": self.broadcast_dropout,
+            "deterministic": not use_dropout,
+            "dtype": self.dtype,
+            "precision": self.precision,
+            "force_fp32_for_softmax": self.force_fp32_for_softmax,
+            **{name: cls() if cls else None for name, cls in einsums.items()},
+        }
+        accepted = inspect.signature(self.attention_fn).parameters
+        arguments = {name: arg for name, arg in arguments.items() if name in accepted}
+        if sow_weights:
+            arguments["module"] = self
+        attend = functools.partial(self.attention_fn, **arguments)
+        return isolating_non_finite(attend, query, key, value, mask)
 
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
         check_sequence_call(self.sequence_axis, decode=self.decode, sow_weights=sow_weights)

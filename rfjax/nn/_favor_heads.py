@@ -4,6 +4,8 @@ over the heads (forward, explicit weights, one decode step), all through ``rfjax
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal, NamedTuple
@@ -33,6 +35,14 @@ MASK_FORMS = (
     "(B, S), or a Flax mask broadcastable to (B, N, T, S) that is key padding, query padding "
     "and/or causal (nn.make_attention_mask(q_pad, k_pad), nn.make_causal_mask(x), "
     "nn.combine_masks of them), the same for every head"
+)
+
+
+MASK_VALUES = (
+    "FAVOR applies boolean masks (True = attend) and Flax's 0/1 masks (1 = attend, as "
+    "nn.make_attention_mask gives them); it cannot apply an additive mask (0 = attend, -inf or a "
+    "large negative number = masked) nor weights: pass mask == 0 of an additive mask, or a "
+    "boolean key padding mask (B, S)"
 )
 
 
@@ -159,7 +169,8 @@ def favor_mask(
     (the decomposition is exact for them). Query padding needs nothing from FAVOR (a query row
     never affects another), so only k and causality are kept; the rows of padded queries attend
     to the unpadded keys where Flax's own attention averages all values (both are padding).
-    A 2-D mask is a key padding mask ``(B, S)``.
+    A 2-D mask is a key padding mask ``(B, S)``. Masks are boolean or hold only 0 and 1 (Flax's
+    float masks); other values (an additive mask) raise ``ValueError`` (``MASK_VALUES``).
 
     A concrete mask that is neither raises ``ValueError`` here; a traced one (inside ``jit``)
     has its causality chosen at run time (``FavorMask.causal`` traced) and raises at run time
@@ -169,7 +180,7 @@ def favor_mask(
     """
     if mask is None:
         return FavorMask(None, causal)
-    mask = jnp.asarray(mask)
+    mask = _check_mask_values(jnp.asarray(mask))
     batch = math.prod(batch_shape)
     if mask.ndim == 2:
         return FavorMask(jnp.broadcast_to(mask, (batch, key_length)).astype(bool), causal)
@@ -205,6 +216,26 @@ def favor_mask(
 def _raise_unless_supported(supported: np.ndarray) -> None:
     if not bool(supported):
         raise ValueError(f"{MASK_FORMS}; got a mask that is neither")
+
+
+def _check_mask_values(mask: jax.Array) -> jax.Array:
+    """``mask`` as bools, if it is boolean or holds only 0 and 1 (Flax's float masks); other
+    values (an additive mask) raise ``ValueError`` (``MASK_VALUES``): here for a concrete mask,
+    at run time (``jax.debug.callback``) for a traced one, at the cost of a host callback
+    (boolean masks cost nothing)."""
+    if mask.dtype == jnp.bool_:
+        return mask
+    binary = jnp.all((mask == 0) | (mask == 1))
+    if is_concrete(binary):
+        _raise_unless_binary(binary, mask.dtype)
+    else:
+        jax.debug.callback(functools.partial(_raise_unless_binary, dtype=mask.dtype), binary)
+    return mask != 0
+
+
+def _raise_unless_binary(binary: np.ndarray | jax.Array, dtype: object) -> None:
+    if not bool(binary):
+        raise ValueError(f"{MASK_VALUES}; got a {dtype} mask with values other than 0 and 1")
 
 
 def by_causality[T](compute: Callable[[bool], T], causal: bool | jax.Array) -> T:
@@ -312,6 +343,41 @@ def decode_step(
     return state, out[:, None]
 
 
+def isolating_non_finite(
+    attend: Callable[[jax.Array, jax.Array, jax.Array], jax.Array],
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array | None,
+    *,
+    causal: bool = False,
+) -> jax.Array:
+    """Exact attention ``attend(query, key, value)`` (Flax's ``dot_product_attention`` with
+    ``mask``, and the causal mask when ``causal``, applied inside) on ``(B, T, N, H)`` heads,
+    with non-finite inputs isolated as in
+    FAVOR (``rfjax.attention.favor_attention``): a query, key or value row holding a NaN or inf
+    is zeroed before ``attend`` (Flax multiplies masked weights by values, so 0 * NaN would reach
+    every row), and the output rows that attend to it are NaN: a query's own row, every row
+    whose ``mask`` (nonzero = attend, broadcastable to ``(B, N, T, S)``; ``None``: all)
+    allows a key or value. Masked keys and values are never read."""
+    bad_query, bad_key = (~jnp.all(jnp.isfinite(x), axis=-1) for x in (query, key))
+    bad_key = bad_key | ~jnp.all(jnp.isfinite(value), axis=-1)  # (B, S, N)
+    query = jnp.where(bad_query[..., None], 0, query)
+    key, value = (jnp.where(bad_key[..., None], 0, x) for x in (key, value))
+    out = attend(query, key, value)
+    groups = bad_query.shape[-1] // bad_key.shape[-1]  # grouped key/value heads read by N/N_kv
+    reads_bad = jnp.repeat(jnp.moveaxis(bad_key, 1, 2), groups, axis=1)[:, :, None, :]  # B,N,1,S
+    if causal:  # row t reads keys j <= t only
+        length, keys = query.shape[1], key.shape[1]
+        reads_bad = reads_bad & (jnp.arange(keys)[None, :] <= jnp.arange(length)[:, None])
+    if mask is not None:
+        reads_bad = reads_bad & (jnp.asarray(mask) != 0)
+    batch, length, heads = bad_query.shape
+    poisoned = jnp.broadcast_to(jnp.any(reads_bad, axis=-1), (batch, heads, length))
+    poisoned = jnp.moveaxis(poisoned, 1, 2) | bad_query
+    return jnp.where(poisoned[..., None], jnp.nan, out)
+
+
 def keys_and_values(
     inputs_q: jax.Array,
     inputs_k: jax.Array | None,
@@ -371,3 +437,101 @@ def kv_cache_step(
     batch, length = cached_key.shape[:2]
     written = jnp.broadcast_to(jnp.arange(length) <= index, (batch, 1, 1, length))
     return cached_key, cached_value, written if mask is None else written & jnp.asarray(mask, bool)
+
+
+# --- Flax's MultiHeadAttention arguments, as the Performer applies them -------------------------
+
+
+def check_flax_arguments(
+    attention_kind: str,
+    *,
+    attention_fn: object,
+    default_attention_fn: object,
+    rope_attention_fn: object = None,
+    **unsupported: object,
+) -> Callable[..., jax.Array] | None:
+    """Flax's attention arguments that FAVOR replaces, checked for ``attention_kind``.
+
+    The exact kind takes them all (Flax's meaning). The Performer computes FAVOR in place of
+    ``attention_fn`` and so takes it only at Flax's default, or as
+    ``functools.partial(rope_attention_fn, rope=...)`` (NNX's rotary attention: the returned
+    rotation is applied to queries and keys before FAVOR, which then estimates the softmax of
+    the rotated scores); the ``unsupported`` ones (Flax's einsum overrides of the T x S
+    products FAVOR never forms) only at ``None``.
+
+    Returns:
+      The rotary embedding to apply to queries and keys (an ``nnx.RoPE``), or None.
+
+    Raises:
+      ValueError: naming the argument that the Performer cannot apply.
+    """
+    if attention_kind != "performer":
+        return None
+    for name, value in unsupported.items():
+        if value is not None:
+            raise ValueError(
+                f"{name} overrides a product of softmax attention (q k^T or its weights times "
+                f"v) that attention_kind='performer' never forms; got {name}={value!r}: leave "
+                "it None, or use attention_kind='exact'"
+            )
+    if attention_fn is default_attention_fn:
+        return None
+    if (
+        rope_attention_fn is not None
+        and isinstance(attention_fn, functools.partial)
+        and attention_fn.func is rope_attention_fn
+        and set(attention_fn.keywords) == {"rope"}
+        and not attention_fn.args
+    ):
+        return attention_fn.keywords["rope"]
+    accepted = "the default" + (
+        " or functools.partial(nnx.dot_product_attention_with_rope, rope=rope)"
+        if rope_attention_fn is not None
+        else ""
+    )
+    raise ValueError(
+        f"attention_fn: attention_kind='performer' computes FAVOR in place of softmax "
+        f"attention, so attention_fn must be {accepted}; got {attention_fn!r} (use "
+        "attention_kind='exact' for another attention function)"
+    )
+
+
+def matmul_precision(precision: object) -> contextlib.AbstractContextManager:
+    """A context in which FAVOR's products run at Flax's ``precision`` (``None``: JAX's default;
+    a ``jax.lax.Precision``, its name, or a pair of equal ones), through
+    ``jax.default_matmul_precision``."""
+    if precision is None:
+        return contextlib.nullcontext()
+    if isinstance(precision, (tuple, list)):
+        if len(precision) != 2 or precision[0] != precision[1]:
+            raise ValueError(
+                "precision as a pair sets the two operands of one product; FAVOR runs several "
+                f"products, so give one precision (or an equal pair); got {precision!r}"
+            )
+        precision = precision[0]
+    try:
+        name = jax.lax.Precision(precision).name.lower()
+    except (ValueError, TypeError):
+        raise TypeError(
+            "precision must be None, a jax.lax.Precision or its name ('default', 'high', "
+            f"'highest'), or a pair of equal ones, for attention_kind='performer'; got "
+            f"{precision!r}"
+        ) from None
+    return jax.default_matmul_precision(name)
+
+
+def repeat_kv_heads(key: jax.Array, value: jax.Array, num_heads: int) -> tuple[jax.Array, ...]:
+    """Grouped key/value heads ``(..., N_kv, H)`` repeated to the N query heads (query head i
+    reads key/value head i // (N / N_kv), as Flax's ``dot_product_attention`` groups them)."""
+    groups = num_heads // key.shape[-2]
+    if groups == 1:
+        return key, value
+    return jnp.repeat(key, groups, axis=-2), jnp.repeat(value, groups, axis=-2)
+
+
+def rotate(rope: Callable[..., jax.Array], x: jax.Array, positions: jax.Array | None) -> jax.Array:
+    """``nnx.RoPE`` applied per head to ``(..., L, N, H)`` (as
+    ``nnx.dot_product_attention_with_rope`` applies it)."""
+    if positions is None:
+        return jax.vmap(rope, in_axes=-2, out_axes=-2)(x)
+    return jax.vmap(rope, in_axes=(-2, None), out_axes=-2)(x, positions)

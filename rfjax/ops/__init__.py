@@ -98,12 +98,12 @@ def fwht(
     one half-precision ulp of the output's largest entries).
 
     Sharding: under ``jit`` on an array sharded along other axes, every device transforms its own
-    shard (no all-gather, the output sharded like the input). With explicit mesh axes
-    (``jax.make_mesh``'s default) this holds for every implementation, and a sharded transformed
-    axis works too, by a distributed transform (each device transforms its block, then log2(p)
-    exchange stages between the p devices). Under automatic axes the pure-XLA implementations
-    partition the same way; the C++ kernel runs per shard but its output sharding must be fixed
-    by the program (``out_shardings``); a Pallas kernel's operand is gathered. See
+    shard (no all-gather, the output sharded like the input), with explicit mesh axes
+    (``jax.make_mesh``'s default) and automatic ones (a plain ``jax.sharding.Mesh``; a Shardy
+    sharding rule through ``custom_partitioning``) alike. A sharded transformed axis works too,
+    by a distributed transform (each device transforms its block, then log2(p) exchange stages
+    between the p devices). Exception: Pallas' TPU and Mosaic GPU interpret modes (simulators
+    with ordered host callbacks) have their operand gathered under automatic axes. See
     ``rfjax.ops._partition``.
 
     Implementations (``implementation=``):
@@ -121,19 +121,21 @@ def fwht(
     * ``"pallas"`` / ``"pallas_interpret"``: the Pallas Triton kernel for sm80-sm89 (Triton is
       deprecated by JAX; kept for GPUs Mosaic GPU does not support), or in generic interpret
       mode;
-    * ``"auto"``: on CPU the C++ kernel, or ``"matmul"`` when it was not built; on TPU and GPU
-      ``"matmul"``; elsewhere ``"xla"``.
+    * ``"auto"``: on CPU the C++ kernel, or ``"matmul"`` when it was not built; on an sm90+ GPU
+      the implementation measured fastest for the length and dtype (below), else ``"matmul"``;
+      on TPU ``"matmul"``; elsewhere ``"xla"``.
 
     The choice on CPU, from ``benchmarks/fwht.py`` (one run, 2^22 elements per batch, n = 2^4 ...
     2^15, median time; a 2-core machine shared with other jobs, so single ratios are noisy):
     in float32 the C++ kernel took 1.05-3.0x the time of an XLA copy of the array, ``"matmul"``
     1.7-16x and ``"xla"`` 8-36x: the kernel is 1.3-9x faster than ``"matmul"``, which is
     1.8-5.5x faster than ``"xla"`` at every n; in bfloat16 (the kernel upcasts) the kernel is
-    1.0-5x faster than ``"matmul"``, which is 2.1-3.8x faster than ``"xla"``. On GPU the choice
-    is provisional: on an H100 (``benchmarks/gpu_runs/2026-11-22-h100``) a dense float32 matmul
-    at n <= 128 took 1.0-1.9x a device copy where the Triton kernel took 1.0-64x (bfloat16:
-    1.1-1.2x and 1.0x); the Mosaic GPU kernel and Kronecker matmuls above 128 have not run on a
-    GPU (``python -m benchmarks.gpu_run`` measures them). On TPU ``"matmul"`` runs on the MXU;
+    1.0-5x faster than ``"matmul"``, which is 2.1-3.8x faster than ``"xla"``. On an H200
+    (``benchmarks/gpu_runs/2026-11-26-h200``, float32, 2^24 elements, one run) the Mosaic GPU
+    kernel was the fastest at n = 128 ... 2^14 (1.4-2.7x a device copy; 1.5-2.5x faster than
+    ``"matmul"``), ``"matmul"`` at n = 64; ``"auto"`` picks those (``GPU_AUTO_SM90`` in
+    ``rfjax.ops._fwht``) and ``"matmul"`` where nothing was measured (bfloat16, n = 2^15). The
+    Triton kernel (sm80-sm89) took 2.3-87x a copy there. On TPU ``"matmul"`` runs on the MXU;
     the TPU kernels have not run on a TPU.
 
     Args:

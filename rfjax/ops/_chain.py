@@ -11,9 +11,11 @@ Rules: linear in x, so its JVP in x is the chain of the tangent and its transpos
 ``jax.linear_transpose`` of the reference; a JVP in the signs or norms (a projection that is
 being differentiated) goes through the reference. ``vmap`` over x alone keeps one kernel call;
 ``vmap`` over the factors (per-head projections) runs the reference under ``vmap``. On x with an
-explicit sharding the fused kernel runs per shard of its leading axes (``jax.shard_map``, the
-factors replicated); a sharded transformed axis goes through the composition, whose ``fwht``
-calls transform it across devices (``rfjax.ops._partition``).
+sharded x the fused kernel runs per shard of its leading axes, the factors replicated
+(explicit axes: ``jax.shard_map``; automatic axes: ``custom_partitioning``; see
+``rfjax.ops._partition``); the composition's ``fwht`` calls run per shard by themselves, and an
+explicitly sharded transformed axis goes through the composition, whose ``fwht`` calls transform
+it across devices.
 """
 
 from __future__ import annotations
@@ -29,9 +31,8 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
 from rfjax._validation import as_array
-from rfjax.ops import _fwht_tpu
-from rfjax.ops._fwht import fwht_p, resolve
-from rfjax.ops._partition import explicit_spec
+from rfjax.ops._fwht import backend, fwht_p, resolve
+from rfjax.ops._partition import auto_rows, explicit_spec, requires_devices
 
 
 def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
@@ -102,22 +103,29 @@ def chain_reference(
     return y * norms
 
 
+# The fused kernels, in the Pallas TPU module (imported on first use, like fwht's kernels).
 _FUSED = {
-    "pallas_tpu": _fwht_tpu.chain_rows,
-    "pallas_tpu_interpret": _fwht_tpu.chain_rows_interpret,
+    "pallas_tpu": "chain_rows",
+    "pallas_tpu_interpret": "chain_rows_interpret",
 }
+
+
+def _fused(implementation: str):
+    return getattr(backend("_fwht_tpu"), _FUSED[implementation])
 
 
 def _fused_kernel(implementation: str, platform: str, x_aval):
     """The fused kernel this lowering uses, or None for the reference composition."""
     p = x_aval.shape[-1]
     if implementation == "auto":
-        if platform != "tpu" or x_aval.dtype not in _fwht_tpu.KERNEL_DTYPES:
+        if platform != "tpu":
             return None
-        return _FUSED["pallas_tpu"] if p <= _fwht_tpu.MAX_N else None
+        tpu = backend("_fwht_tpu")
+        supported = x_aval.dtype in tpu.KERNEL_DTYPES and p <= tpu.MAX_N
+        return _fused("pallas_tpu") if supported else None
     if implementation in _FUSED:
         resolve(implementation, platform)  # raises off its platform
-        return _FUSED[implementation]
+        return _fused(implementation)
     return None
 
 
@@ -131,7 +139,7 @@ def _effects(implementation: str, x_shape, signs_shape, dtype, simplex: bool):
         return frozenset()
     x, signs = jax.ShapeDtypeStruct(x_shape, dtype), jax.ShapeDtypeStruct(signs_shape, dtype)
     norms = jax.ShapeDtypeStruct((signs_shape[0], x_shape[-1]), dtype)
-    kernel = functools.partial(_FUSED[implementation], simplex=simplex)
+    kernel = functools.partial(_fused(implementation), simplex=simplex)
     return frozenset(jax.make_jaxpr(kernel)(x, signs, norms).effects)
 
 
@@ -160,6 +168,7 @@ hd_chain_p.def_impl(
         x, signs, norms
     )
 )
+requires_devices(hd_chain_p)  # its lowering partitions kernels under automatic axes
 
 
 def _jvp(primals, tangents, *, simplex, implementation):
@@ -212,14 +221,17 @@ def _batch(args, dims, *, simplex, implementation):
 batching.primitive_batchers[hd_chain_p] = _batch
 
 
-def _fused_per_shard(kernel, x_aval, simplex: bool):
-    """The fused ``kernel``, as a ``shard_map`` over the leading axes of x when x is sharded."""
+def _fused_per_shard(kernel, x_aval, simplex: bool, effects):
+    """The fused ``kernel`` per shard of the leading axes of x: a ``shard_map`` under explicit
+    axes, ``custom_partitioning`` under automatic ones (but for a simulator's ordered callbacks,
+    which it cannot carry: XLA gathers those)."""
+    fn = functools.partial(kernel, simplex=simplex)
     spec = explicit_spec(x_aval)
     if spec is None:
-        return functools.partial(kernel, simplex=simplex)
+        return fn if effects else auto_rows(fn, "... p, b k p, b p -> ... b p")
     out_spec = PartitionSpec(*spec[:-1], None, None)
     return jax.shard_map(
-        functools.partial(kernel, simplex=simplex),
+        fn,
         mesh=x_aval.sharding.mesh,
         in_specs=(PartitionSpec(*spec), PartitionSpec(), PartitionSpec()),
         out_specs=out_spec,
@@ -241,7 +253,11 @@ def _lowering(platform: str):
                 chain_reference, simplex=simplex, implementation=fwht_implementation
             )
         else:
-            fn = _fused_per_shard(kernel, x_aval, simplex)
+            signs_aval = ctx.avals_in[1]
+            effects = _effects(
+                implementation, tuple(x_aval.shape), tuple(signs_aval.shape), x_aval.dtype, simplex
+            )
+            fn = _fused_per_shard(kernel, x_aval, simplex, effects)
         return mlir.lower_fun(fn, multiple_results=False)(ctx, x, signs, norms)
 
     return rule

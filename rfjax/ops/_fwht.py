@@ -8,12 +8,15 @@ batched array. All of this is JAX's public primitive API (``jax.extend.core.Prim
 reverse-mode rules and a batching rule together otherwise (``custom_vjp`` has no JVP).
 
 Lowering: the implementation (``IMPLEMENTATIONS``) is resolved per platform when the primitive is
-lowered; on operands with an explicit sharding it runs per shard (``rfjax.ops._partition``).
+lowered; on a sharded operand it runs per shard, under explicit and automatic mesh axes alike
+(``rfjax.ops._partition``).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import types
 import typing
 from typing import Literal
 
@@ -22,9 +25,8 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from rfjax.ops import _fwht_cpu, _fwht_mosaic_gpu, _fwht_tpu, _fwht_triton
-from rfjax.ops._fwht_xla import kronecker_matmul, xla_butterfly
-from rfjax.ops._partition import Kernel, per_shard
+from rfjax.ops import _fwht_cpu
+from rfjax.ops._partition import Kernel, auto_per_shard, explicit_spec, per_shard, requires_devices
 
 Implementation = Literal[
     "auto",
@@ -49,23 +51,44 @@ _PLATFORMS = {
 }
 
 
-KERNELS: dict[str, Kernel] = {
-    "cpu": _fwht_cpu.fwht_rows,
-    "xla": xla_butterfly,
-    "matmul": kronecker_matmul,
-    "pallas": _fwht_triton.fwht_rows,
-    "pallas_interpret": _fwht_triton.fwht_rows_interpret,
-    "pallas_tpu": _fwht_tpu.fwht_rows,
-    "pallas_tpu_interpret": _fwht_tpu.fwht_rows_interpret,
-    "mosaic_gpu": _fwht_mosaic_gpu.fwht_rows,
-    "mosaic_gpu_interpret": _fwht_mosaic_gpu.fwht_rows_interpret,
+# Where each implementation's kernel is: (module of rfjax.ops, function). The Pallas backends
+# (Triton, Pallas TPU, Mosaic GPU) import JAX's Pallas and Mosaic modules, which take about a
+# second to import: ``kernel`` imports them when a program using them is first lowered, so
+# ``import rfjax`` never does.
+_KERNEL_SOURCES: dict[str, tuple[str, str]] = {
+    "cpu": ("_fwht_cpu", "fwht_rows"),
+    "xla": ("_fwht_xla", "xla_butterfly"),
+    "matmul": ("_fwht_xla", "kronecker_matmul"),
+    "pallas": ("_fwht_triton", "fwht_rows"),
+    "pallas_interpret": ("_fwht_triton", "fwht_rows_interpret"),
+    "pallas_tpu": ("_fwht_tpu", "fwht_rows"),
+    "pallas_tpu_interpret": ("_fwht_tpu", "fwht_rows_interpret"),
+    "mosaic_gpu": ("_fwht_mosaic_gpu", "fwht_rows"),
+    "mosaic_gpu_interpret": ("_fwht_mosaic_gpu", "fwht_rows_interpret"),
 }
 
 
-# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest
-# implementation measured by ``benchmarks/fwht_gpu.py`` (``benchmarks/gpu_runs/``); cases not
-# listed use ``"matmul"``. ``tests/test_ops.py`` checks this table against the committed run.
-GPU_AUTO_SM90: dict[tuple[str, int], str] = {}
+def backend(module: str) -> types.ModuleType:
+    """The backend module ``rfjax.ops.<module>``, imported on first use."""
+    return importlib.import_module(f"rfjax.ops.{module}")
+
+
+def kernel(implementation: str) -> Kernel:
+    """The row kernel of a resolved ``implementation`` (one of ``IMPLEMENTATIONS`` but "auto")."""
+    module, name = _KERNEL_SOURCES[implementation]
+    return getattr(backend(module), name)
+
+
+# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest of the
+# implementations ``"auto"`` may pick (Mosaic GPU, matmul, the XLA butterfly; not the deprecated
+# Triton kernel) measured by ``benchmarks/fwht_gpu.py`` on an H200
+# (``benchmarks/gpu_runs/2026-11-26-h200``, float32, 2^24 elements). Cases not listed (bfloat16
+# and n = 2^15 were not measured, n < 64 neither) use ``"matmul"``. ``tests/test_ops.py`` checks
+# this table against the committed run.
+GPU_AUTO_SM90: dict[tuple[str, int], str] = {
+    ("float32", 64): "matmul",
+    **{("float32", 1 << k): "mosaic_gpu" for k in range(7, 15)},
+}
 
 
 def resolve(
@@ -125,9 +148,9 @@ def kernel_effects(implementation: str, shape: tuple[int, ...], dtype, normalize
     """The effects of ``implementation``'s kernel on this operand (none but for simulators)."""
     if implementation not in _SIMULATED:
         return frozenset()
-    kernel = KERNELS[implementation]
+    rows = kernel(implementation)
     operand = jax.ShapeDtypeStruct(shape, dtype)
-    return frozenset(jax.make_jaxpr(lambda v: kernel(v, normalize))(operand).effects)
+    return frozenset(jax.make_jaxpr(lambda v: rows(v, normalize))(operand).effects)
 
 
 fwht_p = Primitive("rfjax_fwht")
@@ -150,6 +173,7 @@ def _impl(x, *, normalize, implementation):
 
 fwht_p.def_effectful_abstract_eval(_abstract_eval)
 fwht_p.def_impl(_impl)
+requires_devices(fwht_p)  # its lowering partitions the kernel under automatic axes
 
 
 def _batch(args, dims, *, normalize, implementation):
@@ -179,7 +203,12 @@ def _lowering(platform: str):
         chosen = resolve(
             implementation, platform, n=aval.shape[-1], dtype=aval.dtype, capability=capability
         )
-        transform = per_shard(KERNELS[chosen], aval, normalize)
+        row_kernel = kernel(chosen)
+        simulator = kernel_effects(chosen, tuple(aval.shape), aval.dtype, normalize)
+        if explicit_spec(aval) is None and not simulator:
+            transform = auto_per_shard(row_kernel, normalize)
+        else:  # explicit axes; or ordered callbacks, which custom_partitioning cannot carry
+            transform = per_shard(row_kernel, aval, normalize)
         return mlir.lower_fun(transform, multiple_results=False)(ctx, x)
 
     return rule

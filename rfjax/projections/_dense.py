@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+from rfjax._random import flat
 from rfjax._validation import check_choice, check_float_dtype, check_int, check_key
 from rfjax.ops import apply_simplex
 from rfjax.projections._base import DenseProjection
@@ -47,7 +48,7 @@ def haar_rotations(key: jax.Array, num_blocks: int, dim: int, dtype: jnp.dtype) 
     QR of a Gaussian matrix with the sign fix Q diag(sign(diag(R))); without the fix the rows are
     not isotropic (docs/maths/couplings.md, orthogonal).
     """
-    gaussian_matrices = jax.random.normal(key, (num_blocks, dim, dim), dtype)
+    gaussian_matrices = flat(jax.random.normal, key, (num_blocks, dim, dim), dtype)
     q, r = jnp.linalg.qr(gaussian_matrices)
     signs = jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))
     signs = jnp.where(signs == 0, 1, signs)
@@ -56,7 +57,7 @@ def haar_rotations(key: jax.Array, num_blocks: int, dim: int, dtype: jnp.dtype) 
 
 def chi_norms(key: jax.Array, shape: tuple[int, ...], dim: int, dtype: jnp.dtype) -> jax.Array:
     """Independent chi_d draws of the given shape: norms of standard Gaussian vectors in R^dim."""
-    return jnp.linalg.norm(jax.random.normal(key, (*shape, dim), dtype), axis=-1)
+    return jnp.linalg.norm(flat(jax.random.normal, key, (*shape, dim), dtype), axis=-1)
 
 
 def simplex_directions(dim: int, dtype: DTypeLike = jnp.float32) -> jax.Array:
@@ -114,7 +115,7 @@ def _stack_blocks(blocks: jax.Array, num_features: int) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _gaussian(key, dim, num_features, dtype):
-    return jax.random.normal(key, (num_features, dim), dtype)
+    return flat(jax.random.normal, key, (num_features, dim), dtype)
 
 
 def gaussian(

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+from rfjax._random import flat
 from rfjax._validation import check_int
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import _compute_dtype, _num_blocks, _validate, chi_norms
@@ -113,7 +114,7 @@ def _givens_factors(key, dim, num_features, dtype, num_layers):
     compute = _compute_dtype(dtype)
     num_blocks = _num_blocks(dim, num_features)
     sign_key, permutation_key, angle_key, norm_key = jax.random.split(key, 4)
-    signs = jax.random.rademacher(sign_key, (num_blocks, dim), dtype)
+    signs = flat(jax.random.rademacher, sign_key, (num_blocks, dim), dtype)
     identity = jnp.arange(dim, dtype=jnp.int32)
     permutations = jax.random.permutation(  # P and the L layer matchings, in one draw
         permutation_key,
@@ -123,9 +124,8 @@ def _givens_factors(key, dim, num_features, dtype, num_layers):
     )
     permutation, layers = permutations[:, 0], permutations[:, 1:]
     inverses = jnp.argsort(layers, axis=-1).astype(jnp.int32)
-    angles = jax.random.uniform(
-        angle_key, (num_blocks, num_layers, dim // 2), compute, maxval=2 * math.pi
-    )
+    angle_shape = (num_blocks, num_layers, dim // 2)
+    angles = flat(jax.random.uniform, angle_key, angle_shape, compute, maxval=2 * math.pi)
     norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
     return signs, permutation, layers, inverses, angles.astype(dtype), norms.astype(dtype)
 

@@ -23,6 +23,7 @@ resolution).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -70,6 +71,7 @@ def antithetic_chi_norms(norms: jax.Array, dim: int) -> jax.Array:
     return jnp.sqrt(0.5 * (low + high))
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _norm_coupled(key, dim, num_features, dtype):
     compute = _compute_dtype(dtype)
     rotation_key, norm_key = jax.random.split(key)

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from rfjax._random import flat
 from rfjax._validation import check_int, is_concrete
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import _compute_dtype, _num_blocks, _validate
@@ -125,9 +126,8 @@ class PModel(abc.ABC):
           n: the block's input size.
           parameters: that block's parameters (``block_parameters``), ``None`` for fixed P_i.
         """
-        with jax.ensure_compile_time_eval():
-            jacobian = _block_jacobian(self, n, parameters)  # (n, k, t)
-        return np.transpose(np.asarray(jacobian, np.float64), (1, 2, 0))
+        jacobian = _run_compiled(functools.partial(_block_jacobian, self, n), parameters)
+        return np.transpose(np.asarray(jacobian, np.float64), (1, 2, 0))  # from (n, k, t)
 
 
 def _require_parameters(model: PModel, parameters: jax.Array | None) -> jax.Array:
@@ -140,7 +140,13 @@ def _require_parameters(model: PModel, parameters: jax.Array | None) -> jax.Arra
     return parameters
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+def _run_compiled(function, *args):
+    """``function(*args)`` for concrete ``args`` as one compiled program, run at once even inside
+    a trace (an ahead-of-time compiled executable is not traced; ``jax.ensure_compile_time_eval``
+    would run it op by op, compiling each operation: 37 programs for a circulant's check)."""
+    return jax.jit(function).lower(*args).compile()(*args)
+
+
 def _block_jacobian(model: PModel, n: int, parameters: jax.Array | None) -> jax.Array:
     """d(A_ij)/d(g_s) of one block, ``(n, k, t)``: entry [j, i, s] = (P_i)_sj (A is linear in g)."""
     eye = jnp.eye(n, dtype=jnp.float32)
@@ -275,7 +281,7 @@ class LowDisplacementRank(PModel):
     def draw_parameters(
         self, key: jax.Array, n: int, num_blocks: int, dtype: jnp.dtype
     ) -> jax.Array | None:
-        h = jax.random.normal(key, (num_blocks, self.rank, n), _compute_dtype(dtype))
+        h = flat(jax.random.normal, key, (num_blocks, self.rank, n), _compute_dtype(dtype))
         return orthonormalise_skew_circulants(h).astype(dtype)
 
     def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
@@ -472,11 +478,14 @@ def p_model_violations(matrices: ArrayLike, *, tolerance: float = CONDITION_TOLE
 
 
 @functools.cache
+@functools.cache
 def _generator_violations(model: PModel, n: int) -> tuple:
-    """``p_model_violations`` of ``model``'s block at n (reference parameters drawn with key 0)."""
+    """``p_model_violations`` of ``model``'s block at n (reference parameters drawn with key 0),
+    once per family and size."""
     size = n if model.num_rows(n) * model.budget_size(n) * n <= _CHECK_ENTRIES else _CHECK_SIZE
-    with jax.ensure_compile_time_eval():
-        parameters = model.draw_parameters(jax.random.key(0), size, 1, jnp.dtype(jnp.float32))
+    parameters = _run_compiled(
+        lambda: model.draw_parameters(jax.random.key(0), size, 1, jnp.dtype(jnp.float32))
+    )
     return size, p_model_violations(model.matrices(size, parameters))
 
 
@@ -530,8 +539,8 @@ def _check_budget(budget: object, shape: tuple[int, int], dtype: jnp.dtype) -> j
 def _draw(key, model, n, num_blocks, dtype, preprocess):
     budget_key, sign_key, parameter_key = jax.random.split(key, 3)
     shape = (num_blocks, model.budget_size(n))
-    budget = jax.random.normal(budget_key, shape, _compute_dtype(dtype)).astype(dtype)
-    signs = jax.random.rademacher(sign_key, (3, n), dtype) if preprocess else None
+    budget = flat(jax.random.normal, budget_key, shape, _compute_dtype(dtype)).astype(dtype)
+    signs = flat(jax.random.rademacher, sign_key, (3, n), dtype) if preprocess else None
     return budget, signs, model.draw_parameters(parameter_key, n, num_blocks, dtype)
 
 

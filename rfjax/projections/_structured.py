@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+from rfjax._random import flat
 from rfjax._validation import check_int
 from rfjax.ops import fwht, hd_chain
 from rfjax.projections._base import Projection
@@ -186,7 +187,7 @@ def _hd_factors(key, dim, num_features, dtype, num_rotations):
     padded = next_power_of_two(dim)
     num_blocks = _num_blocks(padded, num_features)
     sign_key, norm_key = jax.random.split(key)
-    signs = jax.random.rademacher(sign_key, (num_blocks, num_rotations, padded), dtype)
+    signs = flat(jax.random.rademacher, sign_key, (num_blocks, num_rotations, padded), dtype)
     norms = chi_norms(norm_key, (num_blocks, padded), padded, _compute_dtype(dtype))
     return signs, norms.astype(dtype)
 

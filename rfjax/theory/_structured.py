@@ -10,16 +10,18 @@ Fourier features (RFF) have pointwise (Kakade's lecture notes, Lemma 1.2) and un
 from __future__ import annotations
 
 import itertools
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import jax
-import networkx as nx
 import numpy as np
 from jax.typing import ArrayLike
 
 from rfjax._validation import check_choice, check_int, check_real
 from rfjax.projections import PModelProjection
 from rfjax.theory._inputs import feature_count, host_real_array
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built or coloured (0.15 s to import)
+    import networkx as nx
 
 EXACT_SEARCH_VERTICES = 16
 """``chromatic_number(method="auto")`` searches exhaustively up to this many vertices."""
@@ -82,6 +84,8 @@ def coherence_graphs(p_model: PModelProjection | ArrayLike) -> dict[tuple[int, i
     References:
       Choromanski & Fagan, arXiv:1604.07356, Sec. 2.2 (Definition of coherence graphs, Fig. 1-2).
     """
+    import networkx as nx
+
     graphs = {}
     for pair, reads, shared in _coherence_adjacency(_block_matrices(p_model)):
         graph = nx.Graph()
@@ -164,6 +168,8 @@ def chromatic_number(
       >>> chromatic_number(nx.petersen_graph(), method="exact")
       3
     """
+    import networkx as nx
+
     if not isinstance(graph, nx.Graph) or graph.is_directed():
         raise TypeError(f"graph must be an undirected networkx.Graph, got {type(graph).__name__}")
     check_choice("method", method, ("auto", "exact", "greedy"))
@@ -207,6 +213,8 @@ def p_model_chromatic_number(
       Toeplitz: chi = 2 (Eq. 10, Fig. 2).
     """
     check_choice("method", method, ("auto", "exact", "greedy"))
+    import networkx as nx
+
     largest = 1
     seen = set()  # pairs of rows with the same adjacency (shifts of a circulant) count once
     for _, _, shared in _coherence_adjacency(_block_matrices(p_model)):

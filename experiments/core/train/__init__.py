@@ -1,3 +1,4 @@
 """Training for the studies: the trainer (``trainer``: resumable, data-parallel runs of a
-``Task``), its checkpoints (``checkpoints``) and metrics log (``metrics_log``), and evolution
-strategies (``es``)."""
+``Task``), its checkpoints (``checkpoints``), metrics log (``metrics_log``) and device layout
+(``distributed``: the data x seq mesh, batch placement, evaluation on every device), and
+evolution strategies (``es``)."""

@@ -10,7 +10,7 @@ population is evaluated at once, ``vmap`` over parameters (members) and environm
 (environment keys) with the same random projections, so fitness differences come from the
 parameters.
 
-Determinism and resume follow ``experiments.train``: everything random is a function of the
+Determinism and resume follow the trainer (``trainer``): everything random is a function of the
 run's seed and the generation (``fold_in``); an Orbax ``CheckpointManager`` in
 ``workdir/checkpoints`` keeps the ES state (mean, Adam state, generation counter) every
 ``checkpoint_every`` generations and at the end; a run started again in the same workdir

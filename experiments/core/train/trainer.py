@@ -30,10 +30,14 @@ the trainer saves a checkpoint, says how to resume and raises ``TrainingInterrup
 ``SystemExit`` with code 128 + signal number, so a script exits without a traceback). The
 training time of all sessions is kept in the checkpoints and reported (``train_seconds``).
 
-Sharding. All devices of all processes form a 1-D mesh with axis ``"data"``: each global batch
-is sharded along its leading axis (``batch_size`` must be divisible by the device count),
-parameters and optimiser state are replicated, and the jitted train step (state donated) lets
-XLA insert the gradient all-reduce. The same code runs on one CPU, on
+Sharding. All devices of all processes form a ``"data"`` x ``"seq"`` mesh
+(``experiments.core.train.distributed``): each global batch is split along its leading
+axis over ``"data"``, and the entries a task names in ``Task.sequence_keys`` along their
+axis 1 over ``"seq"`` (``config.sequence_parallelism`` devices, 1 unless the task splits
+sequences); parameters and optimiser state are replicated, and the jitted train step (state
+donated) lets XLA insert the gradient all-reduce. ``batch_size`` must be divisible by the
+``"data"`` axis (checked with the config, naming the sizes that work); evaluation batches of
+any size are padded with masked rows (``padded_batches``). The same code runs on one CPU, on
 ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` CPUs, on GPUs/TPUs and on several
 processes: call ``jax.distributed.initialize()`` in every process first
 (``python -m experiments.main --distributed``); each process then loads only its rows of every
@@ -67,7 +71,9 @@ from jax.sharding import PartitionSpec as P
 
 from configs.training import train_config
 from experiments.core import outputs
+from experiments.core.train import distributed
 from experiments.core.train.checkpoints import Checkpoints, TrainingProgress, latest_params
+from experiments.core.train.distributed import padded_batches, process_share
 from experiments.core.train.metrics_log import MetricsWriter, read_metrics
 from experiments.core.validate import check_types, require_names, require_positive
 
@@ -109,8 +115,12 @@ class Task:
         first being the batch of ``start_step``; batch s must depend only on the seed and s.
       eval_metrics: ``(params, batch, rng, step) -> dict`` of metric sums over the batch,
         including ``"count"`` (the number of real examples); reported as sum / count.
-      eval_batches: ``() -> iterable`` of host eval batches (padded to a multiple of the device
-        count; see ``padded_batches``).
+      eval_batches: ``() -> iterable`` of host eval batches (padded to a multiple of the mesh's
+        ``"data"`` axis; see ``padded_batches``).
+      sequence_keys: the batch entries whose axis 1 is a sequence split over the mesh's
+        ``"seq"`` axis (``config.sequence_parallelism`` devices; ``distributed``);
+        the loss and metrics then split their computation with ``jax.shard_map`` over
+        ``distributed.train_mesh(config.sequence_parallelism)``.
     """
 
     init: Callable[[jax.Array, Batch], Params]
@@ -118,6 +128,7 @@ class Task:
     train_batches: Callable[[int], Iterator[Batch]]
     eval_metrics: Callable[[Params, Batch, jax.Array, jax.Array], dict] | None = None
     eval_batches: Callable[[], Iterable[Batch]] | None = None
+    sequence_keys: tuple[str, ...] = ()
 
 
 def array_task(
@@ -204,35 +215,6 @@ def epoch_batches(
         step += 1
 
 
-def padded_batches(arrays: Batch, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-    """All examples in order, in global batches of ``batch_size`` (the last one zero-padded),
-    each with a boolean ``"mask"`` marking the real examples. On multi-host each process gets
-    its ``jax.process_index()`` share of every global batch."""
-    share = process_share(batch_size)
-    size = len(next(iter(arrays.values())))
-    for start in range(0, size, batch_size):
-        count = min(batch_size, size - start)
-        batch = {}
-        for name, value in arrays.items():
-            chunk = value[start : start + count]
-            pad = np.zeros((batch_size - count, *chunk.shape[1:]), chunk.dtype)
-            batch[name] = np.concatenate([chunk, pad])[share]
-        batch["mask"] = (np.arange(batch_size) < count)[share]
-        yield batch
-
-
-def process_share(batch_size: int) -> slice:
-    """The rows of a global batch of ``batch_size`` that this process loads: the
-    ``jax.process_index()``-th of ``jax.process_count()`` equal parts (all rows on one host)."""
-    processes = jax.process_count()
-    if batch_size % processes:
-        raise ValueError(
-            f"batch size {batch_size} must be divisible by the process count {processes}"
-        )
-    local = batch_size // processes
-    return slice(jax.process_index() * local, (jax.process_index() + 1) * local)
-
-
 # --------------------------------------------------------------------------- optimiser
 
 
@@ -289,12 +271,15 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
         "checkpoint_every_steps",
         "keep_checkpoints",
         "progress_every_seconds",
+        "sequence_parallelism",
         prefix="config.train",
     )
     for key in ("warmup_steps", "eval_every_steps", "weight_decay", "grad_clip_norm"):
         value = config[key]
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"config.train.{key} must be finite and >= 0, got {value!r}")
+    distributed.check_sequence_parallelism(config.sequence_parallelism)
+    distributed.check_batch_size(config.batch_size, config.sequence_parallelism)
 
 
 # --------------------------------------------------------------------------- interrupts
@@ -412,20 +397,16 @@ class _Steps:
 
 
 def _make_steps(config: ml_collections.ConfigDict, task: Task) -> _Steps:
-    devices = jax.device_count()
-    if config.batch_size % devices:
+    if config.sequence_parallelism > 1 and not task.sequence_keys:
         raise ValueError(
-            f"batch_size ({config.batch_size}) must be divisible by the device count ({devices})"
+            f"config.train.sequence_parallelism={config.sequence_parallelism}, but this task "
+            "splits no sequence over devices (Task.sequence_keys is empty): set it to 1"
         )
-    mesh = jax.make_mesh((devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    mesh = distributed.train_mesh(config.sequence_parallelism)
     replicated = NamedSharding(mesh, P())
-    data_sharding = NamedSharding(mesh, P("data"))
 
     def to_device(batch: Batch) -> dict[str, jax.Array]:
-        return {
-            name: jax.make_array_from_process_local_data(data_sharding, np.asarray(value))
-            for name, value in batch.items()
-        }
+        return distributed.to_device(mesh, batch, task.sequence_keys)
 
     optimizer, schedule = make_optimizer(config)
     init_rng, train_rng = jax.random.split(jax.random.key(config.seed))
@@ -449,10 +430,14 @@ def _make_steps(config: ml_collections.ConfigDict, task: Task) -> _Steps:
         metrics = {"loss": loss, **metrics, "learning_rate": schedule(state.step)}
         return TrainState(state.step + 1, params, opt_state), metrics
 
+    batch_sharding = {
+        name: NamedSharding(mesh, distributed.batch_spec(name, task.sequence_keys))
+        for name in example
+    }
     train_step = jax.jit(
         train_step,
         donate_argnums=0,
-        in_shardings=(state_sharding, data_sharding, replicated),
+        in_shardings=(state_sharding, batch_sharding, replicated),
         out_shardings=(state_sharding, replicated),
     )
 
@@ -461,11 +446,9 @@ def _make_steps(config: ml_collections.ConfigDict, task: Task) -> _Steps:
         eval_step = jax.jit(task.eval_metrics, out_shardings=replicated)
 
         def evaluate(state) -> dict[str, float]:
-            totals: dict[str, float] = {}
-            for batch in task.eval_batches():
-                sums = eval_step(state.params, to_device(batch), train_rng, state.step)
-                for name, value in jax.device_get(sums).items():
-                    totals[name] = totals.get(name, 0.0) + float(value)
+            totals = distributed.metric_sums(
+                eval_step, state.params, task.eval_batches(), to_device, train_rng, state.step
+            )
             count = totals.pop("count")
             return {name: value / count for name, value in totals.items()}
 

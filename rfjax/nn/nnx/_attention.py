@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.nn.initializers import Initializer
+from flax.nnx.nn import dtypes
+from flax.nnx.nn.linear import default_kernel_init
+from flax.typing import DotGeneralT, Initializer, PrecisionLike, PromoteDtypeFn
 from jax.typing import DTypeLike
 
+from rfjax._validation import check_int
 from rfjax.attention import DecodeState, PerHead, favor_decode_init, redraw_key
 from rfjax.features import FeatureMap
 from rfjax.nn._favor_heads import (
     AttentionKind,
     check_attributes,
+    check_flax_arguments,
     check_sequence_call,
     cosine_scores,
     decode_step,
@@ -24,15 +31,20 @@ from rfjax.nn._favor_heads import (
     favor_heads_weights,
     favor_mask,
     feature_map_template,
+    isolating_non_finite,
     keys_and_values,
     kv_cache_step,
+    matmul_precision,
+    repeat_kv_heads,
+    rotate,
 )
 from rfjax.projections import Projection
 
 __all__ = ["FittedFeatureMap", "PerformerAttention", "ProjectionKey"]
 
-DEFAULT_KERNEL_INIT = nnx.initializers.lecun_normal()  # nnx.MultiHeadAttention's defaults
-DEFAULT_BIAS_INIT = nnx.initializers.zeros_init()
+# nnx.MultiHeadAttention's defaults (the same objects: the drop-in test compares them).
+NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+ZEROS = nnx.initializers.zeros_init()
 
 
 class ProjectionKey(nnx.Variable):
@@ -50,10 +62,15 @@ class PerformerAttention(nnx.Module):
     The NNX twin of ``rfjax.nn.PerformerAttention`` (same attributes, same maths: both call
     ``rfjax.attention`` through ``rfjax.nn._favor_heads``). Its submodules are those of
     ``flax.nnx.MultiHeadAttention`` (``query``, ``key``, ``value``: ``LinearGeneral`` to
-    ``(N, H)``; ``out`` from ``(N, H)``), so an ``nnx.MultiHeadAttention``'s parameters load
-    into it (``nnx.update(performer, nnx.state(mha, nnx.Param))``), and the call takes the same
-    arguments (``inputs_q, inputs_k, inputs_v``, ``mask``, ``deterministic``, ``rngs``,
-    ``sow_weights``, ``decode``, ``is_causal``) plus ``projection_step``.
+    ``(N, H)``, or ``(N_kv, H)`` for keys and values with ``num_kv_heads``; ``out`` from
+    ``(N, H)``; ``query_ln``, ``key_ln`` with ``normalize_qk``), so an
+    ``nnx.MultiHeadAttention``'s parameters load into it
+    (``nnx.update(performer, nnx.state(mha, nnx.Param))``). It takes every argument of the
+    installed Flax's ``nnx.MultiHeadAttention``, constructor and call, in Flax's positional
+    order and with Flax's meaning (``tests/test_nn_flax_arguments.py`` walks both
+    signatures), plus its own (``attention_kind``, ``coupling``, ..., and the call's
+    ``projection_step``); where the Performer cannot apply one it raises ``ValueError``
+    naming it (see Args).
 
     Projections: the random projection is not a parameter. ``__init__`` stores a base key
     (``ProjectionKey``, from the ``"projection"`` stream of ``rngs`` if it has one, else
@@ -67,7 +84,8 @@ class PerformerAttention(nnx.Module):
     Masks: as in ``rfjax.nn.PerformerAttention``: the exact kind takes any Flax mask; the
     Performer takes a key padding mask ``(B, S)`` or a Flax mask made of key padding, query
     padding and causality (``nnx.make_attention_mask``, ``nnx.make_causal_mask``,
-    ``nnx.combine_masks``), read as key padding and causality; others raise ``ValueError``.
+    ``nnx.combine_masks``), read as key padding and causality, boolean or 0/1-valued; others
+    (and additive masks) raise ``ValueError``.
     ``is_causal=True`` or the ``causal`` attribute makes the attention causal.
 
     Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
@@ -76,14 +94,27 @@ class PerformerAttention(nnx.Module):
     the Performer needs the same ``projection_step`` at every step).
 
     Args:
-      num_heads: N.
-      in_features: width of ``inputs_q``.
-      qkv_features: N * H (default ``in_features``).
-      out_features: output width (default ``in_features``).
-      in_kv_features: width of ``inputs_k``/``inputs_v`` (default ``in_features``).
-      dtype, param_dtype, kernel_init, out_kernel_init, bias_init, out_bias_init, use_bias,
-        dropout_rate, deterministic, decode: as in ``nnx.MultiHeadAttention`` (dropout on the
-        attention weights: exact only).
+      num_heads, in_features, qkv_features, out_features, num_kv_heads, in_kv_features: as in
+        ``nnx.MultiHeadAttention``, in its positional order (``num_kv_heads`` < N: grouped
+        key/value heads, each shared by N / N_kv query heads; the Performer repeats them to
+        the query heads before FAVOR, so its decode state is per query head).
+      dtype, param_dtype, broadcast_dropout, dropout_rate, deterministic, precision,
+        kernel_init, out_kernel_init, bias_init, out_bias_init, use_bias, decode,
+        normalize_qk, qkv_promote_dtype, out_promote_dtype, ln_promote_dtype,
+        qkv_dot_general, out_dot_general, qkv_dot_general_cls, out_dot_general_cls,
+        kernel_metadata, out_kernel_metadata, bias_metadata, out_bias_metadata,
+        query_ln_scale_metadata, key_ln_scale_metadata: as in ``nnx.MultiHeadAttention``,
+        for both kinds: the projections (``query``, ``key``, ``value``, ``out``) and the
+        LayerNorms of ``normalize_qk`` (``query_ln``, ``key_ln``) are built as Flax builds
+        them. For the Performer, ``precision`` also sets the precision of FAVOR's products
+        (``jax.default_matmul_precision``); attention dropout (``dropout_rate``,
+        ``broadcast_dropout``) is exact only, since FAVOR never forms the weights (a
+        non-zero rate with the Performer raises).
+      attention_fn: as in ``nnx.MultiHeadAttention`` for the exact kind. The Performer
+        computes FAVOR in its place: it takes the default, or
+        ``functools.partial(nnx.dot_product_attention_with_rope, rope=rope)``, whose rotation
+        it applies to queries and keys before FAVOR (with the call's ``input_positions``);
+        another function raises ``ValueError``.
       attention_kind, coupling, num_features, feature_map, causal, redraw_interval,
         chunk_size, eps, query_key_norm, initial_temperature: as in
         ``rfjax.nn.PerformerAttention``.
@@ -116,18 +147,38 @@ class PerformerAttention(nnx.Module):
         in_features: int,
         qkv_features: int | None = None,
         out_features: int | None = None,
+        num_kv_heads: int | None = None,
         in_kv_features: int | None = None,
         *,
         dtype: DTypeLike | None = None,
         param_dtype: DTypeLike = jnp.float32,
+        broadcast_dropout: bool = True,
         dropout_rate: float = 0.0,
         deterministic: bool | None = None,
-        kernel_init: Initializer = DEFAULT_KERNEL_INIT,
+        precision: PrecisionLike = None,
+        kernel_init: Initializer = default_kernel_init,
         out_kernel_init: Initializer | None = None,
-        bias_init: Initializer = DEFAULT_BIAS_INIT,
+        bias_init: Initializer = ZEROS,
         out_bias_init: Initializer | None = None,
         use_bias: bool = True,
+        attention_fn: Callable[..., jax.Array] = nnx.dot_product_attention,
         decode: bool | None = None,
+        normalize_qk: bool = False,
+        qkv_promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
+        out_promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
+        ln_promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
+        qkv_dot_general: DotGeneralT | None = None,
+        out_dot_general: DotGeneralT | None = None,
+        qkv_dot_general_cls: Any = None,
+        out_dot_general_cls: Any = None,
+        rngs: nnx.Rngs,
+        keep_rngs: bool = True,
+        kernel_metadata: Mapping[str, Any] = NO_METADATA,
+        out_kernel_metadata: Mapping[str, Any] = NO_METADATA,
+        bias_metadata: Mapping[str, Any] = NO_METADATA,
+        out_bias_metadata: Mapping[str, Any] = NO_METADATA,
+        query_ln_scale_metadata: Mapping[str, Any] = NO_METADATA,
+        key_ln_scale_metadata: Mapping[str, Any] = NO_METADATA,
         attention_kind: AttentionKind = "performer",
         coupling: str = "orthogonal",
         num_features: int = 256,
@@ -139,8 +190,6 @@ class PerformerAttention(nnx.Module):
         query_key_norm: bool = False,
         initial_temperature: float = 1.0,
         sequence_axis: str | None = None,
-        rngs: nnx.Rngs,
-        keep_rngs: bool = True,
     ) -> None:
         qkv_features = in_features if qkv_features is None else qkv_features
         self.head_dim = check_attributes(
@@ -156,15 +205,32 @@ class PerformerAttention(nnx.Module):
             initial_temperature=initial_temperature,
             sequence_axis=sequence_axis,
         )
+        kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        self.num_kv_heads = check_int("num_kv_heads", kv_heads, minimum=1)
+        if num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
+            )
+        self.rope = check_flax_arguments(
+            attention_kind,
+            attention_fn=attention_fn,
+            default_attention_fn=nnx.dot_product_attention,
+            rope_attention_fn=nnx.dot_product_attention_with_rope,
+        )
         self.num_heads = num_heads
         self.in_features = in_features
         self.qkv_features = qkv_features
         self.out_features = in_features if out_features is None else out_features
         self.in_kv_features = in_features if in_kv_features is None else in_kv_features
         self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.broadcast_dropout = broadcast_dropout
         self.dropout_rate = dropout_rate
         self.deterministic = deterministic
+        self.precision = precision
+        self.attention_fn = attention_fn
         self.decode = decode
+        self.normalize_qk = normalize_qk
         self.attention_kind = attention_kind
         self.coupling = coupling
         self.num_features = num_features
@@ -182,14 +248,34 @@ class PerformerAttention(nnx.Module):
             kernel_init=kernel_init,
             bias_init=bias_init,
             use_bias=use_bias,
+            precision=precision,
+            promote_dtype=qkv_promote_dtype,
+            dot_general=qkv_dot_general,
+            dot_general_cls=qkv_dot_general_cls,
+            kernel_metadata=kernel_metadata,
+            bias_metadata=bias_metadata,
             rngs=rngs,
         )
-        heads = (num_heads, self.head_dim)
-        self.query = linear(in_features, heads)
-        self.key = linear(self.in_kv_features, heads)
-        self.value = linear(self.in_kv_features, heads)
+        self.query = linear(in_features, (num_heads, self.head_dim))
+        self.key = linear(self.in_kv_features, (self.num_kv_heads, self.head_dim))
+        self.value = linear(self.in_kv_features, (self.num_kv_heads, self.head_dim))
+        layer_norm = functools.partial(
+            nnx.LayerNorm,
+            self.head_dim,
+            use_bias=False,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=ln_promote_dtype,
+            rngs=rngs,
+        )
+        self.query_ln: nnx.LayerNorm | None = (
+            layer_norm(scale_metadata=query_ln_scale_metadata) if normalize_qk else nnx.data(None)
+        )
+        self.key_ln: nnx.LayerNorm | None = (
+            layer_norm(scale_metadata=key_ln_scale_metadata) if normalize_qk else nnx.data(None)
+        )
         self.out = nnx.LinearGeneral(
-            heads,
+            (num_heads, self.head_dim),
             self.out_features,
             axis=(-2, -1),
             dtype=dtype,
@@ -197,6 +283,12 @@ class PerformerAttention(nnx.Module):
             kernel_init=out_kernel_init or kernel_init,
             bias_init=out_bias_init or bias_init,
             use_bias=use_bias,
+            precision=precision,
+            promote_dtype=out_promote_dtype,
+            dot_general=out_dot_general,
+            dot_general_cls=out_dot_general_cls,
+            kernel_metadata=out_kernel_metadata or kernel_metadata,
+            bias_metadata=out_bias_metadata or bias_metadata,
             rngs=rngs,
         )
         self.log_temperature = (
@@ -253,7 +345,7 @@ class PerformerAttention(nnx.Module):
         does not depend on L), or Flax's key/value cache of length L (exact)."""
         self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
         if self.attention_kind == "exact":
-            shape = (*input_shape[:-1], self.num_heads, self.head_dim)
+            shape = (*input_shape[:-1], self.num_kv_heads, self.head_dim)
             self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
             self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
             return
@@ -285,74 +377,139 @@ class PerformerAttention(nnx.Module):
         sow_weights: bool = False,
         decode: bool | None = None,
         is_causal: bool = False,
+        out_sharding: Any = None,
+        qkv_sharding: Any = None,
+        input_positions: jax.Array | None = None,
         projection_step: jax.Array | int | None = None,
     ) -> jax.Array:
         """Attends from ``inputs_q`` ``(B, T, D)`` to ``inputs_k``/``inputs_v`` ``(B, S, D)``.
 
         Args:
-          inputs_q, inputs_k, inputs_v, mask, deterministic, rngs, sow_weights, decode: as in
-            ``nnx.MultiHeadAttention`` (masks: see the class docstring; ``sow_weights`` sows
-            ``attention_weights`` ``(B, N, T, S)`` as ``nnx.Intermediate``, for the Performer
-            formed by ``favor_attention_weights``).
+          inputs_q, inputs_k, inputs_v, mask, deterministic, rngs, sow_weights, decode,
+            out_sharding, qkv_sharding: as in ``nnx.MultiHeadAttention`` (masks: see the class
+            docstring; ``sow_weights`` sows ``attention_weights`` ``(B, N, T, S)`` as
+            ``nnx.Intermediate``, for the Performer formed by ``favor_attention_weights``).
           is_causal: causal attention (with the ``causal`` attribute or a causal mask).
+          input_positions: as in ``nnx.MultiHeadAttention``: the positions passed to
+            ``attention_fn`` (exact); for the Performer with the rotary ``attention_fn``, the
+            positions ``(T,)`` of the rotation (while decoding, the new token's ``(1,)``);
+            ``None``: ``0..T-1``. Without a rotary ``attention_fn`` the Performer has no use
+            for positions and raises ``ValueError``.
           projection_step: the training step that selects the projection (performer only).
 
         Returns:
           ``(B, T, out_features)``.
         """
         inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, None)
-        query, key, value = self.query(inputs_q), self.key(inputs_k), self.value(inputs_v)
+        query = self.query(inputs_q, out_sharding=qkv_sharding)
+        key = self.key(inputs_k, out_sharding=qkv_sharding)
+        value = self.value(inputs_v, out_sharding=qkv_sharding)
+        if self.query_ln is not None and self.key_ln is not None:  # normalize_qk
+            query, key = self.query_ln(query), self.key_ln(key)
         if self.log_temperature is not None:
             query, key = cosine_scores(query, key, self.log_temperature[...])
         causal = self.causal or is_causal
         decode = bool(self.decode if decode is None else decode)
+        check_sequence_call(self.sequence_axis, decode=decode, sow_weights=sow_weights)
         batch_shape = query.shape[:-3]
         flat = (lambda x: x.reshape(-1, *x.shape[-3:])) if len(batch_shape) != 1 else None
         if flat is not None:
             query, key, value = flat(query), flat(key), flat(value)
-        check_sequence_call(self.sequence_axis, decode=decode, sow_weights=sow_weights)
         if self.attention_kind == "exact":
             if decode:
                 key, value, mask = self._append_to_cache(key, value, mask)
             out = self._exact(
-                query, key, value, mask, causal and not decode, deterministic, rngs, sow_weights
-            )
-        elif decode:
-            out = self._decode(query, key, value, mask, projection_step)
-        else:
-            projection, feature_map = self._draw(projection_step)
-            favor = favor_mask(
-                mask,
-                batch_shape=batch_shape or (1,),
-                num_heads=self.num_heads,
-                query_length=query.shape[1],
-                key_length=key.shape[1],
-                causal=causal,
-            )
-            if sow_weights:
-                weights = favor_heads_weights(
-                    query, key, projection, feature_map, favor, eps=self.eps
-                )
-                self.sow(nnx.Intermediate, "attention_weights", weights)
-            out = favor_heads(
                 query,
                 key,
                 value,
-                projection,
-                feature_map,
-                favor,
-                chunk_size=self.chunk_size,
-                eps=self.eps,
-                sequence_axis=self.sequence_axis,
+                mask,
+                causal and not decode,
+                deterministic,
+                rngs,
+                sow_weights,
+                input_positions,
             )
+        else:
+            with matmul_precision(self.precision):
+                out = self._favor(
+                    query,
+                    key,
+                    value,
+                    mask,
+                    causal,
+                    decode,
+                    batch_shape,
+                    sow_weights,
+                    input_positions,
+                    projection_step,
+                )
         if flat is not None:
             out = out.reshape(*batch_shape, *out.shape[-3:])
-        return self.out(out)
+        return self.out(out, out_sharding=out_sharding)
 
-    def _exact(self, query, key, value, mask, causal, deterministic, rngs, sow_weights):
-        if causal:
-            causal_mask = nnx.make_causal_mask(jnp.ones(query.shape[:2], bool))
-            mask = causal_mask if mask is None else nnx.combine_masks(mask, causal_mask)
+    def _favor(
+        self,
+        query,
+        key,
+        value,
+        mask,
+        causal,
+        decode,
+        batch_shape,
+        sow_weights,
+        input_positions,
+        projection_step,
+    ):
+        """The Performer: rotary positions (if any), grouped heads repeated, then FAVOR or one
+        decode step."""
+        if self.rope is not None:
+            query = rotate(self.rope, query, input_positions)
+            key = rotate(self.rope, key, input_positions)
+        elif input_positions is not None:
+            raise ValueError(
+                "input_positions: the Performer takes positions only for a rotary attention_fn "
+                "(functools.partial(nnx.dot_product_attention_with_rope, rope=rope)); FAVOR "
+                "itself has no positional term"
+            )
+        key, value = repeat_kv_heads(key, value, self.num_heads)
+        if decode:
+            return self._decode(query, key, value, mask, projection_step)
+        return self._performer(
+            query, key, value, mask, causal, batch_shape, sow_weights, projection_step
+        )
+
+    def _performer(
+        self, query, key, value, mask, causal, batch_shape, sow_weights, projection_step
+    ):
+        projection, feature_map = self._draw(projection_step)
+        favor = favor_mask(
+            mask,
+            batch_shape=batch_shape or (1,),
+            num_heads=self.num_heads,
+            query_length=query.shape[1],
+            key_length=key.shape[1],
+            causal=causal,
+        )
+        if sow_weights:
+            weights = favor_heads_weights(query, key, projection, feature_map, favor, eps=self.eps)
+            self.sow(nnx.Intermediate, "attention_weights", weights)
+        return favor_heads(
+            query,
+            key,
+            value,
+            projection,
+            feature_map,
+            favor,
+            chunk_size=self.chunk_size,
+            eps=self.eps,
+            sequence_axis=self.sequence_axis,
+        )
+
+    def _exact(
+        self, query, key, value, mask, causal, deterministic, rngs, sow_weights, input_positions
+    ):
+        """Flax's attention: ``attention_fn`` with the arguments ``nnx.MultiHeadAttention``
+        passes it."""
         if mask is not None and mask.ndim == 2:
             mask = mask[:, None, None, :]
         dropout_rng = None
@@ -370,17 +527,21 @@ class PerformerAttention(nnx.Module):
                     "keep_rngs=False and attention dropout is on"
                 )
             dropout_rng = stream()
-        return nnx.dot_product_attention(
-            query,
-            key,
-            value,
+        positions = {} if input_positions is None else {"input_positions": input_positions}
+        attend = functools.partial(
+            self.attention_fn,
             mask=mask,
             dropout_rng=dropout_rng,
             dropout_rate=self.dropout_rate,
+            broadcast_dropout=self.broadcast_dropout,
             deterministic=dropout_rng is None,
             dtype=self.dtype,
+            precision=self.precision,
             module=self if sow_weights else None,
+            is_causal=causal,
+            **positions,
         )
+        return isolating_non_finite(attend, query, key, value, mask, causal=causal)
 
     def _append_to_cache(self, key, value, mask):
         self._check_cache("cached_key", "cached_value", "cache_index")

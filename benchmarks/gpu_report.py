@@ -1,0 +1,226 @@
+"""The tables of a GPU run, from its raw JSON (``python -m benchmarks.gpu_report``).
+
+  python -m benchmarks.gpu_report DIR [--fwht FILE] [--attention FILE ...] [--out summary.md]
+
+Reads ``benchmarks.fwht_gpu`` and ``benchmarks.attention_gpu`` JSON files of one run directory
+(``benchmarks/gpu_runs/<date>-<gpu>/``) and writes ``summary.md`` there: fwht time per call as a
+ratio to a device copy for every implementation, the best one and ``"auto"``'s; FAVOR attention
+against cuDNN flash attention, XLA exact attention and flash-linear-attention (time and memory
+ratios, crossover lengths, the causal path's share of the roofline); the profile's kernels. Every
+number in the summary comes from the JSON; nothing is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import pathlib
+
+from benchmarks.attention_gpu import BATCHES, DTYPES, MODES, PASSES
+
+
+def _load(path: pathlib.Path) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def fwht_section(report: dict) -> list[str]:
+    """The fwht table: median time per call over a copy's, per case and implementation."""
+    results = report["results"]
+    names = ["mosaic_gpu", "pallas_triton", "matmul", "xla_butterfly", "auto"]
+    lines = [
+        f"## fwht on {report['device']} (sm {report['compute_capability']}, JAX {report['jax']})",
+        "",
+        f"{report['total_elements']:,} elements per call (rows x n); {report['timing']}. "
+        "Entries: time per call / time of a copy of the same array in the same case (1.00 = the "
+        "memory-bandwidth floor; `-` = does not take this case). Target: best <= 1.2 for "
+        "n <= 8,192, <= 1.8 above. The last column holds the best against the fastest copy of "
+        "the run (a case whose own copy ran slow cannot meet the target by it).",
+        "",
+        "| case | " + " | ".join(names) + " | copy (us, GB/s) | best | target met | best / "
+        "fastest copy |",
+        "|---|" + "---|" * (len(names) + 4),
+    ]
+    fastest = {}  # per dtype: every case moves the same bytes, so one floor per dtype
+    for case, res in results.items():
+        dtype = case.split()[0]
+        copy_ms = res["timings"]["copy"]["median_ms"]
+        fastest[dtype] = min(fastest.get(dtype, copy_ms), copy_ms)
+    for case, res in results.items():
+        cells = []
+        for name in names:
+            ratio = res["ratios"].get(f"{name}/copy")
+            cells.append(
+                "failed" if name in res["failed"] else "-" if ratio is None else f"{ratio:.2f}"
+            )
+        copy = res["timings"]["copy"]
+        copy_cell = f"{1e3 * copy['median_ms']:.0f}, {copy['gb_per_s']:,.0f}"
+        met = "yes" if res["target_met"] else "no"
+        floor = res["timings"][res["best"]]["median_ms"] / fastest[case.split()[0]]
+        lines.append(
+            f"| {case} | " + " | ".join(cells) + f" | {copy_cell} | {res['best']} | {met} | "
+            f"{floor:.2f} |"
+        )
+    missing = report.get("not_measured") or []
+    if missing:
+        lines += ["", f"Not measured (the run's time budget ran out): {', '.join(missing)}."]
+    failed = {
+        f"{case} {name}": why
+        for case, res in results.items()
+        for name, why in res["failed"].items()
+    }
+    if failed:
+        lines += ["", "Failures: " + "; ".join(f"{k}: {v}" for k, v in failed.items())]
+    return lines
+
+
+def _rows(reports: list[dict]) -> list[dict]:
+    return [row for report in reports for row in report["rows"] if "pass" in row]
+
+
+def _time(rows, dtype, batch, mode, name, method, length):
+    for row in rows:
+        key = (row["dtype"], row["batch"], row["mode"], row["pass"], row["method"], row["length"])
+        if key == (dtype, batch, mode, name, method, length):
+            return row
+    return None
+
+
+def _cell(row) -> str:
+    if row is None:
+        return "-"
+    if row.get("median_s"):
+        return f"{1e3 * row['median_s']:.2f}"
+    reason = row.get("skipped") or ""
+    return "OOM" if "memory" in reason.lower() or "limit" in reason else "n/a"
+
+
+METHODS = ("favor", "cudnn", "xla", "fla", "features")
+EXTRA = ("FAVOR memory / cuDNN's", "FAVOR memory / fla's", "FAVOR roofline share")
+
+
+def _memory_ratio(favor: dict, peer: dict | None) -> str:
+    if favor.get("memory_bytes") and peer and peer.get("memory_bytes"):
+        return f"{favor['memory_bytes'] / peer['memory_bytes']:.1f}"
+    return "-"
+
+
+def _attention_line(rows, dtype, batch, mode, name, length) -> str:
+    """One table line: every method's time, FAVOR's memory ratios and roofline share."""
+    found = {m: _time(rows, dtype, batch, mode, name, m, length) for m in METHODS}
+    if mode == "bidirectional" or name != "forward":
+        found["features"] = None  # timed once per case, under causal forward
+    favor = found["favor"] or {}
+    share = favor.get("roofline", {}).get("share")
+    extra = [
+        _memory_ratio(favor, found["cudnn"]),
+        _memory_ratio(favor, found["fla"]),
+        "-" if share is None else f"{100 * share:.1f}%",
+    ]
+    cells = [_cell(found[m]) for m in METHODS] + extra
+    return f"| {mode} | {name} | {length:,} | " + " | ".join(cells) + " |"
+
+
+def attention_section(reports: list[dict]) -> list[str]:
+    """Time (ms) per method and length; FAVOR's ratios; memory; roofline; crossovers."""
+    rows = _rows(reports)
+    head = reports[0]
+    shape = head["shape"]
+    peaks = head["peaks"]
+    lines = [
+        f"## FAVOR attention on {head['device']} (JAX {head['jax']})",
+        "",
+        f"{shape['heads']} heads of dimension {shape['head_dim']}, m = {shape['num_features']} "
+        "FAVOR+ features. Times: median ms per call (interleaved repeats). `OOM`: exact attention "
+        "does not fit (its T x T scores); `n/a`: not compiled (cuDNN takes no float32); `-`: not "
+        "run (fla is causal only; cases beyond the run's time budget). fla times start from the "
+        "features; `features` is the feature map alone. Peaks measured in the same run: "
+        f"bf16 matmul {peaks['matmul_bfloat16_flop_per_s'] / 1e12:.0f} TFLOP/s, f32 (default "
+        f"precision) {peaks['matmul_float32_default_flop_per_s'] / 1e12:.0f} TFLOP/s, copy "
+        f"{peaks['copy_bytes_per_s'] / 1e12:.2f} TB/s.",
+        "",
+    ]
+    for dtype in DTYPES:
+        for batch in BATCHES:
+            lengths = sorted(
+                {r["length"] for r in rows if (r["dtype"], r["batch"]) == (dtype, batch)}
+            )
+            if not lengths:
+                continue
+            lines += [f"### {dtype}, B = {batch}", ""]
+            lines += [
+                "| mode | pass | T | " + " | ".join(METHODS) + " | " + " | ".join(EXTRA) + " |"
+            ]
+            lines += ["|---|---|---|" + "---|" * (len(METHODS) + len(EXTRA))]
+            for mode, name, length in itertools.product(MODES, PASSES, lengths):
+                lines.append(_attention_line(rows, dtype, batch, mode, name, length))
+            lines.append("")
+    lines += crossover_lines(reports[0].get("summary", {}))
+    return lines
+
+
+def crossover_lines(summary: dict) -> list[str]:
+    lines = ["### Crossover against exact attention", ""]
+    lines += [
+        "| case | first T where FAVOR is faster | FAVOR / fla at each T "
+        "| exact (XLA) fits up to T |"
+    ]
+    lines += ["|---|---|---|---|"]
+    for case, values in summary.items():
+        fla = values["ratios"].get("favor/fla", {})
+        fla_cell = ", ".join(f"{int(t):,}: {r:.1f}" for t, r in fla.items()) or "-"
+        crossover = values["crossover_T"]
+        fits = values["xla_exact_fits_up_to_T"]
+        crossover_cell = "none measured" if crossover is None else f"{crossover:,}"
+        fits_cell = "-" if fits is None else f"{fits:,}"
+        lines.append(f"| {case} | {crossover_cell} | {fla_cell} | {fits_cell} |")
+    return [*lines, ""]
+
+
+def profile_section(profile: dict) -> list[str]:
+    lines = [
+        f"## Profile: causal FAVOR forward + backward, {profile['dtype']}, B = {profile['batch']}, "
+        f"T = {profile['length']:,}",
+        "",
+        f"JAX's profiler over {profile['calls']} calls; GPU time per call by kernel.",
+        "",
+    ]
+    for line, values in profile["lines"].items():
+        lines += [f"{line}: {values['total_ms_per_call']:.2f} ms per call", ""]
+        lines += ["| kernel | ms per call | share |", "|---|---|---|"]
+        total = values["total_ms_per_call"]
+        for kernel, ms in values["top_ms_per_call"].items():
+            lines.append(f"| `{kernel[:80]}` | {ms:.3f} | {100 * ms / total:.1f}% |")
+        lines.append("")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=pathlib.Path)
+    parser.add_argument("--fwht", default="fwht_gpu.json")
+    parser.add_argument("--attention", nargs="+", default=["attention_gpu.json"])
+    parser.add_argument("--out", default="summary.md")
+    args = parser.parse_args()
+    directory = args.directory
+    lines = [f"# GPU run `{directory.name}`", ""]
+    lines += [
+        f"Generated by `python -m benchmarks.gpu_report` from the raw JSON in `{directory}`.",
+        "",
+    ]
+    if (directory / args.fwht).exists():
+        lines += [*fwht_section(_load(directory / args.fwht)), ""]
+    attention = [_load(directory / name) for name in args.attention if (directory / name).exists()]
+    measured = [report for report in attention if _rows([report])]
+    if measured:
+        lines += attention_section(measured)
+    profiles = [report["profile"] for report in attention if "profile" in report]
+    if profiles:
+        lines += profile_section(profiles[0])
+    (directory / args.out).write_text("\n".join(lines).rstrip() + "\n")
+    print(f"wrote {directory / args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""Long-context causal LM: FAVOR against exact attention in time, memory, perplexity and decoding.
+
+  XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m benchmarks.long_context \\
+      --workdir workdirs/performer_lm --out benchmarks/results/long_context
+
+The model is ``configs/performer_lm.py``'s (``rfjax.nn.PerformerLM``, vocabulary of PTB's
+10,000 words), with causal FAVOR (``"performer"``) or exact causal softmax attention
+(``"exact"``, ``jax.nn.dot_product_attention``). For each context length T (``--lengths``) and
+device count D (``--device-counts``; D forced CPU devices split the window along T: the
+experiment's ``shard_map`` over a ``"seq"`` axis of D devices, batch of one window):
+
+* memory: XLA's compiled memory analysis of one device's training step (forward, backward and
+  the AdamW update; arguments + outputs + temporaries), per device;
+* time: median of ``--repeats`` training steps after one warm-up (interleaved), as training
+  tokens per second, only where the D devices' memory together fits ``--host-budget-gib`` (the
+  forced devices share one host's memory; the others are "does not fit");
+* ``--crossover-lengths`` adds shorter windows on one device, to find where FAVOR's time
+  crosses below exact attention's.
+
+Perplexity: the experiment's trained checkpoints (``--workdir``: ``runs/performer_seed0`` and
+``runs/exact_seed0``, trained at ``context_length``) evaluated on the validation stream in
+windows of each T (every whole window of the split; at T = 65,536 the split holds one), on all
+devices with the sequence split over them, where the exact model's forward pass fits.
+
+Decoding: from the same checkpoints, ``--decode-tokens`` tokens generated greedily one at a time
+(``PerformerLM(decode=True)``: FAVOR's recurrent state, ``rfjax.attention.favor_decode_step``,
+against Flax's key/value cache of T entries for exact attention; one device), as tokens per
+second, for a cache of each T, and the cache's size. Flax's cache attends over all T entries
+at every step (masked), so its per-token cost is that of any position; FAVOR's state does not
+depend on T.
+
+Writes ``results.json`` (every row, the machine's load and the command) and ``table.md`` into
+``--out``. Reported, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from benchmarks.timing import time_interleaved
+from experiments import performer_lm
+from experiments.core import sweep
+from experiments.core.train import trainer as train
+from rfjax.data import load_ptb
+
+KINDS = ("performer", "exact")
+AXIS = "seq"
+GIB = 2**30
+
+
+def sub_mesh(devices: int) -> Mesh:
+    """The first ``devices`` devices as a ``"seq"`` axis (one window per step)."""
+    return Mesh(np.array(jax.devices()[:devices]), (AXIS,), axis_types=(AxisType.Auto,))
+
+
+def nll_fn(config, kind: str, vocab: int, mesh: Mesh):
+    """``(params, inputs, targets, rng, step) -> (1, T)`` token NLL, T split over the mesh."""
+    split = mesh.size > 1
+    model = performer_lm.make_model(config, kind, vocab, sequence_axis=AXIS if split else None)
+
+    def local(params, inputs, targets, rng, step):
+        rngs = {"projection": performer_lm.projection_rng(rng)}
+        return model.apply(params, inputs, targets, rngs=rngs, projection_step=step)
+
+    windows = P(None, AXIS)
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(P(), windows, windows, P(), P()), out_specs=windows
+    )
+
+
+def train_step_program(config, kind: str, vocab: int, length: int, devices: int):
+    """The compiled training step at T = ``length`` on ``devices`` devices, its arguments and
+    its per-device memory (bytes)."""
+    mesh = sub_mesh(devices)
+    nll = nll_fn(config, kind, vocab, mesh)
+    optimizer, _ = train.make_optimizer(config.train)
+    model = performer_lm.make_model(config, kind, vocab)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 128), jnp.int32))
+    replicated, windows = NamedSharding(mesh, P()), NamedSharding(mesh, P(None, AXIS))
+    params = jax.device_put(params, replicated)
+    opt_state = jax.device_put(optimizer.init(params), replicated)
+    tokens = jax.random.randint(jax.random.key(1), (1, length + 1), 0, vocab)
+    inputs = jax.device_put(tokens[:, :-1], windows)
+    targets = jax.device_put(tokens[:, 1:], windows)
+    rng = jax.random.key(2)
+
+    def step(params, opt_state, inputs, targets):
+        loss, grads = jax.value_and_grad(
+            lambda p: jnp.mean(nll(p, inputs, targets, rng, jnp.int32(0)))
+        )(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    compiled = jax.jit(step).lower(params, opt_state, inputs, targets).compile()
+    analysis = compiled.memory_analysis()
+    memory = int(
+        analysis.argument_size_in_bytes
+        + analysis.output_size_in_bytes
+        + analysis.temp_size_in_bytes
+    )
+    return compiled, (params, opt_state, inputs, targets), memory
+
+
+def step_rows(config, vocab: int, lengths, device_counts, repeats: int, budget: float) -> list:
+    """Memory (and time where it fits) of every (T, D, kind) training step."""
+    rows = []
+    for length in lengths:
+        for devices in device_counts:
+            functions, found = {}, []
+            for kind in KINDS:
+                row = {"length": length, "devices": devices, "kind": kind}
+                try:
+                    compiled, args, memory = train_step_program(
+                        config, kind, vocab, length, devices
+                    )
+                except Exception as error:
+                    row.update(status=f"does not compile: {type(error).__name__}: {error}"[:300])
+                    rows.append(row)
+                    continue
+                row["memory_per_device_bytes"] = memory
+                if memory * devices > budget:
+                    row["status"] = (
+                        f"does not fit: {devices} x {memory / GIB:.1f} GiB > host budget "
+                        f"{budget / GIB:.0f} GiB"
+                    )
+                else:
+                    row["status"] = "timed"
+                    functions[kind] = lambda c=compiled, a=args: c(*a)
+                found.append(row)
+                rows.append(row)
+                print(f"  T={length} D={devices} {kind}: {row['status']}", flush=True)
+            if functions:
+                timings = time_interleaved(functions, repeats=repeats, warmup=1)
+                for row in found:
+                    if row["kind"] in timings:
+                        timing = timings[row["kind"]]
+                        row.update(
+                            median_s=timing["median_s"],
+                            min_s=timing["min_s"],
+                            tokens_per_second=length / timing["median_s"],
+                        )
+            print(f"T={length} D={devices} done (load {os.getloadavg()[0]:.1f})", flush=True)
+    return rows
+
+
+def trained(workdir: str, kind: str, config) -> tuple[dict, int] | None:
+    """The parameters and final step of the experiment's seed-0 run of ``kind``, if any."""
+    run_dir = sweep.run_dir(workdir, kind, 0)
+    if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+        return None
+    params = train.final_params(run_dir)
+    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
+        step = max(json.loads(line)["step"] for line in handle if line.strip())
+    return params, step
+
+
+def perplexity_rows(config, vocab: int, workdir: str, lengths, budget: float) -> list:
+    """Validation perplexity of each trained kind in windows of each T, on all devices."""
+    splits, _ = load_ptb()
+    devices = jax.device_count()
+    mesh = sub_mesh(devices)
+    rows = []
+    for kind in KINDS:
+        found = trained(workdir, kind, config)
+        if found is None:
+            continue
+        params, step = found
+        params = jax.device_put(params, NamedSharding(mesh, P()))
+        for length in lengths:
+            row = {"kind": kind, "length": length, "devices": devices, "trained_step": step}
+            windows = performer_lm.windows(splits["valid"], length)
+            nll = jax.jit(nll_fn(config, kind, vocab, mesh))
+            place = NamedSharding(mesh, P(None, AXIS))
+            shapes = [jax.ShapeDtypeStruct((1, length), jnp.int32, sharding=place)] * 2
+            rng, at = performer_lm.train_rng(config), jnp.int32(step)
+            analysis = nll.lower(params, *shapes, rng, at).compile().memory_analysis()
+            memory = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
+            row["memory_per_device_bytes"] = int(memory)
+            if memory * devices > budget:
+                row["status"] = f"does not fit: {devices} x {memory / GIB:.1f} GiB"
+                rows.append(row)
+                continue
+            total, count = 0.0, 0
+            for inputs, targets in zip(windows["inputs"], windows["targets"], strict=True):
+                values = nll(
+                    params,
+                    jax.device_put(inputs[None], place),
+                    jax.device_put(targets[None], place),
+                    rng,
+                    at,
+                )
+                total += float(jnp.sum(values))
+                count += values.size
+            row.update(status="evaluated", windows=len(windows["inputs"]), tokens=count)
+            row["perplexity"] = float(np.exp(total / count))
+            rows.append(row)
+            print(f"  ppl {kind} T={length}: {row.get('perplexity')}", flush=True)
+    return rows
+
+
+def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats: int) -> list:
+    """Greedy decoding tokens/s from each trained kind with a cache of each T (one device)."""
+    rows = []
+    for kind in KINDS:
+        found = trained(workdir, kind, config)
+        if found is None:
+            continue
+        params, step = found
+        model = performer_lm.make_model(config, kind, vocab, decode=True)
+        rngs = {"projection": performer_lm.projection_rng(performer_lm.train_rng(config))}
+        for length in lengths:
+            # The cache's shapes without running attention over T tokens: every entry of Flax's
+            # key/value cache and of FAVOR's state starts at zero, but FAVOR's running maximum,
+            # which starts at the masked-key floor (its init, at any length).
+            shapes = jax.eval_shape(
+                model.init, jax.random.key(0), jax.ShapeDtypeStruct((1, length), jnp.int32)
+            )["cache"]
+            cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            if kind == "performer":
+                cache = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["cache"]
+
+            def generate(cache, params=params, model=model, rngs=rngs, step=step):
+                def one(carry, _):
+                    cache, token = carry
+                    logits, updated = model.apply(
+                        {**params, "cache": cache},
+                        token,
+                        rngs=rngs,
+                        projection_step=step,
+                        mutable=["cache"],
+                    )
+                    following = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(jnp.int32)
+                    return (updated["cache"], following), following[0, 0]
+
+                start = jnp.zeros((1, 1), jnp.int32)
+                return jax.lax.scan(one, (cache, start), None, length=tokens)[1]
+
+            run = jax.jit(generate)
+            timing = time_interleaved({kind: lambda r=run, c=cache: r(c)}, repeats=repeats)[kind]
+            cache_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+            rows.append(
+                {
+                    "kind": kind,
+                    "cache_length": length,
+                    "tokens": tokens,
+                    "median_s": timing["median_s"],
+                    "tokens_per_second": tokens / timing["median_s"],
+                    "cache_bytes": int(cache_bytes),
+                }
+            )
+            print(
+                f"  decode {kind} T={length}: {rows[-1]['tokens_per_second']:.0f} tok/s", flush=True
+            )
+    return rows
+
+
+def table(result: dict) -> str:
+    """The markdown tables of a result: steps, perplexity, decoding."""
+    lines = [
+        "| T | devices | kind | MiB per device | tokens/s | FAVOR time / exact | "
+        "memory / 1 device's |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    steps = result["steps"]
+    index = {(r["length"], r["devices"], r["kind"]): r for r in steps}
+    for row in steps:
+        memory = row.get("memory_per_device_bytes")
+        mib = f"{memory / 2**20:.0f}" if memory else "--"
+        speed = f"{row['tokens_per_second']:.0f}" if "tokens_per_second" in row else row["status"]
+        exact = index.get((row["length"], row["devices"], "exact"), {})
+        ratio = "--"
+        if row["kind"] == "performer" and "median_s" in row and "median_s" in exact:
+            ratio = f"{row['median_s'] / exact['median_s']:.3f}"
+        one = index.get((row["length"], 1, row["kind"]), {}).get("memory_per_device_bytes")
+        scale = f"{memory / one:.3f}" if memory and one else "--"
+        lines.append(
+            f"| {row['length']} | {row['devices']} | {row['kind']} | {mib} | {speed} | {ratio} | "
+            f"{scale} |"
+        )
+    lines += ["", "| kind | T | perplexity | windows | MiB per device |", "|---|---|---|---|---|"]
+    for row in result["perplexity"]:
+        value = f"{row['perplexity']:.1f}" if "perplexity" in row else row["status"]
+        lines.append(
+            f"| {row['kind']} | {row['length']} | {value} | {row.get('windows', '--')} | "
+            f"{row['memory_per_device_bytes'] / 2**20:.0f} |"
+        )
+    lines += ["", "| kind | cache T | tokens/s | cache KiB |", "|---|---|---|---|"]
+    for row in result["decode"]:
+        lines.append(
+            f"| {row['kind']} | {row['cache_length']} | {row['tokens_per_second']:.0f} | "
+            f"{row['cache_bytes'] / 2**10:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workdir", default="workdirs/performer_lm")
+    parser.add_argument("--out", default="benchmarks/results/long_context")
+    parser.add_argument("--config", default="", help="configs/performer_lm.py argument")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 65536])
+    parser.add_argument("--crossover-lengths", type=int, nargs="*", default=[512, 1024, 2048])
+    parser.add_argument("--device-counts", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--host-budget-gib", type=float, default=12.0)
+    parser.add_argument("--decode-tokens", type=int, default=64)
+    parser.add_argument("--skip", nargs="*", default=[], choices=("steps", "perplexity", "decode"))
+    args = parser.parse_args()
+
+    from configs.performer_lm import get_config
+
+    config: ml_collections.ConfigDict = get_config(args.config or None)
+    _, vocabulary = load_ptb()
+    vocab = len(vocabulary)
+    budget = args.host_budget_gib * GIB
+    result: dict = {
+        "command": " ".join(["python -m benchmarks.long_context", *sys.argv[1:]]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {jax.device_count()} devices",
+        "jax": jax.__version__,
+        "load_average_start": os.getloadavg(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "model": config.model.to_dict(),
+    }
+    start = time.monotonic()
+    result["steps"] = []
+    if "steps" not in args.skip:
+        result["steps"] = step_rows(
+            config, vocab, args.crossover_lengths, [1], args.repeats, budget
+        ) + step_rows(config, vocab, args.lengths, args.device_counts, args.repeats, budget)
+    result["perplexity"] = []
+    if "perplexity" not in args.skip:
+        result["perplexity"] = perplexity_rows(config, vocab, args.workdir, args.lengths, budget)
+    result["decode"] = []
+    if "decode" not in args.skip:
+        result["decode"] = decode_rows(
+            config, vocab, args.workdir, args.lengths, args.decode_tokens, args.repeats
+        )
+    result["load_average_end"] = os.getloadavg()
+    result["wall_seconds"] = time.monotonic() - start
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as handle:
+        json.dump(result, handle, indent=1)
+    text = table(result)
+    with open(os.path.join(args.out, "table.md"), "w") as handle:
+        handle.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
