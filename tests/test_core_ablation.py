@@ -44,7 +44,11 @@ def test_an_ablation_records_every_cell_reports_the_pair_and_resumes(tmp_path):
     assert cells == [f"{m}_seed{s}" for m in (16, 8) for s in range(3)]
     stored = verdicts.read(str(workdir))["ablation"]
     assert stored.claim == "num_features=16 vs 8 on ratio_simplex"
-    assert stored.sentence() in (workdir / "ablation.md").read_text() and "ratio_simplex" in printed
+    report = (workdir / "ablation.md").read_text()
+    assert stored.sentence() in report and "ratio_simplex" in printed
+    # An ablation of a quick variant is not powered either (its verdict cannot refute): it
+    # says so, and which config is sized to resolve the claim.
+    assert "**Not powered.**" in report and "`--config=configs/kernel_mse.py` is sized" in report
     record = json.loads((workdir / "runs" / "8_seed1" / "result.json").read_text())
     assert record["settings"]["num_features"] == 8 and "ratio_simplex" in record["run"]
     # The report's effect is the mean of the paired per-seed differences of the cells' records.

@@ -122,7 +122,8 @@ def run(
             "claims": {
                 "ablation": claim(f"{field}={second} vs {first} on {metric}", test, margin=margin)
             },
-            "powered": True,
+            # a quick variant's ablation cannot refute its claim either
+            "powered": bool(config.get("powered", True)),
         }
     )
     judge = verdicts.Verdicts(declared)
@@ -134,8 +135,9 @@ def run(
         number=".4g",
     )
     rows = [{"seed": s, **{f"{metric} ({arm})": value[arm, s] for arm in arms}} for s in seeds]
+    note = "" if judge.powered else verdicts.unpowered_note(config) + "\n\n"
     text = (
-        f"# Ablation of {config.experiment}: {field} in {list(arms)}\n\n"
+        f"# Ablation of {config.experiment}: {field} in {list(arms)}\n\n{note}"
         f"Seeds {seeds} ({seed_field}); one run of the study per cell in `runs/`.\n\n"
         f"{outputs.markdown_table(rows)}\n\n{verdict.sentence()}\n"
     )
