@@ -29,6 +29,7 @@ import math
 import os
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +67,8 @@ def with_grad(forward):
 def compile_with_memory(fn, args) -> tuple[object, dict[str, int]]:
     compiled = jax.jit(fn).lower(*args).compile()
     analysis = compiled.memory_analysis()
+    if analysis is None:
+        raise RuntimeError("XLA gave no memory analysis")
     memory = {
         "temp_bytes": int(analysis.temp_size_in_bytes),
         "argument_bytes": int(analysis.argument_size_in_bytes),
@@ -91,14 +94,15 @@ def benchmark_length(
     projection = draw_projection(keys[3], HEAD_DIM, NUM_FEATURES, coupling="orthogonal")
     args = (q, k, v, projection)
 
-    variants = []  # (method, mode, chunk_size, forward)
+    variants: list[tuple[str, str, int | None, Any]] = []  # (method, mode, chunk_size, forward)
     for mode in MODES:
         causal = mode == "causal"
         variants.append(("exact", mode, None, exact_fn(causal)))
         for chunk_size in chunk_sizes if causal else (None,):
             variants.append(("favor", mode, chunk_size, favor_fn(causal, chunk_size or 128)))
 
-    rows, functions = [], {}
+    rows: list[dict] = []
+    functions: dict[int, Any] = {}
     for method, mode, chunk_size, forward in variants:
         for name, fn in (("forward", forward), ("forward_backward", with_grad(forward))):
             compiled, memory = compile_with_memory(fn, args)
@@ -121,7 +125,7 @@ def benchmark_length(
                 functions[len(rows)] = lambda compiled=compiled: compiled(*args)
             rows.append(row)
     count = repeats_for(length, repeats)
-    timings = {}
+    timings: dict[str, Any] = {}
     # One interleaved group per method: a call right after exact attention's backward (GBs of
     # temporaries just freed) pays for page faults and cold caches, which would be charged to
     # whichever FAVOR variant came next in a shared round.
@@ -161,7 +165,7 @@ def run_peer(torch_python: str, lengths: list[int], batch: int, repeats: int) ->
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def lookup(rows, **fields) -> dict | None:
+def lookup(rows, **fields) -> Any:
     for row in rows:
         if all(row.get(name) == value for name, value in fields.items()):
             return row
@@ -241,7 +245,12 @@ def main() -> None:
         f"{'FAVOR MB':>9} {'exact MB':>9} {'torch ms':>9} {'F/torch':>8}"
     )
     print("\n" + header)
-    summary = {"chunk_size": chunk, "crossover": {}, "growth_16384_4096": {}, "peer_ratio": {}}
+    summary: dict[str, Any] = {
+        "chunk_size": chunk,
+        "crossover": {},
+        "growth_16384_4096": {},
+        "peer_ratio": {},
+    }
     for mode in MODES:
         for length in args.lengths:
             for name in PASSES:

@@ -36,6 +36,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +75,7 @@ def _time_with_setup(functions, setups, *, repeats: int, warmup: int = 3):
         for _ in range(warmup):
             setups.get(name, lambda: None)()
             jax.block_until_ready(fn())
-    samples = {name: [] for name in functions}
+    samples: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(repeats):
         for name, fn in functions.items():
             setups.get(name, lambda: None)()
@@ -93,6 +96,14 @@ def _memory(fn, x) -> dict[str, int]:
         "output_bytes": int(analysis.output_size_in_bytes),
         "argument_bytes": int(analysis.argument_size_in_bytes),
     }
+
+
+def _call_held(fn: Callable[[Any], Any], holder: list) -> Any:
+    return fn(holder[0])
+
+
+def _refill_held(holder: list, host: np.ndarray) -> None:
+    holder[0] = jax.block_until_ready(jnp.asarray(host))
 
 
 def run(
@@ -121,35 +132,33 @@ def run(
         matmul = jax.jit(lambda v: fwht(v, implementation="matmul"))
         xla_copy = jax.jit(lambda v: v + 0.0)
         dst = np.empty_like(host)
-        functions = {
-            "rfjax": lambda ours=ours, x=x: ours(x),
-            "rfjax_1thread": lambda ours_1t=ours_1t, x=x: ours_1t(x),
-            "xla_butterfly": lambda naive=naive, x=x: naive(x),
-            "matmul": lambda matmul=matmul, x=x: matmul(x),
-            "copy_numpy": lambda dst=dst, host=host: np.copyto(dst, host),
-            "copy_xla": lambda xla_copy=xla_copy, x=x: xla_copy(x),
+        functions: dict[str, Callable[[], Any]] = {
+            "rfjax": partial(ours, x),
+            "rfjax_1thread": partial(ours_1t, x),
+            "xla_butterfly": partial(naive, x),
+            "matmul": partial(matmul, x),
+            "copy_numpy": partial(np.copyto, dst, host),
+            "copy_xla": partial(xla_copy, x),
         }
         # In place, like the in-place peers: a donated argument, rebuilt outside the timed region.
         donated = jax.jit(lambda v: fwht(v, implementation="cpu"), donate_argnums=0)
         holder = [jnp.asarray(host)]
-        functions["rfjax_inplace"] = lambda donated=donated, holder=holder: donated(holder[0])
-        setups = {
-            "rfjax_inplace": lambda holder=holder, host=host: holder.__setitem__(
-                0, jax.block_until_ready(jnp.asarray(host))
-            )
+        functions["rfjax_inplace"] = partial(_call_held, donated, holder)
+        setups: dict[str, Callable[[], Any]] = {
+            "rfjax_inplace": partial(_refill_held, holder, host)
         }
         if fht_cpu is not None and dtype == "float32":
             buf1, bufn = host.copy(), host.copy()
-            functions["fht_cpu_t1"] = lambda b=buf1: fht_cpu.fht_2d_f32_rows(b, 1)
-            setups["fht_cpu_t1"] = lambda b=buf1, host=host: np.copyto(b, host)
+            functions["fht_cpu_t1"] = partial(fht_cpu.fht_2d_f32_rows, buf1, 1)
+            setups["fht_cpu_t1"] = partial(np.copyto, buf1, host)
             if threads > 1:
                 name = f"fht_cpu_t{threads}"
-                functions[name] = lambda b=bufn, t=threads: fht_cpu.fht_2d_f32_rows(b, t)
-                setups[name] = lambda b=bufn, host=host: np.copyto(b, host)
+                functions[name] = partial(fht_cpu.fht_2d_f32_rows, bufn, threads)
+                setups[name] = partial(np.copyto, bufn, host)
         if ffht is not None and dtype == "float32":
             bufx = host.copy()
-            functions["ffht"] = lambda b=bufx: ffht.fht_(b)
-            setups["ffht"] = lambda b=bufx, host=host: np.copyto(b, host)
+            functions["ffht"] = partial(ffht.fht_, bufx)
+            setups["ffht"] = partial(np.copyto, bufx, host)
         timings = _time_with_setup(functions, setups, repeats=repeats)
         row = {}
         for name, t in timings.items():

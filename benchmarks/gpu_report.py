@@ -42,7 +42,8 @@ def fwht_section(report: dict) -> list[str]:
         "fastest copy |",
         "|---|" + "---|" * (len(names) + 4),
     ]
-    fastest = {}  # per dtype: every case moves the same bytes, so one floor per dtype
+    # per dtype: every case moves the same bytes, so one floor per dtype
+    fastest: dict[str, float] = {}
     for case, res in results.items():
         dtype = case.split()[0]
         copy_ms = res["timings"]["copy"]["median_ms"]

@@ -36,11 +36,13 @@ Writes ``results.json`` (every row, the machine's load and the command) and ``ta
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import sys
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +53,9 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from benchmarks.timing import time_interleaved
-from experiments import performer_lm, train
+from experiments import performer_lm
+from experiments.core import sweep
+from experiments.core.train import trainer as train
 from rfjax.data import load_ptb
 
 KINDS = ("performer", "exact")
@@ -79,6 +83,14 @@ def nll_fn(config, kind: str, vocab: int, mesh: Mesh):
     )
 
 
+def memory_analysis(compiled) -> Any:
+    """XLA's memory analysis of a compiled program (raises if XLA gives none)."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        raise RuntimeError("XLA gave no memory analysis")
+    return analysis
+
+
 def train_step_program(config, kind: str, vocab: int, length: int, devices: int):
     """The compiled training step at T = ``length`` on ``devices`` devices, its arguments and
     its per-device memory (bytes)."""
@@ -103,7 +115,7 @@ def train_step_program(config, kind: str, vocab: int, length: int, devices: int)
         return optax.apply_updates(params, updates), opt_state, loss
 
     compiled = jax.jit(step).lower(params, opt_state, inputs, targets).compile()
-    analysis = compiled.memory_analysis()
+    analysis = memory_analysis(compiled)
     memory = int(
         analysis.argument_size_in_bytes
         + analysis.output_size_in_bytes
@@ -156,7 +168,7 @@ def step_rows(config, vocab: int, lengths, device_counts, repeats: int, budget: 
 
 def trained(workdir: str, kind: str, config) -> tuple[dict, int] | None:
     """The parameters and final step of the experiment's seed-0 run of ``kind``, if any."""
-    run_dir = os.path.join(workdir, "runs", performer_lm.run_name(kind, 0))
+    run_dir = sweep.run_dir(workdir, kind, 0)
     if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
         return None
     params = train.final_params(run_dir)
@@ -184,7 +196,7 @@ def perplexity_rows(config, vocab: int, workdir: str, lengths, budget: float) ->
             place = NamedSharding(mesh, P(None, AXIS))
             shapes = [jax.ShapeDtypeStruct((1, length), jnp.int32, sharding=place)] * 2
             rng, at = performer_lm.train_rng(config), jnp.int32(step)
-            analysis = nll.lower(params, *shapes, rng, at).compile().memory_analysis()
+            analysis = memory_analysis(nll.lower(params, *shapes, rng, at).compile())
             memory = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
             row["memory_per_device_bytes"] = int(memory)
             if memory * devices > budget:
@@ -247,7 +259,7 @@ def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats:
                 return jax.lax.scan(one, (cache, start), None, length=tokens)[1]
 
             run = jax.jit(generate)
-            timing = time_interleaved({kind: lambda r=run, c=cache: r(c)}, repeats=repeats)[kind]
+            timing = time_interleaved({kind: functools.partial(run, cache)}, repeats=repeats)[kind]
             cache_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
             rows.append(
                 {

@@ -97,10 +97,10 @@ def rfjax_transform(
     coupling: str, feature_map: str, dim: int, width: int, gamma: float, seed: int = 0
 ) -> RandomFeatureTransform:
     """Features of the Gaussian kernel exp(-gamma |x - y|^2) of total width ``width``."""
-    feature_map = features.get(feature_map)()
-    vectors = width // 2 if isinstance(feature_map, features.FourierFeatureMap) else width
+    fmap = features.get(feature_map)()
+    vectors = width // 2 if isinstance(fmap, features.FourierFeatureMap) else width
     projection = projections.get(coupling)(jax.random.key(seed), dim, vectors)
-    return RandomFeatureTransform(projection, feature_map, 1 / np.sqrt(2 * gamma), "gaussian")
+    return RandomFeatureTransform(projection, fmap, 1 / np.sqrt(2 * gamma), "gaussian")
 
 
 def rfjax_fit(transform, x, y, alpha):

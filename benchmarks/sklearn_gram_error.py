@@ -14,6 +14,7 @@ ratio of means to RBFSampler's. Used for the choice of ``RandomFeatures``' defau
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -24,7 +25,7 @@ from sklearn.preprocessing import StandardScaler
 
 from rfjax.sklearn import RandomFeatures
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any] | None] = {
     "sklearn RBFSampler": None,
     "fourier/gaussian": dict(features="fourier", coupling="gaussian"),
     "fourier/orthogonal": dict(features="fourier", coupling="orthogonal"),

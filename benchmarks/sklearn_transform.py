@@ -23,6 +23,7 @@ import argparse
 import functools
 import statistics
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -31,7 +32,7 @@ from sklearn.kernel_approximation import RBFSampler
 from benchmarks.timing import time_interleaved
 from rfjax.sklearn import RandomFeatures
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "rfjax positive/simplex": dict(features="positive", coupling="simplex"),
     "rfjax fourier/orthogonal": dict(features="fourier", coupling="orthogonal"),
 }

@@ -17,6 +17,7 @@ Dense costs O(d^2) per input, the families O(d log d) (O(r d log d) for rank r).
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import jax
 
@@ -26,7 +27,7 @@ from rfjax import projections
 
 PAIRS = (("orthogonal", "hd_orthogonal"), ("simplex", "fast_simplex"))
 # (label, coupling, options) of the P-model families timed against the dense Gaussian W.
-P_MODEL_FAMILIES = (
+P_MODEL_FAMILIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("circulant", "circulant", {}),
     ("skew_circulant", "skew_circulant", {}),
     ("toeplitz", "toeplitz", {}),
@@ -72,7 +73,9 @@ def apply_benchmark(dims: tuple[int, ...], num_inputs: int, repeats: int) -> lis
     rows = []
     for dim in dims:
         x = jax.random.normal(jax.random.key(0), (num_inputs, dim))
-        drawn = {"dense": projections.gaussian(jax.random.key(1), dim, dim)}
+        drawn: dict[str, projections.Projection] = {
+            "dense": projections.gaussian(jax.random.key(1), dim, dim)
+        }
         for index, (label, coupling, options) in enumerate(P_MODEL_FAMILIES):
             key = jax.random.key(2 + index)
             drawn[label] = projections.get(coupling)(key, dim, dim, **options)

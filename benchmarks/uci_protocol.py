@@ -5,7 +5,7 @@
 
 One point of Fig. 8: abalone (3,969 training and 208 test points, d = 10 with one-hot sex),
 m = 4 d = 40 positive random features, IID, ORF and SimRF couplings, 500 independent draws each,
-kernel-regression classification accuracy (``experiments.uci_classification``).
+kernel-regression classification accuracy (``experiments.core.kernel_classifier``).
 
 * rfjax: ``random_feature_accuracies``, all draws and couplings in one jitted call (draws
   vmapped over keys, class feature sums, O(N m d)); median of interleaved repeats after a warm-up
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.timing import time_interleaved
-from experiments import uci_classification as uci
+from experiments.core import kernel_classifier as uci
 from rfjax import data, projections
 
 COUPLINGS = ("gaussian", "orthogonal", "simplex")

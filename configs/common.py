@@ -1,4 +1,4 @@
-"""Helpers shared by config files: the ``variant,key=value`` argument and type checks.
+"""Helpers shared by config files: the ``variant,key=value`` argument and claim declarations.
 
 A config file's ``get_config(arg)`` takes big_vision-style arguments: a variant name and/or
 ``key=value`` overrides, comma-separated, e.g. (with ``experiments.main``)
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import math
 from typing import Any
 
 import ml_collections
@@ -58,7 +57,8 @@ def parse_arg(arg: str | None) -> tuple[str | None, dict[str, str]]:
     Raises:
       ValueError: if an item is malformed, names a key twice, or a variant is not first.
     """
-    variant, overrides = None, {}
+    variant: str | None = None
+    overrides: dict[str, str] = {}
     for position, item in enumerate(_split_items(arg or "")):
         if "=" not in item:
             if overrides:
@@ -102,23 +102,18 @@ def apply_overrides(
       ValueError: for an unknown key or a value that does not parse as the field's type (the
         message names the key, the value and the expected syntax).
     """
-    variant, overrides = parse_arg(arg)
-    if "variant" not in config and "label" not in config:  # iap_es names it "label"
-        config.variant = variant or "default"  # read by experiments.outputs.config_variant
-    for key, text in overrides.items():
-        parent, name = _locate(config, key)
-        parent[name] = _parse_value(key, text, parent[name])
+    for key, text in parse_arg(arg)[1].items():
+        parent, name = locate_field(config, key)
+        parent[name] = parse_field_value(key, text, parent[name])
     return config
 
 
-def check_field(config: ml_collections.ConfigDict, key: str) -> None:
-    """Raises the ``ValueError`` of an override of ``key`` (dotted for nested fields) when
-    ``config`` has no such field: the same message for ``--config=FILE:key=value`` and for
-    absl's ``--config.key=value`` (``experiments.main``)."""
-    _locate(config, key)
+def locate_field(config: ml_collections.ConfigDict, key: str) -> tuple[Any, str]:
+    """The parent group and name of the dotted field ``key`` of ``config``.
 
-
-def _locate(config: ml_collections.ConfigDict, key: str) -> tuple[Any, str]:
+    Raises:
+      ValueError: for an unknown field (with close names) or a group.
+    """
     *path, name = key.split(".")
     node = config
     for index, part in enumerate([*path, name]):
@@ -163,7 +158,8 @@ def _parse_scalar(key: str, text: str, like: Any) -> Any:
     return value
 
 
-def _parse_value(key: str, text: str, default: Any) -> Any:
+def parse_field_value(key: str, text: str, default: Any) -> Any:
+    """``text`` parsed as the type of the field ``key``'s ``default`` (tuples element-wise)."""
     if not isinstance(default, tuple):
         return _parse_scalar(key, text, default)
     inner = text
@@ -175,97 +171,43 @@ def _parse_value(key: str, text: str, default: Any) -> Any:
     return tuple(_parse_scalar(key, item, like) for item in _split_items(inner))
 
 
-def check_types(
-    config: ml_collections.ConfigDict, reference: ml_collections.ConfigDict, prefix: str = "config"
-) -> None:
-    """Checks that every field of ``config`` has the type of its default in ``reference``
-    (ints where floats are expected are fine; tuples element by element, against the types of
-    the default's elements), and that no string in a tuple holds a comma where the default's
-    strings do not (``--config.couplings=gaussian,simplex`` gives ``('gaussian,simplex',)``).
+def claim(
+    statement: str,
+    test: str,
+    *,
+    margin: float = 0.0,
+    relative: bool = False,
+    confidence: float = 0.0,
+    k: float = 3.0,
+    pooling: str = "equal",
+) -> ml_collections.ConfigDict:
+    """A claim declared before the run, for ``config.claims`` (judged by
+    ``experiments.core.verdicts``, which checks the fields).
 
-    Raises:
-      TypeError: naming the field, its value, the expected type and the syntax.
+    Args:
+      statement: the claim in words, with its source.
+      test: ``"greater"``/``"less"`` (an ordering: the effect is > 0 / < 0),
+        ``"noninferior"``/``"nonsuperior"`` (the effect is > -margin / < +margin),
+        ``"equivalent"`` (within ±margin, two one-sided tests), ``"within_se"`` (within k SE
+        of 0: agreement with a reference) or ``"fact"`` (a deterministic statement, such as a
+        closed form or a graph colouring: no noise, so it holds or does not hold).
+      margin: the size of an effect against the claim that refutes it; with 0 no result can
+        refute the claim (it is then "not resolved" at worst).
+      relative: whether ``margin`` is a fraction of a reference value the study supplies.
+      confidence: the interval's coverage (0: 0.90 for equivalence, 0.95 otherwise).
+      k: for ``within_se``, the SEs that count as agreement.
+      pooling: how a test over cells weights them: ``"equal"`` (the mean effect over the
+        cells) or ``"precision"`` (1 / se^2, for cells whose noise differs by orders of
+        magnitude).
     """
-    for key in reference:
-        if key not in config:
-            continue
-        name, value, default = f"{prefix}.{key}", config[key], reference[key]
-        if isinstance(default, ml_collections.ConfigDict):
-            if isinstance(value, ml_collections.ConfigDict):
-                check_types(value, default, name)
-            continue
-        if isinstance(default, tuple):
-            _check_tuple(name, value, default)
-        elif default is not None and value is not None and not _same_kind(value, default):
-            raise TypeError(
-                f"{name} must be a {type(default).__name__} like {default!r}, got {value!r}"
-            )
-
-
-def _check_tuple(name: str, value: Any, default: tuple) -> None:
-    key = name.split(".", 1)[1]
-    kinds = {type(item) for item in default}
-    if not isinstance(value, (tuple, list)):
-        raise TypeError(
-            f"{name} must be a tuple like {default!r}, got {value!r}; "
-            + TUPLE_SYNTAX.format(key=key)
-        )
-    if len(kinds) == 1 and default:
-        like = default[0]
-        for item in value:
-            if not _same_kind(item, like):
-                raise TypeError(
-                    f"{name} must be a tuple of {type(like).__name__} like {default!r}, got "
-                    f"{tuple(value)!r}; " + TUPLE_SYNTAX.format(key=key)
-                )
-    default_commas = any(isinstance(item, str) and "," in item for item in default)
-    if not default_commas and any(isinstance(item, str) and "," in item for item in value):
-        raise TypeError(
-            f"{name} = {tuple(value)!r} holds a comma inside one string, so it is one name, "
-            "not a list; " + TUPLE_SYNTAX.format(key=key)
-        )
-
-
-def _same_kind(value: Any, like: Any) -> bool:
-    if isinstance(like, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(like, bool)
-    if isinstance(like, float):
-        return isinstance(value, (int, float))
-    if isinstance(like, tuple):
-        return isinstance(value, (tuple, list))
-    return isinstance(value, type(like))
-
-
-def require_names(
-    config: ml_collections.ConfigDict, key: str, allowed: tuple[str, ...], prefix: str = "config"
-) -> None:
-    """Checks that ``config[key]`` (a name, or a non-empty tuple of names) uses only
-    ``allowed`` names (``prefix`` names ``config`` in messages).
-
-    Raises:
-      ValueError: naming the field, the bad value and the allowed names.
-    """
-    value = config[key]
-    names = value if isinstance(value, (tuple, list)) else (value,)
-    if not names:
-        raise ValueError(f"{prefix}.{key} must name at least one of {tuple(allowed)}")
-    for name in names:
-        if name not in allowed:
-            hint = " (" + TUPLE_SYNTAX.format(key=key) + ")" if "," in str(name) else ""
-            raise ValueError(f"{prefix}.{key}: {name!r} is not one of {tuple(allowed)}{hint}")
-
-
-def require_positive(config: ml_collections.ConfigDict, *keys: str, prefix: str = "config") -> None:
-    """Checks that each ``config[key]`` (a number or a tuple of numbers) is finite and > 0
-    (``prefix`` names ``config`` in messages).
-
-    Raises:
-      ValueError: naming the field and the value.
-    """
-    for key in keys:
-        value = config[key]
-        values = value if isinstance(value, (tuple, list)) else (value,)
-        if not values or not all(
-            isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values
-        ):
-            raise ValueError(f"{prefix}.{key} must be finite and > 0, got {value!r}")
+    return ml_collections.ConfigDict(
+        {
+            "statement": statement,
+            "test": test,
+            "margin": float(margin),
+            "relative": relative,
+            "confidence": float(confidence),
+            "k": float(k),
+            "pooling": pooling,
+        }
+    )

@@ -1,4 +1,5 @@
-"""The trainer's options (``experiments.train``), shared by the training experiments' configs."""
+"""The trainer's options (``experiments.core.train.trainer``), shared by the training
+experiments' configs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import ml_collections
 
 
 def train_config() -> ml_collections.ConfigDict:
-    """Defaults for every option ``experiments.train.train_and_evaluate`` reads.
+    """Defaults for every option ``experiments.core.train.trainer.train_and_evaluate`` reads.
 
     An experiment config holds this as ``config.train`` and overrides fields; the trainer reads
     each field directly (no hidden defaults).
@@ -15,8 +16,9 @@ def train_config() -> ml_collections.ConfigDict:
     config.seed = 0  # initialisation, dropout and data order are functions of it (and the step)
     config.num_train_steps = 1_000
     config.batch_size = 128  # global; divisible by the devices over sequence_parallelism
-    # Devices that split each sequence (the mesh's "seq" axis; experiments/distributed.py): 1
-    # but for tasks whose examples are sequences split over devices (Task.sequence_keys).
+    # Devices that split each sequence (the mesh's "seq" axis;
+    # experiments/core/train/distributed.py): 1 but for tasks whose examples are sequences split
+    # over devices (Task.sequence_keys).
     config.sequence_parallelism = 1
     config.optimizer = "adamw"  # "adam" | "adamw" | "sgd" (momentum 0.9)
     config.learning_rate = 1e-3

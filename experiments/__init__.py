@@ -1,18 +1,24 @@
-"""Config-driven experiments: one module per experiment, measuring apart from reporting.
+"""Config-driven experiments: one package per study, measuring apart from reporting, on one
+core (``experiments.core``: statistics, the verdict rule, the sweep runner, records, config
+validation, outputs and the trainer).
 
-Each experiment module ``experiments.<name>`` provides
+Each study package ``experiments.<name>`` provides
 
 * ``validate_config(config)``: raises ``ValueError``/``TypeError`` naming the field, the value
   and what is allowed; ``experiments.main.run_experiment`` calls it (after checking every
-  field's type against ``configs/<name>.py`` and the trainer options) before anything runs;
-* ``measure(config, workdir) -> results``: the computation only. It returns plain data (dicts,
-  lists and NumPy arrays) and writes nothing but what a resumable computation needs (training
-  checkpoints and metrics under ``workdir``);
-* ``report(results, config, workdir) -> dict``: tables (CSV/JSON), figures (PNG) and
-  ``summary.md`` from ``results``; the paper's claim, our numbers and the verdict come from the
-  summary template ``experiments/templates/<name>.md`` (``outputs.render_summary``), so paper
-  commentary lives in text, not code;
-* ``run(config, workdir)``: ``report(measure(config, workdir), config, workdir)``.
+  field's type against ``configs/<name>.py``, the claims the config declares and the trainer
+  options) before anything runs;
+* ``measure(config, workdir) -> records``: the computation only. It returns plain JSON data,
+  stored as ``workdir/records.json``, and writes nothing but what a resumable computation needs
+  (sweep records, training checkpoints and metrics under ``workdir``);
+* ``report(records, config, workdir) -> dict``: tables (CSV/JSON), figures (PNG), the
+  verdicts (``verdicts.json``, by ``experiments.core.verdicts`` from the claims the config
+  declares) and ``summary.md`` from the study's template ``experiments/<name>/summary.md``, so
+  paper commentary lives in text and verdict prose in the core, not in the study;
+* optionally ``headline(records)`` (the numbers a command-line ablation compares) and
+  ``SEED_FIELD`` (the config field an ablation's seed sets).
 
-``python -m experiments.main --config=configs/<name>.py[:variant][,key=value...]`` runs one.
+``python -m experiments.main --config=configs/<name>.py[:variant][,key=value...]`` runs one;
+``python -m experiments.regenerate`` rewrites the committed reports from their records.
+A new study is its package, its config and one line in ``experiments.results_page.SECTIONS``.
 """

@@ -14,12 +14,23 @@ Before anything runs, the config is validated: every field must have its default
 the experiment's ``validate_config`` checks names and ranges; a bad config stops with a message
 that names the field, the value and the accepted syntax.
 
-The config names its experiment (``config.experiment``); the module ``experiments.<name>``
-provides ``validate_config(config)`` and ``run(config, workdir)``, which writes its results
-into ``workdir``. ``workdir/status.json`` says whether the run is ``running``, ``done``,
-``failed`` or ``interrupted``; when a run does not finish, a ``FAILED`` file explains why and
-the previous run's ``summary.md`` (renamed ``summary.previous.md`` when a run starts) no longer
-looks current. Training experiments resume from their checkpoints when started again.
+The config names its experiment (``config.experiment``) and declares the claims its report
+judges (``config.claims``, with their tests and margins: ``experiments.core.verdicts``); the
+study package ``experiments.<name>`` provides ``validate_config(config)``,
+``measure(config, workdir)``, whose records are stored as ``workdir/records.json``, and
+``report(records, config, workdir)``,
+which writes the summary, tables, figures and verdicts from them (``python -m
+experiments.regenerate`` rewrites a report from its records without measuring).
+``workdir/status.json`` says whether the run is ``running``, ``done``, ``failed`` or
+``interrupted``; when a run does not finish, a ``FAILED`` file explains why and the previous
+run's ``summary.md`` (renamed ``summary.previous.md`` when a run starts) no longer looks
+current. Training experiments resume from their checkpoints when started again.
+
+Ablations from the command line (``experiments.core.ablation``): a grid over one config field
+and seeds, one study run per cell (resumable), and the paired report of two arms with its
+verdict:
+  python -m experiments.main --config=configs/performer_vit.py:quick \\
+      --sweep=model.feature_map=positive,oprf --seeds=0:5 --metric=accuracy_own
 
 Several processes (one per host; see the README's "Scaling out"): add
 ``--coordinator_address=HOST0:PORT --num_processes=N --process_id=I`` to the same command on
@@ -44,8 +55,9 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from configs.common import check_field, check_types
-from experiments import outputs
+from configs.common import locate_field
+from experiments.core import ablation, records, sweep, verdicts
+from experiments.core.validate import check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file[:variant][,key=value...].", lock_config=True
@@ -63,6 +75,25 @@ _COORDINATOR = flags.DEFINE_string(
 )
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, N).")
+_SWEEP = flags.DEFINE_string(
+    "sweep", None, "An ablation: FIELD=V1,V2,... (one study run per value and seed; see --seeds)."
+)
+_SEEDS = flags.DEFINE_string("seeds", "0:5", "Ablation seeds: START:STOP or S1,S2,...")
+_SEED_FIELD = flags.DEFINE_string(
+    "seed_field", None, "The config field an ablation seed sets (default: the study's SEED_FIELD)."
+)
+_METRIC = flags.DEFINE_string("metric", None, "The study's headline number an ablation compares.")
+_COMPARE = flags.DEFINE_list("compare", [], "The two swept values to compare (default: first two).")
+_WORKER = flags.DEFINE_string(
+    "worker",
+    "0/1",
+    "I/N: this process measures every N-th sweep cell from I (independent "
+    "processes sharing a workdir; the last to finish reports).",
+)
+_TEST = flags.DEFINE_string(
+    "test", "greater", "The ablation's declared claim test (second vs first)."
+)
+_MARGIN = flags.DEFINE_float("margin", 0.0, "The ablation's declared margin.")
 
 STATUS_FILE = "status.json"
 FAILED_FILE = "FAILED"
@@ -72,25 +103,29 @@ PREVIOUS_SUMMARY_FILE = "summary.previous.md"
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks ``config`` before anything runs: the experiment exists, every field has the type
-    of its default in ``configs/<experiment>.py``, the trainer options (``config.train``) are
-    valid, and the experiment's own ``validate_config`` accepts names and ranges.
+    of its default in ``configs/<experiment>.py``, its claims are declared and well formed, the
+    trainer options (``config.train``) are valid, and the experiment's own ``validate_config``
+    accepts names and ranges.
 
     Raises:
       ValueError, TypeError: naming the field, the value and what is accepted.
     """
     name = config.get("experiment")
-    if not isinstance(name, str) or not os.path.exists(_module_path(name)):
-        raise ValueError(f"config.experiment={name!r} names no module experiments/<name>.py")
+    if not isinstance(name, str) or not os.path.exists(_package_path(name)):
+        raise ValueError(f"config.experiment={name!r} names no study package experiments/<name>/")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
+    verdicts.validate_claims(config)
     if "train" in config:
-        from experiments import train  # here: experiments without training need no Orbax
+        from experiments.core.train import (
+            trainer as train,  # here: experiments without training need no Orbax
+        )
 
         train.validate_train_config(config.train)
     importlib.import_module(f"experiments.{name}").validate_config(config)
 
 
-def _module_path(name: str) -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+def _package_path(name: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), name, "__init__.py")
 
 
 def _write_status(workdir: str, state: str, command: list[str] | None, **fields) -> None:
@@ -156,8 +191,13 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
         _start(workdir, command)
     module = importlib.import_module(f"experiments.{name}")
     try:
-        with outputs.unpowered_verdicts(config):  # a quick variant states no "does not hold"
-            result = module.run(config, workdir)
+        try:
+            measured = module.measure(config, workdir)
+        except sweep.Pending as pending:
+            print(f"this worker's cells are done; {pending}")
+            return {}
+        records.write(workdir, measured)
+        result = module.report(measured, config, workdir)
     except BaseException as error:
         if writer:
             _fail(workdir, command, error)
@@ -168,6 +208,38 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
             os.remove(previous)
         _write_status(workdir, "done", command)
     return result
+
+
+def parse_worker(text: str) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)`` with 0 <= I < N.
+
+    Raises:
+      app.UsageError: for anything else.
+    """
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise app.UsageError(f"--worker must be I/N with 0 <= I < N, got {text!r}")
+    return int(index), int(count)
+
+
+def run_ablation(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir``."""
+    if not _METRIC.value:
+        raise app.UsageError("--sweep needs --metric (a key of the study's headline numbers)")
+    try:
+        ablation.run(
+            config,
+            workdir,
+            sweep_text=str(_SWEEP.value),
+            seeds_text=_SEEDS.value,
+            metric=_METRIC.value,
+            seed_field=_SEED_FIELD.value,
+            compare=_COMPARE.value,
+            test=_TEST.value,
+            margin=_MARGIN.value,
+        )
+    except sweep.Pending as pending:
+        print(f"this worker's cells are done; {pending}")
 
 
 def initialize_distributed() -> None:
@@ -209,15 +281,15 @@ def _config_error(error: BaseException, argv: list[str]) -> str | None:
     """The message of the config's own error behind a flag parsing ``error``, if any."""
     if str(error).startswith("flag --config="):
         cause = error  # ml_collections re-raises get_config's error with its traceback as text
-        while cause.__cause__ or cause.__context__:
-            cause = cause.__cause__ or cause.__context__
+        while (inner := cause.__cause__ or cause.__context__) is not None:
+            cause = inner
         if isinstance(cause, (ValueError, TypeError)):
             return str(cause)
     keys = [a[len("--config.") :].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
     config = _config_file(argv) if keys else None
     for key in keys if config is not None else ():
         try:
-            check_field(config, key)
+            locate_field(config, key)
         except ValueError as missing:
             return str(missing)
     return None
@@ -250,16 +322,31 @@ def main(argv: list[str]) -> None:
     except (ValueError, TypeError) as error:
         _stop_on_invalid_config(str(error))
     command = ["python", "-m", "experiments.main", *sys.argv[1:]]
-    workdir = _WORKDIR.value or os.path.join("workdirs", config.experiment)
+    sweep.WORKER = parse_worker(_WORKER.value)
+    ablating = bool(_SWEEP.value)
+    default = config.experiment + ("_ablation" if ablating else "")
+    workdir = _WORKDIR.value or os.path.join("workdirs", default)
     try:
-        run_experiment(config, workdir, command=command)
+        if ablating:
+            run_ablation(config, workdir)
+        else:
+            run_experiment(config, workdir, command=command)
     except KeyboardInterrupt:
         print("\ninterrupted (Ctrl-C); run the same command again to resume.", file=sys.stderr)
         sys.exit(130)
     if jax.process_index() == 0:
-        summary = os.path.join(workdir, SUMMARY_FILE)
-        where = f"summary: {summary}" if os.path.exists(summary) else "no summary.md"
-        print(f"{where}; results in {workdir}/ (status.json says the run is done)")
+        print(_where(workdir, ablating))
+
+
+def _where(workdir: str, ablating: bool) -> str:
+    """The line that says where a finished run's report went."""
+    if ablating:
+        report = os.path.join(workdir, ablation.REPORT_FILE)
+        where = f"ablation: {report}" if os.path.exists(report) else "no ablation report yet"
+        return f"{where}; one run per cell in {workdir}/runs/"
+    summary = os.path.join(workdir, SUMMARY_FILE)
+    where = f"summary: {summary}" if os.path.exists(summary) else "no summary.md"
+    return f"{where}; results in {workdir}/ (status.json says whether the run is done)"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ committed run of the current code). Nothing in RESULTS.md is written by hand.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -99,6 +100,32 @@ def missing_entry(results_dir: str, name: str) -> str:
     return entry
 
 
+def verdict_table(results_dir: str) -> str:
+    """Every committed verdict (``results/<name>/verdicts.json``, written by
+    ``experiments.core.verdicts``): experiment, claim, outcome and the declared margin."""
+    rows = []
+    for _, names in SECTIONS:
+        for name in names:
+            path = os.path.join(results_dir, name, "verdicts.json")
+            if not os.path.exists(path):
+                continue
+            with open(path) as handle:
+                for verdict in json.load(handle).values():
+                    claim = verdict["claim"].replace("|", "/")
+                    rows.append(
+                        f"| {name} | {claim} | {verdict['outcome']} | {verdict['margin']} |"
+                    )
+    if not rows:
+        return ""
+    header = "| experiment | claim | verdict | declared margin |\n|---|---|---|---|\n"
+    return (
+        "# Verdicts\n\nEvery claim with its outcome by the one rule of "
+        "`experiments.core.verdicts` (holds; does not hold, only beyond the margin declared in "
+        "the config before the run; not resolved; not tested); the evidence is in each "
+        "experiment's section.\n\n" + header + "\n".join(rows) + "\n"
+    )
+
+
 GPU_RUNS_DIR = os.path.join("benchmarks", "gpu_runs")
 
 
@@ -135,6 +162,9 @@ def render_gpu_runs(runs_dir: str = GPU_RUNS_DIR) -> list[str]:
 def render(results_dir: str = "results") -> str:
     """The whole page."""
     parts = [HEADER]
+    table = verdict_table(results_dir)
+    if table:
+        parts.append(table)
     missing = []
     for section, names in SECTIONS:
         rendered = [render_experiment(results_dir, name) for name in names]

@@ -89,7 +89,7 @@ def run_quick(workdir: str, steps: int) -> tuple[dict, str]:
     )
     if completed.returncode:
         raise RuntimeError(completed.stderr[-3000:])
-    with open(os.path.join(workdir, "results.json")) as handle:
+    with open(os.path.join(workdir, "records.json")) as handle:
         runs = json.load(handle)["runs"]
     found = {
         "kinds": [run["kind"] for run in runs],

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from configs import conformer_ctc as conformer_config
-from experiments import conformer_ctc, monte_carlo, train
+from experiments import conformer_ctc
+from experiments.core.train import trainer as train
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 from rfjax.attention import draw_projection, favor_attention
 from rfjax.data import (
@@ -120,18 +122,6 @@ def test_held_out_recordings_of_the_training_speakers(fsdd):
     assert info["train_speakers"] == info["test_speakers"] and len(info["test_speakers"]) == 6
 
 
-def test_paired_difference_matches_the_paired_t_test():
-    from scipy import stats
-
-    a = np.array([0.31, 0.28, 0.35, 0.30, 0.33])
-    b = np.array([0.25, 0.27, 0.29, 0.22, 0.30])
-    got = monte_carlo.paired_difference(a, b)
-    expected = stats.ttest_rel(a, b)
-    np.testing.assert_allclose(got["mean"], np.mean(a - b))
-    np.testing.assert_allclose(got["se"], np.std(a - b, ddof=1) / np.sqrt(5))
-    np.testing.assert_allclose([got["t"], got["p"]], [expected.statistic, expected.pvalue])
-
-
 def _runs(rates: dict[str, list[float]]) -> list[dict]:
     return [
         {"attention": kind, "seed": seed, "digit_error_rate": rate}
@@ -141,11 +131,15 @@ def _runs(rates: dict[str, list[float]]) -> list[dict]:
 
 
 def test_hybrid_ordering_is_only_tested_after_the_exact_favor_gate():
-    kinds = ("exact", "positive", "angular_hybrid", "cluster_hybrid")
+    config = conformer_config.get_config()
     same = [0.20, 0.25, 0.22, 0.27, 0.21]
     noise = [0.001, -0.002, 0.002, -0.001, 0.0]
-    # Gate fails (FAVOR+ = exact up to noise): no ordering is claimed, whatever the hybrids do.
-    runs = _runs(
+
+    def judged(rates):
+        return conformer_ctc.judge({"runs": _runs(rates)}, config).given["hybrid_ordering"]
+
+    # Gate fails (FAVOR+ = exact up to noise): not tested, whatever the hybrids do.
+    verdict = judged(
         {
             "exact": same,
             "positive": np.add(same, noise),
@@ -153,27 +147,20 @@ def test_hybrid_ordering_is_only_tested_after_the_exact_favor_gate():
             "cluster_hybrid": np.subtract(same, 0.1),
         }
     )
-    gate, verdict = conformer_ctc.verdicts(conformer_ctc.comparisons(runs, kinds), 5)
-    assert "not significant" in gate and verdict.startswith(
-        "does not hold in this run, because it cannot be tested"
-    )
+    assert verdict.outcome == Outcome.NOT_TESTED and "does not resolve" in verdict.evidence
     # Gate passes (FAVOR+ clearly worse); both hybrids clearly better than FAVOR+: holds.
     worse = np.add(same, 0.1) + noise
-    runs = _runs(
-        {
-            "exact": same,
-            "positive": worse,
-            "angular_hybrid": worse - 0.05 + np.roll(noise, 1),
-            "cluster_hybrid": worse - 0.06 + np.roll(noise, 2),
-        }
-    )
-    gate, verdict = conformer_ctc.verdicts(conformer_ctc.comparisons(runs, kinds), 5)
-    assert "significant at" in gate and "not significant" not in gate
-    assert verdict.startswith("holds")
-    # One hybrid no better than FAVOR+: does not hold.
-    runs[-5:] = _runs({"cluster_hybrid": worse + np.roll(noise, 2)})
-    _, verdict = conformer_ctc.verdicts(conformer_ctc.comparisons(runs, kinds), 5)
-    assert verdict.startswith("does not hold")
+    rates = {
+        "exact": same,
+        "positive": worse,
+        "angular_hybrid": worse - 0.05 + np.roll(noise, 1),
+        "cluster_hybrid": worse - 0.06 + np.roll(noise, 2),
+    }
+    assert judged(rates).outcome == Outcome.HOLDS
+    # The hybrids worse than FAVOR+ by 0.05 on average, beyond the declared 0.005: refuted.
+    rates["angular_hybrid"] = worse + 0.05 + np.roll(noise, 1)
+    rates["cluster_hybrid"] = worse + 0.05 + np.roll(noise, 2)
+    assert judged(rates).outcome == Outcome.DOES_NOT_HOLD
 
 
 def test_uniform_attention_swap_averages_the_values():
@@ -454,7 +441,8 @@ def test_quick_run_trains_and_writes_outputs(tmp_path):
     result = run_experiment(config, str(tmp_path))
     for name in (
         "results.csv",
-        "results.json",
+        "records.json",
+        "verdicts.json",
         "summary.md",
         "config.json",
         "digit_error_rate.png",
@@ -485,13 +473,13 @@ def test_gate_first_trains_the_hybrids_only_after_a_significant_gate(
     rates = {"exact": exact, "positive": exact + favor_shift + noise, "angular_hybrid": exact}
     order = []
 
-    def fake_training(config, attention, *_):
-        order.append(attention)
-        rows = _runs({attention: rates[attention]})
-        return rows, [[] for _ in rows]
+    def fake_training(config, attention, seed, *_):
+        if seed == 0:
+            order.append(attention)
+        return {"attention": attention, "seed": seed, "digit_error_rate": rates[attention][seed]}
 
     monkeypatch.setattr(conformer_ctc, "make_data", lambda config: ({}, {}, {}))
-    monkeypatch.setattr(conformer_ctc, "train_attention", fake_training)
+    monkeypatch.setattr(conformer_ctc, "train_run", lambda *a: {**fake_training(*a), "curve": []})
     config = conformer_config.get_config("quick")
     config.attentions = ("angular_hybrid", "positive", "exact")
     config.seeds = tuple(range(5))

@@ -6,8 +6,10 @@ from scipy import special
 
 from configs import conformity as conformity_config
 from experiments import conformity
+from experiments.core import verdicts
+from experiments.core.outputs import read_csv
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 from rfjax import theory
 
 
@@ -71,30 +73,39 @@ def test_optimised_geometry_decreases_the_objective_and_beats_simrf(quick_run):
 
 
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
-    _, workdir, result = quick_run
+    config, workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()
     assert "## Claims, our numbers, verdicts" in summary
-    verdicts = result["verdicts"]
-    assert verdicts["closed_order"] == "holds at every v"
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    assert stored["closed_order"].outcome == Outcome.HOLDS
     for name in ("simrf_orf", "simrf_plus", "optimiser"):
-        assert verdicts[name].startswith("holds"), verdicts[name]
-    for verdict in verdicts.values():
-        assert verdict in summary
+        assert stored[name].outcome == Outcome.HOLDS, stored[name]
+    for verdict in stored.values():
+        assert verdict.sentence() in summary
 
 
-def test_ordering_verdict_fails_when_the_monte_carlo_reverses_orf_and_iid():
+def test_a_monte_carlo_reversal_of_orf_and_iid_cannot_refute_a_claim_without_margin():
     rows = [
-        {"geometry": g, "v": 1.0, "rho_mc": mc, "rho_se": 0.01, "rho_theory": t}
+        {"geometry": g, "v": 1.0, "rho_mc": mc, "rho_se": 0.01, "rho_theory": t, "z_score": 0.0}
         for g, mc, t in (("simplex", 2.0, 2.0), ("orthogonal", 2.6, 2.5), ("gaussian", 2.4, 2.7))
     ]
     differences = [
-        {"difference": name, "v": 1.0, "mean": 0.5, "se": 0.01, "z": 50.0}
-        for name in ("orthogonal - simplex", "simplex - simplex_plus", "simplex_plus - optimised")
+        {"difference": name, "v": 1.0, "mean": mean, "se": 0.01, "relative_to_simrf": mean / 2}
+        for name, mean in (
+            ("orthogonal - simplex", 0.5),
+            ("simplex - simplex_plus", 0.5),
+            ("simplex_plus - optimised", 0.5),
+            ("simplex - optimised", 1.0),
+        )
     ]
-    verdicts = conformity.ordering_verdicts(rows, differences)
-    assert verdicts["closed_order"] == "holds at every v"
-    assert verdicts["orf_iid"].startswith("does not hold, because the order is reversed")
-    assert verdicts["simrf_orf"].startswith("holds")
+    config = conformity_config.get_config()
+    judged = conformity.judge({"rows": rows, "differences": differences}, config).given
+    assert judged["closed_order"].outcome == Outcome.HOLDS
+    # IID below ORF by 14 SE: against the claim, but its margin is 0.
+    assert judged["orf_iid"].outcome == Outcome.NOT_RESOLVED
+    assert "no margin is declared" in judged["orf_iid"].evidence
+    assert judged["simrf_orf"].outcome == Outcome.HOLDS
 
 
 def test_pair_conformity_of_the_simplex_is_its_pair_average():

@@ -1,10 +1,10 @@
-"""Every docstring example in the ``rfjax`` package runs as a doctest.
+"""Every docstring example in the ``rfjax`` and ``experiments`` packages runs as a doctest.
 
-The modules are found on disk (every ``rfjax/**/*.py`` whose source holds a ``>>>`` prompt), so a
-module added later is picked up without editing this file. Each test imports its module and runs
-every docstring example found in it (``doctest.DocTestFinder``: the module, its functions,
-classes and methods, the module's globals as the examples' namespace), as ``python -m doctest``
-would.
+The modules are found on disk (every ``rfjax/**/*.py`` and ``experiments/**/*.py`` whose source
+holds a ``>>>`` prompt), so a module added later is picked up without editing this file. Each
+test imports its module and runs every docstring example found in it
+(``doctest.DocTestFinder``: the module, its functions, classes and methods, the module's globals
+as the examples' namespace), as ``python -m doctest`` would.
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ import pathlib
 import jax
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "rfjax"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = (ROOT / "rfjax", ROOT / "experiments")
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def _modules_with_examples() -> list[str]:
     names = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    paths = [path for package in PACKAGES for path in sorted(package.rglob("*.py"))]
+    for path in paths:
         if ">>>" in path.read_text(encoding="utf-8"):
-            parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+            parts = path.relative_to(ROOT).with_suffix("").parts
             names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
 
@@ -35,7 +37,7 @@ MODULES = _modules_with_examples()
 def test_examples_are_found():
     # A guard on the discovery itself: the package has dozens of examples in several layers.
     layers = {name.split(".")[1] for name in MODULES}
-    assert {"projections", "features", "attention", "theory"} <= layers, MODULES
+    assert {"projections", "features", "attention", "theory", "core"} <= layers, MODULES
 
 
 @pytest.mark.parametrize("module_name", MODULES)

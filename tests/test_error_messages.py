@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from experiments import outputs
+from experiments.core import outputs
 from rfjax.attention import draw_projection, favor_attention
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 
 from configs import estimator_zoo as zoo_config
-from experiments import estimator_zoo, estimator_zoo_ratios, estimator_zoo_report
-from experiments import estimator_zoo_data as pair_data
+from experiments import estimator_zoo
+from experiments.core import verdicts
+from experiments.estimator_zoo import pairs as pair_data
+from experiments.estimator_zoo import ratios as estimator_zoo_ratios
+from experiments.estimator_zoo import reporting as estimator_zoo_report
 from rfjax import features, projections
 from rfjax.attention import favor_attention_weights
 
@@ -70,6 +73,18 @@ def test_quick_run_ranks_every_pair_and_agrees_with_the_closed_forms(tmp_path):
     assert len(ratios) == 4  # OPRF and the three DERF variants at one scale
     for row in ratios:  # every optimised estimator below FAVOR+ (closed forms)
         assert float(row["mean_log_ratio"]) > 0.0, row
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    summary = (workdir / "summary.md").read_text()
+    assert all(v.sentence() in summary for v in stored.values())
+    # Report only, from the stored records: the same summary, nothing measured.
+    (workdir / "summary.md").write_text("stale")
+    regenerate = [sys.executable, "-m", "experiments.regenerate", "--results_dir", str(tmp_path)]
+    completed = subprocess.run(
+        [*regenerate, "estimator_zoo"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert (workdir / "summary.md").read_text() == summary
 
 
 def test_config_validation_names_the_field():
@@ -227,6 +242,6 @@ def test_an_infinite_error_has_no_paired_z():
     # "no difference" that was not measured), no SE, and no RuntimeWarning.
     finite = np.array([1.0, 2.0, 3.5])
     with np.errstate(all="raise"):
-        assert math.isnan(estimator_zoo_report.paired_z(np.array([1.0, np.inf, 2.0]), finite))
-        assert estimator_zoo_report.paired_z(finite, finite) == 0.0
-    assert estimator_zoo_report.paired_z(finite + np.array([1.0, 1.1, 0.9]), finite) > 5
+        assert math.isnan(estimator_zoo.paired_z(np.array([1.0, np.inf, 2.0]), finite))
+        assert estimator_zoo.paired_z(finite, finite) == 0.0
+    assert estimator_zoo.paired_z(finite + np.array([1.0, 1.1, 0.9]), finite) > 5

@@ -8,8 +8,10 @@ import pytest
 
 from configs import gram_error as gram_error_config
 from experiments import gram_error
+from experiments.core import verdicts
+from experiments.core.outputs import read_csv
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 
 
 @pytest.fixture(scope="module")
@@ -116,31 +118,44 @@ def test_config_variants():
 
 
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
-    _, workdir, result = quick_run
+    _, workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()
     assert "## Claims, our numbers, verdicts" in summary
-    verdicts = result["verdicts"]
-    assert verdicts["simrf_plus"] == "not measured"  # the quick config has no SimRF+
+    stored = verdicts.read(str(workdir))
+    assert stored["simrf_plus"].outcome == Outcome.NOT_TESTED  # the quick config has no SimRF+
     for name in ("falls", "simplex_orf", "orf_iid"):
-        assert verdicts[name].startswith("holds"), verdicts[name]
-        assert verdicts[name] in summary
+        assert stored[name].outcome == Outcome.HOLDS, stored[name]
+        assert stored[name].sentence() in summary
 
 
-def test_ordering_verdict_fails_when_the_order_is_reversed():
-    rows = [
-        {"coupling": c, "m_over_d": r, "frobenius_mean": mean, "frobenius_se": 0.01}
-        for c, means in (("gaussian", (2.0, 1.0)), ("orthogonal", (1.5, 1.2)))
+def _rows(means_by_coupling):
+    return [
+        {
+            "coupling": c,
+            "m_over_d": r,
+            "relative_mean": mean,
+            "relative_se": 0.01,
+            "squared_mean": 1.0,
+            "squared_se": 0.1,
+            "squared_theory": 1.0,
+            "z_score": 0.0,
+        }
+        for c, means in means_by_coupling
         for r, mean in zip((1, 2), means, strict=True)
     ]
-    verdicts = gram_error.ordering_verdicts(rows, [])
-    # ORF above IID by 14 SE at m/d = 2: reversed there.
-    assert (
-        verdicts["orf_iid"]
-        == "does not hold, because the order is reversed by > 3 SE at m/d in [2]"
-    )
-    rows[-1]["frobenius_mean"] = 0.99  # 0.7 SE below IID: unresolved, not reversed
-    assert gram_error.ordering_verdicts(rows, [])["orf_iid"] == (
-        "resolved only in part: ORF below IID by > 3 SE at m/d in [1], within 3 SE at m/d in "
-        "[2], reversed nowhere"
-    )
-    assert verdicts["falls"].startswith("holds")
+
+
+def test_the_ordering_is_one_pooled_test_and_a_reversal_needs_a_margin_to_refute():
+    config = gram_error_config.get_config()
+    config.couplings = ("gaussian", "orthogonal")
+    # ORF above IID by 14 SE at m/d = 2 and below by 35 SE at m/d = 1: the pooled (precision-
+    # weighted) difference is +0.15 ± 0.014 (SE bound for shared draws): holds.
+    rows = _rows((("gaussian", (2.0, 1.0)), ("orthogonal", (1.5, 1.2))))
+    judged = gram_error.judge({"rows": rows, "differences": []}, config).given
+    assert judged["orf_iid"].outcome == Outcome.HOLDS
+    assert "the other way at 1 (m/d 2)" in judged["orf_iid"].evidence
+    assert judged["falls"].outcome == Outcome.HOLDS
+    # Reversed at both m: against the claim, but its margin is 0, so not refuted.
+    rows = _rows((("gaussian", (1.0, 0.8)), ("orthogonal", (1.5, 1.2))))
+    judged = gram_error.judge({"rows": rows, "differences": []}, config).given
+    assert judged["orf_iid"].outcome == Outcome.NOT_RESOLVED

@@ -11,8 +11,10 @@ from configs import hrf_clustered as clustered_config
 from configs import hrf_pointwise as pointwise_config
 from configs import hrf_qmc as qmc_config
 from experiments import hrf_clustered, hrf_qmc
+from experiments.core import verdicts
+from experiments.core.outputs import read_csv
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 from rfjax import features
 
 
@@ -58,7 +60,9 @@ def test_pointwise_quick_hybrid_is_exact_at_both_ends(tmp_path):
     assert "## Claims, our numbers, verdicts" in summary
     # The exactness at both ends is a computed verdict (float64 rounding only).
     assert "Theorem 3.5" in summary and "exact counts as below 1e-06" in summary
-    assert summary.count("**holds") + summary.count("**does not hold") == 3
+    stored = verdicts.read(str(tmp_path))
+    assert stored["exact_ends"].outcome == Outcome.HOLDS
+    assert set(stored) == set(config.claims)
 
 
 def test_qmc_quick_table_is_complete(tmp_path):
@@ -75,8 +79,8 @@ def test_qmc_quick_table_is_complete(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "## Claim, our numbers, verdict" in summary
     assert len(result["comparisons"]) == len(config.datasets) * len(config.matchings)
-    for comparison in result["comparisons"]:
-        assert comparison["verdict"] in summary
+    for verdict in verdicts.read(str(tmp_path)).values():
+        assert verdict.sentence() in summary
     for dataset in config.datasets:
         hybrid = [r for r in rows if r["dataset"] == dataset and r["method"] == "HRF-ort"]
         assert len({r["mse"] for r in hybrid}) == 1  # the hybrid does not depend on matching
@@ -84,26 +88,25 @@ def test_qmc_quick_table_is_complete(tmp_path):
         assert widths["width"] == int(hybrid[0]["width"])
 
 
-def test_qmc_verdict_needs_hrf_below_every_baseline_by_three_standard_errors():
-    config = qmc_config.get_config("quick")
+def test_qmc_verdict_is_one_pooled_test_refuted_only_beyond_its_margin():
+    config = qmc_config.get_config()
     config.datasets, config.matchings = ("wine",), ("projections",)
 
-    def verdict(baseline_mse):
+    def outcome(baseline_mse):
         rows = [
             {"dataset": "wine", "matching": "projections", "method": m, "mse": mse, "mse_se": 0.01}
             for m, mse in zip(config.methods, (1.0, 1.2, *baseline_mse), strict=True)
         ]
-        (comparison,) = hrf_qmc.hrf_versus_baselines(rows, config)
-        return comparison["verdict"], hrf_qmc.matching_verdict([comparison], "projections")
+        judged = hrf_qmc.judge(rows, config).given
+        assert judged["width_matched"].outcome == Outcome.NOT_TESTED  # not run
+        return judged["projections_matched"].outcome
 
-    assert verdict((1.1, 1.1, 1.1)) == ("holds", "holds on wine")  # 7 SE
-    assert verdict((1.1, 1.03, 1.1)) == (  # ORF-Had 2.1 SE above: not resolved, not refuted
-        "a gap within 3 SE",
-        "resolved only in part: on wine a gap within 3 SE",
-    )
-    cell, overall = verdict((0.9, 1.1, 1.1))
-    assert cell == "ORF-reg lower by > 3 SE"
-    assert overall == "does not hold, because on wine ORF-reg lower by > 3 SE"
+    assert outcome((1.1, 1.1, 1.1)) == Outcome.HOLDS  # 7 SE, pooled
+    # One baseline 2.1 SE above, the others 7 SE: the pooled gap is resolved.
+    assert outcome((1.1, 1.03, 1.1)) == Outcome.HOLDS
+    # Every baseline 20% below HRF: against the claim beyond its 10% margin.
+    assert outcome((0.8, 0.8, 0.8)) == Outcome.DOES_NOT_HOLD
+    assert outcome((0.95, 0.95, 0.95)) == Outcome.NOT_RESOLVED  # within the margin
 
 
 def test_boston_is_read_from_the_shipped_csv():
@@ -168,9 +171,12 @@ def test_clustered_quick_run_geometry_and_verdicts(tmp_path):
         if r["estimator"] == "favor_plus" and int(r["num_features"]) == 20
     ]
     assert all(0.02 < value < 0.2 for value in favor), favor  # the paper's range at m = 20
-    assert len(result["verdicts"]) == len(config.configurations)
+    assert len(result["configurations"]) == len(config.configurations)
     summary = (tmp_path / "summary.md").read_text()
-    assert "## Claims, our numbers, verdicts" in summary and "0 of its 28 rows" in summary
+    assert "## Claims, our numbers, verdicts" in summary and "0 of its 28" in summary
+    stored = verdicts.read(str(tmp_path))
+    assert stored["separation"].outcome == Outcome.NOT_TESTED
+    assert stored["most_accurate"].outcome != Outcome.DOES_NOT_HOLD  # a quick variant
 
 
 def test_hrf_config_variants():

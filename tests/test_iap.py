@@ -10,7 +10,6 @@ from rfjax.attention import favor_attention_weights, softmax_attention
 from rfjax.nn import (
     ImplicitAttentionPolicy,
     image_patches,
-    importance_flops,
     random_feature_importance,
     top_k_mask,
 )
@@ -155,28 +154,6 @@ def test_policy_handles_a_batch_of_observations():
     batched = policy.apply(params, images, projection)
     single = jnp.stack([policy.apply(params, image, projection) for image in images])
     np.testing.assert_allclose(batched, single, rtol=1e-5)
-
-
-def test_importance_flops_from_the_shapes():
-    assert importance_flops(25, 8) == 2 * 25**2 * 8 + 4 * 25**2
-    assert importance_flops(25, 8, feature_width=256, projection_rows=256) == (
-        4 * 25 * 256 * 8 + 9 * 25 * 256 + 25
-    )
-    # widths: FAVOR+ m, trigonometric 2m, angular hybrid 4m(n + 1), Gaussian hybrid 4m(2n + 1)
-    for attention, width, rows in [
-        ("positive", 8, 8),
-        ("trigonometric", 16, 8),
-        ("angular_hybrid", 4 * 8 * 4, 11),
-        ("gaussian_hybrid", 4 * 8 * 7, 11),
-    ]:
-        policy = _policy(attention)
-        assert policy.importance_flops() == importance_flops(
-            36, 4, feature_width=width, projection_rows=rows
-        )
-    # the paper's comparison: angular hybrid 8 x 8 against FAVOR+ m = 256, T = 25, d = 8
-    hybrid = _policy("angular_hybrid", num_features=8, num_sign_features=8, embed_dim=8)
-    favor = _policy("positive", num_features=256, embed_dim=8)
-    assert hybrid.importance_flops() < favor.importance_flops() / 3
 
 
 def test_bad_inputs_raise_errors_naming_the_argument():

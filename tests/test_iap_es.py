@@ -11,8 +11,14 @@ import pgx
 import pytest
 
 from configs import iap_es as iap_es_config
-from experiments import es, iap_es, train
+from experiments import iap_es
+from experiments.core import records, sweep, verdicts
+from experiments.core.train import es
+from experiments.core.train import trainer as train
+from experiments.core.verdicts import Outcome
+from experiments.iap_es.flops import importance_flops, policy_importance_flops
 from experiments.main import run_experiment
+from rfjax.nn import ImplicitAttentionPolicy
 
 
 def test_es_gradient_estimate_is_unbiased_on_a_quadratic():
@@ -126,35 +132,35 @@ def test_parse_kind_and_bad_kinds():
             iap_es.parse_kind(bad)
 
 
-def test_paired_comparison_matches_a_paired_t_test():
-    from scipy import stats
+def _runs(config, claim_returns, reference_returns):
+    """Records of the claim kind and the reference on len(returns) seeds (training and
+    inference returns alike)."""
+    runs = []
+    for seed, (claim, reference) in enumerate(zip(claim_returns, reference_returns, strict=True)):
+        for kind, value in ((config.reference, reference), (config.claim_kind, claim)):
+            played = {config.reference: reference, config.claim_kind: claim}
+            runs.append(
+                {"kind": kind, "seed": seed, "final_return": value, "inference_return": played}
+            )
+    return runs
 
-    values, reference = np.array([3.0, 2.5, 4.0, 3.2]), np.array([2.0, 2.7, 3.1, 3.0])
-    result = iap_es.paired_comparison(values, reference, margin=10.0)
-    test = stats.ttest_rel(values, reference)
-    half = result["ci95"][1] - result["mean"]
-    assert result["mean"] / result["se"] == pytest.approx(test.statistic)
-    assert half == pytest.approx(stats.t.ppf(0.975, 3) * result["se"])
-    assert result["equivalent"] and not result["different"]
-    tight = iap_es.paired_comparison(values, reference, margin=0.1)
-    assert not tight["equivalent"]
-    assert "does not hold** in this run, because equal quality is not shown" in iap_es.verdict(
-        tight, 3.0, 0.1
-    )
-    slightly_lower = iap_es.paired_comparison(
-        reference - 0.05 + 0.001 * np.arange(4), reference, margin=0.5
-    )
-    assert slightly_lower["equivalent"] and slightly_lower["different"]
-    assert "resolved from 0" in iap_es.verdict(slightly_lower, 3.0, 0.5)
-    worse = iap_es.paired_comparison(reference - 1.0, reference + 0.01 * np.arange(4), margin=0.1)
-    assert "worse by" in iap_es.verdict(worse, 3.0, 0.1)
-    assert "by more than the margin" in iap_es.verdict(worse, 3.0, 0.1)
-    # Worse (95% interval about [-0.50, -0.30]) but not surely by more than a margin of 0.45.
-    deficit = iap_es.paired_comparison(
-        reference - 0.4 + 0.05 * np.arange(4) - 0.075, reference, margin=0.45
-    )
-    assert deficit["different"] and not deficit["equivalent"]
-    assert "whether the deficit exceeds the margin" in iap_es.verdict(deficit, 3.0, 0.45)
+
+def test_equal_quality_is_equivalence_within_the_declared_fraction_of_the_reference():
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(4))
+    kinds = {k: {"label": iap_es.kind_label(k)} for k in config.kinds}
+    reference = np.array([3.0, 3.2, 2.8, 3.0])  # mean 3: the 20% margin is 0.6
+
+    def outcome(claim):
+        runs = _runs(config, claim, reference)
+        return iap_es.judge({"kinds": kinds, "runs": runs}, config).given["equal_quality"].outcome
+
+    # Differences 0.1, -0.1, 0.0, 0.0: 90% CI about [-0.11, 0.11], inside +-0.6.
+    assert outcome(reference + np.array([0.1, -0.1, 0.0, 0.0])) == Outcome.HOLDS
+    # Worse by 1.0 +- 0.05: beyond the margin.
+    assert outcome(reference - 1.0 + np.array([0.05, -0.05, 0.0, 0.0])) == Outcome.DOES_NOT_HOLD
+    # Worse by 0.6 +- 0.2: the interval straddles the margin.
+    assert outcome(reference - 0.6 + np.array([0.3, -0.3, 0.0, 0.0])) == Outcome.NOT_RESOLVED
 
 
 def test_inference_swap_plays_the_same_episodes_with_every_kind():
@@ -174,21 +180,6 @@ def test_inference_swap_plays_the_same_episodes_with_every_kind():
     assert set(swap) == set(kinds) and swap["exact"] == swap["positive:16"]
     other = iap_es.inference_returns(kinds, blind, run_key=(1, "exact"))
     assert other["exact"] != swap["exact"]  # another run: other episodes
-
-
-def test_seeds_for_equivalence_give_the_stated_power():
-    # TOST at 5% with the returned number of pairs, true difference 0: power about 80%.
-    sd, margin = 1.0, 0.3
-    values = np.array([sd, -sd, 0.0])  # standard deviation sd
-    n = iap_es.paired_comparison(values, np.zeros(3), margin=margin)["units_for_equivalence"]
-    assert n == int(np.ceil(((1.6449 + 1.2816) * sd / margin) ** 2))
-    draws = 2000
-    differences = np.random.default_rng(0).normal(0.0, sd, size=(draws, n))
-    shown = [
-        iap_es.paired_comparison(d, np.zeros(n), margin=margin)["equivalent"] for d in differences
-    ]
-    se = np.sqrt(0.8 * 0.2 / draws)
-    assert abs(np.mean(shown) - 0.8) <= 4 * se + 0.01, np.mean(shown)  # + t vs z at n ~ 95
 
 
 def test_report_writes_the_summary_figures_and_tables(tmp_path):
@@ -224,12 +215,14 @@ def test_report_writes_the_summary_figures_and_tables(tmp_path):
         for i, kind in enumerate(config.kinds)
     }
     written = iap_es.report({"kinds": kinds, "runs": runs, "seconds": 60.0}, config, str(tmp_path))
-    with open(written["summary"]) as handle:
-        summary = handle.read()
-    assert "HRF angular 4x4" in summary and "Verdict" in summary
+    summary = (tmp_path / "summary.md").read_text()
+    assert "HRF angular 4x4" in summary
     assert "plays with HRF angular 4x4" in summary and "at inference" in summary
+    stored = verdicts.read(str(tmp_path))
+    assert set(stored) == {"equal_quality", "equal_at_inference"}
+    assert all(v.sentence() in summary for v in stored.values())
     # The swap: the claim kind (played third) minus the reference (second), every run: -0.02.
-    assert written["inference_claim"]["mean"] == pytest.approx(-0.02)
+    assert written["inference_claim"].mean == pytest.approx(-0.02)
     assert written["flops_ratio"] == pytest.approx(2000 / 3000)
     for name in ("return_vs_generation.png", "return_vs_flops.png", "results.csv"):
         assert os.path.getsize(tmp_path / name) > 0
@@ -237,30 +230,38 @@ def test_report_writes_the_summary_figures_and_tables(tmp_path):
 
 def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
     config = iap_es_config.get_config("quick")
+    settings = records.settings(config, exclude=("seeds", "label", "compilation_cache_dir"))
     recorded = []
     for seed in config.seeds:  # the order measure() visits runs in
         for i, kind in enumerate(config.kinds):
             run = {"kind": kind, "seed": seed, "seconds": 1.0, "final_return": 10.0 * seed + i}
-            run_dir = tmp_path / "runs" / f"{iap_es.run_name(kind)}_seed{seed}"
-            iap_es.write_run_record(str(run_dir), config, run)
-            recorded.append(run)
+            run_dir = sweep.run_dir(str(tmp_path), iap_es.run_name(kind), seed)
+            sweep.write(run_dir, settings, run)
+            recorded.append({**run, "arm": iap_es.run_name(kind)})
     measured = iap_es.measure(config, str(tmp_path))
     assert measured["runs"] == recorded
     assert os.listdir(run_dir) == ["result.json"]  # nothing was trained or checkpointed
     # A sweep extended by seeds (another label) reuses the record; other settings do not.
     extended = ml_collections.ConfigDict(config.to_dict())
     extended.seeds, extended.label = (*config.seeds, 99), "more seeds"
-    assert iap_es.read_run_record(str(run_dir), extended) == run
+    extended_settings = records.settings(
+        extended, exclude=("seeds", "label", "compilation_cache_dir")
+    )
+    assert sweep.read(run_dir, extended_settings) == run
     other = ml_collections.ConfigDict(config.to_dict())
     other.es.sigma *= 2
-    assert iap_es.read_run_record(str(run_dir), other) is None
-    assert iap_es.read_run_record(str(tmp_path / "runs" / "never_run"), config) is None
+    other_settings = records.settings(other, exclude=("seeds", "label", "compilation_cache_dir"))
+    assert sweep.read(run_dir, other_settings) is None
 
 
 @pytest.mark.slow
 def test_quick_config_runs_end_to_end(tmp_path):
-    summary = run_experiment(iap_es_config.get_config("quick"), str(tmp_path))
-    assert os.path.exists(summary["summary"])
+    config = iap_es_config.get_config("quick")
+    run_experiment(config, str(tmp_path))
+    assert os.path.exists(tmp_path / "summary.md")
+    stored = verdicts.read(str(tmp_path))
+    assert set(stored) == set(config.claims)
+    assert all(v.outcome != Outcome.DOES_NOT_HOLD for v in stored.values())  # a quick variant
 
 
 def test_config_variants():
@@ -286,3 +287,40 @@ def test_bad_config_is_rejected():
     config.reference = "positive:999"
     with pytest.raises(ValueError, match="reference"):
         iap_es.validate_config(config)
+
+
+def _flops_policy(attention="positive", **overrides):
+    settings = dict(
+        image_shape=(6, 6, 2),
+        num_actions=3,
+        patch_size=1,
+        num_kept=4,
+        embed_dim=4,
+        attention=attention,
+        num_features=8,
+        num_sign_features=3,
+    )
+    settings.update(overrides)
+    return ImplicitAttentionPolicy(**settings)
+
+
+def test_importance_flops_from_the_shapes():
+    assert importance_flops(25, 8) == 2 * 25**2 * 8 + 4 * 25**2
+    assert importance_flops(25, 8, feature_width=256, projection_rows=256) == (
+        4 * 25 * 256 * 8 + 9 * 25 * 256 + 25
+    )
+    # widths: FAVOR+ m, trigonometric 2m, angular hybrid 4m(n + 1), Gaussian hybrid 4m(2n + 1)
+    for attention, width, rows in [
+        ("positive", 8, 8),
+        ("trigonometric", 16, 8),
+        ("angular_hybrid", 4 * 8 * 4, 11),
+        ("gaussian_hybrid", 4 * 8 * 7, 11),
+    ]:
+        policy = _flops_policy(attention)
+        assert policy_importance_flops(policy) == importance_flops(
+            36, 4, feature_width=width, projection_rows=rows
+        )
+    # the paper's comparison: angular hybrid 8 x 8 against FAVOR+ m = 256, T = 25, d = 8
+    hybrid = _flops_policy("angular_hybrid", num_features=8, num_sign_features=8, embed_dim=8)
+    favor = _flops_policy("positive", num_features=256, embed_dim=8)
+    assert policy_importance_flops(hybrid) < policy_importance_flops(favor) / 3

@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 
 from configs import lstm_lm as lstm_lm_config
-from experiments import lstm_lm, outputs, train
+from experiments import lstm_lm
+from experiments.core import outputs, verdicts
+from experiments.core.train import trainer as train
+from experiments.core.verdicts import Outcome
+from experiments.lstm_lm.metrics import distribution_metrics
 from experiments.main import run_experiment
 from rfjax import nn as rnn
 
@@ -61,7 +65,7 @@ SLOW = pytest.mark.slow
     [
         ("angular_hybrid", "clipped"),
         ("angular_hybrid", "decomposition"),
-        pytest.param("positive", "clipped", marks=SLOW),
+        pytest.param("positive_antithetic", "clipped", marks=SLOW),
         pytest.param("trigonometric", "decomposition", marks=SLOW),
         pytest.param("gaussian_hybrid", "clipped", marks=SLOW),
     ],
@@ -98,7 +102,7 @@ def test_clipped_proposal_is_the_clipped_estimate_with_a_uniform_floor():
 def test_positive_proposal_is_the_normalised_kernel_estimate():
     queries, embeddings = _problem()
     q_feat, e_feat = rnn.proposal_features(
-        jax.random.key(3), queries, embeddings, proposal="positive", **FEATURE_OPTIONS
+        jax.random.key(3), queries, embeddings, proposal="positive_antithetic", **FEATURE_OPTIONS
     )
     estimate = q_feat @ e_feat.T
     np.testing.assert_allclose(
@@ -106,6 +110,24 @@ def test_positive_proposal_is_the_normalised_kernel_estimate():
         estimate / estimate.sum(-1, keepdims=True),
         rtol=1e-5,
     )
+
+
+def test_every_registered_softmax_map_is_a_proposal():
+    """The proposals come from the ``rfjax.features`` registry: maps the sampled softmax never
+    named (OPRF, fitted to the inputs; SADERF) propose through the same path, with the widths of
+    their maps."""
+    from rfjax import features
+
+    assert rnn.feature_proposals() == features.available(kernel="softmax")
+    assert {"oprf", "saderf", "positive_antithetic"} <= set(rnn.proposals())
+    queries, embeddings = _problem()
+    for proposal in ("oprf", "saderf"):
+        q_feat, e_feat = rnn.proposal_features(
+            jax.random.key(3), queries, embeddings, proposal=proposal, **FEATURE_OPTIONS
+        )
+        assert q_feat.shape == (3, FEATURE_OPTIONS["num_features"])
+        probabilities = rnn.feature_proposal_probabilities(q_feat, e_feat)
+        np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
 
 
 def test_signed_proposals_estimate_the_kernel_without_bias():
@@ -120,7 +142,7 @@ def test_signed_proposals_estimate_the_kernel_without_bias():
     )
     # The two wirings: symmetric features (positive; trigonometric is the same code path) and
     # query/key hybrid sides (angular; the Gaussian hybrid is the same code path).
-    for proposal in ("positive", "angular_hybrid"):
+    for proposal in ("positive_antithetic", "angular_hybrid"):
 
         def draw(key, proposal=proposal):
             q_feat, e_feat = rnn.proposal_features(
@@ -189,7 +211,7 @@ def test_exact_and_uniform_proposals():
         ("uniform", False),
         ("exact", True),
         ("angular_hybrid", True),
-        pytest.param("positive", True, marks=SLOW),
+        pytest.param("positive_antithetic", True, marks=SLOW),
     ],
 )
 def test_sampled_normaliser_is_unbiased(proposal, remove_hits):
@@ -198,7 +220,7 @@ def test_sampled_normaliser_is_unbiased(proposal, remove_hits):
     targets = jnp.array([0, 5, 17, 39])
     logits = queries @ embeddings.T
     target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    options = FEATURE_OPTIONS if proposal in rnn.FEATURE_PROPOSALS else {}
+    options = FEATURE_OPTIONS if proposal in rnn.feature_proposals() else {}
 
     def normaliser(key):
         samples, log_q = rnn.sample_proposal(
@@ -244,15 +266,15 @@ def test_sampled_loss_tends_to_the_full_cross_entropy():
 
 def test_distribution_metrics_closed_forms():
     p = jnp.array([0.5, 0.5, 0.0])
-    out = rnn.distribution_metrics(p, jnp.array([0.0, 1.0, 1.0]))  # mass 1/2 moved by 1/2
+    out = distribution_metrics(p, jnp.array([0.0, 1.0, 1.0]))  # mass 1/2 moved by 1/2
     np.testing.assert_allclose(out["wasserstein"], 0.5)
     np.testing.assert_allclose(out["ks"], 0.5)
-    out = rnn.distribution_metrics(p, jnp.array([2.0, 3.0, -1.0]))
+    out = distribution_metrics(p, jnp.array([2.0, 3.0, -1.0]))
     np.testing.assert_allclose(out["negative_fraction"], 1 / 3)
     # clipped: p_hat = (0.4, 0.6, 0): F - F_hat = (0.1, 0, 0) on classes at 0, 1/2, 1.
     np.testing.assert_allclose(out["ks"], 0.1, rtol=1e-6)
     np.testing.assert_allclose(out["wasserstein"], 0.05, rtol=1e-6)
-    out = rnn.distribution_metrics(p, jnp.array([-1.0, -2.0, 0.0]))  # nothing positive: uniform
+    out = distribution_metrics(p, jnp.array([-1.0, -2.0, 0.0]))  # nothing positive: uniform
     # F - F_hat = (1/2 - 1/3, 1 - 2/3, 0)
     np.testing.assert_allclose(out["ks"], 1 / 3, rtol=1e-6)
     np.testing.assert_allclose(out["wasserstein"], 0.25, rtol=1e-6)
@@ -264,7 +286,7 @@ def test_distribution_metrics_stay_in_their_ranges_for_signed_estimates():
     p = jax.nn.softmax(jax.random.normal(jax.random.key(0), (50, 30)))
     estimates = jax.random.normal(jax.random.key(1), (50, 30))
     estimates = estimates - estimates.mean(-1, keepdims=True) + 1e-3  # signed sum ~ 0
-    out = rnn.distribution_metrics(p, estimates)
+    out = distribution_metrics(p, estimates)
     for name in ("wasserstein", "ks"):
         assert jnp.all((out[name] >= 0) & (out[name] <= 1)), (name, out[name].max())
 
@@ -372,7 +394,8 @@ def test_quick_experiment_trains_and_writes_outputs(tmp_path):
     for name in (
         "results.csv",
         "metrics.csv",
-        "results.json",
+        "records.json",
+        "verdicts.json",
         "summary.md",
         "perplexity.png",
         "distribution_metrics.png",
@@ -398,7 +421,7 @@ def test_quick_experiment_trains_and_writes_outputs(tmp_path):
             assert 0 <= float(row[name]) <= 1, row
     hybrid = next(row for row in saved if row["estimator"] == "angular-eqF")
     assert float(hybrid["negative_fraction_mean"]) > 0  # a signed estimator
-    flops = json.loads((tmp_path / "results.json").read_text())["flops"]
+    flops = json.loads((tmp_path / "records.json").read_text())["flops"]
     for costs in flops.values():  # the clipped estimate is O(N V W): dearer than the tables
         assert costs["clipped"] > costs["decomposition"] > 0
 
@@ -486,21 +509,24 @@ def _synthetic_results(config, favor_ratio: float, hybrid_shift: float) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("favor_ratio", "hybrid_shift", "perplexity_verdict", "hybrid_verdict"),
-    [(1.05, -0.005, "holds", "holds"), (1.6, 0.005, "does not hold", "does not hold")],
+    ("powered", "favor_ratio", "hybrid_shift", "target", "hybrids"),
+    [
+        (True, 1.05, -0.05, Outcome.HOLDS, Outcome.HOLDS),
+        (True, 1.6, 0.05, Outcome.DOES_NOT_HOLD, Outcome.DOES_NOT_HOLD),
+        # The default config's undertrained models cannot refute a claim.
+        (False, 1.6, 0.05, Outcome.NOT_RESOLVED, Outcome.NOT_RESOLVED),
+    ],
 )
-def test_report_states_the_verdicts(
-    tmp_path, favor_ratio, hybrid_shift, perplexity_verdict, hybrid_verdict
-):
-    """The default config's report on synthetic results: the FAVOR+/exact perplexity target per
-    setting and the equal-FLOPs hybrids against FAVOR+, with every figure written."""
+def test_report_states_the_verdicts(tmp_path, powered, favor_ratio, hybrid_shift, target, hybrids):
+    """The default config's report on synthetic results: the FAVOR+/exact perplexity target and
+    the equal-FLOPs hybrids against FAVOR+, with every figure written."""
     config = lstm_lm_config.get_config()
-    result = lstm_lm.report(_synthetic_results(config, favor_ratio, hybrid_shift), config, tmp_path)
-    assert len(result["targets"]) == 2  # both settings
-    assert all(t["target <= 1.2"].startswith(perplexity_verdict) for t in result["targets"])
+    config.powered = powered
+    lstm_lm.report(_synthetic_results(config, favor_ratio, hybrid_shift), config, tmp_path)
+    stored = verdicts.read(str(tmp_path))
+    assert stored["favor_within_20"].outcome == target
+    assert stored["hybrids_more_accurate"].outcome == hybrids
     summary = (tmp_path / "summary.md").read_text()
-    verdicts = [line for line in summary.splitlines() if line.startswith("- ") and "→" in line]
-    assert len(verdicts) == 2 * len(config.equal_flops_estimators)
-    assert all(line.endswith(f"**{hybrid_verdict}**") for line in verdicts), verdicts
+    assert all(v.sentence() in summary for v in stored.values())
     for name in ("perplexity.png", "distribution_metrics.png", "temperature.png", "metrics.csv"):
         assert (tmp_path / name).exists(), name

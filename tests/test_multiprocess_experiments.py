@@ -4,9 +4,10 @@ The quick variant of each config runs on two processes of one CPU device each an
 reference, on one process with two forced CPU devices: the same "data" mesh of two devices, so
 the same sharded computation; only where the two halves of a batch meet differs (a gloo
 all-reduce between processes, an in-process one otherwise). Every number the experiment
-records (``results.json``, and each run's per-step ``metrics.jsonl``) must be equal, except
-the timings. Equal, not close: each reduction across the mesh adds two partial results, and
-a + b == b + a holds exactly in floating point, so nothing in the computation can differ.
+records (``records.json``, and each run's per-step ``metrics.jsonl``) must be equal, except
+the timings and the process count. Equal, not close: each reduction across the mesh adds two
+partial results, and a + b == b + a holds exactly in floating point, so nothing in the
+computation can differ.
 (One device against two is a different computation: the batch's sums are blocked differently,
 and a sampled softmax's negatives, discontinuous in the logits, can change; that is data
 parallelism, not multi-process, and ``tests/test_training.py`` covers it on a smooth task.)
@@ -41,8 +42,8 @@ requires_fsdd = pytest.mark.skipif(
 
 # Unoptimised CPU code compiles several times faster; both runs use the same flags.
 FLAGS = "--xla_backend_optimization_level=0"
-# Records that measure the machine, not the computation.
-TIMING_WORDS = ("seconds", "load_average", "tokens_per_second")
+# Records that measure or describe the machine, not the computation.
+MACHINE_WORDS = ("seconds", "load_average", "tokens_per_second", "processes")
 
 CONFIGS = [
     pytest.param("configs/lstm_lm.py:quick", id="lstm_lm"),
@@ -61,11 +62,11 @@ CONFIGS = [
 
 
 def numbers(tree, path: str = "") -> dict[str, float]:
-    """Every number in a JSON tree by its path, but the timings."""
+    """Every number in a JSON tree by its path, but the machine's (``MACHINE_WORDS``)."""
     if isinstance(tree, dict):
         found = {}
         for key, value in tree.items():
-            if not any(word in key for word in TIMING_WORDS):
+            if not any(word in key for word in MACHINE_WORDS):
                 found.update(numbers(value, f"{path}.{key}"))
         return found
     if isinstance(tree, list):
@@ -79,9 +80,9 @@ def numbers(tree, path: str = "") -> dict[str, float]:
 
 
 def recorded(workdir) -> dict[str, float]:
-    """The numbers of ``results.json`` and of every run's ``metrics.jsonl``."""
-    with open(os.path.join(workdir, "results.json")) as handle:
-        found = numbers(json.load(handle), "results")
+    """The numbers of ``records.json`` and of every run's ``metrics.jsonl``."""
+    with open(os.path.join(workdir, "records.json")) as handle:
+        found = numbers(json.load(handle), "records")
     runs = os.path.join(workdir, "runs")
     for run in sorted(os.listdir(runs)):
         with open(os.path.join(runs, run, "metrics.jsonl")) as handle:

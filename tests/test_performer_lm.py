@@ -1,4 +1,4 @@
-"""The long-context causal LM: ``rfjax.nn.PerformerLM`` and ``experiments/performer_lm.py``.
+"""The long-context causal LM: ``rfjax.nn.PerformerLM`` and ``experiments/performer_lm/``.
 
 One device here; the 4-device checks (the sequence split over a mesh axis against one device,
 the experiment's quick variant on a 2 x 2 "data" x "seq" mesh, and its resume) run in a

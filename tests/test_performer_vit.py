@@ -9,11 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy import stats
 
 from configs import performer_vit as performer_vit_config
-from experiments import performer_vit, train
-from experiments.monte_carlo import paired_difference
+from experiments import performer_vit
+from experiments.core import verdicts
+from experiments.core.train import trainer as train
+from experiments.core.verdicts import Outcome
 from rfjax import data
 
 requires_fashion_mnist = pytest.mark.skipif(
@@ -62,39 +63,31 @@ def test_redraw_protocol_keeps_the_last_draw_after_redraw_until_step():
     np.testing.assert_array_equal(projection(0), projection(3))
 
 
-def test_paired_difference_matches_scipy_paired_t_interval():
-    generator = np.random.default_rng(0)
-    a = generator.normal(0.8, 0.01, 12)
-    b = a - 0.004 + generator.normal(0, 0.003, 12)
-    result = paired_difference(a, b)
-    interval = stats.ttest_rel(a, b).confidence_interval(0.95)
-    assert result["low"] == pytest.approx(interval.low)
-    assert result["high"] == pytest.approx(interval.high)
-    assert result["mean"] == pytest.approx(np.mean(a - b))
-    assert result["se"] == pytest.approx(np.std(a - b, ddof=1) / np.sqrt(12))
-    assert result["n"] == 12
-    test = stats.ttest_rel(a, b)
-    assert result["t"] == pytest.approx(test.statistic) and result["p"] == pytest.approx(
-        test.pvalue
-    )
-    single = paired_difference(a[:1], b[:1])  # one pair: a mean, no spread
-    assert single["mean"] == pytest.approx(a[0] - b[0]) and np.isnan(single["se"])
-    assert np.isnan(single["p"]) and single["n"] == 1
-    with pytest.raises(ValueError, match="same length >= 1"):
-        paired_difference(a[:3], b[:2])
-
-
-def test_seeds_needed_and_verdicts():
+def test_seeds_at_3se_and_the_verdicts():
     # 0.5% at 3 SE with a paired sd of 0.0066 (the earlier 3-seed run): (3 * 0.0066 / 0.005)^2.
-    assert performer_vit.seeds_needed(0.0066, 0.005) == 16
-    row = {"mean": 0.006, "low": 0.002, "high": 0.010}
-    assert performer_vit.verdict(row, 0.005).startswith("holds")
-    row = {"mean": -0.006, "low": -0.010, "high": -0.002}
-    assert performer_vit.verdict(row, 0.005).startswith("does not hold: the difference is negative")
-    row = {"mean": 0.0, "low": -0.003, "high": 0.003}
-    assert "excludes a gain of +0.005" in performer_vit.verdict(row, 0.005)
-    row = {"mean": 0.002, "low": -0.004, "high": 0.008}
-    assert performer_vit.verdict(row, 0.005).startswith("not resolved")
+    assert performer_vit.seeds_at_3se(0.0066, 0.005) == 16
+    config = performer_vit_config.get_config()
+
+    def judged(fixed, redraw):
+        rows = [
+            {"protocol": p, "comparison": "SimRF - ORF", "primary": True, "mean": m, "se": 0.001}
+            | {"n": 15}
+            for p, m in (("fixed", fixed), ("redraw", redraw))
+        ]
+        return performer_vit.judge(rows, [], config).given
+
+    better = judged(0.006, 0.005)
+    assert better["simrf_beats_orf"].outcome == Outcome.HOLDS
+    assert better["simrf_never_worse"].outcome == Outcome.HOLDS
+    assert better["orf_beats_iid"].outcome == Outcome.NOT_TESTED  # no ORF - IID rows
+    # Worse by 0.02 in both protocols: beyond the 0.005 margin, both claims refuted.
+    worse = judged(-0.02, -0.02)
+    assert worse["simrf_beats_orf"].outcome == Outcome.DOES_NOT_HOLD
+    assert worse["simrf_never_worse"].outcome == Outcome.DOES_NOT_HOLD
+    # No difference: not better, and never worse (the interval is inside the margin).
+    same = judged(0.0, -0.0001)
+    assert same["simrf_beats_orf"].outcome == Outcome.NOT_RESOLVED
+    assert same["simrf_never_worse"].outcome == Outcome.HOLDS
 
 
 def test_attention_error_falls_with_the_number_of_features():
@@ -136,8 +129,7 @@ def test_performer_vit_quick_experiment(tmp_path):
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     config = performer_vit_config.get_config("quick")
-    results = json.loads((workdir / "results.json").read_text())
-    runs = results["runs"]
+    runs = json.loads((workdir / "records.json").read_text())["runs"]
     assert len(runs) == sum(
         performer_vit.num_seeds(config, attention, protocol)
         for _, attention, protocol in performer_vit.run_names(config)
@@ -146,12 +138,15 @@ def test_performer_vit_quick_experiment(tmp_path):
         assert 0.0 <= run["accuracy_own"] <= 1.0
         assert len(run["accuracy_draws"]) == config.num_eval_draws
         assert set(run["attention_error"]) == {"orthogonal", "simplex"}
-    (difference,) = [r for r in results["differences"] if r["primary"]]
+    (difference,) = [r for r in performer_vit.differences(runs, config) if r["primary"]]
     assert difference["comparison"] == "SimRF - ORF" and difference["n"] == 2
     for name in ("summary.md", "learning_curves.png", "paired_differences.png", "runs.csv"):
         assert (workdir / name).stat().st_size > 0, name
     summary = (workdir / "summary.md").read_text()
-    assert "## Claims, our numbers, verdicts" in summary and "Verdict: **" in summary
+    assert "## Claims, our numbers, verdicts" in summary
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    assert all(v.sentence() in summary for v in stored.values())
 
     # The fresh-draw evaluation is the model's own evaluation when given the run's own
     # projection key: the trainer's "projection" stream (fixed protocol: step 0's draw).

@@ -9,6 +9,9 @@ import pytest
 
 from configs import performer_vit_maps as maps_config
 from experiments import performer_vit_maps
+from experiments.core import verdicts
+from experiments.core.verdicts import Outcome
+from experiments.main import run_experiment
 from rfjax import data
 
 requires_fashion_mnist = pytest.mark.skipif(
@@ -31,7 +34,7 @@ def fake_runs(gain: float, noise: float, seeds: int = 6) -> list[dict]:
                     "seed": seed,
                     "accuracy_own": value,
                     "accuracy_fresh": value - 0.1,
-                    "attention_error": 0.5 - shift,
+                    "attention_error": 0.5 - shift + noise * rng.standard_normal(),
                 }
             )
     return runs
@@ -46,15 +49,18 @@ def test_differences_are_paired_by_seed_and_verdicts_follow_the_interval():
     accuracy = next(r for r in rows if r["metric"] == "accuracy_own")
     assert accuracy["n"] == 6 and accuracy["mean"] == pytest.approx(0.01, abs=0.002)
     assert accuracy["se"] < 0.001
-    lines = performer_vit_maps.claim_lines(rows, config)
-    assert "Verdict (better accuracy): **holds" in lines
-    assert "verdict (lower error): **holds" in lines
 
-    rows = performer_vit_maps.differences(fake_runs(0.0, 0.001), config)
-    lines = performer_vit_maps.claim_lines(rows, config)
-    assert "**does not hold: no difference resolved" in lines  # interval excludes +0.005
-    rows = performer_vit_maps.differences(fake_runs(-0.01, 0.001), config)
-    assert "the difference is negative" in performer_vit_maps.claim_lines(rows, config)
+    def outcomes(gain):
+        judged = performer_vit_maps.judge(
+            performer_vit_maps.differences(fake_runs(gain, 0.001), config), config
+        ).given
+        return judged["better_accuracy"].outcome, judged["lower_attention_error"].outcome
+
+    assert outcomes(0.01) == (Outcome.HOLDS, Outcome.HOLDS)
+    # No gain: inside the margin, not resolved (and no error change either).
+    assert outcomes(0.0)[0] == Outcome.NOT_RESOLVED
+    # Worse by 0.01, beyond the declared 0.005: refuted.
+    assert outcomes(-0.01)[0] == Outcome.DOES_NOT_HOLD
 
 
 def test_map_config_trains_one_coupling_fixed_on_the_requested_seeds():
@@ -82,10 +88,8 @@ def test_quick_run_trains_every_map_on_paired_seeds(tmp_path):
     config = maps_config.get_config(
         "quick,feature_maps=(positive,saderf),vit.train.num_train_steps=4"
     )
-    performer_vit_maps.validate_config(config)
-    performer_vit_maps.run(config, str(tmp_path))
-    results = json.loads((tmp_path / "results.json").read_text())
-    runs = results["runs"]
+    run_experiment(config, str(tmp_path))
+    runs = json.loads((tmp_path / "records.json").read_text())["runs"]
     assert sorted((r["feature_map"], r["seed"]) for r in runs) == [
         ("positive", 0),
         ("positive", 1),
@@ -94,7 +98,9 @@ def test_quick_run_trains_every_map_on_paired_seeds(tmp_path):
     ]
     for run in runs:
         assert 0.0 <= run["accuracy_own"] <= 1.0 and 0.0 < run["attention_error"] < 2.0
-    assert {r["metric"] for r in results["differences"]} == set(performer_vit_maps.METRICS)
+    differences = performer_vit_maps.differences(runs, config)
+    assert {r["metric"] for r in differences} == set(performer_vit_maps.METRICS)
     summary = (tmp_path / "summary.md").read_text()
-    assert "SADERF" in summary and "Verdict (better accuracy): **" in summary
+    assert "SADERF" in summary
+    assert set(verdicts.read(str(tmp_path))) == set(config.claims)
     assert (tmp_path / "paired_differences.png").stat().st_size > 0

@@ -4,6 +4,8 @@ import pytest
 
 from configs import structured_concentration as concentration_config
 from experiments import structured_concentration
+from experiments.core import verdicts
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 
 
@@ -56,9 +58,19 @@ def test_bad_configs():
     config = concentration_config.get_config("quick")
     with config.unlocked():
         config.families = ("circulant",)
-    with pytest.raises(ValueError, match="families must include 'gaussian'"):
+    with pytest.raises(ValueError, match="families must be including 'gaussian'"):
         structured_concentration.validate_config(config)
     config = concentration_config.get_config("quick")
     config.epsilons = (0.2, 0.1)
     with pytest.raises(ValueError, match="epsilons must be increasing"):
         structured_concentration.validate_config(config)
+
+
+def test_every_claim_has_a_verdict_and_chi_across_families_is_not_tested(quick_run):
+    workdir, config, _ = quick_run
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    assert stored["chi_order"].outcome == Outcome.NOT_TESTED
+    assert stored["circulant_chi"].outcome == Outcome.HOLDS  # chi[P] is exact: a fact
+    for name in ("unbiased", "p_model", "hoeffding"):
+        assert stored[name].outcome == Outcome.HOLDS, stored[name]

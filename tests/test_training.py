@@ -1,4 +1,5 @@
-"""The trainer (experiments.train): a quick run, resume equivalence, data parallelism, data."""
+"""The trainer (experiments.core.train.trainer): a quick run, resume equivalence, data
+parallelism, data."""
 
 import json
 import logging
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 from toy_training import leaves, resume_config, signal_at, toy_config, toy_task
 
-from experiments import checkpoints, metrics_log, train
+from experiments.core.train import checkpoints, metrics_log
+from experiments.core.train import trainer as train
 from rfjax import data
 
 requires_fashion_mnist = pytest.mark.skipif(
@@ -325,7 +327,7 @@ _DATA_PARALLEL_SCRIPT = """
 import sys, json, numpy as np, jax
 sys.path.insert(0, {tests!r})
 from toy_training import toy_task, toy_config, leaves
-from experiments import train
+from experiments.core.train import trainer as train
 assert jax.device_count() == 4, jax.devices()
 final = train.train_and_evaluate(toy_config(20), {workdir!r}, toy_task())
 np.savez({out!r}, *leaves(train.final_params({workdir!r})))

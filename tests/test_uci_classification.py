@@ -9,8 +9,10 @@ import pytest
 
 from configs import uci_classification as uci_config
 from experiments import uci_classification as uci
+from experiments.core import kernel_classifier, verdicts
+from experiments.core.outputs import read_csv
+from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
-from experiments.outputs import read_csv
 from rfjax import data, features, projections
 from rfjax.data._uci import DEFAULT_UCI_DIR
 
@@ -125,9 +127,10 @@ def test_exact_kernel_classifier_beats_the_majority_class():
 def test_prefix_scores_match_a_projection_with_fewer_blocks(coupling):
     x_train, onehot_train, x_test, _ = _banknote_split()
     key = jax.random.key(3)
-    scores = np.asarray(
-        uci.random_feature_scores(key, coupling, (1, 3), x_train, onehot_train, x_test)
+    scores = kernel_classifier.random_feature_scores(
+        key, coupling, (1, 3), x_train, onehot_train, x_test
     )
+    scores = np.asarray(scores)
     weights = projections.get(coupling)(key, 4, 12).matrix()
     for index, blocks in enumerate((1, 3)):
         prefix = projections.DenseProjection(weights[: 4 * blocks], block_size=4)
@@ -176,6 +179,11 @@ def test_quick_run_writes_outputs(quick_run):
     assert summary.startswith("# ") and "](accuracy_vs_features.png)" in summary
     assert "## Claims, our numbers, verdicts" in summary
     assert "0.7229" in summary  # the paper's Table 2 value for banknote beside ours
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    assert all(v.sentence() in summary for v in stored.values())
+    # The quick variant is not sized to refute a claim.
+    assert all(v.outcome != Outcome.DOES_NOT_HOLD for v in stored.values())
     for row in rows:
         assert 0.0 <= float(row["accuracy"]) <= 1.0 and float(row["accuracy_se"]) > 0
     # With d = p the regular couplings of Table 3 are the Fig. 8 draws, reported in both.

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 
 from configs.training import train_config
-from experiments import train
+from experiments.core.train import trainer as train
 
 
 class _MLP(nn.Module):

@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np
 from toy_training import leaves, resume_config, signal_at, toy_task, with_batches
 
-from experiments import checkpoints, metrics_log, train
+from experiments.core.train import checkpoints, metrics_log
+from experiments.core.train import trainer as train
 
 
 def _kill_on_call(owner: type, method: str, call: int, before) -> None:

@@ -72,7 +72,7 @@ def main() -> None:
             for fn in functions.values():
                 for _ in range(3 if length <= 1024 else 1):
                     fn()  # warmup
-            samples = {name: [] for name in functions}
+            samples: dict[str, list[float]] = {name: [] for name in functions}
             for _ in range(repeats):
                 for name, fn in functions.items():
                     start = time.perf_counter()

@@ -29,25 +29,24 @@ from rfjax.nn._iap import (
 )
 from rfjax.nn._lstm_lm import LOGITS, LSTMLanguageModel, logit_temperature
 from rfjax.nn._patch_importance import (
-    importance_flops,
     random_feature_importance,
     softmax_importance,
 )
 from rfjax.nn._performer_lm import PerformerLM
 from rfjax.nn._sampled_softmax import (
-    FEATURE_PROPOSALS,
-    PROPOSALS,
+    PLAIN_PROPOSALS,
     SAMPLERS,
     clipped_proposal_log_probabilities,
     feature_proposal_probabilities,
+    feature_proposals,
     normalize_for_proposal,
     proposal_features,
+    proposals,
     sample_from_features,
     sample_proposal,
     sampled_softmax_loss,
 )
 from rfjax.nn._softmax_divergence import (
-    distribution_metrics,
     kernel_softmax_divergence,
     select_temperature,
 )
@@ -56,11 +55,10 @@ from rfjax.nn._vit import PerformerViT
 __all__ = [
     "ATTENTION_KINDS",
     "FEATURE_MAP_COLLECTION",
-    "FEATURE_PROPOSALS",
     "IAP_ATTENTIONS",
     "LOGITS",
+    "PLAIN_PROPOSALS",
     "PROJECTION_STREAM",
-    "PROPOSALS",
     "SAMPLERS",
     "AttentionDraw",
     "ConformerEncoder",
@@ -71,16 +69,16 @@ __all__ = [
     "PerformerViT",
     "clipped_proposal_log_probabilities",
     "conformer_attentions",
-    "distribution_metrics",
     "feature_proposal_probabilities",
+    "feature_proposals",
     "fit_conformer_clusters",
     "image_patches",
-    "importance_flops",
     "kernel_softmax_divergence",
     "logit_temperature",
     "normalize_for_proposal",
     "patch_centres",
     "proposal_features",
+    "proposals",
     "random_feature_importance",
     "sample_from_features",
     "sample_proposal",

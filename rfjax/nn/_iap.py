@@ -22,7 +22,6 @@ from rfjax._validation import check_choice, check_int, check_key, check_real
 from rfjax.attention import draw_projection
 from rfjax.features import FeatureMap
 from rfjax.nn._patch_importance import (
-    importance_flops,
     random_feature_importance,
     softmax_importance,
 )
@@ -280,23 +279,6 @@ class ImplicitAttentionPolicy(nn.Module):
         base_key, extra_key = jax.random.split(key)
         base = draw_projection(base_key, d, m, coupling=self.coupling)
         return AttentionDraw(base, self.feature_map().init(extra_key, d))
-
-    def importance_flops(self) -> int:
-        """FLOPs of one importance computation (``importance_flops``), from the shapes."""
-        count = self.num_patches()
-        if self.attention == "exact":
-            return importance_flops(count, self.embed_dim)
-        drawn = jax.eval_shape(self.draw_projection, jax.random.key(0))
-        # Projection rows: the base vectors and those of projections the map holds.
-        held = jax.tree.leaves(drawn.feature_map, is_leaf=lambda x: isinstance(x, Projection))
-        rows = drawn.projection.num_features + sum(
-            p.num_features for p in held if isinstance(p, Projection)
-        )
-        probe = jax.ShapeDtypeStruct((count, self.embed_dim), jnp.float32)
-        width = jax.eval_shape(
-            lambda x: drawn.feature_map.features(x, drawn.projection, side="query"), probe
-        ).shape[-1]
-        return importance_flops(count, self.embed_dim, feature_width=width, projection_rows=rows)
 
     # ----------------------------------------------------------------- forward
 

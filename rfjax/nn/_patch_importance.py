@@ -19,7 +19,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_int, check_real
+from rfjax._validation import check_real
 from rfjax.attention import data_normalizer
 from rfjax.features import FeatureMap, Side
 from rfjax.projections import Projection
@@ -132,50 +132,3 @@ def softmax_importance(query: jax.Array, key: jax.Array) -> jax.Array:
     query, key = _check_queries_keys(query, key)
     logits = jnp.einsum("...td,...jd->...tj", query, key) / math.sqrt(query.shape[-1])
     return jnp.sum(jax.nn.softmax(logits, axis=-1), axis=-2)
-
-
-def importance_flops(
-    num_patches: int,
-    dim: int,
-    *,
-    feature_width: int | None = None,
-    projection_rows: int = 0,
-) -> int:
-    """Floating-point operations of one patch-importance computation, from the shapes.
-
-    A multiply-add counts 2, any other elementwise operation 1. Exact softmax attention
-    (``feature_width=None``): scores 2 T^2 d, then exp, row sums, normalisation and column
-    sums, 4 T^2:
-
-      F_exact = 2 T^2 d + 4 T^2.
-
-    Random features of width w from r projection vectors (FAVOR+: w = r = m; trigonometric:
-    w = 2m, r = m; angular hybrid: w = 4m(n + 1), r = m + n): projecting queries and keys
-    4 T r d, one operation per feature entry and side 2 T w (exp, sin/cos or a Kronecker
-    product), then ``random_feature_importance``'s key sum T w, normalisers 2 T w, weighted
-    query sum 2 T w + T divisions and read-out 2 T w:
-
-      F_rf = 4 T r d + 9 T w + T.
-
-    Args:
-      num_patches: T >= 1.
-      dim: d >= 1, the query/key width.
-      feature_width: w (``None`` for exact softmax attention).
-      projection_rows: r, the projection vectors applied to each query and key.
-
-    Returns:
-      The count, an int.
-
-    Examples:
-      >>> importance_flops(100, 8)  # exact
-      200000
-      >>> importance_flops(100, 8, feature_width=256, projection_rows=256)  # FAVOR+, m = 256
-      1049700
-    """
-    t = check_int("num_patches", num_patches, minimum=1)
-    d = check_int("dim", dim, minimum=1)
-    if feature_width is None:
-        return 2 * t * t * d + 4 * t * t
-    w = check_int("feature_width", feature_width, minimum=1)
-    r = check_int("projection_rows", projection_rows, minimum=1)
-    return 4 * t * r * d + 9 * t * w + t

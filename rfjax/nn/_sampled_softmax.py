@@ -11,7 +11,7 @@ Z = exp(o_t) + sum_{i != t} exp(o_i) for every Q with Q(i) > 0, and "accidental 
 (negatives equal to the target) are removed (their term is dropped, not resampled), so the
 loss tends to the full cross-entropy as M grows.
 
-Proposals (``PROPOSALS``). ``"uniform"``: Q = 1/V. ``"exact"``: Q = softmax(o), the full
+Proposals (``proposals()``). ``"uniform"``: Q = 1/V. ``"exact"``: Q = softmax(o), the full
 softmax of the loss logits (the ideal, O(V d) per query). ``"kernel"``: the kernel softmax
 below computed exactly (O(V d) per query; the limit of infinitely many random features, a
 control that separates the kernel's mismatch with the model from the random-feature error). The
@@ -20,9 +20,10 @@ the softmax kernel of the *normalised* vectors with temperature tau,
 
   K(q, e) = exp(q_bar.e_bar / tau) = SM(q_bar / sqrt(tau), e_bar / sqrt(tau)),  u_bar = u / |u|,
 
-so all inputs lie on the sphere of radius r = 1/sqrt(tau). Feature maps: ``"positive"``
-(FAVOR+, antithetic), ``"trigonometric"``, ``"angular_hybrid"`` and ``"gaussian_hybrid"`` (HRF
-Eq. 12, 19, 20; ``rfjax.features``). tau may be a traced scalar (chosen per step, or the
+so all inputs lie on the sphere of radius r = 1/sqrt(tau). Feature maps: every map registered in
+``rfjax.features`` as an estimator of the softmax kernel (``feature_proposals()``), e.g.
+``"positive_antithetic"`` (FAVOR+, antithetic), ``"trigonometric"``, ``"angular_hybrid"`` and
+``"gaussian_hybrid"`` (HRF Eq. 12, 19, 20). tau may be a traced scalar (chosen per step, or the
 model's learned temperature). Whether K is consistent with the model depends on the logits: for
 cosine logits o = q_bar.e_bar / tau (Rawat et al.) the kernel softmax *is* the model's softmax;
 for raw logits o = q.e the kernel softmax only approximates it, best at the tau that minimises
@@ -68,10 +69,11 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from rfjax import projections
+from rfjax import features, projections
 from rfjax._validation import check_choice, check_inputs, check_int, check_real
 from rfjax.features import (
-    angular_hybrid_features,
+    FeatureMap,
+    GaussianHybridFeatureMap,
     fourier_features,
     hybrid_key_features,
     hybrid_query_features,
@@ -79,9 +81,22 @@ from rfjax.features import (
     trigonometric_features,
 )
 
-FEATURE_PROPOSALS = ("positive", "trigonometric", "angular_hybrid", "gaussian_hybrid")
-PROPOSALS = (*FEATURE_PROPOSALS, "uniform", "exact", "kernel")
+PLAIN_PROPOSALS = ("uniform", "exact", "kernel")
 SAMPLERS: tuple[Literal["clipped", "decomposition"], ...] = ("clipped", "decomposition")
+
+
+def feature_proposals() -> tuple[str, ...]:
+    """The random-feature proposals: every feature map registered in ``rfjax.features`` as an
+    estimator of the softmax kernel (``features.available(kernel="softmax")``), so a newly
+    registered map is a proposal too."""
+    return features.available(kernel="softmax")
+
+
+def proposals() -> tuple[str, ...]:
+    """Every proposal ``sample_proposal`` takes: ``feature_proposals()`` and
+    ``PLAIN_PROPOSALS``."""
+    return (*feature_proposals(), *PLAIN_PROPOSALS)
+
 
 Temperature = float | jax.Array
 
@@ -133,6 +148,21 @@ def _gaussian_hybrid_on_sphere(
     return hybrid_key_features([positive, trigonometric], [coefficient_features])
 
 
+def _draw_held_projections(
+    feature_map: FeatureMap, key: jax.Array, sampler: Any, dtype: Any
+) -> FeatureMap:
+    """The map with every projection it holds (a hybrid's coefficient rows) redrawn with the
+    proposal's coupling, from ``key`` (split when it holds several)."""
+    leaves, tree = jax.tree.flatten(
+        feature_map, is_leaf=lambda x: isinstance(x, projections.Projection)
+    )
+    held = [i for i, leaf in enumerate(leaves) if isinstance(leaf, projections.Projection)]
+    keys = [key] if len(held) == 1 else list(jax.random.split(key, max(len(held), 1)))
+    for i, k in zip(held, keys, strict=False):
+        leaves[i] = sampler(k, leaves[i].dim, leaves[i].num_features, dtype=dtype)
+    return jax.tree.unflatten(tree, leaves)
+
+
 def proposal_features(
     key: jax.Array,
     queries: jax.Array,
@@ -146,12 +176,14 @@ def proposal_features(
 ) -> tuple[jax.Array, jax.Array]:
     """Random features of the proposal kernel exp(q_bar.e_bar / tau) for queries and classes.
 
-    The estimate of the kernel is ``query_features @ class_features.T``. Projections are drawn
-    from ``key`` with ``coupling`` (``rfjax.projections.get``): m = ``num_features`` rows for
-    positive/trigonometric (width 2m); for the hybrids m base rows shared by the positive and
-    trigonometric estimators (variant II of HRF Theorem 3.1) and n = ``num_coefficient_features``
-    independent rows for the coefficient (width 4m(n + 1) angular, 4m(2n + 1) Gaussian with
-    trigonometric coefficients and bandwidth equal to the radius 1/sqrt(tau)). Inputs are
+    The estimate of the kernel is ``query_features @ class_features.T``. The map is the
+    registered map ``proposal`` (``rfjax.features.build`` with ``num_sign_features`` and
+    ``num_coefficient_features`` n, and bandwidth and radius 1/sqrt(tau)), its random parameters
+    drawn by its ``init`` and every projection it holds redrawn with ``coupling``
+    (``rfjax.projections.get``), data-fitted parameters fitted to the normalised queries and
+    classes. m = ``num_features`` base rows (for the hybrids shared by the positive and
+    trigonometric estimators, variant II of HRF Theorem 3.1; widths: antithetic positive and
+    trigonometric 2m, angular hybrid 4m(n + 1), Gaussian hybrid 4m(2n + 1)). Inputs are
     normalised (``normalize_for_proposal``) and treated as constants (``stop_gradient``).
     Estimates grow like exp(1/tau): keep tau >= 1/80 in float32.
 
@@ -159,7 +191,7 @@ def proposal_features(
       key: PRNG key for the projections.
       queries: ``(N, d)`` query vectors q.
       embeddings: ``(V, d)`` class embeddings e_i.
-      proposal: one of ``FEATURE_PROPOSALS``.
+      proposal: one of ``feature_proposals()``.
       num_features: m >= 1.
       num_coefficient_features: n >= 1 (hybrids only).
       temperature: tau > 0, a Python float or a float scalar array (may be traced).
@@ -179,7 +211,7 @@ def proposal_features(
       >>> (a @ b.T).shape, a.shape[-1]
       ((5, 5), 32)
     """
-    proposal = check_choice("proposal", proposal, FEATURE_PROPOSALS)
+    proposal = check_choice("proposal", proposal, feature_proposals())
     num_features = check_int("num_features", num_features, minimum=1)
     num_coefficient_features = check_int(
         "num_coefficient_features", num_coefficient_features, minimum=1
@@ -192,24 +224,32 @@ def proposal_features(
     q, e = (
         normalize_for_proposal(jax.lax.stop_gradient(x), temperature) for x in (queries, embeddings)
     )
-    base_key, coefficient_key = jax.random.split(key)
+    traced = isinstance(temperature, jax.Array)
+    radius = 1.0 if traced else 1.0 / math.sqrt(float(temperature))
+    feature_map = features.build(
+        proposal,
+        num_sign_features=num_coefficient_features,
+        num_coefficient_features=num_coefficient_features,
+        bandwidth=radius,
+        radius=radius,
+    )
+    base_key, map_key = jax.random.split(key)
     base = sampler(base_key, dim, num_features, dtype=queries.dtype)
-    if proposal == "positive":
-        return positive_features(q, base, antithetic=True), positive_features(
-            e, base, antithetic=True
-        )
-    if proposal == "trigonometric":
-        return trigonometric_features(q, base), trigonometric_features(e, base)
-    coefficient = sampler(coefficient_key, dim, num_coefficient_features, dtype=queries.dtype)
-    if proposal == "angular_hybrid":
+    feature_map = feature_map.init(map_key, dim, dtype=queries.dtype)
+    feature_map = _draw_held_projections(feature_map, map_key, sampler, queries.dtype)
+    feature_map = feature_map.fit(map_key, q, e)
+    if traced and isinstance(feature_map, GaussianHybridFeatureMap):
+        # Its bandwidth and radius are static fields: the on-sphere form takes a traced radius.
+        coefficient = feature_map.coefficient_projection
+        assert coefficient is not None
+        r = 1.0 / jnp.sqrt(temperature)
         return (
-            angular_hybrid_features(q, base, base, coefficient, side="query"),
-            angular_hybrid_features(e, base, base, coefficient, side="key"),
+            _gaussian_hybrid_on_sphere(q, r, base, coefficient, "query"),
+            _gaussian_hybrid_on_sphere(e, r, base, coefficient, "key"),
         )
-    radius = 1.0 / jnp.sqrt(temperature)
     return (
-        _gaussian_hybrid_on_sphere(q, radius, base, coefficient, "query"),
-        _gaussian_hybrid_on_sphere(e, radius, base, coefficient, "key"),
+        feature_map.features(q, base, side="query"),
+        feature_map.features(e, base, side="key"),
     )
 
 
@@ -363,7 +403,7 @@ def sample_proposal(
       key: PRNG key (projections and draws).
       queries: ``(N, d)``.
       embeddings: ``(V, d)``.
-      proposal: one of ``PROPOSALS``.
+      proposal: one of ``proposals()``.
       num_samples: M >= 1.
       sampler: ``"clipped"`` or ``"decomposition"`` (kernel proposals only).
       uniform_floor: eps of the ``"clipped"`` sampler.
@@ -374,7 +414,7 @@ def sample_proposal(
     Returns:
       ``(samples, log_probabilities)`` of shape ``(N, M)``.
     """
-    proposal = check_choice("proposal", proposal, PROPOSALS)
+    proposal = check_choice("proposal", proposal, proposals())
     num_samples = check_int("num_samples", num_samples, minimum=1)
     queries = jax.lax.stop_gradient(check_inputs("queries", queries))
     embeddings = jax.lax.stop_gradient(

@@ -1,18 +1,15 @@
 """How far a proposal distribution over classes is from a target softmax (HRF Sec. 4.2).
 
-Two uses in random-feature sampled softmax (``rfjax.nn.sample_proposal``):
-
-* choosing the temperature tau of the kernel proposal softmax(q_bar.e_bar / tau) so that it is
-  as close as possible to the model's softmax(q.e) (``kernel_softmax_divergence``,
-  ``select_temperature``): a proposal far flatter or sharper than the model's softmax makes the
-  sampled loss a poor estimate of the full cross-entropy;
-* scoring a random-feature estimate of a softmax distribution (``distribution_metrics``, the
-  HRF paper's Fig. 3 / Table 4 metrics).
+Used in random-feature sampled softmax (``rfjax.nn.sample_proposal``) to choose the temperature
+tau of the kernel proposal softmax(q_bar.e_bar / tau) so that it is as close as possible to the
+model's softmax(q.e) (``kernel_softmax_divergence``, ``select_temperature``): a proposal far
+flatter or sharper than the model's softmax makes the sampled loss a poor estimate of the full
+cross-entropy. (Scoring a random-feature estimate of a softmax distribution, the HRF paper's
+Fig. 3 / Table 4 metrics, is an experiment metric: ``experiments.lstm_lm.metrics``.)
 
 References:
   Choromanski et al., "Hybrid Random Features", ICLR 2022, arXiv:2110.04367, Sec. 4.2, App. I;
-  Ramdas, Garcia Trillos and Cuturi, "On Wasserstein two-sample testing and related families of
-  nonparametric tests", Entropy 2017; Rawat et al., arXiv:1907.10747.
+  Rawat et al., arXiv:1907.10747.
 """
 
 from __future__ import annotations
@@ -74,47 +71,3 @@ def select_temperature(logits: jax.Array, cosines: jax.Array, temperatures: jax.
     jit-compatible). Treat the inputs as constants (``stop_gradient``) when used in a loss."""
     divergences = kernel_softmax_divergence(logits, cosines, temperatures)
     return temperatures[jnp.argmin(divergences)]
-
-
-def distribution_metrics(probabilities: jax.Array, estimates: jax.Array) -> dict[str, jax.Array]:
-    """Distances between a true softmax distribution over classes and a kernel estimate of it.
-
-    The estimate is made a distribution by clipping at zero and normalising,
-    p-hat_i = max(K-hat_i, 0) / sum_j max(K-hat_j, 0) (uniform where every K-hat_i <= 0), the
-    distribution a clipped sampler proposes before its uniform floor. With class i placed at
-    i / (V - 1) in [0, 1] (ids in vocabulary order) and the cumulative distributions F and
-    F-hat, the 1-Wasserstein distance is W1 = sum_i |F(i) - F-hat(i)| / (V - 1) and the
-    Kolmogorov-Smirnov statistic KS = max_i |F(i) - F-hat(i)| (Ramdas et al. 2017, as used by
-    HRF Sec. 4.2); both lie in [0, 1]. ``negative_fraction`` is the fraction of estimates
-    K-hat_i < 0 before clipping.
-
-    Args:
-      probabilities: ``(..., V)`` true distributions.
-      estimates: ``(..., V)`` kernel estimates K-hat (un-normalised, any sign).
-
-    Returns:
-      dict of ``(...)`` arrays: ``wasserstein``, ``ks``, ``negative_fraction``.
-
-    Examples:
-      >>> import jax.numpy as jnp
-      >>> out = distribution_metrics(jnp.array([0.5, 0.5, 0.0]), jnp.array([0.0, 1.0, 1.0]))
-      >>> float(out["wasserstein"]), float(out["ks"])
-      (0.5, 0.5)
-    """
-    probabilities = check_inputs("probabilities", probabilities)
-    estimates = check_inputs("estimates", estimates)
-    if probabilities.shape != estimates.shape:
-        raise ValueError(
-            f"probabilities and estimates must have the same shape, got {probabilities.shape} "
-            f"and {estimates.shape}"
-        )
-    clipped = jnp.maximum(estimates, 0.0)
-    total = jnp.sum(clipped, axis=-1, keepdims=True)
-    size = estimates.shape[-1]
-    estimated = jnp.where(total > 0, clipped / jnp.where(total > 0, total, 1.0), 1.0 / size)
-    gap = jnp.abs(jnp.cumsum(probabilities, axis=-1) - jnp.cumsum(estimated, axis=-1))
-    return {
-        "wasserstein": jnp.sum(gap, axis=-1) / max(size - 1, 1),
-        "ks": jnp.max(gap, axis=-1),
-        "negative_fraction": jnp.mean(estimates < 0, axis=-1),
-    }

@@ -1,0 +1,147 @@
+"""Config-driven ablations from the command line: a grid of one config field's values (the
+arms) x seeds, one study run per cell, and the paired comparison of two arms with its verdict.
+
+    python -m experiments.main --config=configs/performer_vit.py:quick \\
+        --sweep=model.feature_map=positive,oprf --seeds=0:5 --metric=accuracy_own
+
+Every cell runs the study's ``measure`` on the config with the field set to the arm's value and
+the study's seed field (``SEED_FIELD`` of its module, or ``--seed_field``) set to the seed, in
+``workdir/runs/<value>_seed<seed>/``; the cell's headline numbers (the study's
+``headline(records)``) are its record in the core sweep, stored with the cell's settings, so the
+ablation resumes after a kill and grows by seeds. The report compares the first two arms (or
+``--compare=A,B``) on ``--metric``, paired by seed, by the claim the command line declares
+before the run (``--test``, ``--margin``; default: B greater than A, no margin), and writes
+``ablation.md`` and ``verdicts.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+from collections.abc import Sequence
+
+import ml_collections
+
+from configs.common import claim, locate_field, parse_field_value
+from experiments.core import outputs, records, stats, sweep, verdicts
+
+REPORT_FILE = "ablation.md"
+
+
+def parse_sweep(text: str, config: ml_collections.ConfigDict) -> tuple[str, list]:
+    """``"field=v1,v2"`` -> the field and its values (parsed as the field's type).
+
+    Raises:
+      ValueError: for a malformed text, an unknown field or fewer than two values.
+    """
+    field, sep, values = text.partition("=")
+    if not sep or not field or not values:
+        raise ValueError(f"--sweep must be FIELD=V1,V2[,...], got {text!r}")
+    parent, name = locate_field(config, field)
+    parsed = [parse_field_value(field, value, parent[name]) for value in values.split(",")]
+    if len(parsed) < 2:
+        raise ValueError(f"--sweep {text!r}: an ablation needs two or more values")
+    return field, parsed
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0:5"`` (a range) or ``"0,3,7"`` -> the seeds.
+
+    Raises:
+      ValueError: for anything else or no seeds.
+    """
+    try:
+        if ":" in text:
+            start, stop = (int(part) for part in text.split(":"))
+            seeds = list(range(start, stop))
+        else:
+            seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds must be START:STOP or S1,S2,..., got {text!r}") from None
+    if not seeds:
+        raise ValueError(f"--seeds {text!r} gives no seed")
+    return seeds
+
+
+def cell_config(config: ml_collections.ConfigDict, field: str, value, seed_field: str, seed: int):
+    """``config`` with ``field`` = ``value`` and ``seed_field`` = ``seed``."""
+    cell = copy.deepcopy(config)
+    for key, item in ((field, value), (seed_field, seed)):
+        parent, name = locate_field(cell, key)
+        with cell.ignore_type():
+            parent[name] = item
+    return cell
+
+
+def run(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    sweep_text: str,
+    seeds_text: str,
+    metric: str,
+    seed_field: str | None = None,
+    compare: Sequence[str] = (),
+    test: str = "greater",
+    margin: float = 0.0,
+) -> verdicts.Verdict:
+    """Runs (or resumes) the ablation and writes its paired report; returns its verdict."""
+    module = importlib.import_module(f"experiments.{config.experiment}")
+    if not hasattr(module, "headline"):
+        raise ValueError(f"experiment {config.experiment!r} has no headline(records) to compare")
+    seed_field = seed_field or str(getattr(module, "SEED_FIELD", "seed"))
+    field, values = parse_sweep(sweep_text, config)
+    seeds = parse_seeds(seeds_text)
+    arms = {str(value): value for value in values}
+    first, second = compare or list(arms)[:2]
+    for arm in (first, second):
+        if arm not in arms:
+            raise ValueError(f"--compare names {arm!r}, not one of the swept values {list(arms)}")
+
+    def measure(arm: str, seed: int, run_dir: str) -> dict:
+        cell = cell_config(config, field, arms[arm], seed_field, seed)
+        module.validate_config(cell)
+        measured = module.measure(cell, run_dir)
+        records.write(run_dir, measured)
+        return module.headline(measured)
+
+    cells = sweep.run(
+        workdir,
+        list(arms),
+        seeds,
+        measure,
+        lambda arm: records.settings(cell_config(config, field, arms[arm], seed_field, 0)),
+    )
+    value = {(c["arm"], c["seed"]): c[metric] for c in cells}
+    difference = stats.paired_difference(
+        [value[second, s] for s in seeds], [value[first, s] for s in seeds]
+    )
+    declared = ml_collections.ConfigDict(
+        {
+            "claims": {
+                "ablation": claim(f"{field}={second} vs {first} on {metric}", test, margin=margin)
+            },
+            # a quick variant's ablation cannot refute its claim either
+            "powered": bool(config.get("powered", True)),
+        }
+    )
+    judge = verdicts.Verdicts(declared)
+    verdict = judge.effect(
+        "ablation",
+        difference,
+        effect=f"{metric}: {second} - {first}, paired by seed",
+        units="seeds",
+        number=".4g",
+    )
+    rows = [{"seed": s, **{f"{metric} ({arm})": value[arm, s] for arm in arms}} for s in seeds]
+    note = "" if judge.powered else verdicts.unpowered_note(config) + "\n\n"
+    text = (
+        f"# Ablation of {config.experiment}: {field} in {list(arms)}\n\n{note}"
+        f"Seeds {seeds} ({seed_field}); one run of the study per cell in `runs/`.\n\n"
+        f"{outputs.markdown_table(rows)}\n\n{verdict.sentence()}\n"
+    )
+    verdicts.write(workdir, judge)
+    outputs.write_text(os.path.join(workdir, REPORT_FILE), text)
+    print(text)
+    return verdict

@@ -1,0 +1,333 @@
+"""Evolution strategies for policies on Pgx environments: jitted rollouts, checkpointed training.
+
+The strategy is evosax's OpenAI-ES (``evosax.algorithms.Open_ES``, Salimans et al.,
+arXiv:1703.03864): antithetic Gaussian perturbations theta +- sigma eps of the flat parameter
+vector (``jax.flatten_util.ravel_pytree``), centred-rank fitness shaping and Adam on the
+estimated gradient. One generation is one jitted function of (ES state, generation): the whole
+population is evaluated at once, ``vmap`` over parameters (members) and environments
+(episodes), the episodes advancing together in one ``lax.while_loop`` until all have ended or
+``max_steps``. Common random numbers: in a generation every member plays the same episodes
+(environment keys) with the same random projections, so fitness differences come from the
+parameters.
+
+Determinism and resume follow the trainer (``trainer``): everything random is a function of the
+run's seed and the generation (``fold_in``); an Orbax ``CheckpointManager`` in
+``workdir/checkpoints`` keeps the ES state (mean, Adam state, generation counter) every
+``checkpoint_every`` generations and at the end; a run started again in the same workdir
+restores the latest one and continues bit-identically; ``train.MetricsWriter`` writes
+``workdir/metrics.jsonl`` (cut back to the restored generation), with a progress bar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from evosax.algorithms import Open_ES
+from evosax.core.fitness_shaping import (
+    centered_rank_fitness_shaping_fn,
+    identity_fitness_shaping_fn,
+)
+from tqdm.auto import tqdm
+
+from experiments.core.train import trainer as train
+
+Params = Any
+FitnessShaping = Literal["centered_rank", "identity"]
+_SHAPING = {
+    "centered_rank": centered_rank_fitness_shaping_fn,
+    "identity": identity_fitness_shaping_fn,
+}
+
+
+def make_strategy(
+    template: Params,
+    *,
+    population_size: int,
+    sigma: float,
+    optimizer: optax.GradientTransformation,
+    fitness_shaping: FitnessShaping = "centered_rank",
+) -> Open_ES:
+    """OpenAI-ES with antithetic sampling over the flat vector of ``template``'s pytree.
+
+    evosax minimises: it is given -return. With ``fitness_shaping="identity"`` and
+    ``optax.sgd(1.0)`` one step moves the mean by -g, where
+
+      g = (1 / (P sigma)) sum_i f(theta + sigma eps_i) eps_i
+
+    is the antithetic estimate of the gradient of the Gaussian smoothing of f (unbiased for
+    it; for a quadratic f, unbiased for grad f itself). ``"centered_rank"`` replaces f by
+    ranks scaled to [-0.5, 0.5] (the fitness shaping of Salimans et al.).
+
+    Args:
+      template: a parameter pytree (its structure and sizes).
+      population_size: P, even (antithetic pairs).
+      sigma: the perturbation scale, > 0.
+      optimizer: applied to g (e.g. ``optax.adam``).
+      fitness_shaping: ``"centered_rank"`` or ``"identity"``.
+
+    Returns:
+      The evosax strategy.
+    """
+    if not isinstance(population_size, int) or population_size < 2 or population_size % 2:
+        raise ValueError(
+            f"population_size must be an even int >= 2 (antithetic pairs), got {population_size!r}"
+        )
+    if not sigma > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma!r}")
+    if fitness_shaping not in _SHAPING:
+        raise ValueError(
+            f"fitness_shaping must be one of {tuple(_SHAPING)}, got {fitness_shaping!r}"
+        )
+    return Open_ES(
+        population_size,
+        template,
+        use_antithetic_sampling=True,
+        optimizer=optimizer,
+        std_schedule=optax.constant_schedule(sigma),
+        fitness_shaping_fn=_SHAPING[fitness_shaping],
+    )
+
+
+# --------------------------------------------------------------------------- rollouts
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """Plays episodes of a Pgx single-agent environment with a deterministic policy.
+
+    Attributes:
+      env: a Pgx environment (``pgx.make(...)``): ``init(key)``, ``step(state, action, key)``.
+      act: ``(params, observation, projection) -> action`` for one observation.
+      draw_projection: ``key -> projection`` (a pytree, or ``None``).
+      max_steps: episodes are cut after this many steps.
+    """
+
+    env: Any
+    act: Callable[[Params, jax.Array, Any], jax.Array]
+    draw_projection: Callable[[jax.Array], Any]
+    max_steps: int
+
+    def returns(
+        self, population: Params, key: jax.Array, num_episodes: int
+    ) -> tuple[jax.Array, jax.Array]:
+        """Returns and lengths of ``num_episodes`` episodes for every member, ``(P, E)`` each.
+
+        Episode e (the same for every member) starts from ``fold_in(key, e)``: its environment
+        key and projection key are split from it, and step t's environment key is
+        ``fold_in(step_key, t)``. ``population`` is a parameter pytree with a leading P axis.
+        """
+        keys = jax.vmap(lambda e: jax.random.fold_in(key, e))(jnp.arange(num_episodes))
+        init_keys, step_keys, projection_keys = jnp.moveaxis(
+            jax.vmap(lambda k: jax.random.split(k, 3))(keys), 1, 0
+        )
+        projections = jax.vmap(self.draw_projection)(projection_keys)
+        members = jax.tree.leaves(population)[0].shape[0]
+        states = jax.tree.map(
+            lambda x: jnp.broadcast_to(x, (members, *x.shape)), jax.vmap(self.env.init)(init_keys)
+        )
+        act = jax.vmap(jax.vmap(self.act, in_axes=(None, 0, 0)), in_axes=(0, 0, None))
+        step = jax.vmap(jax.vmap(self.env.step))
+        shape = (members, num_episodes)
+
+        def running(carry):
+            t, states, _, _ = carry
+            return (t < self.max_steps) & ~jnp.all(states.terminated | states.truncated)
+
+        def advance(carry):
+            t, states, total, length = carry
+            alive = ~(states.terminated | states.truncated)
+            actions = act(population, states.observation, projections)
+            keys_t = jax.vmap(lambda k: jax.random.fold_in(k, t))(step_keys)
+            states = step(states, actions, jnp.broadcast_to(keys_t, shape))
+            total = total + jnp.where(alive, states.rewards[..., 0], 0.0)
+            return t + 1, states, total, length + alive
+
+        init = (jnp.int32(0), states, jnp.zeros(shape), jnp.zeros(shape, jnp.int32))
+        _, _, total, length = jax.lax.while_loop(running, advance, init)
+        return total, length
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _strong_types(state):
+    """``state`` without weak types (evosax leaves some scalars weakly typed, e.g. ``std``):
+    the initial, updated and restored states then share one signature, so the jitted steps
+    compile once rather than again after the first generation and after every restore."""
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), state)
+
+
+class ESTrainer:
+    """OpenAI-ES for one policy and environment; ``train`` runs one seed (resumable).
+
+    The jitted generation and evaluation steps are built once and shared by every seed
+    (keys are arguments, not closed-over constants), so a sweep compiles once per policy.
+
+    Generation g of a run uses ``fold_in(run_key, g)`` for its perturbations and episodes, with
+    ``(init_key, run_key, eval_key) = split(key(seed), 3)``. Metrics: split ``"train"`` every
+    ``log_every`` generations and at the end, at step g + 1 (the generations done):
+    ``mean_return`` (the population's mean fitness, averaged over the interval), ``max_return``
+    (its best) and ``forward_passes`` (the policy evaluations of the interval, i.e. the summed
+    episode lengths; ``eval_every`` must be a multiple of ``log_every`` so that their cumulative
+    sum is known at each evaluation); split ``"eval"`` at step g (g = 0 before training, every
+    ``eval_every`` generations and at the end): ``return`` of the ES mean over
+    ``eval_episodes`` fixed episodes (the same at every evaluation and for every run with the
+    same seed) and ``return_se``, its standard error.
+
+    Args:
+      config: ``population_size``, ``sigma``, ``learning_rate`` (Adam),
+        ``episodes_per_member``, ``num_generations``, ``eval_every``, ``eval_episodes``,
+        ``checkpoint_every``, ``log_every``, ``keep_checkpoints``.
+      rollout: the environment and policy.
+      template: a parameter pytree of the policy (its layout).
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, rollout: Rollout, template: Params):
+        self.config = config
+        self.strategy = make_strategy(
+            template,
+            population_size=config.population_size,
+            sigma=config.sigma,
+            optimizer=optax.adam(config.learning_rate),
+        )
+        strategy, params = self.strategy, self.strategy.default_params
+
+        def generation(state, run_key, g):
+            ask_key, episode_key, tell_key = jax.random.split(jax.random.fold_in(run_key, g), 3)
+            population, state = strategy.ask(ask_key, state, params)
+            totals, lengths = rollout.returns(population, episode_key, config.episodes_per_member)
+            fitness = jnp.mean(totals, axis=1)
+            state, _ = strategy.tell(tell_key, population, -fitness, state, params)
+            state = _strong_types(state)  # the input's types: no retrace at the next call
+            metrics = {
+                "mean_return": jnp.mean(fitness),
+                "max_return": jnp.max(fitness),
+                "forward_passes": jnp.sum(lengths),
+            }
+            return state, metrics
+
+        def evaluate(state, eval_key):
+            mean = jax.tree.map(lambda x: x[None], strategy.get_mean(state))
+            totals, _ = rollout.returns(mean, eval_key, config.eval_episodes)
+            return {
+                "return": jnp.mean(totals),
+                "return_se": jnp.std(totals, ddof=1) / jnp.sqrt(totals.shape[1]),
+            }
+
+        self.generation = jax.jit(generation, donate_argnums=0)
+        self.evaluate = jax.jit(evaluate)
+
+    def initial_state(self, init_params: Params, seed: int):
+        init_key = jax.random.split(jax.random.key(seed), 3)[0]
+        state = self.strategy.init(init_key, init_params, self.strategy.default_params)
+        return _strong_types(state)
+
+    def _manager(self, workdir: str) -> ocp.CheckpointManager:
+        return ocp.CheckpointManager(
+            os.path.join(workdir, "checkpoints"),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=self.config.keep_checkpoints, create=True
+            ),
+        )
+
+    def _restore(self, manager: ocp.CheckpointManager, init_params: Params, seed: int):
+        """(ES state, generations done): the latest checkpoint, or the initial state and 0."""
+        start = manager.latest_step()
+        if start is None:
+            return self.initial_state(init_params, seed), 0
+        target = {"es_state": jax.eval_shape(self.initial_state, init_params, seed)}
+        restored = manager.restore(start, args=ocp.args.StandardRestore(target))["es_state"]
+        # Through the host: uncommitted arrays like the initial state's, so no recompilation.
+        return _strong_types(jax.device_get(restored)), start
+
+    def final_mean(self, workdir: str, init_params: Params, *, seed: int) -> Params:
+        """The ES mean (policy parameters) of the latest checkpoint in ``workdir``."""
+        manager = self._manager(os.path.abspath(workdir))
+        try:
+            state, _ = self._restore(manager, init_params, seed)
+        finally:
+            manager.close()
+        return self.strategy.get_mean(state)
+
+    def train(
+        self,
+        workdir: str,
+        init_params: Params,
+        *,
+        seed: int,
+        stop_at_generation: int | None = None,
+    ) -> dict[str, float]:
+        """Runs ES from ``init_params`` to ``num_generations``, resuming from ``workdir``.
+
+        Args:
+          workdir: checkpoints and ``metrics.jsonl``.
+          init_params: the initial mean (the template's layout).
+          seed: the run's seed.
+          stop_at_generation: stop there (with a checkpoint), as if pre-empted (tests).
+
+        Returns:
+          ``generation`` (done), ``final_return`` and ``final_return_se`` (last evaluation).
+        """
+        config = self.config
+        workdir = os.path.abspath(workdir)
+        os.makedirs(workdir, exist_ok=True)
+        _, run_key, eval_key = jax.random.split(jax.random.key(seed), 3)
+        manager = self._manager(workdir)
+        state, start = self._restore(manager, init_params, seed)
+        end = config.num_generations
+        if stop_at_generation is not None:
+            end = min(end, stop_at_generation)
+        writer = train.MetricsWriter(workdir, resume_step=start)
+        if start == 0:
+            writer.write("eval", 0, jax.device_get(self.evaluate(state, eval_key)))
+        bar = tqdm(
+            total=config.num_generations, initial=start, desc="es", disable=None, leave=False
+        )
+        pending = []
+        for g in range(start, end):
+            state, metrics = self.generation(state, run_key, g)
+            pending.append(metrics)
+            done = g + 1
+            bar.update()
+            if done % config.log_every == 0 or done == end:
+                values = jax.device_get(pending)
+                writer.write(
+                    "train",
+                    done,
+                    {
+                        "mean_return": np.mean([v["mean_return"] for v in values]),
+                        "max_return": np.max([v["max_return"] for v in values]),
+                        "forward_passes": np.sum([v["forward_passes"] for v in values]),
+                    },
+                )
+                bar.set_postfix(mean_return=f"{float(values[-1]['mean_return']):.3g}")
+                pending = []
+            if done % config.eval_every == 0 or done == config.num_generations:
+                writer.write("eval", done, jax.device_get(self.evaluate(state, eval_key)))
+            if done % config.checkpoint_every == 0 or done == end:
+                manager.save(done, args=ocp.args.StandardSave({"es_state": state}))
+        bar.close()
+        manager.wait_until_finished()
+        manager.close()
+        writer.close()
+        evals = [r for r in train.read_metrics(workdir) if r["split"] == "eval"]
+        return {
+            "generation": max(end, start),
+            "final_return": evals[-1]["return"],
+            "final_return_se": evals[-1]["return_se"],
+        }
+
+
+def eval_curve(workdir: str) -> tuple[np.ndarray, np.ndarray]:
+    """(generations, eval returns) of a run's ``metrics.jsonl``."""
+    evals = [r for r in train.read_metrics(workdir) if r["split"] == "eval"]
+    return np.array([r["step"] for r in evals]), np.array([r["return"] for r in evals])

@@ -1,0 +1,164 @@
+"""The one config-validation style of the experiments: checks that name the field, the value
+and what is allowed, raised before anything runs.
+
+``check_types`` compares a config with its file's defaults (``experiments.main`` runs it on
+every config); a study's ``validate_config`` uses ``require_*`` for names and ranges. Claims
+(``config.claims``) are checked by ``experiments.core.verdicts.validate_claims``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_collections
+
+from configs.common import TUPLE_SYNTAX
+
+
+def check_types(
+    config: ml_collections.ConfigDict, reference: ml_collections.ConfigDict, prefix: str = "config"
+) -> None:
+    """Checks that every field of ``config`` has the type of its default in ``reference``
+    (ints where floats are expected are fine; tuples element by element, against the types of
+    the default's elements), and that no string in a tuple holds a comma where the default's
+    strings do not (``--config.couplings=gaussian,simplex`` gives ``('gaussian,simplex',)``).
+
+    Raises:
+      TypeError: naming the field, its value, the expected type and the syntax.
+    """
+    for key in reference:
+        if key not in config:
+            continue
+        name, value, default = f"{prefix}.{key}", config[key], reference[key]
+        if isinstance(default, ml_collections.ConfigDict):
+            if isinstance(value, ml_collections.ConfigDict):
+                check_types(value, default, name)
+            continue
+        if isinstance(default, tuple):
+            _check_tuple(name, value, default)
+        elif default is not None and value is not None and not _same_kind(value, default):
+            raise TypeError(
+                f"{name} must be a {type(default).__name__} like {default!r}, got {value!r}"
+            )
+
+
+def _check_tuple(name: str, value: Any, default: tuple) -> None:
+    key = name.split(".", 1)[1]
+    kinds = {type(item) for item in default}
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(
+            f"{name} must be a tuple like {default!r}, got {value!r}; "
+            + TUPLE_SYNTAX.format(key=key)
+        )
+    if len(kinds) == 1 and default:
+        like = default[0]
+        for item in value:
+            if not _same_kind(item, like):
+                raise TypeError(
+                    f"{name} must be a tuple of {type(like).__name__} like {default!r}, got "
+                    f"{tuple(value)!r}; " + TUPLE_SYNTAX.format(key=key)
+                )
+    default_commas = any(isinstance(item, str) and "," in item for item in default)
+    if not default_commas and any(isinstance(item, str) and "," in item for item in value):
+        raise TypeError(
+            f"{name} = {tuple(value)!r} holds a comma inside one string, so it is one name, "
+            "not a list; " + TUPLE_SYNTAX.format(key=key)
+        )
+
+
+def _same_kind(value: Any, like: Any) -> bool:
+    if isinstance(like, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(like, bool)
+    if isinstance(like, float):
+        return isinstance(value, (int, float))
+    if isinstance(like, tuple):
+        return isinstance(value, (tuple, list))
+    return isinstance(value, type(like))
+
+
+def require_names(
+    config: ml_collections.ConfigDict, key: str, allowed: tuple[str, ...], prefix: str = "config"
+) -> None:
+    """Checks that ``config[key]`` (a name, or a non-empty tuple of names) uses only
+    ``allowed`` names (``prefix`` names ``config`` in messages).
+
+    Raises:
+      ValueError: naming the field, the bad value and the allowed names.
+    """
+    value = config[key]
+    names = value if isinstance(value, (tuple, list)) else (value,)
+    if not names:
+        raise ValueError(f"{prefix}.{key} must name at least one of {tuple(allowed)}")
+    for name in names:
+        if name not in allowed:
+            hint = " (" + TUPLE_SYNTAX.format(key=key) + ")" if "," in str(name) else ""
+            raise ValueError(f"{prefix}.{key}: {name!r} is not one of {tuple(allowed)}{hint}")
+
+
+def _require_each(config, keys, valid, allowed: str, prefix: str) -> None:
+    """Raises ``ValueError`` for the first ``config[key]`` (a value or a non-empty tuple of
+    values) with a value that is not ``valid``, naming the field, the value and ``allowed``."""
+    for key in keys:
+        value = config[key]
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if not values or not all(valid(v) for v in values):
+            raise ValueError(f"{prefix}.{key} must be {allowed}, got {value!r}")
+
+
+def require_positive(config: ml_collections.ConfigDict, *keys: str, prefix: str = "config") -> None:
+    """Checks that each ``config[key]`` (a number or a tuple of numbers) is finite and > 0
+    (``prefix`` names ``config`` in messages).
+
+    Raises:
+      ValueError: naming the field and the value.
+    """
+    _require_each(
+        config,
+        keys,
+        lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
+        "finite and > 0",
+        prefix,
+    )
+
+
+def require_int(
+    config: ml_collections.ConfigDict, *keys: str, minimum: int, prefix: str = "config"
+) -> None:
+    """Checks that each ``config[key]`` (an int or a tuple of ints) is an int >= ``minimum``.
+
+    Raises:
+      ValueError: naming the field and the value.
+    """
+    _require_each(
+        config,
+        keys,
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum,
+        f"an int >= {minimum}",
+        prefix,
+    )
+
+
+def require_nonempty(config: ml_collections.ConfigDict, *keys: str, prefix: str = "config"):
+    """Checks that each ``config[key]`` (a tuple) has at least one entry.
+
+    Raises:
+      ValueError: naming the field.
+    """
+    for key in keys:
+        if not tuple(config[key]):
+            raise ValueError(f"{prefix}.{key} must not be empty, got {config[key]!r}")
+
+
+def require(condition: bool, key: str, value: object, allowed: str, prefix: str = "config"):
+    """Raises ``ValueError`` naming ``prefix.key``, its value and ``allowed`` unless
+    ``condition`` (for the checks that ``require_*`` do not cover).
+
+    Example:
+      >>> require(3 % 2 == 0, "embedding_dim", 3, "an even int")
+      Traceback (most recent call last):
+      ...
+      ValueError: config.embedding_dim must be an even int, got 3
+    """
+    if not condition:
+        raise ValueError(f"{prefix}.{key} must be {allowed}, got {value!r}")

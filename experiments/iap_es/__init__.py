@@ -1,0 +1,519 @@
+"""Implicit-attention policies trained by evolution strategies (HRF Sec. 4.4, App. K.1).
+
+The HRF paper (arXiv:2110.04367) replaces FAVOR+ by the angular hybrid inside an Implicit
+Attention Policy (IAP, masking variant; Choromanski et al., arXiv:2102.04353) trained by ES, and
+reports (App. K.1, Fig. 4) that "HRF with 8 x 8 random projections performs as well as the
+softmax kernel with 256 random projections": the same policy quality for about 3x fewer FLOPs.
+Its robot (a quadruped walking on stepping stones from depth images) is not available, so this
+runs the same comparison on a real JAX environment with image observations: MinAtar games from
+Pgx (``pgx.make("minatar-breakout")``, 10 x 10 x 4 boolean images).
+
+Every attention kind (``config.kinds``) trains ``rfjax.nn.ImplicitAttentionPolicy`` with
+OpenAI-ES (``experiments.core.train.es``) for each seed. Runs are paired: a seed fixes the initial
+parameters, the ES perturbations, the episodes and the evaluation episodes for every kind, so
+kinds differ only by their attention. For each run we record the evaluation return of the ES
+mean over the generations, the policy evaluations (forward passes) spent and hence the
+cumulative attention FLOPs (``experiments.iap_es.flops.policy_importance_flops`` per forward pass;
+XLA's own count is reported beside it). The quality of a run is its mean evaluation return
+over the last ``final_evals`` evaluations; kinds are compared with the reference (FAVOR+,
+m = 256) by paired differences over seeds (mean, SE, a t interval and the difference detectable
+with 80% power), and the paper's claim is tested as equivalence within a margin (two one-sided
+t tests at 5%, i.e. a 90% interval inside +-margin).
+
+Each finished run's measurements are recorded beside its metrics (``runs/<run>/result.json``,
+with the settings they were made under), so a committed sweep can be extended by seeds without
+its checkpoints: runs recorded under the same settings are reused, the new seeds are trained.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import ml_collections
+import numpy as np
+import pgx
+
+from experiments.core import cost, outputs, records, stats, sweep, verdicts
+from experiments.core.train import es
+from experiments.core.train import trainer as train
+from experiments.iap_es.flops import policy_importance_flops
+from rfjax import features as feature_maps
+from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+_KIND = re.compile(r"^(?P<attention>[a-z_]+)(:(?P<m>\d+)(x(?P<n>\d+))?)?$")
+_FLOP_FIELDS = ("importance_flops", "xla_importance_flops")
+_INFERENCE_STREAM = 7  # fold_in tag of the inference-swap episodes (training uses split(key, 3))
+_NAMES = {
+    "exact": "exact softmax",
+    "positive": "FAVOR+",
+    "trigonometric": "trigonometric",
+    "angular_hybrid": "HRF angular",
+    "gaussian_hybrid": "HRF Gaussian",
+}
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+def parse_kind(kind: str) -> dict:
+    """``"exact"``, ``"positive:256"``, ``"angular_hybrid:8x8"`` (m x n) -> policy attributes."""
+    match = _KIND.match(kind) if isinstance(kind, str) else None
+    if match is None or match["attention"] not in IAP_ATTENTIONS:
+        raise ValueError(
+            f"kinds must hold 'exact' or '<attention>:<m>' or '<hybrid>:<m>x<n>' with attention "
+            f"in {IAP_ATTENTIONS}; got {kind!r}"
+        )
+    attention = match["attention"]
+    hybrid = attention.endswith("_hybrid")
+    if (attention == "exact") != (match["m"] is None) or hybrid != (match["n"] is not None):
+        raise ValueError(
+            f"kind {kind!r}: exact takes no size, FAVOR+/trigonometric take ':m', hybrids ':mxn'"
+        )
+    spec = {"attention": attention}
+    if match["m"] is not None:
+        spec["num_features"] = int(match["m"])
+    if match["n"] is not None:
+        spec["num_sign_features"] = int(match["n"])
+    return spec
+
+
+def kind_label(kind: str) -> str:
+    spec = parse_kind(kind)
+    name = _NAMES.get(spec["attention"]) or feature_maps.info(spec["attention"]).label
+    if "num_sign_features" in spec:
+        return f"{name} {spec['num_features']}x{spec['num_sign_features']}"
+    return f"{name} m={spec['num_features']}" if "num_features" in spec else name
+
+
+def run_name(kind: str) -> str:
+    return kind.replace(":", "_m")
+
+
+def make_env(config: ml_collections.ConfigDict):
+    if config.env not in pgx.available_envs():
+        raise ValueError(f"env must be a Pgx environment, got {config.env!r}")
+    return pgx.make(config.env)
+
+
+def make_policy(config: ml_collections.ConfigDict, env, kind: str) -> ImplicitAttentionPolicy:
+    return ImplicitAttentionPolicy(
+        image_shape=tuple(env.observation_shape),
+        num_actions=env.num_actions,
+        **config.policy.to_dict(),
+        **parse_kind(kind),
+    )
+
+
+def make_rollout(config: ml_collections.ConfigDict, env, policy) -> es.Rollout:
+    def act(params, observation, projection):
+        return jnp.argmax(policy.apply(params, observation, projection))
+
+    return es.Rollout(env, act, policy.draw_projection, max_steps=config.max_steps)
+
+
+def inference_evaluator(rollout: es.Rollout, num_episodes: int):
+    """A jitted ``(params, key) -> returns`` of ``num_episodes`` episodes of one policy played
+    with ``rollout``'s attention (the inference swap: any kind's trained parameters fit every
+    kind's policy, they share one layout)."""
+
+    @jax.jit
+    def returns(params, key):
+        totals, _ = rollout.returns(jax.tree.map(lambda x: x[None], params), key, num_episodes)
+        return totals[0]
+
+    return returns
+
+
+def xla_importance_flops(policy: ImplicitAttentionPolicy) -> float:
+    """XLA's FLOP count (``cost_analysis``) of one patch-importance computation."""
+    count, d = policy.num_patches(), policy.embed_dim
+    query = jax.ShapeDtypeStruct((count, d), jnp.float32)
+    projection = jax.eval_shape(policy.draw_projection, jax.random.key(0))
+    return cost.compiled_flops(policy.patch_importance, query, query, projection)
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def initial_params(policy: ImplicitAttentionPolicy, seed: int):
+    """The initial parameters of a seed: the same for every kind (they share the layout)."""
+    projection = policy.draw_projection(jax.random.key(0))
+    return policy.init(jax.random.key(seed), jnp.zeros(policy.image_shape), projection)
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    if not config.kinds or not config.seeds:
+        raise ValueError("kinds and seeds must be non-empty")
+    for kind in config.kinds:
+        parse_kind(kind)
+    if config.reference not in config.kinds or config.claim_kind not in config.kinds:
+        raise ValueError(
+            f"reference {config.reference!r} and claim_kind {config.claim_kind!r} must be in "
+            f"kinds {tuple(config.kinds)}"
+        )
+    if config.es.eval_every % config.es.log_every:
+        raise ValueError(
+            f"es.eval_every ({config.es.eval_every}) must be a multiple of es.log_every "
+            f"({config.es.log_every}): FLOPs are counted at each evaluation"
+        )
+    if not isinstance(config.inference_episodes, int) or config.inference_episodes < 1:
+        raise ValueError(
+            f"inference_episodes must be an int >= 1, got {config.inference_episodes!r}"
+        )
+    evaluations = config.es.num_generations // config.es.eval_every + 1
+    if not 1 <= config.final_evals <= evaluations:
+        raise ValueError(f"final_evals must be in [1, {evaluations}], got {config.final_evals}")
+
+
+def _curve(run_dir: str, flops_per_pass: float) -> dict:
+    metrics = train.read_metrics(run_dir)
+    passes = {r["step"]: r["forward_passes"] for r in metrics if r["split"] == "train"}
+    evals = [r for r in metrics if r["split"] == "eval"]
+    generations = np.array([r["step"] for r in evals])
+    cumulative = np.array([sum(v for s, v in passes.items() if s <= g) for g in generations])
+    return {
+        "generation": generations.tolist(),
+        "return": [r["return"] for r in evals],
+        "return_se": [r["return_se"] for r in evals],
+        "forward_passes": cumulative.tolist(),
+        "attention_flops": (cumulative * flops_per_pass).tolist(),
+    }
+
+
+def probe_observations(env, key: jax.Array, num_episodes: int, num_steps: int) -> jax.Array:
+    """Observations of random-action episodes, ``(num_episodes * num_steps, H, W, C)``."""
+    init_key, action_key = jax.random.split(key)
+
+    def advance(states, step_key):
+        action_key, env_key = jax.random.split(step_key)
+        actions = jax.random.randint(action_key, (num_episodes,), 0, env.num_actions)
+        states = jax.vmap(env.step)(states, actions, jax.random.split(env_key, num_episodes))
+        return states, states.observation
+
+    states = jax.vmap(env.init)(jax.random.split(init_key, num_episodes))
+    _, frames = jax.lax.scan(advance, states, jax.random.split(action_key, num_steps))
+    return frames.reshape(-1, *frames.shape[2:])
+
+
+def mask_agreement(policy: ImplicitAttentionPolicy, observations: jax.Array, draws: int):
+    """A jitted ``(params, key) -> agreement``: the mean fraction of exact attention's top-k
+    patches that ``policy``'s estimate also keeps, over ``observations`` and ``draws``
+    projections, with the same parameters (1 for exact attention)."""
+    exact_policy = policy.clone(attention="exact")
+
+    def mask(module, params, projection):
+        _, state = module.apply(params, observations, projection, mutable="intermediates")
+        return state["intermediates"]["mask"][0]
+
+    @jax.jit
+    def agreement(params, key):
+        exact = mask(exact_policy, params, None)
+
+        def kept_by_both(draw_key):
+            estimate = mask(policy, params, policy.draw_projection(draw_key))
+            return jnp.mean(jnp.sum(estimate & exact, axis=-1))
+
+        return jnp.mean(jax.lax.map(kept_by_both, jax.random.split(key, draws))) / policy.num_kept
+
+    return agreement
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Measures every (kind, seed) with the core sweep: a run recorded under the same settings is
+    reused, any other is trained (resuming from its checkpoint if interrupted) and recorded."""
+    validate_config(config)
+    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
+    env = make_env(config)
+    observations = probe_observations(env, jax.random.key(2024), 64, 16)
+    kinds = {}
+    for kind in config.kinds:
+        policy = make_policy(config, env, kind)
+        template, rollout = initial_params(policy, seed=0), make_rollout(config, env, policy)
+        kinds[kind] = {
+            "label": kind_label(kind),
+            "policy": policy,
+            "trainer": es.ESTrainer(config.es, rollout, template),
+            "inference": inference_evaluator(rollout, config.inference_episodes),
+            "importance_flops": policy_importance_flops(policy),
+            "xla_importance_flops": xla_importance_flops(policy),
+            "agreement": mask_agreement(policy, observations, config.agreement_draws),
+        }
+    start = time.perf_counter()
+    runs = sweep.run(
+        workdir,
+        [run_name(kind) for kind in config.kinds],
+        config.seeds,
+        lambda arm, seed, run_dir: train_run(config, kinds, _kind_of(config, arm), seed, run_dir),
+        records.settings(config, exclude=("seeds", "label", "compilation_cache_dir")),
+    )
+    return {
+        "kinds": {
+            kind: {k: v for k, v in info.items() if k in ("label", *_FLOP_FIELDS)}
+            for kind, info in kinds.items()
+        },
+        "runs": runs,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _kind_of(config: ml_collections.ConfigDict, arm: str) -> str:
+    return next(kind for kind in config.kinds if run_name(kind) == arm)
+
+
+def train_run(
+    config: ml_collections.ConfigDict, kinds: dict, kind: str, seed: int, run_dir: str
+) -> dict:
+    """Trains (or resumes from ``run_dir``'s checkpoint) one (kind, seed) run and measures it:
+    its curve, final return, mask agreement with exact attention and inference returns."""
+    info = kinds[kind]
+    began, cpu = time.perf_counter(), time.process_time()
+    trainer, params = info["trainer"], initial_params(info["policy"], seed)
+    trainer.train(run_dir, params, seed=seed)
+    curve = _curve(run_dir, info["importance_flops"])
+    final_mean = trainer.final_mean(run_dir, params, seed=seed)
+    print(f"{info['label']:>24} seed {seed}: trained ({time.perf_counter() - began:.0f} s)")
+    return {
+        "kind": kind,
+        "seed": seed,
+        "seconds": time.perf_counter() - began,
+        "cpu_seconds": time.process_time() - cpu,
+        "final_return": float(np.mean(curve["return"][-config.final_evals :])),
+        "mask_agreement": float(info["agreement"](final_mean, jax.random.key(seed))),
+        "inference_return": inference_returns(kinds, final_mean, run_key=(seed, kind)),
+        **curve,
+    }
+
+
+def inference_returns(kinds: dict, params, *, run_key: tuple[int, str]) -> dict[str, float]:
+    """Mean return of one trained policy played with every kind's attention on the same
+    episodes (environment and projection keys): the run's own episodes, independent of other
+    runs' (the key folds in the seed and the training kind)."""
+    seed, trained = run_key
+    key = jax.random.fold_in(
+        jax.random.fold_in(jax.random.key(seed), _INFERENCE_STREAM), list(kinds).index(trained)
+    )
+    return {kind: float(jnp.mean(info["inference"](params, key))) for kind, info in kinds.items()}
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _per_seed(runs: list[dict], kind: str, seeds, name: str = "final_return") -> np.ndarray:
+    table = {(r["kind"], r["seed"]): r[name] for r in runs}
+    return np.array([table[(kind, seed)] for seed in seeds])
+
+
+def _pm(values: np.ndarray) -> str:
+    mean, se = stats.mean_se(values)
+    return f"{mean:.3f} ± {se:.3f}"
+
+
+def _difference(estimate: stats.Estimate) -> str:
+    return f"{estimate.mean:+.3f} ± {estimate.se:.3f}"
+
+
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """Equal quality of the claim kind and the reference, in training (final returns, paired by
+    seed) and at inference (the same trained policies played with either attention, paired by
+    run), each as equivalence within the declared fraction of the reference's return."""
+    judge, values = verdicts.Verdicts(config), claim_differences(results, config)
+    labels = {kind: info["label"] for kind, info in results["kinds"].items()}
+    effect = f"{labels[config.claim_kind]} - {labels[config.reference]}"
+    for name, difference, reference, text, units in (
+        ("equal_quality", "claim", "reference_final", "final return, paired by seed", "seeds"),
+        (
+            "equal_at_inference",
+            "inference_claim",
+            "reference_played",
+            "return played by the same trained policies, paired by run",
+            "runs",
+        ),
+    ):
+        judge.effect(
+            name,
+            values[difference],
+            effect=f"{effect} {text}",
+            units=units,
+            reference=values[reference],
+        )
+    return judge
+
+
+# --------------------------------------------------------------------------- report
+
+
+def inference_rows(runs: list[dict], kinds: dict) -> list[dict]:
+    """The inference-swap table: trained kind x played kind, mean ± SE over seeds."""
+    rows = []
+    for trained, info in kinds.items():
+        played_by = [r["inference_return"] for r in runs if r["kind"] == trained]
+        row = {"trained with": info["label"]}
+        for played, other in kinds.items():
+            row[f"plays with {other['label']}"] = _pm(np.array([p[played] for p in played_by]))
+        rows.append(row)
+    return rows
+
+
+def _band(axis, x, runs, color, label, keep):
+    values = np.array([r["return"] for r in runs])[:, keep]
+    outputs.plot_mean_se(axis, x[keep], values, color=color, label=label)
+
+
+def _plot(results: dict, config, path_generations: str, path_flops: str) -> None:
+    figures = {name: plt.subplots(figsize=(6.5, 4)) for name in ("generation", "attention_flops")}
+    for i, (kind, info) in enumerate(results["kinds"].items()):
+        runs = [r for r in results["runs"] if r["kind"] == kind]
+        for name, (_, axis) in figures.items():
+            x = np.mean([r[name] for r in runs], axis=0)
+            keep = x >= 0 if name == "generation" else x > 0  # log axis: from the first update
+            _band(axis, x, runs, f"C{i}", info["label"], keep)
+    seeds = len(config.seeds)
+    title = f"IAP + ES on {config.env} (mean over {seeds} seeds, band +-1 SE)"
+    figures["generation"][1].set(xlabel="generation", ylabel="evaluation return", title=title)
+    figures["attention_flops"][1].set(
+        xlabel="cumulative attention FLOPs in training (mean over seeds)",
+        ylabel="evaluation return",
+        xscale="log",
+        title=title,
+    )
+    for name, path in (("generation", path_generations), ("attention_flops", path_flops)):
+        figure, axis = figures[name]
+        axis.legend(fontsize=8)
+        outputs.save_figure(figure, path)
+
+
+def kind_rows(results: dict, config: ml_collections.ConfigDict) -> list[dict]:
+    """One row per attention kind: FLOPs, top-k agreement, final return, paired difference with
+    the reference and the difference detectable with 80% power."""
+    seeds, runs = list(config.seeds), results["runs"]
+    reference = _per_seed(runs, config.reference, seeds)
+    rows = []
+    for kind, info in results["kinds"].items():
+        finals = _per_seed(runs, kind, seeds)
+        paired = stats.paired_difference(finals, reference)
+        is_reference = kind == config.reference
+        rows.append(
+            {
+                "kind": info["label"],
+                "attention FLOPs / forward": info["importance_flops"],
+                "XLA FLOPs / forward": int(info["xla_importance_flops"]),
+                "top-k agreement with exact": _pm(_per_seed(runs, kind, seeds, "mask_agreement")),
+                "final return (mean ± SE)": _pm(finals),
+                "minus reference (paired ± SE)": "reference"
+                if is_reference
+                else _difference(paired),
+                "detectable (80%)": ""
+                if is_reference
+                else f"{stats.detectable_difference(paired):.3f}",
+            }
+        )
+    return rows
+
+
+def claim_differences(results: dict, config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The claim kind minus the reference, paired: final returns by seed (``claim``) and the
+    returns played by the same trained policies by run (``inference_claim``), with the
+    reference's means."""
+    seeds, runs = list(config.seeds), results["runs"]
+    pair = (config.claim_kind, config.reference)
+    finals = [_per_seed(runs, kind, seeds) for kind in pair]
+    inference = [np.array([r["inference_return"][k] for r in runs]) for k in pair]
+    return {
+        "claim": stats.paired_difference(*finals),
+        "inference_claim": stats.paired_difference(*inference),
+        "reference_final": float(finals[1].mean()),
+        "reference_played": float(inference[1].mean()),
+    }
+
+
+def claim_values(results: dict, config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """``claim_differences``, the FLOPs ratio of the reference to the claim kind, the margin and
+    the top-k agreement of the two kinds by seed."""
+    kinds, values = results["kinds"], claim_differences(results, config)
+    pair = (config.claim_kind, config.reference)
+    return {
+        **values,
+        "flops_ratio": kinds[config.reference]["importance_flops"]
+        / kinds[config.claim_kind]["importance_flops"],
+        "margin": config.equivalence_margin * abs(values["reference_final"]),
+        "agreement": [
+            _per_seed(results["runs"], kind, list(config.seeds), "mask_agreement") for kind in pair
+        ],
+    }
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures, ``summary.md`` and ``verdicts.json`` from ``measure``'s records."""
+    kinds, runs = results["kinds"], results["runs"]
+    rows, values = kind_rows(results, config), claim_values(results, config)
+    claim, agreement = values["claim"], values["agreement"]
+    _plot(
+        results,
+        config,
+        os.path.join(workdir, "return_vs_generation.png"),
+        os.path.join(workdir, "return_vs_flops.png"),
+    )
+    summary = verdicts.write_summary(
+        workdir,
+        "iap_es",
+        judge(results, config),
+        config,
+        kinds=", ".join(info["label"] for info in kinds.values()),
+        seeds=len(config.seeds),
+        patches=_patch_text(config),
+        table=outputs.markdown_table(rows),
+        reference=kinds[config.reference]["label"],
+        claim_kind=kinds[config.claim_kind]["label"],
+        flops_ratio=f"{values['flops_ratio']:.2f}",
+        margin_fraction=f"{config.equivalence_margin:.0%}",
+        detectable=f"{stats.detectable_difference(claim):.3f}",
+        seeds_for_equivalence=stats.units_for_equivalence(claim.sd, values["margin"]),
+        runs=len(runs),
+        inference_table=outputs.markdown_table(inference_rows(runs, kinds)),
+        agreement_claim=_pm(agreement[0]),
+        agreement_reference=_pm(agreement[1]),
+        agreement_difference=_difference(stats.paired_difference(*agreement)),
+        minutes=f"{results['seconds'] / 60:.1f}",
+    )
+    outputs.write_csv(os.path.join(workdir, "results.csv"), _run_rows(runs))
+    print(summary)
+    return {"rows": rows, **values}
+
+
+def _run_rows(runs: list[dict]) -> list[dict]:
+    return [
+        {
+            "kind": r["kind"],
+            "seed": r["seed"],
+            "final_return": r["final_return"],
+            "initial_return": r["return"][0],
+            "mask_agreement": r["mask_agreement"],
+            **{
+                f"inference_return_{run_name(kind)}": value
+                for kind, value in r["inference_return"].items()
+            },
+            "forward_passes": r["forward_passes"][-1],
+            "attention_flops": r["attention_flops"][-1],
+            "seconds_this_invocation": r["seconds"],
+            "cpu_seconds_this_invocation": r["cpu_seconds"],
+        }
+        for r in runs
+    ]
+
+
+def _patch_text(config: ml_collections.ConfigDict) -> str:
+    policy = config.policy
+    return (
+        f"{policy.patch_size}x{policy.patch_size} patches, top {policy.num_kept} kept, "
+        f"query/key width {policy.embed_dim}, temperature {policy.temperature}, controller "
+        f"hidden {tuple(policy.hidden_sizes)}"
+    )

@@ -1,0 +1,341 @@
+"""Long-context causal Performer LM on Penn Treebank, trained on a "data" x "seq" mesh.
+
+Data: each PTB split (``rfjax.data.load_ptb``, word level, every line ending in ``<eos>``) is
+one token stream, cut into non-overlapping windows of ``context_length`` + 1 tokens (inputs and
+the targets shifted by one; ``lstm_lm.windows``); training draws shuffled windows per epoch
+(``train.epoch_batches``), evaluation reads every window of a split once.
+
+Model: ``rfjax.nn.PerformerLM``, one per attention kind (``"performer"``: causal FAVOR with
+``config.model.feature_map`` and ``coupling``; ``"exact"``: causal softmax through
+``jax.nn.dot_product_attention``), paired by seed: the two kinds share the parameter layout, the
+initialisation and the batches.
+
+Sharding (design): the trainer's mesh is ``"data"`` x ``"seq"``
+(``experiments.core.train.distributed``):
+windows are split over ``"data"``, and each window along its length over ``"seq"``
+(``train.sequence_parallelism`` devices of one process; ``Task.sequence_keys`` names inputs and
+targets). The loss runs the model inside ``jax.shard_map`` over that mesh: every device embeds
+and transforms its T / D positions, and attention crosses devices only inside
+``favor_attention(..., sequence_axis="seq")`` (causal prefix state: one all-gather of the
+devices' (m, H + 1) states per head and layer) or, for exact attention, by gathering the keys
+and values of the window. Parameters and optimiser state are replicated on every device (the
+model is small next to a window's activations, which are what grow with T; sharding them too
+would need collectives in every layer for no memory a long context needs); their gradient is
+summed over the mesh by the transpose of the replication. Checkpoints (Orbax), resume,
+interrupts and multi-process runs are the trainer's.
+
+Measured (``measure``: one core sweep cell per kind and seed, recorded with its settings in
+``runs/<kind>_seed<k>/result.json`` beside the run's checkpoints, which
+``benchmarks/long_context.py`` decodes from): final train loss, validation and test perplexity
+(full softmax over every window of the split, at the final step's projection), training tokens
+per second and wall time per kind and seed. ``report`` judges the claim ``configs/performer_lm.py``
+declares by the one rule (``experiments.core.verdicts``): FAVOR's validation perplexity over
+exact attention's, minus 1, paired by seed, against the declared margin. Outputs:
+``records.json``, ``results.csv`` (one row per run), ``summary.md``, ``verdicts.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import distributed
+from experiments.core.train import trainer as train
+from experiments.lstm_lm import windows
+from rfjax import features, projections
+from rfjax.data import PTB_SOURCE, load_ptb
+from rfjax.nn import ATTENTION_KINDS, PerformerLM
+
+SEQUENCE_KEYS = ("inputs", "targets")
+
+
+# --------------------------------------------------------------------------- config
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Raises ``ValueError`` naming the field for unknown kinds, maps, couplings or sizes."""
+    if not config.attention_kinds or not config.seeds:
+        raise ValueError("config.attention_kinds and config.seeds must be non-empty")
+    for kind in config.attention_kinds:
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"config.attention_kinds: {kind!r} is not one of {ATTENTION_KINDS}")
+    if config.model.feature_map not in features.available():
+        raise ValueError(
+            f"config.model.feature_map must be one of {features.available()}, got "
+            f"{config.model.feature_map!r}"
+        )
+    if config.model.coupling not in projections.available():
+        raise ValueError(
+            f"config.model.coupling must be one of {projections.available()}, got "
+            f"{config.model.coupling!r}"
+        )
+    _check_feature_map(config)
+    for name in ("context_length", "eval_batch_size"):
+        if int(config[name]) < 1:
+            raise ValueError(f"config.{name} must be >= 1, got {config[name]}")
+    parts = config.train.sequence_parallelism
+    if config.context_length % parts:
+        raise ValueError(
+            f"config.context_length={config.context_length} must be divisible by "
+            f"config.train.sequence_parallelism={parts} (each device holds T / {parts} "
+            f"positions of a window)"
+        )
+
+
+def _check_feature_map(config: ml_collections.ConfigDict) -> None:
+    """Traces the model once (shapes only): a map that causal attention cannot use as given
+    raises here, before any data is loaded. The data-fitted maps (``"oprf"``, ``"derf_*"``,
+    ``"saderf"``) need statistics fitted on a calibration sample, which this experiment does
+    not do."""
+    model = make_model(config, "performer", 16)
+    try:
+        jax.eval_shape(model.init, jax.random.key(0), jax.ShapeDtypeStruct((1, 8), jnp.int32))
+    except ValueError as error:
+        raise ValueError(
+            f"config.model.feature_map={config.model.feature_map!r} cannot be used here: "
+            f"{error}. The LM trains maps without fitted statistics (e.g. 'positive', "
+            f"'trigonometric', the hybrids)"
+        ) from None
+
+
+# --------------------------------------------------------------------------- data
+
+
+def load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
+    """Windows of ``context_length`` tokens of each split (its first ``num_*_tokens``; 0: all)
+    and the vocabulary size."""
+    splits, vocabulary = load_ptb()
+    limits = {
+        "train": config.num_train_tokens,
+        "valid": config.num_eval_tokens,
+        "test": config.num_eval_tokens,
+    }
+    arrays = {
+        split: windows(tokens[: limits[split] or None], config.context_length)
+        for split, tokens in splits.items()
+    }
+    return arrays, len(vocabulary)
+
+
+# --------------------------------------------------------------------------- task
+
+
+def make_model(config: ml_collections.ConfigDict, kind: str, vocab_size: int, **options):
+    """The LM of ``kind`` with the config's sizes (``options``: e.g. ``sequence_axis``)."""
+    return PerformerLM(
+        vocab_size=vocab_size,
+        attention_kind=kind,  # type: ignore[arg-type]  # PerformerLM checks it
+        **config.model.to_dict(),
+        **options,
+    )
+
+
+def projection_rng(rng: jax.Array) -> jax.Array:
+    """The constant ``"projection"`` stream key of a run (redrawn by ``projection_step``)."""
+    return train.step_rngs(rng, jnp.int32(0), per_step=(), fixed=("projection",))["projection"]
+
+
+def nll_function(config: ml_collections.ConfigDict, kind: str, vocab_size: int):
+    """``(params, inputs, targets, rng, step) -> (B, T)`` per-token NLL on the trainer's mesh:
+    the model inside ``jax.shard_map``, windows split over ``"data"`` and along T over
+    ``"seq"`` (when ``sequence_parallelism`` > 1)."""
+    parts = config.train.sequence_parallelism
+    axis = distributed.SEQUENCE_AXIS if parts > 1 else None
+    model = make_model(config, kind, vocab_size, sequence_axis=axis)
+    mesh = distributed.train_mesh(parts)
+    windows_spec = P(distributed.DATA_AXIS, distributed.SEQUENCE_AXIS)
+
+    def local(params, inputs, targets, rng, step):
+        return model.apply(
+            params, inputs, targets, rngs={"projection": projection_rng(rng)}, projection_step=step
+        )
+
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(P(), windows_spec, windows_spec, P(), P()),
+        out_specs=windows_spec,
+    )
+
+
+def make_task(config, arrays: dict, kind: str, vocab_size: int, seed: int) -> train.Task:
+    """The trainer task: mean token NLL; eval: NLL and token-count sums on the validation
+    windows."""
+    nll = nll_function(config, kind, vocab_size)
+    init_model = make_model(config, kind, vocab_size)
+    length = config.context_length
+
+    def init(rng, batch):
+        return init_model.init(rng, batch["inputs"][:, : min(length, 128)])
+
+    def loss(params, batch, rng, step):
+        return jnp.mean(nll(params, batch["inputs"], batch["targets"], rng, step)), {}
+
+    def eval_metrics(params, batch, rng, step):
+        token_nll = nll(params, batch["inputs"], batch["targets"], rng, step)
+        mask = batch["mask"][:, None]
+        return {
+            "nll": jnp.sum(jnp.where(mask, token_nll, 0.0)),
+            "count": jnp.sum(mask) * token_nll.shape[1],
+        }
+
+    return train.Task(
+        init=init,
+        loss=loss,
+        train_batches=lambda start: train.epoch_batches(
+            arrays["train"], config.train.batch_size, seed, start
+        ),
+        eval_metrics=eval_metrics,
+        eval_batches=lambda: eval_batches(config, arrays["valid"]),
+        sequence_keys=SEQUENCE_KEYS,
+    )
+
+
+def eval_batches(config, split_arrays: dict):
+    """Every window of a split, ``eval_batch_size`` per batch, padded to the ``"data"`` axis."""
+    return train.padded_batches(
+        split_arrays, config.eval_batch_size, config.train.sequence_parallelism
+    )
+
+
+def perplexity(config, task: train.Task, params, split_arrays: dict, step: int) -> float:
+    """exp(mean NLL per token) over every window of a split, at ``step``'s projection."""
+    if task.eval_metrics is None:
+        raise ValueError("the LM task has no eval_metrics")
+    totals = distributed.evaluate(
+        task.eval_metrics,
+        params,
+        eval_batches(config, split_arrays),
+        sequence_parallelism=config.train.sequence_parallelism,
+        sequence_keys=SEQUENCE_KEYS,
+        rng=train_rng(config),
+        step=jnp.int32(step),
+    )
+    return float(np.exp(totals["nll"] / totals["count"]))
+
+
+def train_rng(config) -> jax.Array:
+    """The trainer's base key of the run (``train_and_evaluate``: ``split(key(seed))[1]``)."""
+    return jax.random.split(jax.random.key(config.train.seed))[1]
+
+
+# --------------------------------------------------------------------------- measure / report
+
+
+def train_run(config, kind: str, seed: int, arrays: dict, vocab_size: int, workdir: str) -> dict:
+    """Trains (or resumes) one (kind, seed) run and evaluates it: its row."""
+    task = make_task(config, arrays, kind, vocab_size, seed)
+    cpu_start = time.process_time()
+    final, run_dir, seconds = train.train_seed(config.train, workdir, kind, seed, task)
+    params = train.final_params(run_dir)
+    run_config = ml_collections.ConfigDict(config.to_dict())
+    run_config.train.seed = seed
+    step = int(final["step"])
+    tokens = step * config.train.batch_size * config.context_length
+    row = {
+        "kind": kind,
+        "seed": seed,
+        "steps": step,
+        "train_loss": final.get("train_loss", float("nan")),
+        "valid_perplexity": perplexity(run_config, task, params, arrays["valid"], step),
+        "test_perplexity": perplexity(run_config, task, params, arrays["test"], step),
+        "train_tokens_per_second": tokens / seconds,
+        **outputs.run_cost(seconds, cpu_start),
+    }
+    print(
+        f"{kind:>9} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, test ppl "
+        f"{row['test_perplexity']:.1f}, {row['train_tokens_per_second']:.0f} tokens/s",
+        flush=True,
+    )
+    return row
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains every (kind, seed) with the core sweep (seeds outside: complete pairs first) and
+    evaluates it; returns one row per run and the devices and processes it ran on."""
+    arrays, vocab_size = load_arrays(config)
+    cells = sweep.run(
+        workdir,
+        list(config.attention_kinds),
+        config.seeds,
+        lambda kind, seed, _: train_run(config, kind, seed, arrays, vocab_size, workdir),
+        records.settings(config, exclude=("variant", "attention_kinds", "seeds")),
+    )
+    return {
+        "runs": [{k: v for k, v in cell.items() if k not in ("arm", "seconds")} for cell in cells],
+        "devices": jax.device_count(),
+        "processes": jax.process_count(),
+    }
+
+
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The claim ``config`` declares: FAVOR's validation perplexity over exact attention's,
+    minus 1, paired by seed (same initialisation and batches)."""
+    judge = verdicts.Verdicts(config)
+    by = {(r["kind"], r["seed"]): r["valid_perplexity"] for r in results["runs"]}
+    seeds = [s for s in config.seeds if ("performer", s) in by and ("exact", s) in by]
+    if not seeds:
+        judge.not_tested(
+            "favor_within_margin", "both kinds must be trained (config.attention_kinds)"
+        )
+        return judge
+    favor = np.array([by["performer", s] for s in seeds])
+    exact = np.array([by["exact", s] for s in seeds])
+    judge.effect(
+        "favor_within_margin",
+        stats.sample_estimate(favor / exact - 1),
+        effect="validation perplexity FAVOR / exact - 1, paired by seed",
+        units="seeds",
+        number=".3f",
+        note=(
+            "Two or more paired seeds give an interval (the paper variant runs three)"
+            if len(seeds) < 2
+            else ""
+        ),
+    )
+    return judge
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """The table, the summary and the verdict of ``measure``'s records."""
+    rows = results["runs"]
+    table = [
+        {
+            "kind": r["kind"],
+            "seed": r["seed"],
+            "steps": r["steps"],
+            "train loss": r["train_loss"],
+            "valid ppl": r["valid_perplexity"],
+            "test ppl": r["test_perplexity"],
+            "tokens/s": r["train_tokens_per_second"],
+        }
+        for r in rows
+    ]
+    model = config.model
+    setup = (
+        f"T = {config.context_length}, {model.num_layers} layers of width {model.embed_dim}, "
+        f"{model.num_heads} heads, m = {model.num_features} {model.feature_map} features "
+        f"({model.coupling}), {config.train.num_train_steps} steps of "
+        f"{config.train.batch_size} window(s), sequence_parallelism "
+        f"{config.train.sequence_parallelism}, {results['devices']} devices in "
+        f"{results['processes']} process(es); data: {PTB_SOURCE}"
+    )
+    text = verdicts.write_summary(
+        workdir,
+        "performer_lm",
+        judge(results, config),
+        config,
+        setup=setup,
+        table=outputs.markdown_table(table),
+        timing=outputs.timing_text(rows),
+    )
+    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
+    print(text)
+    return {"runs": rows}

@@ -1,0 +1,858 @@
+"""Performer-ViT on Fashion-MNIST: does SimRF attention beat ORF (and ORF IID)? (SimRF Sec. 5.4)
+
+Runs. For every seed, one ViT with exact softmax attention and one Performer per (projection
+protocol, coupling) are trained with ``experiments.core.train.trainer`` in
+``workdir/runs/<run>_seed<k>`` (resumable: an interrupted experiment started again skips
+finished runs). The runs of one seed are paired: the same parameter initialisation and the
+same batches in the same order (both are functions of the seed only), so couplings differ only
+in their random features.
+
+Projection protocols (the projection is never a parameter; ``PerformerAttention`` draws it from
+the run's ``"projection"`` stream and the step it is given):
+
+* ``"fixed"``: one projection for the whole run (step 0's);
+* ``"redraw"``: redrawn every ``model.redraw_interval`` steps up to ``redraw_until_step``, then
+  kept for the rest of the run, so the model trains at least ``num_train_steps -
+  redraw_until_step`` steps (at a learning rate still ``lr_at_last_redraw`` of the peak when they
+  start) with the projection it is evaluated with. Redrawing to the end under a decaying learning
+  rate leaves the last draw too little learning rate to adapt to (an earlier run lost ~4 points
+  of accuracy after its last redraw at 2% of the peak).
+
+Evaluation, on the full test set: with the run's own last projection (``accuracy_own``), and
+with ``num_eval_draws`` fresh projections of the run's coupling (``accuracy_draws``, mean
+``accuracy_fresh``: the expected accuracy of the random-feature model over draws). At this m the
+trained models co-adapt to the projection they end with, under both protocols: fresh draws lose
+much of their accuracy. The primary metric (``PRIMARY_METRIC``) is therefore the accuracy with
+the run's own projection, the model as trained (as the paper evaluates its Performers); the
+fresh-draw mean is reported beside it. Paired
+differences over seeds (SimRF - ORF, ORF - IID, exact - each Performer) with Student-t 95%
+intervals; a power estimate: the seeds needed to resolve ``target_difference`` at 3 SE.
+
+Seeds: ORF and SimRF train on seeds 0..``num_seeds[protocol]`` - 1, the references (exact and
+IID, ``reference_attentions``) on the first ``num_reference_seeds``.
+
+Attention error: on ``num_attention_images`` test images, the per-head queries and keys of
+every layer of every trained model (sown by ``PerformerAttention``) give the exact attention
+matrices softmax(q k^T / sqrt(H)); each coupling draws ``num_attention_draws`` projections and
+estimates them with FAVOR+ (``rfjax.attention.favor_attention_weights``). Reported: the
+relative Frobenius error |A_hat - A|_F / |A|_F over all layers, heads and images, mean over
+draws, then mean ± SE over seeds per (trained model, coupling).
+
+``measure`` trains and evaluates every run as a core sweep cell (its record kept with its
+settings in ``runs/<run>_seed<k>/result.json``); ``report`` writes ``runs.csv``,
+``differences.csv``, ``attention_error.csv``, ``paired_differences.png``,
+``learning_curves.png``, ``attention_error.png``, ``summary.md`` (claims from the config,
+verdicts by ``experiments.core.verdicts``, template ``experiments/performer_vit/summary.md``)
+and ``verdicts.json``. ``measure_run``, ``load_arrays``, ``differences`` and the table helpers
+are public: ``experiments.performer_vit_maps`` uses them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import ml_collections
+import numpy as np
+import optax
+
+from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.train import distributed
+from experiments.core.train import trainer as train
+from experiments.core.validate import require_names, require_positive
+from rfjax import features, projections
+from rfjax.attention import draw_projection, favor_attention_weights
+from rfjax.data import load_fashion_mnist
+from rfjax.nn import PerformerViT
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+PROTOCOLS = ("fixed", "redraw")
+METRICS = {"accuracy_own": "own projection", "accuracy_fresh": "fresh draws"}
+# The trained models co-adapt to the projection they end with (fresh draws lose much of their
+# accuracy under both protocols), so both are judged as trained, with their own projection.
+PRIMARY_METRIC = {"fixed": "accuracy_own", "redraw": "accuracy_own"}
+LABELS = {
+    "exact": "exact",
+    "gaussian": "IID",
+    "orthogonal": "ORF",
+    "simplex": "SimRF",
+    "simplex_plus": "SimRF+",
+}
+# (better, worse) pairs whose paired differences are reported, when both were trained.
+COMPARISONS = (("simplex", "orthogonal"), ("orthogonal", "gaussian"), ("simplex", "gaussian"))
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks the attention and protocol names, seed counts, the redraw schedule and the sizes
+    before anything runs (the trainer options are checked by ``train.validate_train_config``).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "attentions", ("exact", *projections.available()))
+    require_names(config.model, "feature_map", features.available(), prefix="config.model")
+    require_names(config, "protocols", PROTOCOLS)
+    missing = [p for p in config.protocols if p not in config.num_seeds]
+    if missing:
+        raise ValueError(f"config.num_seeds has no entry for the protocols {missing}")
+    require_positive(config.num_seeds, *config.protocols, prefix="config.num_seeds")
+    unknown = [a for a in config.reference_attentions if a not in config.attentions]
+    if unknown:
+        raise ValueError(
+            f"config.reference_attentions {unknown} are not in config.attentions "
+            f"{tuple(config.attentions)}"
+        )
+    if config.reference_attentions:
+        require_positive(config, "num_reference_seeds")
+    require_positive(
+        config,
+        "eval_batch_size",
+        "num_eval_draws",
+        "num_attention_images",
+        "num_attention_draws",
+        "target_difference",
+    )
+    steps = config.train.num_train_steps
+    if "redraw" in config.protocols and not 0 <= config.redraw_until_step < steps:
+        raise ValueError(
+            f"config.redraw_until_step must be in [0, train.num_train_steps = {steps}), got "
+            f"{config.redraw_until_step}"
+        )
+
+
+def _label(attention: str) -> str:
+    return LABELS.get(attention, attention)
+
+
+def run_name(attention: str, protocol: str | None) -> str:
+    """``"exact"`` or ``"<protocol>_<coupling>"``: the run directory's prefix."""
+    return attention if attention == "exact" else f"{protocol}_{attention}"
+
+
+def run_names(config: ml_collections.ConfigDict) -> list[tuple[str, str, str | None]]:
+    """(run name, attention, protocol) of every trained variant: exact once, then each
+    (protocol, coupling)."""
+    names: list[tuple[str, str, str | None]] = []
+    if "exact" in config.attentions:
+        names.append(("exact", "exact", None))
+    for protocol in config.protocols:
+        names += [(run_name(a, protocol), a, protocol) for a in config.attentions if a != "exact"]
+    return names
+
+
+def num_seeds(config: ml_collections.ConfigDict, attention: str, protocol: str | None) -> int:
+    """Seeds 0..n-1 of a variant: ``num_reference_seeds`` for the reference attentions (exact,
+    IID), else ``num_seeds[protocol]`` (sized by the power estimate)."""
+    if attention in config.reference_attentions:
+        return config.num_reference_seeds
+    return config.num_seeds[protocol]
+
+
+def projection_step(step: jax.Array, protocol: str | None, redraw_until_step: int) -> jax.Array:
+    """The step that selects the projection used at training step ``step``."""
+    if protocol == "redraw":
+        return jnp.minimum(step, redraw_until_step)
+    return jnp.zeros_like(step)  # "fixed" (and exact attention, which draws nothing)
+
+
+def make_model(config: ml_collections.ConfigDict, attention: str) -> PerformerViT:
+    """The ViT of ``config.model`` with exact attention or a Performer with that coupling."""
+    kind = {"attention_kind": "exact"} if attention == "exact" else {"coupling": attention}
+    options: dict[str, Any] = {**config.model.to_dict(), **kind}
+    return PerformerViT(num_classes=10, **options)
+
+
+def pixel_stats(train_images: np.ndarray) -> tuple[float, float]:
+    """Mean and standard deviation of the training pixels / 255."""
+    return float(np.mean(train_images) / 255), float(np.std(train_images) / 255)
+
+
+def _normaliser(train_images: np.ndarray):
+    mean, std = pixel_stats(train_images)
+
+    def normalise(images):
+        return (images.astype(jnp.float32) / 255 - mean) / std
+
+    return normalise
+
+
+def make_task(
+    model: PerformerViT,
+    train_arrays: dict,
+    test_arrays: dict,
+    config: ml_collections.ConfigDict,
+    seed: int,
+    protocol: str | None,
+) -> train.Task:
+    """Cross-entropy on normalised images; eval: accuracy and loss sums over the test set, with
+    the projection of the last update."""
+    normalise = _normaliser(train_arrays["image"])
+
+    def loss(params, batch, rng, step):
+        logits = model.apply(
+            params,
+            normalise(batch["image"]),
+            train=True,
+            projection_step=projection_step(step, protocol, config.redraw_until_step),
+            rngs=train.step_rngs(rng, step),
+        )
+        losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
+        accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+        return jnp.mean(losses), {"accuracy": accuracy}
+
+    def eval_metrics(params, batch, rng, step):
+        # The projection of the last update (step - 1): the one the parameters were trained with.
+        last = projection_step(jnp.maximum(step - 1, 0), protocol, config.redraw_until_step)
+        logits = model.apply(
+            params,
+            normalise(batch["image"]),
+            train=False,
+            projection_step=last,
+            rngs=train.step_rngs(rng, step, per_step=()),
+        )
+        losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
+        correct = jnp.argmax(logits, -1) == batch["label"]
+        weights = batch["mask"]
+        return {
+            "accuracy": jnp.sum(correct & weights),
+            "loss": jnp.sum(jnp.where(weights, losses, 0)),
+            "count": jnp.sum(weights),
+        }
+
+    def init(rng, batch):
+        params_rng, projection_rng = jax.random.split(rng)
+        return model.init(
+            {"params": params_rng, "projection": projection_rng},
+            normalise(batch["image"]),
+            train=False,
+        )
+
+    return train.array_task(
+        init,
+        loss,
+        eval_metrics,
+        train_arrays,
+        test_arrays,
+        batch_size=config.train.batch_size,
+        eval_batch_size=config.eval_batch_size,
+        seed=seed,
+    )
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def fresh_draw_accuracies(
+    model: PerformerViT,
+    params,
+    pixel_stats: tuple[float, float],
+    test_arrays: dict,
+    keys: jax.Array,
+    batch_size: int,
+) -> np.ndarray:
+    """Test accuracy with each key's projection (``rngs={"projection": key}``, step 0): ``(K,)``.
+
+    ``pixel_stats``: the training images' pixel mean and std (of pixel / 255). Batches are split
+    over all devices of all processes (the same accuracies on every process).
+    """
+    mean, std = pixel_stats
+
+    def correct(params, batch, key, step):
+        logits = model.apply(
+            params,
+            (batch["image"].astype(jnp.float32) / 255 - mean) / std,
+            train=False,
+            projection_step=step,
+            rngs={"projection": key},
+        )
+        return {"correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) & batch["mask"])}
+
+    totals = [
+        distributed.evaluate(
+            correct,
+            params,
+            train.padded_batches(test_arrays, batch_size),
+            rng=key,
+            step=jnp.int32(0),
+        )["correct"]
+        for key in keys
+    ]
+    return np.asarray(totals) / len(test_arrays["label"])
+
+
+def queries_and_keys(model: PerformerViT, params, images: jax.Array) -> list[tuple]:
+    """Per layer, the per-head queries and keys ``(B, T, N, H)`` the trained model attends with."""
+    _, state = model.apply(
+        params,
+        images,
+        train=False,
+        projection_step=0,
+        rngs={"projection": jax.random.key(0)},
+        mutable=["intermediates"],
+    )
+    layers = state["intermediates"]
+    return [
+        (
+            block["PerformerAttention_0"]["query_heads"][0],
+            block["PerformerAttention_0"]["key_heads"][0],
+        )
+        for _, block in sorted(layers.items(), key=lambda item: int(item[0].split("_")[-1]))
+    ]
+
+
+@jax.jit
+def _exact_attention(query: jax.Array, key_heads: jax.Array) -> jax.Array:
+    """softmax(q k^T / sqrt(H)) per head: ``(B, N, T, S)``."""
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key_heads) / math.sqrt(query.shape[-1])
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def attention_relative_errors(
+    layers: list[tuple[jax.Array, jax.Array]],
+    keys: jax.Array,
+    *,
+    coupling: str,
+    num_features: int,
+    feature_map: str,
+) -> np.ndarray:
+    """|A_hat - A|_F / |A|_F over all layers, heads and images, one per key: ``(K,)``.
+
+    A = softmax(q k^T / sqrt(H)) per head; A_hat is FAVOR's matrix
+    (``favor_attention_weights``) with the key's projection (one independent draw per layer
+    and head). A loop over keys: each draw reuses the compiled attention-weight program.
+    """
+    exact = [_exact_attention(query, key_heads) for query, key_heads in layers]
+    errors = []
+    for key in keys:
+        squared_error = squared_norm = 0.0
+        for index, (query, key_heads) in enumerate(layers):
+            projection = draw_projection(
+                jax.random.fold_in(key, index),
+                query.shape[-1],
+                num_features,
+                coupling=coupling,
+                num_heads=query.shape[-2],
+            )
+            estimate = favor_attention_weights(
+                query, key_heads, projection, feature_map=feature_map
+            )
+            squared_error += float(jnp.sum((estimate - exact[index]) ** 2))
+            squared_norm += float(jnp.sum(exact[index] ** 2))
+        errors.append(math.sqrt(squared_error / squared_norm))
+    return np.array(errors)
+
+
+def evaluate_run(
+    config: ml_collections.ConfigDict,
+    model: PerformerViT,
+    run_dir: str,
+    arrays: dict,
+    seed: int,
+    attention: str,
+) -> dict:
+    """Fresh-draw accuracies (Performers) and the attention errors of every coupling on the
+    run's trained queries and keys."""
+    params = train.final_params(run_dir)
+    normalise = _normaliser(arrays["train"]["image"])
+    root = jax.random.fold_in(jax.random.key(config.eval_seed), seed)
+    result: dict = {}
+    if attention != "exact":
+        keys = jax.random.split(jax.random.fold_in(root, 0), config.num_eval_draws)
+        draws = fresh_draw_accuracies(
+            model,
+            params,
+            pixel_stats(arrays["train"]["image"]),
+            arrays["test"],
+            keys,
+            config.eval_batch_size,
+        )
+        result["accuracy_draws"] = [float(a) for a in draws]
+    images = normalise(arrays["test"]["image"][: config.num_attention_images])
+    layers = queries_and_keys(model, params, images)
+    result["attention_error"] = {}
+    for index, coupling in enumerate(c for c in config.attentions if c != "exact"):
+        keys = jax.random.split(jax.random.fold_in(root, 1 + index), config.num_attention_draws)
+        errors = attention_relative_errors(
+            layers,
+            keys,
+            coupling=coupling,
+            num_features=config.model.num_features,
+            feature_map=config.model.feature_map,
+        )
+        result["attention_error"][coupling] = float(np.mean(np.asarray(errors)))
+    return result
+
+
+def _load(split: Literal["train", "test"], data_dir: str, limit: int) -> dict[str, np.ndarray]:
+    images, labels = load_fashion_mnist(split, data_dir=data_dir)
+    if limit:
+        images, labels = images[:limit], labels[:limit]
+    return {"image": images, "label": labels}
+
+
+def load_arrays(config: ml_collections.ConfigDict) -> dict[str, dict[str, np.ndarray]]:
+    """The train and test splits of ``config`` (limited to its example counts)."""
+    return {
+        "train": _load("train", config.data_dir, config.num_train_examples),
+        "test": _load("test", config.data_dir, config.num_test_examples),
+    }
+
+
+def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed: int, workdir):
+    """Trains (or resumes) one run in ``workdir/runs/<name>_seed<seed>`` and evaluates it: its
+    record (accuracies, attention errors, train time) and learning curve."""
+    model = make_model(config, attention)
+    task = make_task(model, arrays["train"], arrays["test"], config, seed, protocol)
+    final, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
+    evaluation = evaluate_run(config, model, run_dir, arrays, seed, attention)
+    draws = evaluation.get("accuracy_draws", [final["eval_accuracy"]])
+    print(
+        f"{name:>20} seed {seed}: accuracy own {final['eval_accuracy']:.4f}, fresh draws "
+        f"{np.mean(draws):.4f} ({seconds:.0f} s)"
+    )
+    return {
+        "run": name,
+        "attention": attention,
+        "protocol": protocol or "",
+        "seed": seed,
+        "accuracy_own": final["eval_accuracy"],
+        "accuracy_draws": draws,
+        "accuracy_fresh": float(np.mean(draws)),
+        "test_loss": final["eval_loss"],
+        "attention_error": evaluation["attention_error"],
+        "train_seconds": seconds,
+        "curve": train.read_metrics(run_dir),
+    }
+
+
+SEED_FIELD = "train.seed"  # the first seed: the runs train seeds train.seed, train.seed + 1, ...
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains and evaluates every (run, seed) with the core sweep (the runs that share a seed
+    count form one sweep, seeds outside; seeds from ``train.seed`` on); one record per run and
+    the curves."""
+    outputs.save_config(workdir, config)  # now too: a long run that stops early keeps it
+    train.enable_compilation_cache(workdir, config.compilation_cache_dir)
+    arrays = load_arrays(config)
+    variants = {name: (attention, protocol) for name, attention, protocol in run_names(config)}
+    settings = records.settings(
+        config,
+        exclude=(
+            "variant",
+            "attentions",
+            "protocols",
+            "num_seeds",
+            "num_reference_seeds",
+            "reference_attentions",
+            "compilation_cache_dir",
+            "target_difference",
+        ),
+    )
+    cells = []
+    for count in sorted({num_seeds(config, a, p) for a, p in variants.values()}, reverse=True):
+        names = [n for n, (a, p) in variants.items() if num_seeds(config, a, p) == count]
+        cells += sweep.run(
+            workdir,
+            names,
+            range(config.train.seed, config.train.seed + count),
+            lambda name, seed, _: measure_run(config, arrays, name, *variants[name], seed, workdir),
+            settings,
+        )
+    cells.sort(key=lambda r: (r["seed"], list(variants).index(r["run"])))
+    curves: dict[str, list] = {}
+    for cell in sorted(cells, key=lambda r: (list(variants).index(r["run"]), r["seed"])):
+        curves.setdefault(cell["run"], []).append(cell["curve"])
+    return {
+        "runs": [
+            {k: v for k, v in c.items() if k not in ("curve", "arm", "seconds")} for c in cells
+        ],
+        "curves": curves,
+        "num_train": len(arrays["train"]["label"]),
+        "num_test": len(arrays["test"]["label"]),
+    }
+
+
+def headline(results: dict) -> dict[str, float]:
+    """The numbers an ablation compares: the mean over the runs of the test accuracy (own
+    projection, fresh draws) and the test loss."""
+    runs = results["runs"]
+    return {
+        metric: float(np.mean([r[metric] for r in runs]))
+        for metric in ("accuracy_own", "accuracy_fresh", "test_loss")
+    }
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _per_seed(runs: list[dict], name: str, metric: str) -> dict[int, float]:
+    return {r["seed"]: r[metric] for r in runs if r["run"] == name}
+
+
+def _paired(runs: list[dict], better: str, worse: str, metric: str) -> tuple[np.ndarray, ...]:
+    """The two runs' metric on the seeds both have, in seed order."""
+    a, b = _per_seed(runs, better, metric), _per_seed(runs, worse, metric)
+    seeds = sorted(set(a) & set(b))
+    return np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
+
+
+def seeds_at_3se(sd: float, target: float) -> int:
+    """Paired seeds n at which ``target`` is 3 SE: n = (3 sd / target)^2, at least 2."""
+    return max(2, math.ceil((3 * sd / target) ** 2))
+
+
+def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Paired differences per protocol and metric: better - worse coupling, exact - each."""
+    rows = []
+    for protocol in config.protocols:
+        pairs = [
+            (run_name(a, protocol), run_name(b, protocol))
+            for a, b in COMPARISONS
+            if a in config.attentions and b in config.attentions
+        ]
+        if "exact" in config.attentions:
+            pairs += [("exact", run_name(a, protocol)) for a in config.attentions if a != "exact"]
+        for metric in METRICS:
+            for better, worse in pairs:
+                a, b = _paired(runs, better, worse, metric)
+                if len(a) < 2:
+                    continue
+                difference = stats.paired_difference(a, b)
+                rows.append(
+                    {
+                        "protocol": protocol,
+                        "metric": metric,
+                        "primary": metric == PRIMARY_METRIC[protocol],
+                        "comparison": f"{_label(better.split('_')[-1])} - "
+                        f"{_label(worse.split('_')[-1])}",
+                        **difference.as_dict(),
+                        "seeds_for_target_at_3se": seeds_at_3se(
+                            difference.sd, config.target_difference
+                        ),
+                    }
+                )
+    return rows
+
+
+def accuracy_table(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Mean ± SE over seeds of both accuracies per run."""
+    rows = []
+    for name, attention, protocol in run_names(config):
+        row: dict[str, Any] = {"protocol": protocol or "-", "attention": _label(attention)}
+        for metric in METRICS:
+            values = np.array(list(_per_seed(runs, name, metric).values()))
+            mean, se = stats.mean_se(values)
+            row[f"test accuracy, {METRICS[metric]}"] = f"{mean:.4f} ± {se:.4f}"
+        row["seeds"] = len(values)
+        rows.append(row)
+    return rows
+
+
+def attention_error_rows(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Per trained model: each coupling's attention error, mean ± SE over seeds, and SimRF - ORF
+    (paired by seed: the same queries and keys)."""
+    couplings = [c for c in config.attentions if c != "exact"]
+    rows = []
+    for name, attention, protocol in run_names(config):
+        mine = sorted((r for r in runs if r["run"] == name), key=lambda r: r["seed"])
+        row: dict[str, Any] = {
+            "queries and keys of": f"{protocol or ''} {_label(attention)}".strip()
+        }
+        errors = {c: np.array([r["attention_error"][c] for r in mine]) for c in couplings}
+        for coupling in couplings:
+            mean, se = (float(v) for v in stats.mean_se(errors[coupling]))
+            row[_label(coupling)] = f"{mean:.4f} ± {se:.4f}"
+            row[f"{coupling}_mean"] = mean
+            row[f"{coupling}_se"] = se
+        if {"simplex", "orthogonal"} <= set(couplings):
+            row["SimRF / ORF"] = f"{errors['simplex'].mean() / errors['orthogonal'].mean():.3f}"
+            row["SimRF - ORF"] = "-"
+            if len(mine) > 1:  # paired by model: both couplings see the same queries and keys
+                diff = stats.paired_difference(errors["simplex"], errors["orthogonal"])
+                row["SimRF - ORF"] = f"{diff.mean:+.4f} ± {diff.se:.4f}"
+                row["_simrf_minus_orf"] = diff
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _plot_differences(rows: list[dict], config, path: str) -> None:
+    """Forest plot: paired differences of each protocol's primary accuracy, 95% t intervals."""
+    shown = [r for r in rows if r["primary"]]
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(shown) + 2.2))
+    labels = [f"{r['protocol']} ({METRICS[r['metric']]}): {r['comparison']}" for r in shown]
+    y = np.arange(len(shown))[::-1]
+    ax.errorbar(
+        [r["mean"] for r in shown],
+        y,
+        xerr=[[r["mean"] - r["low"] for r in shown], [r["high"] - r["mean"] for r in shown]],
+        fmt="o",
+        capsize=3,
+        color="C0",
+        label="mean paired difference, 95% t interval",
+    )
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.axvline(
+        config.target_difference,
+        color="C3",
+        linestyle="--",
+        linewidth=0.8,
+        label=f"paper's SimRF - ORF gain ({100 * config.target_difference:+.1f} points)",
+    )
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("test accuracy difference, paired by seed (percentage points)")
+    ax.xaxis.set_major_formatter(lambda value, _: f"{100 * value:+.1f}")
+    # Above the axes: inside, it would cover the points of the lowest rows.
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    outputs.save_figure(fig, path)
+
+
+def _plot_curves(curves: dict, config, path: str) -> None:
+    """Train loss and test accuracy (own projection) vs step: mean over seeds, ±1 SE band."""
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for index, (name, attention, protocol) in enumerate(run_names(config)):
+        style = "--" if protocol == "redraw" else "-"
+        label = f"{protocol or ''} {_label(attention)}".strip()
+        for axis, (split, metric) in zip(
+            axes, (("train", "loss"), ("eval", "accuracy")), strict=True
+        ):
+            series = [
+                [(r["step"], r[metric]) for r in records if r["split"] == split]
+                for records in curves[name]
+            ]
+            steps = np.array([s for s, _ in series[0]])
+            values = np.array([[v for _, v in run] for run in series])
+            mean = values.mean(0)
+            se = np.nan_to_num(stats.mean_se(values)[1])
+            axis.plot(steps, mean, style, color=f"C{index}", label=label)
+            axis.fill_between(steps, mean - se, mean + se, color=f"C{index}", alpha=0.2)
+    for axis in axes:
+        if "redraw" in config.protocols:
+            axis.axvline(config.redraw_until_step, color="grey", linewidth=0.8, linestyle=":")
+    axes[0].set(xlabel="step", ylabel="train loss", yscale="log", title="training loss")
+    axes[1].set(
+        xlabel="step",
+        ylabel="test accuracy (own projection)",
+        title="test accuracy; dotted: last redraw",
+    )
+    axes[1].legend(fontsize=7, title="mean over seeds, band ±1 SE", title_fontsize=7)
+    outputs.save_figure(figure, path)
+
+
+def _plot_attention_error(rows: list[dict], config, path: str) -> None:
+    """Relative attention-matrix error per coupling on each trained model's q, k (±2 SE bars)."""
+    couplings = [c for c in config.attentions if c != "exact"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 3.8))
+    width = 0.8 / len(couplings)
+    x = np.arange(len(rows))
+    for index, coupling in enumerate(couplings):
+        ax.bar(
+            x + (index - (len(couplings) - 1) / 2) * width,
+            [r[f"{coupling}_mean"] for r in rows],
+            width,
+            yerr=[2 * r[f"{coupling}_se"] for r in rows],
+            capsize=2,
+            color=f"C{index}",
+            label=_label(coupling),
+        )
+    ax.set_xticks(x, [r["queries and keys of"] for r in rows], fontsize=7, rotation=20)
+    ax.set_ylabel("|A_hat - A|_F / |A|_F")
+    ax.set_title(
+        f"FAVOR+ attention-matrix error, m = {config.model.num_features} (bars ±2 SE over seeds)",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7, title="coupling", title_fontsize=7)
+    outputs.save_figure(fig, path)
+
+
+def _find(rows: list[dict], protocol: str, comparison: str) -> dict:
+    """The row of ``comparison`` on ``protocol``'s primary metric ({} if not measured)."""
+    for row in rows:
+        if (row["protocol"], row["comparison"]) == (protocol, comparison) and row["primary"]:
+            return row
+    return {}
+
+
+def _difference(row: dict) -> stats.Estimate:
+    return stats.Estimate(row["mean"], row["se"], row["n"], row["n"] - 1)
+
+
+def judge(diff_rows: list[dict], error_rows: list[dict], config) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares: the primary accuracy differences per
+    protocol (pooled over protocols, or every protocol for "never worse") and SimRF - ORF
+    attention error pooled over the trained models."""
+    judge = verdicts.Verdicts(config)
+    for name, comparison in (("simrf_beats_orf", "SimRF - ORF"), ("orf_beats_iid", "ORF - IID")):
+        cells = {
+            p: _difference(row)
+            for p in config.protocols
+            if (row := _find(diff_rows, p, comparison))
+        }
+        judge.ordering(
+            name,
+            cells,
+            effect=f"{comparison} test accuracy (own projection), paired by seed",
+            cell_name="protocols",
+            units="seeds",
+            number=".4f",
+        )
+    judge.every(
+        "simrf_never_worse",
+        {
+            p: _difference(row)
+            for p in config.protocols
+            if (row := _find(diff_rows, p, "SimRF - ORF"))
+        },
+        effect="SimRF - ORF test accuracy, paired by seed",
+        cell_name="protocols",
+        units="seeds",
+        number=".4f",
+    )
+    judge.ordering(
+        "attention_error",
+        {
+            r["queries and keys of"]: r["_simrf_minus_orf"]
+            for r in error_rows
+            if "_simrf_minus_orf" in r
+        },
+        effect="SimRF - ORF attention error on each trained model's queries and keys, paired by "
+        "seed",
+        cell_name="models",
+        units="seeds",
+        number=".4f",
+    )
+    return judge
+
+
+def difference_text(row: dict) -> str:
+    if not row:
+        return "not measured"
+    return (
+        f"{row['mean']:+.4f} ± {row['se']:.4f} (95% CI [{row['low']:+.4f}, {row['high']:+.4f}], "
+        f"{row['n']} seeds)"
+    )
+
+
+def _power_text(rows: list[dict], config) -> str:
+    lines = []
+    for protocol in config.protocols:
+        row = _find(rows, protocol, "SimRF - ORF")
+        if not row:
+            continue
+        lines.append(
+            f"- {protocol}: sd of the paired SimRF - ORF difference {row['sd']:.4f}; with "
+            f"{row['n']} seeds its SE is {row['se']:.4f}, so 3 SE = {3 * row['se']:.4f} "
+            f"(target {config.target_difference}); {row['seeds_for_target_at_3se']} seeds "
+            "would put the target at 3 SE."
+        )
+    return "\n".join(lines) or "- not measured (no SimRF - ORF pair with two or more seeds)"
+
+
+def _write_files(results: dict, diff_rows: list, error_rows: list, config, workdir: str) -> None:
+    """runs.csv, differences.csv, attention_error.csv and the three figures."""
+    flat_runs = [
+        {
+            **{k: v for k, v in r.items() if k not in ("accuracy_draws", "attention_error")},
+            **{f"attention_error_{c}": e for c, e in r["attention_error"].items()},
+        }
+        for r in results["runs"]
+    ]
+    outputs.write_csv(os.path.join(workdir, "runs.csv"), flat_runs)
+    if diff_rows:
+        outputs.write_csv(os.path.join(workdir, "differences.csv"), diff_rows)
+        _plot_differences(diff_rows, config, os.path.join(workdir, "paired_differences.png"))
+    outputs.write_csv(
+        os.path.join(workdir, "attention_error.csv"),
+        [{k: v for k, v in r.items() if not k.startswith("_")} for r in error_rows],
+    )
+    _plot_curves(results["curves"], config, os.path.join(workdir, "learning_curves.png"))
+    _plot_attention_error(error_rows, config, os.path.join(workdir, "attention_error.png"))
+
+
+def difference_table(diff_rows: list[dict], primary: bool) -> str:
+    """The primary (SimRF - ORF) or secondary paired differences as a markdown table."""
+    shown = [r for r in diff_rows if r["primary"] == primary]
+    if not shown:
+        return "(fewer than two paired seeds: no differences)"
+    return outputs.markdown_table(
+        [
+            {
+                "protocol": r["protocol"],
+                "metric": METRICS[r["metric"]],
+                "difference": r["comparison"],
+                "mean ± SE": f"{r['mean']:+.4f} ± {r['se']:.4f}",
+                "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
+                "seeds": r["n"],
+                "sd": f"{r['sd']:.4f}",
+            }
+            for r in shown
+        ]
+    )
+
+
+def _headline_values(diff_rows: list[dict], error_rows: list[dict], config) -> dict[str, object]:
+    """The differences and attention errors the summary's prose quotes."""
+    values: dict[str, object] = {}
+    for name, comparison in (("simrf_orf", "SimRF - ORF"), ("orf_iid", "ORF - IID")):
+        for protocol in ("fixed", "redraw"):
+            row = _find(diff_rows, protocol, comparison) if protocol in config.protocols else {}
+            values[f"{protocol}_{name}"] = difference_text(row)
+    exact_errors = {r["queries and keys of"]: r for r in error_rows}.get("exact", {})
+    for key, column in (("simrf", "SimRF"), ("orf", "ORF"), ("iid", "IID")):
+        values[f"exact_{key}_error"] = exact_errors.get(column, "-")
+    values["exact_error_difference"] = exact_errors.get("SimRF - ORF", "-")
+    return values
+
+
+def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Tables, figures and the summary from ``measure``'s results."""
+    runs = results["runs"]
+    diff_rows = differences(runs, config)
+    accuracy_rows = accuracy_table(runs, config)
+    error_rows = attention_error_rows(runs, config)
+    _write_files(results, diff_rows, error_rows, config, workdir)
+    model = config.model
+    verdicts.write_summary(
+        workdir,
+        "performer_vit",
+        judge(diff_rows, error_rows, config),
+        config,
+        protocols=", ".join(config.protocols),
+        head_dim=model.hidden_size // model.num_heads,
+        num_train=results["num_train"],
+        num_test=results["num_test"],
+        seeds=", ".join(f"{p} {config.num_seeds[p]}" for p in config.protocols),
+        reference=" and ".join(_label(a) for a in config.reference_attentions),
+        steps_after=config.train.num_train_steps - config.redraw_until_step,
+        lr_at_last_redraw=f"{lr_fraction(config, config.redraw_until_step):.2f}",
+        target=f"{config.target_difference:+.3f}",
+        **_headline_values(diff_rows, error_rows, config),
+        power=_power_text(diff_rows, config),
+        accuracy_table=outputs.markdown_table(accuracy_rows),
+        difference_table=difference_table(diff_rows, True),
+        secondary_difference_table=difference_table(diff_rows, False),
+        attention_table=outputs.markdown_table(
+            [
+                {k: v for k, v in r.items() if not k.endswith(("_mean", "_se", "_orf"))}
+                for r in error_rows
+            ]
+        ),
+    )
+    print(outputs.markdown_table(accuracy_rows))
+    print(difference_table(diff_rows, True))
+    return {"runs": runs, "differences": diff_rows, "attention_error": error_rows}
+
+
+def lr_fraction(config: ml_collections.ConfigDict, step: int) -> float:
+    """The learning rate at ``step`` as a fraction of the peak."""
+    _, schedule = train.make_optimizer(config.train)
+    return float(schedule(step)) / config.train.learning_rate

@@ -1,0 +1,100 @@
+"""Config-driven ablations from the command line: arms x seeds, one study run per cell, records
+per cell, resumption, and the paired report with its verdict."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from configs import kernel_mse as kernel_mse_config
+from experiments.core import ablation, verdicts
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COMMAND = [
+    sys.executable,
+    "-m",
+    "experiments.main",
+    "--config=configs/kernel_mse.py:quick,num_draws=200,draws_per_chunk=200",
+    "--sweep=num_features=8,16",
+    "--seeds=0:3",
+    "--metric=ratio_simplex",
+    "--test=less",
+]
+
+
+def run(workdir, *options):
+    completed = subprocess.run(
+        [*COMMAND, f"--workdir={workdir}", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout
+
+
+def test_an_ablation_records_every_cell_reports_the_pair_and_resumes(tmp_path):
+    workdir = tmp_path / "ablation"
+    printed = run(workdir)
+    cells = sorted(p.name for p in (workdir / "runs").iterdir())
+    assert cells == [f"{m}_seed{s}" for m in (16, 8) for s in range(3)]
+    stored = verdicts.read(str(workdir))["ablation"]
+    assert stored.claim == "num_features=16 vs 8 on ratio_simplex"
+    report = (workdir / "ablation.md").read_text()
+    assert stored.sentence() in report and "ratio_simplex" in printed
+    # An ablation of a quick variant is not powered either (its verdict cannot refute): it
+    # says so, and which config is sized to resolve the claim.
+    assert "**Not powered.**" in report and "`--config=configs/kernel_mse.py` is sized" in report
+    record = json.loads((workdir / "runs" / "8_seed1" / "result.json").read_text())
+    assert record["settings"]["num_features"] == 8 and "ratio_simplex" in record["run"]
+    # The report's effect is the mean of the paired per-seed differences of the cells' records.
+    value = {
+        (m, s): json.loads((workdir / "runs" / f"{m}_seed{s}" / "result.json").read_text())["run"]
+        for m in (8, 16)
+        for s in range(3)
+    }
+    differences = [value[16, s]["ratio_simplex"] - value[8, s]["ratio_simplex"] for s in range(3)]
+    assert f"= {sum(differences) / 3:+.4g} ±" in stored.evidence
+    assert all(value[m, s]["seed"] == s for m, s in value)
+    # Started again: every cell is reused; a cell whose run was killed before its record is
+    # measured again, alone.
+    times = {p: p.stat().st_mtime_ns for p in (workdir / "runs").glob("*/result.json")}
+    killed = workdir / "runs" / "16_seed2" / "result.json"
+    os.remove(killed)
+    run(workdir)
+    for path, mtime in times.items():
+        if path != killed:
+            assert path.stat().st_mtime_ns == mtime, path
+    assert killed.exists()
+
+
+def test_two_workers_share_an_ablation_and_the_last_one_reports(tmp_path):
+    first = run(tmp_path, "--worker=0/2")
+    assert "cells wait for other workers" in first and not (tmp_path / "ablation.md").exists()
+    measured = sorted(p.parent.name for p in (tmp_path / "runs").glob("*/result.json"))
+    # cells 0, 2, 4 of (8, 0) (16, 0) (8, 1) (16, 1) (8, 2) (16, 2): seeds outside
+    assert measured == ["8_seed0", "8_seed1", "8_seed2"]
+    run(tmp_path, "--worker=1/2")
+    assert len(list((tmp_path / "runs").glob("*/result.json"))) == 6
+    assert "ablation" in verdicts.read(str(tmp_path))
+
+
+def test_bad_ablation_arguments_name_the_problem():
+    config = kernel_mse_config.get_config("quick")
+    with pytest.raises(ValueError, match="FIELD=V1,V2"):
+        ablation.parse_sweep("num_features", config)
+    with pytest.raises(ValueError, match="two or more values"):
+        ablation.parse_sweep("num_features=8", config)
+    with pytest.raises(ValueError, match="no field 'num_feature'"):
+        ablation.parse_sweep("num_feature=8,16", config)
+    assert ablation.parse_sweep("couplings=gaussian,simplex", config)[1] == [
+        ("gaussian",),
+        ("simplex",),
+    ]
+    assert ablation.parse_seeds("2:5") == [2, 3, 4] and ablation.parse_seeds("1,7") == [1, 7]
+    with pytest.raises(ValueError, match="START:STOP"):
+        ablation.parse_seeds("a:b")

@@ -1,0 +1,147 @@
+"""experiments.core.stats on fixed inputs whose answers are derived by hand or from scipy."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from experiments.core import stats
+from experiments.core.stats import Estimate
+
+
+def test_mean_se_of_three_values_and_nan_for_one():
+    mean, se = stats.mean_se(np.array([1.0, 2.0, 3.0]))
+    assert float(mean) == 2.0 and float(se) == pytest.approx(1 / math.sqrt(3))
+    mean, se = stats.mean_se(np.array([[4.0, 5.0]]))
+    assert mean.tolist() == [4.0, 5.0] and np.isnan(se).all()
+
+
+def test_mean_se_a_non_finite_sample_poisons_only_its_own_column():
+    samples = np.array([[1.0, 1.0], [np.inf, 2.0], [3.0, 3.0]])
+    with np.errstate(all="raise"):  # and no warning either
+        mean, se = stats.mean_se(samples)
+    assert math.isinf(mean[0]) and math.isnan(se[0])
+    assert mean[1] == 2.0 and se[1] == pytest.approx(1 / math.sqrt(3))
+
+
+def test_mean_se_of_nothing_raises():
+    with pytest.raises(ValueError, match="at least one entry"):
+        stats.mean_se(np.zeros((0, 3)))
+
+
+def test_paired_difference_matches_scipy_ttest_rel():
+    a, b = [3.0, 5.0, 4.0], [1.0, 2.0, 3.0]  # differences 2, 3, 1: mean 2, sd 1
+    d = stats.paired_difference(a, b)
+    reference = scipy_stats.ttest_rel(a, b)
+    assert (d.mean, d.n, d.df) == (2.0, 3, 2.0)
+    assert d.se == pytest.approx(1 / math.sqrt(3)) and d.sd == pytest.approx(1.0)
+    assert d.t == pytest.approx(reference.statistic) and d.p == pytest.approx(reference.pvalue)
+    low, high = d.interval(0.95)
+    half = 4.302652729749462 / math.sqrt(3)  # t_{0.975, 2} se
+    assert (low, high) == pytest.approx((2 - half, 2 + half))
+
+
+def test_paired_difference_of_one_pair_has_no_interval():
+    d = stats.paired_difference([1.0], [0.5])
+    assert d.mean == 0.5 and math.isnan(d.se)
+    assert all(math.isnan(v) for v in (*d.interval(), d.t, d.p))
+
+
+def test_paired_difference_rejects_unpaired_shapes():
+    with pytest.raises(ValueError, match="same length"):
+        stats.paired_difference([1.0, 2.0], [1.0])
+
+
+def test_as_dict_gives_the_table_columns():
+    row = stats.paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 3.0]).as_dict()
+    assert list(row) == ["mean", "se", "sd", "t", "p", "low", "high", "n"]
+
+
+def test_pool_is_the_equal_weight_mean_with_welch_satterthwaite_df():
+    pooled = stats.pool([Estimate(1.0, 0.3, 10, 9.0), Estimate(2.0, 0.4, 10, 9.0)])
+    assert pooled.mean == 1.5
+    assert pooled.se == pytest.approx(math.sqrt(0.09 + 0.16) / 2)
+    # (sum v_i)^2 / sum v_i^2 / df_i with v_i = se_i^2 / 4 (the 1/4 cancels)
+    assert pooled.df == pytest.approx(0.25**2 / ((0.09**2 + 0.16**2) / 9))
+    assert math.isinf(stats.pool([Estimate(1.0, 0.1, 5), Estimate(2.0, 0.1, 5, 4.0)]).df)
+
+
+def test_independent_difference_adds_variances():
+    d = stats.independent_difference(Estimate(3.0, 0.3, 100), Estimate(1.0, 0.4, 100))
+    assert d.mean == 2.0 and d.se == pytest.approx(0.5) and math.isinf(d.df)
+
+
+def test_tost_p_is_the_larger_one_sided_p():
+    estimate = Estimate(0.1, 0.2, 1000)  # normal reference
+    lower = scipy_stats.norm.sf(3.0)  # (0.1 + 0.5) / 0.2
+    upper = scipy_stats.norm.cdf(-2.0)  # (0.1 - 0.5) / 0.2
+    assert stats.tost_p(estimate, 0.5) == pytest.approx(max(lower, upper))
+    with pytest.raises(ValueError, match="margin"):
+        stats.tost_p(estimate, 0.0)
+
+
+def test_units_to_resolve_scales_the_observed_spread():
+    estimate = Estimate(1.0, 0.8, 10)
+    expected = math.ceil(10 * (1.959963984540054 * 0.8 / 1.0) ** 2)  # 24.6 -> 25
+    assert stats.units_to_resolve(estimate, 0.0, 0.95) == expected == 25
+    # Resolved already: still more than n (the next size that keeps it resolved is n itself).
+    assert stats.units_to_resolve(Estimate(1.0, 0.01, 10), 0.0, 0.95) == 11
+
+
+def test_power_and_equivalence_sizes_match_the_textbook_normal_formulas():
+    # Detecting half an SD with 80% power at 5% two-sided needs 31.4 -> 32 units.
+    assert stats.units_for_power(1.0, 0.5) == 32
+    # TOST at 5%, 80% power at a true difference of 0: ((1.645 + 1.282) / 0.5)^2 = 34.3 -> 35.
+    assert stats.units_for_equivalence(1.0, 0.5) == 35
+    d = Estimate(0.0, 0.1, 30, 29.0)
+    t = scipy_stats.t(29)
+    assert stats.detectable_difference(d) == pytest.approx((t.ppf(0.975) + t.ppf(0.8)) * 0.1)
+
+
+def test_holm_and_bonferroni():
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert stats.bonferroni_z(10) == pytest.approx(scipy_stats.norm.isf(0.0025))
+
+
+def test_ratio_estimators_with_hand_derived_delta_method_ses():
+    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 1.0, 2.0, 2.0])
+    ratio = stats.ratio_of_means(a, b)
+    # residuals a - (5/3) b = (-2/3, 1/3, -1/3, 2/3): sd sqrt(10/27), se sd / (2 * 1.5)
+    assert ratio.mean == pytest.approx(5 / 3)
+    assert ratio.se == pytest.approx(math.sqrt(10 / 27) / 3)
+    log_ratio = stats.log_ratio_of_means(a, b)
+    # cov / n: var a 5/12, var b 1/12, cov 1/6; delta method for ln(mean a / mean b)
+    variance = (5 / 12) / 2.5**2 + (1 / 12) / 1.5**2 - 2 * (1 / 6) / (2.5 * 1.5)
+    assert log_ratio.mean == pytest.approx(math.log(2.5 / 1.5))
+    assert log_ratio.se == pytest.approx(math.sqrt(variance))
+    per_unit = stats.mean_log_ratio(a, b)
+    assert per_unit.mean == pytest.approx(np.mean(np.log(a / b)))
+
+
+def test_chunked_mean_se_equals_the_mean_se_of_the_stacked_draws():
+    draw = jax.jit(jax.vmap(lambda key: jax.random.normal(key, (3,)) + jnp.arange(3.0)))
+    key = jax.random.key(0)
+    stacked = stats.draw_in_chunks(draw, key, 50, 16, "test")
+    assert stacked.shape == (50, 3)
+    mean, se = stats.chunked_mean_se(draw, key, 50, 16, "test")
+    reference_mean, reference_se = stats.mean_se(stacked)
+    np.testing.assert_allclose(mean, reference_mean, rtol=1e-12)
+    np.testing.assert_allclose(se, reference_se, rtol=1e-9)
+    with pytest.raises(ValueError, match="num_draws"):
+        stats.draw_in_chunks(draw, key, 0, 16, "test")
+
+
+def test_the_units_for_equivalence_give_the_stated_power():
+    # TOST at 5% with the returned number of pairs, true difference 0: power about 80%.
+    sd, margin = 1.0, 0.3
+    n = stats.units_for_equivalence(sd, margin)
+    assert n == math.ceil(((1.6449 + 1.2816) * sd / margin) ** 2)
+    draws = 2000
+    differences = np.random.default_rng(0).normal(0.0, sd, size=(draws, n))
+    shown = [stats.tost_p(stats.sample_estimate(d), margin) < 0.05 for d in differences]
+    se = math.sqrt(0.8 * 0.2 / draws)
+    assert abs(np.mean(shown) - 0.8) <= 4 * se + 0.01, np.mean(shown)  # + t vs z at n ~ 95

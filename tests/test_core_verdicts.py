@@ -1,0 +1,218 @@
+"""The one verdict rule (experiments.core.verdicts) on fixed estimates whose outcomes are
+derived by hand from their intervals (t quantiles from scipy)."""
+
+import json
+import math
+
+import ml_collections
+import pytest
+
+from configs.common import claim
+from experiments.core import verdicts
+from experiments.core.stats import Estimate
+from experiments.core.verdicts import Outcome
+
+
+def make(powered=True, **claims):
+    config = ml_collections.ConfigDict({"claims": claims, "powered": powered})
+    return verdicts.Verdicts(config)
+
+
+# SimRF - ORF accuracy over 15 paired seeds: 95% CI = 0.0021 -+ 2.1448 * 0.0015
+# = [-0.00112, +0.00532], straddling 0.
+STRADDLING = Estimate(0.0021, 0.0015, 15, 14.0)
+REVERSED = Estimate(-0.01, 0.001, 15, 14.0)  # CI [-0.0121, -0.0079]
+
+
+def test_an_ordering_resolved_above_zero_holds():
+    judge = make(gain=claim("A beats B", "greater", margin=0.005))
+    verdict = judge.effect("gain", Estimate(0.01, 0.001, 15, 14.0), effect="A - B", units="seeds")
+    assert verdict.outcome == Outcome.HOLDS and verdict.claim == "A beats B"
+    assert verdict.sentence().startswith("**holds**: A - B = +0.01 ± 0.001 (95% CI")
+
+
+def test_a_straddling_interval_is_not_resolved_with_the_seeds_that_would_resolve_it():
+    judge = make(gain=claim("A beats B", "greater", margin=0.005))
+    verdict = judge.effect("gain", STRADDLING, effect="A - B", units="seeds")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+    # 15 (1.96 * 0.0015 / 0.0021)^2 = 29.4 -> 30 seeds to put 0 outside the interval.
+    assert "about 30 seeds would resolve it" in verdict.evidence
+
+
+def test_does_not_hold_needs_a_margin_a_resolved_effect_beyond_it_and_a_powered_variant():
+    with_margin = make(gain=claim("A beats B", "greater", margin=0.005))
+    assert with_margin.effect("gain", REVERSED, effect="d", units="seeds").outcome == (
+        Outcome.DOES_NOT_HOLD
+    )
+    # The same numbers with no margin declared: a reversal cannot refute the claim.
+    no_margin = make(gain=claim("A beats B", "greater"))
+    verdict = no_margin.effect("gain", REVERSED, effect="d", units="seeds")
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "no margin is declared" in verdict.evidence
+    # Reversed, but inside the margin (CI [-0.0031, -0.0009] against -0.005): not resolved.
+    small = with_margin.effect("gain", Estimate(-0.002, 0.0005, 15, 14.0), effect="d", units="s")
+    assert small.outcome == Outcome.NOT_RESOLVED
+    assert "between 0 and the margin" in small.evidence
+    # A quick variant never refutes.
+    quick = make(powered=False, gain=claim("A beats B", "greater", margin=0.005))
+    verdict = quick.effect("gain", REVERSED, effect="d", units="seeds")
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "not sized" in verdict.evidence
+
+
+def test_the_iap_es_training_pair_is_not_resolved_under_its_declared_20_percent_margin():
+    # Issue 30: -0.441 +- 0.179 over 60 paired seeds against a 20% margin of 3.025 (0.605):
+    # 90% CI = -0.441 -+ 1.6711 * 0.179 = [-0.740, -0.142] straddles -0.605.
+    judge = make(equal=claim("HRF = FAVOR+", "equivalent", margin=0.2, relative=True))
+    estimate = Estimate(-0.441, 0.179, 60, 59.0)
+    verdict = judge.effect("equal", estimate, effect="d", units="seeds", reference=-3.025)
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+    assert "90% CI [-0.74, -0.142]" in verdict.evidence
+    # 60 (1.645 * 0.179 / (0.605 - 0.441))^2 = 193.4 -> 194 seeds.
+    assert "about 194 seeds" in verdict.evidence
+    assert verdict.margin == "20% of the reference = 0.605"
+    inference = judge.effect(
+        "equal", Estimate(-0.080, 0.012, 120, 119.0), effect="d", units="runs", reference=-3.0
+    )
+    assert inference.outcome == Outcome.HOLDS  # [-0.100, -0.060] inside +-0.6
+    far = Estimate(-2.0, 0.1, 60, 59.0)
+    beyond = judge.effect("equal", far, effect="d", units="s", reference=3.0)
+    assert beyond.outcome == Outcome.DOES_NOT_HOLD
+    with pytest.raises(ValueError, match="relative margin"):
+        judge.effect("equal", estimate, effect="d", units="seeds")
+
+
+def test_non_inferiority_of_the_redraw_pair():
+    # Issue 30: redraw SimRF - ORF CI [-0.0027, +0.0024] against a 0.005 margin: never worse.
+    judge = make(never_worse=claim("SimRF never worse", "noninferior", margin=0.005))
+    estimate = Estimate(-0.0001, 0.0012, 15, 14.0)
+    assert judge.effect("never_worse", estimate, effect="d", units="seeds").outcome == (
+        Outcome.HOLDS
+    )
+    worse = judge.effect("never_worse", Estimate(-0.02, 0.001, 15, 14.0), effect="d", units="s")
+    assert worse.outcome == Outcome.DOES_NOT_HOLD
+
+
+def test_within_k_se():
+    judge = make(
+        exact=claim("closed form is exact", "within_se", k=4),
+        exact_margin=claim("closed form is exact", "within_se", k=4, margin=0.5),
+    )
+    assert judge.effect("exact", Estimate(0.5, 0.2, 100), effect="d", units="draws").outcome == (
+        Outcome.HOLDS
+    )
+    off = Estimate(2.0, 0.2, 100)  # 10 SE off
+    assert judge.effect("exact", off, effect="d", units="draws").outcome == Outcome.NOT_RESOLVED
+    # 2.0 - 4 * 0.2 = 1.2 beyond 4 SE, more than the 0.5 margin.
+    assert judge.effect("exact_margin", off, effect="d", units="draws").outcome == (
+        Outcome.DOES_NOT_HOLD
+    )
+
+
+def test_an_ordering_over_cells_is_one_pooled_test():
+    # Two cells shown, one reversed within the noise: the pooled mean (0.4 + 0.4 - 0.1) / 3 =
+    # 0.2333 with SE sqrt(3 * 0.01) / 3 = 0.0577 is above 0 by 4 SE: holds, although not every
+    # cell passes.
+    judge = make(order=claim("A below B", "greater"))
+    cells = {1: Estimate(0.4, 0.1, 1000), 2: Estimate(0.4, 0.1, 1000), 3: Estimate(-0.1, 0.1, 1000)}
+    verdict = judge.ordering("order", cells, effect="B - A", cell_name="v", units="draws")
+    assert verdict.outcome == Outcome.HOLDS
+    assert "mean over 3 v = +0.233 ± 0.0577" in verdict.evidence
+    # The same cells measured on shared draws: SE 0.1 (any correlation), CI [0.037, 0.43].
+    shared = judge.ordering(
+        "order", cells, effect="B - A", cell_name="v", units="draws", shared_units=True
+    )
+    assert shared.outcome == Outcome.HOLDS and "± 0.1 (95% CI [+0.0373" in shared.evidence
+    assert "beyond 3 SE the claimed way at 2 of 3 v, the other way at none" in verdict.evidence
+    # For a "less" claim the cells' directions swap.
+    less = make(order=claim("A below B", "less"))
+    flipped = {k: Estimate(-e.mean, e.se, e.n) for k, e in cells.items()}
+    verdict = less.ordering("order", flipped, effect="A - B", cell_name="v", units="draws")
+    assert verdict.outcome == Outcome.HOLDS and "claimed way at 2 of 3" in verdict.evidence
+    # Precision weights: a noisy cell counts less. Weights 100 and 1: (100 * 0.1 + 1 * -1.0) /
+    # 101 = 0.0891, SE sqrt(100^2 * 0.01 + 1) / 101 = 0.0995.
+    noisy = {1: Estimate(0.1, 0.1, 100), 2: Estimate(-1.0, 1.0, 100)}
+    weighted = make(order=claim("A below B", "greater", pooling="precision"))
+    verdict = weighted.ordering("order", noisy, effect="d", cell_name="v", units="draws")
+    assert "= +0.0891 ± 0.0995" in verdict.evidence
+
+
+def test_claims_are_validated_and_every_declared_claim_needs_a_verdict(tmp_path):
+    with pytest.raises(ValueError, match="needs a margin > 0"):
+        make(equal=claim("x", "equivalent"))
+    with pytest.raises(ValueError, match="test must be one of"):
+        make(bad=claim("x", "bigger"))
+    with pytest.raises(ValueError, match="declare the claims"):
+        verdicts.Verdicts(ml_collections.ConfigDict({"powered": True}))
+    judge = make(a=claim("A", "fact"), b=claim("B", "less"))
+    judge.exact("a", 0.5, effect="gap")
+    with pytest.raises(ValueError, match=r"without a verdict: \['b'\]"):
+        verdicts.write(str(tmp_path), judge)
+    with pytest.raises(KeyError, match="not declared"):
+        judge.not_tested("c", "no design")
+    judge.not_tested("b", "the design has no B")
+    verdicts.write(str(tmp_path), judge)
+    stored = json.loads((tmp_path / verdicts.VERDICTS_FILE).read_text())
+    assert stored["b"] == {
+        "claim": "B",
+        "outcome": "not tested",
+        "evidence": "the design has no B",
+        "margin": "—",
+    }
+    assert verdicts.read(str(tmp_path))["a"].outcome == Outcome.HOLDS
+
+
+def test_no_interval_is_not_resolved():
+    judge = make(gain=claim("A beats B", "greater", margin=1.0))
+    verdict = judge.effect("gain", Estimate(-5.0, math.nan, 1, 0.0), effect="d", units="seeds")
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "no interval" in verdict.evidence
+
+
+def test_a_fact_is_decided_without_noise():
+    judge = make(order=claim("closed forms ordered", "fact"), gain=claim("A beats B", "greater"))
+    verdict = judge.exact("order", -0.002, effect="smallest gap")
+    assert verdict.outcome == Outcome.DOES_NOT_HOLD and verdict.evidence == (
+        "smallest gap = -0.002 (exact)"
+    )
+    assert judge.fact("order", True, "every cycle odd").outcome == Outcome.HOLDS
+    with pytest.raises(ValueError, match="not a 'fact'"):
+        judge.fact("gain", True, "no")
+    # A quick variant computed it at its own sizes: false there, it cannot refute the claim.
+    quick = make(powered=False, order=claim("closed forms ordered", "fact"))
+    verdict = quick.exact("order", -0.002, effect="smallest gap")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+    assert verdict.evidence.startswith("smallest gap = -0.002 (exact); false here, but this")
+
+
+def test_a_claim_about_every_cell_is_an_intersection_union_test():
+    judge = make(same=claim("A = B on every set", "equivalent", margin=0.01))
+    # 90% CIs 0.002 -+ 0.0033 and -0.001 -+ 0.0033: both inside +-0.01.
+    cells = {"a": Estimate(0.002, 0.002, 500), "b": Estimate(-0.001, 0.002, 500)}
+    verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.HOLDS and "it holds at all 2 sets" in verdict.evidence
+    # A third set 0.05 +- 0.002: beyond the margin even at the Bonferroni-corrected
+    # 1 - 0.1 / 3 = 96.7% confidence.
+    cells["c"] = Estimate(0.05, 0.002, 500)
+    verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.DOES_NOT_HOLD and "(sets c)" in verdict.evidence
+    assert "intervals at 96.67%" in verdict.evidence
+    # Opposite deviations do not cancel, as they would in a pooled mean.
+    cells = {"a": Estimate(0.012, 0.002, 500), "b": Estimate(-0.012, 0.002, 500)}
+    pooled = make(same=claim("A = B", "equivalent", margin=0.01))
+    assert pooled.ordering("same", cells, effect="d", cell_name="s", units="d").outcome == (
+        Outcome.HOLDS
+    )
+    verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+
+
+def test_the_pooling_is_declared_with_the_claim():
+    cells = {1: Estimate(1.0, 0.1, 100), 2: Estimate(-3.0, 10.0, 100)}
+    equal = make(order=claim("A above B", "greater"))
+    verdict = equal.ordering("order", cells, effect="d", cell_name="v", units="draws")
+    assert "d, mean over 2 v = -1 ± 5" in verdict.evidence  # (1 - 3) / 2, sqrt(0.01 + 100) / 2
+    precision = make(order=claim("A above B", "greater", pooling="precision"))
+    verdict = precision.ordering("order", cells, effect="d", cell_name="v", units="draws")
+    assert (
+        verdict.outcome == Outcome.HOLDS and "precision-weighted mean over 2 v" in verdict.evidence
+    )
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        make(order=claim("A", "greater", pooling="median"))
