@@ -31,6 +31,11 @@ depend on T.
 
 Writes ``results.json`` (every row, the machine's load and the command) and ``table.md`` into
 ``--out``. Reported, not asserted.
+
+The one benchmark that imports a study (``experiments.performer_lm``): its perplexity and
+decoding rows evaluate that study's trained checkpoints, so it builds the model, the projection
+stream and the validation windows exactly as the study does (``make_model``, ``projection_rng``,
+``train_rng``, ``windows``) rather than a copy of them.
 """
 
 from __future__ import annotations
