@@ -80,9 +80,9 @@ def test_two_processes_train_the_quick_performer_as_one_process_does(tmp_path):
     for (step, loss_multi), (_, loss_one) in zip(multi, one, strict=True):
         tolerance = step * STEP_TOLERANCE
         assert abs(loss_multi - loss_one) <= tolerance * abs(loss_one), (step, loss_multi, loss_one)
-    with open(tmp_path / "multi" / "results.json") as handle:
+    with open(tmp_path / "multi" / "records.json") as handle:
         multi_runs = json.load(handle)["runs"]
-    with open(tmp_path / "single" / "results.json") as handle:
+    with open(tmp_path / "single" / "records.json") as handle:
         one_runs = json.load(handle)["runs"]
     # atol 1/256 is below one of the quick config's 128 test images: the accuracies must be equal.
     assert np.isclose(multi_runs[0]["accuracy_own"], one_runs[0]["accuracy_own"], atol=1 / 256)
