@@ -1,7 +1,7 @@
 """The suite's test-time budget: CPU seconds per test file, checked against
 ``tests/cpu_budgets.json``.
 
-  python -m pytest -n 2 --runslow --cpu-times=.test-cpu-times.json   # measures (tests/conftest.py)
+  python -m pytest -n 2 --runstatistical --cpu-times=.test-cpu-times.json   # measures (conftest)
   python tests/cpu_budget.py .test-cpu-times.json                     # checks; exit 1 over budget
   python tests/cpu_budget.py .test-cpu-times.json --update            # budgets from a run
 
@@ -9,7 +9,7 @@ A file's CPU seconds (user + system of the processes that ran its tests, their c
 included) measure the work its tests cost, not how busy the machine was, so a budget holds on a
 loaded CI machine as on an idle one. A file over its budget (or over the default budget, if it
 has none), or a suite over the total budget, fails the check: speed a test up, move what need
-not run by default behind ``slow``/``statistical`` (``--runslow``), or raise the budget in the
+not run in CI behind ``slow`` (``--runslow``), or raise the budget in the
 same commit with the reason. ``--update`` writes every measured file's budget as
 ``HEADROOM`` times its seconds (rounded up to 5 s), and the total likewise.
 """
