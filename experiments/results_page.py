@@ -154,7 +154,7 @@ def render_gpu_runs(runs_dir: str = GPU_RUNS_DIR) -> list[str]:
         summary = re.sub(r"^(#+) ", r"#\1 ", summary, flags=re.MULTILINE)
         title, _, body = summary.partition("\n")
         readme = f"{folder}/README.md"
-        link = f"What ran, what it showed and what was not measured: [{readme}]({readme})."
+        link = f"What ran, what it showed and what was not measured: `{readme}`."
         parts.append(f"{title}\n\n{link}\n{body}\n")
     return parts
 
