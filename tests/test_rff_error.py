@@ -82,8 +82,9 @@ def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
     for name in ("closed_forms", "variance_theory", "variance", "max_error", "mean"):
         assert stored[name].outcome == Outcome.HOLDS, stored[name]
         assert stored[name].sentence() in summary
-    # No SE for the quantiles in the records: tightness is not tested.
-    assert stored["tighter"].outcome == Outcome.NOT_TESTED
+    # The records keep the draws of |f|_inf: its interquartile range has a bootstrap SE.
+    assert stored["tighter"].outcome != Outcome.NOT_TESTED
+    assert "bootstrap SEs" in stored["tighter"].evidence
 
 
 def test_a_variance_reversal_without_a_margin_is_not_resolved():
@@ -104,8 +105,18 @@ def test_a_variance_reversal_without_a_margin_is_not_resolved():
     ]
     config = rff_error_config.get_config("quick")
     config.radii, config.tail_embedding_dim = (3.0,), 100
-    results = {"variance_rows": rows, "max_rows": max_rows}
+    config.powered = True  # judged as a run sized to test the claims
+    spread = np.random.default_rng(0).normal(size=400)
+    results = {
+        "variance_rows": rows,
+        "max_rows": max_rows,
+        # psi's draws twice as spread as phi's: wider, beyond the 10% margin.
+        "region_max": {"phi": (1 + 0.1 * spread).tolist(), "psi": (1 + 0.2 * spread).tolist()},
+    }
     judged = rff_error.judge(results, config).given
+    assert judged["tighter"].outcome == Outcome.DOES_NOT_HOLD
+    results["region_max"]["psi"] = (1 + 0.05 * spread).tolist()  # half as spread
+    assert rff_error.judge(results, config).given["tighter"].outcome == Outcome.HOLDS
     assert judged["variance_theory"].outcome == Outcome.HOLDS  # closed forms: psi above
     # psi below phi by 14 SE in the Monte Carlo: against the claim, which declares no margin.
     assert judged["variance"].outcome == Outcome.NOT_RESOLVED

@@ -1,5 +1,7 @@
 """The structured_concentration experiment (Choromanski & Fagan) at its quick size."""
 
+import math
+
 import pytest
 
 from configs import structured_concentration as concentration_config
@@ -66,11 +68,41 @@ def test_bad_configs():
         structured_concentration.validate_config(config)
 
 
-def test_every_claim_has_a_verdict_and_chi_across_families_is_not_tested(quick_run):
+def test_chi_is_contrasted_within_the_circulant_family_at_equal_m(quick_run):
     workdir, config, _ = quick_run
     stored = verdicts.read(str(workdir))
     assert set(stored) == set(config.claims)
-    assert stored["chi_order"].outcome == Outcome.NOT_TESTED
+    assert stored["chi_order"].outcome != Outcome.NOT_TESTED
+    assert "ln(tail at n = 63 (chi = 3) / tail at n = 64 (chi = 2))" in stored["chi_order"].evidence
     assert stored["circulant_chi"].outcome == Outcome.HOLDS  # chi[P] is exact: a fact
     for name in ("unbiased", "p_model", "hoeffding"):
         assert stored[name].outcome == Outcome.HOLDS, stored[name]
+    summary = (workdir / "summary.md").read_text()
+    assert "chi[P] = 3 and 2" in summary and "budgets t = 63 and 64" in summary
+
+
+def test_chi_contrast_rows_give_the_log_tail_ratio_and_the_m_over_chi_reading():
+    config = concentration_config.get_config("quick")
+    with config.unlocked():
+        config.epsilons = (0.1, 0.2)
+    results = {
+        "chi_contrast": {
+            "dims": {
+                "63": {"chromatic": 3, "tail": [0.2, 0.0], "tail_se": [0.01, 0.0]},
+                "64": {"chromatic": 2, "tail": [0.1, 0.01], "tail_se": [0.005, 0.001]},
+            }
+        }
+    }
+    first, second = structured_concentration.chi_contrast_rows(results, config)
+    assert first["ln ratio"] == pytest.approx(math.log(2))
+    assert first["ln ratio SE"] == pytest.approx(math.hypot(0.05, 0.05))
+    # Gaussian errors with variance x 3/2: 2 Q(1.645 sqrt(2/3)) = 0.179 against 0.1.
+    assert first["m / chi reading"] == pytest.approx(math.log(0.17927 / 0.1), abs=1e-4)
+    assert math.isnan(second["ln ratio"])  # no exceedance at n = 63: no ratio
+
+
+def test_a_bad_chi_contrast_is_rejected():
+    config = concentration_config.get_config("quick")
+    config.chi_contrast.dims = (64, 64)
+    with pytest.raises(ValueError, match=r"chi_contrast\.dims must be two distinct"):
+        structured_concentration.validate_config(config)

@@ -322,6 +322,47 @@ def mean_log_ratio(numerator, denominator) -> Estimate:
     return sample_estimate(np.log(a / b))
 
 
+def bootstrap_se(
+    samples, statistic: Callable[[np.ndarray], float], *, resamples: int = 2000, seed: int = 0
+) -> float:
+    """The bootstrap standard error of ``statistic(samples)``: the standard deviation (ddof 1)
+    of the statistic over ``resamples`` resamples of the 1-D ``samples`` with replacement
+    (``numpy.random.default_rng(seed)``), for statistics without a closed-form SE such as
+    quantiles and their spreads.
+
+    Raises:
+      ValueError: for fewer than 2 samples or resamples.
+
+    Example:
+      >>> draws = np.random.default_rng(1).normal(size=4000)
+      >>> se = bootstrap_se(draws, np.mean)
+      >>> bool(abs(se - 1 / np.sqrt(4000)) < 0.002)  # the mean's SE, 0.0158
+      True
+    """
+    samples = np.asarray(samples, np.float64)
+    if samples.ndim != 1 or len(samples) < 2 or resamples < 2:
+        raise ValueError(
+            f"samples must be 1-D with >= 2 entries and resamples >= 2, got shape "
+            f"{samples.shape} and {resamples}"
+        )
+    rng = np.random.default_rng(seed)
+    values = [
+        statistic(samples[rng.integers(0, len(samples), len(samples))]) for _ in range(resamples)
+    ]
+    return float(np.std(values, ddof=1))
+
+
+def interquartile_range(samples) -> float:
+    """The 75% minus the 25% quantile of ``samples`` (NumPy's default interpolation).
+
+    Example:
+      >>> interquartile_range(np.arange(5.0))
+      2.0
+    """
+    low, high = np.quantile(np.asarray(samples, np.float64), [0.25, 0.75])
+    return float(high - low)
+
+
 def draw_in_chunks(
     draw: Callable[[jax.Array], jax.Array],
     key: jax.Array,

@@ -1,28 +1,36 @@
 """Cluster-adapted hybrid features vs FAVOR+ and trig features on clustered data (HRF Table 3).
 
-Design (HRF App. H.1/H.3, with the query-key angle held fixed). Two query clusters and two key
-clusters, N(mean, sigma^2 I) in d = 16 dimensions. With the real diagonal A_ij of Eq. 88, the
-centre loss L = |A r + A^{-1} r'|^2 (Eq. 21) of a query mean r and key mean r' is
-sum_k 4 r_k r'_k over the coordinates where they agree in sign, i.e. L = 2 (T + r.r') with
-T = sum_k |r_k r'_k|, while FAVOR+ has L_F = |r + r'|^2. The paper sets L by flipping signs,
-which moves r.r' with it (all signs opposite: L = 0 but r.r' = -T < 0, where positive features
-are nearly exact and trig features poor). Here every query-key pair of means is orthogonal
-(r.r' = 0, SM = 1 at the centres: Sylvester-Hadamard sign rows, which agree on exactly half of
-the coordinates) and L is set through the magnitudes alone: query means put weight 1 on a random
-half of the coordinates and rho on the other half, key means the mirror image, so that
-T / |r|^2 = 2 rho / (1 + rho^2) = L / L_F (``loss_ratio``). All means have length
-``centre_norm``, chosen so that FAVOR+'s MSE at m = 20 is in the paper's range (~0.03-0.15).
+Data (HRF App. H.1/H.3). Two query clusters and two key clusters, N(mean, sigma^2 I) in d = 16
+dimensions. With the real diagonal A_ij of Eq. 88, the centre loss L = |A r + A^{-1} r'|^2
+(Eq. 21) of a query mean r and key mean r' is sum_k 4 |r_k r'_k| over the coordinates where
+they agree in sign, i.e. L = 2 (T + r.r') with T = sum_k |r_k r'_k|, while FAVOR+ has
+L_F = |r + r'|^2. Three generators of the means (``GENERATORS``):
 
-The price of a small L: the real diagonal rescales coordinate k by alpha_k = sqrt(|r'_k / r_k|)
-(alpha^2 in {rho, 1/rho} here), and L / L_F >= 1 / max alpha^2, so the noise of points around
-the centres enters |A x + A^{-1} y|^2 amplified by sum_k (alpha_k^2 + alpha_k^-2) / (2 d)
-relative to FAVOR+ (``noise_gain``).
+- ``paper`` (App. H.3, as commit b8822e7 implemented it): u, v ~ N(0, I_d), Haar-random Q_1..Q_4,
+  query means Q_1 u, Q_2 u, key means Q_3 v, Q_4 v, every mean rescaled to the generator's
+  length; both query means take the signs s of Q_1 u, both key means -s, flipped back to s on a
+  random fraction of the coordinates ("To control the value of L, we manually adjust the sign
+  of each element"). All signs opposite gives L = 0 at every pair of centres, but then
+  r.r' = -T < 0, where positive features are nearly exact and trigonometric ones poor: L moves
+  with the angle.
+- ``orthogonal``: every query-key pair of means is orthogonal (r.r' = 0) and L is set through
+  the magnitudes alone (``sign_pattern_means`` with half the signs agreeing):
+  L / L_F = T / |r|^2 = 2 rho / (1 + rho^2).
+- ``fixed_loss``: the angle sweep at a fixed L = ``fixed_loss`` |r|^2 (``sign_pattern_means``
+  with a fraction f of agreeing signs and T / |r|^2 = L / (4 f |r|^2), so cos(r, r') =
+  T (2 f - 1) / |r|^2).
 
-Per configuration the data, the random pairs and the fitted clusters are fixed; each
-repetition (one key) draws fresh projections for every estimator and measures the MSE of
-SM(x, y) = exp(x.y) averaged over the pairs. All repetitions of one m run in one vmapped call.
-``measure`` computes, ``report`` writes the tables, the figure and the summary (claims and
-verdicts from ``experiments/hrf_clustered/summary.md``).
+The price of a small L at a given angle: the real diagonal rescales coordinate k by
+alpha_k = sqrt(|r'_k / r_k|), so the noise of points around the centres enters
+|A x + A^{-1} y|^2 amplified by sum_k (alpha_k^2 + alpha_k^-2) / (2 d) relative to FAVOR+
+(``noise_gain``; 1 / (T / |r|^2) for the sign-pattern generators).
+
+Per configuration the data, the random pairs and the fitted clusters are fixed; each repetition
+(one key) draws one set of projections, used by all three estimators (common random numbers, so
+the estimators are paired by repetition), and measures the MSE of SM(x, y) = exp(x.y) averaged
+over the pairs. All repetitions of one m run in one vmapped call; repetitions of different m
+use independent keys. ``measure`` computes, ``report`` writes the tables, the figure and the
+summary (claims and verdicts from ``experiments/hrf_clustered/summary.md``).
 """
 
 from __future__ import annotations
@@ -30,13 +38,13 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 
 import jax
 import jax.numpy as jnp
 import matplotlib
 import ml_collections
 import numpy as np
-import scipy.linalg
 
 from experiments.core import outputs, stats, verdicts
 from experiments.core.stats import Estimate
@@ -126,6 +134,15 @@ def paper_interval(configuration: int, estimator: str, m: int) -> tuple[float, f
     return low * 1e-4, high * 1e-4
 
 
+GENERATORS = ("paper", "orthogonal", "fixed_loss")
+# The claim each generator's configurations are judged under (config.claims).
+GENERATOR_CLAIMS = {
+    "paper": "paper_generator",
+    "orthogonal": "orthogonal_generator",
+    "fixed_loss": "angle_sweep",
+}
+
+
 def magnitude_ratio(loss_ratio: float) -> float:
     """rho with 2 rho / (1 + rho^2) = ``loss_ratio`` (in (0, 1]), rho in (0, 1]."""
     if not 0.0 < loss_ratio <= 1.0:
@@ -144,7 +161,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         config,
         "dim",
         "points_per_cluster",
-        "centre_norm",
+        "fixed_loss",
         "num_clusters",
         "kmeans_iterations",
         "max_scale",
@@ -152,40 +169,131 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "repetitions",
         "num_pairs",
     )
+    if set(config.centre_norms) != set(GENERATORS) or min(config.centre_norms.values()) <= 0:
+        raise ValueError(
+            f"config.centre_norms must give a length > 0 for each of {GENERATORS}, got "
+            f"{dict(config.centre_norms)}"
+        )
     for entry in config.configurations:
         if not (
-            len(entry) == 3 and isinstance(entry[0], str) and 0 <= entry[1] <= 1 and entry[2] > 0
+            len(entry) == 4
+            and isinstance(entry[0], str)
+            and entry[1] in GENERATORS
+            and entry[3] > 0
         ):
             raise ValueError(
-                "config.configurations entries must be (name, agreeing fraction in [0, 1], "
-                f"sigma > 0), got {entry!r}"
+                "config.configurations entries must be (name, generator in "
+                f"{GENERATORS}, parameter, sigma > 0), got {entry!r}"
             )
+        try:
+            means(jax.random.key(0), entry[1], entry[2], config)
+        except ValueError as error:
+            raise ValueError(f"config.configurations entry {entry!r}: {error}") from None
 
 
-def cluster_means(
-    key: jax.Array, dim: int, loss_ratio: float, norm: float
+def sign_pattern_means(
+    key: jax.Array, dim: int, agreeing: int, product: float, norm: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Query means (2, d) and key means (2, d) of length ``norm``: every query-key pair is
-    orthogonal, and L / L_F = ``loss_ratio`` for the real diagonal A (see the module docstring).
+    """Query means (2, d) and key means (2, d) of length ``norm`` whose every query-key pair
+    agrees in sign on exactly ``agreeing`` coordinates, with |r_k r'_k| the same in every
+    coordinate: T = sum_k |r_k r'_k| = ``product`` norm^2, L = 4 (agreeing / d) T and
+    r.r' = (2 agreeing / d - 1) T for every pair.
 
-    Signs: four distinct non-constant rows of the Sylvester-Hadamard matrix, columns permuted at
-    random (any two agree on exactly d / 2 coordinates). Magnitudes: queries 1 on a random half
-    H of the coordinates and rho = ``magnitude_ratio(loss_ratio)`` elsewhere, keys rho on H and
-    1 elsewhere, so |r_k r'_k| is the same in every coordinate.
+    Signs: s at random; the second query mean flips s on a random half F of the coordinates, the
+    key means on d - ``agreeing`` coordinates each, half of F (complementary halves for the two
+    keys) and the same others outside F. Magnitudes: queries 1 on a random half H of the
+    coordinates and rho = ``magnitude_ratio(product)`` elsewhere, keys rho on H and 1 elsewhere.
+
+    Raises:
+      ValueError: unless d is a multiple of 4, d / 4 <= ``agreeing`` <= 3 d / 4 and
+        ``product`` is in (0, 1].
     """
-    if dim < 8 or dim & (dim - 1):
-        raise ValueError(f"dim must be a power of two >= 8 (Hadamard sign rows), got {dim}")
-    rows_key, columns_key = jax.random.split(key)
-    rows = 1 + np.asarray(jax.random.permutation(rows_key, dim - 1))[:4]
-    columns = np.asarray(jax.random.permutation(columns_key, dim))
-    signs = scipy.linalg.hadamard(dim)[rows][:, columns].astype(np.float64)
-    rho = magnitude_ratio(loss_ratio)
+    if dim % 4 or not dim // 4 <= agreeing <= 3 * dim // 4:
+        raise ValueError(
+            f"agreeing must be in [d / 4, 3 d / 4] = [{dim // 4}, {3 * dim // 4}] with d a "
+            f"multiple of 4, got agreeing = {agreeing}, d = {dim}"
+        )
+    rho = magnitude_ratio(product)
+    sign_key, flip_key, heavy_key = jax.random.split(key, 3)
+    signs = np.where(np.asarray(jax.random.bernoulli(sign_key, 0.5, (dim,))), 1.0, -1.0)
+    order = np.asarray(jax.random.permutation(flip_key, dim))
+    half, quarter, outside = dim // 2, dim // 4, dim - agreeing - dim // 4
+    flips = [
+        order[:half],
+        np.concatenate([order[:quarter], order[half : half + outside]]),
+        np.concatenate([order[quarter:half], order[half : half + outside]]),
+    ]
+    patterns = [signs.copy() for _ in range(4)]
+    for pattern, flipped in zip(patterns[1:], flips, strict=True):
+        pattern[flipped] *= -1
     heavy = np.zeros(dim, bool)
-    heavy[columns[: dim // 2]] = True
+    heavy[np.asarray(jax.random.permutation(heavy_key, dim))[:half]] = True
     query_magnitude = np.where(heavy, 1.0, rho)
     key_magnitude = np.where(heavy, rho, 1.0)
     scale = norm / np.linalg.norm(query_magnitude)
-    return signs[:2] * query_magnitude * scale, signs[2:] * key_magnitude * scale
+    query = np.stack(patterns[:2]) * query_magnitude * scale
+    keys = np.stack(patterns[2:]) * key_magnitude * scale
+    return query, keys
+
+
+def paper_means(
+    key: jax.Array, dim: int, agreeing_fraction: float, norm: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Query means (Q_1 u, Q_2 u) and key means (Q_3 v, Q_4 v), sign-adjusted (App. H.3; the
+    construction of commit b8822e7).
+
+    Both query means take the signs s of Q_1 u; both key means take -s, flipped back to s on a
+    random ``agreeing_fraction`` of the coordinates. Each mean is rescaled to length ``norm``.
+    Returns arrays of shape (2, d) and (2, d).
+    """
+    if not 0.0 <= agreeing_fraction <= 1.0:
+        raise ValueError(f"agreeing_fraction must be in [0, 1], got {agreeing_fraction}")
+    keys = jax.random.split(key, 7)
+    u, v = (np.asarray(jax.random.normal(k, (dim,)), np.float64) for k in keys[:2])
+    rotations = [np.asarray(jax.random.orthogonal(k, dim), np.float64) for k in keys[2:6]]
+    query = np.stack([rotations[0] @ u, rotations[1] @ u])
+    key_means = np.stack([rotations[2] @ v, rotations[3] @ v])
+    signs = np.sign(query[0])
+    agree = np.zeros(dim, bool)
+    agree[np.asarray(jax.random.permutation(keys[6], dim))[: round(agreeing_fraction * dim)]] = True
+    query = signs * np.abs(query)
+    key_means = np.where(agree, signs, -signs) * np.abs(key_means)
+    query *= norm / np.linalg.norm(query, axis=1, keepdims=True)
+    key_means *= norm / np.linalg.norm(key_means, axis=1, keepdims=True)
+    return query, key_means
+
+
+def means(
+    key: jax.Array, generator: str, parameter: float, config: ml_collections.ConfigDict
+) -> tuple[np.ndarray, np.ndarray]:
+    """The query and key means of one configuration (see the module docstring).
+
+    ``parameter``: the agreeing sign fraction (``paper``, ``fixed_loss``) or L / L_F
+    (``orthogonal``).
+
+    Raises:
+      ValueError: for an unknown generator or a parameter it cannot realise.
+    """
+    dim, norm = config.dim, config.centre_norms[generator]
+    if generator == "paper":
+        return paper_means(key, dim, parameter, norm)
+    if generator == "orthogonal":
+        return sign_pattern_means(key, dim, dim // 2, parameter, norm)
+    if generator == "fixed_loss":
+        agreeing = round(parameter * dim)
+        if abs(agreeing - parameter * dim) > 1e-9 or agreeing == 0:
+            raise ValueError(
+                f"a fixed_loss parameter must be a fraction k / d of the d = {dim} coordinates "
+                f"with k >= 1, got {parameter}"
+            )
+        product = config.fixed_loss * dim / (4 * agreeing)  # T / |r|^2 = L / (4 f |r|^2)
+        if product > 1:
+            raise ValueError(
+                f"fixed_loss = {config.fixed_loss} needs an agreeing fraction >= "
+                f"{config.fixed_loss / 4:g} (T <= |r|^2), got {parameter}"
+            )
+        return sign_pattern_means(key, dim, agreeing, product, norm)
+    raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
 
 
 def clustered_points(key: jax.Array, means: np.ndarray, count: int, sigma: float) -> np.ndarray:
@@ -195,11 +303,15 @@ def clustered_points(key: jax.Array, means: np.ndarray, count: int, sigma: float
 
 
 def make_configuration(
-    key: jax.Array, loss_ratio: float, sigma: float, config: ml_collections.ConfigDict
+    key: jax.Array,
+    generator: str,
+    parameter: float,
+    sigma: float,
+    config: ml_collections.ConfigDict,
 ) -> dict:
     """Means, data, random pairs and the fitted cluster-hybrid parameters of one configuration."""
     means_key, query_key, key_key, pair_key, fit_key = jax.random.split(key, 5)
-    query_means, key_means = cluster_means(means_key, config.dim, loss_ratio, config.centre_norm)
+    query_means, key_means = means(means_key, generator, parameter, config)
     queries = clustered_points(query_key, query_means, config.points_per_cluster, sigma)
     keys = clustered_points(key_key, key_means, config.points_per_cluster, sigma)
     first, second = jax.random.split(pair_key)
@@ -234,7 +346,8 @@ def centre_losses(parameters: features.ClusterHybridParameters) -> np.ndarray:
 
 def geometry(setup: dict) -> dict[str, float]:
     """Facts of one configuration: L and L_F at the fitted centres, the cosines of the
-    query-key means, the largest alpha and the noise gain sum (alpha^2 + alpha^-2) / (2 d)."""
+    query-key means (mean, min and max over the 4 pairs), the largest alpha and the noise gain
+    sum (alpha^2 + alpha^-2) / (2 d)."""
     parameters = setup["parameters"]
     losses = centre_losses(parameters)
     r = np.asarray(parameters.query_centres, np.float64)[:, None, :]
@@ -247,7 +360,9 @@ def geometry(setup: dict) -> dict[str, float]:
         "L_mean": float(losses.mean()),
         "L_favor_mean": float(favor_losses.mean()),
         "L_ratio": float(losses.mean() / favor_losses.mean()),
-        "max_abs_cosine": float(np.abs(cosines).max()),
+        "cosine_mean": float(cosines.mean()),
+        "cosine_min": float(cosines.min()),
+        "cosine_max": float(cosines.max()),
         "max_alpha": float(np.maximum(alpha, 1 / alpha).max()),
         "noise_gain": float(np.mean(alpha**2 + alpha**-2) / 2),
     }
@@ -262,23 +377,20 @@ def _mean_squared_errors(
     y: jax.Array,
     parameters: features.ClusterHybridParameters,
 ) -> jax.Array:
-    """MSE over the pairs per repetition and estimator: shape (num_keys, 3)."""
+    """MSE over the pairs per repetition and estimator, all three on the repetition's
+    projections (common random numbers): shape (num_keys, 3)."""
     sampler = projections.get(coupling)
-    dim = x.shape[-1]
     exact = jnp.exp(jnp.sum(x * y, axis=-1))
 
     def one_repetition(key):
-        k = jax.random.split(key, 3)
-        w = sampler(k[0], dim, num_features)
+        w = sampler(key, x.shape[-1], num_features)
         cluster = features.estimate(
             features.cluster_hybrid_features(x, w, parameters, side="query"),
             features.cluster_hybrid_features(y, w, parameters, side="key"),
         )
-        w = sampler(k[1], dim, num_features)
         favor = features.estimate(
             features.positive_features(x, w), features.positive_features(y, w)
         )
-        w = sampler(k[2], dim, num_features)
         trig = features.estimate(
             features.trigonometric_features(x, w), features.trigonometric_features(y, w)
         )
@@ -288,19 +400,29 @@ def _mean_squared_errors(
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
-    """Rows per (configuration, m, estimator) with min/mean/SE/max MSE over repetitions, and the
-    geometry of every configuration. Writes nothing."""
+    """Per (configuration, m) the MSE of every estimator in every repetition (``draws``), the
+    geometry of every configuration (``facts``) and the run's wall time and load. Writes
+    nothing."""
     del workdir  # nothing to resume
+    start = time.time()
     data_key, draw_key = jax.random.split(jax.random.key(config.seed))
-    rows, facts = [], []
-    for c_index, (name, loss_ratio, sigma) in enumerate(config.configurations):
-        setup = make_configuration(jax.random.fold_in(data_key, c_index), loss_ratio, sigma, config)
+    draws, facts = [], []
+    for c_index, (name, generator, parameter, sigma) in enumerate(config.configurations):
+        setup = make_configuration(
+            jax.random.fold_in(data_key, c_index), generator, parameter, sigma, config
+        )
         facts.append(
-            {"configuration": name, "loss_ratio": loss_ratio, "sigma": sigma, **geometry(setup)}
+            {
+                "configuration": name,
+                "generator": generator,
+                "parameter": parameter,
+                "sigma": sigma,
+                **geometry(setup),
+            }
         )
         x = jnp.asarray(setup["x"], jnp.float32)
         y = jnp.asarray(setup["y"], jnp.float32)
-        for m in outputs.progress(config.feature_counts, f"{name:>22} m"):
+        for m in outputs.progress(config.feature_counts, f"{name:>40} m"):
             keys = jax.random.split(
                 jax.random.fold_in(jax.random.fold_in(draw_key, c_index), m), config.repetitions
             )
@@ -308,24 +430,87 @@ def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> di
                 _mean_squared_errors(config.coupling, m, keys, x, y, setup["parameters"]),
                 np.float64,
             )
-            for e, estimator in enumerate(ESTIMATORS):
-                rows.append(
-                    {
-                        "configuration": name,
-                        "loss_ratio": float(loss_ratio),
-                        "sigma": float(sigma),
-                        "num_features": int(m),
-                        "estimator": estimator,
-                        "mse_min": float(mse[:, e].min()),
-                        "mse_mean": float(mse[:, e].mean()),
-                        "mse_se": float(stats.mean_se(mse[:, e])[1]),
-                        "mse_max": float(mse[:, e].max()),
-                    }
-                )
-    return {"rows": rows, "facts": facts}
+            draws.append(
+                {
+                    "configuration": name,
+                    "num_features": int(m),
+                    **{e: mse[:, i].tolist() for i, e in enumerate(ESTIMATORS)},
+                }
+            )
+    run = {"seconds": time.time() - start, "load_average": os.getloadavg()[0]}
+    return {"draws": draws, "facts": facts, "run": run}
 
 
 # --------------------------------------------------------------------------- report
+
+
+def summary_rows(draws: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+    """Rows per (configuration, m, estimator): min / mean / SE / max of the MSE over
+    repetitions (``results.csv``)."""
+    entries = {entry[0]: entry for entry in config.configurations}
+    rows = []
+    for draw in draws:
+        _, generator, parameter, sigma = entries[draw["configuration"]]
+        for estimator in ESTIMATORS:
+            mse = np.asarray(draw[estimator])
+            rows.append(
+                {
+                    "configuration": draw["configuration"],
+                    "generator": generator,
+                    "parameter": float(parameter),
+                    "sigma": float(sigma),
+                    "num_features": draw["num_features"],
+                    "estimator": estimator,
+                    "mse_min": float(mse.min()),
+                    "mse_mean": float(mse.mean()),
+                    "mse_se": float(stats.mean_se(mse)[1]),
+                    "mse_max": float(mse.max()),
+                }
+            )
+    return rows
+
+
+def log_ratio(draw: dict, baseline: str) -> Estimate:
+    """The paired mean over repetitions of ln(MSE baseline / MSE cluster-HRF) at one m
+    (positive: cluster-HRF more accurate)."""
+    return stats.mean_log_ratio(draw[baseline], draw["cluster_hrf"])
+
+
+def pooled_log_ratios(draws: list[dict], name: str) -> dict[str, Estimate]:
+    """Per baseline, ``log_ratio`` of configuration ``name`` pooled over m (equal weights;
+    the repetitions of different m are independent)."""
+    mine = [d for d in draws if d["configuration"] == name]
+    return {LABELS[b]: stats.pool([log_ratio(d, b) for d in mine]) for b in ESTIMATORS[1:]}
+
+
+def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+    """The verdicts on the claims ``config`` declares: per generator, one test per
+    (configuration, baseline) of the paired log MSE ratio pooled over m, judged over the cells
+    as a claim about every variant (``Verdicts.every``)."""
+    judge = verdicts.Verdicts(config)
+    for generator, claim_name in GENERATOR_CLAIMS.items():
+        cells = {
+            (name, baseline): estimate
+            for name, g, _, _ in config.configurations
+            if g == generator
+            for baseline, estimate in pooled_log_ratios(results["draws"], name).items()
+        }
+        if not cells:
+            judge.not_tested(claim_name, f"no configuration of the {generator!r} generator ran")
+            continue
+        judge.every(
+            claim_name,
+            cells,
+            effect="mean over m of the paired mean ln(MSE baseline / MSE cluster-HRF)",
+            cell_name="(configuration, baseline)",
+            units="repetitions",
+        )
+    judge.not_tested(
+        "separation",
+        "cluster-HRF's max over repetitions below both baselines' min is a statement about "
+        "sample extremes, which have no standard error; the counts are in the table below",
+    )
+    return judge
 
 
 def _cells(rows: list[dict], name: str, m: int) -> dict[str, dict]:
@@ -334,34 +519,30 @@ def _cells(rows: list[dict], name: str, m: int) -> dict[str, dict]:
     }
 
 
-def mean_gap_z(cluster: dict, baseline: dict) -> float:
-    """(baseline mean - cluster mean) / SE of the difference (independent repetitions)."""
-    return (baseline["mse_mean"] - cluster["mse_mean"]) / math.hypot(
-        baseline["mse_se"], cluster["mse_se"]
-    )
-
-
-def table_rows(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
-    """Table 3 layout: per (configuration, m) the [min, max] of each estimator, the mean test and
-    the separation test, with the paper's intervals beside."""
+def table_rows(rows: list[dict], draws: list[dict], config: ml_collections.ConfigDict):
+    """Table 3 layout: per (configuration, m) the [min, max] of each estimator, the paired log
+    ratio to the better baseline in SE and whether cluster-HRF's max is below both baselines'
+    min, with the paper's intervals beside (the paper's four configurations matched by order to
+    the four of the ``paper`` and ``orthogonal`` generators)."""
     out = []
-    for c_index, (name, _, _) in enumerate(config.configurations):
+    for name, generator, _, _ in config.configurations:
+        order = [e[0] for e in config.configurations if e[1] == generator].index(name)
         for m in config.feature_counts:
             cells = _cells(rows, name, m)
-            cluster = cells["cluster_hrf"]
+            draw = next(d for d in draws if d["configuration"] == name and d["num_features"] == m)
             row = {"configuration": name, "m": m}
             for estimator in ESTIMATORS:
                 r = cells[estimator]
                 row[LABELS[estimator]] = f"[{r['mse_min']:.4f}, {r['mse_max']:.4f}]"
-            z = min(mean_gap_z(cluster, cells[e]) for e in ESTIMATORS[1:])
-            row["mean gap to best baseline (SE)"] = f"{z:.1f}"
-            row["max < both mins"] = cluster["mse_max"] < min(
+            gap = min((log_ratio(draw, b) for b in ESTIMATORS[1:]), key=lambda e: e.mean)
+            row["ln ratio to best baseline (z)"] = f"{gap.mean:+.2f} ({gap.t:+.1f})"
+            row["max < both mins"] = cells["cluster_hrf"]["mse_max"] < min(
                 cells[e]["mse_min"] for e in ESTIMATORS[1:]
             )
-            paper = [paper_interval(c_index, e, m) for e in ESTIMATORS]
+            paper = [paper_interval(order, e, m) for e in ESTIMATORS]
             row["paper cluster / FAVOR+ / trig"] = (
                 " ".join(f"[{cell[0]:.4f}, {cell[1]:.4f}]" for cell in paper if cell)
-                if all(paper)
+                if generator != "fixed_loss" and all(paper)
                 else "-"
             )
             out.append(row)
@@ -381,103 +562,95 @@ def paper_separated_rows() -> tuple[int, int]:
     return count, total
 
 
-def configuration_rows(rows: list[dict], facts: list[dict], config) -> list[dict]:
-    """Per configuration: its geometry, FAVOR+ at the smallest m, at how many m cluster-HRF's
-    mean is below / above each baseline's by more than 3 SE, and at how many m its max is below
+def configuration_rows(draws: list[dict], facts: list[dict], config) -> list[dict]:
+    """Per configuration: its geometry, FAVOR+'s mean MSE at the smallest m, the paired log
+    ratio to each baseline pooled over m (± SE) and at how many m cluster-HRF's max is below
     both baselines' min."""
-    result = []
     first_m = min(config.feature_counts)
-    count = len(config.feature_counts)
+    result = []
     for fact in facts:
         name = fact["configuration"]
-        per_m = [_cells(rows, name, m) for m in config.feature_counts]
+        mine = [d for d in draws if d["configuration"] == name]
         separated = sum(
-            c["cluster_hrf"]["mse_max"] < min(c[e]["mse_min"] for e in ESTIMATORS[1:])
-            for c in per_m
+            max(d["cluster_hrf"]) < min(min(d[e]) for e in ESTIMATORS[1:]) for d in mine
         )
+        favor = next(d for d in mine if d["num_features"] == first_m)["favor_plus"]
         row = {
             "configuration": name,
             "L / L_F": f"{fact['L_ratio']:.2f}",
-            "max abs cos(r, r')": f"{fact['max_abs_cosine']:.1e}",
+            "cos(r, r')": f"{fact['cosine_mean']:+.2f} [{fact['cosine_min']:+.2f}, "
+            f"{fact['cosine_max']:+.2f}]",
             "max alpha": f"{fact['max_alpha']:.2f}",
             "noise gain": f"{fact['noise_gain']:.2f}",
-            f"FAVOR+ mean MSE, m = {first_m}": f"{per_m[0]['favor_plus']['mse_mean']:.3f}",
+            f"FAVOR+ mean MSE, m = {first_m}": f"{np.mean(favor):.3f}",
         }
-        for baseline in ESTIMATORS[1:]:
-            gaps = [mean_gap_z(c["cluster_hrf"], c[baseline]) for c in per_m]
-            lower, higher = sum(g > 3 for g in gaps), sum(g < -3 for g in gaps)
-            row[f"below {LABELS[baseline]} / above (m, 3 SE)"] = f"{lower} / {higher} of {count}"
-        row["max < both mins (m)"] = f"{separated} of {count}"
+        for baseline, estimate in pooled_log_ratios(draws, name).items():
+            row[f"ln(MSE {baseline} / cluster-HRF)"] = f"{estimate.mean:+.2f} ± {estimate.se:.2f}"
+        row["max < both mins (m)"] = f"{separated} of {len(mine)}"
         result.append(row)
     return result
 
 
-def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
-    """The verdicts on the claims ``config`` declares: cluster-HRF against both baselines, one
-    test of the mean relative gap over (configuration, m, baseline)."""
-    judge = verdicts.Verdicts(config)
-    rows, n = results["rows"], config.repetitions
-    cells = {}
-    for name, _, _ in config.configurations:
-        for m in config.feature_counts:
-            mine = _cells(rows, name, m)
-            cluster = Estimate(mine["cluster_hrf"]["mse_mean"], mine["cluster_hrf"]["mse_se"], n)
-            for baseline in ESTIMATORS[1:]:
-                other = Estimate(mine[baseline]["mse_mean"], mine[baseline]["mse_se"], n, n - 1)
-                gap = stats.independent_difference(
-                    other, Estimate(cluster.mean, cluster.se, n, n - 1)
-                )
-                cells[(name, m, LABELS[baseline])] = Estimate(
-                    gap.mean / cluster.mean, gap.se / cluster.mean, gap.n, gap.df
-                )
-    judge.ordering(
-        "most_accurate",
-        cells,
-        effect="(baseline mean MSE - cluster-HRF's) / cluster-HRF's",
-        cell_name="(configuration, m, baseline)",
-        units="repetitions",
-        shared_units=True,
-    )
-    judge.not_tested(
-        "separation",
-        "cluster-HRF's max over repetitions below both baselines' min is a statement about "
-        "sample extremes, which have no standard error; the counts are in the table below",
-    )
-    return judge
+def sweep_text(draws: list[dict], facts: list[dict]) -> str:
+    """The angle sweep's effects at its two ends, per sigma ("(not run)" without a sweep)."""
+    sweep = [f for f in facts if f["generator"] == "fixed_loss"]
+    parts = []
+    for sigma in sorted({f["sigma"] for f in sweep}):
+        ends = sorted((f for f in sweep if f["sigma"] == sigma), key=lambda f: f["cosine_mean"])
+        texts = []
+        for fact in (ends[0], ends[-1]):
+            effects = pooled_log_ratios(draws, fact["configuration"])
+            texts.append(
+                f"cos {fact['cosine_mean']:+.2f}: "
+                + ", ".join(f"{b} {e.mean:+.2f} ± {e.se:.2f}" for b, e in effects.items())
+            )
+        parts.append(f"sigma = {sigma:g}: " + " -> ".join(texts))
+    return "; ".join(parts) or "(not run)"
+
+
+PANELS_PER_ROW = 6
 
 
 def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:
     """Mean MSE vs m (band: min to max over repetitions) per configuration, log MSE axis
-    (Fig. 6)."""
-    count = len(config.configurations)
-    fig, axes = plt.subplots(1, count, figsize=(3.6 * count, 3.5), squeeze=False)
-    for ax, (name, _, _) in zip(axes[0], config.configurations, strict=True):
-        for index, estimator in enumerate(ESTIMATORS):
-            mine = [r for r in rows if r["configuration"] == name and r["estimator"] == estimator]
-            m = [r["num_features"] for r in mine]
-            ax.plot(
-                m,
-                [r["mse_mean"] for r in mine],
-                "o-",
-                ms=3,
-                color=f"C{index}",
-                label=f"{LABELS[estimator]} mean",
-            )
-            ax.fill_between(
-                m,
-                [r["mse_min"] for r in mine],
-                [r["mse_max"] for r in mine],
-                color=f"C{index}",
-                alpha=0.2,
-            )
-        ax.set_yscale("log")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("number of random features m")
+    (Fig. 6), the rows of panels by generator (at most ``PANELS_PER_ROW`` to a row)."""
+    by_generator = []
+    for generator in GENERATORS:
+        entries = [e for e in config.configurations if e[1] == generator]
+        by_generator += [
+            entries[start : start + PANELS_PER_ROW]
+            for start in range(0, len(entries), PANELS_PER_ROW)
+        ]
+    width = max(len(entries) for entries in by_generator)
+    fig, axes = plt.subplots(
+        len(by_generator), width, figsize=(3.2 * width, 3.0 * len(by_generator)), squeeze=False
+    )
+    for panels, entries in zip(axes, by_generator, strict=True):
+        for ax in panels[len(entries) :]:
+            ax.axis("off")
+        for ax, (name, _, _, _) in zip(panels, entries, strict=False):
+            for index, estimator in enumerate(ESTIMATORS):
+                mine = [
+                    r for r in rows if r["configuration"] == name and r["estimator"] == estimator
+                ]
+                m = [r["num_features"] for r in mine]
+                color = f"C{index}"
+                ax.plot(m, [r["mse_mean"] for r in mine], "o-", ms=3, color=color)
+                ax.fill_between(
+                    m,
+                    [r["mse_min"] for r in mine],
+                    [r["mse_max"] for r in mine],
+                    color=color,
+                    alpha=0.2,
+                    label=LABELS[estimator],
+                )
+            ax.set_yscale("log")
+            ax.set_title(name, fontsize=7)
     axes[0][0].set_ylabel("MSE of SM-hat")
     axes[0][0].legend(fontsize=7)
     fig.suptitle(
         f"Clustered data, d = {config.dim}: mean MSE (line) and min-max band over "
-        f"{config.repetitions} repetitions",
+        f"{config.repetitions} repetitions vs m",
         fontsize=9,
     )
     outputs.save_figure(fig, path)
@@ -486,9 +659,9 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Writes ``results.csv``, ``configurations.csv``, ``mse_vs_m.png``, ``summary.md``,
     ``verdicts.json`` and ``config.json``."""
-    rows, facts = results["rows"], results["facts"]
-    summary_rows = table_rows(rows, config)
-    per_configuration = configuration_rows(rows, facts, config)
+    draws, facts, run = results["draws"], results["facts"], results["run"]
+    rows = summary_rows(draws, config)
+    per_configuration = configuration_rows(draws, facts, config)
     paper_count, paper_total = paper_separated_rows()
     spreads = [r["mse_max"] / r["mse_min"] for r in rows if r["mse_min"] > 0]
     verdicts.write_summary(
@@ -500,16 +673,13 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         spread_high=f"{max(spreads):.0f}",
         paper_separated=paper_count,
         paper_rows=paper_total,
+        run_time=f"{outputs.format_duration(run['seconds'])} (1-min load average "
+        f"{run['load_average']:.1f} at its end)",
+        sweep=sweep_text(draws, facts),
         configuration_table=outputs.markdown_table(per_configuration),
-        table=outputs.markdown_table(summary_rows),
+        table=outputs.markdown_table(table_rows(rows, draws, config)),
     )
-    outputs.write_csv(os.path.join(workdir, "results.csv"), rows)
-    outputs.write_csv(os.path.join(workdir, "configurations.csv"), facts)
+    outputs.write_csvs(workdir, {"results.csv": rows, "configurations.csv": facts})
     plot(rows, config, os.path.join(workdir, "mse_vs_m.png"))
     print(outputs.markdown_table(per_configuration))
-    return {
-        "rows": rows,
-        "table": summary_rows,
-        "facts": facts,
-        "configurations": per_configuration,
-    }
+    return {"rows": rows, "facts": facts, "configurations": per_configuration}

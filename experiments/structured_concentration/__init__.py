@@ -89,6 +89,15 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     validate.require(eps == sorted(set(eps)), "epsilons", config.epsilons, "increasing")
     validate.require_int(config, "num_draws", minimum=2)
     validate.require_int(config, "draws_per_chunk", "bound_draws", "num_pairs", minimum=1)
+    contrast, prefix = config.chi_contrast, "config.chi_contrast"
+    validate.require_names(contrast, "family", tuple(FAMILIES), prefix)
+    validate.require_int(contrast, "dims", "num_features", minimum=1, prefix=prefix)
+    validate.require(
+        len(set(contrast.dims)) == 2, "dims", contrast.dims, "two distinct block sizes", prefix
+    )
+    validate.require(
+        0 < contrast.tail_floor < 1, "tail_floor", contrast.tail_floor, "in (0, 1)", prefix
+    )
 
 
 def load_points(config: ml_collections.ConfigDict) -> tuple[np.ndarray, float]:
@@ -122,8 +131,11 @@ def _estimates(model, preprocess, num_features, keys, points, first, second):
     return jax.vmap(one)(keys)
 
 
-def measure_errors(config, model, preprocess, points, first, second, exact, key) -> dict:
-    """Statistics of K_hat - K over ``config.num_draws`` draws (SEs over draws).
+def measure_errors(
+    config, model, preprocess, points, first, second, exact, key, num_features=None
+) -> dict:
+    """Statistics of K_hat - K over ``config.num_draws`` draws (SEs over draws), with
+    ``num_features`` projections (default: the points' dimension, one full block).
 
     Per draw: the mean over pairs of the squared error (``mse``) and of the error (``bias``),
     the fraction of pairs with |error| > eps (``tail``) and whether the largest |error| over
@@ -135,10 +147,11 @@ def measure_errors(config, model, preprocess, points, first, second, exact, key)
     per_draw: dict[str, list[np.ndarray]] = {"mse": [], "bias": [], "tail": [], "max_tail": []}
     pair_sum, pair_squares = np.zeros(num_pairs), np.zeros(num_pairs)
     args = (jnp.asarray(points, jnp.float32), jnp.asarray(first), jnp.asarray(second))
+    num_features = num_features or points.shape[-1]
     for start in outputs.progress(range(0, config.num_draws, config.draws_per_chunk), "draws"):
         count = min(config.draws_per_chunk, config.num_draws - start)
         keys = jax.random.split(jax.random.fold_in(key, start), count)
-        estimates = _estimates(model, preprocess, points.shape[-1], keys, *args)
+        estimates = _estimates(model, preprocess, num_features, keys, *args)
         errors = np.asarray(estimates, np.float64) - exact  # (count, pairs)
         per_draw["mse"].append(np.mean(errors**2, axis=1))
         per_draw["bias"].append(np.mean(errors, axis=1))
@@ -204,15 +217,57 @@ def measure_method(config, family, preprocess, data, key) -> dict:
     return result
 
 
-def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
-    """Per-method statistics and data constants, JSON-serialisable.
+def measure_chi_contrast(config, data, key) -> dict:
+    """The contrast of chi[P] within one family at equal m and (nearly) equal budget: the
+    plain ``config.chi_contrast.family`` P-model at each block size n of
+    ``config.chi_contrast.dims`` (the points zero-padded to n, which changes no kernel value),
+    each with the same ``num_features`` rows; per n the error statistics of ``measure_errors``
+    (independent draws per n), chi[P] and the budget t.
 
-    With a ``workdir``, each finished method is saved to ``workdir/measurements.json`` and a
-    rerun with the same config resumes from it (``report`` can then be rerun alone).
+    Raises:
+      ValueError: if a block size is below the points' dimension.
+    """
+    scaled, first, second, _, exact = data
+    contrast = config.chi_contrast
+    model = FAMILIES[contrast.family]
+    measured = {}
+    for index, n in enumerate(contrast.dims):
+        if n < scaled.shape[-1] or contrast.num_features > n:
+            raise ValueError(
+                f"config.chi_contrast.dims must be >= the data's d = {scaled.shape[-1]} and >= "
+                f"num_features = {contrast.num_features}, got {n}"
+            )
+        padded = np.pad(scaled, ((0, 0), (0, n - scaled.shape[-1])))
+        draw_key = jax.random.fold_in(key, index)
+        result = measure_errors(
+            config, model, False, padded, first, second, exact, draw_key, contrast.num_features
+        )
+        sample = projections.p_model(
+            draw_key, n, contrast.num_features, generator=model, preprocess=False
+        )
+        result.update(
+            chromatic=theory.p_model_chromatic_number(sample),
+            budget=model.budget_size(sample.block_dim),
+        )
+        measured[str(n)] = result
+    return measured
+
+
+def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:
+    """Per-method statistics, the within-family chi contrast (``chi_contrast``) and data
+    constants, JSON-serialisable.
+
+    With a ``workdir``, each finished method (and the contrast) is saved to
+    ``workdir/measurements.json`` and a rerun with the same config resumes from it (``report``
+    can then be rerun alone; a changed ``chi_contrast`` reruns the contrast only).
     """
     validate_config(config)
     path = os.path.join(workdir, MEASUREMENTS) if workdir else None
-    results: dict[str, Any] = {"config": records.settings(config), "methods": {}, "seconds": 0.0}
+    results: dict[str, Any] = {
+        "config": records.settings(config, exclude=("chi_contrast",)),
+        "methods": {},
+        "seconds": 0.0,
+    }
     if path and os.path.exists(path):
         with open(path) as handle:
             saved = json.load(handle)
@@ -235,6 +290,18 @@ def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> di
             config, family, preprocess, data, jax.random.fold_in(key, index)
         )
         results["seconds"] += time.perf_counter() - method_started
+        if path:
+            outputs.write_json(path, results)
+    contrast_settings = records.settings(config.chi_contrast)
+    if results.get("chi_contrast", {}).get("settings") != contrast_settings:
+        started = time.perf_counter()
+        measured = measure_chi_contrast(config, data, jax.random.fold_in(key, 10_000))
+        results["chi_contrast"] = {
+            "settings": contrast_settings,
+            "dims": measured,
+            "seconds": time.perf_counter() - started,
+            "load_average": os.getloadavg()[0],
+        }
         if path:
             outputs.write_json(path, results)
     dim = points.shape[-1]
@@ -443,6 +510,10 @@ def numbers(results: dict, config: ml_collections.ConfigDict) -> dict[str, str]:
             )
     else:
         values["chi_order_numbers"] = values["lambda_order_numbers"] = "-"
+    values["chi_order_numbers"] = (
+        f"{chi_contrast_text(results, config)}; across families (descriptive: chi moves with "
+        f"the budget and the coherence there): {values['chi_order_numbers']}"
+    )
     for key, bound in (
         ("hoeffding", "Hoeffding"),
         ("p_model", "P-model"),
@@ -461,6 +532,61 @@ def numbers(results: dict, config: ml_collections.ConfigDict) -> dict[str, str]:
         f"{at['max tail SE']:.2g}"
     )
     return values
+
+
+def contrast_labels(results: dict) -> tuple[str, str]:
+    """ "n = N (chi = C)" of the chi contrast's block sizes, the larger chi first."""
+    dims = results["chi_contrast"]["dims"]
+    ordered = sorted(dims, key=lambda n: -dims[n]["chromatic"])
+    return tuple(f"n = {n} (chi = {dims[n]['chromatic']})" for n in ordered)
+
+
+def chi_contrast_rows(results: dict, config: ml_collections.ConfigDict) -> list[dict]:
+    """Per eps: the tail P(|K_hat - K| > eps) at the chi contrast's two block sizes (the larger
+    chi first; independent draws), ln of their ratio with its delta-method SE, and the ratio
+    the m / chi mechanism would give if the errors were Gaussian with variance proportional to
+    chi[P]: 2 Q(z sqrt(chi_low / chi_high)) at the low-chi tail 2 Q(z)."""
+    dims = results["chi_contrast"]["dims"]
+    high, low = sorted(dims.values(), key=lambda d: -d["chromatic"])
+    high_label, low_label = contrast_labels(results)
+    rows = []
+    for index, eps in enumerate(config.epsilons):
+        p_high, p_low = high["tail"][index], low["tail"][index]
+        se_high, se_low = high["tail_se"][index], low["tail_se"][index]
+        z = scipy_stats.norm.isf(p_low / 2) if p_low > 0 else math.inf
+        predicted = 2 * scipy_stats.norm.sf(z * math.sqrt(low["chromatic"] / high["chromatic"]))
+        both = p_high > 0 and p_low > 0
+        rows.append(
+            {
+                "eps": float(eps),
+                f"tail, {high_label}": p_high,
+                f"tail, {high_label} SE": se_high,
+                f"tail, {low_label}": p_low,
+                f"tail, {low_label} SE": se_low,
+                "ln ratio": math.log(p_high / p_low) if both else math.nan,
+                "ln ratio SE": math.hypot(se_high / p_high, se_low / p_low) if both else math.nan,
+                "m / chi reading": math.log(predicted / p_low) if p_low > 0 else math.nan,
+            }
+        )
+    return rows
+
+
+def chi_contrast_text(results: dict, config: ml_collections.ConfigDict) -> str:
+    """The chi contrast's MSEs and its tails at the shown eps, for the claims' table."""
+    dims = results["chi_contrast"]["dims"]
+    high, low = (dims[n] for n in sorted(dims, key=lambda n: -dims[n]["chromatic"]))
+    labels = contrast_labels(results)
+    n = config.num_draws
+    mse = [Estimate(d["mse"], d["mse_se"], n) for d in (high, low)]
+    difference = stats.independent_difference(*mse)
+    shown = min(chi_contrast_rows(results, config), key=lambda r: abs(r["eps"] - 0.15))
+    return (
+        f"{config.chi_contrast.family}, m = {config.chi_contrast.num_features} rows, "
+        f"{labels[0]} against {labels[1]}: MSE {mse[0].mean:.4g} against {mse[1].mean:.4g} "
+        f"(difference {difference.mean:+.2g} ± {difference.se:.2g}); at eps = {shown['eps']:g} "
+        f"ln(tail ratio) = {shown['ln ratio']:+.3f} ± {shown['ln ratio SE']:.3f}, where the "
+        f"m / chi mechanism with Gaussian errors would give {shown['m / chi reading']:+.2f}"
+    )
 
 
 def _circulant_chi(n: int) -> int:
@@ -545,11 +671,19 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
         "families",
     )
     structured = [r for r in rows if r["family"] != REFERENCE]
-    judge.not_tested(
+    contrast = chi_contrast_rows(results, config)
+    high, low = contrast_labels(results)
+    judge.ordering(
         "chi_order",
-        "across families chi[P] moves with the budget of randomness and the coherence, so a "
-        "rank correlation of chi[P] and MSE over families cannot isolate it (a contrast of chi "
-        "within one family at equal budget can: circulant at n = 63 against 64)",
+        {
+            row["eps"]: Estimate(row["ln ratio"], row["ln ratio SE"], n)
+            for row in contrast
+            if min(row[f"tail, {high}"], row[f"tail, {low}"]) >= config.chi_contrast.tail_floor
+        },
+        effect=f"ln(tail at {high} / tail at {low})",
+        cell_name="eps",
+        units="draws",
+        shared_units=True,
     )
     if len(structured) < 5:
         judge.not_tested("lambda_order", "needs at least five structured methods")
@@ -671,10 +805,27 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         ratio_plain=_ratio_range(rows, False),
         ratio_hd=_ratio_range(rows, True),
         uniform_m=f"{features_for_uniform_bound(0.1, 0.05, results['dim'], results['diameter']):,}",
+        **contrast_values(results, config),
         **numbers(results, config),
     )
     outputs.write_csv(os.path.join(workdir, "methods.csv"), rows)
     return {"rows": rows, "tails": tails, "summary": summary, "iid_mse": results["iid_mse"]}
+
+
+def contrast_values(results: dict, config: ml_collections.ConfigDict) -> dict[str, str]:
+    """The chi contrast's settings, run time and table for the summary template."""
+    contrast = results["chi_contrast"]
+    dims = contrast["dims"]
+    return {
+        "contrast_dims": " and ".join(dims),
+        "contrast_chis": " and ".join(str(d["chromatic"]) for d in dims.values()),
+        "contrast_budgets": " and ".join(str(d["budget"]) for d in dims.values()),
+        "contrast_runtime": f"{contrast['seconds'] / 60:.1f} min, 1-min load average "
+        f"{contrast['load_average']:.1f} at its end",
+        "contrast_table": outputs.markdown_table(
+            chi_contrast_rows(results, config), float_format="{:.4g}"
+        ),
+    }
 
 
 def _ratio_range(rows: list[dict], preprocess: bool) -> str:
