@@ -55,9 +55,15 @@ def test_quick_run_ranks_every_pair_and_agrees_with_the_closed_forms(tmp_path):
     sets = ["synthetic", *(f"uci:{name}" for name in config.uci_sets)]
     assert sorted({row["data"] for row in rows}) == sorted(sets)
     for name in sets:
-        mses = [float(row["mse_mc"]) for row in rows if row["data"] == name]
-        assert len(mses) == len(config.feature_maps) * len(config.couplings)
-        assert mses == sorted(mses)
+        ranked = [
+            estimator_zoo_report.ranking_value(
+                {key: float(row[key]) for key in ("mse_mc", "mse_theory", "z_score")}
+            )
+            for row in rows
+            if row["data"] == name
+        ]
+        assert len(ranked) == len(config.feature_maps) * len(config.couplings)
+        assert ranked == sorted(ranked)
     synthetic = [r for r in rows if r["data"] == "synthetic" and r["mse_theory"] != "nan"]
     assert len(synthetic) >= 3
     for row in synthetic:
@@ -87,7 +93,59 @@ def test_quick_run_ranks_every_pair_and_agrees_with_the_closed_forms(tmp_path):
     assert (workdir / "summary.md").read_text() == summary
 
 
+def test_heavy_tailed_rows_are_ranked_by_their_closed_form_and_do_not_check_it():
+    light = {"mse_mc": 1.0, "mse_theory": 1.01, "mse_se": 0.01, "z_score": -1.0}
+    heavy = {"mse_mc": 2.0, "mse_theory": 900.0, "mse_se": 0.1, "z_score": -8980.0}
+    assert estimator_zoo_report.ranking_value(light) == 1.0
+    assert estimator_zoo_report.ranking_value(heavy) == 900.0  # not 2.0: MC falls short
+    config = zoo_config.get_config()
+    rows = [
+        {**light, "data": "synthetic", "feature_map": "positive", "coupling": "gaussian"},
+        {**heavy, "data": "vit", "feature_map": "positive", "coupling": "orthogonal"},
+    ]
+    records = {"rows": rows, "norm_coupled": [], "ratios": []}
+    judged = estimator_zoo_report.judge(records, config).given
+    assert judged["closed_forms"].outcome == verdicts.Outcome.HOLDS  # the light row alone
+    assert "1 of 2 rows Monte Carlo falls more than 4 SE short" in judged["closed_forms"].evidence
+    assert judged["e10_over_oprf"].outcome == verdicts.Outcome.NOT_TESTED
+
+
+def test_the_e10_numbers_follow_the_declared_averaging_rule():
+    rows = [
+        {
+            "anisotropy": 10.0,
+            "scale": 16.0,
+            "estimator": "oprf",
+            "mean_log_ratio": 2.0,
+            "pooled_log_ratio": 3.0,
+        },
+        {
+            "anisotropy": 10.0,
+            "scale": 16.0,
+            "estimator": "derf_asymmetric",
+            "mean_log_ratio": 11.0,
+            "pooled_log_ratio": 16.0,
+        },
+        {
+            "anisotropy": 10.0,
+            "scale": 16.0,
+            "estimator": "saderf",
+            "mean_log_ratio": 11.5,
+            "pooled_log_ratio": 14.0,
+        },
+    ]
+    text = estimator_zoo_report._e10_text(rows, "OPRF", "mean_log_ratio")
+    assert "kappa = 10: 9.5 saderf [13.0]" in text  # 11.5 - 2 declared; 16 - 3 beside
+    assert "0 of 1 anisotropies [1 of 1]" in text
+    text = estimator_zoo_report._e10_text(rows, "FAVOR+", "pooled_log_ratio")
+    assert "kappa = 10: 16.0 derf_asymmetric [11.5]" in text
+
+
 def test_config_validation_names_the_field():
+    config = zoo_config.get_config("quick")
+    config.ratios.rule = "median"
+    with pytest.raises(ValueError, match=r"config\.ratios\.rule"):
+        estimator_zoo.validate_config(config)
     config = zoo_config.get_config("quick")
     config.feature_maps = ("fourier",)  # the Gaussian kernel's map: not in the softmax zoo
     with pytest.raises(ValueError, match="feature_maps"):

@@ -62,6 +62,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     require_names(config, "real_feature_maps", config.feature_maps)
     require_names(config, "real_couplings", config.couplings)
     require_names(config, "part", ("all", "synthetic", "real"))
+    require_names(config.ratios, "rule", tuple(estimator_zoo_report.RULES), "config.ratios")
     if "positive" not in config.real_feature_maps or "gaussian" not in config.real_couplings:
         raise ValueError(
             "config.real_feature_maps and config.real_couplings must include FAVOR+ i.i.d. "
@@ -275,8 +276,9 @@ def _mean_se(values: np.ndarray) -> tuple[float, float]:
 
 
 def summarise_set(measured: dict, costs: dict) -> list[dict]:
-    """One row per (feature map, coupling), ranked by Monte Carlo MSE, with paired comparisons:
-    against FAVOR+ i.i.d. and against the next row of the ranking (both in SE)."""
+    """One row per (feature map, coupling), ranked by MSE (``ranking_value``: the closed form
+    where Monte Carlo falls short of it, else Monte Carlo), with paired comparisons: against
+    FAVOR+ i.i.d. and against the next row of the ranking (both in SE)."""
     pairs, kernel, attention = measured["pairs"], measured["kernel"], measured["attention"]
     mse_draws = {key: value.mean(axis=1) for key, value in kernel.items()}
     error_draws = {
@@ -303,7 +305,7 @@ def summarise_set(measured: dict, costs: dict) -> list[dict]:
         )
         row["features_per_s"] = costs[key]
         rows.append(row)
-    rows.sort(key=lambda row: row["mse_mc"])
+    rows.sort(key=estimator_zoo_report.ranking_value)
     for index, row in enumerate(rows):
         key = (row["feature_map"], row["coupling"])
         row["ratio_to_favor_plus"] = row["mse_mc"] / float(mse_draws[BASELINE].mean())
@@ -362,9 +364,12 @@ def norm_coupled_rows(one: dict, config: ml_collections.ConfigDict) -> list[dict
     )
     for label, index in groups:
         a, b = kernel[nc][:, index].mean(axis=1), kernel[orth][:, index].mean(axis=1)
+        ratio = stats.ratio_of_means(a, b)  # paired draws: delta-method SE
         row = {
             "data": label,
-            "mse_ratio": float(a.mean() / b.mean()),
+            "draws": len(a),
+            "mse_ratio": ratio.mean,
+            "mse_ratio_se": ratio.se,
             "mse_z": paired_z(a, b),
             "attention_ratio": math.nan,
             "attention_z": math.nan,

@@ -19,6 +19,24 @@ import matplotlib.pyplot as plt
 
 RESOLVED = 3.0  # |paired z| beyond which a difference counts as resolved
 
+# Monte Carlo falling short of a closed form by more than this many SE: the squared errors are
+# heavy-tailed (rare draws carry most of the expectation; the sample mean and its SE fall short),
+# so Monte Carlo cannot estimate the variance and the closed form is the reference.
+SHORT_Z = -4.0
+
+
+def monte_carlo_short(row: dict) -> bool:
+    """Whether the row's Monte Carlo MSE falls more than ``-SHORT_Z`` SE below its closed
+    form (see ``SHORT_Z``)."""
+    return math.isfinite(row["z_score"]) and row["z_score"] < SHORT_Z
+
+
+def ranking_value(row: dict) -> float:
+    """The MSE a row is ranked by: the closed form where Monte Carlo cannot estimate the
+    variance (``monte_carlo_short``), else the Monte Carlo mean."""
+    return row["mse_theory"] if monte_carlo_short(row) else row["mse_mc"]
+
+
 NORM_COUPLING_FINDING = (
     "Reid et al. (ICLR 2025, arXiv:2405.16541) pose the coupling of random-feature norms as "
     "optimal transport and solve it for pairs of orthogonal rows of positive (random Laplace) "
@@ -40,11 +58,15 @@ PAPER_SETTINGS = (
     "baseline in the abstract; a third-party summary of the paper reads it as SDERF over "
     "GERF/OPRF (the previous best) and gives ~e^5 on heterogeneous data; the Chefs' Random "
     "Tables abstract (arXiv:2205.15317) claims 'much lower variance' for OPRF without a number. "
-    "The papers' own variance-experiment settings (data, d, number of points, scales) could not "
-    "be retrieved (neither paper is in the seeds; the searchable copies stop at the "
-    "abstracts), so the setting below is assumed: d = 64, m = d, Gaussian data at "
-    "E|x|^2 = s, isotropic (kappa = 1) and with queries and keys stretched along opposite "
-    "axes (kappa > 1, a heterogeneous case); both baselines are reported."
+    "The papers' own variance-experiment settings (data, d, number of points, scales) and the "
+    "rule by which the FAVOR# paper averages a variance ratio over pairs of inputs could not be "
+    "retrieved (neither paper is in the seeds; the searchable copies, e.g. "
+    "ar5iv.labs.arxiv.org/html/2302.00787, yield the abstract and introduction only), so the "
+    "setting below is assumed: d = 64, m = d, Gaussian data at E|x|^2 = s, isotropic "
+    "(kappa = 1) and with queries and keys stretched along opposite axes (kappa > 1, a "
+    "heterogeneous case); both baselines and both averaging rules are reported. The ratio "
+    "moves by tens of nats across these settings, so a threshold such as e^10 is a statement "
+    "about a setting: without the paper's, the claim is not tested here."
 )
 
 
@@ -60,7 +82,7 @@ def _z(value: float) -> str:
 
 
 def ranked_table(rows: list[dict]) -> str:
-    """The ranked table of one data set (rows already sorted by Monte Carlo MSE)."""
+    """The ranked table of one data set (rows already sorted by ``ranking_value``)."""
     real = math.isfinite(rows[0]["attention_error"])
     lines = []
     for rank, row in enumerate(rows, start=1):
@@ -71,6 +93,7 @@ def ranked_table(rows: list[dict]) -> str:
             "MSE (MC ± SE)": _pm(row["mse_mc"], row["mse_se"]),
             "MSE closed form": "" if math.isnan(row["mse_theory"]) else f"{row['mse_theory']:.3g}",
             "z (MC - closed)": "" if math.isnan(row["z_score"]) else f"{row['z_score']:+.1f}",
+            "ranked by": "closed form" if monte_carlo_short(row) else "MC",
             "/ FAVOR+": f"{row['ratio_to_favor_plus']:.3g}",
             "z vs FAVOR+": _z(row["ratio_z"]),
             "z vs next": _z(row["next_z"]),
@@ -119,69 +142,91 @@ def norm_coupled_table(rows: list[dict]) -> str:
 def judge(records: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
     """The verdicts on the claims ``config`` declares."""
     judge = verdicts.Verdicts(config)
+    checked = [r for r in records["rows"] if math.isfinite(r["z_score"])]
+    short = [r for r in checked if monte_carlo_short(r)]
     judge.worst_cell(
         "closed_forms",
         {
             f"{r['data']} {r['feature_map']}/{r['coupling']}": Estimate(
-                r["mse_mc"] - r["mse_theory"], r["mse_se"], config.num_draws
+                r["mse_mc"] - r["mse_theory"],
+                r["mse_se"],
+                config.num_draws if r["data"] == "synthetic" else config.real_draws,
             )
-            for r in records["rows"]
-            if math.isfinite(r["z_score"])
+            for r in checked
+            if not monte_carlo_short(r)
         },
         effect="Monte Carlo - closed form",
         units="draws",
-        cell_name="rows",
-        note="Where the squared errors are heavy-tailed the sample mean falls short of the "
-        "expectation and its SE is too small: there Monte Carlo cannot estimate the variance "
-        "and the closed form is the reference",
+        cell_name="rows where Monte Carlo can estimate the variance",
+        note=f"In {len(short)} of {len(checked)} rows Monte Carlo falls more than 4 SE short "
+        "of the closed form, as heavy-tailed squared errors make it (rare draws carry most of "
+        "the expectation; the sample mean and its SE fall short, never long): there Monte "
+        "Carlo cannot estimate the variance, cannot check the closed form (a closed form that "
+        "is too large would go unseen there) and the closed form is the reference the "
+        "ranking uses",
     )
     coupled = {
-        r["data"]: Estimate(r["mse_ratio"] - 1, (r["mse_ratio"] - 1) / r["mse_z"], config.num_draws)
+        r["data"]: Estimate(r["mse_ratio"] - 1, r["mse_ratio_se"], r["draws"])
         for r in records["norm_coupled"]
-        if math.isfinite(r["mse_z"]) and r["mse_z"] != 0
+        if math.isfinite(r["mse_ratio_se"]) and r["mse_ratio_se"] > 0
     }
     judge.ordering(
         "norm_coupling",
         coupled,
         effect="kernel MSE norm-coupled / orthogonal - 1, paired",
         cell_name="sets",
-        units="draws",
+        units=f"draws per set (the synthetic grid's; the real sets' {config.real_draws} "
+        f"scaled alike)",
         shared_units=True,
     )
     ratios = records["ratios"]
-    for name, key, baseline in (
-        ("e10_over_favor", "mean_log_ratio", "FAVOR+"),
-        ("e10_over_oprf", "mean_log_ratio_vs_oprf", "OPRF"),
-    ):
+    for name, baseline in (("e10_over_favor", "FAVOR+"), ("e10_over_oprf", "OPRF")):
         if not ratios:
             judge.not_tested(name, "the variance ratios were not computed")
             continue
-        best = _best_derf(ratios, key)
-        judge.fact(
+        judge.not_tested(
             name,
-            all(value >= 10 for value, _, _ in best.values()),
-            f"best DERF variant's mean ln(Var {baseline} / Var) at s = "
-            f"{max(r['scale'] for r in ratios):g} (the declared rule): "
-            + "; ".join(
-                f"kappa = {kappa:g}: {estimator} {value:.1f} (ln of the pooled variances: "
-                f"{pooled:.1f})"
-                for kappa, (value, estimator, pooled) in best.items()
-            ),
+            "the ratio is a property of the setting (scale, heterogeneity, d) more than of the "
+            "estimators, and the paper's setting could not be retrieved (see 'The papers' "
+            f"variance ratios'); in ours, {_e10_text(ratios, baseline, config.ratios.rule)}",
         )
     return judge
 
 
-def _best_derf(rows: list[dict], key: str) -> dict[float, tuple[float, str, float]]:
-    """Per anisotropy at the largest scale: the best DERF variant's mean ln ratio ``key``, its
-    name and its ln ratio of pooled variances over the same baseline."""
+def _e10_text(rows: list[dict], baseline: str, rule: str) -> str:
+    """The best DERF variant's log variance ratio over ``baseline`` per anisotropy at the
+    largest scale, by the declared ``rule`` with the other rule beside."""
+    other = "pooled_log_ratio" if rule == "mean_log_ratio" else "mean_log_ratio"
+    declared, beside = _best_derf(rows, rule, baseline), _best_derf(rows, other, baseline)
+    return (
+        f"ln(Var {baseline} / Var best DERF) at s = {max(r['scale'] for r in rows):g}, "
+        f"{RULES[rule]} (declared) [{RULES[other]}]: "
+        + "; ".join(
+            f"kappa = {kappa:g}: {value:.1f} {estimator} [{beside[kappa][0]:.1f}]"
+            for kappa, (value, estimator) in declared.items()
+        )
+        + f"; >= 10 at {sum(v >= 10 for v, _ in declared.values())} of {len(declared)} "
+        f"anisotropies [{sum(v >= 10 for v, _ in beside.values())} of {len(beside)}]"
+    )
+
+
+RULES = {
+    "mean_log_ratio": "mean over pairs of ln(Var baseline / Var)",
+    "pooled_log_ratio": "ln of the ratio of the pair-averaged variances",
+}
+
+
+def _best_derf(rows: list[dict], rule: str, baseline: str) -> dict[float, tuple[float, str]]:
+    """Per anisotropy at the largest scale: the best DERF variant's log variance ratio over
+    ``baseline`` ("FAVOR+" or "OPRF") by ``rule`` (a key of ``RULES``) and its name."""
     largest = max(r["scale"] for r in rows)
     best = {}
     for kappa in sorted({r["anisotropy"] for r in rows}):
         at = [r for r in rows if r["scale"] == largest and r["anisotropy"] == kappa]
-        oprf = next(r["pooled_log_ratio"] for r in at if r["estimator"] == "oprf")
-        top = max((r for r in at if r["estimator"] != "oprf"), key=lambda r: r[key])
-        pooled = top["pooled_log_ratio"] - (oprf if key.endswith("oprf") else 0.0)
-        best[kappa] = (top[key], top["estimator"], pooled)
+        oprf = next(r for r in at if r["estimator"] == "oprf")
+        offset = oprf[rule] if baseline == "OPRF" else 0.0  # both rules are differences of logs
+        top = max((r for r in at if r["estimator"] != "oprf"), key=lambda r: r[rule])
+        best[kappa] = (top[rule] - offset, top["estimator"])
     return best
 
 
@@ -360,6 +405,7 @@ def report(records: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         else "(norm_coupled not in the run)",
         paper_settings=PAPER_SETTINGS,
         anisotropies=tuple(config.ratios.anisotropies),
+        rule=RULES[config.ratios.rule],
         ratios_table=ratios_table(ratios),
         oprf_ratios=_oprf_text(ratios),
         monte_carlo_check=_monte_carlo_text(ratios),
