@@ -515,7 +515,8 @@ def _synthetic_results(config, favor_ratio: float, hybrid_ratio: float, accuracy
     features' (with seed noise); on every model the competitors' mean distances are
     ``exp(accuracy)`` times the hybrids' (with model noise)."""
     rng = np.random.default_rng(0)
-    runs, curves, metrics, pairs, diagnostic = [], {}, [], [], []
+    runs, metrics, pairs, diagnostic = [], [], [], []
+    curves: dict[str, list] = {}
     rival = lstm_lm.competitors(config)
     for arm in config.arms:
         setting, estimator = lstm_lm.parse_arm(arm)

@@ -53,6 +53,7 @@ import functools
 import math
 import os
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -626,7 +627,7 @@ def metrics_run(config, arm: str, seed: int, context: dict, workdir: str) -> dic
         model, params, context["metric_inputs"], tau, config, jax.random.key(1000 + seed)
     )
     labels = {"arm": arm, "setting": setting, "model": estimator, "seed": seed, "tau": tau}
-    record = {
+    record: dict[str, Any] = {
         "metrics": [{**labels, **row} for row in scored],
         "pairs": [{**labels, **row} for row in pairs],
         "diagnostic": None,
