@@ -24,7 +24,7 @@ masks and batch order. Evaluation: full-softmax perplexity on the validation and
 
 Two sweeps (``experiments.core.sweep``), so that the metrics can be measured again without
 training: the training cells (records: perplexities, learning curve, time and load) and then,
-from each trained model's final parameters, the metric cells ``metrics-<run>``:
+from each trained model's final parameters, the metric cells (``workdir/metrics/runs``):
 
 * Distribution metrics (HRF Fig. 3, Table 4) of every estimator on every trained model: the
   model's queries at the first ``num_metric_queries`` validation positions, the kernel softmax
@@ -655,7 +655,7 @@ def run_name(arm: str) -> str:
     return f"{setting}-{estimator}"
 
 
-METRICS_PREFIX = "metrics-"
+METRICS_DIR = "metrics"  # the metric cells' sweep: workdir/metrics/runs/<run>_seed<k>
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -679,12 +679,10 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         lambda name: training_settings(config, arms[name]),
     )
     scored = sweep.run(
-        workdir,
-        [METRICS_PREFIX + name for name in arms],
+        os.path.join(workdir, METRICS_DIR),
+        list(arms),
         config.seeds,
-        lambda name, seed, _: metrics_run(
-            config, arms[name.removeprefix(METRICS_PREFIX)], seed, context, workdir
-        ),
+        lambda name, seed, _: metrics_run(config, arms[name], seed, context, workdir),
         records.settings(config, exclude=SWEEP_FIELDS),
     )
     flops = {
