@@ -131,7 +131,8 @@ def _package_path(name: str) -> str:
 def _write_status(workdir: str, state: str, command: list[str] | None, **fields) -> None:
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     record = {"state": state, "time": now, "command": shlex.join(command or []), **fields}
-    temporary = os.path.join(workdir, STATUS_FILE + ".tmp")
+    # One temporary file per process: workers sharing a workdir (--worker=I/N) write at once.
+    temporary = os.path.join(workdir, f"{STATUS_FILE}.{os.getpid()}.tmp")
     with open(temporary, "w") as handle:
         json.dump(record, handle, indent=1)
     os.replace(temporary, os.path.join(workdir, STATUS_FILE))

@@ -199,6 +199,30 @@ def test_lemma_2_3_identity_general_hybrid():
     np.testing.assert_array_equal(features.hybrid_key_features(by, cy), pair.key)
 
 
+@pytest.mark.parametrize("name", ["angular", "gaussian"])
+def test_hybrid_gram_is_the_flat_features_product(name):
+    """The factored Gram (Eq. 8 on the factors' Grams) equals Psi(X) Psi'(Y)^T of Lemma 2.3,
+    also where the log-scales differ by row (inputs of different norms)."""
+    fmap = (
+        features.AngularHybridFeatureMap(num_sign_features=NUM_SIGNS)
+        if name == "angular"
+        else features.GaussianHybridFeatureMap(
+            num_coefficient_features=NUM_SIGNS, bandwidth=BANDWIDTH, radius=1.5
+        )
+    ).init(jax.random.key(4), DIM)
+    w = projections.gaussian(jax.random.key(5), DIM, NUM_FEATURES)
+    xs = _f32(np.random.default_rng(2).normal(scale=1.2, size=(6, DIM)))
+    ys = _f32(np.random.default_rng(3).normal(scale=0.4, size=(7, DIM)))
+    gram = features.hybrid_gram(
+        fmap.hybrid_parts(xs, w, side="query"), fmap.hybrid_parts(ys, w, side="key")
+    )
+    flat = fmap.features(xs, w, side="query") @ fmap.features(ys, w, side="key").T
+    np.testing.assert_allclose(gram, flat, rtol=2e-5, atol=1e-6 * float(jnp.max(jnp.abs(flat))))
+    parts = fmap.hybrid_parts(xs, w, side="query")
+    with pytest.raises(ValueError, match="query-side and key-side"):
+        features.hybrid_gram(parts, parts)
+
+
 def test_angular_hybrid_is_eq_12():
     keys = jax.random.split(jax.random.key(4), 3)
     w1 = projections.gaussian(keys[0], DIM, NUM_FEATURES)

@@ -1,37 +1,48 @@
 """LSTM language model on Penn Treebank with random-feature sampled softmax (HRF Sec. 4.2, App. I).
 
-Two settings (``SETTINGS``) make the kernel proposal consistent with the model it serves:
-
-* ``"normalised"`` (the HRF paper's PTB setting, App. I.1): the model keeps raw logits q.e, the
-  proposal is the softmax kernel exp(q_bar.e_bar / tau) of the normalised vectors. tau is chosen
-  every step on a fixed held-out batch of validation windows: the tau of ``config.tau_grid`` that
-  minimises KL(model softmax || kernel softmax) (``rfjax.nn.select_temperature``) under the
-  current parameters (eval mode, no gradient).
-* ``"cosine"`` (Rawat et al. 2019, and HRF App. I on WikiText2): the model's logits are
-  s q_bar.e_bar with a learned scale s (``LSTMLanguageModel(logits="cosine")``), so the kernel
-  softmax at tau = 1/s *is* the model's softmax; only the random-feature error separates a
-  kernel proposal from the exact one.
-
 Each arm ``"<setting>:<estimator>"`` of ``config.arms`` trains an ``rfjax.nn.LSTMLanguageModel``
 per seed with the shared trainer (``experiments.core.train.trainer``; resumable runs in
 ``workdir/runs/<setting>-<estimator>_seed<k>``) on the sampled-softmax loss with M negatives
 (``rfjax.nn.sample_proposal``; projections redrawn every step from ``fold_in(rng, step)``).
+Two settings (``SETTINGS``):
+
+* ``"normalised"`` (the HRF paper's PTB setting, App. I.1): the model keeps raw logits q.e, the
+  proposal is the softmax kernel exp(q_bar.e_bar / tau) of the normalised vectors, with tau by
+  ``config.tau_rule``: ``"fixed"`` (``config.tau``; 1 for the paper's normalised embeddings) or
+  ``"heldout_kl"`` (every step, the tau of ``config.tau_grid`` that minimises KL(model softmax ||
+  kernel softmax) on a fixed held-out batch of validation windows,
+  ``rfjax.nn.kernel_softmax_divergence``, under the current parameters).
+* ``"cosine"`` (Rawat et al. 2019): the model's logits are s q_bar.e_bar with a learned scale s
+  (``LSTMLanguageModel(logits="cosine")``), so the kernel softmax at tau = 1/s *is* the model's
+  softmax.
+
 Estimators are named in ``config.estimators`` (a proposal, m and n); ``exact`` (the model's
-softmax) and ``uniform`` are proposals without features. Seeds are paired: seed k gives every
-arm of a setting the same initialisation, dropout masks and batch order. Evaluation: full
-softmax perplexity on the validation and test windows (zero initial state per window).
+softmax), ``kernel`` (the kernel softmax computed exactly) and ``uniform`` are proposals without
+features. Seeds are paired: seed k gives every arm of a setting the same initialisation, dropout
+masks and batch order. Evaluation: full-softmax perplexity on the validation and test windows
+(zero initial state per window).
 
-Distribution metrics (HRF Fig. 3, Table 4) are measured on the same queries for every
-estimator: for each seed, the queries of the model trained with ``config.metric_arm_proposal``
-in each setting on ``num_metric_queries`` validation positions, against the kernel softmax
-softmax(q_bar.e_bar / tau) (tau selected on the held-out batch for ``"normalised"``, 1/s for
-``"cosine"``), over ``num_metric_draws`` feature draws; per model the median over queries and
-draws (``experiments.lstm_lm.metrics``: W1 and KS of the clipped, normalised estimate, and the
-fraction of negative estimates). The cost of every estimator is measured with XLA's cost
-analysis at the training shapes (``proposal_flops``).
+Two sweeps (``experiments.core.sweep``), so that the metrics can be measured again without
+training: the training cells (records: perplexities, learning curve, time and load) and then,
+from each trained model's final parameters, the metric cells (``workdir/metrics/runs``):
 
-``measure`` trains and evaluates; ``report`` writes ``results.csv`` (one row per run),
-``metrics.csv`` (one row per model and estimator), ``results.json``, ``summary.md`` (template
+* Distribution metrics (HRF Fig. 3, Table 4) of every estimator on every trained model: the
+  model's queries at the first ``num_metric_queries`` validation positions, the kernel softmax
+  softmax(q_bar.e_bar / tau) at the model's proposal tau as the truth, ``num_metric_draws``
+  feature draws whose keys every estimator shares (paired by query and draw; estimators with the
+  same m draw the same base projections). Per model and estimator: mean, median and the SE over
+  queries of W1, KS and the negative fraction (``experiments.lstm_lm.metrics``), and the paired
+  differences of each hybrid of ``config.hybrid_estimators`` against each competitor.
+* Proposal diagnostic on the exact-proposal models (normalised setting): every proposal's
+  KL(model softmax || proposal) (the divergence that governs the sampled loss), negative
+  fraction and W1 at the default tau and at the held-out-KL tau.
+
+The cost of every estimator is measured with XLA's cost analysis (``proposal_flops``):
+constructing the features of a training step's queries and of the vocabulary (what the paper
+matched) and the whole proposal with each sampler.
+
+``measure`` trains and measures; ``report`` writes ``results.csv`` (one row per run),
+``metrics.csv`` (one row per model and estimator), ``summary.md`` (template
 ``experiments/lstm_lm/summary.md``), ``perplexity.png``, ``distribution_metrics.png`` and
 ``temperature.png``.
 """
@@ -39,8 +50,10 @@ analysis at the training shapes (``proposal_flops``).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -51,16 +64,18 @@ import numpy as np
 from experiments.core import cost, outputs, records, stats, sweep, verdicts
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
-from experiments.lstm_lm.metrics import distribution_metrics
+from experiments.lstm_lm.metrics import distribution_metrics, proposal_divergence
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import (
     PLAIN_PROPOSALS,
     SAMPLERS,
     LSTMLanguageModel,
+    clipped_log_probabilities,
     feature_proposals,
     kernel_softmax_divergence,
     logit_temperature,
     normalize_for_proposal,
+    proposal_estimates,
     proposal_features,
     sample_from_features,
     sample_proposal,
@@ -71,8 +86,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 SETTINGS = ("normalised", "cosine")
-# Estimators without random features: the model's softmax, the kernel softmax computed exactly
-# (the limit of many features), and uniform.
+TAU_RULES = ("fixed", "heldout_kl")
 SETTING_LABELS = {
     "normalised": "raw logits, normalised proposal (HRF PTB)",
     "cosine": "cosine logits (Rawat et al.)",
@@ -108,14 +122,29 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 f"config.estimators.{name}.proposal must be one of {feature_proposals()}, got "
                 f"{options.proposal!r}"
             )
+    for name in (config.favor_estimator, *config.hybrid_estimators):
+        if name not in config.estimators:
+            raise ValueError(
+                f"config.favor_estimator and config.hybrid_estimators must name estimators of "
+                f"config.estimators {tuple(config.estimators)}, got {name!r}"
+            )
+    if not competitors(config):
+        raise ValueError(
+            "config.estimators needs a non-hybrid estimator for the hybrids to be compared with"
+        )
     if config.sampler.name not in SAMPLERS:
         raise ValueError(
             f"config.sampler.name must be one of {SAMPLERS}, got {config.sampler.name}"
         )
+    if config.tau_rule not in TAU_RULES:
+        raise ValueError(f"config.tau_rule must be one of {TAU_RULES}, got {config.tau_rule!r}")
     for name in (
         "bptt",
         "num_metric_queries",
         "num_metric_draws",
+        "metric_query_chunk",
+        "num_diagnostic_queries",
+        "num_diagnostic_draws",
         "eval_batch_size",
         "num_heldout_windows",
         "num_curve_tokens",
@@ -126,8 +155,26 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.sampler.num_samples must be >= 1, got {config.sampler.num_samples}"
         )
-    if min(config.tau_grid) <= 0:
-        raise ValueError(f"config.tau_grid must hold positive temperatures, got {config.tau_grid}")
+    if config.num_metric_queries % config.metric_query_chunk:
+        raise ValueError(
+            f"config.num_metric_queries ({config.num_metric_queries}) must be a multiple of "
+            f"config.metric_query_chunk ({config.metric_query_chunk})"
+        )
+    if not config.tau > 0 or min(config.tau_grid) <= 0:
+        raise ValueError(
+            f"config.tau and config.tau_grid must be positive temperatures, got {config.tau} "
+            f"and {config.tau_grid}"
+        )
+
+
+def competitors(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """The estimators the hybrids of claim (1) are compared with: those whose proposal is not a
+    hybrid (FAVOR+ and trigonometric)."""
+    return tuple(
+        name
+        for name, options in config.estimators.items()
+        if not options.proposal.endswith("_hybrid")
+    )
 
 
 def estimator_options(config: ml_collections.ConfigDict, estimator: str) -> dict:
@@ -206,14 +253,22 @@ def divergence_curve(model, params, inputs: np.ndarray, tau_grid) -> jax.Array:
     return kernel_softmax_divergence(queries @ table.T, cosines, jnp.asarray(tau_grid))
 
 
-def proposal_temperature(model, params, setting: str, inputs: np.ndarray, tau_grid) -> jax.Array:
-    """tau of the kernel proposal: selected on the held-out batch (``"normalised"``) or the
-    model's own 1/s (``"cosine"``, floored at the grid's smallest tau so that exp(1/tau) stays
-    finite in float32; the logged tau shows when the floor binds); a constant for the
-    gradient."""
+def proposal_temperature(model, params, config, setting: str, inputs: np.ndarray) -> jax.Array:
+    """tau of the kernel proposal, a constant for the gradient: ``"cosine"``: the model's own
+    1/s (floored at the grid's smallest tau so that exp(1/tau) stays finite in float32; the
+    logged tau shows when the floor binds); ``"normalised"``: ``config.tau`` (``tau_rule``
+    ``"fixed"``) or the tau of ``config.tau_grid`` with the least held-out divergence on
+    ``inputs`` (``"heldout_kl"``)."""
     params = jax.lax.stop_gradient(params)
     if setting == "cosine":
-        return jnp.maximum(logit_temperature(params), min(tau_grid))
+        return jnp.maximum(logit_temperature(params), min(config.tau_grid))
+    if config.tau_rule == "fixed":
+        return jnp.float32(config.tau)
+    return heldout_temperature(model, params, inputs, config.tau_grid)
+
+
+def heldout_temperature(model, params, inputs: np.ndarray, tau_grid) -> jax.Array:
+    """The tau of ``tau_grid`` that minimises KL(model softmax || kernel softmax) on ``inputs``."""
     grid = jnp.asarray(tau_grid)
     return grid[jnp.argmin(divergence_curve(model, params, inputs, grid))]
 
@@ -235,7 +290,6 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
     options = estimator_options(config, estimator)
     sampler = config.sampler
     heldout = jnp.asarray(heldout_inputs(arrays, config))
-    tau_grid = tuple(config.tau_grid)
 
     def loss(params, batch, rng, step):
         rngs = train.step_rngs(rng, step, per_step=("dropout", "proposal"), fixed=())
@@ -244,7 +298,7 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
         targets = batch["targets"].reshape(-1)
         extra, temperature = {}, jnp.float32(jnp.nan)
         if options["proposal"] in (*feature_proposals(), "kernel"):
-            temperature = proposal_temperature(model, params, setting, heldout, tau_grid)
+            temperature = proposal_temperature(model, params, config, setting, heldout)
             extra["temperature"] = temperature
         if options["proposal"] in feature_proposals():
             extra.update(sampler=sampler.name, uniform_floor=sampler.uniform_floor)
@@ -297,9 +351,10 @@ def perplexity(eval_fn, params, arrays: dict[str, np.ndarray], batch_size: int) 
 
 
 def proposal_flops(config: ml_collections.ConfigDict, estimator: str, vocab_size: int) -> dict:
-    """XLA-measured FLOPs (compiled cost analysis) of one training step's proposal for a batch
-    of B T queries with each sampler: the features of the vocabulary and the queries, then the
-    draws."""
+    """XLA-measured FLOPs (compiled cost analysis) of one training step's proposal for its B T
+    queries: ``construct``, the features of the queries and of the vocabulary (what the HRF
+    paper matched: "the similar number of FLOPS needed to construct their corresponding random
+    features"), and the whole proposal (the features, then the draws) with each sampler."""
     options = estimator_options(config, estimator)
     proposal = options.pop("proposal")
     count = config.train.batch_size * config.bptt
@@ -311,7 +366,12 @@ def proposal_flops(config: ml_collections.ConfigDict, estimator: str, vocab_size
 
     def features(key, queries, embeddings):
         return proposal_features(
-            key, queries, embeddings, proposal=proposal, temperature=jnp.float32(0.1), **options
+            key,
+            queries,
+            embeddings,
+            proposal=proposal,
+            temperature=jnp.float32(config.tau),
+            **options,
         )
 
     def draw(key, q, e, sampler):
@@ -326,72 +386,211 @@ def proposal_flops(config: ml_collections.ConfigDict, estimator: str, vocab_size
         )
 
     return {
-        name: cost.compiled_flops(functools.partial(draw, sampler=name), *shapes)
-        for name in SAMPLERS
+        "construct": cost.compiled_flops(features, *shapes),
+        **{
+            name: cost.compiled_flops(functools.partial(draw, sampler=name), *shapes)
+            for name in SAMPLERS
+        },
     }
 
 
-def estimator_metrics(
+def _metric_draws(config: ml_collections.ConfigDict, estimator: str, temperature: float):
+    """A jitted ``(keys, queries, table, probabilities) -> {metric: (draws, queries)}``: the
+    distribution metrics of ``estimator``'s estimate of every query's kernel softmax, one
+    feature draw per key, queries in chunks of ``config.metric_query_chunk``."""
+    options = estimator_options(config, estimator)
+    chunk = config.metric_query_chunk
+
+    # Arrays enter as arguments, not closure constants (XLA would constant-fold them).
+    @jax.jit
+    def draws(keys, queries, table, probabilities):
+        def one_draw(key):
+            def one_chunk(args):
+                rows, target = args
+                estimates = proposal_estimates(key, rows, table, temperature=temperature, **options)
+                return distribution_metrics(target, estimates)
+
+            blocks = jax.lax.map(
+                one_chunk,
+                (
+                    queries.reshape(-1, chunk, queries.shape[-1]),
+                    probabilities.reshape(-1, chunk, probabilities.shape[-1]),
+                ),
+            )
+            return {name: value.reshape(-1) for name, value in blocks.items()}
+
+        return jax.lax.map(one_draw, keys)
+
+    return draws
+
+
+def _summary_row(values: dict[str, np.ndarray]) -> dict[str, float]:
+    """Mean, median and the SE over queries (of each query's mean over draws) of every metric
+    of ``values`` (``(draws, queries)`` arrays)."""
+    row = {}
+    for name, value in values.items():
+        per_query = value.mean(axis=0)
+        row[f"{name}_mean"] = float(value.mean())
+        row[f"{name}_median"] = float(np.median(value))
+        row[f"{name}_se"] = float(per_query.std(ddof=1) / np.sqrt(per_query.size))
+    return row
+
+
+def model_metrics(
     model, params, inputs: np.ndarray, temperature: float, config, key: jax.Array
-) -> dict[str, dict[str, float]]:
-    """Median (and mean) W1, KS and negative fraction of every estimator's estimate of
-    softmax(q_bar.e_bar / tau), over ``num_metric_queries`` queries and ``num_metric_draws``
-    feature draws; ``uniform`` is scored as the flat estimate."""
+) -> tuple[list[dict], list[dict]]:
+    """The distribution metrics of every estimator on one model (module docstring): per
+    estimator a ``_summary_row`` (``uniform``: the flat estimate), and per hybrid and
+    competitor the paired difference competitor - hybrid of W1 and KS over the same queries
+    and draws (mean and SE over queries)."""
     queries, table = model.apply(params, inputs, train=False)
     queries = queries.reshape(-1, queries.shape[-1])[: config.num_metric_queries]
     probabilities = jax.nn.softmax(
         normalize_for_proposal(queries, temperature) @ normalize_for_proposal(table, temperature).T,
         axis=-1,
     )
-    results = {}
     uniform = distribution_metrics(probabilities, jnp.ones_like(probabilities))
-    results["uniform"] = _summarise({k: np.asarray(v) for k, v in uniform.items()})
+    values = {"uniform": {name: np.asarray(value)[None] for name, value in uniform.items()}}
+    keys = jax.random.split(key, config.num_metric_draws)  # shared: paired by draw
     for estimator in config.estimators:
-        options = estimator_options(config, estimator)
+        draws = _metric_draws(config, estimator, temperature)
+        computed = draws(keys, queries, table, probabilities)
+        values[estimator] = {name: np.asarray(value) for name, value in computed.items()}
+    scored = [{"estimator": name, **_summary_row(v)} for name, v in values.items()]
+    pairs = []
+    hybrids = [name for name in config.estimators if name not in competitors(config)]
+    for hybrid in hybrids:
+        for competitor in competitors(config):
+            for metric in ("wasserstein", "ks"):
+                difference = values[competitor][metric].mean(0) - values[hybrid][metric].mean(0)
+                pairs.append(
+                    {
+                        "hybrid": hybrid,
+                        "competitor": competitor,
+                        "metric": metric,
+                        "difference": float(difference.mean()),
+                        "se": float(difference.std(ddof=1) / np.sqrt(difference.size)),
+                    }
+                )
+    return scored, pairs
 
-        # Arrays enter as arguments, not closure constants (XLA would constant-fold them).
-        @jax.jit
-        def draws(keys, queries, table, probabilities, options=options):
-            def one_draw(draw_key):
-                query_features, class_features = proposal_features(
+
+def proposal_diagnostic(
+    model, params, inputs: np.ndarray, heldout: np.ndarray, tau: float, config, key: jax.Array
+) -> dict:
+    """Every proposal as an importance sampler for the model's softmax, at the proposal's tau
+    and at the held-out-KL tau: mean over ``num_diagnostic_queries`` queries and
+    ``num_diagnostic_draws`` draws of KL(model softmax || proposal) (the clipped sampler's
+    proposal with its floor; ``kernel``: the kernel softmax itself; ``uniform``: 1/V), the
+    fraction of negative estimates and the W1 of the clipped estimate against the kernel
+    softmax. Returns the held-out divergence curve, the selected tau and the rows."""
+    curve = np.asarray(divergence_curve(model, params, heldout, config.tau_grid))
+    tau_kl = float(config.tau_grid[int(np.argmin(curve))])
+    queries, table = model.apply(params, inputs, train=False)
+    queries = queries.reshape(-1, queries.shape[-1])[: config.num_diagnostic_queries]
+    log_model = jax.nn.log_softmax(queries @ table.T, axis=-1)
+    rows = []
+    for rule, temperature in (("proposal", tau), ("heldout_kl", tau_kl)):
+        log_kernel = jax.nn.log_softmax(
+            normalize_for_proposal(queries, temperature)
+            @ normalize_for_proposal(table, temperature).T,
+            axis=-1,
+        )
+        kernel = jnp.exp(log_kernel)
+        uniform = jnp.full_like(log_kernel, -np.log(table.shape[0]))
+        plain = {
+            "uniform": (uniform, jnp.ones_like(kernel)),
+            "kernel": (log_kernel, kernel),
+        }
+        for name, (log_q, estimate) in plain.items():
+            rows.append(
+                _diagnostic_row(rule, temperature, name, log_model, log_q, kernel, estimate)
+            )
+        keys = jax.random.split(key, config.num_diagnostic_draws)
+        for estimator in config.estimators:
+            options = estimator_options(config, estimator)
+            per_draw = []
+            for draw_key in keys:
+                estimate = proposal_estimates(
                     draw_key, queries, table, temperature=temperature, **options
                 )
-                return distribution_metrics(probabilities, query_features @ class_features.T)
+                log_q = clipped_log_probabilities(estimate, config.sampler.uniform_floor)
+                row = _diagnostic_row(
+                    rule, temperature, estimator, log_model, log_q, kernel, estimate
+                )
+                per_draw.append(row)
+            rows.append(
+                {
+                    **per_draw[0],
+                    **{
+                        name: float(np.mean([row[name] for row in per_draw]))
+                        for name in ("proposal_kl", "negative_fraction", "wasserstein")
+                    },
+                }
+            )
+    return {"divergence": curve.tolist(), "tau_heldout_kl": tau_kl, "rows": rows}
 
-            return jax.lax.map(one_draw, keys)
 
-        keys = jax.random.split(jax.random.fold_in(key, len(results)), config.num_metric_draws)
-        values = draws(keys, queries, table, probabilities)
-        results[estimator] = _summarise({k: np.asarray(v) for k, v in values.items()})
-    return results
-
-
-def _summarise(values: dict[str, np.ndarray]) -> dict[str, float]:
-    summary = {}
-    for name, value in values.items():
-        summary[f"{name}_median"] = float(np.median(value))
-        summary[f"{name}_mean"] = float(np.mean(value))
-    return summary
+def _diagnostic_row(rule, temperature, name, log_model, log_q, kernel, estimate) -> dict:
+    metrics = distribution_metrics(kernel, estimate)
+    return {
+        "tau_rule": rule,
+        "tau": float(temperature),
+        "proposal": name,
+        "proposal_kl": float(jnp.mean(proposal_divergence(log_model, log_q))),
+        "negative_fraction": float(jnp.mean(metrics["negative_fraction"])),
+        "wasserstein": float(jnp.mean(metrics["wasserstein"])),
+    }
 
 
 # --------------------------------------------------------------------------- measure
 
+# Fields that only the metric cells read: changing them measures the metrics again, not the
+# training.
+METRIC_FIELDS = (
+    "estimators",
+    "favor_estimator",
+    "hybrid_estimators",
+    "num_metric_queries",
+    "num_metric_draws",
+    "metric_query_chunk",
+    "num_diagnostic_queries",
+    "num_diagnostic_draws",
+)
+SWEEP_FIELDS = ("variant", "arms", "seeds", "compilation_cache_dir")
+
+
+def training_settings(config: ml_collections.ConfigDict, arm: str) -> dict:
+    """What a training cell depends on: the config less the sweep's and the metrics' fields,
+    with the options of the arm's own proposal."""
+    _, estimator = parse_arm(arm)
+    settings = records.settings(config, exclude=(*SWEEP_FIELDS, *METRIC_FIELDS))
+    settings["proposal"] = estimator_options(config, estimator)
+    return settings
+
+
+def _model(config, arm: str, seed: int, context: dict, workdir: str):
+    """The task of one (arm, seed) cell and its run folder."""
+    setting, estimator = parse_arm(arm)
+    model = make_model(config, setting, context["vocab_size"])
+    task = make_task(model, context["arrays"], config, setting, estimator, seed)
+    return model, task, sweep.run_dir(workdir, run_name(arm), seed)
+
 
 def train_run(config, arm: str, seed: int, context: dict, workdir: str) -> dict:
-    """Trains (or resumes) one (arm, seed) run and measures it: its row, learning curve and,
-    for the models of ``metric_arm_proposal``, the distribution metrics of every estimator (and
-    the divergence curve of the normalised setting)."""
-    arrays, vocab_size, heldout = context["arrays"], context["vocab_size"], context["heldout"]
+    """Trains (or resumes) one (arm, seed) run: its row (perplexities, final tau, time and the
+    load at start and end) and its learning curve."""
+    arrays, heldout = context["arrays"], context["heldout"]
     setting, estimator = parse_arm(arm)
-    model = make_model(config, setting, vocab_size)
-    task = make_task(model, arrays, config, setting, estimator, seed)
+    model, task, _ = _model(config, arm, seed, context, workdir)
+    load_start = os.getloadavg()[0]
     cpu_start = time.process_time()
     _, run_dir, seconds = train.train_seed(config.train, workdir, run_name(arm), seed, task)
     params = train.final_params(run_dir)
     if task.eval_metrics is None:
         raise ValueError("the language-model task has no eval_metrics")
     eval_fn = task.eval_metrics
-    tau = float(proposal_temperature(model, params, setting, heldout, config.tau_grid))
+    tau = float(proposal_temperature(model, params, config, setting, heldout))
     row = {
         "arm": arm,
         "setting": setting,
@@ -404,25 +603,49 @@ def train_run(config, arm: str, seed: int, context: dict, workdir: str) -> dict:
             for split in ("valid", "test")
         },
         "final_temperature": tau,
+        "load_average_start": load_start,
         **outputs.run_cost(seconds, cpu_start),
     }
     print(
         f"{arm:>32} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, test ppl "
-        f"{row['test_perplexity']:.1f}, tau {tau:.3g} ({seconds:.0f} s)"
+        f"{row['test_perplexity']:.1f}, tau {tau:.3g} ({seconds:.0f} s, load "
+        f"{load_start:.1f} -> {row['load_average']:.1f})",
+        flush=True,
     )
-    record = {"row": row, "curve": train.read_metrics(run_dir), "metrics": [], "divergence": None}
-    if estimator == config.metric_arm_proposal:
-        if setting == "normalised":
-            record["divergence"] = np.asarray(
-                divergence_curve(model, params, heldout, config.tau_grid)
-            ).tolist()
-        per_estimator = estimator_metrics(
-            model, params, context["metric_inputs"], tau, config, jax.random.key(1000 + seed)
-        )
-        record["metrics"] = [
-            {"setting": setting, "seed": seed, "estimator": name, "tau": tau, **values}
-            for name, values in per_estimator.items()
-        ]
+    return {"row": row, "curve": train.read_metrics(run_dir)}
+
+
+def metrics_run(config, arm: str, seed: int, context: dict, workdir: str) -> dict:
+    """The distribution metrics of one trained model (and, for the exact-proposal models of the
+    normalised setting, the proposal diagnostic), from its final parameters."""
+    setting, estimator = parse_arm(arm)
+    model, _, run_dir = _model(config, arm, seed, context, workdir)
+    params = train.final_params(run_dir)
+    tau = float(proposal_temperature(model, params, config, setting, context["heldout"]))
+    began = time.perf_counter()
+    scored, pairs = model_metrics(
+        model, params, context["metric_inputs"], tau, config, jax.random.key(1000 + seed)
+    )
+    labels = {"arm": arm, "setting": setting, "model": estimator, "seed": seed, "tau": tau}
+    record: dict[str, Any] = {
+        "metrics": [{**labels, **row} for row in scored],
+        "pairs": [{**labels, **row} for row in pairs],
+        "diagnostic": None,
+    }
+    if setting == "normalised" and estimator == "exact":
+        record["diagnostic"] = {
+            **labels,
+            **proposal_diagnostic(
+                model,
+                params,
+                context["metric_inputs"],
+                context["heldout"],
+                tau,
+                config,
+                jax.random.key(2000 + seed),
+            ),
+        }
+    print(f"metrics of {arm} seed {seed}: {time.perf_counter() - began:.0f} s", flush=True)
     return record
 
 
@@ -432,9 +655,12 @@ def run_name(arm: str) -> str:
     return f"{setting}-{estimator}"
 
 
+METRICS_DIR = "metrics"  # the metric cells' sweep: workdir/metrics/runs/<run>_seed<k>
+
+
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains every (arm, seed) with the core sweep; returns runs, learning curves, estimator
-    costs and metrics."""
+    """Trains every (arm, seed), then measures every trained model (two core sweeps); returns
+    runs, learning curves, estimator costs, metrics and the diagnostic."""
     validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     arrays, vocab_size = load_arrays(config)
@@ -444,31 +670,36 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "heldout": heldout_inputs(arrays, config),
         "metric_inputs": arrays["valid"]["inputs"][: -(-config.num_metric_queries // config.bptt)],
     }
-    flops = {
-        name: proposal_flops(config, name, vocab_size)
-        for name in outputs.progress(config.estimators, "measuring proposal FLOPs")
-    }
     arms = {run_name(arm): arm for arm in config.arms}
     cells = sweep.run(
         workdir,
         list(arms),
         config.seeds,
         lambda name, seed, _: train_run(config, arms[name], seed, context, workdir),
-        records.settings(config, exclude=("variant", "arms", "seeds", "compilation_cache_dir")),
+        lambda name: training_settings(config, arms[name]),
     )
-    cells.sort(key=lambda r: (list(arms).index(r["arm"]), r["seed"]))  # arm-major, as the tables
+    scored = sweep.run(
+        os.path.join(workdir, METRICS_DIR),
+        list(arms),
+        config.seeds,
+        lambda name, seed, _: metrics_run(config, arms[name], seed, context, workdir),
+        records.settings(config, exclude=SWEEP_FIELDS),
+    )
+    flops = {
+        name: proposal_flops(config, name, vocab_size)
+        for name in outputs.progress(config.estimators, "measuring proposal FLOPs")
+    }
+    order = list(arms.values())
+    cells.sort(key=lambda r: (order.index(r["row"]["arm"]), r["seed"]))  # arm-major
     curves: dict[str, list] = {}
     for cell in cells:
         curves.setdefault(cell["row"]["arm"], []).append(cell["curve"])
     return {
         "runs": [cell["row"] for cell in cells],
         "curves": curves,
-        "metrics": [m for cell in cells for m in cell["metrics"]],
-        "divergences": [
-            {"seed": cell["seed"], "divergence": cell["divergence"]}
-            for cell in cells
-            if cell["divergence"] is not None
-        ],
+        "metrics": [row for cell in scored for row in cell["metrics"]],
+        "pairs": [row for cell in scored for row in cell["pairs"]],
+        "diagnostic": [cell["diagnostic"] for cell in scored if cell["diagnostic"]],
         "flops": flops,
         "vocab_size": vocab_size,
         "tokens": {split: int(value["inputs"].size) for split, value in arrays.items()},
@@ -496,30 +727,70 @@ def _values(rows: list[dict], name: str, **where) -> np.ndarray:
 # --------------------------------------------------------------------------- report
 
 
-def ratio_rows(runs: list[dict], config) -> list[dict]:
-    """Per setting: test perplexity FAVOR+ / model-softmax proposal, paired by seed."""
-    rows = []
-    favor, exact = config.favor_estimator, config.metric_arm_proposal
+def _pairs(runs: list[dict], estimator: str, reference: str) -> stats.Estimate | None:
+    """Test perplexity of ``estimator`` / ``reference`` - 1 over the seeds both trained
+    (paired), from the runs of one setting; None if no seed has both."""
+    mine = {r["seed"]: r["test_perplexity"] for r in runs if r["estimator"] == estimator}
+    base = {r["seed"]: r["test_perplexity"] for r in runs if r["estimator"] == reference}
+    seeds = sorted(set(mine) & set(base))
+    if not seeds:
+        return None
+    return stats.sample_estimate(np.array([mine[s] / base[s] - 1 for s in seeds]))
+
+
+def _trained(runs: list[dict], setting: str) -> list[str]:
+    return list(dict.fromkeys(r["estimator"] for r in runs if r["setting"] == setting))
+
+
+def _alike_cells(runs: list[dict], config) -> dict:
+    """Claim (2)'s cells: every trained hybrid against every other trained random-feature
+    proposal of its setting, test perplexity ratio - 1 paired by seed."""
+    cells = {}
+    rival = competitors(config)
     for setting in SETTINGS:
-        values = [
-            _values(runs, "test_perplexity", setting=setting, estimator=e) for e in (favor, exact)
-        ]
-        if len(values[0]) and len(values[0]) == len(values[1]):
-            rows.append(
-                {
-                    "setting": SETTING_LABELS[setting],
-                    "test ppl FAVOR+ / exact (mean ± 1 SE, paired seeds)": _format(
-                        *mean_se(values[0] / values[1])
-                    ),
-                }
-            )
-    return rows
+        trained = _trained(runs, setting)
+        hybrids = [e for e in trained if e in config.estimators and e not in rival]
+        for hybrid in hybrids:
+            for other in (e for e in trained if e in rival):
+                estimate = _pairs([r for r in runs if r["setting"] == setting], hybrid, other)
+                if estimate is not None:
+                    cells[f"{hybrid} / {other}"] = estimate
+    return cells
+
+
+def _target_cells(runs: list[dict], config) -> dict:
+    """Our target's cells: FAVOR+ / exact test perplexity - 1 per setting, paired by seed."""
+    cells = {}
+    for setting in SETTINGS:
+        rows = [r for r in runs if r["setting"] == setting]
+        estimate = _pairs(rows, config.favor_estimator, "exact")
+        if estimate is not None:
+            cells[SETTING_LABELS[setting]] = estimate
+    return cells
+
+
+def _interval_text(estimate: stats.Estimate, level: float) -> str:
+    low, high = estimate.interval(level) if estimate.n > 1 else (math.nan, math.nan)
+    return f"{estimate.mean:+.4f} ± {estimate.se:.2g} ({level:.0%} CI [{low:+.4f}, {high:+.4f}])"
+
+
+def paired_rows(cells: dict, label: str, level: float) -> list[dict]:
+    return [
+        {
+            label: name,
+            "seeds": e.n,
+            "ratio - 1 (mean ± 1 SE, paired seeds)": _interval_text(e, level),
+        }
+        for name, e in cells.items()
+    ]
 
 
 def perplexity_rows(runs: list[dict], arms) -> list[dict]:
     rows = []
     for arm in arms:
         setting, estimator = parse_arm(arm)
+        if not len(_values(runs, "seed", arm=arm)):
+            continue
         rows.append(
             {
                 "setting": SETTING_LABELS[setting],
@@ -528,118 +799,164 @@ def perplexity_rows(runs: list[dict], arms) -> list[dict]:
                 "valid perplexity": _format(*mean_se(_values(runs, "valid_perplexity", arm=arm))),
                 "test perplexity": _format(*mean_se(_values(runs, "test_perplexity", arm=arm))),
                 "final tau": float(np.mean(_values(runs, "final_temperature", arm=arm))),
+                "train min / run": float(np.mean(_values(runs, "train_seconds", arm=arm)) / 60),
             }
         )
     return rows
 
 
+def _metric_means(metrics: list[dict], estimator: str, metric: str) -> np.ndarray:
+    """Per model (in a fixed model order) the mean of ``metric`` for ``estimator``."""
+    rows = sorted(
+        (m for m in metrics if m["estimator"] == estimator), key=lambda m: (m["arm"], m["seed"])
+    )
+    return np.array([m[f"{metric}_mean"] for m in rows], float)
+
+
+def _log_ratio(metrics: list[dict], competitor: str, hybrid: str, metric: str) -> np.ndarray:
+    """ln(competitor's mean distance / hybrid's) per model."""
+    return np.log(_metric_means(metrics, competitor, metric)) - np.log(
+        _metric_means(metrics, hybrid, metric)
+    )
+
+
 def estimator_rows(results: dict, config) -> list[dict]:
-    """Per setting and estimator: width, measured FLOPs, median W1/KS (mean ± SE over seeds)
-    and the paired difference against FAVOR+."""
+    """Per estimator: m, n, width, XLA-measured FLOPs, and the mean W1, KS and negative
+    fraction (mean over models ± 1 SE of each model's mean over queries and draws)."""
     metrics, flops, rows = results["metrics"], results["flops"], []
-    favor = config.favor_estimator
-    for setting in SETTINGS:
-        if not any(m["setting"] == setting for m in metrics):
-            continue
-        for estimator in ("uniform", *config.estimators):
-            where = {"setting": setting, "estimator": estimator}
-            row = {"setting": setting, "estimator": estimator}
-            if estimator in config.estimators:
-                options = estimator_options(config, estimator)
-                cost = flops[estimator]
-                row.update(
-                    {
-                        "m, n": f"{options['num_features']}, {options['num_coefficient_features']}"
-                        if options["proposal"].endswith("hybrid")
-                        else f"{options['num_features']}",
-                        "width W": feature_width(options),
-                        "GFLOP/step clipped": cost["clipped"] / 1e9,
-                        "GFLOP/step decomposition": cost["decomposition"] / 1e9,
-                    }
-                )
-            else:
-                row.update(
-                    {
-                        "m, n": "—",
-                        "width W": "—",
-                        "GFLOP/step clipped": "—",
-                        "GFLOP/step decomposition": "—",
-                    }
-                )
-            for name, label in (("wasserstein", "W1"), ("ks", "KS")):
-                values = _values(metrics, f"{name}_median", **where)
-                row[f"median {label}"] = _format(*mean_se(values), digits=3)
-                if estimator != favor:
-                    reference = _values(metrics, f"{name}_median", setting=setting, estimator=favor)
-                    test = stats.paired_difference(values, reference)
-                    row[f"{label} - FAVOR+"] = (
-                        f"{test.mean:+.3g} ± {test.se:.2g} (p = {test.p:.2g})"
-                    )
-                else:
-                    row[f"{label} - FAVOR+"] = "—"
-            row["negative fraction"] = float(
-                np.mean(_values(metrics, "negative_fraction_mean", **where))
+    reference = flops[config.favor_estimator]["construct"]
+    for estimator in ("uniform", *config.estimators):
+        row: dict = {"estimator": estimator}
+        if estimator in config.estimators:
+            options = estimator_options(config, estimator)
+            hybrid = options["proposal"].endswith("_hybrid")
+            m, n = options["num_features"], options["num_coefficient_features"]
+            cost_ = flops[estimator]
+            row.update(
+                {
+                    "m, n": f"{m}, {n}" if hybrid else f"{m}",
+                    "width W": feature_width(options),
+                    "construct GFLOP": cost_["construct"] / 1e9,
+                    "construct / FAVOR+": cost_["construct"] / reference,
+                    "clipped proposal GFLOP/step": cost_["clipped"] / 1e9,
+                }
             )
-            rows.append(row)
+        else:
+            row.update(
+                dict.fromkeys(
+                    (
+                        "m, n",
+                        "width W",
+                        "construct GFLOP",
+                        "construct / FAVOR+",
+                        "clipped proposal GFLOP/step",
+                    ),
+                    "—",
+                )
+            )
+        for name, label in (("wasserstein", "W1"), ("ks", "KS"), ("negative_fraction", "neg.")):
+            row[f"mean {label}"] = _format(*mean_se(_metric_means(metrics, estimator, name)), 3)
+        rows.append(row)
     return rows
+
+
+def claim1_rows(results: dict, config) -> list[dict]:
+    """Per hybrid, competitor and metric: ln(competitor / hybrid) over models, the models where
+    the hybrid is lower, and the within-model paired differences (query SE)."""
+    metrics, pairs, rows = results["metrics"], results["pairs"], []
+    hybrids = [e for e in config.estimators if e not in competitors(config)]
+    for hybrid in hybrids:
+        for competitor in competitors(config):
+            for metric, label in (("wasserstein", "W1"), ("ks", "KS")):
+                ratio = _log_ratio(metrics, competitor, hybrid, metric)
+                within = [
+                    p
+                    for p in pairs
+                    if (p["hybrid"], p["competitor"], p["metric"]) == (hybrid, competitor, metric)
+                ]
+                z = np.array([p["difference"] / p["se"] for p in within if p["se"] > 0])
+                rows.append(
+                    {
+                        "hybrid": hybrid,
+                        "claim (1)": "yes" if hybrid in config.hybrid_estimators else "—",
+                        "vs": competitor,
+                        "metric": label,
+                        "ln(vs / hybrid), models": _format(*mean_se(ratio), 3),
+                        "hybrid lower": f"{int(np.sum(ratio > 0))} of {len(ratio)}",
+                        "paired z per model (min, max)": f"{z.min():+.1f}, {z.max():+.1f}"
+                        if len(z)
+                        else "—",
+                    }
+                )
+    return rows
+
+
+def diagnostic_rows(results: dict) -> list[dict]:
+    """Per tau rule and proposal: means over the exact-proposal models of the diagnostic."""
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for model in results["diagnostic"]:
+        for row in model["rows"]:
+            rows.setdefault((row["tau_rule"], row["proposal"]), []).append(row)
+    labels = {"proposal": "the proposal's tau", "heldout_kl": "held-out-KL tau"}
+    return [
+        {
+            "tau": f"{labels[rule]} ({np.mean([r['tau'] for r in group]):.3g})",
+            "proposal": proposal,
+            "KL(model softmax ‖ proposal), nats": _format(
+                *mean_se([r["proposal_kl"] for r in group]), 3
+            ),
+            "negative fraction": float(np.mean([r["negative_fraction"] for r in group])),
+            "W1 vs kernel softmax": float(np.mean([r["wasserstein"] for r in group])),
+        }
+        for (rule, proposal), group in rows.items()
+    ]
 
 
 def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
     """The verdicts on the claims ``config`` declares."""
     judge = verdicts.Verdicts(config)
-    runs, metrics, favor = results["runs"], results["metrics"], config.favor_estimator
-    exact = config.metric_arm_proposal
-
-    def ppl(setting, estimator):
-        return _values(runs, "test_perplexity", setting=setting, estimator=estimator)
-
-    def ratio(setting: str, estimator: str, reference: str):
-        """Test perplexity estimator / reference - 1, paired by seed."""
-        values, base = ppl(setting, estimator), ppl(setting, reference)
-        if not len(values) or len(values) != len(base):
-            return None
-        return stats.sample_estimate(values / base - 1)
-
-    within = {s: ratio(s, favor, exact) for s in SETTINGS}
-    within = {s: e for s, e in within.items() if e is not None}
-    judge.ordering(
-        "favor_within_20",
-        within,
-        effect="test perplexity FAVOR+ / model softmax - 1, paired by seed",
-        cell_name="settings",
-        units="seeds",
-    )
-    random_feature = [e for e in config.estimators if e != favor]
-    others = {
-        (SETTING_LABELS[s], e): r
-        for s in SETTINGS
-        for e in random_feature
-        if (r := ratio(s, e, favor)) is not None
-    }
-    judge.every(
-        "proposals_alike",
-        others,
-        effect="test perplexity / FAVOR+'s - 1, paired by seed",
-        cell_name="(setting, proposal)",
-        units="seeds",
-    )
-    cells = {}
-    for setting in SETTINGS:
-        for estimator in config.equal_flops_estimators:
-            for name, label in (("wasserstein", "W1"), ("ks", "KS")):
-                values = _values(metrics, f"{name}_median", setting=setting, estimator=estimator)
-                reference = _values(metrics, f"{name}_median", setting=setting, estimator=favor)
-                if len(values) and len(values) == len(reference):
-                    cells[(SETTING_LABELS[setting], estimator, label)] = stats.paired_difference(
-                        reference, values
-                    )
-    judge.ordering(
-        "hybrids_more_accurate",
-        cells,
-        effect="median distance FAVOR+ - hybrid at equal FLOPs, paired by seed",
-        cell_name="(setting, hybrid, metric)",
-        units="seeds",
-    )
+    runs, metrics = results["runs"], results["metrics"]
+    per_model = [
+        _log_ratio(metrics, competitor, hybrid, metric)
+        for hybrid in config.hybrid_estimators
+        for competitor in competitors(config)
+        for metric in ("wasserstein", "ks")
+    ]
+    if per_model and len(per_model[0]) > 1:
+        cells = len(per_model)
+        judge.effect(
+            "hybrids_most_accurate",
+            stats.sample_estimate(np.mean(per_model, axis=0)),
+            effect=f"ln(competitor's mean distance / hybrid's) per model, averaged over {cells} "
+            f"(hybrid, competitor, metric) cells; paired by query and draw within a model",
+            units="models",
+        )
+    else:
+        judge.not_tested("hybrids_most_accurate", "fewer than 2 models were scored")
+    alike = _alike_cells(runs, config)
+    if alike:
+        judge.every(
+            "proposals_alike",
+            alike,
+            effect="test perplexity hybrid / other random-feature proposal - 1, paired by seed",
+            cell_name="pairs",
+            units="seeds",
+        )
+    else:
+        judge.not_tested(
+            "proposals_alike", "no hybrid and no other random-feature proposal were both trained"
+        )
+    target = _target_cells(runs, config)
+    if target:
+        judge.ordering(
+            "favor_within_20",
+            target,
+            effect="test perplexity FAVOR+ / exact softmax proposal - 1, paired by seed",
+            cell_name="settings",
+            units="seeds",
+        )
+    else:
+        judge.not_tested("favor_within_20", "FAVOR+ and the exact proposal were not both trained")
     return judge
 
 
@@ -650,6 +967,7 @@ def _bar_axis(axis, labels, means, errors, title, log):
 
 
 def _plot_perplexity(runs, curves, arms, path: str) -> None:
+    arms = [arm for arm in arms if arm in curves]
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     stats_ = [mean_se(_values(runs, "test_perplexity", arm=arm)) for arm in arms]
     means = [m for m, _ in stats_]
@@ -678,49 +996,37 @@ def _plot_perplexity(runs, curves, arms, path: str) -> None:
 
 def _plot_metrics(results: dict, config, path: str) -> None:
     metrics = results["metrics"]
-    settings = [s for s in SETTINGS if any(m["setting"] == s for m in metrics)]
     estimators = ("uniform", *config.estimators)
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    width = 0.8 / max(len(settings), 1)
     for axis, (name, label) in zip(axes, (("wasserstein", "W1"), ("ks", "KS")), strict=True):
-        for j, setting in enumerate(settings):
-            stats_ = [
-                mean_se(_values(metrics, f"{name}_median", setting=setting, estimator=e))
-                for e in estimators
-            ]
-            axis.bar(
-                np.arange(len(estimators)) + j * width,
-                [m for m, _ in stats_],
-                width,
-                yerr=[0 if np.isnan(s) else s for _, s in stats_],
-                capsize=2,
-                label=SETTING_LABELS[setting],
-            )
-        axis.set_xticks(np.arange(len(estimators)) + width * (len(settings) - 1) / 2)
-        axis.set_xticklabels(estimators, rotation=35, ha="right", fontsize=8)
-        axis.set(
-            yscale="log",
-            title=f"median {label} of the clipped estimate vs the kernel softmax\n"
-            "(bars: mean over seeds ± 1 SE)",
+        stats_ = [mean_se(_metric_means(metrics, e, name)) for e in estimators]
+        _bar_axis(
+            axis,
+            list(estimators),
+            [m for m, _ in stats_],
+            [0 if np.isnan(s) else s for _, s in stats_],
+            f"mean {label} of the clipped estimate vs the kernel softmax\n"
+            "(bars: mean over models ± 1 SE)",
+            True,
         )
-        axis.legend(fontsize=7)
     outputs.save_figure(figure, path)
 
 
 def _plot_temperature(results: dict, config, path: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     grid = np.asarray(config.tau_grid)
-    for row in results["divergences"]:
-        curve = np.asarray(row["divergence"])
-        (line,) = left.plot(grid, curve, label=f"seed {row['seed']}")
+    for model in results["diagnostic"]:
+        curve = np.asarray(model["divergence"])
+        (line,) = left.plot(grid, curve, label=f"seed {model['seed']}")
         left.plot(grid[np.argmin(curve)], curve.min(), "o", color=line.get_color())
+    left.axvline(config.tau, color="k", linestyle=":", label=f"tau = {config.tau:g}")
     left.set(
         xscale="log",
         yscale="log",
         xlabel="tau",
         ylabel="KL(model softmax || kernel softmax), nats",
-        title=f"held-out divergence of the trained {config.metric_arm_proposal}-proposal models"
-        "\n(raw logits; dot: the selected tau)",
+        title="held-out divergence of the trained exact-proposal models"
+        "\n(raw logits; dot: the held-out-KL tau)",
     )
     left.legend(fontsize=7)
     for i, (arm, per_seed) in enumerate(results["curves"].items()):
@@ -751,6 +1057,14 @@ def _setup_text(config, results: dict) -> str:
     tokens, model, sampler = results["tokens"], config.model, config.sampler
     steps = config.train.num_train_steps
     epochs = steps * config.train.batch_size * config.bptt / tokens["train"]
+    seeds = sorted({r["seed"] for r in results["runs"]})
+    models = len({(m["arm"], m["seed"]) for m in results["metrics"]})
+    tau = (
+        f"tau = {config.tau:g} (fixed)"
+        if config.tau_rule == "fixed"
+        else f"tau chosen every step on the held-out batch from {len(config.tau_grid)} values "
+        f"between {min(config.tau_grid):.3g} and {max(config.tau_grid):.3g}"
+    )
     return (
         f"Data: {PTB_SOURCE}; vocabulary V = {results['vocab_size']}. {tokens['train']:,} "
         f"training tokens, {tokens['valid']:,} validation and {tokens['test']:,} test tokens, "
@@ -758,17 +1072,25 @@ def _setup_text(config, results: dict) -> str:
         f"{model.num_layers}-layer LSTM, hidden {model.hidden_size}, tied embeddings, dropout "
         f"{model.dropout_rate}; {config.train.optimizer}, lr {config.train.learning_rate} "
         f"({config.train.lr_schedule}), {steps} steps of {config.train.batch_size} windows "
-        f"({epochs:.2f} epochs); seeds {tuple(config.seeds)}, paired across arms. Sampled "
-        f"softmax: {sampler.num_samples} negatives with replacement, log-proposal correction, "
-        f"accidental hits {'removed' if sampler.remove_accidental_hits else 'kept'}; kernel "
-        f"proposals use the `{sampler.name}` sampler (uniform floor {sampler.uniform_floor}) and "
-        f"{sampler.coupling} projections redrawn every step. tau grid: "
-        f"{len(config.tau_grid)} values from {min(config.tau_grid):.3g} to "
-        f"{max(config.tau_grid):.3g} (log-spaced); held-out batch: the last "
-        f"{config.num_heldout_windows} validation windows. Distribution metrics: "
-        f"{config.num_metric_queries} validation queries x {config.num_metric_draws} feature "
-        f"draws per model."
+        f"({epochs:.2f} epochs); seeds {tuple(seeds)} (of {tuple(config.seeds)} declared), "
+        f"paired across arms. Sampled softmax: {sampler.num_samples} negatives with "
+        f"replacement, log-proposal correction, accidental hits "
+        f"{'removed' if sampler.remove_accidental_hits else 'kept'}; kernel proposals on the "
+        f"normalised vectors at {tau}, the `{sampler.name}` sampler (uniform floor "
+        f"{sampler.uniform_floor}) and {sampler.coupling} projections redrawn every step. "
+        f"Distribution metrics: {config.num_metric_queries} validation queries x "
+        f"{config.num_metric_draws} feature draws on each of {models} "
+        f"trained models; diagnostic: {config.num_diagnostic_queries} queries x "
+        f"{config.num_diagnostic_draws} draws on each exact-proposal model."
     )
+
+
+def _timing(runs: list[dict]) -> str:
+    starts = [r["load_average_start"] for r in runs if "load_average_start" in r]
+    text = outputs.timing_text(runs)
+    if starts:
+        text += f" (mean 1-min load when they started: {np.mean(starts):.1f})"
+    return text
 
 
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -776,11 +1098,13 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     runs, arms = results["runs"], tuple(config.arms)
     ppl_rows = perplexity_rows(runs, arms)
     metric_rows = estimator_rows(results, config)
-    if results["metrics"]:
-        outputs.write_csv(os.path.join(workdir, "metrics.csv"), results["metrics"])
-        _plot_metrics(results, config, os.path.join(workdir, "distribution_metrics.png"))
+    level = verdicts.TESTS["equivalent"][0]
+    alike, target = _alike_cells(runs, config), _target_cells(runs, config)
+    outputs.write_csv(os.path.join(workdir, "metrics.csv"), results["metrics"])
+    _plot_metrics(results, config, os.path.join(workdir, "distribution_metrics.png"))
     _plot_perplexity(runs, results["curves"], arms, os.path.join(workdir, "perplexity.png"))
     _plot_temperature(results, config, os.path.join(workdir, "temperature.png"))
+    diagnostic = diagnostic_rows(results)
     text = verdicts.write_summary(
         workdir,
         "lstm_lm",
@@ -788,11 +1112,18 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         config,
         setup=_setup_text(config, results),
         perplexity_table=outputs.markdown_table(ppl_rows),
-        ratio_table=outputs.markdown_table(ratio_rows(runs, config))
-        if ratio_rows(runs, config)
+        alike_table=outputs.markdown_table(paired_rows(alike, "pair", level))
+        if alike
         else "not run",
-        metric_table=outputs.markdown_table(metric_rows) if metric_rows else "not run",
-        timing=outputs.timing_text(runs),
+        target_table=outputs.markdown_table(
+            paired_rows(target, "setting", verdicts.TESTS["nonsuperior"][0])
+        )
+        if target
+        else "not run",
+        metric_table=outputs.markdown_table(metric_rows),
+        claim1_table=outputs.markdown_table(claim1_rows(results, config)),
+        diagnostic_table=outputs.markdown_table(diagnostic) if diagnostic else "not run",
+        timing=_timing(runs),
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
     print(text)

@@ -58,3 +58,21 @@ def distribution_metrics(probabilities: jax.Array, estimates: jax.Array) -> dict
         "ks": jnp.max(gap, axis=-1),
         "negative_fraction": jnp.mean(estimates < 0, axis=-1),
     }
+
+
+def proposal_divergence(log_target: jax.Array, log_proposal: jax.Array) -> jax.Array:
+    """KL(target || proposal) = sum_i p_i (log p_i - log q_i) over the last axis, from log
+    probabilities: the divergence that governs importance sampling from the proposal (large where
+    the proposal misses the target's mass; log V - H(p) for a uniform proposal).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> uniform = jnp.log(jnp.full(4, 0.25))
+      >>> round(float(proposal_divergence(jnp.log(jnp.array([1.0, 0, 0, 0])), uniform)), 4)
+      1.3863
+    """
+    log_target = _floating("log_target", log_target)
+    log_proposal = _floating("log_proposal", log_proposal)
+    target = jnp.exp(log_target)
+    terms = jnp.where(target > 0, target * (log_target - log_proposal), 0.0)
+    return jnp.sum(terms, axis=-1)

@@ -247,6 +247,90 @@ def hybrid_estimate(
     return total + (1.0 - sum(lambdas, jnp.zeros(()))) * bases[-1]
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HybridParts:
+    """One side of a hybrid estimator in log-space form, before Lemma 2.3's Kronecker products.
+
+    The base features are scaled by the per-row e^s of ``log_scale`` (as ``ScaledFeatures``);
+    the coefficient features are rho_k(x) on the query side and eta_k(y) on the key side, so
+    that lambda-hat_k = a_k + rho_k(x).eta_k(y).
+
+    Attributes:
+      bases: the p + 1 scaled base features, shapes ``(..., w_k)``.
+      coefficients: the p coefficient features, shapes ``(..., n_k)``.
+      log_scale: s, shape ``(...)``.
+      offsets: a_1..a_p (static).
+      side: ``"query"`` or ``"key"`` (static).
+    """
+
+    bases: list[jax.Array]
+    coefficients: list[jax.Array]
+    log_scale: jax.Array
+    offsets: tuple[float, ...] = dataclasses.field(metadata={"static": True})
+    side: Side = dataclasses.field(metadata={"static": True})
+
+    def scaled_features(self) -> ScaledFeatures:
+        """The flat features of Lemma 2.3 (``hybrid_query_features`` or
+        ``hybrid_key_features``) in log-space form."""
+        if self.side == "query":
+            flat = hybrid_query_features(self.bases, self.coefficients, list(self.offsets))
+        else:
+            flat = hybrid_key_features(self.bases, self.coefficients)
+        return ScaledFeatures(flat, self.log_scale)
+
+
+def hybrid_gram(query: HybridParts, key: HybridParts) -> jax.Array:
+    """The hybrid estimates Psi(x_i).Psi'(y_j) of every query row and key row, ``(N, M)``,
+    from the factors: Eq. 8 on the Gram matrices of the bases and coefficients, times
+    e^(s_i + s_j).
+
+    Equal to the flat features' ``Psi(X) @ Psi'(Y).T`` (Lemma 2.3) up to rounding, at a cost of
+    N M (sum_k w_k + sum_k n_k) multiply-adds instead of N M sum_k w_k (1 + n): for the angular
+    hybrid with m base projections and n signs, N M (4 m + n) instead of N M 4 m (n + 1).
+
+    Args:
+      query: ``HybridParts`` of side ``"query"`` for ``(N, d)`` inputs.
+      key: ``HybridParts`` of side ``"key"`` for ``(M, d)`` inputs, of the same estimator.
+
+    Returns:
+      ``(N, M)`` estimates (+-inf where e^(s_i + s_j) overflows the dtype).
+
+    Raises:
+      ValueError: if the sides, counts, widths or offsets do not match, or an input is not
+        a matrix of rows.
+
+    Examples:
+      >>> import jax
+      >>> from rfjax import features, projections
+      >>> fmap = features.AngularHybridFeatureMap(num_sign_features=3).init(jax.random.key(1), 4)
+      >>> w = projections.gaussian(jax.random.key(0), 4, 8)
+      >>> x, y = 0.5 * jax.random.normal(jax.random.key(2), (2, 5, 4))
+      >>> gram = hybrid_gram(fmap.hybrid_parts(x, w, side="query"),
+      ...                    fmap.hybrid_parts(y, w, side="key"))
+      >>> flat = fmap.features(x, w, side="query") @ fmap.features(y, w, side="key").T
+      >>> bool(jax.numpy.allclose(gram, flat, rtol=1e-5))
+      True
+    """
+    if (query.side, key.side) != ("query", "key"):
+        raise ValueError(f"need query-side and key-side parts, got {query.side!r}, {key.side!r}")
+    if query.offsets != key.offsets or len(query.bases) != len(key.bases):
+        raise ValueError("query and key parts must come from the same hybrid estimator")
+    for a, b in zip(
+        [*query.bases, *query.coefficients], [*key.bases, *key.coefficients], strict=True
+    ):
+        if a.ndim != 2 or b.ndim != 2 or a.shape[-1] != b.shape[-1]:
+            raise ValueError(
+                f"parts must be (rows, width) matrices of equal widths, got {a.shape}, {b.shape}"
+            )
+    bases = [a @ b.T for a, b in zip(query.bases, key.bases, strict=True)]
+    pairs = zip(query.offsets, query.coefficients, key.coefficients, strict=True)
+    lambdas = [offset + rho @ eta.T for offset, rho, eta in pairs]
+    scaled = hybrid_estimate(bases, lambdas)
+    scale = jnp.exp(query.log_scale)[:, None] * jnp.exp(key.log_scale)[None, :]
+    return jnp.where(jnp.isinf(scale) & (scaled == 0), 0, scaled * scale)
+
+
 def _check_base_projections(positive: object, trigonometric: object) -> None:
     check_projection(positive, "positive_projection")
     check_projection(trigonometric, "trigonometric_projection")
@@ -321,9 +405,9 @@ def angular_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 12, 19, Theorem 3.1, Lemma 3.2.
     """
-    scaled = _angular_hybrid_scaled(
+    scaled = _angular_hybrid_parts(
         x, positive_projection, trigonometric_projection, sign_projection, side=side
-    )
+    ).scaled_features()
     return exponentiated(
         "angular_hybrid_features", scaled, x, trigonometric_projection.num_features
     )
@@ -346,16 +430,16 @@ def _scaled_bases(
     return [positive, trigonometric], shift
 
 
-def _angular_hybrid_scaled(
+def _angular_hybrid_parts(
     x: jax.Array,
     positive_projection: Projection,
     trigonometric_projection: Projection,
     sign_projection: Projection,
     *,
     side: Side,
-) -> ScaledFeatures:
-    """``angular_hybrid_features`` in log-space form (same arguments and errors): Lemma 2.3
-    with a = 1/2, rho(x) = sgn(T x)/sqrt(2n), eta(y) = -sgn(T y)/sqrt(2n) on scaled bases."""
+) -> HybridParts:
+    """``angular_hybrid_features`` as ``HybridParts`` (same arguments and errors): a = 1/2,
+    rho(x) = sgn(T x)/sqrt(2n), eta(y) = -sgn(T y)/sqrt(2n) on scaled bases."""
     side = check_side(side)
     _check_base_projections(positive_projection, trigonometric_projection)
     x = check_inputs("x", x, dim=positive_projection.dim)
@@ -364,9 +448,8 @@ def _angular_hybrid_scaled(
     )
     bases, log_scale = _scaled_bases(x, positive_projection, trigonometric_projection)
     signs = angular_features(x, sign_projection) * (1.0 / math.sqrt(2.0))  # sgn / sqrt(2n)
-    if side == "query":
-        return ScaledFeatures(hybrid_query_features(bases, [signs], [0.5]), log_scale)
-    return ScaledFeatures(hybrid_key_features(bases, [-signs]), log_scale)
+    coefficient = signs if side == "query" else -signs
+    return HybridParts(bases, [coefficient], log_scale, (0.5,), side)
 
 
 def gaussian_hybrid_features(
@@ -422,7 +505,7 @@ def gaussian_hybrid_features(
     References:
       Choromanski et al. 2022, arXiv:2110.04367, Eq. 20, App. F (Eq. 67-69).
     """
-    scaled = _gaussian_hybrid_scaled(
+    scaled = _gaussian_hybrid_parts(
         x,
         positive_projection,
         trigonometric_projection,
@@ -431,13 +514,13 @@ def gaussian_hybrid_features(
         bandwidth=bandwidth,
         radius=radius,
         coefficient_estimator=coefficient_estimator,
-    )
+    ).scaled_features()
     return exponentiated(
         "gaussian_hybrid_features", scaled, x, trigonometric_projection.num_features
     )
 
 
-def _gaussian_hybrid_scaled(
+def _gaussian_hybrid_parts(
     x: jax.Array,
     positive_projection: Projection,
     trigonometric_projection: Projection,
@@ -447,9 +530,9 @@ def _gaussian_hybrid_scaled(
     bandwidth: float,
     radius: float,
     coefficient_estimator: CoefficientEstimator,
-) -> ScaledFeatures:
-    """``gaussian_hybrid_features`` in log-space form (same arguments and errors): Lemma 2.3
-    with a = -c/(1-c), rho(x) = f(x)/sqrt(1-c), eta(y) = f(-y)/sqrt(1-c) on scaled bases."""
+) -> HybridParts:
+    """``gaussian_hybrid_features`` as ``HybridParts`` (same arguments and errors):
+    a = -c/(1-c), rho(x) = f(x)/sqrt(1-c), eta(y) = f(-y)/sqrt(1-c) on scaled bases."""
     side = check_side(side)
     coefficient_estimator = check_choice(
         "coefficient_estimator", coefficient_estimator, COEFFICIENT_ESTIMATORS
@@ -479,12 +562,8 @@ def _gaussian_hybrid_scaled(
             u, coefficient_projection, kernel="gaussian", lengthscale=bandwidth
         )
     coefficient = gauss * (1.0 / math.sqrt(one_minus_c))
-    if side == "query":
-        offset = 1.0 - 1.0 / one_minus_c  # -c / (1 - c)
-        psi = hybrid_query_features(bases, [coefficient], [offset])
-    else:
-        psi = hybrid_key_features(bases, [coefficient])
-    return ScaledFeatures(psi, log_scale)
+    offset = 1.0 - 1.0 / one_minus_c  # -c / (1 - c)
+    return HybridParts(bases, [coefficient], log_scale, (offset,), side)
 
 
 @jax.tree_util.register_dataclass
@@ -539,11 +618,15 @@ class AngularHybridFeatureMap(FeatureMap):
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side
     ) -> ScaledFeatures:
+        return self.hybrid_parts(x, projection, side=side).scaled_features()
+
+    def hybrid_parts(self, x: jax.Array, projection: Projection, *, side: Side) -> HybridParts:
+        """The factors of ``scaled_features`` (for ``hybrid_gram``)."""
         if self.sign_projection is None:
             raise ValueError(
                 "AngularHybridFeatureMap has no sign projection: call .init(key, dim) first"
             )
-        return _angular_hybrid_scaled(x, projection, projection, self.sign_projection, side=side)
+        return _angular_hybrid_parts(x, projection, projection, self.sign_projection, side=side)
 
 
 @jax.tree_util.register_dataclass
@@ -599,11 +682,15 @@ class GaussianHybridFeatureMap(FeatureMap):
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side
     ) -> ScaledFeatures:
+        return self.hybrid_parts(x, projection, side=side).scaled_features()
+
+    def hybrid_parts(self, x: jax.Array, projection: Projection, *, side: Side) -> HybridParts:
+        """The factors of ``scaled_features`` (for ``hybrid_gram``)."""
         if self.coefficient_projection is None:
             raise ValueError(
                 "GaussianHybridFeatureMap has no coefficient projection: call .init(key, dim) first"
             )
-        return _gaussian_hybrid_scaled(
+        return _gaussian_hybrid_parts(
             x,
             projection,
             projection,

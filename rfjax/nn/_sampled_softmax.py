@@ -70,16 +70,18 @@ import jax
 import jax.numpy as jnp
 
 from rfjax import features, projections
-from rfjax._validation import check_choice, check_inputs, check_int, check_real
+from rfjax._validation import check_choice, check_inputs, check_int, check_real, is_concrete
 from rfjax.features import (
+    AngularHybridFeatureMap,
     FeatureMap,
     GaussianHybridFeatureMap,
+    HybridParts,
     fourier_features,
-    hybrid_key_features,
-    hybrid_query_features,
+    hybrid_gram,
     positive_features,
     trigonometric_features,
 )
+from rfjax.features._protocol import Side
 
 PLAIN_PROPOSALS = ("uniform", "exact", "kernel")
 SAMPLERS: tuple[Literal["clipped", "decomposition"], ...] = ("clipped", "decomposition")
@@ -127,10 +129,11 @@ def _gaussian_hybrid_on_sphere(
     radius: Temperature,
     base: projections.Projection,
     coefficient: projections.Projection,
-    side: str,
-) -> jax.Array:
-    """``gaussian_hybrid_features(x, base, base, coefficient, side=side, bandwidth=radius,
-    radius=radius)`` for inputs x on the sphere of radius r, with r possibly traced.
+    side: Side,
+) -> HybridParts:
+    """The ``HybridParts`` of ``gaussian_hybrid_features(x, base, base, coefficient, side=side,
+    bandwidth=radius, radius=radius)`` for inputs x on the sphere of radius r, with r possibly
+    traced (log-scale 0).
 
     With bandwidth = radius the coefficient exp(-|x + y|^2 / (2 r^2)) is a function of the unit
     vectors x / r, y / r only and c = exp(-2), so nothing needs r as a Python number.
@@ -141,11 +144,13 @@ def _gaussian_hybrid_on_sphere(
     one_minus_c = -math.expm1(-2.0)
     gauss = fourier_features(unit if side == "query" else -unit, coefficient)
     coefficient_features = gauss * (1.0 / math.sqrt(one_minus_c))
-    if side == "query":
-        return hybrid_query_features(
-            [positive, trigonometric], [coefficient_features], [1.0 - 1.0 / one_minus_c]
-        )
-    return hybrid_key_features([positive, trigonometric], [coefficient_features])
+    return HybridParts(
+        [positive, trigonometric],
+        [coefficient_features],
+        jnp.zeros(x.shape[:-1], x.dtype),
+        (1.0 - 1.0 / one_minus_c,),
+        side,
+    )
 
 
 def _draw_held_projections(
@@ -211,6 +216,80 @@ def proposal_features(
       >>> (a @ b.T).shape, a.shape[-1]
       ((5, 5), 32)
     """
+    query_side, class_side = _proposal_sides(
+        key,
+        queries,
+        embeddings,
+        proposal=proposal,
+        num_features=num_features,
+        num_coefficient_features=num_coefficient_features,
+        temperature=temperature,
+        coupling=coupling,
+    )
+    return _flat(query_side), _flat(class_side)
+
+
+def proposal_estimates(
+    key: jax.Array,
+    queries: jax.Array,
+    embeddings: jax.Array,
+    *,
+    proposal: str,
+    num_features: int,
+    num_coefficient_features: int = 8,
+    temperature: Temperature = 1.0,
+    coupling: str = "orthogonal",
+) -> jax.Array:
+    """The kernel estimates K-hat(q_i, e_j) of every query and class, ``(N, V)``: the product
+    ``query_features @ class_features.T`` of ``proposal_features`` (same arguments and
+    errors), computed for the angular and Gaussian hybrids from their factors
+    (``rfjax.features.hybrid_gram``: N V (4 m + n) multiply-adds for the angular hybrid
+    instead of N V 4 m (n + 1)).
+
+    Examples:
+      >>> import jax
+      >>> q, e = jax.random.normal(jax.random.key(0), (2, 5, 4))
+      >>> options = dict(proposal="angular_hybrid", num_features=2, num_coefficient_features=3)
+      >>> a, b = proposal_features(jax.random.key(1), q, e, **options)
+      >>> estimates = proposal_estimates(jax.random.key(1), q, e, **options)
+      >>> estimates.shape, bool(jax.numpy.allclose(estimates, a @ b.T, rtol=1e-4, atol=1e-5))
+      ((5, 5), True)
+    """
+    query_side, class_side = _proposal_sides(
+        key,
+        queries,
+        embeddings,
+        proposal=proposal,
+        num_features=num_features,
+        num_coefficient_features=num_coefficient_features,
+        temperature=temperature,
+        coupling=coupling,
+    )
+    if isinstance(query_side, HybridParts) and isinstance(class_side, HybridParts):
+        return hybrid_gram(query_side, class_side)
+    return _flat(query_side) @ _flat(class_side).T
+
+
+def _flat(side: jax.Array | HybridParts) -> jax.Array:
+    """Flat features (Lemma 2.3 for ``HybridParts``)."""
+    if isinstance(side, HybridParts):
+        return side.scaled_features().unscaled()
+    return side
+
+
+def _proposal_sides(
+    key: jax.Array,
+    queries: jax.Array,
+    embeddings: jax.Array,
+    *,
+    proposal: str,
+    num_features: int,
+    num_coefficient_features: int,
+    temperature: Temperature,
+    coupling: str,
+) -> tuple[jax.Array | HybridParts, jax.Array | HybridParts]:
+    """The query and class sides of ``proposal_features``: ``HybridParts`` for the angular and
+    Gaussian hybrids, flat features for the other maps."""
     proposal = check_choice("proposal", proposal, feature_proposals())
     num_features = check_int("num_features", num_features, minimum=1)
     num_coefficient_features = check_int(
@@ -247,10 +326,27 @@ def proposal_features(
             _gaussian_hybrid_on_sphere(q, r, base, coefficient, "query"),
             _gaussian_hybrid_on_sphere(e, r, base, coefficient, "key"),
         )
+    if isinstance(feature_map, (AngularHybridFeatureMap, GaussianHybridFeatureMap)):
+        return (
+            _checked_parts(feature_map.hybrid_parts(q, base, side="query")),
+            _checked_parts(feature_map.hybrid_parts(e, base, side="key")),
+        )
     return (
         feature_map.features(q, base, side="query"),
         feature_map.features(e, base, side="key"),
     )
+
+
+def _checked_parts(parts: HybridParts) -> HybridParts:
+    """``parts``, after checking (outside ``jit``) that its scale e^s is finite, as the maps'
+    ``features`` check their output (``exp(1/tau)`` overflows the dtype for small tau)."""
+    scale = jnp.exp(parts.log_scale)
+    if is_concrete(scale) and not bool(jnp.all(jnp.isfinite(scale))):
+        raise ValueError(
+            "the proposal's features overflow the dtype: their scale e^(1/(2 tau)) is not "
+            "finite; use a larger temperature (tau >= 1/80 in float32)"
+        )
+    return parts
 
 
 def clipped_proposal_log_probabilities(
@@ -269,12 +365,26 @@ def clipped_proposal_log_probabilities(
     Returns:
       ``(N, V)`` log-probabilities (each row's exponentials sum to one).
     """
+    return clipped_log_probabilities(query_features @ class_features.T, uniform_floor)
+
+
+def clipped_log_probabilities(estimates: jax.Array, uniform_floor: float = 0.01) -> jax.Array:
+    """log Q of the ``"clipped"`` sampler from the kernel estimates ``(N, V)`` of every query and
+    class (e.g. ``proposal_estimates``): Q(i) = (1 - eps) max(K-hat_i, 0) / sum_j max(K-hat_j,
+    0) + eps / V, or 1/V where every estimate of the row is <= 0.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> q = jnp.exp(clipped_log_probabilities(jnp.array([[3.0, -1.0, 1.0]]), 0.3))
+      >>> [round(float(v), 3) for v in q[0]]
+      [0.625, 0.1, 0.275]
+    """
     uniform_floor = check_real("uniform_floor", uniform_floor, positive=True)
     if uniform_floor > 1:
         raise ValueError(f"uniform_floor must be in (0, 1], got {uniform_floor}")
-    clipped = jnp.maximum(query_features @ class_features.T, 0.0)
+    clipped = jnp.maximum(estimates, 0.0)
     total = jnp.sum(clipped, axis=-1, keepdims=True)
-    vocabulary = class_features.shape[0]
+    vocabulary = estimates.shape[-1]
     shape = clipped / jnp.where(total > 0, total, 1.0)
     probabilities = jnp.where(
         total > 0, (1.0 - uniform_floor) * shape + uniform_floor / vocabulary, 1.0 / vocabulary
@@ -437,12 +547,18 @@ def sample_proposal(
         samples = _inverse_cdf(key, jnp.exp(log_q), num_samples)
         return samples, jnp.take_along_axis(log_q, samples, axis=-1)
     projection_key, sample_key = jax.random.split(key)
-    features = proposal_features(
+    sampler = check_choice("sampler", sampler, SAMPLERS)
+    if sampler == "decomposition":
+        features = proposal_features(
+            projection_key, queries, embeddings, proposal=proposal, **feature_options
+        )
+        return sample_from_features(sample_key, *features, num_samples, sampler=sampler)
+    estimates = proposal_estimates(
         projection_key, queries, embeddings, proposal=proposal, **feature_options
     )
-    return sample_from_features(
-        sample_key, *features, num_samples, sampler=sampler, uniform_floor=uniform_floor
-    )
+    log_q = clipped_log_probabilities(estimates, uniform_floor)
+    samples = _inverse_cdf(sample_key, jnp.exp(log_q), num_samples)
+    return samples, jnp.take_along_axis(log_q, samples, axis=-1)
 
 
 def sampled_softmax_loss(
