@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, Literal
 
 import jax
@@ -313,6 +314,32 @@ def _exact_attention(query: jax.Array, key_heads: jax.Array) -> jax.Array:
     return jax.nn.softmax(logits, axis=-1)
 
 
+def uniform_attention_error(layers: list[tuple[jax.Array, jax.Array]]) -> float:
+    """|U - A|_F / |A|_F over all layers, heads and images for the uniform matrix U = 1 / S:
+    the error of an estimate that ignores queries and keys, the scale against which a
+    random-feature estimate's error says how much of the attention pattern it keeps."""
+    squared_error = squared_norm = 0.0
+    for query, key_heads in layers:
+        exact = _exact_attention(query, key_heads)
+        squared_error += float(jnp.sum((exact - 1.0 / exact.shape[-1]) ** 2))
+        squared_norm += float(jnp.sum(exact**2))
+    return math.sqrt(squared_error / squared_norm)
+
+
+def learned_temperatures(params) -> list[float]:
+    """The learned per-head temperatures tau of every block (``query_key_norm``; [] without)."""
+    blocks = sorted(
+        (name for name in params["params"] if name.startswith("block_")),
+        key=lambda name: int(name.split("_")[-1]),
+    )
+    return [
+        float(t)
+        for name in blocks
+        if "log_temperature" in (attention := params["params"][name]["PerformerAttention_0"])
+        for t in np.exp(np.asarray(attention["log_temperature"]))
+    ]
+
+
 def attention_relative_errors(
     layers: list[tuple[jax.Array, jax.Array]],
     keys: jax.Array,
@@ -375,6 +402,8 @@ def evaluate_run(
         result["accuracy_draws"] = [float(a) for a in draws]
     images = normalise(arrays["test"]["image"][: config.num_attention_images])
     layers = queries_and_keys(model, params, images)
+    result["uniform_attention_error"] = uniform_attention_error(layers)
+    result["temperatures"] = learned_temperatures(params)
     result["attention_error"] = {}
     for index, coupling in enumerate(c for c in config.attentions if c != "exact"):
         keys = jax.random.split(jax.random.fold_in(root, 1 + index), config.num_attention_draws)
@@ -409,6 +438,7 @@ def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed:
     record (accuracies, attention errors, train time) and learning curve."""
     model = make_model(config, attention)
     task = make_task(model, arrays["train"], arrays["test"], config, seed, protocol)
+    cpu_start = time.process_time()
     final, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
     evaluation = evaluate_run(config, model, run_dir, arrays, seed, attention)
     draws = evaluation.get("accuracy_draws", [final["eval_accuracy"]])
@@ -426,7 +456,9 @@ def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed:
         "accuracy_fresh": float(np.mean(draws)),
         "test_loss": final["eval_loss"],
         "attention_error": evaluation["attention_error"],
-        "train_seconds": seconds,
+        "uniform_attention_error": evaluation["uniform_attention_error"],
+        "temperatures": evaluation["temperatures"],
+        **outputs.run_cost(seconds, cpu_start),
         "curve": train.read_metrics(run_dir),
     }
 
