@@ -19,7 +19,8 @@ Paper's claim: hybrids <= FAVOR+ / trigonometric in error (its WER values were l
 seed's extraction).
 
 ``attention_context`` sets the convolution kernel to 1, so that attention is the only mixing
-across frames. The claims and their tests are declared below; the measured numbers and
+across frames, and tests the paper's orderings without the gate on 10 paired seeds (see the
+variant below). The claims and their tests are declared below; the measured numbers and
 verdicts are in results/conformer_ctc*/summary.md.
 """
 
@@ -50,14 +51,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data_seed = 0
     config.attentions = ("exact", "positive", "trigonometric", "angular_hybrid", "cluster_hybrid")
     config.seeds = (0, 1, 2, 3, 4)  # paired across kinds
-    # Refuted if the hybrids' error is above FAVOR+'s by more than half a point of DER.
+    # The paper (HRF Sec. 4.3): "HRFs produce smallest WER models and the clustering-based
+    # variants [...] turn out to be the best." Each ordering is refuted if the claimed-better
+    # side's error is above the other's by more than half a point of DER.
     config.claims = ml_collections.ConfigDict(
         {
             "hybrid_ordering": claim(
                 "Hybrid random features give a lower error than FAVOR+ (HRF Sec. 4.3, Table 2)",
                 "greater",
                 margin=0.005,
-            )
+            ),
+            "hybrids_beat_trigonometric": claim(
+                "Hybrid random features give a lower error than trigonometric features (HRF "
+                "Sec. 4.3, Table 2)",
+                "greater",
+                margin=0.005,
+            ),
+            "cluster_best": claim(
+                "The clustering-based HRF gives a lower error than the angular HRF (HRF Sec. "
+                "4.3, Table 2)",
+                "greater",
+                margin=0.005,
+            ),
         }
     )
     config.powered = variant != "quick"  # the quick variant is a smoke test
@@ -126,8 +141,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     elif variant == "attention_context":
         # The convolution module's kernel is 1: attention is the only mixing across frames
         # after the subsampling front end, so that the model must use it (the default's
-        # exact models barely do).
+        # exact models barely do). Swapping the trained exact models' attention for FAVOR+ at
+        # inference costs +0.026 +- 0.006 DER (5 seeds), so the kind of attention matters to
+        # these models, although FAVOR+ and exact models trained each with its own attention
+        # reach the same DER (the gate, p = 0.95): the paper's ordering is a claim about
+        # models trained with each kind, so it is tested directly, without the gate, on 10
+        # paired seeds (every kind retrained: the run's records carry these settings, not the
+        # committed 5-seed run's; 50 runs, about 4-5 min each on 2 shared cores). Sized from the
+        # committed FAVOR+ - exact spread (paired sd 0.0125): 10 seeds give SE ~0.004, so an
+        # ordering of 0.01 DER is resolved (t ~ 2.5) and one of 0.005 reversed beyond the margin
+        # would show as "does not hold" only if clear of 0.005 + 2.3 SE.
         config.model.kernel_size = 1
+        config.seeds = tuple(range(10))
+        config.gate_first = False
     elif variant == "paper":
         # HRF App. J sizes are partly lost in extraction; a larger Conformer for accelerators.
         config.num_train_utterances = 20_000

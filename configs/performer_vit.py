@@ -1,30 +1,61 @@
-"""Performer-ViT on Fashion-MNIST: exact softmax vs Performers with IID, ORF and SimRF features.
+"""Performer-ViT on Fashion-MNIST: SimRF vs ORF Performers (and exact softmax) by test accuracy.
 
 Command (Fashion-MNIST from --config.data_dir=<folder>, $RFJAX_FASHION_MNIST_DIR or the Debian
 package dataset-fashion-mnist):
   python -m experiments.main --config=configs/performer_vit.py --workdir=results/performer_vit
-  python -m experiments.main --config=configs/performer_vit.py:small --workdir=results/performer_vit
+  python -m experiments.main --config=configs/performer_vit.py:short \
+      --workdir=results/performer_vit_short    # the earlier 1,000-step design (below)
   python -m experiments.main --config=configs/performer_vit.py:quick    # seconds (tests)
   python -m experiments.main --config=configs/performer_vit.py:paper    # accelerator, days
 
-Trains, per paired seed (same initialisation and batch order for every variant), one exact ViT
-and one Performer per (projection protocol, coupling) with the shared trainer
-(``experiments.core.train.trainer``: resumable, data parallel over all devices). Protocols:
-``fixed`` (one projection per run) and ``redraw`` (redrawn every ``model.redraw_interval`` steps
-until ``redraw_until_step``, then kept for the remaining steps). Performers are evaluated over
-``num_eval_draws`` fresh projections; paired differences over seeds with 95% intervals, and the
-attention-matrix error of each coupling on the trained queries and keys (see
-``experiments/performer_vit/``).
+Trains, per paired seed (same initialisation and batch order for every variant), one Performer
+per (projection protocol, coupling) and, on the first ``num_reference_seeds``, the references
+(``reference_attentions``), with the shared trainer (``experiments.core.train.trainer``:
+resumable, data parallel over all devices). Protocols: ``fixed`` (one projection per run) and
+``redraw`` (redrawn every ``model.redraw_interval`` steps until ``redraw_until_step``, then
+kept). Performers are evaluated over ``num_eval_draws`` fresh projections; paired differences
+over seeds, and the attention-matrix error of each coupling on every trained model's queries and
+keys (see ``experiments/performer_vit/``).
 
-Claim (SimRF paper arXiv:2301.13856, Sec. 5.4): the SimRF-Performer beats the ORF-Performer
-(+0.5% on one data set), which beats IID. The seeds are sized so that 0.5% is 3 SE of the paired
-SimRF - ORF difference (power estimate in results/performer_vit/summary.md).
+Paper (SimRF, Reid et al., ICML 2023, arXiv:2301.13856, Sec. 5.4): "The SimRFs-Performer often
+achieves gains over the regular ORFs-Performer – and is certainly never worse – for no
+observable extra cost. [...] for some of the tested datasets the difference is substantial: for
+instance, on [one data set], [...] the SimRFs-Performer saturates at an accuracy which is
+greater than the regular ORFs-Performer by 0.5%." Its ViTs: 12 layers, 12 heads, mlp 3072,
+dropout 0.1, 300 epochs, 130 random vectors per head (head dimension 64: m = 2 d).
 
-Cost: the default's 75 runs (exact 5, IID 5 + 5, ORF and SimRF 15 + 15 each) take about an hour
-on 2 CPU cores. ``small`` keeps the default's model, data and schedule and both protocols, with
-ORF and SimRF on 6 paired seeds per protocol and exact attention and IID on seed 0 only. The
-claims and their tests are declared below; the measured numbers and verdicts are in
-results/performer_vit/summary.md.
+Default: a Performer that approximates softmax attention, so that the paper's question (does a
+lower-MSE estimate of the attention make a better model?) can be asked of it. The earlier
+1,000-step design (variant ``short``) trained models that were not random-feature models of
+softmax attention but co-adapted random layers: relative attention error 0.73-0.86 on their
+own queries and keys, accuracy with fresh projections 0.35-0.58 against 0.82 with their own.
+Here (1) queries and keys are normalised (cosine scores tau q^.k^ with a learned per-head
+temperature, ``PerformerAttention.query_key_norm``; HRF App. K uses unit-norm queries and keys
+for the same reason), which bounds the scores and so the variance of the positive random
+features; (2) the features are redrawn at every training step to the end
+(``redraw_interval`` 1, ``redraw_until_step`` = the last step), so no projection can be
+co-adapted to; (3) 10,000 steps (21 epochs; the 1,000-step models' accuracy was still rising).
+m = 32 features per head of dimension 16 keeps the paper's m / d ~ 2. Probes of 1,000 steps
+(one seed, ORF, load 3-8; not committed) gave attention error 0.23 (normalised q, k, m = 32),
+0.44 (raw scores, m = 32), 0.35 (raw, m = 128), and fresh-draw accuracy within 0.4 point of
+own-draw accuracy in all three; 23 ms per step at m = 32.
+
+Primary metric: accuracy averaged over ``num_eval_draws`` fresh projections (the expected
+accuracy of the random-feature model; ``primary_metric``). Seeds: 10 paired seeds of ORF and
+SimRF; exact softmax (the same normalised model) on the first 2, as the accuracy the Performers
+approximate. Power: the committed 1,000-step design's paired SimRF - ORF spread (sd 0.0046,
+redraw protocol) gives non-inferiority at the 0.005 margin with 80% power at 7 paired seeds
+(``experiments.core.stats.units_for_power``), 10 seeds about 90%; the summary recomputes it from
+the measured spread.
+
+Variants: ``short`` is the earlier default (2 layers, width 32, m = 32, raw scores, 1,000
+steps, protocols fixed and redraw-to-step-500, IID/ORF/SimRF/exact; results in
+results/performer_vit_short), kept because it shows what co-adaptation does (fresh draws lose
+25-47 points) and holds the IID arm; it is not powered (undertrained, co-adapted: its verdicts
+are never "does not hold"). ``small`` is ``short`` with fewer seeds (the model
+``configs/performer_vit_maps.py`` trains). ``quick`` is the default's protocol at toy size (the
+test suite). ``paper`` is the paper's ViT for an accelerator. Cost of the default: 22 runs of
+10,000 steps, about 5-8 min each on 2 shared CPU cores (measured times in the summary).
 """
 
 import ml_collections
@@ -35,7 +66,23 @@ from configs.training import train_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = parse_variant(arg, ("quick", "small", "paper"))
+    variant = parse_variant(arg, ("quick", "short", "small", "paper"))
+    config = _short_design(variant)
+    if variant in (None, "quick", "paper"):
+        _approximating_design(config)
+    if variant == "quick":
+        _quick(config)
+    elif variant == "small":
+        config.num_seeds = ml_collections.ConfigDict({"fixed": 6, "redraw": 6})
+        config.num_reference_seeds = 1
+    elif variant == "paper":
+        _paper(config)
+    return apply_overrides(config, arg)
+
+
+def _short_design(variant: str | None) -> ml_collections.ConfigDict:
+    """The earlier default (variant ``short``): raw scores, protocols fixed and
+    redraw-to-step-500, 1,000 steps, IID/ORF/SimRF on 15 seeds per protocol, exact and IID on 5."""
     config = ml_collections.ConfigDict()
     config.experiment = "performer_vit"
     config.variant = variant or "default"  # named in the summary
@@ -79,9 +126,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 "less",
                 margin=0.005,
             ),
+            # Declared before any run of the default finished (issue 30's check that the
+            # model is not a co-adapted random layer): refuted beyond 1 point.
+            "random_feature_model": claim(
+                "Design check: the trained Performers are random-feature models of softmax "
+                "attention, not random layers co-adapted to one projection: their accuracy "
+                "with fresh projections is within 1 point of that with their own (issue 30)",
+                "nonsuperior",
+                margin=0.01,
+            ),
         }
     )
-    config.powered = variant != "quick"  # the quick variant is a smoke test
+    # quick: a smoke test; short and small: undertrained (accuracy still rising at step 1,000)
+    # and co-adapted to their projections, so they cannot refute a claim.
+    config.powered = variant in (None, "paper")
     config.num_eval_draws = 10  # fresh projections per Performer at the final evaluation
     config.num_attention_images = 128
     config.num_attention_draws = 20
@@ -113,51 +171,70 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.train.eval_every_steps = 250
     config.train.checkpoint_every_steps = 500
 
-    if variant == "quick":
-        config.num_train_examples = 256
-        config.num_test_examples = 128
-        config.attentions = ("orthogonal", "simplex")
-        config.protocols = ("fixed",)  # the redraw schedule is tested without training
-        config.redraw_until_step = 8
-        config.num_seeds = ml_collections.ConfigDict({"fixed": 2})
-        config.reference_attentions = ()
-        config.num_reference_seeds = 0
-        config.num_eval_draws = 2
-        config.num_attention_images = 8
-        config.num_attention_draws = 4
-        config.eval_batch_size = 128
-        config.model.hidden_size = 16
-        config.model.num_layers = 1
-        config.model.mlp_dim = 32
-        config.model.num_features = 8
-        config.model.redraw_interval = 4
-        config.train.num_train_steps = 12
-        config.train.batch_size = 32
-        config.train.warmup_steps = 2
-        config.train.log_every_steps = 6
-        config.train.eval_every_steps = 6
-        config.train.checkpoint_every_steps = 12
-    elif variant == "small":
-        config.num_seeds = ml_collections.ConfigDict({"fixed": 6, "redraw": 6})
-        config.num_reference_seeds = 1
-    elif variant == "paper":
-        config.num_seeds = ml_collections.ConfigDict({"fixed": 5, "redraw": 5})
-        config.num_reference_seeds = 5
-        config.redraw_until_step = 12_000
-        config.model.patch_size = 4
-        config.model.hidden_size = 768
-        config.model.num_layers = 12
-        config.model.num_heads = 12
-        config.model.mlp_dim = 3072
-        config.model.dropout_rate = 0.1
-        config.model.num_features = 130
-        config.model.redraw_interval = 1_000
-        config.train.num_train_steps = 20_000
-        config.train.batch_size = 256
-        config.train.learning_rate = 3e-4
-        config.train.warmup_steps = 1_000
-        config.train.weight_decay = 0.05
-        config.train.log_every_steps = 200
-        config.train.eval_every_steps = 2_000
-        config.train.checkpoint_every_steps = 1_000
-    return apply_overrides(config, arg)
+    return config
+
+
+def _approximating_design(config: ml_collections.ConfigDict) -> None:
+    """The default: a Performer that approximates softmax attention (see the module doc)."""
+    config.attentions = ("exact", "orthogonal", "simplex")
+    config.protocols = ("redraw",)
+    config.num_seeds = ml_collections.ConfigDict({"redraw": 10})
+    config.reference_attentions = ("exact",)
+    config.num_reference_seeds = 2
+    config.model.query_key_norm = True  # cosine scores, learned per-head temperature
+    config.model.initial_temperature = 1.0
+    config.model.redraw_interval = 1  # a new projection at every step...
+    config.train.num_train_steps = 10_000
+    config.redraw_until_step = config.train.num_train_steps - 1  # ...to the last one
+    config.train.warmup_steps = 500
+    config.train.log_every_steps = 500
+    config.train.eval_every_steps = 1_000
+    config.train.checkpoint_every_steps = 2_000
+
+
+def _quick(config: ml_collections.ConfigDict) -> None:
+    """The default's design at toy size: seconds (the test suite)."""
+    config.num_train_examples = 256
+    config.num_test_examples = 128
+    config.attentions = ("orthogonal", "simplex")
+    config.num_seeds = ml_collections.ConfigDict({"redraw": 2})
+    config.reference_attentions = ()
+    config.num_reference_seeds = 0
+    config.num_eval_draws = 2
+    config.num_attention_images = 8
+    config.num_attention_draws = 4
+    config.eval_batch_size = 128
+    config.model.hidden_size = 16
+    config.model.num_layers = 1
+    config.model.mlp_dim = 32
+    config.model.num_features = 8
+    config.train.num_train_steps = 12
+    config.redraw_until_step = config.train.num_train_steps - 1
+    config.train.batch_size = 32
+    config.train.warmup_steps = 2
+    config.train.log_every_steps = 6
+    config.train.eval_every_steps = 6
+    config.train.checkpoint_every_steps = 12
+
+
+def _paper(config: ml_collections.ConfigDict) -> None:
+    """The paper's ViT (SimRF Sec. 5.4: 12 layers, 12 heads, mlp 3072, dropout 0.1, 130
+    features per head) with the default's protocol, for an accelerator."""
+    config.num_seeds = ml_collections.ConfigDict({"redraw": 10})
+    config.num_reference_seeds = 2
+    config.model.patch_size = 4
+    config.model.hidden_size = 768
+    config.model.num_layers = 12
+    config.model.num_heads = 12
+    config.model.mlp_dim = 3072
+    config.model.dropout_rate = 0.1
+    config.model.num_features = 130
+    config.train.num_train_steps = 20_000
+    config.redraw_until_step = config.train.num_train_steps - 1
+    config.train.batch_size = 256
+    config.train.learning_rate = 3e-4
+    config.train.warmup_steps = 1_000
+    config.train.weight_decay = 0.05
+    config.train.log_every_steps = 200
+    config.train.eval_every_steps = 2_000
+    config.train.checkpoint_every_steps = 1_000

@@ -43,7 +43,7 @@ SECTIONS = (
             "iap_es_pair",
         ),
     ),
-    ("Performers", ("performer_vit", "performer_lm")),
+    ("Performers", ("performer_vit", "performer_vit_short", "performer_lm")),
     (
         "Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
         ("estimator_zoo", "performer_vit_maps"),

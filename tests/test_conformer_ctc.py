@@ -163,6 +163,33 @@ def test_hybrid_ordering_is_only_tested_after_the_exact_favor_gate():
     assert judged(rates).outcome == Outcome.DOES_NOT_HOLD
 
 
+def test_without_the_gate_every_ordering_is_one_paired_test_over_seeds():
+    """attention_context: the paper's orderings are tested whatever FAVOR+ - exact says, each
+    by the mean DER of the claimed-worse kinds minus that of the claimed-better ones."""
+    config = conformer_config.get_config("attention_context")
+    same = np.array([0.20, 0.25, 0.22, 0.27, 0.21])
+    noise = np.array([0.001, -0.002, 0.002, -0.001, 0.0])
+    rates = {
+        "exact": same,
+        "positive": same + noise,  # the gate would fail
+        "trigonometric": same + 0.001 + np.roll(noise, 3),
+        "angular_hybrid": same - 0.02 + np.roll(noise, 1),
+        "cluster_hybrid": same - 0.03 + np.roll(noise, 2),
+    }
+    given = conformer_ctc.judge({"runs": _runs(rates)}, config).given
+    assert {v.outcome for v in given.values()} == {Outcome.HOLDS}
+    assert "mean of HRF" in given["hybrid_ordering"].evidence
+    # The cluster hybrid worse than the angular one by 0.02 (> the 0.005 margin): refuted.
+    rates["cluster_hybrid"] = same - 0.0 + np.roll(noise, 2)
+    given = conformer_ctc.judge({"runs": _runs(rates)}, config).given
+    assert given["cluster_best"].outcome == Outcome.DOES_NOT_HOLD
+    # A kind not trained: that ordering is not tested, and says which.
+    del rates["trigonometric"]
+    given = conformer_ctc.judge({"runs": _runs(rates)}, config).given
+    verdict = given["hybrids_beat_trigonometric"]
+    assert verdict.outcome == Outcome.NOT_TESTED and "trigonometric" in verdict.evidence
+
+
 def test_uniform_attention_swap_averages_the_values():
     """``with_uniform_attention`` sets every log-temperature to -30: exact cosine attention
     then weights every unmasked key equally (the diagnostic's "uniform weights")."""
@@ -495,4 +522,7 @@ def test_attention_context_variant_changes_only_the_convolution_kernel():
     variant = conformer_config.get_config("attention_context").to_dict()
     assert variant["model"].pop("kernel_size") == 1 and default["model"].pop("kernel_size") == 3
     assert variant.pop("label") == "attention_context" and default.pop("label") == "default"
+    # ... and tests the paper's orderings without the gate, on 10 paired seeds.
+    assert variant.pop("seeds") == tuple(range(10)) and len(default.pop("seeds")) == 5
+    assert variant.pop("gate_first") is False and default.pop("gate_first") is True
     assert variant == default

@@ -16,7 +16,12 @@ from experiments.core import records, sweep, verdicts
 from experiments.core.train import es
 from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
-from experiments.iap_es.flops import importance_flops, policy_importance_flops
+from experiments.iap_es.flops import (
+    exact_crossover_patches,
+    importance_flops,
+    policy_feature_shape,
+    policy_importance_flops,
+)
 from experiments.main import run_experiment
 from rfjax.nn import ImplicitAttentionPolicy
 
@@ -214,9 +219,22 @@ def test_report_writes_the_summary_figures_and_tables(tmp_path):
         }
         for i, kind in enumerate(config.kinds)
     }
-    written = iap_es.report({"kinds": kinds, "runs": runs, "seconds": 60.0}, config, str(tmp_path))
+    flops = {
+        "exact": {"label": "exact softmax", "num_patches": 25}
+        | {"importance_flops": 500, "xla_importance_flops": 600.0},
+        **{
+            kind: {**kinds[kind], "num_patches": 25, "crossover_patches": 40 + i}
+            for i, kind in enumerate(config.kinds)
+            if kind != "exact"
+        },
+    }
+    results = {"kinds": kinds, "flops": flops, "runs": runs, "seconds": 60.0}
+    written = iap_es.report(results, config, str(tmp_path))
     summary = (tmp_path / "summary.md").read_text()
     assert "HRF angular 4x4" in summary
+    # The FLOP ratios with exact attention's cost beside them (reference: 2000 / 600 XLA).
+    assert "FAVOR+ m=16 costs 0.67x (analytic) and 0.67x (XLA) the FLOPs of HRF" in summary
+    assert "FAVOR+ m=16 costs 4.00x (analytic) and 3.67x (XLA) as much" in summary
     assert "plays with HRF angular 4x4" in summary and "at inference" in summary
     stored = verdicts.read(str(tmp_path))
     assert set(stored) == {"equal_quality", "equal_at_inference"}
@@ -226,6 +244,57 @@ def test_report_writes_the_summary_figures_and_tables(tmp_path):
     assert written["flops_ratio"] == pytest.approx(2000 / 3000)
     for name in ("return_vs_generation.png", "return_vs_flops.png", "results.csv"):
         assert os.path.getsize(tmp_path / name) > 0
+
+
+def test_endpoint_noise_separates_episode_noise_from_policy_differences():
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(6))
+    kinds = {k: {"label": iap_es.kind_label(k)} for k in config.kinds}
+    reference = np.array([3.0, 1.5, 4.0, 2.0, 3.5, 1.0])  # trained policies differ widely
+    claim = reference[::-1].copy()
+    runs = _runs(config, claim, reference)  # played return = final return: no episode noise
+    results = {"kinds": kinds, "runs": runs}
+    exact = iap_es.endpoint_noise(results, config)
+    difference = claim - reference
+    assert exact["noise_share"] == 0.0 and exact["run_noise"] == 0.0
+    assert exact["sd"] == pytest.approx(difference.std(ddof=1))
+    assert exact["free_sd"] == pytest.approx(exact["sd"])
+    assert exact["correlation"] == pytest.approx(np.corrcoef(claim, reference)[0, 1])
+    # Episode noise on the played returns: the gaps final - played bound it; the noise-free
+    # sd is what remains of the paired variance after twice that bound.
+    wobble = np.array([0.1, -0.1, 0.2, -0.2, 0.1, -0.1])
+    for run, step in zip(runs, np.repeat(wobble, 2), strict=True):
+        run["inference_return"] = {k: v + step for k, v in run["inference_return"].items()}
+    noisy = iap_es.endpoint_noise(results, config)
+    gaps = np.concatenate([-wobble, -wobble])
+    assert noisy["run_noise"] == pytest.approx(gaps.var(ddof=1))
+    assert noisy["noise_share"] == pytest.approx(2 * gaps.var(ddof=1) / difference.var(ddof=1))
+    assert noisy["free_sd"] == pytest.approx(np.sqrt(difference.var(ddof=1) - 2 * gaps.var(ddof=1)))
+    assert noisy["seeds_to_resolve"] <= exact["seeds_to_resolve"]
+
+
+def test_flop_counts_put_exact_attention_beside_every_kind():
+    config = iap_es_config.get_config("quick")
+    config.kinds = ("positive:16", "angular_hybrid:4x4")  # exact attention not trained
+    counts = iap_es.flop_counts(config, iap_es.make_env(config))
+    assert list(counts) == ["exact", "positive:16", "angular_hybrid:4x4"]
+    assert counts["exact"]["importance_flops"] == importance_flops(25, 8)
+    assert "crossover_patches" not in counts["exact"]
+    # FAVOR+ m = 16: w = r = 16 features from the d = 8 queries and keys.
+    assert counts["positive:16"]["crossover_patches"] == exact_crossover_patches(
+        8, feature_width=16, projection_rows=16
+    )
+    for kind in config.kinds:
+        patches = counts[kind]["crossover_patches"]
+        policy = iap_es.make_policy(config, iap_es.make_env(config), kind)
+        width, rows = policy_feature_shape(policy)
+
+        def cheaper(t, width=width, rows=rows):
+            return importance_flops(t, 8, feature_width=width, projection_rows=rows) < (
+                importance_flops(t, 8)
+            )
+
+        assert cheaper(patches) and not cheaper(patches - 1)
 
 
 def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):

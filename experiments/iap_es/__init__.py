@@ -27,6 +27,7 @@ its checkpoints: runs recorded under the same settings are reused, the new seeds
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -42,7 +43,11 @@ import pgx
 from experiments.core import cost, outputs, records, stats, sweep, verdicts
 from experiments.core.train import es
 from experiments.core.train import trainer as train
-from experiments.iap_es.flops import policy_importance_flops
+from experiments.iap_es.flops import (
+    exact_crossover_patches,
+    policy_feature_shape,
+    policy_importance_flops,
+)
 from rfjax import features as feature_maps
 from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 
@@ -260,9 +265,32 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             kind: {k: v for k, v in info.items() if k in ("label", *_FLOP_FIELDS)}
             for kind, info in kinds.items()
         },
+        "flops": flop_counts(config, env),
         "runs": runs,
         "seconds": time.perf_counter() - start,
     }
+
+
+def flop_counts(config: ml_collections.ConfigDict, env) -> dict[str, dict]:
+    """Per kind of ``config.kinds`` and exact attention (trained or not, the cost every
+    random-feature kind is weighed against): the analytic and XLA FLOPs of one patch-importance
+    computation and, for the random-feature kinds, the fewest patches at which they cost fewer
+    analytic FLOPs than exact attention."""
+    counts = {}
+    for kind in dict.fromkeys(("exact", *config.kinds)):
+        policy = make_policy(config, env, kind)
+        counts[kind] = {
+            "label": kind_label(kind),
+            "num_patches": policy.num_patches(),
+            "importance_flops": policy_importance_flops(policy),
+            "xla_importance_flops": xla_importance_flops(policy),
+        }
+        if kind != "exact":
+            width, rows = policy_feature_shape(policy)
+            counts[kind]["crossover_patches"] = exact_crossover_patches(
+                policy.embed_dim, feature_width=width, projection_rows=rows
+            )
+    return counts
 
 
 def _kind_of(config: ml_collections.ConfigDict, arm: str) -> str:
@@ -451,6 +479,72 @@ def claim_values(results: dict, config: ml_collections.ConfigDict) -> dict[str, 
     }
 
 
+def endpoint_noise(results: dict, config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """How much of the paired training difference's variance a lower-variance endpoint (more
+    evaluation episodes per policy, common random numbers across the arms) could remove.
+
+    Per run, the final return and the same policy's return with its own attention over
+    ``inference_episodes`` other episodes measure one policy with independent episode noise:
+    the variance of their difference bounds the noise variance of either, so the paired
+    difference of two runs carries at most twice it. What remains lies between trained
+    policies, which no number of episodes removes. Returns that bound's share of the variance,
+    the paired sd without it (a lower bound on any endpoint of these policies), the seeds that
+    sd would need to resolve the margin at the observed mean (90% interval) and to show
+    equivalence with 80% power if the true difference were 0, and the two arms' correlation
+    across seeds (what common random numbers could exploit)."""
+    seeds, runs = list(config.seeds), results["runs"]
+    pair = (config.claim_kind, config.reference)
+    values = claim_differences(results, config)
+    claim, margin = values["claim"], config.equivalence_margin * abs(values["reference_final"])
+    table = {(r["kind"], r["seed"]): r for r in runs}
+    finals = [_per_seed(runs, kind, seeds) for kind in pair]
+    played = [np.array([table[kind, s]["inference_return"][kind] for s in seeds]) for kind in pair]
+    gaps = np.concatenate([f - p for f, p in zip(finals, played, strict=True)])
+    noise = float(np.var(gaps, ddof=1))
+    variance = claim.sd**2
+    free_sd = math.sqrt(max(variance - 2 * noise, 0.0))
+    free = stats.Estimate(claim.mean, free_sd / math.sqrt(claim.n), claim.n, claim.df)
+    return {
+        "sd": claim.sd,
+        "noise_share": min(2 * noise / variance, 1.0) if variance > 0 else math.nan,
+        "run_noise": noise,
+        "free_sd": free_sd,
+        "seeds_to_resolve": stats.units_to_resolve(free, math.copysign(margin, claim.mean), 0.90),
+        "seeds_for_equivalence": stats.units_for_equivalence(free_sd, margin),
+        "correlation": float(np.corrcoef(finals[0], finals[1])[0, 1]),
+    }
+
+
+def flops_text(results: dict, config: ml_collections.ConfigDict) -> str:
+    """The FLOP argument in numbers: the reference's cost over the claim kind's (analytic and
+    XLA's count), exact attention's cost beside both, and where the random features would
+    start to save FLOPs against exact attention."""
+    counts = results["flops"]
+    exact = counts["exact"]
+    claim_kind, reference = counts[config.claim_kind], counts[config.reference]
+
+    def ratio(a: dict, b: dict) -> str:
+        return (
+            f"{a['importance_flops'] / b['importance_flops']:.2f}x (analytic) and "
+            f"{a['xla_importance_flops'] / b['xla_importance_flops']:.2f}x (XLA)"
+        )
+
+    return (
+        f"Per patch-importance computation (T = {exact['num_patches']} patches), "
+        f"{reference['label']} costs {ratio(reference, claim_kind)} the FLOPs of "
+        f"{claim_kind['label']} ({reference['importance_flops']:,} / "
+        f"{int(reference['xla_importance_flops']):,} against {claim_kind['importance_flops']:,} / "
+        f"{int(claim_kind['xla_importance_flops']):,}, analytic / XLA). Exact softmax attention "
+        f"costs {exact['importance_flops']:,} / {int(exact['xla_importance_flops']):,}: "
+        f"{reference['label']} costs {ratio(reference, exact)} as much, {claim_kind['label']} "
+        f"{ratio(claim_kind, exact)}. By the analytic count the random features cost fewer "
+        f"FLOPs than exact attention only from T = {reference['crossover_patches']} patches "
+        f"({reference['label']}) and T = {claim_kind['crossover_patches']} "
+        f"({claim_kind['label']}): at this T the FLOP saving holds against FAVOR+, not "
+        "against exact attention"
+    )
+
+
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Tables, figures, ``summary.md`` and ``verdicts.json`` from ``measure``'s records."""
     kinds, runs = results["kinds"], results["runs"]
@@ -473,7 +567,8 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         table=outputs.markdown_table(rows),
         reference=kinds[config.reference]["label"],
         claim_kind=kinds[config.claim_kind]["label"],
-        flops_ratio=f"{values['flops_ratio']:.2f}",
+        flops=flops_text(results, config),
+        **_endpoint_values(endpoint_noise(results, config)),
         margin_fraction=f"{config.equivalence_margin:.0%}",
         detectable=f"{stats.detectable_difference(claim):.3f}",
         seeds_for_equivalence=stats.units_for_equivalence(claim.sd, values["margin"]),
@@ -487,6 +582,18 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     outputs.write_csv(os.path.join(workdir, "results.csv"), _run_rows(runs))
     print(summary)
     return {"rows": rows, **values}
+
+
+def _endpoint_values(noise: dict[str, Any]) -> dict[str, object]:
+    return {
+        "noise_share": f"{noise['noise_share']:.1%}",
+        "endpoint_sd": f"{noise['sd']:.3f}",
+        "run_noise": f"{noise['run_noise']:.4f}",
+        "correlation": f"{noise['correlation']:+.2f}",
+        "free_sd": f"{noise['free_sd']:.3f}",
+        "seeds_to_resolve": noise["seeds_to_resolve"],
+        "free_seeds_for_equivalence": noise["seeds_for_equivalence"],
+    }
 
 
 def _run_rows(runs: list[dict]) -> list[dict]:

@@ -65,19 +65,43 @@ def importance_flops(
     return 4 * t * r * d + 9 * t * w + t
 
 
+def exact_crossover_patches(dim: int, *, feature_width: int, projection_rows: int) -> int:
+    """The fewest patches T at which random features of width w from r projection vectors cost
+    fewer ``importance_flops`` than exact softmax attention: the smallest T with
+    2 T^2 d + 4 T^2 > 4 T r d + 9 T w + T, i.e. T > (4 r d + 9 w + 1) / (2 d + 4).
+
+    Examples:
+      >>> exact_crossover_patches(8, feature_width=256, projection_rows=256)  # FAVOR+, m = 256
+      525
+    """
+    d = _positive_int("dim", dim)
+    w = _positive_int("feature_width", feature_width)
+    r = _positive_int("projection_rows", projection_rows)
+    return (4 * r * d + 9 * w + 1) // (2 * d + 4) + 1
+
+
+def policy_feature_shape(policy: ImplicitAttentionPolicy) -> tuple[int, int]:
+    """``(feature_width, projection_rows)`` of a random-feature ``policy``'s estimate: the width
+    w of its features and the projection vectors r applied to each query and key (the base
+    vectors and those of projections the map holds)."""
+    if policy.attention == "exact":
+        raise ValueError("exact attention has no random features")
+    drawn = jax.eval_shape(policy.draw_projection, jax.random.key(0))
+    held = jax.tree.leaves(drawn.feature_map, is_leaf=lambda x: isinstance(x, Projection))
+    rows = drawn.projection.num_features + sum(
+        p.num_features for p in held if isinstance(p, Projection)
+    )
+    probe = jax.ShapeDtypeStruct((policy.num_patches(), policy.embed_dim), jnp.float32)
+    width = jax.eval_shape(
+        lambda x: drawn.feature_map.features(x, drawn.projection, side="query"), probe
+    ).shape[-1]
+    return width, rows
+
+
 def policy_importance_flops(policy: ImplicitAttentionPolicy) -> int:
     """``importance_flops`` of one importance computation of ``policy``, from its shapes."""
     count = policy.num_patches()
     if policy.attention == "exact":
         return importance_flops(count, policy.embed_dim)
-    drawn = jax.eval_shape(policy.draw_projection, jax.random.key(0))
-    # Projection rows: the base vectors and those of projections the map holds.
-    held = jax.tree.leaves(drawn.feature_map, is_leaf=lambda x: isinstance(x, Projection))
-    rows = drawn.projection.num_features + sum(
-        p.num_features for p in held if isinstance(p, Projection)
-    )
-    probe = jax.ShapeDtypeStruct((count, policy.embed_dim), jnp.float32)
-    width = jax.eval_shape(
-        lambda x: drawn.feature_map.features(x, drawn.projection, side="query"), probe
-    ).shape[-1]
+    width, rows = policy_feature_shape(policy)
     return importance_flops(count, policy.embed_dim, feature_width=width, projection_rows=rows)

@@ -12,21 +12,21 @@ the run's ``"projection"`` stream and the step it is given):
 
 * ``"fixed"``: one projection for the whole run (step 0's);
 * ``"redraw"``: redrawn every ``model.redraw_interval`` steps up to ``redraw_until_step``, then
-  kept for the rest of the run, so the model trains at least ``num_train_steps -
-  redraw_until_step`` steps (at a learning rate still ``lr_at_last_redraw`` of the peak when they
-  start) with the projection it is evaluated with. Redrawing to the end under a decaying learning
-  rate leaves the last draw too little learning rate to adapt to (an earlier run lost ~4 points
-  of accuracy after its last redraw at 2% of the peak).
+  kept for the rest of the run. With ``redraw_interval`` 1 and ``redraw_until_step`` the last
+  step (the default config), a new projection at every step to the end: no projection is seen
+  twice, so the model cannot co-adapt to one and stays a random-feature model of its attention
+  (``is_redrawn_throughout``). With an earlier last redraw (the ``short`` config: step 500 of
+  1,000) the model trains its last steps with the projection it is evaluated with.
 
 Evaluation, on the full test set: with the run's own last projection (``accuracy_own``), and
 with ``num_eval_draws`` fresh projections of the run's coupling (``accuracy_draws``, mean
-``accuracy_fresh``: the expected accuracy of the random-feature model over draws). At this m the
-trained models co-adapt to the projection they end with, under both protocols: fresh draws lose
-much of their accuracy. The primary metric (``PRIMARY_METRIC``) is therefore the accuracy with
-the run's own projection, the model as trained (as the paper evaluates its Performers); the
-fresh-draw mean is reported beside it. Paired
-differences over seeds (SimRF - ORF, ORF - IID, exact - each Performer) with Student-t 95%
-intervals; a power estimate: the seeds needed to resolve ``target_difference`` at 3 SE.
+``accuracy_fresh``: the expected accuracy of the random-feature model over draws). The primary
+metric (``primary_metric``) is the fresh-draw accuracy for a model redrawn throughout (its own
+last draw is one draw among all), and the own-projection accuracy, the model as trained, for
+one that co-adapts to the projection it ends with (fresh draws lose much of its accuracy). The
+gap own - fresh over all Performer runs is the check that the model is a random-feature model
+(claim ``random_feature_model``). Paired differences over seeds (SimRF - ORF, ORF - IID,
+exact - each Performer) with Student-t 95% intervals; a power estimate.
 
 Seeds: ORF and SimRF train on seeds 0..``num_seeds[protocol]`` - 1, the references (exact and
 IID, ``reference_attentions``) on the first ``num_reference_seeds``.
@@ -36,7 +36,10 @@ every layer of every trained model (sown by ``PerformerAttention``) give the exa
 matrices softmax(q k^T / sqrt(H)); each coupling draws ``num_attention_draws`` projections and
 estimates them with FAVOR+ (``rfjax.attention.favor_attention_weights``). Reported: the
 relative Frobenius error |A_hat - A|_F / |A|_F over all layers, heads and images, mean over
-draws, then mean ± SE over seeds per (trained model, coupling).
+draws, then mean ± SE over seeds per (trained model, coupling); beside it the error of the
+uniform matrix 1 / S (an estimate that ignores queries and keys) and the learned temperatures.
+The mechanism claim is one paired test over all trained models: SimRF - ORF error on each
+model's queries and keys (``attention_error_difference``).
 
 ``measure`` trains and evaluates every run as a core sweep cell (its record kept with its
 settings in ``runs/<run>_seed<k>/result.json``); ``report`` writes ``runs.csv``,
@@ -51,6 +54,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, Literal
 
 import jax
@@ -74,9 +78,6 @@ import matplotlib.pyplot as plt
 
 PROTOCOLS = ("fixed", "redraw")
 METRICS = {"accuracy_own": "own projection", "accuracy_fresh": "fresh draws"}
-# The trained models co-adapt to the projection they end with (fresh draws lose much of their
-# accuracy under both protocols), so both are judged as trained, with their own projection.
-PRIMARY_METRIC = {"fixed": "accuracy_own", "redraw": "accuracy_own"}
 LABELS = {
     "exact": "exact",
     "gaussian": "IID",
@@ -152,6 +153,23 @@ def num_seeds(config: ml_collections.ConfigDict, attention: str, protocol: str |
     if attention in config.reference_attentions:
         return config.num_reference_seeds
     return config.num_seeds[protocol]
+
+
+def is_redrawn_throughout(config: ml_collections.ConfigDict, protocol: str | None) -> bool:
+    """Whether ``protocol`` draws a new projection at every training step to the last."""
+    return (
+        protocol == "redraw"
+        and config.model.redraw_interval == 1
+        and config.redraw_until_step == config.train.num_train_steps - 1
+    )
+
+
+def primary_metric(config: ml_collections.ConfigDict, protocol: str | None) -> str:
+    """The accuracy a protocol's Performers are judged by: the mean over fresh draws for a
+    model redrawn throughout (a random-feature model: its accuracy is an expectation over
+    draws), the accuracy with its own projection for one that co-adapts to the projection it
+    ends with (the model as trained)."""
+    return "accuracy_fresh" if is_redrawn_throughout(config, protocol) else "accuracy_own"
 
 
 def projection_step(step: jax.Array, protocol: str | None, redraw_until_step: int) -> jax.Array:
@@ -255,8 +273,10 @@ def fresh_draw_accuracies(
     test_arrays: dict,
     keys: jax.Array,
     batch_size: int,
+    projection_step: int = 0,
 ) -> np.ndarray:
-    """Test accuracy with each key's projection (``rngs={"projection": key}``, step 0): ``(K,)``.
+    """Test accuracy with each key's projection (``rngs={"projection": key}`` at
+    ``projection_step``): ``(K,)``.
 
     ``pixel_stats``: the training images' pixel mean and std (of pixel / 255). Batches are split
     over all devices of all processes (the same accuracies on every process).
@@ -279,7 +299,7 @@ def fresh_draw_accuracies(
             params,
             train.padded_batches(test_arrays, batch_size),
             rng=key,
-            step=jnp.int32(0),
+            step=jnp.int32(projection_step),
         )["correct"]
         for key in keys
     ]
@@ -311,6 +331,32 @@ def _exact_attention(query: jax.Array, key_heads: jax.Array) -> jax.Array:
     """softmax(q k^T / sqrt(H)) per head: ``(B, N, T, S)``."""
     logits = jnp.einsum("btnh,bsnh->bnts", query, key_heads) / math.sqrt(query.shape[-1])
     return jax.nn.softmax(logits, axis=-1)
+
+
+def uniform_attention_error(layers: list[tuple[jax.Array, jax.Array]]) -> float:
+    """|U - A|_F / |A|_F over all layers, heads and images for the uniform matrix U = 1 / S:
+    the error of an estimate that ignores queries and keys, the scale against which a
+    random-feature estimate's error says how much of the attention pattern it keeps."""
+    squared_error = squared_norm = 0.0
+    for query, key_heads in layers:
+        exact = _exact_attention(query, key_heads)
+        squared_error += float(jnp.sum((exact - 1.0 / exact.shape[-1]) ** 2))
+        squared_norm += float(jnp.sum(exact**2))
+    return math.sqrt(squared_error / squared_norm)
+
+
+def learned_temperatures(params) -> list[float]:
+    """The learned per-head temperatures tau of every block (``query_key_norm``; [] without)."""
+    blocks = sorted(
+        (name for name in params["params"] if name.startswith("block_")),
+        key=lambda name: int(name.split("_")[-1]),
+    )
+    return [
+        float(t)
+        for name in blocks
+        if "log_temperature" in (attention := params["params"][name]["PerformerAttention_0"])
+        for t in np.exp(np.asarray(attention["log_temperature"]))
+    ]
 
 
 def attention_relative_errors(
@@ -375,6 +421,8 @@ def evaluate_run(
         result["accuracy_draws"] = [float(a) for a in draws]
     images = normalise(arrays["test"]["image"][: config.num_attention_images])
     layers = queries_and_keys(model, params, images)
+    result["uniform_attention_error"] = uniform_attention_error(layers)
+    result["temperatures"] = learned_temperatures(params)
     result["attention_error"] = {}
     for index, coupling in enumerate(c for c in config.attentions if c != "exact"):
         keys = jax.random.split(jax.random.fold_in(root, 1 + index), config.num_attention_draws)
@@ -409,6 +457,7 @@ def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed:
     record (accuracies, attention errors, train time) and learning curve."""
     model = make_model(config, attention)
     task = make_task(model, arrays["train"], arrays["test"], config, seed, protocol)
+    cpu_start = time.process_time()
     final, run_dir, seconds = train.train_seed(config.train, workdir, name, seed, task)
     evaluation = evaluate_run(config, model, run_dir, arrays, seed, attention)
     draws = evaluation.get("accuracy_draws", [final["eval_accuracy"]])
@@ -426,7 +475,9 @@ def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed:
         "accuracy_fresh": float(np.mean(draws)),
         "test_loss": final["eval_loss"],
         "attention_error": evaluation["attention_error"],
-        "train_seconds": seconds,
+        "uniform_attention_error": evaluation["uniform_attention_error"],
+        "temperatures": evaluation["temperatures"],
+        **outputs.run_cost(seconds, cpu_start),
         "curve": train.read_metrics(run_dir),
     }
 
@@ -529,7 +580,7 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
                     {
                         "protocol": protocol,
                         "metric": metric,
-                        "primary": metric == PRIMARY_METRIC[protocol],
+                        "primary": metric == primary_metric(config, protocol),
                         "comparison": f"{_label(better.split('_')[-1])} - "
                         f"{_label(worse.split('_')[-1])}",
                         **difference.as_dict(),
@@ -556,8 +607,9 @@ def accuracy_table(runs: list[dict], config: ml_collections.ConfigDict) -> list[
 
 
 def attention_error_rows(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
-    """Per trained model: each coupling's attention error, mean ± SE over seeds, and SimRF - ORF
-    (paired by seed: the same queries and keys)."""
+    """Per trained model: each coupling's attention error, mean ± SE over seeds, SimRF - ORF
+    (paired by seed: the same queries and keys), the uniform matrix's error and the learned
+    temperatures (where the records have them)."""
     couplings = [c for c in config.attentions if c != "exact"]
     rows = []
     for name, attention, protocol in run_names(config):
@@ -577,9 +629,45 @@ def attention_error_rows(runs: list[dict], config: ml_collections.ConfigDict) ->
             if len(mine) > 1:  # paired by model: both couplings see the same queries and keys
                 diff = stats.paired_difference(errors["simplex"], errors["orthogonal"])
                 row["SimRF - ORF"] = f"{diff.mean:+.4f} ± {diff.se:.4f}"
-                row["_simrf_minus_orf"] = diff
+        if all("uniform_attention_error" in r for r in mine):
+            row["uniform 1/S"] = _pm(np.array([r["uniform_attention_error"] for r in mine]))
+        if all(r.get("temperatures") for r in mine):
+            row["learned tau (min-max)"] = _range([t for r in mine for t in r["temperatures"]])
         rows.append(row)
     return rows
+
+
+def _pm(values: np.ndarray) -> str:
+    mean, se = stats.mean_se(values)
+    return f"{mean:.4f} ± {se:.4f}" if len(values) > 1 else f"{mean:.4f}"
+
+
+def _range(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def _performer_runs(runs: list[dict]) -> list[dict]:
+    return [r for r in runs if r["attention"] != "exact"]
+
+
+def attention_error_difference(
+    runs: list[dict], config: ml_collections.ConfigDict
+) -> stats.Estimate | None:
+    """SimRF - ORF attention error, one paired test over every trained model (each model's
+    queries and keys estimated by both couplings); None if either coupling was not drawn."""
+    if not {"simplex", "orthogonal"} <= set(config.attentions):
+        return None
+    errors = {c: [r["attention_error"][c] for r in runs] for c in ("simplex", "orthogonal")}
+    return stats.paired_difference(errors["simplex"], errors["orthogonal"])
+
+
+def random_feature_gap(runs: list[dict]) -> stats.Estimate:
+    """Own-projection minus fresh-draw accuracy, paired by run over every Performer run: near 0
+    for a random-feature model, large for one co-adapted to its projection."""
+    performers = _performer_runs(runs)
+    return stats.paired_difference(
+        [r["accuracy_own"] for r in performers], [r["accuracy_fresh"] for r in performers]
+    )
 
 
 # --------------------------------------------------------------------------- report
@@ -686,10 +774,11 @@ def _difference(row: dict) -> stats.Estimate:
     return stats.Estimate(row["mean"], row["se"], row["n"], row["n"] - 1)
 
 
-def judge(diff_rows: list[dict], error_rows: list[dict], config) -> verdicts.Verdicts:
+def judge(diff_rows: list[dict], runs: list[dict], config) -> verdicts.Verdicts:
     """The verdicts on the claims ``config`` declares: the primary accuracy differences per
-    protocol (pooled over protocols, or every protocol for "never worse") and SimRF - ORF
-    attention error pooled over the trained models."""
+    protocol (pooled over protocols, or every protocol for "never worse"), SimRF - ORF attention
+    error in one paired test over every trained model, and own - fresh accuracy over every
+    Performer run (the model is a random-feature model)."""
     judge = verdicts.Verdicts(config)
     for name, comparison in (("simrf_beats_orf", "SimRF - ORF"), ("orf_beats_iid", "ORF - IID")):
         cells = {
@@ -697,10 +786,13 @@ def judge(diff_rows: list[dict], error_rows: list[dict], config) -> verdicts.Ver
             for p in config.protocols
             if (row := _find(diff_rows, p, comparison))
         }
+        if not cells:
+            judge.not_tested(name, f"no {comparison} pair with two or more seeds was trained")
+            continue
         judge.ordering(
             name,
             cells,
-            effect=f"{comparison} test accuracy (own projection), paired by seed",
+            effect=f"{comparison} test accuracy ({_primary_text(config)}), paired by seed",
             cell_name="protocols",
             units="seeds",
             number=".4f",
@@ -712,25 +804,40 @@ def judge(diff_rows: list[dict], error_rows: list[dict], config) -> verdicts.Ver
             for p in config.protocols
             if (row := _find(diff_rows, p, "SimRF - ORF"))
         },
-        effect="SimRF - ORF test accuracy, paired by seed",
+        effect=f"SimRF - ORF test accuracy ({_primary_text(config)}), paired by seed",
         cell_name="protocols",
         units="seeds",
         number=".4f",
     )
-    judge.ordering(
-        "attention_error",
-        {
-            r["queries and keys of"]: r["_simrf_minus_orf"]
-            for r in error_rows
-            if "_simrf_minus_orf" in r
-        },
-        effect="SimRF - ORF attention error on each trained model's queries and keys, paired by "
-        "seed",
-        cell_name="models",
-        units="seeds",
-        number=".4f",
-    )
+    error = attention_error_difference(runs, config) if len(runs) > 1 else None
+    if error is None:
+        judge.not_tested(
+            "attention_error", "fewer than two models with ORF and SimRF attention estimated"
+        )
+    else:
+        judge.effect(
+            "attention_error",
+            error,
+            effect="SimRF - ORF attention error, paired on each trained model's queries and keys",
+            units="models",
+            number=".4f",
+        )
+    if len(_performer_runs(runs)) > 1:
+        judge.effect(
+            "random_feature_model",
+            random_feature_gap(runs),
+            effect="own-projection - fresh-draw test accuracy, paired by Performer run",
+            units="runs",
+            number=".4f",
+        )
+    else:
+        judge.not_tested("random_feature_model", "fewer than two Performers were trained")
     return judge
+
+
+def _primary_text(config) -> str:
+    """The primary metrics of the trained protocols, in words."""
+    return ", ".join(f"{p}: {METRICS[primary_metric(config, p)]}" for p in config.protocols)
 
 
 def difference_text(row: dict) -> str:
@@ -750,19 +857,86 @@ def _power_text(rows: list[dict], config) -> str:
             continue
         lines.append(
             f"- {protocol}: sd of the paired SimRF - ORF difference {row['sd']:.4f}; with "
-            f"{row['n']} seeds its SE is {row['se']:.4f}, so 3 SE = {3 * row['se']:.4f} "
-            f"(target {config.target_difference}); {row['seeds_for_target_at_3se']} seeds "
-            "would put the target at 3 SE."
+            f"{row['n']} seeds its SE is {row['se']:.4f}; "
+            f"{stats.units_for_power(row['sd'], config.target_difference)} seeds give 80% "
+            f"power at {config.target_difference} ({row['seeds_for_target_at_3se']} would put "
+            "it at 3 SE)."
         )
     return "\n".join(lines) or "- not measured (no SimRF - ORF pair with two or more seeds)"
+
+
+def _protocol_text(config) -> str:
+    """One bullet per trained protocol."""
+    texts = {"fixed": "**fixed**: one projection for the whole run"}
+    if is_redrawn_throughout(config, "redraw"):
+        texts["redraw"] = (
+            "**redraw**: a new projection at every training step to the last, so no projection "
+            "is seen twice and none can be co-adapted to"
+        )
+    else:
+        steps_after = config.train.num_train_steps - config.redraw_until_step
+        texts["redraw"] = (
+            f"**redraw**: redrawn every {config.model.redraw_interval} steps up to step "
+            f"{config.redraw_until_step}, then kept: the last {steps_after} steps train with "
+            "the projection the model is evaluated with, starting at "
+            f"{lr_fraction(config, config.redraw_until_step):.2f} of the peak learning rate"
+        )
+    return "\n".join(f"- {texts[p]};" for p in config.protocols)
+
+
+def _scores_text(config) -> str:
+    if config.model.get("query_key_norm", False):
+        return (
+            "normalised queries and keys (cosine scores tau q^.k^ with a learned per-head "
+            f"temperature, initialised at {config.model.initial_temperature})"
+        )
+    return "scores q.k / sqrt(H) (queries and keys not normalised)"
+
+
+def _timing_text(runs: list[dict]) -> str:
+    if all("load_average" in r for r in runs):
+        return outputs.timing_text(runs)
+    minutes = sum(r["train_seconds"] for r in runs) / 60
+    return f"{len(runs)} runs took {minutes:.1f} min wall clock of training (load not recorded)"
+
+
+def _claim_values(diff_rows: list[dict], runs: list[dict], config) -> dict[str, object]:
+    """The differences, errors and gaps the summary's claims quote."""
+    values: dict[str, object] = {}
+    for name, comparison in (("simrf_orf", "SimRF - ORF"), ("orf_iid", "ORF - IID")):
+        texts = [
+            f"{p} {difference_text(_find(diff_rows, p, comparison))}" for p in config.protocols
+        ]
+        values[name] = "; ".join(texts)
+    couplings = [c for c in config.attentions if c != "exact"]
+    errors = [
+        f"{_label(c)} {_pm(np.array([r['attention_error'][c] for r in runs]))}" for c in couplings
+    ]
+    if all("uniform_attention_error" in r for r in runs):
+        uniform = np.array([r["uniform_attention_error"] for r in runs])
+        errors.append(f"uniform 1/S {_pm(uniform)}")
+    values["mean_errors"] = ", ".join(errors) + f" ({len(runs)} models)"
+    gaps = []
+    for protocol in config.protocols:
+        mine = [r for r in _performer_runs(runs) if r["protocol"] == protocol]
+        if len(mine) > 1:
+            gap = random_feature_gap(mine)
+            gaps.append(f"{protocol} {gap.mean:+.4f} ± {gap.se:.4f} ({gap.n} runs)")
+    values["gap_by_protocol"] = "; ".join(gaps) or "not measured"
+    return values
 
 
 def _write_files(results: dict, diff_rows: list, error_rows: list, config, workdir: str) -> None:
     """runs.csv, differences.csv, attention_error.csv and the three figures."""
     flat_runs = [
         {
-            **{k: v for k, v in r.items() if k not in ("accuracy_draws", "attention_error")},
+            **{
+                k: v
+                for k, v in r.items()
+                if k not in ("accuracy_draws", "attention_error", "temperatures")
+            },
             **{f"attention_error_{c}": e for c, e in r["attention_error"].items()},
+            **({"mean_temperature": np.mean(r["temperatures"])} if r.get("temperatures") else {}),
         }
         for r in results["runs"]
     ]
@@ -799,20 +973,6 @@ def difference_table(diff_rows: list[dict], primary: bool) -> str:
     )
 
 
-def _headline_values(diff_rows: list[dict], error_rows: list[dict], config) -> dict[str, object]:
-    """The differences and attention errors the summary's prose quotes."""
-    values: dict[str, object] = {}
-    for name, comparison in (("simrf_orf", "SimRF - ORF"), ("orf_iid", "ORF - IID")):
-        for protocol in ("fixed", "redraw"):
-            row = _find(diff_rows, protocol, comparison) if protocol in config.protocols else {}
-            values[f"{protocol}_{name}"] = difference_text(row)
-    exact_errors = {r["queries and keys of"]: r for r in error_rows}.get("exact", {})
-    for key, column in (("simrf", "SimRF"), ("orf", "ORF"), ("iid", "IID")):
-        values[f"exact_{key}_error"] = exact_errors.get(column, "-")
-    values["exact_error_difference"] = exact_errors.get("SimRF - ORF", "-")
-    return values
-
-
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Tables, figures and the summary from ``measure``'s results."""
     runs = results["runs"]
@@ -820,32 +980,29 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     accuracy_rows = accuracy_table(runs, config)
     error_rows = attention_error_rows(runs, config)
     _write_files(results, diff_rows, error_rows, config, workdir)
-    model = config.model
     verdicts.write_summary(
         workdir,
         "performer_vit",
-        judge(diff_rows, error_rows, config),
+        judge(diff_rows, runs, config),
         config,
         protocols=", ".join(config.protocols),
-        head_dim=model.hidden_size // model.num_heads,
+        head_dim=config.model.hidden_size // config.model.num_heads,
+        scores=_scores_text(config),
         num_train=results["num_train"],
         num_test=results["num_test"],
         seeds=", ".join(f"{p} {config.num_seeds[p]}" for p in config.protocols),
-        reference=" and ".join(_label(a) for a in config.reference_attentions),
-        steps_after=config.train.num_train_steps - config.redraw_until_step,
-        lr_at_last_redraw=f"{lr_fraction(config, config.redraw_until_step):.2f}",
-        target=f"{config.target_difference:+.3f}",
-        **_headline_values(diff_rows, error_rows, config),
+        reference=" and ".join(_label(a) for a in config.reference_attentions) or "none",
+        protocol_text=_protocol_text(config),
+        primary=_primary_text(config),
+        **_claim_values(diff_rows, runs, config),
         power=_power_text(diff_rows, config),
         accuracy_table=outputs.markdown_table(accuracy_rows),
         difference_table=difference_table(diff_rows, True),
         secondary_difference_table=difference_table(diff_rows, False),
         attention_table=outputs.markdown_table(
-            [
-                {k: v for k, v in r.items() if not k.endswith(("_mean", "_se", "_orf"))}
-                for r in error_rows
-            ]
+            [{k: v for k, v in r.items() if not k.endswith(("_mean", "_se"))} for r in error_rows]
         ),
+        timing=_timing_text(runs),
     )
     print(outputs.markdown_table(accuracy_rows))
     print(difference_table(diff_rows, True))

@@ -94,8 +94,10 @@ class PerformerViT(nn.Module):
       dropout_rate: dropout after attention and in the MLP.
       pooling: ``"cls"`` (class token) or ``"mean"`` (mean over patch tokens).
       representation_size: width of a tanh pre-logits layer of the head (None: a linear head).
-      attention_kind, coupling, num_features, feature_map, redraw_interval: as in
-        ``PerformerAttention``.
+      attention_kind, coupling, num_features, feature_map, redraw_interval, query_key_norm,
+        initial_temperature: as in ``PerformerAttention`` (``query_key_norm``: cosine scores
+        tau q^.k^ with a learned per-head temperature, which bounds the scores and so the
+        variance of the random-feature estimate of the softmax kernel).
       dtype: computation dtype.
 
     References:
@@ -117,6 +119,8 @@ class PerformerViT(nn.Module):
     num_features: int = 32
     feature_map: str = "positive"
     redraw_interval: int = 1000
+    query_key_norm: bool = False
+    initial_temperature: float = 1.0
     dtype: DTypeLike | None = None
 
     @nn.compact
@@ -161,6 +165,8 @@ class PerformerViT(nn.Module):
             "num_features": self.num_features,
             "feature_map": self.feature_map,
             "redraw_interval": self.redraw_interval,
+            "query_key_norm": self.query_key_norm,
+            "initial_temperature": self.initial_temperature,
         }
         for layer in range(self.num_layers):
             x = _Block(

@@ -48,7 +48,8 @@ class PerformerViT(nnx.Module):
       channels: image channels (images ``(B, H, W)`` have 1).
       patch_size, hidden_size, num_layers, num_heads, mlp_dim, dropout_rate, pooling,
         representation_size, attention_kind, coupling, num_features, feature_map,
-        redraw_interval, dtype: as in ``rfjax.nn.PerformerViT``.
+        redraw_interval, query_key_norm, initial_temperature, dtype: as in
+        ``rfjax.nn.PerformerViT``.
       rngs: ``nnx.Rngs`` (``"params"``; ``"dropout"`` when ``dropout_rate > 0``).
 
     Examples:
@@ -83,6 +84,8 @@ class PerformerViT(nnx.Module):
         num_features: int = 32,
         feature_map: str = "positive",
         redraw_interval: int = 1000,
+        query_key_norm: bool = False,
+        initial_temperature: float = 1.0,
         dtype: DTypeLike | None = None,
         rngs: nnx.Rngs,
     ) -> None:
@@ -120,6 +123,8 @@ class PerformerViT(nnx.Module):
             "num_features": num_features,
             "feature_map": feature_map,
             "redraw_interval": redraw_interval,
+            "query_key_norm": query_key_norm,
+            "initial_temperature": initial_temperature,
         }
         self.blocks = nnx.List(
             [
