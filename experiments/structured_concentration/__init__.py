@@ -537,8 +537,12 @@ def numbers(results: dict, config: ml_collections.ConfigDict) -> dict[str, str]:
 def contrast_labels(results: dict) -> tuple[str, str]:
     """ "n = N (chi = C)" of the chi contrast's block sizes, the larger chi first."""
     dims = results["chi_contrast"]["dims"]
-    ordered = sorted(dims, key=lambda n: -dims[n]["chromatic"])
-    return tuple(f"n = {n} (chi = {dims[n]['chromatic']})" for n in ordered)
+    larger, smaller = sorted(dims, key=lambda n: -dims[n]["chromatic"])
+    return _contrast_label(dims, larger), _contrast_label(dims, smaller)
+
+
+def _contrast_label(dims: dict, n: str) -> str:
+    return f"n = {n} (chi = {dims[n]['chromatic']})"
 
 
 def chi_contrast_rows(results: dict, config: ml_collections.ConfigDict) -> list[dict]:
