@@ -31,8 +31,9 @@ BATCH = 32  # the quick config's global batch
 # The quick Performer config, one attention, a record every step and checkpoints mid-run (so
 # that the cooperative Orbax save runs too).
 CONFIG = (
-    "configs/performer_vit.py:quick,attentions=(simplex,),num_seeds.fixed=1,"
-    f"train.num_train_steps={NUM_STEPS},train.log_every_steps=1,train.eval_every_steps=0,"
+    "configs/performer_vit.py:quick,attentions=(simplex,),num_seeds.redraw=1,"
+    f"train.num_train_steps={NUM_STEPS},redraw_until_step={NUM_STEPS - 1},"
+    "train.log_every_steps=1,train.eval_every_steps=0,"
     "train.checkpoint_every_steps=4"
 )
 # Unoptimised CPU code compiles several times faster; every run below uses the same flags.
@@ -52,7 +53,7 @@ STEP_TOLERANCE = 2 * (BATCH - 1) * UNIT_ROUNDOFF
 
 
 def _losses(workdir) -> list[tuple[int, float]]:
-    path = os.path.join(workdir, "runs", "fixed_simplex_seed0", "metrics.jsonl")
+    path = os.path.join(workdir, "runs", "redraw_simplex_seed0", "metrics.jsonl")
     with open(path) as handle:
         records = [json.loads(line) for line in handle]
     return [(r["step"], r["loss"]) for r in records if r["split"] == "train"]
