@@ -186,7 +186,7 @@ def test_the_installed_distribution_holds_only_the_library(tmp_path):
 def _write_status_repeatedly(workdir: str) -> None:
     from experiments.main import _write_status
 
-    for _ in range(200):
+    for _ in range(500):
         _write_status(workdir, "running", ["worker"])
 
 
@@ -196,12 +196,12 @@ def test_workers_sharing_a_workdir_write_its_status_at_once(tmp_path):
 
     context = multiprocessing.get_context("spawn")
     workers = [
-        context.Process(target=_write_status_repeatedly, args=(str(tmp_path),)) for _ in range(4)
+        context.Process(target=_write_status_repeatedly, args=(str(tmp_path),)) for _ in range(2)
     ]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    assert [worker.exitcode for worker in workers] == [0, 0, 0, 0]
+    assert [worker.exitcode for worker in workers] == [0, 0]
     assert json.loads((tmp_path / "status.json").read_text())["state"] == "running"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["status.json"]
