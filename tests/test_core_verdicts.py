@@ -202,6 +202,10 @@ def test_a_claim_about_every_cell_is_an_intersection_union_test():
     )
     verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
     assert verdict.outcome == Outcome.NOT_RESOLVED
+    # The sentence says, per unresolved set, how many draws would resolve it.
+    for cell in ("a", "b"):
+        assert f"{cell}: the interval straddles" in verdict.evidence
+    assert verdict.evidence.count("draws would resolve it") == 2
 
 
 def test_the_pooling_is_declared_with_the_claim():

@@ -347,7 +347,12 @@ class Verdicts:
             outcome, reason = Outcome.HOLDS, f"it holds at all {len(cells)} {cell_name}"
         else:
             outcome = Outcome.NOT_RESOLVED
-            reason = f"not resolved at {_cells_text(open_cells, cell_name)} of {len(cells)}"
+            reason = f"not resolved at {_cells_text(open_cells, cell_name)} of {len(cells)}: " + (
+                "; ".join(
+                    f"{cell}: {_unresolved_text(claim, cells[cell], margin, units, number)}"
+                    for cell in open_cells
+                )
+            )
         verdict = Verdict(
             claim.statement, outcome, f"{head}; {reason}", _margin_text(claim, margin, number)
         )
