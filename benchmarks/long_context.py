@@ -12,8 +12,9 @@ experiment's ``shard_map`` over a ``"seq"`` axis of D devices, batch of one wind
 * memory: XLA's compiled memory analysis of one device's training step (forward, backward and
   the AdamW update; arguments + outputs + temporaries), per device;
 * time: median of ``--repeats`` training steps after one warm-up (interleaved), as training
-  tokens per second, only where the D devices' memory together fits ``--host-budget-gib`` (the
-  forced devices share one host's memory; the others are "does not fit");
+  tokens per second, only where the D devices' memory together fits ``--memory-budget-gib`` (the
+  forced CPU devices share one host's memory: 12 GiB by default; on an accelerator the default
+  is one device's memory as its allocator reports it; the others are "does not fit");
 * ``--crossover-lengths`` adds shorter windows on one device, to find where FAVOR's time
   crosses below exact attention's.
 
@@ -148,7 +149,7 @@ def step_rows(config, vocab: int, lengths, device_counts, repeats: int, budget: 
                 row["memory_per_device_bytes"] = memory
                 if memory * devices > budget:
                     row["status"] = (
-                        f"does not fit: {devices} x {memory / GIB:.1f} GiB > host budget "
+                        f"does not fit: {devices} x {memory / GIB:.1f} GiB > memory budget "
                         f"{budget / GIB:.0f} GiB"
                     )
                 else:
@@ -321,6 +322,30 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def memory_budget(gib: float | None) -> float:
+    """The bytes the D devices' compiled programs may take together: ``gib`` when given, else
+    12 GiB on CPU (forced devices share the host) and one device's memory on an accelerator."""
+    if gib is not None:
+        return gib * GIB
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return 12.0 * GIB
+    stats = device.memory_stats() or {}
+    if "bytes_limit" not in stats:
+        raise SystemExit(f"{device.device_kind} reports no memory limit: pass --memory-budget-gib")
+    return float(stats["bytes_limit"])
+
+
+def write(result: dict, out: str) -> None:
+    """``results.json`` and ``table.md`` of what is measured so far (after every section, so a
+    run cut short keeps its finished sections)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.json"), "w") as handle:
+        json.dump(result, handle, indent=1)
+    with open(os.path.join(out, "table.md"), "w") as handle:
+        handle.write(table(result) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workdir", default="workdirs/performer_lm")
@@ -330,7 +355,12 @@ def main() -> None:
     parser.add_argument("--crossover-lengths", type=int, nargs="*", default=[512, 1024, 2048])
     parser.add_argument("--device-counts", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--host-budget-gib", type=float, default=12.0)
+    parser.add_argument(
+        "--memory-budget-gib",
+        type=float,
+        default=None,
+        help="memory of the D devices together (default: 12 on CPU, one device's on accelerators)",
+    )
     parser.add_argument("--decode-tokens", type=int, default=64)
     parser.add_argument("--skip", nargs="*", default=[], choices=("steps", "perplexity", "decode"))
     args = parser.parse_args()
@@ -340,38 +370,34 @@ def main() -> None:
     config: ml_collections.ConfigDict = get_config(args.config or None)
     _, vocabulary = load_ptb()
     vocab = len(vocabulary)
-    budget = args.host_budget_gib * GIB
+    budget = memory_budget(args.memory_budget_gib)
     result: dict = {
         "command": " ".join(["python -m benchmarks.long_context", *sys.argv[1:]]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {jax.device_count()} devices",
+        "device_kind": jax.devices()[0].device_kind,
         "jax": jax.__version__,
         "load_average_start": os.getloadavg(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "model": config.model.to_dict(),
     }
     start = time.monotonic()
-    result["steps"] = []
+    result.update(steps=[], perplexity=[], decode=[])
     if "steps" not in args.skip:
         result["steps"] = step_rows(
             config, vocab, args.crossover_lengths, [1], args.repeats, budget
         ) + step_rows(config, vocab, args.lengths, args.device_counts, args.repeats, budget)
-    result["perplexity"] = []
+        write(result, args.out)
     if "perplexity" not in args.skip:
         result["perplexity"] = perplexity_rows(config, vocab, args.workdir, args.lengths, budget)
-    result["decode"] = []
+        write(result, args.out)
     if "decode" not in args.skip:
         result["decode"] = decode_rows(
             config, vocab, args.workdir, args.lengths, args.decode_tokens, args.repeats
         )
     result["load_average_end"] = os.getloadavg()
     result["wall_seconds"] = time.monotonic() - start
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as handle:
-        json.dump(result, handle, indent=1)
-    text = table(result)
-    with open(os.path.join(args.out, "table.md"), "w") as handle:
-        handle.write(text + "\n")
-    print(text)
+    write(result, args.out)
+    print(table(result))
 
 
 if __name__ == "__main__":
