@@ -1,13 +1,16 @@
 """The tables of a GPU run, from its raw JSON (``python -m benchmarks.gpu_report``).
 
-  python -m benchmarks.gpu_report DIR [--fwht FILE] [--attention FILE ...] [--out summary.md]
+  python -m benchmarks.gpu_report DIR [--fwht FILE] [--attention FILE ...]
+      [--long-context FILE ...] [--out summary.md]
 
-Reads ``benchmarks.fwht_gpu`` and ``benchmarks.attention_gpu`` JSON files of one run directory
+Reads ``benchmarks.fwht_gpu``, ``benchmarks.attention_gpu`` and ``benchmarks.long_context``
+JSON files of one run directory
 (``benchmarks/gpu_runs/<date>-<gpu>/``) and writes ``summary.md`` there: fwht time per call as a
 ratio to a device copy for every implementation, the best one and ``"auto"``'s; FAVOR attention
 against cuDNN flash attention, XLA exact attention and flash-linear-attention (time and memory
-ratios, crossover lengths, the causal path's share of the roofline); the profile's kernels. Every
-number in the summary comes from the JSON; nothing is typed by hand.
+ratios, crossover lengths, the causal path's share of the roofline); the profile's kernels; the
+long-context LM's training step, perplexity and decoding tables. Every number in the summary
+comes from the JSON; nothing is typed by hand.
 """
 
 from __future__ import annotations
@@ -197,11 +200,37 @@ def profile_section(profile: dict) -> list[str]:
     return lines
 
 
+def long_context_section(reports: list[dict]) -> list[str]:
+    """``benchmarks.long_context``'s tables from one or more of its JSONs (sections merged: a
+    run's training steps from one, its perplexity and decoding rows from another)."""
+    from benchmarks.long_context import table
+
+    merged: dict = {"steps": [], "perplexity": [], "decode": []}
+    for report in reports:
+        for section in merged:
+            merged[section] += report.get(section, [])
+    first = reports[0]
+    return [
+        f"## Long-context causal LM on {first.get('device_kind', first['machine'])} "
+        f"(JAX {first['jax']})",
+        "",
+        "`benchmarks.long_context` (issue 31): training step of `configs/performer_lm.py`'s "
+        "model (memory: XLA's compiled analysis; tokens/s: median of interleaved steps), "
+        "validation perplexity of the trained checkpoints, greedy decoding. Commands: "
+        + "; ".join(f"`{report['command']}`" for report in reports)
+        + ".",
+        "",
+        table(merged),
+        "",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=pathlib.Path)
     parser.add_argument("--fwht", default="fwht_gpu.json")
     parser.add_argument("--attention", nargs="+", default=["attention_gpu.json"])
+    parser.add_argument("--long-context", nargs="*", default=["long_context.json"])
     parser.add_argument("--out", default="summary.md")
     args = parser.parse_args()
     directory = args.directory
@@ -219,6 +248,9 @@ def main() -> None:
     profiles = [report["profile"] for report in attention if "profile" in report]
     if profiles:
         lines += profile_section(profiles[0])
+    long_context = [directory / name for name in args.long_context]
+    if any(path.exists() for path in long_context):
+        lines += long_context_section([_load(path) for path in long_context if path.exists()])
     (directory / args.out).write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {directory / args.out}")
 

@@ -202,7 +202,12 @@ def perplexity_rows(config, vocab: int, workdir: str, lengths, budget: float) ->
             place = NamedSharding(mesh, P(None, AXIS))
             shapes = [jax.ShapeDtypeStruct((1, length), jnp.int32, sharding=place)] * 2
             rng, at = performer_lm.train_rng(config), jnp.int32(step)
-            analysis = memory_analysis(nll.lower(params, *shapes, rng, at).compile())
+            try:
+                analysis = memory_analysis(nll.lower(params, *shapes, rng, at).compile())
+            except Exception as error:  # XLA's autotuner can run out of memory compiling
+                row["status"] = f"does not compile: {type(error).__name__}: {error}"[:300]
+                rows.append(row)
+                continue
             memory = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
             row["memory_per_device_bytes"] = int(memory)
             if memory * devices > budget:
@@ -283,6 +288,11 @@ def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats:
     return rows
 
 
+def status_cell(row: dict) -> str:
+    """A row's status on one line of a markdown table (XLA's messages span lines)."""
+    return " ".join(row["status"].split()).replace("|", "/")[:200]
+
+
 def table(result: dict) -> str:
     """The markdown tables of a result: steps, perplexity, decoding."""
     lines = [
@@ -295,7 +305,9 @@ def table(result: dict) -> str:
     for row in steps:
         memory = row.get("memory_per_device_bytes")
         mib = f"{memory / 2**20:.0f}" if memory else "--"
-        speed = f"{row['tokens_per_second']:.0f}" if "tokens_per_second" in row else row["status"]
+        speed = (
+            f"{row['tokens_per_second']:.0f}" if "tokens_per_second" in row else status_cell(row)
+        )
         exact = index.get((row["length"], row["devices"], "exact"), {})
         ratio = "--"
         if row["kind"] == "performer" and "median_s" in row and "median_s" in exact:
@@ -308,10 +320,11 @@ def table(result: dict) -> str:
         )
     lines += ["", "| kind | T | perplexity | windows | MiB per device |", "|---|---|---|---|---|"]
     for row in result["perplexity"]:
-        value = f"{row['perplexity']:.1f}" if "perplexity" in row else row["status"]
+        value = f"{row['perplexity']:.1f}" if "perplexity" in row else status_cell(row)
+        memory = row.get("memory_per_device_bytes")
+        mib = f"{memory / 2**20:.0f}" if memory else "--"
         lines.append(
-            f"| {row['kind']} | {row['length']} | {value} | {row.get('windows', '--')} | "
-            f"{row['memory_per_device_bytes'] / 2**20:.0f} |"
+            f"| {row['kind']} | {row['length']} | {value} | {row.get('windows', '--')} | {mib} |"
         )
     lines += ["", "| kind | cache T | tokens/s | cache KiB |", "|---|---|---|---|"]
     for row in result["decode"]:

@@ -327,30 +327,39 @@ def test_triton_kernel_sees_whole_blocks_only(rows, n):
         )
 
 
-GPU_RUN = (
-    pathlib.Path(__file__).parents[1] / "benchmarks/gpu_runs/2026-11-26-h200/run1_fwht_gpu.json"
-)
-AUTO_CANDIDATES = {"mosaic_gpu": "mosaic_gpu", "matmul": "matmul", "xla_butterfly": "xla"}
+GPU_RUNS = [
+    pathlib.Path(__file__).parents[1] / "benchmarks/gpu_runs" / name
+    for name in ("2026-11-26-h200/run1_fwht_gpu.json", "2026-11-27-h200/fwht_gpu.json")
+]
+AUTO_CANDIDATES = {
+    "mosaic_gpu": "mosaic_gpu",
+    "pallas_triton": "pallas",
+    "matmul": "matmul",
+    "xla_butterfly": "xla",
+}
 
 
 def test_gpu_auto_choice_is_the_fastest_measured():
-    """``"auto"`` on sm90+ picks, per measured case, the fastest implementation it may pick (the
-    committed H200 run), and ``"matmul"`` where nothing was measured."""
-    report = json.loads(GPU_RUN.read_text())
+    """``"auto"`` on sm90+ picks, per measured case, the fastest implementation measured (the
+    committed H200 runs; the first run's Triton kernel failed tests, so it does not count
+    there), and ``"matmul"`` where nothing was measured."""
     measured = set()
-    for case, result in report["results"].items():
-        dtype, n = case.split()[0], int(case.split("=")[1])
-        timed = {
-            implementation: result["timings"][label]["median_ms"]
-            for label, implementation in AUTO_CANDIDATES.items()
-            if label in result["timings"] and label not in result["failed"]
-        }
-        fastest = min(timed, key=timed.__getitem__)
-        assert resolve("auto", "cuda", n=n, dtype=dtype, capability=(9, 0)) == fastest, case
-        measured.add((dtype, n))
+    for run in GPU_RUNS:
+        report = json.loads(run.read_text())
+        broken = {"pallas_triton"} if "2026-11-26" in str(run) else set()
+        for case, result in report["results"].items():
+            dtype, n = case.split()[0], int(case.split("=")[1])
+            timed = {
+                implementation: result["timings"][label]["median_ms"]
+                for label, implementation in AUTO_CANDIDATES.items()
+                if label in result["timings"] and label not in {*result["failed"], *broken}
+            }
+            fastest = min(timed, key=timed.__getitem__)
+            assert resolve("auto", "cuda", n=n, dtype=dtype, capability=(9, 0)) == fastest, case
+            measured.add((dtype, n))
     assert set(GPU_AUTO_SM90) <= measured
     assert resolve("auto", "cuda", n=1 << 15, dtype="float32", capability=(9, 0)) == "matmul"
-    assert resolve("auto", "cuda", n=1024, dtype="bfloat16", capability=(9, 0)) == "matmul"
+    assert resolve("auto", "cuda", n=1 << 14, dtype="bfloat16", capability=(9, 0)) == "matmul"
     assert resolve("auto", "cuda", n=1024, dtype="float32", capability=(8, 0)) == "matmul"
 
 

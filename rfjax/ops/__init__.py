@@ -118,9 +118,9 @@ def fwht(
       n <= 2^14;
     * ``"mosaic_gpu"`` / ``"mosaic_gpu_interpret"``: the Pallas Mosaic GPU kernel for sm90+,
       compiled or in Pallas' GPU interpret mode on CPU (tests);
-    * ``"pallas"`` / ``"pallas_interpret"``: the Pallas Triton kernel for sm80-sm89 (Triton is
-      deprecated by JAX; kept for GPUs Mosaic GPU does not support), or in generic interpret
-      mode;
+    * ``"pallas"`` / ``"pallas_interpret"``: the Pallas Triton kernel for sm80+ (Triton is
+      deprecated by JAX; kept for GPUs Mosaic GPU does not support, and the fastest measured in
+      bfloat16 up to n = 4096 on an H200), or in generic interpret mode;
     * ``"auto"``: on CPU the C++ kernel, or ``"matmul"`` when it was not built; on an sm90+ GPU
       the implementation measured fastest for the length and dtype (below), else ``"matmul"``;
       on TPU ``"matmul"``; elsewhere ``"xla"``.
@@ -131,11 +131,13 @@ def fwht(
     1.7-16x and ``"xla"`` 8-36x: the kernel is 1.3-9x faster than ``"matmul"``, which is
     1.8-5.5x faster than ``"xla"`` at every n; in bfloat16 (the kernel upcasts) the kernel is
     1.0-5x faster than ``"matmul"``, which is 2.1-3.8x faster than ``"xla"``. On an H200
-    (``benchmarks/gpu_runs/2026-11-26-h200``, float32, 2^24 elements, one run) the Mosaic GPU
-    kernel was the fastest at n = 128 ... 2^14 (1.4-2.7x a device copy; 1.5-2.5x faster than
-    ``"matmul"``), ``"matmul"`` at n = 64; ``"auto"`` picks those (``GPU_AUTO_SM90`` in
-    ``rfjax.ops._fwht``) and ``"matmul"`` where nothing was measured (bfloat16, n = 2^15). The
-    Triton kernel (sm80-sm89) took 2.3-87x a copy there. On TPU ``"matmul"`` runs on the MXU;
+    (2^24 elements, one run per dtype): in float32 (``benchmarks/gpu_runs/2026-11-26-h200``)
+    the Mosaic GPU kernel was the fastest at n = 128 ... 2^14 (1.4-2.7x a device copy; 1.5-2.5x
+    faster than ``"matmul"``), ``"matmul"`` at n = 64; in bfloat16
+    (``benchmarks/gpu_runs/2026-11-27-h200``, after the Triton kernel's fix) the Triton kernel
+    (``"pallas"``) at n = 64 ... 4096 (0.98-1.58x a copy), Mosaic GPU at 8192 (1.07x).
+    ``"auto"`` picks those (``GPU_AUTO_SM90`` in ``rfjax.ops._fwht``) and ``"matmul"`` where
+    nothing was measured (n = 2^15; bfloat16 n = 2^14). On TPU ``"matmul"`` runs on the MXU;
     the TPU kernels have not run on a TPU.
 
     Args:

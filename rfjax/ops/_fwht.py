@@ -79,15 +79,17 @@ def kernel(implementation: str) -> Kernel:
     return getattr(backend(module), name)
 
 
-# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest of the
-# implementations ``"auto"`` may pick (Mosaic GPU, matmul, the XLA butterfly; not the deprecated
-# Triton kernel) measured by ``benchmarks/fwht_gpu.py`` on an H200
-# (``benchmarks/gpu_runs/2026-11-26-h200``, float32, 2^24 elements). Cases not listed (bfloat16
-# and n = 2^15 were not measured, n < 64 neither) use ``"matmul"``. ``tests/test_ops.py`` checks
-# this table against the committed run.
+# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest
+# implementation measured by ``benchmarks/fwht_gpu.py`` on an H200, 2^24 elements: float32 in
+# ``benchmarks/gpu_runs/2026-11-26-h200`` (the Triton kernel then failed tests, so it was left
+# out), bfloat16 in ``benchmarks/gpu_runs/2026-11-27-h200`` (after its fix; every GPU test
+# passed). Cases not listed (n = 2^15, bfloat16 n = 2^14 and n < 64 were not measured) use
+# ``"matmul"``. ``tests/test_ops.py`` checks this table against the committed runs.
 GPU_AUTO_SM90: dict[tuple[str, int], str] = {
     ("float32", 64): "matmul",
     **{("float32", 1 << k): "mosaic_gpu" for k in range(7, 15)},
+    **{("bfloat16", 1 << k): "pallas" for k in range(6, 13)},
+    ("bfloat16", 8192): "mosaic_gpu",
 }
 
 
