@@ -27,10 +27,12 @@ from rfjax.nn._favor_heads import (
     cosine_scores,
     decode_step,
     draw_heads,
+    draw_keys_data,
     favor_heads,
     favor_heads_weights,
     favor_mask,
     isolating_non_finite,
+    kept_draw,
     keys_and_values,
     kv_cache_step,
     matmul_precision,
@@ -74,8 +76,11 @@ class PerformerAttention(nn.Module):
     its key and value to the state and attends causally (``favor_decode_step``), equal to
     position t of the causal ``favor_attention`` over the whole sequence. The steps must use
     the same projection: the same ``"projection"`` stream key and ``projection_step`` at every
-    step. The exact kind keeps Flax's key/value cache (``"cached_key"``, ``"cached_value"``,
-    ``"cache_index"``, as ``MultiHeadDotProductAttention``).
+    step. The cache also keeps that projection and feature map (``"decode_draw"``, with the keys
+    they came from, ``"decode_draw_keys"``): a step draws them again only when its keys change
+    (the first step after ``init``, or a new redraw period), not for every token. The exact
+    kind keeps Flax's key/value cache (``"cached_key"``, ``"cached_value"``, ``"cache_index"``,
+    as ``MultiHeadDotProductAttention``).
 
     Projections and the step: the random projection is not a parameter and is never stored. It
     is drawn on every call as ``draw_projection(redraw_key(rng, step, redraw_interval), ...)``
@@ -271,22 +276,52 @@ class PerformerAttention(nn.Module):
         """This call's per-head projection and feature map: the projection from the stream key,
         the map's random parameters from the next key of the stream (its ``init``), its fitted
         ones from the collection ``"feature_map"`` (see the class docstring)."""
-        projection, fmap = draw_heads(
-            self._stream_key(projection_step),
-            self._stream_key(projection_step),
+        projection_key = self._stream_key(projection_step)
+        feature_map_key = self._stream_key(projection_step)
+        projection, fmap = self._draw(head_dim, projection_key, feature_map_key)
+        return projection, self._with_fitted(fmap)
+
+    @nn.nowrap
+    def _draw(self, head_dim: int, projection_key: jax.Array, feature_map_key: jax.Array):
+        """The draw of these keys (pure: no variables or RNG streams, so ``lax.cond`` may call
+        it)."""
+        return draw_heads(
+            projection_key,
+            feature_map_key,
             head_dim=head_dim,
             num_heads=self.num_heads,
             num_features=self.num_features,
             coupling=self.coupling,
             feature_map=self.feature_map,
         )
+
+    def _with_fitted(self, fmap: FeatureMap) -> PerHead[FeatureMap]:
+        """``fmap`` with its fitted fields from the collection ``"feature_map"``."""
         fitted = {
             name: jax.lax.stop_gradient(
                 self.variable(FEATURE_MAP_COLLECTION, name, lambda n=name: getattr(fmap, n)).value
             )
             for name in self.feature_map_template().fitted_fields
         }
-        return projection, PerHead(fmap.replace(**fitted) if fitted else fmap)
+        return PerHead(fmap.replace(**fitted) if fitted else fmap)
+
+    def _decode_heads(
+        self, head_dim: int, projection_step: jax.Array | int | None
+    ) -> tuple[PerHead[Projection], PerHead[FeatureMap]]:
+        """``draw_heads`` while decoding: the draw is kept in the cache (``"decode_draw"``, with
+        the keys it came from) and redrawn only when the keys change (``kept_draw``)."""
+        keys = (self._stream_key(projection_step), self._stream_key(projection_step))
+        data = draw_keys_data(*keys)
+        initialized = self.has_variable("cache", "decode_draw")
+        kept = self.variable("cache", "decode_draw", lambda: self._draw(head_dim, *keys))
+        kept_keys = self.variable("cache", "decode_draw_keys", lambda: data)
+        if initialized:
+            kept.value = kept_draw(
+                kept.value, kept_keys.value, data, lambda: self._draw(head_dim, *keys)
+            )
+            kept_keys.value = data
+        projection, fmap = kept.value
+        return projection, self._with_fitted(fmap)
 
     def _cosine_scores(self, query: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Unit query and key per head, scaled so that q.k / sqrt(H) = tau q^.k^."""
@@ -453,7 +488,8 @@ class PerformerAttention(nn.Module):
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
         check_sequence_call(self.sequence_axis, decode=self.decode, sow_weights=sow_weights)
         batch, length, num_heads, head_dim = query.shape
-        projection, feature_map = self.draw_heads(head_dim, projection_step)
+        draw = self._decode_heads if self.decode else self.draw_heads
+        projection, feature_map = draw(head_dim, projection_step)
         self.sow("intermediates", "projection", jax.vmap(lambda p: p.matrix())(projection.stacked))
         if self.decode:
             initialized = self.has_variable("cache", "decode_state")

@@ -138,6 +138,25 @@ def draw_heads(
     return projection, jax.vmap(lambda k: template.init(k, head_dim))(keys)
 
 
+type HeadsDraw = tuple[PerHead[Projection], FeatureMap]
+
+
+def draw_keys_data(*keys: jax.Array) -> jax.Array:
+    """The raw data of the keys a draw comes from, stacked (what a decode cache compares)."""
+    return jnp.stack([jax.random.key_data(key) for key in keys])
+
+
+def kept_draw(
+    kept: HeadsDraw, kept_keys: jax.Array, keys: jax.Array, draw: Callable[[], HeadsDraw]
+) -> HeadsDraw:
+    """The draw a decode cache keeps: ``kept`` while this call's keys (``draw_keys_data``) are
+    the ones it came from (``kept_keys``), else ``draw()``, in a ``lax.cond``: a generated token
+    draws nothing (the orthogonal coupling's QR decompositions and the random draws) unless its
+    projection step starts a new redraw period. Redrawing per token made FAVOR's decoding 6-11x
+    slower than a key/value cache on an H200 (``benchmarks/gpu_runs/2026-11-27-h200``)."""
+    return jax.lax.cond(jnp.array_equal(kept_keys, keys), lambda: kept, draw)
+
+
 class FavorMask(NamedTuple):
     """A Flax attention mask as FAVOR applies it.
 

@@ -21,17 +21,20 @@ from rfjax.attention import DecodeState, PerHead, favor_decode_init, redraw_key
 from rfjax.features import FeatureMap
 from rfjax.nn._favor_heads import (
     AttentionKind,
+    HeadsDraw,
     check_attributes,
     check_flax_arguments,
     check_sequence_call,
     cosine_scores,
     decode_step,
     draw_heads,
+    draw_keys_data,
     favor_heads,
     favor_heads_weights,
     favor_mask,
     feature_map_template,
     isolating_non_finite,
+    kept_draw,
     keys_and_values,
     kv_cache_step,
     matmul_precision,
@@ -91,7 +94,9 @@ class PerformerAttention(nnx.Module):
     Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
     ``DecodeState`` (performer) or Flax's key/value cache (exact); then each call with
     ``decode=True`` takes one token ``(B, 1, D)``, as with ``nnx.MultiHeadAttention`` (causal;
-    the Performer needs the same ``projection_step`` at every step).
+    the Performer needs the same ``projection_step`` at every step). The Performer's cache keeps
+    the drawn projection and feature map (``decode_draw``, with the keys they came from): a step
+    draws them again only when its keys change, not for every token.
 
     Args:
       num_heads, in_features, qkv_features, out_features, num_kv_heads, in_kv_features: as in
@@ -308,6 +313,9 @@ class PerformerAttention(nnx.Module):
         )
         self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else nnx.data(None)
         self.decode_state: nnx.Cache[DecodeState] | None = nnx.data(None)
+        # The draw decoding keeps, with the keys it came from (``kept_draw``).
+        self.decode_draw: nnx.Cache[HeadsDraw] | None = nnx.data(None)
+        self.decode_draw_keys: nnx.Cache[jax.Array] | None = nnx.data(None)
         self.cached_key: nnx.Cache[jax.Array] | None = nnx.data(None)
         self.cached_value: nnx.Cache[jax.Array] | None = nnx.data(None)
         self.cache_index: nnx.Cache[jax.Array] | None = nnx.data(None)
@@ -316,10 +324,18 @@ class PerformerAttention(nnx.Module):
         self, projection_step: jax.Array | int | None
     ) -> tuple[PerHead[Projection], PerHead[FeatureMap]]:
         """This call's per-head projection and feature map (see the class docstring)."""
+        projection, fmap = self._draw_from(*self._draw_keys(projection_step))
+        return projection, self._with_fitted(fmap)
+
+    def _draw_keys(self, projection_step: jax.Array | int | None) -> tuple[jax.Array, jax.Array]:
+        """The projection's and the feature map's keys for this call's step."""
         step = 0 if projection_step is None else projection_step
         stream = redraw_key(self.projection_key[...], step, redraw_interval=self.redraw_interval)
         projection_key, feature_map_key = jax.random.split(stream)
-        projection, fmap = draw_heads(
+        return projection_key, feature_map_key
+
+    def _draw_from(self, projection_key: jax.Array, feature_map_key: jax.Array) -> HeadsDraw:
+        return draw_heads(
             projection_key,
             feature_map_key,
             head_dim=self.head_dim,
@@ -328,10 +344,13 @@ class PerformerAttention(nnx.Module):
             coupling=self.coupling,
             feature_map=self.feature_map,
         )
+
+    def _with_fitted(self, fmap: FeatureMap) -> PerHead[FeatureMap]:
+        """``fmap`` with its fitted fields (``fitted_feature_map``)."""
         fitted = getattr(self, "fitted_feature_map", None)
         if fitted is not None:
             fmap = fmap.replace(**jax.tree.map(jax.lax.stop_gradient, fitted.get_value()))
-        return projection, PerHead(fmap)
+        return PerHead(fmap)
 
     def init_cache(
         self,
@@ -349,14 +368,17 @@ class PerformerAttention(nnx.Module):
             self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
             self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
             return
-        projection, feature_map = self._draw(projection_step)
+        keys = self._draw_keys(projection_step)
+        projection, fmap = self._draw_from(*keys)
+        self.decode_draw = nnx.Cache((projection, fmap))
+        self.decode_draw_keys = nnx.Cache(draw_keys_data(*keys))
         self.decode_state = nnx.Cache(
             favor_decode_init(
                 math.prod(input_shape[:-2]),
                 self.num_heads,
                 self.head_dim,
                 projection,
-                feature_map=feature_map,
+                feature_map=self._with_fitted(fmap),
                 dtype=dtype,
             )
         )
@@ -553,8 +575,18 @@ class PerformerAttention(nnx.Module):
         return key, value, mask
 
     def _decode(self, query, key, value, mask, projection_step):
-        self._check_cache("decode_state", "cache_index")
-        projection, feature_map = self._draw(projection_step)
+        self._check_cache("decode_state", "decode_draw", "decode_draw_keys", "cache_index")
+        keys = self._draw_keys(projection_step)
+        data = draw_keys_data(*keys)
+        projection, fmap = kept_draw(
+            self.decode_draw.get_value(),
+            self.decode_draw_keys.get_value(),
+            data,
+            lambda: self._draw_from(*keys),
+        )
+        self.decode_draw.set_value((projection, fmap))
+        self.decode_draw_keys.set_value(data)
+        feature_map = self._with_fitted(fmap)
         state, out = decode_step(
             self.decode_state.get_value(),
             query,
