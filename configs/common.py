@@ -1,4 +1,5 @@
-"""Helpers shared by config files: the ``variant,key=value`` argument and claim declarations.
+"""Helpers shared by config files: the ``variant,key=value`` argument, claim declarations and
+the training check.
 
 A config file's ``get_config(arg)`` takes big_vision-style arguments: a variant name and/or
 ``key=value`` overrides, comma-separated, e.g. (with ``experiments.main``)
@@ -210,4 +211,20 @@ def claim(
             "k": float(k),
             "pooling": pooling,
         }
+    )
+
+
+def trained_check(metric: str, *, ceiling: float, reason: str) -> ml_collections.ConfigDict:
+    """A check declared before the run, for ``config.trained_check``, that an arm (a kind of
+    model trained on several seeds) trained at all: it passes if the per-run record field
+    ``metric`` is below ``ceiling`` in every seed. A claim whose test uses an arm that fails it
+    is "not tested" (``experiments.core.verdicts.TrainedCheck``, which checks the fields).
+
+    Args:
+      metric: the per-run record field, e.g. ``"digit_error_rate"``.
+      ceiling: the value every seed must be below.
+      reason: why a model at or above the ceiling has not trained, in words.
+    """
+    return ml_collections.ConfigDict(
+        {"metric": metric, "ceiling": float(ceiling), "reason": reason}
     )

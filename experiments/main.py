@@ -103,9 +103,9 @@ PREVIOUS_SUMMARY_FILE = "summary.previous.md"
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks ``config`` before anything runs: the experiment exists, every field has the type
-    of its default in ``configs/<experiment>.py``, its claims are declared and well formed, the
-    trainer options (``config.train``) are valid, and the experiment's own ``validate_config``
-    accepts names and ranges.
+    of its default in ``configs/<experiment>.py``, its claims (and its training check, if any)
+    are declared and well formed, the trainer options (``config.train``) are valid, and the
+    experiment's own ``validate_config`` accepts names and ranges.
 
     Raises:
       ValueError, TypeError: naming the field, the value and what is accepted.
@@ -115,6 +115,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.experiment={name!r} names no study package experiments/<name>/")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
     verdicts.validate_claims(config)
+    verdicts.trained_check(config)
     if "train" in config:
         from experiments.core.train import (
             trainer as train,  # here: experiments without training need no Orbax

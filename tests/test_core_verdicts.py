@@ -7,7 +7,7 @@ import math
 import ml_collections
 import pytest
 
-from configs.common import claim
+from configs.common import claim, trained_check
 from experiments.core import verdicts
 from experiments.core.stats import Estimate
 from experiments.core.verdicts import Outcome
@@ -220,3 +220,33 @@ def test_the_pooling_is_declared_with_the_claim():
     )
     with pytest.raises(ValueError, match="pooling must be one of"):
         make(order=claim("A", "greater", pooling="median"))
+
+
+def test_a_claim_using_an_arm_that_failed_the_declared_training_check_is_not_tested():
+    config = ml_collections.ConfigDict(
+        {
+            "claims": {"order": claim("A below B", "greater", margin=0.005)},
+            "trained_check": trained_check("error", ceiling=0.5, reason="chance is 0.9"),
+        }
+    )
+    judge = verdicts.Verdicts(config)
+    runs = [{"arm": a, "error": e} for a, e in (("A", 0.2), ("B", 0.3), ("B", 0.6), ("C", 0.1))]
+    runs.append({"arm": "C", "error": float("nan")})  # a NaN fails the check
+    assert judge.untrained_arms(runs, "arm") == ["B", "C"]
+    verdict = judge.untrained("order", {"B": "error 0.45, 0.6"}, remedy="train B longer")
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert verdict.evidence.startswith("B did not train (declared check: error < 0.5 in every")
+    assert "B: error 0.45, 0.6. What would test it: train B longer" in verdict.evidence
+    # No check declared: every arm counts as trained, and untrained cannot be called.
+    plain = make(order=claim("A below B", "greater"))
+    assert plain.untrained_arms(runs, "arm") == []
+    with pytest.raises(ValueError, match="trained_check"):
+        plain.untrained("order", {"B": "x"}, remedy="y")
+    for bad, message in (
+        ({"metric": "", "ceiling": 0.5, "reason": "r"}, "metric"),
+        ({"metric": "error", "ceiling": float("inf"), "reason": "r"}, "ceiling"),
+        ({"metric": "error", "ceiling": 0.5}, "fields"),
+    ):
+        config.trained_check = ml_collections.ConfigDict(bad)
+        with pytest.raises(ValueError, match=message):
+            verdicts.Verdicts(config)

@@ -16,7 +16,10 @@ training speakers), ``"speakers"`` holds out whole speakers (``test_speakers``).
 paired: seed k gives every attention kind the same initialisation of the shared parameters and
 the same batch order, so kinds are compared by per-seed differences. The analysis is gated: the
 paired difference FAVOR+ - exact is tested first (two-sided paired t-test); only if it is
-significant is the ordering of the hybrids against FAVOR+ reported. For every exact-attention
+significant is the ordering of the hybrids against FAVOR+ reported. An attention kind that
+fails the config's declared training check (``config.trained_check``: test DER below a
+ceiling in every seed) did not train: every ordering whose test uses it is not tested, with its
+numbers and what would test it. For every exact-attention
 run, a diagnostic re-evaluates the trained model with its attention replaced at inference
 (uniform weights, i.e. temperature -> 0; FAVOR+ features), which shows how much the trained
 model relies on its attention weights.
@@ -29,6 +32,7 @@ model relies on its attention weights.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -58,6 +62,7 @@ def _label(attention: str) -> str:
 
 SPLITS = ("recordings", "speakers")
 HYBRIDS = ("angular_hybrid", "cluster_hybrid")
+TRIGONOMETRIC_KINDS = ("trigonometric", "angular_hybrid")  # built on signed (cos, sin) features
 RECORDINGS_PER_SPEAKER_DIGIT = 50  # FSDD indices 0..49
 UNIFORM_LOG_TEMPERATURE = -30.0  # tau = e^-30: every score ~0, attention weights uniform
 SIGNIFICANCE = 0.05  # two-sided level of the paired t-tests
@@ -510,17 +515,28 @@ ORDERINGS = {
 def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
     """The paper's orderings (``ORDERINGS``), each one paired test over seeds of the mean DER of
     the claimed-worse kinds minus that of the claimed-better ones. With ``config.gate_first``
-    they are tested only where the task resolves attention kinds (the gate: FAVOR+ - exact)."""
+    they are tested only where the task resolves attention kinds (the gate: FAVOR+ - exact); an
+    ordering whose kinds include one that failed the training check (``config.trained_check``)
+    is not tested."""
     judge = verdicts.Verdicts(config)
     runs = results["runs"]
     trained = {r["attention"] for r in runs}
     why_not = _gate_failure(runs, trained) if config.gate_first else None
+    failed = judge.untrained_arms(runs, "attention")
     for name, (worse, better) in ORDERINGS.items():
         if name not in judge.claims:
             continue
         missing = [a for a in (*worse, *better) if a not in trained]
         if why_not or missing:
             judge.not_tested(name, why_not or f"not trained: {', '.join(map(_label, missing))}")
+            continue
+        untrained = [a for a in (*worse, *better) if a in failed]
+        if untrained:
+            judge.untrained(
+                name,
+                {_label(a): training_evidence(results, a, config) for a in untrained},
+                remedy=_remedy(untrained, config),
+            )
             continue
         judge.effect(
             name,
@@ -547,6 +563,58 @@ def _gate_failure(runs: list[dict], trained: set[str]) -> str | None:
     )
 
 
+def training_evidence(results: dict, attention: str, config) -> str:
+    """Why ``attention`` counts as not trained: its test DER over seeds, its train CTC loss at
+    the first and last logs, its learned temperature."""
+    runs = results["runs"]
+    rates = _by_attention(runs, attention, "digit_error_rate")
+    train_logs = [[r for r in c if r["split"] == "train"] for c in results["curves"][attention]]
+    first, last = (np.mean([logs[i]["loss"] for logs in train_logs]) for i in (0, -1))
+    steps = train_logs[0][0]["step"], train_logs[0][-1]["step"]
+    tau = np.mean(_by_attention(runs, attention, "mean_temperature"))
+    return (
+        f"test DER {np.mean(rates):.3f} ({np.min(rates):.3f} to {np.max(rates):.3f} over "
+        f"{len(rates)} seeds), train CTC loss {first:.1f} at step {steps[0]} -> {last:.1f} at "
+        f"step {steps[1]} (means over seeds), learned tau {tau:.2f} (initial "
+        f"{config.model.initial_temperature:g})"
+    )
+
+
+def trigonometric_relative_sd(temperature: float, num_features: int) -> float:
+    """Standard deviation over draws of the trigonometric estimate of the cosine-attention
+    kernel exp(tau q^.k^) at orthogonal unit q, k, relative to the kernel's value (1): with
+    q' = sqrt(tau) q^, k' = sqrt(tau) k^ the estimate is e^tau times the mean over m i.i.d.
+    Gaussian w of cos(w.(q' - k')), |q' - k'|^2 = 2 tau, whose variance is
+    ((1 + e^{-4 tau}) / 2 - e^{-2 tau}) / m."""
+    variance = (1 + math.exp(-4 * temperature)) / 2 - math.exp(-2 * temperature)
+    return math.exp(temperature) * math.sqrt(variance / num_features)
+
+
+def _remedy(untrained: list[str], config) -> str:
+    """What would test a claim whose kinds ``untrained`` did not train."""
+    tau, m = config.model.initial_temperature, config.model.num_features
+    signed = [a for a in untrained if a in TRIGONOMETRIC_KINDS]
+    others = [a for a in untrained if a not in TRIGONOMETRIC_KINDS]
+    parts = []
+    if signed:
+        parts.append(
+            f"a variant in which {' and '.join(map(_label, signed))} "
+            f"train{'s' if len(signed) == 1 else ''}, e.g. with a lower "
+            f"initial temperature (model.initial_temperature, {tau:g} here) for every kind: at "
+            f"tau = {tau:g} the trigonometric estimate of the kernel exp(tau q^.k^) of "
+            f"orthogonal unit q, k has a standard deviation "
+            f"{trigonometric_relative_sd(tau, m):.3g} times the kernel's value (m = {m} i.i.d. "
+            f"projections; {trigonometric_relative_sd(1.0, m):.2g} times at tau = 1)"
+        )
+    if others:
+        parts.append(
+            f"runs in which {' and '.join(map(_label, others))} "
+            f"train{'s' if len(others) == 1 else ''} (e.g. more than "
+            f"{config.train.num_train_steps} steps)"
+        )
+    return "(not run) " + "; ".join(parts)
+
+
 def _mean_der(runs: list[dict], kinds: tuple[str, ...]) -> np.ndarray:
     """Per seed, the mean test DER over ``kinds``."""
     return np.mean([_by_attention(runs, a, "digit_error_rate") for a in kinds], axis=0)
@@ -565,28 +633,47 @@ def _mean_se(values: np.ndarray) -> str:
     return f"{mean:.4f} ± {se:.4f}"
 
 
-def _summary_rows(runs: list[dict], attentions) -> list[dict]:
-    rows = []
+def _summary_rows(results: dict, attentions, judge: verdicts.Verdicts) -> list[dict]:
+    runs, rows = results["runs"], []
+    failed = judge.untrained_arms(runs, "attention")
     for attention in attentions:
         rates = _by_attention(runs, attention, "digit_error_rate")
-        rows.append(
-            {
-                "attention": _label(attention),
-                "seeds": len(rates),
-                "test DER (mean ± 1 SE)": _mean_se(rates),
-                "utterances fully correct": float(
-                    np.mean(_by_attention(runs, attention, "utterance_accuracy"))
-                ),
-                "test CTC loss": float(np.mean(_by_attention(runs, attention, "test_ctc_loss"))),
-                "final train CTC loss": float(
-                    np.mean(_by_attention(runs, attention, "final_train_loss"))
-                ),
-                "learned tau (mean)": float(
-                    np.mean(_by_attention(runs, attention, "mean_temperature"))
-                ),
-            }
-        )
+        train_logs = [
+            [r["loss"] for r in c if r["split"] == "train"] for c in results["curves"][attention]
+        ]
+        row = {
+            "attention": _label(attention),
+            "seeds": len(rates),
+            "test DER (mean ± 1 SE)": _mean_se(rates),
+            "utterances fully correct": float(
+                np.mean(_by_attention(runs, attention, "utterance_accuracy"))
+            ),
+            "test CTC loss": float(np.mean(_by_attention(runs, attention, "test_ctc_loss"))),
+            "train CTC loss, first -> last log": f"{np.mean([c[0] for c in train_logs]):.4g} -> "
+            f"{np.mean([c[-1] for c in train_logs]):.4g}",
+            "learned tau (mean)": float(
+                np.mean(_by_attention(runs, attention, "mean_temperature"))
+            ),
+        }
+        if judge.trained_check is not None:
+            row["trained (check)"] = "no" if attention in failed else "yes"
+        rows.append(row)
     return rows
+
+
+def _check_text(runs: list[dict], judge: verdicts.Verdicts) -> str:
+    """The training check as declared, and the kinds that failed it."""
+    check = judge.trained_check
+    if check is None:
+        return "none declared (config.trained_check)"
+    failed = judge.untrained_arms(runs, "attention")
+    outcome = (
+        f"Failed by {', '.join(map(_label, failed))}: every ordering whose test uses one of "
+        "them is not tested"
+        if failed
+        else "Every kind passed it"
+    )
+    return f"a kind counts as trained if {check.describe()}: {check.reason}. {outcome}"
 
 
 def _plot_error_rates(runs, tests, attentions, path: str) -> None:
@@ -745,15 +832,17 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     runs, info = results["runs"], results["info"]
     attentions = tuple(a for a in config.attentions if a in results["curves"])
     tests = comparisons(runs, attentions)
+    judged = judge(results, config)
     _plot_error_rates(runs, tests, attentions, os.path.join(workdir, "digit_error_rate.png"))
     _plot_curves(results["curves"], attentions, os.path.join(workdir, "learning_curves.png"))
     text = verdicts.write_summary(
         workdir,
         "conformer_ctc",
-        judge(results, config),
+        judged,
         config,
         setup=_setup_text(config, info),
-        table=outputs.markdown_table(_summary_rows(runs, attentions)),
+        table=outputs.markdown_table(_summary_rows(results, attentions, judged)),
+        training_check=_check_text(runs, judged),
         comparisons=outputs.markdown_table(comparison_rows(tests)) if tests else "none",
         design=_design_text(config),
         gate=_gate_text(tests, config),

@@ -13,7 +13,10 @@ turns claim and effect into a ``Verdict`` with exactly one of four outcomes:
   open with a note saying so and naming the variant that is (``unpowered_note``);
 - **not resolved**: the interval straddles a boundary; the sentence says how many units (seeds,
   draws) would resolve it at the observed spread, or why no number would;
-- **not tested**: the design could not test the claim; the sentence says why.
+- **not tested**: the design could not test the claim; the sentence says why. In particular a
+  claim whose test uses an arm (a kind of model trained on several seeds) that failed the
+  config's declared training check (``config.trained_check``: ``TrainedCheck``) is not tested
+  (``Verdicts.untrained``): a model that did not train neither supports nor refutes a claim.
 
 Verdict prose comes from here only: a study passes numbers, never sentences about outcomes.
 ``Verdicts.write`` stores the verdicts (``verdicts.json``) for the results page.
@@ -27,7 +30,7 @@ import importlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -132,6 +135,61 @@ class Verdict:
         return {**dataclasses.asdict(self), "outcome": str(self.outcome)}
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainedCheck:
+    """A check, declared before the run (``config.trained_check``, built with
+    ``configs.common.trained_check``), that an arm trained at all: it passes if its
+    ``metric`` is below ``ceiling`` in every seed (a NaN fails).
+
+    Attributes:
+      metric: the per-run record field checked, e.g. ``"digit_error_rate"``.
+      ceiling: the value every seed's ``metric`` must be below.
+      reason: why a model at or above the ceiling has not trained, in words.
+    """
+
+    metric: str
+    ceiling: float
+    reason: str
+
+    def __post_init__(self):
+        if not (isinstance(self.metric, str) and self.metric):
+            raise ValueError(f"trained_check metric must be a record field, got {self.metric!r}")
+        if not (isinstance(self.ceiling, (int, float)) and math.isfinite(self.ceiling)):
+            raise ValueError(f"trained_check ceiling must be a finite number, got {self.ceiling!r}")
+        if not (isinstance(self.reason, str) and self.reason):
+            raise ValueError("trained_check reason must say why the ceiling means 'not trained'")
+
+    def passes(self, values: Sequence[float]) -> bool:
+        """Whether an arm with these per-seed values of ``metric`` trained."""
+        return len(values) > 0 and all(float(v) < self.ceiling for v in values)
+
+    def describe(self) -> str:
+        """The criterion in words."""
+        return f"{self.metric} < {self.ceiling:g} in every seed"
+
+
+def trained_check(config: ml_collections.ConfigDict) -> TrainedCheck | None:
+    """The training check ``config`` declares (``config.trained_check``), checked; None if it
+    declares none.
+
+    Raises:
+      ValueError: naming the field, for a malformed check.
+    """
+    entry = config.get("trained_check")
+    if entry is None:
+        return None
+    values = dict(entry)
+    fields = {f.name for f in dataclasses.fields(TrainedCheck)}
+    if set(values) != fields:
+        raise ValueError(
+            f"config.trained_check must have the fields {sorted(fields)}, got {sorted(values)}"
+        )
+    try:
+        return TrainedCheck(**values)
+    except ValueError as error:
+        raise ValueError(f"config.{error}") from None
+
+
 def validate_claims(config: ml_collections.ConfigDict) -> dict[str, Claim]:
     """The claims ``config`` declares, checked (``ValueError`` naming the claim)."""
     if "claims" not in config:
@@ -158,13 +216,15 @@ class Verdicts:
     stores them all (and raises if a declared claim got none).
 
     Args:
-      config: the run's config, with ``claims`` and ``powered`` (default True; False for a
-        variant not sized to test the claims: its verdicts are never "does not hold").
+      config: the run's config, with ``claims``, ``powered`` (default True; False for a
+        variant not sized to test the claims: its verdicts are never "does not hold") and
+        optionally ``trained_check`` (``TrainedCheck``).
     """
 
     def __init__(self, config: ml_collections.ConfigDict):
         self.claims = validate_claims(config)
         self.powered = bool(config.get("powered", True))
+        self.trained_check = trained_check(config)
         self.given: dict[str, Verdict] = {}
 
     def _claim(self, name: str) -> Claim:
@@ -189,6 +249,32 @@ class Verdicts:
         """A claim the design could not test, and why."""
         claim = self._claim(name)
         return self._record(name, Verdict(claim.statement, Outcome.NOT_TESTED, why, "—"))
+
+    def untrained_arms(self, runs: Sequence[Mapping[str, Any]], arm: str) -> list[str]:
+        """The arms that fail the declared training check ([] if the config declares none), in
+        the order they first appear in ``runs`` (one record per run: its arm under the key
+        ``arm``, the check's metric under its name)."""
+        check = self.trained_check
+        if check is None:
+            return []
+        values: dict[str, list[float]] = {}
+        for run in runs:
+            values.setdefault(run[arm], []).append(run[check.metric])
+        return [name for name, seeds in values.items() if not check.passes(seeds)]
+
+    def untrained(self, name: str, arms: Mapping[str, str], *, remedy: str) -> Verdict:
+        """Claim ``name`` is not tested: its test uses ``arms`` (arm -> the evidence that it did
+        not train: its metric, its losses), which failed the declared training check;
+        ``remedy`` says what would test it."""
+        if self.trained_check is None or not arms:
+            raise ValueError("untrained needs a declared config.trained_check and failing arms")
+        listed = "; ".join(f"{arm}: {evidence}" for arm, evidence in arms.items())
+        return self.not_tested(
+            name,
+            f"{', '.join(arms)} did not train (declared check: "
+            f"{self.trained_check.describe()}), and a model that did not train neither "
+            f"supports nor refutes the claim: {listed}. What would test it: {remedy}",
+        )
 
     def effect(
         self,
