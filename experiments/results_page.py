@@ -39,6 +39,7 @@ SECTIONS = (
             "lstm_lm",
             "conformer_ctc",
             "conformer_ctc_attention_context",
+            "conformer_ctc_attention_context_tau1",
             "iap_es",
             "iap_es_pair",
         ),
