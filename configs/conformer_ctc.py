@@ -179,6 +179,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.model.kernel_size = 1
         config.seeds = tuple(range(10))
         config.gate_first = False
+        if variant == "attention_context":  # what the summary names to test its open claims
+            config.follow_up = "attention_context_tau1"
     if variant == "attention_context_tau1":
         # attention_context with the attention's initial temperature at 1 instead of 8, a
         # departure run beside it (named, not the default) so that every kind trains: at tau = 8

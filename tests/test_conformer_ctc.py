@@ -240,8 +240,15 @@ def test_an_ordering_using_a_kind_that_did_not_train_is_not_tested():
     assert ordering.startswith("HRF angular hybrid did not train (declared check:")
     assert "test DER 0.984 (0.960 to 1.000 over 5 seeds), train CTC loss 100.0" in ordering
     assert "-> 27.5 at step 500" in ordering and "HRF cluster hybrid:" not in ordering
-    assert "What would test it: (not run) a variant in which HRF angular hybrid trains" in ordering
+    assert "What would test it: a variant in which HRF angular hybrid trains" in ordering
     assert "standard deviation 527 times the kernel's value" in ordering
+    assert ordering.endswith(  # the variant the config declares to do it
+        "the variant attention_context_tau1 does this "
+        "(results/conformer_ctc_attention_context_tau1)"
+    )
+    config.follow_up = None  # none declared: the remedy says it was not run
+    evidence = conformer_ctc.judge(_records(rates), config).given["hybrid_ordering"].evidence
+    assert "What would test it: (not run) a variant in which HRF angular hybrid trains" in evidence
     trig = given["hybrids_beat_trigonometric"].evidence
     assert trig.startswith("trigonometric, HRF angular hybrid did not train")
     # Only the trigonometric kind fails: the orderings without it are judged as before (here
@@ -606,4 +613,16 @@ def test_attention_context_variant_changes_only_the_convolution_kernel():
     # ... and tests the paper's orderings without the gate, on 10 paired seeds.
     assert variant.pop("seeds") == tuple(range(10)) and len(default.pop("seeds")) == 5
     assert variant.pop("gate_first") is False and default.pop("gate_first") is True
+    # ... and names the variant that tests what it could not (a report field).
+    assert variant.pop("follow_up") == "attention_context_tau1" and "follow_up" not in default
     assert variant == default
+
+
+def test_attention_context_tau1_changes_only_the_initial_temperature():
+    base = conformer_config.get_config("attention_context").to_dict()
+    tau1 = conformer_config.get_config("attention_context_tau1").to_dict()
+    assert base["model"].pop("initial_temperature") == 8.0
+    assert tau1["model"].pop("initial_temperature") == 1.0
+    assert base.pop("label") == "attention_context" and base.pop("follow_up")
+    assert tau1.pop("label") == "attention_context_tau1"
+    assert tau1 == base

@@ -612,6 +612,12 @@ def _remedy(untrained: list[str], config) -> str:
             f"train{'s' if len(others) == 1 else ''} (e.g. more than "
             f"{config.train.num_train_steps} steps)"
         )
+    follow_up = config.get("follow_up")
+    if follow_up:  # the variant declared to do it
+        return (
+            f"{'; '.join(parts)}: the variant {follow_up} does this "
+            f"(results/conformer_ctc_{follow_up})"
+        )
     return "(not run) " + "; ".join(parts)
 
 

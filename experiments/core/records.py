@@ -24,7 +24,7 @@ COMMAND_FILE = "command.txt"
 
 
 # Fields that say how a report judges, not what a measurement depends on.
-REPORT_FIELDS = ("claims", "powered", "trained_check")
+REPORT_FIELDS = ("claims", "powered", "trained_check", "follow_up")
 
 
 def settings(config: ml_collections.ConfigDict, exclude: tuple[str, ...] = ()) -> dict:
