@@ -48,7 +48,7 @@ MACHINE_WORDS = ("seconds", "load_average", "tokens_per_second", "processes")
 CONFIGS = [
     pytest.param("configs/lstm_lm.py:quick", id="lstm_lm"),
     pytest.param(
-        "configs/performer_vit.py:quick,attentions=(simplex,),num_seeds.fixed=1",
+        "configs/performer_vit.py:quick,attentions=(simplex,),num_seeds.redraw=1",
         id="performer_vit",
         marks=[pytest.mark.slow, requires_fashion_mnist],
     ),
