@@ -46,6 +46,8 @@ import itertools
 import json
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -63,12 +65,14 @@ LENGTHS = tuple(1 << k for k in range(10, 17))
 DTYPES = ("bfloat16", "float32")
 MODES = ("bidirectional", "causal")
 PASSES = ("forward", "forward_backward")
+Method = Literal["favor", "cudnn", "xla"]  # what _forward builds
+METHODS: tuple[Method, ...] = ("favor", "cudnn", "xla")
 
 
 # --- the programs -----------------------------------------------------------------------------
 
 
-def _forward(method: str, causal: bool):
+def _forward(method: Method, causal: bool):
     if method == "favor":
         return lambda q, k, v, p: favor_attention(q, k, v, p, causal=causal)
     return lambda q, k, v, p: jax.nn.dot_product_attention(
@@ -171,7 +175,7 @@ def benchmark(
 ) -> list[dict]:
     args = _inputs(batch, length, dtype)
     jobs = {}
-    for mode, method in itertools.product(MODES, ("favor", "cudnn", "xla")):
+    for mode, method in itertools.product(MODES, METHODS):
         forward = _forward(method, mode == "causal")
         jobs[(mode, method, "forward")] = forward
         jobs[(mode, method, "forward_backward")] = _with_grad(forward)
@@ -180,8 +184,9 @@ def benchmark(
             zip(jobs, pool.map(lambda fn: _compile(fn, args), jobs.values()), strict=True)
         )
         features_compiled = pool.submit(_compile, feature_map_program, (args[0], args[1], args[3]))
-    rows, functions = [], {}
-    base = {"length": length, "batch": batch, "dtype": dtype}
+    rows: list[dict[str, Any]] = []
+    functions: dict[int, Callable[..., Any]] = {}  # zero-argument calls (lambda defaults)
+    base: dict[str, Any] = {"length": length, "batch": batch, "dtype": dtype}
     for (mode, method, name), (fn, memory, cost) in compiled.items():
         row = base | {"mode": mode, "method": method, "pass": name, "median_s": None}
         if fn is None:
@@ -218,7 +223,9 @@ def _peer_rows(base, args, feature_fn, feature_memory, compiled, check) -> list[
         return []
     phi_q, phi_k = feature_fn(args[0], args[1], args[3])
     row = base | {"mode": "causal", "method": "features", "pass": "forward", "median_s": None}
-    out = [(row | {"memory_bytes": feature_memory}, lambda: feature_fn(args[0], args[1], args[3]))]
+    out: list[tuple[dict[str, Any], Callable[[], Any] | None]] = [
+        (row | {"memory_bytes": feature_memory}, lambda: feature_fn(args[0], args[1], args[3]))
+    ]
     fla, reason = _fla_functions(phi_q, phi_k, args[2])
     for name in PASSES:
         row = base | {"mode": "causal", "method": "fla", "pass": name, "median_s": None}
@@ -261,7 +268,9 @@ def measure_peaks() -> dict:
     }
     big = jnp.zeros((1 << 29,), jnp.float32)  # 2 GiB
     copy = jax.jit(lambda x: x + jnp.ones((), x.dtype))
-    functions = {name: (lambda f=f, x=x: f(x)) for name, (f, x) in programs.items()}
+    functions: dict[str, Callable[..., Any]] = {  # zero-argument calls (lambda defaults)
+        name: (lambda f=f, x=x: f(x)) for name, (f, x) in programs.items()
+    }
     functions["copy"] = lambda: copy(big)
     timings = time_interleaved(functions, repeats=10)
     peaks = {name: 2 * n**3 / timings[name]["median_s"] for name in programs}
@@ -318,8 +327,11 @@ def summarize(rows: list[dict]) -> dict:
         lengths = sorted({key[-1] for key in times if key[:4] == case})
         if not lengths:
             continue
-        favor = {t: times.get((*case, "favor", t)) for t in lengths}
-        exact = {t: times.get((*case, "cudnn", t)) or times.get((*case, "xla", t)) for t in lengths}
+        # Any: the rows' untyped times, or None where the method has none (tested before use)
+        favor: dict[int, Any] = {t: times.get((*case, "favor", t)) for t in lengths}
+        exact: dict[int, Any] = {
+            t: times.get((*case, "cudnn", t)) or times.get((*case, "xla", t)) for t in lengths
+        }
         beaten = [t for t in lengths if favor[t] and exact[t] and favor[t] < exact[t]]
         fits = [t for t in lengths if times.get((*case, "xla", t))]
         ratios = {
@@ -411,7 +423,7 @@ def main() -> None:
             f"benchmarks.attention_gpu needs a GPU; the backend is {jax.default_backend()}"
         )
     started = time.monotonic()
-    report = {
+    report: dict[str, Any] = {
         "device": str(jax.devices()[0].device_kind),
         "jax": jax.__version__,
         "shape": {"heads": HEADS, "head_dim": HEAD_DIM, "num_features": NUM_FEATURES},
@@ -421,7 +433,8 @@ def main() -> None:
     }
     print(f"peaks: {report['peaks']}", flush=True)
     if args.profile:
-        report["profile"] = profile(*args.profile, "bfloat16")
+        batch, length = args.profile  # nargs=2: exactly B and T
+        report["profile"] = profile(batch, length, "bfloat16")
     cases = case_order(args.dtypes, args.batches, args.lengths)
     for dtype, batch, length in cases:
         if args.budget_s is not None and time.monotonic() - started > args.budget_s:

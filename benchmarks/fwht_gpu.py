@@ -30,13 +30,14 @@ import argparse
 import concurrent.futures
 import json
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.timing import time_streamed
-from rfjax.ops import _fwht_mosaic_gpu, _fwht_triton, fwht
+from rfjax.ops import Implementation, _fwht_mosaic_gpu, _fwht_triton, fwht
 from rfjax.ops._fwht import resolve
 
 SIZES = tuple(1 << k for k in range(6, 16))
@@ -55,9 +56,9 @@ def compute_capability() -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def implementations(n: int, capability) -> dict[str, str]:
+def implementations(n: int, capability) -> dict[str, Implementation]:
     """Label -> ``implementation=`` of every kernel that takes this case on this device."""
-    chosen = {"matmul": "matmul", "xla_butterfly": "xla", "auto": "auto"}
+    chosen: dict[str, Implementation] = {"matmul": "matmul", "xla_butterfly": "xla", "auto": "auto"}
     sm90 = capability is not None and capability >= (9, 0)
     if sm90 and _fwht_mosaic_gpu.MIN_N <= n <= _fwht_mosaic_gpu.MAX_N:
         chosen["mosaic_gpu"] = "mosaic_gpu"
@@ -72,7 +73,7 @@ def _check(fn, x, reference) -> float:
     return float(np.abs(y - ref).max() / np.abs(ref).max())
 
 
-def _compile(implementation: str, x: jax.Array):
+def _compile(implementation: Implementation, x: jax.Array):
     """The compiled transform, or the error that stopped it (one per thread)."""
     try:
         return jax.jit(lambda v: fwht(v, implementation=implementation)).lower(x).compile()
@@ -136,7 +137,7 @@ def run(total: int, sizes, dtypes, calls: int, repeats: int, json_path=None, bud
     rng = np.random.default_rng(0)
     base = rng.standard_normal(total, dtype=np.float32)
     device = jax.devices()[0]
-    report = {
+    report: dict[str, Any] = {
         "device": str(device.device_kind),
         "compute_capability": None if capability is None else ".".join(map(str, capability)),
         "jax": jax.__version__,

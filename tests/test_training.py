@@ -1,6 +1,7 @@
 """The trainer (experiments.core.train.trainer): a quick run, resume equivalence, data
 parallelism, data."""
 
+import dataclasses
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ requires_fashion_mnist = pytest.mark.skipif(
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.integration
 def test_quick_run_learns_and_writes_metrics(tmp_path, capsys):
     config = toy_config()
     config.progress_every_seconds = 1e-9  # a progress line after every step (not a terminal)
@@ -256,6 +258,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resuming_equals_an_uninterrupted_run(
     assert_same_run(workdir, reference)
 
 
+@pytest.mark.integration
 def test_kills_while_writing_and_a_preemption_then_resume_equals_an_uninterrupted_run(
     tmp_path, straight
 ):
@@ -335,6 +338,7 @@ print(json.dumps(final))
 """
 
 
+@pytest.mark.integration
 def test_four_device_data_parallel_run_matches_one_device(tmp_path):
     script = _DATA_PARALLEL_SCRIPT.format(
         tests=os.path.join(ROOT, "tests"),
@@ -407,3 +411,12 @@ def test_fashion_mnist_loads_and_missing_data_explains_how_to_get_it(tmp_path):
             data.load_fashion_mnist("test")
     with pytest.raises(ValueError, match="split"):
         data.load_fashion_mnist("validation")
+
+
+def test_a_task_needs_eval_metrics_and_eval_batches_together():
+    task = toy_task()
+    with pytest.raises(ValueError, match="eval_metrics and eval_batches go together"):
+        dataclasses.replace(task, eval_batches=None)
+    with pytest.raises(ValueError, match="eval_metrics and eval_batches go together"):
+        dataclasses.replace(task, eval_metrics=None)
+    dataclasses.replace(task, eval_metrics=None, eval_batches=None)  # training only

@@ -130,6 +130,13 @@ class Task:
     eval_batches: Callable[[], Iterable[Batch]] | None = None
     sequence_keys: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if (self.eval_metrics is None) != (self.eval_batches is None):
+            raise ValueError(
+                "Task: eval_metrics and eval_batches go together (both or neither); got "
+                f"eval_metrics={self.eval_metrics!r}, eval_batches={self.eval_batches!r}"
+            )
+
 
 def array_task(
     init: Callable[[jax.Array, Batch], Params],
@@ -210,6 +217,7 @@ def epoch_batches(
         if this_epoch != epoch:
             epoch = this_epoch
             permutation = np.random.default_rng([seed, epoch]).permutation(size)
+        assert permutation is not None  # drawn at the first step (epoch starts as None)
         rows = permutation[index * batch_size : (index + 1) * batch_size][share]
         yield {name: value[rows] for name, value in arrays.items()}
         step += 1
@@ -446,6 +454,7 @@ def _make_steps(config: ml_collections.ConfigDict, task: Task) -> _Steps:
         eval_step = jax.jit(task.eval_metrics, out_shardings=replicated)
 
         def evaluate(state) -> dict[str, float]:
+            assert task.eval_batches is not None  # Task checks the pair when it is built
             totals = distributed.metric_sums(
                 eval_step, state.params, task.eval_batches(), to_device, train_rng, state.step
             )
@@ -555,6 +564,7 @@ def train_and_evaluate(
             if stopping:
                 for closable in (checkpoints, writer, display):
                     closable.close()
+                assert stop.signum is not None  # requested() is true only once a signal is set
                 interrupted = TrainingInterrupted(stop.signum, step, workdir)
                 print(f"{interrupted}; run the same command again to resume.", flush=True)
                 raise interrupted
