@@ -111,10 +111,20 @@ QUICK_LENGTH, QUICK_FEATURES = 16, 32
 # rows underflowed to 0 / 0 at norm 100); ~10 s each, so in the slow suite, with
 # test_per_feature_key_shifts_at_norm_100_quick in the default one.
 PER_FEATURE = ("cluster_hybrid", "oprf", "derf_asymmetric", "derf_symmetric", "saderf")
-ALL_MAPS = [
-    pytest.param(name, marks=pytest.mark.slow) if name in PER_FEATURE else name
-    for name in features.available()
-]
+# The default suite's representative maps (one with exponential features, one signed); the other
+# maps repeat the check in the statistical suite (CI's), the per-feature ones in the slow one.
+REPRESENTATIVE = ("positive", "trigonometric")
+
+
+def by_cost(name: str):
+    if name in PER_FEATURE:
+        return pytest.param(name, marks=pytest.mark.slow)
+    if name not in REPRESENTATIVE:
+        return pytest.param(name, marks=pytest.mark.statistical)
+    return name
+
+
+ALL_MAPS = [by_cost(name) for name in features.available()]
 
 
 def ready_map(name):
@@ -265,7 +275,7 @@ EXPONENTIAL = [
 @pytest.mark.parametrize("norm", [110, 120])
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.slow) if n in PER_FEATURE else n for n in EXPONENTIAL],
+    [by_cost(name) for name in EXPONENTIAL],
 )
 def test_positive_maps_to_norm_120_match_float64(name, norm):
     """Issue 32 item 2: every map with positive (exponential) features at |q| = |k| = 110 and
@@ -298,7 +308,7 @@ SIGNED = [
 ]
 
 
-@pytest.mark.parametrize("name", SIGNED)
+@pytest.mark.parametrize("name", [by_cost(name) for name in SIGNED])
 def test_signed_maps_with_the_default_floor_never_give_non_finite_outputs(name):
     """Issue 32 item 3: with the default eps (then the smallest normal number) the signed maps'
     estimated normalisers cross zero from |q| = |k| = 8 (H = 64), and rows divided by it were

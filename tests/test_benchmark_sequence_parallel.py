@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,6 +28,7 @@ def run_benchmark(json_path: str, device_counts: str) -> None:
     assert completed.returncode == 0, completed.stderr[-3000:]
 
 
+@pytest.mark.integration
 def test_one_device_program_runs_on_one_device_and_processes_merge(tmp_path):
     path = str(tmp_path / "rows.json")
     run_benchmark(path, "one")

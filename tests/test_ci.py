@@ -25,8 +25,9 @@ def test_ci_runs_the_readme_commands_verbatim():
     commands = [c for c in _readme_commands() if any(tool in c for tool in CI_COMMANDS)]
     assert len(commands) == 4, commands  # default tests, full tests, static checks, docs
     default, full = (c for c in commands if "-m pytest" in c)
-    # CI's suite is the default one with the statistical tests, timings and the budget check.
-    assert full.startswith(default + " --runstatistical --durations=")
+    # CI's suite is the default one with the statistical and integration tests, timings and
+    # the budget check.
+    assert full.startswith(default + " --runstatistical --runintegration --durations=")
     assert "--cpu-times=" in full and "tests/cpu_budget.py" in full
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     for command in commands:

@@ -116,6 +116,7 @@ def _problems(notebook: nbformat.NotebookNode) -> list[str]:
     return problems
 
 
+@pytest.mark.integration
 def test_notebooks_execute_in_quick_mode(tmp_path):
     # One test for all notebooks (not one per notebook), so that pytest-xdist never runs the
     # concurrent execution twice on different workers.

@@ -550,6 +550,7 @@ def test_bad_config_raises():
         conformer_config.get_config("huge")
 
 
+@pytest.mark.integration
 @needs_fsdd
 def test_quick_run_trains_and_writes_outputs(tmp_path):
     config = conformer_config.get_config("quick")  # exact attention and its swap diagnostic

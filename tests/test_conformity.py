@@ -21,6 +21,7 @@ def quick_run(tmp_path_factory):
     return config, workdir, result
 
 
+@pytest.mark.integration
 def test_quick_run_writes_its_files(quick_run):
     config, workdir, _ = quick_run
     for name in (
@@ -41,6 +42,7 @@ def test_quick_run_writes_its_files(quick_run):
     assert theory.no_closed_form_reason("simplex_plus") in summary
 
 
+@pytest.mark.integration
 def test_monte_carlo_agrees_with_closed_forms(quick_run):
     _, _, result = quick_run
     checked = [r for r in result["rows"] if r["geometry"] in conformity.CLOSED_FORMS]
@@ -49,6 +51,7 @@ def test_monte_carlo_agrees_with_closed_forms(quick_run):
         assert abs(row["z_score"]) <= 4.0, row
 
 
+@pytest.mark.integration
 def test_coupled_geometries_share_norms_and_order_as_the_paper(quick_run):
     _, workdir, result = quick_run
     assert "largest norm mismatch" in (workdir / "summary.md").read_text()
@@ -58,6 +61,7 @@ def test_coupled_geometries_share_norms_and_order_as_the_paper(quick_run):
             assert row["mean"] > 4.0 * row["se"], row
 
 
+@pytest.mark.integration
 def test_optimised_geometry_decreases_the_objective_and_beats_simrf(quick_run):
     _, _, result = quick_run
     for v in quick_run[0].norms_of_sum:
@@ -72,6 +76,7 @@ def test_optimised_geometry_decreases_the_objective_and_beats_simrf(quick_run):
             assert row["mean"] > -4.0 * row["se"], row
 
 
+@pytest.mark.integration
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
     config, workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()

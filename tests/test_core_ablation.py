@@ -37,6 +37,7 @@ def run(workdir, *options):
     return completed.stdout
 
 
+@pytest.mark.integration
 def test_an_ablation_records_every_cell_reports_the_pair_and_resumes(tmp_path):
     workdir = tmp_path / "ablation"
     printed = run(workdir)
@@ -72,6 +73,7 @@ def test_an_ablation_records_every_cell_reports_the_pair_and_resumes(tmp_path):
     assert killed.exists()
 
 
+@pytest.mark.integration
 def test_two_workers_share_an_ablation_and_the_last_one_reports(tmp_path):
     first = run(tmp_path, "--worker=0/2")
     assert "cells wait for other workers" in first and not (tmp_path / "ablation.md").exists()

@@ -22,10 +22,10 @@ def test_files_and_total_over_their_budgets_are_reported():
     assert problems[2] == "the suite: 32.0 CPU s > total budget 30"
 
 
-def test_update_sets_each_budget_to_the_headroom_times_the_seconds():
-    budgets = cpu_budget.updated(_times(test_a=10.0, test_b=1.0), BUDGETS)
-    assert budgets["files"] == {"tests/test_a.py": 15, "tests/test_b.py": 5}
-    assert budgets["total_seconds"] == 20 and budgets["default_file_seconds"] == 10
+def test_update_sets_each_budget_to_the_headroom_times_the_seconds_with_a_floor():
+    budgets = cpu_budget.updated(_times(test_a=10.0, test_b=1.0, test_c=7.0), BUDGETS)
+    assert budgets["files"] == {"tests/test_a.py": 15, "tests/test_b.py": 10, "tests/test_c.py": 15}
+    assert budgets["total_seconds"] == 30 and budgets["default_file_seconds"] == 10
 
 
 def test_cpu_times_option_writes_each_files_seconds(tmp_path):

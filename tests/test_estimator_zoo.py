@@ -26,6 +26,7 @@ from rfjax.attention import favor_attention_weights
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.integration
 def test_quick_run_ranks_every_pair_and_agrees_with_the_closed_forms(tmp_path):
     workdir = tmp_path / "estimator_zoo"
     command = [

@@ -18,6 +18,7 @@ from experiments.main import run_experiment, validate_config
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.integration
 def test_kernel_mse_quick_run_writes_results_that_agree_with_theory(tmp_path):
     workdir = tmp_path / "kernel_mse"
     command = [
@@ -190,6 +191,7 @@ def _write_status_repeatedly(workdir: str) -> None:
         _write_status(workdir, "running", ["worker"])
 
 
+@pytest.mark.integration
 def test_workers_sharing_a_workdir_write_its_status_at_once(tmp_path):
     """``--worker=I/N`` starts independent processes on one workdir: their status writes race."""
     import multiprocessing

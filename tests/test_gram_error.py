@@ -27,6 +27,7 @@ def lookup(rows, coupling, ratio):
     return row
 
 
+@pytest.mark.integration
 def test_quick_run_writes_its_files(quick_run):
     config, workdir, _ = quick_run
     for name in ("results.csv", "gram_error.png", "summary.md", "config.json"):
@@ -36,6 +37,7 @@ def test_quick_run_writes_its_files(quick_run):
     assert (workdir / "summary.md").read_text().startswith("# ")
 
 
+@pytest.mark.integration
 def test_mean_squared_error_agrees_with_the_closed_form(quick_run):
     _, _, result = quick_run
     checked = [r for r in result["rows"] if r["coupling"] in gram_error.CLOSED_FORMS]
@@ -44,6 +46,7 @@ def test_mean_squared_error_agrees_with_the_closed_form(quick_run):
         assert abs(row["z_score"]) <= 4.0, row
 
 
+@pytest.mark.integration
 def test_error_falls_with_the_number_of_features(quick_run):
     config, _, result = quick_run
     small, large = min(config.features_per_dim), max(config.features_per_dim)
@@ -56,6 +59,7 @@ def test_error_falls_with_the_number_of_features(quick_run):
         assert gap > 4.0 * math.hypot(before["relative_se"], after["relative_se"]), coupling
 
 
+@pytest.mark.integration
 def test_simplex_beats_iid_and_orthogonal(quick_run):
     config, _, result = quick_run
     # Closed forms at the quick size: SimRF/IID 0.63, ORF/IID 0.84 in mean squared error; the
@@ -68,6 +72,7 @@ def test_simplex_beats_iid_and_orthogonal(quick_run):
             assert gap > 4.0 * math.hypot(row["frobenius_se"], simplex["frobenius_se"]), other
 
 
+@pytest.mark.integration
 def test_paired_differences_of_block_couplings(quick_run):
     config, workdir, result = quick_run
     paired = [r for r in result["differences"] if r["difference"] == "orthogonal - simplex"]
@@ -117,6 +122,7 @@ def test_config_variants():
         gram_error_config.get_config("huge")
 
 
+@pytest.mark.integration
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
     _, workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()

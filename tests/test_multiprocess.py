@@ -21,6 +21,8 @@ from multiprocess import ROOT, cpu_environment, run_processes
 
 from rfjax import data
 
+pytestmark = pytest.mark.integration  # several processes, run end to end
+
 requires_fashion_mnist = pytest.mark.skipif(
     not os.path.exists(os.path.join(data.fashion_mnist_dir(), "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed: apt-get install dataset-fashion-mnist (.ci/run does)",

@@ -13,6 +13,7 @@ import concurrent.futures
 import sys
 
 import numpy as np
+import pytest
 from multiprocess import run_processes
 
 # Unoptimised CPU code compiles several times faster (as in test_multiprocess.py).
@@ -45,6 +46,7 @@ np.save(flags["out"].format(jax.process_index()), np.concatenate([np.asarray(mod
 """
 
 
+@pytest.mark.integration
 def test_two_processes_fit_the_ridge_of_one(tmp_path):
     def run(processes):
         command = [sys.executable, "-c", SCRIPT, f"--out={tmp_path}/{processes}_{{}}.npy"]

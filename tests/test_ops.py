@@ -518,6 +518,7 @@ _SHARDING_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_sharded_transforms_run_per_shard():
     """4 forced CPU devices: no all-gather, output sharded like the input, results unchanged."""
     impls = ["xla", "matmul", "pallas_interpret"]

@@ -112,6 +112,7 @@ def _check_contents(dist: pathlib.Path) -> None:
     assert libraries, "the wheel has no compiled kernel"
 
 
+@pytest.mark.integration
 def test_built_wheel_runs_in_a_fresh_environment_without_a_compiler(dist, tmp_path):
     """One test (not two sharing a fixture), so that parallel workers never build twice."""
     _check_contents(dist)

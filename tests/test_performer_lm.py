@@ -130,6 +130,7 @@ def _four_devices(check: str, workdir) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 def test_sequence_split_over_four_devices_equals_one_device(tmp_path):
     # Each kind on a 2 x 2 "data" x "seq" mesh (windows over data, positions over seq) against
     # the unsplit model: per-token NLL and parameter gradients (float32, summation order only).
@@ -139,6 +140,7 @@ def test_sequence_split_over_four_devices_equals_one_device(tmp_path):
         assert errors[kind]["grad"] <= 1e-5, errors
 
 
+@pytest.mark.integration
 def test_quick_variant_trains_on_a_two_by_two_mesh_and_resumes(tmp_path):
     # configs/performer_lm.py:quick with train.sequence_parallelism=2 on 4 forced devices, then
     # the same command with 2 more steps: it resumes from the checkpoint of step 6.

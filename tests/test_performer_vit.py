@@ -191,6 +191,7 @@ def test_attention_error_falls_with_the_number_of_features():
     assert 3.0 < few / many < 5.0, (few, many)
 
 
+@pytest.mark.integration
 @requires_fashion_mnist
 def test_performer_vit_quick_experiment(tmp_path):
     workdir = tmp_path / "performer_vit"

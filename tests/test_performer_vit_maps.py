@@ -83,6 +83,7 @@ def test_validate_config_names_the_bad_field():
         performer_vit_maps.validate_config(config)
 
 
+@pytest.mark.integration
 @requires_fashion_mnist
 def test_quick_run_trains_every_map_on_paired_seeds(tmp_path):
     config = maps_config.get_config(

@@ -18,6 +18,7 @@ def quick_run(tmp_path_factory):
     return workdir, run_experiment(rff_error_config.get_config("quick"), str(workdir))
 
 
+@pytest.mark.integration
 def test_writes_outputs(quick_run):
     workdir, _ = quick_run
     for name in (
@@ -35,6 +36,7 @@ def test_writes_outputs(quick_run):
     assert (workdir / "summary.md").read_text().startswith("# ")
 
 
+@pytest.mark.integration
 def test_monte_carlo_variance_matches_closed_forms(quick_run):
     _, result = quick_run
     rows = result["variance_rows"]
@@ -47,6 +49,7 @@ def test_monte_carlo_variance_matches_closed_forms(quick_run):
             assert abs(row["variance_mc"] - row["variance_theory"]) <= 4 * row["variance_se"], row
 
 
+@pytest.mark.integration
 def test_phi_has_lower_variance_and_max_error_than_psi(quick_run):
     _, result = quick_run
     variance = {(r["delta"], r["embedding"]): r for r in result["variance_rows"]}
@@ -64,6 +67,7 @@ def test_phi_has_lower_variance_and_max_error_than_psi(quick_run):
     assert gap > 4 * math.hypot(phi["max_error_se"], psi["max_error_se"])
 
 
+@pytest.mark.integration
 def test_max_error_grows_with_radius_and_tail_is_a_survival_function(quick_run):
     _, result = quick_run
     for embedding in rff_error.EMBEDDINGS:
@@ -74,6 +78,7 @@ def test_max_error_grows_with_radius_and_tail_is_a_survival_function(quick_run):
         assert np.all(np.diff(probabilities) <= 0)
 
 
+@pytest.mark.integration
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
     workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()

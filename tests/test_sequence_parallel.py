@@ -49,6 +49,7 @@ def run_on_four_devices() -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 def test_on_four_devices():
     # One test, so that the 4-device process runs once even when pytest-xdist spreads tests.
     measured = run_on_four_devices()

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rfjax import features
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +44,7 @@ def run_on_four_devices() -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 def test_data_fitted_maps_fit_the_whole_sequence_on_four_devices():
     measured = run_on_four_devices()
     # Every registered data-fitted map (fitted fields unset after init).

@@ -3,9 +3,9 @@
 import functools
 import warnings
 
-import jax
 import numpy as np
 import pytest
+from compile_counts import count_programs
 from sklearn.datasets import load_digits
 from sklearn.kernel_approximation import RBFSampler
 from sklearn.linear_model import RidgeClassifier
@@ -170,14 +170,6 @@ def test_one_component_is_rbf_samplers_single_cosine():
     np.testing.assert_allclose(est.transform(x), expected, rtol=1e-5, atol=1e-5)
 
 
-_COMPILES = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, duration, **kwargs: (
-        _COMPILES.append(event) if "backend_compile" in event else None
-    )
-)
-
-
 @pytest.mark.parametrize("features", ["fourier", "positive"])
 def test_new_n_samples_compiles_nothing_and_rows_do_not_interact(features):
     # Regression (issue 20, item 3): every new n_samples recompiled (0.4-0.9 s each).
@@ -185,9 +177,9 @@ def test_new_n_samples_compiles_nothing_and_rows_do_not_interact(features):
     est = RandomFeatures(features=features, n_components=33 if features == "fourier" else 32)
     est.set_params(gamma=0.1, random_state=0).fit(x[:50])
     full = est.transform(x)  # two blocks, the second padded
-    before = len(_COMPILES)
-    parts = [est.transform(x[:1]), est.transform(x[1:777]), est.transform(x[777:])]
-    assert len(_COMPILES) == before  # no compilation for new n_samples
+    with count_programs() as programs:
+        parts = [est.transform(x[:1]), est.transform(x[1:777]), est.transform(x[777:])]
+    assert programs[0] == 0  # no compilation for new n_samples
     # The features of a row do not depend on the other rows of its call (nor on the padding).
     np.testing.assert_allclose(np.concatenate(parts), full, rtol=1e-6, atol=1e-7)
 
@@ -202,13 +194,13 @@ def test_a_cold_fit_and_transform_compile_two_programs(features, coupling):
     # and a transform of a new n_samples compile nothing.
     x = np.random.default_rng(0).normal(size=(300, 7))
     width = 37 if features == "fourier" else 37 * 2  # a setting no other test compiles
-    before = len(_COMPILES)
     est = RandomFeatures(features=features, coupling=coupling, n_components=width, gamma=0.05)
-    est.set_params(random_state=0).fit(x).transform(x)
-    assert len(_COMPILES) - before == 2
-    before = len(_COMPILES)
-    est.set_params(random_state=1).fit(x).transform(x[:123])
-    assert len(_COMPILES) == before
+    with count_programs() as cold:
+        est.set_params(random_state=0).fit(x).transform(x)
+    assert cold[0] == 2
+    with count_programs() as warm:
+        est.set_params(random_state=1).fit(x).transform(x[:123])
+    assert warm[0] == 0
 
 
 def test_degenerate_positive_features_warn():

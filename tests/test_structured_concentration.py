@@ -18,6 +18,7 @@ def quick_run(tmp_path_factory):
     return workdir, config, run_experiment(config, str(workdir))
 
 
+@pytest.mark.integration
 def test_writes_outputs(quick_run):
     workdir, config, result = quick_run
     for name in ("methods.csv", "tails.csv", "error_vs_budget.png", "tails.png", "summary.md"):
@@ -29,6 +30,7 @@ def test_writes_outputs(quick_run):
     assert len(result["tails"]) == len(methods) * len(config.epsilons)
 
 
+@pytest.mark.integration
 def test_every_family_is_unbiased_and_the_gaussian_matches_its_closed_form(quick_run):
     _, _, result = quick_run
     for row in result["rows"]:
@@ -37,6 +39,7 @@ def test_every_family_is_unbiased_and_the_gaussian_matches_its_closed_form(quick
     assert abs(gaussian["MSE"] - result["iid_mse"]) <= 4 * gaussian["MSE SE"]
 
 
+@pytest.mark.integration
 def test_empirical_tails_are_below_the_proven_bounds(quick_run):
     _, _, result = quick_run
     for tail in result["tails"]:
@@ -45,6 +48,7 @@ def test_empirical_tails_are_below_the_proven_bounds(quick_run):
             assert tail["tail"] <= tail["Hoeffding"] + 4 * tail["tail SE"], tail
 
 
+@pytest.mark.integration
 def test_chromatic_numbers_and_budgets(quick_run):
     _, _, result = quick_run
     rows = {r["method"]: r for r in result["rows"]}
@@ -68,6 +72,7 @@ def test_bad_configs():
         structured_concentration.validate_config(config)
 
 
+@pytest.mark.integration
 def test_chi_is_contrasted_within_the_circulant_family_at_equal_m(quick_run):
     workdir, config, _ = quick_run
     stored = verdicts.read(str(workdir))

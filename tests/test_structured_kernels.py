@@ -22,6 +22,7 @@ def _cells(result):
     return {(r["kernel"], r["method"], r["m"]): r for r in result["rows"]}
 
 
+@pytest.mark.integration
 def test_writes_outputs(quick_run):
     workdir, result = quick_run
     for name in ("results.csv", "error_vs_features.png", "summary.md", "config.json"):
@@ -31,6 +32,7 @@ def test_writes_outputs(quick_run):
     assert len(result["rows"]) == 3 * len(config.methods) * len(config.num_features)
 
 
+@pytest.mark.integration
 def test_gaussian_kernel_error_matches_closed_form(quick_run):
     _, result = quick_run
     checked = [r for r in result["rows"] if math.isfinite(r["error_theory"])]
@@ -41,6 +43,7 @@ def test_gaussian_kernel_error_matches_closed_form(quick_run):
         assert abs(row["error"] - row["error_theory"]) <= 4 * row["error_se"], row
 
 
+@pytest.mark.integration
 def test_error_decreases_with_features(quick_run):
     _, result = quick_run
     config = structured_config.get_config("quick")
@@ -52,6 +55,7 @@ def test_error_decreases_with_features(quick_run):
             assert a["error"] - b["error"] > 4 * math.hypot(a["error_se"], b["error_se"])
 
 
+@pytest.mark.integration
 def test_structured_versus_gaussian(quick_run):
     _, result = quick_run
     cells = _cells(result)
@@ -67,6 +71,7 @@ def test_structured_versus_gaussian(quick_run):
     assert circulant["error_theory"] > cells[("gaussian", "gaussian", m)]["error_theory"]
 
 
+@pytest.mark.integration
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
     workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()

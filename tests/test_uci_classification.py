@@ -152,6 +152,7 @@ def quick_run(tmp_path_factory):
     return config, workdir, run_experiment(config, str(workdir))
 
 
+@pytest.mark.integration
 def test_quick_run_writes_outputs(quick_run):
     config, workdir, _ = quick_run
     for name in ("results.csv", "datasets.csv", "tables.json", "summary.md", "config.json"):
@@ -193,6 +194,7 @@ def test_quick_run_writes_outputs(quick_run):
             assert row["accuracy"] == shared[row["dataset"], row["coupling"], row["ratio"]]
 
 
+@pytest.mark.integration
 def test_quick_random_features_approach_the_exact_kernel(quick_run):
     config, _, result = quick_run
     exact = {
@@ -214,6 +216,7 @@ def test_quick_random_features_approach_the_exact_kernel(quick_run):
             assert abs(exact[name] - high["accuracy"]) < abs(exact[name] - low["accuracy"])
 
 
+@pytest.mark.integration
 def test_quick_simrf_beats_iid_with_few_features_on_banknote(quick_run):
     _, _, result = quick_run
     cells = {
