@@ -97,7 +97,8 @@ def key_value_summary(
         )
     )
     xs = (in_blocks(key, block), in_blocks(value, block), in_blocks(mask, block, False))
-    (kv, k_sum, shift, bad), _ = jax.lax.scan(step, init, xs)
+    # One block (T <= block): unrolled, so no loop is compiled (forward and backward).
+    (kv, k_sum, shift, bad), _ = jax.lax.scan(step, init, xs, unroll=len(xs[0]) == 1)
     return kv, k_sum, shift, bad
 
 
@@ -150,5 +151,9 @@ def bidirectional_attention(
         return jnp.where(poisoned[..., None], jnp.nan, out)
 
     batch, length = query.shape[:2]
-    out = jax.lax.map(read_out, in_blocks(query, block))
+    query_blocks = in_blocks(query, block)
+    if len(query_blocks) == 1:  # T <= block: no loop to compile
+        out = read_out(query_blocks[0])[None]
+    else:
+        out = jax.lax.map(read_out, query_blocks)
     return out.swapaxes(0, 1).reshape(batch, -1, *out.shape[3:])[:, :length]
