@@ -12,7 +12,7 @@ import pytest
 
 from configs import iap_es as iap_es_config
 from experiments import iap_es
-from experiments.core import records, sweep, verdicts
+from experiments.core import sweep, verdicts
 from experiments.core.train import es
 from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
@@ -124,6 +124,43 @@ def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
     # One compilation per step for all of it: the initial, updated and restored states share a
     # signature (weak types and a restored state once retraced both steps).
     assert trainer.generation._cache_size() == 1 and trainer.evaluate._cache_size() == 1
+
+
+@pytest.mark.integration
+def test_seeds_trained_together_are_recorded_as_seeds_trained_one_at_a_time(tmp_path):
+    # The accelerator's path (one vmapped program per group of seeds) keeps each seed's keys,
+    # episodes and metric schedule: the records equal the one-at-a-time sweep's.
+    config = iap_es_config.get_config("quick")
+    config.kinds, config.claim_kind = (config.reference,), config.reference
+    config.seeds = (0, 1)
+    measured = {}
+    for together in (1, 2):
+        config.seeds_together = together
+        runs = iap_es.measure(config, str(tmp_path / f"together{together}"))["runs"]
+        measured[together] = {(r["kind"], r["seed"]): r for r in runs}
+    assert measured[1].keys() == measured[2].keys() and len(measured[1]) == 2
+    for cell, one in measured[1].items():
+        both = measured[2][cell]
+        for name in ("final_return", "return", "return_se", "forward_passes"):
+            assert both[name] == one[name], (cell, name)
+        assert both["mask_agreement"] == pytest.approx(one["mask_agreement"], abs=1e-6)
+        assert both["inference_return"] == pytest.approx(one["inference_return"], abs=1e-6)
+
+
+def test_train_together_refuses_a_started_run_and_unequal_arguments(tmp_path):
+    config = _quick()
+    env = iap_es.make_env(config)
+    policy = iap_es.make_policy(config, env, "exact")
+    params = iap_es.initial_params(policy, seed=0)
+    trainer = es.ESTrainer(config.es, iap_es.make_rollout(config, env, policy), params)
+    with pytest.raises(ValueError, match="equally long and non-empty"):
+        trainer.train_together([str(tmp_path / "a")], [params, params], [0, 1])
+    os.makedirs(tmp_path / "b" / "checkpoints")
+    with pytest.raises(ValueError, match=r"holds a checkpoint.*resume that run with train"):
+        trainer.train_together([str(tmp_path / "b")], [params], [0])
+    config.seeds_together = 0
+    with pytest.raises(ValueError, match="seeds_together must be an int >= 1, got 0"):
+        iap_es.validate_config(config)
 
 
 def test_parse_kind_and_bad_kinds():
@@ -301,7 +338,7 @@ def test_flop_counts_put_exact_attention_beside_every_kind():
 @pytest.mark.integration
 def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
     config = iap_es_config.get_config("quick")
-    settings = records.settings(config, exclude=("seeds", "label", "compilation_cache_dir"))
+    settings = iap_es.run_settings(config)
     recorded = []
     for seed in config.seeds:  # the order measure() visits runs in
         for i, kind in enumerate(config.kinds):
@@ -312,17 +349,14 @@ def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
     measured = iap_es.measure(config, str(tmp_path))
     assert measured["runs"] == recorded
     assert os.listdir(run_dir) == ["result.json"]  # nothing was trained or checkpointed
-    # A sweep extended by seeds (another label) reuses the record; other settings do not.
+    # A sweep extended by seeds (another label, seeds trained together) reuses the record;
+    # other settings do not.
     extended = ml_collections.ConfigDict(config.to_dict())
-    extended.seeds, extended.label = (*config.seeds, 99), "more seeds"
-    extended_settings = records.settings(
-        extended, exclude=("seeds", "label", "compilation_cache_dir")
-    )
-    assert sweep.read(run_dir, extended_settings) == run
+    extended.seeds, extended.label, extended.seeds_together = (*config.seeds, 99), "more", 95
+    assert sweep.read(run_dir, iap_es.run_settings(extended)) == run
     other = ml_collections.ConfigDict(config.to_dict())
     other.es.sigma *= 2
-    other_settings = records.settings(other, exclude=("seeds", "label", "compilation_cache_dir"))
-    assert sweep.read(run_dir, other_settings) is None
+    assert sweep.read(run_dir, iap_es.run_settings(other)) is None
 
 
 @pytest.mark.slow

@@ -174,6 +174,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"inference_episodes must be an int >= 1, got {config.inference_episodes!r}"
         )
+    if not isinstance(config.seeds_together, int) or config.seeds_together < 1:
+        raise ValueError(f"seeds_together must be an int >= 1, got {config.seeds_together!r}")
     evaluations = config.es.num_generations // config.es.eval_every + 1
     if not 1 <= config.final_evals <= evaluations:
         raise ValueError(f"final_evals must be in [1, {evaluations}], got {config.final_evals}")
@@ -253,12 +255,15 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "agreement": mask_agreement(policy, observations, config.agreement_draws),
         }
     start = time.perf_counter()
+    settings = run_settings(config)
+    if config.seeds_together > 1:
+        measure_together(config, kinds, workdir, settings)
     runs = sweep.run(
         workdir,
         [run_name(kind) for kind in config.kinds],
         config.seeds,
         lambda arm, seed, run_dir: train_run(config, kinds, _kind_of(config, arm), seed, run_dir),
-        records.settings(config, exclude=("seeds", "label", "compilation_cache_dir")),
+        settings,
     )
     return {
         "kinds": {
@@ -269,6 +274,14 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "runs": runs,
         "seconds": time.perf_counter() - start,
     }
+
+
+def run_settings(config: ml_collections.ConfigDict) -> dict:
+    """What a run's record depends on: the config less the seeds, the label and how the runs
+    are executed (the compilation cache, how many seeds train together)."""
+    return records.settings(
+        config, exclude=("seeds", "label", "compilation_cache_dir", "seeds_together")
+    )
 
 
 def flop_counts(config: ml_collections.ConfigDict, env) -> dict[str, dict]:
@@ -306,30 +319,94 @@ def train_run(
     began, cpu = time.perf_counter(), time.process_time()
     trainer, params = info["trainer"], initial_params(info["policy"], seed)
     trainer.train(run_dir, params, seed=seed)
-    curve = _curve(run_dir, info["importance_flops"])
     final_mean = trainer.final_mean(run_dir, params, seed=seed)
     print(f"{info['label']:>24} seed {seed}: trained ({time.perf_counter() - began:.0f} s)")
     return {
-        "kind": kind,
-        "seed": seed,
+        **run_record(config, info, kind, seed, run_dir),
         "seconds": time.perf_counter() - began,
         "cpu_seconds": time.process_time() - cpu,
-        "final_return": float(np.mean(curve["return"][-config.final_evals :])),
         "mask_agreement": float(info["agreement"](final_mean, jax.random.key(seed))),
         "inference_return": inference_returns(kinds, final_mean, run_key=(seed, kind)),
-        **curve,
     }
 
 
 def inference_returns(kinds: dict, params, *, run_key: tuple[int, str]) -> dict[str, float]:
     """Mean return of one trained policy played with every kind's attention on the same
-    episodes (environment and projection keys): the run's own episodes, independent of other
-    runs' (the key folds in the seed and the training kind)."""
-    seed, trained = run_key
-    key = jax.random.fold_in(
+    episodes, ``inference_key(kinds, *run_key)``."""
+    key = inference_key(kinds, *run_key)
+    return {kind: float(jnp.mean(info["inference"](params, key))) for kind, info in kinds.items()}
+
+
+def measure_together(
+    config: ml_collections.ConfigDict, kinds: dict, workdir: str, settings: dict
+) -> None:
+    """Measures the cells without a record as ``train_run`` does, ``config.seeds_together``
+    seeds of a kind in one program (``ESTrainer.train_together``; the agreement and inference
+    evaluations ``vmap`` over the group too) and records them. Groups of seeds are the outer
+    loop, so an interruption leaves complete pairs. A cell's ``seconds`` and ``cpu_seconds`` are
+    its group's divided by the group's size."""
+    missing = [
+        seed
+        for seed in config.seeds
+        if any(
+            sweep.read(sweep.run_dir(workdir, run_name(kind), seed), settings) is None
+            for kind in config.kinds
+        )
+    ]
+    for first in range(0, len(missing), config.seeds_together):
+        group = missing[first : first + config.seeds_together]
+        for kind, info in kinds.items():
+            began, cpu = time.perf_counter(), time.process_time()
+            dirs = [sweep.run_dir(workdir, run_name(kind), seed) for seed in group]
+            initial = [initial_params(info["policy"], seed) for seed in group]
+            means = info["trainer"].train_together(dirs, initial, group)
+            agreement = jax.vmap(info["agreement"])(
+                means, jnp.stack([jax.random.key(seed) for seed in group])
+            )
+            keys = jnp.stack([inference_key(kinds, seed, kind) for seed in group])
+            played = {
+                other: jnp.mean(jax.vmap(other_info["inference"])(means, keys), axis=1)
+                for other, other_info in kinds.items()
+            }
+            agreement, played = jax.device_get((agreement, played))
+            seconds = (time.perf_counter() - began) / len(group)
+            cpu_seconds = (time.process_time() - cpu) / len(group)
+            for i, (seed, run_dir) in enumerate(zip(group, dirs, strict=True)):
+                sweep.write(
+                    run_dir,
+                    settings,
+                    {
+                        **run_record(config, info, kind, seed, run_dir),
+                        "seconds": seconds,
+                        "cpu_seconds": cpu_seconds,
+                        "mask_agreement": float(agreement[i]),
+                        "inference_return": {k: float(v[i]) for k, v in played.items()},
+                        "arm": run_name(kind),
+                    },
+                )
+            print(f"{info['label']:>24} seeds {group[0]}-{group[-1]}: trained together")
+
+
+def run_record(
+    config: ml_collections.ConfigDict, info: dict, kind: str, seed: int, run_dir: str
+) -> dict:
+    """A trained run's curve (from its ``metrics.jsonl``) and final return."""
+    curve = _curve(run_dir, info["importance_flops"])
+    return {
+        "kind": kind,
+        "seed": seed,
+        "final_return": float(np.mean(curve["return"][-config.final_evals :])),
+        **curve,
+    }
+
+
+def inference_key(kinds: dict, seed: int, trained: str) -> jax.Array:
+    """The episodes (environment and projection keys) on which a trained policy plays with
+    every kind's attention: the run's own, independent of other runs' (the key folds in the
+    seed and the training kind)."""
+    return jax.random.fold_in(
         jax.random.fold_in(jax.random.key(seed), _INFERENCE_STREAM), list(kinds).index(trained)
     )
-    return {kind: float(jnp.mean(info["inference"](params, key))) for kind, info in kinds.items()}
 
 
 # --------------------------------------------------------------------------- statistics

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import jax
@@ -225,6 +225,11 @@ class ESTrainer:
 
         self.generation = jax.jit(generation, donate_argnums=0)
         self.evaluate = jax.jit(evaluate)
+        # Several seeds in one program (``train_together``): vmap over the state and run key.
+        self.generation_together = jax.jit(
+            jax.vmap(generation, in_axes=(0, 0, None)), donate_argnums=0
+        )
+        self.evaluate_together = jax.jit(jax.vmap(evaluate))
 
     def initial_state(self, init_params: Params, seed: int):
         init_key = jax.random.split(jax.random.key(seed), 3)[0]
@@ -325,6 +330,81 @@ class ESTrainer:
             "final_return": evals[-1]["return"],
             "final_return_se": evals[-1]["return_se"],
         }
+
+    def train_together(
+        self, workdirs: Sequence[str], init_params: Sequence[Params], seeds: Sequence[int]
+    ) -> Params:
+        """Trains several seeds at once, from generation 0 to ``num_generations``.
+
+        One jitted program advances every seed's ES state (``vmap`` over the seeds): on an
+        accelerator the seeds' populations fill a device that one seed's leave mostly idle.
+        Each seed uses the keys, episodes and metric schedule of ``train``, so its
+        ``workdirs`` entry gets the ``metrics.jsonl`` that ``train`` writes (the same numbers up
+        to floating-point reassociation in the batched arithmetic). No checkpoints are written:
+        an interrupted group is trained again from the start, and a workdir that holds a
+        checkpoint is refused (``train`` resumes it).
+
+        Args:
+          workdirs: one run folder per seed.
+          init_params: the initial mean of each seed (the template's layout).
+          seeds: the runs' seeds.
+
+        Returns:
+          The final ES means (policy parameters), stacked over the seeds (leading axis).
+        """
+        config = self.config
+        if not len(workdirs) == len(init_params) == len(seeds) >= 1:
+            raise ValueError(
+                f"workdirs, init_params and seeds must be equally long and non-empty, got "
+                f"{len(workdirs)}, {len(init_params)} and {len(seeds)}"
+            )
+        writers = []
+        for workdir in map(os.path.abspath, workdirs):
+            if os.path.isdir(os.path.join(workdir, "checkpoints")):
+                raise ValueError(
+                    f"{workdir} holds a checkpoint: train_together starts runs from generation "
+                    f"0; resume that run with train"
+                )
+            os.makedirs(workdir, exist_ok=True)
+            writers.append(train.MetricsWriter(workdir, resume_step=0, echo=lambda line: None))
+        run_keys, eval_keys = (
+            jnp.stack([jax.random.split(jax.random.key(seed), 3)[i] for seed in seeds])
+            for i in (1, 2)
+        )
+        state = jax.tree.map(
+            lambda *leaves: jnp.stack(leaves),
+            *(self.initial_state(p, seed) for p, seed in zip(init_params, seeds, strict=True)),
+        )
+
+        def write_eval(step):
+            values = jax.device_get(self.evaluate_together(state, eval_keys))
+            for i, writer in enumerate(writers):
+                writer.write("eval", step, {k: v[i] for k, v in values.items()})
+
+        write_eval(0)
+        pending = []
+        for g in tqdm(range(config.num_generations), desc="es", disable=None, leave=False):
+            state, metrics = self.generation_together(state, run_keys, g)
+            pending.append(metrics)
+            done = g + 1
+            if done % config.log_every == 0 or done == config.num_generations:
+                values = jax.device_get(pending)
+                for i, writer in enumerate(writers):
+                    writer.write(
+                        "train",
+                        done,
+                        {
+                            "mean_return": np.mean([v["mean_return"][i] for v in values]),
+                            "max_return": np.max([v["max_return"][i] for v in values]),
+                            "forward_passes": np.sum([v["forward_passes"][i] for v in values]),
+                        },
+                    )
+                pending = []
+            if done % config.eval_every == 0 or done == config.num_generations:
+                write_eval(done)
+        for writer in writers:
+            writer.close()
+        return jax.vmap(self.strategy.get_mean)(state)
 
 
 def eval_curve(workdir: str) -> tuple[np.ndarray, np.ndarray]:
