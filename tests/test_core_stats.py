@@ -87,8 +87,10 @@ def test_units_to_resolve_scales_the_observed_spread():
     estimate = Estimate(1.0, 0.8, 10)
     expected = math.ceil(10 * (1.959963984540054 * 0.8 / 1.0) ** 2)  # 24.6 -> 25
     assert stats.units_to_resolve(estimate, 0.0, 0.95) == expected == 25
-    # Resolved already: still more than n (the next size that keeps it resolved is n itself).
-    assert stats.units_to_resolve(Estimate(1.0, 0.01, 10), 0.0, 0.95) == 11
+    # Resolved already: the size from which it would be, at most n (here 10 * 0.0196^2 -> 1).
+    assert stats.units_to_resolve(Estimate(1.0, 0.01, 10), 0.0, 0.95) == 1
+    # Just resolved (z se = 0.99999): n itself.
+    assert stats.units_to_resolve(Estimate(1.0, 0.51021, 10), 0.0, 0.95) == 10
 
 
 def test_power_and_equivalence_sizes_match_the_textbook_normal_formulas():

@@ -237,8 +237,8 @@ def detectable_difference(
 def units_to_resolve(estimate: Estimate, boundary: float, confidence: float) -> int:
     """The number of units at which the two-sided ``confidence`` interval around the observed
     mean would exclude ``boundary``, at the observed spread (normal quantile):
-    ``ceil(n (z se / |mean - boundary|)^2)``; at least ``n + 1`` when the interval does not
-    exclude it now.
+    ``ceil(n (z se / |mean - boundary|)^2)``: at most ``n`` when the interval excludes it now,
+    at least ``n + 1`` when it does not.
 
     Raises:
       ValueError: if the mean equals the boundary (no number of units separates them).
@@ -247,7 +247,8 @@ def units_to_resolve(estimate: Estimate, boundary: float, confidence: float) -> 
     if distance == 0:
         raise ValueError("the mean lies on the boundary: no number of units resolves it")
     z = float(scipy_stats.norm.ppf((1 + confidence) / 2))
-    return max(estimate.n + 1, math.ceil(estimate.n * (z * estimate.se / distance) ** 2))
+    needed = math.ceil(estimate.n * (z * estimate.se / distance) ** 2)
+    return needed if distance > z * estimate.se else max(estimate.n + 1, needed)
 
 
 def units_for_power(
