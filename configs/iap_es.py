@@ -25,9 +25,12 @@ were run, from those 60 seeds' spread: if the true difference is the observed on
 interval clears the margin with about 80% probability at 440 paired seeds (441 by the normal
 approximation). Seeds 60-439 were trained on a lent GPU with ``seeds_together=95``
 (``benchmarks/gpu_runs/2026-11-27-h200-iap-es/``), in groups of seeds outermost, so a stop by
-the device's clock (not by the data) leaves complete pairs; the report then uses the seeds
-recorded (its command names them). The claims and their tests are declared below; the measured
-numbers and verdicts are in results/iap_es/summary.md and results/iap_es_pair/summary.md.
+the device's clock (not by the data) leaves complete pairs. All 380 were trained: 8 groups
+(4 per kind) in 388 s of one H200 (the first group of each kind 62-72 s with its compilations,
+then 31-32 s for FAVOR+ and 52-54 s for the hybrid per 95 seeds; the same runs take about
+80 CPU s each here), the report made here from their records. The claims and their tests are
+declared below; the measured numbers and verdicts are in results/iap_es/summary.md and
+results/iap_es_pair/summary.md.
 """
 
 import ml_collections
