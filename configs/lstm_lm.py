@@ -3,7 +3,8 @@
 Command:
   python -m experiments.main --config=configs/lstm_lm.py              # default (CPU, below)
   python -m experiments.main --config=configs/lstm_lm.py:quick        # seconds (smoke test)
-  python -m experiments.main --config=configs/lstm_lm.py:paper        # accelerator (80 epochs)
+  python -m experiments.main --config=configs/lstm_lm.py:paper        # accelerator (80 epochs;
+      # about 90 GPU-hours on one H200: benchmarks/gpu_runs/2026-11-27-h200-lstm-paper/)
   python -m experiments.main --config=configs/lstm_lm.py:kl_tau       # departure: KL-chosen tau
   python -m experiments.main --config=configs/lstm_lm.py:equal_width  # departure: equal width
 
