@@ -69,6 +69,11 @@ def test_the_iap_es_training_pair_is_not_resolved_under_its_declared_20_percent_
     # 60 (1.645 * 0.179 / (0.605 - 0.441))^2 = 193.4 -> 194 seeds.
     assert "about 194 seeds" in verdict.evidence
     assert verdict.margin == "20% of the reference = 0.605"
+    # At the 440 seeds declared from that spread: -0.151 +- 0.0606 against 20% of 2.822 (0.564):
+    # 90% CI = -0.151 -+ 1.6483 * 0.0606 = [-0.251, -0.051], inside +-0.564, though clear of 0.
+    at_440 = Estimate(-0.151, 0.0606, 440, 439.0)
+    verdict = judge.effect("equal", at_440, effect="d", units="seeds", reference=2.822)
+    assert verdict.outcome == Outcome.HOLDS and "inside [-0.564, 0.564]" in verdict.evidence
     inference = judge.effect(
         "equal", Estimate(-0.080, 0.012, 120, 119.0), effect="d", units="runs", reference=-3.0
     )
