@@ -23,6 +23,9 @@ t tests at 5%, i.e. a 90% interval inside +-margin).
 Each finished run's measurements are recorded beside its metrics (``runs/<run>/result.json``,
 with the settings they were made under), so a committed sweep can be extended by seeds without
 its checkpoints: runs recorded under the same settings are reused, the new seeds are trained.
+With ``config.seeds_together > 1`` (an accelerator's setting) the new seeds of a kind are trained
+and measured that many at a time in one vmapped program (``measure_together``), with the same
+records as one at a time.
 """
 
 from __future__ import annotations
