@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -58,6 +60,26 @@ def cpu_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.pop("XLA_FLAGS", None)  # one CPU device per process unless ``extra`` says otherwise
     env.update(extra or {})
     return env
+
+
+def run_on_forced_devices(argv: Sequence[str], devices: int, *, timeout_s: float = 900.0) -> dict:
+    """Runs ``python *argv`` from the repository root in one process on ``devices`` forced CPU
+    devices and returns the JSON object on its last output line (the check scripts' way of
+    reporting what they measured); fails with the end of its stderr if it fails. It keeps this
+    process's other XLA flags (the suite's compile settings, ``conftest.py``)."""
+    count = "--xla_force_host_platform_device_count"
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(count)]
+    completed = subprocess.run(
+        [sys.executable, *argv],
+        cwd=ROOT,
+        env=cpu_environment({"XLA_FLAGS": " ".join([*flags, f"{count}={devices}"])}),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def run_processes(

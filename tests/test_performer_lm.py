@@ -19,7 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from multiprocess import ROOT, cpu_environment, distributed_flags, free_port
+from multiprocess import (
+    ROOT,
+    cpu_environment,
+    distributed_flags,
+    free_port,
+    run_on_forced_devices,
+)
 
 from rfjax.nn import PerformerLM
 from rfjax.nn._performer_lm import token_nll
@@ -116,18 +122,9 @@ def test_experiment_rejects_a_context_the_sequence_devices_do_not_divide():
 
 
 def _four_devices(check: str, workdir) -> dict:
-    env = cpu_environment({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
-    completed = subprocess.run(
-        [sys.executable, os.path.join(HERE, "performer_lm_checks.py"), check, str(workdir)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    return run_on_forced_devices(
+        [os.path.join(HERE, "performer_lm_checks.py"), check, str(workdir)], 4
     )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.integration

@@ -8,15 +8,13 @@ one device.
 """
 
 import doctest
-import json
 import os
-import subprocess
-import sys
 
 import flax
 import jax
 import jax.numpy as jnp
 import pytest
+from multiprocess import run_on_forced_devices
 
 from rfjax import attention, nn, projections
 from rfjax.attention import _favor, _prefix
@@ -33,20 +31,7 @@ CASES = (
 
 
 def run_on_four_devices() -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
-    ).strip()
-    completed = subprocess.run(
-        [sys.executable, os.path.join(HERE, "sequence_parallel_checks.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    return run_on_forced_devices([os.path.join(HERE, "sequence_parallel_checks.py")], DEVICES)
 
 
 @pytest.mark.integration

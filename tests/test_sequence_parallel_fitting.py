@@ -7,12 +7,10 @@ The measurements run in a process of their own (``sequence_parallel_fitting_chec
 must set the device count before jax is imported, and the rest of the suite runs on one device.
 """
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+from multiprocess import run_on_forced_devices
 
 from rfjax import features
 
@@ -28,20 +26,9 @@ TOLERANCE = 1e-4
 
 
 def run_on_four_devices() -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
-    ).strip()
-    completed = subprocess.run(
-        [sys.executable, os.path.join(HERE, "sequence_parallel_fitting_checks.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    return run_on_forced_devices(
+        [os.path.join(HERE, "sequence_parallel_fitting_checks.py")], DEVICES
     )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.integration
