@@ -15,6 +15,7 @@ References:
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -566,9 +567,27 @@ def _gaussian_hybrid_parts(
     return HybridParts(bases, [coefficient], log_scale, (offset,), side)
 
 
+class HybridFeatureMap(FeatureMap):
+    """The hybrid maps' common part: features from the factors ``hybrid_parts`` returns (the
+    subclass's), in log-space form (``scaled_features``) or exponentiated (``features``)."""
+
+    @abc.abstractmethod
+    def hybrid_parts(self, x: jax.Array, projection: Projection, *, side: Side) -> HybridParts:
+        """The factors of ``scaled_features`` (for ``hybrid_gram``)."""
+
+    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        scaled = self.scaled_features(x, projection, side=side)
+        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
+
+    def scaled_features(
+        self, x: jax.Array, projection: Projection, *, side: Side
+    ) -> ScaledFeatures:
+        return self.hybrid_parts(x, projection, side=side).scaled_features()
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class AngularHybridFeatureMap(FeatureMap):
+class AngularHybridFeatureMap(HybridFeatureMap):
     """``angular_hybrid_features`` as a ``FeatureMap``: variant II (the projection serves both
     base estimators) with its own sign projection (n rows, drawn by ``init``). Width
     (4 m)(n + 1). Registered as ``"angular_hybrid"``.
@@ -611,15 +630,6 @@ class AngularHybridFeatureMap(FeatureMap):
     def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
         return self.replace(sign_projection=gaussian(key, dim, self.num_sign_features, dtype=dtype))
 
-    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        scaled = self.scaled_features(x, projection, side=side)
-        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
-
-    def scaled_features(
-        self, x: jax.Array, projection: Projection, *, side: Side
-    ) -> ScaledFeatures:
-        return self.hybrid_parts(x, projection, side=side).scaled_features()
-
     def hybrid_parts(self, x: jax.Array, projection: Projection, *, side: Side) -> HybridParts:
         """The factors of ``scaled_features`` (for ``hybrid_gram``)."""
         if self.sign_projection is None:
@@ -631,7 +641,7 @@ class AngularHybridFeatureMap(FeatureMap):
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class GaussianHybridFeatureMap(FeatureMap):
+class GaussianHybridFeatureMap(HybridFeatureMap):
     """``gaussian_hybrid_features`` as a ``FeatureMap``: the projection serves both base
     estimators, with its own coefficient projection (n rows, drawn by ``init``). Width
     4m(2n + 1) (trigonometric coefficient) or 4m(n + 1) (positive). Registered as
@@ -674,15 +684,6 @@ class GaussianHybridFeatureMap(FeatureMap):
     def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
         coefficients = gaussian(key, dim, self.num_coefficient_features, dtype=dtype)
         return self.replace(coefficient_projection=coefficients)
-
-    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        scaled = self.scaled_features(x, projection, side=side)
-        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
-
-    def scaled_features(
-        self, x: jax.Array, projection: Projection, *, side: Side
-    ) -> ScaledFeatures:
-        return self.hybrid_parts(x, projection, side=side).scaled_features()
 
     def hybrid_parts(self, x: jax.Array, projection: Projection, *, side: Side) -> HybridParts:
         """The factors of ``scaled_features`` (for ``hybrid_gram``)."""
