@@ -166,6 +166,16 @@ def _strong_types(state):
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), state)
 
 
+def _interval_metrics(values: list[dict]) -> dict[str, float]:
+    """A log interval's ``"train"`` metrics from its generations' ``mean_return``,
+    ``max_return`` and ``forward_passes``."""
+    return {
+        "mean_return": np.mean([v["mean_return"] for v in values]),
+        "max_return": np.max([v["max_return"] for v in values]),
+        "forward_passes": np.sum([v["forward_passes"] for v in values]),
+    }
+
+
 class ESTrainer:
     """OpenAI-ES for one policy and environment; ``train`` runs one seed (resumable).
 
@@ -305,15 +315,7 @@ class ESTrainer:
             bar.update()
             if done % config.log_every == 0 or done == end:
                 values = jax.device_get(pending)
-                writer.write(
-                    "train",
-                    done,
-                    {
-                        "mean_return": np.mean([v["mean_return"] for v in values]),
-                        "max_return": np.max([v["max_return"] for v in values]),
-                        "forward_passes": np.sum([v["forward_passes"] for v in values]),
-                    },
-                )
+                writer.write("train", done, _interval_metrics(values))
                 bar.set_postfix(mean_return=f"{float(values[-1]['mean_return']):.3g}")
                 pending = []
             if done % config.eval_every == 0 or done == config.num_generations:
@@ -390,15 +392,8 @@ class ESTrainer:
             if done % config.log_every == 0 or done == config.num_generations:
                 values = jax.device_get(pending)
                 for i, writer in enumerate(writers):
-                    writer.write(
-                        "train",
-                        done,
-                        {
-                            "mean_return": np.mean([v["mean_return"][i] for v in values]),
-                            "max_return": np.max([v["max_return"][i] for v in values]),
-                            "forward_passes": np.sum([v["forward_passes"][i] for v in values]),
-                        },
-                    )
+                    seed_values = [{k: v[i] for k, v in value.items()} for value in values]
+                    writer.write("train", done, _interval_metrics(seed_values))
                 pending = []
             if done % config.eval_every == 0 or done == config.num_generations:
                 write_eval(done)
