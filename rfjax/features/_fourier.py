@@ -7,6 +7,7 @@ same.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 
@@ -212,9 +213,25 @@ class FourierFeatureMap(FeatureMap):
         return fourier_features(x, projection)
 
 
+class LogScaledFeatureMap(FeatureMap):
+    """A map given by its log-space form (psi, s) (``scaled_features``, for maps whose factor
+    e^s can overflow): ``features`` is psi e^s, refusing rows that overflow outside ``jit``
+    (``exponentiated``)."""
+
+    @abc.abstractmethod
+    def scaled_features(
+        self, x: jax.Array, projection: Projection, *, side: Side
+    ) -> ScaledFeatures:
+        """(psi, s) with phi = psi exp(s)."""
+
+    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
+        scaled = self.scaled_features(x, projection, side=side)
+        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class TrigonometricFeatureMap(FeatureMap):
+class TrigonometricFeatureMap(LogScaledFeatureMap):
     """Trigonometric softmax features (HRF Eq. 2) as a ``FeatureMap``: both sides
     ``trigonometric_features(x, projection)`` = e^{|x|^2/2} [sin, cos](W x) / sqrt(m) (width 2m).
     Registered as ``"trigonometric"``.
@@ -234,10 +251,6 @@ class TrigonometricFeatureMap(FeatureMap):
     """
 
     needs_denominator_floor = True
-
-    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        scaled = self.scaled_features(x, projection, side=side)
-        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side

@@ -29,6 +29,7 @@ from rfjax._validation import check_choice, check_inputs, check_int, check_real
 from rfjax.features._common import check_projection, merge_trailing_axes
 from rfjax.features._complex_exponential import check_side
 from rfjax.features._fourier import (
+    LogScaledFeatureMap,
     exponentiated,
     fourier_features,
     shift_log_scale,
@@ -567,17 +568,13 @@ def _gaussian_hybrid_parts(
     return HybridParts(bases, [coefficient], log_scale, (offset,), side)
 
 
-class HybridFeatureMap(FeatureMap):
-    """The hybrid maps' common part: features from the factors ``hybrid_parts`` returns (the
-    subclass's), in log-space form (``scaled_features``) or exponentiated (``features``)."""
+class HybridFeatureMap(LogScaledFeatureMap):
+    """The hybrid maps' common part: the log-space form from the factors ``hybrid_parts``
+    returns (the subclass's)."""
 
     @abc.abstractmethod
     def hybrid_parts(self, x: jax.Array, projection: Projection, *, side: Side) -> HybridParts:
         """The factors of ``scaled_features`` (for ``hybrid_gram``)."""
-
-    def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
-        scaled = self.scaled_features(x, projection, side=side)
-        return exponentiated(type(self).__name__, scaled, x, projection.num_features)
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side
