@@ -131,20 +131,33 @@ def test_seeds_trained_together_are_recorded_as_seeds_trained_one_at_a_time(tmp_
     # The accelerator's path (one vmapped program per group of seeds) keeps each seed's keys,
     # episodes and metric schedule: the records equal the one-at-a-time sweep's.
     config = iap_es_config.get_config("quick")
-    config.kinds, config.claim_kind = (config.reference,), config.reference
+    config.kinds, config.claim_kind = ("exact", config.reference), config.reference
     config.seeds = (0, 1)
     measured = {}
     for together in (1, 2):
         config.seeds_together = together
         runs = iap_es.measure(config, str(tmp_path / f"together{together}"))["runs"]
         measured[together] = {(r["kind"], r["seed"]): r for r in runs}
-    assert measured[1].keys() == measured[2].keys() and len(measured[1]) == 2
+    assert measured[1].keys() == measured[2].keys() and len(measured[1]) == 4
     for cell, one in measured[1].items():
         both = measured[2][cell]
         for name in ("final_return", "return", "return_se", "forward_passes"):
             assert both[name] == one[name], (cell, name)
         assert both["mask_agreement"] == pytest.approx(one["mask_agreement"], abs=1e-6)
         assert both["inference_return"] == pytest.approx(one["inference_return"], abs=1e-6)
+    # A cell without its record is measured again, alone: the other kind's cell of that seed,
+    # recorded, is not retrained.
+    workdir = str(tmp_path / "together2")
+    redone = sweep.run_dir(workdir, iap_es.run_name(config.reference), 1)
+    kept = os.path.join(sweep.run_dir(workdir, "exact", 1), "result.json")
+    os.remove(os.path.join(redone, "result.json"))
+    os.remove(os.path.join(redone, "metrics.jsonl"))
+    before = os.path.getmtime(kept)
+    runs = iap_es.measure(config, workdir)["runs"]
+    assert os.path.getmtime(kept) == before
+    assert {(r["kind"], r["seed"]): r["final_return"] for r in runs} == {
+        cell: r["final_return"] for cell, r in measured[1].items()
+    }
 
 
 def test_train_together_refuses_a_started_run_and_unequal_arguments(tmp_path):

@@ -348,17 +348,20 @@ def measure_together(
     evaluations ``vmap`` over the group too) and records them. Groups of seeds are the outer
     loop, so an interruption leaves complete pairs. A cell's ``seconds`` and ``cpu_seconds`` are
     its group's divided by the group's size."""
-    missing = [
-        seed
-        for seed in config.seeds
-        if any(
-            sweep.read(sweep.run_dir(workdir, run_name(kind), seed), settings) is None
-            for kind in config.kinds
-        )
-    ]
+
+    def unrecorded(kind: str, seeds) -> list[int]:
+        return [
+            seed
+            for seed in seeds
+            if sweep.read(sweep.run_dir(workdir, run_name(kind), seed), settings) is None
+        ]
+
+    missing = [s for s in config.seeds if any(unrecorded(kind, [s]) for kind in config.kinds)]
     for first in range(0, len(missing), config.seeds_together):
-        group = missing[first : first + config.seeds_together]
         for kind, info in kinds.items():
+            group = unrecorded(kind, missing[first : first + config.seeds_together])
+            if not group:
+                continue
             began, cpu = time.perf_counter(), time.process_time()
             dirs = [sweep.run_dir(workdir, run_name(kind), seed) for seed in group]
             initial = [initial_params(info["policy"], seed) for seed in group]
