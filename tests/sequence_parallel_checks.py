@@ -17,7 +17,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rfjax import attention, features, nn, projections
@@ -135,22 +135,69 @@ def output_and_gradients(run):
     return jax.jit(lambda *args: grad(*args)[::-1])
 
 
-def case_errors(options: dict, masked: bool, scale: float) -> dict[str, float]:
-    mesh_ = mesh()
+def case_inputs(masked: bool, scale: float) -> tuple[jax.Array, ...]:
     q, k, v = inputs(0, scale)
     mask = padding_mask() if masked else jnp.ones((BATCH, LENGTH), bool)
     if masked:
         k, v = garbage_in_masked_keys(k, v, mask)
-    expected = output_and_gradients(favor(options, None))(q, k, v, mask)
-    many = jax.shard_map(favor(options, AXIS), mesh=mesh_, in_specs=SPLIT, out_specs=SPLIT)
-    with jax.set_mesh(mesh_):
-        got = output_and_gradients(many)(*split(mesh_, q, k, v, mask))
-    # NaN (a failure) if either is not finite.
+    return q, k, v, mask
+
+
+def errors_against(got, expected) -> dict[str, float]:
+    """Relative errors of (output, gradients) against one device's; NaN (a failure) if either
+    is not finite."""
     names = ("output", "grad_query", "grad_key", "grad_value")
     return {
         name: relative_error(g, e)
         for name, g, e in zip(names, jax.tree.leaves(got), jax.tree.leaves(expected), strict=True)
     }
+
+
+def case_errors(options: dict, masked: bool, scale: float) -> dict[str, float]:
+    mesh_ = mesh()
+    q, k, v, mask = case_inputs(masked, scale)
+    expected = output_and_gradients(favor(options, None))(q, k, v, mask)
+    many = jax.shard_map(favor(options, AXIS), mesh=mesh_, in_specs=SPLIT, out_specs=SPLIT)
+    with jax.set_mesh(mesh_):
+        got = output_and_gradients(many)(*split(mesh_, q, k, v, mask))
+    return errors_against(got, expected)
+
+
+# Global arrays under jax.set_mesh with Explicit axes: favor_attention(..., sequence_axis=) runs
+# the shard_map itself, keeping a batch or head split over another axis. name: (case of CASES
+# or favor_attention keywords, the other axis, what it splits).
+GLOBAL_CASES = {
+    **{f"{name}_batch_over_data": (name, "data", "batch") for name in CASES},
+    "causal_trigonometric_per_head_heads_over_model": (
+        "causal_trigonometric_per_head",
+        "model",
+        "heads",
+    ),
+    # An unfitted data-fitted map: fitted to the statistics of the whole batch and sequence
+    # (one device's), per head.
+    "bidirectional_oprf_unfitted_mask": (dict(causal=False, feature_map="oprf"), "data", "batch"),
+    "bidirectional_oprf_unfitted_heads_over_model": (
+        dict(causal=False, feature_map="oprf"),
+        "model",
+        "heads",
+    ),
+}
+
+
+def global_case_errors(case: str | dict, other_axis: str, splits: str) -> dict[str, float]:
+    options, masked, scale = CASES[case] if isinstance(case, str) else (case, True, 1.0)
+    q, k, v, mask = case_inputs(masked, scale)
+    expected = output_and_gradients(favor(options, None))(q, k, v, mask)
+    explicit = jax.make_mesh((2, 2), (other_axis, AXIS), axis_types=(AxisType.Explicit,) * 2)
+    spec = P(other_axis, AXIS) if splits == "batch" else P(None, AXIS, other_axis)
+    mask_spec = P(other_axis, AXIS) if splits == "batch" else P(None, AXIS)
+    with jax.set_mesh(explicit):
+        placed = [jax.device_put(x, NamedSharding(explicit, spec)) for x in (q, k, v)]
+        placed.append(jax.device_put(mask, NamedSharding(explicit, mask_spec)))
+        got = output_and_gradients(favor(options, AXIS))(*placed)
+        out_spec = tuple(jax.typeof(got[0]).sharding.spec)
+        assert out_spec == (*spec, None, None)[:4], jax.typeof(got[0])  # split as the query
+    return errors_against(got, expected)
 
 
 def later_device_perturbations() -> dict[str, dict[str, int]]:
@@ -257,15 +304,22 @@ def memory_per_device(length: int) -> dict[str, dict[str, dict[str, int]]]:
     return result
 
 
-def performer_layer() -> float:
+def performer_layer(global_arrays: bool = False) -> float:
     """Relative error of causal ``rfjax.nn.PerformerAttention(sequence_axis=...)`` in
-    ``shard_map`` against the layer without it (same parameters and projection key)."""
+    ``shard_map``, or called on global tokens split over an Explicit axis, against the layer
+    without it (same parameters and projection key)."""
     mesh_ = mesh()
     tokens = jax.random.normal(jax.random.key(4), (BATCH, LENGTH, 16))
     layer = functools.partial(nn.PerformerAttention, num_heads=2, num_features=16, causal=True)
     rngs = {"projection": jax.random.key(5)}
     params = jax.jit(layer().init)({"params": jax.random.key(6)}, tokens)
     expected = jax.jit(functools.partial(layer().apply, rngs=rngs))(params, tokens)
+    if global_arrays:
+        explicit = jax.make_mesh((DEVICES,), (AXIS,), axis_types=(AxisType.Explicit,))
+        with jax.set_mesh(explicit):
+            split_tokens = jax.device_put(tokens, NamedSharding(explicit, SPLIT))
+            apply = functools.partial(layer(sequence_axis=AXIS).apply, rngs=rngs)
+            return relative_error(jax.jit(apply)(params, split_tokens), expected)
 
     def local(params, x):
         return layer(sequence_axis=AXIS).apply(params, x, rngs=rngs)
@@ -274,10 +328,10 @@ def performer_layer() -> float:
     return relative_error(many(params, *split(mesh_, tokens)), expected)
 
 
-def performer_nnx_layer() -> float:
+def performer_nnx_layer(global_arrays: bool = False) -> float:
     """Relative error of causal ``rfjax.nn.nnx.PerformerAttention(sequence_axis=...)`` in
-    ``shard_map`` (state split outside, replicated, merged inside) against the same layer
-    without it (the same state)."""
+    ``shard_map`` (state split outside, replicated, merged inside), or called on global tokens
+    split over an Explicit axis, against the same layer without it (the same state)."""
     from flax import nnx
 
     from rfjax.nn import nnx as rnnx
@@ -291,6 +345,11 @@ def performer_nnx_layer() -> float:
         )
 
     expected = jax.jit(lambda x: layer(None)(x))(tokens)
+    if global_arrays:  # the layer called on the global tokens split over an Explicit axis
+        explicit = jax.make_mesh((DEVICES,), (AXIS,), axis_types=(AxisType.Explicit,))
+        with jax.set_mesh(explicit):
+            split_tokens = jax.device_put(tokens, NamedSharding(explicit, SPLIT))
+            return relative_error(nnx.jit(lambda m, x: m(x))(layer(AXIS), split_tokens), expected)
     graphdef, state = nnx.split(layer(AXIS))
 
     def local(state, x):
@@ -304,11 +363,14 @@ def main() -> None:
     assert jax.device_count() == DEVICES, jax.devices()
     report = {
         "cases": {name: case_errors(*case) for name, case in CASES.items()},
+        "global_cases": {name: global_case_errors(*case) for name, case in GLOBAL_CASES.items()},
         "perturbations": later_device_perturbations(),
         "non_finite_rows": non_finite_rows(),
         "memory": memory_per_device(4096),
         "performer": performer_layer(),
+        "performer_global": performer_layer(global_arrays=True),
         "performer_nnx": performer_nnx_layer(),
+        "performer_nnx_global": performer_nnx_layer(global_arrays=True),
     }
     print(json.dumps(report))
 

@@ -98,3 +98,69 @@ def test_inputs_that_do_not_vary_over_the_sequence_axis_are_rejected():
         check_vma=False,
     )
     assert jax.jit(unchecked)(*(place(x, split) for x in (q, k, v))).shape == q.shape
+
+
+def test_global_arrays_must_be_split_along_the_sequence_by_the_named_axis():
+    # Issue 32 item 4, on global arrays: under jax.set_mesh with an Explicit axis, an array's
+    # type says which dimension each mesh axis splits (float32[B,T@seq,N,H]), so
+    # favor_attention(..., sequence_axis=) called outside shard_map checks the split and then
+    # runs the shard_map itself. Heads, batch or H split over the axis, a replicated input, an
+    # Auto axis or no mesh raise, naming the array and its split. One device suffices: the
+    # types are the same on a mesh of 1 (the 4-device values: sequence_parallel_checks).
+    import jax
+    import jax.numpy as jnp
+    import pytest
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from rfjax import attention, projections
+
+    q, k, v = jax.random.normal(jax.random.key(1), (3, 2, 8, 2, 4))
+    mask = jnp.arange(8) < jnp.array([[8], [5]])
+    w = projections.orthogonal(jax.random.key(0), 4, 8)
+    explicit = jax.make_mesh((1,), ("seq",), axis_types=(AxisType.Explicit,))
+
+    def favor(spec, mask_spec=None, causal=False):
+        placed = [jax.device_put(x, NamedSharding(explicit, spec)) for x in (q, k, v)]
+        padding = jax.device_put(
+            mask, NamedSharding(explicit, P(None, "seq") if mask_spec is None else mask_spec)
+        )
+        return attention.favor_attention(
+            *placed, w, mask=padding, causal=causal, sequence_axis="seq"
+        )
+
+    with jax.set_mesh(explicit):
+        for causal in (False, True):
+            got = favor(P(None, "seq"), causal=causal)
+            assert jax.typeof(got).sharding.spec == P(None, "seq", None, None)
+            want = attention.favor_attention(q, k, v, w, mask=mask, causal=causal)
+            assert jnp.allclose(got, want, rtol=1e-6, atol=1e-6)
+        unbatched = [jax.device_put(x[0], NamedSharding(explicit, P("seq"))) for x in (q, k, v)]
+        got = attention.favor_attention(*unbatched, w, sequence_axis="seq")
+        assert jnp.allclose(got, attention.favor_attention(q[0], k[0], v[0], w), atol=1e-6)
+        wrong = {
+            P(None, None, "seq"): r"query alone; the mesh axis splits its dimension 2 instead",
+            P("seq"): r"query alone; the mesh axis splits its dimension 0 instead",
+            P(): r"query alone; the mesh axis does not split it: query of shape \(2, 8, 2, 4\)",
+        }
+        for spec, message in wrong.items():
+            with pytest.raises(ValueError, match=r"sequence_axis='seq' must split .*" + message):
+                favor(spec)
+        with pytest.raises(ValueError, match=r"must split the sequence \(dimension 1\) of mask"):
+            favor(P(None, "seq"), mask_spec=P())
+    h_split = jax.make_mesh((1, 1), ("seq", "model"), axis_types=(AxisType.Explicit,) * 2)
+    with jax.set_mesh(h_split):
+        placed = [
+            jax.device_put(x, NamedSharding(h_split, P(None, "seq", None, "model")))
+            for x in (q, k, v)
+        ]
+        with pytest.raises(ValueError, match=r"last dimension \(H\) of query must not be split"):
+            attention.favor_attention(*placed, w, sequence_axis="seq")
+    auto = jax.make_mesh((1,), ("seq",), axis_types=(AxisType.Auto,))
+    with (
+        jax.set_mesh(auto),
+        pytest.raises(ValueError, match=r"'seq' is an Auto axis .* make the axis Explicit"),
+    ):
+        attention.favor_attention(q, k, v, w, sequence_axis="seq")
+    with pytest.raises(ValueError, match=r"'seq' names no mesh axis: .*jax.shard_map.*set_mesh"):
+        attention.favor_attention(q, k, v, w, sequence_axis="seq")

@@ -12,7 +12,10 @@ fit an unfitted one (its parameters ``None``, e.g. given by name) to the current
   sequence split over devices (``sequence_axis``) the sums and counts behind the statistics are
   added over the mesh axis (``psum``) before they are divided, so every device fits the map of
   the whole sequence, as one device does (each fitting its own shard gave outputs off by up to
-  24% relative, issue 32);
+  24% relative, issue 32). Inside a ``shard_map`` that also splits the batch over another axis,
+  each batch shard is fitted to its own statistics (as data-parallel batch normalisation is);
+  on global arrays (``favor_attention`` outside ``shard_map``, ``_global_split``) the sums are
+  added over every axis that splits the batch or the sequence, so the map is one device's;
 * causal attention: statistics of the current keys would let position t see keys j > t, so an
   unfitted map is rejected there. Fit it once on a calibration sample
   (``fmap.fit(key, queries, keys)``, e.g. from training data or a prompt prefix) and pass the
@@ -58,7 +61,7 @@ def check_fitted(fmap: object) -> None:
 
 
 def _head_statistics(
-    query: jax.Array, key: jax.Array, valid: jax.Array, sequence_axis: str | None
+    query: jax.Array, key: jax.Array, valid: jax.Array, sequence_axis: str | tuple[str, ...] | None
 ) -> features.InputStatistics:
     """InputStatistics per head, leaves ``(N, ...)``, from BTNH queries and keys, keys masked;
     with ``sequence_axis``, of the whole sequence split along that mesh axis: the sums and
@@ -93,11 +96,12 @@ def fit_to_inputs(
     mask: jax.Array,
     *,
     causal: bool,
-    sequence_axis: str | None = None,
+    sequence_axis: str | tuple[str, ...] | None = None,
 ) -> PerHead:
     """The unfitted data-fitted ``fmap`` fitted per head to BTNH ``query``/``key`` (module
     docstring); ``mask (B, S)`` marks the keys to use; with ``sequence_axis``, the local shards
-    of a sequence split along that mesh axis, fitted to the statistics of the whole sequence.
+    of a sequence split along that mesh axis, fitted to the statistics of the whole sequence
+    (a tuple of axes: the shards of a batch and sequence split along them).
 
     Raises:
       ValueError: with ``causal=True`` (fit the map on a calibration sample instead).

@@ -23,7 +23,8 @@ from rfjax.attention._checks import (
     resolve_feature_map,
     resolve_stabilize,
 )
-from rfjax.attention._data_fitted import fit_if_unfitted
+from rfjax.attention._data_fitted import fit_if_unfitted, fit_to_inputs, is_unfitted
+from rfjax.attention._global_split import attend_split, bound_by_shard_map, fit_split
 from rfjax.attention._head_features import has_signed_features, normalise
 from rfjax.attention._sequence_parallel import check_sequence_axis, check_split_along
 from rfjax.features import FeatureMap
@@ -113,8 +114,15 @@ def favor_attention(
     Every device must hold the same projection and feature map (replicated, e.g. drawn from the
     same key). The axis must split the sequence: query, key, value and a given mask that do not
     vary over it (replicated) raise ``ValueError``; a shard's type does not say which dimension
-    the axis splits, so an axis that splits the heads or the batch instead is caught only through
-    the key padding mask (replicated then), and without a mask gives wrong outputs unnoticed.
+    the axis splits, so inside ``shard_map`` an axis that splits the heads or the batch instead
+    is caught only through the key padding mask (replicated then), and without a mask gives
+    wrong outputs unnoticed. Called instead on global arrays under ``jax.set_mesh`` with
+    ``sequence_axis`` an ``Explicit`` mesh axis, whose types show the split
+    (``float32[B,T@seq,N,H]``), ``favor_attention`` checks it (the sequence of query, key, value
+    and mask split over that axis, H not split, else ``ValueError`` naming the array and its
+    split) and runs the ``shard_map`` itself, keeping a batch or head split over other axes;
+    an unfitted data-fitted map is then fitted to the whole batch and sequence, as on one
+    device. This is the form that cannot be misused silently.
 
     Each shift is a single constant for all keys of one output row (or, per feature, undone
     by the query's read-out), so it cancels between numerator and denominator; the shifts are
@@ -182,9 +190,10 @@ def favor_attention(
         or ``False`` (raw features).
       eps: floor of the denominator (> 0); default 1e-3 for signed maps, else the smallest
         normal number (see above).
-      sequence_axis: ``None``, or the name of the mesh axis of an enclosing ``jax.shard_map``
-        along which the sequence (axis T of query, key, value; axis S of mask) is split; the
-        arrays are then the local shards (see above).
+      sequence_axis: ``None``, or the name of the mesh axis along which the sequence (axis T
+        of query, key, value; axis S of mask) is split: of an enclosing ``jax.shard_map`` (the
+        arrays are the local shards) or an ``Explicit`` axis of the mesh set by
+        ``jax.set_mesh`` (the arrays are global, their split checked; see above).
 
     Returns:
       ``(B, T, N, H_v)`` (or ``(T, N, H_v)``), in the inputs' result dtype. Low-precision inputs
@@ -197,7 +206,8 @@ def favor_attention(
         name or FeatureMap.
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
         map without a log-space form, an unfitted data-fitted map with ``causal=True``,
-        ``chunk_size < 1``, or an input that does not vary over ``sequence_axis``.
+        ``chunk_size < 1``, an input that does not vary over ``sequence_axis`` or, on global
+        arrays, whose sequence it does not split.
 
     Examples:
       >>> import jax
@@ -223,6 +233,16 @@ def favor_attention(
       >>> jax.shard_map(local, mesh=mesh, in_specs=split, out_specs=split)(q, k, v).shape
       (2, 16, 4, 8)
 
+      Or on global arrays, the split checked from their types:
+
+      >>> from jax.sharding import AxisType
+      >>> explicit = jax.make_mesh((jax.device_count(),), ("seq",), (AxisType.Explicit,))
+      >>> with jax.set_mesh(explicit):
+      ...     q, k, v = (jax.device_put(x, NamedSharding(explicit, split)) for x in (q, k, v))
+      ...     out = attention.favor_attention(q, k, v, w, causal=True, sequence_axis="seq")
+      >>> out.shape
+      (2, 16, 4, 8)
+
     References:
       Choromanski et al., "Rethinking Attention with Performers", ICLR 2021, arXiv:2009.14794
       (FAVOR+, Sec. 2-3 and App. B.1 prefix sums); Reid et al., "Simplex Random Features", ICML
@@ -232,8 +252,15 @@ def favor_attention(
     query, key, value, unbatched = check_qkv(query, key, value, causal=causal)
     batch, key_length, num_heads, head_dim = key.shape
     sequence_axis = check_sequence_axis(sequence_axis)
+    mask = mask[None] if unbatched and mask is not None else mask
+    if sequence_axis is not None and not bound_by_shard_map(sequence_axis):
+        options = dict(causal=causal, chunk_size=chunk_size, stabilize=stabilize, eps=eps)
+        out = _attend_split_sequence(
+            query, key, value, mask, projection, feature_map, sequence_axis, options
+        )
+        return out[0] if unbatched else out
     check_split_along(sequence_axis, query=query, key=key, value=value, mask=mask)
-    mask = check_mask(mask[None] if unbatched and mask is not None else mask, batch, key_length)
+    mask = check_mask(mask, batch, key_length)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
     given_shape = query.shape[1:] if unbatched else query.shape
     projection, projection_axis = check_projection(
@@ -265,6 +292,40 @@ def favor_attention(
         sequence_axis=sequence_axis,
     )
     return out[0] if unbatched else out
+
+
+def _attend_split_sequence(
+    query, key, value, mask, projection, feature_map, sequence_axis: str, options: dict
+) -> jax.Array:
+    """``favor_attention`` on global arrays split over the Explicit axis ``sequence_axis``: one
+    local call per device inside ``jax.shard_map`` (``_global_split``)."""
+    fmap, _ = resolve_feature_map(feature_map, query.shape[-2])
+    if is_unfitted(fmap) and not options["causal"]:  # fitted to the whole batch and sequence
+
+        def fit(query, key, valid, pooled_axes):
+            return fit_to_inputs(fmap, query, key, valid, causal=False, sequence_axis=pooled_axes)
+
+        dtype = compute_dtype(query, key, value)
+        arrays = dict(query=query.astype(dtype), key=key.astype(dtype), mask=mask)
+        feature_map = fit_split(fit, sequence_axis, arrays)
+    named_map = isinstance(feature_map, str)
+    shared = (projection,) if named_map else (projection, feature_map)
+
+    def local(query, key, value, mask, shared):
+        fmap = feature_map if named_map else shared[1]
+        return favor_attention(
+            query,
+            key,
+            value,
+            shared[0],
+            feature_map=fmap,
+            mask=mask,
+            sequence_axis=sequence_axis,
+            **options,
+        )
+
+    arrays = dict(query=query, key=key, value=value, mask=mask)
+    return attend_split(local, sequence_axis, arrays, shared)
 
 
 @functools.partial(

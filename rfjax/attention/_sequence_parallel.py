@@ -39,22 +39,14 @@ from rfjax.attention._prefix import causal_prefix, prefix_cotangents, weighted_o
 
 
 def check_sequence_axis(sequence_axis: object) -> str | None:
-    """``None``, or the name of a mesh axis bound by an enclosing ``jax.shard_map``."""
+    """``None`` or the name (a ``str``) of a mesh axis: one bound by an enclosing ``jax.shard_map``,
+    or an Explicit axis of the mesh set outside it (``_global_split``)."""
     if sequence_axis is None:
         return None
     if not isinstance(sequence_axis, str):
         raise TypeError(
             f"sequence_axis must be None or the name (str) of a mesh axis, got {sequence_axis!r}"
         )
-    try:
-        jax.lax.axis_size(sequence_axis)
-    except NameError:
-        raise ValueError(
-            f"sequence_axis={sequence_axis!r} names no mesh axis of an enclosing jax.shard_map: "
-            f"call favor_attention with sequence_axis inside jax.shard_map over a mesh with an "
-            f"axis {sequence_axis!r} that splits the sequence (in_specs P(None, "
-            f"{sequence_axis!r}) for (B, T, N, H) inputs), or pass sequence_axis=None"
-        ) from None
     return sequence_axis
 
 
@@ -65,7 +57,8 @@ def check_split_along(sequence_axis: str | None, **arrays: object) -> None:
     dimension an axis splits: a replicated input (in_specs ``P()``) is caught here, a split of
     the heads or the batch over the axis only through its key padding mask (one row per
     position, replicated when the heads are split). Without ``check_vma`` the types record no
-    axes, and nothing is checked.
+    axes, and nothing is checked. On global arrays (outside ``shard_map``) the split itself is
+    checked (``_global_split.split_spec``).
 
     Raises:
       ValueError: naming the first array that does not vary over the axis.

@@ -147,7 +147,9 @@ class PerformerAttention(nn.Module):
       sequence_axis: the name of a mesh axis that splits the sequence (performer only): the layer
         is then called inside ``jax.shard_map`` on the local shard ``(B, T/D, D_model)`` of the
         inputs and returns the local shard of the output (``favor_attention``'s
-        ``sequence_axis``: key sums reduced over the axis, causal states scanned across it).
+        ``sequence_axis``: key sums reduced over the axis, causal states scanned across it);
+        or called on the global inputs split along an ``Explicit`` axis under
+        ``jax.set_mesh``, where the split is checked and attention splits itself.
         The parameters and the ``"projection"`` stream key must be the same on every device
         (replicated), so that all devices draw the same projection. Self-attention or
         cross-attention between sequences split alike; not with ``decode`` or ``sow_weights``

@@ -128,7 +128,9 @@ class PerformerAttention(nnx.Module):
         local shard ``(B, T/D, D_model)`` and returns the local shard of the output
         (``favor_attention(..., sequence_axis=)``); its state (parameters, ``ProjectionKey``)
         is replicated, e.g. ``nnx.split`` outside and ``nnx.merge`` inside with ``in_specs``
-        ``P()`` for the state. Not with ``decode`` or ``sow_weights`` (they raise).
+        ``P()`` for the state; or called on the global inputs split along an ``Explicit``
+        axis under ``jax.set_mesh`` (``float32[B,T@seq,D]``), where the split is checked and
+        attention splits itself. Not with ``decode`` or ``sow_weights`` (they raise).
       rngs: ``nnx.Rngs`` with ``"params"`` (and optionally ``"projection"``, ``"dropout"``).
       keep_rngs: keep the dropout stream for calls without ``rngs`` (as in Flax).
 

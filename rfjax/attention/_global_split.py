@@ -1,0 +1,186 @@
+"""Sequence-parallel FAVOR called on global arrays (``favor_attention(..., sequence_axis=name)``
+outside ``jax.shard_map``, under ``jax.sharding.set_mesh`` with ``name`` an ``Explicit`` axis).
+
+There the arrays' types say how each dimension is split (``float32[B,T@seq,N,H]``), so the split
+is checked rather than trusted: the sequence dimension of query, key, value and a given mask must
+be split over ``name`` and the head dimensions H must not be split, else ``ValueError`` names the
+array, its split and what is needed. The call then runs as ``jax.shard_map`` over every mesh axis
+that splits an input (a batch or head split over other axes is kept), each device attending over
+its local shard with ``sequence_axis=name`` as inside a user's ``shard_map``. Inside a
+``shard_map`` a shard's type records only the axes it varies over, not which dimension they split
+(``_sequence_parallel.check_split_along``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
+
+from rfjax.attention._per_head import PerHead
+
+
+def bound_by_shard_map(axis_name: str) -> bool:
+    """Whether ``axis_name`` is a manual axis of an enclosing ``jax.shard_map``."""
+    try:
+        jax.lax.axis_size(axis_name)
+    except NameError:
+        return False
+    return True
+
+
+def explicit_mesh_axis(sequence_axis: str) -> None:
+    """Require ``sequence_axis`` to be an ``Explicit`` axis of the mesh set by
+    ``jax.sharding.set_mesh`` (the only place outside ``shard_map`` where types show a split)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    names = () if mesh.empty else mesh.axis_names
+    if sequence_axis not in names:
+        raise ValueError(
+            f"sequence_axis={sequence_axis!r} names no mesh axis: call favor_attention inside "
+            f"jax.shard_map over a mesh with an axis {sequence_axis!r} that splits the sequence "
+            f"(in_specs P(None, {sequence_axis!r}) for (B, T, N, H) inputs), or on global arrays "
+            f"split along it under jax.sharding.set_mesh with an Explicit axis "
+            f"{sequence_axis!r}, or pass sequence_axis=None (mesh axes here: {names})"
+        )
+    axis_type = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))[sequence_axis]
+    if axis_type != AxisType.Explicit:
+        raise ValueError(
+            f"sequence_axis={sequence_axis!r} is an {axis_type.name} axis of the mesh set here: "
+            f"outside jax.shard_map only the types of Explicit axes say which dimension they "
+            f"split; make the axis Explicit (jax.make_mesh(..., axis_types=(AxisType.Explicit, "
+            f"...))) or call favor_attention inside jax.shard_map"
+        )
+
+
+Spec = tuple[object, ...]  # a PartitionSpec's entries, one per dimension
+
+
+def _spec(array: jax.Array) -> Spec:
+    spec = tuple(jax.typeof(array).sharding.spec)
+    return spec + (None,) * (array.ndim - len(spec))
+
+
+def _axes(entry: object) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (str(entry),)
+
+
+def split_spec(name: str, array: jax.Array, sequence_dim: int, sequence_axis: str) -> Spec:
+    """The split of ``array`` (one entry per dimension) if its dimension ``sequence_dim`` is
+    split over exactly ``sequence_axis`` and, for query, key and value, the last (H) is not
+    split; else ``ValueError`` saying how the array is split."""
+    spec = _spec(array)
+    layout = f"{name} of shape {array.shape} split as P{spec}"
+    if _axes(spec[sequence_dim]) != (sequence_axis,):
+        elsewhere = [dim for dim, entry in enumerate(spec) if sequence_axis in _axes(entry)]
+        where = f"splits its dimension {elsewhere[0]} instead" if elsewhere else "does not split it"
+        raise ValueError(
+            f"sequence_axis={sequence_axis!r} must split the sequence (dimension "
+            f"{sequence_dim}) of {name} alone; the mesh axis {where}: {layout}"
+        )
+    if name != "mask" and spec[-1] is not None:
+        raise ValueError(
+            f"the last dimension (H) of {name} must not be split over devices, as the random "
+            f"features read whole vectors: {layout}"
+        )
+    return spec
+
+
+def _shared_spec(shared: object, head_split: object) -> object:
+    """Specs of the projection and feature map: ``PerHead`` leaves split as the heads are,
+    every other leaf replicated."""
+
+    def spec(value: object) -> object:
+        if isinstance(value, PerHead):
+            return jax.tree.map(lambda _: P(head_split), value)
+        return jax.tree.map(lambda _: P(), value)
+
+    return jax.tree.map(spec, shared, is_leaf=lambda value: isinstance(value, PerHead))
+
+
+def _split_specs(arrays: dict[str, jax.Array | None], sequence_axis: str) -> dict[str, Spec]:
+    """The checked split of each array given (``split_spec``): T of (B, T, N, H) query, key
+    and value, S of the mask (its last dimension); ``()`` for a ``None`` mask."""
+    explicit_mesh_axis(sequence_axis)
+    return {
+        name: ()
+        if array is None
+        else split_spec(name, array, array.ndim - 1 if name == "mask" else 1, sequence_axis)
+        for name, array in arrays.items()
+    }
+
+
+def _in_specs(specs: dict[str, Spec]) -> tuple[P | None, ...]:
+    return tuple(P(*spec) if spec else None for spec in specs.values())
+
+
+def _manual_axes(specs: dict[str, Spec], dims: slice = slice(None)) -> frozenset[str]:
+    """The mesh axes that split the given dimensions of any array."""
+    return frozenset(
+        axis for spec in specs.values() for entry in spec[dims] for axis in _axes(entry)
+    )
+
+
+def attend_split(
+    attend: Callable[..., jax.Array],
+    sequence_axis: str,
+    arrays: dict[str, jax.Array | None],
+    shared: object,
+) -> jax.Array:
+    """``attend(query, key, value, mask, shared)`` on each device's shard of global arrays whose
+    sequence is split over the Explicit mesh axis ``sequence_axis``.
+
+    Args:
+      attend: the local attention (``favor_attention`` with ``sequence_axis``).
+      sequence_axis: the mesh axis that must split the sequence.
+      arrays: ``query``, ``key``, ``value`` (``(B, T, N, H)``) and ``mask`` (``(B, S)``,
+        ``(B, 1, 1, S)`` or ``None``).
+      shared: the projection and feature map (pytrees; ``PerHead`` ones split as the heads).
+
+    Returns:
+      The global output, split as the query.
+    """
+    specs = _split_specs(arrays, sequence_axis)
+    out_spec = P(*specs["query"][:-1], specs["value"][-1])
+    shared_spec = _shared_spec(shared, specs["query"][-2])
+    shared = jax.tree.map(lambda leaf, spec: jax.reshard(leaf, spec), shared, shared_spec)
+    return jax.shard_map(
+        attend,
+        in_specs=(*_in_specs(specs), shared_spec),
+        out_specs=out_spec,
+        axis_names=_manual_axes(specs),
+    )(*arrays.values(), shared)
+
+
+def fit_split(
+    fit: Callable[..., object],
+    sequence_axis: str,
+    arrays: dict[str, jax.Array | None],
+) -> PerHead:
+    """A data-fitted map's per-head parameters from global (B, T, N, H) arrays split over the
+    Explicit axis ``sequence_axis``: ``fit(query, key, valid, pooled_axes)`` on each device's
+    shard, its sums added over every mesh axis that splits the batch or the sequence
+    (``pooled_axes``), as one device pools them, and split over the heads as the query is.
+
+    Args:
+      fit: the local fit (``_data_fitted.fit_to_inputs``), returning a ``PerHead``.
+      sequence_axis: the mesh axis that must split the sequence.
+      arrays: ``query``, ``key`` and ``mask`` (``(B, S)``, ``(B, 1, 1, S)`` or ``None``).
+    """
+    specs = _split_specs(arrays, sequence_axis)
+    pooled = tuple(sorted(_manual_axes(specs, slice(0, 2))))
+
+    def local(query, key, mask):
+        valid = jnp.ones(key.shape[:2], bool) if mask is None else mask.reshape(mask.shape[0], -1)
+        return fit(query, key, valid, pooled)
+
+    return jax.shard_map(
+        local,
+        in_specs=_in_specs(specs),
+        out_specs=PerHead(P(specs["query"][-2])),
+        axis_names=_manual_axes(specs),
+    )(*arrays.values())
