@@ -141,7 +141,7 @@ def test_global_arrays_must_be_split_along_the_sequence_by_the_named_axis():
         wrong = {
             P(None, None, "seq"): r"query alone; the mesh axis splits its dimension 2 instead",
             P("seq"): r"query alone; the mesh axis splits its dimension 0 instead",
-            P(): r"query alone; the mesh axis does not split it: query of shape \(2, 8, 2, 4\)",
+            P(): r"does not split it: query of shape \(2, 8, 2, 4\) \(B, T, N, H\) split as P\(",
         }
         for spec, message in wrong.items():
             with pytest.raises(ValueError, match=r"sequence_axis='seq' must split .*" + message):

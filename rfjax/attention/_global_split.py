@@ -3,7 +3,7 @@ outside ``jax.shard_map``, under ``jax.sharding.set_mesh`` with ``name`` an ``Ex
 
 There the arrays' types say how each dimension is split (``float32[B,T@seq,N,H]``), so the split
 is checked rather than trusted: the sequence dimension of query, key, value and a given mask must
-be split over ``name`` and the head dimensions H must not be split, else ``ValueError`` names the
+be split over ``name`` and the query's and key's H must not be split, else ``ValueError`` names the
 array, its split and what is needed. The call then runs as ``jax.shard_map`` over every mesh axis
 that splits an input (a batch or head split over other axes is kept), each device attending over
 its local shard with ``sequence_axis=name`` as inside a user's ``shard_map``. Inside a
@@ -71,10 +71,12 @@ def _axes(entry: object) -> tuple[str, ...]:
 
 def split_spec(name: str, array: jax.Array, sequence_dim: int, sequence_axis: str) -> Spec:
     """The split of ``array`` (one entry per dimension) if its dimension ``sequence_dim`` is
-    split over exactly ``sequence_axis`` and, for query, key and value, the last (H) is not
-    split; else ``ValueError`` saying how the array is split."""
+    split over exactly ``sequence_axis`` and, for query and key, the last (H) is not split (a
+    value's may be: each output column depends on its own); else ``ValueError`` saying how the
+    array is split."""
     spec = _spec(array)
-    layout = f"{name} of shape {array.shape} split as P{spec}"
+    read_as = "(B, S)" if array.ndim == 2 else "(B, 1, 1, S)" if name == "mask" else "(B, T, N, H)"
+    layout = f"{name} of shape {array.shape} {read_as} split as P{spec}"
     if _axes(spec[sequence_dim]) != (sequence_axis,):
         elsewhere = [dim for dim, entry in enumerate(spec) if sequence_axis in _axes(entry)]
         where = f"splits its dimension {elsewhere[0]} instead" if elsewhere else "does not split it"
@@ -82,7 +84,7 @@ def split_spec(name: str, array: jax.Array, sequence_dim: int, sequence_axis: st
             f"sequence_axis={sequence_axis!r} must split the sequence (dimension "
             f"{sequence_dim}) of {name} alone; the mesh axis {where}: {layout}"
         )
-    if name != "mask" and spec[-1] is not None:
+    if name in ("query", "key") and spec[-1] is not None:
         raise ValueError(
             f"the last dimension (H) of {name} must not be split over devices, as the random "
             f"features read whole vectors: {layout}"
