@@ -6,7 +6,8 @@ a script in a process of its own (XLA_FLAGS must set the device count before jax
     python tests/sequence_parallel_fitting_checks.py
 
 Prints one JSON object: per map, the relative errors of the sharded bidirectional outputs and
-gradients against one device (``favor_attention`` with a padding mask), and of
+gradients against one device (``favor_attention`` with a padding mask, in ``shard_map`` and on
+global arrays split over Explicit "data" x "seq" axes), and of
 ``rfjax.nn.nnx.PerformerAttention(sequence_axis=...)`` and ``rfjax.nn.PerformerAttention``
 against the same layer unsharded.
 """
@@ -18,7 +19,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rfjax import attention, features, nn, projections
@@ -67,7 +68,7 @@ def inputs():
     return q, k, v, mask
 
 
-def favor_errors(name: str, mesh) -> dict[str, float]:
+def favor_errors(name: str, mesh, global_arrays: bool = False) -> dict[str, float]:
     projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, NUM_FEATURES)
 
     def run(axis):
@@ -85,9 +86,17 @@ def favor_errors(name: str, mesh) -> dict[str, float]:
 
     q, k, v, mask = inputs()
     expected = jax.jit(run(None))(q, k, v, mask)
-    many = jax.shard_map(run(AXIS), mesh=mesh, in_specs=SPLIT, out_specs=SPLIT)
-    with jax.set_mesh(mesh):
-        got = jax.jit(many)(*split(mesh, q, k, v, mask))
+    if global_arrays:  # batch over "data", sequence over AXIS; favor_attention splits itself
+        explicit = jax.make_mesh((2, 2), ("data", AXIS), axis_types=(AxisType.Explicit,) * 2)
+        with jax.set_mesh(explicit):
+            placed = [
+                jax.device_put(x, NamedSharding(explicit, P("data", AXIS))) for x in (q, k, v, mask)
+            ]
+            got = jax.jit(run(AXIS))(*placed)
+    else:
+        many = jax.shard_map(run(AXIS), mesh=mesh, in_specs=SPLIT, out_specs=SPLIT)
+        with jax.set_mesh(mesh):
+            got = jax.jit(many)(*split(mesh, q, k, v, mask))
     names = ("output", "grad_query", "grad_key", "grad_value")
     return {
         n: relative_error(g, e)
@@ -147,6 +156,7 @@ def main() -> None:
     report = {
         "maps": names,
         "favor": {name: favor_errors(name, mesh) for name in names},
+        "favor_global": {name: favor_errors(name, mesh, global_arrays=True) for name in names},
         "nnx": {name: nnx_layer_error(name, mesh) for name in names},
         "linen": {name: linen_layer_error(name, mesh) for name in ("oprf", "saderf")},
     }

@@ -37,7 +37,10 @@ def test_data_fitted_maps_fit_the_whole_sequence_on_four_devices():
     # Every registered data-fitted map (fitted fields unset after init).
     assert measured["maps"] == ["oprf", "derf_asymmetric", "derf_symmetric", "saderf"]
     assert set(measured["maps"]) <= set(features.available())
-    for name, errors in measured["favor"].items():
+    # In shard_map over the sequence, and on global arrays with the batch split too (each map
+    # fitted over both splits).
+    assert set(measured["favor_global"]) == set(measured["maps"])
+    for name, errors in (*measured["favor"].items(), *measured["favor_global"].items()):
         assert set(errors) == {"output", "grad_query", "grad_key", "grad_value"}
         for quantity, error in errors.items():
             assert error <= TOLERANCE, (name, quantity, error)  # NaN fails too
