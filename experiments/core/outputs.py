@@ -166,28 +166,6 @@ def save_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     return path
 
 
-def save_run(
-    workdir: str,
-    *,
-    rows: Sequence[dict],
-    summary: str,
-    config: ml_collections.ConfigDict,
-    csv_name: str = "results.csv",
-) -> dict[str, str]:
-    """Writes an experiment's results into ``workdir``: ``rows`` as ``csv_name``, the
-    markdown ``summary`` as ``summary.md`` and ``config`` as ``config.json``.
-
-    Returns the paths, keyed ``"csv"``, ``"summary"`` and ``"config"``.
-    """
-    if is_writer():
-        os.makedirs(workdir, exist_ok=True)
-    csv_path = os.path.join(workdir, csv_name)
-    summary_path = os.path.join(workdir, "summary.md")
-    write_csv(csv_path, rows)
-    write_text(summary_path, summary)
-    return {"csv": csv_path, "summary": summary_path, "config": save_config(workdir, config)}
-
-
 def save_figure(fig, path: str) -> None:
     """Lays out ``fig``, saves it to ``path`` (120 dpi; process 0) and closes it."""
     import matplotlib.pyplot as plt  # here: the experiments choose the backend first

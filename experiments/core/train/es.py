@@ -400,9 +400,3 @@ class ESTrainer:
         for writer in writers:
             writer.close()
         return jax.vmap(self.strategy.get_mean)(state)
-
-
-def eval_curve(workdir: str) -> tuple[np.ndarray, np.ndarray]:
-    """(generations, eval returns) of a run's ``metrics.jsonl``."""
-    evals = [r for r in train.read_metrics(workdir) if r["split"] == "eval"]
-    return np.array([r["step"] for r in evals]), np.array([r["return"] for r in evals])
