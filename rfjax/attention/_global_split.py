@@ -1,5 +1,5 @@
 """Sequence-parallel FAVOR called on global arrays (``favor_attention(..., sequence_axis=name)``
-outside ``jax.shard_map``, under ``jax.sharding.set_mesh`` with ``name`` an ``Explicit`` axis).
+outside ``jax.shard_map``, under ``jax.set_mesh`` with ``name`` an ``Explicit`` axis).
 
 There the arrays' types say how each dimension is split (``float32[B,T@seq,N,H]``), so the split
 is checked rather than trusted: the sequence dimension of query, key, value and a given mask must
@@ -34,7 +34,7 @@ def bound_by_shard_map(axis_name: str) -> bool:
 
 def explicit_mesh_axis(sequence_axis: str) -> None:
     """Require ``sequence_axis`` to be an ``Explicit`` axis of the mesh set by
-    ``jax.sharding.set_mesh`` (the only place outside ``shard_map`` where types show a split)."""
+    ``jax.set_mesh`` (the only place outside ``shard_map`` where types show a split)."""
     mesh = jax.sharding.get_abstract_mesh()
     names = () if mesh.empty else mesh.axis_names
     if sequence_axis not in names:
@@ -42,7 +42,7 @@ def explicit_mesh_axis(sequence_axis: str) -> None:
             f"sequence_axis={sequence_axis!r} names no mesh axis: call favor_attention inside "
             f"jax.shard_map over a mesh with an axis {sequence_axis!r} that splits the sequence "
             f"(in_specs P(None, {sequence_axis!r}) for (B, T, N, H) inputs), or on global arrays "
-            f"split along it under jax.sharding.set_mesh with an Explicit axis "
+            f"split along it under jax.set_mesh with an Explicit axis "
             f"{sequence_axis!r}, or pass sequence_axis=None (mesh axes here: {names})"
         )
     axis_type = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))[sequence_axis]
