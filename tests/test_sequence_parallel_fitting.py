@@ -138,6 +138,16 @@ def test_global_arrays_must_be_split_along_the_sequence_by_the_named_axis():
             assert jax.typeof(got).sharding.spec == P(None, "seq", None, None)
             want = attention.favor_attention(q, k, v, w, mask=mask, causal=causal)
             assert jnp.allclose(got, want, rtol=1e-6, atol=1e-6)
+        # The (B, 1, 1, S) mask form, split along S, with an unfitted data-fitted map.
+        broadcast_mask = jax.device_put(
+            mask[:, None, None], NamedSharding(explicit, P(None, None, None, "seq"))
+        )
+        placed = [jax.device_put(x, NamedSharding(explicit, P(None, "seq"))) for x in (q, k, v)]
+        got = attention.favor_attention(
+            *placed, w, mask=broadcast_mask, feature_map="oprf", sequence_axis="seq"
+        )
+        want = attention.favor_attention(q, k, v, w, mask=mask, feature_map="oprf")
+        assert jnp.allclose(got, want, rtol=1e-6, atol=1e-6)
         unbatched = [jax.device_put(x[0], NamedSharding(explicit, P("seq"))) for x in (q, k, v)]
         got = attention.favor_attention(*unbatched, w, sequence_axis="seq")
         assert jnp.allclose(got, attention.favor_attention(q[0], k[0], v[0], w), atol=1e-6)

@@ -254,6 +254,8 @@ def favor_attention(
     sequence_axis = check_sequence_axis(sequence_axis)
     mask = mask[None] if unbatched and mask is not None else mask
     if sequence_axis is not None and not bound_by_shard_map(sequence_axis):
+        # A given mask checked and read as (B, S) (its split kept); None stays unsplit.
+        mask = None if mask is None else check_mask(mask, batch, key_length)
         options = dict(causal=causal, chunk_size=chunk_size, stabilize=stabilize, eps=eps)
         out = _attend_split_sequence(
             query, key, value, mask, projection, feature_map, sequence_axis, options

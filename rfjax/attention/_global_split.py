@@ -75,7 +75,7 @@ def split_spec(name: str, array: jax.Array, sequence_dim: int, sequence_axis: st
     value's may be: each output column depends on its own); else ``ValueError`` saying how the
     array is split."""
     spec = _spec(array)
-    read_as = "(B, S)" if array.ndim == 2 else "(B, 1, 1, S)" if name == "mask" else "(B, T, N, H)"
+    read_as = "(B, S)" if name == "mask" else "(B, T, N, H)"
     layout = f"{name} of shape {array.shape} {read_as} split as P{spec}"
     if _axes(spec[sequence_dim]) != (sequence_axis,):
         elsewhere = [dim for dim, entry in enumerate(spec) if sequence_axis in _axes(entry)]
@@ -105,13 +105,11 @@ def _shared_spec(shared: object, head_split: object) -> object:
 
 
 def _split_specs(arrays: dict[str, jax.Array | None], sequence_axis: str) -> dict[str, Spec]:
-    """The checked split of each array given (``split_spec``): T of (B, T, N, H) query, key
-    and value, S of the mask (its last dimension); ``()`` for a ``None`` mask."""
+    """The checked split of each array given (``split_spec``): dimension 1, T of (B, T, N, H)
+    query, key and value and S of a (B, S) mask; ``()`` for a ``None`` mask."""
     explicit_mesh_axis(sequence_axis)
     return {
-        name: ()
-        if array is None
-        else split_spec(name, array, array.ndim - 1 if name == "mask" else 1, sequence_axis)
+        name: () if array is None else split_spec(name, array, 1, sequence_axis)
         for name, array in arrays.items()
     }
 
@@ -139,8 +137,8 @@ def attend_split(
     Args:
       attend: the local attention (``favor_attention`` with ``sequence_axis``).
       sequence_axis: the mesh axis that must split the sequence.
-      arrays: ``query``, ``key``, ``value`` (``(B, T, N, H)``) and ``mask`` (``(B, S)``,
-        ``(B, 1, 1, S)`` or ``None``).
+      arrays: ``query``, ``key``, ``value`` (``(B, T, N, H)``) and ``mask`` (``(B, S)`` or
+        ``None``).
       shared: the projection and feature map (pytrees; ``PerHead`` ones split as the heads).
 
     Returns:
@@ -171,13 +169,13 @@ def fit_split(
     Args:
       fit: the local fit (``_data_fitted.fit_to_inputs``), returning a ``PerHead``.
       sequence_axis: the mesh axis that must split the sequence.
-      arrays: ``query``, ``key`` and ``mask`` (``(B, S)``, ``(B, 1, 1, S)`` or ``None``).
+      arrays: ``query``, ``key`` and ``mask`` (``(B, S)`` or ``None``).
     """
     specs = _split_specs(arrays, sequence_axis)
     pooled = tuple(sorted(_manual_axes(specs, slice(0, 2))))
 
     def local(query, key, mask):
-        valid = jnp.ones(key.shape[:2], bool) if mask is None else mask.reshape(mask.shape[0], -1)
+        valid = jnp.ones(key.shape[:2], bool) if mask is None else mask
         return fit(query, key, valid, pooled)
 
     return jax.shard_map(
