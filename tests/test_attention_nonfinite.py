@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from representatives import representatives
 
 from rfjax import attention, features, projections
 
@@ -58,10 +59,14 @@ def perturbed_batch():
     return stacked, jnp.tile(mask(), (len(variants), 1))
 
 
-@pytest.mark.parametrize(
+@pytest.mark.parametrize(  # every map in CI's suite; an exponential, a hybrid, a signed one here
     ("name", "chunk_sizes"),
-    [("positive", (1, 5, LENGTH)), ("angular_hybrid", (1, LENGTH))]
-    + [(name, (5,)) for name in features.available() if name != "positive"],
+    representatives(
+        [("positive", (1, 5, LENGTH)), ("angular_hybrid", (1, LENGTH))]
+        + [(name, (5,)) for name in features.available() if name != "positive"],
+        (("positive", (1, 5, LENGTH)), ("angular_hybrid", (1, LENGTH)), ("trigonometric", (5,))),
+        unpack=True,
+    ),
 )
 def test_causal_non_finite_future_leaves_past_bit_identical(name, chunk_sizes):
     # Every position >= T0 of the query, key or value set to NaN, +inf or -inf: outputs before

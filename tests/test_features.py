@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from representatives import representatives
 
 from rfjax import features, kernels, projections
 
@@ -115,12 +116,12 @@ DEFAULT_COUPLINGS = ("gaussian", "orthogonal", "simplex")
 # Polynomial features with a one-block coupling are rejected (test_polynomial_rejects_...).
 @pytest.mark.parametrize(
     "coupling, name",
-    [
-        pytest.param(c, n, marks=() if c in DEFAULT_COUPLINGS else pytest.mark.statistical)
-        for c in COUPLINGS
-        for n in FEATURE_MAPS
-        if supported(c, n)
-    ],
+    representatives(
+        [(c, n) for c in COUPLINGS for n in FEATURE_MAPS if supported(c, n)],
+        DEFAULT_COUPLINGS,
+        key=lambda case: case[0],
+        unpack=True,
+    ),
 )
 def test_unbiased(coupling, name):
     samples = estimates(coupling)[name]
@@ -135,7 +136,7 @@ def draw(coupling, rows=NUM_FEATURES, seed=0, dim=DIM, dtype=jnp.float32):
     return projections.get(coupling)(jax.random.key(seed), dim, rows, dtype=dtype)
 
 
-@pytest.mark.parametrize("coupling", COUPLINGS)
+@pytest.mark.parametrize("coupling", representatives(COUPLINGS, DEFAULT_COUPLINGS))
 def test_exact_cases(coupling):
     w = draw(coupling)
     x = jnp.asarray(X * 2.0, jnp.float32)
@@ -173,7 +174,11 @@ WIDTHS = {
 }
 
 
-@pytest.mark.parametrize("name", list(FEATURE_MAPS))
+# One map per family in the default suite (Fourier, positive, trigonometric, arc-cosine).
+REPRESENTATIVE_MAPS = ("fourier", "positive_softmax", "trigonometric", "arccos1")
+
+
+@pytest.mark.parametrize("name", representatives(FEATURE_MAPS, REPRESENTATIVE_MAPS))
 def test_shapes_determinism_jit_and_vmap(name):
     phi = FEATURE_MAPS[name][0]
     extra = jax.random.key(7)
@@ -197,7 +202,7 @@ def test_shapes_determinism_jit_and_vmap(name):
         np.testing.assert_allclose(batched[i], phi(xs, sampler(key), extra), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", list(FEATURE_MAPS))
+@pytest.mark.parametrize("name", representatives(FEATURE_MAPS, REPRESENTATIVE_MAPS))
 def test_float64(name):
     phi = FEATURE_MAPS[name][0]
     extra = jax.random.key(7)

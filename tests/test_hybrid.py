@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from representatives import representatives
 
 from rfjax import features, kernels, projections, theory
 
@@ -389,7 +390,7 @@ UNBIASED_NAMES = (
 
 @pytest.mark.parametrize(  # orthogonal (coupled rows) by default, i.i.d. in the full suite
     "coupling",
-    [pytest.param(c, marks=pytest.mark.statistical) if c == "gaussian" else c for c in COUPLINGS],
+    representatives(COUPLINGS, ("orthogonal",)),
 )
 @pytest.mark.parametrize("name", UNBIASED_NAMES)
 def test_unbiased(coupling, name):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from representatives import representatives
 from scipy import stats
 from scipy.linalg import hadamard
 
@@ -408,7 +409,11 @@ def _feature_estimates(name, options):
 
 
 @pytest.mark.parametrize("kind", ["positive", "fourier"])
-@pytest.mark.parametrize("variant", EXACTLY_GAUSSIAN, ids=variant_id)
+@pytest.mark.parametrize(
+    "variant",
+    representatives(EXACTLY_GAUSSIAN, ("circulant", "toeplitz+preprocess"), key=variant_id),
+    ids=variant_id,
+)
 def test_features_are_unbiased_with_exactly_gaussian_couplings(variant, kind):
     name, options = variant
     values, truth = _feature_estimates(name, tuple(options.items()))[kind]
@@ -454,7 +459,11 @@ def test_same_key_same_draw_other_key_other_draw_no_key_reuse(variant):
         sampler(jax.random.key(15), 5, 13)
 
 
-@pytest.mark.parametrize("variant", TRANSFORM_VARIANTS, ids=variant_id)
+@pytest.mark.parametrize(
+    "variant",
+    representatives(TRANSFORM_VARIANTS, ("fast_simplex", "circulant"), key=variant_id),
+    ids=variant_id,
+)
 def test_jit_vmap_and_dtypes(variant):
     name, options = variant
     sampler = functools.partial(projections.get(name), **options)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import mpmath_reference
 import numpy as np
 import pytest
+from representatives import representatives
 from scipy import special
 
 from rfjax import projections, theory
@@ -421,10 +422,7 @@ def _relative_error(log_value: np.ndarray, log_reference: np.ndarray) -> np.ndar
 
 # The grid's smallest d, the d of the old series' failures (8) and the largest in the default
 # suite (each d compiles its own program); the other d in the full suite.
-GRID_DIMS = [
-    d if d in (2, 8, 1024) else pytest.param(d, marks=pytest.mark.statistical)
-    for d in mpmath_reference.GRID_DIMS
-]
+GRID_DIMS = representatives(mpmath_reference.GRID_DIMS, (2, 8, 1024))
 
 
 @pytest.mark.parametrize("dim", GRID_DIMS)
