@@ -94,12 +94,15 @@ def favor_attention(
       exact factor exp(s(k_j) - c_t) <= 1. Output t therefore depends only on positions <= t:
       perturbing later tokens leaves it bit-identical (the Performer's global key maximum
       would leak the future). Exponential maps (positive features, OPRF, DERF, the cluster
-      hybrid) keep the running maximum per feature, c_ti = max_{j <= t} l_i(k_j), with the
-      weights within blocks of 16 positions formed in log space and each row read out
-      relative to its largest term (``_log_prefix``): at large |q|, |k| the query's largest
+      hybrid) keep the running maximum per feature, c_ti = max_{j <= t} l_i(k_j), in the
+      chunk-parallel form of flash-linear-attention's chunk kernels with per-feature references
+      (``_log_prefix``: chunk states by a short scan over chunk summaries, within a chunk
+      products between blocks of 16 positions and a log-space form within a block, the feature
+      map applied chunk by chunk so the (T, m) features are never stored), each row read out
+      relative to its largest term: at large |q|, |k| the query's largest
       features and the keys' lie in different directions, and one shift per key loses a row's
       largest terms; with ``sequence_axis`` each device combines the earlier devices'
-      per-feature states (``_sequence_parallel.sequence_parallel_log_prefix``).
+      per-feature states (``_sequence_parallel.sequence_parallel_feature_prefix``).
 
     Sequence parallel (context parallel): called inside ``jax.shard_map`` with
     ``sequence_axis="seq"`` on the local shards of query, key, value and mask of a sequence split
@@ -184,8 +187,8 @@ def favor_attention(
         the causal one; others cannot be applied by FAVOR. Masked keys contribute nothing
         (their features are zeroed).
       chunk_size: chunk length C of the causal prefix sums (clipped to T); exponential maps
-        (stabilised) form each chunk's weights in blocks of 16 positions and round C up to a
-        whole number of blocks: there C sets how often the gradient keeps a state.
+        (stabilised) cut each chunk into blocks of 16 positions and round C up to a whole
+        number of blocks: one (m, H_v + 1) state per chunk.
       stabilize: ``None`` (use the maps' log-space form), ``True`` (require maps that have one)
         or ``False`` (raw features).
       eps: floor of the denominator (> 0); default 1e-3 for signed maps, else the smallest
