@@ -11,7 +11,7 @@ import pytest
 from jax.test_util import check_grads
 
 from rfjax import attention, features, projections
-from rfjax.attention import _prefix
+from rfjax.attention import _chunks, _prefix
 
 BATCH, LENGTH, HEADS, HEAD_DIM, VALUE_DIM = 2, 24, 3, 16, 8
 NUM_FEATURES = 32
@@ -377,8 +377,14 @@ def prefix_inputs(seed, length=11, width=4, value_width=3):
     return a, b, v, alpha, beta
 
 
-def test_custom_vjp_gradients():
+@pytest.mark.parametrize("schedule", ["fused_scan", "batched"])
+def test_custom_vjp_gradients(schedule, monkeypatch):
     # float64; chunk 3 pads T = 11 to 12 and carries state over 4 chunks, chunk 11 is one chunk.
+    # Both schedules of the chunk algorithm run on this CPU (_chunks: the accelerators' batched
+    # passes with 2 chunks a step, so the grouped map's remainder runs too).
+    if schedule == "batched":
+        monkeypatch.setattr(_chunks, "fused_chunk_scan", lambda platform: False)
+        monkeypatch.setattr(_chunks, "CHUNKS_PER_STEP", 2)
     with jax.enable_x64(True):
         a, b, v, alpha, beta = prefix_inputs(15)
         cotangent = jax.random.normal(jax.random.key(16), (a.shape[0], v.shape[1]))

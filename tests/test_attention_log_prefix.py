@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rfjax import projections
-from rfjax.attention import _log_prefix
+from rfjax.attention import _chunks, _log_prefix
 from rfjax.attention._log_prefix import (
     causal_feature_prefix,
     causal_log_prefix,
@@ -38,8 +38,8 @@ def schedule(request, monkeypatch):
     """Both schedules of the op on this CPU: the fused scan and the accelerators' batched
     passes (with one chunk per step, so the grouped scans and their padding run too)."""
     if request.param == "batched":
-        monkeypatch.setattr(_log_prefix, "fused_chunk_scan", lambda platform: False)
-        monkeypatch.setattr(_log_prefix, "CHUNKS_PER_STEP", 3)
+        monkeypatch.setattr(_chunks, "fused_chunk_scan", lambda platform: False)
+        monkeypatch.setattr(_chunks, "CHUNKS_PER_STEP", 3)
     return request.param
 
 

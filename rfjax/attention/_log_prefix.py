@@ -55,7 +55,7 @@ maximum). Each chunk's (dla, dlb) is pulled back through the feature map at once
 of the map on the chunk's rows), giving the rows' and the map's parameters' cotangents. The
 residuals are the rows, the parameters and M.
 
-**Two schedules, one computation per chunk** (``fused_chunk_scan``): on a CPU one scan over
+**Two schedules, one computation per chunk** (``_chunks``): on a CPU one scan over
 the chunks carries the state and forms each chunk's output from it (each chunk's work stays in
 cache; no states are stored); on accelerators every chunk's key summary is formed first
 (batched), then the states by the short scan, then the outputs of ``CHUNKS_PER_STEP`` chunks
@@ -77,27 +77,16 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rfjax.attention import _chunks
 from rfjax.attention._checks import log_floor, vary_like
+from rfjax.attention._chunks import chunk_states, map_chunks
 
 # Positions per block of the in-chunk (B, B, m) form: the form costs B m exponentials per
 # position, the blocks before it in the chunk (C / B - 1) / 2 products of m.
 LOG_BLOCK = 16
 
-# Chunks whose outputs the accelerators' schedule forms at once (``lax.map``'s batch, no loop
-# when the sequence has no more): B x 16 x C x B x m floats of block forms at a time.
-CHUNKS_PER_STEP = 16
-
 # (params, rows (..., H), side) -> log-features (..., m), e.g. an exponential map's l(x).
 LogFeatures = Callable[[Any, jax.Array, str], jax.Array]
-
-
-def fused_chunk_scan(platform: str) -> bool:
-    """Whether the forward pass runs as one scan over the chunks that carries the state and forms
-    each chunk's output from it (a CPU: each chunk's work stays in cache and no (T / C, m, p)
-    states are stored; every chunk's summary first, then the states, then the outputs cost
-    1.4-2x the time at T = 1k-4k), rather than summaries, a scan over them only and batched
-    outputs (accelerators). The per-chunk computation is the same."""
-    return platform == "cpu"
 
 
 def identity_logs(params: None, x: jax.Array, side: str) -> jax.Array:
@@ -246,33 +235,10 @@ def initial_state_cotangent(
             "sbm,sbp->mp", jnp.exp(la + initial_shift - row_shift[..., None]), grad, options
         )
 
-    pieces = _map_chunks(summary, split(query), split(row_shift[:, None])[..., 0], split(grad))
+    # Padded rows: M = inf, so exp(la + c_0 - M) = 0 (a zero cotangent times exp(.) could be NaN).
+    row_shift = split(row_shift[:, None], jnp.inf)[..., 0]
+    pieces = map_chunks(summary, split(query), row_shift, split(grad))
     return jnp.sum(pieces, axis=0)
-
-
-def chunk_states(
-    summaries: jax.Array, decays: jax.Array, initial: jax.Array, *, reverse: bool = False
-) -> tuple[jax.Array, jax.Array]:
-    """The linear recurrence over chunks, H_{c+1} = decays_c H_c + summaries_c, by a scan over
-    the chunk summaries only (reversed time with ``reverse``: H_{c-1} from H_c).
-
-    Args:
-      summaries: ``(n, m, p)``, one per chunk.
-      decays: ``(n, m)``, per-feature factors <= 1 (a change of reference).
-      initial: ``(m, p)``, the state before the first chunk (after the last with ``reverse``).
-
-    Returns:
-      ``(states, final)``: the state before each chunk's summary enters ``(n, m, p)``, and the
-      state after all of them ``(m, p)``.
-    """
-
-    def step(state, inputs):
-        summary, decay = inputs
-        return decay[:, None] * state + summary, state
-
-    initial = vary_like(initial, summaries, decays)
-    final, states = jax.lax.scan(step, initial, (summaries, decays), reverse=reverse)
-    return states, final
 
 
 def causal_log_prefix_quadratic(
@@ -398,7 +364,7 @@ def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
         top = jax.lax.stop_gradient(jnp.max(lb, axis=(0, 1)))
         return top, _dot("sbm,sbp->mp", jnp.exp(lb - top), v, options)
 
-    if fused_chunk_scan(jax.default_backend()):
+    if _chunks.fused_chunk_scan(jax.default_backend()):
 
         def step(carry, rows):
             state, start = carry
@@ -411,20 +377,12 @@ def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
         carry = (vary_like(initial_state, x), vary_like(initial_shift, x))
         (final, _), (states, start, end) = jax.lax.scan(step, carry, (x.key, x.value, x.valid))
         return _KeyPass(start, end, states, final)
-    chunk_max, summaries = _map_chunks(summary, x.key, x.value, x.valid)
+    chunk_max, summaries = map_chunks(summary, x.key, x.value, x.valid)
     end = jnp.maximum(jax.lax.cummax(chunk_max, axis=0), initial_shift)
     start = jnp.concatenate([initial_shift[None], end[:-1]])
     summaries = jnp.exp(chunk_max - end)[..., None] * summaries
     states, final = chunk_states(summaries, jnp.exp(start - end), initial_state)
     return _KeyPass(start, end, states, final)
-
-
-def _map_chunks(function, *chunks):
-    """``function`` of one chunk's arrays mapped over the leading (chunk) axis of ``chunks``,
-    ``CHUNKS_PER_STEP`` chunks at a time (no loop when that is all of them)."""
-    if chunks[0].shape[0] <= CHUNKS_PER_STEP:
-        return jax.vmap(function)(*chunks)
-    return jax.lax.map(lambda args: function(*args), chunks, batch_size=CHUNKS_PER_STEP)
 
 
 class _Keys(NamedTuple):
@@ -556,7 +514,7 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
         out = _chunk_output(chunk, v, start, state, options)
         return (out, row_shift, query_bad, key_bad), (chunk, lb, v)
 
-    if fused_chunk_scan(jax.default_backend()):
+    if _chunks.fused_chunk_scan(jax.default_backend()):
 
         def step(carry, rows):
             state, start = carry
@@ -569,7 +527,7 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
         _, outputs = jax.lax.scan(step, initial, x)
     else:
         keys = _key_pass(params, x, initial, options)
-        outputs = _map_chunks(
+        outputs = map_chunks(
             lambda *a: output(*a)[0], x.query, x.key, x.value, x.valid, keys.start, keys.states
         )
     out, row_shift, query_bad, key_bad = outputs
@@ -622,7 +580,7 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
     decays = jnp.exp(keys.start - keys.end)
     chunks = (x.query, x.key, x.value, x.valid, row_shift, keys.start, keys.end, keys.states)
     zero_params = _zero_cotangents(params)
-    if fused_chunk_scan(jax.default_backend()):
+    if _chunks.fused_chunk_scan(jax.default_backend()):
 
         def step(carry, inputs):
             later, params_grad = carry
@@ -642,7 +600,7 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             factor = jnp.exp(la + start - row_shift[..., None])
             return _dot("sbm,sbp->mp", factor, grad, options)
 
-        summaries = _map_chunks(summary, x.query, row_shift, keys.start, grad)
+        summaries = map_chunks(summary, x.query, row_shift, keys.start, grad)
         later, grad_initial = chunk_states(
             summaries, decays, jnp.zeros_like(initial[0]), reverse=True
         )
@@ -685,7 +643,7 @@ def _accumulate_chunks(function, chunks: tuple, zero):
     sum (no (n, ...) stack of the first output). The chunk axis is padded with zero chunks,
     whose first output must be zero (a zero cotangent gives none)."""
     count = chunks[0].shape[0]
-    group = min(CHUNKS_PER_STEP, count)
+    group = min(_chunks.CHUNKS_PER_STEP, count)
     groups = -(-count // group)
 
     def in_groups(x):
