@@ -76,6 +76,7 @@ def _log_space_head(
     chunk_size: int,
     eps: float,
     sequence_axis: str | None,
+    matmul_dtype: jnp.dtype | None,
 ) -> jax.Array:
     """``_head_attention`` for ``uses_log_space_prefix`` maps: the op forms the features from
     the rows chunk by chunk. Non-finite query, key and value rows are zeroed before it (so the
@@ -94,7 +95,11 @@ def _log_space_head(
     )
     if sequence_axis is None:
         result = causal_feature_prefix(
-            (projection, fmap), *rows, log_features=map_log_features, chunk=chunk_size
+            (projection, fmap),
+            *rows,
+            log_features=map_log_features,
+            chunk=chunk_size,
+            matmul_dtype=matmul_dtype,
         )
     else:
         result = sequence_parallel_feature_prefix(
@@ -103,6 +108,7 @@ def _log_space_head(
             log_features=map_log_features,
             chunk=chunk_size,
             axis_name=sequence_axis,
+            matmul_dtype=matmul_dtype,
         )
     bad_key = (valid & ~usable) | result.key_bad
     poisoned = ~query_finite | result.query_bad | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
@@ -124,9 +130,12 @@ def _head_attention(
     chunk_size: int,
     eps: float,
     sequence_axis: str | None,
+    matmul_dtype: jnp.dtype | None,
 ) -> jax.Array:
     """One head: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v); with
     ``sequence_axis``, the local shard of a sequence split along that mesh axis.
+    ``matmul_dtype``: the operands' dtype of the per-feature op's products (bfloat16 inputs:
+    bfloat16, accumulated in float32; ``None``: the computation dtype).
 
     Non-finite queries, keys and values are kept out of the prefix sums (``finite_*_features``)
     and make NaN exactly the outputs that attend to them: row t if its query is not finite, and
@@ -143,6 +152,7 @@ def _head_attention(
             chunk_size=chunk_size,
             eps=eps,
             sequence_axis=sequence_axis,
+            matmul_dtype=matmul_dtype,
         )
     floor = log_floor(query.dtype)
     (phi_q, _), bad_query = finite_query_features(query, projection, fmap, stabilize, False)
@@ -183,6 +193,7 @@ def causal_attention(
     chunk_size: int,
     eps: float,
     sequence_axis: str | None = None,
+    matmul_dtype: jnp.dtype | None = None,
 ) -> jax.Array:
     """All heads, BTNH in and out: ``_head_attention`` vmapped over batch and heads."""
     head = functools.partial(
@@ -191,6 +202,7 @@ def causal_attention(
         chunk_size=chunk_size,
         eps=eps,
         sequence_axis=sequence_axis,
+        matmul_dtype=matmul_dtype,
     )
     over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
     over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))

@@ -354,6 +354,10 @@ def _favor_attention(
 ) -> jax.Array:
     out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
     dtype = compute_dtype(query, key, value)
+    # Low-precision inputs: the log-features, shifts and exponentials in float32 (a logit's
+    # rounding is a multiplicative error e^{rounding}), the products' operands (factors in
+    # [0, 1], values) in the inputs' dtype, accumulated in float32.
+    matmul_dtype = out_dtype if jnp.finfo(out_dtype).bits < 32 else None
     query, key, value = (x.astype(dtype) for x in (query, key, value))
     query, key = normalise(query), normalise(key)
     if causal:
@@ -369,6 +373,7 @@ def _favor_attention(
             chunk_size=chunk_size,
             eps=eps,
             sequence_axis=sequence_axis,
+            matmul_dtype=matmul_dtype,
         )
     else:
         out = bidirectional_attention(

@@ -233,6 +233,7 @@ def sequence_parallel_feature_prefix(
     log_features: LogFeatures,
     chunk: int,
     axis_name: str,
+    matmul_dtype: jnp.dtype | None = None,
 ) -> PrefixOutputs:
     """``_log_prefix.causal_feature_prefix`` (per-feature shifts, the feature map fused) on
     device d's shard of a sequence split along ``axis_name``: Y_t over all keys j <= t of the
@@ -252,16 +253,15 @@ def sequence_parallel_feature_prefix(
     reduce-scatter) gives dL/dS_d, which enters the prefix's own backward pass with G (its
     ``own_state`` output), instead of as a second (T / D, m) cotangent of lb.
     """
+    options = dict(log_features=log_features, chunk=chunk, matmul_dtype=matmul_dtype)
     return _feature_prefix_over_devices(
-        params, query, key, value, valid, log_features, chunk, axis_name
+        params, query, key, value, valid, tuple(options.items()), axis_name
     )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _feature_prefix_over_devices(params, query, key, value, valid, log_features, chunk, axis_name):
-    return _feature_prefix_over_devices_fwd(
-        params, query, key, value, valid, log_features, chunk, axis_name
-    )[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _feature_prefix_over_devices(params, query, key, value, valid, options, axis_name):
+    return _feature_prefix_over_devices_fwd(params, query, key, value, valid, options, axis_name)[0]
 
 
 def _earlier_initial(own_state, own_shift, axis_name):
@@ -277,35 +277,34 @@ def _earlier_initial(own_state, own_shift, axis_name):
     return combined, earlier_max, factors
 
 
-def _feature_prefix_over_devices_fwd(
-    params, query, key, value, valid, log_features, chunk, axis_name
-):
+def _feature_prefix_over_devices_fwd(params, query, key, value, valid, options, axis_name):
+    options = dict(options)
     own_state, own_shift = key_state(
-        params, key, value, valid, log_features=log_features, chunk=chunk
+        params, key, value, valid, log_features=options["log_features"], chunk=options["chunk"]
     )
     combined, earlier_max, factors = _earlier_initial(
         own_state, jax.lax.stop_gradient(own_shift), axis_name
     )
     result = causal_feature_prefix(
-        params,
-        query,
-        key,
-        value,
-        valid,
-        log_features=log_features,
-        chunk=chunk,
-        initial=(combined, earlier_max),
+        params, query, key, value, valid, initial=(combined, earlier_max), **options
     )
     residuals = (params, query, key, value, valid, combined, earlier_max, factors)
     return result, (residuals, result.row_shift)
 
 
-def _feature_prefix_over_devices_bwd(log_features, chunk, axis_name, residuals, cotangents):
+def _feature_prefix_over_devices_bwd(options, axis_name, residuals, cotangents):
+    options = dict(options)
     (params, query, key, value, valid, combined, earlier_max, factors), row_shift = residuals
     grad = cotangents.out
     # dL/dS: row t read S as exp(la_t + C - M_t) S.
     earlier_grad = initial_state_cotangent(
-        params, query, row_shift, earlier_max, grad, log_features=log_features, chunk=chunk
+        params,
+        query,
+        row_shift,
+        earlier_max,
+        grad,
+        log_features=options["log_features"],
+        chunk=options["chunk"],
     )
     # S = sum_e factors_e S_e over the earlier devices e: device e's dL/dS_e sums the later
     # devices' factors_e dL/dS (factors are 0 for devices that are not earlier).
@@ -320,10 +319,9 @@ def _feature_prefix_over_devices_bwd(log_features, chunk, axis_name, residuals, 
             key,
             value,
             valid,
-            log_features=log_features,
-            chunk=chunk,
             initial=(combined, earlier_max),
             with_own_state=True,
+            **options,
         )
         return result.out, result.own_state
 
