@@ -290,6 +290,19 @@ def test_fully_masked_rows_are_zero():
         if causal:
             assert np.all(np.asarray(out[0, :5]) == 0)
             assert np.all(np.isfinite(out))
+    # Gradients stay finite: the rows without keys get the floored normaliser's cotangent
+    # G / eps (about 1e38), which must never meet a later key's zero weight as a product (it
+    # did in the chunk-parallel op's first version: NaN for the keys after them).
+    cotangent = jax.random.normal(jax.random.key(11), value.shape)
+
+    def loss(query, key, value):
+        out = attention.favor_attention(
+            query, key, value, shared_projection(), causal=True, mask=mask
+        )
+        return jnp.sum(out * cotangent)
+
+    for grad in jax.grad(loss, argnums=(0, 1, 2))(query, key, value):
+        assert np.all(np.isfinite(np.asarray(grad)))
 
 
 # ----------------------------------------------------------------- decoding

@@ -476,7 +476,11 @@ def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options:
     the earlier chunks (``state``, relative to ``start``) and the later queries (``later``,
     relative to ``end``)."""
     weights = chunk.block_weights
-    products = _dot("sip,sjp->sij", grad, v, options)[..., None]  # D_tj within each block
+    # D_tj within each block, selected for j <= t: a later key's product (huge or inf, e.g. the
+    # floored normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
+    products = _dot("sip,sjp->sij", grad, v, options)
+    causal = jnp.tril(jnp.ones(products.shape[-2:], dtype=bool))
+    products = jnp.where(causal, products, 0)[..., None]
     grad_la = jnp.sum(weights * products, axis=2)
     grad_lb = jnp.sum(weights * products, axis=1)
     grad_v = jnp.einsum("sij,sip->sjp", jnp.sum(weights, axis=-1), grad.astype(state.dtype))
