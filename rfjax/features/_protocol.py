@@ -109,6 +109,27 @@ class FeatureMap(abc.ABC):
         return dataclasses.replace(self, **changes)
 
 
+class AffineLogForm(NamedTuple):
+    """Log-features that are affine in x plus a multiple of |x|^2:
+    l(x) = x W^T + b + norm_weight |x|^2, the form fused attention kernels compute from the
+    rows (``rfjax.attention.favor_attention(..., implementation="pallas...")``).
+
+    Attributes:
+      weights: W ``(width, d)``.
+      bias: b ``(width,)``.
+      norm_weight: the coefficient of |x|^2 (a Python float: -1/2 for the softmax kernel).
+    """
+
+    weights: jax.Array
+    bias: jax.Array
+    norm_weight: float
+
+    def log_features(self, x: jax.Array) -> jax.Array:
+        """l(x) ``(..., width)`` for x ``(..., d)``."""
+        squared = jnp.sum(x * x, axis=-1, keepdims=True)
+        return x @ self.weights.T + self.bias + self.norm_weight * squared
+
+
 class ExponentialFeatureMap(FeatureMap):
     """A map phi(x) = exp(l(x)) given by its log-features l (positive features).
 
@@ -124,6 +145,12 @@ class ExponentialFeatureMap(FeatureMap):
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
         return jnp.exp(self.log_features(x, projection, side=side))
+
+    def affine_log_form(self, projection: Projection, *, side: Side) -> AffineLogForm | None:
+        """``log_features`` as an ``AffineLogForm`` (W, b, norm weight) when it is one (positive
+        features, OPRF), else ``None`` (the default)."""
+        del projection, side
+        return None
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side
