@@ -46,11 +46,13 @@ def inputs(length: int, norm: float, dtype: str) -> tuple[np.ndarray, ...]:
 def errors(length: int, norm: float, dtype: str, causal: bool) -> dict:
     q, k, v = inputs(length, norm, dtype)
     projection = draw_projection(jax.random.key(7), HEAD_DIM, NUM_FEATURES, coupling="orthogonal")
-    out = favor_attention(*(jnp.asarray(x, dtype) for x in (q, k, v)), projection, causal=causal)
-    out = np.asarray(out.astype(jnp.float32), np.float64)
+    narrow = [jnp.asarray(x, dtype) for x in (q, k, v)]
+    computed = favor_attention(narrow[0], narrow[1], narrow[2], projection, causal=causal)
+    out = np.asarray(computed.astype(jnp.float32), np.float64)
     with jax.enable_x64(True):
         wide = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), projection)
-        ref = np.asarray(favor_attention(q, k, v, wide, causal=causal))
+        q64, k64, v64 = (jnp.asarray(x) for x in (q, k, v))
+        ref = np.asarray(favor_attention(q64, k64, v64, wide, causal=causal))
     difference = np.abs(out - ref)
     return {
         "dtype": dtype,
