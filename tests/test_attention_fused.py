@@ -193,3 +193,38 @@ def test_kernels_lower_for_gpu_and_tpu(backend, causal):
     # cotangents); bidirectional: forward (key summaries, read-out) and backward (key summaries,
     # query summaries, the queries' and the keys' cotangents).
     assert text.count(kernel) == (5 if causal else 6), text.count(kernel)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
+    """The kernels compiled by Triton (``benchmarks.gpu_run``'s tests step) against the XLA
+    form on the device: B = 2, T = 1,000 (one partial chunk), 4 heads of 64, m = 128, masked.
+    Tolerance: the products' operands are rounded to TF32 (float32 inputs, JAX's default
+    precision on the device, u = 2^-11) or bfloat16 (u = 2^-8) in both, so each output is
+    within 2 x 5u max|v| of the other (``test_bfloat16_inputs_take_bfloat16_products``'s bound,
+    once per computation), plus the output's rounding u."""
+    k = jax.random.split(jax.random.key(6), 5)
+    shape = (2, 1000, 4, 64)
+    q, kk, v = (jax.random.normal(x, shape).astype(dtype) for x in k[:3])
+    mask = jax.random.uniform(k[3], shape[:2]) > 0.1
+    projection = projections.orthogonal(k[4], 64, 128)
+    u = 2.0**-8 if dtype == jnp.bfloat16 else 2.0**-11
+
+    def run(implementation):
+        def f(q, kk, v):
+            out = attention.favor_attention(
+                q, kk, v, projection, causal=causal, mask=mask, implementation=implementation
+            )
+            return jnp.sum(out.astype(jnp.float32) ** 2), out
+
+        (_, out), grads = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(q, kk, v)
+        return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads]
+
+    fused, fused_grads = run("pallas_triton")
+    xla, xla_grads = run("xla")
+    bound = 10 * u * np.abs(np.asarray(v, np.float32)).max() + u * np.abs(xla).max()
+    assert np.abs(fused - xla).max() <= bound
+    for got, want in zip(fused_grads, xla_grads, strict=True):
+        assert np.abs(got - want).max() <= 64 * u * np.abs(want).max()
