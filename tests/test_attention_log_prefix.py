@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from representatives import representatives
 
 from rfjax import projections
 from rfjax.attention import _chunks, _log_prefix
@@ -33,7 +34,16 @@ def operands(key=0):
     return la, lb, v, g
 
 
-@pytest.fixture(params=["fused_scan", "batched"])
+SCHEDULES = ("fused_scan", "batched")
+
+
+def schedules_and_chunks(chunks, keep):
+    """(schedule, chunk) cases: ``keep`` in the default suite, the others statistical."""
+    cases = [(s, c) for s in SCHEDULES for c in chunks]
+    return representatives(cases, keep, unpack=True)
+
+
+@pytest.fixture
 def schedule(request, monkeypatch):
     """Both schedules of the op on this CPU: the fused scan and the accelerators' batched
     passes (with one chunk per step, so the grouped scans and their padding run too)."""
@@ -43,7 +53,11 @@ def schedule(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("chunk", [1, 4, 64])  # 64: one chunk, clipped to T
+@pytest.mark.parametrize(  # 64: one chunk, clipped to T
+    ("schedule", "chunk"),
+    schedules_and_chunks([1, 4, 64], {("fused_scan", 4), ("batched", 1)}),
+    indirect=["schedule"],
+)
 def test_matches_quadratic_form_in_float64_values_and_gradients(chunk, schedule):
     la, lb, v, g = operands()
     with jax.enable_x64(True):
@@ -97,7 +111,11 @@ def test_later_positions_cannot_reach_earlier_rows():
         assert np.all(np.isfinite(np.asarray(grad)))
 
 
-@pytest.mark.parametrize("chunk", [3, 20, 64])  # 20: two blocks of 16, T = 13 padded
+@pytest.mark.parametrize(  # 20: two blocks of 16, T = 13 padded
+    ("schedule", "chunk"),
+    schedules_and_chunks([3, 20, 64], {("fused_scan", 20), ("batched", 3)}),
+    indirect=["schedule"],
+)
 def test_state_pieces_match_their_direct_forms(chunk, schedule):
     """The pieces of sequence parallelism's VJP (issue 32): ``key_state`` (the keys' own state),
     ``initial_state_cotangent`` and the op with an initial state and its own state as a second
@@ -163,7 +181,11 @@ def _positive_logs(weights, rows, side):
     return rows @ weights.T - 0.5 * jnp.sum(rows**2, -1, keepdims=True) - 0.5 * jnp.log(8.0)
 
 
-@pytest.mark.parametrize("chunk", [4, 32])
+@pytest.mark.parametrize(
+    ("schedule", "chunk"),
+    schedules_and_chunks([4, 32], {("fused_scan", 4), ("batched", 32)}),
+    indirect=["schedule"],
+)
 def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, schedule):
     """With the map fused in, values and the gradients of queries, keys, values and the map's
     parameters equal autodiff through the float64 quadratic form of the map's features (masked
