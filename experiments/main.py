@@ -57,7 +57,7 @@ from ml_collections import config_flags
 
 from configs.common import locate_field
 from experiments.core import ablation, records, sweep, verdicts
-from experiments.core.validate import check_types
+from experiments.core.validate import check_seed_fields, check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file[:variant][,key=value...].", lock_config=True
@@ -103,9 +103,10 @@ PREVIOUS_SUMMARY_FILE = "summary.previous.md"
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks ``config`` before anything runs: the experiment exists, every field has the type
-    of its default in ``configs/<experiment>.py``, its claims (and its training check, if any)
-    are declared and well formed, the trainer options (``config.train``) are valid, and the
-    experiment's own ``validate_config`` accepts names and ranges.
+    of its default in ``configs/<experiment>.py``, no ``seeds`` field repeats a seed, its claims
+    (and its training check, if any) are declared and well formed, the trainer options
+    (``config.train``) are valid, and the experiment's own ``validate_config`` accepts names and
+    ranges.
 
     Raises:
       ValueError, TypeError: naming the field, the value and what is accepted.
@@ -114,6 +115,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if not isinstance(name, str) or not os.path.exists(_package_path(name)):
         raise ValueError(f"config.experiment={name!r} names no study package experiments/<name>/")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
+    check_seed_fields(config)
     verdicts.validate_claims(config)
     verdicts.trained_check(config)
     if "train" in config:

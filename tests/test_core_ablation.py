@@ -100,3 +100,6 @@ def test_bad_ablation_arguments_name_the_problem():
     assert ablation.parse_seeds("2:5") == [2, 3, 4] and ablation.parse_seeds("1,7") == [1, 7]
     with pytest.raises(ValueError, match="START:STOP"):
         ablation.parse_seeds("a:b")
+    # A repeated seed would count one measurement twice ("holds" from one seed).
+    with pytest.raises(ValueError, match=r"--seeds=0,0 repeats seed 0"):
+        ablation.parse_seeds("0,0")

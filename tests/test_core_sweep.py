@@ -60,3 +60,9 @@ def test_workers_share_the_cells_and_the_last_one_sees_them_all(tmp_path):
     assert calls[2:] == [("b", 0), ("b", 1)] and len(done) == 4
     with pytest.raises(ValueError, match="worker"):
         sweep.run(str(tmp_path), ["a"], [0], measuring(calls), {}, worker=(2, 2))
+
+
+def test_a_repeated_seed_is_refused_naming_it(tmp_path):
+    with pytest.raises(ValueError, match=r"seeds repeats seed 3 in \(3, 4, 3\)"):
+        sweep.run(str(tmp_path), ["a"], [3, 4, 3], measuring([]), {})
+    assert not (tmp_path / "runs").exists()

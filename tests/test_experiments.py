@@ -132,6 +132,22 @@ def test_validation_checks_types_and_names_of_every_experiment():
         validate_config(config)
 
 
+def test_validation_refuses_a_repeated_seed_in_every_config_with_seeds():
+    checked = []
+    for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
+        if path.stem in ("__init__", "common", "training"):
+            continue
+        config = importlib.import_module(f"configs.{path.stem}").get_config("quick")
+        if "seeds" not in config:
+            continue
+        with config.ignore_type():
+            config.seeds = (0, 1, 0)
+        with pytest.raises(ValueError, match=r"config\.seeds repeats seed 0 in \(0, 1, 0\)"):
+            validate_config(config)
+        checked.append(path.stem)
+    assert {"conformer_ctc", "iap_es", "lstm_lm", "performer_lm"} <= set(checked)
+
+
 def test_every_experiment_module_validates_with_validate_config():
     for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
         if path.stem in ("__init__", "common", "training"):

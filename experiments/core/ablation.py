@@ -25,6 +25,7 @@ import ml_collections
 
 from configs.common import claim, locate_field, parse_field_value
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.validate import require_distinct_seeds
 
 REPORT_FILE = "ablation.md"
 
@@ -49,7 +50,7 @@ def parse_seeds(text: str) -> list[int]:
     """``"0:5"`` (a range) or ``"0,3,7"`` -> the seeds.
 
     Raises:
-      ValueError: for anything else or no seeds.
+      ValueError: for anything else, no seeds or a repeated seed (naming it).
     """
     try:
         if ":" in text:
@@ -61,6 +62,7 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(f"--seeds must be START:STOP or S1,S2,..., got {text!r}") from None
     if not seeds:
         raise ValueError(f"--seeds {text!r} gives no seed")
+    require_distinct_seeds(seeds, f"--seeds={text}")
     return seeds
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from experiments.core import outputs
+from experiments.core.validate import require_distinct_seeds
 
 RECORD_FILE = "result.json"
 
@@ -92,10 +93,12 @@ def run(
 
     Raises:
       Pending: when cells of other workers have no record yet.
+      ValueError: for a repeated seed (naming it) or a bad ``worker``.
     """
     index, count = WORKER if worker is None else worker
     if not 0 <= index < count:
         raise ValueError(f"worker must be (index, count) with 0 <= index < count, got {worker}")
+    require_distinct_seeds(seeds, "seeds")
     cells = [(arm, seed) for seed in seeds for arm in arms]
     records: dict[tuple[str, int], dict] = {}
     for position, (arm, seed) in enumerate(cells):

@@ -9,6 +9,7 @@ every config); a study's ``validate_config`` uses ``require_*`` for names and ra
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import ml_collections
@@ -148,6 +149,41 @@ def require_nonempty(config: ml_collections.ConfigDict, *keys: str, prefix: str 
     for key in keys:
         if not tuple(config[key]):
             raise ValueError(f"{prefix}.{key} must not be empty, got {config[key]!r}")
+
+
+def require_distinct_seeds(seeds: Iterable[int], name: str) -> None:
+    """Checks that no seed of ``seeds`` repeats: a repeated seed is one measurement counted
+    twice, which would shrink a claim's interval with no new evidence.
+
+    Raises:
+      ValueError: naming ``name``, the repeated seed and the seeds.
+
+    Example:
+      >>> require_distinct_seeds((0, 1, 0), "config.seeds")
+      Traceback (most recent call last):
+      ...
+      ValueError: config.seeds repeats seed 0 in (0, 1, 0): seeds must be distinct
+    """
+    seeds = tuple(seeds)
+    seen: set[int] = set()
+    for seed in seeds:
+        if seed in seen:
+            raise ValueError(f"{name} repeats seed {seed} in {seeds}: seeds must be distinct")
+        seen.add(seed)
+
+
+def check_seed_fields(config: ml_collections.ConfigDict, prefix: str = "config") -> None:
+    """``require_distinct_seeds`` on every field named ``seeds`` of ``config``, nested ones
+    included (``experiments.main`` runs it on every config).
+
+    Raises:
+      ValueError: naming the field and the repeated seed.
+    """
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            check_seed_fields(value, f"{prefix}.{key}")
+        elif key == "seeds" and isinstance(value, (tuple, list)):
+            require_distinct_seeds(value, f"{prefix}.{key}")
 
 
 def require(condition: bool, key: str, value: object, allowed: str, prefix: str = "config"):
