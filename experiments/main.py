@@ -41,10 +41,8 @@ writes the results.
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import importlib.util
-import json
 import os
 import shlex
 import sys
@@ -56,7 +54,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from configs.common import locate_field
-from experiments.core import ablation, records, sweep, verdicts
+from experiments.core import ablation, outputs, records, sweep, verdicts
+from experiments.core import status as run_status
 from experiments.core.validate import check_seed_fields, check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -95,7 +94,6 @@ _TEST = flags.DEFINE_string(
 )
 _MARGIN = flags.DEFINE_float("margin", 0.0, "The ablation's declared margin.")
 
-STATUS_FILE = "status.json"
 FAILED_FILE = "FAILED"
 SUMMARY_FILE = "summary.md"
 PREVIOUS_SUMMARY_FILE = "summary.previous.md"
@@ -131,35 +129,26 @@ def _package_path(name: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), name, "__init__.py")
 
 
-def _write_status(workdir: str, state: str, command: list[str] | None, **fields) -> None:
-    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    record = {"state": state, "time": now, "command": shlex.join(command or []), **fields}
-    # One temporary file per process: workers sharing a workdir (--worker=I/N) write at once.
-    temporary = os.path.join(workdir, f"{STATUS_FILE}.{os.getpid()}.tmp")
-    with open(temporary, "w") as handle:
-        json.dump(record, handle, indent=1)
-    os.replace(temporary, os.path.join(workdir, STATUS_FILE))
-
-
-def _start(workdir: str, command: list[str] | None) -> None:
-    """Marks ``workdir`` as running: the previous run's summary is renamed (it describes a run
-    that is no longer the latest) and an old ``FAILED`` note goes."""
-    summary = os.path.join(workdir, SUMMARY_FILE)
-    if os.path.exists(summary):
-        os.replace(summary, os.path.join(workdir, PREVIOUS_SUMMARY_FILE))
+def _start(workdir: str, status: run_status.Status) -> None:
+    """Marks ``workdir`` (created if missing) as running: an old ``FAILED`` note goes, and a
+    previous run that died without a word (SIGKILL, a lost machine) is named."""
+    os.makedirs(workdir, exist_ok=True)
+    previous = run_status.read(workdir)
+    if previous is not None and previous["state"] == "dead":
+        print(f"the previous run in {workdir} died: {previous['dead_because']}", flush=True)
     failed = os.path.join(workdir, FAILED_FILE)
     if os.path.exists(failed):
         os.remove(failed)
-    _write_status(workdir, "running", command)
+    status.set("running")
 
 
-def _fail(workdir: str, command: list[str] | None, error: BaseException) -> None:
+def _fail(workdir: str, status: run_status.Status, error: BaseException) -> None:
     """Marks ``workdir`` as failed (or interrupted) with the error and how to go on."""
     # SystemExit: the trainer's TrainingInterrupted (SIGINT/SIGTERM after a checkpoint).
     interrupted = isinstance(error, (KeyboardInterrupt, SystemExit))
     state = "interrupted" if interrupted else "failed"
     message = str(error) or type(error).__name__
-    _write_status(workdir, state, command, error=f"{type(error).__name__}: {message}")
+    status.set(state, error=f"{type(error).__name__}: {message}")
     lines = [
         f"This run {state}: {type(error).__name__}: {message}",
         "Results in this folder are incomplete; summary.md (if any) is not from this run.",
@@ -167,8 +156,13 @@ def _fail(workdir: str, command: list[str] | None, error: BaseException) -> None
     ]
     if not interrupted:
         lines += ["", "".join(traceback.format_exception(error)).rstrip()]
-    with open(os.path.join(workdir, FAILED_FILE), "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+    outputs.write_text(os.path.join(workdir, FAILED_FILE), "\n".join(lines) + "\n")
+
+
+def _wait(status: run_status.Status, pending: sweep.Pending) -> None:
+    """This worker leaves a shared sweep with cells of other workers missing: says which."""
+    print(f"this worker's cells are done; {pending}", flush=True)
+    status.set("waiting", missing=[list(cell) for cell in pending.missing])
 
 
 def run_experiment(config, workdir: str | None = None, *, command: list[str] | None = None) -> dict:
@@ -176,9 +170,11 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
     ``workdirs/<name>``); returns its summary.
 
     ``command``, the command line that reproduces the run, is recorded in
-    ``workdir/command.txt`` (for the results page) and ``workdir/status.json``. If the run
-    raises (or is interrupted), ``status.json`` and a ``FAILED`` file say so before the error
-    propagates.
+    ``workdir/command.txt`` (for the results page) and ``workdir/status.json``
+    (``experiments.core.status``: state, process, host and heartbeat). If the run raises (or is
+    interrupted), ``status.json`` and a ``FAILED`` file say so before the error propagates; a
+    worker that leaves a shared sweep before every cell has a record marks it ``waiting``, with
+    the missing cells, and returns ``{}``.
 
     Raises:
       ValueError, TypeError: for an invalid config (before anything is written).
@@ -186,31 +182,34 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
     validate_config(config)
     name = config.experiment
     workdir = workdir or os.path.join("workdirs", name)
+    status = run_status.Status(workdir, command)
     writer = jax.process_index() == 0
     if writer:
-        os.makedirs(workdir, exist_ok=True)
         if command is not None:
-            with open(os.path.join(workdir, "command.txt"), "w") as handle:
-                handle.write(shlex.join(command) + "\n")
-        _start(workdir, command)
+            outputs.write_text(os.path.join(workdir, "command.txt"), shlex.join(command) + "\n")
+        summary = os.path.join(workdir, SUMMARY_FILE)
+        if os.path.exists(summary):  # it describes a run that is no longer the latest
+            os.replace(summary, os.path.join(workdir, PREVIOUS_SUMMARY_FILE))
+        _start(workdir, status)
     module = importlib.import_module(f"experiments.{name}")
-    try:
+    with status:
         try:
-            measured = module.measure(config, workdir)
-        except sweep.Pending as pending:
-            print(f"this worker's cells are done; {pending}")
-            return {}
-        records.write(workdir, measured)
-        result = module.report(measured, config, workdir)
-    except BaseException as error:
+            try:
+                measured = module.measure(config, workdir)
+            except sweep.Pending as pending:
+                _wait(status, pending)
+                return {}
+            records.write(workdir, measured)
+            result = module.report(measured, config, workdir)
+        except BaseException as error:
+            if writer:
+                _fail(workdir, status, error)
+            raise
         if writer:
-            _fail(workdir, command, error)
-        raise
-    if writer:
-        previous = os.path.join(workdir, PREVIOUS_SUMMARY_FILE)
-        if os.path.exists(previous):
-            os.remove(previous)
-        _write_status(workdir, "done", command)
+            previous = os.path.join(workdir, PREVIOUS_SUMMARY_FILE)
+            if os.path.exists(previous):
+                os.remove(previous)
+        status.set("done")
     return result
 
 
@@ -226,24 +225,36 @@ def parse_worker(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def run_ablation(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir``."""
+def run_ablation(config: ml_collections.ConfigDict, workdir: str, command: list[str]) -> None:
+    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir``, with its
+    ``status.json`` (as ``run_experiment``'s)."""
     if not _METRIC.value:
         raise app.UsageError("--sweep needs --metric (a key of the study's headline numbers)")
-    try:
-        ablation.run(
-            config,
-            workdir,
-            sweep_text=str(_SWEEP.value),
-            seeds_text=_SEEDS.value,
-            metric=_METRIC.value,
-            seed_field=_SEED_FIELD.value,
-            compare=_COMPARE.value,
-            test=_TEST.value,
-            margin=_MARGIN.value,
-        )
-    except sweep.Pending as pending:
-        print(f"this worker's cells are done; {pending}")
+    status = run_status.Status(workdir, command)
+    writer = jax.process_index() == 0
+    if writer:
+        _start(workdir, status)
+    with status:
+        try:
+            ablation.run(
+                config,
+                workdir,
+                sweep_text=str(_SWEEP.value),
+                seeds_text=_SEEDS.value,
+                metric=_METRIC.value,
+                seed_field=_SEED_FIELD.value,
+                compare=_COMPARE.value,
+                test=_TEST.value,
+                margin=_MARGIN.value,
+            )
+        except sweep.Pending as pending:
+            _wait(status, pending)
+            return
+        except BaseException as error:
+            if writer:
+                _fail(workdir, status, error)
+            raise
+        status.set("done")
 
 
 def initialize_distributed() -> None:
@@ -332,7 +343,7 @@ def main(argv: list[str]) -> None:
     workdir = _WORKDIR.value or os.path.join("workdirs", default)
     try:
         if ablating:
-            run_ablation(config, workdir)
+            run_ablation(config, workdir, command)
         else:
             run_experiment(config, workdir, command=command)
     except KeyboardInterrupt:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from configs import kernel_mse as kernel_mse_config
-from experiments.core import ablation, verdicts
+from experiments.core import ablation, status, verdicts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMAND = [
@@ -46,6 +46,7 @@ def test_an_ablation_records_every_cell_reports_the_pair_and_resumes(tmp_path):
     stored = verdicts.read(str(workdir))["ablation"]
     assert stored.claim == "num_features=16 vs 8 on ratio_simplex"
     report = (workdir / "ablation.md").read_text()
+    assert status.read(str(workdir))["state"] == "done"  # ablations keep a status too
     assert stored.sentence() in report and "ratio_simplex" in printed
     # An ablation of a quick variant is not powered either (its verdict cannot refute): it
     # says so, and which config is sized to resolve the claim.

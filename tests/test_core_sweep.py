@@ -66,3 +66,15 @@ def test_a_repeated_seed_is_refused_naming_it(tmp_path):
     with pytest.raises(ValueError, match=r"seeds repeats seed 3 in \(3, 4, 3\)"):
         sweep.run(str(tmp_path), ["a"], [3, 4, 3], measuring([]), {})
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("content", ['{"settings": {"lr": 0.1}, "run": {"val', "{}", "[1]"])
+def test_an_unreadable_record_is_named_and_measured_again(tmp_path, capsys, content):
+    calls = []
+    sweep.run(str(tmp_path), ["a"], [0], measuring(calls), {"lr": 0.1})
+    path = tmp_path / "runs" / "a_seed0" / "result.json"
+    path.write_text(content)  # cut short by a kill, or not a record
+    done = sweep.run(str(tmp_path), ["a"], [0], measuring(calls), {"lr": 0.1})
+    assert calls == [("a", 0), ("a", 0)] and done[0]["value"] == 1
+    assert f"{path}: unreadable record" in capsys.readouterr().out
+    assert json.loads(path.read_text())["run"]["value"] == 1

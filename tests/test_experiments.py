@@ -172,6 +172,7 @@ def test_a_failed_run_is_marked_and_the_previous_summary_no_longer_looks_current
         run_experiment(kernel_mse_config.get_config("quick"), str(workdir), command=["cmd"])
     status = json.loads((workdir / "status.json").read_text())
     assert status["state"] == "failed" and "RuntimeError: disk full" in status["error"]
+    assert status["pid"] == os.getpid() and {"host", "heartbeat"} <= set(status)
     assert "disk full" in (workdir / "FAILED").read_text()
     assert not (workdir / "summary.md").exists()
     assert (workdir / "summary.previous.md").read_text() == "results of an earlier run\n"
@@ -201,10 +202,11 @@ def test_the_installed_distribution_holds_only_the_library(tmp_path):
 
 
 def _write_status_repeatedly(workdir: str) -> None:
-    from experiments.main import _write_status
+    from experiments.core import status
 
+    writer = status.Status(workdir, ["worker"])
     for _ in range(500):
-        _write_status(workdir, "running", ["worker"])
+        writer.set("waiting", missing=[])
 
 
 @pytest.mark.integration
@@ -221,5 +223,5 @@ def test_workers_sharing_a_workdir_write_its_status_at_once(tmp_path):
     for worker in workers:
         worker.join()
     assert [worker.exitcode for worker in workers] == [0, 0]
-    assert json.loads((tmp_path / "status.json").read_text())["state"] == "running"
+    assert json.loads((tmp_path / "status.json").read_text())["state"] == "waiting"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["status.json"]

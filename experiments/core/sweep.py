@@ -48,12 +48,19 @@ def run_dir(workdir: str, arm: str, seed: int) -> str:
 
 def read(directory: str, settings: Mapping[str, Any]) -> dict | None:
     """The record in ``directory`` when it was made under ``settings`` (as JSON stores them);
-    None when there is none or it was made under other settings."""
+    None when there is none, it was made under other settings or it cannot be read (a file cut
+    short or not a record: reported with its path)."""
     path = os.path.join(directory, RECORD_FILE)
     if not os.path.exists(path):
         return None
-    with open(path) as handle:
-        stored = json.load(handle)
+    try:
+        with open(path) as handle:
+            stored = json.load(handle)
+        if not (isinstance(stored, dict) and {"settings", "run"} <= set(stored)):
+            raise ValueError("not a record: it needs 'settings' and 'run'")
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        print(f"{path}: unreadable record ({error}); measuring the cell again", flush=True)
+        return None
     if stored["settings"] != json.loads(json.dumps(settings)):
         print(f"{path}: recorded under other settings; measuring the cell again")
         return None
