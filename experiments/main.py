@@ -87,7 +87,13 @@ _WORKER = flags.DEFINE_string(
     "worker",
     "0/1",
     "I/N: this process measures every N-th sweep cell from I (independent "
-    "processes sharing a workdir; the last to finish reports).",
+    "processes sharing a workdir; one that sees every record reports).",
+)
+_WORKER_WAIT = flags.DEFINE_float(
+    "worker_wait",
+    sweep.WAIT_SECONDS,
+    "Seconds a worker waits, after its own cells, for the other workers' cells before it "
+    "leaves (status 'waiting'); the last to see every record reports.",
 )
 _TEST = flags.DEFINE_string(
     "test", "greater", "The ablation's declared claim test (second vs first)."
@@ -174,7 +180,8 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
     (``experiments.core.status``: state, process, host and heartbeat). If the run raises (or is
     interrupted), ``status.json`` and a ``FAILED`` file say so before the error propagates; a
     worker that leaves a shared sweep before every cell has a record marks it ``waiting``, with
-    the missing cells, and returns ``{}``.
+    the missing cells, and returns ``{}``, as does a worker that sees every record after another
+    one reported them (``sweep.reporting``: exactly one worker reports).
 
     Raises:
       ValueError, TypeError: for an invalid config (before anything is written).
@@ -199,8 +206,13 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
             except sweep.Pending as pending:
                 _wait(status, pending)
                 return {}
-            records.write(workdir, measured)
-            result = module.report(measured, config, workdir)
+            result = {}
+            with sweep.reporting(workdir) as reporter:
+                if reporter:
+                    records.write(workdir, measured)
+                    result = module.report(measured, config, workdir)
+                else:
+                    print("every cell is recorded; another worker wrote the report", flush=True)
         except BaseException as error:
             if writer:
                 _fail(workdir, status, error)
@@ -225,28 +237,22 @@ def parse_worker(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def run_ablation(config: ml_collections.ConfigDict, workdir: str, command: list[str]) -> None:
-    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir``, with its
-    ``status.json`` (as ``run_experiment``'s)."""
-    if not _METRIC.value:
-        raise app.UsageError("--sweep needs --metric (a key of the study's headline numbers)")
+def run_ablation(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    command: list[str] | None = None,
+    **arguments,
+) -> None:
+    """``--sweep``: ``experiments.core.ablation.run(config, workdir, **arguments)`` with the
+    ``status.json`` (and ``FAILED`` note) of ``run_experiment``; a worker that leaves before
+    every cell has a record marks it ``waiting``."""
     status = run_status.Status(workdir, command)
     writer = jax.process_index() == 0
     if writer:
         _start(workdir, status)
     with status:
         try:
-            ablation.run(
-                config,
-                workdir,
-                sweep_text=str(_SWEEP.value),
-                seeds_text=_SEEDS.value,
-                metric=_METRIC.value,
-                seed_field=_SEED_FIELD.value,
-                compare=_COMPARE.value,
-                test=_TEST.value,
-                margin=_MARGIN.value,
-            )
+            ablation.run(config, workdir, **arguments)
         except sweep.Pending as pending:
             _wait(status, pending)
             return
@@ -338,12 +344,28 @@ def main(argv: list[str]) -> None:
         _stop_on_invalid_config(str(error))
     command = ["python", "-m", "experiments.main", *sys.argv[1:]]
     sweep.WORKER = parse_worker(_WORKER.value)
+    sweep.WAIT_SECONDS = _WORKER_WAIT.value
     ablating = bool(_SWEEP.value)
     default = config.experiment + ("_ablation" if ablating else "")
     workdir = _WORKDIR.value or os.path.join("workdirs", default)
     try:
         if ablating:
-            run_ablation(config, workdir, command)
+            if not _METRIC.value:
+                raise app.UsageError(
+                    "--sweep needs --metric (a key of the study's headline numbers)"
+                )
+            run_ablation(
+                config,
+                workdir,
+                command,
+                sweep_text=str(_SWEEP.value),
+                seeds_text=_SEEDS.value,
+                metric=_METRIC.value,
+                seed_field=_SEED_FIELD.value,
+                compare=_COMPARE.value,
+                test=_TEST.value,
+                margin=_MARGIN.value,
+            )
         else:
             run_experiment(config, workdir, command=command)
     except KeyboardInterrupt:

@@ -9,7 +9,8 @@ written atomically (``outputs.write_json``), by process 0 of a multi-process run
 
 A process killed with SIGKILL (or a lost machine) cannot say that it stopped, so ``read``
 judges a ``running`` status: it reads as ``dead`` when its process no longer exists (on this
-host) or its heartbeat is older than ``STALE_HEARTBEATS`` intervals (on any host).
+host) or its heartbeat is older than ``STALE_HEARTBEATS`` intervals and ``STALE_MIN_SECONDS``
+(on any host).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from experiments.core import outputs
 
 STATUS_FILE = "status.json"
 HEARTBEAT_SECONDS = 30.0
-STALE_HEARTBEATS = 4  # a running status whose heartbeat missed this many intervals is dead
+STALE_HEARTBEATS = 4  # a running status whose heartbeat missed this many intervals is dead,
+STALE_MIN_SECONDS = 60.0  # and at least this long (a busy machine delays a beat)
 STATES = ("running", "done", "failed", "interrupted", "waiting")
 
 
@@ -35,7 +37,7 @@ def _now() -> datetime.datetime:
 
 
 def _timestamp(moment: datetime.datetime) -> str:
-    return moment.isoformat(timespec="seconds")
+    return moment.isoformat(timespec="milliseconds")
 
 
 class Status:
@@ -124,7 +126,7 @@ def _process_exists(pid: int) -> bool:
 def read(workdir: str) -> dict | None:
     """The status of ``workdir`` (None if it has none), with ``state`` ``dead`` (and the
     reason in ``dead_because``) for a ``running`` status whose process is gone from this host
-    or whose heartbeat is older than ``STALE_HEARTBEATS`` intervals.
+    or whose heartbeat is older than ``STALE_HEARTBEATS`` intervals (and ``STALE_MIN_SECONDS``).
 
     Raises:
       ValueError: naming the file, if it is not a status JSON object.
@@ -154,6 +156,6 @@ def _death(status: dict) -> str:
     beat = datetime.datetime.fromisoformat(status["heartbeat"])
     silent = (_now() - beat).total_seconds()
     interval = float(status.get("heartbeat_seconds", HEARTBEAT_SECONDS))
-    if silent > STALE_HEARTBEATS * interval:
+    if silent > max(STALE_HEARTBEATS * interval, STALE_MIN_SECONDS):
         return f"its last heartbeat was {silent:.0f} s ago (every {interval:g} s expected)"
     return ""
