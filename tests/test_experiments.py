@@ -132,6 +132,18 @@ def test_validation_checks_types_and_names_of_every_experiment():
         validate_config(config)
 
 
+def test_validation_runs_the_checks_a_run_would_hit():
+    """kernel_mse at dim = 1 passed validation and failed mid-run in the simplex sampler."""
+    config = kernel_mse_config.get_config("quick")
+    config.dim = 1
+    with pytest.raises(ValueError, match=r"config\.couplings: coupling 'simplex' cannot draw .*"):
+        validate_config(config)
+    config = kernel_mse_config.get_config("quick")
+    config.dim, config.num_features = 10**9, 4
+    with pytest.raises(ValueError, match=r"the cap is 2 GiB"):
+        validate_config(config)
+
+
 def test_validation_refuses_a_repeated_seed_in_every_config_with_seeds():
     checked = []
     for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import jax
 import ml_collections
 
 from configs.common import TUPLE_SYNTAX
@@ -149,6 +150,35 @@ def require_nonempty(config: ml_collections.ConfigDict, *keys: str, prefix: str 
     for key in keys:
         if not tuple(config[key]):
             raise ValueError(f"{prefix}.{key} must not be empty, got {config[key]!r}")
+
+
+def require_couplings_draw(
+    config: ml_collections.ConfigDict,
+    key: str,
+    dim: int,
+    num_features: int,
+    prefix: str = "config",
+) -> None:
+    """Checks that every coupling ``config[key]`` names (one, or a tuple) can draw a
+    ``(num_features, dim)`` projection: runs each sampler's own checks (its minimum dimension,
+    the size caps, a family's rank) on abstract values, ``jax.eval_shape``, which draws and
+    compiles nothing, so that a config fails before the run rather than in it.
+
+    Raises:
+      ValueError: naming the field, the coupling, the sizes and the sampler's message.
+    """
+    from rfjax import projections  # here: configs without couplings need no rfjax
+
+    value = config[key]
+    for name in value if isinstance(value, (tuple, list)) else (value,):
+        sampler = projections.get(name)
+        try:
+            jax.eval_shape(lambda k, s=sampler: s(k, dim, num_features), jax.random.key(0))
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"{prefix}.{key}: coupling {name!r} cannot draw {num_features} features of "
+                f"dimension {dim}: {error}"
+            ) from None
 
 
 def require_distinct_seeds(seeds: Iterable[int], name: str) -> None:

@@ -9,13 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_float_dtype, check_int, check_key
+from rfjax._validation import check_array_size, check_float_dtype, check_int, check_key
 from rfjax.projections._base import DenseProjection
+
+
+def _sieve_length(count: int) -> int:
+    """The sieve that holds the first ``count`` primes: past the prime-counting bound."""
+    return max(16, int(count * (np.log(count + 1) + np.log(np.log(count + 3)) + 3))) + 1
 
 
 def first_primes(count: int) -> np.ndarray:
     """The first ``count`` primes, by a sieve sized with the prime-counting bound."""
-    limit = max(16, int(count * (np.log(count + 1) + np.log(np.log(count + 3)) + 3)))
+    limit = _sieve_length(count) - 1
     sieve = np.ones(limit + 1, dtype=bool)
     sieve[:2] = False
     for p in range(2, int(limit**0.5) + 1):
@@ -103,4 +108,9 @@ def halton(
     dim = check_int("dim", dim, minimum=1)
     num_features = check_int("num_features", num_features, minimum=1)
     dtype = check_float_dtype("dtype", dtype)
+    arguments = {"dim": dim, "num_features": num_features}
+    check_array_size("the Halton points", (num_features, dim), np.float64, arguments)
+    check_array_size(
+        "the sieve of the first d primes", (_sieve_length(dim),), np.bool_, {"dim": dim}
+    )
     return DenseProjection(_halton(key, dim, num_features, dtype), block_size=num_features)
