@@ -79,6 +79,9 @@ def test_a_write_that_fails_midway_leaves_the_previous_file(tmp_path):
         outputs.write_json(path, {"run": 2, "bad": object()})  # json.dump fails after "run"
     assert json.loads(pathlib.Path(path).read_text()) == {"run": 1}
     assert os.listdir(tmp_path / "runs") == ["result.json"]  # no temporary file left
+    plain = tmp_path / "plain.json"
+    plain.write_text("{}")  # the mode open(path, "w") gives, not the temporary file's 0o600
+    assert os.stat(path).st_mode == os.stat(plain).st_mode
 
 
 _WRITE_FOREVER = """

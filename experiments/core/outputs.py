@@ -31,6 +31,10 @@ def is_writer() -> bool:
     return jax.process_index() == 0
 
 
+_UMASK = os.umask(0o022)  # read once (os.umask can only set it), then restored
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def replacing(path: str, newline: str | None = None) -> Iterator[IO[str]]:
     """A text handle whose content replaces ``path`` at once when the block ends (creating its
@@ -43,6 +47,7 @@ def replacing(path: str, newline: str | None = None) -> Iterator[IO[str]]:
         dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
     )
     try:
+        os.chmod(temporary, 0o666 & ~_UMASK)  # as open(path, "w") would (mkstemp: 0o600)
         with os.fdopen(descriptor, "w", newline=newline) as handle:
             yield handle
             handle.flush()
