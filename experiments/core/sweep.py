@@ -142,10 +142,13 @@ def start_cell(workdir: str, arm: str, seed: int, settings: Mapping[str, Any]) -
     folder with this identity is kept as it is, to be resumed). Returns the folder."""
     directory = run_dir(workdir, arm, seed)
     expected = identity(settings, arm, seed)
+    if not outputs.is_writer():
+        _wait_for_identity(directory, expected)  # process 0 readies the folder
+        return directory
     made = cell(directory)
     if made == expected:
         return directory
-    if os.path.isdir(directory) and os.listdir(directory) and outputs.is_writer():
+    if os.path.isdir(directory) and os.listdir(directory):
         why = "; ".join(records.differences(made, expected)) if made else "no cell.json"
         destination = _superseded_path(workdir, os.path.basename(directory))
         os.makedirs(os.path.dirname(destination), exist_ok=True)
@@ -157,6 +160,20 @@ def start_cell(workdir: str, arm: str, seed: int, settings: Mapping[str, Any]) -
         )
     outputs.write_json(os.path.join(directory, CELL_FILE), expected)
     return directory
+
+
+def _wait_for_identity(directory: str, expected: dict, timeout_s: float = 600.0) -> None:
+    """Waits (the other processes of a multi-process run, on shared storage) until process 0
+    has readied ``directory`` for the cell: its ``cell.json`` holds ``expected``. A file, not a
+    collective: Orbax runs collectives of its own in background threads."""
+    deadline = time.monotonic() + timeout_s
+    while cell(directory) != expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{os.path.join(directory, CELL_FILE)} did not get this cell's identity in "
+                f"{timeout_s:.0f} s (process 0 writes it on storage every process sees)"
+            )
+        time.sleep(0.05)
 
 
 def _superseded_path(workdir: str, name: str) -> str:
@@ -207,21 +224,44 @@ def run(
     def cell_settings(arm: str) -> Mapping[str, Any]:
         return settings(arm) if callable(settings) else settings
 
-    found: dict[tuple[str, int], dict] = {}
-    for position, (arm, seed) in enumerate(cells):
-        if position % count != index:
-            continue
-        directory = run_dir(workdir, arm, seed)
-        record = read(directory, cell_settings(arm), arm=arm, seed=seed)
-        if record is None:
-            start_cell(workdir, arm, seed, cell_settings(arm))
-            began = time.perf_counter()
-            with _whole_cell():
-                record = {**measure(arm, seed, directory), "arm": arm, "seed": seed}
-            record.setdefault("seconds", time.perf_counter() - began)
-            write(directory, cell_settings(arm), record, arm=arm, seed=seed)
-        found[arm, seed] = record
-    deadline = time.monotonic() + (WAIT_SECONDS if wait_s is None else wait_s)
+    own = [cell for position, cell in enumerate(cells) if position % count == index]
+    found = {
+        (arm, seed): _measured(workdir, arm, seed, measure, cell_settings(arm)) for arm, seed in own
+    }
+    wait = WAIT_SECONDS if wait_s is None else wait_s
+    return _with_others(workdir, cells, found, cell_settings, time.monotonic() + wait)
+
+
+def _measured(
+    workdir: str,
+    arm: str,
+    seed: int,
+    measure: Callable[[str, int, str], Mapping[str, Any]],
+    settings: Mapping[str, Any],
+) -> dict:
+    """The record of the cell ``(arm, seed)``: read, or measured and stored."""
+    directory = run_dir(workdir, arm, seed)
+    record = read(directory, settings, arm=arm, seed=seed)
+    if record is None:
+        start_cell(workdir, arm, seed, settings)
+        began = time.perf_counter()
+        with _whole_cell():
+            record = {**measure(arm, seed, directory), "arm": arm, "seed": seed}
+        record.setdefault("seconds", time.perf_counter() - began)
+        write(directory, settings, record, arm=arm, seed=seed)
+    return record
+
+
+def _with_others(
+    workdir: str,
+    cells: list[tuple[str, int]],
+    found: dict[tuple[str, int], dict],
+    cell_settings: Callable[[str], Mapping[str, Any]],
+    deadline: float,
+) -> list[dict]:
+    """Every cell's record in cell order, re-reading the other workers' cells every
+    ``POLL_SECONDS`` until all have one; ``Pending`` with those still missing at ``deadline``
+    (a ``time.monotonic`` time)."""
     while True:
         for arm, seed in cells:
             if (arm, seed) not in found:
@@ -229,9 +269,9 @@ def run(
                 record, _ = _load(run_dir(workdir, arm, seed), expected)
                 if record is not None:
                     found[arm, seed] = record
-        missing = [c for c in cells if c not in found]
+        missing = [cell for cell in cells if cell not in found]
         if not missing:
-            return [{**found[c], "arm": c[0], "seed": c[1]} for c in cells]
+            return [{**found[arm, seed], "arm": arm, "seed": seed} for arm, seed in cells]
         if time.monotonic() >= deadline:
             raise Pending(missing)
         time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0)))
