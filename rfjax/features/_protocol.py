@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+from rfjax._validation import check_int
 from rfjax.projections import Projection
 
 Side = Literal["query", "key"]
@@ -94,8 +95,10 @@ class FeatureMap(abc.ABC):
 
     def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
         """The map with its random parameters drawn (and fitted ones at their start); default
-        ``self`` (no parameters). ``key`` must be independent of the projection's."""
-        del key, dim, dtype
+        ``self`` (no parameters). ``key`` must be independent of the projection's; ``dim`` is
+        the input dimension d >= 1."""
+        del key, dtype
+        check_int("dim", dim, minimum=1)
         return self
 
     def fit(self, key: jax.Array, queries: jax.Array, keys: jax.Array) -> FeatureMap:
