@@ -135,8 +135,43 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
         outputs.append(out)
     assert int(cache["cache_index"]) == LENGTH
     np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="one token per call"):
+    with pytest.raises(ValueError, match="starts a sequence: the cache must be empty"):
         module.apply({**params, "cache": cache}, x[:, :2], rngs=RNGS, mutable=["cache"])
+
+
+@pytest.mark.parametrize("kind", ["performer", "exact"])
+def test_prefill_then_a_compiled_loop_equals_causal_attention(kind):
+    # A prompt at once (FAVOR's chunked form / the key-value cache filled), then a lax.scan of
+    # steps without the projection stream (the cache's projection), against the causal forward
+    # pass (which the steps one call at a time equal: the test above).
+    x, _ = _inputs()
+    prompt = 4
+    module = _performer(decode=True, attention_kind=kind)
+    variables = module.init({"params": jax.random.key(1), **RNGS}, x)
+    params = {"params": variables["params"]}
+    expected = _performer(causal=True, attention_kind=kind).apply(params, x, rngs=RNGS)
+    out, state = module.apply(
+        {**params, "cache": variables["cache"]}, x[:, :prompt], rngs=RNGS, mutable=["cache"]
+    )
+    np.testing.assert_allclose(out, expected[:, :prompt], rtol=1e-5, atol=1e-6)
+
+    def step(cache, token):
+        out, state = module.apply({**params, "cache": cache}, token[:, None], mutable=["cache"])
+        return state["cache"], out[:, 0]
+
+    cache, looped = jax.jit(lambda c, xs: jax.lax.scan(step, c, xs))(
+        state["cache"], jnp.moveaxis(x[:, prompt:], 1, 0)
+    )
+    assert int(cache["cache_index"]) == LENGTH
+    np.testing.assert_allclose(
+        jnp.moveaxis(looped, 0, 1), expected[:, prompt:], rtol=1e-5, atol=1e-5
+    )
+    if kind == "exact":  # a traced cache index is checked at run time
+        prefill = jax.jit(
+            lambda c: module.apply({**params, "cache": c}, x[:, :2], mutable=["cache"])
+        )
+        with pytest.raises(Exception, match="starts a sequence: the cache must be empty"):
+            jax.block_until_ready(prefill(cache))
 
 
 def test_exact_decode_keeps_flax_cache_and_outputs():
