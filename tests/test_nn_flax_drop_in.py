@@ -174,6 +174,30 @@ def test_prefill_then_a_compiled_loop_equals_causal_attention(kind):
             jax.block_until_ready(prefill(cache))
 
 
+@pytest.mark.parametrize("kind", ["performer", "exact"])
+def test_decoding_isolates_a_non_finite_token_as_the_forward_pass_does(kind):
+    # Token 2 of sequence 0 holds a NaN: the rows that attend to it (2 and later) are NaN, the
+    # others as without it, in the prefill and in the steps after it.
+    x = _inputs()[0].at[0, 2, 0].set(jnp.nan)
+    module = _performer(decode=True, attention_kind=kind)
+    variables = module.init({"params": jax.random.key(1), **RNGS}, x)
+    params = {"params": variables["params"]}
+    expected = _performer(causal=True, attention_kind=kind).apply(params, x, rngs=RNGS)
+    out, state = module.apply(
+        {**params, "cache": variables["cache"]}, x[:, :4], rngs=RNGS, mutable=["cache"]
+    )
+    outputs = [out]
+    for t in range(4, LENGTH):
+        out, state = module.apply({**params, **state}, x[:, t : t + 1], mutable=["cache"])
+        outputs.append(out)
+    decoded = np.asarray(jnp.concatenate(outputs, axis=1))
+    poisoned = np.zeros((BATCH, LENGTH), bool)
+    poisoned[0, 2:] = True
+    np.testing.assert_array_equal(np.isnan(decoded).any(-1), poisoned)
+    np.testing.assert_array_equal(np.isnan(expected).any(-1), poisoned)
+    np.testing.assert_allclose(decoded[~poisoned], np.asarray(expected)[~poisoned], atol=1e-5)
+
+
 def test_exact_decode_keeps_flax_cache_and_outputs():
     x, _ = _inputs()
     ours = PerformerAttention(num_heads=HEADS, attention_kind="exact", decode=True)

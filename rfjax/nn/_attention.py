@@ -500,6 +500,8 @@ class PerformerAttention(nn.Module):
         if sow_weights:
             arguments["module"] = self
         attend = functools.partial(self.attention_fn, **arguments)
+        if decoding:  # the cache holds non-finite tokens as NaN keys (kv_cache_step)
+            return attend(query, key, value)
         return isolating_non_finite(attend, query, key, value, mask)
 
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):

@@ -458,6 +458,7 @@ class PerformerAttention(nnx.Module):
                 value,
                 mask,
                 causal and not decode,
+                decode,
                 deterministic,
                 rngs,
                 sow_weights,
@@ -540,10 +541,21 @@ class PerformerAttention(nnx.Module):
         )
 
     def _exact(
-        self, query, key, value, mask, causal, deterministic, rngs, sow_weights, input_positions
+        self,
+        query,
+        key,
+        value,
+        mask,
+        causal,
+        decode,
+        deterministic,
+        rngs,
+        sow_weights,
+        input_positions,
     ):
         """Flax's attention: ``attention_fn`` with the arguments ``nnx.MultiHeadAttention``
-        passes it."""
+        passes it; non-finite inputs isolated (``isolating_non_finite``; while decoding, by
+        the cache's NaN keys, ``kv_cache_step``)."""
         if mask is not None and mask.ndim == 2:
             mask = mask[:, None, None, :]
         dropout_rng = None
@@ -575,6 +587,8 @@ class PerformerAttention(nnx.Module):
             is_causal=causal,
             **positions,
         )
+        if decode:  # the cache holds non-finite tokens as NaN keys (kv_cache_step)
+            return attend(query, key, value)
         return isolating_non_finite(attend, query, key, value, mask, causal=causal)
 
     def _append_to_cache(self, key, value, mask):
