@@ -268,5 +268,9 @@ class PerformerLM(nn.Module):
             x = block()(x, projection_step=projection_step)
         hidden = nn.LayerNorm(dtype=self.dtype)(x)
         if targets is None:
-            return embed.attend(hidden)
+            # embed.attend's product written as a contraction over the table's feature axis:
+            # hidden @ table.T made a transposed copy of the (V, D) table at every decoded token
+            # (in the compiled loop of rfjax.nn.generate, where the table is an argument).
+            hidden, table = embed.promote_dtype(hidden, embed.embedding, dtype=embed.dtype)
+            return jnp.einsum("btd,vd->btv", hidden, table)
         return token_nll(hidden, embed.embedding, targets, self.loss_chunk)
