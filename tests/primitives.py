@@ -40,6 +40,16 @@ def primitives(jaxpr: jax.extend.core.Jaxpr) -> tuple[set[str], set[str]]:
     return outside, inside
 
 
+def equations(jaxpr: jax.extend.core.Jaxpr) -> list[jax.extend.core.JaxprEqn]:
+    """The equations of ``jaxpr``, nested jaxprs' included."""
+    found = []
+    for equation in jaxpr.eqns:
+        found.append(equation)
+        for sub in _sub_jaxprs(equation):
+            found += equations(sub)
+    return found
+
+
 def traced_primitives(fn, *args) -> tuple[set[str], set[str]]:
     """``primitives`` of ``fn``'s program for ``args``."""
     return primitives(jax.make_jaxpr(fn)(*args).jaxpr)

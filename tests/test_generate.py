@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from compile_counts import count_programs
-from primitives import DRAWS, KEYS, primitives
+from primitives import DRAWS, KEYS, equations, primitives
 
 from rfjax.nn import PerformerLM, generate
 
@@ -120,16 +120,23 @@ def test_one_program_compiled_once_per_number_of_tokens():
 
 
 def test_the_loop_step_derives_no_keys_and_draws_nothing():
-    # The scan body of the greedy program: the Performer reads its projection from the cache.
+    # The scan body of the greedy program: the Performer reads its projection from the cache,
+    # and the logits contract the embedding table without transposing it (a copy per token).
     model, params, prompt = _setup("performer")
     program = jax.make_jaxpr(
         lambda prompt: generate(model, params, prompt, NEW, rngs=RNGS, projection_step=STEP)
     )(prompt).jaxpr
     (jitted,) = [e for e in program.eqns if e.primitive.name == "jit"]  # generate's program
     (loop,) = [e for e in jitted.params["jaxpr"].jaxpr.eqns if e.primitive.name == "scan"]
-    outside, inside = primitives(loop.params["jaxpr"].jaxpr)
+    body = loop.params["jaxpr"].jaxpr
+    outside, inside = primitives(body)
     assert not KEYS & (outside | inside)
     assert "dot_general" in outside  # it is the model's step
+    table = (SIZES["vocab_size"], SIZES["embed_dim"])  # the logits' (V, D) table: not copied
+    transposes = [
+        e.invars[0].aval.shape for e in equations(body) if e.primitive.name == "transpose"
+    ]
+    assert table not in transposes
     assert primitives(program)[0] >= DRAWS  # the projection's draw, once, before the loop
 
 
