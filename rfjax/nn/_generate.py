@@ -84,7 +84,8 @@ def generate(
       ValueError: for a prompt that is not ``(B, P)`` with P >= 1, ``num_tokens`` < 1, a
         ``cache_length`` below P + N - 1, a temperature <= 0 (concrete) with a key, or
         ``rngs`` without the stream a Performer draws from.
-      TypeError: for a non-integer prompt, or a model without a ``decode`` attribute.
+      TypeError: for a non-integer prompt, a ``key`` that is not a PRNG key, or a model
+        without a ``decode`` attribute.
 
     Examples:
       >>> import jax, jax.numpy as jnp
