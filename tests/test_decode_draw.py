@@ -22,11 +22,37 @@ def _inputs():
     return jax.random.normal(jax.random.key(0), (BATCH, LENGTH, WIDTH)) * 0.5
 
 
+def _linen(**options) -> PerformerAttention:
+    return PerformerAttention(
+        num_heads=HEADS, num_features=16, coupling="orthogonal", redraw_interval=100, **options
+    )
+
+
+def _nnx() -> rnnx.PerformerAttention:
+    return rnnx.PerformerAttention(
+        HEADS,
+        WIDTH,
+        num_features=16,
+        coupling="orthogonal",
+        redraw_interval=100,
+        decode=True,
+        rngs=nnx.Rngs(0, projection=3),
+    )
+
+
+def _linen_steps(step, cache, x) -> jax.Array:
+    """The outputs of ``step(cache, token) -> (out, {"cache": ...})`` jitted, token by token."""
+    outputs = []
+    for t in range(LENGTH):
+        out, state = jax.jit(step)(cache, x[:, t : t + 1])
+        cache = state["cache"]
+        outputs.append(out)
+    return jnp.concatenate(outputs, axis=1)
+
+
 def test_linen_decoding_draws_only_when_the_keys_change():
     x = _inputs()
-    module = PerformerAttention(
-        num_heads=HEADS, num_features=16, coupling="orthogonal", redraw_interval=100, decode=True
-    )
+    module = _linen(decode=True)
     variables = module.init(jax.random.key(1), x)
     params, cache = {"params": variables["params"]}, variables["cache"]
     rngs = {"projection": jax.random.key(3)}
@@ -38,31 +64,16 @@ def test_linen_decoding_draws_only_when_the_keys_change():
 
     outside, inside = traced_primitives(step, cache, x[:, :1])
     assert not DRAWS & outside and inside >= DRAWS
-    outputs = []
-    for t in range(LENGTH):
-        out, state = jax.jit(step)(cache, x[:, t : t + 1])
-        cache = state["cache"]
-        outputs.append(out)
-    causal = PerformerAttention(
-        num_heads=HEADS, num_features=16, coupling="orthogonal", redraw_interval=100, causal=True
-    )
+    causal = _linen(causal=True)
     expected = causal.apply(params, x, rngs=rngs, projection_step=STEP)
-    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_linen_steps(step, cache, x), expected, rtol=1e-5, atol=1e-5)
     at_zero = causal.apply(params, x, rngs=rngs, projection_step=0)
     assert not np.allclose(at_zero, expected, atol=1e-3)  # the redraw mattered
 
 
 def test_nnx_decoding_draws_only_when_the_keys_change():
     x = _inputs()
-    layer = rnnx.PerformerAttention(
-        HEADS,
-        WIDTH,
-        num_features=16,
-        coupling="orthogonal",
-        redraw_interval=100,
-        decode=True,
-        rngs=nnx.Rngs(0, projection=3),
-    )
+    layer = _nnx()
     expected = layer(x, is_causal=True, decode=False, projection_step=STEP)
     layer.init_cache(x.shape)  # drawn at step 0: the first token redraws
 
@@ -83,9 +94,7 @@ def test_nnx_decoding_draws_only_when_the_keys_change():
 
 def test_linen_step_without_the_stream_reads_the_cached_projection():
     x = _inputs()
-    module = PerformerAttention(
-        num_heads=HEADS, num_features=16, coupling="orthogonal", redraw_interval=100, decode=True
-    )
+    module = _linen(decode=True)
     rngs = {"projection": jax.random.key(3)}
     variables = module.init({"params": jax.random.key(1), **rngs}, x, projection_step=STEP)
     params, cache = {"params": variables["params"]}, variables["cache"]
@@ -95,29 +104,13 @@ def test_linen_step_without_the_stream_reads_the_cached_projection():
 
     outside, inside = traced_primitives(step, cache, x[:, :1])
     assert not KEYS & (outside | inside)
-    outputs = []
-    for t in range(LENGTH):
-        out, state = jax.jit(step)(cache, x[:, t : t + 1])
-        cache = state["cache"]
-        outputs.append(out)
-    causal = PerformerAttention(
-        num_heads=HEADS, num_features=16, coupling="orthogonal", redraw_interval=100, causal=True
-    )
-    expected = causal.apply(params, x, rngs=rngs, projection_step=STEP)
-    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
+    expected = _linen(causal=True).apply(params, x, rngs=rngs, projection_step=STEP)
+    np.testing.assert_allclose(_linen_steps(step, cache, x), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_nnx_step_without_a_projection_step_reads_the_cached_projection():
     x = _inputs()
-    layer = rnnx.PerformerAttention(
-        HEADS,
-        WIDTH,
-        num_features=16,
-        coupling="orthogonal",
-        redraw_interval=100,
-        decode=True,
-        rngs=nnx.Rngs(0, projection=3),
-    )
+    layer = _nnx()
     expected = layer(x, is_causal=True, decode=False, projection_step=STEP)
     layer.init_cache(x.shape, projection_step=STEP)
     graph, state = nnx.split(layer)
