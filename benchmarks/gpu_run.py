@@ -14,7 +14,8 @@ Runs the steps (``--steps``, default all, always in this order) and writes into 
 * ``long_context`` -> ``performer_lm_workdir/`` and ``long_context/``: issue 31's benchmark on
   the GPU: ``configs/performer_lm.py``'s default trained (FAVOR and exact attention, for the
   perplexity and decoding rows), then ``benchmarks.long_context`` on one device at T = 512 ...
-  64k (its budget: the device's memory);
+  64k (its budget: the device's memory), FAVOR by ``--lm-implementation`` (default the fused
+  kernels, ``pallas_triton``);
 * ``fwht`` -> ``fwht_gpu.json``: ``benchmarks.fwht_gpu`` (n = 2^6 ... 2^15, float32 and
   bfloat16, every implementation as a ratio to a device copy; ``--fwht-args`` narrows it);
 * ``attention`` -> ``attention_gpu.json``: ``benchmarks.attention_gpu`` (FAVOR against cuDNN
@@ -108,6 +109,7 @@ def _long_context(python: str, out: pathlib.Path, seconds: float, args) -> dict:
     bench += ["--out", str(results), "--device-counts", "1", "--repeats", "5"]
     bench += ["--lengths", "4096", "16384", "32768", "65536"]
     bench += ["--crossover-lengths", "512", "1024", "2048"]
+    bench += ["--implementation", args.lm_implementation]
     steps["long_context"] = _step("long-context benchmark", bench, out / "run.log", 0.55 * seconds)
     return steps
 
@@ -137,6 +139,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="time for all the steps")
     parser.add_argument("--tests-k", default=GPU_TEST_SELECTION, help="pytest -k of the tests")
     parser.add_argument("--fwht-args", default="", help="more arguments of benchmarks.fwht_gpu")
+    parser.add_argument(
+        "--lm-implementation",
+        default="pallas_triton",
+        help="FAVOR's implementation in the long-context LM benchmark (auto: the XLA form)",
+    )
     parser.add_argument(
         "--attention-args",
         default="--profile 8 16384",

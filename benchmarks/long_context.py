@@ -434,12 +434,19 @@ def main() -> None:
         help="memory of the D devices together (default: 12 on CPU, one device's on accelerators)",
     )
     parser.add_argument("--decode-tokens", type=int, default=64)
+    parser.add_argument(
+        "--implementation",
+        default="auto",
+        help="FAVOR's implementation (favor_attention's: auto, xla, pallas_triton, ...)",
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=("steps", "perplexity", "decode"))
     args = parser.parse_args()
 
     from configs.performer_lm import get_config
 
     config: ml_collections.ConfigDict = get_config(args.config or None)
+    with config.unlocked():  # the benchmark's model only; the study's settings are unchanged
+        config.model.implementation = args.implementation
     _, vocabulary = load_ptb()
     vocab = len(vocabulary)
     budget = memory_budget(args.memory_budget_gib)

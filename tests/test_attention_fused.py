@@ -228,3 +228,21 @@ def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
     assert np.abs(fused - xla).max() <= bound
     for got, want in zip(fused_grads, xla_grads, strict=True):
         assert np.abs(got - want).max() <= 64 * u * np.abs(want).max()
+
+
+def test_layers_take_the_implementation():
+    """``rfjax.nn.PerformerAttention(implementation=...)`` (linen; NNX and PerformerLM pass it
+    on alike) runs the kernels for a causal layer: the same output as the XLA form."""
+    from rfjax.nn import PerformerAttention
+
+    x = jax.random.normal(jax.random.key(7), (1, 40, 16))
+    rngs = {"projection": jax.random.key(8)}
+    layers = {
+        name: PerformerAttention(
+            num_heads=2, num_features=16, causal=True, implementation=name, coupling="gaussian"
+        )
+        for name in ("xla", "pallas_interpret")
+    }
+    params = layers["xla"].init({"params": jax.random.key(9), **rngs}, x, x)
+    outs = {name: layer.apply(params, x, x, rngs=rngs) for name, layer in layers.items()}
+    assert_close(outs["pallas_interpret"], outs["xla"])

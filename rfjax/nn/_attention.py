@@ -144,6 +144,9 @@ class PerformerAttention(nn.Module):
       causal: causal (autoregressive) attention (a causal Flax mask also turns it on).
       redraw_interval: redraw the projection every this many steps (>= 1).
       chunk_size: chunk length of causal prefix sums.
+      implementation: ``favor_attention``'s: ``"auto"``, ``"xla"``, or fused Pallas kernels
+        (``"pallas_triton"``, ``"pallas_tpu"``, their interpret twins) for the maps they take;
+        decoding runs the XLA form.
       query_key_norm: score each head's query and key as tau q^.k^ (unit vectors, cosine
         attention with a learned per-head temperature tau > 0, parameter ``log_temperature``)
         instead of q.k / sqrt(H), for both kinds. The scores are then bounded, |tau q^.k^| <=
@@ -217,6 +220,7 @@ class PerformerAttention(nn.Module):
     causal: bool = False
     redraw_interval: int = 1000
     chunk_size: int = 128
+    implementation: str = "auto"
     eps: float | None = None
     sequence_axis: str | None = None
     query_key_norm: bool = False
@@ -561,4 +565,5 @@ class PerformerAttention(nn.Module):
             chunk_size=self.chunk_size,
             eps=self.eps,
             sequence_axis=self.sequence_axis,
+            implementation=self.implementation,
         )

@@ -277,9 +277,11 @@ def favor_heads(
     chunk_size: int,
     eps: float | None,
     sequence_axis: str | None = None,
+    implementation: str = "auto",
 ) -> jax.Array:
     """``favor_attention`` over ``(B, T, N, H)`` heads with a ``FavorMask`` (on the local shard
-    of a sequence split over the mesh axis ``sequence_axis``, if given)."""
+    of a sequence split over the mesh axis ``sequence_axis``, if given), by ``implementation``
+    (``favor_attention``'s)."""
     return by_causality(
         lambda causal: favor_attention(
             query,
@@ -292,6 +294,7 @@ def favor_heads(
             chunk_size=chunk_size,
             eps=eps,
             sequence_axis=sequence_axis,
+            implementation=implementation,
         ),
         mask.causal,
     )

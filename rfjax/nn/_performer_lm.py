@@ -153,8 +153,8 @@ class PerformerLM(nn.Module):
       num_layers, embed_dim, num_heads, mlp_dim: sizes (``embed_dim`` even and a multiple of
         ``num_heads``).
       attention_kind: ``"performer"`` or ``"exact"``.
-      feature_map, coupling, num_features, redraw_interval, chunk_size, query_key_norm, eps:
-        ``PerformerAttention``'s (performer only).
+      feature_map, coupling, num_features, redraw_interval, chunk_size, implementation,
+        query_key_norm, eps: ``PerformerAttention``'s (performer only).
       sequence_axis: the mesh axis that splits the sequence, or None.
       decode: decoding with a cache, one token per call after an optional prefill (see
         above).
@@ -189,6 +189,7 @@ class PerformerLM(nn.Module):
     num_features: int = 64
     redraw_interval: int = 1000
     chunk_size: int = 128
+    implementation: str = "auto"
     query_key_norm: bool = False
     eps: float | None = None
     sequence_axis: str | None = None
@@ -251,6 +252,7 @@ class PerformerLM(nn.Module):
             num_features=self.num_features,
             redraw_interval=self.redraw_interval,
             chunk_size=self.chunk_size,
+            implementation=self.implementation,
             query_key_norm=self.query_key_norm,
             eps=self.eps,
         )

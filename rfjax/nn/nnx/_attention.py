@@ -128,7 +128,7 @@ class PerformerAttention(nnx.Module):
         it applies to queries and keys before FAVOR (with the call's ``input_positions``);
         another function raises ``ValueError``.
       attention_kind, coupling, num_features, feature_map, causal, redraw_interval,
-        chunk_size, eps, query_key_norm, initial_temperature: as in
+        chunk_size, implementation, eps, query_key_norm, initial_temperature: as in
         ``rfjax.nn.PerformerAttention``.
       sequence_axis: the name of a mesh axis that splits the sequence (performer only), as in
         ``rfjax.nn.PerformerAttention``: the layer is called inside ``jax.shard_map`` on the
@@ -204,6 +204,7 @@ class PerformerAttention(nnx.Module):
         query_key_norm: bool = False,
         initial_temperature: float = 1.0,
         sequence_axis: str | None = None,
+        implementation: str = "auto",
     ) -> None:
         qkv_features = in_features if qkv_features is None else qkv_features
         self.head_dim = check_attributes(
@@ -252,6 +253,7 @@ class PerformerAttention(nnx.Module):
         self.causal = causal
         self.redraw_interval = redraw_interval
         self.chunk_size = chunk_size
+        self.implementation = implementation
         self.eps = eps
         self.query_key_norm = query_key_norm
         self.sequence_axis = sequence_axis
@@ -538,6 +540,7 @@ class PerformerAttention(nnx.Module):
             chunk_size=self.chunk_size,
             eps=self.eps,
             sequence_axis=self.sequence_axis,
+            implementation=self.implementation,
         )
 
     def _exact(
