@@ -219,7 +219,7 @@ class PerformerAttention(nn.Module):
     feature_map: str | FeatureMap = "positive"
     causal: bool = False
     redraw_interval: int = 1000
-    chunk_size: int = 128
+    chunk_size: int = 64
     implementation: str = "auto"
     eps: float | None = None
     sequence_axis: str | None = None

@@ -188,7 +188,7 @@ class PerformerLM(nn.Module):
     coupling: str = "orthogonal"
     num_features: int = 64
     redraw_interval: int = 1000
-    chunk_size: int = 128
+    chunk_size: int = 64
     implementation: str = "auto"
     query_key_norm: bool = False
     eps: float | None = None

@@ -199,7 +199,7 @@ class PerformerAttention(nnx.Module):
         feature_map: str | FeatureMap = "positive",
         causal: bool = False,
         redraw_interval: int = 1000,
-        chunk_size: int = 128,
+        chunk_size: int = 64,
         eps: float | None = None,
         query_key_norm: bool = False,
         initial_temperature: float = 1.0,
