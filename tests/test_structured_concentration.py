@@ -7,6 +7,7 @@ import pytest
 from configs import structured_concentration as concentration_config
 from experiments import structured_concentration
 from experiments.core import verdicts
+from experiments.core.stats import Estimate
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
 
@@ -111,3 +112,16 @@ def test_a_bad_chi_contrast_is_rejected():
     config.chi_contrast.dims = (64, 64)
     with pytest.raises(ValueError, match=r"chi_contrast\.dims must be two distinct"):
         structured_concentration.validate_config(config)
+
+
+def test_an_interval_inside_the_margin_reports_the_equivalence_bound_it_establishes():
+    # The committed chi contrast: +0.009 ± 0.0328 over 4000 draws, 95% interval about
+    # [-0.055, +0.073], inside ln 1.1 = 0.095 both ways: "not resolved" as an ordering, but the
+    # tails are shown equal within a factor e^0.073.
+    estimate = Estimate(0.009, 0.0328, 4000)
+    low, high = estimate.interval(0.95)
+    text = structured_concentration.equivalence_bound_text(estimate, 0.95, math.log(1.1))
+    assert f"within ±{high:.3f}" in text and f"[{low:+.3f}, {high:+.3f}]" in text
+    assert f"factor {math.exp(high):.3f}" in text and "inside the declared margin" in text
+    wide = structured_concentration.equivalence_bound_text(Estimate(0.0, 0.1, 4000), 0.95, 0.1)
+    assert "not inside the declared margin" in wide

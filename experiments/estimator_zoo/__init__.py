@@ -39,7 +39,13 @@ import ml_collections
 import numpy as np
 
 from experiments.core import outputs, stats
-from experiments.core.validate import require_couplings_draw, require_names, require_positive
+from experiments.core.validate import (
+    require_couplings_draw,
+    require_int,
+    require_names,
+    require_positive,
+)
+from experiments.estimator_zoo import importance
 from experiments.estimator_zoo import pairs as pair_data
 from experiments.estimator_zoo import ratios as estimator_zoo_ratios
 from experiments.estimator_zoo import reporting as estimator_zoo_report
@@ -82,6 +88,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "uci_groups",
         "uci_group_size",
     )
+    require_int(config, "importance_draws", minimum=2)  # an SE needs two draws
+    require_int(config.ratios, "importance_draws", minimum=2, prefix="config.ratios")
     for cosine in config.cosines:
         if not -1.0 <= cosine <= 1.0:
             raise ValueError(f"config.cosines must lie in [-1, 1], got {cosine}")
@@ -323,6 +331,45 @@ def summarise_set(measured: dict, costs: dict) -> list[dict]:
     return rows
 
 
+def with_importance_checks(rows: list[dict], checks: dict[tuple[str, str], dict]) -> list[dict]:
+    """The rows with the importance-sampling check of their closed form (``importance``):
+    ``mse_is`` ± ``mse_is_se`` over ``is_draws`` draws and ``is_z`` = (mse_is - mse_theory) /
+    mse_is_se; for the block couplings the check of their coupling term (``coupling_term_is``
+    ± ``coupling_term_is_se`` against ``coupling_term_theory``, the closed form minus the
+    i.i.d. row's; ``coupling_term_z``); NaN (and 0 draws) where the row has none."""
+    iid = next(
+        (r["mse_theory"] for r in rows if (r["feature_map"], r["coupling"]) == BASELINE), math.nan
+    )
+    out = []
+    for row in rows:
+        check = {
+            "mse_is": math.nan,
+            "mse_is_se": math.nan,
+            "is_draws": 0,
+            "coupling_term_is": math.nan,
+            "coupling_term_is_se": math.nan,
+            **checks.get((row["feature_map"], row["coupling"]), {}),
+        }
+        term = row["mse_theory"] - iid
+        out.append(
+            {
+                **row,
+                **check,
+                "is_z": _z(check["mse_is"] - row["mse_theory"], check["mse_is_se"]),
+                "coupling_term_theory": term,
+                "coupling_term_z": _z(
+                    check["coupling_term_is"] - term, check["coupling_term_is_se"]
+                ),
+            }
+        )
+    return out
+
+
+def _z(difference: float, se: float) -> float:
+    """difference / se, NaN without a positive SE."""
+    return difference / se if se > 0 else math.nan
+
+
 def by_norm_rows(synthetic: dict, config: ml_collections.ConfigDict) -> list[dict]:
     """Per (estimator, norm) of the synthetic grid: MSE, its ratio to FAVOR+ i.i.d. (paired z)
     and the Monte Carlo - closed form z."""
@@ -397,7 +444,10 @@ def _measure_part(config: ml_collections.ConfigDict, part: str) -> dict:
             continue
         one = measure_set(pairs, config)
         records["sets"].append({"name": pairs.name, "paired": pairs.paired})
-        records["rows"] += summarise_set(one, costs)
+        checks = importance.check_set(
+            pairs, config.num_features, config.importance_draws, config.seed
+        )
+        records["rows"] += with_importance_checks(summarise_set(one, costs), checks)
         records["norm_coupled"] += norm_coupled_rows(one, config)
         if pairs.paired:
             records["by_norm"] += by_norm_rows(one, config)

@@ -575,8 +575,34 @@ def chi_contrast_rows(results: dict, config: ml_collections.ConfigDict) -> list[
     return rows
 
 
+def chi_order_cells(results: dict, config: ml_collections.ConfigDict) -> dict[float, Estimate]:
+    """The chi contrast's cells as the verdict tests them: per eps where both tails are at
+    least ``tail_floor``, ln(tail at the larger chi / tail at the smaller)."""
+    high, low = contrast_labels(results)
+    return {
+        row["eps"]: Estimate(row["ln ratio"], row["ln ratio SE"], config.num_draws)
+        for row in chi_contrast_rows(results, config)
+        if min(row[f"tail, {high}"], row[f"tail, {low}"]) >= config.chi_contrast.tail_floor
+    }
+
+
+def equivalence_bound_text(estimate: Estimate, level: float, margin: float) -> str:
+    """What an interval establishes about an effect's size: the bound B = max(|low|, |high|)
+    of the ``level`` interval, i.e. the effect lies within ±B (here a log ratio, so a ratio
+    within a factor e^B), and whether B is inside the declared ``margin``."""
+    low, high = estimate.interval(level)
+    bound = max(abs(low), abs(high))
+    inside = "inside" if bound < margin else "not inside"
+    return (
+        f"equivalence bound: the {100 * level:g}% interval [{low:+.3f}, {high:+.3f}] puts the "
+        f"effect within ±{bound:.3f} (a tail ratio within a factor {math.exp(bound):.3f} either "
+        f"way), {inside} the declared margin {margin:.3f} (ln 1.1) in both directions"
+    )
+
+
 def chi_contrast_text(results: dict, config: ml_collections.ConfigDict) -> str:
-    """The chi contrast's MSEs and its tails at the shown eps, for the claims' table."""
+    """The chi contrast's MSEs, its tails at the shown eps and the equivalence bound its pooled
+    interval establishes (the verdict's own estimate and level), for the claims' table."""
     dims = results["chi_contrast"]["dims"]
     high, low = (dims[n] for n in sorted(dims, key=lambda n: -dims[n]["chromatic"]))
     labels = contrast_labels(results)
@@ -584,12 +610,18 @@ def chi_contrast_text(results: dict, config: ml_collections.ConfigDict) -> str:
     mse = [Estimate(d["mse"], d["mse_se"], n) for d in (high, low)]
     difference = stats.independent_difference(*mse)
     shown = min(chi_contrast_rows(results, config), key=lambda r: abs(r["eps"] - 0.15))
+    claim = verdicts.Claim.from_config(config.claims.chi_order)
     return (
         f"{config.chi_contrast.family}, m = {config.chi_contrast.num_features} rows, "
         f"{labels[0]} against {labels[1]}: MSE {mse[0].mean:.4g} against {mse[1].mean:.4g} "
         f"(difference {difference.mean:+.2g} ± {difference.se:.2g}); at eps = {shown['eps']:g} "
         f"ln(tail ratio) = {shown['ln ratio']:+.3f} ± {shown['ln ratio SE']:.3f}, where the "
-        f"m / chi mechanism with Gaussian errors would give {shown['m / chi reading']:+.2f}"
+        f"m / chi mechanism with Gaussian errors would give {shown['m / chi reading']:+.2f}; "
+        + equivalence_bound_text(
+            stats.pool(list(chi_order_cells(results, config).values()), shared_units=True),
+            claim.level,
+            claim.margin,
+        )
     )
 
 
@@ -675,15 +707,10 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
         "families",
     )
     structured = [r for r in rows if r["family"] != REFERENCE]
-    contrast = chi_contrast_rows(results, config)
     high, low = contrast_labels(results)
     judge.ordering(
         "chi_order",
-        {
-            row["eps"]: Estimate(row["ln ratio"], row["ln ratio SE"], n)
-            for row in contrast
-            if min(row[f"tail, {high}"], row[f"tail, {low}"]) >= config.chi_contrast.tail_floor
-        },
+        chi_order_cells(results, config),
         effect=f"ln(tail at {high} / tail at {low})",
         cell_name="eps",
         units="draws",

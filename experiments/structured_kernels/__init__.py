@@ -417,6 +417,8 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         orthogonal_cells=len(orthogonal),
         orf_ratio=f"{orf_mse_ratio(dim):.3f}",
         hd_margin=f"{config.claims.hd_angular.margin:g}",
+        hd_margin_percent=f"{config.claims.hd_angular.margin:.0%}",
+        hd_rmse_margin=f"{math.sqrt(1 + config.claims.hd_angular.margin) - 1:.0%}",
         error_table=outputs.markdown_table(
             outputs.select([r for r in rows if r["m"] == largest], ERROR_COLUMNS)
         ),
