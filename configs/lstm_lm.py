@@ -40,8 +40,8 @@ Named departures beside it, each for a reason:
     of the estimates negative). It is the setting of the repo's first run, whose angular-hybrid
     arm trained to test perplexity 8,058.
   ``sharp_tau``: the kernel proposals at tau = 0.1 (the held-out-KL optimum of the default's
-    exact-proposal models), where they are far from uniform, for claim (2): 1 epoch, the four
-    claimed arms x 3 seeds (see the variant below).
+    exact-proposal models), where they are far from uniform: a one-seed, one-epoch probe of
+    whether the random-feature arms of claim (2) train there (see the variant below).
   ``equal_width``: hybrids at FAVOR+'s feature width (angular (8, 7), width 256; Gaussian
     (9, 3), width 252), i.e. equal cost of the clipped sampler (queries x vocabulary x width),
     which the repo's first run called "equal measured FLOPs": 8 base projections against
@@ -224,27 +224,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if variant == "kl_tau":
         config.tau_rule = "heldout_kl"
     elif variant == "sharp_tau":
-        # Declared on 2026-11-28 (issue 43), before its runs: claim (2) and our target in a
-        # setting where the kernel proposals are far from uniform. tau = 0.1, the held-out-KL
-        # optimum of the committed default's exact-proposal models (0.0997; there the kernel
-        # softmax is closest to the trained model's softmax: KL 0.30 nats, 2.92 at tau = 1). A
-        # pilot of 400 steps (seed 0; not committed) trained FAVOR+ to test perplexity 16,729
-        # at tau = 1 (the issue's check), 3,753 at 0.5, 1,002 at 0.2 and 855 at 0.1, the
-        # trigonometric proposal to 3,187 at 0.5; the cosine-logit setting (Rawat et al.) was
-        # not better (FAVOR+ validation NLL 7.61 at step 200, 7.16 at tau = 0.1); the count
-        # unigram proposal reaches 509 in 400 steps (the issue's check). At tau = 0.1 the
-        # signed estimators' noise grows like e^(1/tau) (the default's diagnostic: half of their
-        # estimates negative), so the trigonometric and angular-hybrid arms may fail the
-        # training check: the check decides, and a claim over an arm that fails it is not
-        # tested. One epoch (1,327 steps), not 3: 4 arms x 3 seeds on the shared CPU; not
-        # powered, like the default.
+        # Declared on 2026-11-28 (issue 43), before its runs: can the random-feature proposals
+        # of claim (2) train in the paper's setting at a temperature where the kernel softmax
+        # is far from uniform? tau = 0.1, the held-out-KL optimum of the committed default's
+        # exact-proposal models (0.0997; there the kernel softmax is closest to the trained
+        # model's softmax: KL 0.30 nats, 2.92 at tau = 1). A pilot of 400 steps (seed 0; not
+        # committed) trained FAVOR+ to test perplexity 16,729 at tau = 1 (the issue's check),
+        # 3,753 at 0.5, 1,002 at 0.2 and 855 at 0.1, the trigonometric proposal to 3,187 at
+        # 0.5; the cosine-logit setting (Rawat et al.) was not better (FAVOR+ validation NLL
+        # 7.61 at step 200, 7.16 at tau = 0.1); the count unigram proposal reaches 509 in 400
+        # steps (the issue's check). At tau = 0.1 the signed estimators' noise grows like
+        # e^(1/tau) (the default's diagnostic: half of their estimates negative). A probe, not
+        # a test: one epoch (1,327 steps) of the three random-feature arms on one seed (one
+        # such run took about 45 min at the shared machine's load of 12-14): an arm that fails
+        # the training check in it cannot enter claim (2) in this setting; if all pass, claim
+        # (2) needs paired seeds, and the summary says so. Not powered.
         config.tau = 0.1
         config.arms = (
-            "normalised:exact",
             "normalised:favor+",
             "normalised:angular",
             "normalised:trigonometric",
         )
+        config.seeds = (0,)
         config.train.num_train_steps = TRAIN_WINDOWS // 20  # 1 epoch
     elif variant == "equal_width":
         config.arms = tuple(a.replace(":angular", ":angular_eqW") for a in config.arms)

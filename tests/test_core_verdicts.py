@@ -165,10 +165,17 @@ def test_claims_are_validated_and_every_declared_claim_needs_a_verdict(tmp_path)
     assert verdicts.read(str(tmp_path))["a"].outcome == Outcome.HOLDS
 
 
-def test_no_interval_is_not_resolved():
+def test_no_interval_is_not_tested():
+    # One seed gives no interval: the design cannot test the claim (performer_lm's one seed).
     judge = make(gain=claim("A beats B", "greater", margin=1.0))
     verdict = judge.effect("gain", Estimate(-5.0, math.nan, 1, 0.0), effect="d", units="seeds")
-    assert verdict.outcome == Outcome.NOT_RESOLVED and "no interval" in verdict.evidence
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert "no interval (1 seeds: an interval needs at least 2" in verdict.evidence
+    cells = {"a": Estimate(0.1, 0.01, 5, 4.0), "b": Estimate(0.1, math.nan, 1, 0.0)}
+    verdict = judge.every("gain", cells, effect="d", cell_name="pairs", units="seeds")
+    assert verdict.outcome == Outcome.NOT_TESTED and "no interval at 1 (pairs b)" in (
+        verdict.evidence
+    )
 
 
 def test_a_fact_is_decided_without_noise():
@@ -277,29 +284,46 @@ def test_a_claim_entered_by_an_arm_that_failed_the_check_is_not_tested_and_state
     judge = verdicts.Verdicts(model_study(PERPLEXITY_CHECK, order=claim("A below B", "greater")))
     runs = [
         {"arm": arm, "seed": seed, "test_perplexity": value, "unigram": 640.0}
-        for arm, values in (("exact", (190, 195, 200)), ("favor+", (4000, 4200, 600)))
+        for arm, values in (
+            ("exact", (190, 195, 200, 205, 650)),  # one seed above the unigram model, the mean
+            ("favor+", (4000, 4200, 4100)),  # below it with 95% confidence
+            ("trig", (4000, 4200, 600)),  # one seed below: the interval straddles
+        )
         for seed, value in enumerate(values)
     ]
     checks = judge.check_training(runs, "arm", remedy=lambda arms: f"a colder tau for {arms}")
-    assert list(checks) == ["exact", "favor+"]
-    assert judge.passed_arms() == ["exact"] and judge.failed_arms() == ["favor+"]
-    assert checks["favor+"].failing(judge.trained_check) == 2  # 600 < 640 passes in one seed
+    assert list(checks) == ["exact", "favor+", "trig"]
+    assert [c.outcome(judge.trained_check) for c in checks.values()] == [
+        "passed",
+        "failed",
+        "not resolved",
+    ]
+    assert judge.passed_arms() == ["exact"] and judge.failed_arms() == ["favor+", "trig"]
     verdict = judge.effect(
         "order", Estimate(5.0, 0.1, 3, 2.0), effect="d", units="seeds", arms=["exact", "favor+"]
     )
     assert verdict.outcome == Outcome.NOT_TESTED and verdict.margin == "—"
     # The finding: which arm, how many seeds, how far from the trivial model.
     assert verdict.evidence.startswith("favor+ failed the declared training check")
-    assert "test_perplexity 2933 (600 to 4200) over 3 seeds, 2 of 3 seeds fail" in (
+    assert "test_perplexity 4100 (4000 to 4200) over 3 seeds, 3 of 3 seeds fail" in (
         verdict.evidence
     )
     assert (
-        "the count unigram model 640: the arm minus it +2293 ± 1.2e+03 per seed, +2293 (-40 to "
-        "+3560), 4.58 times it"
+        "the count unigram model 640: the arm minus it +3460 ± 58 per seed, +3460 (+3360 to "
+        "+3560), 6.41 times it"
     ) in verdict.evidence
     assert verdict.evidence.endswith("What would test it: a colder tau for ['favor+']")
+    unresolved = judge.effect(
+        "order", Estimate(5.0, 0.1, 3, 2.0), effect="d", units="seeds", arms=["exact", "trig"]
+    )
+    assert unresolved.outcome == Outcome.NOT_TESTED
+    assert "is not resolved for trig, so the claim cannot rest on them" in unresolved.evidence
+    assert "straddles 0 at 95%: not resolved (about 4 seeds would resolve it" in (
+        unresolved.evidence
+    )
     text = judge.training_text()
     assert "Passed by exact. **Failed by favor+** (a finding" in text
+    assert "**Not resolved for trig**" in text
     # An arm that passed leaves the claim to the interval rule.
     assert judge.effect(
         "order", Estimate(5.0, 0.1, 3, 2.0), effect="d", units="seeds", arms=["exact"]
@@ -331,7 +355,10 @@ def test_the_threshold_is_the_stricter_of_the_limit_and_the_trivial_model_by_its
         margin=1.0,
     )
     assert returns.threshold(2.0) == 3.0 and returns.beats(3.5, 3.0) and not returns.beats(3, 3)
-    assert returns.describe() == "return above a random policy's by 1 in every seed"
+    assert returns.describe() == (
+        "return above a random policy's by 1 (in every seed, or on average over seeds with 95% "
+        "confidence)"
+    )
     # An arm whose runs lack the trivial model's field is not measured: claims over it are not
     # tested (runs made before the check was declared).
     judge = verdicts.Verdicts(

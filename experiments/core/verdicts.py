@@ -13,7 +13,8 @@ turns claim and effect into a ``Verdict`` with exactly one of four outcomes:
   open with a note saying so and naming the variant that is (``unpowered_note``);
 - **not resolved**: the interval straddles a boundary; the sentence says how many units (seeds,
   draws) would resolve it at the observed spread, or why no number would;
-- **not tested**: the design could not test the claim; the sentence says why. In particular a
+- **not tested**: the design could not test the claim (e.g. one seed: no interval); the
+  sentence says why. In particular a
   claim whose test uses an arm (a kind of model trained on several seeds) that failed the
   config's declared training check (``config.trained_check``: ``TrainedCheck``, against the
   task's trivial model) is not tested: a model that did not train neither supports nor refutes
@@ -346,7 +347,7 @@ class ArmCheck:
             text += f" (limit {check.limit:g})"
         if self.outcome(check) == "not resolved":
             excess = self.excess(check)
-            needed = units_to_resolve(excess, 0.0, CHECK_LEVEL)
+            needed = max(len(self.values) + 1, units_to_resolve(excess, 0.0, CHECK_LEVEL))
             text += (
                 f"; its excess over the threshold, {excess.mean:+.4g} ± {excess.se:.2g}, "
                 f"straddles 0 at {CHECK_LEVEL:.0%}: not resolved (about {needed} seeds would "
@@ -376,7 +377,7 @@ def trained_check(config: ml_collections.ConfigDict) -> TrainedCheck | None:
     """
     entry = config.get("trained_check")
     if entry is None:
-        sections = [s for s in TRAINER_SECTIONS if s in config]
+        sections = _trainer_sections(config)
         if sections:
             raise ValueError(
                 f"config.trained_check is missing: a config that trains models (config."
@@ -395,6 +396,16 @@ def trained_check(config: ml_collections.ConfigDict) -> TrainedCheck | None:
         return TrainedCheck(**values)
     except (TypeError, ValueError) as error:
         raise ValueError(f"config.{error}") from None
+
+
+def _trainer_sections(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    """The trainer sections (``TRAINER_SECTIONS``) of ``config`` and of its nested configs
+    (a study may train another study's models: ``config.vit.train``)."""
+    found = [f"{prefix}{name}" for name in TRAINER_SECTIONS if name in config]
+    for name, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict) and name not in TRAINER_SECTIONS:
+            found += _trainer_sections(value, f"{prefix}{name}.")
+    return found
 
 
 def validate_claims(config: ml_collections.ConfigDict) -> dict[str, Claim]:
@@ -709,10 +720,10 @@ class Verdicts:
         cell is measured on the same draws or seeds), with, for description, the cells where
         the effect alone is beyond ``k`` SE either way. Cells without a finite estimate or SE
         are left out (and counted). ``arms``: as in ``effect``."""
-        if (untrained := self._untrained(name, arms)) is not None:
-            return untrained
         if not cells:
             return self.not_tested(name, f"no {cell_name} measured")
+        if (untrained := self._untrained(name, arms)) is not None:
+            return untrained
         finite = {c: e for c, e in cells.items() if math.isfinite(e.mean) and e.se > 0}
         if not finite:
             return self.not_tested(name, f"no {cell_name} with a finite estimate and SE")
@@ -769,11 +780,20 @@ class Verdicts:
         that no pair going the other way hides in a pooled mean (``cell_rows`` gives the
         per-pair table). ``arms``: as in ``effect`` (every arm of every cell)."""
         claim = self._claim(name)
-        if (untrained := self._untrained(name, arms)) is not None:
-            return untrained
         if not cells:
             return self.not_tested(name, f"no {cell_name} measured")
+        if (untrained := self._untrained(name, arms)) is not None:
+            return untrained
         margin = self.margin_of(name)
+        blind = [c for c, e in cells.items() if _side(claim, e, margin) == "none"]
+        if blind:
+            units_text = ", ".join(f"{c}: {cells[c].n}" for c in blind)
+            return self.not_tested(
+                name,
+                f"no interval at {_cells_text(blind, cell_name)} ({units} {units_text}: an "
+                "interval needs at least 2 with a spread), so the design cannot test a claim "
+                f"about every {cell_name}",
+            )
         strict = dataclasses.replace(claim, confidence=1 - (1 - claim.level) / len(cells))
         failing = [c for c, e in cells.items() if _side(strict, e, margin) == "against"]
         open_cells = [c for c, e in cells.items() if _side(claim, e, margin) != "holds"]
@@ -877,7 +897,10 @@ class Verdicts:
         lies = "it lies" if estimate.se == 0 else "the interval lies"
         bound = _equivalence_bound(claim, estimate, margin, number)
         if side == "none":
-            return Outcome.NOT_RESOLVED, "no interval (too few units or no spread)"
+            return Outcome.NOT_TESTED, (
+                f"no interval ({estimate.n} {units}: an interval needs at least 2 with a "
+                "spread), so the design cannot test the claim"
+            )
         if side == "holds":
             region = _region_text(_regions(claim.test, margin)[0], number)
             return Outcome.HOLDS, f"{lies} {region}{bound}"
