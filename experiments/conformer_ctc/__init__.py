@@ -794,7 +794,7 @@ def _pair_tables(runs: list[dict], judge: verdicts.Verdicts, attentions) -> str:
         if name not in judge.claims or not set((*worse, *better)) <= set(attentions):
             continue
         rows = judge.cell_rows(
-            name, ordering_cells(runs, worse, better), cell_name="pair", units="seeds"
+            name, ordering_cells(runs, worse, better), cell_name="pair", units="seeds", number=".4f"
         )
         parts.append(f"*{name}*:\n\n{outputs.markdown_table(rows)}")
     return "\n\n".join(parts) if parts else "none (the kinds of no ordering were all trained)"

@@ -875,7 +875,12 @@ class Verdicts:
         where that interval lies (the claim's side, against it beyond the margin, or open)."""
         claim = self._claim(name)
         margin = self.margin_of(name)
-        places = {"holds": "the claimed side", "against": "against, beyond the margin"}
+        places = {
+            "holds": "the claimed side",
+            "against": "against, beyond the margin",
+            "open": "straddles a boundary",
+            "none": "no interval",
+        }
         rows = []
         for cell, estimate in cells.items():
             low, high = estimate.interval(claim.level)
@@ -887,7 +892,7 @@ class Verdicts:
                     f"{_number(estimate.se, number)}",
                     f"{100 * claim.level:g}% CI": f"[{_number(low, '+' + number)}, "
                     f"{_number(high, '+' + number)}]",
-                    "interval lies": places.get(_side(claim, estimate, margin), "open"),
+                    "interval lies": places[_side(claim, estimate, margin)],
                 }
             )
         return rows
