@@ -564,11 +564,12 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def headline(results: dict) -> dict[str, float]:
     """The numbers an ablation compares: the mean over the runs of the test accuracy (own
-    projection, fresh draws) and the test loss."""
+    projection, fresh draws) and the test loss, and for the training check the accuracy with
+    uniform attention swapped in."""
     runs = results["runs"]
     return {
         metric: float(np.mean([r[metric] for r in runs]))
-        for metric in ("accuracy_own", "accuracy_fresh", "test_loss")
+        for metric in ("accuracy_own", "accuracy_fresh", "test_loss", "accuracy_uniform_attention")
     }
 
 
