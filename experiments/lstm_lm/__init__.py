@@ -1004,7 +1004,7 @@ def arm_label(arm: str) -> str:
 def checked_runs(results: dict) -> list[dict]:
     """The runs with the training check's trivial model beside each: the count unigram
     model's test perplexity (a property of the data: ``measure`` stores it once)."""
-    trivial = results["unigram_perplexity"]["test"]
+    trivial = results.get("unigram_perplexity", {}).get("test")  # None: records predate it
     return [{**run, "unigram_test_perplexity": trivial} for run in results["runs"]]
 
 
@@ -1257,7 +1257,11 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         setup=_setup_text(config, results),
         perplexity_table=outputs.markdown_table(ppl_rows),
         top_mass=top_mass_text(runs, config),
-        unigram_perplexity=f"{results['unigram_perplexity']['test']:.1f}",
+        unigram_perplexity=(
+            f"{results['unigram_perplexity']['test']:.1f}"
+            if "unigram_perplexity" in results
+            else "not measured"
+        ),
         alike_table=outputs.markdown_table(
             judged.cell_rows("proposals_alike", alike, cell_name="pair", units="seeds")
         )
