@@ -1291,6 +1291,11 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         diagnostic_table=outputs.markdown_table(diagnostic) if diagnostic else "not run",
         timing=_timing(runs),
     )
-    outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
+    # Runs made before a field was measured (the top-10 mass) leave its cell empty.
+    columns = list(dict.fromkeys(key for run in runs for key in run))
+    outputs.write_csv(
+        os.path.join(workdir, "results.csv"),
+        [{key: run.get(key, "") for key in columns} for run in runs],
+    )
     print(text)
     return {"runs": runs, "perplexity": ppl_rows, "metrics": metric_rows}
