@@ -818,7 +818,7 @@ class Verdicts:
             outcome = Outcome.NOT_RESOLVED
             reason = f"not resolved at {_cells_text(open_cells, cell_name)} of {len(cells)}: " + (
                 "; ".join(
-                    f"{cell}: {_unresolved_text(claim, cells[cell], margin, units, number)}"
+                    f"{cell}: {_every_cell_text(claim, strict, cells[cell], margin, units, number)}"
                     for cell in open_cells
                 )
             )
@@ -872,9 +872,11 @@ class Verdicts:
     ) -> list[dict[str, Any]]:
         """The per-cell table of claim ``name`` (e.g. one row per (hybrid, competitor) pair of
         an ``every`` claim): each cell's estimate, its interval at the claim's confidence and
-        where that interval lies (the claim's side, against it beyond the margin, or open)."""
+        where that interval lies (the claim's side; against it beyond the margin, at the
+        Bonferroni-corrected confidence over the cells that refuting needs; or straddling)."""
         claim = self._claim(name)
         margin = self.margin_of(name)
+        strict = dataclasses.replace(claim, confidence=1 - (1 - claim.level) / max(len(cells), 1))
         places = {
             "holds": "the claimed side",
             "against": "against, beyond the margin",
@@ -884,6 +886,14 @@ class Verdicts:
         rows = []
         for cell, estimate in cells.items():
             low, high = estimate.interval(claim.level)
+            place = places[_side(claim, estimate, margin)]
+            if _side(claim, estimate, margin) == "against" and len(cells) > 1:
+                place = (
+                    "against, beyond the margin"
+                    if _side(strict, estimate, margin) == "against"
+                    else f"against at {100 * claim.level:g}%, not at the "
+                    f"{100 * strict.level:.4g}% (Bonferroni) that refuting needs"
+                )
             rows.append(
                 {
                     cell_name: str(cell),
@@ -892,7 +902,7 @@ class Verdicts:
                     f"{_number(estimate.se, number)}",
                     f"{100 * claim.level:g}% CI": f"[{_number(low, '+' + number)}, "
                     f"{_number(high, '+' + number)}]",
-                    "interval lies": places[_side(claim, estimate, margin)],
+                    "interval lies": place,
                 }
             )
         return rows
@@ -1002,6 +1012,19 @@ def _region_text(region: tuple[float, float], number: str) -> str:
     return f"inside [{_number(low, number)}, {_number(high, number)}]"
 
 
+def _every_cell_text(claim, strict, estimate, margin, units, number) -> str:
+    """Why one cell of an ``every`` claim is unresolved: its interval straddles a boundary at
+    the claim's level, or lies against the claim beyond the margin at the claim's level but not
+    at the Bonferroni-corrected ``strict`` level that refuting needs."""
+    if _side(claim, estimate, margin) != "against":
+        return _unresolved_text(claim, estimate, margin, units, number)
+    return (
+        f"against the claim beyond the margin at {100 * claim.level:g}% but not at the "
+        f"{100 * strict.level:.4g}% that refuting it in one of several cells needs; "
+        + _unresolved_text(strict, estimate, margin, units, number)
+    )
+
+
 def _unresolved_text(claim: Claim, estimate: Estimate, margin: float, units: str, number: str):
     """Why the interval resolves nothing, and how many units would resolve it at the observed
     mean and spread (or why no number would)."""
@@ -1028,7 +1051,8 @@ def _unresolved_text(claim: Claim, estimate: Estimate, margin: float, units: str
     boundary = min(boundaries, key=lambda b: abs(mean - b))
     if mean == boundary or not estimate.se > 0:
         return f"the estimate lies on the boundary {_number(boundary, number)}"
-    needed = units_to_resolve(estimate, boundary, claim.level)
+    # At least one more unit: the t interval is wider than the normal one the count uses.
+    needed = max(estimate.n + 1, units_to_resolve(estimate, boundary, claim.level))
     return (
         f"the interval straddles {_number(boundary, number)}; at the observed spread about "
         f"{needed} {units} would resolve it"

@@ -854,7 +854,9 @@ def perplexity_rows(runs: list[dict], arms, judge: verdicts.Verdicts) -> list[di
                 "seeds": len(mine),
                 "valid perplexity": _format(*mean_se(_values(runs, "valid_perplexity", arm=arm))),
                 "test perplexity": _format(*mean_se(_values(runs, "test_perplexity", arm=arm))),
-                f"top-{unigram.TOP_WORDS} mass (test)": _format(*mean_se(masses), 3)
+                f"top-{unigram.TOP_WORDS} mass (test)": (
+                    _format(*mean_se(masses), 3) if len(masses) > 1 else f"{masses[0]:.3g}"
+                )
                 + (f" ({len(masses)} of {len(mine)} seeds)" if len(masses) < len(mine) else "")
                 if masses
                 else "—",
