@@ -17,10 +17,19 @@ Two settings (``SETTINGS``):
   softmax.
 
 Estimators are named in ``config.estimators`` (a proposal, m and n); ``exact`` (the model's
-softmax), ``kernel`` (the kernel softmax computed exactly) and ``uniform`` are proposals without
-features. Seeds are paired: seed k gives every arm of a setting the same initialisation, dropout
-masks and batch order. Evaluation: full-softmax perplexity on the validation and test windows
-(zero initial state per window).
+softmax), ``kernel`` (the kernel softmax computed exactly), ``uniform`` and ``unigram`` (the
+count unigram model of the training words, ``experiments.core.unigram``) are proposals without
+features; ``uniform`` and ``unigram`` enter no claim and train on ``config.baseline_seeds``.
+Seeds are paired: seed k gives every arm of a setting the same initialisation, dropout masks and
+batch order. Evaluation: full-softmax perplexity on the validation and test windows (zero
+initial state per window) and the model's softmax mass on the 10 most frequent training words
+(the top-10 mass), against their share of the targets.
+
+Verdicts (``judge``) follow the declared training check (``config.trained_check``: test
+perplexity below the count unigram model's): a claim over an arm that fails it is not tested.
+Claim (1) is an intersection over (hybrid, competitor, metric) cells, scored on the queries of
+the models whose arm passed the check; claim (2) over (hybrid, other random-feature proposal)
+pairs.
 
 Two sweeps (``experiments.core.sweep``), so that the metrics can be measured again without
 training: the training cells (records: perplexities, learning curve, time and load) and then,
