@@ -305,7 +305,7 @@ def test_a_task_whose_exact_models_do_not_use_attention_tests_no_ordering():
             "with uniform attention's by 0.005 (in every seed, or on average over seeds with 95% "
             "confidence)) is not resolved for exact softmax"
         )
-        assert "7 of 10 seeds fail; the same model with uniform attention 0.1298 (0.09179 " in (
+        assert "7 of 10 failing; the same model with uniform attention 0.1298 (0.09179 " in (
             verdict.evidence
         )
         assert "the arm minus it -0.001993 ± 0.0026 per seed, -0.001993 (-0.01751 to +0.01329)" in (

@@ -326,8 +326,8 @@ class ArmCheck:
             )
         values = np.asarray(self.values, float)
         text = (
-            f"{self.arm}: {check.metric} {_spread(values)} over {len(values)} seeds, "
-            f"{self.failing(check)} of {len(values)} seeds fail"
+            f"{self.arm}: {check.metric} {_spread(values)} over {_count(len(values), 'seed')}, "
+            f"{self.failing(check)} of {len(values)} failing"
         )
         if self.trivial:
             trivial = np.asarray(self.trivial, float)
@@ -354,6 +354,11 @@ class ArmCheck:
                 "resolve it at the observed spread)"
             )
         return text
+
+
+def _count(number: int, noun: str) -> str:
+    """``"1 seed"``, ``"3 seeds"``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _spread(values: np.ndarray, sign: bool = False) -> str:

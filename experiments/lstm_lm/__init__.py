@@ -786,7 +786,8 @@ def mean_se(values) -> tuple[float, float]:
 
 
 def _format(mean: float, se: float, digits: int = 4) -> str:
-    return f"{mean:.{digits}g} ± {se:.2g}"
+    """``mean ± se``; the mean alone where one unit gives no SE."""
+    return f"{mean:.{digits}g}" if np.isnan(se) else f"{mean:.{digits}g} ± {se:.2g}"
 
 
 def _values(rows: list[dict], name: str, **where) -> np.ndarray:
@@ -863,9 +864,7 @@ def perplexity_rows(runs: list[dict], arms, judge: verdicts.Verdicts) -> list[di
                 "seeds": len(mine),
                 "valid perplexity": _format(*mean_se(_values(runs, "valid_perplexity", arm=arm))),
                 "test perplexity": _format(*mean_se(_values(runs, "test_perplexity", arm=arm))),
-                f"top-{unigram.TOP_WORDS} mass (test)": (
-                    _format(*mean_se(masses), 3) if len(masses) > 1 else f"{masses[0]:.3g}"
-                )
+                f"top-{unigram.TOP_WORDS} mass (test)": _format(*mean_se(masses), 3)
                 + (f" ({len(masses)} of {len(mine)} seeds)" if len(masses) < len(mine) else "")
                 if masses
                 else "—",
@@ -1020,19 +1019,23 @@ def checked_runs(results: dict) -> list[dict]:
 
 
 def _remedy(config: ml_collections.ConfigDict) -> Callable[[list[str]], str]:
+    """What would test a claim over arms that failed the training check, at the config's tau."""
+
     def remedy(arms: list[str]) -> str:
         follow_up = config.get("follow_up")
         where = (
-            f"the variant `{follow_up}` (configs/lstm_lm.py:{follow_up}) trains them at a "
-            "temperature declared for it"
+            f"the variant `{follow_up}` (configs/lstm_lm.py:{follow_up}) probes a temperature "
+            "declared for it"
             if follow_up
-            else "(not run here) a setting in which they train"
+            else "(not run here) more random features, or a temperature between the two"
         )
         return (
-            f"a proposal under which {', '.join(arms)} train: at tau = {config.tau:g} on the "
-            f"normalised vectors the kernel exp(q_bar.e_bar / tau) varies by at most "
-            f"e^{2 / config.tau:.3g} across the vocabulary, so every kernel proposal is near "
-            f"uniform; {where}"
+            f"a proposal under which {', '.join(arms)} train. On the normalised vectors the "
+            f"kernel exp(q_bar.e_bar / tau) varies by at most e^(2 / tau) across the vocabulary "
+            f"(e^{2 / config.tau:.3g} at tau = {config.tau:g}): near tau = 1 every kernel "
+            "proposal is near uniform, while the noise of the estimators built on "
+            "trigonometric features grows like e^(1 / tau) (at tau = 0.1 about half of their "
+            f"estimates are negative: the default's diagnostic); {where}"
         )
 
     return remedy
