@@ -214,17 +214,43 @@ def claim(
     )
 
 
-def trained_check(metric: str, *, ceiling: float, reason: str) -> ml_collections.ConfigDict:
-    """A check declared before the run, for ``config.trained_check``, that an arm (a kind of
-    model trained on several seeds) trained at all: it passes if the per-run record field
-    ``metric`` is below ``ceiling`` in every seed. A claim whose test uses an arm that fails it
-    is "not tested" (``experiments.core.verdicts.TrainedCheck``, which checks the fields).
+def trained_check(
+    metric: str,
+    *,
+    reason: str,
+    limit: float | None = None,
+    trivial: str = "",
+    trivial_name: str = "",
+    margin: float = 0.0,
+    relative: bool = False,
+    better: str = "lower",
+) -> ml_collections.ConfigDict:
+    """A check declared before the run, for ``config.trained_check`` (every config that trains
+    models has one), that an arm (a kind of model trained on several seeds) trained: in every
+    seed the per-run record field ``metric`` beats ``limit`` and the task's trivial model on the
+    same run (the record field ``trivial``) by ``margin``. A claim whose test uses an arm that
+    fails it is "not tested" (``experiments.core.verdicts.TrainedCheck``, which checks the
+    fields).
 
     Args:
       metric: the per-run record field, e.g. ``"digit_error_rate"``.
-      ceiling: the value every seed must be below.
-      reason: why a model at or above the ceiling has not trained, in words.
+      reason: why a model that fails the check has not trained, in words.
+      limit: a fixed threshold (e.g. chance level; None: none).
+      trivial: the per-run record field of the trivial model's value ("": none).
+      trivial_name: the trivial model in words, e.g. "the count unigram model".
+      margin: how far the metric must beat the trivial model's value.
+      relative: whether ``margin`` is a fraction of the trivial model's value.
+      better: ``"lower"`` or ``"higher"``: which way the metric improves.
     """
     return ml_collections.ConfigDict(
-        {"metric": metric, "ceiling": float(ceiling), "reason": reason}
+        {
+            "metric": metric,
+            "reason": reason,
+            "limit": None if limit is None else float(limit),
+            "trivial": trivial,
+            "trivial_name": trivial_name,
+            "margin": float(margin),
+            "relative": relative,
+            "better": better,
+        }
     )

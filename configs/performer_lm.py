@@ -35,7 +35,7 @@ trains FAVOR alone (no comparison).
 import ml_collections
 from ml_collections import config_dict
 
-from configs.common import apply_overrides, claim, parse_variant
+from configs.common import apply_overrides, claim, parse_variant, trained_check
 from configs.training import train_config
 
 
@@ -62,6 +62,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 margin=0.10,
             )
         }
+    )
+    # Did each kind train? The task's trivial model is the count unigram model of the training
+    # words (experiments/core/unigram.py): a model whose validation perplexity is not below it
+    # has learned nothing from its context. Declared on 2026-11-28 (issue 43), after the
+    # committed runs: it changes no number and can only turn a verdict into "not tested". The
+    # claim needs at least 3 paired seeds (experiments.performer_lm.MIN_PAIRED_SEEDS).
+    config.trained_check = trained_check(
+        "valid_perplexity",
+        reason="a language model no better than word frequencies has not learned to use its "
+        "context",
+        trivial="unigram_valid_perplexity",
+        trivial_name="the count unigram model",
     )
     # Too few steps for a model to converge: a deficit then says nothing about the attention,
     # so the default and quick runs cannot refute the claim (the paper variant can).

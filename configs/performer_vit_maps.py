@@ -57,6 +57,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         }
     )
     config.powered = variant != "quick"  # the quick variant is a smoke test
+    # Each map's Performers must beat the same model with uniform attention swapped in
+    # (configs/performer_vit.py's check, declared there on 2026-11-28, issue 43).
+    config.trained_check = base.trained_check
     # The Performer-ViT experiment's settings (model, data, training, evaluation) for every map.
     config.vit = base
     return apply_overrides(config, arg)

@@ -37,6 +37,7 @@ SECTIONS = (
             "hrf_qmc",
             "hrf_clustered",
             "lstm_lm",
+            "lstm_lm_sharp_tau",
             "conformer_ctc",
             "conformer_ctc_attention_context",
             "conformer_ctc_attention_context_tau1",

@@ -1,8 +1,10 @@
 """FSDD loader, log-mel features, CTC decoding, the Conformer's attention kinds, the experiment."""
 
 import functools
+import json
 import math
 import os
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -122,9 +124,16 @@ def test_held_out_recordings_of_the_training_speakers(fsdd):
     assert info["train_speakers"] == info["test_speakers"] and len(info["test_speakers"]) == 6
 
 
-def _runs(rates: dict[str, list[float]]) -> list[dict]:
+def _runs(rates: dict[str, list[float]], uniform_cost: float = 0.05) -> list[dict]:
+    """Runs as ``measure`` records them; uniform attention swapped in raises each model's DER
+    by ``uniform_cost`` (capped at 1): the models use their attention."""
     return [
-        {"attention": kind, "seed": seed, "digit_error_rate": rate}
+        {
+            "attention": kind,
+            "seed": seed,
+            "digit_error_rate": rate,
+            "der_uniform_attention": min(1.0, rate + uniform_cost),
+        }
         for kind, values in rates.items()
         for seed, rate in enumerate(values)
     ]
@@ -190,7 +199,7 @@ def test_hybrid_ordering_is_only_tested_after_the_exact_favor_gate():
 
 def test_without_the_gate_every_ordering_is_one_paired_test_over_seeds():
     """attention_context: the paper's orderings are tested whatever FAVOR+ - exact says, each
-    by the mean DER of the claimed-worse kinds minus that of the claimed-better ones."""
+    an intersection of paired tests over seeds, one per (HRF, competitor) pair."""
     config = conformer_config.get_config("attention_context")
     same = np.array([0.20, 0.25, 0.22, 0.27, 0.21])
     noise = np.array([0.001, -0.002, 0.002, -0.001, 0.0])
@@ -203,7 +212,7 @@ def test_without_the_gate_every_ordering_is_one_paired_test_over_seeds():
     }
     given = conformer_ctc.judge({"runs": _runs(rates)}, config).given
     assert {v.outcome for v in given.values()} == {Outcome.HOLDS}
-    assert "mean of HRF" in given["hybrid_ordering"].evidence
+    assert "it holds at all 2 pairs" in given["hybrid_ordering"].evidence
     # The cluster hybrid worse than the angular one by 0.02 (> the 0.005 margin): refuted.
     rates["cluster_hybrid"] = same - 0.0 + np.roll(noise, 2)
     given = conformer_ctc.judge({"runs": _runs(rates)}, config).given
@@ -231,15 +240,14 @@ def test_an_ordering_using_a_kind_that_did_not_train_is_not_tested():
     }
     judged = conformer_ctc.judge(_records(rates), config)
     given = judged.given
-    assert judged.untrained_arms(_records(rates)["runs"], "attention") == [
-        "trigonometric",
-        "angular_hybrid",
-    ]
+    assert judged.failed_arms() == ["trigonometric", "HRF angular hybrid"]
     assert {v.outcome for v in given.values()} == {Outcome.NOT_TESTED}
     ordering = given["hybrid_ordering"].evidence  # the angular hybrid, not the cluster one
-    assert ordering.startswith("HRF angular hybrid did not train (declared check:")
-    assert "test DER 0.984 (0.960 to 1.000 over 5 seeds), train CTC loss 100.0" in ordering
-    assert "-> 27.5 at step 500" in ordering and "HRF cluster hybrid:" not in ordering
+    assert ordering.startswith("HRF angular hybrid failed the declared training check")
+    assert "HRF angular hybrid: digit_error_rate 0.984 (0.96 to 1) over 5 seeds, 5 of 5" in (
+        ordering
+    )
+    assert "HRF cluster hybrid:" not in ordering
     assert "What would test it: a variant in which HRF angular hybrid trains" in ordering
     assert "standard deviation 527 times the kernel's value" in ordering
     assert ordering.endswith(  # the variant the config declares to do it
@@ -250,19 +258,71 @@ def test_an_ordering_using_a_kind_that_did_not_train_is_not_tested():
     evidence = conformer_ctc.judge(_records(rates), config).given["hybrid_ordering"].evidence
     assert "What would test it: (not run) a variant in which HRF angular hybrid trains" in evidence
     trig = given["hybrids_beat_trigonometric"].evidence
-    assert trig.startswith("trigonometric, HRF angular hybrid did not train")
-    # Only the trigonometric kind fails: the orderings without it are judged as before (here
-    # the hybrids are worse than FAVOR+ by 0.011 DER, beyond the 0.005 margin; the cluster
-    # hybrid is below the angular one).
+    assert trig.startswith("trigonometric, HRF angular hybrid failed the declared training")
+    # Only the trigonometric kind fails: the orderings without it are judged (here the
+    # hybrids are worse than FAVOR+ by 0.011 and 0.002 DER: the angular one beyond the 0.005
+    # margin, so the intersection does not hold; the cluster hybrid is below the angular one).
     rates["angular_hybrid"] = same + 0.03 + np.roll(noise, 1)
     given = conformer_ctc.judge(_records(rates), config).given
     assert given["hybrids_beat_trigonometric"].outcome == Outcome.NOT_TESTED
     assert given["hybrid_ordering"].outcome == Outcome.DOES_NOT_HOLD
+    assert "(pairs HRF angular hybrid vs FAVOR+ (positive))" in given["hybrid_ordering"].evidence
     assert given["cluster_best"].outcome == Outcome.HOLDS
     # The summary's table says which kinds passed.
     rows = conformer_ctc._summary_rows(_records(rates), config.attentions, judged)
-    assert [row["trained (check)"] for row in rows] == ["yes", "yes", "no", "yes", "yes"]
+    assert [row["training check"] for row in rows] == [
+        "passed",
+        "passed",
+        "failed",
+        "failed",
+        "passed",
+    ]
     assert rows[2]["train CTC loss, first -> last log"] == "100 -> 27.5"
+
+
+def test_a_task_whose_exact_models_do_not_use_attention_tests_no_ordering():
+    """The committed attention_context_tau1 runs: every kind trains, but uniform attention
+    swapped into the exact models changes their DER by +0.0020 +- 0.0026, against the 0.005 the
+    check asks (7 of 10 seeds below it; the interval straddles it: not resolved), so the
+    orderings of approximations of that attention are not tested (the reason stated); and the
+    other kinds' runs, made before the swap was measured for every kind, cannot be checked."""
+    config = conformer_config.get_config("attention_context_tau1")
+    record = json.loads(
+        (
+            pathlib.Path(__file__).parent.parent
+            / "results"
+            / "conformer_ctc_attention_context_tau1"
+            / "records.json"
+        ).read_text()
+    )
+    judged = conformer_ctc.judge(record, config)
+    assert judged.failed_arms() == ["exact softmax"]
+    assert judged.arm_checks["exact softmax"].outcome(judged.trained_check) == "not resolved"
+    for verdict in judged.given.values():
+        assert verdict.outcome == Outcome.NOT_TESTED
+        assert verdict.evidence.startswith(
+            "the declared training check (digit_error_rate below 0.5 and below the same model "
+            "with uniform attention's by 0.005 (in every seed, or on average over seeds with 95% "
+            "confidence)) is not resolved for exact softmax"
+        )
+        assert "7 of 10 failing; the same model with uniform attention 0.1298 (0.09179 " in (
+            verdict.evidence
+        )
+        assert "the arm minus it -0.001993 ± 0.0026 per seed, -0.001993 (-0.01751 to +0.01329)" in (
+            verdict.evidence
+        )
+        assert "The declared training check was not measured for " in verdict.evidence
+    # The same runs with a measured uniform swap that costs every model 0.05 DER: judged.
+    measured = {**record, "runs": _runs(_rates_of(record["runs"]))}
+    given = conformer_ctc.judge(measured, config).given
+    assert Outcome.NOT_TESTED not in {v.outcome for v in given.values()}
+
+
+def _rates_of(runs: list[dict]) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {}
+    for run in runs:
+        rates.setdefault(run["attention"], []).append(run["digit_error_rate"])
+    return rates
 
 
 def test_trigonometric_relative_sd_matches_monte_carlo():
@@ -575,7 +635,9 @@ def test_quick_run_trains_and_writes_outputs(tmp_path):
     rates = [run["digit_error_rate"] for run in result["runs"]]
     assert all(np.isfinite(rates)) and all(r >= 0 for r in rates)
     exact = next(run for run in result["runs"] if run["attention"] == "exact")
-    assert exact["der_uniform_attention"] >= 0 and exact["der_favor_swap"] >= 0
+    assert exact["der_favor_swap"] >= 0
+    # Every kind's model with uniform attention swapped in: the training check's trivial model.
+    assert all(run["der_uniform_attention"] >= 0 for run in result["runs"])
     assert exact["mean_temperature"] > 0
 
 

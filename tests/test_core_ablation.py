@@ -198,3 +198,30 @@ def test_chaos_a_worker_killed_mid_write_then_a_changed_setting_ends_as_a_clean_
     assert codes == [0], printed
     assert _cell_records(shared) == _cell_records(clean)
     assert (shared / "ablation.md").read_text() == (clean / "ablation.md").read_text()
+
+
+def test_an_ablation_of_a_model_study_checks_both_arms(tmp_path, monkeypatch):
+    """Over a model study (performer_vit declares a training check), an arm whose models do not
+    beat the same model with uniform attention leaves the comparison not tested."""
+    from configs import performer_vit as vit_config
+    from experiments import performer_vit
+    from experiments.core.verdicts import Outcome
+
+    def measure(config, workdir):
+        del workdir
+        own = 0.85 + 0.001 * config.train.seed
+        uniform = own - (0.0 if config.model.num_features == 16 else 0.05)
+        return {"accuracy_own": own, "accuracy_uniform_attention": uniform}
+
+    monkeypatch.setattr(performer_vit, "measure", measure)
+    monkeypatch.setattr(performer_vit, "validate_config", lambda config: None)
+    monkeypatch.setattr(performer_vit, "headline", lambda records: records)
+    verdict = ablation.run(
+        vit_config.get_config("quick"),
+        str(tmp_path),
+        sweep_text="model.num_features=8,16",
+        seeds_text="0:3",
+        metric="accuracy_own",
+    )
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert verdict.evidence.startswith("16 failed the declared training check")

@@ -165,10 +165,17 @@ def test_claims_are_validated_and_every_declared_claim_needs_a_verdict(tmp_path)
     assert verdicts.read(str(tmp_path))["a"].outcome == Outcome.HOLDS
 
 
-def test_no_interval_is_not_resolved():
+def test_no_interval_is_not_tested():
+    # One seed gives no interval: the design cannot test the claim (performer_lm's one seed).
     judge = make(gain=claim("A beats B", "greater", margin=1.0))
     verdict = judge.effect("gain", Estimate(-5.0, math.nan, 1, 0.0), effect="d", units="seeds")
-    assert verdict.outcome == Outcome.NOT_RESOLVED and "no interval" in verdict.evidence
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert "no interval (1 seeds: an interval needs at least 2" in verdict.evidence
+    cells = {"a": Estimate(0.1, 0.01, 5, 4.0), "b": Estimate(0.1, math.nan, 1, 0.0)}
+    verdict = judge.every("gain", cells, effect="d", cell_name="pairs", units="seeds")
+    assert verdict.outcome == Outcome.NOT_TESTED and "no interval at 1 (pairs b)" in (
+        verdict.evidence
+    )
 
 
 def test_a_fact_is_decided_without_noise():
@@ -227,31 +234,208 @@ def test_the_pooling_is_declared_with_the_claim():
         make(order=claim("A", "greater", pooling="median"))
 
 
-def test_a_claim_using_an_arm_that_failed_the_declared_training_check_is_not_tested():
-    config = ml_collections.ConfigDict(
-        {
-            "claims": {"order": claim("A below B", "greater", margin=0.005)},
-            "trained_check": trained_check("error", ceiling=0.5, reason="chance is 0.9"),
-        }
-    )
-    judge = verdicts.Verdicts(config)
-    runs = [{"arm": a, "error": e} for a, e in (("A", 0.2), ("B", 0.3), ("B", 0.6), ("C", 0.1))]
-    runs.append({"arm": "C", "error": float("nan")})  # a NaN fails the check
-    assert judge.untrained_arms(runs, "arm") == ["B", "C"]
-    verdict = judge.untrained("order", {"B": "error 0.45, 0.6"}, remedy="train B longer")
-    assert verdict.outcome == Outcome.NOT_TESTED
-    assert verdict.evidence.startswith("B did not train (declared check: error < 0.5 in every")
-    assert "B: error 0.45, 0.6. What would test it: train B longer" in verdict.evidence
-    # No check declared: every arm counts as trained, and untrained cannot be called.
+def model_study(check=None, **claims):
+    """A config that trains models (a ``train`` section) with ``claims`` and ``check``."""
+    config = ml_collections.ConfigDict({"claims": claims, "train": {"num_train_steps": 10}})
+    if check is not None:
+        config.trained_check = check
+    return config
+
+
+PERPLEXITY_CHECK = trained_check(
+    "test_perplexity",
+    reason="no better than word frequencies",
+    trivial="unigram",
+    trivial_name="the count unigram model",
+)
+
+
+def test_a_model_study_without_a_declared_training_check_is_refused():
+    config = model_study(order=claim("A below B", "greater"))
+    with pytest.raises(ValueError, match="trained_check is missing: a config that trains"):
+        verdicts.Verdicts(config)
+    # ES trains models too.
+    es = ml_collections.ConfigDict({"claims": {}, "es": {"num_generations": 3}})
+    with pytest.raises(ValueError, match=r"config.es\)"):
+        verdicts.trained_check(es)
+    # A study that trains nothing needs none.
+    assert verdicts.trained_check(ml_collections.ConfigDict({"claims": {}})) is None
+
+
+def test_a_model_study_must_name_and_check_the_arms_of_every_claim():
+    judge = verdicts.Verdicts(model_study(PERPLEXITY_CHECK, order=claim("A below B", "greater")))
+    gain = Estimate(0.01, 0.001, 3, 2.0)
+    with pytest.raises(ValueError, match="must name the arms it uses"):
+        judge.effect("order", gain, effect="d", units="seeds")
+    with pytest.raises(ValueError, match=r"uses arms \['A'\] without a training-check result"):
+        judge.effect("order", gain, effect="d", units="seeds", arms=["A"])
+    for method in (judge.every, judge.ordering):
+        with pytest.raises(ValueError, match="must name the arms"):
+            method("order", {"c": gain}, effect="d", cell_name="c", units="seeds")
+    # A study that trains nothing cannot name arms.
     plain = make(order=claim("A below B", "greater"))
-    assert plain.untrained_arms(runs, "arm") == []
-    with pytest.raises(ValueError, match="trained_check"):
-        plain.untrained("order", {"B": "x"}, remedy="y")
+    with pytest.raises(ValueError, match="declares no trained_check"):
+        plain.effect("order", gain, effect="d", units="seeds", arms=["A"])
+    with pytest.raises(ValueError, match="needs a declared config"):
+        plain.check_training([], "arm")
+
+
+def test_a_claim_entered_by_an_arm_that_failed_the_check_is_not_tested_and_stated():
+    judge = verdicts.Verdicts(model_study(PERPLEXITY_CHECK, order=claim("A below B", "greater")))
+    runs = [
+        {"arm": arm, "seed": seed, "test_perplexity": value, "unigram": 640.0}
+        for arm, values in (
+            ("exact", (190, 195, 200, 205, 650)),  # one seed above the unigram model, the mean
+            ("favor+", (4000, 4200, 4100)),  # below it with 95% confidence
+            ("trig", (4000, 4200, 600)),  # one seed below: the interval straddles
+        )
+        for seed, value in enumerate(values)
+    ]
+    checks = judge.check_training(runs, "arm", remedy=lambda arms: f"a colder tau for {arms}")
+    assert list(checks) == ["exact", "favor+", "trig"]
+    assert [c.outcome(judge.trained_check) for c in checks.values()] == [
+        "passed",
+        "failed",
+        "not resolved",
+    ]
+    assert judge.passed_arms() == ["exact"] and judge.failed_arms() == ["favor+", "trig"]
+    verdict = judge.effect(
+        "order", Estimate(5.0, 0.1, 3, 2.0), effect="d", units="seeds", arms=["exact", "favor+"]
+    )
+    assert verdict.outcome == Outcome.NOT_TESTED and verdict.margin == "—"
+    # The finding: which arm, how many seeds, how far from the trivial model.
+    assert verdict.evidence.startswith("favor+ failed the declared training check")
+    assert "test_perplexity 4100 (4000 to 4200) over 3 seeds, 3 of 3 failing" in (
+        verdict.evidence
+    )
+    assert (
+        "the count unigram model 640: the arm minus it +3460 ± 58 per seed, +3460 (+3360 to "
+        "+3560), 6.41 times it"
+    ) in verdict.evidence
+    assert verdict.evidence.endswith("What would test it: a colder tau for ['favor+']")
+    unresolved = judge.effect(
+        "order", Estimate(5.0, 0.1, 3, 2.0), effect="d", units="seeds", arms=["exact", "trig"]
+    )
+    assert unresolved.outcome == Outcome.NOT_TESTED
+    assert "is not resolved for trig, so the claim cannot rest on them" in unresolved.evidence
+    assert "straddles 0 at 95%: not resolved (about 4 seeds would resolve it" in (
+        unresolved.evidence
+    )
+    text = judge.training_text()
+    assert "Passed by exact. **Failed by favor+** (a finding" in text
+    assert "**Not resolved for trig**" in text
+    # An arm that passed leaves the claim to the interval rule.
+    assert judge.effect(
+        "order", Estimate(5.0, 0.1, 3, 2.0), effect="d", units="seeds", arms=["exact"]
+    ).outcome == (Outcome.HOLDS)
+
+
+def test_the_threshold_is_the_stricter_of_the_limit_and_the_trivial_model_by_its_margin():
+    der = verdicts.TrainedCheck(
+        "der",
+        reason="r",
+        limit=0.5,
+        trivial="der_uniform",
+        trivial_name="uniform attention",
+        margin=0.005,
+    )
+    assert der.threshold(0.2) == pytest.approx(0.195) and der.threshold(0.9) == 0.5
+    assert der.beats(0.19, 0.195) and not der.beats(0.196, 0.195)
+    assert not der.beats(float("nan"), 0.5)  # a NaN fails
+    relative = verdicts.TrainedCheck(
+        "ppl", reason="r", trivial="u", trivial_name="u", margin=0.1, relative=True
+    )
+    assert relative.threshold(640.0) == pytest.approx(576.0)
+    returns = verdicts.TrainedCheck(
+        "return",
+        reason="r",
+        trivial="random",
+        trivial_name="a random policy",
+        better="higher",
+        margin=1.0,
+    )
+    assert returns.threshold(2.0) == 3.0 and returns.beats(3.5, 3.0) and not returns.beats(3, 3)
+    assert returns.describe() == (
+        "return above a random policy's by 1 (in every seed, or on average over seeds with 95% "
+        "confidence)"
+    )
+    # An arm whose runs lack the trivial model's field is not measured: claims over it are not
+    # tested (runs made before the check was declared).
+    judge = verdicts.Verdicts(
+        model_study(
+            trained_check(
+                "der",
+                reason="r",
+                limit=0.5,
+                trivial="der_uniform",
+                trivial_name="uniform attention",
+                margin=0.005,
+            ),
+            order=claim("A below B", "greater"),
+        )
+    )
+    judge.check_training([{"arm": "A", "der": 0.1}], "arm")
+    verdict = judge.effect("order", Estimate(1, 0.1, 3, 2.0), effect="d", units="s", arms=["A"])
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert "not measured for A" in verdict.evidence and "no `der_uniform`" in verdict.evidence
     for bad, message in (
-        ({"metric": "", "ceiling": 0.5, "reason": "r"}, "metric"),
-        ({"metric": "error", "ceiling": float("inf"), "reason": "r"}, "ceiling"),
-        ({"metric": "error", "ceiling": 0.5}, "fields"),
+        ({"metric": "", "reason": "r", "limit": 0.5}, "metric"),
+        ({"metric": "e", "reason": "r", "limit": float("inf")}, "limit"),
+        ({"metric": "e", "reason": "r"}, "needs a limit, a trivial model"),
+        ({"metric": "e", "reason": "r", "trivial": "u"}, "go together"),
+        ({"metric": "e", "limit": 0.5}, "metric and reason required"),
+        ({"metric": "e", "reason": "r", "limit": 0.5, "better": "up"}, "better"),
     ):
-        config.trained_check = ml_collections.ConfigDict(bad)
         with pytest.raises(ValueError, match=message):
-            verdicts.Verdicts(config)
+            verdicts.Verdicts(model_study(ml_collections.ConfigDict(bad)))
+
+
+def test_a_claim_over_several_competitors_holds_only_where_every_pair_does():
+    # LSTM claim (1) as committed: the hybrids far better than trigonometric features, the
+    # Gaussian hybrid worse than FAVOR+ beyond ln 1.1 in 12 of 12 models.
+    cells = {
+        "gaussian vs favor+": Estimate(-0.346, 0.027, 12, 11.0),
+        "gaussian vs trigonometric": Estimate(0.455, 0.048, 12, 11.0),
+        "angular vs trigonometric": Estimate(0.699, 0.043, 12, 11.0),
+    }
+    judge = make(best=claim("hybrids most accurate", "greater", margin=0.0953))
+    pooled = judge.ordering("best", cells, effect="d", cell_name="pairs", units="models")
+    assert pooled.outcome == Outcome.HOLDS  # the pooled mean hides the pair going the other way
+    verdict = judge.every("best", cells, effect="d", cell_name="pairs", units="models")
+    assert verdict.outcome == Outcome.DOES_NOT_HOLD
+    assert "at 1 (pairs gaussian vs favor+)" in verdict.evidence
+    rows = judge.cell_rows("best", cells, cell_name="pair", units="models")
+    assert [r["interval lies"] for r in rows] == [
+        "against, beyond the margin",
+        "the claimed side",
+        "the claimed side",
+    ]
+    assert rows[0]["mean ± 1 SE"] == "-0.346 ± 0.027" and rows[0]["models"] == 12
+
+
+def test_an_interval_inside_the_margin_reports_its_equivalence_bound():
+    # structured_concentration's chi order: 95% CI [-0.0553, +0.0733] inside ln 1.1 = 0.0953.
+    judge = make(order=claim("chi 2 below chi 3", "greater", margin=0.0953))
+    verdict = judge.effect("order", Estimate(0.009, 0.0328, 4000), effect="d", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+    assert verdict.evidence.endswith(
+        "; equivalence bound: the interval puts the effect within ±0.0733, inside the margin "
+        "±0.0953"
+    )
+    # Not where the interval reaches beyond the margin.
+    wide = judge.effect("order", Estimate(0.009, 0.1, 4000), effect="d", units="draws")
+    assert "equivalence bound" not in wide.evidence
+
+
+def test_a_model_study_summary_states_the_training_check(tmp_path, monkeypatch):
+    from experiments.core import outputs
+
+    monkeypatch.setattr(outputs, "EXPERIMENTS", str(tmp_path))
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "summary.md").write_text("# Toy\n\n$verdict_order\n")
+    config = model_study(PERPLEXITY_CHECK, order=claim("A below B", "greater"))
+    config.experiment = "toy"
+    judge = verdicts.Verdicts(config)
+    judge.not_tested("order", "why")
+    with pytest.raises(ValueError, match=r"values without placeholders \['training_check'\]"):
+        verdicts.write_summary(str(tmp_path), "toy", judge, config)

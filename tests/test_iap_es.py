@@ -204,7 +204,14 @@ def _runs(config, claim_returns, reference_returns):
         for kind, value in ((config.reference, reference), (config.claim_kind, claim)):
             played = {config.reference: reference, config.claim_kind: claim}
             runs.append(
-                {"kind": kind, "seed": seed, "final_return": value, "inference_return": played}
+                {
+                    "kind": kind,
+                    "seed": seed,
+                    "final_return": value,
+                    "inference_return": played,
+                    "generation": [0, 10],  # the policy at its random initialisation, then ES
+                    "return": [0.2, value],
+                }
             )
     return runs
 
@@ -225,6 +232,25 @@ def test_equal_quality_is_equivalence_within_the_declared_fraction_of_the_refere
     assert outcome(reference - 1.0 + np.array([0.05, -0.05, 0.0, 0.0])) == Outcome.DOES_NOT_HOLD
     # Worse by 0.6 +- 0.2: the interval straddles the margin.
     assert outcome(reference - 0.6 + np.array([0.3, -0.3, 0.0, 0.0])) == Outcome.NOT_RESOLVED
+
+
+def test_a_kind_that_es_did_not_move_from_its_random_initialisation_is_not_tested():
+    """The declared check: a kind's final return must beat its policy at generation 0 (a random
+    policy) by 0.5; a kind at 0.3 against 0.2 has not learned to play."""
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(4))
+    kinds = {k: {"label": iap_es.kind_label(k)} for k in config.kinds}
+    reference = np.array([3.0, 3.2, 2.8, 3.0])
+    runs = _runs(config, np.array([0.3, 0.25, 0.3, 0.35]), reference)
+    judged = iap_es.judge({"kinds": kinds, "runs": runs}, config)
+    label = iap_es.kind_label(config.claim_kind)
+    assert judged.failed_arms() == [label]
+    for verdict in judged.given.values():
+        assert verdict.outcome == Outcome.NOT_TESTED
+        assert verdict.evidence.startswith(f"{label} failed the declared training check")
+        assert "the same policy at its random initialisation 0.2: the arm minus it +0.1" in (
+            verdict.evidence
+        )
 
 
 def test_inference_swap_plays_the_same_episodes_with_every_kind():

@@ -63,6 +63,26 @@ def test_redraw_protocol_keeps_the_last_draw_after_redraw_until_step():
     np.testing.assert_array_equal(projection(0), projection(3))
 
 
+def _trained(protocols=("fixed", "redraw"), couplings=("simplex", "orthogonal")) -> list[dict]:
+    """Runs that passed the training check (accuracy 0.85 against 0.70 with uniform attention)
+    for the comparisons' arms."""
+    return [
+        {
+            "run": f"{p}_{c}",
+            "attention": c,
+            "protocol": p,
+            "seed": seed,
+            "accuracy_own": 0.85,
+            "accuracy_fresh": 0.85,
+            "accuracy_uniform_attention": 0.70,
+            "attention_error": {"simplex": 0.2, "orthogonal": 0.2},
+        }
+        for p in protocols
+        for c in couplings
+        for seed in range(3)
+    ]
+
+
 def test_seeds_at_3se_and_the_verdicts():
     # 0.5% at 3 SE with a paired sd of 0.0066 (the earlier 3-seed run): (3 * 0.0066 / 0.005)^2.
     assert performer_vit.seeds_at_3se(0.0066, 0.005) == 16
@@ -74,13 +94,13 @@ def test_seeds_at_3se_and_the_verdicts():
             | {"n": 15}
             for p, m in (("fixed", fixed), ("redraw", redraw))
         ]
-        return performer_vit.judge(rows, [], config).given
+        return performer_vit.judge(rows, _trained(), config).given
 
     better = judged(0.006, 0.005)
     assert better["simrf_beats_orf"].outcome == Outcome.HOLDS
     assert better["simrf_never_worse"].outcome == Outcome.HOLDS
     assert better["orf_beats_iid"].outcome == Outcome.NOT_TESTED  # no ORF - IID rows
-    assert better["attention_error"].outcome == Outcome.NOT_TESTED  # no models
+    assert better["attention_error"].outcome == Outcome.NOT_RESOLVED  # equal errors
     # Worse by 0.02 in both protocols: beyond the 0.005 margin, both claims refuted.
     worse = judged(-0.02, -0.02)
     assert worse["simrf_beats_orf"].outcome == Outcome.DOES_NOT_HOLD
@@ -95,7 +115,7 @@ def test_seeds_at_3se_and_the_verdicts():
         {"protocol": "fixed", "comparison": "SimRF - ORF", "primary": True, "mean": -0.02}
         | {"se": 0.001, "n": 15}
     ]
-    unpowered = performer_vit.judge(rows, [], short).given
+    unpowered = performer_vit.judge(rows, _trained(("fixed",)), short).given
     assert unpowered["simrf_beats_orf"].outcome == Outcome.NOT_RESOLVED
 
 
@@ -114,6 +134,7 @@ def _models(simrf_minus_orf, own_minus_fresh):
                 "seed": seed,
                 "accuracy_own": fresh + accuracy_gap,
                 "accuracy_fresh": fresh,
+                "accuracy_uniform_attention": 0.7,
                 "attention_error": {"orthogonal": 0.2, "simplex": 0.2 + error_gap},
             }
         )

@@ -33,6 +33,7 @@ def fake_runs(gain: float, noise: float, seeds: int = 6) -> list[dict]:
                     "feature_map": feature_map,
                     "seed": seed,
                     "accuracy_own": value,
+                    "accuracy_uniform_attention": value - 0.05,  # the models use attention
                     "accuracy_fresh": value - 0.1,
                     "attention_error": 0.5 - shift + noise * rng.standard_normal(),
                 }
@@ -51,8 +52,9 @@ def test_differences_are_paired_by_seed_and_verdicts_follow_the_interval():
     assert accuracy["se"] < 0.001
 
     def outcomes(gain):
+        runs = fake_runs(gain, 0.001)
         judged = performer_vit_maps.judge(
-            performer_vit_maps.differences(fake_runs(gain, 0.001), config), config
+            performer_vit_maps.differences(runs, config), runs, config
         ).given
         return judged["better_accuracy"].outcome, judged["lower_attention_error"].outcome
 

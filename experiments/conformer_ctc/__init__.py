@@ -314,21 +314,25 @@ def with_uniform_attention(variables: dict) -> dict:
     return {**variables, "params": visit(variables["params"])}
 
 
-def swap_diagnostic(config, variables, test_arrays, seed: int, step: int) -> dict[str, float]:
-    """Test DER of an exact-attention model with its attention replaced at inference: uniform
-    weights, and FAVOR+ features (mean over ``num_swap_draws`` projection draws)."""
-    uniform = evaluator(make_model(config, "exact"), test_arrays, config)(
+def uniform_attention_rate(config, attention: str, variables, test_arrays, step: int) -> float:
+    """Test DER of a trained model with uniform attention swapped in at inference (every
+    temperature at e^-30: all scores ~0): the training check's trivial model (a model that
+    uniform attention serves as well does not use its attention)."""
+    uniform = evaluator(make_model(config, attention), test_arrays, config)(
         with_uniform_attention(variables), jax.random.key(0), step
     )
+    return digit_error_rate(uniform)
+
+
+def favor_swap_rate(config, variables, test_arrays, seed: int, step: int) -> float:
+    """Test DER of an exact-attention model with FAVOR+ features swapped in at inference (mean
+    over ``num_swap_draws`` projection draws)."""
     favor = evaluator(make_model(config, "positive"), test_arrays, config)
     rates = [
         digit_error_rate(favor(variables, jax.random.key(1000 * seed + draw), step))
         for draw in range(config.num_swap_draws)
     ]
-    return {
-        "der_uniform_attention": digit_error_rate(uniform),
-        "der_favor_swap": float(np.mean(rates)),
-    }
+    return float(np.mean(rates))
 
 
 def _temperatures(variables: dict) -> list[float]:
@@ -409,10 +413,12 @@ def train_run(config, attention, seed, arrays, workdir) -> dict:
         "final_train_loss": [r["loss"] for r in curve if r["split"] == "train"][-1],
         "mean_temperature": float(np.mean(_temperatures(variables))),
     }
+    step = config.train.num_train_steps
+    row["der_uniform_attention"] = uniform_attention_rate(
+        config, attention, variables, test_arrays, step
+    )
     if attention == "exact":
-        row.update(
-            swap_diagnostic(config, variables, test_arrays, seed, config.train.num_train_steps)
-        )
+        row["der_favor_swap"] = favor_swap_rate(config, variables, test_arrays, seed, step)
     row.update(outputs.run_cost(seconds, cpu_start))
     print(
         f"{_label(attention):>20} seed {seed}: DER {row['digit_error_rate']:.4f} ({seconds:.0f} s)"
@@ -503,8 +509,9 @@ def _format_difference(row: dict) -> str:
     return f"{row['mean']:+.4f} ± {row['se']:.4f} (t = {row['t']:.2f}, p = {row['p']:.3g})"
 
 
-# claim -> (the claimed-worse kinds, the claimed-better kinds): each claim's effect is the mean
-# test DER of the first minus that of the second, per seed (positive where the claim shows).
+# claim -> (the claimed-worse kinds, the claimed-better kinds): each claim is an intersection
+# over pairs, one cell per (claimed-better, claimed-worse) kind, the effect the claimed-worse
+# kind's test DER minus the claimed-better one's, per seed (positive where the claim shows).
 ORDERINGS = {
     "hybrid_ordering": (("positive",), HYBRIDS),
     "hybrids_beat_trigonometric": (("trigonometric",), HYBRIDS),
@@ -512,38 +519,46 @@ ORDERINGS = {
 }
 
 
+def ordering_cells(runs: list[dict], worse: tuple[str, ...], better: tuple[str, ...]) -> dict:
+    """One cell per (claimed-better, claimed-worse) pair: the paired difference in test DER
+    (worse - better) over seeds."""
+    return {
+        f"{_label(b)} vs {_label(w)}": stats.paired_difference(
+            _by_attention(runs, w, "digit_error_rate"), _by_attention(runs, b, "digit_error_rate")
+        )
+        for b in better
+        for w in worse
+    }
+
+
 def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
-    """The paper's orderings (``ORDERINGS``), each one paired test over seeds of the mean DER of
-    the claimed-worse kinds minus that of the claimed-better ones. With ``config.gate_first``
-    they are tested only where the task resolves attention kinds (the gate: FAVOR+ - exact); an
-    ordering whose kinds include one that failed the training check (``config.trained_check``)
-    is not tested."""
+    """The paper's orderings (``ORDERINGS``), each an intersection over its pairs of kinds
+    (``Verdicts.every``: a paired test over seeds per pair, holding only where every pair does).
+    With ``config.gate_first`` they are tested only where the task resolves attention kinds
+    (the gate: FAVOR+ - exact). Every ordering's test uses its kinds and the exact-attention
+    models (the task's reference: if they do not use their attention, no ordering of
+    approximations of it is testable); an ordering using a kind that failed the declared
+    training check (``config.trained_check``) is not tested."""
     judge = verdicts.Verdicts(config)
     runs = results["runs"]
+    judge.check_training(runs, "attention", label=_label, remedy=lambda arms: _remedy(arms, config))
     trained = {r["attention"] for r in runs}
     why_not = _gate_failure(runs, trained) if config.gate_first else None
-    failed = judge.untrained_arms(runs, "attention")
     for name, (worse, better) in ORDERINGS.items():
         if name not in judge.claims:
             continue
-        missing = [a for a in (*worse, *better) if a not in trained]
+        missing = [a for a in ("exact", *worse, *better) if a not in trained]
         if why_not or missing:
             judge.not_tested(name, why_not or f"not trained: {', '.join(map(_label, missing))}")
             continue
-        untrained = [a for a in (*worse, *better) if a in failed]
-        if untrained:
-            judge.untrained(
-                name,
-                {_label(a): training_evidence(results, a, config) for a in untrained},
-                remedy=_remedy(untrained, config),
-            )
-            continue
-        judge.effect(
+        judge.every(
             name,
-            stats.paired_difference(_mean_der(runs, worse), _mean_der(runs, better)),
-            effect=f"{_kinds_text(worse)} - {_kinds_text(better)} test DER, paired by seed",
+            ordering_cells(runs, worse, better),
+            effect="test DER of the claimed-worse kind - the claimed-better kind's, paired by seed",
+            cell_name="pairs",
             units="seeds",
             number=".4f",
+            arms=[_label(a) for a in ("exact", *worse, *better)],
         )
     return judge
 
@@ -563,23 +578,6 @@ def _gate_failure(runs: list[dict], trained: set[str]) -> str | None:
     )
 
 
-def training_evidence(results: dict, attention: str, config) -> str:
-    """Why ``attention`` counts as not trained: its test DER over seeds, its train CTC loss at
-    the first and last logs, its learned temperature."""
-    runs = results["runs"]
-    rates = _by_attention(runs, attention, "digit_error_rate")
-    train_logs = [[r for r in c if r["split"] == "train"] for c in results["curves"][attention]]
-    first, last = (np.mean([logs[i]["loss"] for logs in train_logs]) for i in (0, -1))
-    steps = train_logs[0][0]["step"], train_logs[0][-1]["step"]
-    tau = np.mean(_by_attention(runs, attention, "mean_temperature"))
-    return (
-        f"test DER {np.mean(rates):.3f} ({np.min(rates):.3f} to {np.max(rates):.3f} over "
-        f"{len(rates)} seeds), train CTC loss {first:.1f} at step {steps[0]} -> {last:.1f} at "
-        f"step {steps[1]} (means over seeds), learned tau {tau:.2f} (initial "
-        f"{config.model.initial_temperature:g})"
-    )
-
-
 def trigonometric_relative_sd(temperature: float, num_features: int) -> float:
     """Standard deviation over draws of the trigonometric estimate of the cosine-attention
     kernel exp(tau q^.k^) at orthogonal unit q, k, relative to the kernel's value (1): with
@@ -591,10 +589,11 @@ def trigonometric_relative_sd(temperature: float, num_features: int) -> float:
 
 
 def _remedy(untrained: list[str], config) -> str:
-    """What would test a claim whose kinds ``untrained`` did not train."""
+    """What would test a claim whose kinds ``untrained`` (labels) failed the training check."""
     tau, m = config.model.initial_temperature, config.model.num_features
-    signed = [a for a in untrained if a in TRIGONOMETRIC_KINDS]
-    others = [a for a in untrained if a not in TRIGONOMETRIC_KINDS]
+    kinds = {_label(a): a for a in conformer_attentions()}
+    signed = [kinds[a] for a in untrained if kinds.get(a) in TRIGONOMETRIC_KINDS]
+    others = [kinds.get(a, a) for a in untrained if kinds.get(a) not in TRIGONOMETRIC_KINDS]
     parts = []
     if signed:
         parts.append(
@@ -608,8 +607,10 @@ def _remedy(untrained: list[str], config) -> str:
         )
     if others:
         parts.append(
-            f"runs in which {' and '.join(map(_label, others))} "
-            f"train{'s' if len(others) == 1 else ''} (e.g. more than "
+            f"a task in which {' and '.join(map(_label, others))} "
+            f"use{'s' if len(others) == 1 else ''} its attention and read"
+            f"{'s' if len(others) == 1 else ''} the digits (e.g. attention as the only mixing "
+            "across frames, as in attention_context, and more than "
             f"{config.train.num_train_steps} steps)"
         )
     follow_up = config.get("follow_up")
@@ -641,7 +642,6 @@ def _mean_se(values: np.ndarray) -> str:
 
 def _summary_rows(results: dict, attentions, judge: verdicts.Verdicts) -> list[dict]:
     runs, rows = results["runs"], []
-    failed = judge.untrained_arms(runs, "attention")
     for attention in attentions:
         rates = _by_attention(runs, attention, "digit_error_rate")
         train_logs = [
@@ -661,25 +661,13 @@ def _summary_rows(results: dict, attentions, judge: verdicts.Verdicts) -> list[d
                 np.mean(_by_attention(runs, attention, "mean_temperature"))
             ),
         }
-        if judge.trained_check is not None:
-            row["trained (check)"] = "no" if attention in failed else "yes"
+        checked = judge.arm_checks.get(_label(attention))
+        check = judge.trained_check
+        row["training check"] = (
+            checked.outcome(check) if checked is not None and check else "not checked"
+        )
         rows.append(row)
     return rows
-
-
-def _check_text(runs: list[dict], judge: verdicts.Verdicts) -> str:
-    """The training check as declared, and the kinds that failed it."""
-    check = judge.trained_check
-    if check is None:
-        return "none declared (config.trained_check)"
-    failed = judge.untrained_arms(runs, "attention")
-    outcome = (
-        f"Failed by {', '.join(map(_label, failed))}: every ordering whose test uses one of "
-        "them is not tested"
-        if failed
-        else "Every kind passed it"
-    )
-    return f"a kind counts as trained if {check.describe()}: {check.reason}. {outcome}"
 
 
 def _plot_error_rates(runs, tests, attentions, path: str) -> None:
@@ -763,32 +751,53 @@ def _setup_text(config, info) -> str:
     )
 
 
-def _swap_text(runs: list[dict]) -> str:
-    exact = [r for r in runs if r["attention"] == "exact"]
-    if not exact or "der_uniform_attention" not in exact[0]:
-        return "not run (no exact-attention runs)."
-    own = np.array([r["digit_error_rate"] for r in exact])
-    rows = [
-        {
-            "attention at inference": "exact (as trained)",
-            "test DER (mean ± 1 SE)": _mean_se(own),
-            "paired change": "—",
-        }
-    ]
-    for name, label in (
-        ("der_uniform_attention", "uniform weights (tau -> 0)"),
-        ("der_favor_swap", "FAVOR+ features"),
-    ):
-        values = np.array([r[name] for r in exact])
-        change = stats.paired_difference(values, own)
-        rows.append(
-            {
-                "attention at inference": label,
-                "test DER (mean ± 1 SE)": _mean_se(values),
-                "paired change": f"{change.mean:+.4f} ± {change.se:.4f}",
-            }
+def _swap_text(runs: list[dict], attentions) -> str:
+    """Each kind's models re-evaluated with uniform attention swapped in (the training check's
+    trivial model), and the exact models with FAVOR+ features: mean test DER and the paired
+    change against the model as trained."""
+    rows = []
+    for attention in attentions:
+        mine = [r for r in runs if r["attention"] == attention]
+        own = np.array([r["digit_error_rate"] for r in mine])
+        swaps = [("der_uniform_attention", "uniform weights (tau -> 0)")]
+        if attention == "exact":
+            swaps.append(("der_favor_swap", "FAVOR+ features"))
+        for name, label in swaps:
+            if not mine or any(r.get(name) is None for r in mine):
+                rows.append(
+                    {
+                        "trained with": _label(attention),
+                        "attention at inference": label,
+                        "test DER (mean ± 1 SE)": "not measured (runs made before the swap "
+                        "was measured for every kind)",
+                        "paired change": "—",
+                    }
+                )
+                continue
+            values = np.array([r[name] for r in mine])
+            change = stats.paired_difference(values, own)
+            rows.append(
+                {
+                    "trained with": _label(attention),
+                    "attention at inference": label,
+                    "test DER (mean ± 1 SE)": _mean_se(values),
+                    "paired change": f"{change.mean:+.4f} ± {change.se:.4f}",
+                }
+            )
+    return outputs.markdown_table(rows) if rows else "not run."
+
+
+def _pair_tables(runs: list[dict], judge: verdicts.Verdicts, attentions) -> str:
+    """Every ordering's per-pair table (``Verdicts.cell_rows``), for the kinds trained."""
+    parts = []
+    for name, (worse, better) in ORDERINGS.items():
+        if name not in judge.claims or not set((*worse, *better)) <= set(attentions):
+            continue
+        rows = judge.cell_rows(
+            name, ordering_cells(runs, worse, better), cell_name="pair", units="seeds", number=".4f"
         )
-    return outputs.markdown_table(rows)
+        parts.append(f"*{name}*:\n\n{outputs.markdown_table(rows)}")
+    return "\n\n".join(parts) if parts else "none (the kinds of no ordering were all trained)"
 
 
 def comparison_rows(tests: list[dict]) -> list[dict]:
@@ -848,7 +857,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         config,
         setup=_setup_text(config, info),
         table=outputs.markdown_table(_summary_rows(results, attentions, judged)),
-        training_check=_check_text(runs, judged),
+        pair_tables=_pair_tables(runs, judged, attentions),
         comparisons=outputs.markdown_table(comparison_rows(tests)) if tests else "none",
         design=_design_text(config),
         gate=_gate_text(tests, config),
@@ -859,7 +868,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             if results["skipped"]
             else ""
         ),
-        swaps=_swap_text(runs),
+        swaps=_swap_text(runs, attentions),
         timing=outputs.timing_text(runs),
     )
     outputs.write_csv(os.path.join(workdir, "results.csv"), runs)

@@ -11,7 +11,9 @@ the study's seed field (``SEED_FIELD`` of its module, or ``--seed_field``) set t
 ablation resumes after a kill and grows by seeds. The report compares the first two arms (or
 ``--compare=A,B``) on ``--metric``, paired by seed, by the claim the command line declares
 before the run (``--test``, ``--margin``; default: B greater than A, no margin), and writes
-``ablation.md`` and ``verdicts.json``.
+``ablation.md`` and ``verdicts.json``. Over a model study (its config declares
+``trained_check``) each arm is checked on its cells' headlines, which hold the check's metric and
+trivial model: an arm that fails it leaves the comparison not tested.
 """
 
 from __future__ import annotations
@@ -130,13 +132,22 @@ def run(
                 "powered": bool(config.get("powered", True)),
             }
         )
+        if config.get("trained_check") is not None:  # a model study: its arms are checked too
+            declared.trained_check = config.trained_check
         judge = verdicts.Verdicts(declared)
+        checked_arms = None
+        if judge.trained_check is not None:
+            # Each cell's headline holds the check's metric and trivial model (means over the
+            # study's runs in that cell).
+            judge.check_training(cells, "arm")
+            checked_arms = [first, second]
         verdict = judge.effect(
             "ablation",
             difference,
             effect=f"{metric}: {second} - {first}, paired by seed",
             units="seeds",
             number=".4g",
+            arms=checked_arms,
         )
         rows = [{"seed": s, **{f"{metric} ({arm})": value[arm, s] for arm in arms}} for s in seeds]
         note = "" if judge.powered else verdicts.unpowered_note(config) + "\n\n"

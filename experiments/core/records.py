@@ -96,7 +96,8 @@ def config_argument(workdir: str) -> str:
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """The config ``workdir`` was made under: its config file at its argument, with the values
     of ``workdir/config.json`` on top (a field the file no longer has is an error; a field the
-    run predates, such as a claim declared since, keeps the file's value).
+    run predates, such as a claim declared since, keeps the file's value; the claims and the
+    training check always come from the file, which declares what the report judges by).
 
     Raises:
       ValueError: if ``config.json`` holds a field the config file does not define.
@@ -117,8 +118,8 @@ def _overlay(config: ml_collections.ConfigDict, stored: dict, prefix: str) -> No
             raise ValueError(f"{prefix}.{key} is in the stored config but not in the config file")
         current = config[key]
         if isinstance(current, ml_collections.ConfigDict) and isinstance(value, dict):
-            if key == "claims":
-                continue  # claims come from the config file: declared for the verdicts
+            if key in ("claims", "trained_check"):
+                continue  # from the config file: declared for the verdicts
             _overlay(current, value, f"{prefix}.{key}")
             continue
         with config.ignore_type():

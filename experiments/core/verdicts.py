@@ -13,10 +13,21 @@ turns claim and effect into a ``Verdict`` with exactly one of four outcomes:
   open with a note saying so and naming the variant that is (``unpowered_note``);
 - **not resolved**: the interval straddles a boundary; the sentence says how many units (seeds,
   draws) would resolve it at the observed spread, or why no number would;
-- **not tested**: the design could not test the claim; the sentence says why. In particular a
+- **not tested**: the design could not test the claim (e.g. one seed: no interval); the
+  sentence says why. In particular a
   claim whose test uses an arm (a kind of model trained on several seeds) that failed the
-  config's declared training check (``config.trained_check``: ``TrainedCheck``) is not tested
-  (``Verdicts.untrained``): a model that did not train neither supports nor refutes a claim.
+  config's declared training check (``config.trained_check``: ``TrainedCheck``, against the
+  task's trivial model) is not tested: a model that did not train neither supports nor refutes
+  a claim.
+
+Model studies cannot skip the training check: a config that trains models (a trainer section,
+``TRAINER_SECTIONS``) is refused without ``trained_check``; ``Verdicts.check_training`` applies
+it to every arm's runs, every judging method of such a config must name the arms its test uses
+(``arms=``) and refuses an arm without a check result; the summary states every arm's outcome
+(``$training_check``). A claim over several competitors is an intersection (``Verdicts.every``
+over one cell per pair, ``Verdicts.cell_rows`` for the per-pair table). Where an interval lies
+inside the margin on both sides, the evidence reports the equivalence bound it puts on the
+effect.
 
 Verdict prose comes from here only: a study passes numbers, never sentences about outcomes.
 ``Verdicts.write`` stores the verdicts (``verdicts.json``) for the results page.
@@ -30,13 +41,14 @@ import importlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
+import numpy as np
 
 from experiments.core import outputs
-from experiments.core.stats import Estimate, pool, units_to_resolve
+from experiments.core.stats import Estimate, pool, sample_estimate, units_to_resolve
 
 VERDICTS_FILE = "verdicts.json"
 
@@ -135,37 +147,229 @@ class Verdict:
         return {**dataclasses.asdict(self), "outcome": str(self.outcome)}
 
 
+BETTER = ("lower", "higher")
+
+# Config sections of the core's trainers (``experiments.core.train``: ``train`` for the
+# gradient trainer, ``es`` for evolution strategies): a config with one trains models, so it
+# must declare ``trained_check``.
+TRAINER_SECTIONS = ("train", "es")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainedCheck:
     """A check, declared before the run (``config.trained_check``, built with
-    ``configs.common.trained_check``), that an arm trained at all: it passes if its
-    ``metric`` is below ``ceiling`` in every seed (a NaN fails).
+    ``configs.common.trained_check``), that an arm (a kind of model trained on several seeds)
+    trained. Each run's ``metric`` must beat a threshold, i.e. lie below it (above where
+    ``better`` is ``"higher"``): the stricter of ``limit`` (a fixed value, e.g. chance level)
+    and, when ``trivial`` names a record field, the task's trivial model on the same run (a
+    count unigram model's perplexity, the same model with uniform attention swapped in, a
+    random policy's return) beaten by ``margin`` (a fraction of the trivial model's value where
+    ``relative``). The arm passes if every seed beats its threshold or the 95% interval of the
+    mean excess over seeds lies beyond it; it fails if that interval lies on the wrong side (one
+    seed: if it does not beat it); otherwise its check is not resolved (``ArmCheck``). A NaN
+    never beats a threshold.
 
     Attributes:
       metric: the per-run record field checked, e.g. ``"digit_error_rate"``.
-      ceiling: the value every seed's ``metric`` must be below.
-      reason: why a model at or above the ceiling has not trained, in words.
+      reason: why a model that does not beat the threshold has not trained, in words.
+      limit: a fixed threshold (None: none).
+      trivial: the per-run record field holding the trivial model's value ("": none).
+      trivial_name: the trivial model in words, e.g. "a count unigram model".
+      margin: how far the metric must beat the trivial model's value (>= 0).
+      relative: whether ``margin`` is a fraction of the trivial model's value.
+      better: ``"lower"`` or ``"higher"``: which way the metric improves.
     """
 
     metric: str
-    ceiling: float
     reason: str
+    limit: float | None = None
+    trivial: str = ""
+    trivial_name: str = ""
+    margin: float = 0.0
+    relative: bool = False
+    better: str = "lower"
 
     def __post_init__(self):
         if not (isinstance(self.metric, str) and self.metric):
             raise ValueError(f"trained_check metric must be a record field, got {self.metric!r}")
-        if not (isinstance(self.ceiling, (int, float)) and math.isfinite(self.ceiling)):
-            raise ValueError(f"trained_check ceiling must be a finite number, got {self.ceiling!r}")
         if not (isinstance(self.reason, str) and self.reason):
-            raise ValueError("trained_check reason must say why the ceiling means 'not trained'")
+            raise ValueError("trained_check reason must say why failing it means 'not trained'")
+        if self.limit is not None and not (
+            isinstance(self.limit, (int, float)) and math.isfinite(self.limit)
+        ):
+            raise ValueError(f"trained_check limit must be a finite number, got {self.limit!r}")
+        if not isinstance(self.trivial, str) or bool(self.trivial) != bool(self.trivial_name):
+            raise ValueError(
+                "trained_check trivial (a record field) and trivial_name (the trivial model in "
+                f"words) go together, got {self.trivial!r} and {self.trivial_name!r}"
+            )
+        if self.limit is None and not self.trivial:
+            raise ValueError("trained_check needs a limit, a trivial model, or both")
+        if not (isinstance(self.margin, (int, float)) and self.margin >= 0):
+            raise ValueError(f"trained_check margin must be a number >= 0, got {self.margin!r}")
+        if self.better not in BETTER:
+            raise ValueError(f"trained_check better must be one of {BETTER}, got {self.better!r}")
 
-    def passes(self, values: Sequence[float]) -> bool:
-        """Whether an arm with these per-seed values of ``metric`` trained."""
-        return len(values) > 0 and all(float(v) < self.ceiling for v in values)
+    @property
+    def lower(self) -> bool:
+        return self.better == "lower"
+
+    def threshold(self, trivial: float | None = None) -> float:
+        """The value a run's metric must beat, given its trivial model's value."""
+        bounds = [] if self.limit is None else [float(self.limit)]
+        if self.trivial:
+            if trivial is None:
+                raise ValueError(f"the check needs the trivial model's value ({self.trivial})")
+            margin = self.margin * abs(trivial) if self.relative else self.margin
+            bounds.append(trivial - margin if self.lower else trivial + margin)
+        return min(bounds) if self.lower else max(bounds)
+
+    def beats(self, value: float, threshold: float) -> bool:
+        """Whether ``value`` beats ``threshold`` (a NaN never does)."""
+        return bool(value < threshold) if self.lower else bool(value > threshold)
 
     def describe(self) -> str:
         """The criterion in words."""
-        return f"{self.metric} < {self.ceiling:g} in every seed"
+        side = "below" if self.lower else "above"
+        parts = [] if self.limit is None else [f"{side} {self.limit:g}"]
+        if self.trivial:
+            if self.margin == 0:
+                by = ""
+            elif self.relative:
+                by = f" by {self.margin:.0%} of it"
+            else:
+                by = f" by {self.margin:g}"
+            parts.append(f"{'below' if self.lower else 'above'} {self.trivial_name}'s{by}")
+        return (
+            f"{self.metric} {' and '.join(parts)} (in every seed, or on average over seeds "
+            "with 95% confidence)"
+        )
+
+
+CHECK_LEVEL = 0.95  # the confidence of an arm's training check over its seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmCheck:
+    """The declared training check applied to one arm's runs (``Verdicts.check_training``).
+
+    Attributes:
+      arm: the arm, as the summaries name it.
+      values: the check's metric per seed.
+      thresholds: the value each seed had to beat.
+      trivial: the trivial model's value per seed (empty where the check declares none).
+      missing: the record field the runs lack ("" when the check was measured): runs made
+        before the check was declared cannot be checked.
+    """
+
+    arm: str
+    values: tuple[float, ...] = ()
+    thresholds: tuple[float, ...] = ()
+    trivial: tuple[float, ...] = ()
+    missing: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return not self.missing and bool(self.values)
+
+    def _limit_only(self) -> ArmCheck:
+        return dataclasses.replace(self, missing="")
+
+    def excess(self, check: TrainedCheck) -> Estimate:
+        """How far the arm beats its thresholds: the mean over seeds of threshold - metric
+        (metric - threshold where higher is better), positive where it beats them (a NaN
+        metric counts as -inf)."""
+        sign = 1.0 if check.lower else -1.0
+        excess = sign * (np.asarray(self.thresholds, float) - np.asarray(self.values, float))
+        return sample_estimate(np.where(np.isnan(excess), -np.inf, excess))
+
+    def failing(self, check: TrainedCheck) -> int:
+        """The number of seeds that do not beat their threshold."""
+        return sum(not check.beats(v, t) for v, t in zip(self.values, self.thresholds, strict=True))
+
+    def outcome(self, check: TrainedCheck) -> str:
+        """``"passed"``, ``"failed"``, ``"not resolved"`` or ``"not measured"`` (class doc).
+        Runs without the trivial model's field but with the metric are checked against the
+        limit alone: failing it fails the arm, passing it leaves the check not measured."""
+        if self.missing and self.values:  # the limit alone (the trivial model is missing)
+            return "failed" if self._limit_only().outcome(check) == "failed" else "not measured"
+        if not self.measured:
+            return "not measured"
+        if self.failing(check) == 0:
+            return "passed"
+        excess = self.excess(check)
+        if len(self.values) == 1 or not math.isfinite(excess.mean):
+            return "failed"
+        low, high = excess.interval(CHECK_LEVEL) if excess.se > 0 else (excess.mean,) * 2
+        if low > 0:
+            return "passed"
+        if high < 0:
+            return "failed"
+        return "not resolved"
+
+    def passed(self, check: TrainedCheck) -> bool:
+        return self.outcome(check) == "passed"
+
+    def finding(self, check: TrainedCheck) -> str:
+        """The arm's numbers against the check: how many seeds fail it, how far the arm is from
+        the trivial model (or the limit), and, where the check is not resolved, how many seeds
+        would resolve it."""
+        if self.missing and self.outcome(check) == "failed":
+            return (
+                f"{self._limit_only().finding(check)} (against the limit alone: the runs have "
+                f"no `{self.missing}`)"
+            )
+        if not self.measured:
+            return (
+                f"{self.arm}: not measured (its runs have no `{self.missing}`: they were made "
+                "before the check was declared)"
+            )
+        values = np.asarray(self.values, float)
+        text = (
+            f"{self.arm}: {check.metric} {_spread(values)} over {_count(len(values), 'seed')}, "
+            f"{self.failing(check)} of {len(values)} failing"
+        )
+        if self.trivial:
+            trivial = np.asarray(self.trivial, float)
+            difference = sample_estimate(values - trivial)
+            text += (
+                f"; {check.trivial_name} {_spread(trivial)}: the arm minus it "
+                + (
+                    f"{difference.mean:+.4g} ± {difference.se:.2g} per seed, "
+                    if difference.se > 0
+                    else ""
+                )
+                + _spread(values - trivial, sign=True)
+            )
+            if np.all(trivial > 0):
+                text += f", {np.mean(values / trivial):.3g} times it"
+        if check.limit is not None:
+            text += f" (limit {check.limit:g})"
+        if self.outcome(check) == "not resolved":
+            excess = self.excess(check)
+            needed = max(len(self.values) + 1, units_to_resolve(excess, 0.0, CHECK_LEVEL))
+            text += (
+                f"; its excess over the threshold, {excess.mean:+.4g} ± {excess.se:.2g}, "
+                f"straddles 0 at {CHECK_LEVEL:.0%}: not resolved (about {needed} seeds would "
+                "resolve it at the observed spread)"
+            )
+        return text
+
+
+def _count(number: int, noun: str) -> str:
+    """``"1 seed"``, ``"3 seeds"``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _spread(values: np.ndarray, sign: bool = False) -> str:
+    """``mean (min to max)`` of per-seed values."""
+    spec = "+.4g" if sign else ".4g"
+    if np.all(values == values[0]):
+        return format(float(values[0]), spec)
+    return (
+        f"{format(float(np.mean(values)), spec)} ({format(float(np.min(values)), spec)} to "
+        f"{format(float(np.max(values)), spec)})"
+    )
 
 
 def trained_check(config: ml_collections.ConfigDict) -> TrainedCheck | None:
@@ -173,21 +377,40 @@ def trained_check(config: ml_collections.ConfigDict) -> TrainedCheck | None:
     declares none.
 
     Raises:
-      ValueError: naming the field, for a malformed check.
+      ValueError: naming the field, for a malformed check, or for a config that trains models
+        (it has a trainer section, ``TRAINER_SECTIONS``) and declares no check.
     """
     entry = config.get("trained_check")
     if entry is None:
+        sections = _trainer_sections(config)
+        if sections:
+            raise ValueError(
+                f"config.trained_check is missing: a config that trains models (config."
+                f"{sections[0]}) declares, before its runs, the check that each arm trained "
+                "against its task's trivial model (configs.common.trained_check)"
+            )
         return None
     values = dict(entry)
     fields = {f.name for f in dataclasses.fields(TrainedCheck)}
-    if set(values) != fields:
+    if not set(values) <= fields or "metric" not in values or "reason" not in values:
         raise ValueError(
-            f"config.trained_check must have the fields {sorted(fields)}, got {sorted(values)}"
+            f"config.trained_check must have fields among {sorted(fields)} (metric and reason "
+            f"required), got {sorted(values)}"
         )
     try:
         return TrainedCheck(**values)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:
         raise ValueError(f"config.{error}") from None
+
+
+def _trainer_sections(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    """The trainer sections (``TRAINER_SECTIONS``) of ``config`` and of its nested configs
+    (a study may train another study's models: ``config.vit.train``)."""
+    found = [f"{prefix}{name}" for name in TRAINER_SECTIONS if name in config]
+    for name, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict) and name not in TRAINER_SECTIONS:
+            found += _trainer_sections(value, f"{prefix}{name}.")
+    return found
 
 
 def validate_claims(config: ml_collections.ConfigDict) -> dict[str, Claim]:
@@ -225,6 +448,8 @@ class Verdicts:
         self.claims = validate_claims(config)
         self.powered = bool(config.get("powered", True))
         self.trained_check = trained_check(config)
+        self.arm_checks: dict[str, ArmCheck] = {}
+        self._remedy: Callable[[list[str]], str] | None = None
         self.given: dict[str, Verdict] = {}
 
     def _claim(self, name: str) -> Claim:
@@ -250,31 +475,165 @@ class Verdicts:
         claim = self._claim(name)
         return self._record(name, Verdict(claim.statement, Outcome.NOT_TESTED, why, "—"))
 
-    def untrained_arms(self, runs: Sequence[Mapping[str, Any]], arm: str) -> list[str]:
-        """The arms that fail the declared training check ([] if the config declares none), in
-        the order they first appear in ``runs`` (one record per run: its arm under the key
-        ``arm``, the check's metric under its name)."""
+    def check_training(
+        self,
+        runs: Sequence[Mapping[str, Any]],
+        arm: str,
+        *,
+        label: Callable[[Any], str] = str,
+        remedy: Callable[[list[str]], str] | None = None,
+    ) -> dict[str, ArmCheck]:
+        """Applies the declared training check to every arm of ``runs`` (one record per run:
+        its arm under the key ``arm``, the check's metric and trivial model under their names)
+        and keeps the results for the judging methods, whose ``arms`` name arms by
+        ``label(arm value)``. An arm whose runs lack a field of the check is "not measured".
+
+        Args:
+          runs: one record per run.
+          arm: the key of a run's arm.
+          label: the arm's name in summaries and in the judging methods' ``arms``.
+          remedy: ``failing arms -> what would test a claim that uses them`` (appended to its
+            "not tested" sentence).
+
+        Returns:
+          ``{arm: ArmCheck}`` in the order the arms first appear in ``runs``.
+
+        Raises:
+          ValueError: if the config declares no ``trained_check``.
+        """
+        check = self.trained_check
+        if check is None:
+            raise ValueError("check_training needs a declared config.trained_check")
+        grouped: dict[str, list[Mapping[str, Any]]] = {}
+        for run in runs:
+            grouped.setdefault(label(run[arm]), []).append(run)
+        fields = [check.metric, *([check.trivial] if check.trivial else [])]
+        for name, group in grouped.items():
+            missing = next((f for f in fields if any(run.get(f) is None for run in group)), "")
+            if missing == check.metric or (missing and check.limit is None):
+                self.arm_checks[name] = ArmCheck(name, missing=missing)
+                continue
+            if missing and check.limit is not None:  # the limit alone can still fail the arm
+                values = tuple(float(run[check.metric]) for run in group)
+                self.arm_checks[name] = ArmCheck(
+                    name, values, (float(check.limit),) * len(values), missing=missing
+                )
+                continue
+            values = tuple(float(run[check.metric]) for run in group)
+            trivial = tuple(float(run[check.trivial]) for run in group) if check.trivial else ()
+            thresholds = tuple(
+                check.threshold(trivial[i] if trivial else None) for i in range(len(values))
+            )
+            self.arm_checks[name] = ArmCheck(name, values, thresholds, trivial)
+        if remedy is not None:
+            self._remedy = remedy
+        return {name: self.arm_checks[name] for name in grouped}
+
+    def _arms_with(self, *outcomes: str) -> list[str]:
         check = self.trained_check
         if check is None:
             return []
-        values: dict[str, list[float]] = {}
-        for run in runs:
-            values.setdefault(run[arm], []).append(run[check.metric])
-        return [name for name, seeds in values.items() if not check.passes(seeds)]
+        return [a for a, c in self.arm_checks.items() if c.outcome(check) in outcomes]
 
-    def untrained(self, name: str, arms: Mapping[str, str], *, remedy: str) -> Verdict:
-        """Claim ``name`` is not tested: its test uses ``arms`` (arm -> the evidence that it did
-        not train: its metric, its losses), which failed the declared training check;
-        ``remedy`` says what would test it."""
-        if self.trained_check is None or not arms:
-            raise ValueError("untrained needs a declared config.trained_check and failing arms")
-        listed = "; ".join(f"{arm}: {evidence}" for arm, evidence in arms.items())
-        return self.not_tested(
-            name,
-            f"{', '.join(arms)} did not train (declared check: "
-            f"{self.trained_check.describe()}), and a model that did not train neither "
-            f"supports nor refutes the claim: {listed}. What would test it: {remedy}",
-        )
+    def passed_arms(self) -> list[str]:
+        """The checked arms that passed the declared training check."""
+        return self._arms_with("passed")
+
+    def failed_arms(self) -> list[str]:
+        """The checked arms that failed the declared training check (measured and failed, or
+        not resolved: not shown to have trained)."""
+        return self._arms_with("failed", "not resolved")
+
+    def training_text(self) -> str:
+        """The declared training check and every checked arm's outcome, for the summary (the
+        failures stated as findings with their numbers)."""
+        check = self.trained_check
+        if check is None:
+            return "none declared (this study trains no models)"
+        checks = list(self.arm_checks.values())
+        text = f"an arm counts as trained if {check.describe()}: {check.reason}."
+        groups = {
+            outcome: [c for c in checks if c.outcome(check) == outcome]
+            for outcome in ("passed", "failed", "not resolved", "not measured")
+        }
+        if groups["passed"]:
+            text += f" Passed by {', '.join(c.arm for c in groups['passed'])}."
+        for outcome, head in (("failed", "Failed by"), ("not resolved", "Not resolved for")):
+            if groups[outcome]:
+                text += (
+                    f" **{head} {', '.join(c.arm for c in groups[outcome])}** (a finding: "
+                    "every claim whose test uses one of them is not tested): "
+                    + "; ".join(c.finding(check) for c in groups[outcome])
+                    + "."
+                )
+        if groups["not measured"]:
+            text += (
+                " Not measured (every claim whose test uses one of them is not tested): "
+                + "; ".join(c.finding(check) for c in groups["not measured"])
+                + "."
+            )
+        if not checks:
+            text += " No arm was checked."
+        return text
+
+    def _untrained(self, name: str, arms: Sequence[str] | None) -> Verdict | None:
+        """The "not tested" verdict of claim ``name`` if an arm its test uses failed the
+        declared training check or could not be checked; None if every arm passed or the
+        config trains no models.
+
+        Raises:
+          ValueError: if the config declares a training check and ``arms`` is empty (a claim of
+            a model study names the arms its test uses), if an arm has no check result
+            (``check_training`` first), or if ``arms`` is given without a declared check.
+        """
+        check = self.trained_check
+        if check is None:
+            if arms:
+                raise ValueError(
+                    f"claim {name!r} names arms {tuple(arms)}, but the config declares no "
+                    "trained_check"
+                )
+            return None
+        if not arms:
+            raise ValueError(
+                f"claim {name!r}: the config trains models (config.trained_check), so its test "
+                "must name the arms it uses (arms=...), each checked by check_training"
+            )
+        unchecked = [a for a in arms if a not in self.arm_checks]
+        if unchecked:
+            raise ValueError(
+                f"claim {name!r} uses arms {unchecked} without a training-check result: pass "
+                f"their runs to Verdicts.check_training first (checked: {list(self.arm_checks)})"
+            )
+        checks = [self.arm_checks[a] for a in dict.fromkeys(arms)]
+        failed = [c for c in checks if c.outcome(check) == "failed"]
+        unresolved = [c for c in checks if c.outcome(check) == "not resolved"]
+        unmeasured = [c for c in checks if c.outcome(check) == "not measured"]
+        if not failed and not unresolved and not unmeasured:
+            return None
+        parts = []
+        if failed:
+            parts.append(
+                f"{', '.join(c.arm for c in failed)} failed the declared training check "
+                f"({check.describe()}), and a model that did not train neither supports nor "
+                "refutes the claim: " + "; ".join(c.finding(check) for c in failed)
+            )
+        if unresolved:
+            parts.append(
+                f"{'The' if parts else 'the'} declared training check ({check.describe()}) "
+                f"is not resolved for {', '.join(c.arm for c in unresolved)}, so the claim "
+                "cannot rest on them: " + "; ".join(c.finding(check) for c in unresolved)
+            )
+        if unmeasured:
+            parts.append(
+                f"{'The' if parts else 'the'} declared training check was not measured for "
+                f"{', '.join(c.arm for c in unmeasured)}, so the claim cannot rest on them: "
+                + "; ".join(c.finding(check) for c in unmeasured)
+            )
+        text = ". ".join(parts)
+        if (failed or unresolved) and self._remedy is not None:
+            text += f". What would test it: {self._remedy([c.arm for c in failed + unresolved])}"
+        return self.not_tested(name, text)
 
     def effect(
         self,
@@ -286,6 +645,7 @@ class Verdicts:
         reference: float | None = None,
         number: str = ".3g",
         note: str = "",
+        arms: Sequence[str] | None = None,
     ) -> Verdict:
         """The verdict on claim ``name`` from one estimated ``effect``.
 
@@ -298,8 +658,13 @@ class Verdicts:
           reference: the value a relative margin is a fraction of.
           number: format spec of the numbers in the evidence.
           note: a sentence appended to the evidence.
+          arms: the arms (kinds of trained model) the test uses, named as in
+            ``check_training``: required where the config declares a training check; a claim
+            using an arm that failed it is not tested.
         """
         claim = self._claim(name)
+        if (untrained := self._untrained(name, arms)) is not None:
+            return untrained
         margin = self.margin_of(name, reference)
         margin_text = _margin_text(claim, margin, number)
         if claim.test == "within_se":
@@ -321,9 +686,12 @@ class Verdicts:
         cell_name: str = "cells",
         number: str = ".3g",
         note: str = "",
+        arms: Sequence[str] | None = None,
     ) -> Verdict:
         """The verdict on agreement in every cell (a ``within_se`` claim: a closed form checked
-        by Monte Carlo) from the cell farthest from it in SEs."""
+        by Monte Carlo) from the cell farthest from it in SEs (``arms``: as in ``effect``)."""
+        if (untrained := self._untrained(name, arms)) is not None:
+            return untrained
         checked = {c: e for c, e in cells.items() if math.isfinite(e.mean) and e.se > 0}
         if not checked:
             return self.not_tested(name, f"no {cell_name} with a finite estimate and SE")
@@ -335,6 +703,7 @@ class Verdicts:
             units=units,
             number=number,
             note=note,
+            arms=arms,
         )
 
     def ordering(
@@ -349,14 +718,17 @@ class Verdicts:
         number: str = ".3g",
         k: float = 3.0,
         shared_units: bool = False,
+        arms: Sequence[str] | None = None,
     ) -> Verdict:
         """The verdict on an ordering over cells: one pooled test of the mean effect over the
         cells (``stats.pool``, weighted as the claim declares; ``shared_units`` where every
         cell is measured on the same draws or seeds), with, for description, the cells where
         the effect alone is beyond ``k`` SE either way. Cells without a finite estimate or SE
-        are left out (and counted)."""
+        are left out (and counted). ``arms``: as in ``effect``."""
         if not cells:
             return self.not_tested(name, f"no {cell_name} measured")
+        if (untrained := self._untrained(name, arms)) is not None:
+            return untrained
         finite = {c: e for c, e in cells.items() if math.isfinite(e.mean) and e.se > 0}
         if not finite:
             return self.not_tested(name, f"no {cell_name} with a finite estimate and SE")
@@ -389,6 +761,7 @@ class Verdicts:
             reference=reference,
             number=number,
             note=note,
+            arms=arms,
         )
 
     def every(
@@ -400,17 +773,32 @@ class Verdicts:
         cell_name: str,
         units: str,
         number: str = ".3g",
+        arms: Sequence[str] | None = None,
     ) -> Verdict:
         """The verdict on a claim about every cell (an intersection-union test, for
         equivalence, where pooling signed effects would let deviations of both signs cancel):
         it holds if it holds in every cell at the claim's confidence (no correction needed);
         it does not hold if in some cell the interval at the Bonferroni-corrected confidence
         lies against it beyond the margin; otherwise it is not resolved, and the sentence names
-        the unresolved cells and the units the worst of them needs."""
+        the unresolved cells and the units the worst of them needs. A claim over several
+        competitors is such an intersection: one cell per (claimed-better, competitor) pair, so
+        that no pair going the other way hides in a pooled mean (``cell_rows`` gives the
+        per-pair table). ``arms``: as in ``effect`` (every arm of every cell)."""
         claim = self._claim(name)
         if not cells:
             return self.not_tested(name, f"no {cell_name} measured")
+        if (untrained := self._untrained(name, arms)) is not None:
+            return untrained
         margin = self.margin_of(name)
+        blind = [c for c, e in cells.items() if _side(claim, e, margin) == "none"]
+        if blind:
+            units_text = ", ".join(f"{c}: {cells[c].n}" for c in blind)
+            return self.not_tested(
+                name,
+                f"no interval at {_cells_text(blind, cell_name)} ({units} {units_text}: an "
+                "interval needs at least 2 with a spread), so the design cannot test a claim "
+                f"about every {cell_name}",
+            )
         strict = dataclasses.replace(claim, confidence=1 - (1 - claim.level) / len(cells))
         failing = [c for c, e in cells.items() if _side(strict, e, margin) == "against"]
         open_cells = [c for c, e in cells.items() if _side(claim, e, margin) != "holds"]
@@ -435,7 +823,7 @@ class Verdicts:
             outcome = Outcome.NOT_RESOLVED
             reason = f"not resolved at {_cells_text(open_cells, cell_name)} of {len(cells)}: " + (
                 "; ".join(
-                    f"{cell}: {_unresolved_text(claim, cells[cell], margin, units, number)}"
+                    f"{cell}: {_every_cell_text(claim, strict, cells[cell], margin, units, number)}"
                     for cell in open_cells
                 )
             )
@@ -444,12 +832,16 @@ class Verdicts:
         )
         return self._record(name, verdict)
 
-    def fact(self, name: str, true: bool, evidence: str) -> Verdict:
+    def fact(
+        self, name: str, true: bool, evidence: str, *, arms: Sequence[str] | None = None
+    ) -> Verdict:
         """The verdict on a deterministic statement (claim test ``"fact"``): computed exactly,
         with no noise to resolve, so it holds or does not hold (in a variant not sized to test
         the claims, a false statement is "not resolved": it was computed at that variant's
-        sizes)."""
+        sizes). ``arms``: as in ``effect``."""
         claim = self._claim(name)
+        if (untrained := self._untrained(name, arms)) is not None:
+            return untrained
         if claim.test != "fact":
             raise ValueError(f"claim {name!r} is a {claim.test!r} claim, not a 'fact'")
         if true:
@@ -460,17 +852,78 @@ class Verdicts:
             outcome, evidence = Outcome.NOT_RESOLVED, f"{evidence}; false here, but {UNPOWERED}"
         return self._record(name, Verdict(claim.statement, outcome, evidence, "exact"))
 
-    def exact(self, name: str, value: float, *, effect: str, number: str = ".3g") -> Verdict:
+    def exact(
+        self,
+        name: str,
+        value: float,
+        *,
+        effect: str,
+        number: str = ".3g",
+        arms: Sequence[str] | None = None,
+    ) -> Verdict:
         """``fact``: a closed-form ``value`` that the claim says is > 0."""
-        return self.fact(name, value > 0, f"{effect} = {_number(value, '+' + number)} (exact)")
+        return self.fact(
+            name, value > 0, f"{effect} = {_number(value, '+' + number)} (exact)", arms=arms
+        )
+
+    def cell_rows(
+        self,
+        name: str,
+        cells: Mapping[Any, Estimate],
+        *,
+        cell_name: str,
+        units: str,
+        number: str = ".4g",
+    ) -> list[dict[str, Any]]:
+        """The per-cell table of claim ``name`` (e.g. one row per (hybrid, competitor) pair of
+        an ``every`` claim): each cell's estimate, its interval at the claim's confidence and
+        where that interval lies (the claim's side; against it beyond the margin, at the
+        Bonferroni-corrected confidence over the cells that refuting needs; or straddling)."""
+        claim = self._claim(name)
+        margin = self.margin_of(name)
+        strict = dataclasses.replace(claim, confidence=1 - (1 - claim.level) / max(len(cells), 1))
+        places = {
+            "holds": "the claimed side",
+            "against": "against, beyond the margin",
+            "open": "straddles a boundary",
+            "none": "no interval",
+        }
+        rows = []
+        for cell, estimate in cells.items():
+            low, high = estimate.interval(claim.level)
+            place = places[_side(claim, estimate, margin)]
+            if _side(claim, estimate, margin) == "against" and len(cells) > 1:
+                place = (
+                    "against, beyond the margin"
+                    if _side(strict, estimate, margin) == "against"
+                    else f"against at {100 * claim.level:g}%, not at the "
+                    f"{100 * strict.level:.4g}% (Bonferroni) that refuting needs"
+                )
+            rows.append(
+                {
+                    cell_name: str(cell),
+                    units: estimate.n,
+                    "mean ± 1 SE": f"{_number(estimate.mean, '+' + number)} ± "
+                    f"{_number(estimate.se, number)}",
+                    f"{100 * claim.level:g}% CI": f"[{_number(low, '+' + number)}, "
+                    f"{_number(high, '+' + number)}]",
+                    "interval lies": place,
+                }
+            )
+        return rows
 
     def _interval_rule(self, claim, estimate, margin, units, number):
         side = _side(claim, estimate, margin)
         lies = "it lies" if estimate.se == 0 else "the interval lies"
+        bound = _equivalence_bound(claim, estimate, margin, number)
         if side == "none":
-            return Outcome.NOT_RESOLVED, "no interval (too few units or no spread)"
+            return Outcome.NOT_TESTED, (
+                f"no interval ({estimate.n} {units}: an interval needs at least 2 with a "
+                "spread), so the design cannot test the claim"
+            )
         if side == "holds":
-            return Outcome.HOLDS, f"{lies} {_region_text(_regions(claim.test, margin)[0], number)}"
+            region = _region_text(_regions(claim.test, margin)[0], number)
+            return Outcome.HOLDS, f"{lies} {region}{bound}"
         if side == "against" and self.powered:
             return Outcome.DOES_NOT_HOLD, (
                 f"{lies} against the claim beyond the margin {_number(margin, number)}"
@@ -479,7 +932,9 @@ class Verdicts:
             return Outcome.NOT_RESOLVED, (
                 f"{lies} against the claim beyond the margin, but {UNPOWERED}"
             )
-        return Outcome.NOT_RESOLVED, _unresolved_text(claim, estimate, margin, units, number)
+        return Outcome.NOT_RESOLVED, _unresolved_text(
+            claim, estimate, margin, units, number
+        ) + bound
 
     def _within_se(self, claim, estimate, margin, number):
         z = abs(estimate.mean) / estimate.se if estimate.se > 0 else math.inf
@@ -538,6 +993,21 @@ def _inside(interval: tuple[float, float], region: tuple[float, float] | None) -
     return region is not None and region[0] < interval[0] and interval[1] < region[1]
 
 
+def _equivalence_bound(claim: Claim, estimate: Estimate, margin: float, number: str) -> str:
+    """Where the interval lies inside (-margin, margin): the bound it puts on the effect's size
+    ("; ..." to append), whatever the claim's direction; "" otherwise."""
+    if not margin > 0 or claim.test in ("within_se", "fact"):
+        return ""
+    low, high = estimate.interval(claim.level)
+    if not (math.isfinite(low) and math.isfinite(high) and -margin < low and high < margin):
+        return ""
+    bound = max(abs(low), abs(high))
+    return (
+        f"; equivalence bound: the interval puts the effect within ±{_number(bound, number)}, "
+        f"inside the margin ±{_number(margin, number)}"
+    )
+
+
 def _region_text(region: tuple[float, float], number: str) -> str:
     low, high = region
     if math.isinf(low):
@@ -545,6 +1015,19 @@ def _region_text(region: tuple[float, float], number: str) -> str:
     if math.isinf(high):
         return f"above {_number(low, number)}"
     return f"inside [{_number(low, number)}, {_number(high, number)}]"
+
+
+def _every_cell_text(claim, strict, estimate, margin, units, number) -> str:
+    """Why one cell of an ``every`` claim is unresolved: its interval straddles a boundary at
+    the claim's level, or lies against the claim beyond the margin at the claim's level but not
+    at the Bonferroni-corrected ``strict`` level that refuting needs."""
+    if _side(claim, estimate, margin) != "against":
+        return _unresolved_text(claim, estimate, margin, units, number)
+    return (
+        f"against the claim beyond the margin at {100 * claim.level:g}% but not at the "
+        f"{100 * strict.level:.4g}% that refuting it in one of several cells needs; "
+        + _unresolved_text(strict, estimate, margin, units, number)
+    )
 
 
 def _unresolved_text(claim: Claim, estimate: Estimate, margin: float, units: str, number: str):
@@ -573,7 +1056,8 @@ def _unresolved_text(claim: Claim, estimate: Estimate, margin: float, units: str
     boundary = min(boundaries, key=lambda b: abs(mean - b))
     if mean == boundary or not estimate.se > 0:
         return f"the estimate lies on the boundary {_number(boundary, number)}"
-    needed = units_to_resolve(estimate, boundary, claim.level)
+    # At least one more unit: the t interval is wider than the normal one the count uses.
+    needed = max(estimate.n + 1, units_to_resolve(estimate, boundary, claim.level))
     return (
         f"the interval straddles {_number(boundary, number)}; at the observed spread about "
         f"{needed} {units} would resolve it"
@@ -634,8 +1118,15 @@ def write_summary(
     """Renders the summary template ``template`` with ``values``, ``$config.<path>`` from
     ``config`` and every verdict of ``judge`` as ``$verdict_<claim>`` (its
     ``Verdict.sentence``); writes it to ``workdir/summary.md``, the verdicts to
-    ``verdicts.json`` (``write``) and the config to ``config.json``; returns the summary."""
+    ``verdicts.json`` (``write``) and the config to ``config.json``; returns the summary.
+
+    Where the config declares a training check, the template must place
+    ``$training_check`` (``Verdicts.training_text``: the check and every arm's outcome, the
+    failures as findings with their numbers): a model study's summary cannot leave it out.
+    """
     sentences = {f"verdict_{name}": v.sentence() for name, v in judge.given.items()}
+    if judge.trained_check is not None:
+        values = {**values, "training_check": judge.training_text()}
     summary = outputs.render_summary(template, config, **values, **sentences)
     if not judge.powered:
         title, _, body = summary.partition("\n")

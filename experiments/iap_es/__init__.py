@@ -446,6 +446,7 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     run), each as equivalence within the declared fraction of the reference's return."""
     judge, values = verdicts.Verdicts(config), claim_differences(results, config)
     labels = {kind: info["label"] for kind, info in results["kinds"].items()}
+    judge.check_training(checked_runs(results), "kind", label=labels.__getitem__)
     effect = f"{labels[config.claim_kind]} - {labels[config.reference]}"
     for name, difference, reference, text, units in (
         ("equal_quality", "claim", "reference_final", "final return, paired by seed", "seeds"),
@@ -463,8 +464,18 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
             effect=f"{effect} {text}",
             units=units,
             reference=values[reference],
+            arms=[labels[config.claim_kind], labels[config.reference]],
         )
     return judge
+
+
+def checked_runs(results: dict) -> list[dict]:
+    """The runs with the training check's trivial model beside each: the return of the same
+    policy before ES (its evaluation at generation 0: its random initialisation)."""
+    return [
+        {**run, "initial_return": run["return"][0] if run["generation"][0] == 0 else None}
+        for run in results["runs"]
+    ]
 
 
 # --------------------------------------------------------------------------- report

@@ -17,10 +17,19 @@ Two settings (``SETTINGS``):
   softmax.
 
 Estimators are named in ``config.estimators`` (a proposal, m and n); ``exact`` (the model's
-softmax), ``kernel`` (the kernel softmax computed exactly) and ``uniform`` are proposals without
-features. Seeds are paired: seed k gives every arm of a setting the same initialisation, dropout
-masks and batch order. Evaluation: full-softmax perplexity on the validation and test windows
-(zero initial state per window).
+softmax), ``kernel`` (the kernel softmax computed exactly), ``uniform`` and ``unigram`` (the
+count unigram model of the training words, ``experiments.core.unigram``) are proposals without
+features; ``uniform`` and ``unigram`` enter no claim and train on ``config.baseline_seeds``.
+Seeds are paired: seed k gives every arm of a setting the same initialisation, dropout masks and
+batch order. Evaluation: full-softmax perplexity on the validation and test windows (zero
+initial state per window) and the model's softmax mass on the 10 most frequent training words
+(the top-10 mass), against their share of the targets.
+
+Verdicts (``judge``) follow the declared training check (``config.trained_check``: test
+perplexity below the count unigram model's): a claim over an arm that fails it is not tested.
+Claim (1) is an intersection over (hybrid, competitor, metric) cells, scored on the queries of
+the models whose arm passed the check; claim (2) over (hybrid, other random-feature proposal)
+pairs.
 
 Two sweeps (``experiments.core.sweep``), so that the metrics can be measured again without
 training: the training cells (records: perplexities, learning curve, time and load) and then,
@@ -50,9 +59,9 @@ matched) and the whole proposal with each sampler.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -61,7 +70,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import cost, outputs, records, stats, sweep, verdicts
+from experiments.core import cost, outputs, records, stats, sweep, unigram, verdicts
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.lstm_lm.metrics import distribution_metrics, proposal_divergence
@@ -92,6 +101,10 @@ SETTING_LABELS = {
     "cosine": "cosine logits (Rawat et al.)",
 }
 METRICS = ("wasserstein", "ks", "negative_fraction")
+# Proposals without a kernel (they read neither tau nor the sampler's kernel options): the
+# model's own softmax and rfjax's uniform proposal, and the study's count unigram proposal
+# (``experiments.core.unigram``).
+BASELINE_PROPOSALS = ("exact", "uniform", "unigram")
 SIGNIFICANCE = 0.05
 
 
@@ -108,7 +121,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` naming the field for unknown arms, estimators or bad sizes."""
     if not config.arms or not config.seeds:
         raise ValueError("config.arms and config.seeds must be non-empty")
-    known = (*PLAIN_PROPOSALS, *config.estimators.keys())
+    known = (*PLAIN_PROPOSALS, "unigram", *config.estimators.keys())
     for arm in config.arms:
         setting, estimator = parse_arm(arm)
         if setting not in SETTINGS or estimator not in known:
@@ -179,7 +192,7 @@ def competitors(config: ml_collections.ConfigDict) -> tuple[str, ...]:
 
 def estimator_options(config: ml_collections.ConfigDict, estimator: str) -> dict:
     """``proposal`` and the ``proposal_features`` options of a named estimator."""
-    if estimator in PLAIN_PROPOSALS:
+    if estimator in (*PLAIN_PROPOSALS, "unigram"):
         return {"proposal": estimator}
     options = config.estimators[estimator]
     return {
@@ -284,12 +297,19 @@ def make_model(config: ml_collections.ConfigDict, setting: str, vocab_size: int)
     )
 
 
-def make_task(model, arrays, config, setting: str, estimator: str, seed: int) -> train.Task:
+def make_task(
+    model, arrays, config, setting: str, estimator: str, seed: int, log_unigram: np.ndarray
+) -> train.Task:
     """The trainer task: sampled-softmax loss (logging the proposal's tau); eval: full-softmax
-    NLL and token count sums on the learning-curve validation windows (``curve_windows``)."""
+    NLL, the softmax mass on the ``unigram.TOP_WORDS`` most frequent training words, how many
+    targets are among them, and token count sums on the learning-curve validation windows
+    (``curve_windows``). ``log_unigram``: the count unigram model (``unigram``), the proposal
+    of the ``"unigram"`` estimator."""
     options = estimator_options(config, estimator)
     sampler = config.sampler
     heldout = jnp.asarray(heldout_inputs(arrays, config))
+    log_prior = jnp.asarray(log_unigram)
+    top = jnp.asarray(unigram.top_words(log_unigram))
 
     def loss(params, batch, rng, step):
         rngs = train.step_rngs(rng, step, per_step=("dropout", "proposal"), fixed=())
@@ -302,14 +322,19 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
             extra["temperature"] = temperature
         if options["proposal"] in feature_proposals():
             extra.update(sampler=sampler.name, uniform_floor=sampler.uniform_floor)
-        samples, log_q = sample_proposal(
-            rngs["proposal"],
-            queries,
-            table,
-            num_samples=sampler.num_samples,
-            **options,
-            **extra,
-        )
+        if options["proposal"] == "unigram":
+            samples, log_q = unigram.sample(
+                rngs["proposal"], log_prior, queries.shape[0], sampler.num_samples
+            )
+        else:
+            samples, log_q = sample_proposal(
+                rngs["proposal"],
+                queries,
+                table,
+                num_samples=sampler.num_samples,
+                **options,
+                **extra,
+            )
         losses = sampled_softmax_loss(
             queries,
             table,
@@ -326,7 +351,14 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
         log_probs = jax.nn.log_softmax(queries @ table.T, axis=-1)
         nll = -jnp.take_along_axis(log_probs, batch["targets"][..., None], axis=-1)[..., 0]
         mask = jnp.broadcast_to(batch["mask"][:, None], nll.shape)
-        return {"nll": jnp.sum(jnp.where(mask, nll, 0.0)), "count": jnp.sum(mask)}
+        top_mass = jnp.sum(jnp.exp(log_probs[..., top]), axis=-1)
+        top_target = jnp.isin(batch["targets"], top)
+        return {
+            "nll": jnp.sum(jnp.where(mask, nll, 0.0)),
+            "top_mass": jnp.sum(jnp.where(mask, top_mass, 0.0)),
+            "top_targets": jnp.sum(mask & top_target),
+            "count": jnp.sum(mask),
+        }
 
     return train.array_task(
         lambda rng, batch: model.init(rng, batch["inputs"], train=False),
@@ -340,11 +372,17 @@ def make_task(model, arrays, config, setting: str, estimator: str, seed: int) ->
     )
 
 
-def perplexity(eval_fn, params, arrays: dict[str, np.ndarray], batch_size: int) -> float:
-    """exp(mean NLL per token) over all windows of a split, full softmax (batches split over
-    all devices of all processes: the same value on every process)."""
+def evaluate_split(eval_fn, params, arrays: dict[str, np.ndarray], batch_size: int) -> dict:
+    """Over all windows of a split, full softmax (batches split over all devices of all
+    processes: the same values on every process): the perplexity exp(mean NLL per token), the
+    model's mean softmax mass on the most frequent training words (``top_mass``) and their
+    share of the targets (``top_share``)."""
     totals = distributed.evaluate(eval_fn, params, train.padded_batches(arrays, batch_size))
-    return float(np.exp(totals["nll"] / totals["count"]))
+    return {
+        "perplexity": float(np.exp(totals["nll"] / totals["count"])),
+        "top_mass": float(totals["top_mass"] / totals["count"]),
+        "top_share": float(totals["top_targets"] / totals["count"]),
+    }
 
 
 # --------------------------------------------------------------------------- estimator metrics
@@ -557,7 +595,20 @@ METRIC_FIELDS = (
     "num_diagnostic_queries",
     "num_diagnostic_draws",
 )
-SWEEP_FIELDS = ("variant", "arms", "seeds", "compilation_cache_dir")
+SWEEP_FIELDS = ("variant", "arms", "seeds", "baseline_seeds", "compilation_cache_dir")
+
+# Baselines that enter no claim (they show what the trivial proposals do): trained on
+# ``config.baseline_seeds`` only.
+UNCLAIMED_BASELINES = ("uniform", "unigram")
+
+
+def arm_groups(config: ml_collections.ConfigDict) -> list[tuple[list[str], tuple[int, ...]]]:
+    """The arms trained on ``config.seeds`` and, apart, the unclaimed baselines trained on
+    ``config.baseline_seeds`` (each group a core sweep; empty groups left out)."""
+    baselines = [a for a in config.arms if parse_arm(a)[1] in UNCLAIMED_BASELINES]
+    claimed = [a for a in config.arms if a not in baselines]
+    groups = [(claimed, tuple(config.seeds)), (baselines, tuple(config.baseline_seeds))]
+    return [(arms, seeds) for arms, seeds in groups if arms]
 
 
 def training_settings(config: ml_collections.ConfigDict, arm: str) -> dict:
@@ -573,7 +624,9 @@ def _model(config, arm: str, seed: int, context: dict, workdir: str):
     """The task of one (arm, seed) cell and its run folder."""
     setting, estimator = parse_arm(arm)
     model = make_model(config, setting, context["vocab_size"])
-    task = make_task(model, context["arrays"], config, setting, estimator, seed)
+    task = make_task(
+        model, context["arrays"], config, setting, estimator, seed, context["log_unigram"]
+    )
     return model, task, sweep.run_dir(workdir, run_name(arm), seed)
 
 
@@ -590,26 +643,32 @@ def train_run(config, arm: str, seed: int, context: dict, workdir: str) -> dict:
     if task.eval_metrics is None:
         raise ValueError("the language-model task has no eval_metrics")
     eval_fn = task.eval_metrics
-    tau = float(proposal_temperature(model, params, config, setting, heldout))
+    tau = (
+        None  # a baseline proposal has no tau
+        if estimator in BASELINE_PROPOSALS
+        else float(proposal_temperature(model, params, config, setting, heldout))
+    )
+    splits = {
+        split: evaluate_split(eval_fn, params, arrays[split], config.eval_batch_size)
+        for split in ("valid", "test")
+    }
     row = {
         "arm": arm,
         "setting": setting,
         "estimator": estimator,
         "seed": seed,
-        **{
-            f"{split}_perplexity": perplexity(
-                eval_fn, params, arrays[split], config.eval_batch_size
-            )
-            for split in ("valid", "test")
-        },
+        **{f"{split}_perplexity": splits[split]["perplexity"] for split in splits},
+        "test_top_mass": splits["test"]["top_mass"],
+        "test_top_share": splits["test"]["top_share"],
         "final_temperature": tau,
         "load_average_start": load_start,
         **outputs.run_cost(seconds, cpu_start),
     }
     print(
         f"{arm:>32} seed {seed}: valid ppl {row['valid_perplexity']:.1f}, test ppl "
-        f"{row['test_perplexity']:.1f}, tau {tau:.3g} ({seconds:.0f} s, load "
-        f"{load_start:.1f} -> {row['load_average']:.1f})",
+        f"{row['test_perplexity']:.1f}, top-{unigram.TOP_WORDS} mass "
+        f"{row['test_top_mass']:.3f} (share {row['test_top_share']:.3f}), tau {tau} "
+        f"({seconds:.0f} s, load {load_start:.1f} -> {row['load_average']:.1f})",
         flush=True,
     )
     return {"row": row, "curve": train.read_metrics(run_dir)}
@@ -664,27 +723,32 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     arrays, vocab_size = load_arrays(config)
+    log_unigram = unigram.log_probabilities(arrays["train"]["targets"], vocab_size)
     context = {
         "arrays": arrays,
         "vocab_size": vocab_size,
+        "log_unigram": log_unigram,
         "heldout": heldout_inputs(arrays, config),
         "metric_inputs": arrays["valid"]["inputs"][: -(-config.num_metric_queries // config.bptt)],
     }
     arms = {run_name(arm): arm for arm in config.arms}
-    cells = sweep.run(
-        workdir,
-        list(arms),
-        config.seeds,
-        lambda name, seed, _: train_run(config, arms[name], seed, context, workdir),
-        lambda name: training_settings(config, arms[name]),
-    )
-    scored = sweep.run(
-        os.path.join(workdir, METRICS_DIR),
-        list(arms),
-        config.seeds,
-        lambda name, seed, _: metrics_run(config, arms[name], seed, context, workdir),
-        records.settings(config, exclude=SWEEP_FIELDS),
-    )
+    cells, scored = [], []
+    for group, seeds in arm_groups(config):
+        names = [run_name(arm) for arm in group]
+        cells += sweep.run(
+            workdir,
+            names,
+            seeds,
+            lambda name, seed, _: train_run(config, arms[name], seed, context, workdir),
+            lambda name: training_settings(config, arms[name]),
+        )
+        scored += sweep.run(
+            os.path.join(workdir, METRICS_DIR),
+            names,
+            seeds,
+            lambda name, seed, _: metrics_run(config, arms[name], seed, context, workdir),
+            records.settings(config, exclude=SWEEP_FIELDS),
+        )
     flops = {
         name: proposal_flops(config, name, vocab_size)
         for name in outputs.progress(config.estimators, "measuring proposal FLOPs")
@@ -703,6 +767,12 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "flops": flops,
         "vocab_size": vocab_size,
         "tokens": {split: int(value["inputs"].size) for split, value in arrays.items()},
+        # The trivial model of the training check: the count unigram model of the training
+        # targets, on each split's targets.
+        "unigram_perplexity": {
+            split: unigram.perplexity(log_unigram, value["targets"])
+            for split, value in arrays.items()
+        },
     }
 
 
@@ -716,7 +786,8 @@ def mean_se(values) -> tuple[float, float]:
 
 
 def _format(mean: float, se: float, digits: int = 4) -> str:
-    return f"{mean:.{digits}g} ± {se:.2g}"
+    """``mean ± se``; the mean alone where one unit gives no SE."""
+    return f"{mean:.{digits}g}" if np.isnan(se) else f"{mean:.{digits}g} ± {se:.2g}"
 
 
 def _values(rows: list[dict], name: str, **where) -> np.ndarray:
@@ -736,6 +807,10 @@ def _pairs(runs: list[dict], estimator: str, reference: str) -> stats.Estimate |
     if not seeds:
         return None
     return stats.sample_estimate(np.array([mine[s] / base[s] - 1 for s in seeds]))
+
+
+def _trained_arms(runs: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["arm"] for r in runs))
 
 
 def _trained(runs: list[dict], setting: str) -> list[str]:
@@ -769,40 +844,57 @@ def _target_cells(runs: list[dict], config) -> dict:
     return cells
 
 
-def _interval_text(estimate: stats.Estimate, level: float) -> str:
-    low, high = estimate.interval(level) if estimate.n > 1 else (math.nan, math.nan)
-    return f"{estimate.mean:+.4f} ± {estimate.se:.2g} ({level:.0%} CI [{low:+.4f}, {high:+.4f}])"
-
-
-def paired_rows(cells: dict, label: str, level: float) -> list[dict]:
-    return [
-        {
-            label: name,
-            "seeds": e.n,
-            "ratio - 1 (mean ± 1 SE, paired seeds)": _interval_text(e, level),
-        }
-        for name, e in cells.items()
-    ]
-
-
-def perplexity_rows(runs: list[dict], arms) -> list[dict]:
+def perplexity_rows(runs: list[dict], arms, judge: verdicts.Verdicts) -> list[dict]:
+    """Per trained arm: perplexities, the softmax mass on the most frequent words (runs made
+    before it was measured: "—"), the final tau and the training check's outcome."""
     rows = []
+    check = judge.trained_check
     for arm in arms:
         setting, estimator = parse_arm(arm)
-        if not len(_values(runs, "seed", arm=arm)):
+        mine = [r for r in runs if r["arm"] == arm]
+        if not mine:
             continue
+        taus = [r["final_temperature"] for r in mine if r["final_temperature"] is not None]
+        masses = [r["test_top_mass"] for r in mine if "test_top_mass" in r]
+        checked = judge.arm_checks.get(arm_label(arm))
         rows.append(
             {
                 "setting": SETTING_LABELS[setting],
                 "proposal": estimator,
-                "seeds": len(_values(runs, "seed", arm=arm)),
+                "seeds": len(mine),
                 "valid perplexity": _format(*mean_se(_values(runs, "valid_perplexity", arm=arm))),
                 "test perplexity": _format(*mean_se(_values(runs, "test_perplexity", arm=arm))),
-                "final tau": float(np.mean(_values(runs, "final_temperature", arm=arm))),
+                f"top-{unigram.TOP_WORDS} mass (test)": _format(*mean_se(masses), 3)
+                + (f" ({len(masses)} of {len(mine)} seeds)" if len(masses) < len(mine) else "")
+                if masses
+                else "—",
+                "final tau": f"{np.mean(taus):.3g}" if taus else "—",
                 "train min / run": float(np.mean(_values(runs, "train_seconds", arm=arm)) / 60),
+                "training check": checked.outcome(check) if checked and check else "—",
             }
         )
     return rows
+
+
+def top_mass_text(runs: list[dict], config) -> str:
+    """The softmax mass that each arm's models put on the most frequent training words,
+    against those words' share of the test targets (from the runs that measured it)."""
+    measured = [r for r in runs if "test_top_mass" in r]
+    if not measured:
+        return "not measured (every run predates it)"
+    share = float(np.mean([r["test_top_share"] for r in measured]))
+    parts = []
+    for arm in config.arms:
+        masses = [r["test_top_mass"] for r in measured if r["arm"] == arm]
+        if masses:
+            parts.append(
+                f"{arm_label(arm)} {np.mean(masses):.3f}"
+                + (f" ({len(masses)} seed{'s' if len(masses) > 1 else ''})")
+            )
+    return (
+        f"the {unigram.TOP_WORDS} most frequent training words are {share:.1%} of the test "
+        f"targets; the models' mean softmax mass on them (test positions): " + ", ".join(parts)
+    )
 
 
 def _metric_means(metrics: list[dict], estimator: str, metric: str) -> np.ndarray:
@@ -912,28 +1004,89 @@ def diagnostic_rows(results: dict) -> list[dict]:
     ]
 
 
+def arm_label(arm: str) -> str:
+    """An arm as the summaries and verdicts name it: its estimator (``"<estimator> (cosine
+    logits)"`` in the cosine setting)."""
+    setting, estimator = parse_arm(arm)
+    return estimator if setting == "normalised" else f"{estimator} ({SETTING_LABELS[setting]})"
+
+
+def checked_runs(results: dict) -> list[dict]:
+    """The runs with the training check's trivial model beside each: the count unigram
+    model's test perplexity (a property of the data: ``measure`` stores it once)."""
+    trivial = results.get("unigram_perplexity", {}).get("test")  # None: records predate it
+    return [{**run, "unigram_test_perplexity": trivial} for run in results["runs"]]
+
+
+def _remedy(config: ml_collections.ConfigDict) -> Callable[[list[str]], str]:
+    """What would test a claim over arms that failed the training check, at the config's tau."""
+
+    def remedy(arms: list[str]) -> str:
+        follow_up = config.get("follow_up")
+        where = (
+            f"the variant `{follow_up}` (configs/lstm_lm.py:{follow_up}) probes a temperature "
+            "declared for it"
+            if follow_up
+            else "(not run here) more random features, or a temperature between the two"
+        )
+        return (
+            f"a proposal under which {', '.join(arms)} train. On the normalised vectors the "
+            f"kernel exp(q_bar.e_bar / tau) varies by at most e^(2 / tau) across the vocabulary "
+            f"(e^{2 / config.tau:.3g} at tau = {config.tau:g}): near tau = 1 every kernel "
+            "proposal is near uniform, while the noise of the estimators built on "
+            "trigonometric features grows like e^(1 / tau) (at tau = 0.1 about half of their "
+            f"estimates are negative: the default's diagnostic); {where}"
+        )
+
+    return remedy
+
+
+def claim1_cells(results: dict, config, models: set[tuple[str, int]]) -> dict:
+    """Claim (1)'s cells, one per (hybrid, competitor, metric): ln(competitor's mean distance /
+    hybrid's) per model, over the ``models`` ((arm, seed) of the trained models whose queries
+    are scored), paired by query and draw within a model."""
+    kept = [m for m in results["metrics"] if (m["arm"], m["seed"]) in models]
+    cells = {}
+    for hybrid in config.hybrid_estimators:
+        for competitor in competitors(config):
+            for metric, label in (("wasserstein", "W1"), ("ks", "KS")):
+                ratio = _log_ratio(kept, competitor, hybrid, metric)
+                if len(ratio):
+                    cells[f"{hybrid} vs {competitor}, {label}"] = stats.sample_estimate(ratio)
+    return cells
+
+
 def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:
-    """The verdicts on the claims ``config`` declares."""
+    """The verdicts on the claims ``config`` declares, each over the arms its test uses after
+    the declared training check (a claim using an arm that failed it is not tested).
+
+    Claim (1) scores the estimators on the queries of the trained models whose arm passed the
+    check (the estimators are not trained; the models supply the queries), one cell per
+    (hybrid, competitor, metric), holding only where every cell does; claim (2) is one cell per
+    (hybrid, other random-feature proposal) pair; our target FAVOR+ against the exact proposal.
+    """
     judge = verdicts.Verdicts(config)
-    runs, metrics = results["runs"], results["metrics"]
-    per_model = [
-        _log_ratio(metrics, competitor, hybrid, metric)
-        for hybrid in config.hybrid_estimators
-        for competitor in competitors(config)
-        for metric in ("wasserstein", "ks")
-    ]
-    if per_model and len(per_model[0]) > 1:
-        cells = len(per_model)
-        judge.effect(
+    runs = results["runs"]
+    judge.check_training(checked_runs(results), "arm", label=arm_label, remedy=_remedy(config))
+    passed = [a for a in config.arms if arm_label(a) in judge.passed_arms()]
+    models = {(m["arm"], m["seed"]) for m in results["metrics"] if m["arm"] in passed}
+    cells = claim1_cells(results, config, models)
+    if passed and cells and min(e.n for e in cells.values()) > 1:
+        judge.every(
             "hybrids_most_accurate",
-            stats.sample_estimate(np.mean(per_model, axis=0)),
-            effect=f"ln(competitor's mean distance / hybrid's) per model, averaged over {cells} "
-            f"(hybrid, competitor, metric) cells; paired by query and draw within a model",
+            cells,
+            effect="ln(competitor's mean distance / hybrid's) per model, paired by query and "
+            "draw within a model",
+            cell_name="(hybrid, competitor, metric) cells",
             units="models",
+            arms=[arm_label(a) for a in passed],
         )
     else:
-        judge.not_tested("hybrids_most_accurate", "fewer than 2 models were scored")
-    alike = _alike_cells(runs, config)
+        judge.not_tested(
+            "hybrids_most_accurate",
+            "fewer than 2 models of arms that passed the training check were scored",
+        )
+    alike, rf = _alike_cells(runs, config), tuple(config.estimators)
     if alike:
         judge.every(
             "proposals_alike",
@@ -941,6 +1094,7 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
             effect="test perplexity hybrid / other random-feature proposal - 1, paired by seed",
             cell_name="pairs",
             units="seeds",
+            arms=[arm_label(a) for a in _trained_arms(runs) if parse_arm(a)[1] in rf],
         )
     else:
         judge.not_tested(
@@ -954,6 +1108,7 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
             effect="test perplexity FAVOR+ / exact softmax proposal - 1, paired by seed",
             cell_name="settings",
             units="seeds",
+            arms=[config.favor_estimator, "exact"],
         )
     else:
         judge.not_tested("favor_within_20", "FAVOR+ and the exact proposal were not both trained")
@@ -1096,10 +1251,13 @@ def _timing(runs: list[dict]) -> str:
 def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Tables, figures, the summary and the verdicts of ``measure``'s records."""
     runs, arms = results["runs"], tuple(config.arms)
-    ppl_rows = perplexity_rows(runs, arms)
+    judged = judge(results, config)
+    ppl_rows = perplexity_rows(runs, arms, judged)
     metric_rows = estimator_rows(results, config)
-    level = verdicts.TESTS["equivalent"][0]
     alike, target = _alike_cells(runs, config), _target_cells(runs, config)
+    passed = [a for a in config.arms if arm_label(a) in judged.passed_arms()]
+    models = {(m["arm"], m["seed"]) for m in results["metrics"] if m["arm"] in passed}
+    claim1 = claim1_cells(results, config, models)
     outputs.write_csv(os.path.join(workdir, "metrics.csv"), results["metrics"])
     _plot_metrics(results, config, os.path.join(workdir, "distribution_metrics.png"))
     _plot_perplexity(runs, results["curves"], arms, os.path.join(workdir, "perplexity.png"))
@@ -1108,23 +1266,50 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     text = verdicts.write_summary(
         workdir,
         "lstm_lm",
-        judge(results, config),
+        judged,
         config,
         setup=_setup_text(config, results),
         perplexity_table=outputs.markdown_table(ppl_rows),
-        alike_table=outputs.markdown_table(paired_rows(alike, "pair", level))
+        top_mass=top_mass_text(runs, config),
+        unigram_perplexity=(
+            f"{results['unigram_perplexity']['test']:.1f}"
+            if "unigram_perplexity" in results
+            else "not measured"
+        ),
+        alike_table=outputs.markdown_table(
+            judged.cell_rows("proposals_alike", alike, cell_name="pair", units="seeds")
+        )
         if alike
         else "not run",
         target_table=outputs.markdown_table(
-            paired_rows(target, "setting", verdicts.TESTS["nonsuperior"][0])
+            judged.cell_rows("favor_within_20", target, cell_name="setting", units="seeds")
         )
         if target
         else "not run",
         metric_table=outputs.markdown_table(metric_rows),
         claim1_table=outputs.markdown_table(claim1_rows(results, config)),
+        claim1_pairs=outputs.markdown_table(
+            judged.cell_rows(
+                "hybrids_most_accurate",
+                claim1,
+                cell_name="(hybrid, competitor, metric)",
+                units="models",
+            )
+        )
+        if claim1
+        else "none: no model of an arm that passed the training check was scored",
+        claim1_models=", ".join(
+            f"{arm_label(a)} ({sum(m[0] == a for m in models)})" for a in passed
+        )
+        or "none",
         diagnostic_table=outputs.markdown_table(diagnostic) if diagnostic else "not run",
         timing=_timing(runs),
     )
-    outputs.write_csv(os.path.join(workdir, "results.csv"), runs)
+    # Runs made before a field was measured (the top-10 mass) leave its cell empty.
+    columns = list(dict.fromkeys(key for run in runs for key in run))
+    outputs.write_csv(
+        os.path.join(workdir, "results.csv"),
+        [{key: run.get(key, "") for key in columns} for run in runs],
+    )
     print(text)
     return {"runs": runs, "perplexity": ppl_rows, "metrics": metric_rows}

@@ -394,6 +394,28 @@ def attention_relative_errors(
     return np.array(errors)
 
 
+UNIFORM_LOG_TEMPERATURE = -30.0  # tau = e^-30: every cosine score ~0, attention uniform
+
+
+def with_uniform_attention(params: dict) -> dict:
+    """``params`` with every attention made uniform: its learned temperature at e^-30 (cosine
+    scores) or, without one, its query and key projections at 0 (raw scores): every score is
+    then 0 (exact: weights 1/S; random features of the zero vector: equal for every key)."""
+
+    def visit(tree: dict) -> dict:
+        if "log_temperature" in tree:
+            return {
+                **tree,
+                "log_temperature": jnp.full_like(tree["log_temperature"], UNIFORM_LOG_TEMPERATURE),
+            }
+        if {"query", "key", "value"} <= set(tree):
+            zero = jax.tree.map(jnp.zeros_like, {"query": tree["query"], "key": tree["key"]})
+            return {**tree, **zero}
+        return {k: visit(v) if isinstance(v, dict) else v for k, v in tree.items()}
+
+    return {**params, "params": visit(params["params"])}
+
+
 def evaluate_run(
     config: ml_collections.ConfigDict,
     model: PerformerViT,
@@ -419,6 +441,15 @@ def evaluate_run(
             config.eval_batch_size,
         )
         result["accuracy_draws"] = [float(a) for a in draws]
+    (uniform,) = fresh_draw_accuracies(  # the training check's trivial model
+        model,
+        with_uniform_attention(params),
+        pixel_stats(arrays["train"]["image"]),
+        arrays["test"],
+        jax.random.fold_in(root, 0)[None],
+        config.eval_batch_size,
+    )
+    result["accuracy_uniform_attention"] = float(uniform)
     images = normalise(arrays["test"]["image"][: config.num_attention_images])
     layers = queries_and_keys(model, params, images)
     result["uniform_attention_error"] = uniform_attention_error(layers)
@@ -476,6 +507,7 @@ def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed:
         "test_loss": final["eval_loss"],
         "attention_error": evaluation["attention_error"],
         "uniform_attention_error": evaluation["uniform_attention_error"],
+        "accuracy_uniform_attention": evaluation["accuracy_uniform_attention"],
         "temperatures": evaluation["temperatures"],
         **outputs.run_cost(seconds, cpu_start),
         "curve": train.read_metrics(run_dir),
@@ -532,11 +564,12 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def headline(results: dict) -> dict[str, float]:
     """The numbers an ablation compares: the mean over the runs of the test accuracy (own
-    projection, fresh draws) and the test loss."""
+    projection, fresh draws) and the test loss, and for the training check the accuracy with
+    uniform attention swapped in."""
     runs = results["runs"]
     return {
         metric: float(np.mean([r[metric] for r in runs]))
-        for metric in ("accuracy_own", "accuracy_fresh", "test_loss")
+        for metric in ("accuracy_own", "accuracy_fresh", "test_loss", "accuracy_uniform_attention")
     }
 
 
@@ -775,11 +808,13 @@ def _difference(row: dict) -> stats.Estimate:
 
 
 def judge(diff_rows: list[dict], runs: list[dict], config) -> verdicts.Verdicts:
-    """The verdicts on the claims ``config`` declares: the primary accuracy differences per
-    protocol (pooled over protocols, or every protocol for "never worse"), SimRF - ORF attention
-    error in one paired test over every trained model, and own - fresh accuracy over every
-    Performer run (the model is a random-feature model)."""
+    """The verdicts on the claims ``config`` declares, each over the runs (arms) its test uses
+    after the declared training check: the primary accuracy differences per protocol (pooled
+    over protocols, or every protocol for "never worse"), SimRF - ORF attention error in one
+    paired test over every trained model, and own - fresh accuracy over every Performer run
+    (the model is a random-feature model)."""
     judge = verdicts.Verdicts(config)
+    judge.check_training(runs, "run")
     for name, comparison in (("simrf_beats_orf", "SimRF - ORF"), ("orf_beats_iid", "ORF - IID")):
         cells = {
             p: _difference(row)
@@ -796,18 +831,19 @@ def judge(diff_rows: list[dict], runs: list[dict], config) -> verdicts.Verdicts:
             cell_name="protocols",
             units="seeds",
             number=".4f",
+            arms=_comparison_runs(runs, cells, comparison),
         )
+    never_worse = {
+        p: _difference(row) for p in config.protocols if (row := _find(diff_rows, p, "SimRF - ORF"))
+    }
     judge.every(
         "simrf_never_worse",
-        {
-            p: _difference(row)
-            for p in config.protocols
-            if (row := _find(diff_rows, p, "SimRF - ORF"))
-        },
+        never_worse,
         effect=f"SimRF - ORF test accuracy ({_primary_text(config)}), paired by seed",
         cell_name="protocols",
         units="seeds",
         number=".4f",
+        arms=_comparison_runs(runs, never_worse, "SimRF - ORF") or None,
     )
     error = attention_error_difference(runs, config) if len(runs) > 1 else None
     if error is None:
@@ -821,6 +857,7 @@ def judge(diff_rows: list[dict], runs: list[dict], config) -> verdicts.Verdicts:
             effect="SimRF - ORF attention error, paired on each trained model's queries and keys",
             units="models",
             number=".4f",
+            arms=sorted({r["run"] for r in runs}),
         )
     if len(_performer_runs(runs)) > 1:
         judge.effect(
@@ -829,10 +866,20 @@ def judge(diff_rows: list[dict], runs: list[dict], config) -> verdicts.Verdicts:
             effect="own-projection - fresh-draw test accuracy, paired by Performer run",
             units="runs",
             number=".4f",
+            arms=sorted({r["run"] for r in _performer_runs(runs)}),
         )
     else:
         judge.not_tested("random_feature_model", "fewer than two Performers were trained")
     return judge
+
+
+def _comparison_runs(runs: list[dict], cells: dict, comparison: str) -> list[str]:
+    """The runs (arms) of a "A - B" coupling comparison on the protocols of ``cells``."""
+    names = {label: name for name, label in LABELS.items()}
+    couplings = [names[part.strip()] for part in comparison.split(" - ")]
+    return sorted(
+        {r["run"] for r in runs if r["protocol"] in cells and r["attention"] in couplings}
+    )
 
 
 def _primary_text(config) -> str:

@@ -149,10 +149,14 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
     return rows
 
 
-def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdicts:
+def judge(
+    rows: list[dict], runs: list[dict], config: ml_collections.ConfigDict
+) -> verdicts.Verdicts:
     """The optimised maps against the baseline: accuracy (better) and attention error (lower),
-    each one test of the mean paired difference over the maps."""
+    each a claim over several maps, so an intersection: one paired test per map, holding only
+    where every map's does; every map's runs after the declared training check."""
     judge = verdicts.Verdicts(config)
+    judge.check_training(runs, "feature_map", label=lambda m: features.info(m).label)
     for name, metric, effect in (
         ("better_accuracy", "accuracy_own", "test accuracy (own projection)"),
         ("lower_attention_error", "attention_error", "attention error on own queries and keys"),
@@ -164,13 +168,14 @@ def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdi
             for r in rows
             if r["metric"] == metric
         }
-        judge.ordering(
+        judge.every(
             name,
             cells,
             effect=f"map - {features.info(config.baseline).label} {effect}, paired by seed",
             cell_name="maps",
             units="seeds",
             number=".4f",
+            arms=[features.info(m).label for m in config.feature_maps],
         )
     return judge
 
@@ -252,7 +257,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
     verdicts.write_summary(
         workdir,
         "performer_vit_maps",
-        judge(rows, config),
+        judge(rows, runs, config),
         config,
         maps=", ".join(features.info(m).label for m in config.feature_maps),
         num_test=results["num_test"],
