@@ -12,8 +12,7 @@
 //
 // Large batches are split over the XLA intra-op thread pool (the FFI ThreadPool) with work
 // stealing: the calling thread takes tasks too and only waits for tasks already taken, so it
-// never deadlocks when the pool is busy; it uses at most one pool thread per other core. Small
-// work runs inline. Out of place (the output is not the operand's buffer), a large output is
+// never deadlocks when the pool is busy. Small work runs inline. Out of place (the output is not the operand's buffer), a large output is
 // first advised to use transparent huge pages (see advise_huge_pages).
 
 #include <algorithm>
@@ -28,7 +27,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -176,13 +174,12 @@ struct TaskState {
   std::condition_variable cv;
 };
 
-// The pool threads a call may use besides the calling thread: at most one per other core (XLA's
-// pool has a thread per core, so all of them and the caller would be one worker more than the
-// cores), capped by RFJAX_FWHT_CPU_THREADS and by max_threads (-1: no cap; 0: none).
+// The pool threads a call may use besides the calling thread: all of XLA's intra-op pool,
+// capped by RFJAX_FWHT_CPU_THREADS and by max_threads (-1: no cap; 0: none). (Capping them at one
+// per other core made the float32 transform of 2^22 elements 4-25% slower in place on 2 shared
+// cores, benchmarks/fwht.py against the previous build.)
 int64_t helper_threads(ffi::ThreadPool* pool, int64_t max_threads) {
   int64_t threads = pool != nullptr ? pool->num_threads() : 0;
-  const int64_t cores = static_cast<int64_t>(std::thread::hardware_concurrency());
-  if (cores > 0) threads = std::min(threads, cores - 1);
   static const int64_t cap = [] {
     const char* env = std::getenv("RFJAX_FWHT_CPU_THREADS");
     return env != nullptr ? std::strtoll(env, nullptr, 10) : int64_t{-1};
