@@ -18,7 +18,8 @@ r = 1, 2, 4, and circulant with the HD preprocessing), m = d. Dense costs O(d^2)
 HD chains and the circulant O(d log d) with a transform of length d, the others O(d log d) with
 FFTs of length 2d (O(r d log d) for rank r). The contenders take turns repeat by repeat; each
 ratio is the median over repeats of the paired ratio (repeat i of the map over repeat i of
-dense), printed with the load average and written with every sample to ``--json`` (default
+dense; the order of the contenders shuffled in every round, so that none always runs after the
+same one), printed with the load average and written with every sample to ``--json`` (default
 ``benchmarks/results/structured/apply.json``).
 """
 
@@ -97,7 +98,7 @@ def apply_benchmark(dims: tuple[int, ...], num_inputs: int, repeats: int) -> lis
             label: lambda p=projection, x=x: _project(p, x) for label, projection in drawn.items()
         }
         load = load_average()
-        timings = time_interleaved(functions, repeats=repeats, warmup=2)
+        timings = time_interleaved(functions, repeats=repeats, warmup=2, shuffle_seed=dim)
         dense = timings["dense"]
         rows += [
             {

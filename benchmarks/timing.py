@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ def time_interleaved(
     repeats: int = 30,
     warmup: int = 3,
     setups: Mapping[str, Callable[[], object]] | None = None,
+    shuffle_seed: int | None = None,
 ) -> dict[str, dict]:
     """Median and spread of wall time per call, running the functions round-robin.
 
@@ -24,8 +26,10 @@ def time_interleaved(
     blocked on (``jax.block_until_ready``) before the clock stops. ``setups[name]()``, when
     given, runs untimed before each call of ``functions[name]`` (e.g. to restore the buffer of an
     in-place transform). A result is freed after its time is taken (freeing a large array can
-    take milliseconds, which are not the call's). Each entry holds ``summary`` of its times and
-    the times themselves (``samples_s``, in the order taken, for ``paired_ratio``).
+    take milliseconds, which are not the call's). With ``shuffle_seed``, each round runs the
+    functions in a fresh random order, so that no function always follows the same one (one that
+    leaves the caches cold, say). Each entry holds ``summary`` of its times and the times
+    themselves (``samples_s``, one per round, for ``paired_ratio``).
     """
     setups = setups or {}
     for name, fn in functions.items():
@@ -33,8 +37,13 @@ def time_interleaved(
             _run_setup(setups, name)
             jax.block_until_ready(fn())
     samples: dict[str, list[float]] = {name: [] for name in functions}
+    order = list(functions)
+    rng = random.Random(shuffle_seed)
     for _ in range(repeats):
-        for name, fn in functions.items():
+        if shuffle_seed is not None:
+            rng.shuffle(order)
+        for name in order:
+            fn = functions[name]
             _run_setup(setups, name)
             start = time.perf_counter()
             result = jax.block_until_ready(fn())

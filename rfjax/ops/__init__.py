@@ -113,7 +113,10 @@ def fwht(
 
     Implementations (``implementation=``):
 
-    * ``"cpu"``: the C++ kernel (XLA FFI; SIMD chosen at load time), CPU only;
+    * ``"cpu"``: the C++ kernel (XLA FFI; SIMD chosen at load time), CPU only. It transforms
+      in place what XLA can overwrite (an intermediate, a donated argument: ``jax.jit(...,
+      donate_argnums=...)``) and out of place an argument the caller keeps (its first pass
+      reads the argument and writes the output, with no copy before it);
     * ``"xla"``: a radix-2 butterfly in plain XLA, every backend;
     * ``"matmul"``: H_n as a Kronecker product of Hadamard factors of at most 128, applied as
       small dense contractions (matrix units on TPU/GPU; ``Precision.HIGHEST`` for float32),
