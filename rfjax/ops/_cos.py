@@ -166,8 +166,13 @@ def _abstract_eval(t, *, scale):
     return t.update(shape=(*t.shape[:-1], 2 * t.shape[-1]), weak_type=False)
 
 
+@functools.cache
+def _compiled(scale: float):
+    return jax.jit(lambda t: sin_cos_p.bind(t, scale=scale))
+
+
 sin_cos_p.def_abstract_eval(_abstract_eval)
-sin_cos_p.def_impl(lambda t, *, scale: jax.jit(lambda v: sin_cos_p.bind(v, scale=scale))(t))
+sin_cos_p.def_impl(lambda t, *, scale: _compiled(scale)(t))  # eager: compiled once per scale
 
 
 def _jvp(primals, tangents, *, scale):

@@ -29,7 +29,8 @@ def _xla_update(c: jax.Array, a: jax.Array) -> jax.Array:
 # including the mesh axes it varies over inside shard_map.
 symmetric_rank_update_p = Primitive("rfjax_symmetric_rank_update")
 symmetric_rank_update_p.def_abstract_eval(lambda c, a: c.update(weak_type=False))
-symmetric_rank_update_p.def_impl(lambda c, a: jax.jit(symmetric_rank_update_p.bind)(c, a))
+_compiled = jax.jit(lambda c, a: symmetric_rank_update_p.bind(c, a))
+symmetric_rank_update_p.def_impl(lambda c, a: _compiled(c, a))  # eager: one compiled program
 
 
 def _lowering(platform: str):
