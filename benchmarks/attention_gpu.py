@@ -5,8 +5,11 @@ For B = 1 and 8, 8 heads of dimension 64, m = 256 random features (orthogonal pr
 by the heads), T = 1,024 ... 65,536, bfloat16 and float32, bidirectional and causal, the jitted
 forward and forward + backward (``value_and_grad`` of the sum of the outputs for q, k, v) of
 
-* ``favor``: ``rfjax.attention.favor_attention`` (FAVOR+ ``"positive"`` features, stabilised;
-  causal with the default chunk size), end to end from q, k, v;
+* ``favor``: ``rfjax.attention.favor_attention(..., implementation="xla")`` (FAVOR+
+  ``"positive"`` features, stabilised; causal with the default chunk size), end to end from q,
+  k, v;
+* ``favor_pallas``: the same with ``implementation="pallas_triton"``, the fused Pallas kernels
+  (the feature map computed inside them);
 * ``cudnn``: ``jax.nn.dot_product_attention(..., implementation="cudnn")`` (flash attention),
   where cuDNN takes the dtype (bfloat16; float32 is reported as not compiled);
 * ``xla``: ``jax.nn.dot_product_attention(..., implementation="xla")`` (materialises the T x T
@@ -22,19 +25,21 @@ end with ``torch.cuda.synchronize``). Memory: a JAX program's compiled temporari
 the call adds to the inputs. The programs of one case are compiled in parallel threads.
 
 Roofline (``--peaks``, measured in the same run): the dense matrix-product rate (8192^3, bfloat16,
-and float32 at JAX's default precision) and the copy bandwidth. FAVOR computes in float32 whatever
-the input dtype, so its compute roof is the float32 default-precision rate. Model FLOPs per batch
-and head, causal, chunk C: T (4 H m + 2 C m + 2 C (H_v + 1) + 4 m (H_v + 1)) forward (features,
-the chunk's quadratic form, the carried state's read-out and update), 3x that for forward +
-backward; bidirectional T (4 H m + 4 m (H_v + 1)). The share of the roofline is
-max(FLOPs / compute roof, minimal bytes / bandwidth) / time; XLA's own cost analysis (flops,
-bytes accessed) is recorded beside it.
+and float32 at JAX's default precision) and the copy bandwidth. FAVOR's products take the inputs'
+dtype (bfloat16 operands accumulated in float32 for bfloat16 inputs), so its compute roof is the
+rate of that dtype. Model FLOPs per batch and head, causal, chunk C = ``CHUNK``: T (4 H m + 2 C m
++ 2 C (H_v + 1) + 4 m (H_v + 1)) forward (features, the chunk's quadratic form, the carried
+state's read-out and update), 3x that for forward + backward; bidirectional
+T (4 H m + 4 m (H_v + 1)). The share of the roofline is max(FLOPs / compute roof, minimal bytes /
+bandwidth) / time; XLA's own cost analysis (flops, bytes accessed) is recorded beside it.
 
-Summary: per dtype, B, mode and pass, the crossover (the first T at which FAVOR is faster than
-exact attention: cuDNN, or XLA where cuDNN does not run), FAVOR's growth from T to 2T, and FAVOR
-over the peers. ``--profile`` adds the GPU kernels of causal FAVOR forward + backward from JAX's
-profiler (time per kernel name), to name what to optimise next. ``--budget-s`` starts no new case
-after that many seconds; the JSON is written after every case.
+Summary: per dtype, B, mode and pass and per FAVOR implementation, the crossover (the first T at
+which FAVOR is faster than exact attention: cuDNN, or XLA where cuDNN does not run), FAVOR's
+growth from T to 2T, and FAVOR over the peers, among them ``fla+features`` (causal: the
+linear-attention peer's time plus the feature map's, what FAVOR does end to end).
+``--profile`` adds the GPU kernels of causal FAVOR forward + backward (the fused kernels' and
+the XLA form's) from JAX's profiler (time per kernel name), to name what to optimise next.
+``--budget-s`` starts no new case after that many seconds; the JSON is written after every case.
 """
 
 from __future__ import annotations
@@ -55,9 +60,7 @@ import numpy as np
 
 from benchmarks.timing import time_interleaved
 from rfjax import features
-from rfjax.attention import draw_projection, favor_attention
-from rfjax.attention._favor import DEFAULT_CHUNK_SIZE
-from rfjax.attention._head_features import normalise
+from rfjax.attention import data_normalizer, draw_projection, favor_attention
 
 BATCHES = (8, 1)
 HEADS, HEAD_DIM, NUM_FEATURES = 8, 64, 256
@@ -65,18 +68,24 @@ LENGTHS = tuple(1 << k for k in range(10, 17))
 DTYPES = ("bfloat16", "float32")
 MODES = ("bidirectional", "causal")
 PASSES = ("forward", "forward_backward")
-Method = Literal["favor", "cudnn", "xla"]  # what _forward builds
-METHODS: tuple[Method, ...] = ("favor", "cudnn", "xla")
+Method = Literal["favor", "favor_pallas", "cudnn", "xla"]  # what _forward builds
+METHODS: tuple[Method, ...] = ("favor", "favor_pallas", "cudnn", "xla")
+FAVOR_METHODS = {"favor": "xla", "favor_pallas": "pallas_triton"}  # -> implementation
+CHUNK = 64  # the model FLOPs' chunk length (the fused kernels')
 
 
 # --- the programs -----------------------------------------------------------------------------
 
 
 def _forward(method: Method, causal: bool):
-    if method == "favor":
-        return lambda q, k, v, p: favor_attention(q, k, v, p, causal=causal)
+    if method in FAVOR_METHODS:
+        implementation = FAVOR_METHODS[method]
+        return lambda q, k, v, p: favor_attention(
+            q, k, v, p, causal=causal, implementation=implementation
+        )
+    exact: Literal["cudnn", "xla"] = "cudnn" if method == "cudnn" else "xla"
     return lambda q, k, v, p: jax.nn.dot_product_attention(
-        q, k, v, is_causal=causal, implementation=method
+        q, k, v, is_causal=causal, implementation=exact
     )
 
 
@@ -92,7 +101,7 @@ def feature_map_program(q, k, p):
     fmap = features.get("positive")()
 
     def phi(x, side):
-        rows = normalise(x.astype(jnp.float32)).reshape(-1, x.shape[-1])
+        rows = (x.astype(jnp.float32) * data_normalizer(x.shape[-1])).reshape(-1, x.shape[-1])
         return fmap.features(rows, p, side=side).reshape(*x.shape[:-1], -1).astype(x.dtype)
 
     return phi(q, "query"), phi(k, "key")
@@ -283,7 +292,7 @@ def model_flops(row: dict) -> float:
     """Model FLOPs of FAVOR for a row (see the module docstring)."""
     t, h, m, hv = row["length"], HEAD_DIM, NUM_FEATURES, HEAD_DIM
     if row["mode"] == "causal":
-        chunk = min(DEFAULT_CHUNK_SIZE, t)
+        chunk = min(CHUNK, t)
         per_token = 4 * h * m + 2 * chunk * m + 2 * chunk * (hv + 1) + 4 * m * (hv + 1)
     else:
         per_token = 4 * h * m + 4 * m * (hv + 1)
@@ -300,10 +309,11 @@ def minimal_bytes(row: dict) -> float:
 
 def add_roofline(rows: list[dict], peaks: dict) -> None:
     for row in rows:
-        if row.get("method") != "favor" or not row.get("median_s"):
+        if row.get("method") not in FAVOR_METHODS or not row.get("median_s"):
             continue
         flops, nbytes = model_flops(row), minimal_bytes(row)
-        compute = flops / peaks["matmul_float32_default_flop_per_s"]
+        roof = "bfloat16" if row["dtype"] == "bfloat16" else "float32_default"
+        compute = flops / peaks[f"matmul_{roof}_flop_per_s"]
         memory = nbytes / peaks["copy_bytes_per_s"]
         row["roofline"] = {
             "model_flops": flops,
@@ -322,27 +332,36 @@ def summarize(rows: list[dict]) -> dict:
         if r.get("median_s")
     }
     summary = {}
-    for dtype, batch, mode, name in itertools.product(DTYPES, BATCHES, MODES, PASSES):
+    cases = itertools.product(DTYPES, BATCHES, MODES, PASSES, FAVOR_METHODS)
+    for dtype, batch, mode, name, method in cases:
         case = (dtype, batch, mode, name)
         lengths = sorted({key[-1] for key in times if key[:4] == case})
         if not lengths:
             continue
         # Any: the rows' untyped times, or None where the method has none (tested before use)
-        favor: dict[int, Any] = {t: times.get((*case, "favor", t)) for t in lengths}
+        favor: dict[int, Any] = {t: times.get((*case, method, t)) for t in lengths}
         exact: dict[int, Any] = {
             t: times.get((*case, "cudnn", t)) or times.get((*case, "xla", t)) for t in lengths
         }
         beaten = [t for t in lengths if favor[t] and exact[t] and favor[t] < exact[t]]
         fits = [t for t in lengths if times.get((*case, "xla", t))]
-        ratios = {
-            f"favor/{peer}": {
-                t: favor[t] / times[(*case, peer, t)]
-                for t in lengths
-                if favor[t] and times.get((*case, peer, t))
-            }
+        peers: dict[str, dict[int, float]] = {
+            peer: {t: times[(*case, peer, t)] for t in lengths if times.get((*case, peer, t))}
             for peer in ("cudnn", "xla", "fla")
         }
-        summary[f"{dtype} B={batch} {mode} {name}"] = {
+        feature_times = {
+            t: times[(dtype, batch, "causal", "forward", "features", t)]
+            for t in lengths
+            if times.get((dtype, batch, "causal", "forward", "features", t))
+        }
+        peers["fla+features"] = {
+            t: fla + feature_times[t] for t, fla in peers["fla"].items() if t in feature_times
+        }
+        ratios = {
+            f"{method}/{peer}": {t: favor[t] / peer_times[t] for t in peer_times if favor[t]}
+            for peer, peer_times in peers.items()
+        }
+        summary[f"{dtype} B={batch} {mode} {name} {method}"] = {
             "crossover_T": beaten[0] if beaten else None,
             "exact_wins_at": [t for t in lengths if favor[t] and exact[t] and t not in beaten],
             "xla_exact_fits_up_to_T": max(fits) if fits else None,
@@ -359,12 +378,12 @@ def summarize(rows: list[dict]) -> dict:
 # --- profile ----------------------------------------------------------------------------------
 
 
-def profile(batch: int, length: int, dtype: str, top: int = 15) -> dict:
+def profile(batch: int, length: int, dtype: str, method: Method, top: int = 15) -> dict:
     """GPU time per kernel name of causal FAVOR forward + backward (JAX's profiler, 5 calls)."""
     from jax.profiler import ProfileData
 
     args = _inputs(batch, length, dtype)
-    fn = jax.jit(_with_grad(_forward("favor", True)))
+    fn = jax.jit(_with_grad(_forward(method, True)))
     jax.block_until_ready(fn(*args))
     calls = 5
     with tempfile.TemporaryDirectory() as folder:
@@ -387,7 +406,14 @@ def profile(batch: int, length: int, dtype: str, top: int = 15) -> dict:
                         "total_ms_per_call": sum(totals.values()) / calls / 1e6,
                         "top_ms_per_call": {k: v / calls / 1e6 for k, v in ranked[:top]},
                     }
-    return {"batch": batch, "length": length, "dtype": dtype, "calls": calls, "lines": lines}
+    return {
+        "method": method,
+        "batch": batch,
+        "length": length,
+        "dtype": dtype,
+        "calls": calls,
+        "lines": lines,
+    }
 
 
 def case_order(dtypes, batches, lengths) -> list[tuple[str, int, int]]:
@@ -434,7 +460,9 @@ def main() -> None:
     print(f"peaks: {report['peaks']}", flush=True)
     if args.profile:
         batch, length = args.profile  # nargs=2: exactly B and T
-        report["profile"] = profile(batch, length, "bfloat16")
+        report["profiles"] = [
+            profile(batch, length, "bfloat16", method) for method in ("favor_pallas", "favor")
+        ]
     cases = case_order(args.dtypes, args.batches, args.lengths)
     for dtype, batch, length in cases:
         if args.budget_s is not None and time.monotonic() - started > args.budget_s:
@@ -458,7 +486,7 @@ def main() -> None:
         shown = f"{1e3 * row['median_s']:.3f} ms" if row["median_s"] else row.get("skipped")
         print(
             f"{row['dtype']:9s} B={row['batch']} T={row['length']:6d} {row['mode']:13s} "
-            f"{row['pass']:16s} {row['method']:8s} {shown}"
+            f"{row['pass']:16s} {row['method']:12s} {shown}"
         )
     for case, values in report.get("summary", {}).items():
         print(f"{case}: crossover T = {values['crossover_T']}, ratios {values['ratios']}")

@@ -102,6 +102,14 @@ def _cell(row) -> str:
 
 METHODS = ("favor", "cudnn", "xla", "fla", "features")
 EXTRA = ("FAVOR memory / cuDNN's", "FAVOR memory / fla's", "FAVOR roofline share")
+# Columns of runs that measured the fused kernels (``favor_pallas``) too.
+FUSED_METHODS = ("favor", "favor_pallas", "cudnn", "xla", "fla", "features")
+FUSED_EXTRA = (
+    "favor_pallas memory / cuDNN's",
+    "favor_pallas memory / fla's",
+    "favor roofline share",
+    "favor_pallas roofline share",
+)
 
 
 def _memory_ratio(favor: dict, peer: dict | None) -> str:
@@ -110,25 +118,29 @@ def _memory_ratio(favor: dict, peer: dict | None) -> str:
     return "-"
 
 
-def _attention_line(rows, dtype, batch, mode, name, length) -> str:
-    """One table line: every method's time, FAVOR's memory ratios and roofline share."""
-    found = {m: _time(rows, dtype, batch, mode, name, m, length) for m in METHODS}
+def _share(row: dict | None) -> str:
+    share = (row or {}).get("roofline", {}).get("share")
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def _attention_line(rows, dtype, batch, mode, name, length, fused: bool) -> str:
+    """One table line: every method's time, FAVOR's memory ratios and roofline share (with the
+    fused kernels' (``fused``): theirs against the peers, both shares)."""
+    methods = FUSED_METHODS if fused else METHODS
+    found = {m: _time(rows, dtype, batch, mode, name, m, length) for m in methods}
     if mode == "bidirectional" or name != "forward":
         found["features"] = None  # timed once per case, under causal forward
-    favor = found["favor"] or {}
-    share = favor.get("roofline", {}).get("share")
-    extra = [
-        _memory_ratio(favor, found["cudnn"]),
-        _memory_ratio(favor, found["fla"]),
-        "-" if share is None else f"{100 * share:.1f}%",
-    ]
-    cells = [_cell(found[m]) for m in METHODS] + extra
+    favor = found["favor_pallas" if fused else "favor"] or {}
+    extra = [_memory_ratio(favor, found["cudnn"]), _memory_ratio(favor, found["fla"])]
+    extra += [_share(found["favor"]), _share(found["favor_pallas"])] if fused else [_share(favor)]
+    cells = [_cell(found[m]) for m in methods] + extra
     return f"| {mode} | {name} | {length:,} | " + " | ".join(cells) + " |"
 
 
 def attention_section(reports: list[dict]) -> list[str]:
     """Time (ms) per method and length; FAVOR's ratios; memory; roofline; crossovers."""
     rows = _rows(reports)
+    fused = any(row["method"] == "favor_pallas" for row in rows)
     head = reports[0]
     shape = head["shape"]
     peaks = head["peaks"]
@@ -152,15 +164,18 @@ def attention_section(reports: list[dict]) -> list[str]:
             )
             if not lengths:
                 continue
+            methods, extra = (FUSED_METHODS, FUSED_EXTRA) if fused else (METHODS, EXTRA)
             lines += [f"### {dtype}, B = {batch}", ""]
             lines += [
-                "| mode | pass | T | " + " | ".join(METHODS) + " | " + " | ".join(EXTRA) + " |"
+                "| mode | pass | T | " + " | ".join(methods) + " | " + " | ".join(extra) + " |"
             ]
-            lines += ["|---|---|---|" + "---|" * (len(METHODS) + len(EXTRA))]
+            lines += ["|---|---|---|" + "---|" * (len(methods) + len(extra))]
             for mode, name, length in itertools.product(MODES, PASSES, lengths):
-                lines.append(_attention_line(rows, dtype, batch, mode, name, length))
+                lines.append(_attention_line(rows, dtype, batch, mode, name, length, fused))
             lines.append("")
     lines += crossover_lines(reports[0].get("summary", {}))
+    if fused:
+        lines += end_to_end_lines(reports[0].get("summary", {}))
     return lines
 
 
@@ -172,7 +187,7 @@ def crossover_lines(summary: dict) -> list[str]:
     ]
     lines += ["|---|---|---|---|"]
     for case, values in summary.items():
-        fla = values["ratios"].get("favor/fla", {})
+        fla: dict = next((v for k, v in values["ratios"].items() if k.endswith("/fla")), {})
         fla_cell = ", ".join(f"{int(t):,}: {r:.1f}" for t, r in fla.items()) or "-"
         crossover = values["crossover_T"]
         fits = values["xla_exact_fits_up_to_T"]
@@ -182,10 +197,29 @@ def crossover_lines(summary: dict) -> list[str]:
     return [*lines, ""]
 
 
+def end_to_end_lines(summary: dict) -> list[str]:
+    """FAVOR end to end from q, k, v against flash-linear-attention's chunked kernel plus the
+    feature map's time (issue 42's target: <= 1.0)."""
+    lines = ["### FAVOR end to end against flash-linear-attention plus the features", ""]
+    lines += ["| case | FAVOR / (fla + features) at each T |", "|---|---|"]
+    for case, values in summary.items():
+        ratio: dict = next(
+            (v for k, v in values["ratios"].items() if k.endswith("/fla+features")), {}
+        )
+        if ratio:
+            cells = ", ".join(f"{int(t):,}: {r:.2f}" for t, r in ratio.items())
+            lines.append(f"| {case} | {cells} |")
+    return [*lines, ""]
+
+
 def profile_section(profile: dict) -> list[str]:
+    method = f" ({profile['method']})" if "method" in profile else ""
     lines = [
-        f"## Profile: causal FAVOR forward + backward, {profile['dtype']}, B = {profile['batch']}, "
-        f"T = {profile['length']:,}",
+        f"## Profile: causal FAVOR{method} forward + backward, {profile['dtype']}, "
+        f"B = {profile['batch']}, T = {profile['length']:,}"
+        if method
+        else f"## Profile: causal FAVOR forward + backward, {profile['dtype']}, "
+        f"B = {profile['batch']}, T = {profile['length']:,}",
         "",
         f"JAX's profiler over {profile['calls']} calls; GPU time per call by kernel.",
         "",
@@ -245,9 +279,16 @@ def main() -> None:
     measured = [report for report in attention if _rows([report])]
     if measured:
         lines += attention_section(measured)
-    profiles = [report["profile"] for report in attention if "profile" in report]
-    if profiles:
+    profiles = [
+        profile
+        for report in attention
+        for profile in report.get("profiles", [report["profile"]] if "profile" in report else [])
+    ]
+    if profiles and "method" not in profiles[0]:
         lines += profile_section(profiles[0])
+    else:
+        for profile in profiles:
+            lines += profile_section(profile)
     long_context = [directory / name for name in args.long_context]
     if any(path.exists() for path in long_context):
         lines += long_context_section([_load(path) for path in long_context if path.exists()])

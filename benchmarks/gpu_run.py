@@ -6,14 +6,16 @@ Runs the steps (``--steps``, default all, always in this order) and writes into 
 ``benchmarks/gpu_runs/<date>-<device>``):
 
 * ``environment.json``: JAX version, device kind and compute capability, ``nvidia-smi`` output;
-* ``tests`` -> ``pytest.log``: the GPU-marked tests (``tests/test_ops.py`` with ``-k`` on the
-  compiled kernels: ``mosaic_gpu``, ``pallas`` (Triton), ``matmul``, ``auto``, ``hd_chain``;
-  ``--tests-k`` narrows it), which run on the device instead of being skipped
+* ``tests`` -> ``pytest.log``: the GPU-marked tests (``tests/test_ops.py`` and
+  ``tests/test_attention_fused.py`` with ``-k`` on the compiled kernels: ``mosaic_gpu``,
+  ``pallas`` (Triton: fwht's and the fused attention kernels), ``matmul``, ``auto``,
+  ``hd_chain``; ``--tests-k`` narrows it), which run on the device instead of being skipped
   (``tests/test_pallas_kernels.py`` is the CPU simulators');
 * ``long_context`` -> ``performer_lm_workdir/`` and ``long_context/``: issue 31's benchmark on
   the GPU: ``configs/performer_lm.py``'s default trained (FAVOR and exact attention, for the
   perplexity and decoding rows), then ``benchmarks.long_context`` on one device at T = 512 ...
-  64k (its budget: the device's memory);
+  64k (its budget: the device's memory), FAVOR by ``--lm-implementation`` (default the fused
+  kernels, ``pallas_triton``);
 * ``fwht`` -> ``fwht_gpu.json``: ``benchmarks.fwht_gpu`` (n = 2^6 ... 2^15, float32 and
   bfloat16, every implementation as a ratio to a device copy; ``--fwht-args`` narrows it);
 * ``attention`` -> ``attention_gpu.json``: ``benchmarks.attention_gpu`` (FAVOR against cuDNN
@@ -83,7 +85,7 @@ def _step(name: str, command: list[str], log: pathlib.Path, timeout_s: float) ->
     return {"command": command, "returncode": code, "seconds": seconds}
 
 
-GPU_TESTS = ["tests/test_ops.py"]
+GPU_TESTS = ["tests/test_ops.py", "tests/test_attention_fused.py"]
 GPU_TEST_SELECTION = "(mosaic_gpu or pallas or matmul or auto or hd_chain) and not interpret"
 STEPS = ("tests", "long_context", "fwht", "attention")
 # Each step's share of --minutes (a step's share is split between its subprocesses).
@@ -107,6 +109,7 @@ def _long_context(python: str, out: pathlib.Path, seconds: float, args) -> dict:
     bench += ["--out", str(results), "--device-counts", "1", "--repeats", "5"]
     bench += ["--lengths", "4096", "16384", "32768", "65536"]
     bench += ["--crossover-lengths", "512", "1024", "2048"]
+    bench += ["--implementation", args.lm_implementation]
     steps["long_context"] = _step("long-context benchmark", bench, out / "run.log", 0.55 * seconds)
     return steps
 
@@ -136,6 +139,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="time for all the steps")
     parser.add_argument("--tests-k", default=GPU_TEST_SELECTION, help="pytest -k of the tests")
     parser.add_argument("--fwht-args", default="", help="more arguments of benchmarks.fwht_gpu")
+    parser.add_argument(
+        "--lm-implementation",
+        default="pallas_triton",
+        help="FAVOR's implementation in the long-context LM benchmark (auto: the XLA form)",
+    )
     parser.add_argument(
         "--attention-args",
         default="--profile 8 16384",

@@ -23,12 +23,17 @@ Perplexity: the experiment's trained checkpoints (``--workdir``: ``runs/performe
 windows of each T (every whole window of the split; at T = 65,536 the split holds one), on all
 devices with the sequence split over them, where the exact model's forward pass fits.
 
-Decoding: from the same checkpoints, ``--decode-tokens`` tokens generated greedily one at a time
-(``PerformerLM(decode=True)``: FAVOR's recurrent state, ``rfjax.attention.favor_decode_step``,
-against Flax's key/value cache of T entries for exact attention; one device), as tokens per
-second, for a cache of each T, and the cache's size. Flax's cache attends over all T entries
-at every step (masked), so its per-token cost is that of any position; FAVOR's state does not
-depend on T.
+Decoding: ``--decode-tokens`` N tokens generated greedily after a one-token prompt by
+``rfjax.nn.generate`` (one compiled program per call: the cache created, then a ``lax.scan``
+over the tokens; ``PerformerLM(decode=True)``: FAVOR's recurrent state with the projection
+drawn once per call, against a key/value cache of T entries for exact attention; one device),
+for a cache of each T: FAVOR and exact attention in turns, repeat by repeat, as tokens per
+second of the whole call and per token of the loop alone (the time 2N tokens add to N, without
+the call's fixed costs), FAVOR's over exact attention's in the same run, with the load and the
+cache's size. The key/value cache attends over all T entries at every step (masked), so its
+per-token cost is that of any position; FAVOR's state does not depend on T. The parameters
+are the experiment's trained checkpoints where ``--workdir`` has them, else initialised ones
+(decoding speed does not depend on their values; the row says which).
 
 Writes ``results.json`` (every row, the machine's load and the command) and ``table.md`` into
 ``--out``. Reported, not asserted.
@@ -63,6 +68,7 @@ from experiments import performer_lm
 from experiments.core import sweep
 from experiments.core.train import trainer as train
 from rfjax.data import load_ptb
+from rfjax.nn import generate
 
 KINDS = ("performer", "exact")
 AXIS = "seq"
@@ -232,65 +238,108 @@ def perplexity_rows(config, vocab: int, workdir: str, lengths, budget: float) ->
     return rows
 
 
-def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats: int) -> list:
-    """Greedy decoding tokens/s from each trained kind with a cache of each T (one device)."""
-    rows = []
-    for kind in KINDS:
-        found = trained(workdir, kind, config)
-        if found is None:
-            continue
+def decode_parameters(config, kind: str, vocab: int, workdir: str) -> tuple[dict, int, str]:
+    """The ``"params"`` of ``kind`` for the decoding rows, their projection step and where they
+    come from: the experiment's trained seed-0 run, else freshly initialised (decoding speed
+    does not depend on the values)."""
+    found = trained(workdir, kind, config)
+    if found is not None:
         params, step = found
-        model = performer_lm.make_model(config, kind, vocab, decode=True)
-        rngs = {"projection": performer_lm.projection_rng(performer_lm.train_rng(config))}
-        for length in lengths:
-            # The cache's shapes without running attention over T tokens: every entry of Flax's
-            # key/value cache and of FAVOR's state starts at zero, but FAVOR's running maximum,
-            # which starts at the masked-key floor (its init, at any length).
-            shapes = jax.eval_shape(
-                model.init, jax.random.key(0), jax.ShapeDtypeStruct((1, length), jnp.int32)
-            )["cache"]
-            cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-            if kind == "performer":
-                cache = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["cache"]
+        return params["params"], step, f"trained, step {step}"
+    model = performer_lm.make_model(config, kind, vocab)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    return params, 0, "initialised (no trained run in the workdir)"
 
-            def generate(cache, params=params, model=model, rngs=rngs, step=step):
-                def one(carry, _):
-                    cache, token = carry
-                    logits, updated = model.apply(
-                        {**params, "cache": cache},
-                        token,
-                        rngs=rngs,
-                        projection_step=step,
-                        mutable=["cache"],
-                    )
-                    following = jnp.argmax(logits[:, -1], axis=-1)[:, None].astype(jnp.int32)
-                    return (updated["cache"], following), following[0, 0]
 
-                start = jnp.zeros((1, 1), jnp.int32)
-                return jax.lax.scan(one, (cache, start), None, length=tokens)[1]
+def cache_bytes(model, params, rngs: dict, length: int) -> int:
+    """The bytes of ``model``'s decode cache for ``length`` positions (from shapes only)."""
+    cache = jax.eval_shape(
+        lambda: model.clone(decode=True).apply(
+            {"params": params}, jnp.zeros((1, length), jnp.int32), rngs=rngs, mutable=["cache"]
+        )[1]
+    )
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache)))
 
-            run = jax.jit(generate)
-            timing = time_interleaved({kind: functools.partial(run, cache)}, repeats=repeats)[kind]
-            cache_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+
+def per_token_rate(short: dict, long: dict, tokens: int) -> float:
+    """Tokens/s of the loop alone: ``tokens`` more tokens over the time they add (medians of
+    ``tokens`` and twice as many), without the call's fixed costs (the cache's creation, the
+    projection's draw, dispatch); NaN if the difference is not positive (noise)."""
+    added = long["median_s"] - short["median_s"]
+    return tokens / added if added > 0 else float("nan")
+
+
+def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats: int) -> list:
+    """Greedy decoding tokens/s of FAVOR and exact attention with a cache of each T (one
+    device), timed in turns (``rfjax.nn.generate``, one compiled program per call)."""
+    rngs = {"projection": performer_lm.projection_rng(performer_lm.train_rng(config))}
+    models = {kind: performer_lm.make_model(config, kind, vocab) for kind in KINDS}
+    parameters = {kind: decode_parameters(config, kind, vocab, workdir) for kind in KINDS}
+    prompt = jnp.zeros((1, 1), jnp.int32)
+    rows = []
+    for length in lengths:
+        # In turns FAVOR N, exact N, FAVOR 2N, exact 2N: every call of a kind follows one of
+        # the other (kind by kind, FAVOR's N-token call followed exact attention's 2N-token one
+        # and its 64k cache, and the per-token difference came out 10x its whole-call rate).
+        functions = {}
+        for count in (tokens, 2 * tokens):
+            for kind in KINDS:
+                params, step, _ = parameters[kind]
+                functions[kind, count] = functools.partial(
+                    generate,
+                    models[kind],
+                    params,
+                    prompt,
+                    count,
+                    rngs=rngs,
+                    projection_step=step,
+                    cache_length=length,
+                )
+        timings = time_interleaved(
+            {f"{kind} {count}": fn for (kind, count), fn in functions.items()},
+            repeats=repeats,
+            warmup=1,
+        )
+        load = os.getloadavg()
+        for kind in KINDS:
+            short, long = (timings[f"{kind} {count}"] for count in (tokens, 2 * tokens))
+            params = parameters[kind][0]
             rows.append(
                 {
                     "kind": kind,
                     "cache_length": length,
                     "tokens": tokens,
-                    "median_s": timing["median_s"],
-                    "tokens_per_second": tokens / timing["median_s"],
-                    "cache_bytes": int(cache_bytes),
+                    "parameters": parameters[kind][2],
+                    "median_s": short["median_s"],
+                    "median_s_twice_the_tokens": long["median_s"],
+                    "tokens_per_second": tokens / short["median_s"],
+                    "per_token_tokens_per_second": per_token_rate(short, long, tokens),
+                    "cache_bytes": cache_bytes(models[kind], params, rngs, length),
+                    "load_average": load,
                 }
             )
-            print(
-                f"  decode {kind} T={length}: {rows[-1]['tokens_per_second']:.0f} tok/s", flush=True
-            )
+        performer, exact = rows[-2:]
+        for name in ("tokens_per_second", "per_token_tokens_per_second"):
+            ratio = performer[name] / exact[name]
+            performer[f"favor_over_exact_{name}"] = exact[f"favor_over_exact_{name}"] = ratio
+        print(
+            f"  decode T={length}: FAVOR / exact tokens/s "
+            f"{performer['favor_over_exact_tokens_per_second']:.2f}, per token "
+            f"{performer['favor_over_exact_per_token_tokens_per_second']:.2f} "
+            f"(load {load[0]:.1f})",
+            flush=True,
+        )
     return rows
 
 
 def status_cell(row: dict) -> str:
     """A row's status on one line of a markdown table (XLA's messages span lines)."""
     return " ".join(row["status"].split()).replace("|", "/")[:200]
+
+
+def cell(row: dict, name: str, form: str) -> str:
+    """``row[name]`` formatted, or ``--`` where the row has none."""
+    return format(row[name], form) if name in row else "--"
 
 
 def table(result: dict) -> str:
@@ -326,12 +375,22 @@ def table(result: dict) -> str:
         lines.append(
             f"| {row['kind']} | {row['length']} | {value} | {row.get('windows', '--')} | {mib} |"
         )
-    lines += ["", "| kind | cache T | tokens/s | cache KiB |", "|---|---|---|---|"]
-    for row in result["decode"]:
-        lines.append(
-            f"| {row['kind']} | {row['cache_length']} | {row['tokens_per_second']:.0f} | "
-            f"{row['cache_bytes'] / 2**10:.0f} |"
-        )
+    lines += [
+        "",
+        "| kind | cache T | tokens/s | FAVOR / exact | per-token tokens/s | FAVOR / exact | "
+        "cache KiB | load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["decode"]:  # runs before issue 42's have only the whole call's rate
+        cells = [
+            cell(row, "tokens_per_second", ".0f"),
+            cell(row, "favor_over_exact_tokens_per_second", ".2f"),
+            cell(row, "per_token_tokens_per_second", ".0f"),
+            cell(row, "favor_over_exact_per_token_tokens_per_second", ".2f"),
+            f"{row['cache_bytes'] / 2**10:.0f}",
+            f"{row['load_average'][0]:.1f}" if "load_average" in row else "--",
+        ]
+        lines.append(f"| {row['kind']} | {row['cache_length']} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -375,12 +434,19 @@ def main() -> None:
         help="memory of the D devices together (default: 12 on CPU, one device's on accelerators)",
     )
     parser.add_argument("--decode-tokens", type=int, default=64)
+    parser.add_argument(
+        "--implementation",
+        default="auto",
+        help="FAVOR's implementation (favor_attention's: auto, xla, pallas_triton, ...)",
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=("steps", "perplexity", "decode"))
     args = parser.parse_args()
 
     from configs.performer_lm import get_config
 
     config: ml_collections.ConfigDict = get_config(args.config or None)
+    with config.unlocked():  # the benchmark's model only; the study's settings are unchanged
+        config.model.implementation = args.implementation
     _, vocabulary = load_ptb()
     vocab = len(vocabulary)
     budget = memory_budget(args.memory_budget_gib)

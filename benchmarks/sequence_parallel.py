@@ -50,7 +50,7 @@ from rfjax.attention import draw_projection, favor_attention
 AXIS = "seq"
 # causal_per_feature: causal with a map that keeps one key shift per feature (FAVOR#'s asymmetric
 # DERF, fitted to N(0, I) inputs), the log-space prefix (``_sequence_parallel``'s
-# ``sequence_parallel_log_prefix``) rather than the per-key one.
+# ``sequence_parallel_feature_prefix``) rather than the per-key one.
 MODES = ("bidirectional", "causal", "causal_per_feature")
 PASSES = ("forward", "forward_backward")
 

@@ -41,10 +41,8 @@ writes the results.
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import importlib.util
-import json
 import os
 import shlex
 import sys
@@ -56,8 +54,9 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from configs.common import locate_field
-from experiments.core import ablation, records, sweep, verdicts
-from experiments.core.validate import check_types
+from experiments.core import ablation, outputs, records, sweep, verdicts
+from experiments.core import status as run_status
+from experiments.core.validate import check_seed_fields, check_types
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file[:variant][,key=value...].", lock_config=True
@@ -88,14 +87,19 @@ _WORKER = flags.DEFINE_string(
     "worker",
     "0/1",
     "I/N: this process measures every N-th sweep cell from I (independent "
-    "processes sharing a workdir; the last to finish reports).",
+    "processes sharing a workdir; one that sees every record reports).",
+)
+_WORKER_WAIT = flags.DEFINE_float(
+    "worker_wait",
+    sweep.WAIT_SECONDS,
+    "Seconds a worker waits, after its own cells, for the other workers' cells before it "
+    "leaves (status 'waiting'); the last to see every record reports.",
 )
 _TEST = flags.DEFINE_string(
     "test", "greater", "The ablation's declared claim test (second vs first)."
 )
 _MARGIN = flags.DEFINE_float("margin", 0.0, "The ablation's declared margin.")
 
-STATUS_FILE = "status.json"
 FAILED_FILE = "FAILED"
 SUMMARY_FILE = "summary.md"
 PREVIOUS_SUMMARY_FILE = "summary.previous.md"
@@ -103,9 +107,10 @@ PREVIOUS_SUMMARY_FILE = "summary.previous.md"
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks ``config`` before anything runs: the experiment exists, every field has the type
-    of its default in ``configs/<experiment>.py``, its claims (and its training check, if any)
-    are declared and well formed, the trainer options (``config.train``) are valid, and the
-    experiment's own ``validate_config`` accepts names and ranges.
+    of its default in ``configs/<experiment>.py``, no ``seeds`` field repeats a seed, its claims
+    (and its training check, if any) are declared and well formed, the trainer options
+    (``config.train``) are valid, and the experiment's own ``validate_config`` accepts names and
+    ranges.
 
     Raises:
       ValueError, TypeError: naming the field, the value and what is accepted.
@@ -114,6 +119,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if not isinstance(name, str) or not os.path.exists(_package_path(name)):
         raise ValueError(f"config.experiment={name!r} names no study package experiments/<name>/")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
+    check_seed_fields(config)
     verdicts.validate_claims(config)
     verdicts.trained_check(config)
     if "train" in config:
@@ -129,35 +135,26 @@ def _package_path(name: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), name, "__init__.py")
 
 
-def _write_status(workdir: str, state: str, command: list[str] | None, **fields) -> None:
-    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    record = {"state": state, "time": now, "command": shlex.join(command or []), **fields}
-    # One temporary file per process: workers sharing a workdir (--worker=I/N) write at once.
-    temporary = os.path.join(workdir, f"{STATUS_FILE}.{os.getpid()}.tmp")
-    with open(temporary, "w") as handle:
-        json.dump(record, handle, indent=1)
-    os.replace(temporary, os.path.join(workdir, STATUS_FILE))
-
-
-def _start(workdir: str, command: list[str] | None) -> None:
-    """Marks ``workdir`` as running: the previous run's summary is renamed (it describes a run
-    that is no longer the latest) and an old ``FAILED`` note goes."""
-    summary = os.path.join(workdir, SUMMARY_FILE)
-    if os.path.exists(summary):
-        os.replace(summary, os.path.join(workdir, PREVIOUS_SUMMARY_FILE))
+def _start(workdir: str, status: run_status.Status) -> None:
+    """Marks ``workdir`` (created if missing) as running: an old ``FAILED`` note goes, and a
+    previous run that died without a word (SIGKILL, a lost machine) is named."""
+    os.makedirs(workdir, exist_ok=True)
+    previous = run_status.read(workdir)
+    if previous is not None and previous["state"] == "dead":
+        print(f"the previous run in {workdir} died: {previous['dead_because']}", flush=True)
     failed = os.path.join(workdir, FAILED_FILE)
     if os.path.exists(failed):
         os.remove(failed)
-    _write_status(workdir, "running", command)
+    status.set("running")
 
 
-def _fail(workdir: str, command: list[str] | None, error: BaseException) -> None:
+def _fail(workdir: str, status: run_status.Status, error: BaseException) -> None:
     """Marks ``workdir`` as failed (or interrupted) with the error and how to go on."""
     # SystemExit: the trainer's TrainingInterrupted (SIGINT/SIGTERM after a checkpoint).
     interrupted = isinstance(error, (KeyboardInterrupt, SystemExit))
     state = "interrupted" if interrupted else "failed"
     message = str(error) or type(error).__name__
-    _write_status(workdir, state, command, error=f"{type(error).__name__}: {message}")
+    status.set(state, error=f"{type(error).__name__}: {message}")
     lines = [
         f"This run {state}: {type(error).__name__}: {message}",
         "Results in this folder are incomplete; summary.md (if any) is not from this run.",
@@ -165,8 +162,13 @@ def _fail(workdir: str, command: list[str] | None, error: BaseException) -> None
     ]
     if not interrupted:
         lines += ["", "".join(traceback.format_exception(error)).rstrip()]
-    with open(os.path.join(workdir, FAILED_FILE), "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+    outputs.write_text(os.path.join(workdir, FAILED_FILE), "\n".join(lines) + "\n")
+
+
+def _wait(status: run_status.Status, pending: sweep.Pending) -> None:
+    """This worker leaves a shared sweep with cells of other workers missing: says which."""
+    print(f"this worker's cells are done; {pending}", flush=True)
+    status.set("waiting", missing=[list(cell) for cell in pending.missing])
 
 
 def run_experiment(config, workdir: str | None = None, *, command: list[str] | None = None) -> dict:
@@ -174,9 +176,12 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
     ``workdirs/<name>``); returns its summary.
 
     ``command``, the command line that reproduces the run, is recorded in
-    ``workdir/command.txt`` (for the results page) and ``workdir/status.json``. If the run
-    raises (or is interrupted), ``status.json`` and a ``FAILED`` file say so before the error
-    propagates.
+    ``workdir/command.txt`` (for the results page) and ``workdir/status.json``
+    (``experiments.core.status``: state, process, host and heartbeat). If the run raises (or is
+    interrupted), ``status.json`` and a ``FAILED`` file say so before the error propagates; a
+    worker that leaves a shared sweep before every cell has a record marks it ``waiting``, with
+    the missing cells, and returns ``{}``, as does a worker that sees every record after another
+    one reported them (``sweep.reporting``: exactly one worker reports).
 
     Raises:
       ValueError, TypeError: for an invalid config (before anything is written).
@@ -184,31 +189,39 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
     validate_config(config)
     name = config.experiment
     workdir = workdir or os.path.join("workdirs", name)
+    status = run_status.Status(workdir, command)
     writer = jax.process_index() == 0
     if writer:
-        os.makedirs(workdir, exist_ok=True)
         if command is not None:
-            with open(os.path.join(workdir, "command.txt"), "w") as handle:
-                handle.write(shlex.join(command) + "\n")
-        _start(workdir, command)
+            outputs.write_text(os.path.join(workdir, "command.txt"), shlex.join(command) + "\n")
+        summary = os.path.join(workdir, SUMMARY_FILE)
+        if os.path.exists(summary):  # it describes a run that is no longer the latest
+            os.replace(summary, os.path.join(workdir, PREVIOUS_SUMMARY_FILE))
+        _start(workdir, status)
     module = importlib.import_module(f"experiments.{name}")
-    try:
+    with status:
         try:
-            measured = module.measure(config, workdir)
-        except sweep.Pending as pending:
-            print(f"this worker's cells are done; {pending}")
-            return {}
-        records.write(workdir, measured)
-        result = module.report(measured, config, workdir)
-    except BaseException as error:
+            try:
+                measured = module.measure(config, workdir)
+            except sweep.Pending as pending:
+                _wait(status, pending)
+                return {}
+            result = {}
+            with sweep.reporting(workdir) as reporter:
+                if reporter:
+                    records.write(workdir, measured)
+                    result = module.report(measured, config, workdir)
+                else:
+                    print("every cell is recorded; another worker wrote the report", flush=True)
+        except BaseException as error:
+            if writer:
+                _fail(workdir, status, error)
+            raise
         if writer:
-            _fail(workdir, command, error)
-        raise
-    if writer:
-        previous = os.path.join(workdir, PREVIOUS_SUMMARY_FILE)
-        if os.path.exists(previous):
-            os.remove(previous)
-        _write_status(workdir, "done", command)
+            previous = os.path.join(workdir, PREVIOUS_SUMMARY_FILE)
+            if os.path.exists(previous):
+                os.remove(previous)
+        status.set("done")
     return result
 
 
@@ -224,24 +237,30 @@ def parse_worker(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def run_ablation(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """``--sweep``: the ablation of ``experiments.core.ablation`` in ``workdir``."""
-    if not _METRIC.value:
-        raise app.UsageError("--sweep needs --metric (a key of the study's headline numbers)")
-    try:
-        ablation.run(
-            config,
-            workdir,
-            sweep_text=str(_SWEEP.value),
-            seeds_text=_SEEDS.value,
-            metric=_METRIC.value,
-            seed_field=_SEED_FIELD.value,
-            compare=_COMPARE.value,
-            test=_TEST.value,
-            margin=_MARGIN.value,
-        )
-    except sweep.Pending as pending:
-        print(f"this worker's cells are done; {pending}")
+def run_ablation(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    command: list[str] | None = None,
+    **arguments,
+) -> None:
+    """``--sweep``: ``experiments.core.ablation.run(config, workdir, **arguments)`` with the
+    ``status.json`` (and ``FAILED`` note) of ``run_experiment``; a worker that leaves before
+    every cell has a record marks it ``waiting``."""
+    status = run_status.Status(workdir, command)
+    writer = jax.process_index() == 0
+    if writer:
+        _start(workdir, status)
+    with status:
+        try:
+            ablation.run(config, workdir, **arguments)
+        except sweep.Pending as pending:
+            _wait(status, pending)
+            return
+        except BaseException as error:
+            if writer:
+                _fail(workdir, status, error)
+            raise
+        status.set("done")
 
 
 def initialize_distributed() -> None:
@@ -325,12 +344,28 @@ def main(argv: list[str]) -> None:
         _stop_on_invalid_config(str(error))
     command = ["python", "-m", "experiments.main", *sys.argv[1:]]
     sweep.WORKER = parse_worker(_WORKER.value)
+    sweep.WAIT_SECONDS = _WORKER_WAIT.value
     ablating = bool(_SWEEP.value)
     default = config.experiment + ("_ablation" if ablating else "")
     workdir = _WORKDIR.value or os.path.join("workdirs", default)
     try:
         if ablating:
-            run_ablation(config, workdir)
+            if not _METRIC.value:
+                raise app.UsageError(
+                    "--sweep needs --metric (a key of the study's headline numbers)"
+                )
+            run_ablation(
+                config,
+                workdir,
+                command,
+                sweep_text=str(_SWEEP.value),
+                seeds_text=_SEEDS.value,
+                metric=_METRIC.value,
+                seed_field=_SEED_FIELD.value,
+                compare=_COMPARE.value,
+                test=_TEST.value,
+                margin=_MARGIN.value,
+            )
         else:
             run_experiment(config, workdir, command=command)
     except KeyboardInterrupt:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,14 @@ import numpy as np
 from jax.typing import DTypeLike
 
 FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+
+MAX_ARRAY_BYTES = 2**31
+"""The largest array (2 GiB) that a constructor of ``rfjax.projections`` or ``rfjax.features``
+draws, stores or checks. Arguments that imply a larger one (a dimension of 10^9, a rank of
+10^6) are refused with a ``ValueError`` before anything compiles: XLA's CPU runtime aborts the
+interpreter on an allocation it cannot make and on some shapes past 2^31 elements, which no
+``try`` can catch. 2 GiB holds a float32 projection of 2^27 rows of 4 entries, or 2^14 rows of
+2^15."""
 ARCCOS_ORDERS = (0, 1, 2)
 
 
@@ -30,6 +38,57 @@ def check_int(name: str, value: object, *, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
     return int(value)
+
+
+def _bytes_text(size: int) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} bytes"
+
+
+def check_array_size(
+    what: str, shape: Iterable[int], dtype: DTypeLike, arguments: Mapping[str, object]
+) -> None:
+    """Raises ``ValueError`` if the array ``what`` of ``shape`` and ``dtype``, which
+    ``arguments`` imply, exceeds ``MAX_ARRAY_BYTES``; the message names the arguments, the
+    array, its size and the cap. Python integers throughout: no overflow.
+
+    Examples:
+      >>> try:
+      ...     check_array_size("W", (10**9, 4), "float32", {"num_features": 10**9})
+      ... except ValueError as error:
+      ...     for part in str(error).split("; "):
+      ...         print(part)
+      num_features=1000000000 implies W of shape (1000000000, 4) in float32 (14.9 GiB)
+      the cap is 2 GiB per array (rfjax._validation.MAX_ARRAY_BYTES)
+    """
+    shape = tuple(int(n) for n in shape)
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    if size > MAX_ARRAY_BYTES:
+        given = ", ".join(f"{name}={value!r}" for name, value in arguments.items())
+        verb = "implies" if len(arguments) == 1 else "imply"
+        raise ValueError(
+            f"{given} {verb} {what} of shape {shape} in {np.dtype(dtype).name} "
+            f"({_bytes_text(size)}); the cap is {_bytes_text(MAX_ARRAY_BYTES)} per array "
+            "(rfjax._validation.MAX_ARRAY_BYTES)"
+        )
+
+
+MAX_ITERATIONS = 100_000
+"""The most iterations of a loop that a constructor runs (Gauss-Seidel sweeps, k-means
+iterations): a count of 10^9 would run for days rather than fail, so it is refused."""
+
+
+def check_iterations(name: str, value: int) -> int:
+    """Returns ``value`` if it is at most ``MAX_ITERATIONS``, else raises ``ValueError``
+    naming ``name`` and the cap (``value`` already checked as an int)."""
+    if value > MAX_ITERATIONS:
+        raise ValueError(
+            f"{name}={value} iterations exceeds the cap of {MAX_ITERATIONS} "
+            "(rfjax._validation.MAX_ITERATIONS)"
+        )
+    return value
 
 
 def check_real(name: str, value: object, *, positive: bool = False) -> float:

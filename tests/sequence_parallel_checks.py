@@ -93,7 +93,7 @@ CASES = {
         False,
         0.5,
     ),
-    # Per-feature key shifts across devices (sequence_parallel_log_prefix), chunk 12 again.
+    # Per-feature key shifts across devices (sequence_parallel_feature_prefix), chunk 12 again.
     "causal_derf_asymmetric_mask": (
         dict(causal=True, feature_map=fitted_dense_exponential(), chunk_size=12),
         True,
@@ -268,12 +268,13 @@ def memory_per_device(length: int) -> dict[str, dict[str, dict[str, int]]]:
         return [qkv, qkv, qkv, jax.ShapeDtypeStruct((1, length), jnp.bool_, sharding=sharding)]
 
     passes = {"forward": lambda fn: fn, "gradient": lambda fn: jax.grad(loss(fn), (0, 1, 2))}
-    # The per-feature key shifts (sequence_parallel_log_prefix): DERF fitted to N(0, I) inputs.
+    # The per-feature key shifts (sequence_parallel_feature_prefix): DERF fitted to N(0, I) inputs.
     sample = jax.random.normal(jax.random.key(2), (2, 512, 64))
     per_feature = features.get("derf_asymmetric")().fit(jax.random.key(3), *sample)
     modes = {
         "bidirectional": dict(causal=False),
         "causal": dict(causal=True),
+        "causal_per_key": dict(causal=True, feature_map="relu"),
         "causal_per_feature": dict(causal=True, feature_map=per_feature),
     }
     result = {}

@@ -11,7 +11,7 @@ import pytest
 from jax.test_util import check_grads
 
 from rfjax import attention, features, projections
-from rfjax.attention import _prefix
+from rfjax.attention import _chunks, _prefix
 
 BATCH, LENGTH, HEADS, HEAD_DIM, VALUE_DIM = 2, 24, 3, 16, 8
 NUM_FEATURES = 32
@@ -290,6 +290,19 @@ def test_fully_masked_rows_are_zero():
         if causal:
             assert np.all(np.asarray(out[0, :5]) == 0)
             assert np.all(np.isfinite(out))
+    # Gradients stay finite: the rows without keys get the floored normaliser's cotangent
+    # G / eps (about 1e38), which must never meet a later key's zero weight as a product (it
+    # did in the chunk-parallel op's first version: NaN for the keys after them).
+    cotangent = jax.random.normal(jax.random.key(11), value.shape)
+
+    def loss(query, key, value):
+        out = attention.favor_attention(
+            query, key, value, shared_projection(), causal=True, mask=mask
+        )
+        return jnp.sum(out * cotangent)
+
+    for grad in jax.grad(loss, argnums=(0, 1, 2))(query, key, value):
+        assert np.all(np.isfinite(np.asarray(grad)))
 
 
 # ----------------------------------------------------------------- decoding
@@ -317,6 +330,76 @@ def test_decode_matches_causal(name):
     )
 
 
+@pytest.mark.parametrize("name", ["positive", "relu"])  # one shift per feature, one per key
+def test_prefill_gives_the_state_of_the_steps(name):
+    # The prompt's output is causal FAVOR's; its state is that of a step per token (the same
+    # shifts: maxima are exact), and steps after it equal causal FAVOR over the whole sequence.
+    query, key, value = make_inputs(13, scale=1.0)
+    projection = per_head_projection()
+    mask = jnp.ones((BATCH, LENGTH), bool).at[1, jnp.array([3, 17])].set(False)
+    key = key.at[1, 3].set(jnp.nan)  # masked: reaches nothing
+    prompt = 18  # not a whole number of chunks
+    options = dict(feature_map=name, chunk_size=CHUNK)
+    full = attention.favor_attention(
+        query, key, value, projection, causal=True, mask=mask, **options
+    )
+    out, state = attention.favor_prefill(
+        query[:, :prompt],
+        key[:, :prompt],
+        value[:, :prompt],
+        projection,
+        mask=mask[:, :prompt],
+        **options,
+    )
+    np.testing.assert_array_equal(out, full[:, :prompt])
+    step = jax.jit(functools.partial(attention.favor_decode_step, feature_map=name))
+    stepped = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection, feature_map=name)
+    for t in range(prompt):
+        stepped, _ = step(stepped, query[:, t], key[:, t], value[:, t], projection, mask=mask[:, t])
+    np.testing.assert_array_equal(state.log_offset, stepped.log_offset)
+    for got, expected in zip(state[:2], stepped[:2], strict=True):
+        np.testing.assert_allclose(got, expected, rtol=0, atol=float32_tolerance(LENGTH, got))
+    outs = []
+    for t in range(prompt, LENGTH):
+        state, out_t = step(state, query[:, t], key[:, t], value[:, t], projection, mask=mask[:, t])
+        outs.append(out_t)
+    np.testing.assert_allclose(
+        jnp.stack(outs, 1),
+        full[:, prompt:],
+        rtol=0,
+        atol=float32_tolerance(NUM_FEATURES + LENGTH, value),
+    )
+
+
+def test_prefill_after_a_non_finite_key_decodes_nan_as_causal_favor():
+    # An unmasked inf key at position 5 of sequence 0, head 1: causal FAVOR's rows >= 5 of that
+    # head are NaN; the prefill's state is NaN for that head only, so the steps after it are.
+    query, key, value = make_inputs(15)
+    key = key.at[0, 5, 1].set(jnp.inf)
+    projection = per_head_projection()
+    # Positive features: the per-feature state (_log_prefix.key_state) leaves such keys out.
+    out, state = attention.favor_prefill(
+        query[:, :8], key[:, :8], value[:, :8], projection, chunk_size=CHUNK
+    )
+    _, after = attention.favor_decode_step(state, query[:, 8], key[:, 8], value[:, 8], projection)
+    poisoned = np.zeros(out.shape[:3], bool)
+    poisoned[0, 5:, 1] = True
+    np.testing.assert_array_equal(np.isnan(out).any(-1), poisoned)
+    np.testing.assert_array_equal(np.isnan(after).any(-1), poisoned[:, -1])
+
+
+def test_prefill_of_no_tokens_is_the_empty_state():
+    query, key, value = make_inputs(14)
+    projection = shared_projection()
+    out, state = attention.favor_prefill(query[:, :0], key[:, :0], value[:, :0], projection)
+    assert out.shape == (BATCH, 0, HEADS, VALUE_DIM)
+    empty = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection)
+    for got, expected in zip(state, empty, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match=r"batched \(B, T, N, H\)"):
+        attention.favor_prefill(query[0], key[0], value[0], projection)
+
+
 # ----------------------------------------------------------------- dtypes, transformations
 
 
@@ -327,14 +410,23 @@ def test_bfloat16_inputs():
     for causal in (False, True):
         out = attention.favor_attention(*low, projection, causal=causal, chunk_size=CHUNK)
         assert out.dtype == jnp.bfloat16
-        # Accumulation is float32: on the same (bf16-rounded) inputs, float32 then rounded to
-        # bfloat16 agrees to one bfloat16 ulp (2^-7 relative; rounding alone is half of it).
         same = attention.favor_attention(
             *[x.astype(jnp.float32) for x in low], projection, causal=causal, chunk_size=CHUNK
         )
-        np.testing.assert_allclose(
-            np.asarray(out, np.float32), same, rtol=2.0**-7, atol=2.0**-7 * 1e-3
-        )
+        if causal:
+            # The causal products take bfloat16 operands (the factors in [0, 1] and the
+            # values, unit roundoff u = 2^-8), accumulated in float32: a term w_tj v_j carries
+            # at most 3u (two factors and the value), the normaliser's terms 2u, so
+            # |out_t - same_t| <= 5u max_j |v_j|, plus the output's rounding u |out_t|.
+            tolerance = 5 * 2.0**-8 * np.abs(np.asarray(low[2], np.float32)).max(axis=1)
+            error = np.abs(np.asarray(out, np.float32) - same) - 2.0**-8 * np.abs(same)
+            assert np.all(error <= tolerance[:, None]), (error / tolerance[:, None]).max()
+        else:
+            # Accumulation and products in float32: on the same (bf16-rounded) inputs, float32
+            # then rounded to bfloat16 agrees to one bfloat16 ulp (2^-7 relative).
+            np.testing.assert_allclose(
+                np.asarray(out, np.float32), same, rtol=2.0**-7, atol=2.0**-7 * 1e-3
+            )
         # Against unrounded float32 inputs: rounding q, k (2^-9 relative) moves the O(1)
         # scores q.k/sqrt(H) by ~2 * 2^-9 relative, the output by about as much, plus the
         # output rounding 2^-9: the relative Frobenius error is below 4 * 2^-8 = 2^-6.
@@ -377,8 +469,14 @@ def prefix_inputs(seed, length=11, width=4, value_width=3):
     return a, b, v, alpha, beta
 
 
-def test_custom_vjp_gradients():
+@pytest.mark.parametrize("schedule", ["fused_scan", "batched"])
+def test_custom_vjp_gradients(schedule, monkeypatch):
     # float64; chunk 3 pads T = 11 to 12 and carries state over 4 chunks, chunk 11 is one chunk.
+    # Both schedules of the chunk algorithm run on this CPU (_chunks: the accelerators' batched
+    # passes with 2 chunks a step, so the grouped map's remainder runs too).
+    if schedule == "batched":
+        monkeypatch.setattr(_chunks, "fused_chunk_scan", lambda platform: False)
+        monkeypatch.setattr(_chunks, "CHUNKS_PER_STEP", 2)
     with jax.enable_x64(True):
         a, b, v, alpha, beta = prefix_inputs(15)
         cotangent = jax.random.normal(jax.random.key(16), (a.shape[0], v.shape[1]))

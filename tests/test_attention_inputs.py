@@ -27,6 +27,12 @@ def projection():
 
 # ----------------------------------------------------------------- empty axes
 
+# FAVOR and its exact reference (softmax_attention raised a NumPy reduction error at T = 0).
+ATTENTIONS = {
+    "favor": lambda *qkv, **options: attention.favor_attention(*qkv, projection(), **options),
+    "softmax": attention.softmax_attention,
+}
+
 
 @pytest.mark.parametrize(
     ("sizes", "causal"),
@@ -40,27 +46,28 @@ def projection():
         ({"value_dim": 0}, True),
     ],
 )
-def test_empty_axes_give_empty_results(sizes, causal):
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_empty_axes_give_empty_results(sizes, causal, name):
+    attend = ATTENTIONS[name]
     query, key, value = make_inputs(**sizes)
-    out = attention.favor_attention(query, key, value, projection(), causal=causal)
+    out = attend(query, key, value, causal=causal)
     assert out.shape == (*query.shape[:3], value.shape[-1])
     assert out.dtype == jnp.float32
-    grads = jax.grad(
-        lambda *x: jnp.sum(attention.favor_attention(*x, projection(), causal=causal)),
-        argnums=(0, 1, 2),
-    )(query, key, value)
+    grads = jax.grad(lambda *x: jnp.sum(attend(*x, causal=causal)), argnums=(0, 1, 2))(
+        query, key, value
+    )
     assert [g.shape for g in grads] == [x.shape for x in (query, key, value)]
 
 
-def test_no_keys_gives_zero_rows():
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_no_keys_gives_zero_rows(name):
     # S = 0 with T > 0 queries: every row attends to nothing, as a fully masked row: 0.
+    attend = ATTENTIONS[name]
     query, key, value = make_inputs(key_length=0)
-    out = attention.favor_attention(query, key, value, projection())
+    out = attend(query, key, value)
     assert out.shape == (BATCH, LENGTH, HEADS, VALUE_DIM)
     assert np.all(np.asarray(out) == 0)
-    fully_masked = attention.favor_attention(
-        *make_inputs(), projection(), mask=jnp.zeros((BATCH, LENGTH), bool)
-    )
+    fully_masked = attend(*make_inputs(), mask=jnp.zeros((BATCH, LENGTH), bool))
     np.testing.assert_array_equal(out, fully_masked)
 
 

@@ -1,17 +1,22 @@
-"""The per-feature causal prefix op (``_log_prefix.causal_log_prefix``) against its float64
-quadratic form, values and gradients, at log-features that span far more than float32's range,
-and its causality."""
+"""The per-feature causal prefix op (``_log_prefix``) against its float64 quadratic form, values
+and gradients, at log-features that span far more than float32's range, and its causality; with
+the feature map fused in (gradients of the rows and the map's parameters); both schedules (the
+CPU's fused scan and the accelerators' batched passes)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from representatives import representatives
 
+from rfjax import projections
+from rfjax.attention import _chunks, _log_prefix
 from rfjax.attention._log_prefix import (
+    causal_feature_prefix,
     causal_log_prefix,
-    causal_log_prefix_and_state,
     causal_log_prefix_quadratic,
-    log_outer_sum,
+    initial_state_cotangent,
+    key_state,
 )
 
 LENGTH, WIDTH, VALUES = 13, 5, 3
@@ -29,8 +34,31 @@ def operands(key=0):
     return la, lb, v, g
 
 
-@pytest.mark.parametrize("chunk", [1, 4, 64])  # 64: one chunk, clipped to T
-def test_matches_quadratic_form_in_float64_values_and_gradients(chunk):
+SCHEDULES = ("fused_scan", "batched")
+
+
+def schedules_and_chunks(chunks, keep):
+    """(schedule, chunk) cases: ``keep`` in the default suite, the others statistical."""
+    cases = [(s, c) for s in SCHEDULES for c in chunks]
+    return representatives(cases, keep, unpack=True)
+
+
+@pytest.fixture
+def schedule(request, monkeypatch):
+    """Both schedules of the op on this CPU: the fused scan and the accelerators' batched
+    passes (with one chunk per step, so the grouped scans and their padding run too)."""
+    if request.param == "batched":
+        monkeypatch.setattr(_chunks, "fused_chunk_scan", lambda platform: False)
+        monkeypatch.setattr(_chunks, "CHUNKS_PER_STEP", 3)
+    return request.param
+
+
+@pytest.mark.parametrize(  # 64: one chunk, clipped to T
+    ("schedule", "chunk"),
+    schedules_and_chunks([1, 4, 64], {("fused_scan", 4), ("batched", 1)}),
+    indirect=["schedule"],
+)
+def test_matches_quadratic_form_in_float64_values_and_gradients(chunk, schedule):
     la, lb, v, g = operands()
     with jax.enable_x64(True):
         out, shift = causal_log_prefix(la, lb, v, chunk)
@@ -83,38 +111,113 @@ def test_later_positions_cannot_reach_earlier_rows():
         assert np.all(np.isfinite(np.asarray(grad)))
 
 
-@pytest.mark.parametrize("chunk", [3, 20, 64])  # 20: two blocks of 16, T = 13 padded
-def test_blocked_state_sums_match_their_direct_forms_values_and_gradients(chunk):
-    """The pieces of sequence parallelism's VJP (issue 32): ``log_outer_sum`` (a state or an
-    initial state's cotangent, block by block) and ``causal_log_prefix_and_state`` (the prefix
-    and the keys' own state in one scan) against their direct float64 forms."""
+@pytest.mark.parametrize(  # 20: two blocks of 16, T = 13 padded
+    ("schedule", "chunk"),
+    schedules_and_chunks([3, 20, 64], {("fused_scan", 20), ("batched", 3)}),
+    indirect=["schedule"],
+)
+def test_state_pieces_match_their_direct_forms(chunk, schedule):
+    """The pieces of sequence parallelism's VJP (issue 32): ``key_state`` (the keys' own state),
+    ``initial_state_cotangent`` and the op with an initial state and its own state as a second
+    output, values and gradients, against their direct float64 forms."""
     la, lb, v, g = operands(3)
     with jax.enable_x64(True):
-        row_shift = jnp.max(la, axis=1) + 7.0
-        feature_shift = jnp.max(lb, axis=0) - 3.0  # exponents la + c - M <= 0 for these
-        own_shift = jnp.max(lb, axis=0)
+        valid = jnp.arange(LENGTH) % 5 != 2
+        options = dict(log_features=_log_prefix.identity_logs, chunk=chunk)
+        state, shift = key_state(None, lb, v, valid, **options)
+        own_shift = jnp.max(jnp.where(valid[:, None], lb, -jnp.inf), axis=0)
+        np.testing.assert_array_equal(shift, own_shift)
 
         def direct(x, y, rows, features):
             return jnp.exp(x + features[None, :] - rows[:, None]).T @ y
 
-        got = log_outer_sum(la, g, row_shift, feature_shift, chunk)
-        want = direct(la, g, row_shift, feature_shift)
+        want = direct(jnp.where(valid[:, None], lb, -jnp.inf), v, jnp.zeros(LENGTH), -own_shift)
+        np.testing.assert_allclose(state, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        row_shift = jnp.max(la, axis=1) + 7.0
+        initial_shift = jnp.max(lb, axis=0) - 3.0  # exponents la + c - M <= 0 for these
+        got = initial_state_cotangent(None, la, row_shift, initial_shift, g, **options)
+        want = direct(la, g, row_shift, initial_shift)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
-        initial = (jnp.asarray(np.ones((WIDTH, VALUES))), jnp.max(lb, axis=0) - 1.0)
+        initial = (jnp.asarray(np.ones((WIDTH, VALUES))), initial_shift)
 
-        def fused(la, lb, v):
-            out, _, state = causal_log_prefix_and_state(la, lb, v, chunk, initial, own_shift)
-            return out, state
+        def fused(la, lb, v, state):
+            result = causal_feature_prefix(
+                None,
+                la,
+                lb,
+                v,
+                valid,
+                initial=(state, initial_shift),
+                with_own_state=True,
+                **options,
+            )
+            return result.out, result.own_state
 
-        def separate(la, lb, v):
-            out, _ = causal_log_prefix(la, lb, v, chunk, initial)
-            return out, direct(lb, v, jnp.zeros(LENGTH), -own_shift)
+        def separate(la, lb, v, state):
+            result = causal_feature_prefix(
+                None, la, lb, v, valid, initial=(state, initial_shift), **options
+            )
+            masked = jnp.where(valid[:, None], lb, -jnp.inf)
+            earlier = jnp.exp(la + initial_shift - result.row_shift[:, None]) @ state
+            quadratic = causal_log_prefix_quadratic(la, masked, v, result.row_shift) + earlier
+            own = direct(masked, v, jnp.zeros(LENGTH), -own_shift)
+            return quadratic, own
 
         state_cotangent = jnp.asarray(np.arange(WIDTH * VALUES).reshape(WIDTH, VALUES) / 7.0)
         for got, want in zip(
-            jax.vjp(fused, la, lb, v)[1]((g, state_cotangent)),
-            jax.vjp(separate, la, lb, v)[1]((g, state_cotangent)),
+            jax.vjp(fused, la, lb, v, initial[0])[1]((g, state_cotangent)),
+            jax.vjp(separate, la, lb, v, initial[0])[1]((g, state_cotangent)),
             strict=True,
         ):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
-        np.testing.assert_allclose(fused(la, lb, v)[1], separate(la, lb, v)[1], rtol=1e-12)
+        pairs = zip(fused(la, lb, v, initial[0]), separate(la, lb, v, initial[0]), strict=True)
+        for got, want in pairs:
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def _positive_logs(weights, rows, side):
+    """FAVOR+'s log-features exp(W x - |x|^2 / 2) / sqrt(m), written out."""
+    del side
+    return rows @ weights.T - 0.5 * jnp.sum(rows**2, -1, keepdims=True) - 0.5 * jnp.log(8.0)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "chunk"),
+    schedules_and_chunks([4, 32], {("fused_scan", 4), ("batched", 32)}),
+    indirect=["schedule"],
+)
+def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, schedule):
+    """With the map fused in, values and the gradients of queries, keys, values and the map's
+    parameters equal autodiff through the float64 quadratic form of the map's features (masked
+    keys, large norms)."""
+    k = jax.random.split(jax.random.key(4), 5)
+    with jax.enable_x64(True):
+        q, kk = (6.0 * jax.random.normal(x, (LENGTH, 4), jnp.float64) for x in k[:2])
+        v = jax.random.normal(k[2], (LENGTH, VALUES), jnp.float64)
+        g = jax.random.normal(k[3], (LENGTH, VALUES), jnp.float64)
+        weights = projections.gaussian(k[4], 4, 8, dtype=jnp.float64).matrix()
+        valid = jnp.arange(LENGTH) % 4 != 1
+
+        def fused(weights, q, kk, v):
+            return causal_feature_prefix(
+                weights, q, kk, v, valid, log_features=_positive_logs, chunk=chunk
+            ).out
+
+        shift = jax.lax.stop_gradient(
+            causal_feature_prefix(
+                weights, q, kk, v, valid, log_features=_positive_logs, chunk=chunk
+            ).row_shift
+        )
+
+        def quadratic(weights, q, kk, v):
+            la, lb = _positive_logs(weights, q, "query"), _positive_logs(weights, kk, "key")
+            lb = jnp.where(valid[:, None], lb, -jnp.inf)
+            return causal_log_prefix_quadratic(la, lb, jnp.where(valid[:, None], v, 0), shift)
+
+        np.testing.assert_allclose(
+            fused(weights, q, kk, v), quadratic(weights, q, kk, v), rtol=1e-11, atol=1e-12
+        )
+        got = jax.vjp(fused, weights, q, kk, v)[1](g)
+        want = jax.vjp(quadratic, weights, q, kk, v)[1](g)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max())

@@ -1,8 +1,18 @@
 """Tests of the shared experiment output helpers."""
 
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from experiments.core import outputs
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -60,3 +70,42 @@ def test_progress_is_silent_for_a_short_phase_and_uses_a_bar_on_a_terminal(monke
 
 def test_format_duration():
     assert [outputs.format_duration(s) for s in (42, 210, 9000)] == ["42 s", "3.5 min", "2.5 h"]
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_file(tmp_path):
+    path = str(tmp_path / "runs" / "result.json")
+    outputs.write_json(path, {"run": 1})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        outputs.write_json(path, {"run": 2, "bad": object()})  # json.dump fails after "run"
+    assert json.loads(pathlib.Path(path).read_text()) == {"run": 1}
+    assert os.listdir(tmp_path / "runs") == ["result.json"]  # no temporary file left
+    plain = tmp_path / "plain.json"
+    plain.write_text("{}")  # the mode open(path, "w") gives, not the temporary file's 0o600
+    assert os.stat(path).st_mode == os.stat(plain).st_mode
+
+
+_WRITE_FOREVER = """
+import sys
+from experiments.core import outputs
+data = {"rows": list(range(20_000))}
+while True:
+    outputs.write_json(sys.argv[1], data)
+"""
+
+
+def test_a_reader_never_sees_a_file_half_written_even_when_the_writer_is_killed(tmp_path):
+    """Another worker (or a resumed run) reads records while one is written; SIGKILL can come
+    at any instruction."""
+    path = tmp_path / "result.json"
+    writer = subprocess.Popen([sys.executable, "-c", _WRITE_FOREVER, str(path)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists():
+            assert time.monotonic() < deadline and writer.poll() is None
+            time.sleep(0.01)
+        for _ in range(100):
+            assert len(json.loads(path.read_text())["rows"]) == 20_000
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    assert len(json.loads(path.read_text())["rows"]) == 20_000

@@ -132,6 +132,34 @@ def test_validation_checks_types_and_names_of_every_experiment():
         validate_config(config)
 
 
+def test_validation_runs_the_checks_a_run_would_hit():
+    """kernel_mse at dim = 1 passed validation and failed mid-run in the simplex sampler."""
+    config = kernel_mse_config.get_config("quick")
+    config.dim = 1
+    with pytest.raises(ValueError, match=r"config\.couplings: coupling 'simplex' cannot draw .*"):
+        validate_config(config)
+    config = kernel_mse_config.get_config("quick")
+    config.dim, config.num_features = 10**9, 4
+    with pytest.raises(ValueError, match=r"the cap is 2 GiB"):
+        validate_config(config)
+
+
+def test_validation_refuses_a_repeated_seed_in_every_config_with_seeds():
+    checked = []
+    for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
+        if path.stem in ("__init__", "common", "training"):
+            continue
+        config = importlib.import_module(f"configs.{path.stem}").get_config("quick")
+        if "seeds" not in config:
+            continue
+        with config.ignore_type():
+            config.seeds = (0, 1, 0)
+        with pytest.raises(ValueError, match=r"config\.seeds repeats seed 0 in \(0, 1, 0\)"):
+            validate_config(config)
+        checked.append(path.stem)
+    assert {"conformer_ctc", "iap_es", "lstm_lm", "performer_lm"} <= set(checked)
+
+
 def test_every_experiment_module_validates_with_validate_config():
     for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
         if path.stem in ("__init__", "common", "training"):
@@ -156,6 +184,7 @@ def test_a_failed_run_is_marked_and_the_previous_summary_no_longer_looks_current
         run_experiment(kernel_mse_config.get_config("quick"), str(workdir), command=["cmd"])
     status = json.loads((workdir / "status.json").read_text())
     assert status["state"] == "failed" and "RuntimeError: disk full" in status["error"]
+    assert status["pid"] == os.getpid() and {"host", "heartbeat"} <= set(status)
     assert "disk full" in (workdir / "FAILED").read_text()
     assert not (workdir / "summary.md").exists()
     assert (workdir / "summary.previous.md").read_text() == "results of an earlier run\n"
@@ -185,10 +214,11 @@ def test_the_installed_distribution_holds_only_the_library(tmp_path):
 
 
 def _write_status_repeatedly(workdir: str) -> None:
-    from experiments.main import _write_status
+    from experiments.core import status
 
+    writer = status.Status(workdir, ["worker"])
     for _ in range(500):
-        _write_status(workdir, "running", ["worker"])
+        writer.set("waiting", missing=[])
 
 
 @pytest.mark.integration
@@ -205,5 +235,5 @@ def test_workers_sharing_a_workdir_write_its_status_at_once(tmp_path):
     for worker in workers:
         worker.join()
     assert [worker.exitcode for worker in workers] == [0, 0]
-    assert json.loads((tmp_path / "status.json").read_text())["state"] == "running"
+    assert json.loads((tmp_path / "status.json").read_text())["state"] == "waiting"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["status.json"]

@@ -13,7 +13,7 @@ import pytest
 from configs import iap_es as iap_es_config
 from experiments import iap_es
 from experiments.core import sweep, verdicts
-from experiments.core.train import es
+from experiments.core.train import checkpoints, es
 from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
 from experiments.iap_es.flops import (
@@ -119,6 +119,14 @@ def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
     assert np.mean(returns[-3:]) > returns[0] + 0.2, returns
     # Interrupted after 5 generations and started again: the same metrics, bit for bit.
     trainer.train(str(tmp_path / "split"), params, seed=0, stop_at_generation=5)
+    # Another run's checkpoint (other ES settings, another seed) is never continued.
+    other = ml_collections.ConfigDict(config.es.to_dict())
+    other.sigma *= 2
+    rollout = iap_es.make_rollout(config, env, policy)
+    with pytest.raises(checkpoints.SettingsMismatchError, match=r"es\.sigma: "):
+        es.ESTrainer(other, rollout, params).train(str(tmp_path / "split"), params, seed=0)
+    with pytest.raises(checkpoints.SettingsMismatchError, match=r"seed: 0 -> 1"):
+        trainer.train(str(tmp_path / "split"), params, seed=1)
     trainer.train(str(tmp_path / "split"), params, seed=0)
     assert train.read_metrics(str(tmp_path / "split")) == records
     # One compilation per step for all of it: the initial, updated and restored states share a
@@ -357,7 +365,7 @@ def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
         for i, kind in enumerate(config.kinds):
             run = {"kind": kind, "seed": seed, "seconds": 1.0, "final_return": 10.0 * seed + i}
             run_dir = sweep.run_dir(str(tmp_path), iap_es.run_name(kind), seed)
-            sweep.write(run_dir, settings, run)
+            sweep.write(run_dir, settings, run, arm=iap_es.run_name(kind), seed=seed)
             recorded.append({**run, "arm": iap_es.run_name(kind)})
     measured = iap_es.measure(config, str(tmp_path))
     assert measured["runs"] == recorded
@@ -366,10 +374,11 @@ def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
     # other settings do not.
     extended = ml_collections.ConfigDict(config.to_dict())
     extended.seeds, extended.label, extended.seeds_together = (*config.seeds, 99), "more", 95
-    assert sweep.read(run_dir, iap_es.run_settings(extended)) == run
+    cell = {"arm": iap_es.run_name(config.kinds[-1]), "seed": config.seeds[-1]}
+    assert sweep.read(run_dir, iap_es.run_settings(extended), **cell) == run
     other = ml_collections.ConfigDict(config.to_dict())
     other.es.sigma *= 2
-    assert sweep.read(run_dir, iap_es.run_settings(other)) is None
+    assert sweep.read(run_dir, iap_es.run_settings(other), **cell) is None
 
 
 @pytest.mark.slow

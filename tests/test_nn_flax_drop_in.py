@@ -135,8 +135,67 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
         outputs.append(out)
     assert int(cache["cache_index"]) == LENGTH
     np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="one token per call"):
+    with pytest.raises(ValueError, match="starts a sequence: the cache must be empty"):
         module.apply({**params, "cache": cache}, x[:, :2], rngs=RNGS, mutable=["cache"])
+
+
+@pytest.mark.parametrize("kind", ["performer", "exact"])
+def test_prefill_then_a_compiled_loop_equals_causal_attention(kind):
+    # A prompt at once (FAVOR's chunked form / the key-value cache filled), then a lax.scan of
+    # steps without the projection stream (the cache's projection), against the causal forward
+    # pass (which the steps one call at a time equal: the test above).
+    x, _ = _inputs()
+    prompt = 4
+    module = _performer(decode=True, attention_kind=kind)
+    variables = module.init({"params": jax.random.key(1), **RNGS}, x)
+    params = {"params": variables["params"]}
+    expected = _performer(causal=True, attention_kind=kind).apply(params, x, rngs=RNGS)
+    out, state = module.apply(
+        {**params, "cache": variables["cache"]}, x[:, :prompt], rngs=RNGS, mutable=["cache"]
+    )
+    np.testing.assert_allclose(out, expected[:, :prompt], rtol=1e-5, atol=1e-6)
+
+    def step(cache, token):
+        out, state = module.apply({**params, "cache": cache}, token[:, None], mutable=["cache"])
+        return state["cache"], out[:, 0]
+
+    cache, looped = jax.jit(lambda c, xs: jax.lax.scan(step, c, xs))(
+        state["cache"], jnp.moveaxis(x[:, prompt:], 1, 0)
+    )
+    assert int(cache["cache_index"]) == LENGTH
+    np.testing.assert_allclose(
+        jnp.moveaxis(looped, 0, 1), expected[:, prompt:], rtol=1e-5, atol=1e-5
+    )
+    if kind == "exact":  # a traced cache index is checked at run time
+        prefill = jax.jit(
+            lambda c: module.apply({**params, "cache": c}, x[:, :2], mutable=["cache"])
+        )
+        with pytest.raises(Exception, match="starts a sequence: the cache must be empty"):
+            jax.block_until_ready(prefill(cache))
+
+
+@pytest.mark.parametrize("kind", ["performer", "exact"])
+def test_decoding_isolates_a_non_finite_token_as_the_forward_pass_does(kind):
+    # Token 2 of sequence 0 holds a NaN: the rows that attend to it (2 and later) are NaN, the
+    # others as without it, in the prefill and in the steps after it.
+    x = _inputs()[0].at[0, 2, 0].set(jnp.nan)
+    module = _performer(decode=True, attention_kind=kind)
+    variables = module.init({"params": jax.random.key(1), **RNGS}, x)
+    params = {"params": variables["params"]}
+    expected = _performer(causal=True, attention_kind=kind).apply(params, x, rngs=RNGS)
+    out, state = module.apply(
+        {**params, "cache": variables["cache"]}, x[:, :4], rngs=RNGS, mutable=["cache"]
+    )
+    outputs = [out]
+    for t in range(4, LENGTH):
+        out, state = module.apply({**params, **state}, x[:, t : t + 1], mutable=["cache"])
+        outputs.append(out)
+    decoded = np.asarray(jnp.concatenate(outputs, axis=1))
+    poisoned = np.zeros((BATCH, LENGTH), bool)
+    poisoned[0, 2:] = True
+    np.testing.assert_array_equal(np.isnan(decoded).any(-1), poisoned)
+    np.testing.assert_array_equal(np.isnan(expected).any(-1), poisoned)
+    np.testing.assert_allclose(decoded[~poisoned], np.asarray(expected)[~poisoned], atol=1e-5)
 
 
 def test_exact_decode_keeps_flax_cache_and_outputs():

@@ -116,6 +116,35 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
         np.testing.assert_allclose(exact(token), mha(token), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["performer", "exact"])
+def test_prefill_then_a_compiled_loop_equals_causal_attention(kind):
+    # A prompt at once, then a lax.scan of steps without projection_step (the cache's
+    # projection: init_cache's step 7), against the causal forward pass at step 7 (which the
+    # steps one call at a time equal: the test above).
+    x, prompt = _inputs(), 4
+    layer = _performer(attention_kind=kind, decode=True, redraw_interval=5)
+    expected = layer(x, is_causal=True, decode=False, projection_step=7)
+    layer.init_cache(x.shape, projection_step=7)
+    np.testing.assert_allclose(layer(x[:, :prompt]), expected[:, :prompt], rtol=1e-5, atol=1e-6)
+    graph, state = nnx.split(layer)
+
+    @jax.jit
+    def loop(state, tokens):
+        def step(state, token):
+            layer = nnx.merge(graph, state)
+            out = layer(token[:, None])
+            return nnx.state(layer), out[:, 0]
+
+        return jax.lax.scan(step, state, tokens)
+
+    after, looped = loop(state, jnp.moveaxis(x[:, prompt:], 1, 0))
+    looped = jnp.moveaxis(looped, 0, 1)
+    np.testing.assert_allclose(looped, expected[:, prompt:], rtol=1e-5, atol=1e-5)
+    assert int(nnx.merge(graph, after).cache_index[...]) == LENGTH
+    with pytest.raises(ValueError, match="starts a sequence: the cache must be empty"):
+        layer(x[:, :2])
+
+
 @pytest.mark.parametrize("kind", ["exact", "performer"])
 def test_sow_weights(kind):
     x = _inputs()

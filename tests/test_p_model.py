@@ -174,5 +174,9 @@ def test_bad_arguments():
         )
     with pytest.raises(ValueError, match="rank must be an integer >= 1, got 0"):
         projections.low_displacement_rank(key, 4, 4, rank=0)
+    # rank = 1000 at dim 3 was accepted (rank = 10^6 asked for 19.6 PB in the family check).
+    with pytest.raises(ValueError, match=r"rank=5 must be <= n = 4, the block input size"):
+        projections.low_displacement_rank(key, 4, 4, rank=5)
+    projections.low_displacement_rank(key, 3, 4, rank=4, preprocess=True)  # n = p = 4
     with pytest.raises(ValueError, match="block must be < 1"):
         projections.circulant(key, 4, 4).block_matrices(1)

@@ -3,6 +3,7 @@
 import functools
 import warnings
 
+import jax
 import numpy as np
 import pytest
 from compile_counts import count_programs
@@ -201,6 +202,22 @@ def test_a_cold_fit_and_transform_compile_two_programs(features, coupling):
     with count_programs() as warm:
         est.set_params(random_state=1).fit(x).transform(x[:123])
     assert warm[0] == 0
+
+
+def test_float64_input_beyond_float32_is_refused_where_features_compute_in_float32():
+    """Finite float64 input beyond float32's range became infinite inputs and NaN features,
+    with no error."""
+    x = np.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    model = RandomFeatures(n_components=8, random_state=0).fit(x)
+    huge = np.full((2, 3), 1e39)
+    with pytest.raises(ValueError, match=r"X holds values up to .* float32.* cannot represent"):
+        model.transform(huge)
+    with pytest.raises(ValueError, match="cannot represent"):
+        RandomFeatures(n_components=8, random_state=0).fit(huge)
+    assert np.isfinite(model.transform(np.full((2, 3), 1e30))).all()  # representable: fine
+    with jax.enable_x64(True):  # features in float64: the input is representable
+        wide = RandomFeatures(n_components=8, random_state=0).fit(x)
+        assert wide.transform(huge).dtype == np.float64
 
 
 def test_degenerate_positive_features_warn():

@@ -69,6 +69,28 @@ def test_classifier_equals_random_features_then_ridge_classifier():
             np.testing.assert_array_equal(ours.classes_, theirs[-1].classes_)
 
 
+def test_classifier_takes_every_label_kind_ridge_classifier_takes():
+    """Strings, booleans, negative ints (scikit-learn's check_classifiers_classes) and a
+    multilabel indicator matrix, as RandomFeatures + RidgeClassifier."""
+    from sklearn.utils.estimator_checks import check_classifiers_classes
+
+    check_classifiers_classes("classifier", RandomFeatureRidgeClassifier(random_state=0))
+    x, _ = _data(n=150)
+    indicator = np.stack([x[:, 0] > 0, x[:, 1] * x[:, 2] > 0, x[:, 3] > 1], axis=1).astype(int)
+    with jax.enable_x64(True):
+        ours = RandomFeatureRidgeClassifier(alpha=0.2, random_state=1, **FEATURES).fit(x, indicator)
+        theirs = make_pipeline(
+            RandomFeatures(random_state=1, **FEATURES),
+            RidgeClassifier(alpha=0.2, solver="cholesky"),
+        ).fit(x, indicator)
+        np.testing.assert_array_equal(ours.predict(x), theirs.predict(x))
+        np.testing.assert_allclose(
+            ours.decision_function(x), theirs.decision_function(x), rtol=1e-8, atol=1e-9
+        )
+    assert ours.predict(x).shape == indicator.shape and ours.classes_.tolist() == [0, 1, 2]
+    assert ours.score(x, indicator) > 0.5
+
+
 def test_the_fitted_model_holds_the_projection():
     x, y = _data()
     model = RandomFeatureRidge(random_state=0).fit(x, y)

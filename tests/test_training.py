@@ -185,6 +185,62 @@ def test_no_restorable_checkpoint_is_an_error_naming_each_not_a_fresh_start(tmp_
     assert not os.path.exists(os.path.join(workdir, "corrupt_checkpoints"))  # nothing moved
 
 
+def test_a_resume_under_other_settings_refuses_naming_the_fields(tmp_path, straight, capsys):
+    """Another run's checkpoint is never continued: the issue's sweep stored the old model's
+    eval metrics after "resuming from step 40" at a learning rate 5 * 10^4 times smaller."""
+    reference, expected = straight
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(resume_config(), workdir, toy_task(), stop_at_step=14)
+    other = resume_config()
+    other.learning_rate, other.optimizer = 1e-6, "sgd"
+    with pytest.raises(checkpoints.SettingsMismatchError) as refused:
+        train.train_and_evaluate(other, workdir, toy_task())
+    message = str(refused.value)
+    assert "train.learning_rate: 0.01 -> 1e-06" in message
+    assert "train.optimizer: 'adamw' -> 'sgd'" in message
+    assert "resuming" not in capsys.readouterr().out
+    # Options that change neither the model nor its records do not make another run.
+    same = resume_config()
+    same.checkpoint_every_steps, same.progress_every_seconds = 5, 1.0
+    resumed = train.train_and_evaluate(same, workdir, toy_task())
+    assert "resuming from step 14" in capsys.readouterr().out
+    assert resumed["eval_accuracy"] == expected["eval_accuracy"]
+    assert train.read_metrics(workdir) == train.read_metrics(reference)
+
+
+def test_a_sweep_cell_measured_again_trains_from_step_0_not_from_the_old_checkpoint(
+    tmp_path, capsys
+):
+    """The sweep moves a cell's old run aside when its settings change; the trainer checks
+    the cell's identity (settings, arm, seed) in every checkpoint."""
+    from experiments.core import sweep
+
+    def cell(config):
+        def measure(arm, seed, run_dir):
+            final, _, _ = train.train_seed(config, str(tmp_path), arm, seed, toy_task(seed))
+            return {"eval_accuracy": final["eval_accuracy"], "step": final["step"]}
+
+        return measure
+
+    first, second = toy_config(20), toy_config(20)
+    second.optimizer, second.learning_rate = "sgd", 1e-6
+    for config in (first, second):
+        sweep.run(str(tmp_path), ["toy"], [0], cell(config), {"train": config.to_dict()})
+    out = capsys.readouterr().out
+    assert "resuming" not in out and "moved to" in out
+    fresh = train.train_and_evaluate(second, str(tmp_path / "fresh"), toy_task())
+    record = json.loads((tmp_path / "runs" / "toy_seed0" / "result.json").read_text())["run"]
+    assert record["eval_accuracy"] == fresh["eval_accuracy"] and record["step"] == 20
+    assert os.path.isdir(tmp_path / "superseded" / "toy_seed0.1" / "checkpoints")  # kept
+    # The cell's checkpoints carry its identity: a copy of them into another cell (or a run of
+    # the cell under other study settings) is refused, naming the difference.
+    stored = json.loads((tmp_path / "runs" / "toy_seed0" / "cell.json").read_text())
+    stored["seed"] = 1
+    (tmp_path / "runs" / "toy_seed0" / "cell.json").write_text(json.dumps(stored))
+    with pytest.raises(checkpoints.SettingsMismatchError, match=r"cell\.seed: 0 -> 1"):
+        train.train_and_evaluate(second, str(tmp_path / "runs" / "toy_seed0"), toy_task())
+
+
 CHILD = os.path.join(ROOT, "tests", "training_child.py")
 
 

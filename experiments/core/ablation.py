@@ -25,6 +25,7 @@ import ml_collections
 
 from configs.common import claim, locate_field, parse_field_value
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.validate import require_distinct_seeds
 
 REPORT_FILE = "ablation.md"
 
@@ -49,7 +50,7 @@ def parse_seeds(text: str) -> list[int]:
     """``"0:5"`` (a range) or ``"0,3,7"`` -> the seeds.
 
     Raises:
-      ValueError: for anything else or no seeds.
+      ValueError: for anything else, no seeds or a repeated seed (naming it).
     """
     try:
         if ":" in text:
@@ -61,6 +62,7 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(f"--seeds must be START:STOP or S1,S2,..., got {text!r}") from None
     if not seeds:
         raise ValueError(f"--seeds {text!r} gives no seed")
+    require_distinct_seeds(seeds, f"--seeds={text}")
     return seeds
 
 
@@ -85,8 +87,14 @@ def run(
     compare: Sequence[str] = (),
     test: str = "greater",
     margin: float = 0.0,
-) -> verdicts.Verdict:
-    """Runs (or resumes) the ablation and writes its paired report; returns its verdict."""
+) -> verdicts.Verdict | None:
+    """Runs (or resumes) the ablation and writes its paired report; returns its verdict (None
+    for a worker of a shared ablation that sees every record after another one reported
+    them: ``sweep.reporting``).
+
+    Raises:
+      sweep.Pending: for a worker that leaves before every cell has a record.
+    """
     module = importlib.import_module(f"experiments.{config.experiment}")
     if not hasattr(module, "headline"):
         raise ValueError(f"experiment {config.experiment!r} has no headline(records) to compare")
@@ -106,6 +114,42 @@ def run(
         records.write(run_dir, measured)
         return module.headline(measured)
 
+    def report(cells: list[dict]) -> verdicts.Verdict:
+        value = {(c["arm"], c["seed"]): c[metric] for c in cells}
+        difference = stats.paired_difference(
+            [value[second, s] for s in seeds], [value[first, s] for s in seeds]
+        )
+        declared = ml_collections.ConfigDict(
+            {
+                "claims": {
+                    "ablation": claim(
+                        f"{field}={second} vs {first} on {metric}", test, margin=margin
+                    )
+                },
+                # a quick variant's ablation cannot refute its claim either
+                "powered": bool(config.get("powered", True)),
+            }
+        )
+        judge = verdicts.Verdicts(declared)
+        verdict = judge.effect(
+            "ablation",
+            difference,
+            effect=f"{metric}: {second} - {first}, paired by seed",
+            units="seeds",
+            number=".4g",
+        )
+        rows = [{"seed": s, **{f"{metric} ({arm})": value[arm, s] for arm in arms}} for s in seeds]
+        note = "" if judge.powered else verdicts.unpowered_note(config) + "\n\n"
+        text = (
+            f"# Ablation of {config.experiment}: {field} in {list(arms)}\n\n{note}"
+            f"Seeds {seeds} ({seed_field}); one run of the study per cell in `runs/`.\n\n"
+            f"{outputs.markdown_table(rows)}\n\n{verdict.sentence()}\n"
+        )
+        verdicts.write(workdir, judge)
+        outputs.write_text(os.path.join(workdir, REPORT_FILE), text)
+        print(text)
+        return verdict
+
     cells = sweep.run(
         workdir,
         list(arms),
@@ -113,35 +157,8 @@ def run(
         measure,
         lambda arm: records.settings(cell_config(config, field, arms[arm], seed_field, 0)),
     )
-    value = {(c["arm"], c["seed"]): c[metric] for c in cells}
-    difference = stats.paired_difference(
-        [value[second, s] for s in seeds], [value[first, s] for s in seeds]
-    )
-    declared = ml_collections.ConfigDict(
-        {
-            "claims": {
-                "ablation": claim(f"{field}={second} vs {first} on {metric}", test, margin=margin)
-            },
-            # a quick variant's ablation cannot refute its claim either
-            "powered": bool(config.get("powered", True)),
-        }
-    )
-    judge = verdicts.Verdicts(declared)
-    verdict = judge.effect(
-        "ablation",
-        difference,
-        effect=f"{metric}: {second} - {first}, paired by seed",
-        units="seeds",
-        number=".4g",
-    )
-    rows = [{"seed": s, **{f"{metric} ({arm})": value[arm, s] for arm in arms}} for s in seeds]
-    note = "" if judge.powered else verdicts.unpowered_note(config) + "\n\n"
-    text = (
-        f"# Ablation of {config.experiment}: {field} in {list(arms)}\n\n{note}"
-        f"Seeds {seeds} ({seed_field}); one run of the study per cell in `runs/`.\n\n"
-        f"{outputs.markdown_table(rows)}\n\n{verdict.sentence()}\n"
-    )
-    verdicts.write(workdir, judge)
-    outputs.write_text(os.path.join(workdir, REPORT_FILE), text)
-    print(text)
-    return verdict
+    with sweep.reporting(workdir) as reporter:
+        if reporter:
+            return report(cells)
+    print("every cell is recorded; another worker wrote the report", flush=True)
+    return None

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import string
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from typing import IO
 
 import jax
 import ml_collections
@@ -28,11 +31,44 @@ def is_writer() -> bool:
     return jax.process_index() == 0
 
 
+_UMASK = os.umask(0o022)  # read once (os.umask can only set it), then restored
+os.umask(_UMASK)
+
+
+@contextlib.contextmanager
+def replacing(path: str, newline: str | None = None) -> Iterator[IO[str]]:
+    """A text handle whose content replaces ``path`` at once when the block ends (creating its
+    folder): written to a temporary file beside it, flushed to disk, then ``os.replace``d, so
+    a reader (another worker, a resumed run) sees the old file or the whole new one, never a
+    part, whenever the writer is killed. An error in the block leaves ``path`` as it was."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(
+        dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+    )
+    try:
+        os.chmod(temporary, 0o666 & ~_UMASK)  # as open(path, "w") would (mkstemp: 0o600)
+        with os.fdopen(descriptor, "w", newline=newline) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.remove(temporary)
+        raise
+    directory = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # makes the rename itself durable
+    finally:
+        os.close(directory)
+
+
 def write_csv(path: str, rows: Sequence[dict]) -> None:
-    """Writes ``rows`` (dicts with the same keys) as a CSV file with a header (process 0)."""
+    """Writes ``rows`` (dicts with the same keys) as a CSV file with a header (process 0;
+    atomically, ``replacing``)."""
     if not is_writer():
         return
-    with open(path, "w", newline="") as handle:
+    with replacing(path, newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -142,20 +178,20 @@ def render_summary(
 
 
 def write_text(path: str, text: str) -> None:
-    """Writes ``text`` to ``path``, creating its folder (process 0)."""
+    """Writes ``text`` to ``path``, creating its folder (process 0; atomically,
+    ``replacing``)."""
     if not is_writer():
         return
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as handle:
+    with replacing(path) as handle:
         handle.write(text)
 
 
 def write_json(path: str, data, indent: int = 1) -> None:
-    """Writes ``data`` (JSON-serialisable) to ``path``, creating its folder (process 0)."""
+    """Writes ``data`` (JSON-serialisable) to ``path``, creating its folder (process 0;
+    atomically, ``replacing``: a record or status is never read half-written)."""
     if not is_writer():
         return
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as handle:
+    with replacing(path) as handle:
         json.dump(data, handle, indent=indent)
 
 

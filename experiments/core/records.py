@@ -34,6 +34,32 @@ def settings(config: ml_collections.ConfigDict, exclude: tuple[str, ...] = ()) -
     return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k not in skip}))
 
 
+def differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
+    """The fields in which ``stored`` and ``current`` settings (JSON values: mappings nested
+    in mappings) differ, each as ``"name: stored -> current"`` with a dotted name; a field
+    missing on one side reads as ``<none>``.
+
+    Examples:
+      >>> differences({"lr": 0.05, "model": {"m": 8}}, {"lr": 1e-06, "model": {"m": 8}})
+      ['lr: 0.05 -> 1e-06']
+      >>> differences({"seed": 0}, {"seed": 0, "arm": "exact"})
+      ["arm: <none> -> 'exact'"]
+    """
+    if isinstance(stored, dict) and isinstance(current, dict):
+        found = []
+        for key in [*stored, *(k for k in current if k not in stored)]:
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in stored or key not in current:
+                shown = [repr(side[key]) if key in side else "<none>" for side in (stored, current)]
+                found.append(f"{name}: {shown[0]} -> {shown[1]}")
+            else:
+                found += differences(stored[key], current[key], name)
+        return found
+    if stored == current:
+        return []
+    return [f"{prefix or 'settings'}: {stored!r} -> {current!r}"]
+
+
 def write(workdir: str, records: Any) -> str:
     """Writes ``records`` (JSON: dicts, lists, numbers, strings) to ``workdir/records.json``
     (process 0); returns the path."""

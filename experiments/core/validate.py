@@ -9,8 +9,10 @@ every config); a study's ``validate_config`` uses ``require_*`` for names and ra
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
+import jax
 import ml_collections
 
 from configs.common import TUPLE_SYNTAX
@@ -148,6 +150,70 @@ def require_nonempty(config: ml_collections.ConfigDict, *keys: str, prefix: str 
     for key in keys:
         if not tuple(config[key]):
             raise ValueError(f"{prefix}.{key} must not be empty, got {config[key]!r}")
+
+
+def require_couplings_draw(
+    config: ml_collections.ConfigDict,
+    key: str,
+    dim: int,
+    num_features: int,
+    prefix: str = "config",
+) -> None:
+    """Checks that every coupling ``config[key]`` names (one, or a tuple) can draw a
+    ``(num_features, dim)`` projection: runs each sampler's own checks (its minimum dimension,
+    the size caps, a family's rank) on abstract values, ``jax.eval_shape``, which draws and
+    compiles nothing, so that a config fails before the run rather than in it.
+
+    Raises:
+      ValueError: naming the field, the coupling, the sizes and the sampler's message.
+    """
+    from rfjax import projections  # here: configs without couplings need no rfjax
+
+    value = config[key]
+    for name in value if isinstance(value, (tuple, list)) else (value,):
+        sampler = projections.get(name)
+        try:
+            jax.eval_shape(lambda k, s=sampler: s(k, dim, num_features), jax.random.key(0))
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"{prefix}.{key}: coupling {name!r} cannot draw {num_features} features of "
+                f"dimension {dim}: {error}"
+            ) from None
+
+
+def require_distinct_seeds(seeds: Iterable[int], name: str) -> None:
+    """Checks that no seed of ``seeds`` repeats: a repeated seed is one measurement counted
+    twice, which would shrink a claim's interval with no new evidence.
+
+    Raises:
+      ValueError: naming ``name``, the repeated seed and the seeds.
+
+    Example:
+      >>> require_distinct_seeds((0, 1, 0), "config.seeds")
+      Traceback (most recent call last):
+      ...
+      ValueError: config.seeds repeats seed 0 in (0, 1, 0): seeds must be distinct
+    """
+    seeds = tuple(seeds)
+    seen: set[int] = set()
+    for seed in seeds:
+        if seed in seen:
+            raise ValueError(f"{name} repeats seed {seed} in {seeds}: seeds must be distinct")
+        seen.add(seed)
+
+
+def check_seed_fields(config: ml_collections.ConfigDict, prefix: str = "config") -> None:
+    """``require_distinct_seeds`` on every field named ``seeds`` of ``config``, nested ones
+    included (``experiments.main`` runs it on every config).
+
+    Raises:
+      ValueError: naming the field and the repeated seed.
+    """
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            check_seed_fields(value, f"{prefix}.{key}")
+        elif key == "seeds" and isinstance(value, (tuple, list)):
+            require_distinct_seeds(value, f"{prefix}.{key}")
 
 
 def require(condition: bool, key: str, value: object, allowed: str, prefix: str = "config"):

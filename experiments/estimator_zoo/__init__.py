@@ -39,7 +39,7 @@ import ml_collections
 import numpy as np
 
 from experiments.core import outputs, stats
-from experiments.core.validate import require_names, require_positive
+from experiments.core.validate import require_couplings_draw, require_names, require_positive
 from experiments.estimator_zoo import pairs as pair_data
 from experiments.estimator_zoo import ratios as estimator_zoo_ratios
 from experiments.estimator_zoo import reporting as estimator_zoo_report
@@ -85,6 +85,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     for cosine in config.cosines:
         if not -1.0 <= cosine <= 1.0:
             raise ValueError(f"config.cosines must lie in [-1, 1], got {cosine}")
+    require_couplings_draw(config, "couplings", config.dim, config.num_features)
 
 
 def pair_sets(config: ml_collections.ConfigDict) -> list[pair_data.PairSet]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from configs import performer_vit as vit_config
 from experiments import performer_vit
+from experiments.core import records, sweep
 from experiments.core.train import trainer as train
 
 COUPLING = "orthogonal"
@@ -39,6 +40,8 @@ def train_and_extract(workdir: str, num_images: int, seed: int) -> dict[str, Any
     }
     model = performer_vit.make_model(config, COUPLING)
     task = performer_vit.make_task(model, arrays["train"], arrays["test"], config, seed, "fixed")
+    # The run's folder is a cell with its identity: a run of another config is moved aside.
+    sweep.start_cell(workdir, "vit", seed, records.settings(config))
     final, run_dir, seconds = train.train_seed(config.train, workdir, "vit", seed, task)
     params = train.final_params(run_dir)
     mean, std = performer_vit.pixel_stats(arrays["train"]["image"])

@@ -48,7 +48,7 @@ import numpy as np
 
 from experiments.core import outputs, stats, verdicts
 from experiments.core.stats import Estimate
-from experiments.core.validate import require_names, require_positive
+from experiments.core.validate import require_couplings_draw, require_names, require_positive
 from rfjax import features, projections
 
 matplotlib.use("Agg")
@@ -169,6 +169,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "repetitions",
         "num_pairs",
     )
+    for rows in config.feature_counts:
+        require_couplings_draw(config, "coupling", config.dim, rows)
     if set(config.centre_norms) != set(GENERATORS) or min(config.centre_norms.values()) <= 0:
         raise ValueError(
             f"config.centre_norms must give a length > 0 for each of {GENERATORS}, got "

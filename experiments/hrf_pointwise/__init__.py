@@ -24,7 +24,7 @@ import numpy as np
 
 from experiments.core import outputs, stats, verdicts
 from experiments.core.stats import Estimate
-from experiments.core.validate import require_names, require_positive
+from experiments.core.validate import require_couplings_draw, require_names, require_positive
 from rfjax import features, projections, theory
 
 matplotlib.use("Agg")
@@ -58,6 +58,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "num_draws",
         "draws_per_chunk",
     )
+    for rows in (config.num_features, config.num_coefficient_features):
+        require_couplings_draw(config, "coupling", config.dim, rows)
 
 
 def sphere_pairs(

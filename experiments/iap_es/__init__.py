@@ -353,7 +353,13 @@ def measure_together(
         return [
             seed
             for seed in seeds
-            if sweep.read(sweep.run_dir(workdir, run_name(kind), seed), settings) is None
+            if sweep.read(
+                sweep.run_dir(workdir, run_name(kind), seed),
+                settings,
+                arm=run_name(kind),
+                seed=seed,
+            )
+            is None
         ]
 
     missing = [s for s in config.seeds if any(unrecorded(kind, [s]) for kind in config.kinds)]
@@ -363,7 +369,7 @@ def measure_together(
             if not group:
                 continue
             began, cpu = time.perf_counter(), time.process_time()
-            dirs = [sweep.run_dir(workdir, run_name(kind), seed) for seed in group]
+            dirs = [sweep.start_cell(workdir, run_name(kind), seed, settings) for seed in group]
             initial = [initial_params(info["policy"], seed) for seed in group]
             means = info["trainer"].train_together(dirs, initial, group)
             agreement = jax.vmap(info["agreement"])(
@@ -389,6 +395,8 @@ def measure_together(
                         "inference_return": {k: float(v[i]) for k, v in played.items()},
                         "arm": run_name(kind),
                     },
+                    arm=run_name(kind),
+                    seed=seed,
                 )
             print(f"{info['label']:>24} seeds {group[0]}-{group[-1]}: trained together")
 

@@ -23,7 +23,12 @@ import numpy as np
 
 from experiments.core import outputs, stats, verdicts
 from experiments.core.stats import Estimate
-from experiments.core.validate import require_names, require_positive
+from experiments.core.validate import (
+    require_couplings_draw,
+    require_int,
+    require_names,
+    require_positive,
+)
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
@@ -41,6 +46,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """
     require_names(config, "couplings", projections.available())
     require_positive(config, "dim", "num_features", "norms_of_sum", "num_draws", "draws_per_chunk")
+    require_int(config, "dim", "num_features", minimum=1)
+    require_couplings_draw(config, "couplings", config.dim, config.num_features)
 
 
 def make_inputs(key: jax.Array, dim: int, norms_of_sum: np.ndarray) -> tuple[jax.Array, ...]:

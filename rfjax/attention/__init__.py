@@ -5,6 +5,7 @@
 bidirectional or causal (chunked prefix sums with a memory-bounded custom VJP), with key padding
 masks and a causal-safe stabiliser, on one device or sequence parallel (``sequence_axis``: a
 sequence split along its length over a mesh axis inside ``jax.shard_map``);
+``favor_prefill`` gives the decode state after a prompt in one chunked pass and
 ``favor_decode_init``/``favor_decode_step`` decode token by token; ``favor_attention_weights``
 forms the attention matrix; ``softmax_attention`` is the exact reference. Feature maps are
 those of ``rfjax.features`` (by name, or ``FeatureMap`` objects with their parameters);
@@ -13,7 +14,12 @@ Projections and maps are shared by the heads or marked ``PerHead``; draw project
 ``draw_projection`` and redraw them with ``redraw_key(rng, step, redraw_interval=...)``.
 """
 
-from rfjax.attention._decode import DecodeState, favor_decode_init, favor_decode_step
+from rfjax.attention._decode import (
+    DecodeState,
+    favor_decode_init,
+    favor_decode_step,
+    favor_prefill,
+)
 from rfjax.attention._favor import favor_attention
 from rfjax.attention._head_features import data_normalizer
 from rfjax.attention._per_head import PerHead, draw_projection, redraw_key
@@ -29,6 +35,7 @@ __all__ = [
     "favor_attention_weights",
     "favor_decode_init",
     "favor_decode_step",
+    "favor_prefill",
     "redraw_key",
     "softmax_attention",
 ]

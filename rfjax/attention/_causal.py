@@ -1,7 +1,7 @@
 """Causal FAVOR: per head, chunked prefix sums with the key stabiliser's running maximum, so that
-no position sees a later one: one shift per feature for exponential maps
-(``_log_prefix.causal_log_prefix``, ``uses_log_space_prefix``), one per key for the others
-(``_prefix.causal_prefix``)."""
+no position sees a later one: one shift per feature for exponential maps, whose features the
+op forms chunk by chunk from the rows (``_log_prefix.causal_feature_prefix``,
+``uses_log_space_prefix``), one per key for the others (``_prefix.causal_prefix``)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,19 @@ import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes, log_floor
 from rfjax.attention._head_features import (
+    exponential_side,
     feature_logs,
     finite_key_features,
     finite_query_features,
+    finite_rows,
     floored_ratio,
     has_feature_logs,
 )
-from rfjax.attention._log_prefix import causal_log_prefix
+from rfjax.attention._log_prefix import causal_feature_prefix
 from rfjax.attention._prefix import causal_prefix
 from rfjax.attention._sequence_parallel import (
     earlier_devices_any,
-    sequence_parallel_log_prefix,
+    sequence_parallel_feature_prefix,
     sequence_parallel_prefix,
 )
 from rfjax.features import FeatureMap
@@ -54,6 +56,68 @@ def uses_log_space_prefix(fmap: FeatureMap, stabilize: bool) -> bool:
     return stabilize and has_feature_logs(fmap)
 
 
+def map_log_features(maps: tuple[Projection, FeatureMap], rows: jax.Array, side: str) -> jax.Array:
+    """The exponential map's log-features l_side(rows) for ``maps`` = (projection, map): the
+    function ``_log_prefix.causal_feature_prefix`` applies chunk by chunk."""
+    projection, fmap = maps
+    exponential = exponential_side(fmap, side)  # type: ignore[arg-type]
+    assert exponential is not None
+    return exponential.log_features(rows, projection, side=side)  # type: ignore[arg-type]
+
+
+def _log_space_head(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    valid: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    *,
+    chunk_size: int,
+    eps: float,
+    sequence_axis: str | None,
+    matmul_dtype: jnp.dtype | None,
+) -> jax.Array:
+    """``_head_attention`` for ``uses_log_space_prefix`` maps: the op forms the features from
+    the rows chunk by chunk. Non-finite query, key and value rows are zeroed before it (so the
+    map's derivative is finite) and flagged, as are the rows whose features it finds not
+    finite."""
+    query_finite = finite_rows(query)
+    usable = valid & finite_rows(key) & finite_rows(value)
+    value_ones = jnp.concatenate(
+        [jnp.where(usable[:, None], value, 0), jnp.ones_like(value[:, :1])], axis=-1
+    )
+    rows = (
+        jnp.where(query_finite[:, None], query, 0),
+        jnp.where(usable[:, None], key, 0),
+        value_ones,
+        usable,
+    )
+    if sequence_axis is None:
+        result = causal_feature_prefix(
+            (projection, fmap),
+            *rows,
+            log_features=map_log_features,
+            chunk=chunk_size,
+            matmul_dtype=matmul_dtype,
+        )
+    else:
+        result = sequence_parallel_feature_prefix(
+            (projection, fmap),
+            *rows,
+            log_features=map_log_features,
+            chunk=chunk_size,
+            axis_name=sequence_axis,
+            matmul_dtype=matmul_dtype,
+        )
+    bad_key = (valid & ~usable) | result.key_bad
+    poisoned = ~query_finite | result.query_bad | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
+    if sequence_axis is not None:
+        poisoned = poisoned | earlier_devices_any(jnp.any(bad_key), sequence_axis)
+    out = _normalise(result.out.astype(value.dtype), eps)
+    return jnp.where(poisoned[:, None], jnp.nan, out)
+
+
 def _head_attention(
     query: jax.Array,
     key: jax.Array,
@@ -66,24 +130,37 @@ def _head_attention(
     chunk_size: int,
     eps: float,
     sequence_axis: str | None,
+    matmul_dtype: jnp.dtype | None,
 ) -> jax.Array:
     """One head: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v); with
     ``sequence_axis``, the local shard of a sequence split along that mesh axis.
+    ``matmul_dtype``: the operands' dtype of the per-feature op's products (bfloat16 inputs:
+    bfloat16, accumulated in float32; ``None``: the computation dtype).
 
     Non-finite queries, keys and values are kept out of the prefix sums (``finite_*_features``)
     and make NaN exactly the outputs that attend to them: row t if its query is not finite, and
     every row t >= j for an unmasked key or value j that is not finite (on any earlier device).
     """
+    if uses_log_space_prefix(fmap, stabilize):
+        return _log_space_head(
+            query,
+            key,
+            value,
+            valid,
+            projection,
+            fmap,
+            chunk_size=chunk_size,
+            eps=eps,
+            sequence_axis=sequence_axis,
+            matmul_dtype=matmul_dtype,
+        )
     floor = log_floor(query.dtype)
-    per_feature = uses_log_space_prefix(fmap, stabilize)
-    (phi_q, query_log), bad_query = finite_query_features(
-        query, projection, fmap, stabilize, per_feature
-    )
+    (phi_q, _), bad_query = finite_query_features(query, projection, fmap, stabilize, False)
     (key_factor, key_log), value, bad_key = finite_key_features(
         key,
         value,
         valid,
-        lambda k: feature_logs(k, projection, fmap, stabilize, per_feature, "key"),
+        lambda k: feature_logs(k, projection, fmap, stabilize, False, "key"),
         floor,
     )
     # The denominator's column: 1 for the keys that count, 0 for those left out.
@@ -92,14 +169,6 @@ def _head_attention(
     poisoned = bad_query | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
     if sequence_axis is not None:
         poisoned = poisoned | earlier_devices_any(jnp.any(bad_key), sequence_axis)
-    if per_feature:
-        if sequence_axis is None:
-            sums, _ = causal_log_prefix(query_log, key_log, value_ones, chunk_size)
-        else:
-            sums = sequence_parallel_log_prefix(
-                query_log, key_log, value_ones, chunk_size, axis_name=sequence_axis
-            )
-        return jnp.where(poisoned[:, None], jnp.nan, _normalise(sums, eps))
     psi_k, mu = key_factor, key_log[:, 0]
     running_max = jax.lax.cummax(mu, axis=0)
     prefix: Callable[..., jax.Array]
@@ -124,6 +193,7 @@ def causal_attention(
     chunk_size: int,
     eps: float,
     sequence_axis: str | None = None,
+    matmul_dtype: jnp.dtype | None = None,
 ) -> jax.Array:
     """All heads, BTNH in and out: ``_head_attention`` vmapped over batch and heads."""
     head = functools.partial(
@@ -132,6 +202,7 @@ def causal_attention(
         chunk_size=chunk_size,
         eps=eps,
         sequence_axis=sequence_axis,
+        matmul_dtype=matmul_dtype,
     )
     over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
     over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))

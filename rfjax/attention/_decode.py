@@ -1,4 +1,5 @@
-"""Token-by-token causal FAVOR: the recurrent ``DecodeState`` and its steps."""
+"""Causal FAVOR for decoding: the recurrent ``DecodeState``, the state after a prompt in one
+chunked call (``favor_prefill``), and the token-by-token steps (``favor_decode_step``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rfjax._validation import check_int
+from rfjax.attention._causal import map_log_features, uses_log_space_prefix
 from rfjax.attention._checks import (
     FeatureMapSpec,
     HeadAxes,
@@ -25,14 +27,18 @@ from rfjax.attention._checks import (
     unwrap_projection,
 )
 from rfjax.attention._data_fitted import check_fitted
+from rfjax.attention._favor import DEFAULT_CHUNK_SIZE, favor_attention
 from rfjax.attention._head_features import (
     feature_logs,
+    finite_rows,
     floored_ratio,
     has_feature_logs,
     has_signed_features,
     key_features,
     normalise,
 )
+from rfjax.attention._log_prefix import key_state
+from rfjax.attention._prefix import weighted_outer_sum
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
 
@@ -143,6 +149,154 @@ def _check_state(
             f"(make it with favor_decode_init and the same projection and feature_map)"
         )
     return state
+
+
+def favor_prefill(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    projection: ProjectionSpec,
+    *,
+    feature_map: FeatureMapSpec = "positive",
+    mask: jax.Array | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    stabilize: bool | None = None,
+    eps: float | None = None,
+    implementation: str = "auto",
+) -> tuple[jax.Array, DecodeState]:
+    """Causal FAVOR over a prompt and the ``DecodeState`` after it, in one chunked pass.
+
+    The output is ``favor_attention(..., causal=True)``'s (the chunked causal form, not a step
+    per token). The state is the sum over the T prompt tokens, with phi_K(k_j) = f_j exp(g_j)
+    (``DecodeState``) and the shift c = max_{j < T} g_j over the unmasked keys (per feature for
+    exponential maps):
+
+      S = sum_j f_j exp(g_j - c) v_j^T,   z = sum_j f_j exp(g_j - c),
+
+    summed chunk by chunk (exponential maps: ``_log_prefix.key_state``, the features formed
+    per chunk from the keys; others: ``_prefix.weighted_outer_sum``). ``favor_decode_step``
+    continues from it: T steps from ``favor_decode_init`` reach the same state up to rounding,
+    and a step after the prompt equals position T of causal FAVOR over prompt and token. An
+    unmasked key or value that is not finite makes the state NaN (every later output attends
+    to it, as in ``favor_attention``). The state is for decoding, not differentiated.
+
+    Args:
+      query: ``(B, T, N, H)``.
+      key: ``(B, T, N, H)``.
+      value: ``(B, T, N, H_v)``.
+      projection: as in ``favor_attention`` (the steps that follow must use the same one).
+      feature_map: as in ``favor_decode_init`` (data-fitted maps fitted beforehand).
+      mask: key padding mask ``(B, T)`` (or ``(B, 1, 1, T)``), True = attend: masked keys
+        enter neither the outputs nor the state.
+      chunk_size: as in ``favor_attention``.
+      stabilize: as in ``favor_attention``.
+      eps: as in ``favor_attention``.
+      implementation: as in ``favor_attention`` (the output's; the state is the XLA form's).
+
+    Returns:
+      ``(out, state)``: ``out`` of shape ``(B, T, N, H_v)`` in the inputs' dtype, and the
+      ``DecodeState`` after the T tokens, accumulated in the computation dtype (float32 for
+      float32 and lower precisions, float64 for float64 inputs), as ``favor_decode_init``'s.
+
+    Raises:
+      TypeError, ValueError: for arguments as in ``favor_attention`` (``causal=True``), and
+        query, key and value that are not ``(B, T, N, H)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from rfjax import attention, projections
+      >>> q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 9, 4, 8))
+      >>> w = projections.orthogonal(jax.random.key(1), 8, 32)
+      >>> out, state = attention.favor_prefill(q[:, :8], k[:, :8], v[:, :8], w)
+      >>> _, last = attention.favor_decode_step(state, q[:, 8], k[:, 8], v[:, 8], w)
+      >>> full = attention.favor_attention(q, k, v, w, causal=True)
+      >>> bool(jnp.allclose(last, full[:, 8], atol=1e-5))
+      True
+
+    References:
+      Choromanski et al., "Rethinking Attention with Performers", arXiv:2009.14794, App. B.1
+      (the causal prefix sums whose last state this is).
+    """
+    if jnp.ndim(query) != 4:
+        raise ValueError(
+            f"favor_prefill takes batched (B, T, N, H) arrays (the state is per batch "
+            f"element); got query of shape {jnp.shape(query)}"
+        )
+    out = favor_attention(
+        query,
+        key,
+        value,
+        projection,
+        feature_map=feature_map,
+        causal=True,
+        mask=mask,
+        chunk_size=chunk_size,
+        stabilize=stabilize,
+        eps=eps,
+        implementation=implementation,
+    )
+    batch, length, num_heads, head_dim = jnp.shape(key)
+    if length == 0:  # no keys: the empty state
+        dtype = compute_dtype(jnp.asarray(key), jnp.asarray(value))
+        return out, favor_decode_init(
+            batch, num_heads, jnp.shape(value)[-1], projection, feature_map=feature_map, dtype=dtype
+        )
+    projection, projection_axis = check_projection(projection, head_dim, num_heads)
+    fmap, map_axis = resolve_feature_map(feature_map, num_heads)
+    state = _prefill_state(
+        key,
+        value,
+        check_mask(mask, batch, length),
+        projection,
+        fmap,
+        axes=(projection_axis, map_axis),
+        stabilize=resolve_stabilize(stabilize, fmap),
+        chunk_size=check_int("chunk_size", chunk_size, minimum=1),
+    )
+    return out, state
+
+
+@functools.partial(jax.jit, static_argnames=("axes", "stabilize", "chunk_size"))
+def _prefill_state(
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    *,
+    axes: HeadAxes,
+    stabilize: bool,
+    chunk_size: int,
+) -> DecodeState:
+    dtype = compute_dtype(key, value)
+    floor = log_floor(dtype)
+
+    def head(k, v, valid, proj, f):
+        # k: (T, H), v: (T, H_v), valid: (T,) -> kv_sum (width, H_v), k_sum (width,), offset.
+        k, v = normalise(k.astype(dtype)), v.astype(dtype)
+        usable = valid & finite_rows(k) & finite_rows(v)
+        # The denominator's column: 1 for the keys that count.
+        counted = jnp.concatenate(
+            [jnp.where(usable[:, None], v, 0), usable[:, None].astype(dtype)], axis=-1
+        )
+        if uses_log_space_prefix(f, stabilize):  # one shift per feature, c = max_j l(k_j)
+            k = jnp.where(usable[:, None], k, 0)
+            sums, offset = key_state(
+                (proj, f), k, counted, usable, log_features=map_log_features, chunk=chunk_size
+            )
+        else:  # one shift per key: phi(k_j) = psi_j exp(mu_j), c = max_j mu_j
+            factor, log = key_features(k, usable, proj, f, stabilize, floor, per_feature=False)
+            offset = jax.lax.stop_gradient(jnp.max(log, axis=0, initial=floor))
+            sums = weighted_outer_sum(factor, counted, log[:, 0] - offset[0], chunk_size)
+        # An unmasked key or value that is not finite makes every later output NaN, as in
+        # favor_attention: the state after it is NaN.
+        sums = jnp.where(jnp.any(valid & ~usable), jnp.nan, sums)
+        width = _offset_width(f, sums.shape[0])
+        return sums[:, :-1], sums[:, -1], jnp.broadcast_to(offset, (width,))
+
+    over_heads = jax.vmap(head, in_axes=(1, 1, None, *axes))
+    over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, None, None))
+    return DecodeState(*over_batch(key, value, mask, projection, fmap))
 
 
 def favor_decode_step(

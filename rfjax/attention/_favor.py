@@ -24,8 +24,10 @@ from rfjax.attention._checks import (
     resolve_stabilize,
 )
 from rfjax.attention._data_fitted import fit_if_unfitted, fit_to_inputs, is_unfitted
+from rfjax.attention._fused import Backend, check_fusable, fused_attention
 from rfjax.attention._global_split import attend_split, bound_by_shard_map, fit_split
 from rfjax.attention._head_features import has_signed_features, normalise
+from rfjax.attention._implementations import resolve as resolve_implementation
 from rfjax.attention._sequence_parallel import check_sequence_axis, check_split_along
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
@@ -46,6 +48,7 @@ def favor_attention(
     stabilize: bool | None = None,
     eps: float | None = None,
     sequence_axis: str | None = None,
+    implementation: str = "auto",
 ) -> jax.Array:
     """FAVOR linear attention: softmax-like attention through random features in O(T m).
 
@@ -94,12 +97,15 @@ def favor_attention(
       exact factor exp(s(k_j) - c_t) <= 1. Output t therefore depends only on positions <= t:
       perturbing later tokens leaves it bit-identical (the Performer's global key maximum
       would leak the future). Exponential maps (positive features, OPRF, DERF, the cluster
-      hybrid) keep the running maximum per feature, c_ti = max_{j <= t} l_i(k_j), with the
-      weights within blocks of 16 positions formed in log space and each row read out
-      relative to its largest term (``_log_prefix``): at large |q|, |k| the query's largest
+      hybrid) keep the running maximum per feature, c_ti = max_{j <= t} l_i(k_j), in the
+      chunk-parallel form of flash-linear-attention's chunk kernels with per-feature references
+      (``_log_prefix``: chunk states by a short scan over chunk summaries, within a chunk
+      products between blocks of 16 positions and a log-space form within a block, the feature
+      map applied chunk by chunk so the (T, m) features are never stored), each row read out
+      relative to its largest term: at large |q|, |k| the query's largest
       features and the keys' lie in different directions, and one shift per key loses a row's
       largest terms; with ``sequence_axis`` each device combines the earlier devices'
-      per-feature states (``_sequence_parallel.sequence_parallel_log_prefix``).
+      per-feature states (``_sequence_parallel.sequence_parallel_feature_prefix``).
 
     Sequence parallel (context parallel): called inside ``jax.shard_map`` with
     ``sequence_axis="seq"`` on the local shards of query, key, value and mask of a sequence split
@@ -184,8 +190,8 @@ def favor_attention(
         the causal one; others cannot be applied by FAVOR. Masked keys contribute nothing
         (their features are zeroed).
       chunk_size: chunk length C of the causal prefix sums (clipped to T); exponential maps
-        (stabilised) form each chunk's weights in blocks of 16 positions and round C up to a
-        whole number of blocks: there C sets how often the gradient keeps a state.
+        (stabilised) cut each chunk into blocks of 16 positions and round C up to a whole
+        number of blocks: one (m, H_v + 1) state per chunk.
       stabilize: ``None`` (use the maps' log-space form), ``True`` (require maps that have one)
         or ``False`` (raw features).
       eps: floor of the denominator (> 0); default 1e-3 for signed maps, else the smallest
@@ -194,10 +200,21 @@ def favor_attention(
         of query, key, value; axis S of mask) is split: of an enclosing ``jax.shard_map`` (the
         arrays are the local shards) or an ``Explicit`` axis of the mesh set by
         ``jax.set_mesh`` (the arrays are global, their split checked; see above).
+      implementation: ``"xla"`` (the XLA form: every map, sequence parallelism, any platform),
+        ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
+        ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_interpret"`` /
+        ``"pallas_tpu_interpret"`` (the kernels in interpret mode, any platform), or ``"auto"``
+        (measured per platform and mode; ``"xla"`` where nothing is measured). The kernels
+        compute the feature map from the rows inside them (the (B, T, N, m) features never
+        reach memory), for maps with affine log-features only ('positive',
+        'positive_antithetic', 'oprf'), without ``sequence_axis``, stabilised; see
+        ``rfjax.attention._implementations``.
 
     Returns:
       ``(B, T, N, H_v)`` (or ``(T, N, H_v)``), in the inputs' result dtype. Low-precision inputs
-      (bfloat16, float16) are computed and accumulated in float32 and the output is cast back.
+      (bfloat16, float16) compute their log-features, shifts and exponentials in float32; the
+      causal products take operands in the inputs' dtype, accumulated in float32 (errors
+      against float64 per dtype: docs/maths/attention.md, "Precision").
       Empty axes (B, T, N, S or H_v = 0) give the empty (or, for S = 0, all-zero) result.
 
     Raises:
@@ -207,7 +224,9 @@ def favor_attention(
       ValueError: for mismatched shapes, an unknown feature-map name, ``stabilize=True`` with a
         map without a log-space form, an unfitted data-fitted map with ``causal=True``,
         ``chunk_size < 1``, an input that does not vary over ``sequence_axis`` or, on global
-        arrays, whose sequence it does not split.
+        arrays, whose sequence it does not split; an unknown ``implementation``, one that does
+        not compile for this platform, or fused kernels with a map, ``sequence_axis`` or
+        ``stabilize=False`` they do not take.
 
     Examples:
       >>> import jax
@@ -252,11 +271,21 @@ def favor_attention(
     query, key, value, unbatched = check_qkv(query, key, value, causal=causal)
     batch, key_length, num_heads, head_dim = key.shape
     sequence_axis = check_sequence_axis(sequence_axis)
+    backend = resolve_implementation(implementation, jax.default_backend(), causal=causal).backend
+    if backend is not None and sequence_axis is not None:
+        raise ValueError(
+            f"implementation={implementation!r} runs on one device: with sequence_axis use "
+            f"implementation='xla'"
+        )
     mask = mask[None] if unbatched and mask is not None else mask
     if sequence_axis is not None and not bound_by_shard_map(sequence_axis):
         # A given mask checked and read as (B, S) (its split kept); None stays unsplit.
         mask = None if mask is None else check_mask(mask, batch, key_length)
-        options = dict(causal=causal, chunk_size=chunk_size, stabilize=stabilize, eps=eps)
+        # Sequence parallelism runs the XLA form on each device.
+        options: dict[str, object] = dict(
+            causal=causal, chunk_size=chunk_size, stabilize=stabilize, eps=eps
+        )
+        options["implementation"] = "xla"
         out = _attend_split_sequence(
             query, key, value, mask, projection, feature_map, sequence_axis, options
         )
@@ -279,6 +308,14 @@ def favor_attention(
     fmap, map_axis = fit_if_unfitted(
         fmap, map_axis, query, key, mask, causal=causal, dtype=dtype, sequence_axis=sequence_axis
     )
+    stabilize = resolve_stabilize(stabilize, fmap)
+    if backend is not None:
+        if not stabilize:
+            raise ValueError(
+                f"implementation={implementation!r} always stabilises; with stabilize=False use "
+                f"implementation='xla'"
+            )
+        check_fusable(fmap, projection, implementation)
     out = _favor_attention(
         query,
         key,
@@ -287,11 +324,12 @@ def favor_attention(
         projection,
         fmap,
         axes=(projection_axis, map_axis),
-        stabilize=resolve_stabilize(stabilize, fmap),
+        stabilize=stabilize,
         causal=causal,
         chunk_size=chunk_size if causal else 0,  # unused: one compilation for all values
         eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
         sequence_axis=sequence_axis,
+        backend=backend,
     )
     return out[0] if unbatched else out
 
@@ -332,7 +370,15 @@ def _attend_split_sequence(
 
 @functools.partial(
     jax.jit,
-    static_argnames=("axes", "stabilize", "causal", "chunk_size", "eps", "sequence_axis"),
+    static_argnames=(
+        "axes",
+        "stabilize",
+        "causal",
+        "chunk_size",
+        "eps",
+        "sequence_axis",
+        "backend",
+    ),
 )
 def _favor_attention(
     query: jax.Array,
@@ -348,12 +394,31 @@ def _favor_attention(
     chunk_size: int,
     eps: float,
     sequence_axis: str | None,
+    backend: Backend | None,
 ) -> jax.Array:
     out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
     dtype = compute_dtype(query, key, value)
+    # Low-precision inputs: the log-features, shifts and exponentials in float32 (a logit's
+    # rounding is a multiplicative error e^{rounding}), the products' operands (factors in
+    # [0, 1], values) in the inputs' dtype, accumulated in float32.
+    matmul_dtype = out_dtype if jnp.finfo(out_dtype).bits < 32 else None
     query, key, value = (x.astype(dtype) for x in (query, key, value))
     query, key = normalise(query), normalise(key)
-    if causal:
+    if backend is not None:
+        out = fused_attention(
+            query,
+            key,
+            value,
+            mask,
+            projection,
+            fmap,
+            axes=axes,
+            causal=causal,
+            eps=eps,
+            backend=backend,
+            matmul_dtype=matmul_dtype or dtype,
+        )
+    elif causal:
         out = causal_attention(
             query,
             key,
@@ -366,6 +431,7 @@ def _favor_attention(
             chunk_size=chunk_size,
             eps=eps,
             sequence_axis=sequence_axis,
+            matmul_dtype=matmul_dtype,
         )
     else:
         out = bidirectional_attention(

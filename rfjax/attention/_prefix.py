@@ -12,10 +12,12 @@ so that every exponential below is of a non-positive number (nothing overflows).
 beta = cummax(alpha) this is the causal FAVOR numerator/denominator with an online (running-max)
 key stabiliser; with alpha = beta = 0 it is plain causal linear attention.
 
-The sequence is cut into chunks of length C. A ``lax.scan`` over chunks carries
-S = sum_{j < chunk} exp(alpha_j - beta_prev) b_j v_j^T (m, p) relative to beta_prev, the beta of
-the last position already summed; within a chunk the C x C masked quadratic form is used. Memory:
-O(T (m + p) + C^2 + m p) per head, never the O(T m p) of materialised prefix states.
+The sequence is cut into chunks of length C; the state S = sum_{j < chunk} exp(alpha_j -
+beta_prev) b_j v_j^T (m, p) of the earlier chunks' keys is kept relative to beta_prev, the beta of
+the last position already summed, and within a chunk the C x C masked quadratic form is used. On a
+CPU a ``lax.scan`` over chunks carries S (O(T (m + p) + C^2 + m p) memory per head); on
+accelerators every chunk's key summary is formed at once, the states by a scan over the summaries
+only and the outputs batched over chunks (``_chunks``; (T / C, m, p) states more).
 
 Gradients (``causal_prefix`` is a ``jax.custom_vjp``) are three calls of the same chunked op, two
 of them in reversed time, so the backward pass keeps the same memory bound (residuals are only the
@@ -37,7 +39,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from rfjax.attention import _chunks
 from rfjax.attention._checks import vary_like
+from rfjax.attention._chunks import chunk_states, map_chunks
 
 
 def _pad_to_chunks(
@@ -97,30 +101,48 @@ def causal_prefix_scan(
     def split(x: jax.Array) -> jax.Array:
         return x.reshape((num_chunks, chunk, *x.shape[1:]))
 
-    causal = jnp.tril(jnp.ones((chunk, chunk), dtype=bool))
-
-    def step(carry, inputs):
-        state, beta_prev = carry
-        a_c, b_c, v_c, alpha_c, beta_c = inputs
-        # Within the chunk: weights (a_t . b_j) exp(alpha_j - beta_t) for j <= t, exactly 0 else
-        # (selected, not multiplied by 0: a later key's overflow must not reach row t).
-        exponent = jnp.where(causal, alpha_c[None, :] - beta_c[:, None], 0.0)
-        weights = jnp.where(causal, jnp.exp(exponent) * (a_c @ b_c.T), 0.0)
-        local = weights @ v_c
-        # Earlier chunks: S is relative to beta_prev <= beta_t.
-        carried = jnp.exp(beta_prev - beta_c)[:, None] * (a_c @ state)
-        beta_last = beta_c[-1]
-        state = (
-            jnp.exp(beta_prev - beta_last) * state
-            + (b_c * jnp.exp(alpha_c - beta_last)[:, None]).T @ v_c
-        )
-        return (state, beta_last), local + carried
-
+    chunks = tuple(map(split, (a, b, v, alpha, beta)))
     if initial is None:
         initial = (jnp.zeros((width, v.shape[1]), v.dtype), beta[0])
-    init = (vary_like(initial[0], a, b, v, alpha, beta), vary_like(initial[1], beta))
-    _, out = jax.lax.scan(step, init, tuple(map(split, (a, b, v, alpha, beta))))
+    if _chunks.fused_chunk_scan(jax.default_backend()):
+
+        def step(carry, inputs):
+            state, beta_prev = carry
+            a_c, b_c, v_c, alpha_c, beta_c = inputs
+            out = _chunk_output(a_c, b_c, v_c, alpha_c, beta_c, beta_prev, state)
+            beta_last = beta_c[-1]
+            state = jnp.exp(beta_prev - beta_last) * state + _key_summary(
+                b_c, v_c, alpha_c, beta_last
+            )
+            return (state, beta_last), out
+
+        init = (vary_like(initial[0], a, b, v, alpha, beta), vary_like(initial[1], beta))
+        _, out = jax.lax.scan(step, init, chunks)
+    else:
+        # Each chunk's keys relative to its last beta, then the states relative to the last
+        # beta of the chunk before (the initial shift for the first).
+        last = chunks[4][:, -1]
+        previous = jnp.concatenate([jnp.reshape(initial[1], (1,)), last[:-1]])
+        summaries = map_chunks(_key_summary, chunks[1], chunks[2], chunks[3], last)
+        states, _ = chunk_states(summaries, jnp.exp(previous - last)[:, None], initial[0])
+        out = map_chunks(_chunk_output, *chunks, previous, states)
     return out.reshape((-1, v.shape[1]))[:length]
+
+
+def _key_summary(b_c, v_c, alpha_c, beta_last):
+    """sum_j exp(alpha_j - beta_last) b_j v_j^T over one chunk's keys ``(m, p)``."""
+    return (b_c * jnp.exp(alpha_c - beta_last)[:, None]).T @ v_c
+
+
+def _chunk_output(a_c, b_c, v_c, alpha_c, beta_c, beta_prev, state):
+    """One chunk's rows of Y given the earlier keys' state S ``(m, p)`` relative to
+    ``beta_prev`` <= beta_t."""
+    causal = jnp.tril(jnp.ones((a_c.shape[0],) * 2, dtype=bool))
+    # Within the chunk: weights (a_t . b_j) exp(alpha_j - beta_t) for j <= t, exactly 0 else
+    # (selected, not multiplied by 0: a later key's overflow must not reach row t).
+    exponent = jnp.where(causal, alpha_c[None, :] - beta_c[:, None], 0.0)
+    weights = jnp.where(causal, jnp.exp(exponent) * (a_c @ b_c.T), 0.0)
+    return weights @ v_c + jnp.exp(beta_prev - beta_c)[:, None] * (a_c @ state)
 
 
 def weighted_outer_sum(x: jax.Array, y: jax.Array, log_weight: jax.Array, chunk: int) -> jax.Array:

@@ -22,7 +22,8 @@ def softmax_attention(
     """Exact softmax attention softmax(q k^T / sqrt(H)) v: the reference for FAVOR.
 
     Same conventions as ``favor_attention`` (BTNH shapes, key padding mask, causal), computed in
-    at least float32; a query with no unmasked key gets 0. Non-finite inputs reach exactly the
+    at least float32; a query with no unmasked key gets 0 (no key at all, S = 0, included), and
+    no query (T = 0) gives an empty output. Non-finite inputs reach exactly the
     outputs that attend to them, as in ``favor_attention``: a query row holding a NaN or inf
     makes its own output row NaN; an unmasked key or value at position j makes every row that
     attends to it NaN (every row, or rows t >= j if causal); masked keys and values are never
@@ -63,7 +64,8 @@ def _softmax_attention(query, key, value, mask, *, causal):
     if causal:
         allowed = allowed & jnp.tril(jnp.ones(logits.shape[-2:], dtype=bool))
     logits = jnp.where(allowed, logits, -jnp.inf)
-    shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    # initial: no key at all (S = 0) is a row with no unmasked key, not an empty reduction.
+    shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True, initial=-jnp.inf))
     scores = jnp.where(allowed, jnp.exp(logits - jnp.where(allowed, shift, 0)), 0)
     weights = scores / jnp.maximum(jnp.sum(scores, axis=-1, keepdims=True), 1.0e-30)
     out = jnp.einsum("bnts,bsnh->btnh", weights, value)

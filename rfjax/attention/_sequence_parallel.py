@@ -31,9 +31,11 @@ import jax.numpy as jnp
 
 from rfjax.attention._checks import log_floor
 from rfjax.attention._log_prefix import (
-    causal_log_prefix,
-    causal_log_prefix_and_state,
-    log_outer_sum,
+    LogFeatures,
+    PrefixOutputs,
+    causal_feature_prefix,
+    initial_state_cotangent,
+    key_state,
 )
 from rfjax.attention._prefix import causal_prefix, prefix_cotangents, weighted_outer_sum
 
@@ -221,73 +223,112 @@ def _prefix_over_devices_bwd(chunk, axis_name, residuals, grad):
 _prefix_over_devices.defvjp(_prefix_over_devices_fwd, _prefix_over_devices_bwd)
 
 
-def sequence_parallel_log_prefix(
-    la: jax.Array, lb: jax.Array, v: jax.Array, chunk: int, *, axis_name: str
-) -> jax.Array:
-    """``_log_prefix.causal_log_prefix`` (per-feature shifts) on device d's shard of a sequence
-    split along ``axis_name``: Y_t over all keys j <= t of the whole sequence, up to the row
-    shift that cancels in FAVOR's ratio (``(T / D, p)``).
+def sequence_parallel_feature_prefix(
+    params,
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    valid: jax.Array,
+    *,
+    log_features: LogFeatures,
+    chunk: int,
+    axis_name: str,
+    matmul_dtype: jnp.dtype | None = None,
+) -> PrefixOutputs:
+    """``_log_prefix.causal_feature_prefix`` (per-feature shifts, the feature map fused) on
+    device d's shard of a sequence split along ``axis_name``: Y_t over all keys j <= t of the
+    whole sequence, up to the row shift that cancels in FAVOR's ratio (``(T / D, p)``).
 
-    Each device sums its keys relative to its own per-feature maximum, c_d = max_j lb_j
-    (``(m,)``, a constant), S_d = sum_j exp(lb_j - c_d) v_j^T (``_log_prefix.log_outer_sum``,
-    block by block); device d combines the earlier devices' (S_e, c_e) per feature,
-    C = max_{e < d} c_e and S = sum_{e < d} exp(c_e - C) S_e (one ``all_gather`` each; later
-    devices enter only through ``jnp.where(earlier, ., 0)``, and their exponents are selected
-    away before ``exp``, so neither their values nor an overflow reach device d or its
-    gradients), and scans its shard from (S, C).
+    Each device sums its keys relative to its own per-feature maximum c_d (``(m,)``, a
+    constant), S_d = sum_j exp(lb_j - c_d) v_j^T (``_log_prefix.key_state``, chunk by chunk);
+    device d combines the earlier devices' (S_e, c_e) per feature, C = max_{e < d} c_e and
+    S = sum_{e < d} exp(c_e - C) S_e (one ``all_gather`` each; later devices enter only through
+    ``jnp.where(earlier, ., 0)``, and their exponents are selected away before ``exp``, so
+    neither their values nor an overflow reach device d or its gradients), and runs its shard
+    from the initial state (S, C).
 
-    Gradients (a ``jax.custom_vjp``), as ``sequence_parallel_prefix``'s keep the one-device
-    memory bound: the cotangent of S, sum_t exp(la_t + C - M_t) G_t^T, is summed block by
-    block; its transpose across devices (a reduce-scatter) gives dL/dS_d, which enters the
-    prefix's own reversed pass with G (``causal_log_prefix_and_state`` sums S_d in the same
-    scan), instead of as a second (T / D, m) cotangent of lb (1.14x one device's gradient
-    memory at T / 4 with plain autodiff).
+    Gradients (a ``jax.custom_vjp``), as ``sequence_parallel_prefix``'s, keep the one-device
+    memory bound: the cotangent of S, sum_t exp(la_t + C - M_t) G_t^T, is summed chunk by
+    chunk (``_log_prefix.initial_state_cotangent``); its transpose across devices (a
+    reduce-scatter) gives dL/dS_d, which enters the prefix's own backward pass with G (its
+    ``own_state`` output), instead of as a second (T / D, m) cotangent of lb.
     """
-    return _log_prefix_over_devices(la, lb, v, chunk, axis_name)
+    options = dict(log_features=log_features, chunk=chunk, matmul_dtype=matmul_dtype)
+    return _feature_prefix_over_devices(
+        params, query, key, value, valid, tuple(options.items()), axis_name
+    )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _log_prefix_over_devices(la, lb, v, chunk, axis_name):
-    return _log_prefix_over_devices_fwd(la, lb, v, chunk, axis_name)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _feature_prefix_over_devices(params, query, key, value, valid, options, axis_name):
+    return _feature_prefix_over_devices_fwd(params, query, key, value, valid, options, axis_name)[0]
 
 
-def _log_prefix_over_devices_fwd(la, lb, v, chunk, axis_name):
-    floor = log_floor(lb.dtype)
-    # As in _prefix_over_devices_fwd: the features computed before the state sum, and the
-    # prefix scan's copy of la made after it (forward memory at T / 4: 1.07x without).
-    la, lb, v = jax.lax.optimization_barrier((la, lb, v))
-    own_shift = jax.lax.stop_gradient(jnp.max(lb, axis=0))
-    zeros = jnp.zeros(lb.shape[:1], lb.dtype)
-    own_state = log_outer_sum(lb, v, zeros, -own_shift, chunk)
-    la, own_state = jax.lax.optimization_barrier((la, own_state))
+def _earlier_initial(own_state, own_shift, axis_name):
+    """(S, C, factors): the earlier devices' combined state and shift, and each device's factor
+    exp(c_e - C) ``(D, m)`` in it (0 for devices that are not earlier)."""
+    floor = log_floor(own_shift.dtype)
     maxima = jax.lax.all_gather(own_shift, axis_name)
     states = jax.lax.all_gather(own_state, axis_name)
     earlier = (jnp.arange(maxima.shape[0]) < jax.lax.axis_index(axis_name))[:, None]
     earlier_max = jnp.max(jnp.where(earlier, maxima, floor), axis=0)
     factors = jnp.where(earlier, jnp.exp(jnp.where(earlier, maxima - earlier_max, 0.0)), 0.0)
     combined = jnp.einsum("dm,dmp->mp", factors, jnp.where(earlier[:, :, None], states, 0.0))
-    out, row_shift = causal_log_prefix(la, lb, v, chunk, (combined, earlier_max))
-    return out, (la, lb, v, combined, earlier_max, own_shift, factors, row_shift)
+    return combined, earlier_max, factors
 
 
-def _log_prefix_over_devices_bwd(chunk, axis_name, residuals, grad):
-    la, lb, v, combined, earlier_max, own_shift, factors, row_shift = residuals
+def _feature_prefix_over_devices_fwd(params, query, key, value, valid, options, axis_name):
+    options = dict(options)
+    own_state, own_shift = key_state(
+        params, key, value, valid, log_features=options["log_features"], chunk=options["chunk"]
+    )
+    combined, earlier_max, factors = _earlier_initial(
+        own_state, jax.lax.stop_gradient(own_shift), axis_name
+    )
+    result = causal_feature_prefix(
+        params, query, key, value, valid, initial=(combined, earlier_max), **options
+    )
+    residuals = (params, query, key, value, valid, combined, earlier_max, factors)
+    return result, (residuals, result.row_shift)
+
+
+def _feature_prefix_over_devices_bwd(options, axis_name, residuals, cotangents):
+    options = dict(options)
+    (params, query, key, value, valid, combined, earlier_max, factors), row_shift = residuals
+    grad = cotangents.out
     # dL/dS: row t read S as exp(la_t + C - M_t) S.
-    earlier_grad = log_outer_sum(la, grad, row_shift, earlier_max, chunk)
+    earlier_grad = initial_state_cotangent(
+        params,
+        query,
+        row_shift,
+        earlier_max,
+        grad,
+        log_features=options["log_features"],
+        chunk=options["chunk"],
+    )
     # S = sum_e factors_e S_e over the earlier devices e: device e's dL/dS_e sums the later
     # devices' factors_e dL/dS (factors are 0 for devices that are not earlier).
     own_grad = jax.lax.psum_scatter(
         factors[:, :, None] * earlier_grad, axis_name, scatter_dimension=0
     )
 
-    def prefix_and_state(la, lb, v):
-        out, _, state = causal_log_prefix_and_state(
-            la, lb, v, chunk, (combined, earlier_max), own_shift
+    def prefix_and_state(params, query, key, value):
+        result = causal_feature_prefix(
+            params,
+            query,
+            key,
+            value,
+            valid,
+            initial=(combined, earlier_max),
+            with_own_state=True,
+            **options,
         )
-        return out, state
+        return result.out, result.own_state
 
-    _, pullback = jax.vjp(prefix_and_state, la, lb, v)
-    return pullback((grad, own_grad))
+    _, pullback = jax.vjp(prefix_and_state, params, query, key, value)
+    return (*pullback((grad, own_grad)), None)
 
 
-_log_prefix_over_devices.defvjp(_log_prefix_over_devices_fwd, _log_prefix_over_devices_bwd)
+_feature_prefix_over_devices.defvjp(
+    _feature_prefix_over_devices_fwd, _feature_prefix_over_devices_bwd
+)

@@ -79,6 +79,7 @@ from rfjax.features._polynomial import polynomial_features
 from rfjax.features._positive import PositiveFeatureMap, positive_features, positive_log_features
 from rfjax.features._protocol import (
     SIDES,
+    AffineLogForm,
     ExponentialFeatureMap,
     FeatureMap,
     FeatureMapPair,
@@ -122,6 +123,7 @@ register(
 
 __all__ = [
     "SIDES",
+    "AffineLogForm",
     "AngularHybridFeatureMap",
     "ClusterHybridFeatureMap",
     "ClusterHybridParameters",

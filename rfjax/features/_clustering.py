@@ -25,10 +25,12 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from rfjax._validation import (
+    check_array_size,
     check_choice,
     check_finite,
     check_inputs,
     check_int,
+    check_iterations,
     check_key,
     check_real,
     is_concrete,
@@ -166,8 +168,16 @@ def kmeans(
         raise ValueError(
             f"num_clusters must be <= the number of points {points.shape[0]}, got {num_clusters}"
         )
-    num_iterations = check_int("num_iterations", num_iterations, minimum=0)
+    num_iterations = check_iterations(
+        "num_iterations", check_int("num_iterations", num_iterations, minimum=0)
+    )
     init = check_choice("init", init, INITIALISATIONS)
+    check_array_size(
+        "the point-to-centre distances",
+        (points.shape[0], num_clusters),
+        points.dtype,
+        {"num_clusters": num_clusters, "points.shape": points.shape},
+    )
     return _kmeans(key, points, num_clusters, num_iterations, init)
 
 
@@ -554,13 +564,20 @@ class ClusterHybridFeatureMap(ExponentialFeatureMap):
 
     def __post_init__(self):
         check_int("num_clusters", self.num_clusters, minimum=1)
-        check_int("num_iterations", self.num_iterations, minimum=0)
+        check_iterations(
+            "num_iterations", check_int("num_iterations", self.num_iterations, minimum=0)
+        )
 
     def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
         del key  # nothing random
         if self.query_centres is not None and self.key_centres is not None:
             return self
-        zeros = jnp.zeros((self.num_clusters, dim), dtype)
+        dim = check_int("dim", dim, minimum=1)
+        shape = (self.num_clusters, dim)
+        check_array_size(
+            "the cluster centres", shape, dtype, {"num_clusters": self.num_clusters, "dim": dim}
+        )
+        zeros = jnp.zeros(shape, dtype)
         return self.replace(query_centres=zeros, key_centres=zeros)
 
     def fit(self, key: jax.Array, queries: jax.Array, keys: jax.Array) -> FeatureMap:

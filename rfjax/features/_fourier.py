@@ -15,7 +15,14 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_finite, check_float_dtype, check_int, check_key, is_concrete
+from rfjax._validation import (
+    check_array_size,
+    check_finite,
+    check_float_dtype,
+    check_int,
+    check_key,
+    is_concrete,
+)
 from rfjax.features._common import check_projection, pointwise_features, project
 from rfjax.features._protocol import FeatureMap, ScaledFeatures, Side
 from rfjax.ops import shifted_cos, sin_cos
@@ -76,6 +83,7 @@ def random_offsets(
     check_key("key", key)
     num_features = check_int("num_features", num_features, minimum=1)
     dtype = check_float_dtype("dtype", dtype)
+    check_array_size("the offsets", (num_features,), dtype, {"num_features": num_features})
     return jax.random.uniform(key, (num_features,), dtype, minval=0.0, maxval=2.0 * math.pi)
 
 

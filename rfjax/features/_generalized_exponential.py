@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from rfjax._validation import check_finite, check_inputs, is_concrete
 from rfjax.features._common import check_projection
 from rfjax.features._complex_exponential import check_side
-from rfjax.features._protocol import ExponentialFeatureMap, Side
+from rfjax.features._protocol import AffineLogForm, ExponentialFeatureMap, Side
 from rfjax.projections import Projection
 
 
@@ -302,6 +302,29 @@ class OptimizedPositiveFeatureMap(ExponentialFeatureMap):
         else:
             a = _per_sequence(optimal_gerf_parameter(self.statistics))
         return generalized_exponential_log_features(x, projection, a=a)
+
+    def affine_log_form(self, projection: Projection, *, side: Side) -> AffineLogForm:
+        """W' = sqrt(1 - 4A) W, b_i = A |w_i|^2 + (d/4) log(1 - 4A) - log(m)/2, norm weight
+        -1/2 (``generalized_exponential_log_features``); one A per map (a per-sequence A has
+        batch axes that the form does not take: ``ValueError``)."""
+        check_side(side)
+        if self.statistics is None:
+            a = jnp.zeros((), projection.matrix().dtype)
+        else:
+            a = optimal_gerf_parameter(self.statistics)
+        if jnp.ndim(a) != 0:
+            raise ValueError(
+                f"affine_log_form takes one fitted A per map; these statistics give A of shape "
+                f"{jnp.shape(a)} (one per sequence)"
+            )
+        weights = projection.matrix()
+        shrink = 1.0 - 4.0 * a
+        bias = (
+            a * jnp.sum(weights**2, axis=-1)
+            + 0.25 * projection.dim * jnp.log(shrink)
+            - 0.5 * math.log(projection.num_features)
+        )
+        return AffineLogForm(jnp.sqrt(shrink) * weights, bias, -0.5)
 
     def fit(
         self, key: jax.Array, queries: jax.Array, keys: jax.Array

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from rfjax._validation import check_choice, check_real
 from rfjax.features._common import project
-from rfjax.features._protocol import ExponentialFeatureMap, Side
+from rfjax.features._protocol import AffineLogForm, ExponentialFeatureMap, Side
 from rfjax.projections import Projection
 
 PositiveKernel = Literal["softmax", "gaussian"]
@@ -163,3 +163,12 @@ class PositiveFeatureMap(ExponentialFeatureMap):
     def log_features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
         del side  # symmetric
         return positive_log_features(x, projection, antithetic=self.antithetic)
+
+    def affine_log_form(self, projection: Projection, *, side: Side) -> AffineLogForm:
+        """W (or [W; -W]), b = -log(width) / 2, norm weight -1/2."""
+        del side  # symmetric
+        weights = projection.matrix()
+        if self.antithetic:
+            weights = jnp.concatenate([weights, -weights])
+        bias = jnp.full(weights.shape[:1], -0.5 * math.log(weights.shape[0]), weights.dtype)
+        return AffineLogForm(weights, bias, -_SQUARED_NORM_WEIGHT["softmax"])

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+from rfjax._validation import check_int
 from rfjax.projections import Projection
 
 Side = Literal["query", "key"]
@@ -94,8 +95,10 @@ class FeatureMap(abc.ABC):
 
     def init(self, key: jax.Array, dim: int, *, dtype: DTypeLike = jnp.float32) -> FeatureMap:
         """The map with its random parameters drawn (and fitted ones at their start); default
-        ``self`` (no parameters). ``key`` must be independent of the projection's."""
-        del key, dim, dtype
+        ``self`` (no parameters). ``key`` must be independent of the projection's; ``dim`` is
+        the input dimension d >= 1."""
+        del key, dtype
+        check_int("dim", dim, minimum=1)
         return self
 
     def fit(self, key: jax.Array, queries: jax.Array, keys: jax.Array) -> FeatureMap:
@@ -107,6 +110,27 @@ class FeatureMap(abc.ABC):
     def replace(self, **changes: object) -> FeatureMap:
         """A copy with some fields replaced (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+
+class AffineLogForm(NamedTuple):
+    """Log-features that are affine in x plus a multiple of |x|^2:
+    l(x) = x W^T + b + norm_weight |x|^2, the form fused attention kernels compute from the
+    rows (``rfjax.attention.favor_attention(..., implementation="pallas...")``).
+
+    Attributes:
+      weights: W ``(width, d)``.
+      bias: b ``(width,)``.
+      norm_weight: the coefficient of |x|^2 (a Python float: -1/2 for the softmax kernel).
+    """
+
+    weights: jax.Array
+    bias: jax.Array
+    norm_weight: float
+
+    def log_features(self, x: jax.Array) -> jax.Array:
+        """l(x) ``(..., width)`` for x ``(..., d)``."""
+        squared = jnp.sum(x * x, axis=-1, keepdims=True)
+        return x @ self.weights.T + self.bias + self.norm_weight * squared
 
 
 class ExponentialFeatureMap(FeatureMap):
@@ -124,6 +148,12 @@ class ExponentialFeatureMap(FeatureMap):
 
     def features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
         return jnp.exp(self.log_features(x, projection, side=side))
+
+    def affine_log_form(self, projection: Projection, *, side: Side) -> AffineLogForm | None:
+        """``log_features`` as an ``AffineLogForm`` (W, b, norm weight) when it is one (positive
+        features, OPRF), else ``None`` (the default)."""
+        del projection, side
+        return None
 
     def scaled_features(
         self, x: jax.Array, projection: Projection, *, side: Side

@@ -3,8 +3,10 @@
 ``PerformerAttention`` is a drop-in for ``flax.linen.MultiHeadDotProductAttention`` with exact
 or Performer (FAVOR) attention over any coupling; ``PerformerViT`` is a Vision Transformer
 made of it, ``PerformerLM`` a decoder-only causal language model whose sequence can be split
-over devices. ``ImplicitAttentionPolicy`` is an implicit-attention policy (patch importance by
-exact or random-feature attention, top-k masking, an MLP controller) for evolution strategies.
+over devices; ``generate`` generates tokens from such a model in one compiled program (a
+prefill of the prompt, then a scan over the new tokens carrying the decode cache).
+``ImplicitAttentionPolicy`` is an implicit-attention policy (patch importance by exact or
+random-feature attention, top-k masking, an MLP controller) for evolution strategies.
 Projections are drawn from the RNG stream ``"projection"`` and redrawn by the
 explicit ``projection_step`` (see ``PerformerAttention``). ``rfjax.nn.nnx`` holds the Flax NNX
 versions (``PerformerAttention`` as a drop-in for ``flax.nnx.MultiHeadAttention``, and
@@ -18,6 +20,7 @@ from rfjax.nn._attention import (
     PerformerAttention,
 )
 from rfjax.nn._conformer import ConformerEncoder, conformer_attentions, fit_conformer_clusters
+from rfjax.nn._generate import Generated, generate
 from rfjax.nn._iap import (
     IAP_ATTENTIONS,
     AttentionDraw,
@@ -64,6 +67,7 @@ __all__ = [
     "SAMPLERS",
     "AttentionDraw",
     "ConformerEncoder",
+    "Generated",
     "ImplicitAttentionPolicy",
     "LSTMLanguageModel",
     "PerformerAttention",
@@ -75,6 +79,7 @@ __all__ = [
     "feature_proposal_probabilities",
     "feature_proposals",
     "fit_conformer_clusters",
+    "generate",
     "image_patches",
     "kernel_softmax_divergence",
     "logit_temperature",

@@ -21,11 +21,12 @@ from rfjax.features import FeatureMap
 from rfjax.nn._favor_heads import (
     ATTENTION_KINDS,
     AttentionKind,
+    HeadsDraw,
     check_attributes,
     check_flax_arguments,
     check_sequence_call,
     cosine_scores,
-    decode_step,
+    decode_heads,
     draw_heads,
     draw_keys_data,
     favor_heads,
@@ -74,13 +75,21 @@ class PerformerAttention(nn.Module):
     (``"decode_state"``: sum_j phi(k_j) v_j^T and sum_j phi(k_j) per head, of size independent
     of the length; ``rfjax.attention.favor_decode_init``) and ``"cache_index"``: each step adds
     its key and value to the state and attends causally (``favor_decode_step``), equal to
-    position t of the causal ``favor_attention`` over the whole sequence. The steps must use
-    the same projection: the same ``"projection"`` stream key and ``projection_step`` at every
-    step. The cache also keeps that projection and feature map (``"decode_draw"``, with the keys
-    they came from, ``"decode_draw_keys"``): a step draws them again only when its keys change
-    (the first step after ``init``, or a new redraw period), not for every token. The exact
-    kind keeps Flax's key/value cache (``"cached_key"``, ``"cached_value"``, ``"cache_index"``,
-    as ``MultiHeadDotProductAttention``).
+    position t of the causal ``favor_attention`` over the whole sequence. The first call on
+    the empty cache may instead take a prompt's T tokens ``(B, T, D)`` at once (a prefill; a
+    call of T > 1 tokens on a cache that is not empty raises ``ValueError``, at run time under
+    ``jit``): the Performer attends over them with the chunked causal form and keeps the state
+    after them (``favor_prefill``), the exact kind writes them into its cache. The steps must
+    use the same projection: the same ``"projection"`` stream key and ``projection_step`` at
+    every step. The cache also keeps that projection and feature map (``"decode_draw"``, with
+    the keys they came from, ``"decode_draw_keys"``): a step draws them again only when its
+    keys change (the first step after ``init``, or a new redraw period), not for every token;
+    a call without the ``"projection"`` stream uses the cache's draw as it is (no keys derived
+    or compared: the lean step of a compiled decoding loop, ``rfjax.nn.generate``), so give
+    the stream and ``projection_step`` to ``init`` or to the first call (``init`` without it
+    draws the cache's projection from the ``"params"`` stream). The exact kind keeps Flax's
+    key/value cache (``"cached_key"``, ``"cached_value"``, ``"cache_index"``, as
+    ``MultiHeadDotProductAttention``).
 
     Projections and the step: the random projection is not a parameter and is never stored. It
     is drawn on every call as ``draw_projection(redraw_key(rng, step, redraw_interval), ...)``
@@ -135,6 +144,9 @@ class PerformerAttention(nn.Module):
       causal: causal (autoregressive) attention (a causal Flax mask also turns it on).
       redraw_interval: redraw the projection every this many steps (>= 1).
       chunk_size: chunk length of causal prefix sums.
+      implementation: ``favor_attention``'s: ``"auto"``, ``"xla"``, or fused Pallas kernels
+        (``"pallas_triton"``, ``"pallas_tpu"``, their interpret twins) for the maps they take;
+        decoding runs the XLA form.
       query_key_norm: score each head's query and key as tau q^.k^ (unit vectors, cosine
         attention with a learned per-head temperature tau > 0, parameter ``log_temperature``)
         instead of q.k / sqrt(H), for both kinds. The scores are then bounded, |tau q^.k^| <=
@@ -208,6 +220,7 @@ class PerformerAttention(nn.Module):
     causal: bool = False
     redraw_interval: int = 1000
     chunk_size: int = 128
+    implementation: str = "auto"
     eps: float | None = None
     sequence_axis: str | None = None
     query_key_norm: bool = False
@@ -311,10 +324,15 @@ class PerformerAttention(nn.Module):
         self, head_dim: int, projection_step: jax.Array | int | None
     ) -> tuple[PerHead[Projection], PerHead[FeatureMap]]:
         """``draw_heads`` while decoding: the draw is kept in the cache (``"decode_draw"``, with
-        the keys it came from) and redrawn only when the keys change (``kept_draw``)."""
+        the keys it came from). With the ``"projection"`` stream it is drawn again only when the
+        keys change (``kept_draw``); without it, once the cache exists, the cache's draw is used
+        as it is (the step of a compiled decoding loop: no key derived or compared per token)."""
+        initialized = self.has_variable("cache", "decode_draw")
+        if initialized and not self.has_rng(PROJECTION_STREAM):
+            cached: HeadsDraw = self.get_variable("cache", "decode_draw")
+            return cached[0], self._with_fitted(cached[1])
         keys = (self._stream_key(projection_step), self._stream_key(projection_step))
         data = draw_keys_data(*keys)
-        initialized = self.has_variable("cache", "decode_draw")
         kept = self.variable("cache", "decode_draw", lambda: self._draw(head_dim, *keys))
         kept_keys = self.variable("cache", "decode_draw_keys", lambda: data)
         if initialized:
@@ -448,11 +466,12 @@ class PerformerAttention(nn.Module):
             )
             index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
             if decoding:
+                length = key.shape[1]
                 key, value, mask = kv_cache_step(
                     cached_key.value, cached_value.value, index.value, key, value, mask
                 )
                 cached_key.value, cached_value.value = key, value
-                index.value = index.value + 1
+                index.value = index.value + length
         if self.causal and not decoding:
             causal_mask = nn.make_causal_mask(jnp.ones(query.shape[:2], bool))
             mask = causal_mask if mask is None else nn.combine_masks(mask, causal_mask)
@@ -485,6 +504,8 @@ class PerformerAttention(nn.Module):
         if sow_weights:
             arguments["module"] = self
         attend = functools.partial(self.attention_fn, **arguments)
+        if decoding:  # the cache holds non-finite tokens as NaN keys (kv_cache_step)
+            return attend(query, key, value)
         return isolating_non_finite(attend, query, key, value, mask)
 
     def _performer(self, query, key, value, mask, batch_shape, sow_weights, projection_step):
@@ -492,7 +513,9 @@ class PerformerAttention(nn.Module):
         batch, length, num_heads, head_dim = query.shape
         draw = self._decode_heads if self.decode else self.draw_heads
         projection, feature_map = draw(head_dim, projection_step)
-        self.sow("intermediates", "projection", jax.vmap(lambda p: p.matrix())(projection.stacked))
+        if self.is_mutable_collection("intermediates"):  # not formed otherwise (decode steps)
+            matrices = jax.vmap(lambda p: p.matrix())(projection.stacked)
+            self.sow("intermediates", "projection", matrices)
         if self.decode:
             initialized = self.has_variable("cache", "decode_state")
             state = self.variable(
@@ -504,10 +527,19 @@ class PerformerAttention(nn.Module):
             )
             index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
             if initialized:
-                state.value, out = decode_step(
-                    state.value, query, key, value, projection, feature_map, mask, eps=self.eps
+                state.value, out = decode_heads(
+                    state.value,
+                    index.value,
+                    query,
+                    key,
+                    value,
+                    projection,
+                    feature_map,
+                    mask,
+                    chunk_size=self.chunk_size,
+                    eps=self.eps,
                 )
-                index.value = index.value + 1
+                index.value = index.value + length
                 return out
         favor = favor_mask(
             mask,
@@ -533,4 +565,5 @@ class PerformerAttention(nn.Module):
             chunk_size=self.chunk_size,
             eps=self.eps,
             sequence_axis=self.sequence_axis,
+            implementation=self.implementation,
         )

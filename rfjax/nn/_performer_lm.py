@@ -84,12 +84,17 @@ class _DecoderBlock(nn.Module):
                 dtype=self.dtype,
                 **self.performer,
             )(y, projection_step=projection_step)
+        elif self.decode:  # Flax's key/value cache, taking a prompt at once (a prefill)
+            y = PerformerAttention(
+                num_heads=self.num_heads,
+                attention_kind="exact",
+                attention_fn=exact_causal_attention,
+                decode=True,
+                dtype=self.dtype,
+            )(y)
         else:
             attention = nn.MultiHeadDotProductAttention(
-                num_heads=self.num_heads,
-                attention_fn=exact_causal_attention,
-                decode=self.decode,
-                dtype=self.dtype,
+                num_heads=self.num_heads, attention_fn=exact_causal_attention, dtype=self.dtype
             )
             if self.sequence_axis is None:
                 y = attention(y)
@@ -132,20 +137,27 @@ class PerformerLM(nn.Module):
 
     Decoding (``decode=True``, not with ``sequence_axis``): ``init`` with tokens of the longest
     length creates the ``"cache"`` collection; each ``apply(..., mutable=["cache"])`` then
-    takes one token ``(B, 1)`` and returns its logits ``(B, 1, V)``. The Performer's cache is
-    FAVOR's recurrent state (``rfjax.attention.favor_decode_step``: O(m H) per head and token,
-    whatever the length); the exact kind's is Flax's key/value cache (O(T) per token). Pass the
-    ``projection_step`` the parallel model was trained or evaluated at.
+    takes one token ``(B, 1)`` and returns its logits ``(B, 1, V)``, or, on the empty cache,
+    a prompt ``(B, T)`` at once (a prefill: the Performer's causal FAVOR in its chunked form,
+    ``rfjax.attention.favor_prefill``). The Performer's cache is FAVOR's recurrent state
+    (``rfjax.attention.favor_decode_step``: O(m H) per head and token, whatever the length)
+    with the drawn projection; the exact kind's is Flax's key/value cache (O(T) per token, in
+    ``PerformerAttention(attention_kind="exact")``, whose parameters are laid out as
+    ``MultiHeadDotProductAttention``'s). Pass the ``projection_step`` the parallel model was
+    trained or evaluated at, with the ``"projection"`` stream (see ``PerformerAttention``:
+    calls without the stream use the cache's projection). ``rfjax.nn.generate`` generates
+    tokens from a prompt in one compiled program.
 
     Attributes:
       vocab_size: V.
       num_layers, embed_dim, num_heads, mlp_dim: sizes (``embed_dim`` even and a multiple of
         ``num_heads``).
       attention_kind: ``"performer"`` or ``"exact"``.
-      feature_map, coupling, num_features, redraw_interval, chunk_size, query_key_norm, eps:
-        ``PerformerAttention``'s (performer only).
+      feature_map, coupling, num_features, redraw_interval, chunk_size, implementation,
+        query_key_norm, eps: ``PerformerAttention``'s (performer only).
       sequence_axis: the mesh axis that splits the sequence, or None.
-      decode: one token per call with a cache (see above).
+      decode: decoding with a cache, one token per call after an optional prefill (see
+        above).
       loss_chunk: positions per chunk of the loss's logits.
       dtype: computation dtype.
 
@@ -177,6 +189,7 @@ class PerformerLM(nn.Module):
     num_features: int = 64
     redraw_interval: int = 1000
     chunk_size: int = 128
+    implementation: str = "auto"
     query_key_norm: bool = False
     eps: float | None = None
     sequence_axis: str | None = None
@@ -239,6 +252,7 @@ class PerformerLM(nn.Module):
             num_features=self.num_features,
             redraw_interval=self.redraw_interval,
             chunk_size=self.chunk_size,
+            implementation=self.implementation,
             query_key_norm=self.query_key_norm,
             eps=self.eps,
         )
@@ -256,5 +270,9 @@ class PerformerLM(nn.Module):
             x = block()(x, projection_step=projection_step)
         hidden = nn.LayerNorm(dtype=self.dtype)(x)
         if targets is None:
-            return embed.attend(hidden)
+            # embed.attend's product written as a contraction over the table's feature axis:
+            # hidden @ table.T made a transposed copy of the (V, D) table at every decoded token
+            # (in the compiled loop of rfjax.nn.generate, where the table is an argument).
+            hidden, table = embed.promote_dtype(hidden, embed.embedding, dtype=embed.dtype)
+            return jnp.einsum("btd,vd->btv", hidden, table)
         return token_nll(hidden, embed.embedding, targets, self.loss_chunk)

@@ -3,7 +3,14 @@
 All samplers share the signature ``(key, dim, num_features, *, dtype) -> DenseProjection``. Every
 row is marginally N(0, I_d): the coupled ones draw independent chi_d norms and Haar rotations
 (QR with the sign fix). When ``num_features`` is not a multiple of ``dim``, ceil(m/d) independent
-blocks are drawn and the last one is truncated (SimRF paper, footnote 2; Performer ORF).
+blocks are drawn and the last one is truncated (SimRF paper, footnote 2; Performer ORF). When
+m < d (one partial block), ``orthogonal``, ``simplex`` and ``norm_coupled`` draw only the m rows
+they use, a uniformly random orthonormal m-frame from the QR of a d x m Gaussian matrix (the law
+of m rows of a Haar rotation; ``haar_rows``), at O(d m^2) rather than the O(d^3) of a d x d
+rotation; for m >= d they draw exactly as before.
+
+Sizes are checked before anything compiles: an argument implying an array past
+``rfjax._validation.MAX_ARRAY_BYTES`` (2 GiB) is a ``ValueError`` naming it.
 
 References:
   Yu et al., "Orthogonal Random Features", NeurIPS 2016, arXiv:1610.09072.
@@ -20,7 +27,14 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rfjax._random import flat
-from rfjax._validation import check_choice, check_float_dtype, check_int, check_key
+from rfjax._validation import (
+    check_array_size,
+    check_choice,
+    check_float_dtype,
+    check_int,
+    check_iterations,
+    check_key,
+)
 from rfjax.ops import apply_simplex
 from rfjax.projections._base import DenseProjection
 
@@ -87,6 +101,7 @@ def simplex_directions(dim: int, dtype: DTypeLike = jnp.float32) -> jax.Array:
     """
     dim = check_int("dim", dim, minimum=1)
     dtype = check_float_dtype("dtype", dtype)
+    check_array_size("the matrix S", (dim, dim), dtype, {"dim": dim})
     if dim == 1:
         return jnp.ones((1, 1), dtype)
     return apply_simplex(jnp.eye(dim, dtype=dtype), axis=0)
@@ -96,16 +111,53 @@ def _num_blocks(dim: int, num_features: int) -> int:
     return -(-num_features // dim)
 
 
-def _rotations_and_norms(key, dim, num_features, dtype):
-    """Per block of a coupled projection: a Haar rotation and d independent chi_d norms.
+def haar_rows(key: jax.Array, num_blocks: int, rows: int, dim: int, dtype: jnp.dtype) -> jax.Array:
+    """The first ``rows`` rows of ``num_blocks`` Haar-distributed orthogonal matrices, shape
+    ``(num_blocks, rows, dim)``.
 
-    Shapes ``(num_blocks, dim, dim)`` and ``(num_blocks, dim)``, in at least float32.
+    ``rows == dim``: ``haar_rotations``. ``rows < dim``: Q^T for the QR of a ``(dim, rows)``
+    Gaussian matrix with the sign fix, a uniformly distributed orthonormal ``rows``-frame of
+    R^dim, which is the law of any ``rows`` rows of a Haar rotation (invariance), at O(d r^2)
+    and O(d r) memory.
+    """
+    if rows == dim:
+        return haar_rotations(key, num_blocks, dim, dtype)
+    gaussian_matrices = flat(jax.random.normal, key, (num_blocks, dim, rows), dtype)
+    q, r = jnp.linalg.qr(gaussian_matrices)
+    signs = jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))
+    signs = jnp.where(signs == 0, 1, signs)
+    return jnp.swapaxes(q * signs[..., None, :], -1, -2)
+
+
+def _block_rows(dim: int, num_features: int, whole_blocks: bool) -> int:
+    """The rows of each block that are drawn: d, or m when one partial block is all there is
+    (m < d) and the construction does not need the whole block (``whole_blocks``)."""
+    return dim if whole_blocks else min(dim, num_features)
+
+
+def _check_blocks(dim: int, num_features: int, dtype: jnp.dtype, whole_blocks: bool) -> None:
+    """The size cap on the Gaussian draw behind the blocks' rotations (and their chi norms)."""
+    rows = _block_rows(dim, num_features, whole_blocks)
+    check_array_size(
+        "the Gaussian draw of the blocks' rotations",
+        (_num_blocks(dim, num_features), rows, dim),
+        _compute_dtype(dtype),
+        {"dim": dim, "num_features": num_features},
+    )
+
+
+def _rotations_and_norms(key, dim, num_features, dtype, *, whole_blocks=False):
+    """Per block of a coupled projection: the rows drawn of a Haar rotation and as many
+    independent chi_d norms (all d of a block, or the m of one partial block: ``_block_rows``).
+
+    Shapes ``(num_blocks, rows, dim)`` and ``(num_blocks, rows)``, in at least float32.
     """
     compute = _compute_dtype(dtype)
     rotation_key, norm_key = jax.random.split(key)
     num_blocks = _num_blocks(dim, num_features)
-    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
-    return rotations, chi_norms(norm_key, (num_blocks, dim), dim, compute)
+    rows = _block_rows(dim, num_features, whole_blocks)
+    rotations = haar_rows(rotation_key, num_blocks, rows, dim, compute)
+    return rotations, chi_norms(norm_key, (num_blocks, rows), dim, compute)
 
 
 def _stack_blocks(blocks: jax.Array, num_features: int) -> jax.Array:
@@ -139,6 +191,9 @@ def gaussian(
       (8, 4)
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype)
+    check_array_size(
+        "the matrix W", (num_features, dim), dtype, {"dim": dim, "num_features": num_features}
+    )
     return DenseProjection(_gaussian(key, dim, num_features, dtype), block_size=1)
 
 
@@ -155,6 +210,8 @@ def orthogonal(
 
     Rows within a block are exactly orthogonal; blocks are independent; when ``num_features`` is
     not a multiple of ``dim`` the last block is truncated. Each row is marginally N(0, I_d).
+    For m < d only the m rows are drawn (a d x m QR, ``haar_rows``: the law of m rows of a
+    d x d Haar rotation), so d may be large.
 
     Args:
       key: a PRNG key.
@@ -169,6 +226,7 @@ def orthogonal(
       Yu et al. 2016, arXiv:1610.09072; SimRF paper Sec. 2.
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype)
+    _check_blocks(dim, num_features, dtype, whole_blocks=False)
     return DenseProjection(_orthogonal(key, dim, num_features, dtype), block_size=dim)
 
 
@@ -180,9 +238,26 @@ def _partial_simplex_block(rotation: jax.Array, norms: jax.Array, rows: int) -> 
     return norms[:rows, None] * (directions @ rotation)
 
 
+def _simplex_gram_factor(dim: int, rows: int, dtype: jnp.dtype) -> jax.Array:
+    """L, lower triangular with L L^T the Gram matrix of ``rows`` of the d simplex directions
+    (1 on the diagonal, -1/(d-1) off it; positive definite for rows < d)."""
+    gram = (dim * jnp.eye(rows, dtype=dtype) - jnp.ones((rows, rows), dtype)) / (dim - 1)
+    return jnp.linalg.cholesky(gram)
+
+
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _simplex(key, dim, num_features, dtype, partial_block):
     rotations, norms = _rotations_and_norms(key, dim, num_features, dtype)
+    if num_features < dim:
+        # One partial block: S_m R = L (Q' R) for S_m = L Q' (Q' orthonormal rows), and Q' R
+        # is a uniform m-frame like the drawn one, so mixing the frame by any factor of the
+        # rows' Gram matrix draws them with the block's law (the r-simplex: S_r itself).
+        mixing = (
+            simplex_directions(num_features, norms.dtype)
+            if partial_block == "simplex"
+            else _simplex_gram_factor(dim, num_features, norms.dtype)
+        )
+        return (norms[0][:, None] * (mixing @ rotations[0])).astype(dtype)
     blocks = norms[..., None] * apply_simplex(rotations, axis=-2)  # D (S R), S in O(d) per column
     weights = _stack_blocks(blocks, num_features)
     rest = num_features % dim
@@ -216,6 +291,8 @@ def simplex(
         ``"truncate"`` (default, as in the paper and the Performer): the first r rows of a full
         d-simplex block. ``"simplex"``: an r-vertex simplex (cosine -1/(r-1)), which has lower
         RF-conformity and is also unbiased (docs/maths/couplings.md, not in the paper).
+        When m < d, the m rows are drawn with that partial block's law without a d x d
+        rotation (a d x m QR, ``haar_rows``).
 
     Returns:
       A ``DenseProjection`` of shape ``(m, d)`` with ``block_size == dim``.
@@ -225,6 +302,7 @@ def simplex(
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=SIMPLEX_MIN_DIM)
     check_choice("partial_block", partial_block, ("truncate", "simplex"))
+    _check_blocks(dim, num_features, dtype, whole_blocks=False)
     weights = _simplex(key, dim, num_features, dtype, partial_block)
     return DenseProjection(weights, block_size=dim)
 
@@ -250,7 +328,8 @@ def _gauss_seidel_sweeps(norms: jax.Array, directions: jax.Array, num_sweeps: in
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _simplex_plus(key, dim, num_features, dtype, num_sweeps):
-    rotations, norms = _rotations_and_norms(key, dim, num_features, dtype)
+    # The directions S+ depend on all d norms of a block: whole blocks, even for m < d.
+    rotations, norms = _rotations_and_norms(key, dim, num_features, dtype, whole_blocks=True)
     start = simplex_directions(dim, norms.dtype)
     optimise = jax.vmap(_gauss_seidel_sweeps, in_axes=(0, None, None))
     directions = optimise(norms, start, num_sweeps)
@@ -289,5 +368,7 @@ def simplex_plus(
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=SIMPLEX_MIN_DIM)
     num_sweeps = check_int("num_sweeps", num_sweeps, minimum=0)
+    _check_blocks(dim, num_features, dtype, whole_blocks=True)
+    check_iterations("num_sweeps", num_sweeps)
     weights = _simplex_plus(key, dim, num_features, dtype, num_sweeps)
     return DenseProjection(weights, block_size=dim)

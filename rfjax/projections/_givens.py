@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rfjax._random import flat
-from rfjax._validation import check_int
+from rfjax._validation import check_array_size, check_int
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import _compute_dtype, _num_blocks, _validate, chi_norms
 from rfjax.projections._structured import _jit_apply
@@ -179,6 +179,20 @@ def givens(
     if num_layers is None:
         num_layers = default_num_layers(dim)
     num_layers = check_int("num_layers", num_layers, minimum=0)
+    num_blocks = _num_blocks(dim, num_features)
+    arguments = {"dim": dim, "num_features": num_features}
+    check_array_size(
+        "the permutations (P and one matching per layer)",
+        (num_blocks, num_layers + 1, dim),
+        jnp.int32,
+        {**arguments, "num_layers": num_layers},
+    )
+    check_array_size(
+        "the Gaussian draw of the chi_d norms",
+        (num_blocks, dim, dim),
+        _compute_dtype(dtype),
+        arguments,
+    )
     signs, permutation, layers, inverses, angles, norms = _givens_factors(
         key, dim, num_features, dtype, num_layers
     )

@@ -33,12 +33,10 @@ from jax.typing import DTypeLike
 
 from rfjax.projections._base import DenseProjection
 from rfjax.projections._dense import (
-    _compute_dtype,
-    _num_blocks,
+    _check_blocks,
+    _rotations_and_norms,
     _stack_blocks,
     _validate,
-    chi_norms,
-    haar_rotations,
 )
 
 _BISECTION_STEPS = 64
@@ -73,12 +71,8 @@ def antithetic_chi_norms(norms: jax.Array, dim: int) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _norm_coupled(key, dim, num_features, dtype):
-    compute = _compute_dtype(dtype)
-    rotation_key, norm_key = jax.random.split(key)
-    num_blocks = _num_blocks(dim, num_features)
-    rotations = haar_rotations(rotation_key, num_blocks, dim, compute)
-    norms = chi_norms(norm_key, (num_blocks, dim), dim, compute)
-    num_pairs = dim // 2
+    rotations, norms = _rotations_and_norms(key, dim, num_features, dtype)
+    num_pairs = norms.shape[-1] // 2  # of the rows drawn: d, or m < d
     partners = antithetic_chi_norms(norms[:, 0 : 2 * num_pairs : 2], dim)
     norms = norms.at[:, 1 : 2 * num_pairs : 2].set(partners)
     return _stack_blocks(norms[..., None] * rotations, num_features).astype(dtype)
@@ -89,8 +83,9 @@ def norm_coupled(
 ) -> DenseProjection:
     """Orthogonal blocks whose norms are coupled in negative monotone pairs (arXiv:2405.16541).
 
-    Blocks W = D R with R Haar on O(d) (as ``orthogonal``) and D holding chi_d norms in which
-    rows 2k and 2k+1 of a block have r_{2k+1} = F^{-1}(1 - F(r_{2k})) (module docstring). Every
+    Blocks W = D R with R Haar on O(d) (as ``orthogonal``, and like it drawing only the m rows
+    of one partial block when m < d) and D holding chi_d norms in which rows 2k and 2k+1 of a
+    block have r_{2k+1} = F^{-1}(1 - F(r_{2k})) (module docstring). Every
     row is marginally N(0, I_d): its direction is a Haar row independent of its norm, and each
     norm is chi_d. Registered as ``"norm_coupled"`` (exact marginals).
 
@@ -117,4 +112,5 @@ def norm_coupled(
       Features", ICLR 2025, arXiv:2405.16541 (pairwise norm-coupling).
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype)
+    _check_blocks(dim, num_features, dtype, whole_blocks=False)
     return DenseProjection(_norm_coupled(key, dim, num_features, dtype), block_size=dim)

@@ -42,7 +42,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from rfjax._random import flat
-from rfjax._validation import check_int, is_concrete
+from rfjax._validation import check_array_size, check_int, is_concrete
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import _compute_dtype, _num_blocks, _validate
 from rfjax.projections._structured import (
@@ -99,6 +99,16 @@ class PModel(abc.ABC):
     def num_rows(self, n: int) -> int:
         """k, the rows of one block acting on R^n (n unless a family says otherwise)."""
         return n
+
+    def check_size(self, n: int) -> None:
+        """Raises ``ValueError`` if the family has no block acting on R^n (an argument that
+        does not fit n, naming it); nothing for the families that fit every n."""
+        del n
+
+    def parameter_shape(self, n: int, num_blocks: int) -> tuple[int, ...] | None:
+        """The shape of ``draw_parameters``' result (for the size cap); ``None`` for none."""
+        del n, num_blocks
+        return None
 
     def draw_parameters(
         self, key: jax.Array, n: int, num_blocks: int, dtype: jnp.dtype
@@ -269,14 +279,27 @@ class LowDisplacementRank(PModel):
     negacyclic convolutions, one inverse FFT of length n for the sum of the circulant ones.
 
     Attributes:
-      rank: R >= 1, the number of terms (the paper's displacement rank r).
+      rank: R, 1 <= R <= n, the number of terms (the paper's displacement rank r).
     """
 
     rank: int = 1
     name: ClassVar[str] = "low_displacement_rank"
 
+    def __post_init__(self):
+        check_int("rank", self.rank, minimum=1)
+
     def budget_size(self, n: int) -> int:
         return self.rank * n
+
+    def check_size(self, n: int) -> None:
+        if self.rank > n:
+            raise ValueError(
+                f"rank={self.rank} must be <= n = {n}, the block input size (dim, or the padded "
+                "p with preprocess): a displacement rank above n adds no structure"
+            )
+
+    def parameter_shape(self, n: int, num_blocks: int) -> tuple[int, ...] | None:
+        return (num_blocks, self.rank, n)
 
     def draw_parameters(
         self, key: jax.Array, n: int, num_blocks: int, dtype: jnp.dtype
@@ -340,6 +363,10 @@ class DenseMatrices(PModel):
     rows: int
     budget_length: int
     name: ClassVar[str] = "dense_matrices"
+
+    def __post_init__(self):
+        check_int("rows", self.rows, minimum=1)
+        check_int("budget_length", self.budget_length, minimum=1)
 
     def budget_size(self, n: int) -> int:
         return self.budget_length
@@ -477,12 +504,17 @@ def p_model_violations(matrices: ArrayLike, *, tolerance: float = CONDITION_TOLE
     return tuple(violations)
 
 
-@functools.cache
+def _check_size_of(model: PModel, n: int) -> int:
+    """The block size at which ``model`` is checked: n itself when its P_i have at most
+    ``_CHECK_ENTRIES`` entries, else ``_CHECK_SIZE``."""
+    return n if model.num_rows(n) * model.budget_size(n) * n <= _CHECK_ENTRIES else _CHECK_SIZE
+
+
 @functools.cache
 def _generator_violations(model: PModel, n: int) -> tuple:
     """``p_model_violations`` of ``model``'s block at n (reference parameters drawn with key 0),
     once per family and size."""
-    size = n if model.num_rows(n) * model.budget_size(n) * n <= _CHECK_ENTRIES else _CHECK_SIZE
+    size = _check_size_of(model, n)
     parameters = _run_compiled(
         lambda: model.draw_parameters(jax.random.key(0), size, 1, jnp.dtype(jnp.float32))
     )
@@ -503,7 +535,15 @@ def _check_generator(generator: object, n: int) -> PModel:
         hash(generator)
     except TypeError as error:
         raise TypeError(f"generator must be hashable (a frozen dataclass): {error}") from None
-    size, violations = _generator_violations(generator, n)
+    generator.check_size(n)
+    size = _check_size_of(generator, n)
+    check_array_size(
+        f"the P-model matrices checked at n = {size}",
+        (generator.num_rows(size), generator.budget_size(size), size),
+        np.float64,
+        {"generator": generator, "n": n},
+    )
+    _, violations = _generator_violations(generator, n)
     _raise_if_violated(violations, f"generator {generator!r} (checked at n = {size})")
     return generator
 
@@ -514,6 +554,13 @@ def _check_matrices(matrices: object, n: int, dtype: jnp.dtype) -> jax.Array:
     array = np.asarray(matrices)
     if not np.issubdtype(array.dtype, np.floating):
         raise TypeError(f"matrices must be a floating array, got dtype {array.dtype}")
+    if array.ndim == 3:
+        check_array_size(
+            "the Gram matrices of the P_i's columns",
+            (array.shape[0], array.shape[-1], array.shape[-1]),
+            np.float64,
+            {"matrices.shape": array.shape},
+        )
     _raise_if_violated(p_model_violations(array), "matrices")
     if array.shape[-1] != n:
         raise ValueError(
@@ -533,6 +580,19 @@ def _check_budget(budget: object, shape: tuple[int, int], dtype: jnp.dtype) -> j
     if is_concrete(array) and not bool(jnp.all(jnp.isfinite(array))):
         raise ValueError("budget must contain only finite values")
     return array
+
+
+def _check_draw_sizes(
+    model: PModel, dim: int, num_features: int, n: int, num_blocks: int, dtype: jnp.dtype
+) -> None:
+    """The size caps on what ``_draw`` draws: the budgets and the random parameters."""
+    arguments = {"dim": dim, "num_features": num_features}
+    check_array_size(
+        "the budgets of randomness", (num_blocks, model.budget_size(n)), dtype, arguments
+    )
+    shape = model.parameter_shape(n, num_blocks)
+    if shape is not None:
+        check_array_size(f"the parameters of {model!r}", shape, dtype, arguments)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
@@ -613,6 +673,7 @@ def p_model(
     else:
         model = _check_generator(generator, n)
     num_blocks = _num_blocks(model.num_rows(n), num_features)
+    _check_draw_sizes(model, dim, num_features, n, num_blocks, dtype)
     drawn, signs, drawn_parameters = _draw(key, model, n, num_blocks, dtype, preprocess)
     if budget is not None:
         drawn = _check_budget(budget, drawn.shape, dtype)
@@ -694,7 +755,6 @@ def low_displacement_rank(
     dtype: DTypeLike = jnp.float32,
     preprocess: bool = False,
 ) -> PModelProjection:
-    rank = check_int("rank", rank, minimum=1)
     model = LowDisplacementRank(rank=rank)
     return p_model(key, dim, num_features, generator=model, preprocess=preprocess, dtype=dtype)
 
@@ -732,7 +792,7 @@ for _function, _title, _model, _where, _budget, _formula in _FAMILIES:
         formula=_formula,
         cost="O(rank n log n)" if _ldr else "O(n log n)",
         function=_function.__name__,
-        extra_args="\n      rank: the number of terms r >= 1 (t = r n)." if _ldr else "",
+        extra_args=("\n      rank: the number of terms r, 1 <= r <= n (t = r n)." if _ldr else ""),
         example_args=", rank=2" if _ldr else "",
         extra_references=(
             '\n      Sindhwani, Sainath, Kumar, "Structured transforms for small-footprint deep'

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rfjax._random import flat
-from rfjax._validation import check_int
+from rfjax._validation import check_array_size, check_int
 from rfjax.ops import hd_chain
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import (
@@ -222,6 +222,26 @@ def _check_num_rotations(num_rotations: object) -> int:
     return check_int("num_rotations", num_rotations, minimum=1)
 
 
+def _check_hd_sizes(dim: int, num_features: int, dtype: jnp.dtype, num_rotations: int) -> None:
+    """The size caps on the factors ``_hd_factors`` draws: the signs and the Gaussian draw of
+    the chi_p norms (p Gaussian vectors in R^p per block)."""
+    padded = next_power_of_two(dim)
+    num_blocks = _num_blocks(padded, num_features)
+    arguments = {"dim": dim, "num_features": num_features}
+    check_array_size(
+        "the Rademacher diagonals",
+        (num_blocks, num_rotations, padded),
+        dtype,
+        {**arguments, "num_rotations": num_rotations},
+    )
+    check_array_size(
+        "the Gaussian draw of the chi_p norms (p = 2^ceil(log2 d))",
+        (num_blocks, padded, padded),
+        _compute_dtype(dtype),
+        arguments,
+    )
+
+
 def hd_orthogonal(
     key: jax.Array,
     dim: int,
@@ -260,6 +280,7 @@ def hd_orthogonal(
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype)
     num_rotations = _check_num_rotations(num_rotations)
+    _check_hd_sizes(dim, num_features, dtype, num_rotations)
     signs, norms = _hd_factors(key, dim, num_features, dtype, num_rotations)
     return HadamardProjection(signs, norms, dim, num_features, simplex=False)
 
@@ -303,6 +324,7 @@ def fast_simplex(
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype, min_dim=SIMPLEX_MIN_DIM)
     num_rotations = _check_num_rotations(num_rotations)
+    _check_hd_sizes(dim, num_features, dtype, num_rotations)
     signs, norms = _hd_factors(key, dim, num_features, dtype, num_rotations)
     return HadamardProjection(signs, norms, dim, num_features, simplex=True)
 

@@ -29,7 +29,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.typing import ArrayLike
+from jax.typing import ArrayLike, DTypeLike
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -214,7 +214,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     Precision: when JAX runs with 64-bit floats enabled (``jax_enable_x64``) and the input is
     float64, features are computed in float64; otherwise in float32. The output has the dtype of
     the validated input (float64 or float32; other inputs are converted to float64), as for
-    ``RBFSampler``.
+    ``RBFSampler``. Float64 input whose scaled values X / lengthscale lie beyond the compute
+    dtype's range raises a ``ValueError`` (in float32 they would become infinite, the features
+    NaN).
 
     One input feature: couplings that need at least two input dimensions (``min_dim`` in
     ``rfjax.projections.info``: the simplex couplings) fall back to the ``gaussian`` (i.i.d.)
@@ -359,6 +361,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             odd=odd,
             dtype=self._compute_dtype,
         )
+        self._check_representable(data, self._compute_dtype)
         if feature_map.fitted_fields:
             u = jnp.asarray(data, self._compute_dtype) / self._lengthscale()
             feature_map = feature_map.fit(fit_key, u, u)
@@ -390,6 +393,22 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _lengthscale(self) -> float:
         return 1.0 / math.sqrt(2.0 * float(self.gamma))
 
+    def _check_representable(self, data: np.ndarray, compute_dtype: DTypeLike) -> None:
+        """Raises ``ValueError`` if the scaled input X / lengthscale holds finite values that
+        the compute dtype cannot hold (float64 input beyond float32's range, features computed
+        in float32): they would become infinite and the features NaN, with no error."""
+        if not len(data) or np.dtype(compute_dtype).itemsize >= data.dtype.itemsize:
+            return
+        largest = float(np.max(np.abs(data))) / self._lengthscale()
+        limit = float(jnp.finfo(compute_dtype).max)
+        if largest > limit:
+            raise ValueError(
+                f"X holds values up to |x| / lengthscale = {largest:.3g} (gamma={self.gamma}) that "
+                f"{np.dtype(compute_dtype).name}, the dtype the features are computed in, cannot "
+                f"represent (largest {limit:.3g}): rescale X, or enable float64 with "
+                "jax.config.update('jax_enable_x64', True)"
+            )
+
     def transform(self, X: ArrayLike) -> np.ndarray:
         """Maps ``X`` to random features.
 
@@ -407,6 +426,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         check_is_fitted(self)
         data: np.ndarray = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         compute_dtype = self._compute_dtype if data.dtype == np.float64 else jnp.float32
+        self._check_representable(data, compute_dtype)
         out = np.empty((data.shape[0], self.n_components), data.dtype)
         options = dict(
             lengthscale=self._lengthscale(),

@@ -243,7 +243,10 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
 
     Classes are encoded one-vs-all as +-1 targets (one column for two classes), fitted by
     ``RandomFeatureRidge``'s streaming ridge, and predicted by the largest decision value (its
-    sign for two classes).
+    sign for two classes). Labels are what ``RidgeClassifier`` takes: any that
+    ``sklearn.preprocessing.LabelBinarizer`` encodes (ints, strings, bools, ...), or a
+    multilabel indicator matrix ``(n_samples, n_labels)``, one +-1 target per label, predicted
+    as an indicator matrix by the sign of each label's decision value.
 
     Parameters:
       kernel, coupling, features, n_components, gamma, random_state: as ``RandomFeatures``.
@@ -251,7 +254,7 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
       fit_intercept: whether to fit unpenalised intercepts (default True).
 
     Attributes:
-      classes_: the class labels.
+      classes_: the class labels (``arange(n_labels)`` for a multilabel indicator ``y``).
       model_, projection_, feature_map_: as ``RandomFeatureRidge``.
       coef_: shape ``(1, n_components)`` for two classes, else ``(n_classes, n_components)``.
       intercept_: shape ``(1,)`` or ``(n_classes,)``.
@@ -273,7 +276,7 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
 
         Args:
           X: array-like ``(n_samples, n_features)``.
-          y: class labels ``(n_samples,)``.
+          y: class labels ``(n_samples,)``, or a multilabel indicator ``(n_samples, n_labels)``.
 
         Returns:
           self.
@@ -281,15 +284,17 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
         Raises:
           ValueError: for an invalid parameter, invalid ``X``, continuous ``y`` or one class.
         """
-        data, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        y = column_or_1d(y, warn=True)
+        data, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True)
         check_classification_targets(y)
         binarizer = LabelBinarizer(pos_label=1, neg_label=-1)
         targets = binarizer.fit_transform(y).astype(np.float64)
-        if len(binarizer.classes_) < 2:
-            raise ValueError(
-                f"y must hold at least 2 classes to classify, got 1 class: {binarizer.classes_}"
-            )
+        if not binarizer.y_type_.startswith("multilabel"):
+            column_or_1d(y, warn=True)  # a column vector warns, as for RidgeClassifier
+            if len(binarizer.classes_) < 2:
+                raise ValueError(
+                    f"y must hold at least 2 classes to classify, got 1 class: {binarizer.classes_}"
+                )
+        self._label_binarizer = binarizer
         self.classes_ = binarizer.classes_
         self._fit_targets(data, targets)
         self._coefficients(single_output=False)
@@ -302,7 +307,16 @@ class RandomFeatureRidgeClassifier(ClassifierMixin, _RandomFeatureRidgeBase):
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict(self, X: ArrayLike) -> np.ndarray:
-        """The class with the largest decision value."""
+        """The class with the largest decision value; for multilabel targets, the indicator
+        matrix of the labels with positive decision values."""
+        check_is_fitted(self)
+        if self._label_binarizer.y_type_.startswith("multilabel"):
+            return self._label_binarizer.inverse_transform(2.0 * (self._scores(X) > 0) - 1.0)
         scores = self.decision_function(X)
         indices = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
         return self.classes_[indices]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags

@@ -7,6 +7,12 @@ since the last logged record (so the next record averages the same steps) and th
 time so far. Saves are asynchronous (Orbax writes to a temporary directory and renames it when
 complete), so a kill during a save leaves the previous checkpoints intact.
 
+Every checkpoint also carries the settings of the run that made it (``Checkpoints(...,
+settings=...)``: the trainer's options, and the cell's identity in a sweep: settings, arm and
+seed). A restore checks them: a checkpoint made under other settings (or before checkpoints
+recorded them) is refused with ``SettingsMismatchError``, which names the fields that differ;
+the trainer never continues another run's model.
+
 Restoring tries the newest step first. A checkpoint that does not restore (a damaged file, a
 missing item) is reported with its step, path and error, moved to ``workdir/corrupt_checkpoints``
 (kept for inspection, and out of the way of the step numbers training will save again), and the
@@ -27,20 +33,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from experiments.core import records
+
 CORRUPT_DIRNAME = "corrupt_checkpoints"
+SETTINGS_KEY = "settings"  # in a checkpoint's progress item: the settings it was made under
 
 
 class CheckpointError(RuntimeError):
     """Checkpoints exist in a workdir but none of them restores."""
+
+
+class SettingsMismatchError(CheckpointError):
+    """The checkpoints in a workdir were made under other settings than the run's."""
 
 
 @dataclasses.dataclass
@@ -101,9 +115,12 @@ class Checkpoints:
       directory: ``workdir/checkpoints``.
       keep: how many of the newest checkpoints to keep (at least 2 leaves a fallback; None
         keeps all).
+      settings: what the run depends on (JSON: the trainer's options, the sweep cell's
+        identity), stored in every checkpoint and required of every restored one.
     """
 
-    def __init__(self, directory: str, keep: int | None):
+    def __init__(self, directory: str, keep: int | None, settings: Mapping[str, Any]):
+        self.settings = json.loads(json.dumps(dict(settings)))
         self.directory = os.path.abspath(directory)
         self.manager = ocp.CheckpointManager(
             self.directory,
@@ -124,28 +141,29 @@ class Checkpoints:
         shardings), or None if there is no checkpoint.
 
         Raises:
+          SettingsMismatchError: if the newest checkpoint that restores was made under other
+            settings (naming the fields that differ).
           CheckpointError: if there are checkpoints and none restores.
         """
         skipped: dict[int, str] = {}
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                with _settled_event_loops():
-                    restored = self.manager.restore(
-                        step,
-                        args=ocp.args.Composite(
-                            state=ocp.args.StandardRestore(target),
-                            progress=ocp.args.JsonRestore(),
-                        ),
-                    )
-                progress = TrainingProgress(**restored["progress"])
+                # The settings first (a small JSON item): another run's state may not even
+                # have this run's structure.
+                stored = dict(self._restore(step, progress=ocp.args.JsonRestore())["progress"])
+                made_under = stored.pop(SETTINGS_KEY, None)
+                progress = TrainingProgress(**stored)
             except Exception as error:  # Orbax/TensorStore raise many types for damaged files
-                skipped[step] = (
-                    f"checkpoint of step {step} at {self.path(step)} could not be restored "
-                    f"({type(error).__name__}: {_first_line(error)})"
-                )
+                skipped[step] = self._unrestorable(step, error)
+                continue
+            self._check_settings(step, made_under)
+            try:
+                state = self._restore(step, state=ocp.args.StandardRestore(target))["state"]
+            except Exception as error:
+                skipped[step] = self._unrestorable(step, error)
                 continue
             self._set_aside(list(skipped))
-            return Restored(step, restored["state"], progress, tuple(skipped.values()))
+            return Restored(step, state, progress, tuple(skipped.values()))
         if skipped:
             raise CheckpointError(
                 "no checkpoint in "
@@ -154,6 +172,31 @@ class Checkpoints:
                 + "\nMove or delete them to train from scratch."
             )
         return None
+
+    def _restore(self, step: int, **items: Any) -> Any:
+        with _settled_event_loops():
+            return self.manager.restore(step, args=ocp.args.Composite(**items))
+
+    def _unrestorable(self, step: int, error: Exception) -> str:
+        return (
+            f"checkpoint of step {step} at {self.path(step)} could not be restored "
+            f"({type(error).__name__}: {_first_line(error)})"
+        )
+
+    def _check_settings(self, step: int, made_under: Any) -> None:
+        if made_under == self.settings:
+            return
+        differing = (
+            "; ".join(records.differences(made_under, self.settings))
+            if isinstance(made_under, dict)
+            else "the checkpoint records no settings (made before checkpoints recorded them)"
+        )
+        raise SettingsMismatchError(
+            f"the checkpoint of step {step} at {self.path(step)} was made under other settings "
+            f"than this run's ({differing}); refusing to continue another run's model. Run "
+            f"with the settings it was made under, or move {self.directory} aside (or delete "
+            "it) to train from step 0."
+        )
 
     def _set_aside(self, steps: list[int]) -> None:
         """Moves the checkpoints of ``steps`` to ``../corrupt_checkpoints/<step>``."""
@@ -174,11 +217,11 @@ class Checkpoints:
     def save(self, step: int, state: Any, progress: TrainingProgress) -> None:
         """Starts saving ``state`` and ``progress`` as the checkpoint of ``step`` (asynchronous:
         ``wait`` blocks until it is complete)."""
+        stored = {**dataclasses.asdict(progress), SETTINGS_KEY: self.settings}
         self.manager.save(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                progress=ocp.args.JsonSave(dataclasses.asdict(progress)),
+                state=ocp.args.StandardSave(state), progress=ocp.args.JsonSave(stored)
             ),
         )
 
@@ -192,7 +235,7 @@ class Checkpoints:
 
 def latest_params(directory: str) -> Any:
     """The parameters of the newest checkpoint in ``directory`` as host NumPy arrays."""
-    checkpoints = Checkpoints(directory, keep=None)
+    checkpoints = Checkpoints(directory, keep=None, settings={})
     try:
         step = checkpoints.manager.latest_step()
         if step is None:

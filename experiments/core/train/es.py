@@ -11,11 +11,14 @@ population is evaluated at once, ``vmap`` over parameters (members) and environm
 parameters.
 
 Determinism and resume follow the trainer (``trainer``): everything random is a function of the
-run's seed and the generation (``fold_in``); an Orbax ``CheckpointManager`` in
-``workdir/checkpoints`` keeps the ES state (mean, Adam state, generation counter) every
-``checkpoint_every`` generations and at the end; a run started again in the same workdir
-restores the latest one and continues bit-identically; ``train.MetricsWriter`` writes
-``workdir/metrics.jsonl`` (cut back to the restored generation), with a progress bar.
+run's seed and the generation (``fold_in``); the trainer's ``Checkpoints`` (Orbax) in
+``workdir/checkpoints`` keep the ES state (mean, Adam state, generation counter) every
+``checkpoint_every`` generations and at the end, with the settings the run is made under
+(``ESTrainer.run_settings``: the ES options, the seed and a sweep cell's identity); a run
+started again in the same workdir under the same settings restores the latest one and continues
+bit-identically (under others it refuses, naming the fields that differ);
+``train.MetricsWriter`` writes ``workdir/metrics.jsonl`` (cut back to the restored generation),
+with a progress bar.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 from evosax.algorithms import Open_ES
 from evosax.core.fitness_shaping import (
     centered_rank_fitness_shaping_fn,
@@ -38,10 +40,15 @@ from evosax.core.fitness_shaping import (
 )
 from tqdm.auto import tqdm
 
+from experiments.core import sweep
 from experiments.core.train import trainer as train
+from experiments.core.train.checkpoints import Checkpoints, TrainingProgress
 
 Params = Any
 FitnessShaping = Literal["centered_rank", "identity"]
+# ES options that change neither the run nor its metrics: a run resumed with other values of
+# them continues the same run.
+_OPERATIONAL_FIELDS = ("checkpoint_every", "keep_checkpoints")
 _SHAPING = {
     "centered_rank": centered_rank_fitness_shaping_fn,
     "identity": identity_fitness_shaping_fn,
@@ -246,31 +253,42 @@ class ESTrainer:
         state = self.strategy.init(init_key, init_params, self.strategy.default_params)
         return _strong_types(state)
 
-    def _manager(self, workdir: str) -> ocp.CheckpointManager:
-        return ocp.CheckpointManager(
+    def _checkpoints(self, workdir: str, seed: int) -> Checkpoints:
+        """The run's checkpoints, made under (and checked against) ``run_settings``."""
+        return Checkpoints(
             os.path.join(workdir, "checkpoints"),
-            options=ocp.CheckpointManagerOptions(
-                max_to_keep=self.config.keep_checkpoints, create=True
-            ),
+            self.config.keep_checkpoints,
+            self.run_settings(workdir, seed),
         )
 
-    def _restore(self, manager: ocp.CheckpointManager, init_params: Params, seed: int):
-        """(ES state, generations done): the latest checkpoint, or the initial state and 0."""
-        start = manager.latest_step()
-        if start is None:
+    def run_settings(self, workdir: str, seed: int) -> dict:
+        """What a run's checkpoints are made under: the ES options less the operational ones
+        (``es``), the seed and, when ``workdir`` is a sweep cell, its identity (``cell``)."""
+        options = {k: v for k, v in self.config.to_dict().items() if k not in _OPERATIONAL_FIELDS}
+        return {"es": options, "seed": seed, "cell": sweep.cell(workdir)}
+
+    def _restore(self, checkpoints: Checkpoints, init_params: Params, seed: int):
+        """(ES state, generations done): the latest checkpoint, or the initial state and 0.
+
+        Raises:
+          SettingsMismatchError: if the checkpoint was made under other settings.
+        """
+        target = jax.eval_shape(self.initial_state, init_params, seed)
+        restored = checkpoints.restore_latest(target)
+        if restored is None:
             return self.initial_state(init_params, seed), 0
-        target = {"es_state": jax.eval_shape(self.initial_state, init_params, seed)}
-        restored = manager.restore(start, args=ocp.args.StandardRestore(target))["es_state"]
+        for line in restored.skipped:
+            print(f"WARNING: {line}; falling back to an older checkpoint", flush=True)
         # Through the host: uncommitted arrays like the initial state's, so no recompilation.
-        return _strong_types(jax.device_get(restored)), start
+        return _strong_types(jax.device_get(restored.state)), restored.step
 
     def final_mean(self, workdir: str, init_params: Params, *, seed: int) -> Params:
         """The ES mean (policy parameters) of the latest checkpoint in ``workdir``."""
-        manager = self._manager(os.path.abspath(workdir))
+        checkpoints = self._checkpoints(os.path.abspath(workdir), seed)
         try:
-            state, _ = self._restore(manager, init_params, seed)
+            state, _ = self._restore(checkpoints, init_params, seed)
         finally:
-            manager.close()
+            checkpoints.close()
         return self.strategy.get_mean(state)
 
     def train(
@@ -296,8 +314,8 @@ class ESTrainer:
         workdir = os.path.abspath(workdir)
         os.makedirs(workdir, exist_ok=True)
         _, run_key, eval_key = jax.random.split(jax.random.key(seed), 3)
-        manager = self._manager(workdir)
-        state, start = self._restore(manager, init_params, seed)
+        checkpoints = self._checkpoints(workdir, seed)
+        state, start = self._restore(checkpoints, init_params, seed)
         end = config.num_generations
         if stop_at_generation is not None:
             end = min(end, stop_at_generation)
@@ -321,10 +339,9 @@ class ESTrainer:
             if done % config.eval_every == 0 or done == config.num_generations:
                 writer.write("eval", done, jax.device_get(self.evaluate(state, eval_key)))
             if done % config.checkpoint_every == 0 or done == end:
-                manager.save(done, args=ocp.args.StandardSave({"es_state": state}))
+                checkpoints.save(done, state, TrainingProgress())
         bar.close()
-        manager.wait_until_finished()
-        manager.close()
+        checkpoints.close()
         writer.close()
         evals = [r for r in train.read_metrics(workdir) if r["split"] == "eval"]
         return {

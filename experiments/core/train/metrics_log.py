@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 
 import jax
 
+from experiments.core import outputs
+
 FILENAME = "metrics.jsonl"
 
 try:  # optional TensorBoard summaries
@@ -66,21 +68,6 @@ def read_metrics(workdir: str) -> list[dict]:
         return _parse(path, handle.read())[0]
 
 
-def _replace_atomically(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` so that a kill at any point leaves the old or the new file."""
-    temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    directory = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(directory)  # makes the rename itself durable
-    finally:
-        os.close(directory)
-
-
 class MetricsWriter:
     """Writes training and evaluation records to ``workdir/metrics.jsonl``, the console and
     TensorBoard (when ``clu`` is installed); only process 0 writes.
@@ -109,7 +96,7 @@ class MetricsWriter:
             records, torn = _parse(self.path, text)
             self.records = [r for r in records if r["step"] <= resume_step]
             if torn or len(self.records) < len(records):
-                _replace_atomically(self.path, "".join(map(_line, self.records)))
+                outputs.write_text(self.path, "".join(map(_line, self.records)))
             self.written = {(r["split"], r["step"]) for r in self.records}
         self.handle = open(self.path, "a")  # noqa: SIM115 - closed by close()
         if _clu_writers is not None:

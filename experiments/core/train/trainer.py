@@ -15,11 +15,15 @@ with the first step to produce and must yield the batch of step s as a function 
 only (``epoch_batches`` does: epoch e = s // steps_per_epoch is shuffled by
 ``default_rng([seed, e])``). Checkpoints (``experiments.checkpoints``: Orbax, in
 ``workdir/checkpoints``) are written every ``checkpoint_every_steps``, at the end and on
-SIGINT/SIGTERM; they hold the train state and the per-step metrics not yet logged, so a run
-started again in the same workdir continues from the newest checkpoint that restores (saying
+SIGINT/SIGTERM; they hold the train state, the per-step metrics not yet logged and the
+settings the run is made under (``run_settings``: the trainer options and, in a sweep cell, the
+cell's settings, arm and seed), so a run started again in the same workdir under the same
+settings continues from the newest checkpoint that restores (saying
 "resuming from step N") and produces the same batches, keys, parameters (bit-identical on the
 same devices) and ``metrics.jsonl`` records as an uninterrupted run, whatever
-``checkpoint_every_steps`` and ``log_every_steps`` are. The metrics file
+``checkpoint_every_steps`` and ``log_every_steps`` are; under other settings it refuses
+(``SettingsMismatchError``, naming the fields that differ) rather than continue another run's
+model (the sweep moves such a folder aside before it measures a cell). The metrics file
 (``experiments.metrics_log``: one JSON record per line, ``step``, ``split`` = "train" | "eval",
 values) is appended with an ``fsync`` per record and cut back to the restored step on resume;
 a torn last line left by a kill is dropped. Train records hold the means over the logging
@@ -70,7 +74,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from configs.training import train_config
-from experiments.core import outputs
+from experiments.core import outputs, sweep
 from experiments.core.train import distributed
 from experiments.core.train.checkpoints import Checkpoints, TrainingProgress, latest_params
 from experiments.core.train.distributed import padded_batches, process_share
@@ -88,6 +92,7 @@ __all__ = [
     "make_optimizer",
     "padded_batches",
     "read_metrics",
+    "run_settings",
     "step_rngs",
     "train_and_evaluate",
     "train_seed",
@@ -472,6 +477,19 @@ def _make_steps(config: ml_collections.ConfigDict, task: Task) -> _Steps:
     )
 
 
+# Trainer options that change neither the model nor its metrics records: a run resumed with
+# other values of them continues the same run.
+OPERATIONAL_FIELDS = ("checkpoint_every_steps", "keep_checkpoints", "progress_every_seconds")
+
+
+def run_settings(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """What a run's checkpoints are made under, and checked against on restore: the trainer
+    options less ``OPERATIONAL_FIELDS`` (``train``) and, when ``workdir`` is a sweep cell, its
+    identity (``cell``: the study's settings, the arm and the seed; ``sweep.cell``)."""
+    options = {k: v for k, v in config.to_dict().items() if k not in OPERATIONAL_FIELDS}
+    return {"train": options, "cell": sweep.cell(workdir)}
+
+
 def _restore_or_initialise(
     checkpoints: Checkpoints, steps: _Steps
 ) -> tuple[TrainState, TrainingProgress]:
@@ -514,13 +532,19 @@ def train_and_evaluate(
     Raises:
       TrainingInterrupted: on SIGINT/SIGTERM, after saving a checkpoint.
       experiments.checkpoints.CheckpointError: if checkpoints exist and none restores.
+      experiments.checkpoints.SettingsMismatchError: if the checkpoint to resume was made
+        under other settings (``run_settings``; the message names the fields that differ).
     """
     session_start = time.monotonic()
     validate_train_config(config)
     steps = _make_steps(config, task)
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
-    checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"), config.keep_checkpoints)
+    checkpoints = Checkpoints(
+        os.path.join(workdir, "checkpoints"),
+        config.keep_checkpoints,
+        run_settings(config, workdir),
+    )
     state, progress = _restore_or_initialise(checkpoints, steps)
     step, pending = int(state.step), _Pending(progress.pending)
 
@@ -607,13 +631,14 @@ def enable_compilation_cache(workdir: str, cache_dir: str) -> None:
 def train_seed(
     train_config: ml_collections.ConfigDict, workdir: str, name: str, seed: int, task: Task
 ) -> tuple[dict[str, float], str, float]:
-    """One run of a sweep: ``train_and_evaluate`` with ``train_config`` at ``seed`` in
-    ``workdir/runs/<name>_seed<seed>`` (resumed if it exists).
+    """One run of a sweep: ``train_and_evaluate`` with ``train_config`` at ``seed`` in the
+    cell folder ``workdir/runs/<name>_seed<seed>`` (resumed if it holds this cell's
+    checkpoints: ``sweep.start_cell`` moved any other run's aside).
 
     Returns the final metrics, the run's directory and its training time in seconds over all
     sessions (``final["train_seconds"]``: a resumed run reports the whole, not the last part).
     """
-    run_dir = os.path.join(workdir, "runs", f"{name}_seed{seed}")
+    run_dir = sweep.run_dir(workdir, name, seed)
     run_config = ml_collections.ConfigDict(train_config.to_dict())
     run_config.seed = seed
     final = train_and_evaluate(run_config, run_dir, task)

@@ -26,7 +26,7 @@ from rfjax.nn._favor_heads import (
     check_flax_arguments,
     check_sequence_call,
     cosine_scores,
-    decode_step,
+    decode_heads,
     draw_heads,
     draw_keys_data,
     favor_heads,
@@ -94,9 +94,16 @@ class PerformerAttention(nnx.Module):
     Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
     ``DecodeState`` (performer) or Flax's key/value cache (exact); then each call with
     ``decode=True`` takes one token ``(B, 1, D)``, as with ``nnx.MultiHeadAttention`` (causal;
-    the Performer needs the same ``projection_step`` at every step). The Performer's cache keeps
-    the drawn projection and feature map (``decode_draw``, with the keys they came from): a step
-    draws them again only when its keys change, not for every token.
+    the Performer needs the same ``projection_step`` at every step). The first call on the
+    empty cache may instead take a prompt's T tokens ``(B, T, D)`` at once (a prefill; a call
+    of T > 1 tokens on a cache that is not empty raises ``ValueError``, at run time under
+    ``jit``): the Performer attends over them with the chunked causal form and keeps the state
+    after them (``rfjax.attention.favor_prefill``), the exact kind writes them into its cache.
+    The Performer's cache keeps the drawn projection and feature map (``decode_draw``, with the
+    keys they came from): a call with a ``projection_step`` draws them again only when its
+    keys change, not for every token; a call without one (``None``) uses the cache's as they
+    are, those of ``init_cache``'s ``projection_step`` (no keys derived or compared: the lean
+    step of a compiled decoding loop).
 
     Args:
       num_heads, in_features, qkv_features, out_features, num_kv_heads, in_kv_features: as in
@@ -121,7 +128,7 @@ class PerformerAttention(nnx.Module):
         it applies to queries and keys before FAVOR (with the call's ``input_positions``);
         another function raises ``ValueError``.
       attention_kind, coupling, num_features, feature_map, causal, redraw_interval,
-        chunk_size, eps, query_key_norm, initial_temperature: as in
+        chunk_size, implementation, eps, query_key_norm, initial_temperature: as in
         ``rfjax.nn.PerformerAttention``.
       sequence_axis: the name of a mesh axis that splits the sequence (performer only), as in
         ``rfjax.nn.PerformerAttention``: the layer is called inside ``jax.shard_map`` on the
@@ -197,6 +204,7 @@ class PerformerAttention(nnx.Module):
         query_key_norm: bool = False,
         initial_temperature: float = 1.0,
         sequence_axis: str | None = None,
+        implementation: str = "auto",
     ) -> None:
         qkv_features = in_features if qkv_features is None else qkv_features
         self.head_dim = check_attributes(
@@ -245,6 +253,7 @@ class PerformerAttention(nnx.Module):
         self.causal = causal
         self.redraw_interval = redraw_interval
         self.chunk_size = chunk_size
+        self.implementation = implementation
         self.eps = eps
         self.query_key_norm = query_key_norm
         self.sequence_axis = sequence_axis
@@ -363,7 +372,8 @@ class PerformerAttention(nnx.Module):
     ) -> None:
         """Creates the empty cache for inputs of shape ``(B, L, D)`` (``(B, 1, D)`` per step), as
         ``nnx.MultiHeadAttention.init_cache``: the FAVOR ``DecodeState`` (performer; its size
-        does not depend on L), or Flax's key/value cache of length L (exact)."""
+        does not depend on L) with the projection of ``projection_step`` (``None``: step 0),
+        or Flax's key/value cache of length L (exact)."""
         self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
         if self.attention_kind == "exact":
             shape = (*input_shape[:-1], self.num_kv_heads, self.head_dim)
@@ -419,7 +429,9 @@ class PerformerAttention(nnx.Module):
             positions ``(T,)`` of the rotation (while decoding, the new token's ``(1,)``);
             ``None``: ``0..T-1``. Without a rotary ``attention_fn`` the Performer has no use
             for positions and raises ``ValueError``.
-          projection_step: the training step that selects the projection (performer only).
+          projection_step: the training step that selects the projection (performer only;
+            ``None``: step 0, or while decoding the cache's projection, see the class
+            docstring).
 
         Returns:
           ``(B, T, out_features)``.
@@ -448,6 +460,7 @@ class PerformerAttention(nnx.Module):
                 value,
                 mask,
                 causal and not decode,
+                decode,
                 deterministic,
                 rngs,
                 sow_weights,
@@ -527,13 +540,25 @@ class PerformerAttention(nnx.Module):
             chunk_size=self.chunk_size,
             eps=self.eps,
             sequence_axis=self.sequence_axis,
+            implementation=self.implementation,
         )
 
     def _exact(
-        self, query, key, value, mask, causal, deterministic, rngs, sow_weights, input_positions
+        self,
+        query,
+        key,
+        value,
+        mask,
+        causal,
+        decode,
+        deterministic,
+        rngs,
+        sow_weights,
+        input_positions,
     ):
         """Flax's attention: ``attention_fn`` with the arguments ``nnx.MultiHeadAttention``
-        passes it."""
+        passes it; non-finite inputs isolated (``isolating_non_finite``; while decoding, by
+        the cache's NaN keys, ``kv_cache_step``)."""
         if mask is not None and mask.ndim == 2:
             mask = mask[:, None, None, :]
         dropout_rng = None
@@ -565,40 +590,52 @@ class PerformerAttention(nnx.Module):
             is_causal=causal,
             **positions,
         )
+        if decode:  # the cache holds non-finite tokens as NaN keys (kv_cache_step)
+            return attend(query, key, value)
         return isolating_non_finite(attend, query, key, value, mask, causal=causal)
 
     def _append_to_cache(self, key, value, mask):
         self._check_cache("cached_key", "cached_value", "cache_index")
+        length = key.shape[1]
         key, value, mask = kv_cache_step(
             self.cached_key[...], self.cached_value[...], self.cache_index[...], key, value, mask
         )
         self.cached_key[...], self.cached_value[...] = key, value
-        self.cache_index[...] += 1
+        self.cache_index[...] += length
         return key, value, mask
 
     def _decode(self, query, key, value, mask, projection_step):
         self._check_cache("decode_state", "decode_draw", "decode_draw_keys", "cache_index")
-        keys = self._draw_keys(projection_step)
-        data = draw_keys_data(*keys)
-        projection, fmap = kept_draw(
-            self.decode_draw.get_value(),
-            self.decode_draw_keys.get_value(),
-            data,
-            lambda: self._draw_from(*keys),
-        )
-        self.decode_draw.set_value((projection, fmap))
-        self.decode_draw_keys.set_value(data)
-        feature_map = self._with_fitted(fmap)
-        state, out = decode_step(
+        projection, fmap = self._decode_draw(projection_step)
+        state, out = decode_heads(
             self.decode_state.get_value(),
+            self.cache_index.get_value(),
             query,
             key,
             value,
             projection,
-            feature_map,
+            self._with_fitted(fmap),
             mask,
+            chunk_size=self.chunk_size,
             eps=self.eps,
         )
         self.decode_state.set_value(state)
-        self.cache_index.set_value(self.cache_index.get_value() + 1)
+        self.cache_index.set_value(self.cache_index.get_value() + query.shape[1])
         return out
+
+    def _decode_draw(self, projection_step: jax.Array | int | None) -> HeadsDraw:
+        """The draw decoding uses: the cache's as it is when ``projection_step`` is None (no
+        keys derived or compared per token), else that of ``projection_step``'s keys, drawn
+        again only when they differ from those the cache's came from (``kept_draw``)."""
+        kept, kept_keys = self.decode_draw, self.decode_draw_keys
+        assert kept is not None and kept_keys is not None  # _decode checked the cache
+        if projection_step is None:
+            return kept.get_value()
+        keys = self._draw_keys(projection_step)
+        data = draw_keys_data(*keys)
+        draw = kept_draw(
+            kept.get_value(), kept_keys.get_value(), data, lambda: self._draw_from(*keys)
+        )
+        kept.set_value(draw)
+        kept_keys.set_value(data)
+        return draw

@@ -1,0 +1,591 @@
+"""Fused Pallas kernels of FAVOR attention for maps with affine log-features: the feature map
+(projection, exponent, stabiliser) is computed inside the kernels from the rows, so the (T, m)
+features never reach memory.
+
+One head, one sequence (``jax.vmap`` over batch and heads adds grid axes). The maps are those
+whose log-features are l(x) = x W^T + b + g |x|^2 (``rfjax.features.AffineLogForm``: FAVOR+,
+its antithetic variant and OPRF); the computation is the chunk algorithm of ``_log_prefix``
+(per-feature key shifts, exact at any norm), written per chunk of C positions in blocks of
+B = 16:
+
+* causal, forward: ``key_summary_kernel`` per chunk (the chunk's key maximum d and summary
+  sum_j exp(lb_j - d) [v_j, 1]), the running maxima and the chunk states by a scan over the
+  summaries only (``_chunks.chunk_states``, in XLA), then ``output_kernel`` per chunk: the
+  numerator and denominator rows and the row shifts M;
+* causal, backward (one ``jax.custom_vjp``): the states again, ``query_summary_kernel`` per chunk
+  (sum_t exp(la_t + C^s - M_t) G_t^T) and the later queries' states by the reversed scan, then
+  ``cotangent_kernel`` over groups of chunks: the cotangents of the log-features pulled back
+  through the affine map at once (dq = dla W + 2 g (sum_i dla_i) q, and dW, db summed over the
+  group's chunks);
+* bidirectional: the same key summaries combined over all chunks (per-feature maxima), then
+  ``readout_kernel`` per chunk; its backward forms the queries' summary and the keys'
+  cotangents the same way.
+
+The kernels are written once in Pallas and compiled for a backend (``Backend``: Triton on NVIDIA
+sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Values are
+padded to a width of at least 16 (the products' smallest dimension on GPUs) and the head
+dimension likewise (zeros change neither x W^T nor |x|^2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from rfjax.attention._checks import log_floor
+from rfjax.attention._chunks import chunk_states
+from rfjax.attention._fused_kernels import (
+    CHUNK,
+    cotangent_kernel,
+    key_cotangent_kernel,
+    key_summary_kernel,
+    output_kernel,
+    query_cotangent_kernel,
+    query_summary_kernel,
+    readout_kernel,
+)
+from rfjax.attention._head_features import finite_rows, floored_ratio
+from rfjax.features import AffineLogForm
+
+MIN_WIDTH = 16  # the smallest dimension of a product on GPUs (tt.dot)
+CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summed over them)
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """How the kernels are compiled: ``compiler`` "triton", "tpu" or None (interpret mode,
+    with the TPU's simulator for ``interpret == "tpu"``)."""
+
+    compiler: str | None
+    interpret: str | None = None
+
+    def call(self, kernel, **kwargs):
+        """``pl.pallas_call`` of ``kernel`` with this backend's parameters."""
+        if self.compiler == "triton":
+            from jax.experimental.pallas import triton as plgpu
+
+            kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=4, num_stages=2)
+        elif self.compiler == "tpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            semantics = ("parallel",) * len(kwargs["grid"])
+            kwargs["compiler_params"] = pltpu.CompilerParams(dimension_semantics=semantics)
+        elif self.interpret == "tpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            kwargs["interpret"] = pltpu.InterpretParams()
+        else:
+            kwargs["interpret"] = True
+        return pl.pallas_call(kernel, **kwargs)
+
+
+# ------------------------------------------------------------------------------- wrappers
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class _Sequence:
+    """A sequence of T rows padded to whole chunks (zeros; keys of padded rows do not count)
+    and its column widths to multiples of ``MIN_WIDTH`` (zeros change neither x W^T, |x|^2
+    nor a product with a value)."""
+
+    def __init__(self, length: int):
+        self.length = length
+        self.padded = _round_up(length, CHUNK)
+        self.chunks = self.padded // CHUNK
+
+    def pad(self, x: jax.Array) -> jax.Array:
+        """``(T, w)`` -> ``(T', w')``, or a mask ``(T,)`` -> a float column ``(T', 1)``."""
+        if x.ndim == 1:
+            x = x[:, None].astype(jnp.float32)
+            return jnp.pad(x, ((0, self.padded - self.length), (0, 0)))
+        width = _round_up(x.shape[1], MIN_WIDTH)
+        return jnp.pad(x, ((0, self.padded - self.length), (0, width - x.shape[1])))
+
+    def rows(self, x: jax.Array | jax.ShapeDtypeStruct, chunks: int = 1) -> pl.BlockSpec:
+        """Blocks of ``chunks`` chunks of rows of a padded ``(T', w)`` array."""
+        return pl.BlockSpec((chunks * CHUNK, x.shape[1]), lambda c: (c, 0))
+
+
+def _whole(x: jax.Array | jax.ShapeDtypeStruct) -> pl.BlockSpec:
+    return pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim)
+
+
+def _per_chunk(x: jax.Array | jax.ShapeDtypeStruct, chunks: int | None = None) -> pl.BlockSpec:
+    """Block c of an ``(n, ...)`` array: entry c, squeezed (``chunks`` None), or entries
+    [c chunks, (c + 1) chunks) (a group's, indexed inside the kernel)."""
+    rest = x.shape[1:]
+    if chunks is None:
+        return pl.BlockSpec((None, *rest), lambda c: (c, *(0,) * len(rest)))
+    return pl.BlockSpec((chunks, *rest), lambda c: (c, *(0,) * len(rest)))
+
+
+def _out(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+class _Map(NamedTuple):
+    """The affine map padded for the kernels: weights ``(m, H')``, bias ``(1, m)``."""
+
+    weights: jax.Array
+    bias: jax.Array
+    norm_weight: float
+
+    @staticmethod
+    def of(weights: jax.Array, bias: jax.Array, norm_weight: float) -> _Map:
+        head_dim = _round_up(weights.shape[1], MIN_WIDTH)
+        padded = jnp.pad(weights, ((0, 0), (0, head_dim - weights.shape[1])))
+        return _Map(padded, bias[None, :].astype(jnp.float32), norm_weight)
+
+    def specs(self) -> list[pl.BlockSpec]:
+        return [_whole(self.weights), _whole(self.bias)]
+
+
+def _group_size(chunks: int) -> int:
+    """Chunks per program of the cotangent kernels: the largest divisor of ``chunks`` up to
+    ``CHUNKS_PER_GROUP``."""
+    return max(g for g in range(1, min(CHUNKS_PER_GROUP, chunks) + 1) if chunks % g == 0)
+
+
+def _key_summaries(form: _Map, keys: _Sequence, k, v, valid, backend, matmul_dtype):
+    """Each chunk's key maximum d ``(n, 1, m)``, sum_j exp(lb_j - d) v_j^T ``(n, m, P)`` and
+    sum_j exp(lb_j - d) ``(n, 1, m)``."""
+    width, value_width, n = form.weights.shape[0], v.shape[1], keys.chunks
+    kernel = functools.partial(
+        key_summary_kernel, norm_weight=form.norm_weight, matmul_dtype=matmul_dtype
+    )
+    outputs = [_out((n, 1, width)), _out((n, width, value_width)), _out((n, 1, width))]
+    return backend.call(
+        kernel,
+        grid=(n,),
+        in_specs=[keys.rows(k), keys.rows(v), keys.rows(valid), *form.specs()],
+        out_specs=[_per_chunk(x) for x in outputs],
+        out_shape=outputs,
+        name="rfjax_favor_key_summary",
+    )(k, v, valid, form.weights, form.bias)
+
+
+def _with_counts(sums: jax.Array, counts: jax.Array) -> jax.Array:
+    """``(n, m, P)`` and ``(n, 1, m)`` -> ``(n, m, P + 1)``: one state for the scans."""
+    return jnp.concatenate([sums, counts.swapaxes(1, 2)], axis=2)
+
+
+def _without_counts(states: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return states[:, :, :-1], states[:, :, -1:].swapaxes(1, 2)
+
+
+def _causal_states(form, keys, k, v, valid, backend, matmul_dtype):
+    """(start, end ``(n, 1, m)``, states ``(n, m, P)``, counts ``(n, 1, m)``): the running
+    maxima at each chunk's start and end, and the state of the keys before it relative to its
+    start (``chunk_states`` over the summaries)."""
+    chunk_max, sums, counts = _key_summaries(form, keys, k, v, valid, backend, matmul_dtype)
+    floor = jnp.full((1, 1, chunk_max.shape[-1]), log_floor(jnp.float32))
+    end = jnp.maximum(jax.lax.cummax(chunk_max, axis=0), floor)
+    start = jnp.concatenate([floor, end[:-1]])
+    summaries = _with_counts(sums, counts) * jnp.exp(chunk_max - end).swapaxes(1, 2)
+    initial = jnp.zeros(summaries.shape[1:], jnp.float32)
+    states, _ = chunk_states(summaries, jnp.exp(start - end)[:, 0], initial)
+    return (start, end, *_without_counts(states))
+
+
+def _combined_state(form, keys, k, v, valid, backend, matmul_dtype):
+    """(c ``(1, m)``, S ``(m, P)``, z ``(1, m)``): every key's state relative to the per-feature
+    maximum c (bidirectional)."""
+    chunk_max, sums, counts = _key_summaries(form, keys, k, v, valid, backend, matmul_dtype)
+    top = jnp.max(chunk_max, axis=0)
+    rescale = jnp.exp(chunk_max - top)
+    state = jnp.sum(sums * rescale.swapaxes(1, 2), axis=0)
+    return top, state, jnp.sum(counts * rescale, axis=0)
+
+
+def _query_summaries(form, queries, q, reference, row_shift, grad, grad_den, backend, matmul_dtype):
+    """Per chunk sum_t exp(la_t + r - M_t) [G_t, g_t]^T: ``(n, m, P)``, ``(n, 1, m)``;
+    ``reference`` r per chunk ``(n, 1, m)`` or one ``(1, m)``."""
+    width, value_width, n = form.weights.shape[0], grad.shape[1], queries.chunks
+    kernel = functools.partial(
+        query_summary_kernel, norm_weight=form.norm_weight, matmul_dtype=matmul_dtype
+    )
+    outputs = [_out((n, width, value_width)), _out((n, 1, width))]
+    reference_spec = _per_chunk(reference) if reference.ndim == 3 else _whole(reference)
+    return backend.call(
+        kernel,
+        grid=(n,),
+        in_specs=[
+            queries.rows(q),
+            *form.specs(),
+            reference_spec,
+            queries.rows(row_shift),
+            queries.rows(grad),
+            queries.rows(grad_den),
+        ],
+        out_specs=[_per_chunk(x) for x in outputs],
+        out_shape=outputs,
+        name="rfjax_favor_query_summary",
+    )(q, form.weights, form.bias, reference, row_shift, grad, grad_den)
+
+
+def _padded_cotangents(sequence: _Sequence, grad_num, grad_den):
+    return sequence.pad(grad_num.astype(jnp.float32)), sequence.pad(grad_den.astype(jnp.float32))
+
+
+class _Rows(NamedTuple):
+    """One head's padded rows and map (the residuals of the custom VJPs)."""
+
+    query: jax.Array
+    key: jax.Array
+    value: jax.Array
+    valid: jax.Array
+    form: _Map
+    queries: _Sequence
+    keys: _Sequence
+
+
+def _rows(weights, bias, norm_weight, query, key, value, valid) -> _Rows:
+    queries, keys = _Sequence(query.shape[0]), _Sequence(key.shape[0])
+    return _Rows(
+        queries.pad(query),
+        keys.pad(key),
+        keys.pad(value),
+        keys.pad(valid),
+        _Map.of(weights, bias, norm_weight),
+        queries,
+        keys,
+    )
+
+
+def _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, dk, dv):
+    """The custom VJPs' cotangents, padding dropped: (dW, db, dq, dk, dv, None for the mask)."""
+    return (
+        grad_w[:, : weights.shape[1]].astype(weights.dtype),
+        grad_b[0].astype(bias.dtype),
+        dq[: query.shape[0], : query.shape[1]].astype(query.dtype),
+        dk[: key.shape[0], : key.shape[1]].astype(key.dtype),
+        dv[: value.shape[0], : value.shape[1]].astype(value.dtype),
+        None,
+    )
+
+
+# --- causal
+
+
+def _causal_forward(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+    start, _, states, counts = _causal_states(
+        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
+    )
+    kernel = functools.partial(output_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype)
+    rows = x.queries
+    outputs = [
+        _out((rows.padded, x.value.shape[1])),
+        _out((rows.padded, 1)),
+        _out((rows.padded, 1)),
+    ]
+    num, den, row_shift = backend.call(
+        kernel,
+        grid=(rows.chunks,),
+        in_specs=[
+            rows.rows(x.query),
+            rows.rows(x.key),
+            rows.rows(x.value),
+            rows.rows(x.valid),
+            *x.form.specs(),
+            _per_chunk(start),
+            _per_chunk(states),
+            _per_chunk(counts),
+        ],
+        out_specs=[rows.rows(o) for o in outputs],
+        out_shape=outputs,
+        name="rfjax_favor_causal_output",
+    )(x.query, x.key, x.value, x.valid, x.form.weights, x.form.bias, start, states, counts)
+    out = (num[: rows.length, : value.shape[1]], den[: rows.length, 0], row_shift[: rows.length, 0])
+    return out, row_shift
+
+
+def _causal_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
+    weights, bias, query, key, value, valid, row_shift = residuals
+    grad_num, grad_den, _ = cotangents  # the row shifts are constants
+    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+    start, end, states, counts = _causal_states(
+        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
+    )
+    grad, grad_den = _padded_cotangents(x.queries, grad_num, grad_den)
+    sums, query_counts = _query_summaries(
+        x.form, x.queries, x.query, start, row_shift, grad, grad_den, backend, matmul_dtype
+    )
+    summaries = _with_counts(sums, query_counts)
+    later, _ = chunk_states(
+        summaries,
+        jnp.exp(start - end)[:, 0],
+        jnp.zeros(summaries.shape[1:], jnp.float32),
+        reverse=True,
+    )
+    later, later_counts = _without_counts(later)
+    group = _group_size(x.queries.chunks)
+    rows = x.queries
+    width, head_dim = x.form.weights.shape
+    groups = rows.chunks // group
+    outputs = [
+        _out(x.query.shape),
+        _out(x.key.shape),
+        _out(x.value.shape),
+        _out((groups, width, head_dim)),
+        _out((groups, 1, width)),
+    ]
+    chunked = (x.query, x.key, x.value, x.valid)
+    per_chunk = (start, end, states, counts, later, later_counts)
+    dq, dk, dv, dw, db = backend.call(
+        functools.partial(cotangent_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype),
+        grid=(groups,),
+        in_specs=[
+            *(rows.rows(a, group) for a in chunked),
+            *x.form.specs(),
+            *(_per_chunk(a, group) for a in per_chunk),
+            *(rows.rows(a, group) for a in (row_shift, grad, grad_den)),
+        ],
+        out_specs=[*(rows.rows(o, group) for o in outputs[:3]), *map(_per_chunk, outputs[3:])],
+        out_shape=outputs,
+        name="rfjax_favor_causal_cotangents",
+    )(*chunked, x.form.weights, x.form.bias, *per_chunk, row_shift, grad, grad_den)
+    return _unpadded_cotangents(
+        weights, bias, query, key, value, jnp.sum(dw, 0), jnp.sum(db, 0), dq, dk, dv
+    )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def _causal(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+    return _causal_forward(
+        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+    )[0]
+
+
+def _causal_fwd(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+    out, row_shift = _causal_forward(
+        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+    )
+    return out, (weights, bias, query, key, value, valid, row_shift)
+
+
+_causal.defvjp(_causal_fwd, _causal_backward)
+
+
+# --- bidirectional
+
+
+def _bidirectional_forward(
+    weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+):
+    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+    shift, state, count = _combined_state(
+        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
+    )
+    rows = x.queries
+    outputs = [_out((rows.padded, state.shape[1])), _out((rows.padded, 1)), _out((rows.padded, 1))]
+    num, den, row_shift = backend.call(
+        functools.partial(readout_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype),
+        grid=(rows.chunks,),
+        in_specs=[rows.rows(x.query), *x.form.specs(), *map(_whole, (shift, state, count))],
+        out_specs=[rows.rows(o) for o in outputs],
+        out_shape=outputs,
+        name="rfjax_favor_readout",
+    )(x.query, x.form.weights, x.form.bias, shift, state, count)
+    out = (num[: rows.length, : value.shape[1]], den[: rows.length, 0], row_shift[: rows.length, 0])
+    return out, row_shift
+
+
+def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
+    weights, bias, query, key, value, valid, row_shift = residuals
+    grad_num, grad_den, _ = cotangents
+    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+    shift, state, count = _combined_state(
+        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
+    )
+    grad, grad_den = _padded_cotangents(x.queries, grad_num, grad_den)
+    sums, counts = _query_summaries(
+        x.form, x.queries, x.query, shift, row_shift, grad, grad_den, backend, matmul_dtype
+    )
+    grad_state, grad_count = jnp.sum(sums, axis=0), jnp.sum(counts, axis=0)
+    width, head_dim = x.form.weights.shape
+    options = dict(norm_weight=norm_weight, matmul_dtype=matmul_dtype)
+    queries, keys = x.queries, x.keys
+    q_group, k_group = _group_size(queries.chunks), _group_size(keys.chunks)
+    q_groups, k_groups = queries.chunks // q_group, keys.chunks // k_group
+    q_outputs = [_out(x.query.shape), _out((q_groups, width, head_dim)), _out((q_groups, 1, width))]
+    dq, dw_q, db_q = backend.call(
+        functools.partial(query_cotangent_kernel, **options),
+        grid=(q_groups,),
+        in_specs=[
+            queries.rows(x.query, q_group),
+            *x.form.specs(),
+            *map(_whole, (shift, state, count)),
+            *(queries.rows(a, q_group) for a in (row_shift, grad, grad_den)),
+        ],
+        out_specs=[
+            queries.rows(x.query, q_group),
+            _per_chunk(q_outputs[1]),
+            _per_chunk(q_outputs[2]),
+        ],
+        out_shape=q_outputs,
+        name="rfjax_favor_query_cotangents",
+    )(x.query, x.form.weights, x.form.bias, shift, state, count, row_shift, grad, grad_den)
+    k_outputs = [
+        _out(x.key.shape),
+        _out(x.value.shape),
+        _out((k_groups, width, head_dim)),
+        _out((k_groups, 1, width)),
+    ]
+    dk, dv, dw_k, db_k = backend.call(
+        functools.partial(key_cotangent_kernel, **options),
+        grid=(k_groups,),
+        in_specs=[
+            *(keys.rows(a, k_group) for a in (x.key, x.value, x.valid)),
+            *x.form.specs(),
+            *map(_whole, (shift, grad_state, grad_count)),
+        ],
+        out_specs=[
+            keys.rows(x.key, k_group),
+            keys.rows(x.value, k_group),
+            *map(_per_chunk, k_outputs[2:]),
+        ],
+        out_shape=k_outputs,
+        name="rfjax_favor_key_cotangents",
+    )(x.key, x.value, x.valid, x.form.weights, x.form.bias, shift, grad_state, grad_count)
+    grad_w = jnp.sum(dw_q, 0) + jnp.sum(dw_k, 0)
+    grad_b = jnp.sum(db_q, 0) + jnp.sum(db_k, 0)
+    return _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, dk, dv)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def _bidirectional(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+    return _bidirectional_forward(
+        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+    )[0]
+
+
+def _bidirectional_fwd(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+    out, row_shift = _bidirectional_forward(
+        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+    )
+    return out, (weights, bias, query, key, value, valid, row_shift)
+
+
+_bidirectional.defvjp(_bidirectional_fwd, _bidirectional_backward)
+
+
+def fused_attention_sums(
+    form: AffineLogForm,
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    valid: jax.Array,
+    *,
+    causal: bool,
+    backend: Backend,
+    matmul_dtype: Any = jnp.float32,
+) -> tuple[jax.Array, jax.Array]:
+    """FAVOR's sums for one head with the map fused: (numerator ``(T, p)``, denominator
+    ``(T,)``), each row relative to its largest term, for causal or bidirectional attention:
+    the sums that ``_log_prefix.causal_feature_prefix`` (causal) or the per-feature key shifts
+    of ``_bidirectional`` form from ``form``'s log-features.
+
+    Args:
+      form: the map's ``AffineLogForm`` (weights ``(m, H)``, bias ``(m,)``, norm weight).
+      query: ``(T, H)``, finite.
+      key: ``(S, H)`` (S == T if causal), finite.
+      value: ``(S, p)``, finite where ``valid``.
+      valid: ``(S,)`` bool, the keys that count.
+      causal: attend only to keys j <= t.
+      backend: how the kernels are compiled (``Backend``).
+      matmul_dtype: the products' operand dtype (accumulated in float32).
+
+    Returns:
+      (numerator, denominator), float32.
+    """
+    op = _causal if causal else _bidirectional
+    num, den, _ = op(
+        form.weights,
+        form.bias,
+        query,
+        key,
+        value,
+        valid,
+        float(form.norm_weight),
+        backend,
+        jnp.dtype(matmul_dtype),
+    )
+    return num, den
+
+
+def affine_form(projection, fmap) -> AffineLogForm | None:
+    """The ``AffineLogForm`` the kernels compute for (projection, map), or ``None`` when the map
+    has none: a symmetric exponential map whose ``affine_log_form`` is given (FAVOR+, its
+    antithetic variant, OPRF)."""
+    method = getattr(fmap, "affine_log_form", None)
+    if method is None or not getattr(fmap, "symmetric", True):
+        return None
+    return method(projection, side="key")
+
+
+def check_fusable(fmap, projection, implementation: str) -> None:
+    """``ValueError`` naming the maps the fused kernels take, for a map they do not."""
+    try:
+        form = jax.eval_shape(lambda p, f: affine_form(p, f), projection, fmap)
+    except ValueError as error:  # e.g. OPRF statistics per sequence
+        raise ValueError(f"implementation={implementation!r}: {error}") from None
+    if form is None:
+        raise ValueError(
+            f"implementation={implementation!r} fuses the feature maps with log-features "
+            f"affine in the rows (FeatureMap.affine_log_form: 'positive', "
+            f"'positive_antithetic', 'oprf'); {type(fmap).__name__} is not one: use "
+            f"implementation='xla', which takes every map"
+        )
+
+
+def fused_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    mask: jax.Array,
+    projection,
+    fmap,
+    *,
+    axes: tuple[int | None, int | None],
+    causal: bool,
+    eps: float,
+    backend: Backend,
+    matmul_dtype: Any,
+) -> jax.Array:
+    """All heads, BTNH in and out, through the fused kernels (``fused_attention_sums`` vmapped
+    over batch and heads): the normalised output, with non-finite rows kept out of the sums
+    and flagged as ``favor_attention`` does (a non-finite query's row, and every row that
+    attends to a non-finite unmasked key or value, is NaN)."""
+
+    def head(q, k, v, valid, proj, f):
+        form = affine_form(proj, f)
+        query_finite = finite_rows(q)
+        usable = valid & finite_rows(k) & finite_rows(v)
+        num, den = fused_attention_sums(
+            form,
+            jnp.where(query_finite[:, None], q, 0),
+            jnp.where(usable[:, None], k, 0),
+            jnp.where(usable[:, None], v, 0),
+            usable,
+            causal=causal,
+            backend=backend,
+            matmul_dtype=matmul_dtype,
+        )
+        out = floored_ratio(num.astype(v.dtype), den.astype(v.dtype)[:, None], eps)
+        bad_key = valid & ~usable
+        poisoned_by_key = jnp.cumsum(bad_key, dtype=jnp.int32) > 0 if causal else jnp.any(bad_key)
+        poisoned = ~query_finite | poisoned_by_key
+        return jnp.where(poisoned[:, None], jnp.nan, out)
+
+    over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
+    over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))
+    return over_batch(query, key, value, mask, projection, fmap)

@@ -1,0 +1,381 @@
+"""The Pallas kernels of fused FAVOR attention (``_fused``): one chunk (or a group of chunks) of
+one head per program, the affine feature map computed from the rows inside the kernel, blocks of
+``LOG_BLOCK`` positions read from the refs (Triton cannot slice values), products accumulated in
+float32. The computation per chunk is ``_log_prefix``'s; see ``_fused`` for the passes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from rfjax.attention._checks import log_floor
+from rfjax.attention._log_prefix import LOG_BLOCK
+
+CHUNK = 64  # positions per chunk: 4 blocks of LOG_BLOCK
+
+
+# ------------------------------------------------------------------------ in-kernel pieces
+
+
+class _Form:
+    """The affine log-features inside a kernel: l(x) = x W^T + b + g |x|^2 from refs."""
+
+    def __init__(self, weights_ref, bias_ref, norm_weight: float, dtype):
+        self.weights = weights_ref[...].astype(dtype)
+        self.bias = bias_ref[...].astype(dtype)  # (1, m)
+        self.norm_weight = norm_weight
+        self.dtype = dtype
+
+    def __call__(self, rows: jax.Array) -> jax.Array:
+        rows = rows.astype(self.dtype)
+        squared = jnp.sum(rows * rows, axis=1, keepdims=True)
+        projected = jnp.dot(rows, self.weights.T, preferred_element_type=self.dtype)
+        return projected + self.bias + self.norm_weight * squared
+
+    def pullback(self, rows: jax.Array, grad_logs: jax.Array) -> jax.Array:
+        """d/drows of sum(grad_logs * l(rows)): grad_logs W + 2 g (sum_i grad_logs_i) rows."""
+        rows = rows.astype(self.dtype)
+        total = jnp.sum(grad_logs, axis=1, keepdims=True)
+        back = jnp.dot(grad_logs, self.weights, preferred_element_type=self.dtype)
+        return back + 2.0 * self.norm_weight * total * rows
+
+
+def _dot(a: jax.Array, b: jax.Array, matmul_dtype, *, transpose_b: bool = False) -> jax.Array:
+    """a b (or a b^T) with operands in ``matmul_dtype``, accumulated in float32 (or wider)."""
+    accumulate = jnp.promote_types(jnp.float32, a.dtype)
+    b = b.T if transpose_b else b
+    return jnp.dot(
+        a.astype(matmul_dtype), b.astype(matmul_dtype), preferred_element_type=accumulate
+    )
+
+
+def _causal_mask(block: int) -> jax.Array:
+    rows = jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
+    return (jax.lax.broadcasted_iota(jnp.int32, (block, block), 1) <= rows)[:, :, None]
+
+
+def _block_weights(la: jax.Array, lb: jax.Array, row_shift: jax.Array) -> jax.Array:
+    """exp(la_ti + lb_ji - M_t) for j <= t, 0 for j > t: ``(B, B, m)``."""
+    pairs = la[:, None, :] + lb[None, :, :]
+    return jnp.exp(jnp.where(_causal_mask(la.shape[0]), pairs, -jnp.inf) - row_shift[:, :, None])
+
+
+def _row_shift(la: jax.Array, lb: jax.Array, block_start: jax.Array) -> jax.Array:
+    """M_t ``(B, 1)``: max(max_i (la_ti + E_i), max_{j <= t, i} (la_ti + lb_ji))."""
+    pairs = jnp.where(_causal_mask(la.shape[0]), la[:, None, :] + lb[None, :, :], -jnp.inf)
+    own = jnp.max(jnp.max(pairs, axis=2), axis=1, keepdims=True)
+    return jnp.maximum(own, jnp.max(la + block_start, axis=1, keepdims=True))
+
+
+class _ChunkRows:
+    """One chunk's blocks read from refs at row ``offset``: log-features of queries and keys
+    (keys left out: lb at the log floor, values 0), values, and the block maxima e and the
+    running maxima at block starts E (from the chunk's start)."""
+
+    def __init__(self, form, refs, offset, blocks: int, start, *, queries: bool = True):
+        q_ref, k_ref, v_ref, valid_ref = refs
+        floor = log_floor(form.dtype)
+        self.la, self.lb, self.v, self.valid, self.q, self.k = [], [], [], [], [], []
+        self.ones = []  # (1, B): 1 for the keys that count (the denominator's column)
+        for s in range(blocks):
+            rows = pl.ds(offset + s * LOG_BLOCK, LOG_BLOCK)
+            valid = valid_ref[rows, :] > 0
+            k = k_ref[rows, :]
+            if queries:
+                q = q_ref[rows, :]
+                self.q.append(q)
+                self.la.append(form(q))
+            self.k.append(k)
+            self.valid.append(valid)
+            self.ones.append(valid.astype(form.dtype).T)
+            self.lb.append(jnp.where(valid, form(k), floor))
+            self.v.append(jnp.where(valid, v_ref[rows, :].astype(form.dtype), 0))
+        self.block_max = [jnp.max(lb, axis=0, keepdims=True) for lb in self.lb]
+        self.block_start = [start]
+        for block_max in self.block_max[:-1]:
+            self.block_start.append(jnp.maximum(self.block_start[-1], block_max))
+
+
+# -------------------------------------------------------------------------------- kernels
+
+
+def key_summary_kernel(
+    k_ref, v_ref, valid_ref, w_ref, b_ref, max_ref, sum_ref, count_ref, *, norm_weight, matmul_dtype
+):
+    """A chunk's key maximum d ``(1, m)``, sum_j exp(lb_j - d) v_j^T ``(m, P)`` and
+    sum_j exp(lb_j - d) ``(1, m)``."""
+    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    valid = valid_ref[...] > 0
+    lb = jnp.where(valid, form(k_ref[...]), log_floor(jnp.float32))
+    top = jnp.max(lb, axis=0, keepdims=True)
+    factors = jnp.where(valid, jnp.exp(lb - top), 0)
+    values = jnp.where(valid, v_ref[...].astype(jnp.float32), 0)
+    max_ref[...] = top
+    sum_ref[...] = _dot(factors.T, values, matmul_dtype)
+    count_ref[...] = jnp.sum(factors, axis=0, keepdims=True)
+
+
+def output_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    valid_ref,
+    w_ref,
+    b_ref,
+    start_ref,
+    state_ref,
+    count_ref,
+    num_ref,
+    den_ref,
+    shift_ref,
+    *,
+    norm_weight,
+    matmul_dtype,
+):
+    """One chunk's numerator ``(C, P)``, denominator ``(C, 1)`` and row shifts ``(C, 1)``."""
+    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    start, state, count = start_ref[...], state_ref[...], count_ref[...]
+    blocks = q_ref.shape[0] // LOG_BLOCK
+    x = _ChunkRows(form, (q_ref, k_ref, v_ref, valid_ref), 0, blocks, start)
+    for s in range(blocks):
+        la = x.la[s]
+        row_shift = _row_shift(la, x.lb[s], x.block_start[s])
+        weights = jnp.sum(_block_weights(la, x.lb[s], row_shift), axis=2)
+        num = jnp.dot(weights, x.v[s], preferred_element_type=jnp.float32)
+        den = jnp.sum(weights * x.ones[s], axis=1, keepdims=True)
+        for earlier in range(s):
+            reference = x.block_max[earlier]
+            query = jnp.exp(la + reference - row_shift)
+            key = jnp.exp(x.lb[earlier] - reference)
+            scores = _dot(query, key, matmul_dtype, transpose_b=True)
+            num = num + _dot(scores, x.v[earlier], matmul_dtype)
+            den = den + jnp.sum(scores * x.ones[earlier], axis=1, keepdims=True)
+        query = jnp.exp(la + start - row_shift)
+        num = num + _dot(query, state, matmul_dtype)
+        den = den + jnp.sum(query * count, axis=1, keepdims=True)
+        rows = pl.ds(s * LOG_BLOCK, LOG_BLOCK)
+        num_ref[rows, :] = num
+        den_ref[rows, :] = den
+        shift_ref[rows, :] = row_shift
+
+
+def query_summary_kernel(
+    q_ref,
+    w_ref,
+    b_ref,
+    reference_ref,
+    shift_ref,
+    grad_ref,
+    grad_den_ref,
+    sum_ref,
+    count_ref,
+    *,
+    norm_weight,
+    matmul_dtype,
+):
+    """sum_t exp(la_t + r - M_t) [G_t, g_t]^T over a chunk's rows, for a reference r ``(1, m)``:
+    ``(m, P)`` and ``(1, m)``."""
+    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    factors = jnp.exp(form(q_ref[...]) + reference_ref[...] - shift_ref[...])
+    sum_ref[...] = _dot(factors.T, grad_ref[...], matmul_dtype)
+    count_ref[...] = jnp.sum(factors * grad_den_ref[...], axis=0, keepdims=True)
+
+
+def cotangent_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    valid_ref,
+    w_ref,
+    b_ref,
+    start_ref,
+    end_ref,
+    state_ref,
+    count_ref,
+    later_ref,
+    later_count_ref,
+    shift_ref,
+    grad_ref,
+    grad_den_ref,
+    dq_ref,
+    dk_ref,
+    dv_ref,
+    dw_ref,
+    db_ref,
+    *,
+    norm_weight,
+    matmul_dtype,
+):
+    """The cotangents of a group of chunks: rows (dq, dk ``(C, H)``, dv ``(C, P)`` per chunk)
+    and the map's (dW ``(m, H)``, db ``(1, m)`` summed over the group)."""
+    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    blocks = CHUNK // LOG_BLOCK
+    chunks = q_ref.shape[0] // CHUNK
+
+    def chunk_step(c, totals):
+        offset = c * CHUNK
+        start, end = start_ref[c], end_ref[c]  # (1, m)
+        x = _ChunkRows(form, (q_ref, k_ref, v_ref, valid_ref), offset, blocks, start)
+        grads, grads_den, shifts = [], [], []
+        for s in range(blocks):
+            rows = pl.ds(offset + s * LOG_BLOCK, LOG_BLOCK)
+            grads.append(grad_ref[rows, :].astype(jnp.float32))
+            grads_den.append(grad_den_ref[rows, :].astype(jnp.float32))
+            shifts.append(shift_ref[rows, :])
+        grad_la = [None] * blocks
+        grad_lb = [jnp.zeros_like(lb) for lb in x.lb]
+        grad_v = [jnp.zeros_like(v) for v in x.v]
+        state, count = state_ref[c], count_ref[c]
+        later, later_count = later_ref[c], later_count_ref[c]
+        for s in range(blocks):
+            la, grad, grad_den, row_shift = x.la[s], grads[s], grads_den[s], shifts[s]
+            # D_tj = G_t . [v_j, 1] within the block (1 for the keys that count).
+            products = jnp.dot(grad, x.v[s].T, preferred_element_type=jnp.float32)
+            products = products + grad_den * x.ones[s]
+            # Selected for j <= t: a later key's product (huge or inf, e.g. the floored
+            # normaliser's cotangent of a row without keys) never meets its 0 weight.
+            products = jnp.where(_causal_mask(LOG_BLOCK)[:, :, 0], products, 0)
+            weights = _block_weights(la, x.lb[s], row_shift)
+            weighted = weights * products[:, :, None]
+            grad_la[s] = jnp.sum(weighted, axis=1)
+            grad_lb[s] = grad_lb[s] + jnp.sum(weighted, axis=0)
+            grad_v[s] = grad_v[s] + jnp.dot(
+                jnp.sum(weights, axis=2).T, grad, preferred_element_type=jnp.float32
+            )
+            for earlier in range(s):
+                reference = x.block_max[earlier]
+                query = jnp.exp(la + reference - row_shift)
+                key = jnp.exp(x.lb[earlier] - reference)
+                products = _dot(grad, x.v[earlier], matmul_dtype, transpose_b=True)
+                products = products + grad_den * x.ones[earlier]
+                scores = _dot(query, key, matmul_dtype, transpose_b=True)
+                grad_la[s] = grad_la[s] + query * _dot(products, key, matmul_dtype)
+                grad_lb[earlier] = grad_lb[earlier] + key * _dot(products.T, query, matmul_dtype)
+                grad_v[earlier] = grad_v[earlier] + _dot(scores.T, grad, matmul_dtype)
+            query = jnp.exp(la + start - row_shift)
+            read = _dot(grad, state, matmul_dtype, transpose_b=True) + grad_den * count
+            grad_la[s] = grad_la[s] + query * read
+        grad_w, grad_b = totals
+        for s in range(blocks):
+            key = jnp.exp(x.lb[s] - end)
+            read = _dot(x.v[s], later, matmul_dtype, transpose_b=True) + later_count * x.ones[s].T
+            grad_lb[s] = jnp.where(x.valid[s], grad_lb[s] + key * read, 0)
+            grad_v[s] = jnp.where(x.valid[s], grad_v[s] + _dot(key, later, matmul_dtype), 0)
+            rows = pl.ds(offset + s * LOG_BLOCK, LOG_BLOCK)
+            dq_ref[rows, :] = form.pullback(x.q[s], grad_la[s]).astype(dq_ref.dtype)
+            dk_ref[rows, :] = form.pullback(x.k[s], grad_lb[s]).astype(dk_ref.dtype)
+            dv_ref[rows, :] = grad_v[s].astype(dv_ref.dtype)
+            grad_w = grad_w + jnp.dot(grad_la[s].T, x.q[s].astype(jnp.float32))
+            grad_w = grad_w + jnp.dot(grad_lb[s].T, x.k[s].astype(jnp.float32))
+            grad_b = grad_b + jnp.sum(grad_la[s] + grad_lb[s], axis=0, keepdims=True)
+        return grad_w, grad_b
+
+    zeros = (jnp.zeros(dw_ref.shape, jnp.float32), jnp.zeros(db_ref.shape, jnp.float32))
+    grad_w, grad_b = jax.lax.fori_loop(0, chunks, chunk_step, zeros)
+    dw_ref[...] = grad_w
+    db_ref[...] = grad_b
+
+
+def readout_kernel(
+    q_ref,
+    w_ref,
+    b_ref,
+    shift_ref,
+    state_ref,
+    count_ref,
+    num_ref,
+    den_ref,
+    row_shift_ref,
+    *,
+    norm_weight,
+    matmul_dtype,
+):
+    """Bidirectional read-out of a chunk of queries against the keys' state ``(m, P)``,
+    ``(1, m)`` relative to their per-feature maximum c ``(1, m)``: numerator, denominator and
+    row shifts M_t = max_i (la_ti + c_i)."""
+    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    logs = form(q_ref[...]) + shift_ref[...]
+    row_shift = jnp.max(logs, axis=1, keepdims=True)
+    query = jnp.exp(logs - row_shift)
+    num_ref[...] = _dot(query, state_ref[...], matmul_dtype)
+    den_ref[...] = jnp.sum(query * count_ref[...], axis=1, keepdims=True)
+    row_shift_ref[...] = row_shift
+
+
+def query_cotangent_kernel(
+    q_ref,
+    w_ref,
+    b_ref,
+    shift_ref,
+    state_ref,
+    count_ref,
+    row_shift_ref,
+    grad_ref,
+    grad_den_ref,
+    dq_ref,
+    dw_ref,
+    db_ref,
+    *,
+    norm_weight,
+    matmul_dtype,
+):
+    """Bidirectional queries' cotangents over a group of chunks: dla_t = exp(la_t + c - M_t)
+    (S G_t + z g_t), pulled back to dq, and dW, db summed over the group."""
+    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    shift, state, count = shift_ref[...], state_ref[...], count_ref[...]
+
+    def chunk_step(c, totals):
+        rows = pl.ds(c * CHUNK, CHUNK)
+        q = q_ref[rows, :]
+        query = jnp.exp(form(q) + shift - row_shift_ref[rows, :])
+        grad, grad_den = grad_ref[rows, :], grad_den_ref[rows, :]
+        read = _dot(grad, state, matmul_dtype, transpose_b=True) + grad_den * count
+        grad_la = query * read
+        dq_ref[rows, :] = form.pullback(q, grad_la).astype(dq_ref.dtype)
+        grad_w, grad_b = totals
+        grad_w = grad_w + jnp.dot(grad_la.T, q.astype(jnp.float32))
+        return grad_w, grad_b + jnp.sum(grad_la, axis=0, keepdims=True)
+
+    zeros = (jnp.zeros(dw_ref.shape, jnp.float32), jnp.zeros(db_ref.shape, jnp.float32))
+    dw_ref[...], db_ref[...] = jax.lax.fori_loop(0, q_ref.shape[0] // CHUNK, chunk_step, zeros)
+
+
+def key_cotangent_kernel(
+    k_ref,
+    v_ref,
+    valid_ref,
+    w_ref,
+    b_ref,
+    shift_ref,
+    grad_state_ref,
+    grad_count_ref,
+    dk_ref,
+    dv_ref,
+    dw_ref,
+    db_ref,
+    *,
+    norm_weight,
+    matmul_dtype,
+):
+    """Bidirectional keys' cotangents over a group of chunks, from the state's (dS ``(m, P)``,
+    dz ``(1, m)``): dlb_j = exp(lb_j - c) (dS v_j + dz), dv_j = dS^T exp(lb_j - c), pulled
+    back to dk, and dW, db summed over the group."""
+    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    shift, grad_state, grad_count = shift_ref[...], grad_state_ref[...], grad_count_ref[...]
+
+    def chunk_step(c, totals):
+        rows = pl.ds(c * CHUNK, CHUNK)
+        k, valid = k_ref[rows, :], valid_ref[rows, :] > 0
+        key = jnp.where(valid, jnp.exp(form(k) - shift), 0)
+        values = jnp.where(valid, v_ref[rows, :].astype(jnp.float32), 0)
+        read = _dot(values, grad_state, matmul_dtype, transpose_b=True) + grad_count
+        grad_lb = key * read
+        dk_ref[rows, :] = form.pullback(k, grad_lb).astype(dk_ref.dtype)
+        dv_ref[rows, :] = _dot(key, grad_state, matmul_dtype).astype(dv_ref.dtype)
+        grad_w, grad_b = totals
+        grad_w = grad_w + jnp.dot(grad_lb.T, k.astype(jnp.float32))
+        return grad_w, grad_b + jnp.sum(grad_lb, axis=0, keepdims=True)
+
+    zeros = (jnp.zeros(dw_ref.shape, jnp.float32), jnp.zeros(db_ref.shape, jnp.float32))
+    dw_ref[...], db_ref[...] = jax.lax.fori_loop(0, k_ref.shape[0] // CHUNK, chunk_step, zeros)
