@@ -1,17 +1,18 @@
-"""Builds the optional C++ CPU kernel of ``rfjax.ops.fwht`` (``csrc/``).
+"""Builds rfjax's optional C++ CPU kernels (``csrc/``): ``rfjax.ops.fwht``, ``hd_chain``,
+``sin_cos`` and ``symmetric_rank_update``.
 
-The kernel is a plain shared library (not a Python module) that ``rfjax.ops._fwht_cpu`` loads
+The kernels are a plain shared library (not a Python module) that ``rfjax.ops._fwht_cpu`` loads
 with ctypes and registers with XLA through ``jax.ffi``. It needs a C++17 compiler and the XLA
 FFI headers shipped with jaxlib (``jaxlib/include``; jaxlib is a build requirement). The build is
 optional: when the headers or the compiler are missing or compilation fails, a warning is printed,
-installation goes on, and ``fwht`` uses its pure-XLA implementations.
+installation goes on, and the ops use their pure-XLA implementations.
 
 Portability: nothing is compiled for the build machine's CPU (no ``-march=native``). The
-transform (``csrc/fwht_kernel.h``) is compiled once per instruction set into its own namespace
-(``csrc/fwht_isa.cc``): on x86-64 with GCC or Clang for AVX-512F (``-mavx512f -mavx2 -mfma``),
-AVX2 (``-mavx2 -mfma``), SSE2 (the x86-64 baseline) and portable scalar code; elsewhere scalar
-only. The library picks the best one the CPU supports when it is loaded
-(``__builtin_cpu_supports``), so a wheel built on one x86-64 machine runs on any.
+kernels (``csrc/fwht_kernel.h``, ``csrc/sincos_kernel.h``) are compiled once per instruction set
+into its own namespace (``csrc/fwht_isa.cc``): on x86-64 with GCC or Clang for AVX-512F
+(``-mavx512f -mavx2 -mfma``), AVX2 (``-mavx2 -mfma``), SSE2 (the x86-64 baseline) and portable
+scalar code; elsewhere scalar only. The library picks the best one the CPU supports when it is
+loaded (``__builtin_cpu_supports``), so a wheel built on one x86-64 machine runs on any.
 
 Environment:
   RFJAX_BUILD_FWHT_CPU=0   skip the kernel.
@@ -87,9 +88,11 @@ class OptionalBuildExt(build_ext):
             else:
                 # -isystem: no warnings from the XLA headers
                 common = ["-std=c++17", "-O3", "-fvisibility=hidden"]
+                # -ffp-contract=off: no fused multiply-adds the source does not write (the
+                # sin/cos kernel evaluates rfjax.ops.sin_cos's arithmetic operation by operation)
                 common += [
                     f
-                    for f in ("-Wno-attributes", "-Wno-maybe-uninitialized")
+                    for f in ("-Wno-attributes", "-Wno-maybe-uninitialized", "-ffp-contract=off")
                     if _accepts_flags(self.compiler, [f])
                 ]
                 isas = X86_ISAS if _is_x86_64() else {}
@@ -103,7 +106,7 @@ class OptionalBuildExt(build_ext):
                     macros=macros,
                     include_dirs=[str(CSRC)],
                     extra_postargs=[*common, *flags],
-                    depends=[str(CSRC / "fwht_kernel.h")],
+                    depends=[str(CSRC / "fwht_kernel.h"), str(CSRC / "sincos_kernel.h")],
                 )
                 if flags:
                     ext.define_macros.append((f"RFJAX_HAVE_{name.upper()}", "1"))
@@ -128,7 +131,10 @@ class OptionalBuildExt(build_ext):
 
 ext_modules = []
 if os.environ.get("RFJAX_BUILD_FWHT_CPU", "1") != "0":
-    headers = [str(CSRC / name) for name in ("fwht_kernel.h", "fwht_kernel_api.h", "fwht_isa.cc")]
+    headers = [
+        str(CSRC / name)
+        for name in ("fwht_kernel.h", "sincos_kernel.h", "fwht_kernel_api.h", "fwht_isa.cc")
+    ]
     ext_modules.append(
         Extension(
             EXT_NAME,

@@ -22,6 +22,11 @@ error). The programs of one case are compiled in parallel threads. Ratios: each 
 over ``copy``; target (issue 34): the best implementation <= 1.2x the copy for n <= 8192 (<= 1.8
 above), and ``"auto"`` the fastest measured. GB/s counts one read and one write of the array.
 The JSON goes to ``--json`` after every case (a run cut short keeps what it measured).
+
+Issue 46, point 5 (float32 on an sm90+ GPU, ``mosaic_gpu`` <= 1.2x ``copy`` for n <= 8192), alone:
+
+  python -m benchmarks.fwht_gpu --dtypes float32 --sizes 64 128 256 512 1024 2048 4096 8192 \
+      --json benchmarks/gpu_runs/<date>-<device>/fwht_gpu.json
 """
 
 from __future__ import annotations

@@ -2,6 +2,21 @@
 
   python -m benchmarks.ridge [--components 1024 2048 4096] [--rfjax-only-components 8192 16384]
       [--stream-rows 100000 1000000 10000000] [--methods NAME ...] [--out benchmarks/results/ridge]
+  python -m benchmarks.ridge --versus-sklearn [--components 1024 4096] [--rows 200000]
+      [--repeats 3] [--out benchmarks/results/ridge]
+
+``--versus-sklearn`` (issue 46's figure): ``rfjax.sklearn.RandomFeatureRidgeClassifier``
+(defaults: Fourier features of an orthogonal coupling) against ``make_pipeline(RBFSampler,
+RidgeClassifier)`` at the same m, gamma = 1 / (2 d) and alpha = 1, on
+``make_classification(rows, 64 features, 16 informative, 4 classes)`` in float32: the two fit
+and predict (on the training rows) in turn, repeat by repeat, in one process, after one rfjax
+warm-up fit and predict on 4096 rows at the same m (compilation not counted); then rfjax predicts
+on a row count it has not seen (first call) and again on it (warm). Reported: median fit and
+predict times and the paired ratios rfjax / scikit-learn (repeat i over repeat i; targets <=
+1.0), rfjax's first / warm predict on a new row count (target <= 1.2), the training accuracies,
+the load average, and the peak memory of each contender's fit + predict, measured in a fresh
+process each (the peak resident set above the one before the fit, the data already loaded;
+target: rfjax <= 1/3 of scikit-learn's). JSON: ``versus_sklearn.json`` in ``--out``.
 
 Fashion-MNIST (60,000 training and 10,000 test images, pixels / 255, d = 784), Gaussian kernel
 exp(-gamma |x - y|^2) with gamma = 1 / median |x - y|^2 of 1,000 training images (the median
@@ -46,16 +61,21 @@ import argparse
 import json
 import os
 import resource
+import statistics
+import subprocess
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from sklearn.datasets import make_classification
 from sklearn.kernel_approximation import Nystroem, RBFSampler
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import RidgeClassifier
 from sklearn.pipeline import make_pipeline
 
+from benchmarks.timing import load_average, paired_ratio
 from rfjax import data, features, projections
 from rfjax.linear_models import (
     RandomFeatureTransform,
@@ -64,6 +84,7 @@ from rfjax.linear_models import (
     ridge_statistics,
     solve_ridge_path,
 )
+from rfjax.sklearn import RandomFeatureRidgeClassifier
 
 ALPHA_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 BLOCK_ROWS = 4096
@@ -309,9 +330,151 @@ def table(out: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+VERSUS_GAMMA_DIM = 64  # input features of the versus-sklearn data
+
+
+def versus_data(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The versus-sklearn data: ``make_classification``, float32 inputs, 4 classes."""
+    x, y = make_classification(
+        n_samples=rows,
+        n_features=VERSUS_GAMMA_DIM,
+        n_informative=16,
+        n_classes=4,
+        random_state=0,
+    )
+    return x.astype(np.float32), y
+
+
+def versus_estimators(m: int) -> dict:
+    """rfjax's classifier and scikit-learn's pipeline at m features, the same gamma and alpha."""
+    gamma = 1.0 / (2 * VERSUS_GAMMA_DIM)
+    return {
+        "rfjax": RandomFeatureRidgeClassifier(
+            n_components=m, gamma=gamma, alpha=1.0, random_state=0
+        ),
+        "sklearn": make_pipeline(
+            RBFSampler(gamma=gamma, n_components=m, random_state=0), RidgeClassifier(alpha=1.0)
+        ),
+    }
+
+
+def versus_times(m: int, x: np.ndarray, y: np.ndarray, repeats: int) -> dict:
+    """Fit and predict times of both contenders in turn, and rfjax's first / warm predict."""
+    estimators = versus_estimators(m)
+    estimators["rfjax"].fit(x[:BLOCK_ROWS], y[:BLOCK_ROWS]).predict(x[:BLOCK_ROWS])  # compile
+    times: dict[str, list[float]] = {
+        f"{name} {step}": [] for step in ("fit", "predict") for name in estimators
+    }
+    times |= {"rfjax predict new n (first)": [], "rfjax predict new n (warm)": []}
+    accuracy = {}
+    load = load_average()
+    for repeat in range(repeats):
+        for name, estimator in estimators.items():
+            _, seconds = timed(lambda estimator=estimator: estimator.fit(x, y))
+            times[f"{name} fit"].append(seconds)
+        for name, estimator in estimators.items():
+            labels, seconds = timed(lambda estimator=estimator: estimator.predict(x))
+            times[f"{name} predict"].append(seconds)
+            accuracy[name] = float((labels == y).mean())
+        count = len(x) - 1 - 977 * repeat  # a row count not predicted before
+        for kind in ("first", "warm"):
+            _, seconds = timed(lambda count=count: estimators["rfjax"].predict(x[:count]))
+            times[f"rfjax predict new n ({kind})"].append(seconds)
+    return {
+        "m": m,
+        "rows": len(x),
+        "repeats": repeats,
+        "accuracy": accuracy,
+        "median_s": {name: statistics.median(t) for name, t in times.items()},
+        "samples_s": times,
+        "ratios": {
+            "fit rfjax/sklearn": paired_ratio(times["rfjax fit"], times["sklearn fit"]),
+            "predict rfjax/sklearn": paired_ratio(times["rfjax predict"], times["sklearn predict"]),
+            "rfjax predict new n first/warm": paired_ratio(
+                times["rfjax predict new n (first)"], times["rfjax predict new n (warm)"]
+            ),
+        },
+        "load_average_before": load,
+        "load_average_after": load_average(),
+    }
+
+
+def _status_bytes(field: str) -> int:
+    """A memory field of /proc/self/status (``VmRSS``: resident now, ``VmHWM``: its peak)."""
+    with open("/proc/self/status") as handle:
+        line = next(line for line in handle if line.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+
+def versus_memory_probe(name: str, m: int, rows: int) -> None:
+    """In a fresh process: the peak resident memory of ``name``'s fit + predict above the
+    resident memory before it (data loaded; the kernel's high-water mark reset first)."""
+    x, y = versus_data(rows)
+    estimator = versus_estimators(m)[name]
+    with open("/proc/self/clear_refs", "w") as handle:  # resets VmHWM (Linux >= 4.0)
+        handle.write("5")
+    before = _status_bytes("VmRSS")
+    estimator.fit(x, y).predict(x)
+    peak = _status_bytes("VmHWM")
+    print(json.dumps({"name": name, "m": m, "peak_above_start_bytes": peak - before}))
+
+
+def versus_memory(m: int, rows: int) -> dict[str, int]:
+    """Peak memory above the start of each contender's fit + predict, each in a fresh process."""
+    peaks = {}
+    for name in ("rfjax", "sklearn"):
+        command = [sys.executable, "-m", "benchmarks.ridge", "--memory-probe", name, str(m)]
+        result = subprocess.run(
+            [*command, "--rows", str(rows)], capture_output=True, text=True, check=True
+        )
+        peaks[name] = json.loads(result.stdout.strip().splitlines()[-1])["peak_above_start_bytes"]
+    return peaks
+
+
+def versus_sklearn(components, rows: int, repeats: int, out: str) -> list[dict]:
+    x, y = versus_data(rows)
+    records = []
+    for m in components:
+        record = versus_times(m, x, y, repeats)
+        record["peak_memory_bytes"] = versus_memory(m, rows)
+        record["peak_memory rfjax/sklearn"] = (
+            record["peak_memory_bytes"]["rfjax"] / record["peak_memory_bytes"]["sklearn"]
+        )
+        records.append(record)
+        _print_versus(record)
+        path = os.path.join(out, "versus_sklearn.json")
+        with open(path, "w") as handle:
+            json.dump({"jax": jax.__version__, "cpus": os.cpu_count(), "records": records}, handle)
+    return records
+
+
+def _print_versus(record: dict) -> None:
+    print(
+        f"m = {record['m']}, {record['rows']} rows, {record['repeats']} repeats; load average "
+        f"{record['load_average_before']} before, {record['load_average_after']} after; "
+        f"training accuracy {record['accuracy']}"
+    )
+    for name, seconds in record["median_s"].items():
+        print(f"  {name:30s} {seconds:8.2f} s (median)")
+    for name, ratio in record["ratios"].items():
+        print(f"  {name:30s} {ratio['median']:6.2f} [{ratio['q25']:.2f}, {ratio['q75']:.2f}]")
+    peaks = record["peak_memory_bytes"]
+    print(
+        f"  peak memory above start: rfjax {peaks['rfjax'] / 2**20:.0f} MiB, scikit-learn "
+        f"{peaks['sklearn'] / 2**20:.0f} MiB, ratio {record['peak_memory rfjax/sklearn']:.3f}",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--components", type=int, nargs="*", default=[1024, 2048, 4096])
+    parser.add_argument(
+        "--components",
+        type=int,
+        nargs="*",
+        default=None,
+        help="default 1024 2048 4096 (--versus-sklearn: 1024 4096)",
+    )
     parser.add_argument("--rfjax-only-components", type=int, nargs="*", default=[8192])
     parser.add_argument("--stream-rows", type=int, nargs="*", default=[10**5, 10**6, 10**7])
     parser.add_argument(
@@ -323,7 +486,21 @@ def main() -> None:
     )
     parser.add_argument("--out", default="benchmarks/results/ridge")
     parser.add_argument("--table", action="store_true", help="only write ridge.md from ridge.jsonl")
+    parser.add_argument("--versus-sklearn", action="store_true", help="issue 46's figure")
+    parser.add_argument("--rows", type=int, default=200_000, help="--versus-sklearn rows")
+    parser.add_argument("--repeats", type=int, default=3, help="--versus-sklearn repeats")
+    parser.add_argument("--memory-probe", nargs=2, metavar=("NAME", "M"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_probe:
+        versus_memory_probe(args.memory_probe[0], int(args.memory_probe[1]), args.rows)
+        return
+    if args.versus_sklearn:
+        os.makedirs(args.out, exist_ok=True)
+        components = [1024, 4096] if args.components is None else args.components
+        versus_sklearn(components, args.rows, args.repeats, args.out)
+        return
+    if args.components is None:
+        args.components = [1024, 2048, 4096]
     if args.table:
         with open(os.path.join(args.out, "ridge.md"), "w") as handle:
             handle.write(table(args.out))

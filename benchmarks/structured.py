@@ -1,33 +1,48 @@
 """Fast structured couplings vs dense ones, m = d.
 
   python -m benchmarks.structured [--dims 256 1024 4096] [--inputs 1024] [--repeats 5]
-  python -m benchmarks.structured --apply [--dims 256 1024 4096 16384] [--inputs 64]
+  python -m benchmarks.structured --apply [--dims 256 512 1024 2048 4096] [--inputs 4096]
+      [--repeats 15] [--json PATH]
 
 Default: for each d, one jitted call draws the projection from a key and computes softmax
 positive features of ``--inputs`` inputs: dense ORF (QR, O(d^3) draw, O(d^2) per input) and
 dense SimRF against ``hd_orthogonal`` and ``fast_simplex`` (Rademacher draws, O(d log d) per input
 through the FWHT op). Target: the fast ones win from d = 1024 on.
 
-``--apply``: the P-model families (circulant, skew-circulant, Toeplitz, Hankel, low displacement
-rank r = 1, 2, 4, and circulant with the HD preprocessing) against the dense Gaussian W: the time
-of ``x W^T`` for drawn projections (jitted, no draw), as ratios to dense in one interleaved run.
-Dense costs O(d^2) per input, the families O(d log d) (O(r d log d) for rank r).
+``--apply``: every structured map against the dense Gaussian W, the time of ``x W^T`` for drawn
+projections (jitted, no draw) of a batch of ``--inputs`` rows (default 4096; issue 46: every map
+<= 1.0x dense from d = 256 at batch 4096): the Hadamard-diagonal chains ``hd_orthogonal`` and
+``fast_simplex`` (k = 3 rotations: one batched transform per rotation over all rows and blocks),
+and the P-model families (circulant, skew-circulant, Toeplitz, Hankel, low displacement rank
+r = 1, 2, 4, and circulant with the HD preprocessing), m = d. Dense costs O(d^2) per input, the
+HD chains and the circulant O(d log d) with a transform of length d, the others O(d log d) with
+FFTs of length 2d (O(r d log d) for rank r). The contenders take turns repeat by repeat; each
+ratio is the median over repeats of the paired ratio (repeat i of the map over repeat i of
+dense; the order of the contenders shuffled in every round, so that none always runs after the
+same one), printed with the load average and written with every sample to ``--json`` (default
+``benchmarks/results/structured/apply.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import pathlib
 from typing import Any
 
 import jax
 
 from benchmarks.features import draw_and_featurize
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import load_average, paired_ratio, time_interleaved
 from rfjax import projections
 
 PAIRS = (("orthogonal", "hd_orthogonal"), ("simplex", "fast_simplex"))
-# (label, coupling, options) of the P-model families timed against the dense Gaussian W.
+APPLY_JSON = pathlib.Path("benchmarks/results/structured/apply.json")
+# (label, coupling, options) of the structured maps timed against the dense Gaussian W.
 P_MODEL_FAMILIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("hd_orthogonal", "hd_orthogonal", {}),
+    ("fast_simplex", "fast_simplex", {}),
     ("circulant", "circulant", {}),
     ("skew_circulant", "skew_circulant", {}),
     ("toeplitz", "toeplitz", {}),
@@ -69,7 +84,7 @@ def _project(projection: projections.Projection, x: jax.Array) -> jax.Array:
 
 
 def apply_benchmark(dims: tuple[int, ...], num_inputs: int, repeats: int) -> list[dict]:
-    """Time of ``x W^T`` per P-model family and for the dense Gaussian W, ratios to dense."""
+    """Time of ``x W^T`` per structured map and for the dense Gaussian W, paired ratios to dense."""
     rows = []
     for dim in dims:
         x = jax.random.normal(jax.random.key(0), (num_inputs, dim))
@@ -82,14 +97,19 @@ def apply_benchmark(dims: tuple[int, ...], num_inputs: int, repeats: int) -> lis
         functions = {
             label: lambda p=projection, x=x: _project(p, x) for label, projection in drawn.items()
         }
-        timings = time_interleaved(functions, repeats=repeats, warmup=1)
-        dense = timings["dense"]["median_s"]
+        load = load_average()
+        timings = time_interleaved(functions, repeats=repeats, warmup=2, shuffle_seed=dim)
+        dense = timings["dense"]
         rows += [
             {
                 "dim": dim,
+                "inputs": num_inputs,
                 "family": label,
                 "ms": 1e3 * timing["median_s"],
-                "over_dense": timing["median_s"] / dense,
+                "over_dense": paired_ratio(timing["samples_s"], dense["samples_s"]),
+                "samples_ms": [1e3 * t for t in timing["samples_s"]],
+                "load_average_before": load,
+                "load_average_after": load_average(),
             }
             for label, timing in timings.items()
         ]
@@ -100,12 +120,22 @@ def print_apply_table(rows: list[dict]) -> None:
     dims = sorted({row["dim"] for row in rows})
     labels = list(dict.fromkeys(row["family"] for row in rows))
     cells = {(row["dim"], row["family"]): row for row in rows}
-    print("median ms per call (ratio to dense)")
-    print(f"{'family':>16} " + " ".join(f"{f'd = {dim}':>20}" for dim in dims))
+    print("median ms per call (paired ratio to dense: median [quartiles])")
+    print(f"{'family':>16} " + " ".join(f"{f'd = {dim}':>29}" for dim in dims))
     for label in labels:
         entries = [cells[(dim, label)] for dim in dims]
-        text = " ".join(f"{e['ms']:>10.3f} ({e['over_dense']:>6.3f})" for e in entries)
+        text = " ".join(
+            f"{e['ms']:>9.3f} ({e['over_dense']['median']:>5.2f} "
+            f"[{e['over_dense']['q25']:.2f}, {e['over_dense']['q75']:.2f}])"
+            for e in entries
+        )
         print(f"{label:>16} {text}")
+    for dim in dims:
+        load = cells[(dim, "dense")]
+        print(
+            f"d = {dim}: load average {load['load_average_before']} before, "
+            f"{load['load_average_after']} after"
+        )
 
 
 def main() -> None:
@@ -113,12 +143,19 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=None)
     parser.add_argument("--inputs", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--apply", action="store_true", help="P-model families vs dense W")
+    parser.add_argument("--apply", action="store_true", help="structured maps vs dense W")
+    parser.add_argument("--json", default=None, help="--apply: default " + str(APPLY_JSON))
     args = parser.parse_args()
     if args.apply:
-        dims, inputs = args.dims or [256, 1024, 4096, 16384], args.inputs or 64
+        dims, inputs = args.dims or [256, 512, 1024, 2048, 4096], args.inputs or 4096
         print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {inputs} inputs, m = d")
-        print_apply_table(apply_benchmark(tuple(dims), inputs, args.repeats))
+        rows = apply_benchmark(tuple(dims), inputs, args.repeats)
+        print_apply_table(rows)
+        path = pathlib.Path(args.json or APPLY_JSON)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        report = {"jax": jax.__version__, "cpus": os.cpu_count(), "repeats": args.repeats}
+        path.write_text(json.dumps({**report, "rows": rows}, indent=1))
+        print(f"written: {path}")
         return
     args.dims, args.inputs = args.dims or [256, 1024, 4096], args.inputs or 1024
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.inputs} inputs, m = d")

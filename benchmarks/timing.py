@@ -1,7 +1,9 @@
-"""Timing helpers for benchmarks: interleaved repeats, medians, ratios in one run."""
+"""Timing helpers for benchmarks: interleaved repeats, medians, paired ratios in one run."""
 
 from __future__ import annotations
 
+import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -10,24 +12,49 @@ import jax
 
 
 def time_interleaved(
-    functions: Mapping[str, Callable[[], object]], *, repeats: int = 30, warmup: int = 3
-) -> dict[str, dict[str, float]]:
+    functions: Mapping[str, Callable[[], object]],
+    *,
+    repeats: int = 30,
+    warmup: int = 3,
+    setups: Mapping[str, Callable[[], object]] | None = None,
+    shuffle_seed: int | None = None,
+) -> dict[str, dict]:
     """Median and spread of wall time per call, running the functions round-robin.
 
     Each function is called ``warmup`` times first (compilation), then the functions are timed in
     turn ``repeats`` times so that drifts in machine load hit all of them alike. Results are
-    blocked on (``jax.block_until_ready``) before the clock stops.
+    blocked on (``jax.block_until_ready``) before the clock stops. ``setups[name]()``, when
+    given, runs untimed before each call of ``functions[name]`` (e.g. to restore the buffer of an
+    in-place transform). A result is freed after its time is taken (freeing a large array can
+    take milliseconds, which are not the call's). With ``shuffle_seed``, each round runs the
+    functions in a fresh random order, so that no function always follows the same one (one that
+    leaves the caches cold, say). Each entry holds ``summary`` of its times and the times
+    themselves (``samples_s``, one per round, for ``paired_ratio``).
     """
-    for fn in functions.values():
+    setups = setups or {}
+    for name, fn in functions.items():
         for _ in range(warmup):
+            _run_setup(setups, name)
             jax.block_until_ready(fn())
     samples: dict[str, list[float]] = {name: [] for name in functions}
+    order = list(functions)
+    rng = random.Random(shuffle_seed)
     for _ in range(repeats):
-        for name, fn in functions.items():
+        if shuffle_seed is not None:
+            rng.shuffle(order)
+        for name in order:
+            fn = functions[name]
+            _run_setup(setups, name)
             start = time.perf_counter()
-            jax.block_until_ready(fn())
+            result = jax.block_until_ready(fn())
             samples[name].append(time.perf_counter() - start)
-    return {name: summary(times) for name, times in samples.items()}
+            del result  # freed after the clock stops, like a caller that keeps its result
+    return {name: {**summary(times), "samples_s": times} for name, times in samples.items()}
+
+
+def _run_setup(setups: Mapping[str, Callable[[], object]], name: str) -> None:
+    if name in setups:
+        jax.block_until_ready(setups[name]())
 
 
 def summary(times: list[float]) -> dict[str, float]:
@@ -39,6 +66,25 @@ def summary(times: list[float]) -> dict[str, float]:
         "q25_s": quartiles[0],
         "q75_s": quartiles[2],
     }
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> dict[str, float]:
+    """The ratios of paired samples (repeat i of one contender over repeat i of the other, taken
+    back to back by ``time_interleaved``): their median and quartiles. A load spike that hits one
+    round hits both sides of its ratio, so this is steadier than a ratio of medians."""
+    if len(numerator) != len(denominator) or not numerator:
+        raise ValueError(
+            f"paired samples need equal, non-zero lengths, got {len(numerator)} and "
+            f"{len(denominator)}"
+        )
+    ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return {"median": statistics.median(ratios), "q25": quartiles[0], "q75": quartiles[2]}
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (other jobs on the machine), rounded."""
+    return [round(value, 2) for value in os.getloadavg()]
 
 
 def time_streamed(

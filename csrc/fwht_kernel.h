@@ -433,7 +433,66 @@ void transform_rows(const T* in, T* out, size_t n, size_t rows, bool scaled, T s
   }
 }
 
+// sum_{j < n} z_j by pairwise summation (halves summed recursively, 8 terms in order at the
+// leaves): rounding error O(log n) units, like XLA's tree reductions, not O(n).
+template <class T>
+T pairwise_sum(const T* z, size_t n) {
+  if (n <= 8) {
+    T total = 0;
+    for (size_t j = 0; j < n; ++j) total += z[j];
+    return total;
+  }
+  const size_t half = n / 2;
+  return pairwise_sum(z, half) + pairwise_sum(z + half, n - half);
+}
+
+// The structured-coupling chain (rfjax.ops.hd_chain) on rows of x (rows x p), fused: for each
+// row and block b, y = N_b [S] (H D_{b,k}) ... (H D_{b,1}) x with H the normalised transform, all
+// stages on the p outputs of that block while they are in L1 (one read of x, one write of y,
+// against 2k passes of separate transforms and products). The same operations in the same order
+// as the composition (a product by the diagonal, the transform, scaled in its last pass), so the
+// rotations agree with it to the last bit; S (simplex) sums the first p - 1 entries pairwise,
+// which rounds differently from XLA's sum (to a few units in the last place). y is (rows, blocks, p); signs (blocks, k, p);
+// norms (blocks, p). `scale` is 1/sqrt(p); S's coefficients are simplex[0] (on z_i),
+// simplex[1] (on the sum), simplex[2] (the last entry's factor).
+template <class T>
+void hd_chain_rows(const T* x, const T* signs, const T* norms, T* y, size_t p, size_t rows,
+                   size_t blocks, size_t rotations, T scale, bool simplex, const T* simplex_terms) {
+  for (size_t r = 0; r < rows; ++r) {
+    const T* in = x + r * p;
+    for (size_t b = 0; b < blocks; ++b) {
+      T* out = y + (r * blocks + b) * p;
+      for (size_t i = 0; i < rotations; ++i) {
+        const T* d = signs + (b * rotations + i) * p;
+        const T* src = i == 0 ? in : out;
+        for (size_t j = 0; j < p; ++j) out[j] = src[j] * d[j];
+        transform_rows<T>(out, out, p, 1, p > 1, scale);
+      }
+      if (simplex) {
+        const T sigma = pairwise_sum(out, p - 1);
+        const T shift = simplex_terms[1] * sigma;
+        for (size_t j = 0; j + 1 < p; ++j) out[j] = simplex_terms[0] * out[j] - shift;
+        out[p - 1] = sigma / simplex_terms[2];
+      }
+      const T* n = norms + b * p;
+      for (size_t j = 0; j < p; ++j) out[j] *= n[j];
+    }
+  }
+}
+
 // The entry points of one instruction set (declared in fwht_kernel_api.h).
+void hd_chain_rows_f32(const float* x, const float* signs, const float* norms, float* y, size_t p,
+                       size_t rows, size_t blocks, size_t rotations, float scale, bool simplex,
+                       const float* simplex_terms) {
+  hd_chain_rows<float>(x, signs, norms, y, p, rows, blocks, rotations, scale, simplex,
+                       simplex_terms);
+}
+void hd_chain_rows_f64(const double* x, const double* signs, const double* norms, double* y,
+                       size_t p, size_t rows, size_t blocks, size_t rotations, double scale,
+                       bool simplex, const double* simplex_terms) {
+  hd_chain_rows<double>(x, signs, norms, y, p, rows, blocks, rotations, scale, simplex,
+                        simplex_terms);
+}
 void transform_rows_f32(const float* in, float* out, size_t n, size_t rows, bool scaled,
                         float scale) {
   transform_rows<float>(in, out, n, rows, scaled, scale);

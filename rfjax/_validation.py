@@ -173,16 +173,22 @@ def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
     axis.
     """
     x = as_array(name, x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"{name} must be a floating array, got dtype {x.dtype}")
-    if x.ndim < 1:
+    check_input_type(name, x.shape, x.dtype, dim=dim)
+    return x
+
+
+def check_input_type(name: str, shape: tuple[int, ...], dtype, *, dim: int | None = None) -> None:
+    """``check_inputs``' checks of an array's shape and dtype, for an array that stays where it
+    is (a NumPy array streamed through in blocks)."""
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating array, got dtype {dtype}")
+    if len(shape) < 1:
         raise ValueError(f"{name} must have shape (..., dim) with at least one axis, got a scalar")
-    if dim is not None and x.shape[-1] != dim:
+    if dim is not None and shape[-1] != dim:
         raise ValueError(
             f"{name} must have last axis of size dim={dim} (the projection's input "
-            f"dimension), got shape {x.shape}"
+            f"dimension), got shape {shape}"
         )
-    return x
 
 
 def is_concrete(x: object) -> bool:

@@ -3,6 +3,7 @@ every compiled instruction set, and a portable build."""
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import shutil
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from rfjax.ops import _fwht_cpu, fwht
+from rfjax.ops import _fwht_cpu, fwht, sin_cos
+from rfjax.ops._cos import _xla_sin_cos
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 built = pytest.mark.skipif(not _fwht_cpu.is_available(), reason="the C++ FWHT kernel was not built")
@@ -143,6 +145,32 @@ def test_auto_picks_the_kernel_and_no_temporaries():
         assert analysis.temp_size_in_bytes <= 1024  # nothing beyond the output
 
 
+def _entry_text(fn, x) -> str:
+    text = fn.lower(x).compile().as_text()
+    return text[text.index("ENTRY") :]
+
+
+@built
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_out_of_place_on_a_kept_argument_in_place_otherwise(dtype):
+    """An argument the caller keeps is read by the kernel's first pass into the output (no copy
+    of it first, no aliasing); a donated argument and an intermediate are transformed in place
+    (the output aliases them); all three give the same values."""
+    with jax.enable_x64(dtype == jnp.float64):
+        x = np.random.default_rng(8).standard_normal((64, 1024)).astype(dtype)
+        kept = jax.jit(lambda v: fwht(v, implementation="cpu"))
+        donated = jax.jit(lambda v: fwht(v, implementation="cpu"), donate_argnums=0)
+        intermediate = jax.jit(lambda v: fwht(v * 1.0 + 0.0, implementation="cpu"))
+        text = _entry_text(kept, x)
+        assert "output_to_operand_aliasing" not in text and " copy(" not in text
+        assert "output_to_operand_aliasing" in _entry_text(donated, x)
+        assert "output_to_operand_aliasing" in _entry_text(intermediate, x)
+        expected = np.asarray(kept(x))
+        np.testing.assert_array_equal(np.asarray(donated(jnp.array(x, copy=True))), expected)
+        np.testing.assert_array_equal(np.asarray(intermediate(x)), expected)
+        _close(expected, _reference(x, False), dtype)
+
+
 def _supported_isas() -> list[str]:
     """The compiled instruction sets this CPU runs (``select_isa`` refuses the others)."""
     supported = []
@@ -155,9 +183,30 @@ def _supported_isas() -> list[str]:
     return supported
 
 
+# Compiled once for all instruction sets: the program calls the kernel, which dispatches to the
+# selected instruction set when it runs.
+_KERNEL_SIN_COS = jax.jit(functools.partial(sin_cos, scale=0.5))
+_XLA_SIN_COS = jax.jit(functools.partial(_xla_sin_cos, scale=0.5))
+
+
+def _check_sin_cos_kernel(rng: np.random.Generator) -> None:
+    """The sin/cos kernel of the selected instruction set against its XLA form (1 ulp), with
+    rows of 1..70 elements (every vector tail) and values beyond the fast range."""
+    for dtype in (np.float32, np.float64):
+        with jax.enable_x64(dtype == np.float64):
+            for m in (1, 3, 8, 17, 70):
+                t = (30 * rng.standard_normal((5, m))).astype(dtype)
+                t[0, 0] = 1e12
+                kernel = np.asarray(_KERNEL_SIN_COS(t))
+                xla = np.asarray(_XLA_SIN_COS(t))
+                ulp = np.spacing(np.abs(xla)).astype(np.float64)
+                assert np.all(np.abs(kernel.astype(np.float64) - xla) <= ulp), (dtype, m)
+
+
 @built
 def test_every_instruction_set_matches_hadamard():
-    """Each compiled instruction set (AVX-512, AVX2, SSE2, scalar) that this CPU supports."""
+    """Each compiled instruction set (AVX-512, AVX2, SSE2, scalar) that this CPU supports, for
+    the FWHT and the sin/cos kernel."""
     default = _fwht_cpu.isa()
     compiled = _fwht_cpu.compiled_isas()
     assert compiled[-1] == "scalar"
@@ -175,6 +224,7 @@ def test_every_instruction_set_matches_hadamard():
                 with jax.enable_x64(True):
                     z = rng.standard_normal((2, n))
                     _close(fwht(z, implementation="cpu"), _reference(z, False), np.float64)
+            _check_sin_cos_kernel(rng)
     finally:
         _fwht_cpu.select_isa(default)
     with pytest.raises(ValueError, match="was not compiled"):

@@ -36,13 +36,17 @@ from rfjax.ops import (
     _fwht_mosaic_gpu,
     _fwht_tpu,
     _fwht_triton,
+    _syrk,
     chain_reference,
     fwht,
     hd_chain,
     kronecker_factors,
     pad_to_power_of_two,
     shifted_cos,
+    sin_cos,
+    symmetric_rank_update,
 )
+from rfjax.ops._cos import _xla_sin_cos
 from rfjax.ops._fwht import GPU_AUTO_SM90, resolve
 
 ON_GPU = jax.default_backend() == "gpu"
@@ -305,6 +309,76 @@ def test_hd_chain_matches_the_reference(implementation, simplex):
     scale = np.linalg.norm(x, axis=-1)[:, None, None] * norms.max() * 3
     tol = 3 * 4 * EPS32 * (1 + math.log2(p)) * scale
     assert np.all(np.abs(np.asarray(y, np.float64) - ref) <= tol)
+
+
+CHAIN_KERNEL = pytest.mark.skipif(
+    not _fwht_cpu.is_available("hd_chain") or jax.default_backend() != "cpu",
+    reason="the C++ chain kernel is not built, or the backend is not CPU",
+)
+
+
+@CHAIN_KERNEL
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hd_chain_fused_cpu_kernel_is_the_composition(dtype):
+    """On CPU, hd_chain is one fused kernel (every stage of a row's block in L1) whose rotations
+    and norms are the composition of fwht calls and products to the last bit, and whose simplex
+    map (a pairwise sum against XLA's reduction) agrees to rounding; p from 2 to 2^14 (past the
+    L1 chunk), one and several blocks and rotations."""
+    rng = np.random.default_rng(22)
+    eps = float(np.finfo(dtype).eps)
+    with jax.enable_x64(dtype == np.float64):
+        for p, blocks, rotations in [(2, 1, 1), (8, 3, 2), (256, 2, 3), (16384, 1, 3)]:
+            x = rng.standard_normal((7, p)).astype(dtype)
+            signs = rng.choice([-1.0, 1.0], size=(blocks, rotations, p)).astype(dtype)
+            norms = rng.uniform(0.5, 2.0, (blocks, p)).astype(dtype)
+            for simplex in (False, True):
+                fused = jax.jit(functools.partial(hd_chain, simplex=simplex))
+                text = fused.lower(x, signs, norms).as_text()
+                assert "rfjax_hd_chain" in text and "rfjax_fwht" not in text
+                composition = functools.partial(
+                    chain_reference, simplex=simplex, implementation="cpu"
+                )
+                y = np.asarray(fused(x, signs, norms))
+                z = np.asarray(jax.jit(composition)(x, signs, norms))
+                if not simplex:
+                    np.testing.assert_array_equal(y, z)
+                else:
+                    scale = np.abs(z).max()
+                    assert np.abs(y - z).max() <= 8 * eps * (1 + math.log2(p)) * scale
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_symmetric_rank_update_adds_a_gram_matrix_to_the_lower_triangle(dtype):
+    """c + a^T a below and on the diagonal, c above it, by BLAS syrk on CPU (when built) and
+    by XLA (the fallback), for several shapes including one row and an empty block."""
+    rng = np.random.default_rng(23)
+    eps = float(np.finfo(dtype).eps)
+    with jax.enable_x64(dtype == np.float64):
+        for rows, m in [(1, 1), (5, 3), (300, 64), (0, 4)]:
+            a = rng.standard_normal((rows, m)).astype(dtype)
+            c = rng.standard_normal((m, m)).astype(dtype)
+            exact = c.astype(np.float64) + a.T.astype(np.float64) @ a
+            lower = np.tril(np.ones((m, m), bool))
+            for update in (symmetric_rank_update, _syrk._xla_update):
+                y = np.asarray(jax.jit(update)(c, a))
+                assert y.dtype == dtype
+                np.testing.assert_array_equal(y[~lower], c[~lower])
+                size = np.abs(a).max(initial=0.0) ** 2 + np.abs(c).max()
+                tolerance = 4 * eps * (rows + 1) * size
+                assert np.abs(y[lower] - exact[lower]).max(initial=0.0) <= tolerance
+    with pytest.raises(ValueError, match="c must be"):
+        symmetric_rank_update(jnp.zeros((3, 3)), jnp.zeros((2, 4)))
+    with pytest.raises(TypeError, match="must both be float32 or both float64"):
+        symmetric_rank_update(jnp.zeros((2, 2)), jnp.zeros((3, 2), jnp.float16))
+
+
+@pytest.mark.skipif(
+    not _fwht_cpu.is_available("gram_update") or jax.default_backend() != "cpu",
+    reason="the C++ Gram update is not built, or the backend is not CPU",
+)
+def test_symmetric_rank_update_calls_blas_syrk_on_cpu():
+    text = jax.jit(symmetric_rank_update).lower(jnp.zeros((4, 4)), jnp.ones((3, 4))).as_text()
+    assert "rfjax_gram_update_f32" in text and "dot_general" not in text
 
 
 def _block_size(dim) -> int:
@@ -641,6 +715,94 @@ def test_shifted_cos_gradient_is_minus_shifted_sin():
     t = jnp.linspace(-20.0, 20.0, 101)
     grad = jax.jit(jax.vmap(jax.grad(lambda u: shifted_cos(u, 0))))(t)
     np.testing.assert_allclose(grad, -np.sin(np.asarray(t, np.float64)), atol=2e-6)
+
+
+# --- sin_cos: scale [sin t, cos t] in one pass (a C++ kernel on CPU, XLA elsewhere) ----------
+
+SIN_COS_KERNEL = pytest.mark.skipif(
+    not _fwht_cpu.is_available("sin_cos") or jax.default_backend() != "cpu",
+    reason="the C++ sin/cos kernel is not built, or the backend is not CPU",
+)
+
+
+def _sin_cos_inputs(dtype) -> np.ndarray:
+    """Rows of every kind: ordinary values, quadrant edges, values beyond the fast range, NaN,
+    +-inf (rows of 37, not a multiple of any vector width)."""
+    rng = np.random.default_rng(3)
+    t = rng.uniform(-60.0, 60.0, (40, 37))
+    t[0, :17] = np.arange(-8, 9) * np.pi / 4
+    t[1, :6] = [np.nan, np.inf, -np.inf, 1e30, -3e9, 2.0**14 + 1]
+    t[2] = np.exp(rng.uniform(np.log(1e3), np.log(1e300), 37)) * rng.choice([-1, 1], 37)
+    with np.errstate(over="ignore"):
+        return t.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(np.float64, 4e-16), (np.float32, 2.5e-7)])
+def test_sin_cos_is_the_shifted_cos_pair_and_accurate(dtype, tolerance):
+    """sin_cos(t, scale) is scale [shifted_cos(t, 1), shifted_cos(t, 0)] (to 1 ulp: XLA may fuse
+    a multiply and an add that the kernel keeps apart), within the stated bound of NumPy's
+    float64 sin and cos for every finite t, NaN for NaN and +-inf, on the kernel's path and on
+    XLA's."""
+    t = _sin_cos_inputs(dtype)
+    scale = 0.75
+    with jax.enable_x64(dtype == np.float64):
+        kernel = np.asarray(jax.jit(lambda u: sin_cos(u, scale=scale))(t))
+        xla = np.asarray(jax.jit(lambda u: _xla_sin_cos(u, scale))(t))
+        pair = jax.jit(lambda u: shifted_cos(jnp.concatenate([u, u], -1), np.repeat([1, 0], 37)))
+        expected = np.asarray(pair(t)) * dtype(scale)
+    with np.errstate(invalid="ignore"):  # sin and cos of +-inf
+        wide = t.astype(np.float64)
+        exact = scale * np.concatenate([np.sin(wide), np.cos(wide)], -1)
+    finite = np.isfinite(np.concatenate([t, t], -1))
+    ulp = np.spacing(np.abs(expected).astype(dtype)).astype(np.float64)
+    for values in (kernel, xla):
+        assert values.dtype == dtype and values.shape == (40, 74)
+        assert np.all(np.isnan(values[~finite]))
+        assert np.all(np.abs(values[finite] - expected[finite]) <= ulp[finite] + 1e-300)
+        assert np.abs(values[finite] - exact[finite]).max() <= scale * tolerance
+
+
+def test_sin_cos_derivative_batching_and_half_precision():
+    t = jnp.asarray(_sin_cos_inputs(np.float32)[3:6])
+    check_grads(lambda u: sin_cos(u, scale=0.5), (t,), order=1, modes=("fwd", "rev"), atol=2e-2)
+    grad = jax.grad(lambda u: sin_cos(u, scale=0.5).sum())(t)
+    exact = 0.5 * (np.cos(np.asarray(t, np.float64)) - np.sin(np.asarray(t, np.float64)))
+    np.testing.assert_allclose(grad, exact, atol=1e-6)
+    mapped = jax.vmap(lambda u: sin_cos(u, scale=0.5), in_axes=1, out_axes=1)(t)
+    np.testing.assert_array_equal(mapped, np.moveaxis(np.asarray(sin_cos(t.T, scale=0.5)), 0, 1))
+    half = sin_cos(t.astype(jnp.bfloat16), scale=0.5)
+    assert half.dtype == jnp.bfloat16 and half.shape == (3, 74)
+    np.testing.assert_allclose(
+        np.asarray(half, np.float64),
+        0.5
+        * np.concatenate(
+            [
+                np.sin(np.asarray(t.astype(jnp.bfloat16), np.float64)),
+                np.cos(np.asarray(t.astype(jnp.bfloat16), np.float64)),
+            ],
+            -1,
+        ),
+        atol=4e-3,
+    )
+    assert sin_cos(jnp.zeros((0, 3))).shape == (0, 6)
+
+
+@SIN_COS_KERNEL
+def test_sin_cos_runs_the_kernel_on_cpu():
+    text = jax.jit(lambda u: sin_cos(u, scale=2.0)).lower(jnp.ones((4, 8))).as_text()
+    assert "rfjax_sin_cos_f32" in text
+    assert "stablehlo.cosine" not in text and "stablehlo.sine" not in text
+
+
+def test_sin_cos_rejects_bad_input():
+    with pytest.raises(TypeError, match="t must be a floating"):
+        sin_cos(jnp.arange(3))
+    with pytest.raises(ValueError, match="rank >= 1"):
+        sin_cos(jnp.ones(()))
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        sin_cos(jnp.ones(3), scale="2")
+    with pytest.raises(ValueError, match="scale must be finite"):
+        sin_cos(jnp.ones(3), scale=float("nan"))
 
 
 def test_shifted_cos_rejects_bad_input():

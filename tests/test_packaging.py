@@ -105,7 +105,13 @@ def _check_contents(dist: pathlib.Path) -> None:
             for n in archive.getnames()
             if "/" in n
         }
-    for needed in ("csrc/fwht_cpu.cc", "csrc/fwht_isa.cc", "csrc/fwht_kernel.h", "setup.py"):
+    for needed in (
+        "csrc/fwht_cpu.cc",
+        "csrc/fwht_isa.cc",
+        "csrc/fwht_kernel.h",
+        "csrc/sincos_kernel.h",
+        "setup.py",
+    ):
         assert needed in names, needed
     with zipfile.ZipFile(wheel) as archive:
         libraries = [n for n in archive.namelist() if n.startswith("rfjax/ops/_fwht_cpu_lib")]

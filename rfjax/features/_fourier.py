@@ -13,7 +13,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import DTypeLike
 
 from rfjax._validation import (
@@ -26,14 +25,8 @@ from rfjax._validation import (
 )
 from rfjax.features._common import check_projection, pointwise_features, project
 from rfjax.features._protocol import FeatureMap, ScaledFeatures, Side
-from rfjax.ops import shifted_cos
+from rfjax.ops import shifted_cos, sin_cos
 from rfjax.projections import Projection
-
-
-def _sin_cos(projected: jax.Array) -> jax.Array:
-    """[sin t, cos t] along the last axis, as one ``shifted_cos`` pass over [t, t]."""
-    quarter_turns = np.repeat(np.array([1, 0], np.int32), projected.shape[-1])
-    return shifted_cos(jnp.concatenate([projected, projected], axis=-1), quarter_turns)
 
 
 def fourier_features(
@@ -70,7 +63,8 @@ def fourier_features(
       Sutherland & Schneider, "On the Error of Random Fourier Features", UAI 2015,
       arXiv:1506.02785 (phi); Reid et al. 2023, arXiv:2301.13856, Eq. 3.
     """
-    return pointwise_features(x, projection, _sin_cos, lengthscale=lengthscale)
+    _, projected = project(x, projection, lengthscale=lengthscale)
+    return sin_cos(projected, scale=math.sqrt(1.0 / projected.shape[-1]))
 
 
 def random_offsets(
@@ -200,7 +194,7 @@ def trigonometric_parts(x: jax.Array, projection: Projection) -> tuple[jax.Array
     the ``exp`` (e^a overflows float32 from |x| ~ 13, float64 from ~ 37)."""
     x, projected = project(x, projection)
     log_scale = 0.5 * jnp.sum(x * x, axis=-1) - 0.5 * math.log(projected.shape[-1])
-    return log_scale, _sin_cos(projected)
+    return log_scale, sin_cos(projected)
 
 
 @jax.tree_util.register_dataclass

@@ -7,14 +7,19 @@ from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 from jax.typing import DTypeLike
 from numpy.typing import ArrayLike
 
-from rfjax._validation import check_inputs
+from rfjax._validation import check_input_type, check_inputs, check_int
 from rfjax.linear_models._solve import solve_ridge
 from rfjax.linear_models._statistics import ridge_statistics
 from rfjax.linear_models._transform import Featurizer
+
+# The rows of a predict block (``RandomFeatureRidgeModel.predict``) by default, and the smallest.
+PREDICT_BLOCK_ROWS = 4096
+MIN_PREDICT_BLOCK_ROWS = 256
 
 
 @jax.tree_util.register_dataclass
@@ -39,10 +44,44 @@ class RandomFeatureRidgeModel:
     weights: jax.Array
     intercept: jax.Array
 
-    def predict(self, x: ArrayLike) -> jax.Array:
-        """f(x): ``(n, d) -> (n, t)``, computed in the weights' dtype."""
-        x = check_inputs("x", x, dim=self.transform.dim)
-        return _predict(self, x.astype(self.transform.dtype))
+    def predict(self, x: ArrayLike, *, block_rows: int = PREDICT_BLOCK_ROWS) -> jax.Array:
+        """f(x): ``(..., d) -> (..., t)``, computed in the weights' dtype, in blocks of rows.
+
+        Rows stream through one compiled program per block size in blocks of ``block_rows``,
+        the last zero-padded (the padding's outputs dropped), so the features of only one block
+        are held at a time and a new number of rows compiles nothing: inputs of at least
+        ``block_rows`` rows use blocks of exactly ``block_rows``, fewer rows the next power of
+        two from ``MIN_PREDICT_BLOCK_ROWS`` up (at most log2(``block_rows`` / 256) + 1 programs
+        in all). Inside a trace (``jit``, ``vmap``), x goes through in one piece.
+        """
+        block_rows = check_int("block_rows", block_rows, minimum=1)
+        dtype = np.dtype(self.transform.dtype)
+        if isinstance(x, jax.core.Tracer):
+            return _predict(self, check_inputs("x", x, dim=self.transform.dim).astype(dtype))
+        # blocks are cut on the host: converting or slicing a device array of a new shape would
+        # compile a program for it
+        try:
+            host = np.asarray(x)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"x must be a numeric array, got {type(x).__name__}") from error
+        check_input_type("x", host.shape, host.dtype, dim=self.transform.dim)
+        rows = host.reshape(-1, host.shape[-1])
+        out = np.empty((rows.shape[0], self.weights.shape[1]), self.weights.dtype)
+        size = bucket_rows(rows.shape[0], block_rows)
+        for start in range(0, rows.shape[0], size):
+            valid = min(size, rows.shape[0] - start)
+            block = np.zeros((size, rows.shape[1]), dtype)
+            block[:valid] = rows[start : start + valid]
+            out[start : start + valid] = np.asarray(_predict(self, block))[:valid]
+        return jax.device_put(out.reshape(*host.shape[:-1], out.shape[-1]))
+
+
+def bucket_rows(rows: int, block_rows: int) -> int:
+    """The block size for ``rows`` rows: ``block_rows`` when there are at least that many,
+    else the power of two >= rows (at least ``MIN_PREDICT_BLOCK_ROWS``, at most ``block_rows``)."""
+    if rows >= block_rows:
+        return block_rows
+    return min(block_rows, max(MIN_PREDICT_BLOCK_ROWS, 1 << max(rows - 1, 0).bit_length()))
 
 
 @jax.jit

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike
 from rfjax._validation import check_float_dtype, check_int
 from rfjax.linear_models._blocks import fixed_blocks
 from rfjax.linear_models._transform import Featurizer
+from rfjax.ops import symmetric_rank_update
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -27,7 +28,8 @@ class RidgeStatistics:
     """The sufficient statistics of ridge regression on features Phi (n x m) and targets Y (n x t).
 
     Attributes:
-      gram: Phi^T Phi, shape ``(m, m)``.
+      gram: Phi^T Phi, shape ``(m, m)`` (while rows are being added, its lower triangle:
+        ``add_rows``).
       cross: Phi^T Y, shape ``(m, t)``.
       feature_sum: Phi^T 1, shape ``(m,)``.
       target_sum: Y^T 1, shape ``(t,)``.
@@ -53,17 +55,25 @@ class RidgeStatistics:
 
     def add_rows(self, phi: jax.Array, y: jax.Array, valid: jax.Array) -> RidgeStatistics:
         """The statistics with rows ``phi (b, m)``, ``y (b, t)`` added (only the first ``valid``
-        rows; the rest are padding)."""
+        rows; the rest are padding). Phi^T Phi is added to the lower triangle of ``gram`` only
+        (``rfjax.ops.symmetric_rank_update``: BLAS syrk on CPU, half the work of the whole
+        product); ``with_full_gram`` fills the upper triangle once all rows are in."""
         mask = (jnp.arange(phi.shape[0]) < valid).astype(self.gram.dtype)[:, None]
         phi = phi.astype(self.gram.dtype) * mask
         y = y.astype(self.gram.dtype) * mask
         return RidgeStatistics(
-            self.gram + jnp.matmul(phi.T, phi, precision=_HIGHEST),
+            symmetric_rank_update(self.gram, phi),
             self.cross + jnp.matmul(phi.T, y, precision=_HIGHEST),
             self.feature_sum + phi.sum(axis=0),
             self.target_sum + y.sum(axis=0),
             self.count + valid.astype(jnp.int32),
         )
+
+    def with_full_gram(self) -> RidgeStatistics:
+        """The statistics with ``gram`` made whole from its lower triangle (as ``add_rows``
+        leaves it)."""
+        gram = jnp.tril(self.gram) + jnp.tril(self.gram, -1).T
+        return dataclasses.replace(self, gram=gram)
 
 
 def ridge_statistics(
@@ -199,7 +209,8 @@ def _local_step(local: Mesh, axis_name: str):
 
 
 def _all_reduce(state: RidgeStatistics, mesh: Mesh, axis_name: str) -> RidgeStatistics:
-    """The sum over all devices of all processes (one ``psum`` over ``axis_name``).
+    """The sum over all devices of all processes (one ``psum`` over ``axis_name``), its Gram
+    matrix made whole (``RidgeStatistics.with_full_gram``).
 
     Each device's statistics become its shard of a global array over ``mesh`` (which row of the
     global array a device's sum lands in does not matter: all are added).
@@ -213,7 +224,7 @@ def _all_reduce(state: RidgeStatistics, mesh: Mesh, axis_name: str) -> RidgeStat
 
     total = jax.jit(
         jax.shard_map(
-            lambda s: jax.tree.map(lambda a: jax.lax.psum(a[0], axis_name), s),
+            lambda s: jax.tree.map(lambda a: jax.lax.psum(a[0], axis_name), s).with_full_gram(),
             mesh=mesh,
             in_specs=P(axis_name),
             out_specs=P(),

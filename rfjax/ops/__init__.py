@@ -10,8 +10,12 @@ sharded arrays (per shard, no gather); the kernel behind it is chosen per platfo
 ``hd_chain(x, signs, norms)`` is N_b [S] (H D_{b,k}) ... (H D_{b,1}) x for every block b, the map
 of the fast ORF / fast SimRF couplings, fused into one kernel where one exists (TPU).
 
-``shifted_cos(t, s)`` = cos(t - s pi/2) in fused, vectorisable arithmetic (sin and cos of random
-Fourier features in one pass; XLA:CPU's own sin/cos run element by element).
+``shifted_cos(t, s)`` = cos(t - s pi/2) in fused, vectorisable arithmetic (XLA:CPU's own sin/cos
+run element by element), and ``sin_cos(t)`` = [sin t, cos t] from one reduction of each element
+(the sin/cos pair of random Fourier features in one pass).
+
+``symmetric_rank_update(c, a)`` = c + a^T a in the lower triangle (BLAS ``syrk`` on CPU: half
+the work of ``a.T @ a``), the Gram matrix of streamed row blocks (``rfjax.linear_models``).
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from jax.typing import ArrayLike
 
 from rfjax._validation import check_choice
 from rfjax.ops._chain import apply_simplex, chain_reference, hd_chain_p
-from rfjax.ops._cos import shifted_cos
+from rfjax.ops._cos import shifted_cos, sin_cos
 from rfjax.ops._fwht import IMPLEMENTATIONS, Implementation, fwht_p
 from rfjax.ops._fwht_xla import kronecker_factors, kronecker_matmul, xla_butterfly
+from rfjax.ops._syrk import symmetric_rank_update
 
 SUPPORTED_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 
@@ -108,7 +113,10 @@ def fwht(
 
     Implementations (``implementation=``):
 
-    * ``"cpu"``: the C++ kernel (XLA FFI; SIMD chosen at load time), CPU only;
+    * ``"cpu"``: the C++ kernel (XLA FFI; SIMD chosen at load time), CPU only. It transforms
+      in place what XLA can overwrite (an intermediate, a donated argument: ``jax.jit(...,
+      donate_argnums=...)``) and out of place an argument the caller keeps (its first pass
+      reads the argument and writes the output, with no copy before it);
     * ``"xla"``: a radix-2 butterfly in plain XLA, every backend;
     * ``"matmul"``: H_n as a Kronecker product of Hadamard factors of at most 128, applied as
       small dense contractions (matrix units on TPU/GPU; ``Precision.HIGHEST`` for float32),
@@ -277,5 +285,7 @@ __all__ = [
     "kronecker_matmul",
     "pad_to_power_of_two",
     "shifted_cos",
+    "sin_cos",
+    "symmetric_rank_update",
     "xla_butterfly",
 ]

@@ -31,6 +31,7 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
 from rfjax._validation import as_array
+from rfjax.ops import _fwht_cpu
 from rfjax.ops._fwht import backend, fwht_p, resolve
 from rfjax.ops._partition import auto_rows, explicit_spec, requires_devices
 
@@ -103,21 +104,29 @@ def chain_reference(
     return y * norms
 
 
-# The fused kernels, in the Pallas TPU module (imported on first use, like fwht's kernels).
+# The fused kernels: (module of rfjax.ops, function), imported on first use like fwht's kernels.
 _FUSED = {
-    "pallas_tpu": "chain_rows",
-    "pallas_tpu_interpret": "chain_rows_interpret",
+    "cpu": ("_fwht_cpu", "chain_rows"),
+    "pallas_tpu": ("_fwht_tpu", "chain_rows"),
+    "pallas_tpu_interpret": ("_fwht_tpu", "chain_rows_interpret"),
 }
 
 
 def _fused(implementation: str):
-    return getattr(backend("_fwht_tpu"), _FUSED[implementation])
+    module, name = _FUSED[implementation]
+    return getattr(backend(module), name)
+
+
+def _cpu_kernel_takes(x_aval) -> bool:
+    return _fwht_cpu.is_available("hd_chain") and x_aval.dtype in _fwht_cpu.KERNEL_DTYPES
 
 
 def _fused_kernel(implementation: str, platform: str, x_aval):
     """The fused kernel this lowering uses, or None for the reference composition."""
     p = x_aval.shape[-1]
     if implementation == "auto":
+        if platform == "cpu":
+            return _fused("cpu") if _cpu_kernel_takes(x_aval) else None
         if platform != "tpu":
             return None
         tpu = backend("_fwht_tpu")
@@ -125,6 +134,8 @@ def _fused_kernel(implementation: str, platform: str, x_aval):
         return _fused("pallas_tpu") if supported else None
     if implementation in _FUSED:
         resolve(implementation, platform)  # raises off its platform
+        if implementation == "cpu" and not _cpu_kernel_takes(x_aval):
+            return None  # half types, or no compiled kernel: the composition of fwht calls
         return _fused(implementation)
     return None
 

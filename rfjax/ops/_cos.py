@@ -6,8 +6,12 @@ times slower than NumPy's. ``shifted_cos`` reduces t = k (pi/2) + r, |r| <= pi/4
 pi/2 split into three constants so that k * C1 is exact), evaluates the fdlibm (float64) or
 Cephes (float32) minimax polynomials for sin r and cos r, and picks/negates one by the quadrant
 (k - s) mod 4: only multiplies, adds, a round and selects, which XLA fuses and vectorises on every
-backend. sin t is ``shifted_cos(t, 1)``, so [sin t, cos t] is one elementwise pass over [t, t]
-with shifts [1, 0] (faster on XLA:CPU than concatenating two results).
+backend. sin t is ``shifted_cos(t, 1)``. ``sin_cos(t)`` is the pair [sin t, cos t] of random
+Fourier features from one reduction of each element: a primitive whose CPU lowering is a C++
+kernel (``csrc/sincos_kernel.h``: the same arithmetic, vectorised for the CPU's instruction set,
+one read of t and one write of each half; XLA:CPU's code for the two halves took 3-10x NumPy's
+time per element, and a [t, t] or per-element shift array cost a pass and a buffer), and XLA
+elsewhere.
 
 The reduction is exact while k * C1 is: for |t| <= ``FAST_RANGE`` (2^14 in float32, 2^20 in
 float64). Beyond it the error of r grows like |t| times the unit roundoff (at |t| = 10^6 in
@@ -22,11 +26,19 @@ Accuracy (tested against NumPy, every finite t): float64 within 2.3e-16 absolute
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 from jax.typing import ArrayLike
+
+from rfjax._validation import check_real
+from rfjax.ops import _fwht_cpu
+from rfjax.ops._partition import explicit_spec
 
 # |t| up to which the three-part Cody-Waite reduction is exact (k * C1 has no rounding error).
 FAST_RANGE = {np.dtype(np.float64): 2.0**20, np.dtype(np.float32): 2.0**14}
@@ -73,8 +85,9 @@ def _horner(z: jax.Array, coefficients: tuple[float, ...]) -> jax.Array:
     return result
 
 
-def _reduced_cos(t: jax.Array, quarter_turns: jax.Array) -> jax.Array:
-    """The fast path: Cody-Waite reduction and minimax polynomials (exact for |t| <= FAST_RANGE)."""
+def _reduce(t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(k, cos r, sin r) with t = r + k pi/2, |r| <= pi/4: Cody-Waite reduction and minimax
+    polynomials (exact for |t| <= FAST_RANGE); k as int32."""
     dtype = np.dtype(t.dtype)
     c1, c2, c3 = _PIO2_SPLIT[dtype]
     k = jnp.round(t * (2.0 / np.pi))
@@ -82,9 +95,14 @@ def _reduced_cos(t: jax.Array, quarter_turns: jax.Array) -> jax.Array:
     z = r * r
     sin_r = r + r * z * _horner(z, _SIN_COEFFS[dtype])
     cos_r = 1.0 - 0.5 * z + z * z * _horner(z, _COS_COEFFS[dtype])
+    return k.astype(jnp.int32), cos_r, sin_r
+
+
+def _reduced_cos(t: jax.Array, quarter_turns: jax.Array) -> jax.Array:
+    """The fast path of ``shifted_cos`` (exact reduction for |t| <= FAST_RANGE)."""
+    k, cos_r, sin_r = _reduce(t)
     # t - s pi/2 = r + (k - s) pi/2: quadrants 0..3 give cos r, -sin r, -cos r, sin r.
-    quadrant = (k.astype(jnp.int32) - quarter_turns) & 3
-    return _select_quadrant(quadrant, cos_r, sin_r)
+    return _select_quadrant((k - quarter_turns) & 3, cos_r, sin_r)
 
 
 def _select_quadrant(quadrant: jax.Array, cos_value: jax.Array, sin_value: jax.Array) -> jax.Array:
@@ -96,6 +114,152 @@ def _select_quadrant(quadrant: jax.Array, cos_value: jax.Array, sin_value: jax.A
 def _library_cos(t: jax.Array, quarter_turns: jax.Array) -> jax.Array:
     """cos(t - s pi/2) from ``jnp.cos``/``jnp.sin`` of t itself (exact reduction, slow on CPU)."""
     return _select_quadrant((-quarter_turns) & 3, jnp.cos(t), jnp.sin(t))
+
+
+def _check_floating(t: ArrayLike) -> jax.Array:
+    t = jnp.asarray(t)
+    if not jnp.issubdtype(t.dtype, jnp.floating):
+        raise TypeError(f"t must be a floating array, got dtype {t.dtype}")
+    return t
+
+
+def _xla_sin_cos(t: jax.Array, scale: float) -> jax.Array:
+    """``sin_cos`` of a float32/float64 t in XLA: the halves as two selects of one reduction,
+    the slow path behind a ``lax.cond`` whose only operand is t."""
+    limit = FAST_RANGE[np.dtype(t.dtype)]
+
+    def scaled(values: jax.Array) -> jax.Array:
+        return values if scale == 1.0 else jnp.asarray(scale, values.dtype) * values
+
+    def fast(t: jax.Array) -> jax.Array:
+        k, cos_r, sin_r = _reduce(t)
+        sin_t = _select_quadrant((k - 1) & 3, cos_r, sin_r)  # sin t = cos(t - pi/2)
+        return scaled(jnp.concatenate([sin_t, _select_quadrant(k & 3, cos_r, sin_r)], axis=-1))
+
+    def with_library(t: jax.Array) -> jax.Array:
+        outside = jnp.abs(t) > limit
+        values = fast(jnp.where(outside, jnp.zeros_like(t), t))
+        library = scaled(jnp.concatenate([jnp.sin(t), jnp.cos(t)], axis=-1))
+        return jnp.where(jnp.concatenate([outside, outside], axis=-1), library, values)
+
+    # whether any |t| > limit, as a float max (XLA:CPU materialises a boolean reduction's
+    # operand); NaN counts as inside: the fast path gives NaN for it, as the library does
+    beyond = jnp.max(jnp.where(jnp.abs(t) > limit, 1.0, 0.0).astype(t.dtype), initial=0.0) > 0
+    return lax.cond(beyond, with_library, fast, t)
+
+
+def _kernel_constants(dtype: np.dtype) -> dict[str, np.ndarray | np.floating]:
+    """The reduction's and polynomials' constants for the C++ kernel, in ``dtype``."""
+    return {
+        "split": np.asarray(_PIO2_SPLIT[dtype], dtype),
+        "sine": np.asarray(_SIN_COEFFS[dtype], dtype),
+        "cosine": np.asarray(_COS_COEFFS[dtype], dtype),
+        "limit": dtype.type(FAST_RANGE[dtype]),
+    }
+
+
+sin_cos_p = Primitive("rfjax_sin_cos")
+
+
+def _abstract_eval(t, *, scale):
+    del scale
+    return t.update(shape=(*t.shape[:-1], 2 * t.shape[-1]), weak_type=False)
+
+
+@functools.cache
+def _compiled(scale: float):
+    return jax.jit(lambda t: sin_cos_p.bind(t, scale=scale))
+
+
+sin_cos_p.def_abstract_eval(_abstract_eval)
+sin_cos_p.def_impl(lambda t, *, scale: _compiled(scale)(t))  # eager: compiled once per scale
+
+
+def _jvp(primals, tangents, *, scale):
+    (t,), (dt,) = primals, tangents
+    y = sin_cos_p.bind(t, scale=scale)
+    if type(dt) is ad.Zero:
+        return y, ad.Zero.from_primal_value(y)
+    m = t.shape[-1]
+    # d(scale sin t) = scale cos t dt, d(scale cos t) = -scale sin t dt
+    return y, jnp.concatenate([y[..., m:] * dt, -y[..., :m] * dt], axis=-1)
+
+
+def _batch(args, dims, *, scale):
+    (t,), (dim,) = args, dims
+    if dim == t.ndim - 1:  # the pairs lie along the last axis: keep the batch axis off it
+        t, dim = jnp.moveaxis(t, dim, 0), 0
+    return sin_cos_p.bind(t, scale=scale), dim
+
+
+ad.primitive_jvps[sin_cos_p] = _jvp
+batching.primitive_batchers[sin_cos_p] = _batch
+
+
+def _lowering(platform: str):
+    def rule(ctx, t, *, scale):
+        aval = ctx.avals_in[0]
+        kernel = (
+            platform == "cpu"
+            and _fwht_cpu.is_available("sin_cos")
+            and explicit_spec(aval) is None  # explicitly sharded: XLA's partitioner
+        )
+        if kernel:
+            constants = _kernel_constants(np.dtype(aval.dtype))
+            fn = functools.partial(_fwht_cpu.sin_cos_rows, scale=scale, constants=constants)
+        else:
+            fn = functools.partial(_xla_sin_cos, scale=scale)
+        return mlir.lower_fun(fn, multiple_results=False)(ctx, t)
+
+    return rule
+
+
+mlir.register_lowering(sin_cos_p, _lowering("cpu"), platform="cpu")
+mlir.register_lowering(sin_cos_p, _lowering("other"))
+
+
+def sin_cos(t: ArrayLike, *, scale: float = 1.0) -> jax.Array:
+    """scale * [sin t, cos t] along the last axis, in one elementwise pass over t.
+
+    The values of ``shifted_cos`` with shifts 1 and 0 (the same reduction, polynomials and
+    accuracy), from one reduction of each element of t written straight into the two halves of
+    the result, times ``scale`` (in the result's dtype, as ``scale * sin_cos(t)`` would be): no
+    [t, t] or per-element shift array is formed. The random Fourier features' sin/cos pair
+    (``rfjax.features.fourier_features``). On CPU a C++ kernel (``csrc/sincos_kernel.h``,
+    vectorised for the CPU's instruction set, rows split over XLA's threads) evaluates it
+    operation by operation as written here, without fused multiply-adds, and its elements beyond
+    ``FAST_RANGE`` by the C library's sin and cos; elsewhere (and on CPU without the kernel, or
+    on an explicitly sharded t) XLA does, the slow path behind one ``lax.cond`` on t. The two
+    agree to 1 ulp (XLA may fuse a multiply and an add). Its derivative is scale [cos t, -sin t]
+    from the result.
+
+    Args:
+      t: floating array ``(..., m)`` (float16, bfloat16, float32 or float64), rank >= 1.
+      scale: a real factor (static).
+
+    Returns:
+      ``(..., 2m)``: scale sin t, then scale cos t, in the dtype of ``t``.
+
+    Raises:
+      TypeError: if ``t`` is not floating or ``scale`` is not a real number.
+      ValueError: if ``t`` is a scalar or ``scale`` is not finite.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> t = jnp.array([[0.0, 3.0]])
+      >>> sin_cos(t, scale=2.0).shape
+      (1, 4)
+      >>> bool(jnp.allclose(sin_cos(t), jnp.concatenate([jnp.sin(t), jnp.cos(t)], -1), atol=1e-6))
+      True
+    """
+    t = _check_floating(t)
+    if t.ndim < 1:
+        raise ValueError(f"t must have rank >= 1 (pairs lie along its last axis), got {t.shape}")
+    scale = check_real("scale", scale)
+    if t.dtype in (jnp.float32, jnp.float64):
+        return sin_cos_p.bind(t, scale=scale)
+    values = sin_cos_p.bind(t.astype(jnp.float32), scale=1.0).astype(t.dtype)
+    return values if scale == 1.0 else jnp.asarray(scale, t.dtype) * values
 
 
 def shifted_cos(t: ArrayLike, quarter_turns: ArrayLike = 0) -> jax.Array:
@@ -120,10 +284,8 @@ def shifted_cos(t: ArrayLike, quarter_turns: ArrayLike = 0) -> jax.Array:
       >>> shifted_cos(jnp.array([0.0, 0.0]), jnp.array([0, 1]))
       Array([1., 0.], dtype=float32)
     """
-    t = jnp.asarray(t)
+    t = _check_floating(t)
     quarter_turns = jnp.asarray(quarter_turns)
-    if not jnp.issubdtype(t.dtype, jnp.floating):
-        raise TypeError(f"t must be a floating array, got dtype {t.dtype}")
     if not jnp.issubdtype(quarter_turns.dtype, jnp.integer):
         raise TypeError(f"quarter_turns must be integers, got dtype {quarter_turns.dtype}")
     out_dtype = t.dtype

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jaxlib.mlir import ir
 
 from rfjax.ops import _fwht_cpu
 from rfjax.ops._partition import Kernel, auto_per_shard, explicit_spec, per_shard, requires_devices
@@ -198,6 +199,33 @@ def _transpose(cotangent, x, *, normalize, implementation):
 ad.deflinear2(fwht_p, _transpose)
 
 
+# Attributes JAX puts on an argument of the entry function that the caller donates.
+_DONATION_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
+
+
+def caller_keeps(value: ir.Value) -> bool:
+    """Whether ``value`` is (a reshape of) an argument of the entry function that is not
+    donated, so that its buffer stays the caller's and an in-place kernel would have XLA copy it
+    first. False when unsure (an argument of a nested function, an operation's result).
+
+    The lowering rule sees the entry function's arguments because it is registered with
+    ``cacheable=False`` (a cacheable rule is lowered into a function of its own).
+    """
+    while isinstance(value, ir.OpResult) and value.owner.name == "stablehlo.reshape":
+        value = value.owner.operands[0]
+    if not isinstance(value, ir.BlockArgument):
+        return False
+    function = value.owner.owner.operation
+    if function.name != "func.func" or ir.StringAttr(function.attributes["sym_name"]).value != (
+        "main"
+    ):
+        return False
+    if "arg_attrs" not in function.attributes:
+        return True
+    attributes = ir.DictAttr(ir.ArrayAttr(function.attributes["arg_attrs"])[value.arg_number])
+    return not any(name in attributes for name in _DONATION_ATTRIBUTES)
+
+
 def _lowering(platform: str):
     def rule(ctx, x, *, normalize, implementation):
         aval = ctx.avals_in[0]
@@ -206,6 +234,8 @@ def _lowering(platform: str):
             implementation, platform, n=aval.shape[-1], dtype=aval.dtype, capability=capability
         )
         row_kernel = kernel(chosen)
+        if chosen == "cpu" and caller_keeps(x):  # out of place: no copy of x first
+            row_kernel = functools.partial(row_kernel, in_place=False)
         simulator = kernel_effects(chosen, tuple(aval.shape), aval.dtype, normalize)
         if explicit_spec(aval) is None and not simulator:
             transform = auto_per_shard(row_kernel, normalize)
@@ -217,5 +247,5 @@ def _lowering(platform: str):
 
 
 for _platform in ("cpu", "cuda", "rocm", "tpu"):
-    mlir.register_lowering(fwht_p, _lowering(_platform), platform=_platform)
-mlir.register_lowering(fwht_p, _lowering("other"))
+    mlir.register_lowering(fwht_p, _lowering(_platform), platform=_platform, cacheable=False)
+mlir.register_lowering(fwht_p, _lowering("other"), cacheable=False)

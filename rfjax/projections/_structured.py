@@ -31,7 +31,7 @@ from jax.typing import DTypeLike
 
 from rfjax._random import flat
 from rfjax._validation import check_array_size, check_int
-from rfjax.ops import fwht, hd_chain
+from rfjax.ops import hd_chain
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import (
     SIMPLEX_MIN_DIM,
@@ -58,17 +58,19 @@ def _pad_last(x: jax.Array, length: int) -> jax.Array:
 def apply_hd(x: jax.Array, signs: jax.Array) -> jax.Array:
     """(H D_k) ... (H D_2)(H D_1) x along the last axis, H the normalised Hadamard matrix.
 
+    One ``rfjax.ops.hd_chain`` of a single block with unit norms (a fused kernel on CPU and TPU:
+    every rotation of a vector in one pass; elsewhere k ``fwht`` calls and products, the same
+    numbers).
+
     Args:
       x: ``(..., p)`` with p a power of two.
-      signs: the Rademacher diagonals, ``(..., k, p)``, D_1 first; the leading axes broadcast
-        against those of ``x``.
+      signs: the Rademacher diagonals, ``(k, p)``, D_1 first, in the dtype of ``x``.
 
     Returns:
-      The rotated ``x``, of the broadcast shape; O(k p log p) per vector.
+      The rotated ``x``, of its shape; O(k p log p) per vector.
     """
-    for i in range(signs.shape[-2]):
-        x = fwht(x * signs[..., i, :], normalize=True)
-    return x
+    ones = jnp.ones((1, x.shape[-1]), x.dtype)
+    return hd_chain(x, signs[None], ones)[..., 0, :]
 
 
 def _check_bool(name: str, value: object) -> bool:
