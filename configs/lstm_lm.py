@@ -62,7 +62,7 @@ TRAIN_WINDOWS = (929_589 - 1) // 35  # PTB training windows of 35 tokens
 
 def _estimator(proposal: str, num_features: int, num_coefficient_features: int = 1):
     options = ml_collections.ConfigDict()
-    options.proposal = proposal  # one of rfjax.nn.feature_proposals()
+    options.proposal = proposal  # one of rfjax.sampled_softmax.feature_proposals()
     options.num_features = num_features  # m
     options.num_coefficient_features = num_coefficient_features  # n (hybrids only)
     return options

@@ -1,9 +1,10 @@
 """rfjax: random-feature kernel approximation in JAX.
 
-Layers (lower never import higher): ``projections`` (couplings) -> ``features`` (feature maps)
--> estimates (``attention``: FAVOR linear attention; ``linear_models``: ridge on random
-features); ``kernels`` (exact oracles) and
-``theory`` (closed-form errors) beside them; ``nn`` (Flax modules) on top; ``data`` (loaders).
+Layers (lower never import higher): ``ops`` (the FWHT) -> ``projections`` (couplings) ->
+``features`` (feature maps) -> estimates (``attention``: FAVOR linear attention;
+``sampled_softmax``: sampled softmax with random-feature proposals; ``linear_models``: ridge on
+random features); ``kernels`` (exact oracles) and ``theory`` (closed-form errors) beside them;
+``nn`` (Flax modules) and ``sklearn`` (scikit-learn estimators) on top; ``data`` (loaders).
 
 Every subpackage is imported on first use (``rfjax.nn`` imports Flax, ``rfjax.sklearn``
 scikit-learn), so ``import rfjax`` costs nothing beyond what is used.
@@ -23,6 +24,7 @@ _SUBPACKAGES = (
     "nn",
     "ops",
     "projections",
+    "sampled_softmax",
     "sklearn",
     "theory",
 )
@@ -36,6 +38,7 @@ __all__ = [
     "linear_models",
     "nn",
     "projections",
+    "sampled_softmax",
     "theory",
 ]
 
@@ -49,6 +52,7 @@ if typing.TYPE_CHECKING:  # what the lazy attributes are, for type checkers
         nn,
         ops,
         projections,
+        sampled_softmax,
         sklearn,
         theory,
     )

@@ -55,6 +55,7 @@ PACKAGES = (
     "rfjax.kernels",
     "rfjax.theory",
     "rfjax.attention",
+    "rfjax.sampled_softmax",
     "rfjax.sklearn",
     "rfjax.nn",
     "rfjax.nn.nnx",

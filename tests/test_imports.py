@@ -35,6 +35,7 @@ ARRAY_PACKAGES = (
     "rfjax.linear_models",
     "rfjax.ops",
     "rfjax.projections",
+    "rfjax.sampled_softmax",
     "rfjax.theory",
 )
 

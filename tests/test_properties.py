@@ -198,7 +198,7 @@ def test_exact_reference_reaches_only_the_rows_that_attend(position, which, bad,
 )
 def test_performer_masks_are_boolean_or_zero_one(values):
     # Found: an additive float mask (0 = attend, -1e9 = masked) was read as mask != 0 (inverted).
-    from rfjax.nn._favor_heads import favor_mask
+    from rfjax.nn._attention_masks import favor_mask
 
     mask = jnp.asarray([values], jnp.float32)  # (B, S) = (1, 6)
     read = lambda m: favor_mask(  # noqa: E731

@@ -3,7 +3,8 @@
 Each arm ``"<setting>:<estimator>"`` of ``config.arms`` trains an ``rfjax.nn.LSTMLanguageModel``
 per seed with the shared trainer (``experiments.core.train.trainer``; resumable runs in
 ``workdir/runs/<setting>-<estimator>_seed<k>``) on the sampled-softmax loss with M negatives
-(``rfjax.nn.sample_proposal``; projections redrawn every step from ``fold_in(rng, step)``).
+(``rfjax.sampled_softmax.sample_proposal``; projections redrawn every step from
+``fold_in(rng, step)``).
 Two settings (``SETTINGS``):
 
 * ``"normalised"`` (the HRF paper's PTB setting, App. I.1): the model keeps raw logits q.e, the
@@ -11,7 +12,7 @@ Two settings (``SETTINGS``):
   ``config.tau_rule``: ``"fixed"`` (``config.tau``; 1 for the paper's normalised embeddings) or
   ``"heldout_kl"`` (every step, the tau of ``config.tau_grid`` that minimises KL(model softmax ||
   kernel softmax) on a fixed held-out batch of validation windows,
-  ``rfjax.nn.kernel_softmax_divergence``, under the current parameters).
+  ``rfjax.sampled_softmax.kernel_softmax_divergence``, under the current parameters).
 * ``"cosine"`` (Rawat et al. 2019): the model's logits are s q_bar.e_bar with a learned scale s
   (``LSTMLanguageModel(logits="cosine")``), so the kernel softmax at tau = 1/s *is* the model's
   softmax.
@@ -75,14 +76,13 @@ from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.lstm_lm.metrics import distribution_metrics, proposal_divergence
 from rfjax.data import PTB_SOURCE, load_ptb
-from rfjax.nn import (
+from rfjax.nn import LSTMLanguageModel, logit_temperature
+from rfjax.sampled_softmax import (
     PLAIN_PROPOSALS,
     SAMPLERS,
-    LSTMLanguageModel,
     clipped_log_probabilities,
     feature_proposals,
     kernel_softmax_divergence,
-    logit_temperature,
     normalize_for_proposal,
     proposal_estimates,
     proposal_features,

@@ -7,6 +7,9 @@ over devices; ``generate`` generates tokens from such a model in one compiled pr
 prefill of the prompt, then a scan over the new tokens carrying the decode cache).
 ``ImplicitAttentionPolicy`` is an implicit-attention policy (patch importance by exact or
 random-feature attention, top-k masking, an MLP controller) for evolution strategies.
+``ConformerEncoder`` is a Conformer-Performer encoder, ``LSTMLanguageModel`` an LSTM language
+model that returns its queries and tied output table, for a full softmax or a sampled one
+(``rfjax.sampled_softmax``).
 Projections are drawn from the RNG stream ``"projection"`` and redrawn by the
 explicit ``projection_step`` (see ``PerformerAttention``). ``rfjax.nn.nnx`` holds the Flax NNX
 versions (``PerformerAttention`` as a drop-in for ``flax.nnx.MultiHeadAttention``, and
@@ -36,25 +39,6 @@ from rfjax.nn._patch_importance import (
     softmax_importance,
 )
 from rfjax.nn._performer_lm import PerformerLM
-from rfjax.nn._sampled_softmax import (
-    PLAIN_PROPOSALS,
-    SAMPLERS,
-    clipped_log_probabilities,
-    clipped_proposal_log_probabilities,
-    feature_proposal_probabilities,
-    feature_proposals,
-    normalize_for_proposal,
-    proposal_estimates,
-    proposal_features,
-    proposals,
-    sample_from_features,
-    sample_proposal,
-    sampled_softmax_loss,
-)
-from rfjax.nn._softmax_divergence import (
-    kernel_softmax_divergence,
-    select_temperature,
-)
 from rfjax.nn._vit import PerformerViT
 
 __all__ = [
@@ -62,9 +46,7 @@ __all__ = [
     "FEATURE_MAP_COLLECTION",
     "IAP_ATTENTIONS",
     "LOGITS",
-    "PLAIN_PROPOSALS",
     "PROJECTION_STREAM",
-    "SAMPLERS",
     "AttentionDraw",
     "ConformerEncoder",
     "Generated",
@@ -73,26 +55,13 @@ __all__ = [
     "PerformerAttention",
     "PerformerLM",
     "PerformerViT",
-    "clipped_log_probabilities",
-    "clipped_proposal_log_probabilities",
     "conformer_attentions",
-    "feature_proposal_probabilities",
-    "feature_proposals",
     "fit_conformer_clusters",
     "generate",
     "image_patches",
-    "kernel_softmax_divergence",
     "logit_temperature",
-    "normalize_for_proposal",
     "patch_centres",
-    "proposal_estimates",
-    "proposal_features",
-    "proposals",
     "random_feature_importance",
-    "sample_from_features",
-    "sample_proposal",
-    "sampled_softmax_loss",
-    "select_temperature",
     "softmax_importance",
     "top_k_mask",
     "top_k_patches",

@@ -18,27 +18,31 @@ from jax.typing import DTypeLike
 
 from rfjax.attention import PerHead, favor_decode_init, redraw_key
 from rfjax.features import FeatureMap
-from rfjax.nn._favor_heads import (
+from rfjax.nn._attention_arguments import (
     ATTENTION_KINDS,
     AttentionKind,
-    HeadsDraw,
     check_attributes,
     check_flax_arguments,
     check_sequence_call,
-    cosine_scores,
-    decode_heads,
-    draw_heads,
-    draw_keys_data,
-    favor_heads,
-    favor_heads_weights,
-    favor_mask,
-    isolating_non_finite,
-    kept_draw,
     keys_and_values,
-    kv_cache_step,
     matmul_precision,
 )
-from rfjax.nn._favor_heads import feature_map_template as _feature_map_template
+from rfjax.nn._attention_arguments import feature_map_template as _feature_map_template
+from rfjax.nn._attention_compute import (
+    decode_heads,
+    favor_heads,
+    favor_heads_weights,
+    isolating_non_finite,
+    kv_cache_step,
+)
+from rfjax.nn._attention_draws import (
+    HeadsDraw,
+    draw_heads,
+    draw_keys_data,
+    kept_draw,
+)
+from rfjax.nn._attention_inputs import cosine_scores
+from rfjax.nn._attention_masks import favor_mask
 from rfjax.projections import Projection
 
 __all__ = ["ATTENTION_KINDS", "FEATURE_MAP_COLLECTION", "PROJECTION_STREAM", "PerformerAttention"]
@@ -56,7 +60,7 @@ class PerformerAttention(nn.Module):
 
     Attributes are those of the installed Flax's ``flax.linen.MultiHeadDotProductAttention``
     (``MultiHeadAttention``), in its order, with its defaults and meaning
-    (``tests/test_nn_flax_arguments.py`` walks both signatures), then rfjax's own; where the
+    (``tests/test_nn_attention_arguments.py`` walks both signatures), then rfjax's own; where the
     Performer cannot apply one it raises ``ValueError`` naming it (see Attributes).
     Parameters are Flax's (``query``, ``key``, ``value`` DenseGeneral to ``(N, H)``, ``out``
     from ``(N, H)``, ``query_ln`` and ``key_ln`` with ``normalize_qk``), so the two share a
@@ -382,7 +386,7 @@ class PerformerAttention(nn.Module):
             ``nn.combine_masks`` of them), read as key padding and causality (a causal mask
             switches causal attention on); any other mask raises ``ValueError`` (at run time
             inside ``jit``), since FAVOR cannot apply an arbitrary T x S mask. Inside ``jit``
-            such a mask is checked at run time (see ``rfjax.nn._favor_heads.favor_mask``); a
+            such a mask is checked at run time (see ``rfjax.nn._attention_masks.favor_mask``); a
             ``(B, S)`` key padding mask with ``causal`` costs nothing extra. The Performer
             applies boolean and 0/1 masks only: other values (an additive mask) raise
             ``ValueError`` (a traced non-boolean mask is checked at run time).

@@ -31,7 +31,8 @@ class LSTMLanguageModel(nn.Module):
     -> queries q of width H. The output layer is tied to the input embedding (Inan et al. 2017;
     Press and Wolf 2017): the logits are o_i = q.e_i with e_i the output table's rows, so the
     model returns the queries and the output table and leaves the softmax (full or sampled, see
-    ``sampled_softmax_loss``) to the caller. Every sequence starts from a zero state.
+    ``rfjax.sampled_softmax.sampled_softmax_loss``) to the caller. Every sequence starts from a
+    zero state.
 
     ``logits="dot"``: the output table is the embedding and o_i = q.e_i (HRF App. I, PTB).
     ``logits="cosine"``: queries and table rows are normalised and scaled by sqrt(s), so

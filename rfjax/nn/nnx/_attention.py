@@ -19,28 +19,34 @@ from jax.typing import DTypeLike
 from rfjax._validation import check_int
 from rfjax.attention import DecodeState, PerHead, favor_decode_init, redraw_key
 from rfjax.features import FeatureMap
-from rfjax.nn._favor_heads import (
+from rfjax.nn._attention_arguments import (
     AttentionKind,
-    HeadsDraw,
     check_attributes,
     check_flax_arguments,
     check_sequence_call,
-    cosine_scores,
+    feature_map_template,
+    keys_and_values,
+    matmul_precision,
+)
+from rfjax.nn._attention_compute import (
     decode_heads,
-    draw_heads,
-    draw_keys_data,
     favor_heads,
     favor_heads_weights,
-    favor_mask,
-    feature_map_template,
     isolating_non_finite,
-    kept_draw,
-    keys_and_values,
     kv_cache_step,
-    matmul_precision,
+)
+from rfjax.nn._attention_draws import (
+    HeadsDraw,
+    draw_heads,
+    draw_keys_data,
+    kept_draw,
+)
+from rfjax.nn._attention_inputs import (
+    cosine_scores,
     repeat_kv_heads,
     rotate,
 )
+from rfjax.nn._attention_masks import favor_mask
 from rfjax.projections import Projection
 
 __all__ = ["FittedFeatureMap", "PerformerAttention", "ProjectionKey"]
@@ -63,14 +69,14 @@ class PerformerAttention(nnx.Module):
     """Multi-head attention, exact or Performer (FAVOR), shaped like ``nnx.MultiHeadAttention``.
 
     The NNX twin of ``rfjax.nn.PerformerAttention`` (same attributes, same maths: both call
-    ``rfjax.attention`` through ``rfjax.nn._favor_heads``). Its submodules are those of
+    ``rfjax.attention`` through ``rfjax.nn._attention_compute``). Its submodules are those of
     ``flax.nnx.MultiHeadAttention`` (``query``, ``key``, ``value``: ``LinearGeneral`` to
     ``(N, H)``, or ``(N_kv, H)`` for keys and values with ``num_kv_heads``; ``out`` from
     ``(N, H)``; ``query_ln``, ``key_ln`` with ``normalize_qk``), so an
     ``nnx.MultiHeadAttention``'s parameters load into it
     (``nnx.update(performer, nnx.state(mha, nnx.Param))``). It takes every argument of the
     installed Flax's ``nnx.MultiHeadAttention``, constructor and call, in Flax's positional
-    order and with Flax's meaning (``tests/test_nn_flax_arguments.py`` walks both
+    order and with Flax's meaning (``tests/test_nn_attention_arguments.py`` walks both
     signatures), plus its own (``attention_kind``, ``coupling``, ..., and the call's
     ``projection_step``); where the Performer cannot apply one it raises ``ValueError``
     naming it (see Args).

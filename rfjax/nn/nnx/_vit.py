@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.typing import DTypeLike
 
-from rfjax.nn._favor_heads import AttentionKind
+from rfjax.nn._attention_arguments import AttentionKind
 from rfjax.nn._vit import Pooling, check_vit_attributes, check_vit_images
 from rfjax.nn.nnx._attention import PerformerAttention
 

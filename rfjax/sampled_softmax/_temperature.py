@@ -1,6 +1,6 @@
-"""How far a proposal distribution over classes is from a target softmax (HRF Sec. 4.2).
+"""The temperature of a kernel proposal, by how far it is from the model's softmax (HRF Sec. 4.2).
 
-Used in random-feature sampled softmax (``rfjax.nn.sample_proposal``) to choose the temperature
+Used in random-feature sampled softmax (``sample_proposal``) to choose the temperature
 tau of the kernel proposal softmax(q_bar.e_bar / tau) so that it is as close as possible to the
 model's softmax(q.e) (``kernel_softmax_divergence``, ``select_temperature``): a proposal far
 flatter or sharper than the model's softmax makes the sampled loss a poor estimate of the full

@@ -1,4 +1,5 @@
-"""The values of a mask given to the Performer (FAVOR) kind of ``PerformerAttention`` (issue 32
+"""Masks of the Performer (FAVOR) kind of ``PerformerAttention`` (``rfjax.nn._attention_masks``):
+Flax's masks read as key padding and causality, eagerly and traced; and their values (issue 32
 item 4): FAVOR applies boolean masks and Flax's 0/1 masks (1 = attend); a float mask with other
 values (an additive mask: 0 = attend, -inf or -1e9 = masked) used to be read as ``mask != 0``,
 i.e. inverted, without an error."""
@@ -12,6 +13,7 @@ from flax import nnx
 
 from rfjax.nn import PerformerAttention
 from rfjax.nn import nnx as rnnx
+from rfjax.nn._attention_masks import favor_mask
 
 BATCH, LENGTH, FEATURES, HEADS = 2, 8, 16, 2
 PAD = jnp.arange(LENGTH)[None, :] < jnp.array([[5], [LENGTH]])  # (B, S)
@@ -66,3 +68,37 @@ def test_additive_masks_are_rejected_and_flax_float_masks_accepted(form):
             jax.block_until_ready(call(additive(form)))
         with pytest.raises(error, match=r"values other than 0 and 1"):
             jax.block_until_ready(call(2 * form.astype(jnp.int32)))
+
+
+@pytest.mark.parametrize(
+    ("mask", "padded", "causal"),
+    [
+        (nn.make_attention_mask(PAD, PAD), True, False),
+        (nn.make_attention_mask(jnp.ones_like(PAD), PAD), True, False),
+        (nn.make_causal_mask(PAD), False, True),
+        (nn.combine_masks(nn.make_causal_mask(PAD), nn.make_attention_mask(PAD, PAD)), True, True),
+        (jnp.broadcast_to(nn.make_causal_mask(PAD), (BATCH, HEADS, LENGTH, LENGTH)), False, True),
+    ],
+    ids=["padding", "key_padding", "causal", "causal_padding", "per_head"],
+)
+def test_flax_masks_read_as_key_padding_and_causality(mask, padded, causal):
+    """The decomposition itself: the key padding it keeps and the causality it finds, as a
+    Python bool for a concrete mask and as a traced one inside ``jit``."""
+
+    def read(m):
+        return favor_mask(
+            m,
+            batch_shape=(BATCH,),
+            num_heads=HEADS,
+            query_length=LENGTH,
+            key_length=LENGTH,
+            causal=False,
+        )
+
+    expected = PAD if padded else jnp.ones_like(PAD)
+    got = read(mask)
+    assert got.causal is causal
+    np.testing.assert_array_equal(got.key_padding, expected)
+    traced = jax.jit(read)(mask)
+    assert bool(traced.causal) is causal
+    np.testing.assert_array_equal(traced.key_padding, expected)

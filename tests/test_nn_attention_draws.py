@@ -1,9 +1,10 @@
-"""Decoding keeps the drawn projection: a generated token runs no draw (the orthogonal
-coupling's QR decompositions, the random bits) unless its keys change (a new redraw period or
-projection key), in linen's and NNX's ``PerformerAttention``; the output still equals causal
-FAVOR's with the projection of the decoding step. A step that does not name its projection
-(linen: no ``"projection"`` stream; NNX: no ``projection_step``) reads the cache's: its
-program derives, compares and draws no keys at all (no ``cond``), as in a compiled loop."""
+"""The per-head draws of ``PerformerAttention`` (``rfjax.nn._attention_draws``): decoding keeps
+the drawn projection: a generated token runs no draw (the orthogonal coupling's QR
+decompositions, the random bits) unless its keys change (a new redraw period or projection key),
+in linen's and NNX's ``PerformerAttention``; the output still equals causal FAVOR's with the
+projection of the decoding step. A step that does not name its projection (linen: no
+``"projection"`` stream; NNX: no ``projection_step``) reads the cache's: its program derives,
+compares and draws no keys at all (no ``cond``), as in a compiled loop."""
 
 import jax
 import jax.numpy as jnp

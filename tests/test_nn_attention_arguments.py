@@ -1,5 +1,6 @@
-"""PerformerAttention takes every argument of the installed Flax's multi-head attention (linen
-and NNX) with its position, default and meaning (issue 33, point 2).
+"""The arguments of ``PerformerAttention`` (``rfjax.nn._attention_arguments``): it takes every
+argument of the installed Flax's multi-head attention (linen and NNX) with its position, default
+and meaning (issue 33, point 2).
 
 The signature tests walk ``inspect.signature`` of Flax's classes: an argument that a Flax
 upgrade adds fails them until PerformerAttention takes it. The other tests check the meaning:

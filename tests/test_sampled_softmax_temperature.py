@@ -1,0 +1,31 @@
+"""``rfjax.sampled_softmax``'s temperature selection (``_temperature``): the divergence is
+KL(softmax(logits) || softmax(cosines / tau)) and the generating tau is selected."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax.sampled_softmax import kernel_softmax_divergence, select_temperature
+
+
+def test_kernel_softmax_divergence_and_temperature_selection():
+    logits = jax.random.normal(jax.random.key(0), (4, 9)) * 3
+    cosines = jnp.tanh(jax.random.normal(jax.random.key(1), (4, 9)))
+    grid = jnp.array([0.1, 0.3, 1.0])
+    got = kernel_softmax_divergence(logits, cosines, grid)
+    p = np.asarray(jax.nn.softmax(logits), np.float64)
+    for tau, value in zip(np.asarray(grid), np.asarray(got), strict=True):
+        q = np.asarray(jax.nn.softmax(cosines / tau), np.float64)
+        np.testing.assert_allclose(value, np.mean(np.sum(p * np.log(p / q), -1)), rtol=1e-4)
+    # logits that are a kernel softmax's: the generating tau is selected, at divergence 0.
+    assert float(select_temperature(cosines / 0.3, cosines, grid)) == pytest.approx(0.3)
+    assert abs(float(kernel_softmax_divergence(cosines / 0.3, cosines, grid)[1])) < 1e-5
+
+
+def test_bad_shapes_raise_naming_the_argument():
+    logits = jnp.zeros((2, 5))
+    with pytest.raises(ValueError, match="logits and cosines"):
+        kernel_softmax_divergence(logits, jnp.zeros((2, 4)), jnp.array([1.0]))
+    with pytest.raises(ValueError, match="temperatures"):
+        select_temperature(logits, logits, jnp.ones((2, 2)))
