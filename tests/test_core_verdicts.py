@@ -305,9 +305,7 @@ def test_a_claim_entered_by_an_arm_that_failed_the_check_is_not_tested_and_state
     assert verdict.outcome == Outcome.NOT_TESTED and verdict.margin == "—"
     # The finding: which arm, how many seeds, how far from the trivial model.
     assert verdict.evidence.startswith("favor+ failed the declared training check")
-    assert "test_perplexity 4100 (4000 to 4200) over 3 seeds, 3 of 3 failing" in (
-        verdict.evidence
-    )
+    assert "test_perplexity 4100 (4000 to 4200) over 3 seeds, 3 of 3 failing" in (verdict.evidence)
     assert (
         "the count unigram model 640: the arm minus it +3460 ± 58 per seed, +3460 (+3360 to "
         "+3560), 6.41 times it"
