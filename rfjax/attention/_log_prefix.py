@@ -480,9 +480,14 @@ def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options:
     # floored normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
     products = _dot("sip,sjp->sij", grad, v, options)
     causal = jnp.tril(jnp.ones(products.shape[-2:], dtype=bool))
-    products = jnp.where(causal, products, 0)[..., None]
-    grad_la = jnp.sum(weights * products, axis=2)
-    grad_lb = jnp.sum(weights * products, axis=1)
+    products = jnp.where(causal, products, 0)
+    # Contractions, not jnp.sum(weights * products, axis): XLA's CPU backend (jaxlib 0.12)
+    # fuses that sum over a middle axis with the neighbouring products into a YNNPACK reduce
+    # fusion that reads memory it never wrote (dk NaN in some processes, every time under
+    # MALLOC_PERTURB_=1; tests/test_attention_log_prefix.py).
+    exact = jax.lax.Precision.HIGHEST
+    grad_la = jnp.einsum("sijm,sij->sim", weights, products, precision=exact)
+    grad_lb = jnp.einsum("sijm,sij->sjm", weights, products, precision=exact)
     grad_v = jnp.einsum("sij,sip->sjp", jnp.sum(weights, axis=-1), grad.astype(state.dtype))
     blocks = v.shape[0]
     for offset in range(1, blocks):
