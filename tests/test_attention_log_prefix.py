@@ -228,22 +228,29 @@ def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, sc
 
 
 # Gradients of favor_attention in eager mode (the forward and backward programs compiled apart),
-# batch 2 x 3 heads: before the in-block contractions were einsums, XLA's CPU backend fused the
-# sums over a middle axis into a YNNPACK reduce fusion that read memory it never wrote, so dk
-# came back NaN in some processes; glibc's MALLOC_PERTURB_ fills fresh allocations with 0xfe,
-# which made it NaN in every one.
+# batch 2 x 3 heads, one chunk and several: while the backward pass of a one-chunk sequence
+# carried a zero state of later queries, XLA's CPU backend folded it into the in-block sums'
+# YNNPACK reduce fusion, which read memory it never wrote, so dk came back NaN in some
+# processes; glibc's MALLOC_PERTURB_ fills fresh allocations with 0xfe, which made it NaN in
+# every one.
 _UNWRITTEN_MEMORY_PROBE = """
 import jax, jax.numpy as jnp, numpy as np
 from rfjax import attention, projections
-kq, kk, kv = jax.random.split(jax.random.key(9), 3)
-query = 0.5 * jax.random.normal(kq, (2, 24, 3, 16))
-key = 0.5 * jax.random.normal(kk, (2, 24, 3, 16))
-value = jax.random.normal(kv, (2, 24, 3, 8))
 projection = projections.gaussian(jax.random.key(100), 16, 32)
-out, pullback = jax.vjp(
-    lambda q, k, v: attention.favor_attention(q, k, v, projection, causal=True), query, key, value
-)
-print(all(bool(np.all(np.isfinite(np.asarray(g)))) for g in pullback(2 * out)))
+finite = []
+for length in (24, 200):  # one chunk, four chunks
+    kq, kk, kv = jax.random.split(jax.random.key(9), 3)
+    query = 0.5 * jax.random.normal(kq, (2, length, 3, 16))
+    key = 0.5 * jax.random.normal(kk, (2, length, 3, 16))
+    value = jax.random.normal(kv, (2, length, 3, 8))
+    out, pullback = jax.vjp(
+        lambda q, k, v: attention.favor_attention(q, k, v, projection, causal=True),
+        query,
+        key,
+        value,
+    )
+    finite += [bool(np.all(np.isfinite(np.asarray(g)))) for g in pullback(2 * out)]
+print(all(finite))
 """
 
 

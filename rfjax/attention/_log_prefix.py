@@ -237,8 +237,13 @@ def initial_state_cotangent(
 
     # Padded rows: M = inf, so exp(la + c_0 - M) = 0 (a zero cotangent times exp(.) could be NaN).
     row_shift = split(row_shift[:, None], jnp.inf)[..., 0]
-    pieces = map_chunks(summary, split(query), row_shift, split(grad))
-    return jnp.sum(pieces, axis=0)
+    chunks = (split(query), row_shift, split(grad))
+    if _chunks.fused_chunk_scan(jax.default_backend()):
+        # One chunk's factors at a time (a batch of chunks would form the (T, m) features of a
+        # device's whole shard at T / C <= CHUNKS_PER_STEP).
+        total = vary_like(jnp.zeros((initial_shift.shape[-1], grad.shape[-1]), dtype), *chunks)
+        return jax.lax.scan(lambda total, rows: (total + summary(*rows), None), total, chunks)[0]
+    return jnp.sum(map_chunks(summary, *chunks), axis=0)
 
 
 def causal_log_prefix_quadratic(
@@ -474,20 +479,15 @@ def _chunk_output(chunk: _Chunk, v, start, state, options: _Options) -> jax.Arra
 def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options: _Options):
     """(dla, dlb, dv) ``(s, b, .)`` of one chunk: its blocks' own forms, its earlier blocks,
     the earlier chunks (``state``, relative to ``start``) and the later queries (``later``,
-    relative to ``end``)."""
+    relative to ``end``; ``None`` for the last chunk of the fused scan's reversed pass)."""
     weights = chunk.block_weights
     # D_tj within each block, selected for j <= t: a later key's product (huge or inf, e.g. the
     # floored normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
     products = _dot("sip,sjp->sij", grad, v, options)
     causal = jnp.tril(jnp.ones(products.shape[-2:], dtype=bool))
     products = jnp.where(causal, products, 0)
-    # Contractions, not jnp.sum(weights * products, axis): XLA's CPU backend (jaxlib 0.12)
-    # fuses that sum over a middle axis with the neighbouring products into a YNNPACK reduce
-    # fusion that reads memory it never wrote (dk NaN in some processes, every time under
-    # MALLOC_PERTURB_=1; tests/test_attention_log_prefix.py).
-    exact = jax.lax.Precision.HIGHEST
-    grad_la = jnp.einsum("sijm,sij->sim", weights, products, precision=exact)
-    grad_lb = jnp.einsum("sijm,sij->sjm", weights, products, precision=exact)
+    grad_la = jnp.sum(weights * products[..., None], axis=2)
+    grad_lb = jnp.sum(weights * products[..., None], axis=1)
     grad_v = jnp.einsum("sij,sip->sjp", jnp.sum(weights, axis=-1), grad.astype(state.dtype))
     blocks = v.shape[0]
     for offset in range(1, blocks):
@@ -500,10 +500,12 @@ def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options:
             key * _dot("sij,sim->sjm", products, query, options)
         )
         grad_v = grad_v.at[: blocks - offset].add(_dot("sij,sip->sjp", scores, grads, options))
-    query, key = chunk.earlier_chunks_query(start), chunk.keys.relative_to(end)
+    query = chunk.earlier_chunks_query(start)
     grad_la = grad_la + query * _dot("mp,sip->sim", state, grad, options)
-    grad_lb = grad_lb + key * _dot("mp,sjp->sjm", later, v, options)
-    grad_v = grad_v + _dot("sjm,mp->sjp", key, later, options)
+    if later is not None:
+        key = chunk.keys.relative_to(end)
+        grad_lb = grad_lb + key * _dot("mp,sjp->sjm", later, v, options)
+        grad_v = grad_v + _dot("sjm,mp->sjp", key, later, options)
     return grad_la, grad_lb, grad_v
 
 
@@ -598,10 +600,21 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             params_grad = _add_cotangents(params_grad, grads[0])
             return (decay[:, None] * later + summary, params_grad), grads[1:]
 
-        carry = (vary_like(jnp.zeros_like(initial[0]), x, grad), _vary_like_tree(zero_params, x))
-        (grad_initial, params_grad), row_grads = jax.lax.scan(
-            step, carry, (*chunks, decays, grad), reverse=True
-        )
+        inputs = (*chunks, decays, grad)
+        if x.query.shape[0] == 1:
+            # One chunk has no later queries: formed without a zero state, which XLA's CPU
+            # backend (jaxlib 0.12.0.1) folds into the in-block sums' fusion when the scan has
+            # one step, and its YNNPACK reduce fusion then reads memory it never wrote (dk NaN
+            # in some processes; tests/test_attention_log_prefix.py).
+            *rows, _, grad = jax.tree.map(lambda a: a[0], inputs)
+            (params_grad, *row_grads), grad_initial = cotangents_of(*rows, None, grad)
+            row_grads = [g[None] for g in row_grads]
+        else:
+            carry = (
+                vary_like(jnp.zeros_like(initial[0]), x, grad),
+                _vary_like_tree(zero_params, x),
+            )
+            (grad_initial, params_grad), row_grads = jax.lax.scan(step, carry, inputs, reverse=True)
     else:
 
         def summary(query, row_shift, start, grad):
