@@ -375,21 +375,26 @@ def table(result: dict) -> str:
         lines.append(
             f"| {row['kind']} | {row['length']} | {value} | {row.get('windows', '--')} | {mib} |"
         )
-    lines += [
-        "",
-        "| kind | cache T | tokens/s | FAVOR / exact | per-token tokens/s | FAVOR / exact | "
-        "cache KiB | load |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for row in result["decode"]:  # runs before issue 42's have only the whole call's rate
-        cells = [
-            cell(row, "tokens_per_second", ".0f"),
-            cell(row, "favor_over_exact_tokens_per_second", ".2f"),
-            cell(row, "per_token_tokens_per_second", ".0f"),
-            cell(row, "favor_over_exact_per_token_tokens_per_second", ".2f"),
-            f"{row['cache_bytes'] / 2**10:.0f}",
-            f"{row['load_average'][0]:.1f}" if "load_average" in row else "--",
+    # Runs before issue 42's measured only the whole call's rate: their table keeps its columns.
+    ratios = any("per_token_tokens_per_second" in row for row in result["decode"])
+    fields = (
+        [
+            ("tokens/s", "tokens_per_second", ".0f"),
+            ("FAVOR / exact", "favor_over_exact_tokens_per_second", ".2f"),
+            ("per-token tokens/s", "per_token_tokens_per_second", ".0f"),
+            ("FAVOR / exact", "favor_over_exact_per_token_tokens_per_second", ".2f"),
         ]
+        if ratios
+        else [("tokens/s", "tokens_per_second", ".0f")]
+    )
+    heads = ["kind", "cache T", *(head for head, _, _ in fields), "cache KiB"]
+    heads += ["load"] if ratios else []
+    lines += ["", f"| {' | '.join(heads)} |", "|" + "---|" * len(heads)]
+    for row in result["decode"]:
+        cells = [cell(row, key, spec) for _, key, spec in fields]
+        cells.append(f"{row['cache_bytes'] / 2**10:.0f}")
+        if ratios:
+            cells.append(f"{row['load_average'][0]:.1f}" if "load_average" in row else "--")
         lines.append(f"| {row['kind']} | {row['cache_length']} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
