@@ -600,21 +600,36 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             params_grad = _add_cotangents(params_grad, grads[0])
             return (decay[:, None] * later + summary, params_grad), grads[1:]
 
-        inputs = (*chunks, decays, grad)
-        if x.query.shape[0] == 1:
+        if grad.shape[0] == 1:
             # One chunk has no later queries: formed without a zero state, which XLA's CPU
             # backend (jaxlib 0.12.0.1) folds into the in-block sums' fusion when the scan has
             # one step, and its YNNPACK reduce fusion then reads memory it never wrote (dk NaN
             # in some processes; tests/test_attention_log_prefix.py).
-            *rows, _, grad = jax.tree.map(lambda a: a[0], inputs)
-            (params_grad, *row_grads), grad_initial = cotangents_of(*rows, None, grad)
+            rows, shift, start, end, state = jax.tree.map(
+                lambda a: a[0], (tuple(x), row_shift, keys.start, keys.end, keys.states)
+            )
+            query_rows, key_rows, value_rows, valid_rows = rows
+            (params_grad, *row_grads), grad_initial = cotangents_of(
+                query_rows,
+                key_rows,
+                value_rows,
+                valid_rows,
+                shift,
+                start,
+                end,
+                state,
+                None,
+                grad[0],
+            )
             row_grads = [g[None] for g in row_grads]
         else:
             carry = (
                 vary_like(jnp.zeros_like(initial[0]), x, grad),
                 _vary_like_tree(zero_params, x),
             )
-            (grad_initial, params_grad), row_grads = jax.lax.scan(step, carry, inputs, reverse=True)
+            (grad_initial, params_grad), row_grads = jax.lax.scan(
+                step, carry, (*chunks, decays, grad), reverse=True
+            )
     else:
 
         def summary(query, row_shift, start, grad):
