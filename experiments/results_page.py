@@ -41,6 +41,7 @@ SECTIONS = (
             "conformer_ctc",
             "conformer_ctc_attention_context",
             "conformer_ctc_attention_context_tau1",
+            "conformer_ctc_attention_context_tau2",
             "iap_es",
             "iap_es_pair",
         ),
