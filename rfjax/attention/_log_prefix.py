@@ -479,15 +479,15 @@ def _chunk_output(chunk: _Chunk, v, start, state, options: _Options) -> jax.Arra
 def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options: _Options):
     """(dla, dlb, dv) ``(s, b, .)`` of one chunk: its blocks' own forms, its earlier blocks,
     the earlier chunks (``state``, relative to ``start``) and the later queries (``later``,
-    relative to ``end``; ``None`` for the last chunk of the fused scan's reversed pass)."""
+    relative to ``end``; ``None`` where there are none, a one-chunk sequence's backward pass)."""
     weights = chunk.block_weights
     # D_tj within each block, selected for j <= t: a later key's product (huge or inf, e.g. the
     # floored normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
     products = _dot("sip,sjp->sij", grad, v, options)
     causal = jnp.tril(jnp.ones(products.shape[-2:], dtype=bool))
-    products = jnp.where(causal, products, 0)
-    grad_la = jnp.sum(weights * products[..., None], axis=2)
-    grad_lb = jnp.sum(weights * products[..., None], axis=1)
+    products = jnp.where(causal, products, 0)[..., None]
+    grad_la = jnp.sum(weights * products, axis=2)
+    grad_lb = jnp.sum(weights * products, axis=1)
     grad_v = jnp.einsum("sij,sip->sjp", jnp.sum(weights, axis=-1), grad.astype(state.dtype))
     blocks = v.shape[0]
     for offset in range(1, blocks):
@@ -604,7 +604,9 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             # One chunk has no later queries: formed without a zero state, which XLA's CPU
             # backend (jaxlib 0.12.0.1) folds into the in-block sums' fusion when the scan has
             # one step, and its YNNPACK reduce fusion then reads memory it never wrote (dk NaN
-            # in some processes; tests/test_attention_log_prefix.py).
+            # in some processes; tests/test_attention_log_prefix.py). With more chunks the state
+            # is the scan's carry; forming the last chunk apart there too cost 24% more
+            # temporaries at T = 1024 (its pieces live beside the scan's).
             rows, shift, start, end, state = jax.tree.map(
                 lambda a: a[0], (tuple(x), row_shift, keys.start, keys.end, keys.states)
             )
