@@ -45,6 +45,7 @@ import numpy as np
 import optax
 
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from rfjax import features as feature_maps
@@ -53,6 +54,12 @@ from rfjax.nn import ConformerEncoder, conformer_attentions, fit_conformer_clust
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=120,
+    reproduces="HRF Sec. 4.3: Conformer-Performer with CTC on spoken digit strings (FSDD)",
+)
 
 
 def _label(attention: str) -> str:

@@ -31,11 +31,21 @@ import ml_collections
 import numpy as np
 
 from experiments.core import outputs
+from experiments.core.study import Study
 from experiments.core.validate import require_couplings_draw, require_names, require_positive
 from experiments.hrf_clustered import data
 from experiments.hrf_clustered import reporting as hrf_clustered_report
 from experiments.hrf_clustered.data import CLUSTER_ESTIMATORS, ESTIMATORS, GENERATORS
 from rfjax import features, projections
+
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=100,
+    reproduces=(
+        "HRF Table 3, Fig. 6: cluster-adapted hybrid features vs FAVOR+ and trigonometric "
+        "features on clustered data"
+    ),
+)
 
 report = hrf_clustered_report.report  # verdicts, tables, figure and summary from the records
 

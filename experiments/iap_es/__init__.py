@@ -44,6 +44,7 @@ import numpy as np
 import pgx
 
 from experiments.core import cost, outputs, records, stats, sweep, verdicts
+from experiments.core.study import Study
 from experiments.core.train import es
 from experiments.core.train import trainer as train
 from experiments.iap_es.flops import (
@@ -56,6 +57,15 @@ from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=130,
+    reproduces=(
+        "HRF Sec. 4.4, App. K.1: implicit-attention policies trained by evolution "
+        "strategies, the angular hybrid vs FAVOR+"
+    ),
+)
 
 _KIND = re.compile(r"^(?P<attention>[a-z_]+)(:(?P<m>\d+)(x(?P<n>\d+))?)?$")
 _FLOP_FIELDS = ("importance_flops", "xla_importance_flops")

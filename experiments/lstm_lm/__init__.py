@@ -72,6 +72,7 @@ import ml_collections
 import numpy as np
 
 from experiments.core import cost, outputs, records, stats, sweep, unigram, verdicts
+from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.lstm_lm.metrics import distribution_metrics, proposal_divergence
@@ -93,6 +94,14 @@ from rfjax.sampled_softmax import (
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=110,
+    reproduces=(
+        "HRF Sec. 4.2: LSTM language model on Penn Treebank with random-feature sampled softmax"
+    ),
+)
 
 SETTINGS = ("normalised", "cosine")
 TAU_RULES = ("fixed", "heldout_kl")

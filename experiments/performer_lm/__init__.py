@@ -46,12 +46,22 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from experiments.core import outputs, records, stats, sweep, unigram, verdicts
+from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.lstm_lm import windows
 from rfjax import features, projections
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import ATTENTION_KINDS, PerformerLM
+
+STUDY = Study(
+    paper="Performers",
+    order=150,
+    reproduces=(
+        "Long-context causal Performer LM against exact attention on Penn Treebank (one "
+        'token stream, 4k-64k contexts, a "data" x "seq" mesh)'
+    ),
+)
 
 SEQUENCE_KEYS = ("inputs", "targets")
 
