@@ -586,12 +586,13 @@ def test_bad_config_raises():
         )
     config = conformer_config.get_config("quick")
     config.attentions = ("exact", "relu")
-    with pytest.raises(ValueError, match="attentions must hold"):
+    with pytest.raises(ValueError, match=r"config\.attentions: 'relu' is not one of \("):
         conformer_ctc.validate_config(config)
     for field, value, message in (
-        ("split", "words", "config.split"),
-        ("first_test_index", 50, "first_test_index"),
-        ("num_swap_draws", 0, "num_swap_draws"),
+        ("split", "words", r"config\.split: 'words' is not one of \('recordings', 'speakers'\)"),
+        ("first_test_index", 50, r"config\.first_test_index must be an int in \[1, 49\], got 50"),
+        ("num_swap_draws", 0, r"config\.num_swap_draws must be an int >= 1, got 0"),
+        ("max_digits", 1, r"config\.max_digits must be >= config\.min_digits = 2, got 1"),
     ):
         config = conformer_config.get_config("quick")
         config[field] = value

@@ -224,7 +224,11 @@ def test_cluster_means_reject_bad_input():
     bad = clustered_config.get_config("quick")
     with bad.unlocked():
         bad.configurations = (("x", "random", 0.5, 0.1),)
-    with pytest.raises(ValueError, match="generator in"):
+    with pytest.raises(ValueError, match=r"configurations must be entries \(name, generator in"):
+        hrf_clustered.validate_config(bad)
+    bad = clustered_config.get_config("quick")
+    bad.centre_norms.paper = 0.0
+    with pytest.raises(ValueError, match=r"config\.centre_norms\.paper must be finite and > 0"):
         hrf_clustered.validate_config(bad)
 
 

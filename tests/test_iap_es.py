@@ -434,11 +434,17 @@ def test_config_variants():
 def test_bad_config_is_rejected():
     config = iap_es_config.get_config("quick")
     config.es.eval_every = 3
-    with pytest.raises(ValueError, match=r"multiple of es\.log_every"):
+    with pytest.raises(
+        ValueError, match=r"config\.es\.eval_every must be a multiple of config\.es\.log_every = "
+    ):
         iap_es.validate_config(config)
     config = ml_collections.ConfigDict(iap_es_config.get_config("quick").to_dict())
     config.reference = "positive:999"
-    with pytest.raises(ValueError, match="reference"):
+    with pytest.raises(ValueError, match=r"config\.reference: 'positive:999' is not one of \("):
+        iap_es.validate_config(config)
+    config = iap_es_config.get_config("quick")
+    config.final_evals = 10**6
+    with pytest.raises(ValueError, match=r"config\.final_evals must be an int in \[1, \d+\]"):
         iap_es.validate_config(config)
 
 

@@ -241,13 +241,21 @@ def test_config_variants_and_bad_config():
         uci_config.get_config("huge")
     bad = uci_config.get_config("quick")
     bad.datasets = ("banknote", "iris")
-    with pytest.raises(ValueError, match=r"config\.datasets"):
+    with pytest.raises(ValueError, match=r"config\.datasets: 'iris' is not one of \("):
         uci.validate_config(bad)
     bad = uci_config.get_config("quick")
     bad.split = "theirs"
-    with pytest.raises(ValueError, match=r"config\.split"):
+    with pytest.raises(ValueError, match=r"config\.split: 'theirs' is not one of \("):
         uci.validate_config(bad)
     bad = uci_config.get_config("quick")
     bad.couplings = ("simplex", "nope")
-    with pytest.raises(ValueError, match="unknown coupling"):
+    with pytest.raises(ValueError, match=r"config\.couplings: 'nope' is not one of \("):
+        uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.fast_ratios = (1, 0)
+    with pytest.raises(ValueError, match=r"config\.fast_ratios must be an int >= 1, got \(1, 0\)"):
+        uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.table2_ratio = 3
+    with pytest.raises(ValueError, match=r"config\.table2_ratio: 3 is not one of \(1, 10\)"):
         uci.validate_config(bad)
