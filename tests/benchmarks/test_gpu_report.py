@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import pathlib
 import shlex
 import subprocess
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 RUNS = sorted(p.parent for p in (ROOT / "benchmarks" / "gpu_runs").glob("*/command.txt"))
 
 

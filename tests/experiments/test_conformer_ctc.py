@@ -4,7 +4,6 @@ import functools
 import json
 import math
 import os
-import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +36,7 @@ from rfjax.nn import (
     fit_conformer_clusters,
 )
 from rfjax.projections import orthogonal
+from tests.support import ROOT
 
 needs_fsdd = pytest.mark.skipif(
     not os.path.isdir(os.environ.get("RFJAX_FSDD_DIR", "")),
@@ -288,12 +288,7 @@ def test_a_task_whose_exact_models_do_not_use_attention_tests_no_ordering():
     other kinds' runs, made before the swap was measured for every kind, cannot be checked."""
     config = conformer_config.get_config("attention_context_tau1")
     record = json.loads(
-        (
-            pathlib.Path(__file__).parent.parent
-            / "results"
-            / "conformer_ctc_attention_context_tau1"
-            / "records.json"
-        ).read_text()
+        (ROOT / "results" / "conformer_ctc_attention_context_tau1" / "records.json").read_text()
     )
     judged = conformer_ctc.judge(record, config)
     assert judged.failed_arms() == ["exact softmax"]

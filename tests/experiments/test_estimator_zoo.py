@@ -5,7 +5,6 @@ as documented."""
 
 import csv
 import math
-import os
 import subprocess
 import sys
 
@@ -13,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 from scipy import integrate, special
 
 from configs import estimator_zoo as zoo_config
@@ -25,8 +23,8 @@ from experiments.estimator_zoo import ratios as estimator_zoo_ratios
 from experiments.estimator_zoo import reporting as estimator_zoo_report
 from rfjax import features, projections, theory
 from rfjax.attention import favor_attention_weights
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
+from tests.support.representatives import representatives
 
 
 @pytest.mark.integration

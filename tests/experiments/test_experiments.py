@@ -14,8 +14,7 @@ from configs import performer_vit as performer_vit_config
 from experiments import kernel_mse
 from experiments.core.outputs import read_csv
 from experiments.main import run_experiment, validate_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
 
 
 @pytest.mark.integration

@@ -1,5 +1,5 @@
 """The LSTM language model (rfjax.nn), the PTB loader and the lstm_lm experiment (the sampled
-softmax it trains with: tests/test_sampled_softmax_*.py)."""
+softmax it trains with: tests/rfjax/sampled_softmax/)."""
 
 import importlib.util
 import json

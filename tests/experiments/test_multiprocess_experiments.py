@@ -10,7 +10,8 @@ partial results, and a + b == b + a holds exactly in floating point, so nothing 
 computation can differ.
 (One device against two is a different computation: the batch's sums are blocked differently,
 and a sampled softmax's negatives, discontinuous in the logits, can change; that is data
-parallelism, not multi-process, and ``tests/test_training.py`` covers it on a smooth task.)
+parallelism, not multi-process, and ``tests/experiments/core/test_training.py`` covers it on a
+smooth task.)
 
 Evaluation batches of any size work on any number of processes (``padded_batches`` pads them
 with masked rows to a multiple of the device count); the LSTM's 25 windows per batch raised
@@ -27,9 +28,9 @@ import subprocess
 import sys
 
 import pytest
-from multiprocess import ROOT, cpu_environment, run_processes
 
 from rfjax import data
+from tests.support.multiprocess import ROOT, cpu_environment, run_processes
 
 pytestmark = pytest.mark.integration  # several processes, run end to end
 

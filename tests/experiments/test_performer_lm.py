@@ -19,7 +19,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from multiprocess import (
+
+from rfjax.nn import PerformerLM
+from rfjax.nn._performer_lm import token_nll
+from tests.support import SUPPORT
+from tests.support.multiprocess import (
     ROOT,
     cpu_environment,
     distributed_flags,
@@ -27,10 +31,6 @@ from multiprocess import (
     run_on_forced_devices,
 )
 
-from rfjax.nn import PerformerLM
-from rfjax.nn._performer_lm import token_nll
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
 
 
@@ -122,9 +122,7 @@ def test_experiment_rejects_a_context_the_sequence_devices_do_not_divide():
 
 
 def _four_devices(check: str, workdir) -> dict:
-    return run_on_forced_devices(
-        [os.path.join(HERE, "performer_lm_checks.py"), check, str(workdir)], 4
-    )
+    return run_on_forced_devices([str(SUPPORT / "performer_lm_checks.py"), check, str(workdir)], 4)
 
 
 @pytest.mark.integration

@@ -16,13 +16,12 @@ from experiments.core import verdicts
 from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
 from rfjax import data
+from tests.support import ROOT
 
 requires_fashion_mnist = pytest.mark.skipif(
     not os.path.exists(os.path.join(data.fashion_mnist_dir(), "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed: apt-get install dataset-fashion-mnist (.ci/run does)",
 )
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_projection_step_of_the_two_protocols():

@@ -16,8 +16,9 @@ from experiments.core import outputs, verdicts
 from experiments.core.stats import Estimate
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
+from tests.support import ROOT
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIGS = os.path.join(ROOT, "configs")
 
 # SimRF+ - SimRF MSE ratio: 95% CI 0.01 -+ 2.05 * 0.001 = [0.0079, 0.0121], beyond the margin
 # 0.001 that configs/kernel_mse.py declares for "simrf_plus" (nonsuperior).

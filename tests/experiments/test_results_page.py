@@ -3,8 +3,7 @@
 import os
 
 from experiments import reproduce, results_page
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
 
 
 def test_committed_results_page_is_current():

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 # Layer of each subpackage: one imports only those of lower layers. ``rfjax/_*.py`` (validation,
 # the registry, key helpers) serve every layer and import none.

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pathlib
 import re
 import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 CI_COMMANDS = ("-m pytest", ".venv/bin/ruff", "-m sphinx")
 
 

@@ -19,7 +19,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 COLABS = ROOT / "colabs"
 EXECUTED = ROOT / "docs" / "_generated" / "executed_colabs"  # read by docs/conf.py
 NOTEBOOKS = ("tour", "simrf_attention", "hybrid_features", "nnx_vit")

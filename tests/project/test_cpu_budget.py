@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-import cpu_budget
+from tests import cpu_budget
 
 BUDGETS = {"default_file_seconds": 10, "total_seconds": 30, "files": {"tests/test_a.py": 20}}
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import pathlib
 
 import jax
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 PACKAGES = (ROOT / "rfjax", ROOT / "experiments")
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -2,7 +2,6 @@
 an unknown config field in either override form, where a run's summary went, and a progress
 line that does not say "done" after an interruption."""
 
-import os
 import subprocess
 import sys
 
@@ -12,8 +11,7 @@ import pytest
 
 from experiments.core import outputs
 from rfjax.attention import draw_projection, favor_attention
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
 
 
 def test_favor_attention_on_a_model_width_array_names_the_layouts_and_the_reading():

@@ -8,13 +8,12 @@ load, which does not depend on the machine.
 from __future__ import annotations
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 # Imported on first use only: the Pallas/Mosaic backends of ``rfjax.ops.fwht`` (each about a
 # second to import), networkx (``rfjax.theory``'s coherence graphs), and the libraries of the
@@ -48,7 +47,7 @@ def _run(code: str) -> str:
         text=True,
         check=True,
         timeout=120,
-        cwd=REPO,
+        cwd=ROOT,
     )
     return result.stdout
 

@@ -27,8 +27,8 @@ import zipfile
 import pytest
 
 import rfjax
+from tests.support import ROOT
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "csrc", "rfjax", "experiments", "configs")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.so", "*.pyc", "*.egg-info")
 
@@ -55,11 +55,11 @@ SMOKE = textwrap.dedent(
 def _source_hash() -> str:
     digest = hashlib.sha256()
     for name in SOURCES:
-        root = REPO / name
+        root = ROOT / name
         paths = sorted(root.rglob("*")) if root.is_dir() else [root]
         for path in paths:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".so":
-                digest.update(str(path.relative_to(REPO)).encode())
+                digest.update(str(path.relative_to(ROOT)).encode())
                 digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -68,11 +68,11 @@ def _build(out: pathlib.Path, scratch: pathlib.Path) -> None:
     """``python -m build`` (sdist, then the wheel from it) on a copy of the sources."""
     source = scratch / "src"
     for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, source / name, ignore=IGNORED)
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=IGNORED)
         else:
             source.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
+            shutil.copy2(ROOT / name, source / name)
     result = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
         capture_output=True,

@@ -9,7 +9,6 @@ array past the cap (``rfjax._validation.MAX_ARRAY_BYTES``) or a loop past
 from __future__ import annotations
 
 import json
-import pathlib
 import subprocess
 import sys
 
@@ -17,8 +16,8 @@ import jax
 import pytest
 
 from rfjax import projections
+from tests.support import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIZES = (0, 1, 2**31, 10**9)
 
 # The child: one line per call, "start" before it (the last one names a call that killed the

@@ -8,7 +8,8 @@
   v <= ~4.
 
 Regenerate the stored grid (``data/simplex_conformity_mpmath.json``, used by
-``tests/test_theory.py``) with ``python tests/mpmath_reference.py`` (a few minutes).
+``tests/rfjax/theory/test_theory.py``) with ``python tests/support/mpmath_reference.py`` (a few
+minutes).
 
 References: Reid et al. 2023, arXiv:2301.13856, Eq. 21 (= Eq. 63), Eq. 24 (= Eq. 67).
 """

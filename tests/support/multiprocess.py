@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
 
 
 @dataclasses.dataclass(frozen=True)

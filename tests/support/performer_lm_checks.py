@@ -1,7 +1,7 @@
-"""4-device checks of the long-context LM for ``tests/test_performer_lm.py``, run as a script
-with 4 forced CPU devices (XLA_FLAGS must set the count before jax is imported):
+"""4-device checks of the long-context LM for ``tests/experiments/test_performer_lm.py``, run as a
+script with 4 forced CPU devices (XLA_FLAGS must set the count before jax is imported):
 
-  XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/performer_lm_checks.py \\
+  XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/support/performer_lm_checks.py \\
       split|experiment WORKDIR
 
 Prints one JSON object on its last line.
@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402

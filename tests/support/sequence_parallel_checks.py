@@ -1,8 +1,9 @@
 """Measurements of sequence-parallel FAVOR on 4 forced CPU devices, for
-``tests/test_sequence_parallel.py``; run as a script in a process of its own (XLA_FLAGS must set
-the device count before jax is imported):
+``tests/rfjax/attention/test_sequence_parallel.py``; run as a script in a process of its own
+(XLA_FLAGS must set the device count before jax is imported):
 
-  XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/sequence_parallel_checks.py
+  XLA_FLAGS=--xla_force_host_platform_device_count=4 \\
+    python tests/support/sequence_parallel_checks.py
 
 Prints one JSON object: per case, the relative errors of the sharded outputs and gradients
 against one device, the outputs of earlier devices after later tokens change, the compiled

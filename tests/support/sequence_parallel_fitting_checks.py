@@ -1,9 +1,10 @@
 """Sequence-parallel FAVOR with data-fitted maps given unfitted (OPRF, DERF, SADERF: fitted to the
-current inputs), on 4 forced CPU devices, for ``tests/test_sequence_parallel_fitting.py``; run as
-a script in a process of its own (XLA_FLAGS must set the device count before jax is imported):
+current inputs), on 4 forced CPU devices, for
+``tests/rfjax/attention/test_sequence_parallel_fitting.py``; run as a script in a process of its own
+(XLA_FLAGS must set the device count before jax is imported):
 
   XLA_FLAGS=--xla_force_host_platform_device_count=4 \
-    python tests/sequence_parallel_fitting_checks.py
+    python tests/support/sequence_parallel_fitting_checks.py
 
 Prints one JSON object: per map, the relative errors of the sharded bidirectional outputs and
 gradients against one device (``favor_attention`` with a padding mask, in ``shard_map`` and on

@@ -1,7 +1,7 @@
 """A toy study for tests of shared ablations: one worker process of
 ``experiments.main``'s ablation runner over the toy training task of ``toy_training``.
 
-Usage: python tests/toy_study.py WORKDIR --worker=I/N --worker_wait=S [--steps=N]
+Usage: python tests/support/toy_study.py WORKDIR --worker=I/N --worker_wait=S [--steps=N]
 [--optimizer=NAME] [--kill_at_record] [--sweep=FIELD=V1,V2] [--seeds=0:2]
 
 The study ``experiments.toy_study`` (registered in ``sys.modules``; no configs/ file) trains
@@ -20,16 +20,15 @@ import signal
 import sys
 import types
 
-# The toy task (tests/), and configs/ and experiments/ (the repository root: not installed).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The repository root: tests/ (the toy task), configs/ and experiments/ (not installed).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import ml_collections
-from toy_training import toy_config, toy_task
 
 from experiments import main as experiments_main
 from experiments.core import outputs, sweep
 from experiments.core.train import trainer as train
+from tests.support.toy_training import toy_config, toy_task
 
 SEED_FIELD = "train.seed"
 
@@ -99,7 +98,7 @@ def main() -> None:
     experiments_main.run_ablation(
         get_config(args.steps, args.optimizer),
         args.workdir,
-        ["python", "tests/toy_study.py", *sys.argv[1:]],
+        ["python", "tests/support/toy_study.py", *sys.argv[1:]],
         sweep_text=args.sweep,
         seeds_text=args.seeds,
         metric="accuracy",

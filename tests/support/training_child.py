@@ -1,6 +1,6 @@
 """Trains the toy task of ``toy_training`` in a subprocess that the tests kill or interrupt.
 
-Usage: python tests/training_child.py WORKDIR OUT.npz [--kill=metrics:N|checkpoint:N|cut:1]
+Usage: python tests/support/training_child.py WORKDIR OUT.npz [--kill=metrics:N|checkpoint:N|cut:1]
 [--step_delay=SECONDS] [--steps=N] [--signal_at=STEP:SIGNAME]
 
 ``--kill=metrics:N`` writes half of the N-th metrics record of this process, then SIGKILLs
@@ -22,15 +22,14 @@ import signal
 import sys
 import time
 
-# The toy task (tests/), and configs/ and experiments/ (the repository root: not installed).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The repository root: tests/ (the toy task), configs/ and experiments/ (not installed).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np
-from toy_training import leaves, resume_config, signal_at, toy_task, with_batches
 
 from experiments.core.train import checkpoints, metrics_log
 from experiments.core.train import trainer as train
+from tests.support.toy_training import leaves, resume_config, signal_at, toy_task, with_batches
 
 
 def _kill_on_call(owner: type, method: str, call: int, before) -> None:

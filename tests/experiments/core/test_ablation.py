@@ -3,7 +3,6 @@ per cell, resumption, and the paired report with its verdict."""
 
 import json
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -12,8 +11,8 @@ import pytest
 
 from configs import kernel_mse as kernel_mse_config
 from experiments.core import ablation, status, verdicts
+from tests.support import ROOT, SUPPORT
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMAND = [
     sys.executable,
     "-m",
@@ -109,7 +108,7 @@ def test_bad_ablation_arguments_name_the_problem():
         ablation.parse_seeds("0,0")
 
 
-TOY_STUDY = [sys.executable, str(ROOT / "tests" / "toy_study.py")]
+TOY_STUDY = [sys.executable, str(SUPPORT / "toy_study.py")]
 
 
 def start_workers(workdir, count: int, *options: str, env=None, killed=()) -> list:

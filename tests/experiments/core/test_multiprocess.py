@@ -4,7 +4,7 @@ The trainer's quick Performer-ViT config runs on two processes (one CPU device e
 process loads its half of each global batch through ``jax.make_array_from_process_local_data``,
 Orbax writes the checkpoints cooperatively, process 0 writes the results) and, beside it, on one
 process; the per-step training losses must agree to float32 reduction order (tolerance derived
-below). The harness (``tests/multiprocess.py``) takes any command that accepts the
+below). The harness (``tests/support/multiprocess.py``) takes any command that accepts the
 ``--coordinator_address/--num_processes/--process_id`` flags.
 """
 
@@ -17,9 +17,9 @@ import sys
 
 import numpy as np
 import pytest
-from multiprocess import ROOT, cpu_environment, run_processes
 
 from rfjax import data
+from tests.support.multiprocess import ROOT, cpu_environment, run_processes
 
 pytestmark = pytest.mark.integration  # several processes, run end to end
 

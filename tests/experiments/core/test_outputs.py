@@ -11,8 +11,7 @@ import time
 import pytest
 
 from experiments.core import outputs
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ import time
 import pytest
 
 from experiments.core import status
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 _RUN_FOREVER = """
 import sys, time

@@ -14,18 +14,17 @@ import time
 import jax
 import numpy as np
 import pytest
-from toy_training import leaves, resume_config, signal_at, toy_config, toy_task
 
 from experiments.core.train import checkpoints, metrics_log
 from experiments.core.train import trainer as train
 from rfjax import data
+from tests.support import ROOT, SUPPORT
+from tests.support.toy_training import leaves, resume_config, signal_at, toy_config, toy_task
 
 requires_fashion_mnist = pytest.mark.skipif(
     not os.path.exists(os.path.join(data.fashion_mnist_dir(), "t10k-images-idx3-ubyte.gz")),
     reason="Fashion-MNIST not installed: apt-get install dataset-fashion-mnist (.ci/run does)",
 )
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.integration
@@ -241,11 +240,11 @@ def test_a_sweep_cell_measured_again_trains_from_step_0_not_from_the_old_checkpo
         train.train_and_evaluate(second, str(tmp_path / "runs" / "toy_seed0"), toy_task())
 
 
-CHILD = os.path.join(ROOT, "tests", "training_child.py")
+CHILD = str(SUPPORT / "training_child.py")
 
 
 def _child(workdir, *options: str, send=None, delay=0.0):
-    """Runs tests/training_child.py with ``options``; ``send`` is a signal sent ``delay``
+    """Runs tests/support/training_child.py with ``options``; ``send`` is a signal sent ``delay``
     seconds after its first training record. Returns (return code, stdout, stderr)."""
     command = [sys.executable, CHILD, str(workdir), str(workdir) + ".npz", *options]
     # Compiled executables are shared between the children (the same bits, less start-up).
@@ -384,8 +383,8 @@ def test_epoch_batches_are_a_function_of_seed_and_step():
 
 _DATA_PARALLEL_SCRIPT = """
 import sys, json, numpy as np, jax
-sys.path.insert(0, {tests!r})
-from toy_training import toy_task, toy_config, leaves
+sys.path.insert(0, {root!r})
+from tests.support.toy_training import toy_task, toy_config, leaves
 from experiments.core.train import trainer as train
 assert jax.device_count() == 4, jax.devices()
 final = train.train_and_evaluate(toy_config(20), {workdir!r}, toy_task())
@@ -397,7 +396,7 @@ print(json.dumps(final))
 @pytest.mark.integration
 def test_four_device_data_parallel_run_matches_one_device(tmp_path):
     script = _DATA_PARALLEL_SCRIPT.format(
-        tests=os.path.join(ROOT, "tests"),
+        root=str(ROOT),
         workdir=str(tmp_path / "four"),
         out=str(tmp_path / "four.npz"),
     )

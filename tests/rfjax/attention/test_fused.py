@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_attention_large_norms import exact, inputs
 
 from rfjax import attention, features, projections
 from rfjax.attention import _fused
+from tests.rfjax.attention.test_large_norms import exact, inputs
 
 EPS32 = float(np.finfo(np.float32).eps)
 TOLERANCE = 64 * EPS32

@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 
 from rfjax import projections
 from rfjax.attention import _chunks, _log_prefix
@@ -22,6 +21,7 @@ from rfjax.attention._log_prefix import (
     initial_state_cotangent,
     key_state,
 )
+from tests.support.representatives import representatives
 
 LENGTH, WIDTH, VALUES = 13, 5, 3
 

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 
 from rfjax import attention, features, projections
+from tests.support.representatives import representatives
 
 BATCH, LENGTH, HEADS, HEAD_DIM = 2, 12, 2, 8
 T0 = 7  # first perturbed position

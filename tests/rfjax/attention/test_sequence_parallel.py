@@ -8,19 +8,18 @@ one device.
 """
 
 import doctest
-import os
 
 import flax
 import jax
 import jax.numpy as jnp
 import pytest
-from multiprocess import run_on_forced_devices
 
 from rfjax import attention, nn, projections
 from rfjax.attention import _favor, _prefix
 from rfjax.nn import nnx as rnnx
+from tests.support import SUPPORT
+from tests.support.multiprocess import run_on_forced_devices
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICES = 4
 CASES = (
     "bidirectional_positive_mask",
@@ -31,7 +30,7 @@ CASES = (
 
 
 def run_on_four_devices() -> dict:
-    return run_on_forced_devices([os.path.join(HERE, "sequence_parallel_checks.py")], DEVICES)
+    return run_on_forced_devices([str(SUPPORT / "sequence_parallel_checks.py")], DEVICES)
 
 
 @pytest.mark.integration

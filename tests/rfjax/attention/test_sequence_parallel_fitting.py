@@ -7,14 +7,12 @@ The measurements run in a process of their own (``sequence_parallel_fitting_chec
 must set the device count before jax is imported, and the rest of the suite runs on one device.
 """
 
-import os
-
 import pytest
-from multiprocess import run_on_forced_devices
 
 from rfjax import features
+from tests.support import SUPPORT
+from tests.support.multiprocess import run_on_forced_devices
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICES = 4
 # float32: the devices' statistics differ from one device's by summation order (~1e-7
 # relative); DERF's eigendecompositions amplify that by their conditioning (measured: outputs
@@ -26,9 +24,7 @@ TOLERANCE = 1e-4
 
 
 def run_on_four_devices() -> dict:
-    return run_on_forced_devices(
-        [os.path.join(HERE, "sequence_parallel_fitting_checks.py")], DEVICES
-    )
+    return run_on_forced_devices([str(SUPPORT / "sequence_parallel_fitting_checks.py")], DEVICES)
 
 
 @pytest.mark.integration

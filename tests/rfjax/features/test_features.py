@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 
 from rfjax import features, kernels, projections
+from tests.support.representatives import representatives
 
 COUPLINGS = projections.marginally_exact()
 DIM = 4

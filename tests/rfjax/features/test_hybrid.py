@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 
 from rfjax import features, kernels, projections, theory
+from tests.support.representatives import representatives
 
 NSIG = 4.0
 DIM = 4

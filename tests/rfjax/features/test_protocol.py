@@ -5,10 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 
 from rfjax import features, projections
 from rfjax.features import _registry
+from tests.support.representatives import representatives
 
 DIM, NUM_FEATURES = 4, 8
 

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from multiprocess import ROOT, cpu_environment
 
 from rfjax import features, projections
 from rfjax.linear_models import (
@@ -24,6 +23,7 @@ from rfjax.linear_models import (
     solve_ridge,
     solve_ridge_path,
 )
+from tests.support.multiprocess import ROOT, cpu_environment
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 import pytest
-from multiprocess import run_processes
+
+from tests.support.multiprocess import run_processes
 
 # Unoptimised CPU code compiles several times faster (as in test_multiprocess.py).
 ENV = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}

@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from primitives import DRAWS, KEYS, traced_primitives
 
 from rfjax.nn import PerformerAttention
 from rfjax.nn import nnx as rnnx
+from tests.support.primitives import DRAWS, KEYS, traced_primitives
 
 BATCH, LENGTH, WIDTH, HEADS = 2, 6, 16, 2
 STEP = 250  # a later redraw period than the cache's (redraw_interval 100): decoding redraws

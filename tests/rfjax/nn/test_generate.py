@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from compile_counts import count_programs
-from primitives import DRAWS, KEYS, equations, primitives
 
 from rfjax.nn import PerformerLM, generate
+from tests.support.compile_counts import count_programs
+from tests.support.primitives import DRAWS, KEYS, equations, primitives
 
 SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
 RNGS = {"projection": jax.random.key(3)}

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +43,7 @@ from rfjax.ops import (
 )
 from rfjax.ops._cos import _xla_sin_cos
 from rfjax.ops._fwht import GPU_AUTO_SM90, resolve
+from tests.support import ROOT
 
 ON_GPU = jax.default_backend() == "gpu"
 ON_TPU = jax.default_backend() == "tpu"
@@ -398,7 +398,7 @@ def test_triton_kernel_sees_whole_blocks_only(rows, n):
 
 
 GPU_RUNS = [
-    pathlib.Path(__file__).parents[1] / "benchmarks/gpu_runs" / name
+    ROOT / "benchmarks/gpu_runs" / name
     for name in ("2026-11-26-h200/run1_fwht_gpu.json", "2026-11-27-h200/fwht_gpu.json")
 ]
 AUTO_CANDIDATES = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import pathlib
 import shutil
 import subprocess
 
@@ -17,8 +16,8 @@ import scipy.linalg
 
 from rfjax.ops import _fwht_cpu, fwht, sin_cos
 from rfjax.ops._cos import _xla_sin_cos
+from tests.support import ROOT
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 built = pytest.mark.skipif(not _fwht_cpu.is_available(), reason="the C++ FWHT kernel was not built")
 
 
@@ -240,7 +239,7 @@ def test_scalar_path_compiles_without_simd_macros():
     flags = ["-std=c++17", "-fsyntax-only", *undefined, "-U__FMA__", "-DRFJAX_ISA=portable"]
     result = subprocess.run(
         [compiler, *flags, "-Icsrc", "csrc/fwht_isa.cc"],
-        cwd=REPO,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,16 +1,16 @@
 """What a first call compiles (issue 33): each coupling's draw is a few XLA programs, and a draw
 with a new key compiles nothing. Counted with ``jax.monitoring`` (XLA backend compilations and
-loads from the persistent cache: ``tests/compile_counts.py``), so the checks do not depend on the
-machine's speed nor on the cache; the times are in ``benchmarks/cold_start.py``.
+loads from the persistent cache: ``tests/support/compile_counts.py``), so the checks do not depend
+on the machine's speed nor on the cache; the times are in ``benchmarks/cold_start.py``.
 """
 
 from __future__ import annotations
 
 import jax
 import pytest
-from compile_counts import count_programs
 
 from rfjax import projections
+from tests.support.compile_counts import count_programs
 
 # A coupling's draw: its program, and for the P-model families the check of the family (its
 # reference parameters and its P_i, once per family and size).

@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.scipy.special import gammainc
-from representatives import representatives
 
 from rfjax import features, projections
 from rfjax.projections import _norm_coupled
+from tests.support.representatives import representatives
 
 NSIG = 4.0
 NUM_DRAWS = 10_000

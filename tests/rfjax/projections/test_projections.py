@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 from scipy import stats
 
 from rfjax import projections
+from tests.support.representatives import representatives
 
 ALL = projections.marginally_exact()  # approximate ones: test_structured_projections
 COUPLED = ("orthogonal", "simplex", "simplex_plus")

@@ -14,12 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from representatives import representatives
 from scipy import stats
 from scipy.linalg import hadamard
 
 from rfjax import features, kernels, projections, theory
 from rfjax.projections._givens import default_num_layers
+from tests.support.representatives import representatives
 
 HD = ("hd_orthogonal", "fast_simplex")
 GAUSSIAN_STRUCTURED = (

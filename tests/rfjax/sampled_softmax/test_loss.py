@@ -6,9 +6,9 @@ import math
 import jax
 import jax.numpy as jnp
 import pytest
-from sampled_softmax_checks import FEATURE_OPTIONS, problem
 
 from rfjax.sampled_softmax import feature_proposals, sample_proposal, sampled_softmax_loss
+from tests.support.sampled_softmax_checks import FEATURE_OPTIONS, problem
 
 SLOW = pytest.mark.slow
 

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from sampled_softmax_checks import DIM, FEATURE_OPTIONS, problem
 
 from rfjax.sampled_softmax import (
     feature_proposal_probabilities,
@@ -17,6 +16,7 @@ from rfjax.sampled_softmax import (
     proposal_features,
     proposals,
 )
+from tests.support.sampled_softmax_checks import DIM, FEATURE_OPTIONS, problem
 
 
 def test_every_registered_softmax_map_is_a_proposal():

@@ -8,13 +8,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from sampled_softmax_checks import FEATURE_OPTIONS, VOCAB, assert_frequencies_match, problem
 
 from rfjax.sampled_softmax import (
     clipped_proposal_log_probabilities,
     proposal_estimates,
     proposal_features,
     sample_proposal,
+)
+from tests.support.sampled_softmax_checks import (
+    FEATURE_OPTIONS,
+    VOCAB,
+    assert_frequencies_match,
+    problem,
 )
 
 

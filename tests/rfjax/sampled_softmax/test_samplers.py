@@ -6,13 +6,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from sampled_softmax_checks import FEATURE_OPTIONS, VOCAB, assert_frequencies_match, problem
 
 from rfjax.sampled_softmax import (
     clipped_proposal_log_probabilities,
     feature_proposal_probabilities,
     proposal_features,
     sample_from_features,
+)
+from tests.support.sampled_softmax_checks import (
+    FEATURE_OPTIONS,
+    VOCAB,
+    assert_frequencies_match,
+    problem,
 )
 
 # One sampler serves every feature proposal: the signed, two-sided angular hybrid runs by

@@ -6,7 +6,6 @@ import warnings
 import jax
 import numpy as np
 import pytest
-from compile_counts import count_programs
 from sklearn.datasets import load_digits
 from sklearn.kernel_approximation import RBFSampler
 from sklearn.linear_model import RidgeClassifier
@@ -18,6 +17,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from rfjax import features
 from rfjax.sklearn import RandomFeatures, feature_names
+from tests.support.compile_counts import count_programs
 
 
 # Regression (issue 18): with features="fourier", 6 checks failed (they set n_components=1,

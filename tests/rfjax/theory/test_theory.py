@@ -14,13 +14,13 @@ import math
 
 import jax
 import jax.numpy as jnp
-import mpmath_reference
 import numpy as np
 import pytest
-from representatives import representatives
 from scipy import special
 
 from rfjax import projections, theory
+from tests.support import mpmath_reference
+from tests.support.representatives import representatives
 
 NSIG = 4.0
 NUM_DRAWS = 40_000
