@@ -9,16 +9,10 @@ from experiments import conformity
 from experiments.core import verdicts
 from experiments.core.outputs import read_csv
 from experiments.core.verdicts import Outcome
-from experiments.main import run_experiment
 from rfjax import theory
+from tests.support.studies import quick_run_fixture
 
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("conformity")
-    config = conformity_config.get_config("quick")
-    result = run_experiment(config, str(workdir))
-    return config, workdir, result
+quick_run = quick_run_fixture(conformity_config)
 
 
 @pytest.mark.integration

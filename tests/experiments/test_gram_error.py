@@ -11,15 +11,9 @@ from experiments import gram_error
 from experiments.core import verdicts
 from experiments.core.outputs import read_csv
 from experiments.core.verdicts import Outcome
-from experiments.main import run_experiment
+from tests.support.studies import quick_run_fixture
 
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("gram_error")
-    config = gram_error_config.get_config("quick")
-    result = run_experiment(config, str(workdir))
-    return config, workdir, result
+quick_run = quick_run_fixture(gram_error_config)
 
 
 def lookup(rows, coupling, ratio):

@@ -10,17 +10,14 @@ from experiments import rff_error
 from experiments.core import verdicts
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
+from tests.support.studies import quick_run_fixture
 
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("rff_error")
-    return workdir, run_experiment(rff_error_config.get_config("quick"), str(workdir))
+quick_run = quick_run_fixture(rff_error_config)
 
 
 @pytest.mark.integration
 def test_writes_outputs(quick_run):
-    workdir, _ = quick_run
+    _, workdir, _ = quick_run
     for name in (
         "variance.csv",
         "max_error.csv",
@@ -38,7 +35,7 @@ def test_writes_outputs(quick_run):
 
 @pytest.mark.integration
 def test_monte_carlo_variance_matches_closed_forms(quick_run):
-    _, result = quick_run
+    _, _, result = quick_run
     rows = result["variance_rows"]
     assert len(rows) == 2 * len(rff_error_config.get_config("quick").distances)
     for row in rows:
@@ -51,7 +48,7 @@ def test_monte_carlo_variance_matches_closed_forms(quick_run):
 
 @pytest.mark.integration
 def test_phi_has_lower_variance_and_max_error_than_psi(quick_run):
-    _, result = quick_run
+    _, _, result = quick_run
     variance = {(r["delta"], r["embedding"]): r for r in result["variance_rows"]}
     for delta in rff_error_config.get_config("quick").distances:
         phi, psi = variance[(delta, "phi")], variance[(delta, "psi")]
@@ -69,7 +66,7 @@ def test_phi_has_lower_variance_and_max_error_than_psi(quick_run):
 
 @pytest.mark.integration
 def test_max_error_grows_with_radius_and_tail_is_a_survival_function(quick_run):
-    _, result = quick_run
+    _, _, result = quick_run
     for embedding in rff_error.EMBEDDINGS:
         means = [r["max_error_mean"] for r in result["max_rows"] if r["embedding"] == embedding]
         assert np.all(np.diff(means) >= 0)  # nested regions: the sup cannot shrink
@@ -80,7 +77,7 @@ def test_max_error_grows_with_radius_and_tail_is_a_survival_function(quick_run):
 
 @pytest.mark.integration
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
-    workdir, _ = quick_run
+    _, workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()
     assert "## Claims, our numbers, verdicts" in summary
     stored = verdicts.read(str(workdir))

@@ -9,19 +9,14 @@ from experiments import structured_concentration
 from experiments.core import verdicts
 from experiments.core.stats import Estimate
 from experiments.core.verdicts import Outcome
-from experiments.main import run_experiment
+from tests.support.studies import quick_run_fixture
 
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("structured_concentration")
-    config = concentration_config.get_config("quick")
-    return workdir, config, run_experiment(config, str(workdir))
+quick_run = quick_run_fixture(concentration_config)
 
 
 @pytest.mark.integration
 def test_writes_outputs(quick_run):
-    workdir, config, result = quick_run
+    config, workdir, result = quick_run
     for name in ("methods.csv", "tails.csv", "error_vs_budget.png", "tails.png", "summary.md"):
         assert (workdir / name).stat().st_size > 0, name
     summary = (workdir / "summary.md").read_text()
@@ -75,7 +70,7 @@ def test_bad_configs():
 
 @pytest.mark.integration
 def test_chi_is_contrasted_within_the_circulant_family_at_equal_m(quick_run):
-    workdir, config, _ = quick_run
+    config, workdir, _ = quick_run
     stored = verdicts.read(str(workdir))
     assert set(stored) == set(config.claims)
     assert stored["chi_order"].outcome != Outcome.NOT_TESTED

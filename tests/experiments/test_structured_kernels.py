@@ -10,12 +10,9 @@ from experiments import structured_kernels
 from experiments.core import verdicts
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
+from tests.support.studies import quick_run_fixture
 
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("structured_kernels")
-    return workdir, run_experiment(structured_config.get_config("quick"), str(workdir))
+quick_run = quick_run_fixture(structured_config)
 
 
 def _cells(result):
@@ -24,7 +21,7 @@ def _cells(result):
 
 @pytest.mark.integration
 def test_writes_outputs(quick_run):
-    workdir, result = quick_run
+    _, workdir, result = quick_run
     for name in ("results.csv", "error_vs_features.png", "summary.md", "config.json"):
         assert (workdir / name).stat().st_size > 0, name
     assert (workdir / "summary.md").read_text().startswith("# ")
@@ -34,7 +31,7 @@ def test_writes_outputs(quick_run):
 
 @pytest.mark.integration
 def test_gaussian_kernel_error_matches_closed_form(quick_run):
-    _, result = quick_run
+    _, _, result = quick_run
     checked = [r for r in result["rows"] if math.isfinite(r["error_theory"])]
     # i.i.d. and plain circulant at each m (toeplitz_hd has no closed form)
     assert {r["method"] for r in checked} == {"gaussian", "circulant"}
@@ -45,7 +42,7 @@ def test_gaussian_kernel_error_matches_closed_form(quick_run):
 
 @pytest.mark.integration
 def test_error_decreases_with_features(quick_run):
-    _, result = quick_run
+    _, _, result = quick_run
     config = structured_config.get_config("quick")
     cells = _cells(result)
     few, many = min(config.num_features), max(config.num_features)
@@ -57,7 +54,7 @@ def test_error_decreases_with_features(quick_run):
 
 @pytest.mark.integration
 def test_structured_versus_gaussian(quick_run):
-    _, result = quick_run
+    _, _, result = quick_run
     cells = _cells(result)
     m = max(structured_config.get_config("quick").num_features)  # = d = 64, one block
     # With HD preprocessing, a structured matrix estimates the angular kernel as well as an
@@ -73,7 +70,7 @@ def test_structured_versus_gaussian(quick_run):
 
 @pytest.mark.integration
 def test_summary_states_a_computed_verdict_for_each_claim(quick_run):
-    workdir, _ = quick_run
+    _, workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()
     assert "## Claims, our numbers, verdicts" in summary
     stored = verdicts.read(str(workdir))

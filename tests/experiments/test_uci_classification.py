@@ -12,9 +12,9 @@ from experiments import uci_classification as uci
 from experiments.core import kernel_classifier, verdicts
 from experiments.core.outputs import read_csv
 from experiments.core.verdicts import Outcome
-from experiments.main import run_experiment
 from rfjax import data, features, projections
 from rfjax.data._uci import DEFAULT_UCI_DIR
+from tests.support.studies import quick_run_fixture
 
 # name: (rows, one-hot columns, ordinal columns, classes)
 SHAPES = {
@@ -145,11 +145,7 @@ def test_prefix_scores_match_a_projection_with_fewer_blocks(coupling):
         )
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("uci_quick")
-    config = uci_config.get_config("quick")
-    return config, workdir, run_experiment(config, str(workdir))
+quick_run = quick_run_fixture(uci_config)
 
 
 @pytest.mark.integration

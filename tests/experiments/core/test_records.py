@@ -8,28 +8,20 @@ import pytest
 from configs import kernel_mse as kernel_mse_config
 from experiments import kernel_mse, regenerate
 from experiments.core import records
-from experiments.main import run_experiment
+from tests.support.studies import quick_run_fixture
 
-COMMAND = ["python", "-m", "experiments.main", "--config=configs/kernel_mse.py:quick,seed=3"]
-
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("kernel_mse")
-    config = kernel_mse_config.get_config("quick,seed=3")
-    run_experiment(config, str(workdir), command=[*COMMAND, f"--workdir={workdir}"])
-    return config, workdir
+quick_run = quick_run_fixture(kernel_mse_config, "quick,seed=3")
 
 
 def test_a_run_stores_its_records_and_the_config_is_rebuilt_from_the_folder(quick_run):
-    config, workdir = quick_run
+    config, workdir, _ = quick_run
     assert records.read(str(workdir)) == json.loads(json.dumps(kernel_mse.measure(config)))
     assert records.config_argument(str(workdir)) == "configs/kernel_mse.py:quick,seed=3"
     assert records.load_config(str(workdir)).to_dict() == config.to_dict()
 
 
 def test_the_stored_settings_win_over_the_config_file(quick_run, tmp_path):
-    _, workdir = quick_run
+    _, workdir, _ = quick_run
     for name in ("command.txt", "config.json", "records.json"):
         (tmp_path / name).write_text((workdir / name).read_text())
     stored = json.loads((tmp_path / "config.json").read_text())
@@ -43,7 +35,7 @@ def test_the_stored_settings_win_over_the_config_file(quick_run, tmp_path):
 
 
 def test_regenerating_rewrites_the_same_report_without_measuring(quick_run, monkeypatch):
-    _, workdir = quick_run
+    _, workdir, _ = quick_run
     summary = (workdir / "summary.md").read_text()
     (workdir / "summary.md").write_text("stale\n")
 
