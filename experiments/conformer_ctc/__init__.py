@@ -44,7 +44,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core import outputs, plots, records, stats, sweep, verdicts
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -711,7 +711,7 @@ def _plot_curves(curves: dict, attentions, path: str) -> None:
                     series.append([r["edit_distance"] / r["reference_digits"] for r in points])
                 else:
                     series.append([r["loss"] for r in points])
-            outputs.plot_mean_se(axis, steps, series, color=f"C{i}", label=_label(attention))
+            plots.mean_se_band(axis, steps, series, color=f"C{i}", label=_label(attention))
     left.set(xlabel="step", ylabel="test digit error rate", title="test DER (band: ± 1 SE)")
     right.set(
         xlabel="step", ylabel="train CTC loss", yscale="log", title="train loss (band: ± 1 SE)"

@@ -71,7 +71,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import cost, outputs, records, stats, sweep, unigram, verdicts
+from experiments.core import cost, outputs, plots, records, stats, sweep, unigram, verdicts
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -1141,7 +1141,7 @@ def _plot_perplexity(runs, curves, arms, path: str) -> None:
         series = [[r for r in records if r["split"] == "eval"] for records in curves[arm]]
         steps = [r["step"] for r in series[0]]
         values = np.exp(np.array([[r["nll"] for r in run] for run in series]))
-        outputs.plot_mean_se(right, steps, values, color=f"C{i}", label=arm)
+        plots.mean_se_band(right, steps, values, color=f"C{i}", label=arm)
     right.set(
         xlabel="step",
         ylabel="validation perplexity (full softmax)",
@@ -1200,7 +1200,7 @@ def _plot_temperature(results: dict, config, path: str) -> None:
         if np.all(np.isnan(values)):
             continue
         steps = [s for s, _ in series[0]]
-        outputs.plot_mean_se(right, steps, values, color=f"C{i}", label=arm)
+        plots.mean_se_band(right, steps, values, color=f"C{i}", label=arm)
     right.set(
         xlabel="step",
         ylabel="proposal tau",
