@@ -702,15 +702,8 @@ def _plot_error_rates(runs, tests, attentions, path: str) -> None:
 def _plot_curves(curves: dict, attentions, path: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     for i, attention in enumerate(attentions):
-        for axis, split, value in ((left, "eval", "der"), (right, "train", "loss")):
-            series = []
-            for curve in curves[attention]:
-                points = [r for r in curve if r["split"] == split]
-                steps = [r["step"] for r in points]
-                if value == "der":
-                    series.append([r["edit_distance"] / r["reference_digits"] for r in points])
-                else:
-                    series.append([r["loss"] for r in points])
+        for axis, split, value in ((left, "eval", digit_error_rate), (right, "train", "loss")):
+            steps, series = plots.logged_series(curves[attention], split, value)
             plots.mean_se_band(axis, steps, series, color=f"C{i}", label=_label(attention))
     left.set(xlabel="step", ylabel="test digit error rate", title="test DER (band: ± 1 SE)")
     right.set(

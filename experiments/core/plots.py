@@ -18,7 +18,7 @@ import numpy as np
 def logged_series(
     curves: Sequence[Sequence[Mapping[str, Any]]],
     split: str,
-    value: str | Callable[[Mapping[str, Any]], float],
+    value: str | Callable[[Any], float],
 ) -> tuple[list, np.ndarray]:
     """One metric of several runs' logs at the records of ``split``.
 

@@ -71,7 +71,17 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import cost, outputs, plots, records, stats, sweep, unigram, verdicts
+from experiments.core import (
+    cost,
+    outputs,
+    plots,
+    ptb,
+    records,
+    stats,
+    sweep,
+    unigram,
+    verdicts,
+)
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -83,7 +93,7 @@ from experiments.core.validate import (
     require_positive,
 )
 from experiments.lstm_lm.metrics import distribution_metrics, proposal_divergence
-from rfjax.data import PTB_SOURCE, load_ptb
+from rfjax.data import PTB_SOURCE
 from rfjax.nn import LSTMLanguageModel, logit_temperature
 from rfjax.sampled_softmax import (
     PLAIN_PROPOSALS,
@@ -218,31 +228,10 @@ def feature_width(options: dict) -> int:
 # --------------------------------------------------------------------------- data
 
 
-def windows(tokens: np.ndarray, length: int) -> dict[str, np.ndarray]:
-    """Non-overlapping windows: inputs ``tokens[i L:(i+1) L]``, targets shifted by one."""
-    count = (len(tokens) - 1) // length
-    if count < 1:
-        raise ValueError(f"{len(tokens)} tokens are too few for windows of length {length}")
-    usable = tokens[: count * length + 1]
-    return {
-        "inputs": usable[:-1].reshape(count, length),
-        "targets": usable[1:].reshape(count, length),
-    }
-
-
 def load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
-    """Train/valid/test windows (the first ``num_*_tokens`` of each split; 0: all) and V."""
-    splits, vocabulary = load_ptb()
-    limits = {
-        "train": config.num_train_tokens,
-        "valid": config.num_eval_tokens,
-        "test": config.num_eval_tokens,
-    }
-    arrays = {
-        split: windows(tokens[: limits[split] or None], config.bptt)
-        for split, tokens in splits.items()
-    }
-    return arrays, len(vocabulary)
+    """Train/valid/test windows of ``config.bptt`` tokens (the first ``num_*_tokens`` of each
+    split; 0: all) and V (``experiments.core.ptb``)."""
+    return ptb.load_windows(config.bptt, config.num_train_tokens, config.num_eval_tokens)
 
 
 def curve_windows(arrays: dict, config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
@@ -1138,10 +1127,8 @@ def _plot_perplexity(runs, curves, arms, path: str) -> None:
         max(means) / min(means) > 10,
     )
     for i, arm in enumerate(arms):
-        series = [[r for r in records if r["split"] == "eval"] for records in curves[arm]]
-        steps = [r["step"] for r in series[0]]
-        values = np.exp(np.array([[r["nll"] for r in run] for run in series]))
-        plots.mean_se_band(right, steps, values, color=f"C{i}", label=arm)
+        steps, nll = plots.logged_series(curves[arm], "eval", "nll")
+        plots.mean_se_band(right, steps, np.exp(nll), color=f"C{i}", label=arm)
     right.set(
         xlabel="step",
         ylabel="validation perplexity (full softmax)",
@@ -1188,18 +1175,11 @@ def _plot_temperature(results: dict, config, path: str) -> None:
     )
     left.legend(fontsize=7)
     for i, (arm, per_seed) in enumerate(results["curves"].items()):
-        series = [
-            [
-                (r["step"], r.get("proposal_temperature", np.nan))
-                for r in records
-                if r["split"] == "train"
-            ]
-            for records in per_seed
-        ]
-        values = np.array([[v for _, v in run] for run in series], float)
+        steps, values = plots.logged_series(
+            per_seed, "train", lambda r: r.get("proposal_temperature", np.nan)
+        )
         if np.all(np.isnan(values)):
             continue
-        steps = [s for s, _ in series[0]]
         plots.mean_se_band(right, steps, values, color=f"C{i}", label=arm)
     right.set(
         xlabel="step",
