@@ -1,12 +1,12 @@
 """The report helpers every study shares: records pivoted by seed and paired
-(experiments.core.report), learning curves (experiments.core.plots) and PTB windows
+(experiments.core.tabulate), learning curves (experiments.core.plots) and PTB windows
 (experiments.core.ptb)."""
 
 import matplotlib
 import numpy as np
 import pytest
 
-from experiments.core import plots, ptb, report, stats
+from experiments.core import plots, ptb, stats, tabulate
 
 matplotlib.use("Agg")
 
@@ -19,33 +19,33 @@ RUNS = [
 
 
 def test_an_arm_is_picked_by_its_fields_and_ordered_by_seed():
-    assert report.by_seed(RUNS, "loss", kind="exact") == {2: 1.0, 0: 3.0}
-    np.testing.assert_array_equal(report.seed_values(RUNS, "loss", kind="exact"), [3.0, 1.0])
-    assert report.seed_values(RUNS, "loss", kind="none").shape == (0,)
+    assert tabulate.by_seed(RUNS, "loss", kind="exact") == {2: 1.0, 0: 3.0}
+    np.testing.assert_array_equal(tabulate.seed_values(RUNS, "loss", kind="exact"), [3.0, 1.0])
+    assert tabulate.seed_values(RUNS, "loss", kind="none").shape == (0,)
 
 
 def test_an_arm_named_ambiguously_is_refused():
     with pytest.raises(ValueError, match="two runs with seed 0"):
-        report.by_seed(RUNS, "loss")  # both kinds have seed 0
+        tabulate.by_seed(RUNS, "loss")  # both kinds have seed 0
 
 
 def test_two_arms_are_paired_on_the_seeds_both_have():
-    exact, favor = (report.by_seed(RUNS, "loss", kind=k) for k in ("exact", "favor"))
-    first, second = report.paired(favor, exact)
+    exact, favor = (tabulate.by_seed(RUNS, "loss", kind=k) for k in ("exact", "favor"))
+    first, second = tabulate.paired(favor, exact)
     np.testing.assert_array_equal(first, [5.0])  # seed 0 only
     np.testing.assert_array_equal(second, [3.0])
-    assert [a.size for a in report.paired({1: 1.0}, {2: 2.0})] == [0, 0]
+    assert [a.size for a in tabulate.paired({1: 1.0}, {2: 2.0})] == [0, 0]
 
 
 def test_an_estimate_is_written_one_way():
-    assert report.plus_minus(0.5, 0.01234) == "0.5000 ± 0.0123"
-    assert report.plus_minus(0.5, 0.01234, "+.3f") == "+0.500 ± 0.012"
-    assert report.plus_minus(1234.5, 12.0, ".4g", ".2g") == "1234 ± 12"
-    assert report.plus_minus(0.5, float("nan")) == "0.5000"  # one unit: no SE
-    assert report.summarise([1.0, 3.0]) == "2.0000 ± 1.0000"
-    assert report.summarise([1.0]) == "1.0000"
+    assert tabulate.plus_minus(0.5, 0.01234) == "0.5000 ± 0.0123"
+    assert tabulate.plus_minus(0.5, 0.01234, "+.3f") == "+0.500 ± 0.012"
+    assert tabulate.plus_minus(1234.5, 12.0, ".4g", ".2g") == "1234 ± 12"
+    assert tabulate.plus_minus(0.5, float("nan")) == "0.5000"  # one unit: no SE
+    assert tabulate.summarise([1.0, 3.0]) == "2.0000 ± 1.0000"
+    assert tabulate.summarise([1.0]) == "1.0000"
     estimate = stats.paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 3.0])
-    text = report.estimate_text(
+    text = tabulate.estimate_text(
         estimate.mean, estimate.se, estimate.interval(), number=".2f", details=["3 seeds"]
     )
     low, high = estimate.interval()

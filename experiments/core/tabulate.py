@@ -91,16 +91,18 @@ def plus_minus(mean: float, se: float, number: str = ".4f", se_number: str | Non
     return f"{shown} ± {format(se, se_number or number.lstrip('+'))}"
 
 
-def summarise(values: Sequence[float] | np.ndarray, number: str = ".4f") -> str:
+def summarise(
+    values: Sequence[float] | np.ndarray, number: str = ".4f", se_number: str | None = None
+) -> str:
     """``plus_minus`` of the mean of ``values`` over its first axis and its SE
-    (``stats.mean_se``): the mean alone for one value.
+    (``stats.mean_se``; ``number`` and ``se_number`` as there): the mean alone for one value.
 
     Examples:
       >>> summarise([1.0, 2.0, 3.0], ".3f")
       '2.000 ± 0.577'
     """
     mean, se = stats.mean_se(np.asarray(values, np.float64))
-    return plus_minus(float(mean), float(se), number)
+    return plus_minus(float(mean), float(se), number, se_number)
 
 
 def estimate_text(

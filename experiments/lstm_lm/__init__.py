@@ -79,6 +79,7 @@ from experiments.core import (
     records,
     stats,
     sweep,
+    tabulate,
     unigram,
     verdicts,
 )
@@ -777,28 +778,19 @@ def mean_se(values) -> tuple[float, float]:
     return float(mean), float(se)
 
 
-def _format(mean: float, se: float, digits: int = 4) -> str:
-    """``mean ± se``; the mean alone where one unit gives no SE."""
-    return f"{mean:.{digits}g}" if np.isnan(se) else f"{mean:.{digits}g} ± {se:.2g}"
-
-
-def _values(rows: list[dict], name: str, **where) -> np.ndarray:
-    chosen = [r for r in rows if all(r[k] == v for k, v in where.items())]
-    return np.array([r[name] for r in sorted(chosen, key=lambda r: r["seed"])], float)
-
-
 # --------------------------------------------------------------------------- report
 
 
 def _pairs(runs: list[dict], estimator: str, reference: str) -> stats.Estimate | None:
     """Test perplexity of ``estimator`` / ``reference`` - 1 over the seeds both trained
     (paired), from the runs of one setting; None if no seed has both."""
-    mine = {r["seed"]: r["test_perplexity"] for r in runs if r["estimator"] == estimator}
-    base = {r["seed"]: r["test_perplexity"] for r in runs if r["estimator"] == reference}
-    seeds = sorted(set(mine) & set(base))
-    if not seeds:
+    mine, base = tabulate.paired(
+        tabulate.by_seed(runs, "test_perplexity", estimator=estimator),
+        tabulate.by_seed(runs, "test_perplexity", estimator=reference),
+    )
+    if not len(mine):
         return None
-    return stats.sample_estimate(np.array([mine[s] / base[s] - 1 for s in seeds]))
+    return stats.sample_estimate(mine / base - 1)
 
 
 def _trained_arms(runs: list[dict]) -> list[str]:
@@ -854,14 +846,20 @@ def perplexity_rows(runs: list[dict], arms, judge: verdicts.Verdicts) -> list[di
                 "setting": SETTING_LABELS[setting],
                 "proposal": estimator,
                 "seeds": len(mine),
-                "valid perplexity": _format(*mean_se(_values(runs, "valid_perplexity", arm=arm))),
-                "test perplexity": _format(*mean_se(_values(runs, "test_perplexity", arm=arm))),
-                f"top-{unigram.TOP_WORDS} mass (test)": _format(*mean_se(masses), 3)
+                "valid perplexity": tabulate.summarise(
+                    tabulate.seed_values(runs, "valid_perplexity", arm=arm), ".4g", ".2g"
+                ),
+                "test perplexity": tabulate.summarise(
+                    tabulate.seed_values(runs, "test_perplexity", arm=arm), ".4g", ".2g"
+                ),
+                f"top-{unigram.TOP_WORDS} mass (test)": tabulate.summarise(masses, ".3g", ".2g")
                 + (f" ({len(masses)} of {len(mine)} seeds)" if len(masses) < len(mine) else "")
                 if masses
                 else "—",
                 "final tau": f"{np.mean(taus):.3g}" if taus else "—",
-                "train min / run": float(np.mean(_values(runs, "train_seconds", arm=arm)) / 60),
+                "train min / run": float(
+                    np.mean(tabulate.seed_values(runs, "train_seconds", arm=arm)) / 60
+                ),
                 "training check": checked.outcome(check) if checked and check else "—",
             }
         )
@@ -939,7 +937,9 @@ def estimator_rows(results: dict, config) -> list[dict]:
                 )
             )
         for name, label in (("wasserstein", "W1"), ("ks", "KS"), ("negative_fraction", "neg.")):
-            row[f"mean {label}"] = _format(*mean_se(_metric_means(metrics, estimator, name)), 3)
+            row[f"mean {label}"] = tabulate.summarise(
+                _metric_means(metrics, estimator, name), ".3g", ".2g"
+            )
         rows.append(row)
     return rows
 
@@ -965,7 +965,7 @@ def claim1_rows(results: dict, config) -> list[dict]:
                         "claim (1)": "yes" if hybrid in config.hybrid_estimators else "—",
                         "vs": competitor,
                         "metric": label,
-                        "ln(vs / hybrid), models": _format(*mean_se(ratio), 3),
+                        "ln(vs / hybrid), models": tabulate.summarise(ratio, ".3g", ".2g"),
                         "hybrid lower": f"{int(np.sum(ratio > 0))} of {len(ratio)}",
                         "paired z per model (min, max)": f"{z.min():+.1f}, {z.max():+.1f}"
                         if len(z)
@@ -986,8 +986,8 @@ def diagnostic_rows(results: dict) -> list[dict]:
         {
             "tau": f"{labels[rule]} ({np.mean([r['tau'] for r in group]):.3g})",
             "proposal": proposal,
-            "KL(model softmax ‖ proposal), nats": _format(
-                *mean_se([r["proposal_kl"] for r in group]), 3
+            "KL(model softmax ‖ proposal), nats": tabulate.summarise(
+                [r["proposal_kl"] for r in group], ".3g", ".2g"
             ),
             "negative fraction": float(np.mean([r["negative_fraction"] for r in group])),
             "W1 vs kernel softmax": float(np.mean([r["wasserstein"] for r in group])),
@@ -1116,7 +1116,7 @@ def _bar_axis(axis, labels, means, errors, title, log):
 def _plot_perplexity(runs, curves, arms, path: str) -> None:
     arms = [arm for arm in arms if arm in curves]
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    stats_ = [mean_se(_values(runs, "test_perplexity", arm=arm)) for arm in arms]
+    stats_ = [mean_se(tabulate.seed_values(runs, "test_perplexity", arm=arm)) for arm in arms]
     means = [m for m, _ in stats_]
     _bar_axis(
         left,
