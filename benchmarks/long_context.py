@@ -65,7 +65,7 @@ from jax.sharding import PartitionSpec as P
 
 from benchmarks.timing import time_interleaved
 from experiments import performer_lm
-from experiments.core import sweep
+from experiments.core import ptb, sweep
 from experiments.core.train import trainer as train
 from rfjax.data import load_ptb
 from rfjax.nn import generate
@@ -203,7 +203,7 @@ def perplexity_rows(config, vocab: int, workdir: str, lengths, budget: float) ->
         params = jax.device_put(params, NamedSharding(mesh, P()))
         for length in lengths:
             row = {"kind": kind, "length": length, "devices": devices, "trained_step": step}
-            windows = performer_lm.windows(splits["valid"], length)
+            windows = ptb.windows(splits["valid"], length)
             nll = jax.jit(nll_fn(config, kind, vocab, mesh))
             place = NamedSharding(mesh, P(None, AXIS))
             shapes = [jax.ShapeDtypeStruct((1, length), jnp.int32, sharding=place)] * 2

@@ -44,7 +44,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core import outputs, plots, records, stats, sweep, verdicts
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -702,16 +702,9 @@ def _plot_error_rates(runs, tests, attentions, path: str) -> None:
 def _plot_curves(curves: dict, attentions, path: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     for i, attention in enumerate(attentions):
-        for axis, split, value in ((left, "eval", "der"), (right, "train", "loss")):
-            series = []
-            for curve in curves[attention]:
-                points = [r for r in curve if r["split"] == split]
-                steps = [r["step"] for r in points]
-                if value == "der":
-                    series.append([r["edit_distance"] / r["reference_digits"] for r in points])
-                else:
-                    series.append([r["loss"] for r in points])
-            outputs.plot_mean_se(axis, steps, series, color=f"C{i}", label=_label(attention))
+        for axis, split, value in ((left, "eval", digit_error_rate), (right, "train", "loss")):
+            steps, series = plots.logged_series(curves[attention], split, value)
+            plots.mean_se_band(axis, steps, series, color=f"C{i}", label=_label(attention))
     left.set(xlabel="step", ylabel="test digit error rate", title="test DER (band: ± 1 SE)")
     right.set(
         xlabel="step", ylabel="train CTC loss", yscale="log", title="train loss (band: ± 1 SE)"

@@ -397,17 +397,15 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     by = {(r["geometry"], r["v"]): r for r in rows}
     paired = {(d["difference"], d["v"]): d for d in results["differences"]}
     grid = sorted({r["v"] for r in rows})
-    judge.worst_cell(
+    judge.closed_form_agreement(
         "agreement",
-        {
-            f"{LABELS[r['geometry']]}, v = {r['v']:g}": Estimate(
-                r["rho_mc"] - r["rho_theory"], r["rho_se"], n
-            )
-            for r in rows
-            if r["geometry"] in CLOSED_FORMS
-        },
-        effect="Monte Carlo - closed form",
-        units="draws",
+        rows,
+        measured="rho_mc",
+        closed_form="rho_theory",
+        se="rho_se",
+        draws=n,
+        cell=lambda r: f"{LABELS[r['geometry']]}, v = {r['v']:g}",
+        where=lambda r: r["geometry"] in CLOSED_FORMS,
     )
     gap = min(
         by[worse, v]["rho_theory"] - by[better, v]["rho_theory"]

@@ -15,7 +15,6 @@ from typing import IO
 
 import jax
 import ml_collections
-import numpy as np
 from tqdm.auto import tqdm
 
 from rfjax import projections
@@ -364,14 +363,3 @@ def timing_text(runs: Sequence[dict]) -> str:
         f"evaluation in the session that finished them; the machine was shared, with a mean "
         f"1-min load average of {load:.1f} when the runs ended"
     )
-
-
-def plot_mean_se(axis, steps: Sequence[float], values, *, color: str, label: str) -> None:
-    """Plots the mean over runs (rows of ``values``, one column per step) with a ± 1 SE band
-    (no band for one run)."""
-    values = np.asarray(values, float)
-    mean = values.mean(0)
-    count = values.shape[0]
-    se = values.std(0, ddof=1) / np.sqrt(count) if count > 1 else np.zeros_like(mean)
-    axis.plot(steps, mean, color=color, label=label)
-    axis.fill_between(steps, mean - se, mean + se, color=color, alpha=0.2)

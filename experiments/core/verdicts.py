@@ -41,7 +41,7 @@ import importlib
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -704,6 +704,71 @@ class Verdicts:
             number=number,
             note=note,
             arms=arms,
+        )
+
+    def closed_form_agreement(
+        self,
+        name: str,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        measured: str,
+        closed_form: str,
+        se: str,
+        draws: int,
+        cell: Callable[[Mapping[str, Any]], str],
+        where: Callable[[Mapping[str, Any]], bool] | None = None,
+        effect: str = "Monte Carlo - closed form",
+        cell_name: str = "cells",
+    ) -> Verdict:
+        """The verdict on a closed form checked by Monte Carlo in every cell (``worst_cell``):
+        each row (those ``where`` keeps) is the cell ``cell(row)`` with the effect
+        ``row[measured] - row[closed_form]`` and the SE ``row[se]`` over ``draws`` draws.
+
+        Examples:
+          >>> import ml_collections
+          >>> config = ml_collections.ConfigDict({"claims": {"exact": {
+          ...     "statement": "E = m", "test": "within_se", "k": 4.0, "margin": 0.0}}})
+          >>> rows = [{"v": 1, "mc": 1.02, "theory": 1.0, "se": 0.01},
+          ...         {"v": 2, "mc": 1.99, "theory": 2.0, "se": 0.01}]
+          >>> verdict = Verdicts(config).closed_form_agreement(
+          ...     "exact", rows, measured="mc", closed_form="theory", se="se", draws=1000,
+          ...     cell=lambda row: f"v = {row['v']}")
+          >>> verdict.outcome.value, "the worst of 2 cells (v = 1)" in verdict.evidence
+          ('holds', True)
+        """
+        cells = {
+            cell(r): Estimate(r[measured] - r[closed_form], r[se], draws)
+            for r in rows
+            if where is None or where(r)
+        }
+        return self.worst_cell(name, cells, effect=effect, units="draws", cell_name=cell_name)
+
+    def below_bound(
+        self,
+        name: str,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        measured: str,
+        bound: str,
+        se: str,
+        draws: int,
+        cell: Callable[[Mapping[str, Any]], str],
+        effect: str,
+        cell_name: str,
+    ) -> Verdict:
+        """The verdict on a bound that holds in every cell (each row one cell ``cell(row)``):
+        the effect ``row[measured] - row[bound]`` (SE ``row[se]`` over ``draws`` draws) at the
+        cell where the measured value is closest to the bound (largest in SEs), with the
+        smallest bound / measured ratio where the bound is below 1 as a note."""
+        worst = max(rows, key=lambda r: (r[measured] - r[bound]) / max(r[se], 1e-300))
+        useful = [r for r in rows if r[bound] < 1]
+        slack = min((r[bound] / max(r[measured], 1e-300) for r in useful), default=math.nan)
+        return self.effect(
+            name,
+            Estimate(worst[measured] - worst[bound], worst[se], draws),
+            effect=f"{effect} at the closest of {len(rows)} {cell_name} ({cell(worst)})",
+            units="draws",
+            note=f"Smallest bound / empirical ratio where the bound is < 1: {slack:.3g}",
         )
 
     def ordering(

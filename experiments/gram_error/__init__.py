@@ -241,17 +241,16 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     rows, n = results["rows"], config.num_repetitions
     by = {(r["coupling"], r["m_over_d"]): r for r in rows}
     ratios = sorted({r["m_over_d"] for r in rows})
-    judge.worst_cell(
+    judge.closed_form_agreement(
         "exact",
-        {
-            f"{LABELS[r['coupling']]}, m = {r['m_over_d']}d": Estimate(
-                r["squared_mean"] - r["squared_theory"], r["squared_se"], n
-            )
-            for r in rows
-            if r["coupling"] in CLOSED_FORMS
-        },
+        rows,
+        measured="squared_mean",
+        closed_form="squared_theory",
+        se="squared_se",
+        draws=n,
+        cell=lambda r: f"{LABELS[r['coupling']]}, m = {r['m_over_d']}d",
+        where=lambda r: r["coupling"] in CLOSED_FORMS,
         effect="Monte Carlo - closed form of E|K - K-hat|_F^2",
-        units="draws",
     )
 
     def error(coupling: str, ratio: int) -> Estimate:

@@ -23,7 +23,6 @@ import ml_collections
 import numpy as np
 
 from experiments.core import outputs, stats, verdicts
-from experiments.core.stats import Estimate
 from experiments.core.study import Study
 from experiments.core.validate import require_couplings_draw, require_names, require_positive
 from rfjax import features, projections, theory
@@ -369,17 +368,15 @@ def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdi
         f"largest relative error at the two ends over all r: Monte Carlo {end_mc:.2g}, closed "
         f"form {end_theory:.2g} (exact counts as below {EXACT_TOLERANCE:g}, float64 rounding)",
     )
-    judge.worst_cell(
+    judge.closed_form_agreement(
         "agreement",
-        {
-            f"r = {r['radius']:g}, theta = {r['theta']:.3g}": Estimate(
-                r["rel_error_mc"] - r["rel_error_theory"], r["rel_error_se"], config.num_draws
-            )
-            for r in rows
-            if r["estimator"] == "trigonometric" and r["rel_error_theory"] > 0
-        },
-        effect="Monte Carlo - closed form",
-        units="draws",
+        rows,
+        measured="rel_error_mc",
+        closed_form="rel_error_theory",
+        se="rel_error_se",
+        draws=config.num_draws,
+        cell=lambda r: f"r = {r['radius']:g}, theta = {r['theta']:.3g}",
+        where=lambda r: r["estimator"] == "trigonometric" and r["rel_error_theory"] > 0,
         cell_name="trig cells",
     )
     return judge

@@ -43,7 +43,7 @@ import ml_collections
 import numpy as np
 import pgx
 
-from experiments.core import cost, outputs, records, stats, sweep, verdicts
+from experiments.core import cost, outputs, plots, records, stats, sweep, verdicts
 from experiments.core.study import Study
 from experiments.core.train import es
 from experiments.core.train import trainer as train
@@ -504,7 +504,7 @@ def inference_rows(runs: list[dict], kinds: dict) -> list[dict]:
 
 def _band(axis, x, runs, color, label, keep):
     values = np.array([r["return"] for r in runs])[:, keep]
-    outputs.plot_mean_se(axis, x[keep], values, color=color, label=label)
+    plots.mean_se_band(axis, x[keep], values, color=color, label=label)
 
 
 def _plot(results: dict, config, path_generations: str, path_flops: str) -> None:

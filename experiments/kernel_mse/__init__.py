@@ -207,16 +207,14 @@ def judge(rows: list[dict], config: ml_collections.ConfigDict) -> verdicts.Verdi
     judge = verdicts.Verdicts(config)
     n, by = config.num_draws, {(r["coupling"], r["v"]): r for r in rows}
     grid = sorted({r["v"] for r in rows})
-    judge.worst_cell(
+    judge.closed_form_agreement(
         "exact",
-        {
-            f"{LABELS[r['coupling']]}, v = {r['v']:g}": Estimate(
-                r["mse_mc"] - r["mse_theory"], r["mse_se"], n
-            )
-            for r in rows
-        },
-        effect="Monte Carlo - closed form",
-        units="draws",
+        rows,
+        measured="mse_mc",
+        closed_form="mse_theory",
+        se="mse_se",
+        draws=n,
+        cell=lambda r: f"{LABELS[r['coupling']]}, v = {r['v']:g}",
     )
     steps = (("simplex", "orthogonal"), ("orthogonal", "gaussian"))
     if not {"gaussian", "orthogonal", "simplex"} <= set(config.couplings):

@@ -71,7 +71,18 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import cost, outputs, records, stats, sweep, unigram, verdicts
+from experiments.core import (
+    cost,
+    outputs,
+    plots,
+    ptb,
+    records,
+    stats,
+    sweep,
+    tabulate,
+    unigram,
+    verdicts,
+)
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -83,7 +94,7 @@ from experiments.core.validate import (
     require_positive,
 )
 from experiments.lstm_lm.metrics import distribution_metrics, proposal_divergence
-from rfjax.data import PTB_SOURCE, load_ptb
+from rfjax.data import PTB_SOURCE
 from rfjax.nn import LSTMLanguageModel, logit_temperature
 from rfjax.sampled_softmax import (
     PLAIN_PROPOSALS,
@@ -218,31 +229,10 @@ def feature_width(options: dict) -> int:
 # --------------------------------------------------------------------------- data
 
 
-def windows(tokens: np.ndarray, length: int) -> dict[str, np.ndarray]:
-    """Non-overlapping windows: inputs ``tokens[i L:(i+1) L]``, targets shifted by one."""
-    count = (len(tokens) - 1) // length
-    if count < 1:
-        raise ValueError(f"{len(tokens)} tokens are too few for windows of length {length}")
-    usable = tokens[: count * length + 1]
-    return {
-        "inputs": usable[:-1].reshape(count, length),
-        "targets": usable[1:].reshape(count, length),
-    }
-
-
 def load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
-    """Train/valid/test windows (the first ``num_*_tokens`` of each split; 0: all) and V."""
-    splits, vocabulary = load_ptb()
-    limits = {
-        "train": config.num_train_tokens,
-        "valid": config.num_eval_tokens,
-        "test": config.num_eval_tokens,
-    }
-    arrays = {
-        split: windows(tokens[: limits[split] or None], config.bptt)
-        for split, tokens in splits.items()
-    }
-    return arrays, len(vocabulary)
+    """Train/valid/test windows of ``config.bptt`` tokens (the first ``num_*_tokens`` of each
+    split; 0: all) and V (``experiments.core.ptb``)."""
+    return ptb.load_windows(config.bptt, config.num_train_tokens, config.num_eval_tokens)
 
 
 def curve_windows(arrays: dict, config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
@@ -788,28 +778,19 @@ def mean_se(values) -> tuple[float, float]:
     return float(mean), float(se)
 
 
-def _format(mean: float, se: float, digits: int = 4) -> str:
-    """``mean ± se``; the mean alone where one unit gives no SE."""
-    return f"{mean:.{digits}g}" if np.isnan(se) else f"{mean:.{digits}g} ± {se:.2g}"
-
-
-def _values(rows: list[dict], name: str, **where) -> np.ndarray:
-    chosen = [r for r in rows if all(r[k] == v for k, v in where.items())]
-    return np.array([r[name] for r in sorted(chosen, key=lambda r: r["seed"])], float)
-
-
 # --------------------------------------------------------------------------- report
 
 
 def _pairs(runs: list[dict], estimator: str, reference: str) -> stats.Estimate | None:
     """Test perplexity of ``estimator`` / ``reference`` - 1 over the seeds both trained
     (paired), from the runs of one setting; None if no seed has both."""
-    mine = {r["seed"]: r["test_perplexity"] for r in runs if r["estimator"] == estimator}
-    base = {r["seed"]: r["test_perplexity"] for r in runs if r["estimator"] == reference}
-    seeds = sorted(set(mine) & set(base))
-    if not seeds:
+    mine, base = tabulate.paired(
+        tabulate.by_seed(runs, "test_perplexity", estimator=estimator),
+        tabulate.by_seed(runs, "test_perplexity", estimator=reference),
+    )
+    if not len(mine):
         return None
-    return stats.sample_estimate(np.array([mine[s] / base[s] - 1 for s in seeds]))
+    return stats.sample_estimate(mine / base - 1)
 
 
 def _trained_arms(runs: list[dict]) -> list[str]:
@@ -865,14 +846,20 @@ def perplexity_rows(runs: list[dict], arms, judge: verdicts.Verdicts) -> list[di
                 "setting": SETTING_LABELS[setting],
                 "proposal": estimator,
                 "seeds": len(mine),
-                "valid perplexity": _format(*mean_se(_values(runs, "valid_perplexity", arm=arm))),
-                "test perplexity": _format(*mean_se(_values(runs, "test_perplexity", arm=arm))),
-                f"top-{unigram.TOP_WORDS} mass (test)": _format(*mean_se(masses), 3)
+                "valid perplexity": tabulate.summarise(
+                    tabulate.seed_values(runs, "valid_perplexity", arm=arm), ".4g", ".2g"
+                ),
+                "test perplexity": tabulate.summarise(
+                    tabulate.seed_values(runs, "test_perplexity", arm=arm), ".4g", ".2g"
+                ),
+                f"top-{unigram.TOP_WORDS} mass (test)": tabulate.summarise(masses, ".3g", ".2g")
                 + (f" ({len(masses)} of {len(mine)} seeds)" if len(masses) < len(mine) else "")
                 if masses
                 else "—",
                 "final tau": f"{np.mean(taus):.3g}" if taus else "—",
-                "train min / run": float(np.mean(_values(runs, "train_seconds", arm=arm)) / 60),
+                "train min / run": float(
+                    np.mean(tabulate.seed_values(runs, "train_seconds", arm=arm)) / 60
+                ),
                 "training check": checked.outcome(check) if checked and check else "—",
             }
         )
@@ -950,7 +937,9 @@ def estimator_rows(results: dict, config) -> list[dict]:
                 )
             )
         for name, label in (("wasserstein", "W1"), ("ks", "KS"), ("negative_fraction", "neg.")):
-            row[f"mean {label}"] = _format(*mean_se(_metric_means(metrics, estimator, name)), 3)
+            row[f"mean {label}"] = tabulate.summarise(
+                _metric_means(metrics, estimator, name), ".3g", ".2g"
+            )
         rows.append(row)
     return rows
 
@@ -976,7 +965,7 @@ def claim1_rows(results: dict, config) -> list[dict]:
                         "claim (1)": "yes" if hybrid in config.hybrid_estimators else "—",
                         "vs": competitor,
                         "metric": label,
-                        "ln(vs / hybrid), models": _format(*mean_se(ratio), 3),
+                        "ln(vs / hybrid), models": tabulate.summarise(ratio, ".3g", ".2g"),
                         "hybrid lower": f"{int(np.sum(ratio > 0))} of {len(ratio)}",
                         "paired z per model (min, max)": f"{z.min():+.1f}, {z.max():+.1f}"
                         if len(z)
@@ -997,8 +986,8 @@ def diagnostic_rows(results: dict) -> list[dict]:
         {
             "tau": f"{labels[rule]} ({np.mean([r['tau'] for r in group]):.3g})",
             "proposal": proposal,
-            "KL(model softmax ‖ proposal), nats": _format(
-                *mean_se([r["proposal_kl"] for r in group]), 3
+            "KL(model softmax ‖ proposal), nats": tabulate.summarise(
+                [r["proposal_kl"] for r in group], ".3g", ".2g"
             ),
             "negative fraction": float(np.mean([r["negative_fraction"] for r in group])),
             "W1 vs kernel softmax": float(np.mean([r["wasserstein"] for r in group])),
@@ -1127,7 +1116,7 @@ def _bar_axis(axis, labels, means, errors, title, log):
 def _plot_perplexity(runs, curves, arms, path: str) -> None:
     arms = [arm for arm in arms if arm in curves]
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    stats_ = [mean_se(_values(runs, "test_perplexity", arm=arm)) for arm in arms]
+    stats_ = [mean_se(tabulate.seed_values(runs, "test_perplexity", arm=arm)) for arm in arms]
     means = [m for m, _ in stats_]
     _bar_axis(
         left,
@@ -1138,10 +1127,8 @@ def _plot_perplexity(runs, curves, arms, path: str) -> None:
         max(means) / min(means) > 10,
     )
     for i, arm in enumerate(arms):
-        series = [[r for r in records if r["split"] == "eval"] for records in curves[arm]]
-        steps = [r["step"] for r in series[0]]
-        values = np.exp(np.array([[r["nll"] for r in run] for run in series]))
-        outputs.plot_mean_se(right, steps, values, color=f"C{i}", label=arm)
+        steps, nll = plots.logged_series(curves[arm], "eval", "nll")
+        plots.mean_se_band(right, steps, np.exp(nll), color=f"C{i}", label=arm)
     right.set(
         xlabel="step",
         ylabel="validation perplexity (full softmax)",
@@ -1188,19 +1175,12 @@ def _plot_temperature(results: dict, config, path: str) -> None:
     )
     left.legend(fontsize=7)
     for i, (arm, per_seed) in enumerate(results["curves"].items()):
-        series = [
-            [
-                (r["step"], r.get("proposal_temperature", np.nan))
-                for r in records
-                if r["split"] == "train"
-            ]
-            for records in per_seed
-        ]
-        values = np.array([[v for _, v in run] for run in series], float)
+        steps, values = plots.logged_series(
+            per_seed, "train", lambda r: r.get("proposal_temperature", np.nan)
+        )
         if np.all(np.isnan(values)):
             continue
-        steps = [s for s, _ in series[0]]
-        outputs.plot_mean_se(right, steps, values, color=f"C{i}", label=arm)
+        plots.mean_se_band(right, steps, values, color=f"C{i}", label=arm)
     right.set(
         xlabel="step",
         ylabel="proposal tau",

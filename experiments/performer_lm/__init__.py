@@ -2,7 +2,7 @@
 
 Data: each PTB split (``rfjax.data.load_ptb``, word level, every line ending in ``<eos>``) is
 one token stream, cut into non-overlapping windows of ``context_length`` + 1 tokens (inputs and
-the targets shifted by one; ``lstm_lm.windows``); training draws shuffled windows per epoch
+the targets shifted by one; ``core.ptb.windows``); training draws shuffled windows per epoch
 (``train.epoch_batches``), evaluation reads every window of a split once.
 
 Model: ``rfjax.nn.PerformerLM``, one per attention kind (``"performer"``: causal FAVOR with
@@ -45,14 +45,13 @@ import ml_collections
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from experiments.core import outputs, records, stats, sweep, unigram, verdicts
+from experiments.core import outputs, ptb, records, stats, sweep, unigram, verdicts
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.core.validate import require_int, require_names, require_nonempty
-from experiments.lstm_lm import windows
 from rfjax import features, projections
-from rfjax.data import PTB_SOURCE, load_ptb
+from rfjax.data import PTB_SOURCE
 from rfjax.nn import ATTENTION_KINDS, PerformerLM
 
 STUDY = Study(
@@ -114,18 +113,8 @@ def _check_feature_map(config: ml_collections.ConfigDict) -> None:
 
 def load_arrays(config: ml_collections.ConfigDict) -> tuple[dict, int]:
     """Windows of ``context_length`` tokens of each split (its first ``num_*_tokens``; 0: all)
-    and the vocabulary size."""
-    splits, vocabulary = load_ptb()
-    limits = {
-        "train": config.num_train_tokens,
-        "valid": config.num_eval_tokens,
-        "test": config.num_eval_tokens,
-    }
-    arrays = {
-        split: windows(tokens[: limits[split] or None], config.context_length)
-        for split, tokens in splits.items()
-    }
-    return arrays, len(vocabulary)
+    and the vocabulary size (``experiments.core.ptb``)."""
+    return ptb.load_windows(config.context_length, config.num_train_tokens, config.num_eval_tokens)
 
 
 # --------------------------------------------------------------------------- task

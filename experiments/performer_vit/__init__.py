@@ -64,7 +64,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core import outputs, plots, records, stats, sweep, verdicts
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -758,16 +758,8 @@ def _plot_curves(curves: dict, config, path: str) -> None:
         for axis, (split, metric) in zip(
             axes, (("train", "loss"), ("eval", "accuracy")), strict=True
         ):
-            series = [
-                [(r["step"], r[metric]) for r in records if r["split"] == split]
-                for records in curves[name]
-            ]
-            steps = np.array([s for s, _ in series[0]])
-            values = np.array([[v for _, v in run] for run in series])
-            mean = values.mean(0)
-            se = np.nan_to_num(stats.mean_se(values)[1])
-            axis.plot(steps, mean, style, color=f"C{index}", label=label)
-            axis.fill_between(steps, mean - se, mean + se, color=f"C{index}", alpha=0.2)
+            steps, values = plots.logged_series(curves[name], split, metric)
+            plots.mean_se_band(axis, steps, values, color=f"C{index}", label=label, style=style)
     for axis in axes:
         if "redraw" in config.protocols:
             axis.axvline(config.redraw_until_step, color="grey", linewidth=0.8, linestyle=":")

@@ -351,17 +351,16 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
     judge = verdicts.Verdicts(config)
     variance_rows, max_rows = results["variance_rows"], results["max_rows"]
     n = config.num_variance_draws
-    judge.worst_cell(
+    judge.closed_form_agreement(
         "closed_forms",
-        {
-            f"{r['embedding']}, Delta = {r['delta']:g}": Estimate(
-                r["variance_mc"] - r["variance_theory"], r["variance_se"], n
-            )
-            for r in variance_rows
-            if np.isfinite(r["z_score"])
-        },
+        variance_rows,
+        measured="variance_mc",
+        closed_form="variance_theory",
+        se="variance_se",
+        draws=n,
+        cell=lambda r: f"{r['embedding']}, Delta = {r['delta']:g}",
+        where=lambda r: np.isfinite(r["z_score"]),
         effect="Monte Carlo - closed-form variance",
-        units="draws",
     )
     by_delta: dict[float, dict] = {}
     for r in variance_rows:

@@ -754,18 +754,18 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
 
 
 def _bound_verdict(judge, name: str, cells: list[dict], bound: str, tail: str, se: str, n: int):
-    """The bound holds: the empirical tail minus the bound at the cell where it is closest
-    (largest in SEs of the tail)."""
-    worst = max(cells, key=lambda t: (t[tail] - t[bound]) / max(t[se], 1e-300))
-    useful = [t for t in cells if t[bound] < 1]
-    slack = min((t[bound] / max(t[tail], 1e-300) for t in useful), default=math.nan)
-    judge.effect(
+    """The bound holds: the empirical tail minus the bound at the (method, eps) cell where it
+    is closest (``Verdicts.below_bound``)."""
+    judge.below_bound(
         name,
-        Estimate(worst[tail] - worst[bound], worst[se], n),
-        effect=f"empirical tail - bound at the closest of {len(cells)} (method, eps) cells "
-        f"({worst['method']}, eps {worst['eps']:g})",
-        units="draws",
-        note=f"Smallest bound / empirical ratio where the bound is < 1: {slack:.3g}",
+        cells,
+        measured=tail,
+        bound=bound,
+        se=se,
+        draws=n,
+        cell=lambda t: f"{t['method']}, eps {t['eps']:g}",
+        effect="empirical tail - bound",
+        cell_name="(method, eps) cells",
     )
 
 

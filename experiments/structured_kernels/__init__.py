@@ -368,17 +368,15 @@ def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts
         units="draws",
         shared_units=True,
     )
-    judge.worst_cell(
+    judge.closed_form_agreement(
         "theory",
-        {
-            f"{r['method']}, m = {r['m']}": Estimate(
-                r["error"] - r["error_theory"], r["error_se"], n
-            )
-            for r in rows
-            if np.isfinite(r["z_score"])
-        },
-        effect="Monte Carlo - closed form",
-        units="draws",
+        rows,
+        measured="error",
+        closed_form="error_theory",
+        se="error_se",
+        draws=n,
+        cell=lambda r: f"{r['method']}, m = {r['m']}",
+        where=lambda r: np.isfinite(r["z_score"]),
     )
     return judge
 

@@ -437,3 +437,54 @@ def test_a_model_study_summary_states_the_training_check(tmp_path, monkeypatch):
     judge.not_tested("order", "why")
     with pytest.raises(ValueError, match=r"values without placeholders \['training_check'\]"):
         verdicts.write_summary(str(tmp_path), "toy", judge, config)
+
+
+def test_the_closed_form_agreement_is_judged_at_the_worst_cell_of_the_kept_rows():
+    judge = make(exact=claim("closed form is exact", "within_se", k=4))
+    rows = [
+        {"v": 1.0, "mc": 1.02, "theory": 1.0, "se": 0.01},  # 2 SE off
+        {"v": 2.0, "mc": 1.9, "theory": 2.0, "se": 0.01},  # 10 SE off, left out by where
+        {"v": 3.0, "mc": 3.03, "theory": 3.0, "se": 0.01},  # 3 SE off: the worst kept
+    ]
+    verdict = judge.closed_form_agreement(
+        "exact",
+        rows,
+        measured="mc",
+        closed_form="theory",
+        se="se",
+        draws=500,
+        cell=lambda r: f"v = {r['v']:g}",
+        where=lambda r: r["v"] != 2.0,
+        cell_name="grid points",
+    )
+    assert verdict.outcome == Outcome.HOLDS
+    assert "Monte Carlo - closed form at the worst of 2 grid points (v = 3)" in verdict.evidence
+    assert "(3.00 SE)" in verdict.evidence and "500 draws" in verdict.evidence
+    everything = judge.closed_form_agreement(
+        "exact", rows, measured="mc", closed_form="theory", se="se", draws=500, cell=str
+    )
+    assert everything.outcome == Outcome.NOT_RESOLVED  # 10 SE off, no margin declared
+
+
+def test_a_bound_is_judged_where_the_measured_value_comes_closest():
+    judge = make(bound=claim("the tail is below the bound", "less", margin=0.005))
+    rows = [  # (tail - bound) / SE: -30, -2.5, -40: the second cell is the closest
+        {"eps": 0.1, "tail": 0.2, "bound": 0.5, "se": 0.01},
+        {"eps": 0.2, "tail": 0.1, "bound": 0.125, "se": 0.01},
+        {"eps": 0.3, "tail": 0.1, "bound": 2.0, "se": 0.0475},
+    ]
+    verdict = judge.below_bound(
+        "bound",
+        rows,
+        measured="tail",
+        bound="bound",
+        se="se",
+        draws=4000,
+        cell=lambda r: f"eps {r['eps']:g}",
+        effect="empirical tail - bound",
+        cell_name="eps",
+    )
+    assert verdict.outcome == Outcome.HOLDS  # -0.025 ± 0.01: below 0.005
+    assert "empirical tail - bound at the closest of 3 eps (eps 0.2) = -0.025" in verdict.evidence
+    # Bounds below 1: 0.5 / 0.2 = 2.5 and 0.125 / 0.1 = 1.25 (the third, 2.0, says nothing).
+    assert "Smallest bound / empirical ratio where the bound is < 1: 1.25" in verdict.evidence
