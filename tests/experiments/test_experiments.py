@@ -93,6 +93,7 @@ def test_a_bad_config_argument_names_the_problem_and_the_syntax(arg, message):
         kernel_mse_config.get_config(arg)
 
 
+@pytest.mark.integration
 def test_a_comma_separated_override_stops_before_running_with_the_accepted_syntax(tmp_path):
     """``--config.couplings=gaussian,simplex`` is one string to ml_collections: the run stops
     with the syntax to use, without a traceback and without touching the workdir."""
@@ -200,6 +201,7 @@ def test_a_failed_run_is_marked_and_the_previous_summary_no_longer_looks_current
     assert sorted(p.name for p in workdir.iterdir()) == written
 
 
+@pytest.mark.integration
 def test_the_installed_distribution_holds_only_the_library(tmp_path):
     """configs/ and experiments/ are not installed (generic names); outside the checkout they
     are not importable, while rfjax is."""

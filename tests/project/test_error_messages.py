@@ -34,6 +34,7 @@ def _main(*flags):
     )
 
 
+@pytest.mark.integration
 def test_an_unknown_field_gives_one_message_in_both_override_forms(tmp_path):
     workdir = f"--workdir={tmp_path / 'run'}"
     absl_form = _main("--config.num_feature=3", workdir)

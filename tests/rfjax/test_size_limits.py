@@ -111,12 +111,14 @@ def outcomes():
     return [line for line in lines if "case" in line]
 
 
+@pytest.mark.integration
 def test_every_constructor_covers_every_size(outcomes):
     cases = {line["case"] for line in outcomes}
     assert {f"{name}(dim=n)" for name in projections.available()} <= cases
     assert len(outcomes) == len(cases) * len(SIZES)
 
 
+@pytest.mark.integration
 def test_no_size_aborts_and_every_failure_is_a_value_or_type_error(outcomes):
     # (The child got here: no signal.) Only the argument errors of the library, nothing from
     # XLA (XlaRuntimeError: RESOURCE_EXHAUSTED) or NumPy (MemoryError).
@@ -124,6 +126,7 @@ def test_no_size_aborts_and_every_failure_is_a_value_or_type_error(outcomes):
     assert not bad, bad
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("size", [2**31, 10**9])
 def test_a_huge_size_is_refused_before_anything_is_drawn(outcomes, size):
     drawn = [o for o in outcomes if o["size"] == size and not o["lazy"]]
@@ -135,6 +138,7 @@ def test_a_huge_size_is_refused_before_anything_is_drawn(outcomes, size):
     assert sizes and all(f"={size}" in o["outcome"] for o in sizes)
 
 
+@pytest.mark.integration
 def test_a_zero_size_is_refused_or_means_none_where_none_is_allowed(outcomes):
     allowed = {"simplex_plus(num_sweeps=n)", "givens(num_layers=n)", "kmeans(num_iterations=n)"}
     allowed |= {"ClusterHybridFeatureMap(num_iterations=n)"}

@@ -66,6 +66,7 @@ def assert_same_run(workdir: str, reference: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.integration
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, straight, capsys, caplog):
     reference, expected = straight
     interrupted = str(tmp_path / "interrupted")
@@ -155,6 +156,7 @@ def _write_bytes(path: str, data: bytes) -> None:
         handle.write(data)
 
 
+@pytest.mark.integration
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, straight, capsys):
     reference, expected = straight
     workdir = str(tmp_path / "run")
@@ -293,6 +295,7 @@ def _assert_resumed_to_the_end(workdir, reference, steps: int = 30) -> None:
     assert_same_run(str(workdir), reference)
 
 
+@pytest.mark.integration
 def test_ctrl_c_saves_a_checkpoint_and_resuming_equals_an_uninterrupted_run(
     tmp_path, straight, capsys
 ):

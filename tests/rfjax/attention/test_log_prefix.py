@@ -254,6 +254,7 @@ print(all(finite))
 """
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="glibc's allocator on the CPU backend")
 def test_gradients_read_no_unwritten_memory():
     env = dict(os.environ, MALLOC_PERTURB_="1", JAX_PLATFORMS="cpu")

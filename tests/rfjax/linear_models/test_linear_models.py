@@ -265,6 +265,7 @@ print("OK")
 """
 
 
+@pytest.mark.integration
 def test_sharded_over_four_devices_equals_one_device():
     # 4 forced CPU devices; unoptimised CPU code compiles several times faster.
     flags = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"

@@ -230,6 +230,7 @@ def test_every_instruction_set_matches_hadamard():
         _fwht_cpu.select_isa("neon")
 
 
+@pytest.mark.integration
 def test_scalar_path_compiles_without_simd_macros():
     """The portable scalar kernel (non-x86 targets) compiles: -fsyntax-only, SIMD macros off."""
     compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
@@ -247,6 +248,7 @@ def test_scalar_path_compiles_without_simd_macros():
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.integration
 @built
 def test_library_has_no_host_specific_instructions():
     """Portability: only the AVX-512/AVX2 kernels use 256/512-bit registers (no -march=native)."""
