@@ -1,4 +1,5 @@
-"""The long-context causal LM: ``rfjax.nn.PerformerLM`` and ``experiments/performer_lm/``.
+"""The long-context causal LM experiment, ``experiments/performer_lm/`` (the model's own tests,
+``rfjax.nn.PerformerLM``, are in tests/rfjax/nn/test_performer_lm.py).
 
 One device here; the 4-device checks (the sequence split over a mesh axis against one device,
 the experiment's quick variant on a 2 x 2 "data" x "seq" mesh, and its resume) run in a
@@ -15,13 +16,9 @@ import subprocess
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax.nn import PerformerLM
-from rfjax.nn._performer_lm import token_nll
 from tests.support import SUPPORT
 from tests.support.multiprocess import (
     ROOT,
@@ -30,78 +27,6 @@ from tests.support.multiprocess import (
     free_port,
     run_on_forced_devices,
 )
-
-SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
-
-
-def _model(kind: str, **options) -> PerformerLM:
-    return PerformerLM(**SIZES, attention_kind=kind, chunk_size=8, loss_chunk=7, **options)
-
-
-def _tokens(length: int = 30) -> jax.Array:
-    return jax.random.randint(jax.random.key(0), (2, length), 0, SIZES["vocab_size"])
-
-
-RNGS = {"projection": jax.random.key(3)}
-
-
-@pytest.mark.parametrize("kind", ["performer", "exact"])
-def test_token_nll_is_the_log_softmax_of_the_logits(kind):
-    # Chunks of 7 positions over T = 30 (the last one padded).
-    model, tokens = _model(kind), _tokens()
-    targets = jnp.roll(tokens, -1, axis=1)
-    variables = model.init(jax.random.key(1), tokens)
-    logits = model.apply(variables, tokens, rngs=RNGS, projection_step=5)
-    nll = model.apply(variables, tokens, targets, rngs=RNGS, projection_step=5)
-    expected = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
-    np.testing.assert_allclose(nll, expected, rtol=1e-5, atol=1e-5)
-    grad = jax.grad(
-        lambda h: token_nll(h, variables["params"]["embed"]["embedding"], targets, 7).sum()
-    )(jnp.ones((2, 30, 16)))
-    assert np.all(np.isfinite(grad))
-
-
-def test_kinds_share_the_parameter_layout_and_initialisation():
-    tokens = _tokens()
-    performer = _model("performer").init(jax.random.key(1), tokens)
-    exact = _model("exact").init(jax.random.key(1), tokens)
-    assert jax.tree.structure(performer) == jax.tree.structure(exact)
-    for a, b in zip(jax.tree.leaves(performer), jax.tree.leaves(exact), strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.parametrize("kind", ["performer", "exact"])
-def test_decoding_token_by_token_gives_the_parallel_logits(kind):
-    # FAVOR's recurrent state / Flax's key-value cache against the causal forward pass, at the
-    # same projection step; positions continue from the cache's.
-    tokens = _tokens(12)
-    variables = _model(kind).init(jax.random.key(1), tokens)
-    parallel = _model(kind).apply(variables, tokens, rngs=RNGS, projection_step=5)
-    decoder = _model(kind, decode=True)
-    cache = decoder.init(jax.random.key(1), tokens)["cache"]
-
-    def step(cache, token):
-        logits, updated = decoder.apply(
-            {**variables, "cache": cache},
-            token[:, None],
-            rngs=RNGS,
-            projection_step=5,
-            mutable=["cache"],
-        )
-        return updated["cache"], logits[:, 0]
-
-    _, stepped = jax.lax.scan(step, cache, tokens.T)
-    np.testing.assert_allclose(jnp.moveaxis(stepped, 0, 1), parallel, rtol=2e-5, atol=2e-5)
-
-
-def test_bad_attributes_raise_naming_them():
-    tokens = _tokens()
-    with pytest.raises(ValueError, match="attention_kind must be one of"):
-        _model("flash").init(jax.random.key(0), tokens)
-    with pytest.raises(ValueError, match="embed_dim must be even and a multiple of num_heads"):
-        PerformerLM(vocab_size=5, embed_dim=15, num_heads=3).init(jax.random.key(0), tokens)
-    with pytest.raises(ValueError, match=r"decode=True .* sequence_axis=.seq."):
-        _model("performer", decode=True, sequence_axis="seq").init(jax.random.key(0), tokens)
 
 
 def test_experiment_rejects_a_context_the_sequence_devices_do_not_divide():

@@ -1,4 +1,5 @@
-"""Feature maps: unbiasedness under every coupling, exact cases, stabiliser, jit/vmap, checks."""
+"""Feature maps across ``rfjax.features``: unbiasedness of every map under every coupling, shapes,
+jit/vmap and float64, argument checks. Each module's own tests are in the file named for it."""
 
 import functools
 import math
@@ -9,17 +10,22 @@ import numpy as np
 import pytest
 
 from rfjax import features, kernels, projections
+from tests.support.feature_points import (
+    COEFFICIENTS,
+    COUPLINGS,
+    DEFAULT_COUPLINGS,
+    DIM,
+    NUM_FEATURES,
+    POLY_ROWS,
+    POLY_WIDTH,
+    X,
+    Y,
+    draw,
+)
 from tests.support.representatives import representatives
 
-COUPLINGS = projections.marginally_exact()
-DIM = 4
-NUM_FEATURES = 6  # not a multiple of DIM: coupled couplings use a truncated second block
 LENGTHSCALE = 1.5
-COEFFICIENTS = (0.5, 0.3, 0.2)  # degree l = 3: T = 6 projection vectors per output feature
-POLY_WIDTH = 4  # M >= block_size (= DIM) for every coupling except halton (one block)
 NUM_DRAWS = 3000
-X = np.array([0.3, -0.2, 0.5, 0.1])
-Y = np.array([-0.1, 0.4, 0.2, -0.3])
 
 
 def offsets_for(key, projection):
@@ -68,7 +74,6 @@ FEATURE_MAPS = {
         kernels.polynomial(X, Y, coefficients=COEFFICIENTS),
     ),
 }
-POLY_ROWS = POLY_WIDTH * len(COEFFICIENTS) * (len(COEFFICIENTS) + 1) // 2
 
 
 def rows_for(name):
@@ -108,11 +113,6 @@ def estimates(coupling):
     return {k: np.asarray(v, np.float64) for k, v in jax.jit(jax.vmap(one_draw))(keys).items()}
 
 
-# The SimRF paper's couplings in the default suite; every other marginally exact coupling in the
-# full one (--runslow): each coupling costs one compiled program of all maps.
-DEFAULT_COUPLINGS = ("gaussian", "orthogonal", "simplex")
-
-
 # Polynomial features with a one-block coupling are rejected (test_polynomial_rejects_...).
 @pytest.mark.parametrize(
     "coupling, name",
@@ -130,31 +130,6 @@ def test_unbiased(coupling, name):
     se = samples.std(ddof=1) / math.sqrt(samples.size)
     assert se > 0
     assert abs(mean - truth) <= 4 * se, (coupling, name, mean, truth, se)
-
-
-def draw(coupling, rows=NUM_FEATURES, seed=0, dim=DIM, dtype=jnp.float32):
-    return projections.get(coupling)(jax.random.key(seed), dim, rows, dtype=dtype)
-
-
-@pytest.mark.parametrize("coupling", representatives(COUPLINGS, DEFAULT_COUPLINGS))
-def test_exact_cases(coupling):
-    w = draw(coupling)
-    x = jnp.asarray(X * 2.0, jnp.float32)
-    # sin^2 + cos^2 = 1: Fourier and trigonometric estimates are exact at x == y.
-    np.testing.assert_allclose(
-        features.estimate(*[features.fourier_features(x, w)] * 2), 1.0, rtol=1e-6
-    )
-    np.testing.assert_allclose(
-        features.estimate(*[features.trigonometric_features(x, w)] * 2),
-        kernels.softmax(x, x),
-        rtol=1e-6,
-    )
-    # exp(w.x) exp(-w.x) = 1: positive softmax estimates are exact at y == -x.
-    for antithetic in (False, True):
-        phi = functools.partial(features.positive_features, projection=w, antithetic=antithetic)
-        np.testing.assert_allclose(
-            features.estimate(phi(x), phi(-x)), kernels.softmax(x, -x), rtol=1e-6
-        )
 
 
 WIDTHS = {
@@ -215,89 +190,6 @@ def test_float64(name):
         out32 = phi(jnp.asarray(X, jnp.float32), w32, extra)
         assert out32.dtype == jnp.float32
         np.testing.assert_allclose(out, out32, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
-@pytest.mark.parametrize("antithetic", [False, True])
-def test_row_stabiliser_rescales_each_input_by_its_largest_feature(kernel, antithetic):
-    w = draw("simplex_plus", 8)
-    xs = jax.random.normal(jax.random.key(4), (5, DIM))
-    ys = jax.random.normal(jax.random.key(5), (6, DIM))
-    phi = functools.partial(
-        features.positive_features, projection=w, kernel=kernel, antithetic=antithetic
-    )
-    plain_x, plain_y = phi(xs), phi(ys)
-    stable_x, stable_y = phi(xs, stabilizer="row"), phi(ys, stabilizer="row")
-    np.testing.assert_allclose(stable_x.max(axis=-1), 1.0, rtol=1e-6)
-    # phi_stab(x).phi_stab(y) exp(s(x) + s(y)) = phi(x).phi(y), with exp(s(x)) = max_j phi_j(x).
-    scale = plain_x.max(axis=-1)[:, None] * plain_y.max(axis=-1)[None, :]
-    np.testing.assert_allclose((stable_x @ stable_y.T) * scale, plain_x @ plain_y.T, rtol=1e-5)
-
-    # Row-normalised attention weights are unchanged by stabilising the queries (xs).
-    def attention(queries, keys):
-        scores = queries @ keys.T
-        return scores / scores.sum(-1, keepdims=True)
-
-    np.testing.assert_allclose(attention(stable_x, plain_y), attention(plain_x, plain_y), rtol=1e-5)
-
-
-def test_row_stabiliser_prevents_underflow():
-    w = draw("gaussian", 8)
-    x = jnp.full((DIM,), 8.0)  # |x|^2 / 2 = 128: exp(w.x - 128) underflows in float32
-    assert float(features.positive_features(x, w).max()) < 1e-30
-    stable = features.positive_features(x, w, stabilizer="row")
-    assert float(stable.max()) == 1.0
-
-
-def test_zero_input_conventions():
-    w = draw("gaussian", 16)
-    zero = jnp.zeros(DIM)
-    np.testing.assert_array_equal(features.angular_features(zero, w), 0.0)
-    np.testing.assert_allclose(features.arccos_features(zero, w, order=0), 0.5 * math.sqrt(2 / 16))
-    np.testing.assert_array_equal(features.arccos_features(zero, w, order=1), 0.0)
-
-
-def test_polynomial_layout():
-    # Factor t of output feature k is row t * M + k.
-    w = draw("gaussian", POLY_ROWS)
-    x = jnp.asarray(X, jnp.float32)
-    z = np.asarray(w(x), np.float64).reshape(-1, POLY_WIDTH)  # (T, M)
-    c = COEFFICIENTS
-    expected = (
-        math.sqrt(c[0]) * z[0]
-        + math.sqrt(c[1]) * z[1] * z[2]
-        + math.sqrt(c[2]) * z[3] * z[4] * z[5]
-    ) / math.sqrt(POLY_WIDTH)
-    np.testing.assert_allclose(
-        features.polynomial_features(x, w, coefficients=c), expected, rtol=1e-5
-    )
-
-
-def test_polynomial_rejects_coupled_rows():
-    with pytest.raises(ValueError, match="block_size"):
-        features.polynomial_features(
-            X.astype(np.float32), draw("halton", POLY_ROWS), coefficients=COEFFICIENTS
-        )
-    with pytest.raises(ValueError, match="block_size"):
-        features.polynomial_features(
-            X.astype(np.float32), draw("orthogonal", 6 * 2), coefficients=COEFFICIENTS
-        )
-    # Degree 1 has no products, so any coupling works.
-    out = features.polynomial_features(X.astype(np.float32), draw("halton", 5), coefficients=[2.0])
-    np.testing.assert_allclose(
-        out,
-        math.sqrt(2.0) * features.linear_features(X.astype(np.float32), draw("halton", 5)),
-        rtol=1e-6,
-    )
-
-
-def test_estimate():
-    a = jax.random.normal(jax.random.key(0), (3, 8))
-    b = jax.random.normal(jax.random.key(1), (3, 8))
-    np.testing.assert_allclose(
-        features.estimate(a, b), np.sum(np.asarray(a) * np.asarray(b), -1), rtol=1e-6
-    )
-    np.testing.assert_allclose(features.estimate(a[:, None], b[None]), a @ b.T, rtol=1e-5)
 
 
 W = draw("gaussian")

@@ -15,26 +15,25 @@ import numpy as np
 import pytest
 
 from rfjax import features, kernels, projections, theory
+from tests.support.hybrid_points import (
+    COMPLEX_A,
+    DIM,
+    KEY_MEANS,
+    NUM_FEATURES,
+    QUERY_MEANS,
+    REAL_A,
+    cluster_parameters,
+    f32,
+    pair,
+)
 from tests.support.representatives import representatives
 
 NSIG = 4.0
-DIM = 4
-NUM_FEATURES = 8  # m: two blocks of d rows for the orthogonal coupling
 NUM_SIGNS = 4  # n
 THEORY_DRAWS = 20_000
 UNBIASED_DRAWS = 4_000
 COUPLINGS = ("gaussian", "orthogonal")
 BANDWIDTH = 1.3
-
-
-def _pair(norm_x: float, norm_y: float, angle: float) -> tuple[np.ndarray, np.ndarray]:
-    """x, y in R^DIM with the given norms and angle between them."""
-    x = np.zeros(DIM)
-    y = np.zeros(DIM)
-    x[0] = norm_x
-    y[0] = norm_y * math.cos(angle)
-    y[1] = norm_y * math.sin(angle)
-    return x, y
 
 
 def _mean_se(values: np.ndarray) -> tuple[float, float]:
@@ -49,10 +48,6 @@ def _assert_within(values: np.ndarray, predicted: float) -> None:
     assert abs(measured - predicted) <= NSIG * se, (
         f"measured {measured:.6g} +- {se:.2g}, predicted {predicted:.6g}, z = {z:+.2f}"
     )
-
-
-def _f32(v: np.ndarray) -> jax.Array:
-    return jnp.asarray(v, jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
@@ -80,69 +75,6 @@ def _projection_sets(coupling: str, seed: int, num: int, sizes=(NUM_FEATURES,) *
     ]
 
 
-# A genuinely complex, well-conditioned matrix (fixed).
-_RNG = np.random.default_rng(7)
-COMPLEX_A = (
-    0.5 * (_RNG.standard_normal((DIM, DIM)) + 1j * _RNG.standard_normal((DIM, DIM))) / 2
-    + 0.8 * np.eye(DIM)
-).astype(np.complex64)
-REAL_A = (0.4 * _RNG.standard_normal((DIM, DIM)) + np.eye(DIM)).astype(np.float32)
-
-
-# --------------------------------------------------------------------------------------------
-# Complex-exponential features: special cases and the real-valued implementation
-# --------------------------------------------------------------------------------------------
-
-
-def test_ce_special_cases_reproduce_trigonometric_and_positive():
-    w = projections.gaussian(jax.random.key(0), DIM, NUM_FEATURES)
-    x, y = _f32(_pair(0.7, 0.9, 1.1)[0]), _f32(_pair(0.7, 0.9, 1.1)[1])
-
-    def ce(matrix):
-        return features.estimate(
-            features.complex_exponential_features(x, w, matrix, side="query"),
-            features.complex_exponential_features(y, w, matrix, side="key"),
-        )
-
-    trig = features.estimate(
-        features.trigonometric_features(x, w), features.trigonometric_features(y, w)
-    )
-    positive = features.estimate(features.positive_features(x, w), features.positive_features(y, w))
-    np.testing.assert_allclose(ce(1j * jnp.eye(DIM)), trig, rtol=1e-5)
-    np.testing.assert_allclose(ce(jnp.eye(DIM)), positive, rtol=1e-5)
-    # Widths: 2m for complex A, m for real A; a diagonal (d,) equals the dense diag(alpha).
-    assert features.complex_exponential_features(x, w, 1j * jnp.eye(DIM), side="query").shape == (
-        2 * NUM_FEATURES,
-    )
-    assert features.complex_exponential_features(x, w, jnp.eye(DIM), side="key").shape == (
-        NUM_FEATURES,
-    )
-    alpha = jnp.asarray([0.5 + 0.2j, -1.0j, 1.3, 0.7 - 0.7j], jnp.complex64)
-    for side, u in (("query", x), ("key", y)):
-        np.testing.assert_allclose(
-            features.complex_exponential_features(u, w, alpha, side=side),
-            features.complex_exponential_features(u, w, jnp.diag(alpha), side=side),
-            rtol=1e-5,
-            atol=1e-6,
-        )
-
-
-def test_ce_real_features_are_the_real_part_of_the_complex_estimator():
-    w = projections.gaussian(jax.random.key(1), DIM, NUM_FEATURES)
-    x, y = _pair(0.6, 0.8, 2.0)
-    a = COMPLEX_A.astype(np.complex128)
-    omega = np.asarray(w.matrix(), np.float64)
-    ax, by = a @ x, np.linalg.inv(a.T) @ y
-    psi_x = np.exp(omega @ ax - np.sum(ax * ax) / 2) / math.sqrt(NUM_FEATURES)
-    psi_y = np.exp(omega @ by - np.sum(by * by) / 2) / math.sqrt(NUM_FEATURES)
-    bilinear = np.sum(psi_x * psi_y)  # Eq. 16: no conjugation
-    got = features.estimate(
-        features.complex_exponential_features(_f32(x), w, COMPLEX_A, side="query"),
-        features.complex_exponential_features(_f32(y), w, COMPLEX_A, side="key"),
-    )
-    np.testing.assert_allclose(got, bilinear.real, rtol=1e-5)
-
-
 # --------------------------------------------------------------------------------------------
 # Lemma 2.3: the hybrid feature map reproduces Eq. 8 exactly
 # --------------------------------------------------------------------------------------------
@@ -155,8 +87,8 @@ def test_lemma_2_3_identity_general_hybrid():
     w_ce = projections.gaussian(keys[2], DIM, 3)
     tau = projections.gaussian(keys[3], DIM, 5)
     tau_g = projections.gaussian(keys[4], DIM, 4)
-    xs = _f32(np.random.default_rng(0).normal(scale=0.5, size=(5, DIM)))
-    ys = _f32(np.random.default_rng(1).normal(scale=0.5, size=(3, DIM)))
+    xs = f32(np.random.default_rng(0).normal(scale=0.5, size=(5, DIM)))
+    ys = f32(np.random.default_rng(1).normal(scale=0.5, size=(3, DIM)))
 
     def sides(u, side):
         bases = [
@@ -212,8 +144,8 @@ def test_hybrid_gram_is_the_flat_features_product(name):
         )
     ).init(jax.random.key(4), DIM)
     w = projections.gaussian(jax.random.key(5), DIM, NUM_FEATURES)
-    xs = _f32(np.random.default_rng(2).normal(scale=1.2, size=(6, DIM)))
-    ys = _f32(np.random.default_rng(3).normal(scale=0.4, size=(7, DIM)))
+    xs = f32(np.random.default_rng(2).normal(scale=1.2, size=(6, DIM)))
+    ys = f32(np.random.default_rng(3).normal(scale=0.4, size=(7, DIM)))
     gram = features.hybrid_gram(
         fmap.hybrid_parts(xs, w, side="query"), fmap.hybrid_parts(ys, w, side="key")
     )
@@ -229,7 +161,7 @@ def test_angular_hybrid_is_eq_12():
     w1 = projections.gaussian(keys[0], DIM, NUM_FEATURES)
     w2 = projections.gaussian(keys[1], DIM, 5)
     tau = projections.gaussian(keys[2], DIM, NUM_SIGNS)
-    x, y = map(_f32, _pair(1.3, 0.3, 2.0))
+    x, y = map(f32, pair(1.3, 0.3, 2.0))
     lam = 0.5 - 0.5 * features.estimate(
         features.angular_features(x, tau), features.angular_features(y, tau)
     )
@@ -249,70 +181,10 @@ def test_angular_hybrid_is_eq_12():
 
 
 # --------------------------------------------------------------------------------------------
-# Cluster-adapted hybrid: fixtures
-# --------------------------------------------------------------------------------------------
-
-QUERY_MEANS = np.array([[0.5, -0.4, 0.3, 0.2], [-0.4, 0.3, -0.5, 0.4]])
-KEY_MEANS = np.array([[-0.3, 0.5, 0.4, -0.2], [0.4, 0.4, -0.3, -0.5]])
-CLUSTER_SPREAD = 0.05
-
-
-def _blobs(means: np.ndarray, per_cluster: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return np.concatenate(
-        [m + CLUSTER_SPREAD * rng.standard_normal((per_cluster, DIM)) for m in means]
-    )
-
-
-@functools.cache
-def _cluster_parameters(matrix: str) -> features.ClusterHybridParameters:
-    return features.fit_cluster_hybrid(
-        jax.random.key(11),
-        _f32(_blobs(QUERY_MEANS, 60, 0)),
-        _f32(_blobs(KEY_MEANS, 50, 1)),
-        2,
-        2,
-        matrix=matrix,
-    )
-
-
-def test_kmeans_recovers_separated_clusters():
-    means = np.array([[3.0, 0.0, 0.0, 0.0], [0.0, 3.0, 0.0, 0.0], [0.0, 0.0, -3.0, 1.0]])
-    points = _blobs(means, 40, 5)
-    blob_means = points.reshape(3, 40, DIM).mean(axis=1)
-    keys = jax.random.split(jax.random.key(2), 3)
-    centres = jax.jit(jax.vmap(lambda k: features.kmeans(k, _f32(points), 3)))(keys)
-    for c in np.asarray(centres):
-        order = np.argmin(((c[:, None, :] - blob_means[None]) ** 2).sum(-1), axis=1)
-        assert sorted(order.tolist()) == [0, 1, 2]
-        np.testing.assert_allclose(c, blob_means[order], atol=1e-5)
-    labels = features.assign_clusters(_f32(points), centres[0])
-    labels = np.asarray(labels).reshape(3, 40)
-    assert np.all(labels == labels[:, :1]) and len(set(labels[:, 0].tolist())) == 3
-    random_init = features.kmeans(jax.random.key(3), _f32(points), 3, init="random")
-    assert random_init.shape == (3, DIM)
-
-
-def test_cluster_adapted_diagonals_closed_forms():
-    x = np.array([[0.7, -0.4, 0.3, 0.5]])
-    y = np.array([[0.2, 0.6, 0.9, -0.1]])
-    alpha = np.asarray(features.cluster_adapted_diagonals(_f32(x), _f32(y), matrix="complex"))[0, 0]
-    np.testing.assert_allclose(alpha * x[0] + y[0] / alpha, 0.0, atol=1e-6)  # Eq. 17, 85-87
-    real = np.asarray(features.cluster_adapted_diagonals(_f32(x), _f32(y)))[0, 0]
-    loss = np.sum((real * x[0] + y[0] / real) ** 2)
-    np.testing.assert_allclose(loss, 4 * np.sum(np.clip(x[0] * y[0], 0, None)), rtol=1e-5)
-    # Degenerate coordinates: x = y = 0 -> 1, x = 0 != y -> max_scale, y = 0 != x -> 1/max_scale.
-    degenerate = features.cluster_adapted_diagonals(
-        _f32([[0.0, 0.0, 0.5, 1.0]]), _f32([[0.0, 0.3, 0.0, 1.0]]), max_scale=8.0
-    )
-    np.testing.assert_allclose(degenerate[0, 0], [1.0, 8.0, 1 / 8.0, 1.0], rtol=1e-6)
-
-
-# --------------------------------------------------------------------------------------------
 # Unbiasedness of every hybrid (and the CE estimator) under two couplings
 # --------------------------------------------------------------------------------------------
 
-UNBIASED_X, UNBIASED_Y = _pair(0.8, 0.7, 2.2)
+UNBIASED_X, UNBIASED_Y = pair(0.8, 0.7, 2.2)
 RADIUS = 0.8
 # Cluster inputs: near (not at) a query centre and a key centre of different clusters.
 CLUSTER_X = QUERY_MEANS[0] + np.array([0.04, -0.03, 0.02, 0.05])
@@ -328,9 +200,9 @@ def _unbiased_draws(coupling: str) -> dict[str, np.ndarray]:
     w1, w2, tau = _projection_sets(
         coupling, {"gaussian": 21, "orthogonal": 22}[coupling], UNBIASED_DRAWS
     )
-    x, y = _f32(UNBIASED_X), _f32(UNBIASED_Y)
-    cx, cy = _f32(CLUSTER_X), _f32(CLUSTER_Y)
-    real_params, complex_params = _cluster_parameters("real"), _cluster_parameters("complex")
+    x, y = f32(UNBIASED_X), f32(UNBIASED_Y)
+    cx, cy = f32(CLUSTER_X), f32(CLUSTER_Y)
+    real_params, complex_params = cluster_parameters("real"), cluster_parameters("complex")
 
     def angular(w_pos, w_trig):
         return lambda u, side: features.angular_hybrid_features(u, w_pos, w_trig, tau, side=side)
@@ -419,28 +291,28 @@ def _assert_exact(values, truth):
 
 def test_angular_hybrid_zero_variance_at_both_ends():
     # Equal norms, theta = 0 (row 0) and theta = pi (row 1); variants I and II.
-    x, y = _pair(1.1, 1.1, 0.0)[0], _pair(1.1, 1.1, math.pi)[1]
+    x, y = pair(1.1, 1.1, 0.0)[0], pair(1.1, 1.1, math.pi)[1]
     w1, w2, tau = _projection_sets("gaussian", 99, ZERO_VARIANCE_DRAWS)
     for w_trig in (w2, w1):
         for a, b in ((x, x), (x, y)):
             _assert_exact(
                 _both_sides(
                     lambda u, s, w=w_trig: features.angular_hybrid_features(u, w1, w, tau, side=s),
-                    _f32(a),
-                    _f32(b),
+                    f32(a),
+                    f32(b),
                 ),
                 math.exp(a @ b),
             )
 
 
 def test_base_estimators_zero_variance():
-    x = _pair(1.1, 1.1, 0.0)[0]
+    x = pair(1.1, 1.1, 0.0)[0]
     (w,) = _projection_sets("gaussian", 98, ZERO_VARIANCE_DRAWS, (NUM_FEATURES,))
-    phi = features.trigonometric_features(_f32(x), w)
+    phi = features.trigonometric_features(f32(x), w)
     _assert_exact(features.estimate(phi, phi), math.exp(x @ x))  # theta = 0
     positive = features.estimate(
-        features.positive_features(_f32(x), w, antithetic=True),
-        features.positive_features(_f32(-x), w, antithetic=True),
+        features.positive_features(f32(x), w, antithetic=True),
+        features.positive_features(f32(-x), w, antithetic=True),
     )
     _assert_exact(positive, math.exp(-x @ x))  # theta = pi
 
@@ -451,28 +323,28 @@ def test_complex_exponential_zero_variance_where_u_vanishes():
     y = -(REAL_A.astype(np.float64).T @ REAL_A.astype(np.float64) @ x)
     # Complex diagonal A from Eq. 85-87 for a generic pair.
     x2, y2 = np.array([0.7, -0.4, 0.3, 0.5]), np.array([0.2, 0.6, 0.9, -0.1])
-    alpha = features.cluster_adapted_diagonals(_f32(x2[None]), _f32(y2[None]), matrix="complex")
+    alpha = features.cluster_adapted_diagonals(f32(x2[None]), f32(y2[None]), matrix="complex")
     (w,) = _projection_sets("gaussian", 97, ZERO_VARIANCE_DRAWS, (NUM_FEATURES,))
     for matrix, a, b in ((REAL_A, x, y), (alpha[0, 0], x2, y2)):
         np.testing.assert_allclose(theory.complex_exponential_mse(a, b, matrix, 4), 0.0, atol=1e-9)
         estimates = _both_sides(
             lambda u, s, matrix=matrix: features.complex_exponential_features(u, w, matrix, side=s),
-            _f32(a),
-            _f32(b),
+            f32(a),
+            f32(b),
         )
         _assert_exact(estimates, math.exp(a @ b))
 
 
 def test_cluster_hybrid_exact_at_the_centres():
-    params = _cluster_parameters("complex")
+    params = cluster_parameters("complex")
     centres_q, centres_k = np.asarray(params.query_centres), np.asarray(params.key_centres)
     (w,) = _projection_sets("gaussian", 96, ZERO_VARIANCE_DRAWS, (NUM_FEATURES,))
     for i in range(2):
         for j in range(2):
             estimates = _both_sides(
                 lambda u, s: features.cluster_hybrid_features(u, w, params, side=s),
-                _f32(centres_q[i]),
-                _f32(centres_k[j]),
+                f32(centres_q[i]),
+                f32(centres_k[j]),
             )
             _assert_exact(estimates, math.exp(centres_q[i] @ centres_k[j]))
 
@@ -481,7 +353,7 @@ def test_cluster_hybrid_exact_at_the_centres():
 def test_gaussian_hybrid_selects_the_exact_base(estimator, angle):
     # On S(r): trig-estimated lambda-hat = 1 exactly at theta = pi (the ++ estimate, exact there);
     # positive-estimated lambda-hat = 0 exactly at theta = 0 (the trig estimate, exact there).
-    x, y = _pair(RADIUS, RADIUS, angle)
+    x, y = pair(RADIUS, RADIUS, angle)
     w1, w2, tau = _projection_sets("gaussian", 95, ZERO_VARIANCE_DRAWS)
     estimates = _both_sides(
         lambda u, s: features.gaussian_hybrid_features(
@@ -494,8 +366,8 @@ def test_gaussian_hybrid_selects_the_exact_base(estimator, angle):
             radius=RADIUS,
             coefficient_estimator=estimator,
         ),
-        _f32(x),
-        _f32(y),
+        f32(x),
+        f32(y),
     )
     _assert_exact(estimates, math.exp(x @ y))
 
@@ -508,7 +380,7 @@ def test_gaussian_hybrid_selects_the_exact_base(estimator, angle):
 @functools.cache
 def _theory_draws(norm_x: float, norm_y: float, angle: float) -> dict[str, np.ndarray]:
     """THEORY_DRAWS independent i.i.d. draws of each estimator at one pair (fixed keys)."""
-    x, y = map(_f32, _pair(norm_x, norm_y, angle))
+    x, y = map(f32, pair(norm_x, norm_y, angle))
     w1, w2, tau = _projection_sets("gaussian", 2022, THEORY_DRAWS)
 
     def hybrid(w_trig):
@@ -533,12 +405,12 @@ def _theory_draws(norm_x: float, norm_y: float, angle: float) -> dict[str, np.nd
 
 
 def _squared_errors(norm_x, norm_y, angle, name):
-    x, y = _pair(norm_x, norm_y, angle)
+    x, y = pair(norm_x, norm_y, angle)
     return (_theory_draws(norm_x, norm_y, angle)[name] - math.exp(x @ y)) ** 2
 
 
 def test_lemma_2_2_trigonometric_and_positive_mse():
-    x, y = _pair(0.8, 0.6, math.acos(0.3))
+    x, y = pair(0.8, 0.6, math.acos(0.3))
     _assert_within(
         _squared_errors(0.8, 0.6, math.acos(0.3), "trig"), theory.trigonometric_mse(x, y, 8)
     )
@@ -551,12 +423,12 @@ def test_lemma_2_2_trigonometric_and_positive_mse():
 @pytest.mark.parametrize("kind", ("complex", "real"))
 def test_complex_exponential_mse(kind):
     matrix = COMPLEX_A if kind == "complex" else REAL_A
-    x, y = _pair(0.7, 0.6, 1.4)
+    x, y = pair(0.7, 0.6, 1.4)
     num_features = 4
 
     (w,) = _projection_sets("gaussian", 5, THEORY_DRAWS, (num_features,))
     values = _both_sides(
-        lambda u, s: features.complex_exponential_features(u, w, matrix, side=s), _f32(x), _f32(y)
+        lambda u, s: features.complex_exponential_features(u, w, matrix, side=s), f32(x), f32(y)
     )
     values = np.asarray(values, np.float64)
     sm = math.exp(x @ y)
@@ -568,7 +440,7 @@ def test_theorem_3_1_both_variants_discriminating_setting():
     # docs/maths/hybrid.md: m = 8, n = 4, |x| = 1.3, |y| = 0.3, theta = 2: variant II is well
     # below variant I.
     args = (1.3, 0.3, 2.0)
-    x, y = _pair(*args)
+    x, y = pair(*args)
     predicted_i = theory.angular_hybrid_mse(x, y, 8, 4, variant="independent")
     predicted_ii = theory.angular_hybrid_mse(x, y, 8, 4, variant="shared")
     _assert_within(_squared_errors(*args, "independent"), predicted_i)
@@ -578,16 +450,9 @@ def test_theorem_3_1_both_variants_discriminating_setting():
     np.testing.assert_allclose([predicted_i, predicted_ii], [0.1070, 0.0747], rtol=5e-3)
 
 
-@pytest.fixture
-def float64():
-    """The closed forms of rfjax.theory are float64 only with x64 enabled."""
-    with jax.enable_x64(True):
-        yield
-
-
 def test_lemma_3_2_coefficient_moments(float64):
     args = (1.3, 0.3, 2.0)
-    x, y = _pair(*args)
+    x, y = pair(*args)
     moments = theory.angular_coefficient_moments(x, y, NUM_SIGNS)
     lam = _theory_draws(*args)["lambda"]
     np.testing.assert_allclose(moments.mean, 2.0 / math.pi, rtol=1e-12)
@@ -618,91 +483,9 @@ def test_angular_hybrid_relative_error(variant):
     )
 
 
-def test_theory_identities(float64):
-    r = 1.1
-    thetas = np.linspace(0.0, math.pi, 2001)
-    x = np.stack([np.full_like(thetas, r), np.zeros_like(thetas), *[np.zeros_like(thetas)] * 2], -1)
-    y = np.stack([r * np.cos(thetas), r * np.sin(thetas), *[np.zeros_like(thetas)] * 2], -1)
-    sm = np.exp(r * r * np.cos(thetas))
-    hyb = theory.angular_hybrid_relative_error(thetas, r, 8, NUM_SIGNS)
-    for variant in ("independent", "shared"):  # equal norms: the variants coincide
-        np.testing.assert_allclose(
-            np.sqrt(theory.angular_hybrid_mse(x, y, 8, NUM_SIGNS, variant=variant)) / sm,
-            hyb,
-            rtol=1e-9,
-            atol=1e-12,
-        )
-    np.testing.assert_allclose(
-        np.sqrt(theory.trigonometric_mse(x, y, 8)) / sm,
-        theory.trigonometric_relative_error(thetas, r, 8),
-        rtol=1e-9,
-        atol=1e-12,
-    )
-    trig_max = theory.trigonometric_relative_error(thetas, r, 8).max()
-    positive_max = theory.positive_relative_error(thetas, r, 8).max()
-    np.testing.assert_allclose(
-        [trig_max, positive_max], theory.max_relative_error(r, 8), rtol=1e-12
-    )
-    assert hyb[0] == 0.0 and hyb[-1] < 1e-12 and hyb.max() < trig_max
-    # CE with A = iI has the trigonometric MSE, with A = I the plain positive (PRF) MSE.
-    xa, ya = _pair(0.9, 0.5, 1.2)
-    np.testing.assert_allclose(
-        theory.complex_exponential_mse(xa, ya, 1j * np.eye(DIM), 8),
-        theory.trigonometric_mse(xa, ya, 8),
-        rtol=1e-9,
-    )
-    np.testing.assert_allclose(
-        theory.complex_exponential_mse(xa, ya, np.eye(DIM), 8),
-        theory.prf_mse(xa, ya, 8, kernel="softmax"),
-        rtol=1e-9,
-    )
-
-
 # --------------------------------------------------------------------------------------------
 # Bad input
 # --------------------------------------------------------------------------------------------
-
-
-def test_singular_matrix_is_rejected():
-    w = projections.gaussian(jax.random.key(0), DIM, NUM_FEATURES)
-    x = jnp.ones(DIM)
-    singular = jnp.eye(DIM).at[2, 2].set(0.0)
-    for matrix in (singular, jnp.diagonal(singular), jnp.ones((DIM, DIM), jnp.complex64)):
-        with pytest.raises(ValueError, match="invertible"):
-            features.complex_exponential_features(x, w, matrix, side="key")
-        with pytest.raises(ValueError, match="invertible"):
-            theory.complex_exponential_mse(np.ones(DIM), np.ones(DIM), np.asarray(matrix), 4)
-    with pytest.raises(ValueError, match="shape"):
-        features.complex_exponential_features(x, w, jnp.eye(DIM + 1), side="query")
-    with pytest.raises(TypeError, match="matrix"):
-        features.complex_exponential_features(x, w, jnp.eye(DIM, dtype=jnp.int32), side="query")
-    with pytest.raises(ValueError, match="side"):
-        features.complex_exponential_features(x, w, jnp.eye(DIM), side="value")
-
-
-def test_mismatched_clusters_are_rejected():
-    params = _cluster_parameters("real")
-    w = projections.gaussian(jax.random.key(0), DIM, NUM_FEATURES)
-    bad = features.ClusterHybridParameters(
-        params.query_centres, jnp.concatenate([params.key_centres] * 2), params.diagonals
-    )
-    with pytest.raises(ValueError, match="numbers of query and key clusters"):
-        features.cluster_hybrid_features(jnp.ones(DIM), w, bad, side="query")
-    zero = features.ClusterHybridParameters(
-        params.query_centres, params.key_centres, params.diagonals.at[0, 1, 2].set(0.0)
-    )
-    with pytest.raises(ValueError, match="invertible"):
-        features.cluster_hybrid_features(jnp.ones(DIM), w, zero, side="key")
-    with pytest.raises(ValueError, match="num_clusters"):
-        features.kmeans(jax.random.key(0), jnp.ones((3, DIM)), 4)
-    with pytest.raises(ValueError, match="num_clusters"):
-        features.kmeans(jax.random.key(0), jnp.ones((3, DIM)), 0)
-    with pytest.raises(ValueError, match="same d"):
-        features.fit_cluster_hybrid(jax.random.key(0), jnp.ones((5, DIM)), jnp.ones((5, 3)), 2, 2)
-    with pytest.raises(ValueError, match="bandwidth"):
-        features.cluster_hybrid_features(jnp.ones(DIM), w, params, side="query", mixture="gaussian")
-    with pytest.raises(ValueError, match="bandwidth"):
-        features.cluster_hybrid_features(jnp.ones(DIM), w, params, side="query", bandwidth=1.0)
 
 
 def test_bad_hybrid_inputs_are_rejected():

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from rfjax import features, projections
-from rfjax.features import _registry
 from tests.support.representatives import representatives
 
 DIM, NUM_FEATURES = 4, 8
@@ -18,38 +17,6 @@ def ready(name, dim=DIM):
     fmap = features.get(name)().init(jax.random.key(0), dim)
     points = jax.random.normal(jax.random.key(1), (2, 30, dim))
     return fmap.fit(jax.random.key(2), *points)
-
-
-def test_registry_names_kernels_and_factories():
-    names = features.available()
-    for name in ("positive", "positive_antithetic", "trigonometric", "angular_hybrid"):
-        assert name in names
-        assert features.info(name).kernel == "softmax"
-    assert features.info("fourier").kernel == "gaussian"
-    assert features.info("relu").kernel is None
-    assert set(features.available(kernel="softmax")) < set(names)
-    assert "fourier" not in features.available(kernel="softmax")
-    assert features.get("positive_antithetic")() == features.PositiveFeatureMap(antithetic=True)
-    with pytest.raises(ValueError, match="unknown feature map 'softmax'; available: positive"):
-        features.get("softmax")
-    with pytest.raises(TypeError, match="string"):
-        features.info(3)
-
-
-def test_register_adds_a_name_and_rejects_bad_entries(monkeypatch):
-    registry = _registry._REGISTRY
-    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
-    features.register("relu_wide", features.ReluFeatureMap, kernel=None, label="ReLU")
-    assert features.available()[-1] == "relu_wide"
-    assert features.info("relu_wide").label == "ReLU"
-    with pytest.raises(ValueError, match="already registered"):
-        features.register("relu_wide", features.ReluFeatureMap, kernel=None, label="ReLU")
-    with pytest.raises(TypeError, match="callable"):
-        features.register("other", 3, kernel=None, label="x")
-    with pytest.raises(ValueError, match="kernel"):
-        features.register("other", features.ReluFeatureMap, kernel="laplace", label="x")
-    with pytest.raises(TypeError, match="label"):
-        features.register("other", features.ReluFeatureMap, kernel=None, label="")
 
 
 @pytest.mark.parametrize("side", features.SIDES)

@@ -1,0 +1,115 @@
+"""Tests of ``rfjax.attention._decode``: decoding token by token and prefill equal causal
+attention."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax import attention
+from tests.support.favor_inputs import (
+    BATCH,
+    CHUNK,
+    HEADS,
+    LENGTH,
+    NUM_FEATURES,
+    VALUE_DIM,
+    float32_tolerance,
+    make_inputs,
+    per_head_projection,
+    shared_projection,
+)
+
+
+@pytest.mark.parametrize("name", ["positive", "relu"])
+def test_decode_matches_causal(name):
+    query, key, value = make_inputs(11, scale=1.0)
+    projection = per_head_projection()
+    # Batch element 1 skips (masks) the keys of tokens 3 and 10.
+    mask = jnp.ones((BATCH, LENGTH), bool).at[1, jnp.array([3, 10])].set(False)
+    full = attention.favor_attention(
+        query, key, value, projection, feature_map=name, causal=True, mask=mask, chunk_size=CHUNK
+    )
+    state = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection, feature_map=name)
+    step = jax.jit(
+        functools.partial(attention.favor_decode_step, feature_map=name),
+    )
+    outs = []
+    for t in range(LENGTH):
+        state, out = step(state, query[:, t], key[:, t], value[:, t], projection, mask=mask[:, t])
+        outs.append(out)
+    np.testing.assert_allclose(
+        jnp.stack(outs, 1), full, rtol=0, atol=float32_tolerance(NUM_FEATURES + LENGTH, value)
+    )
+
+
+@pytest.mark.parametrize("name", ["positive", "relu"])  # one shift per feature, one per key
+def test_prefill_gives_the_state_of_the_steps(name):
+    # The prompt's output is causal FAVOR's; its state is that of a step per token (the same
+    # shifts: maxima are exact), and steps after it equal causal FAVOR over the whole sequence.
+    query, key, value = make_inputs(13, scale=1.0)
+    projection = per_head_projection()
+    mask = jnp.ones((BATCH, LENGTH), bool).at[1, jnp.array([3, 17])].set(False)
+    key = key.at[1, 3].set(jnp.nan)  # masked: reaches nothing
+    prompt = 18  # not a whole number of chunks
+    options = dict(feature_map=name, chunk_size=CHUNK)
+    full = attention.favor_attention(
+        query, key, value, projection, causal=True, mask=mask, **options
+    )
+    out, state = attention.favor_prefill(
+        query[:, :prompt],
+        key[:, :prompt],
+        value[:, :prompt],
+        projection,
+        mask=mask[:, :prompt],
+        **options,
+    )
+    np.testing.assert_array_equal(out, full[:, :prompt])
+    step = jax.jit(functools.partial(attention.favor_decode_step, feature_map=name))
+    stepped = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection, feature_map=name)
+    for t in range(prompt):
+        stepped, _ = step(stepped, query[:, t], key[:, t], value[:, t], projection, mask=mask[:, t])
+    np.testing.assert_array_equal(state.log_offset, stepped.log_offset)
+    for got, expected in zip(state[:2], stepped[:2], strict=True):
+        np.testing.assert_allclose(got, expected, rtol=0, atol=float32_tolerance(LENGTH, got))
+    outs = []
+    for t in range(prompt, LENGTH):
+        state, out_t = step(state, query[:, t], key[:, t], value[:, t], projection, mask=mask[:, t])
+        outs.append(out_t)
+    np.testing.assert_allclose(
+        jnp.stack(outs, 1),
+        full[:, prompt:],
+        rtol=0,
+        atol=float32_tolerance(NUM_FEATURES + LENGTH, value),
+    )
+
+
+def test_prefill_after_a_non_finite_key_decodes_nan_as_causal_favor():
+    # An unmasked inf key at position 5 of sequence 0, head 1: causal FAVOR's rows >= 5 of that
+    # head are NaN; the prefill's state is NaN for that head only, so the steps after it are.
+    query, key, value = make_inputs(15)
+    key = key.at[0, 5, 1].set(jnp.inf)
+    projection = per_head_projection()
+    # Positive features: the per-feature state (_log_prefix.key_state) leaves such keys out.
+    out, state = attention.favor_prefill(
+        query[:, :8], key[:, :8], value[:, :8], projection, chunk_size=CHUNK
+    )
+    _, after = attention.favor_decode_step(state, query[:, 8], key[:, 8], value[:, 8], projection)
+    poisoned = np.zeros(out.shape[:3], bool)
+    poisoned[0, 5:, 1] = True
+    np.testing.assert_array_equal(np.isnan(out).any(-1), poisoned)
+    np.testing.assert_array_equal(np.isnan(after).any(-1), poisoned[:, -1])
+
+
+def test_prefill_of_no_tokens_is_the_empty_state():
+    query, key, value = make_inputs(14)
+    projection = shared_projection()
+    out, state = attention.favor_prefill(query[:, :0], key[:, :0], value[:, :0], projection)
+    assert out.shape == (BATCH, 0, HEADS, VALUE_DIM)
+    empty = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection)
+    for got, expected in zip(state, empty, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match=r"batched \(B, T, N, H\)"):
+        attention.favor_prefill(query[0], key[0], value[0], projection)

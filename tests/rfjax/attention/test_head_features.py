@@ -1,0 +1,39 @@
+"""Tests of ``rfjax.attention._head_features``: the H^{-1/4} data normaliser, the floored ratio
+of attention rows and its derivative (finite where plain autodiff overflows), and the finite-row
+flags."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rfjax.attention import _head_features
+
+
+def test_normalise_scales_so_that_the_dot_product_is_divided_by_sqrt_h():
+    q = jax.random.normal(jax.random.key(0), (5, 16))
+    k = jax.random.normal(jax.random.key(1), (5, 16))
+    assert _head_features.data_normalizer(16) == 0.5
+    scaled = jnp.sum(_head_features.normalise(q) * _head_features.normalise(k), -1)
+    np.testing.assert_allclose(scaled, jnp.sum(q * k, -1) / 4.0, rtol=1e-6)
+
+
+def test_floored_ratio_and_its_derivative_stay_finite_below_the_floor():
+    eps = 1e-6
+    numerator = jnp.asarray([[2.0, 4.0], [1.0, 1.0]])
+    denominator = jnp.asarray([[2.0], [1e-30]])  # the second row is below the floor
+    out = _head_features.floored_ratio(numerator, denominator, eps)
+    np.testing.assert_allclose(out, [[1.0, 2.0], [1e6, 1e6]], rtol=1e-6)
+
+    def loss(num, den):  # the second row does not reach the loss: its cotangent is 0
+        return _head_features.floored_ratio(num, den, eps)[0].sum()
+
+    grad_num, grad_den = jax.grad(loss, argnums=(0, 1))(numerator, denominator)
+    assert np.all(np.isfinite(grad_num)) and np.all(np.isfinite(grad_den))
+    np.testing.assert_allclose(grad_num[0], [0.5, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(grad_den[0, 0], -(2.0 + 4.0) / 4.0, rtol=1e-6)  # -sum(num) / den^2
+    np.testing.assert_array_equal(grad_den[1], 0.0)  # the floor's derivative is 0 below eps
+
+
+def test_finite_rows_flags_each_row_with_a_nan_or_inf():
+    x = jnp.asarray([[1.0, 2.0], [jnp.nan, 0.0], [0.0, jnp.inf]])
+    np.testing.assert_array_equal(_head_features.finite_rows(x), [True, False, False])

@@ -1,0 +1,25 @@
+"""Tests of ``rfjax.linear_models._solve``: the regularisation path equals one solve per alpha."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from rfjax.linear_models import (
+    array_blocks,
+    ridge_statistics,
+    solve_ridge,
+    solve_ridge_path,
+)
+from tests.support.ridge_data import data, transform64
+
+
+def test_the_path_equals_one_solve_per_alpha(float64):
+    x, y = data()
+    statistics = ridge_statistics(transform64(), array_blocks(x, y), dtype=jnp.float64)
+    alphas = [1e-3, 0.1, 10.0]
+    path_weights, path_intercepts = solve_ridge_path(statistics, alphas)
+    for index, alpha in enumerate(alphas):
+        weights, intercept = solve_ridge(statistics, alpha)
+        np.testing.assert_allclose(path_weights[index], weights, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(path_intercepts[index], intercept, rtol=1e-7, atol=1e-9)
