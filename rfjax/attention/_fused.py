@@ -41,6 +41,9 @@ from rfjax.attention._checks import log_floor
 from rfjax.attention._chunks import chunk_states
 from rfjax.attention._fused_kernels import (
     CHUNK,
+    AffineSpec,
+    AngularHybridSpec,
+    Spec,
     cotangent_kernel,
     key_cotangent_kernel,
     key_summary_kernel,
@@ -50,7 +53,7 @@ from rfjax.attention._fused_kernels import (
     readout_kernel,
 )
 from rfjax.attention._head_features import finite_rows, floored_ratio
-from rfjax.features import AffineLogForm
+from rfjax.features import AffineLogForm, AngularHybridFeatureMap
 
 MIN_WIDTH = 16  # the smallest dimension of a product on GPUs (tt.dot)
 CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summed over them)
@@ -132,20 +135,26 @@ def _out(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
 
 
 class _Map(NamedTuple):
-    """The affine map padded for the kernels: weights ``(m, H')``, bias ``(1, m)``."""
+    """The map's parameters padded for the kernels: weights ``(r, H')`` and ``aux`` (the bias
+    ``(1, m)`` or the sign projection ``(n, H')``), and how the kernels read them (``spec``)."""
 
     weights: jax.Array
-    bias: jax.Array
-    norm_weight: float
+    aux: jax.Array
+    spec: Spec
 
     @staticmethod
-    def of(weights: jax.Array, bias: jax.Array, norm_weight: float) -> _Map:
+    def of(weights: jax.Array, aux: jax.Array, spec: Spec) -> _Map:
         head_dim = _round_up(weights.shape[1], MIN_WIDTH)
         padded = jnp.pad(weights, ((0, 0), (0, head_dim - weights.shape[1])))
-        return _Map(padded, bias[None, :].astype(jnp.float32), norm_weight)
+        return _Map(padded, spec.padded_aux(aux, head_dim), spec)
+
+    @property
+    def width(self) -> int:
+        """F, the features' width inside the kernels."""
+        return self.spec.width(self.weights, self.aux)
 
     def specs(self) -> list[pl.BlockSpec]:
-        return [_whole(self.weights), _whole(self.bias)]
+        return [_whole(self.weights), _whole(self.aux)]
 
 
 def _group_size(chunks: int) -> int:
@@ -157,10 +166,8 @@ def _group_size(chunks: int) -> int:
 def _key_summaries(form: _Map, keys: _Sequence, k, v, valid, backend, matmul_dtype):
     """Each chunk's key maximum d ``(n, 1, m)``, sum_j exp(lb_j - d) v_j^T ``(n, m, P)`` and
     sum_j exp(lb_j - d) ``(n, 1, m)``."""
-    width, value_width, n = form.weights.shape[0], v.shape[1], keys.chunks
-    kernel = functools.partial(
-        key_summary_kernel, norm_weight=form.norm_weight, matmul_dtype=matmul_dtype
-    )
+    width, value_width, n = form.width, v.shape[1], keys.chunks
+    kernel = functools.partial(key_summary_kernel, spec=form.spec, matmul_dtype=matmul_dtype)
     outputs = [_out((n, 1, width)), _out((n, width, value_width)), _out((n, 1, width))]
     return backend.call(
         kernel,
@@ -169,7 +176,7 @@ def _key_summaries(form: _Map, keys: _Sequence, k, v, valid, backend, matmul_dty
         out_specs=[_per_chunk(x) for x in outputs],
         out_shape=outputs,
         name="rfjax_favor_key_summary",
-    )(k, v, valid, form.weights, form.bias)
+    )(k, v, valid, form.weights, form.aux)
 
 
 def _with_counts(sums: jax.Array, counts: jax.Array) -> jax.Array:
@@ -208,10 +215,8 @@ def _combined_state(form, keys, k, v, valid, backend, matmul_dtype):
 def _query_summaries(form, queries, q, reference, row_shift, grad, grad_den, backend, matmul_dtype):
     """Per chunk sum_t exp(la_t + r - M_t) [G_t, g_t]^T: ``(n, m, P)``, ``(n, 1, m)``;
     ``reference`` r per chunk ``(n, 1, m)`` or one ``(1, m)``."""
-    width, value_width, n = form.weights.shape[0], grad.shape[1], queries.chunks
-    kernel = functools.partial(
-        query_summary_kernel, norm_weight=form.norm_weight, matmul_dtype=matmul_dtype
-    )
+    width, value_width, n = form.width, grad.shape[1], queries.chunks
+    kernel = functools.partial(query_summary_kernel, spec=form.spec, matmul_dtype=matmul_dtype)
     outputs = [_out((n, width, value_width)), _out((n, 1, width))]
     reference_spec = _per_chunk(reference) if reference.ndim == 3 else _whole(reference)
     return backend.call(
@@ -228,7 +233,7 @@ def _query_summaries(form, queries, q, reference, row_shift, grad, grad_den, bac
         out_specs=[_per_chunk(x) for x in outputs],
         out_shape=outputs,
         name="rfjax_favor_query_summary",
-    )(q, form.weights, form.bias, reference, row_shift, grad, grad_den)
+    )(q, form.weights, form.aux, reference, row_shift, grad, grad_den)
 
 
 def _padded_cotangents(sequence: _Sequence, grad_num, grad_den):
@@ -247,24 +252,25 @@ class _Rows(NamedTuple):
     keys: _Sequence
 
 
-def _rows(weights, bias, norm_weight, query, key, value, valid) -> _Rows:
+def _rows(weights, aux, spec, query, key, value, valid) -> _Rows:
     queries, keys = _Sequence(query.shape[0]), _Sequence(key.shape[0])
     return _Rows(
         queries.pad(query),
         keys.pad(key),
         keys.pad(value),
         keys.pad(valid),
-        _Map.of(weights, bias, norm_weight),
+        _Map.of(weights, aux, spec),
         queries,
         keys,
     )
 
 
-def _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, dk, dv):
-    """The custom VJPs' cotangents, padding dropped: (dW, db, dq, dk, dv, None for the mask)."""
+def _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_aux, dq, dk, dv):
+    """The custom VJPs' cotangents, padding dropped: (dW, d aux, dq, dk, dv, None for the
+    mask)."""
     return (
         grad_w[:, : weights.shape[1]].astype(weights.dtype),
-        grad_b[0].astype(bias.dtype),
+        spec.unpadded_aux(grad_aux, aux),
         dq[: query.shape[0], : query.shape[1]].astype(query.dtype),
         dk[: key.shape[0], : key.shape[1]].astype(key.dtype),
         dv[: value.shape[0], : value.shape[1]].astype(value.dtype),
@@ -275,19 +281,15 @@ def _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, d
 # --- causal
 
 
-def _causal_forward(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+def _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+    x = _rows(weights, aux, spec, query, key, value, valid)
     start, _, states, counts = _causal_states(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
-    kernel = functools.partial(output_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype)
+    kernel = functools.partial(output_kernel, spec=spec, matmul_dtype=matmul_dtype)
     rows = x.queries
-    outputs = [
-        _out((rows.padded, x.value.shape[1])),
-        _out((rows.padded, 1)),
-        _out((rows.padded, 1)),
-    ]
-    num, den, row_shift = backend.call(
+    outputs = [_out((rows.padded, x.value.shape[1]))] + [_out((rows.padded, 1))] * 3
+    num, den, row_shift, row_scale = backend.call(
         kernel,
         grid=(rows.chunks,),
         in_specs=[
@@ -303,15 +305,18 @@ def _causal_forward(weights, bias, query, key, value, valid, norm_weight, backen
         out_specs=[rows.rows(o) for o in outputs],
         out_shape=outputs,
         name="rfjax_favor_causal_output",
-    )(x.query, x.key, x.value, x.valid, x.form.weights, x.form.bias, start, states, counts)
-    out = (num[: rows.length, : value.shape[1]], den[: rows.length, 0], row_shift[: rows.length, 0])
+    )(x.query, x.key, x.value, x.valid, x.form.weights, x.form.aux, start, states, counts)
+    out = (
+        num[: rows.length, : value.shape[1]],
+        *(y[: rows.length, 0] for y in (den, row_shift, row_scale)),
+    )
     return out, row_shift
 
 
-def _causal_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
-    weights, bias, query, key, value, valid, row_shift = residuals
-    grad_num, grad_den, _ = cotangents  # the row shifts are constants
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+def _causal_backward(spec, backend, matmul_dtype, residuals, cotangents):
+    weights, aux, query, key, value, valid, row_shift = residuals
+    grad_num, grad_den, _, _ = cotangents  # the row shifts and scales are constants
+    x = _rows(weights, aux, spec, query, key, value, valid)
     start, end, states, counts = _causal_states(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
@@ -329,19 +334,18 @@ def _causal_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
     later, later_counts = _without_counts(later)
     group = _group_size(x.queries.chunks)
     rows = x.queries
-    width, head_dim = x.form.weights.shape
     groups = rows.chunks // group
     outputs = [
         _out(x.query.shape),
         _out(x.key.shape),
         _out(x.value.shape),
-        _out((groups, width, head_dim)),
-        _out((groups, 1, width)),
+        _out((groups, *x.form.weights.shape)),
+        _out((groups, *x.form.aux.shape)),
     ]
     chunked = (x.query, x.key, x.value, x.valid)
     per_chunk = (start, end, states, counts, later, later_counts)
     dq, dk, dv, dw, db = backend.call(
-        functools.partial(cotangent_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype),
+        functools.partial(cotangent_kernel, spec=spec, matmul_dtype=matmul_dtype),
         grid=(groups,),
         in_specs=[
             *(rows.rows(a, group) for a in chunked),
@@ -352,24 +356,22 @@ def _causal_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
         out_specs=[*(rows.rows(o, group) for o in outputs[:3]), *map(_per_chunk, outputs[3:])],
         out_shape=outputs,
         name="rfjax_favor_causal_cotangents",
-    )(*chunked, x.form.weights, x.form.bias, *per_chunk, row_shift, grad, grad_den)
+    )(*chunked, x.form.weights, x.form.aux, *per_chunk, row_shift, grad, grad_den)
     return _unpadded_cotangents(
-        weights, bias, query, key, value, jnp.sum(dw, 0), jnp.sum(db, 0), dq, dk, dv
+        spec, weights, aux, query, key, value, jnp.sum(dw, 0), jnp.sum(db, 0), dq, dk, dv
     )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def _causal(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
-    return _causal_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
-    )[0]
+def _causal(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+    return _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype)[0]
 
 
-def _causal_fwd(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+def _causal_fwd(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     out, row_shift = _causal_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
     )
-    return out, (weights, bias, query, key, value, valid, row_shift)
+    return out, (weights, aux, query, key, value, valid, row_shift)
 
 
 _causal.defvjp(_causal_fwd, _causal_backward)
@@ -378,31 +380,32 @@ _causal.defvjp(_causal_fwd, _causal_backward)
 # --- bidirectional
 
 
-def _bidirectional_forward(
-    weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
-):
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+def _bidirectional_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+    x = _rows(weights, aux, spec, query, key, value, valid)
     shift, state, count = _combined_state(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
     rows = x.queries
-    outputs = [_out((rows.padded, state.shape[1])), _out((rows.padded, 1)), _out((rows.padded, 1))]
-    num, den, row_shift = backend.call(
-        functools.partial(readout_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype),
+    outputs = [_out((rows.padded, state.shape[1]))] + [_out((rows.padded, 1))] * 3
+    num, den, row_shift, row_scale = backend.call(
+        functools.partial(readout_kernel, spec=spec, matmul_dtype=matmul_dtype),
         grid=(rows.chunks,),
         in_specs=[rows.rows(x.query), *x.form.specs(), *map(_whole, (shift, state, count))],
         out_specs=[rows.rows(o) for o in outputs],
         out_shape=outputs,
         name="rfjax_favor_readout",
-    )(x.query, x.form.weights, x.form.bias, shift, state, count)
-    out = (num[: rows.length, : value.shape[1]], den[: rows.length, 0], row_shift[: rows.length, 0])
+    )(x.query, x.form.weights, x.form.aux, shift, state, count)
+    out = (
+        num[: rows.length, : value.shape[1]],
+        *(y[: rows.length, 0] for y in (den, row_shift, row_scale)),
+    )
     return out, row_shift
 
 
-def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
-    weights, bias, query, key, value, valid, row_shift = residuals
-    grad_num, grad_den, _ = cotangents
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
+    weights, aux, query, key, value, valid, row_shift = residuals
+    grad_num, grad_den, _, _ = cotangents
+    x = _rows(weights, aux, spec, query, key, value, valid)
     shift, state, count = _combined_state(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
@@ -411,12 +414,15 @@ def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotan
         x.form, x.queries, x.query, shift, row_shift, grad, grad_den, backend, matmul_dtype
     )
     grad_state, grad_count = jnp.sum(sums, axis=0), jnp.sum(counts, axis=0)
-    width, head_dim = x.form.weights.shape
-    options = dict(norm_weight=norm_weight, matmul_dtype=matmul_dtype)
+    options = dict(spec=spec, matmul_dtype=matmul_dtype)
     queries, keys = x.queries, x.keys
     q_group, k_group = _group_size(queries.chunks), _group_size(keys.chunks)
     q_groups, k_groups = queries.chunks // q_group, keys.chunks // k_group
-    q_outputs = [_out(x.query.shape), _out((q_groups, width, head_dim)), _out((q_groups, 1, width))]
+    q_outputs = [
+        _out(x.query.shape),
+        _out((q_groups, *x.form.weights.shape)),
+        _out((q_groups, *x.form.aux.shape)),
+    ]
     dq, dw_q, db_q = backend.call(
         functools.partial(query_cotangent_kernel, **options),
         grid=(q_groups,),
@@ -433,12 +439,12 @@ def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotan
         ],
         out_shape=q_outputs,
         name="rfjax_favor_query_cotangents",
-    )(x.query, x.form.weights, x.form.bias, shift, state, count, row_shift, grad, grad_den)
+    )(x.query, x.form.weights, x.form.aux, shift, state, count, row_shift, grad, grad_den)
     k_outputs = [
         _out(x.key.shape),
         _out(x.value.shape),
-        _out((k_groups, width, head_dim)),
-        _out((k_groups, 1, width)),
+        _out((k_groups, *x.form.weights.shape)),
+        _out((k_groups, *x.form.aux.shape)),
     ]
     dk, dv, dw_k, db_k = backend.call(
         functools.partial(key_cotangent_kernel, **options),
@@ -455,31 +461,58 @@ def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotan
         ],
         out_shape=k_outputs,
         name="rfjax_favor_key_cotangents",
-    )(x.key, x.value, x.valid, x.form.weights, x.form.bias, shift, grad_state, grad_count)
+    )(x.key, x.value, x.valid, x.form.weights, x.form.aux, shift, grad_state, grad_count)
     grad_w = jnp.sum(dw_q, 0) + jnp.sum(dw_k, 0)
     grad_b = jnp.sum(db_q, 0) + jnp.sum(db_k, 0)
-    return _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, dk, dv)
+    return _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_b, dq, dk, dv)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def _bidirectional(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+def _bidirectional(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     return _bidirectional_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
     )[0]
 
 
-def _bidirectional_fwd(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+def _bidirectional_fwd(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     out, row_shift = _bidirectional_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
     )
-    return out, (weights, bias, query, key, value, valid, row_shift)
+    return out, (weights, aux, query, key, value, valid, row_shift)
 
 
 _bidirectional.defvjp(_bidirectional_fwd, _bidirectional_backward)
 
 
+class AngularHybridForm(NamedTuple):
+    """What the kernels compute the angular hybrid's features from
+    (``rfjax.features.AngularHybridFeatureMap``, variant II): the base projection and the sign
+    projection.
+
+    Attributes:
+      weights: W ``(m, H)``, of both base estimators (positive and trigonometric).
+      signs: T ``(n, H)``, the angular coefficient's sign projection.
+    """
+
+    weights: jax.Array
+    signs: jax.Array
+
+
+FusedForm = AffineLogForm | AngularHybridForm
+
+# What the error for other maps lists: the maps the kernels take.
+FUSED_MAPS = "'positive', 'positive_antithetic', 'oprf' (affine log-features) and 'angular_hybrid'"
+
+
+def _kernel_parameters(form: FusedForm) -> tuple[Spec, jax.Array, jax.Array]:
+    """(the kernels' ``spec``, weights, aux) of ``form``."""
+    if isinstance(form, AngularHybridForm):
+        return AngularHybridSpec(), form.weights, form.signs
+    return AffineSpec(float(form.norm_weight)), form.weights, form.bias
+
+
 def fused_attention_sums(
-    form: AffineLogForm,
+    form: FusedForm,
     query: jax.Array,
     key: jax.Array,
     value: jax.Array,
@@ -490,12 +523,20 @@ def fused_attention_sums(
     matmul_dtype: Any = jnp.float32,
 ) -> tuple[jax.Array, jax.Array]:
     """FAVOR's sums for one head with the map fused: (numerator ``(T, p)``, denominator
-    ``(T,)``), each row relative to its largest term, for causal or bidirectional attention:
-    the sums that ``_log_prefix.causal_feature_prefix`` (causal) or the per-feature key shifts
-    of ``_bidirectional`` form from ``form``'s log-features.
+    ``(T,)``) for causal or bidirectional attention, computed with a key shift per feature.
+
+    Affine log-features (``AffineLogForm``): each row relative to its largest term, the sums
+    that ``_log_prefix.causal_feature_prefix`` (causal) or the per-feature key shifts of
+    ``_bidirectional`` form. The angular hybrid (``AngularHybridForm``): the sums of Lemma
+    2.3's flat features, formed with per-feature shifts (positive features by their own key
+    maxima, trigonometric ones by the maximum of |k|^2/2 - log(m)/2) and then expressed in the
+    units of the XLA form's per-key shift, e^{-s(q_t) - c_t} with s the per-row log-scale
+    (``HybridParts.log_scale``) and c_t its running (causal) or global maximum over the keys,
+    so that the denominator floor ``eps`` of signed maps clips the same rows.
 
     Args:
-      form: the map's ``AffineLogForm`` (weights ``(m, H)``, bias ``(m,)``, norm weight).
+      form: the map's ``AffineLogForm`` (weights ``(m, H)``, bias ``(m,)``, norm weight) or
+        ``AngularHybridForm``.
       query: ``(T, H)``, finite.
       key: ``(S, H)`` (S == T if causal), finite.
       value: ``(S, p)``, finite where ``valid``.
@@ -507,25 +548,27 @@ def fused_attention_sums(
     Returns:
       (numerator, denominator), float32.
     """
+    spec, weights, aux = _kernel_parameters(form)
     op = _causal if causal else _bidirectional
-    num, den, _ = op(
-        form.weights,
-        form.bias,
-        query,
-        key,
-        value,
-        valid,
-        float(form.norm_weight),
-        backend,
-        jnp.dtype(matmul_dtype),
+    num, den, row_shift, row_scale = op(
+        weights, aux, query, key, value, valid, spec, backend, jnp.dtype(matmul_dtype)
     )
+    if spec.per_row_units:  # the shifts are constants: e^{M_t - s(q_t) - c_t} <= 1
+        units = jnp.exp(jax.lax.stop_gradient(row_shift - row_scale))
+        num, den = num * units[:, None], den * units
     return num, den
 
 
-def affine_form(projection, fmap) -> AffineLogForm | None:
-    """The ``AffineLogForm`` the kernels compute for (projection, map), or ``None`` when the map
-    has none: a symmetric exponential map whose ``affine_log_form`` is given (FAVOR+, its
-    antithetic variant, OPRF)."""
+def kernel_form(projection, fmap) -> FusedForm | None:
+    """The form the kernels compute for (projection, map), or ``None`` when they take no such
+    map: ``AffineLogForm`` for a symmetric exponential map whose ``affine_log_form`` is given
+    (FAVOR+, its antithetic variant, OPRF), ``AngularHybridForm`` for the angular hybrid."""
+    if isinstance(fmap, AngularHybridFeatureMap):
+        if fmap.sign_projection is None:
+            raise ValueError(
+                "AngularHybridFeatureMap has no sign projection: call .init(key, dim) first"
+            )
+        return AngularHybridForm(projection.matrix(), fmap.sign_projection.matrix())
     method = getattr(fmap, "affine_log_form", None)
     if method is None or not getattr(fmap, "symmetric", True):
         return None
@@ -535,15 +578,13 @@ def affine_form(projection, fmap) -> AffineLogForm | None:
 def check_fusable(fmap, projection, implementation: str) -> None:
     """``ValueError`` naming the maps the fused kernels take, for a map they do not."""
     try:
-        form = jax.eval_shape(lambda p, f: affine_form(p, f), projection, fmap)
+        form = jax.eval_shape(lambda p, f: kernel_form(p, f), projection, fmap)
     except ValueError as error:  # e.g. OPRF statistics per sequence
         raise ValueError(f"implementation={implementation!r}: {error}") from None
     if form is None:
         raise ValueError(
-            f"implementation={implementation!r} fuses the feature maps with log-features "
-            f"affine in the rows (FeatureMap.affine_log_form: 'positive', "
-            f"'positive_antithetic', 'oprf'); {type(fmap).__name__} is not one: use "
-            f"implementation='xla', which takes every map"
+            f"implementation={implementation!r} fuses the feature maps {FUSED_MAPS}; "
+            f"{type(fmap).__name__} is not one: use implementation='xla', which takes every map"
         )
 
 
@@ -567,7 +608,7 @@ def fused_attention(
     attends to a non-finite unmasked key or value, is NaN)."""
 
     def head(q, k, v, valid, proj, f):
-        form = affine_form(proj, f)
+        form = kernel_form(proj, f)
         query_finite = finite_rows(q)
         usable = valid & finite_rows(k) & finite_rows(v)
         num, den = fused_attention_sums(
