@@ -4,7 +4,10 @@ features never reach memory.
 
 One head, one sequence (``jax.vmap`` over batch and heads adds grid axes). The maps are those
 whose log-features are l(x) = x W^T + b + g |x|^2 (``rfjax.features.AffineLogForm``: FAVOR+,
-its antithetic variant and OPRF); the computation is the chunk algorithm of ``_log_prefix``
+its antithetic variant and OPRF) and the angular hybrid (``AngularHybridForm``: features
+f exp(l) with factors f, its positive and trigonometric bases in sign channels; see
+``_fused_kernels.AngularHybridSpec``), each read inside the kernels through a static spec;
+the computation is the chunk algorithm of ``_log_prefix``
 (per-feature key shifts, exact at any norm), written per chunk of C positions in blocks of
 B = 16:
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -360,13 +361,13 @@ def query_summary_kernel(
 
 
 class _Gradients:
-    """Cotangents of one side's log-features and factors, per block: adding the cotangent of a
-    term f exp(l) (``add``) gives l f exp(l) dterm and f exp(l) dterm (factors ``None``: the
-    first only)."""
+    """Cotangents of one side's log-features and factors, per block: a term f exp(l) with the
+    cotangent dterm gives l the cotangent f exp(l) dterm and f the cotangent exp(l) dterm
+    (factors ``None``: l's only)."""
 
     def __init__(self, logs: list[jax.Array], factors: list):
         self.logs = [jnp.zeros_like(x) for x in logs]
-        self.factors = [None if f is None else jnp.zeros_like(f) for f in factors]
+        self.factors: list[Any] = [None if f is None else jnp.zeros_like(f) for f in factors]
 
     def add(self, s: int, factor, exponential: jax.Array, grad_term: jax.Array) -> None:
         """Block s's term ``factor * exponential`` (``(B, F)``) gets the cotangent
