@@ -10,8 +10,9 @@ bidirectional, B = 1, T = ``--length``, 4 heads of H = 64, m = 128 (orthogonal, 
 N(0, 1), queries and keys with i.i.d. N(0, sigma^2) entries for |q| = |k| about 1, 4, 30 and 120
 (sigma = |q| / sqrt(H)). Two errors per case: the largest |out - ref| over all entries divided by
 the largest |value| (the scale of the products' rounding: a causal bfloat16 product term carries
-at most 3u, u = 2^-8, see ``tests/test_attention.py::test_bfloat16_inputs``), and the relative
-Frobenius error |out - ref|_F / |ref|_F. The table is in docs/maths/attention.md ("Precision").
+at most 3u, u = 2^-8, see ``tests/rfjax/attention/test_favor.py::test_bfloat16_inputs``), and the
+relative Frobenius error |out - ref|_F / |ref|_F. The table is in docs/maths/attention.md
+("Precision").
 """
 
 from __future__ import annotations

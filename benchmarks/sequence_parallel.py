@@ -23,10 +23,10 @@ T = 256k on a 24 GB host):
       --modes causal --passes forward_backward --device-counts $dc --json out.json; done
 
 Reported, not asserted. The target is memory: each of D devices needs what one device needs at
-T / D (``tests/test_sequence_parallel.py`` asserts it at T = 4096: the forward pass and the
-gradient within 5%). Forced CPU devices share the host's cores, so the D-device time measures
-the overhead of the split (collectives, the extra per-device state) rather than a speed-up; on
-D accelerators the work per device is 1/D.
+T / D (``tests/rfjax/attention/test_sequence_parallel.py`` asserts it at T = 4096: the forward pass
+and the gradient within 5%). Forced CPU devices share the host's cores, so the D-device time
+measures the overhead of the split (collectives, the extra per-device state) rather than a speed-up;
+on D accelerators the work per device is 1/D.
 """
 
 from __future__ import annotations

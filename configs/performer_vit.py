@@ -17,28 +17,12 @@ kept). Performers are evaluated over ``num_eval_draws`` fresh projections; paire
 over seeds, and the attention-matrix error of each coupling on every trained model's queries and
 keys (see ``experiments/performer_vit/``).
 
-Paper (SimRF, Reid et al., ICML 2023, arXiv:2301.13856, Sec. 5.4): "The SimRFs-Performer often
-achieves gains over the regular ORFs-Performer – and is certainly never worse – for no
-observable extra cost. [...] for some of the tested datasets the difference is substantial: for
-instance, on [one data set], [...] the SimRFs-Performer saturates at an accuracy which is
-greater than the regular ORFs-Performer by 0.5%." Its ViTs: 12 layers, 12 heads, mlp 3072,
-dropout 0.1, 300 epochs, 130 random vectors per head (head dimension 64: m = 2 d).
-
-Default: a Performer that approximates softmax attention, so that the paper's question (does a
-lower-MSE estimate of the attention make a better model?) can be asked of it. The earlier
-1,000-step design (variant ``short``) trained models that were not random-feature models of
-softmax attention but co-adapted random layers: relative attention error 0.73-0.86 on their
-own queries and keys, accuracy with fresh projections 0.35-0.58 against 0.82 with their own.
-Here (1) queries and keys are normalised (cosine scores tau q^.k^ with a learned per-head
-temperature, ``PerformerAttention.query_key_norm``; HRF App. K uses unit-norm queries and keys
-for the same reason), which bounds the scores and so the variance of the positive random
-features; (2) the features are redrawn at every training step to the end
-(``redraw_interval`` 1, ``redraw_until_step`` = the last step), so no projection can be
-co-adapted to; (3) 10,000 steps (21 epochs; the 1,000-step models' accuracy was still rising).
-m = 32 features per head of dimension 16 keeps the paper's m / d ~ 2. Probes of 1,000 steps
-(one seed, ORF, load 3-8; not committed) gave attention error 0.23 (normalised q, k, m = 32),
-0.44 (raw scores, m = 32), 0.35 (raw, m = 128), and fresh-draw accuracy within 0.4 point of
-own-draw accuracy in all three; 23 ms per step at m = 32.
+Paper: SimRF (Reid et al., ICML 2023, arXiv:2301.13856), Sec. 5.4: SimRF-Performers beat
+ORF-Performers, never worse. Default: a Performer that approximates softmax attention (queries
+and keys normalised, ``model.query_key_norm``; features redrawn at every step to the end,
+``redraw_interval`` 1; 10,000 steps; m = 32 features per head of dimension 16, the paper's
+m / d ~ 2). Why, and what the earlier 1,000-step design showed:
+``experiments/performer_vit/design.md``.
 
 Primary metric: accuracy averaged over ``num_eval_draws`` fresh projections (the expected
 accuracy of the random-feature model; ``primary_metric``). Seeds: 10 paired seeds of ORF and
@@ -48,14 +32,12 @@ redraw protocol) gives non-inferiority at the 0.005 margin with 80% power at 7 p
 (``experiments.core.stats.units_for_power``), 10 seeds about 90%; the summary recomputes it from
 the measured spread.
 
-Variants: ``short`` is the earlier default (2 layers, width 32, m = 32, raw scores, 1,000
-steps, protocols fixed and redraw-to-step-500, IID/ORF/SimRF/exact; results in
-results/performer_vit_short), kept because it shows what co-adaptation does (fresh draws lose
-25-47 points) and holds the IID arm; it is not powered (undertrained, co-adapted: its verdicts
-are never "does not hold"). ``small`` is ``short`` with fewer seeds (the model
-``configs/performer_vit_maps.py`` trains). ``quick`` is the default's protocol at toy size (the
-test suite). ``paper`` is the paper's ViT for an accelerator. Cost of the default: 22 runs of
-10,000 steps, about 5-8 min each on 2 shared CPU cores (measured times in the summary).
+Variants: ``short``, the earlier 1,000-step design (2 layers, width 32, m = 32, raw scores,
+protocols fixed and redraw-to-step-500, IID/ORF/SimRF/exact; results/performer_vit_short; not
+powered); ``small``, ``short`` with fewer seeds (the model ``configs/performer_vit_maps.py``
+trains); ``quick``, the default's protocol at toy size (the test suite); ``paper``, the paper's
+ViT for an accelerator. Cost of the default: 22 runs of 10,000 steps, about 5-8 min each on 2
+shared CPU cores (measured times in the summary).
 """
 
 import ml_collections

@@ -11,7 +11,7 @@ Build (from the repository root, warnings as errors):
 * Maths notes (``maths/``) and ``RESULTS.md`` are MyST Markdown with ``$...$`` maths.
 * The colabs (``../colabs/*.ipynb``, committed without outputs) are copied into
   ``_generated/colabs`` and rendered with outputs. The test suite executes them
-  (``tests/test_colabs.py``, quick mode) and leaves the executed copies in
+  (``tests/project/test_colabs.py``, quick mode) and leaves the executed copies in
   ``_generated/executed_colabs``; a build after the tests renders those copies as they are (no
   second execution) when their cells equal the committed notebook's. Otherwise (no test run
   before, or a notebook edited since) MyST-NB executes the notebook during the build, in quick
@@ -34,7 +34,7 @@ import rfjax
 DOCS = pathlib.Path(__file__).resolve().parent
 ROOT = DOCS.parent
 GENERATED = DOCS / "_generated"
-EXECUTED_COLABS = GENERATED / "executed_colabs"  # written by tests/test_colabs.py
+EXECUTED_COLABS = GENERATED / "executed_colabs"  # written by tests/project/test_colabs.py
 
 project = "rfjax"
 author = "rfjax authors"
@@ -110,7 +110,7 @@ def _kernel_environment() -> None:
     os.environ.pop("MPLBACKEND", None)
     if os.environ["RFJAX_COLAB_QUICK"] == "1":
         # Quick runs are mostly XLA compilation; unoptimised CPU code compiles ~2.5x faster
-        # (as in tests/test_colabs.py).
+        # (as in tests/project/test_colabs.py).
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_backend_optimization_level" not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()

@@ -16,9 +16,11 @@ Each study package ``experiments.<name>`` provides
   declares) and ``summary.md`` from the study's template ``experiments/<name>/summary.md``, so
   paper commentary lives in text and verdict prose in the core, not in the study;
 * optionally ``headline(records)`` (the numbers a command-line ablation compares) and
-  ``SEED_FIELD`` (the config field an ablation's seed sets).
+  ``SEED_FIELD`` (the config field an ablation's seed sets);
 
-``python -m experiments.main --config=configs/<name>.py[:variant][,key=value...]`` runs one;
-``python -m experiments.regenerate`` rewrites the committed reports from their records.
-A new study is its package, its config and one line in ``experiments.results_page.SECTIONS``.
+and declares ``STUDY`` (``experiments.core.study.Study``: its paper, its place on the results page
+and what it reproduces). ``python -m experiments.main --config=configs/<name>.py[:variant]
+[,key=value...]`` runs one; ``python -m experiments.regenerate`` rewrites the committed reports
+from their records; ``python -m experiments.results_page`` collates RESULTS.md and the README's
+table of studies. Nothing lists the studies: a new study is its package and its config.
 """

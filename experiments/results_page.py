@@ -1,15 +1,20 @@
-"""Collates the committed experiment results (``results/<name>/``) into RESULTS.md.
+"""Collates the committed experiment results (``results/<name>/``) into RESULTS.md, and writes
+the README's table of studies.
 
 Usage:
-  python -m experiments.results_page            # rewrite RESULTS.md
-  python -m experiments.results_page --check    # exit 1 if RESULTS.md is out of date
+  python -m experiments.results_page            # rewrite RESULTS.md and the README's table
+  python -m experiments.results_page --check    # exit 1 if either is out of date
 
 Each experiment's full run writes ``summary.md`` (tables, figures, the paper's values beside ours)
 and ``command.txt`` (the command that made it) into ``results/<name>/``. This script stitches them
-together in the order of ``SECTIONS``, one heading level down, with figure and file links
-rewritten relative to the repository root; experiments without results are listed with the command
-that would produce them and, if ``results/<name>/not_run.md`` exists, its text (why there is no
-committed run of the current code). Nothing in RESULTS.md is written by hand.
+together, one heading level down, with figure and file links rewritten relative to the repository
+root: one section per paper, its studies in their declared order (``experiments.core.study``:
+every study package declares ``STUDY``; nothing lists them), each study's folder
+``results/<study>/`` followed by the folders of its variants' runs (every other folder whose
+``config.json`` names the study), sorted by name. Studies without results are listed with the
+command that would produce them and, if ``results/<name>/not_run.md`` exists, its text (why there
+is no committed run of the current code). Nothing in RESULTS.md, nor in the README's table
+between its markers, is written by hand.
 """
 
 from __future__ import annotations
@@ -20,38 +25,7 @@ import os
 import re
 import sys
 
-SECTIONS = (
-    (
-        "Simplex Random Features (Reid et al., ICML 2023)",
-        ("kernel_mse", "conformity", "gram_error", "uci_classification"),
-    ),
-    ("On the Error of Random Fourier Features (Sutherland & Schneider, UAI 2015)", ("rff_error",)),
-    (
-        "Fast nonlinear embeddings via structured matrices (Choromanski & Fagan)",
-        ("structured_kernels", "structured_concentration"),
-    ),
-    (
-        "Hybrid Random Features (Choromanski et al., ICLR 2022)",
-        (
-            "hrf_pointwise",
-            "hrf_qmc",
-            "hrf_clustered",
-            "lstm_lm",
-            "lstm_lm_sharp_tau",
-            "conformer_ctc",
-            "conformer_ctc_attention_context",
-            "conformer_ctc_attention_context_tau1",
-            "conformer_ctc_attention_context_tau2",
-            "iap_es",
-            "iap_es_pair",
-        ),
-    ),
-    ("Performers", ("performer_vit", "performer_vit_short", "performer_lm")),
-    (
-        "Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
-        ("estimator_zoo", "performer_vit_maps"),
-    ),
-)
+from experiments.core import study
 
 HEADER = """# Results
 
@@ -89,6 +63,7 @@ def render_experiment(results_dir: str, name: str) -> str | None:
 
 
 NOT_RUN_FILE = "not_run.md"
+CONFIG_FILE = "config.json"
 
 
 def missing_entry(results_dir: str, name: str) -> str:
@@ -103,11 +78,49 @@ def missing_entry(results_dir: str, name: str) -> str:
     return entry
 
 
+def result_folders(results_dir: str) -> dict[str, list[str]]:
+    """Each study's result folders, by study in the declared order: ``<study>`` first (whether
+    or not it has results), then every other folder of ``results_dir`` whose ``config.json``
+    names the study (a variant's run), sorted.
+
+    Raises:
+      ValueError: for a folder that belongs to no study (its ``config.json`` names none, or it
+        has none and is not named for one), so that no result drops out of the page unseen.
+    """
+    folders: dict[str, list[str]] = {name: [name] for name in study.studies()}
+    names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
+    for name in names:
+        if name in folders or not os.path.isdir(os.path.join(results_dir, name)):
+            continue
+        config_path = os.path.join(results_dir, name, CONFIG_FILE)
+        owner = None
+        if os.path.exists(config_path):
+            with open(config_path) as handle:
+                owner = json.load(handle).get("experiment")
+        if owner not in folders:
+            raise ValueError(
+                f"{results_dir}/{name}/ belongs to no study: its {CONFIG_FILE} names "
+                f"experiment {owner!r}, not one of {tuple(folders)}"
+            )
+        folders[owner].append(name)
+    return folders
+
+
+def sections(results_dir: str) -> list[tuple[str, list[str]]]:
+    """The page's sections: ``(paper, result folders)``, papers and studies in the declared
+    order (``experiments.core.study.sections``)."""
+    folders = result_folders(results_dir)
+    return [
+        (paper, [folder for name in names for folder in folders[name]])
+        for paper, names in study.sections()
+    ]
+
+
 def verdict_table(results_dir: str) -> str:
     """Every committed verdict (``results/<name>/verdicts.json``, written by
     ``experiments.core.verdicts``): experiment, claim, outcome and the declared margin."""
     rows = []
-    for _, names in SECTIONS:
+    for _, names in sections(results_dir):
         for name in names:
             path = os.path.join(results_dir, name, "verdicts.json")
             if not os.path.exists(path):
@@ -169,7 +182,7 @@ def render(results_dir: str = "results") -> str:
     if table:
         parts.append(table)
     missing = []
-    for section, names in SECTIONS:
+    for section, names in sections(results_dir):
         rendered = [render_experiment(results_dir, name) for name in names]
         missing += [name for name, text in zip(names, rendered, strict=True) if text is None]
         if any(rendered):
@@ -183,21 +196,60 @@ def render(results_dir: str = "results") -> str:
     return "\n".join(parts)
 
 
+README = "README.md"
+TABLE_BEGIN = "<!-- studies: generated by python -m experiments.results_page; do not edit -->"
+TABLE_END = "<!-- end of studies -->"
+
+
+def study_table() -> str:
+    """The README's table of studies: each study's config and what it reproduces
+    (``Study.reproduces``), in the declared order."""
+    rows = [f"| `{name}` | {declared.reproduces} |" for name, declared in study.studies().items()]
+    return "| config | reproduces |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def with_study_table(readme: str) -> str:
+    """``readme`` with the text between ``TABLE_BEGIN`` and ``TABLE_END`` replaced by
+    ``study_table()``.
+
+    Raises:
+      ValueError: if ``readme`` does not hold each marker once, the first before the second.
+    """
+    begin, end = readme.find(TABLE_BEGIN), readme.find(TABLE_END)
+    if readme.count(TABLE_BEGIN) != 1 or readme.count(TABLE_END) != 1 or end < begin:
+        raise ValueError(
+            f"the README must hold the lines {TABLE_BEGIN!r} and {TABLE_END!r} once each, in "
+            "that order, around the table of studies"
+        )
+    head = readme[: begin + len(TABLE_BEGIN)]
+    return f"{head}\n{study_table()}{readme[end:]}"
+
+
+def _update(path: str, text: str, check: bool) -> bool:
+    """Whether ``path`` holds ``text``; unless ``check``, writes it there first."""
+    if not check:
+        with open(path, "w") as handle:
+            handle.write(text)
+        print(f"wrote {path}")
+        return True
+    with open(path) as handle:
+        current = handle.read() == text
+    print(f"{path} is {'up to date' if current else 'OUT OF DATE'}")
+    return current
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check RESULTS.md is current")
+    parser.add_argument(
+        "--check", action="store_true", help="only check RESULTS.md and the README are current"
+    )
     parser.add_argument("--output", default="RESULTS.md")
+    parser.add_argument("--readme", default=README)
     args = parser.parse_args()
-    page = render()
-    if args.check:
-        with open(args.output) as handle:
-            current = handle.read() == page
-        print(f"{args.output} is {'up to date' if current else 'OUT OF DATE'}")
-        return 0 if current else 1
-    with open(args.output, "w") as handle:
-        handle.write(page)
-    print(f"wrote {args.output}")
-    return 0
+    with open(args.readme) as handle:
+        readme = with_study_table(handle.read())
+    current = [_update(args.output, render(), args.check), _update(args.readme, readme, args.check)]
+    return 0 if all(current) else 1
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ program, however fast it compiled): a cold run reuses the programs that several 
 programs instead of compiling them (0.43x a first run's CPU seconds; README).
 ``$JAX_COMPILATION_CACHE_DIR`` set by the caller wins; set ``RFJAX_TEST_COMPILATION_CACHE=0`` to
 compile everything afresh. Tests that count what a call compiles count cache loads too
-(``tests/compile_counts.py``).
+(``tests/support/compile_counts.py``).
 """
 
 import os

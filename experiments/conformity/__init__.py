@@ -37,10 +37,19 @@ import optax
 
 from experiments.core import outputs, stats, validate, verdicts
 from experiments.core.stats import Estimate, mean_se
+from experiments.core.study import Study
 from rfjax import projections, theory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Simplex Random Features (Reid et al., ICML 2023)",
+    order=20,
+    reproduces=(
+        "SimRF Fig. 4: RF-conformity of IID, ORF, SimRF, SimRF+ and an optax-optimised geometry"
+    ),
+)
 
 SAMPLED = ("gaussian", "orthogonal", "simplex", "simplex_plus")
 GEOMETRIES = (*SAMPLED, "optimised")

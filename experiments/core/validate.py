@@ -125,18 +125,30 @@ def require_positive(config: ml_collections.ConfigDict, *keys: str, prefix: str 
 
 
 def require_int(
-    config: ml_collections.ConfigDict, *keys: str, minimum: int, prefix: str = "config"
+    config: ml_collections.ConfigDict,
+    *keys: str,
+    minimum: int,
+    maximum: int | None = None,
+    prefix: str = "config",
 ) -> None:
-    """Checks that each ``config[key]`` (an int or a tuple of ints) is an int >= ``minimum``.
+    """Checks that each ``config[key]`` (an int or a non-empty tuple of ints) is an int >=
+    ``minimum`` (and <= ``maximum``, if given).
 
     Raises:
-      ValueError: naming the field and the value.
+      ValueError: naming the field, the value and the range.
+
+    Example:
+      >>> require_int({"first_test_index": 50}, "first_test_index", minimum=1, maximum=49)
+      Traceback (most recent call last):
+      ...
+      ValueError: config.first_test_index must be an int in [1, 49], got 50
     """
+    top = math.inf if maximum is None else maximum
     _require_each(
         config,
         keys,
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum,
-        f"an int >= {minimum}",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and minimum <= v <= top,
+        f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]",
         prefix,
     )
 

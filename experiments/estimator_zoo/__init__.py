@@ -39,6 +39,7 @@ import ml_collections
 import numpy as np
 
 from experiments.core import outputs, stats
+from experiments.core.study import Study
 from experiments.core.validate import (
     require_couplings_draw,
     require_int,
@@ -51,6 +52,16 @@ from experiments.estimator_zoo import ratios as estimator_zoo_ratios
 from experiments.estimator_zoo import reporting as estimator_zoo_report
 from rfjax import data, features, projections, theory
 from rfjax.attention import favor_attention_weights
+
+STUDY = Study(
+    paper="Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
+    order=160,
+    reproduces=(
+        "Issue 16: Monte Carlo kernel MSE, attention-matrix error, closed forms and cost of"
+        " every softmax-kernel (feature map x coupling) pair, on synthetic and real "
+        "query/key pairs"
+    ),
+)
 
 BASELINE = ("positive", "gaussian")  # FAVOR+ with i.i.d. rows
 report = estimator_zoo_report.report  # tables, figures and verdicts from the records

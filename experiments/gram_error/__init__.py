@@ -24,10 +24,17 @@ import numpy as np
 
 from experiments.core import outputs, stats, validate, verdicts
 from experiments.core.stats import Estimate
+from experiments.core.study import Study
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Simplex Random Features (Reid et al., ICML 2023)",
+    order=30,
+    reproduces="SimRF Fig. 7: Frobenius error of the approximate Gram matrix vs m",
+)
 
 COUPLINGS = ("gaussian", "orthogonal", "simplex", "simplex_plus")
 CLOSED_FORMS = theory.COUPLINGS

@@ -31,17 +31,33 @@ import ml_collections
 import numpy as np
 
 from experiments.core import outputs
-from experiments.core.validate import require_couplings_draw, require_names, require_positive
+from experiments.core.study import Study
+from experiments.core.validate import (
+    require,
+    require_couplings_draw,
+    require_names,
+    require_positive,
+)
 from experiments.hrf_clustered import data
 from experiments.hrf_clustered import reporting as hrf_clustered_report
 from experiments.hrf_clustered.data import CLUSTER_ESTIMATORS, ESTIMATORS, GENERATORS
 from rfjax import features, projections
 
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=100,
+    reproduces=(
+        "HRF Table 3, Fig. 6: cluster-adapted hybrid features vs FAVOR+ and trigonometric "
+        "features on clustered data"
+    ),
+)
+
 report = hrf_clustered_report.report  # verdicts, tables, figure and summary from the records
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks the coupling, the configurations and the sizes before anything runs.
+    """Checks the coupling, the configurations and the sizes before anything runs (by hand only
+    the rule that spans fields: ``1 < max_scale < unclipped_scale``).
 
     Raises:
       ValueError: naming the field, the value and what is allowed.
@@ -68,22 +84,23 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             "config.max_scale and config.unclipped_scale must satisfy 1 < max_scale < "
             f"unclipped_scale, got {config.max_scale} and {config.unclipped_scale}"
         )
-    if set(config.centre_norms) != set(GENERATORS) or min(config.centre_norms.values()) <= 0:
-        raise ValueError(
-            f"config.centre_norms must give a length > 0 for each of {GENERATORS}, got "
-            f"{dict(config.centre_norms)}"
-        )
+    require(
+        set(config.centre_norms) == set(GENERATORS),
+        "centre_norms",
+        dict(config.centre_norms),
+        f"a length for each of {GENERATORS} and no other",
+    )
+    require_positive(config.centre_norms, *GENERATORS, prefix="config.centre_norms")
     for entry in config.configurations:
-        if not (
+        require(
             len(entry) == 4
             and isinstance(entry[0], str)
             and entry[1] in GENERATORS
-            and entry[3] > 0
-        ):
-            raise ValueError(
-                "config.configurations entries must be (name, generator in "
-                f"{GENERATORS}, parameter, sigma > 0), got {entry!r}"
-            )
+            and entry[3] > 0,
+            "configurations",
+            entry,
+            f"entries (name, generator in {GENERATORS}, parameter, sigma > 0)",
+        )
         try:
             data.means(jax.random.key(0), entry[1], entry[2], config)
         except ValueError as error:

@@ -24,11 +24,21 @@ import numpy as np
 
 from experiments.core import outputs, stats, verdicts
 from experiments.core.stats import Estimate
+from experiments.core.study import Study
 from experiments.core.validate import require_couplings_draw, require_names, require_positive
 from rfjax import features, projections, theory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=80,
+    reproduces=(
+        "HRF Fig. 2: relative error of softmax-kernel estimators on the sphere vs angle, "
+        "beside the closed forms"
+    ),
+)
 
 ESTIMATORS = ("trigonometric", "positive", "angular_hybrid", "gaussian_hybrid")
 LABELS = {

@@ -44,8 +44,10 @@ import numpy as np
 import pgx
 
 from experiments.core import cost, outputs, records, stats, sweep, verdicts
+from experiments.core.study import Study
 from experiments.core.train import es
 from experiments.core.train import trainer as train
+from experiments.core.validate import require, require_int, require_names, require_nonempty
 from experiments.iap_es.flops import (
     exact_crossover_patches,
     policy_feature_shape,
@@ -56,6 +58,15 @@ from rfjax.nn import IAP_ATTENTIONS, ImplicitAttentionPolicy
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=130,
+    reproduces=(
+        "HRF Sec. 4.4, App. K.1: implicit-attention policies trained by evolution "
+        "strategies, the angular hybrid vs FAVOR+"
+    ),
+)
 
 _KIND = re.compile(r"^(?P<attention>[a-z_]+)(:(?P<m>\d+)(x(?P<n>\d+))?)?$")
 _FLOP_FIELDS = ("importance_flops", "xla_importance_flops")
@@ -159,29 +170,27 @@ def initial_params(policy: ImplicitAttentionPolicy, seed: int):
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    if not config.kinds or not config.seeds:
-        raise ValueError("kinds and seeds must be non-empty")
+    """Checks the kinds, the seeds and the sizes before anything runs (by hand only the rules
+    that span fields: the evaluation schedule of ``config.es``).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_nonempty(config, "kinds", "seeds")
     for kind in config.kinds:
         parse_kind(kind)
-    if config.reference not in config.kinds or config.claim_kind not in config.kinds:
-        raise ValueError(
-            f"reference {config.reference!r} and claim_kind {config.claim_kind!r} must be in "
-            f"kinds {tuple(config.kinds)}"
-        )
-    if config.es.eval_every % config.es.log_every:
-        raise ValueError(
-            f"es.eval_every ({config.es.eval_every}) must be a multiple of es.log_every "
-            f"({config.es.log_every}): FLOPs are counted at each evaluation"
-        )
-    if not isinstance(config.inference_episodes, int) or config.inference_episodes < 1:
-        raise ValueError(
-            f"inference_episodes must be an int >= 1, got {config.inference_episodes!r}"
-        )
-    if not isinstance(config.seeds_together, int) or config.seeds_together < 1:
-        raise ValueError(f"seeds_together must be an int >= 1, got {config.seeds_together!r}")
+    require_names(config, "reference", tuple(config.kinds))
+    require_names(config, "claim_kind", tuple(config.kinds))
+    require_int(config, "inference_episodes", "seeds_together", minimum=1)
+    require(
+        config.es.eval_every % config.es.log_every == 0,
+        "es.eval_every",
+        config.es.eval_every,
+        f"a multiple of config.es.log_every = {config.es.log_every} (FLOPs are counted at each "
+        "evaluation)",
+    )
     evaluations = config.es.num_generations // config.es.eval_every + 1
-    if not 1 <= config.final_evals <= evaluations:
-        raise ValueError(f"final_evals must be in [1, {evaluations}], got {config.final_evals}")
+    require_int(config, "final_evals", minimum=1, maximum=evaluations)
 
 
 def _curve(run_dir: str, flops_per_pass: float) -> dict:

@@ -23,6 +23,7 @@ import numpy as np
 
 from experiments.core import outputs, stats, verdicts
 from experiments.core.stats import Estimate
+from experiments.core.study import Study
 from experiments.core.validate import (
     require_couplings_draw,
     require_int,
@@ -33,6 +34,12 @@ from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Simplex Random Features (Reid et al., ICML 2023)",
+    order=10,
+    reproduces="SimRF Fig. 6: PRF MSE ratios vs \\|x+y\\|, theory and Monte Carlo",
+)
 
 CLOSED_FORMS = theory.COUPLINGS
 LABELS = outputs.COUPLING_LABELS

@@ -72,8 +72,16 @@ import ml_collections
 import numpy as np
 
 from experiments.core import cost, outputs, records, stats, sweep, unigram, verdicts
+from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
+from experiments.core.validate import (
+    require,
+    require_int,
+    require_names,
+    require_nonempty,
+    require_positive,
+)
 from experiments.lstm_lm.metrics import distribution_metrics, proposal_divergence
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import LSTMLanguageModel, logit_temperature
@@ -93,6 +101,14 @@ from rfjax.sampled_softmax import (
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Hybrid Random Features (Choromanski et al., ICLR 2022)",
+    order=110,
+    reproduces=(
+        "HRF Sec. 4.2: LSTM language model on Penn Treebank with random-feature sampled softmax"
+    ),
+)
 
 SETTINGS = ("normalised", "cosine")
 TAU_RULES = ("fixed", "heldout_kl")
@@ -118,9 +134,14 @@ def parse_arm(arm: str) -> tuple[str, str]:
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Raises ``ValueError`` naming the field for unknown arms, estimators or bad sizes."""
-    if not config.arms or not config.seeds:
-        raise ValueError("config.arms and config.seeds must be non-empty")
+    """Checks the arms, the estimators, the sampler and the sizes before anything runs (by hand
+    only the rules that span fields: an arm's estimator among ``config.estimators``, the
+    hybrids' competitors, the metric chunks).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_nonempty(config, "arms", "seeds")
     known = (*PLAIN_PROPOSALS, "unigram", *config.estimators.keys())
     for arm in config.arms:
         setting, estimator = parse_arm(arm)
@@ -130,28 +151,17 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 f"{SETTINGS} and an estimator in {known}"
             )
     for name, options in config.estimators.items():
-        if options.proposal not in feature_proposals():
-            raise ValueError(
-                f"config.estimators.{name}.proposal must be one of {feature_proposals()}, got "
-                f"{options.proposal!r}"
-            )
-    for name in (config.favor_estimator, *config.hybrid_estimators):
-        if name not in config.estimators:
-            raise ValueError(
-                f"config.favor_estimator and config.hybrid_estimators must name estimators of "
-                f"config.estimators {tuple(config.estimators)}, got {name!r}"
-            )
+        require_names(options, "proposal", feature_proposals(), f"config.estimators.{name}")
+    require_names(config, "favor_estimator", tuple(config.estimators))
+    require_names(config, "hybrid_estimators", tuple(config.estimators))
     if not competitors(config):
         raise ValueError(
             "config.estimators needs a non-hybrid estimator for the hybrids to be compared with"
         )
-    if config.sampler.name not in SAMPLERS:
-        raise ValueError(
-            f"config.sampler.name must be one of {SAMPLERS}, got {config.sampler.name}"
-        )
-    if config.tau_rule not in TAU_RULES:
-        raise ValueError(f"config.tau_rule must be one of {TAU_RULES}, got {config.tau_rule!r}")
-    for name in (
+    require_names(config.sampler, "name", SAMPLERS, "config.sampler")
+    require_names(config, "tau_rule", TAU_RULES)
+    require_int(
+        config,
         "bptt",
         "num_metric_queries",
         "num_metric_draws",
@@ -161,23 +171,16 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "eval_batch_size",
         "num_heldout_windows",
         "num_curve_tokens",
-    ):
-        if int(config[name]) < 1:
-            raise ValueError(f"config.{name} must be >= 1, got {config[name]}")
-    if config.sampler.num_samples < 1:
-        raise ValueError(
-            f"config.sampler.num_samples must be >= 1, got {config.sampler.num_samples}"
-        )
-    if config.num_metric_queries % config.metric_query_chunk:
-        raise ValueError(
-            f"config.num_metric_queries ({config.num_metric_queries}) must be a multiple of "
-            f"config.metric_query_chunk ({config.metric_query_chunk})"
-        )
-    if not config.tau > 0 or min(config.tau_grid) <= 0:
-        raise ValueError(
-            f"config.tau and config.tau_grid must be positive temperatures, got {config.tau} "
-            f"and {config.tau_grid}"
-        )
+        minimum=1,
+    )
+    require_int(config.sampler, "num_samples", minimum=1, prefix="config.sampler")
+    require(
+        config.num_metric_queries % config.metric_query_chunk == 0,
+        "num_metric_queries",
+        config.num_metric_queries,
+        f"a multiple of config.metric_query_chunk = {config.metric_query_chunk}",
+    )
+    require_positive(config, "tau", "tau_grid")
 
 
 def competitors(config: ml_collections.ConfigDict) -> tuple[str, ...]:

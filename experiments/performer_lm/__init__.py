@@ -46,12 +46,23 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from experiments.core import outputs, records, stats, sweep, unigram, verdicts
+from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
+from experiments.core.validate import require_int, require_names, require_nonempty
 from experiments.lstm_lm import windows
 from rfjax import features, projections
 from rfjax.data import PTB_SOURCE, load_ptb
 from rfjax.nn import ATTENTION_KINDS, PerformerLM
+
+STUDY = Study(
+    paper="Performers",
+    order=150,
+    reproduces=(
+        "Long-context causal Performer LM against exact attention on Penn Treebank (one "
+        'token stream, 4k-64k contexts, a "data" x "seq" mesh)'
+    ),
+)
 
 SEQUENCE_KEYS = ("inputs", "targets")
 
@@ -60,26 +71,19 @@ SEQUENCE_KEYS = ("inputs", "targets")
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Raises ``ValueError`` naming the field for unknown kinds, maps, couplings or sizes."""
-    if not config.attention_kinds or not config.seeds:
-        raise ValueError("config.attention_kinds and config.seeds must be non-empty")
-    for kind in config.attention_kinds:
-        if kind not in ATTENTION_KINDS:
-            raise ValueError(f"config.attention_kinds: {kind!r} is not one of {ATTENTION_KINDS}")
-    if config.model.feature_map not in features.available():
-        raise ValueError(
-            f"config.model.feature_map must be one of {features.available()}, got "
-            f"{config.model.feature_map!r}"
-        )
-    if config.model.coupling not in projections.available():
-        raise ValueError(
-            f"config.model.coupling must be one of {projections.available()}, got "
-            f"{config.model.coupling!r}"
-        )
+    """Checks the attention kinds, the feature map, the coupling and the sizes before anything
+    runs (by hand only the rules that span fields: the map traced in the model, the context
+    split over the sequence devices).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "attention_kinds", ATTENTION_KINDS)
+    require_nonempty(config, "seeds")
+    require_names(config.model, "feature_map", features.available(), "config.model")
+    require_names(config.model, "coupling", projections.available(), "config.model")
     _check_feature_map(config)
-    for name in ("context_length", "eval_batch_size"):
-        if int(config[name]) < 1:
-            raise ValueError(f"config.{name} must be >= 1, got {config[name]}")
+    require_int(config, "context_length", "eval_batch_size", minimum=1)
     parts = config.train.sequence_parallelism
     if config.context_length % parts:
         raise ValueError(

@@ -65,6 +65,7 @@ import numpy as np
 import optax
 
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
 from experiments.core.validate import require_names, require_positive
@@ -75,6 +76,17 @@ from rfjax.nn import PerformerViT
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Performers",
+    order=140,
+    reproduces=(
+        "SimRF Sec. 5.4: Performer-ViT whose attention approximates softmax (normalised "
+        "queries and keys, features redrawn at every step, 10k steps), ORF vs SimRF and "
+        "exact, on Fashion-MNIST (Debian `dataset-fashion-mnist`); variant `short`: the "
+        "1,000-step design with IID, whose models co-adapt to their projections"
+    ),
+)
 
 PROTOCOLS = ("fixed", "redraw")
 METRICS = {"accuracy_own": "own projection", "accuracy_fresh": "fresh draws"}

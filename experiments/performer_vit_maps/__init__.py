@@ -27,11 +27,21 @@ import numpy as np
 
 from experiments import performer_vit
 from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core.study import Study
 from experiments.core.validate import require_names, require_positive
 from rfjax import features, projections
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Beyond SimRF: OPRF (FAVOR++), DERF (FAVOR#) and norm-coupled features (issue 16)",
+    order=170,
+    reproduces=(
+        "Issue 16: Performer-ViT with FAVOR+, FAVOR++ (OPRF) and FAVOR# (SADERF) features: "
+        "do the optimised maps train better Performers?"
+    ),
+)
 
 PROTOCOL = "fixed"
 METRICS = {

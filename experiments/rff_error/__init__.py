@@ -21,10 +21,19 @@ import numpy as np
 
 from experiments.core import outputs, stats, validate, verdicts
 from experiments.core.stats import Estimate, draw_in_chunks, mean_se
+from experiments.core.study import Study
 from rfjax import features, kernels, projections, theory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="On the Error of Random Fourier Features (Sutherland & Schneider, UAI 2015)",
+    order=50,
+    reproduces=(
+        "Sutherland & Schneider Fig. 1, 3, 4: variance and max error of sin/cos vs cos+offset RFF"
+    ),
+)
 
 EMBEDDINGS = ("phi", "psi")
 THEORY_NAMES: dict[str, Literal["sincos", "cosine_bias"]] = {"phi": "sincos", "psi": "cosine_bias"}

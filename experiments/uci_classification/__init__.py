@@ -50,11 +50,22 @@ from experiments.core.kernel_classifier import (
     split_and_scale,
 )
 from experiments.core.stats import Estimate
+from experiments.core.study import Study
+from experiments.core.validate import require_int, require_names
 from rfjax import data, projections
 from rfjax.ops import pad_to_power_of_two
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+STUDY = Study(
+    paper="Simplex Random Features (Reid et al., ICML 2023)",
+    order=40,
+    reproduces=(
+        "SimRF Fig. 8, Tables 2 and 3: kernel-regression classification on 8 UCI sets "
+        "(shipped in `rfjax/data/uci`)"
+    ),
+)
 
 LABELS = {**outputs.COUPLING_LABELS, "exact": "exact"}
 
@@ -289,28 +300,26 @@ def measure_dataset(
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    unknown = [name for name in config.datasets if name not in data.UCI_DATASETS]
-    if unknown or not config.datasets:
-        raise ValueError(
-            f"config.datasets must be a non-empty subset of {data.UCI_DATASETS}; got "
-            f"{tuple(config.datasets)}"
-        )
+    """Checks the data sets, ratios, couplings and splits before anything runs (by hand only the
+    rule that spans fields: a repetition count for every data set).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_names(config, "datasets", data.UCI_DATASETS)
     for field in ("ratios", "extra_ratios", "fast_ratios", "approach_ratios"):
-        values = tuple(config[field])
-        if any(not isinstance(r, int) or r < 1 for r in values):
-            raise ValueError(f"config.{field} must be integers >= 1, got {values}")
-    for coupling in (*config.couplings, *config.fast_couplings, *config.approach_couplings):
-        projections.get(coupling)  # raises for an unknown name
+        if config[field]:  # () runs none
+            require_int(config, field, minimum=1)
+    for field in ("couplings", "fast_couplings", "approach_couplings"):
+        if config[field]:  # () runs none
+            require_names(config, field, projections.available())
     missing = [name for name in config.datasets if name not in config.repetitions]
     if missing:
         raise ValueError(f"config.repetitions has no entry for {missing}")
-    if config.table2_ratio not in config.ratios:
-        raise ValueError(f"config.table2_ratio={config.table2_ratio} is not in config.ratios")
-    for split in (config.split, *config.table2_splits):
-        if split not in SPLITS:
-            raise ValueError(
-                f"config.split and config.table2_splits must be in {SPLITS}, got {split!r}"
-            )
+    require_names(config, "table2_ratio", tuple(config.ratios))
+    require_names(config, "split", SPLITS)
+    if config.table2_splits:  # () makes no Table 2
+        require_names(config, "table2_splits", SPLITS)
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict:

@@ -604,8 +604,8 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             # One chunk has no later queries: formed without a zero state, which XLA's CPU
             # backend (jaxlib 0.12.0.1) folds into the in-block sums' fusion when the scan has
             # one step, and its YNNPACK reduce fusion then reads memory it never wrote (dk NaN
-            # in some processes; tests/test_attention_log_prefix.py). With more chunks the state
-            # is the scan's carry; forming the last chunk apart there too cost 24% more
+            # in some processes; tests/rfjax/attention/test_log_prefix.py). With more chunks the
+            # state is the scan's carry; forming the last chunk apart there too cost 24% more
             # temporaries at T = 1024 (its pieces live beside the scan's).
             rows, shift, start, end, state = jax.tree.map(
                 lambda a: a[0], (tuple(x), row_shift, keys.start, keys.end, keys.states)

@@ -60,8 +60,8 @@ class PerformerAttention(nn.Module):
 
     Attributes are those of the installed Flax's ``flax.linen.MultiHeadDotProductAttention``
     (``MultiHeadAttention``), in its order, with its defaults and meaning
-    (``tests/test_nn_attention_arguments.py`` walks both signatures), then rfjax's own; where the
-    Performer cannot apply one it raises ``ValueError`` naming it (see Attributes).
+    (``tests/rfjax/nn/test_attention_arguments.py`` walks both signatures), then rfjax's own; where
+    the Performer cannot apply one it raises ``ValueError`` naming it (see Attributes).
     Parameters are Flax's (``query``, ``key``, ``value`` DenseGeneral to ``(N, H)``, ``out``
     from ``(N, H)``, ``query_ln`` and ``key_ln`` with ``normalize_qk``), so the two share a
     parameter layout, and an unnamed ``PerformerAttention`` is auto-named as Flax's would be

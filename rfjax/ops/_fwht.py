@@ -85,7 +85,7 @@ def kernel(implementation: str) -> Kernel:
 # ``benchmarks/gpu_runs/2026-11-26-h200`` (the Triton kernel then failed tests, so it was left
 # out), bfloat16 in ``benchmarks/gpu_runs/2026-11-27-h200`` (after its fix; every GPU test
 # passed). Cases not listed (n = 2^15, bfloat16 n = 2^14 and n < 64 were not measured) use
-# ``"matmul"``. ``tests/test_ops.py`` checks this table against the committed runs.
+# ``"matmul"``. ``tests/rfjax/ops/test_fwht.py`` checks this table against the committed runs.
 GPU_AUTO_SM90: dict[tuple[str, int], str] = {
     ("float32", 64): "matmul",
     **{("float32", 1 << k): "mosaic_gpu" for k in range(7, 15)},

@@ -24,8 +24,8 @@ Testing: the kernel runs on CPU in Pallas' Mosaic GPU interpret mode (``Interpre
 it simulates shared memory, the TMA copies, barriers and MMAs, with float32 accumulation), and it
 is lowered for an abstract H100 (``lowering_platforms=("cuda",)``) on CPU, which runs the Mosaic
 GPU lowering and layout inference. On an H200 (JAX 0.11.2, ``benchmarks/gpu_runs/2026-11-26-h200``)
-it compiled for sm90 and passed the tests of ``tests/test_ops.py`` that take its lengths (the
-dense transform at n = 16 ... 4096 in float32 within 4 eps (1 + log2 n) |x| per vector, float16
+it compiled for sm90 and passed the tests of ``tests/rfjax/ops/test_fwht.py`` that take its lengths
+(the dense transform at n = 16 ... 4096 in float32 within 4 eps (1 + log2 n) |x| per vector, float16
 and bfloat16 within 2 ulps, ``hd_chain``), and agreed with the XLA butterfly within 1e-5
 relative at every n = 64 ... 2^14 in float32 on 2^24 entries; bfloat16 was not benchmarked there.
 """

@@ -6,9 +6,9 @@ v = |x + y|. Every function here is a JAX function of ``v`` (and ``theta``): it 
 memory of a few arrays of the input's shape per evaluation, whatever v.
 
 Accuracy (float64, against mpmath quadrature and the exact-arithmetic Eq. 24 series; see
-``tests/test_theory.py``): relative error below 1e-12 for d in [2, 1024] and v in [0, 40]
-(``log_conformity`` to 1e-12 absolute where the value itself overflows, v >~ 26); supported up to
-v = 100 (``_inputs.MAX_NORM_OF_SUM``), beyond which concrete inputs raise ``ValueError`` and
+``tests/rfjax/theory/test_theory.py``): relative error below 1e-12 for d in [2, 1024] and v in [0,
+40] (``log_conformity`` to 1e-12 absolute where the value itself overflows, v >~ 26); supported up
+to v = 100 (``_inputs.MAX_NORM_OF_SUM``), beyond which concrete inputs raise ``ValueError`` and
 traced ones give NaN.
 
 References:

@@ -48,7 +48,7 @@ processes: call ``jax.distributed.initialize()`` in every process first
 global batch (``epoch_batches`` and ``padded_batches`` yield the ``jax.process_index()`` share),
 batches are assembled with ``jax.make_array_from_process_local_data``, Orbax writes one
 checkpoint cooperatively (the workdir must be on storage all processes share) and process 0
-writes the metrics. ``tests/test_multiprocess.py`` runs two processes on localhost.
+writes the metrics. ``tests/experiments/core/test_multiprocess.py`` runs two processes on localhost.
 """
 
 from __future__ import annotations

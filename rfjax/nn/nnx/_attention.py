@@ -76,7 +76,7 @@ class PerformerAttention(nnx.Module):
     ``nnx.MultiHeadAttention``'s parameters load into it
     (``nnx.update(performer, nnx.state(mha, nnx.Param))``). It takes every argument of the
     installed Flax's ``nnx.MultiHeadAttention``, constructor and call, in Flax's positional
-    order and with Flax's meaning (``tests/test_nn_attention_arguments.py`` walks both
+    order and with Flax's meaning (``tests/rfjax/nn/test_attention_arguments.py`` walks both
     signatures), plus its own (``attention_kind``, ``coupling``, ..., and the call's
     ``projection_step``); where the Performer cannot apply one it raises ``ValueError``
     naming it (see Args).

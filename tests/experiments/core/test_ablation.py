@@ -1,0 +1,226 @@
+"""Config-driven ablations from the command line: arms x seeds, one study run per cell, records
+per cell, resumption, and the paired report with its verdict."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from configs import kernel_mse as kernel_mse_config
+from experiments.core import ablation, status, verdicts
+from tests.support import ROOT, SUPPORT
+
+COMMAND = [
+    sys.executable,
+    "-m",
+    "experiments.main",
+    "--config=configs/kernel_mse.py:quick,num_draws=200,draws_per_chunk=200",
+    "--sweep=num_features=8,16",
+    "--seeds=0:3",
+    "--metric=ratio_simplex",
+    "--test=less",
+]
+
+
+def run(workdir, *options):
+    completed = subprocess.run(
+        [*COMMAND, f"--workdir={workdir}", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout
+
+
+@pytest.mark.integration
+def test_an_ablation_records_every_cell_reports_the_pair_and_resumes(tmp_path):
+    workdir = tmp_path / "ablation"
+    printed = run(workdir)
+    cells = sorted(p.name for p in (workdir / "runs").iterdir())
+    assert cells == [f"{m}_seed{s}" for m in (16, 8) for s in range(3)]
+    stored = verdicts.read(str(workdir))["ablation"]
+    assert stored.claim == "num_features=16 vs 8 on ratio_simplex"
+    report = (workdir / "ablation.md").read_text()
+    assert status.read(str(workdir))["state"] == "done"  # ablations keep a status too
+    assert stored.sentence() in report and "ratio_simplex" in printed
+    # An ablation of a quick variant is not powered either (its verdict cannot refute): it
+    # says so, and which config is sized to resolve the claim.
+    assert "**Not powered.**" in report and "`--config=configs/kernel_mse.py` is sized" in report
+    record = json.loads((workdir / "runs" / "8_seed1" / "result.json").read_text())
+    assert record["settings"]["num_features"] == 8 and "ratio_simplex" in record["run"]
+    # The report's effect is the mean of the paired per-seed differences of the cells' records.
+    value = {
+        (m, s): json.loads((workdir / "runs" / f"{m}_seed{s}" / "result.json").read_text())["run"]
+        for m in (8, 16)
+        for s in range(3)
+    }
+    differences = [value[16, s]["ratio_simplex"] - value[8, s]["ratio_simplex"] for s in range(3)]
+    assert f"= {sum(differences) / 3:+.4g} ±" in stored.evidence
+    assert all(value[m, s]["seed"] == s for m, s in value)
+    # Started again: every cell is reused; a cell whose run was killed before its record is
+    # measured again, alone.
+    times = {p: p.stat().st_mtime_ns for p in (workdir / "runs").glob("*/result.json")}
+    killed = workdir / "runs" / "16_seed2" / "result.json"
+    os.remove(killed)
+    run(workdir)
+    for path, mtime in times.items():
+        if path != killed:
+            assert path.stat().st_mtime_ns == mtime, path
+    assert killed.exists()
+
+
+@pytest.mark.integration
+def test_two_workers_share_an_ablation_and_the_last_one_reports(tmp_path):
+    first = run(tmp_path, "--worker=0/2", "--worker_wait=0")
+    assert "cells wait for other workers" in first and not (tmp_path / "ablation.md").exists()
+    left = status.read(str(tmp_path))
+    assert left["state"] == "waiting" and left["missing"] == [["16", s] for s in range(3)]
+    measured = sorted(p.parent.name for p in (tmp_path / "runs").glob("*/result.json"))
+    # cells 0, 2, 4 of (8, 0) (16, 0) (8, 1) (16, 1) (8, 2) (16, 2): seeds outside
+    assert measured == ["8_seed0", "8_seed1", "8_seed2"]
+    run(tmp_path, "--worker=1/2")
+    assert len(list((tmp_path / "runs").glob("*/result.json"))) == 6
+    assert "ablation" in verdicts.read(str(tmp_path))
+
+
+def test_bad_ablation_arguments_name_the_problem():
+    config = kernel_mse_config.get_config("quick")
+    with pytest.raises(ValueError, match="FIELD=V1,V2"):
+        ablation.parse_sweep("num_features", config)
+    with pytest.raises(ValueError, match="two or more values"):
+        ablation.parse_sweep("num_features=8", config)
+    with pytest.raises(ValueError, match="no field 'num_feature'"):
+        ablation.parse_sweep("num_feature=8,16", config)
+    assert ablation.parse_sweep("couplings=gaussian,simplex", config)[1] == [
+        ("gaussian",),
+        ("simplex",),
+    ]
+    assert ablation.parse_seeds("2:5") == [2, 3, 4] and ablation.parse_seeds("1,7") == [1, 7]
+    with pytest.raises(ValueError, match="START:STOP"):
+        ablation.parse_seeds("a:b")
+    # A repeated seed would count one measurement twice ("holds" from one seed).
+    with pytest.raises(ValueError, match=r"--seeds=0,0 repeats seed 0"):
+        ablation.parse_seeds("0,0")
+
+
+TOY_STUDY = [sys.executable, str(SUPPORT / "toy_study.py")]
+
+
+def start_workers(workdir, count: int, *options: str, env=None, killed=()) -> list:
+    """``count`` workers of the toy study's ablation in ``workdir``, started at once; those in
+    ``killed`` SIGKILL themselves while writing their first cell record."""
+    return [
+        subprocess.Popen(
+            [
+                *TOY_STUDY,
+                str(workdir),
+                f"--worker={index}/{count}",
+                *options,
+                *(["--kill_at_record"] if index in killed else []),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index in range(count)
+    ]
+
+
+def finish(workers) -> tuple[list[int], list[str]]:
+    """The workers' return codes and outputs (stdout and stderr)."""
+    outputs = [worker.communicate(timeout=600) for worker in workers]
+    return [worker.returncode for worker in workers], [out + err for out, err in outputs]
+
+
+REPORT_HEADING = "# Ablation of toy_study"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_workers_started_together_always_end_with_exactly_one_report(tmp_path, count):
+    codes, printed = finish(start_workers(tmp_path, count, "--worker_wait=300"))
+    assert codes == [0] * count, printed
+    assert sum(REPORT_HEADING in text for text in printed) == 1, printed
+    assert REPORT_HEADING in (tmp_path / "ablation.md").read_text()
+    assert "ablation" in verdicts.read(str(tmp_path))
+    assert status.read(str(tmp_path))["state"] == "done"
+    assert len(list((tmp_path / "runs").glob("*/result.json"))) == 4
+
+
+def _cell_records(workdir) -> dict:
+    """Every cell's record and study records, less the wall time of the measurement."""
+    found = {}
+    for cell in sorted((workdir / "runs").iterdir()):
+        stored = json.loads((cell / "result.json").read_text())
+        stored["run"].pop("seconds")
+        found[cell.name] = (stored, json.loads((cell / "records.json").read_text()))
+    return found
+
+
+@pytest.mark.integration
+def test_chaos_a_worker_killed_mid_write_then_a_changed_setting_ends_as_a_clean_run(tmp_path):
+    """Four workers of a training ablation start together; one is SIGKILLed while it writes
+    its record; the others give up waiting for it. Run again with another optimizer: every
+    cell is trained again from step 0 (its old run moved aside), exactly one worker reports,
+    and the records and report equal those of one clean sequential run."""
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"))
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    shared = tmp_path / "shared"
+    training = ("--steps=10",)
+    codes, printed = finish(
+        start_workers(shared, 4, *training, "--worker_wait=5", env=env, killed=(3,))
+    )
+    assert codes == [0, 0, 0, -signal.SIGKILL], printed
+    assert not (shared / "ablation.md").exists()
+    assert not (shared / "runs" / "0.03_seed1" / "result.json").exists()  # killed mid-write
+    assert status.read(str(shared))["state"] in ("waiting", "dead")
+
+    changed = (*training, "--optimizer=adam")
+    codes, printed = finish(start_workers(shared, 4, *changed, "--worker_wait=300", env=env))
+    assert codes == [0] * 4, printed
+    assert sum(REPORT_HEADING in text for text in printed) == 1, printed
+    assert not any("resuming from step" in text for text in printed), printed
+    assert sorted(p.name for p in (shared / "superseded").iterdir()) == [
+        f"{arm}_seed{seed}.1" for arm in ("0.01", "0.03") for seed in (0, 1)
+    ]
+    assert status.read(str(shared))["state"] == "done"
+
+    clean = tmp_path / "clean"
+    codes, printed = finish(start_workers(clean, 1, *changed, env=env))
+    assert codes == [0], printed
+    assert _cell_records(shared) == _cell_records(clean)
+    assert (shared / "ablation.md").read_text() == (clean / "ablation.md").read_text()
+
+
+def test_an_ablation_of_a_model_study_checks_both_arms(tmp_path, monkeypatch):
+    """Over a model study (performer_vit declares a training check), an arm whose models do not
+    beat the same model with uniform attention leaves the comparison not tested."""
+    from configs import performer_vit as vit_config
+    from experiments import performer_vit
+    from experiments.core.verdicts import Outcome
+
+    def measure(config, workdir):
+        del workdir
+        own = 0.85 + 0.001 * config.train.seed
+        uniform = own - (0.0 if config.model.num_features == 16 else 0.05)
+        return {"accuracy_own": own, "accuracy_uniform_attention": uniform}
+
+    monkeypatch.setattr(performer_vit, "measure", measure)
+    monkeypatch.setattr(performer_vit, "validate_config", lambda config: None)
+    monkeypatch.setattr(performer_vit, "headline", lambda records: records)
+    verdict = ablation.run(
+        vit_config.get_config("quick"),
+        str(tmp_path),
+        sweep_text="model.num_features=8,16",
+        seeds_text="0:3",
+        metric="accuracy_own",
+    )
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert verdict.evidence.startswith("16 failed the declared training check")

@@ -1,0 +1,238 @@
+"""Smoke tests of the experiments at their quick sizes, through the public entry point."""
+
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from configs import kernel_mse as kernel_mse_config
+from configs import performer_vit as performer_vit_config
+from experiments import kernel_mse
+from experiments.core.outputs import read_csv
+from experiments.main import run_experiment, validate_config
+from tests.support import ROOT
+
+
+@pytest.mark.integration
+def test_kernel_mse_quick_run_writes_results_that_agree_with_theory(tmp_path):
+    workdir = tmp_path / "kernel_mse"
+    command = [
+        sys.executable,
+        "-m",
+        "experiments.main",
+        "--config=configs/kernel_mse.py:quick",
+        f"--workdir={workdir}",
+    ]
+    completed = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert f"summary: {workdir}/summary.md" in completed.stdout.splitlines()[-1]
+    for name in ("results.csv", "mse_ratio.png", "summary.md", "config.json", "records.json"):
+        assert (workdir / name).stat().st_size > 0, name
+    rows = read_csv(workdir / "results.csv")
+    config = kernel_mse_config.get_config("quick")
+    assert len(rows) == len(config.norms_of_sum) * len(config.couplings)
+    for row in rows:
+        if row["coupling"] != "simplex_plus":  # no closed form for SimRF+
+            assert abs(float(row["z_score"])) <= 4.0, row
+    smallest_v = {
+        row["coupling"]: float(row["mse_mc"])
+        for row in rows
+        if float(row["v"]) == min(config.norms_of_sum)
+    }
+    assert smallest_v["simplex"] < smallest_v["orthogonal"] < smallest_v["gaussian"]
+    summary = (workdir / "summary.md").read_text()
+    assert "## Claims, our numbers, verdicts" in summary
+    assert "(Sec. 4, Eq. 11, 19, 23, 24): **holds**: Monte Carlo - closed form" in summary
+    # The quick variant is not sized to test the claims: nothing it finds refutes one.
+    stored = json.loads((workdir / "verdicts.json").read_text())
+    assert set(stored) == set(config.claims)
+    assert all(v["outcome"] != "does not hold" for v in stored.values())
+
+
+def test_kernel_mse_small_v_limit_is_the_sec_5_1_prefactor():
+    config = kernel_mse_config.get_config()
+    assert kernel_mse.small_v_limit(config) == pytest.approx(0.007782, abs=5e-6)  # d = m = 64
+    assert kernel_mse.small_v_limit(kernel_mse_config.get_config("quick")) is None  # m > d
+
+
+def test_config_variants():
+    full, quick = kernel_mse_config.get_config(), kernel_mse_config.get_config("quick")
+    assert full.dim == 64
+    assert quick.num_draws < full.num_draws
+    with pytest.raises(ValueError, match="config variant"):
+        kernel_mse_config.get_config("huge")
+
+
+def test_config_argument_takes_a_variant_and_key_value_overrides():
+    config = kernel_mse_config.get_config("quick,num_draws=50,couplings=(gaussian,simplex)")
+    assert config.num_draws == 50 and config.couplings == ("gaussian", "simplex")
+    assert config.dim == kernel_mse_config.get_config("quick").dim  # the variant still applies
+    vit = performer_vit_config.get_config("quick,train.num_train_steps=8,attentions=simplex")
+    assert vit.train.num_train_steps == 8 and vit.attentions == ("simplex",)
+    assert kernel_mse_config.get_config("seed=3,norms_of_sum=(0.5,1)").norms_of_sum == (0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("quick,num_draw=5", r"no field 'num_draw'.*did you mean \['num_draws'\]"),
+        ("quick,num_draws=1.5", "num_draws='1.5': expected int like 1000"),
+        ("quick,couplings=gaussian,simplex", r"couplings=\(gaussian,simplex\)"),
+        ("huge", r"variant must be one of \('quick',\)"),
+        ("quick,couplings=(gaussian", "unbalanced"),
+    ],
+)
+def test_a_bad_config_argument_names_the_problem_and_the_syntax(arg, message):
+    with pytest.raises(ValueError, match=message):
+        kernel_mse_config.get_config(arg)
+
+
+def test_a_comma_separated_override_stops_before_running_with_the_accepted_syntax(tmp_path):
+    """``--config.couplings=gaussian,simplex`` is one string to ml_collections: the run stops
+    with the syntax to use, without a traceback and without touching the workdir."""
+    workdir = tmp_path / "kernel_mse"
+    command = [sys.executable, "-m", "experiments.main", "--config=configs/kernel_mse.py:quick"]
+    command += ["--config.couplings=gaussian,simplex", f"--workdir={workdir}"]
+    completed = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert completed.returncode != 0
+    assert "holds a comma inside one string" in completed.stderr
+    assert "--config.couplings=\"('a', 'b')\"" in completed.stderr
+    assert "Traceback" not in completed.stderr and not workdir.exists()
+
+
+def test_validation_checks_types_and_names_of_every_experiment():
+    config = kernel_mse_config.get_config("quick")
+    config.couplings = ("gaussian", "simplx")
+    with pytest.raises(ValueError, match=r"config.couplings: 'simplx' is not one of"):
+        validate_config(config)
+    config = kernel_mse_config.get_config("quick")
+    config.norms_of_sum = ("0.5", "1.0")
+    with pytest.raises(TypeError, match=r"config\.norms_of_sum must be a tuple of float"):
+        validate_config(config)
+    config = performer_vit_config.get_config("quick")
+    config.train.optimizer = "adamax"
+    with pytest.raises(ValueError, match=r"config.train.optimizer: 'adamax' is not one of"):
+        validate_config(config)
+    config.train.optimizer, config.train.log_every_steps = "adam", 0
+    with pytest.raises(ValueError, match=r"config\.train\.log_every_steps must be finite and > 0"):
+        validate_config(config)
+    # Feature-map names come from the registry (rfjax.features.available()).
+    config = performer_vit_config.get_config("quick")
+    config.model.feature_map = "softmax"
+    with pytest.raises(ValueError, match=r"config.model.feature_map: 'softmax' is not one of"):
+        validate_config(config)
+
+
+def test_validation_runs_the_checks_a_run_would_hit():
+    """kernel_mse at dim = 1 passed validation and failed mid-run in the simplex sampler."""
+    config = kernel_mse_config.get_config("quick")
+    config.dim = 1
+    with pytest.raises(ValueError, match=r"config\.couplings: coupling 'simplex' cannot draw .*"):
+        validate_config(config)
+    config = kernel_mse_config.get_config("quick")
+    config.dim, config.num_features = 10**9, 4
+    with pytest.raises(ValueError, match=r"the cap is 2 GiB"):
+        validate_config(config)
+
+
+def test_validation_refuses_a_repeated_seed_in_every_config_with_seeds():
+    checked = []
+    for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
+        if path.stem in ("__init__", "common", "training"):
+            continue
+        config = importlib.import_module(f"configs.{path.stem}").get_config("quick")
+        if "seeds" not in config:
+            continue
+        with config.ignore_type():
+            config.seeds = (0, 1, 0)
+        with pytest.raises(ValueError, match=r"config\.seeds repeats seed 0 in \(0, 1, 0\)"):
+            validate_config(config)
+        checked.append(path.stem)
+    assert {"conformer_ctc", "iap_es", "lstm_lm", "performer_lm"} <= set(checked)
+
+
+def test_every_experiment_module_validates_with_validate_config():
+    for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
+        if path.stem in ("__init__", "common", "training"):
+            continue
+        module = importlib.import_module(f"experiments.{path.stem}")
+        assert callable(module.validate_config), path.stem
+        validate_config(importlib.import_module(f"configs.{path.stem}").get_config("quick"))
+
+
+def test_a_failed_run_is_marked_and_the_previous_summary_no_longer_looks_current(
+    tmp_path, monkeypatch
+):
+    workdir = tmp_path / "kernel_mse"
+    workdir.mkdir()
+    (workdir / "summary.md").write_text("results of an earlier run\n")
+
+    def broken(config, workdir):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(kernel_mse, "measure", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        run_experiment(kernel_mse_config.get_config("quick"), str(workdir), command=["cmd"])
+    status = json.loads((workdir / "status.json").read_text())
+    assert status["state"] == "failed" and "RuntimeError: disk full" in status["error"]
+    assert status["pid"] == os.getpid() and {"host", "heartbeat"} <= set(status)
+    assert "disk full" in (workdir / "FAILED").read_text()
+    assert not (workdir / "summary.md").exists()
+    assert (workdir / "summary.previous.md").read_text() == "results of an earlier run\n"
+
+    def working(records, config, workdir):
+        pathlib.Path(workdir, "summary.md").write_text("new results\n")
+        return {}
+
+    monkeypatch.setattr(kernel_mse, "measure", lambda config, workdir: [])
+    monkeypatch.setattr(kernel_mse, "report", working)
+    run_experiment(kernel_mse_config.get_config("quick"), str(workdir), command=["cmd"])
+    assert json.loads((workdir / "status.json").read_text())["state"] == "done"
+    written = ["command.txt", "records.json", "status.json", "summary.md"]
+    assert sorted(p.name for p in workdir.iterdir()) == written
+
+
+def test_the_installed_distribution_holds_only_the_library(tmp_path):
+    """configs/ and experiments/ are not installed (generic names); outside the checkout they
+    are not importable, while rfjax is."""
+    probe = "import importlib.util as u; print([u.find_spec(n) is not None for n in "
+    probe += "('rfjax', 'configs', 'experiments', 'benchmarks')])"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert completed.stdout.strip() == "[True, False, False, False]", completed.stderr
+
+
+def _write_status_repeatedly(workdir: str) -> None:
+    from experiments.core import status
+
+    writer = status.Status(workdir, ["worker"])
+    for _ in range(500):
+        writer.set("waiting", missing=[])
+
+
+@pytest.mark.integration
+def test_workers_sharing_a_workdir_write_its_status_at_once(tmp_path):
+    """``--worker=I/N`` starts independent processes on one workdir: their status writes race."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_write_status_repeatedly, args=(str(tmp_path),)) for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert json.loads((tmp_path / "status.json").read_text())["state"] == "waiting"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["status.json"]

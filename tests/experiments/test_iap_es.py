@@ -1,0 +1,485 @@
+"""ES for implicit-attention policies: the gradient estimate, rollouts, training, resume, report."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pgx
+import pytest
+
+from configs import iap_es as iap_es_config
+from experiments import iap_es
+from experiments.core import sweep, verdicts
+from experiments.core.train import checkpoints, es
+from experiments.core.train import trainer as train
+from experiments.core.verdicts import Outcome
+from experiments.iap_es.flops import (
+    exact_crossover_patches,
+    importance_flops,
+    policy_feature_shape,
+    policy_importance_flops,
+)
+from experiments.main import run_experiment
+from rfjax.nn import ImplicitAttentionPolicy
+
+
+def test_es_gradient_estimate_is_unbiased_on_a_quadratic():
+    # f(x) = 1/2 x^T A x + b^T x: the antithetic estimate of grad f_sigma = grad f is unbiased.
+    dim, draws = 6, 400
+    matrix = jax.random.normal(jax.random.key(0), (dim, dim))
+    matrix = matrix @ matrix.T / dim + jnp.eye(dim)
+    offset = jax.random.normal(jax.random.key(1), (dim,))
+    mean = {"x": jax.random.normal(jax.random.key(2), (dim,))}
+    truth = matrix @ mean["x"] + offset
+    strategy = es.make_strategy(
+        mean, population_size=8, sigma=0.3, optimizer=optax.sgd(1.0), fitness_shaping="identity"
+    )
+    params = strategy.default_params
+    state = strategy.init(jax.random.key(3), mean, params)
+
+    def estimate(key):
+        population, _ = strategy.ask(key, state, params)
+        x = population["x"]
+        fitness = 0.5 * jnp.einsum("pi,ij,pj->p", x, matrix, x) + x @ offset
+        new, _ = strategy.tell(key, population, fitness, state, params)
+        return state.mean - new.mean  # sgd(1.0): the step is the gradient estimate
+
+    grads = np.asarray(jax.jit(jax.vmap(estimate))(jax.random.split(jax.random.key(4), draws)))
+    se = grads.std(axis=0, ddof=1) / np.sqrt(draws)
+    assert np.all(np.abs(grads.mean(axis=0) - truth) <= 4 * se), (grads.mean(0), truth, se)
+    assert np.all(se < 0.2 * np.abs(truth).max())  # informative: the SE is not huge
+
+
+def test_make_strategy_rejects_bad_settings():
+    with pytest.raises(ValueError, match="population_size must be an even int"):
+        es.make_strategy({"x": jnp.zeros(2)}, population_size=5, sigma=0.1, optimizer=optax.sgd(1))
+    with pytest.raises(ValueError, match="fitness_shaping must be one of"):
+        es.make_strategy(
+            {"x": jnp.zeros(2)},
+            population_size=4,
+            sigma=0.1,
+            optimizer=optax.sgd(1),
+            fitness_shaping="rank",
+        )
+
+
+def test_rollout_matches_a_step_by_step_episode():
+    env = pgx.make("minatar-breakout")
+
+    def act(params, observation, projection):  # moves right iff the parameter is positive
+        return jnp.where(params["w"] > 0, 2, 0)
+
+    rollout = es.Rollout(env, act, lambda key: None, max_steps=60)
+    population = {"w": jnp.array([-1.0, 1.0])}
+    totals, lengths = jax.jit(lambda p, k: rollout.returns(p, k, 2))(population, jax.random.key(7))
+    init, step = jax.jit(env.init), jax.jit(env.step)
+    for member in range(2):
+        for episode in range(2):
+            key = jax.random.fold_in(jax.random.key(7), episode)
+            init_key, step_key, _ = jax.random.split(key, 3)
+            state, total, steps = init(init_key), 0.0, 0
+            while not (state.terminated or state.truncated) and steps < 60:
+                action = 2 if population["w"][member] > 0 else 0
+                state = step(state, jnp.int32(action), jax.random.fold_in(step_key, steps))
+                total, steps = total + float(state.rewards[0]), steps + 1
+            assert totals[member, episode] == total
+            assert lengths[member, episode] == steps
+
+
+def _quick(**es_overrides):
+    config = iap_es_config.get_config("quick")
+    config.kinds = ("exact",)
+    config.reference = config.claim_kind = "exact"
+    config.es.update(es_overrides)
+    return config
+
+
+@pytest.mark.integration
+def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
+    config = _quick(
+        population_size=16,
+        episodes_per_member=2,
+        num_generations=10,
+        eval_every=10,
+        eval_episodes=2,
+        log_every=1,
+    )
+    env = iap_es.make_env(config)
+    policy = iap_es.make_policy(config, env, "exact")
+    params = iap_es.initial_params(policy, seed=0)
+    trainer = es.ESTrainer(config.es, iap_es.make_rollout(config, env, policy), params)
+    trainer.train(str(tmp_path / "whole"), params, seed=0)
+    records = train.read_metrics(str(tmp_path / "whole"))
+    returns = [r["mean_return"] for r in records if r["split"] == "train"]
+    assert len(returns) == 10
+    # The population's mean return over the last 3 generations beats the first generation's.
+    assert np.mean(returns[-3:]) > returns[0] + 0.2, returns
+    # Interrupted after 5 generations and started again: the same metrics, bit for bit.
+    trainer.train(str(tmp_path / "split"), params, seed=0, stop_at_generation=5)
+    # Another run's checkpoint (other ES settings, another seed) is never continued.
+    other = ml_collections.ConfigDict(config.es.to_dict())
+    other.sigma *= 2
+    rollout = iap_es.make_rollout(config, env, policy)
+    with pytest.raises(checkpoints.SettingsMismatchError, match=r"es\.sigma: "):
+        es.ESTrainer(other, rollout, params).train(str(tmp_path / "split"), params, seed=0)
+    with pytest.raises(checkpoints.SettingsMismatchError, match=r"seed: 0 -> 1"):
+        trainer.train(str(tmp_path / "split"), params, seed=1)
+    trainer.train(str(tmp_path / "split"), params, seed=0)
+    assert train.read_metrics(str(tmp_path / "split")) == records
+    # One compilation per step for all of it: the initial, updated and restored states share a
+    # signature (weak types and a restored state once retraced both steps).
+    assert trainer.generation._cache_size() == 1 and trainer.evaluate._cache_size() == 1
+
+
+@pytest.mark.integration
+def test_seeds_trained_together_are_recorded_as_seeds_trained_one_at_a_time(tmp_path):
+    # The accelerator's path (one vmapped program per group of seeds) keeps each seed's keys,
+    # episodes and metric schedule: the records equal the one-at-a-time sweep's.
+    config = iap_es_config.get_config("quick")
+    config.kinds, config.claim_kind = ("exact", config.reference), config.reference
+    config.seeds = (0, 1)
+    measured = {}
+    for together in (1, 2):
+        config.seeds_together = together
+        runs = iap_es.measure(config, str(tmp_path / f"together{together}"))["runs"]
+        measured[together] = {(r["kind"], r["seed"]): r for r in runs}
+    assert measured[1].keys() == measured[2].keys() and len(measured[1]) == 4
+    for cell, one in measured[1].items():
+        both = measured[2][cell]
+        for name in ("final_return", "return", "return_se", "forward_passes"):
+            assert both[name] == one[name], (cell, name)
+        assert both["mask_agreement"] == pytest.approx(one["mask_agreement"], abs=1e-6)
+        assert both["inference_return"] == pytest.approx(one["inference_return"], abs=1e-6)
+    # A cell without its record is measured again, alone: the other kind's cell of that seed,
+    # recorded, is not retrained.
+    workdir = str(tmp_path / "together2")
+    redone = sweep.run_dir(workdir, iap_es.run_name(config.reference), 1)
+    kept = os.path.join(sweep.run_dir(workdir, "exact", 1), "result.json")
+    os.remove(os.path.join(redone, "result.json"))
+    os.remove(os.path.join(redone, "metrics.jsonl"))
+    before = os.path.getmtime(kept)
+    runs = iap_es.measure(config, workdir)["runs"]
+    assert os.path.getmtime(kept) == before
+    assert {(r["kind"], r["seed"]): r["final_return"] for r in runs} == {
+        cell: r["final_return"] for cell, r in measured[1].items()
+    }
+
+
+def test_train_together_refuses_a_started_run_and_unequal_arguments(tmp_path):
+    config = _quick()
+    env = iap_es.make_env(config)
+    policy = iap_es.make_policy(config, env, "exact")
+    params = iap_es.initial_params(policy, seed=0)
+    trainer = es.ESTrainer(config.es, iap_es.make_rollout(config, env, policy), params)
+    with pytest.raises(ValueError, match="equally long and non-empty"):
+        trainer.train_together([str(tmp_path / "a")], [params, params], [0, 1])
+    os.makedirs(tmp_path / "b" / "checkpoints")
+    with pytest.raises(ValueError, match=r"holds a checkpoint.*resume that run with train"):
+        trainer.train_together([str(tmp_path / "b")], [params], [0])
+    config.seeds_together = 0
+    with pytest.raises(ValueError, match="seeds_together must be an int >= 1, got 0"):
+        iap_es.validate_config(config)
+
+
+def test_parse_kind_and_bad_kinds():
+    assert iap_es.parse_kind("angular_hybrid:8x8") == {
+        "attention": "angular_hybrid",
+        "num_features": 8,
+        "num_sign_features": 8,
+    }
+    assert iap_es.kind_label("positive:256") == "FAVOR+ m=256"
+    for bad in ("favour:256", "positive", "exact:4", "angular_hybrid:8", "positive:8x8"):
+        with pytest.raises(ValueError, match="kind"):
+            iap_es.parse_kind(bad)
+
+
+def _runs(config, claim_returns, reference_returns):
+    """Records of the claim kind and the reference on len(returns) seeds (training and
+    inference returns alike)."""
+    runs = []
+    for seed, (claim, reference) in enumerate(zip(claim_returns, reference_returns, strict=True)):
+        for kind, value in ((config.reference, reference), (config.claim_kind, claim)):
+            played = {config.reference: reference, config.claim_kind: claim}
+            runs.append(
+                {
+                    "kind": kind,
+                    "seed": seed,
+                    "final_return": value,
+                    "inference_return": played,
+                    "generation": [0, 10],  # the policy at its random initialisation, then ES
+                    "return": [0.2, value],
+                }
+            )
+    return runs
+
+
+def test_equal_quality_is_equivalence_within_the_declared_fraction_of_the_reference():
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(4))
+    kinds = {k: {"label": iap_es.kind_label(k)} for k in config.kinds}
+    reference = np.array([3.0, 3.2, 2.8, 3.0])  # mean 3: the 20% margin is 0.6
+
+    def outcome(claim):
+        runs = _runs(config, claim, reference)
+        return iap_es.judge({"kinds": kinds, "runs": runs}, config).given["equal_quality"].outcome
+
+    # Differences 0.1, -0.1, 0.0, 0.0: 90% CI about [-0.11, 0.11], inside +-0.6.
+    assert outcome(reference + np.array([0.1, -0.1, 0.0, 0.0])) == Outcome.HOLDS
+    # Worse by 1.0 +- 0.05: beyond the margin.
+    assert outcome(reference - 1.0 + np.array([0.05, -0.05, 0.0, 0.0])) == Outcome.DOES_NOT_HOLD
+    # Worse by 0.6 +- 0.2: the interval straddles the margin.
+    assert outcome(reference - 0.6 + np.array([0.3, -0.3, 0.0, 0.0])) == Outcome.NOT_RESOLVED
+
+
+def test_a_kind_that_es_did_not_move_from_its_random_initialisation_is_not_tested():
+    """The declared check: a kind's final return must beat its policy at generation 0 (a random
+    policy) by 0.5; a kind at 0.3 against 0.2 has not learned to play."""
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(4))
+    kinds = {k: {"label": iap_es.kind_label(k)} for k in config.kinds}
+    reference = np.array([3.0, 3.2, 2.8, 3.0])
+    runs = _runs(config, np.array([0.3, 0.25, 0.3, 0.35]), reference)
+    judged = iap_es.judge({"kinds": kinds, "runs": runs}, config)
+    label = iap_es.kind_label(config.claim_kind)
+    assert judged.failed_arms() == [label]
+    for verdict in judged.given.values():
+        assert verdict.outcome == Outcome.NOT_TESTED
+        assert verdict.evidence.startswith(f"{label} failed the declared training check")
+        assert "the same policy at its random initialisation 0.2: the arm minus it +0.1" in (
+            verdict.evidence
+        )
+
+
+def test_inference_swap_plays_the_same_episodes_with_every_kind():
+    # A policy whose controller ignores its input acts alike under every attention: on the
+    # same episodes (the swap's pairing) its returns are then equal, on other episodes not.
+    config = iap_es_config.get_config("quick")
+    env = iap_es.make_env(config)
+    kinds = {}
+    for kind in ("exact", "positive:16"):
+        rollout = iap_es.make_rollout(config, env, iap_es.make_policy(config, env, kind))
+        kinds[kind] = {"inference": iap_es.inference_evaluator(rollout, 16)}
+    params = iap_es.initial_params(iap_es.make_policy(config, env, "exact"), seed=0)
+    blind = jax.tree_util.tree_map_with_path(
+        lambda path, x: x if "bias" in jax.tree_util.keystr(path) else jnp.zeros_like(x), params
+    )
+    swap = iap_es.inference_returns(kinds, blind, run_key=(0, "exact"))
+    assert set(swap) == set(kinds) and swap["exact"] == swap["positive:16"]
+    other = iap_es.inference_returns(kinds, blind, run_key=(1, "exact"))
+    assert other["exact"] != swap["exact"]  # another run: other episodes
+
+
+def test_report_writes_the_summary_figures_and_tables(tmp_path):
+    config = iap_es_config.get_config("quick")
+    generations = [0, 2, 4]
+    runs = [
+        {
+            "kind": kind,
+            "seed": seed,
+            "seconds": 1.0,
+            "cpu_seconds": 1.0,
+            "final_return": 1.0 + 0.1 * seed + 0.01 * i,
+            "mask_agreement": 0.8 + 0.01 * seed + 0.02 * i,
+            "inference_return": {
+                played: 1.0 + 0.1 * seed + 0.01 * i - 0.02 * j
+                for j, played in enumerate(config.kinds)
+            },
+            "generation": generations,
+            "return": [0.2, 0.6, 1.0 + 0.1 * seed + 0.01 * i],
+            "return_se": [0.1] * 3,
+            "forward_passes": [0, 100, 200],
+            "attention_flops": [0.0, 100.0 * (i + 1), 200.0 * (i + 1)],
+        }
+        for i, kind in enumerate(config.kinds)
+        for seed in config.seeds
+    ]
+    kinds = {
+        kind: {
+            "label": iap_es.kind_label(kind),
+            "importance_flops": 1000 * (i + 1),
+            "xla_importance_flops": 1100.0 * (i + 1),
+        }
+        for i, kind in enumerate(config.kinds)
+    }
+    flops = {
+        "exact": {"label": "exact softmax", "num_patches": 25}
+        | {"importance_flops": 500, "xla_importance_flops": 600.0},
+        **{
+            kind: {**kinds[kind], "num_patches": 25, "crossover_patches": 40 + i}
+            for i, kind in enumerate(config.kinds)
+            if kind != "exact"
+        },
+    }
+    results = {"kinds": kinds, "flops": flops, "runs": runs, "seconds": 60.0}
+    written = iap_es.report(results, config, str(tmp_path))
+    summary = (tmp_path / "summary.md").read_text()
+    assert "HRF angular 4x4" in summary
+    # The FLOP ratios with exact attention's cost beside them (reference: 2000 / 600 XLA).
+    assert "FAVOR+ m=16 costs 0.67x (analytic) and 0.67x (XLA) the FLOPs of HRF" in summary
+    assert "FAVOR+ m=16 costs 4.00x (analytic) and 3.67x (XLA) as much" in summary
+    assert "plays with HRF angular 4x4" in summary and "at inference" in summary
+    stored = verdicts.read(str(tmp_path))
+    assert set(stored) == {"equal_quality", "equal_at_inference"}
+    assert all(v.sentence() in summary for v in stored.values())
+    # The swap: the claim kind (played third) minus the reference (second), every run: -0.02.
+    assert written["inference_claim"].mean == pytest.approx(-0.02)
+    assert written["flops_ratio"] == pytest.approx(2000 / 3000)
+    for name in ("return_vs_generation.png", "return_vs_flops.png", "results.csv"):
+        assert os.path.getsize(tmp_path / name) > 0
+
+
+def test_endpoint_noise_separates_episode_noise_from_policy_differences():
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(6))
+    kinds = {k: {"label": iap_es.kind_label(k)} for k in config.kinds}
+    reference = np.array([3.0, 1.5, 4.0, 2.0, 3.5, 1.0])  # trained policies differ widely
+    claim = reference[::-1].copy()
+    runs = _runs(config, claim, reference)  # played return = final return: no episode noise
+    results = {"kinds": kinds, "runs": runs}
+    exact = iap_es.endpoint_noise(results, config)
+    difference = claim - reference
+    assert exact["noise_share"] == 0.0 and exact["run_noise"] == 0.0
+    assert exact["sd"] == pytest.approx(difference.std(ddof=1))
+    assert exact["free_sd"] == pytest.approx(exact["sd"])
+    assert exact["correlation"] == pytest.approx(np.corrcoef(claim, reference)[0, 1])
+    # Episode noise on the played returns: the gaps final - played bound it; the noise-free
+    # sd is what remains of the paired variance after twice that bound.
+    wobble = np.array([0.1, -0.1, 0.2, -0.2, 0.1, -0.1])
+    for run, step in zip(runs, np.repeat(wobble, 2), strict=True):
+        run["inference_return"] = {k: v + step for k, v in run["inference_return"].items()}
+    noisy = iap_es.endpoint_noise(results, config)
+    gaps = np.concatenate([-wobble, -wobble])
+    assert noisy["run_noise"] == pytest.approx(gaps.var(ddof=1))
+    assert noisy["noise_share"] == pytest.approx(2 * gaps.var(ddof=1) / difference.var(ddof=1))
+    assert noisy["free_sd"] == pytest.approx(np.sqrt(difference.var(ddof=1) - 2 * gaps.var(ddof=1)))
+    assert noisy["seeds_to_resolve"] <= exact["seeds_to_resolve"]
+
+
+def test_flop_counts_put_exact_attention_beside_every_kind():
+    config = iap_es_config.get_config("quick")
+    config.kinds = ("positive:16", "angular_hybrid:4x4")  # exact attention not trained
+    counts = iap_es.flop_counts(config, iap_es.make_env(config))
+    assert list(counts) == ["exact", "positive:16", "angular_hybrid:4x4"]
+    assert counts["exact"]["importance_flops"] == importance_flops(25, 8)
+    assert "crossover_patches" not in counts["exact"]
+    # FAVOR+ m = 16: w = r = 16 features from the d = 8 queries and keys.
+    assert counts["positive:16"]["crossover_patches"] == exact_crossover_patches(
+        8, feature_width=16, projection_rows=16
+    )
+    for kind in config.kinds:
+        patches = counts[kind]["crossover_patches"]
+        policy = iap_es.make_policy(config, iap_es.make_env(config), kind)
+        width, rows = policy_feature_shape(policy)
+
+        def cheaper(t, width=width, rows=rows):
+            return importance_flops(t, 8, feature_width=width, projection_rows=rows) < (
+                importance_flops(t, 8)
+            )
+
+        assert cheaper(patches) and not cheaper(patches - 1)
+
+
+@pytest.mark.integration
+def test_recorded_runs_are_reused_under_the_same_settings_only(tmp_path):
+    config = iap_es_config.get_config("quick")
+    settings = iap_es.run_settings(config)
+    recorded = []
+    for seed in config.seeds:  # the order measure() visits runs in
+        for i, kind in enumerate(config.kinds):
+            run = {"kind": kind, "seed": seed, "seconds": 1.0, "final_return": 10.0 * seed + i}
+            run_dir = sweep.run_dir(str(tmp_path), iap_es.run_name(kind), seed)
+            sweep.write(run_dir, settings, run, arm=iap_es.run_name(kind), seed=seed)
+            recorded.append({**run, "arm": iap_es.run_name(kind)})
+    measured = iap_es.measure(config, str(tmp_path))
+    assert measured["runs"] == recorded
+    assert os.listdir(run_dir) == ["result.json"]  # nothing was trained or checkpointed
+    # A sweep extended by seeds (another label, seeds trained together) reuses the record;
+    # other settings do not.
+    extended = ml_collections.ConfigDict(config.to_dict())
+    extended.seeds, extended.label, extended.seeds_together = (*config.seeds, 99), "more", 95
+    cell = {"arm": iap_es.run_name(config.kinds[-1]), "seed": config.seeds[-1]}
+    assert sweep.read(run_dir, iap_es.run_settings(extended), **cell) == run
+    other = ml_collections.ConfigDict(config.to_dict())
+    other.es.sigma *= 2
+    assert sweep.read(run_dir, iap_es.run_settings(other), **cell) is None
+
+
+@pytest.mark.slow
+def test_quick_config_runs_end_to_end(tmp_path):
+    config = iap_es_config.get_config("quick")
+    run_experiment(config, str(tmp_path))
+    assert os.path.exists(tmp_path / "summary.md")
+    stored = verdicts.read(str(tmp_path))
+    assert set(stored) == set(config.claims)
+    assert all(v.outcome != Outcome.DOES_NOT_HOLD for v in stored.values())  # a quick variant
+
+
+def test_config_variants():
+    default, quick, paper = (iap_es_config.get_config(v) for v in (None, "quick", "paper"))
+    assert {"exact", "positive:256", "angular_hybrid:8x8"} <= set(default.kinds)
+    assert len(default.seeds) == 3 and len(paper.seeds) > len(default.seeds)
+    assert quick.es.num_generations < default.es.num_generations < paper.es.num_generations
+    pair = iap_es_config.get_config("pair")
+    assert pair.kinds == (default.reference, default.claim_kind)
+    assert set(default.seeds) < set(pair.seeds)  # the default's runs are the pair's first seeds
+    for config in (default, quick, paper, pair):
+        iap_es.validate_config(config)
+    with pytest.raises(ValueError, match="config variant"):
+        iap_es_config.get_config("fast")
+
+
+def test_bad_config_is_rejected():
+    config = iap_es_config.get_config("quick")
+    config.es.eval_every = 3
+    with pytest.raises(
+        ValueError, match=r"config\.es\.eval_every must be a multiple of config\.es\.log_every = "
+    ):
+        iap_es.validate_config(config)
+    config = ml_collections.ConfigDict(iap_es_config.get_config("quick").to_dict())
+    config.reference = "positive:999"
+    with pytest.raises(ValueError, match=r"config\.reference: 'positive:999' is not one of \("):
+        iap_es.validate_config(config)
+    config = iap_es_config.get_config("quick")
+    config.final_evals = 10**6
+    with pytest.raises(ValueError, match=r"config\.final_evals must be an int in \[1, \d+\]"):
+        iap_es.validate_config(config)
+
+
+def _flops_policy(attention="positive", **overrides):
+    settings = dict(
+        image_shape=(6, 6, 2),
+        num_actions=3,
+        patch_size=1,
+        num_kept=4,
+        embed_dim=4,
+        attention=attention,
+        num_features=8,
+        num_sign_features=3,
+    )
+    settings.update(overrides)
+    return ImplicitAttentionPolicy(**settings)
+
+
+def test_importance_flops_from_the_shapes():
+    assert importance_flops(25, 8) == 2 * 25**2 * 8 + 4 * 25**2
+    assert importance_flops(25, 8, feature_width=256, projection_rows=256) == (
+        4 * 25 * 256 * 8 + 9 * 25 * 256 + 25
+    )
+    # widths: FAVOR+ m, trigonometric 2m, angular hybrid 4m(n + 1), Gaussian hybrid 4m(2n + 1)
+    for attention, width, rows in [
+        ("positive", 8, 8),
+        ("trigonometric", 16, 8),
+        ("angular_hybrid", 4 * 8 * 4, 11),
+        ("gaussian_hybrid", 4 * 8 * 7, 11),
+    ]:
+        policy = _flops_policy(attention)
+        assert policy_importance_flops(policy) == importance_flops(
+            36, 4, feature_width=width, projection_rows=rows
+        )
+    # the paper's comparison: angular hybrid 8 x 8 against FAVOR+ m = 256, T = 25, d = 8
+    hybrid = _flops_policy("angular_hybrid", num_features=8, num_sign_features=8, embed_dim=8)
+    favor = _flops_policy("positive", num_features=256, embed_dim=8)
+    assert policy_importance_flops(hybrid) < policy_importance_flops(favor) / 3

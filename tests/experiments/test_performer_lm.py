@@ -1,0 +1,242 @@
+"""The long-context causal LM: ``rfjax.nn.PerformerLM`` and ``experiments/performer_lm/``.
+
+One device here; the 4-device checks (the sequence split over a mesh axis against one device,
+the experiment's quick variant on a 2 x 2 "data" x "seq" mesh, and its resume) run in a
+subprocess with 4 forced CPU devices (``performer_lm_checks.py``), the multi-host recipe
+(2 processes x 2 devices, a kill, a resume) in ``test_multihost_recipe_resumes_after_a_kill``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax.nn import PerformerLM
+from rfjax.nn._performer_lm import token_nll
+from tests.support import SUPPORT
+from tests.support.multiprocess import (
+    ROOT,
+    cpu_environment,
+    distributed_flags,
+    free_port,
+    run_on_forced_devices,
+)
+
+SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
+
+
+def _model(kind: str, **options) -> PerformerLM:
+    return PerformerLM(**SIZES, attention_kind=kind, chunk_size=8, loss_chunk=7, **options)
+
+
+def _tokens(length: int = 30) -> jax.Array:
+    return jax.random.randint(jax.random.key(0), (2, length), 0, SIZES["vocab_size"])
+
+
+RNGS = {"projection": jax.random.key(3)}
+
+
+@pytest.mark.parametrize("kind", ["performer", "exact"])
+def test_token_nll_is_the_log_softmax_of_the_logits(kind):
+    # Chunks of 7 positions over T = 30 (the last one padded).
+    model, tokens = _model(kind), _tokens()
+    targets = jnp.roll(tokens, -1, axis=1)
+    variables = model.init(jax.random.key(1), tokens)
+    logits = model.apply(variables, tokens, rngs=RNGS, projection_step=5)
+    nll = model.apply(variables, tokens, targets, rngs=RNGS, projection_step=5)
+    expected = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
+    np.testing.assert_allclose(nll, expected, rtol=1e-5, atol=1e-5)
+    grad = jax.grad(
+        lambda h: token_nll(h, variables["params"]["embed"]["embedding"], targets, 7).sum()
+    )(jnp.ones((2, 30, 16)))
+    assert np.all(np.isfinite(grad))
+
+
+def test_kinds_share_the_parameter_layout_and_initialisation():
+    tokens = _tokens()
+    performer = _model("performer").init(jax.random.key(1), tokens)
+    exact = _model("exact").init(jax.random.key(1), tokens)
+    assert jax.tree.structure(performer) == jax.tree.structure(exact)
+    for a, b in zip(jax.tree.leaves(performer), jax.tree.leaves(exact), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["performer", "exact"])
+def test_decoding_token_by_token_gives_the_parallel_logits(kind):
+    # FAVOR's recurrent state / Flax's key-value cache against the causal forward pass, at the
+    # same projection step; positions continue from the cache's.
+    tokens = _tokens(12)
+    variables = _model(kind).init(jax.random.key(1), tokens)
+    parallel = _model(kind).apply(variables, tokens, rngs=RNGS, projection_step=5)
+    decoder = _model(kind, decode=True)
+    cache = decoder.init(jax.random.key(1), tokens)["cache"]
+
+    def step(cache, token):
+        logits, updated = decoder.apply(
+            {**variables, "cache": cache},
+            token[:, None],
+            rngs=RNGS,
+            projection_step=5,
+            mutable=["cache"],
+        )
+        return updated["cache"], logits[:, 0]
+
+    _, stepped = jax.lax.scan(step, cache, tokens.T)
+    np.testing.assert_allclose(jnp.moveaxis(stepped, 0, 1), parallel, rtol=2e-5, atol=2e-5)
+
+
+def test_bad_attributes_raise_naming_them():
+    tokens = _tokens()
+    with pytest.raises(ValueError, match="attention_kind must be one of"):
+        _model("flash").init(jax.random.key(0), tokens)
+    with pytest.raises(ValueError, match="embed_dim must be even and a multiple of num_heads"):
+        PerformerLM(vocab_size=5, embed_dim=15, num_heads=3).init(jax.random.key(0), tokens)
+    with pytest.raises(ValueError, match=r"decode=True .* sequence_axis=.seq."):
+        _model("performer", decode=True, sequence_axis="seq").init(jax.random.key(0), tokens)
+
+
+def test_experiment_rejects_a_context_the_sequence_devices_do_not_divide():
+    from configs.performer_lm import get_config
+    from experiments import performer_lm
+
+    config = get_config("quick,context_length=255,train.sequence_parallelism=2")
+    with pytest.raises(ValueError, match="context_length=255 must be divisible by"):
+        performer_lm.validate_config(config)
+    with pytest.raises(ValueError, match="attention_kinds: 'flash'"):
+        performer_lm.validate_config(get_config("quick,attention_kinds=(flash,)"))
+    with pytest.raises(ValueError, match="feature_map='derf_asymmetric' cannot be used here"):
+        performer_lm.validate_config(get_config("quick,model.feature_map=derf_asymmetric"))
+    for name in ("positive", "trigonometric", "angular_hybrid"):  # any other map and coupling
+        performer_lm.validate_config(
+            get_config(f"quick,model.feature_map={name},model.coupling=simplex")
+        )
+
+
+def _four_devices(check: str, workdir) -> dict:
+    return run_on_forced_devices([str(SUPPORT / "performer_lm_checks.py"), check, str(workdir)], 4)
+
+
+@pytest.mark.integration
+def test_sequence_split_over_four_devices_equals_one_device(tmp_path):
+    # Each kind on a 2 x 2 "data" x "seq" mesh (windows over data, positions over seq) against
+    # the unsplit model: per-token NLL and parameter gradients (float32, summation order only).
+    errors = _four_devices("split", tmp_path)
+    for kind in ("performer", "exact"):
+        assert errors[kind]["nll"] <= 1e-5, errors
+        assert errors[kind]["grad"] <= 1e-5, errors
+
+
+@pytest.mark.integration
+def test_quick_variant_trains_on_a_two_by_two_mesh_and_resumes(tmp_path):
+    # configs/performer_lm.py:quick with train.sequence_parallelism=2 on 4 forced devices, then
+    # the same command after the runs' records are lost: it resumes from the checkpoints of
+    # step 6 (the same settings; other settings train from step 0: test_core_sweep) and
+    # records the same numbers.
+    found = _four_devices("experiment", tmp_path)
+    assert found["first"]["kinds"] == ["performer", "exact"]
+    assert all(np.isfinite(found["first"]["valid_perplexity"]))
+    assert found["first"]["steps"] == [6, 6]
+    assert "resuming from step 6" in found["second_stdout"]
+    assert found["second"] == found["first"]
+
+
+def _kill_after_checkpoint(processes, checkpoints: str, step: int, timeout_s: float) -> bool:
+    """SIGKILLs process 1 once the checkpoint of ``step`` is complete; whether it was alive."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.isdir(os.path.join(checkpoints, str(step))) and not any(
+            name.endswith(".orbax-checkpoint-tmp") or "tmp" in name
+            for name in os.listdir(checkpoints)
+        ):
+            alive = processes[1].poll() is None
+            processes[1].send_signal(signal.SIGKILL)
+            return alive
+        if any(p.poll() not in (None, 0) for p in processes):
+            return False
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+def test_multihost_recipe_resumes_after_a_kill(tmp_path):
+    """2 processes x 2 forced devices (a 2 x 2 "data" x "seq" mesh) train the quick LM; process
+    1 is killed after the checkpoint of step 4; the job (both processes) starts again with the
+    same command and resumes from that checkpoint to the end. Its records equal those of an
+    uninterrupted run on one process with 4 devices (the same mesh)."""
+    config = (
+        "configs/performer_lm.py:quick,attention_kinds=(performer,),train.sequence_parallelism=2,"
+        "train.num_train_steps=40,train.checkpoint_every_steps=4,train.log_every_steps=1,"
+        "train.keep_checkpoints=20"
+    )
+    command = [sys.executable, "-m", "experiments.main", f"--config={config}"]
+    env = cpu_environment({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    workdir = tmp_path / "multi"
+
+    def start():
+        port = free_port()
+        return [
+            subprocess.Popen(
+                [*command, f"--workdir={workdir}", *distributed_flags(port, 2, index)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for index in range(2)
+        ]
+
+    first = start()
+    checkpoints = str(workdir / "runs" / "performer_seed0" / "checkpoints")
+    killed = _kill_after_checkpoint(first, checkpoints, 4, timeout_s=600)
+    time.sleep(2)
+    for process in first:  # the survivor waits for its dead peer: the job is restarted
+        process.kill()
+        process.communicate()
+    assert killed, "process 1 ended before the checkpoint of step 4"
+    second = start()
+    outputs = [process.communicate(timeout=900)[0] for process in second]
+    for process, output in zip(second, outputs, strict=True):
+        assert process.returncode == 0, output[-3000:]
+    resumed = [line for line in outputs[0].splitlines() if line.startswith("resuming from step")]
+    assert resumed and int(resumed[0].split()[3]) >= 4, outputs[0][-2000:]
+
+    reference = tmp_path / "reference"
+    completed = subprocess.run(
+        [*command, f"--workdir={reference}"],
+        cwd=ROOT,
+        env=cpu_environment({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+
+    def records(root):
+        path = root / "runs" / "performer_seed0" / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    multi, one = records(workdir), records(reference)
+    assert [r["step"] for r in multi] == [r["step"] for r in one]
+    for a, b in zip(multi, one, strict=True):
+        for name in a:
+            if name not in ("step", "split"):
+                assert a[name] == pytest.approx(b[name], rel=MULTIHOST_TOLERANCE), (a, b)
+
+
+# The reference runs the same 2 x 2 mesh in one process: the same programs, but the gradient's
+# sum over the four devices may be associated differently by the cross-process (gloo) reduction
+# than by the in-process one; two orders of a 4-term float32 sum differ by at most 2 * 3 u of
+# the sum of magnitudes (Higham 2002, Eq. 4.4), and over 40 steps of Adam such differences add
+# up to at most 40 * 6 u = 1.4e-5 relative (u = 2^-24) in the logged losses.
+MULTIHOST_TOLERANCE = 40 * 6 * 2.0**-24

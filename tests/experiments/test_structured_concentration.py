@@ -1,0 +1,122 @@
+"""The structured_concentration experiment (Choromanski & Fagan) at its quick size."""
+
+import math
+
+import pytest
+
+from configs import structured_concentration as concentration_config
+from experiments import structured_concentration
+from experiments.core import verdicts
+from experiments.core.stats import Estimate
+from experiments.core.verdicts import Outcome
+from tests.support.studies import quick_run_fixture
+
+quick_run = quick_run_fixture(concentration_config)
+
+
+@pytest.mark.integration
+def test_writes_outputs(quick_run):
+    config, workdir, result = quick_run
+    for name in ("methods.csv", "tails.csv", "error_vs_budget.png", "tails.png", "summary.md"):
+        assert (workdir / name).stat().st_size > 0, name
+    summary = (workdir / "summary.md").read_text()
+    assert summary.startswith("# ") and "$" not in summary
+    methods = structured_concentration.methods(config)
+    assert [r["method"] for r in result["rows"]] == [name for name, _, _ in methods]
+    assert len(result["tails"]) == len(methods) * len(config.epsilons)
+
+
+@pytest.mark.integration
+def test_every_family_is_unbiased_and_the_gaussian_matches_its_closed_form(quick_run):
+    _, _, result = quick_run
+    for row in result["rows"]:
+        assert abs(row["bias z"]) <= 4, row
+    gaussian = next(r for r in result["rows"] if r["method"] == "gaussian")
+    assert abs(gaussian["MSE"] - result["iid_mse"]) <= 4 * gaussian["MSE SE"]
+
+
+@pytest.mark.integration
+def test_empirical_tails_are_below_the_proven_bounds(quick_run):
+    _, _, result = quick_run
+    for tail in result["tails"]:
+        assert tail["tail"] <= tail["P-model"] + 4 * tail["tail SE"], tail
+        if tail["family"] == "gaussian":
+            assert tail["tail"] <= tail["Hoeffding"] + 4 * tail["tail SE"], tail
+
+
+@pytest.mark.integration
+def test_chromatic_numbers_and_budgets(quick_run):
+    _, _, result = quick_run
+    rows = {r["method"]: r for r in result["rows"]}
+    dim = rows["gaussian"]["n"]
+    assert dim & (dim - 1)  # not a power of two: the plain circulant has odd cycles
+    assert (rows["circulant"]["chi[P]"], rows["circulant_hd"]["chi[P]"]) == (3, 2)
+    assert rows["ldr2"]["chi[P]"] == dim and rows["ldr2_hd"]["chi[P]"] == rows["ldr2_hd"]["n"]
+    assert (rows["circulant"]["budget t"], rows["ldr2"]["budget t"]) == (dim, 2 * dim)
+    assert rows["gaussian"]["budget t"] == dim * dim
+
+
+def test_bad_configs():
+    config = concentration_config.get_config("quick")
+    with config.unlocked():
+        config.families = ("circulant",)
+    with pytest.raises(ValueError, match="families must be including 'gaussian'"):
+        structured_concentration.validate_config(config)
+    config = concentration_config.get_config("quick")
+    config.epsilons = (0.2, 0.1)
+    with pytest.raises(ValueError, match="epsilons must be increasing"):
+        structured_concentration.validate_config(config)
+
+
+@pytest.mark.integration
+def test_chi_is_contrasted_within_the_circulant_family_at_equal_m(quick_run):
+    config, workdir, _ = quick_run
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    assert stored["chi_order"].outcome != Outcome.NOT_TESTED
+    assert "ln(tail at n = 63 (chi = 3) / tail at n = 64 (chi = 2))" in stored["chi_order"].evidence
+    assert stored["circulant_chi"].outcome == Outcome.HOLDS  # chi[P] is exact: a fact
+    for name in ("unbiased", "p_model", "hoeffding"):
+        assert stored[name].outcome == Outcome.HOLDS, stored[name]
+    summary = (workdir / "summary.md").read_text()
+    assert "chi[P] = 3 and 2" in summary and "budgets t = 63 and 64" in summary
+
+
+def test_chi_contrast_rows_give_the_log_tail_ratio_and_the_m_over_chi_reading():
+    config = concentration_config.get_config("quick")
+    with config.unlocked():
+        config.epsilons = (0.1, 0.2)
+    results = {
+        "chi_contrast": {
+            "dims": {
+                "63": {"chromatic": 3, "tail": [0.2, 0.0], "tail_se": [0.01, 0.0]},
+                "64": {"chromatic": 2, "tail": [0.1, 0.01], "tail_se": [0.005, 0.001]},
+            }
+        }
+    }
+    first, second = structured_concentration.chi_contrast_rows(results, config)
+    assert first["ln ratio"] == pytest.approx(math.log(2))
+    assert first["ln ratio SE"] == pytest.approx(math.hypot(0.05, 0.05))
+    # Gaussian errors with variance x 3/2: 2 Q(1.645 sqrt(2/3)) = 0.179 against 0.1.
+    assert first["m / chi reading"] == pytest.approx(math.log(0.17927 / 0.1), abs=1e-4)
+    assert math.isnan(second["ln ratio"])  # no exceedance at n = 63: no ratio
+
+
+def test_a_bad_chi_contrast_is_rejected():
+    config = concentration_config.get_config("quick")
+    config.chi_contrast.dims = (64, 64)
+    with pytest.raises(ValueError, match=r"chi_contrast\.dims must be two distinct"):
+        structured_concentration.validate_config(config)
+
+
+def test_an_interval_inside_the_margin_reports_the_equivalence_bound_it_establishes():
+    # The committed chi contrast: +0.009 ± 0.0328 over 4000 draws, 95% interval about
+    # [-0.055, +0.073], inside ln 1.1 = 0.095 both ways: "not resolved" as an ordering, but the
+    # tails are shown equal within a factor e^0.073.
+    estimate = Estimate(0.009, 0.0328, 4000)
+    low, high = estimate.interval(0.95)
+    text = structured_concentration.equivalence_bound_text(estimate, 0.95, math.log(1.1))
+    assert f"within ±{high:.3f}" in text and f"[{low:+.3f}, {high:+.3f}]" in text
+    assert f"factor {math.exp(high):.3f}" in text and "inside the declared margin" in text
+    wide = structured_concentration.equivalence_bound_text(Estimate(0.0, 0.1, 4000), 0.95, 0.1)
+    assert "not inside the declared margin" in wide

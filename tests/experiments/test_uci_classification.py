@@ -1,0 +1,257 @@
+"""UCI loader and the kernel-regression classification experiment (SimRF Fig. 8, Tables 2-3)."""
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from configs import uci_classification as uci_config
+from experiments import uci_classification as uci
+from experiments.core import kernel_classifier, verdicts
+from experiments.core.outputs import read_csv
+from experiments.core.verdicts import Outcome
+from rfjax import data, features, projections
+from rfjax.data._uci import DEFAULT_UCI_DIR
+from tests.support.studies import quick_run_fixture
+
+# name: (rows, one-hot columns, ordinal columns, classes)
+SHAPES = {
+    "abalone": (4177, 10, 8, 28),
+    "banknote": (1372, 4, 4, 2),
+    "car": (1728, 21, 6, 4),
+    "yeast": (1484, 8, 8, 10),
+    "cmc": (1473, 9, 9, 3),
+    "nursery": (12960, 27, 8, 5),
+    "wifi": (2000, 7, 7, 4),
+    "chess": (28056, 40, 6, 18),
+}
+
+
+@pytest.mark.parametrize("name", data.UCI_DATASETS)
+def test_load_uci_shapes_and_classes(name):
+    rows, onehot_dim, ordinal_dim, classes = SHAPES[name]
+    x, y = data.load_uci(name)
+    assert x.shape == (rows, onehot_dim) and x.dtype == np.float64
+    assert y.shape == (rows,) and np.issubdtype(y.dtype, np.integer)
+    assert np.all(np.isfinite(x))
+    assert set(np.unique(y)) == set(range(classes))  # codes 0..C-1, every class present
+    ordinal, y_ordinal = data.load_uci(name, categorical="ordinal")
+    assert ordinal.shape == (rows, ordinal_dim)
+    np.testing.assert_array_equal(y, y_ordinal)
+    assert set(data.UCI_BANDWIDTHS) == set(data.UCI_DATASETS)
+
+
+@pytest.mark.parametrize("name", data.UCI_DATASETS)
+def test_load_uci_authors_rows_drop_the_last_line_of_the_file(name):
+    x, y = data.load_uci(name)
+    x_authors, y_authors = data.load_uci(name, rows="authors")
+    # nursery's last line is blank: the authors' loader drops it and keeps every row.
+    dropped = 0 if name == "nursery" else 1
+    assert len(x_authors) == len(x) - dropped
+    np.testing.assert_array_equal(x_authors, x[: len(x_authors)])
+    np.testing.assert_array_equal(y_authors, y[: len(y_authors)])
+    with pytest.raises(ValueError, match="rows must be one of all, authors"):
+        data.load_uci(name, rows="first")
+
+
+def test_authors_split_of_banknote_uses_1370_rows_and_another_test_set():
+    x, y = data.load_uci("banknote", rows="authors")
+    x_train, _, x_test, _ = uci.split_and_scale(
+        x, y, sigma=1.0, test_fraction=0.05, seed=42, split="authors"
+    )
+    assert (len(x_train), len(x_test)) == (1302, 68)  # int(0.95 n) + int(0.05 n) of n = 1,371
+    x_all, y_all = data.load_uci("banknote")
+    _, _, x_test_all, _ = uci.split_and_scale(x_all, y_all, sigma=1.0, test_fraction=0.05, seed=42)
+    assert len(x_test_all) == 68 and not np.allclose(x_test, x_test_all)
+    with pytest.raises(ValueError, match="split must be one of"):
+        uci.split_and_scale(x, y, sigma=1.0, test_fraction=0.05, seed=42, split="theirs")
+
+
+def test_load_uci_onehot_blocks_and_numeric_label_order():
+    x, _ = data.load_uci("car")  # all six columns categorical: each row has six ones
+    np.testing.assert_array_equal(x.sum(axis=1), 6.0)
+    assert set(np.unique(x)) == {0.0, 1.0}
+    _, rings = data.load_uci("abalone")
+    raw = np.loadtxt(f"{DEFAULT_UCI_DIR}/abalone.data", delimiter=",", usecols=8)
+    assert np.all(np.diff(rings[np.argsort(raw, kind="stable")]) >= 0)  # numeric, not "10" < "2"
+
+
+def test_load_uci_bad_arguments_and_data_dir(tmp_path):
+    with pytest.raises(
+        ValueError, match="abalone, banknote, car, yeast, cmc, nursery, wifi, chess"
+    ):
+        data.load_uci("iris")
+    with pytest.raises(ValueError, match="categorical must be one of onehot, ordinal"):
+        data.load_uci("car", categorical="binary")
+    with pytest.raises(FileNotFoundError, match="UCI Machine Learning Repository"):
+        data.load_uci("wifi", data_dir=str(tmp_path))
+    shutil.copy(f"{DEFAULT_UCI_DIR}/wifi.txt", tmp_path / "wifi.txt")
+    x, y = data.load_uci("wifi", data_dir=str(tmp_path))
+    expected_x, expected_y = data.load_uci("wifi")
+    np.testing.assert_array_equal(x, expected_x)
+    np.testing.assert_array_equal(y, expected_y)
+
+
+def _banknote_split():
+    x, y = data.load_uci("banknote")
+    x_train, y_train, x_test, y_test = uci.split_and_scale(
+        x, y, sigma=data.UCI_BANDWIDTHS["banknote"], test_fraction=0.05, seed=42
+    )
+    return x_train, np.eye(2, dtype=np.float32)[y_train], x_test, y_test
+
+
+def test_split_is_standardised_on_train():
+    x, y = data.load_uci("cmc")
+    x_train, _, x_test, _ = uci.split_and_scale(x, y, sigma=0.5, test_fraction=0.05, seed=1)
+    assert len(x_test) == int(len(x) * 0.05) and len(x_train) + len(x_test) == len(x)
+    np.testing.assert_allclose(x_train.mean(axis=0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(x_train.std(axis=0), 0.5, rtol=1e-4)
+    with pytest.raises(ValueError, match="test_fraction"):
+        uci.split_and_scale(x, y, sigma=0.5, test_fraction=1.5, seed=1)
+
+
+def test_exact_kernel_classifier_beats_the_majority_class():
+    x_train, onehot_train, x_test, y_test = _banknote_split()
+    majority = np.bincount(y_test).max() / len(y_test)
+    accuracy = uci.exact_accuracy(x_train, onehot_train, x_test, y_test, test_batch=32)
+    assert accuracy >= 0.9 > majority + 0.2
+    # The same scores in float64 NumPy, by brute force.
+    kernel = np.exp(-0.5 * ((x_test[:, None, :] - x_train[None]) ** 2).sum(-1).astype(np.float64))
+    brute = np.mean(np.argmax(kernel @ onehot_train, axis=1) == y_test)
+    assert accuracy == pytest.approx(brute)
+
+
+@pytest.mark.parametrize("coupling", ["gaussian", "simplex"])
+def test_prefix_scores_match_a_projection_with_fewer_blocks(coupling):
+    x_train, onehot_train, x_test, _ = _banknote_split()
+    key = jax.random.key(3)
+    scores = kernel_classifier.random_feature_scores(
+        key, coupling, (1, 3), x_train, onehot_train, x_test
+    )
+    scores = np.asarray(scores)
+    weights = projections.get(coupling)(key, 4, 12).matrix()
+    for index, blocks in enumerate((1, 3)):
+        prefix = projections.DenseProjection(weights[: 4 * blocks], block_size=4)
+        phi_train = features.positive_features(x_train, prefix, kernel="gaussian")
+        phi_test = features.positive_features(x_test, prefix, kernel="gaussian")
+        direct = np.asarray(phi_test @ (onehot_train.T @ phi_train).T)
+        # Equal up to one positive factor per test point (normalisation, row stabiliser).
+        np.testing.assert_allclose(
+            scores[index] / scores[index].sum(-1, keepdims=True),
+            direct / direct.sum(-1, keepdims=True),
+            rtol=2e-4,
+        )
+
+
+quick_run = quick_run_fixture(uci_config)
+
+
+@pytest.mark.integration
+def test_quick_run_writes_outputs(quick_run):
+    config, workdir, _ = quick_run
+    for name in ("results.csv", "datasets.csv", "tables.json", "summary.md", "config.json"):
+        assert (workdir / name).stat().st_size > 0, name
+    assert (workdir / "accuracy_vs_features.png").stat().st_size > 10_000
+    rows = read_csv(workdir / "results.csv")
+    main = [r for r in rows if r["split"] == config.split]
+    fig8 = [r for r in main if r["table"] == "fig8"]
+    fast = [r for r in main if r["table"] == "fast"]
+    dims = {name: data.load_uci(name)[0].shape[1] for name in config.datasets}
+    assert len(fig8) == len(config.couplings) * sum(
+        len(uci.ratios_for(config, dim)) for dim in dims.values()
+    )
+    assert {int(r["ratio"]) for r in fig8 if r["dataset"] == "banknote"} == {1, 10, 100}
+    assert len(fast) == len(config.datasets) * len(config.fast_couplings) * len(config.fast_ratios)
+    approach = [r for r in main if r["table"] == "approach"]
+    assert {(r["dataset"], int(r["ratio"])) for r in approach} == {("banknote", 300)}
+    tables = json.loads((workdir / "tables.json").read_text())
+    for split in config.table2_splits:  # Table 2 on both splits
+        assert [r["dataset"] for r in tables[f"table2_{split}"]] == list(config.datasets)
+    assert tables["table2_authors"][0]["rows used"] == 1370  # banknote, as the authors' script
+    assert tables["table2_all_rows"][0]["rows used"] == 1372
+    assert len(tables["table3"]) == len(config.datasets) * len(config.fast_ratios)
+    summary = (workdir / "summary.md").read_text()
+    assert summary.startswith("# ") and "](accuracy_vs_features.png)" in summary
+    assert "## Claims, our numbers, verdicts" in summary
+    assert "0.7229" in summary  # the paper's Table 2 value for banknote beside ours
+    stored = verdicts.read(str(workdir))
+    assert set(stored) == set(config.claims)
+    assert all(v.sentence() in summary for v in stored.values())
+    # The quick variant is not sized to refute a claim.
+    assert all(v.outcome != Outcome.DOES_NOT_HOLD for v in stored.values())
+    for row in rows:
+        assert 0.0 <= float(row["accuracy"]) <= 1.0 and float(row["accuracy_se"]) > 0
+    # With d = p the regular couplings of Table 3 are the Fig. 8 draws, reported in both.
+    shared = {(r["dataset"], r["coupling"], r["ratio"]): r["accuracy"] for r in fig8}
+    for row in fast:
+        if row["coupling"] in config.couplings:
+            assert row["accuracy"] == shared[row["dataset"], row["coupling"], row["ratio"]]
+
+
+@pytest.mark.integration
+def test_quick_random_features_approach_the_exact_kernel(quick_run):
+    config, _, result = quick_run
+    exact = {
+        f["dataset"]: f["exact_accuracy"] for f in result["facts"] if f["split"] == config.split
+    }
+    fig8 = {
+        (r["dataset"], r["coupling"], r["ratio"]): r
+        for r in result["rows"]
+        if r["table"] == "fig8" and r["split"] == config.split
+    }
+    for name in config.datasets:
+        ratios = sorted(r for (d, c, r) in fig8 if d == name and c == "gaussian")
+        for coupling in config.couplings:
+            low, high = fig8[name, coupling, ratios[0]], fig8[name, coupling, ratios[-1]]
+            gap = high["accuracy"] - low["accuracy"]
+            # Independent-draw SE; the prefixes are positively correlated, so this is wider.
+            se = np.hypot(low["accuracy_se"], high["accuracy_se"])
+            assert gap > 2 * se, (name, coupling, gap, se)
+            assert abs(exact[name] - high["accuracy"]) < abs(exact[name] - low["accuracy"])
+
+
+@pytest.mark.integration
+def test_quick_simrf_beats_iid_with_few_features_on_banknote(quick_run):
+    _, _, result = quick_run
+    cells = {
+        r["coupling"]: r
+        for r in result["rows"]
+        if r["table"] == "fig8"
+        and r["split"] == "all_rows"
+        and r["dataset"] == "banknote"
+        and r["ratio"] == 1
+    }
+    gap = cells["simplex"]["accuracy"] - cells["gaussian"]["accuracy"]
+    assert gap > 2 * np.hypot(cells["simplex"]["accuracy_se"], cells["gaussian"]["accuracy_se"])
+
+
+def test_config_variants_and_bad_config():
+    full, quick = uci_config.get_config(), uci_config.get_config("quick")
+    assert tuple(full.datasets) == data.UCI_DATASETS and tuple(full.ratios) == (1, 2, 4, 10)
+    assert max(uci.ratios_for(full, 4)) == 100 and max(uci.ratios_for(full, 21)) == 10
+    assert set(full.table2_splits) == set(uci.SPLITS)
+    assert len(quick.datasets) == 2
+    with pytest.raises(ValueError, match="config variant"):
+        uci_config.get_config("huge")
+    bad = uci_config.get_config("quick")
+    bad.datasets = ("banknote", "iris")
+    with pytest.raises(ValueError, match=r"config\.datasets: 'iris' is not one of \("):
+        uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.split = "theirs"
+    with pytest.raises(ValueError, match=r"config\.split: 'theirs' is not one of \("):
+        uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.couplings = ("simplex", "nope")
+    with pytest.raises(ValueError, match=r"config\.couplings: 'nope' is not one of \("):
+        uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.fast_ratios = (1, 0)
+    with pytest.raises(ValueError, match=r"config\.fast_ratios must be an int >= 1, got \(1, 0\)"):
+        uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.table2_ratio = 3
+    with pytest.raises(ValueError, match=r"config\.table2_ratio: 3 is not one of \(1, 10\)"):
+        uci.validate_config(bad)

@@ -1,0 +1,400 @@
+"""The fused Pallas kernels of FAVOR attention (``implementation="pallas_..."``) on CPU: in
+interpret mode against the XLA form (values and gradients of queries, keys, values and the
+projection, with masks, padding to whole chunks and per-head projections), against the float64
+log-space reference at |q| = |k| = 120, bfloat16 and OPRF; lowered for Triton on an abstract H100
+and for TPUs (Mosaic), which compiles nothing for the devices; and the errors for what the
+kernels do not take.
+
+Tolerances: the kernels and the XLA form sum the same terms in different orders, in float32:
+each output is a ratio of sums of non-negative terms each carried to a few ulps, so outputs and
+gradients agree to 1e-5 relative to their largest entry (64 eps32: the terms' rounding, 16
+per product chain, and the sums' reordering)."""
+
+import contextlib
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax import attention, features, projections
+from rfjax.attention import _fused
+from tests.rfjax.attention.test_large_norms import HEAD_DIM as LARGE_HEAD_DIM
+from tests.rfjax.attention.test_large_norms import exact, inputs, ready_map, reference
+from tests.support.representatives import representatives
+
+EPS32 = float(np.finfo(np.float32).eps)
+TOLERANCE = 64 * EPS32
+BATCH, LENGTH, HEADS, HEAD_DIM, VALUE_DIM, NUM_FEATURES = 1, 80, 2, 8, 4, 16  # 2 chunks, 1 partial
+
+
+def operands(seed=0, scale=1.0, dtype=jnp.float32):
+    k = jax.random.split(jax.random.key(seed), 5)
+    shape = (BATCH, LENGTH, HEADS, HEAD_DIM)
+    q, kk = (scale * jax.random.normal(x, shape) for x in k[:2])
+    v = jax.random.normal(k[2], (BATCH, LENGTH, HEADS, VALUE_DIM))
+    mask = jax.random.uniform(k[3], (BATCH, LENGTH)) > 0.25
+    projection = attention.draw_projection(
+        k[4], HEAD_DIM, NUM_FEATURES, coupling="orthogonal", num_heads=HEADS
+    )
+    return (*(x.astype(dtype) for x in (q, kk, v)), mask, projection)
+
+
+def assert_close(got, want, tolerance=TOLERANCE):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() <= tolerance * scale, np.abs(got - want).max() / scale
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_kernels_match_the_xla_form_values_and_gradients(causal):
+    q, k, v, mask, projection = operands(1, scale=2.0)
+    weights = jax.random.normal(jax.random.key(9), v.shape)
+
+    def loss(implementation):
+        def f(q, k, v, projection):
+            out = attention.favor_attention(
+                q, k, v, projection, causal=causal, mask=mask, implementation=implementation
+            )
+            return jnp.sum(out * weights), out
+
+        return jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)
+
+    (_, fused), fused_grads = loss("pallas_interpret")(q, k, v, projection)
+    (_, xla), xla_grads = loss("xla")(q, k, v, projection)
+    assert_close(fused, xla)
+    for got, want in zip(jax.tree.leaves(fused_grads), jax.tree.leaves(xla_grads), strict=True):
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_kernels_at_norm_120_match_float64(causal):
+    """|q| = |k| = 120 (H = 64, m = 128): the kernels' per-feature shifts keep every row's
+    largest term, as the XLA form's do (tolerance: ``test_attention_large_norms.exact``)."""
+    q, k, v = inputs(120, jnp.float32, length=48)
+    projection = projections.orthogonal(jax.random.key(3), 64, 128)
+    out = attention.favor_attention(
+        q, k, v, projection, causal=causal, implementation="pallas_interpret"
+    )
+    want, tolerance = exact(
+        q, k, v, np.asarray(projection.matrix()), antithetic=False, causal=causal
+    )
+    assert np.abs(np.asarray(out, np.float64)[0, :, 0] - want).max() <= tolerance
+
+    def loss(q, k, v):
+        out = attention.favor_attention(
+            q, k, v, projection, causal=causal, implementation="pallas_interpret"
+        )
+        return jnp.sum(jnp.sin(out))
+
+    for grad in jax.grad(loss, argnums=(0, 1, 2))(q, k, v):
+        assert np.all(np.isfinite(np.asarray(grad)))
+
+
+def angular_hybrid(num_signs=2, dim=HEAD_DIM):
+    return features.AngularHybridFeatureMap(num_sign_features=num_signs).init(
+        jax.random.key(10), dim
+    )
+
+
+def xla_unit_scores(q, k, mask, projection, fmap, causal, head):
+    """One head's scores S_tj in the XLA form's units, float64: psi(q_t) . psi(k_j)
+    e^{s(k_j) - c_t} (``scaled_features``: the query's scale dropped, c_t the largest s(k_j)
+    over the keys row t attends to), 0 where it does not attend; attention's inputs scaled by
+    H^{-1/4}."""
+    with jax.enable_x64(True):
+        proj, f = (
+            jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), x)
+            for x in (
+                projection
+                if isinstance(projection, projections.Projection)
+                else projection.head(head),
+                fmap,
+            )
+        )
+        dim = q.shape[-1]
+        rows = [jnp.asarray(x[0, :, head], jnp.float64) * dim**-0.25 for x in (q, k)]
+        psi_q, _ = f.scaled_features(rows[0], proj, side="query")
+        psi_k, s_k = (np.asarray(x) for x in f.scaled_features(rows[1], proj, side="key"))
+    length = q.shape[1]
+    allowed = np.asarray(mask[0])[None, :] & (
+        np.tril(np.ones((length, length), bool)) if causal else True
+    )
+    shift = np.max(np.where(allowed, s_k[None, :], -np.inf), axis=1, keepdims=True)
+    return np.where(allowed, (np.asarray(psi_q) @ psi_k.T) * np.exp(s_k[None, :] - shift), 0.0)
+
+
+def assert_rows_close(got, want, scores, value, eps):
+    """Per row t: |got_t - want_t| <= ``TOLERANCE`` sum_j |S_tj| max|v| / max(sum_j S_tj, eps):
+    each term carried to a few ulps, divided by the floored normaliser (rows whose normaliser
+    is below eps, negative ones included, are divided by eps)."""
+    bound = np.abs(scores).sum(1) * np.abs(np.asarray(value, np.float64)).max()
+    bound = TOLERANCE * bound / np.maximum(scores.sum(1), eps)
+    error = np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)).max(1)
+    assert np.all(error <= bound), (error, bound)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
+    """The angular hybrid's features formed inside the kernels (positive and trigonometric
+    bases, sign channels) give the XLA form's outputs (per row, ``assert_rows_close``) and
+    gradients (queries, keys, values, per-head projections; ``TOLERANCE`` times the largest
+    row condition number sum_j |S_tj| / |sum_j S_tj|), masked, over 2 chunks with a partial
+    one."""
+    q, k, v, mask, projection = operands(11, scale=2.0)
+    fmap = angular_hybrid()
+    weights = jax.random.normal(jax.random.key(12), v.shape)
+
+    def loss(implementation):
+        def f(q, k, v, projection):
+            out = attention.favor_attention(
+                q,
+                k,
+                v,
+                projection,
+                feature_map=fmap,
+                causal=causal,
+                mask=mask,
+                implementation=implementation,
+            )
+            return jnp.sum(out * weights), out
+
+        return jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)
+
+    (_, fused), fused_grads = loss("pallas_interpret")(q, k, v, projection)
+    (_, xla), xla_grads = loss("xla")(q, k, v, projection)
+    condition = 1.0
+    for head in range(HEADS):
+        scores = xla_unit_scores(q, k, mask, projection, fmap, causal, head)
+        assert_rows_close(fused[0, :, head], xla[0, :, head], scores, v[0, :, head], 1e-3)
+        attends = np.abs(scores).sum(1) > 0
+        rows = np.abs(scores).sum(1)[attends] / np.abs(scores.sum(1))[attends]
+        condition = max(condition, rows.max())
+    for got, want in zip(jax.tree.leaves(fused_grads), jax.tree.leaves(xla_grads), strict=True):
+        assert_close(got, want, TOLERANCE * condition)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_angular_hybrid_floors_the_rows_the_xla_form_floors(causal):
+    """|q| = |k| = 8 (H = 64, m = 32): some rows' estimated normalisers are below the signed
+    maps' floor eps = 1e-3 (in the XLA form's units) and are clipped; the kernels express their
+    sums in the same units, so the same rows are clipped to the same outputs."""
+    fmap = ready_map("angular_hybrid")
+    projection = projections.orthogonal(jax.random.key(1), LARGE_HEAD_DIM, 32)
+    query, key, value = inputs(8, jnp.float32, length=32)
+    mask = jnp.ones((1, 32), bool)
+    outs = [
+        attention.favor_attention(
+            query, key, value, projection, feature_map=fmap, causal=causal, implementation=i
+        )[0, :, 0]
+        for i in ("pallas_interpret", "xla")
+    ]
+    scores = xla_unit_scores(query, key, mask, projection, fmap, causal, 0)
+    assert np.sum(scores.sum(1) < 1e-3) >= 1  # rows the floor clips
+    assert_rows_close(*outs, scores, value[0, :, 0], 1e-3)
+
+
+@pytest.mark.parametrize(
+    ("norm", "causal"),
+    representatives(
+        [(n, c) for n in (100, 120) for c in (True, False)], [(120, True)], unpack=True
+    ),
+)
+def test_angular_hybrid_at_large_norms_matches_float64(norm, causal):
+    """|q| = |k| = 100 and 120 (H = 64, m = 32, n = 8 signs): the kernels' outputs against the
+    float64 FAVOR of the same map (``test_attention_large_norms.reference``: the XLA form's
+    per-key shift in float64, rows with a normaliser above 2 eps, its tolerance), as the XLA
+    form is checked at norm 100 (``test_every_map_at_norm_100_is_finite_and_matches_float64``);
+    finite gradients. The trigonometric base's e^{|x'|^2/2} (e^900 at 120) is never formed."""
+    fmap = ready_map("angular_hybrid")
+    projection = projections.orthogonal(jax.random.key(1), LARGE_HEAD_DIM, 32)
+    query, key, value = inputs(norm, jnp.float32, length=16)
+
+    def run(q, k, v):
+        return attention.favor_attention(
+            q, k, v, projection, feature_map=fmap, causal=causal, implementation="pallas_interpret"
+        )
+
+    def loss(q, k, v):
+        out = run(q, k, v)
+        return jnp.sum(out * v[..., ::-1]), out
+
+    grads, out = jax.grad(loss, (0, 1, 2), has_aux=True)(query, key, value)
+    expected, tolerance = reference(query, key, value, fmap, projection, causal=causal, eps=1e-3)
+    checked = np.isfinite(tolerance)
+    assert checked.sum() >= 2
+    error = np.abs(np.asarray(out, np.float64)[0, :, 0] - expected).max(1)
+    assert np.all(error[checked] <= tolerance[checked]), (error, tolerance)
+    for grad in grads:
+        assert np.all(np.isfinite(np.asarray(grad)))
+
+
+def test_tpu_interpret_mode_and_oprf():
+    """The TPU simulator (VMEM, the grid) runs the same kernels; OPRF fitted per head."""
+    q, k, v, mask, projection = operands(2)
+    fitted = features.get("oprf")().fit(jax.random.key(4), q[0, :, 0], k[0, :, 0])
+    options = dict(feature_map=fitted, causal=True, mask=mask)
+    fused = attention.favor_attention(
+        q, k, v, projection, implementation="pallas_tpu_interpret", **options
+    )
+    assert_close(
+        fused, attention.favor_attention(q, k, v, projection, implementation="xla", **options)
+    )
+
+
+def test_bfloat16_inputs_take_bfloat16_products():
+    """bfloat16 rows: the products' operands in bfloat16 (accumulated in float32), within the
+    XLA form's own bfloat16 bound of the float32 result (``test_attention.test_bfloat16_inputs``:
+    5u max|v| plus the output's rounding u, u = 2^-8)."""
+    q, k, v, mask, projection = operands(3, dtype=jnp.bfloat16)
+    out = attention.favor_attention(
+        q, k, v, projection, causal=True, mask=mask, implementation="pallas_interpret"
+    )
+    assert out.dtype == jnp.bfloat16
+    wide = attention.favor_attention(
+        *(x.astype(jnp.float32) for x in (q, k, v)), projection, causal=True, mask=mask
+    )
+    error = np.abs(np.asarray(out, np.float32) - wide) - 2.0**-8 * np.abs(wide)
+    bound = 5 * 2.0**-8 * np.abs(np.asarray(v, np.float32)).max(axis=1, keepdims=True)
+    assert np.all(error <= bound)
+
+
+def test_non_finite_rows_stay_in_the_rows_that_read_them():
+    q, k, v, mask, projection = operands(4)
+    mask = jnp.ones_like(mask)
+    q = q.at[0, 5, 0, 0].set(jnp.nan)
+    k = k.at[0, 40, 1, 0].set(jnp.inf)
+    out = np.asarray(
+        attention.favor_attention(
+            q, k, v, projection, causal=True, mask=mask, implementation="pallas_interpret"
+        )
+    )
+    assert np.all(np.isnan(out[0, 5, 0])) and np.all(np.isfinite(np.delete(out[0, :, 0], 5, 0)))
+    assert np.all(np.isfinite(out[0, :40, 1])) and np.all(np.isnan(out[0, 40:, 1]))
+
+
+def test_errors_name_what_the_kernels_take():
+    q, k, v, _, projection = operands(5)
+    for name, kind in (("relu", "ReluFeatureMap"), ("gaussian_hybrid", "GaussianHybridFeatureMap")):
+        fmap = features.get(name)().init(jax.random.key(0), HEAD_DIM)
+        supported = "'positive', 'positive_antithetic', 'oprf' .* and 'angular_hybrid'"
+        with pytest.raises(ValueError, match=f"{supported}; {kind} is not one"):
+            attention.favor_attention(
+                q, k, v, projection, feature_map=fmap, implementation="pallas_interpret"
+            )
+    with pytest.raises(ValueError, match="no sign projection"):
+        attention.favor_attention(
+            q,
+            k,
+            v,
+            projection,
+            feature_map=features.AngularHybridFeatureMap(),
+            implementation="pallas_interpret",
+        )
+    with pytest.raises(ValueError, match="stabilize=False"):
+        attention.favor_attention(
+            q, k, v, projection, stabilize=False, implementation="pallas_interpret"
+        )
+    with pytest.raises(ValueError, match="compiles for cuda, not for platform 'cpu'"):
+        attention.favor_attention(q, k, v, projection, implementation="pallas_triton")
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        attention.favor_attention(q, k, v, projection, implementation="mosaic")
+    with pytest.raises(ValueError, match="with sequence_axis use implementation='xla'"):
+        attention.favor_attention(
+            q, k, v, projection, sequence_axis="seq", implementation="pallas_interpret"
+        )
+
+
+H100 = jax.sharding.AbstractDevice(
+    device_kind="NVIDIA H100 80GB HBM3", platform="gpu", num_cores=132
+)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("backend", ["triton", "tpu"])
+def test_kernels_lower_for_gpu_and_tpu(backend, causal):
+    """Forward and backward lowered by Pallas for Triton (an abstract H100) and for Mosaic TPU,
+    at the benchmark's head (H = 64, m = 128, H_v = 64): what each backend's lowering rules take
+    (block shapes, operations); neither compiles for or runs on the device."""
+    shapes = [
+        jax.ShapeDtypeStruct(s, jnp.float32) for s in [(128, 64), (128,), (256, 64), (256, 64)]
+    ]
+    shapes += [jax.ShapeDtypeStruct((256, 64), jnp.bfloat16), jax.ShapeDtypeStruct((256,), bool)]
+    fused = functools.partial(
+        _fused.fused_attention_sums,
+        causal=causal,
+        backend=_fused.Backend(backend),
+        matmul_dtype=jnp.bfloat16,
+    )
+
+    def gradients(w, b, q, k, v, valid):
+        def loss(w, b, q, k, v):
+            num, den = fused(features.AffineLogForm(w, b, -0.5), q, k, v, valid)
+            return jnp.sum(num) + jnp.sum(den)
+
+        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(w, b, q, k, v)
+
+    platform = "cuda" if backend == "triton" else "tpu"
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=H100)
+    with jax.sharding.use_abstract_mesh(mesh) if backend == "triton" else contextlib.nullcontext():
+        lowered = jax.jit(gradients).trace(*shapes).lower(lowering_platforms=(platform,))
+    text = lowered.as_text()
+    kernel = "xla.gpu.triton" if backend == "triton" else "tpu_custom_call"
+    # Causal: forward (key summaries, outputs) and backward (key summaries, query summaries,
+    # cotangents); bidirectional: forward (key summaries, read-out) and backward (key summaries,
+    # query summaries, the queries' and the keys' cotangents).
+    assert text.count(kernel) == (5 if causal else 6), text.count(kernel)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
+    """The kernels compiled by Triton (``benchmarks.gpu_run``'s tests step) against the XLA
+    form on the device: B = 2, T = 1,000 (one partial chunk), 4 heads of 64, m = 128, masked.
+    Tolerance: the products' operands are rounded to TF32 (float32 inputs, JAX's default
+    precision on the device, u = 2^-11) or bfloat16 (u = 2^-8) in both, so each output is
+    within 2 x 5u max|v| of the other (``test_bfloat16_inputs_take_bfloat16_products``'s bound,
+    once per computation), plus the output's rounding u."""
+    k = jax.random.split(jax.random.key(6), 5)
+    shape = (2, 1000, 4, 64)
+    q, kk, v = (jax.random.normal(x, shape).astype(dtype) for x in k[:3])
+    mask = jax.random.uniform(k[3], shape[:2]) > 0.1
+    projection = projections.orthogonal(k[4], 64, 128)
+    u = 2.0**-8 if dtype == jnp.bfloat16 else 2.0**-11
+
+    def run(implementation):
+        def f(q, kk, v):
+            out = attention.favor_attention(
+                q, kk, v, projection, causal=causal, mask=mask, implementation=implementation
+            )
+            return jnp.sum(out.astype(jnp.float32) ** 2), out
+
+        (_, out), grads = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(q, kk, v)
+        return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads]
+
+    fused, fused_grads = run("pallas_triton")
+    xla, xla_grads = run("xla")
+    bound = 10 * u * np.abs(np.asarray(v, np.float32)).max() + u * np.abs(xla).max()
+    assert np.abs(fused - xla).max() <= bound
+    for got, want in zip(fused_grads, xla_grads, strict=True):
+        assert np.abs(got - want).max() <= 64 * u * np.abs(want).max()
+
+
+def test_layers_take_the_implementation():
+    """``rfjax.nn.PerformerAttention(implementation=...)`` (linen; NNX and PerformerLM pass it
+    on alike) runs the kernels for a causal layer: the same output as the XLA form."""
+    from rfjax.nn import PerformerAttention
+
+    x = jax.random.normal(jax.random.key(7), (1, 40, 16))
+    rngs = {"projection": jax.random.key(8)}
+    layers = {
+        name: PerformerAttention(
+            num_heads=2, num_features=16, causal=True, implementation=name, coupling="gaussian"
+        )
+        for name in ("xla", "pallas_interpret")
+    }
+    params = layers["xla"].init({"params": jax.random.key(9), **rngs}, x, x)
+    outs = {name: layer.apply(params, x, x, rngs=rngs) for name, layer in layers.items()}
+    assert_close(outs["pallas_interpret"], outs["xla"])

@@ -1,0 +1,269 @@
+"""The per-feature causal prefix op (``_log_prefix``) against its float64 quadratic form, values
+and gradients, at log-features that span far more than float32's range, and its causality; with
+the feature map fused in (gradients of the rows and the map's parameters); both schedules (the
+CPU's fused scan and the accelerators' batched passes)."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax import projections
+from rfjax.attention import _chunks, _log_prefix
+from rfjax.attention._log_prefix import (
+    causal_feature_prefix,
+    causal_log_prefix,
+    causal_log_prefix_quadratic,
+    initial_state_cotangent,
+    key_state,
+)
+from tests.support.representatives import representatives
+
+LENGTH, WIDTH, VALUES = 13, 5, 3
+
+
+def operands(key=0):
+    """(la, lb, v, g) float64: log-features with a spread of ~300 (e^300 overflows float32;
+    keys offset by -500, as at |k'| ~ 32), values and a cotangent."""
+    k = jax.random.split(jax.random.key(key), 4)
+    with jax.enable_x64(True):
+        la = 100.0 * jax.random.normal(k[0], (LENGTH, WIDTH), jnp.float64)
+        lb = 100.0 * jax.random.normal(k[1], (LENGTH, WIDTH), jnp.float64) - 500.0
+        v = jax.random.normal(k[2], (LENGTH, VALUES), jnp.float64)
+        g = jax.random.normal(k[3], (LENGTH, VALUES), jnp.float64)
+    return la, lb, v, g
+
+
+SCHEDULES = ("fused_scan", "batched")
+
+
+def schedules_and_chunks(chunks, keep):
+    """(schedule, chunk) cases: ``keep`` in the default suite, the others statistical."""
+    cases = [(s, c) for s in SCHEDULES for c in chunks]
+    return representatives(cases, keep, unpack=True)
+
+
+@pytest.fixture
+def schedule(request, monkeypatch):
+    """Both schedules of the op on this CPU: the fused scan and the accelerators' batched
+    passes (with one chunk per step, so the grouped scans and their padding run too)."""
+    if request.param == "batched":
+        monkeypatch.setattr(_chunks, "fused_chunk_scan", lambda platform: False)
+        monkeypatch.setattr(_chunks, "CHUNKS_PER_STEP", 3)
+    return request.param
+
+
+@pytest.mark.parametrize(  # 64: one chunk, clipped to T
+    ("schedule", "chunk"),
+    schedules_and_chunks([1, 4, 64], {("fused_scan", 4), ("batched", 1)}),
+    indirect=["schedule"],
+)
+def test_matches_quadratic_form_in_float64_values_and_gradients(chunk, schedule):
+    la, lb, v, g = operands()
+    with jax.enable_x64(True):
+        out, shift = causal_log_prefix(la, lb, v, chunk)
+        expected = causal_log_prefix_quadratic(la, lb, v, shift)
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+        def loss(op):
+            return lambda *x: jnp.sum(op(*x) * g)
+
+        grads = jax.grad(loss(lambda *x: causal_log_prefix(*x, chunk)[0]), (0, 1, 2))(la, lb, v)
+        fixed = jax.grad(loss(lambda *x: causal_log_prefix_quadratic(*x, shift)), (0, 1, 2))(
+            la, lb, v
+        )
+        for got, want in zip(grads, fixed, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def test_largest_term_of_every_row_is_one_in_float32():
+    """M_t is the row's largest exponent: the ones column sums to >= 1 (no row underflows) and
+    every term <= 1 (nothing overflows), though the terms span e^-1000..e^0; float32 values
+    match float64 to the rounding of exponents of size ~800."""
+    la, lb, v, _ = operands(1)
+    ones = np.concatenate([np.asarray(v), np.ones((LENGTH, 1))], axis=-1)
+    out, shift = causal_log_prefix(*(jnp.asarray(x, jnp.float32) for x in (la, lb, ones)), 4)
+    assert np.all(np.asarray(out[:, -1]) >= 1.0)
+    assert np.all(np.asarray(out[:, -1]) <= np.arange(1, LENGTH + 1) * WIDTH)
+    with jax.enable_x64(True):
+        expected = causal_log_prefix_quadratic(la, lb, ones, jnp.asarray(shift, jnp.float64))
+    # Each exponent la + lb - M (|.| <= ~1000) is rounded with error ~4 eps32 * 1000 = 5e-4.
+    tolerance = 4 * float(np.finfo(np.float32).eps) * 1000 * np.abs(expected).max()
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tolerance)
+
+
+def test_later_positions_cannot_reach_earlier_rows():
+    """Rows t < 7 are bit-identical, and the gradients finite, whatever positions >= 7 hold
+    (here key log-features of 3e38, whose sums with earlier rows' la would overflow to inf)."""
+    la, lb, v, g = (jnp.asarray(x, jnp.float32) for x in operands(2))
+    later = jnp.arange(LENGTH)[:, None] >= 7
+    wild_la, wild_lb = jnp.where(later, la + 1e3, la), jnp.where(later, 3e38, lb)
+    wild_v = jnp.where(later, 1e30, v)
+    out, shift = causal_log_prefix(la, lb, v, 4)
+    wild_out, wild_shift = causal_log_prefix(wild_la, wild_lb, wild_v, 4)
+    np.testing.assert_array_equal(wild_out[:7], out[:7])
+    np.testing.assert_array_equal(wild_shift[:7], shift[:7])
+
+    def loss(*x):
+        return jnp.sum(causal_log_prefix(*x, 4)[0][:7] * g[:7])
+
+    for grad in jax.grad(loss, (0, 1, 2))(wild_la, wild_lb, wild_v):
+        assert np.all(np.isfinite(np.asarray(grad)))
+
+
+@pytest.mark.parametrize(  # 20: two blocks of 16, T = 13 padded
+    ("schedule", "chunk"),
+    schedules_and_chunks([3, 20, 64], {("fused_scan", 20), ("batched", 3)}),
+    indirect=["schedule"],
+)
+def test_state_pieces_match_their_direct_forms(chunk, schedule):
+    """The pieces of sequence parallelism's VJP (issue 32): ``key_state`` (the keys' own state),
+    ``initial_state_cotangent`` and the op with an initial state and its own state as a second
+    output, values and gradients, against their direct float64 forms."""
+    la, lb, v, g = operands(3)
+    with jax.enable_x64(True):
+        valid = jnp.arange(LENGTH) % 5 != 2
+        options = dict(log_features=_log_prefix.identity_logs, chunk=chunk)
+        state, shift = key_state(None, lb, v, valid, **options)
+        own_shift = jnp.max(jnp.where(valid[:, None], lb, -jnp.inf), axis=0)
+        np.testing.assert_array_equal(shift, own_shift)
+
+        def direct(x, y, rows, features):
+            return jnp.exp(x + features[None, :] - rows[:, None]).T @ y
+
+        want = direct(jnp.where(valid[:, None], lb, -jnp.inf), v, jnp.zeros(LENGTH), -own_shift)
+        np.testing.assert_allclose(state, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        row_shift = jnp.max(la, axis=1) + 7.0
+        initial_shift = jnp.max(lb, axis=0) - 3.0  # exponents la + c - M <= 0 for these
+        got = initial_state_cotangent(None, la, row_shift, initial_shift, g, **options)
+        want = direct(la, g, row_shift, initial_shift)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        initial = (jnp.asarray(np.ones((WIDTH, VALUES))), initial_shift)
+
+        def fused(la, lb, v, state):
+            result = causal_feature_prefix(
+                None,
+                la,
+                lb,
+                v,
+                valid,
+                initial=(state, initial_shift),
+                with_own_state=True,
+                **options,
+            )
+            return result.out, result.own_state
+
+        def separate(la, lb, v, state):
+            result = causal_feature_prefix(
+                None, la, lb, v, valid, initial=(state, initial_shift), **options
+            )
+            masked = jnp.where(valid[:, None], lb, -jnp.inf)
+            earlier = jnp.exp(la + initial_shift - result.row_shift[:, None]) @ state
+            quadratic = causal_log_prefix_quadratic(la, masked, v, result.row_shift) + earlier
+            own = direct(masked, v, jnp.zeros(LENGTH), -own_shift)
+            return quadratic, own
+
+        state_cotangent = jnp.asarray(np.arange(WIDTH * VALUES).reshape(WIDTH, VALUES) / 7.0)
+        for got, want in zip(
+            jax.vjp(fused, la, lb, v, initial[0])[1]((g, state_cotangent)),
+            jax.vjp(separate, la, lb, v, initial[0])[1]((g, state_cotangent)),
+            strict=True,
+        ):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+        pairs = zip(fused(la, lb, v, initial[0]), separate(la, lb, v, initial[0]), strict=True)
+        for got, want in pairs:
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def _positive_logs(weights, rows, side):
+    """FAVOR+'s log-features exp(W x - |x|^2 / 2) / sqrt(m), written out."""
+    del side
+    return rows @ weights.T - 0.5 * jnp.sum(rows**2, -1, keepdims=True) - 0.5 * jnp.log(8.0)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "chunk"),
+    schedules_and_chunks([4, 32], {("fused_scan", 4), ("batched", 32)}),
+    indirect=["schedule"],
+)
+def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, schedule):
+    """With the map fused in, values and the gradients of queries, keys, values and the map's
+    parameters equal autodiff through the float64 quadratic form of the map's features (masked
+    keys, large norms)."""
+    k = jax.random.split(jax.random.key(4), 5)
+    with jax.enable_x64(True):
+        q, kk = (6.0 * jax.random.normal(x, (LENGTH, 4), jnp.float64) for x in k[:2])
+        v = jax.random.normal(k[2], (LENGTH, VALUES), jnp.float64)
+        g = jax.random.normal(k[3], (LENGTH, VALUES), jnp.float64)
+        weights = projections.gaussian(k[4], 4, 8, dtype=jnp.float64).matrix()
+        valid = jnp.arange(LENGTH) % 4 != 1
+
+        def fused(weights, q, kk, v):
+            return causal_feature_prefix(
+                weights, q, kk, v, valid, log_features=_positive_logs, chunk=chunk
+            ).out
+
+        shift = jax.lax.stop_gradient(
+            causal_feature_prefix(
+                weights, q, kk, v, valid, log_features=_positive_logs, chunk=chunk
+            ).row_shift
+        )
+
+        def quadratic(weights, q, kk, v):
+            la, lb = _positive_logs(weights, q, "query"), _positive_logs(weights, kk, "key")
+            lb = jnp.where(valid[:, None], lb, -jnp.inf)
+            return causal_log_prefix_quadratic(la, lb, jnp.where(valid[:, None], v, 0), shift)
+
+        np.testing.assert_allclose(
+            fused(weights, q, kk, v), quadratic(weights, q, kk, v), rtol=1e-11, atol=1e-12
+        )
+        got = jax.vjp(fused, weights, q, kk, v)[1](g)
+        want = jax.vjp(quadratic, weights, q, kk, v)[1](g)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max())
+
+
+# Gradients of favor_attention in eager mode (the forward and backward programs compiled apart),
+# batch 2 x 3 heads, one chunk and several: while the backward pass of a one-chunk sequence
+# carried a zero state of later queries, XLA's CPU backend folded it into the in-block sums'
+# YNNPACK reduce fusion, which read memory it never wrote, so dk came back NaN in some
+# processes; glibc's MALLOC_PERTURB_ fills fresh allocations with 0xfe, which made it NaN in
+# every one.
+_UNWRITTEN_MEMORY_PROBE = """
+import jax, jax.numpy as jnp, numpy as np
+from rfjax import attention, projections
+projection = projections.gaussian(jax.random.key(100), 16, 32)
+finite = []
+for length in (24,):  # one chunk
+    kq, kk, kv = jax.random.split(jax.random.key(9), 3)
+    query = 0.5 * jax.random.normal(kq, (2, length, 3, 16))
+    key = 0.5 * jax.random.normal(kk, (2, length, 3, 16))
+    value = jax.random.normal(kv, (2, length, 3, 8))
+    out, pullback = jax.vjp(
+        lambda q, k, v: attention.favor_attention(q, k, v, projection, causal=True),
+        query,
+        key,
+        value,
+    )
+    finite += [bool(np.all(np.isfinite(np.asarray(g)))) for g in pullback(2 * out)]
+print(all(finite))
+"""
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="glibc's allocator on the CPU backend")
+def test_gradients_read_no_unwritten_memory():
+    env = dict(os.environ, MALLOC_PERTURB_="1", JAX_PLATFORMS="cpu")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _UNWRITTEN_MEMORY_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "True", done.stdout + done.stderr

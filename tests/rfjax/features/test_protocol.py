@@ -1,0 +1,169 @@
+"""The feature-map protocol and registry of ``rfjax.features``: names, the log-space form,
+parameters (``init``/``fit``), pairs, and maps as pytrees under ``jit``/``vmap``."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax import features, projections
+from rfjax.features import _registry
+from tests.support.representatives import representatives
+
+DIM, NUM_FEATURES = 4, 8
+
+
+def ready(name, dim=DIM):
+    """The registered map ``name`` with its parameters (drawn, and fitted to random points)."""
+    fmap = features.get(name)().init(jax.random.key(0), dim)
+    points = jax.random.normal(jax.random.key(1), (2, 30, dim))
+    return fmap.fit(jax.random.key(2), *points)
+
+
+def test_registry_names_kernels_and_factories():
+    names = features.available()
+    for name in ("positive", "positive_antithetic", "trigonometric", "angular_hybrid"):
+        assert name in names
+        assert features.info(name).kernel == "softmax"
+    assert features.info("fourier").kernel == "gaussian"
+    assert features.info("relu").kernel is None
+    assert set(features.available(kernel="softmax")) < set(names)
+    assert "fourier" not in features.available(kernel="softmax")
+    assert features.get("positive_antithetic")() == features.PositiveFeatureMap(antithetic=True)
+    with pytest.raises(ValueError, match="unknown feature map 'softmax'; available: positive"):
+        features.get("softmax")
+    with pytest.raises(TypeError, match="string"):
+        features.info(3)
+
+
+def test_register_adds_a_name_and_rejects_bad_entries(monkeypatch):
+    registry = _registry._REGISTRY
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    features.register("relu_wide", features.ReluFeatureMap, kernel=None, label="ReLU")
+    assert features.available()[-1] == "relu_wide"
+    assert features.info("relu_wide").label == "ReLU"
+    with pytest.raises(ValueError, match="already registered"):
+        features.register("relu_wide", features.ReluFeatureMap, kernel=None, label="ReLU")
+    with pytest.raises(TypeError, match="callable"):
+        features.register("other", 3, kernel=None, label="x")
+    with pytest.raises(ValueError, match="kernel"):
+        features.register("other", features.ReluFeatureMap, kernel="laplace", label="x")
+    with pytest.raises(TypeError, match="label"):
+        features.register("other", features.ReluFeatureMap, kernel=None, label="")
+
+
+@pytest.mark.parametrize("side", features.SIDES)
+@pytest.mark.parametrize(  # an exponential, a signed, a hybrid and an asymmetric map by default
+    "name",
+    representatives(
+        features.available(), ("positive", "trigonometric", "angular_hybrid", "derf_asymmetric")
+    ),
+)
+def test_log_space_form_is_the_features_with_their_gradients(name, side):
+    # phi = psi exp(s), with s constant under differentiation and psi carrying the gradient.
+    fmap = ready(name)
+    w = projections.orthogonal(jax.random.key(3), DIM, NUM_FEATURES)
+    x = 0.7 * jax.random.normal(jax.random.key(4), (5, DIM))
+
+    def direct(x):
+        return fmap.features(x, w, side=side)
+
+    def scaled(x):
+        psi, log_scale = fmap.scaled_features(x, w, side=side)
+        return psi * jnp.exp(log_scale)[..., None]
+
+    np.testing.assert_allclose(scaled(x), direct(x), rtol=1e-5, atol=1e-7)
+    weights = jax.random.normal(jax.random.key(5), direct(x).shape)
+    grads = [jax.grad(lambda x, f=f: jnp.sum(weights * f(x)))(x) for f in (direct, scaled)]
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    if isinstance(fmap, features.ExponentialFeatureMap):
+        np.testing.assert_array_equal(jnp.exp(fmap.log_features(x, w, side=side)), direct(x))
+        psi = fmap.scaled_features(x, w, side=side).features
+        np.testing.assert_array_equal(jnp.max(psi, axis=-1), 1.0)
+
+
+def test_parameters_are_pytree_leaves_through_jit_and_vmap():
+    w = projections.orthogonal(jax.random.key(0), DIM, NUM_FEATURES)
+    x = jax.random.normal(jax.random.key(1), (3, DIM))
+    template = features.AngularHybridFeatureMap(num_sign_features=3)
+    assert jax.tree.leaves(template) == [] and hash(template) == hash(template)
+    fmap = template.init(jax.random.key(2), DIM)
+    (leaf,) = jax.tree.leaves(fmap)
+    assert leaf.shape == (3, DIM)
+    apply = jax.jit(lambda f, x: f.features(x, w, side="key"))
+    np.testing.assert_allclose(apply(fmap, x), fmap.features(x, w, side="key"), rtol=1e-6)
+    # One map per head: vmap of init over keys stacks the parameters.
+    stacked = jax.vmap(lambda k: template.init(k, DIM))(jax.random.split(jax.random.key(3), 5))
+    assert jax.tree.leaves(stacked)[0].shape == (5, 3, DIM)
+    per_head = jax.vmap(lambda f: f.features(x, w, side="query"))(stacked)
+    single = jax.tree.map(lambda leaf: leaf[4], stacked).features(x, w, side="query")
+    np.testing.assert_allclose(per_head[4], single, rtol=1e-6)
+
+
+def test_fit_sets_the_fitted_fields():
+    template = features.ClusterHybridFeatureMap(num_clusters=2)
+    assert template.fitted_fields == ("query_centres", "key_centres")
+    start = template.init(jax.random.key(0), DIM)
+    np.testing.assert_array_equal(start.query_centres, jnp.zeros((2, DIM)))
+    queries = jnp.concatenate([jnp.full((10, DIM), -3.0), jnp.full((10, DIM), 3.0)])
+    fitted = start.fit(jax.random.key(1), queries, 2.0 * queries)
+    np.testing.assert_allclose(jnp.sort(fitted.query_centres[:, 0]), [-3.0, 3.0])
+    np.testing.assert_allclose(jnp.sort(fitted.key_centres[:, 0]), [-6.0, 6.0])
+    # A map without fitted parameters is returned unchanged.
+    positive = features.PositiveFeatureMap()
+    assert (
+        positive.init(jax.random.key(0), DIM).fit(jax.random.key(1), queries, queries) is positive
+    )
+
+
+def test_pair_takes_each_side_from_its_map():
+    w = projections.gaussian(jax.random.key(0), DIM, NUM_FEATURES)
+    x = jax.random.normal(jax.random.key(1), (3, DIM))
+    pair = features.FeatureMapPair(features.PositiveFeatureMap(), features.ReluFeatureMap())
+    np.testing.assert_array_equal(
+        pair.features(x, w, side="query"), features.positive_features(x, w)
+    )
+    np.testing.assert_array_equal(pair.features(x, w, side="key"), features.relu_features(x, w))
+    assert not pair.symmetric and not pair.has_log_space_form
+    with pytest.raises(TypeError, match="FeatureMap"):
+        features.FeatureMapPair(features.PositiveFeatureMap(), features.relu_features)
+
+
+def test_maps_without_their_parameters_raise_clearly():
+    w = projections.gaussian(jax.random.key(0), DIM, NUM_FEATURES)
+    x = jnp.ones((2, DIM))
+    with pytest.raises(ValueError, match=r"init\(key, dim\)"):
+        features.AngularHybridFeatureMap().features(x, w, side="query")
+    with pytest.raises(ValueError, match=r"init\(key, dim\)"):
+        features.ClusterHybridFeatureMap().features(x, w, side="key")
+    with pytest.raises(ValueError, match="num_sign_features"):
+        features.AngularHybridFeatureMap(num_sign_features=0)
+    with pytest.raises(ValueError, match="eps"):
+        features.ReluFeatureMap(eps=0.0)
+
+
+@pytest.mark.parametrize("name", ["trigonometric", "angular_hybrid", "gaussian_hybrid"])
+def test_features_beyond_the_float_range_raise_and_never_give_nan(name):
+    # Issue 32 item 3: the trigonometric and hybrid features carry e^{|x|^2/2}, which overflows
+    # float32 from |x| = sqrt(2 log(max) + log m) (13.4 at m = 8): at |x| = 30 they were inf
+    # and NaN (0 * inf) without a word. Outside jit such inputs now raise, naming the map, the
+    # norm and the representable one; inside jit the entries are +-inf, never NaN; the
+    # log-space form (what attention uses) stays finite.
+    from rfjax.features import _fourier
+
+    fmap = ready(name, dim=DIM)
+    w = projections.orthogonal(jax.random.key(3), DIM, NUM_FEATURES)
+    limit = _fourier.representable_norm(NUM_FEATURES, jnp.float32)
+    assert 13.3 < limit < 13.5
+    direction = jnp.ones((2, DIM)) / np.sqrt(DIM)
+    for side in features.SIDES:
+        inside = fmap.features(0.97 * limit * direction, w, side=side)
+        assert bool(jnp.all(jnp.isfinite(inside)))
+        beyond = 30.0 * direction
+        with pytest.raises(ValueError, match=rf"{type(fmap).__name__}: .*\|x\| up to 30\b.*13\.4"):
+            fmap.features(beyond, w, side=side)
+        traced = jax.jit(lambda x, side=side: fmap.features(x, w, side=side))(beyond)
+        assert not bool(jnp.any(jnp.isnan(traced))) and bool(jnp.any(jnp.isinf(traced)))
+        assert bool(jnp.all(jnp.isfinite(fmap.scaled_features(beyond, w, side=side).features)))
+    with pytest.raises(ValueError, match=r"trigonometric_features: .*\|x\| up to 30\b"):
+        features.trigonometric_features(30.0 * direction, w)

@@ -1,0 +1,43 @@
+"""``rfjax.ops._fwht_xla``: the Hadamard matrix, its Kronecker factors and the XLA forms of H x
+(butterfly and Kronecker matmuls), and the exact bfloat16 split of float32 operands."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+from rfjax.ops._fwht_xla import (
+    bfloat16_parts,
+    hadamard_matrix,
+    kronecker_factors,
+    kronecker_matmul,
+    xla_butterfly,
+)
+
+
+def test_hadamard_matrix_is_sylvesters():
+    np.testing.assert_array_equal(hadamard_matrix(16), scipy.linalg.hadamard(16))
+
+
+@pytest.mark.parametrize("n", [1, 2, 64, 1 << 15])
+def test_kronecker_factors_are_powers_of_two_whose_product_is_n(n):
+    factors = kronecker_factors(n)
+    assert np.prod(factors) == n and all(f & (f - 1) == 0 for f in factors)
+    assert max(factors) // min(factors) <= 2  # as equal as possible
+
+
+@pytest.mark.parametrize("form", [xla_butterfly, kronecker_matmul])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_xla_forms_equal_the_dense_product(form, normalize):
+    n = 32
+    x = np.random.default_rng(1).standard_normal((3, n)).astype(np.float32)
+    exact = x.astype(np.float64) @ scipy.linalg.hadamard(n).T / (np.sqrt(n) if normalize else 1)
+    np.testing.assert_allclose(form(jnp.asarray(x), normalize), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_parts_sum_to_the_float32_value_exactly():
+    x = jnp.asarray(np.random.default_rng(2).standard_normal(1000).astype(np.float32) * 1e3)
+    parts = bfloat16_parts(x)
+    assert all(p.dtype == jnp.bfloat16 for p in parts)
+    total = sum(p.astype(jnp.float32) for p in parts)
+    np.testing.assert_array_equal(total, x)

@@ -1,0 +1,31 @@
+"""``rfjax.projections._dense``: the simplex directions of SimRF Eq. 9 (unit vectors at pairwise
+cosine -1/(d-1) summing to zero) and the orthogonal coupling's orthogonal rows within a block."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax.projections._dense import orthogonal, simplex_directions
+
+
+@pytest.mark.parametrize("dim", [2, 5, 16])
+def test_simplex_directions_are_a_regular_simplex(dim):
+    with jax.enable_x64(True):
+        s = np.asarray(simplex_directions(dim, jnp.float64))
+    gram = s @ s.T
+    expected = np.full((dim, dim), -1.0 / (dim - 1))
+    np.fill_diagonal(expected, 1.0)
+    np.testing.assert_allclose(gram, expected, atol=1e-12)
+    np.testing.assert_allclose(s.sum(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(s[:, -1], 0.0, atol=1e-12)  # in the hyperplane u_d = 0
+
+
+def test_orthogonal_rows_are_orthogonal_within_a_block_only():
+    dim = 6
+    with jax.enable_x64(True):
+        w = np.asarray(orthogonal(jax.random.key(3), dim, 2 * dim, dtype=jnp.float64).matrix())
+    for block in (w[:dim], w[dim:]):
+        gram = block @ block.T
+        np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-10)
+    assert np.abs(w[:dim] @ w[dim:].T).max() > 1e-3  # blocks are independent, not orthogonal

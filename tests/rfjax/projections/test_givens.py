@@ -1,0 +1,24 @@
+"""``rfjax.projections._givens``: the default depth of the Givens walk, and a ``GivensProjection``
+applies the rotation its matrix holds: rows of a block orthogonal with chi-distributed norms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rfjax.projections._givens import default_num_layers, givens
+
+
+def test_default_num_layers_is_twice_ceil_log2_d():
+    assert [default_num_layers(d) for d in (1, 2, 3, 8, 9)] == [0, 2, 4, 6, 8]
+
+
+def test_the_projection_applies_its_matrix_whose_block_rows_are_orthogonal():
+    dim = 8
+    with jax.enable_x64(True):
+        projection = givens(jax.random.key(0), dim, dim, dtype=jnp.float64)
+        x = jnp.asarray(np.random.default_rng(0).standard_normal((3, dim)))
+        projected = np.asarray(projection(x))
+        w = np.asarray(projection.matrix())
+    np.testing.assert_allclose(projected, np.asarray(x) @ w.T, rtol=1e-10, atol=1e-12)
+    gram = w @ w.T
+    np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-10)
