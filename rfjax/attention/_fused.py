@@ -1,15 +1,15 @@
-"""Fused Pallas kernels of FAVOR attention for maps with affine log-features: the feature map
-(projection, exponent, stabiliser) is computed inside the kernels from the rows, so the (T, m)
-features never reach memory.
+"""Fused Pallas kernels of FAVOR attention: the feature map (projection, exponent, stabiliser)
+is computed inside the kernels from the rows, so the (T, m) features never reach memory.
 
 One head, one sequence (``jax.vmap`` over batch and heads adds grid axes). The maps are those
 whose log-features are l(x) = x W^T + b + g |x|^2 (``rfjax.features.AffineLogForm``: FAVOR+,
-its antithetic variant and OPRF) and the angular hybrid (``AngularHybridForm``: features
-f exp(l) with factors f, its positive and trigonometric bases in sign channels; see
-``_fused_kernels.AngularHybridSpec``), each read inside the kernels through a static spec;
-the computation is the chunk algorithm of ``_log_prefix``
-(per-feature key shifts, exact at any norm), written per chunk of C positions in blocks of
-B = 16:
+its antithetic variant and OPRF; kernels in ``_fused_kernels``) and the angular hybrid
+(``AngularHybridForm``; kernels in ``_fused_hybrid``: its positive and trigonometric bases
+and sign channels, one key shift per key as in the XLA form). A static spec (``Spec``) says
+how the kernels read the map's parameters and which kernels run; both sets take the same
+arguments, so the passes below are shared. For the affine maps the computation is the chunk
+algorithm of ``_log_prefix`` (per-feature key shifts, exact at any norm), written per chunk of
+C positions in blocks of B = 16:
 
 * causal, forward: ``key_summary_kernel`` per chunk (the chunk's key maximum d and summary
   sum_j exp(lb_j - d) [v_j, 1]), the running maxima and the chunk states by a scan over the
@@ -42,23 +42,13 @@ from jax.experimental import pallas as pl
 
 from rfjax.attention._checks import log_floor
 from rfjax.attention._chunks import chunk_states
-from rfjax.attention._fused_kernels import (
-    CHUNK,
-    AffineSpec,
-    AngularHybridSpec,
-    Spec,
-    cotangent_kernel,
-    key_cotangent_kernel,
-    key_summary_kernel,
-    output_kernel,
-    query_cotangent_kernel,
-    query_summary_kernel,
-    readout_kernel,
-)
+from rfjax.attention._fused_hybrid import AngularHybridSpec
+from rfjax.attention._fused_kernels import CHUNK, AffineSpec
 from rfjax.attention._head_features import finite_rows, floored_ratio
 from rfjax.features import AffineLogForm, AngularHybridFeatureMap
 
 MIN_WIDTH = 16  # the smallest dimension of a product on GPUs (tt.dot)
+Spec = AffineSpec | AngularHybridSpec  # how the kernels read a map's parameters, and which
 CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summed over them)
 
 
@@ -153,8 +143,18 @@ class _Map(NamedTuple):
 
     @property
     def width(self) -> int:
-        """F, the features' width inside the kernels."""
+        """F, the width of the states and summaries."""
         return self.spec.width(self.weights, self.aux)
+
+    @property
+    def reference_width(self) -> int:
+        """The width of the key maxima: F (one per feature) or 1 (one per key)."""
+        return self.spec.reference_width(self.weights, self.aux)
+
+    def kernel(self, name: str, matmul_dtype):
+        """The spec's kernel ``name`` with its static arguments."""
+        kernel = getattr(self.spec.kernels, name)
+        return functools.partial(kernel, spec=self.spec, matmul_dtype=matmul_dtype)
 
     def specs(self) -> list[pl.BlockSpec]:
         return [_whole(self.weights), _whole(self.aux)]
@@ -170,10 +170,13 @@ def _key_summaries(form: _Map, keys: _Sequence, k, v, valid, backend, matmul_dty
     """Each chunk's key maximum d ``(n, 1, m)``, sum_j exp(lb_j - d) v_j^T ``(n, m, P)`` and
     sum_j exp(lb_j - d) ``(n, 1, m)``."""
     width, value_width, n = form.width, v.shape[1], keys.chunks
-    kernel = functools.partial(key_summary_kernel, spec=form.spec, matmul_dtype=matmul_dtype)
-    outputs = [_out((n, 1, width)), _out((n, width, value_width)), _out((n, 1, width))]
+    outputs = [
+        _out((n, 1, form.reference_width)),
+        _out((n, width, value_width)),
+        _out((n, 1, width)),
+    ]
     return backend.call(
-        kernel,
+        form.kernel("key_summary_kernel", matmul_dtype),
         grid=(n,),
         in_specs=[keys.rows(k), keys.rows(v), keys.rows(valid), *form.specs()],
         out_specs=[_per_chunk(x) for x in outputs],
@@ -219,11 +222,10 @@ def _query_summaries(form, queries, q, reference, row_shift, grad, grad_den, bac
     """Per chunk sum_t exp(la_t + r - M_t) [G_t, g_t]^T: ``(n, m, P)``, ``(n, 1, m)``;
     ``reference`` r per chunk ``(n, 1, m)`` or one ``(1, m)``."""
     width, value_width, n = form.width, grad.shape[1], queries.chunks
-    kernel = functools.partial(query_summary_kernel, spec=form.spec, matmul_dtype=matmul_dtype)
     outputs = [_out((n, width, value_width)), _out((n, 1, width))]
     reference_spec = _per_chunk(reference) if reference.ndim == 3 else _whole(reference)
     return backend.call(
-        kernel,
+        form.kernel("query_summary_kernel", matmul_dtype),
         grid=(n,),
         in_specs=[
             queries.rows(q),
@@ -289,11 +291,10 @@ def _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmu
     start, _, states, counts = _causal_states(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
-    kernel = functools.partial(output_kernel, spec=spec, matmul_dtype=matmul_dtype)
     rows = x.queries
-    outputs = [_out((rows.padded, x.value.shape[1]))] + [_out((rows.padded, 1))] * 3
-    num, den, row_shift, row_scale = backend.call(
-        kernel,
+    outputs = [_out((rows.padded, x.value.shape[1]))] + [_out((rows.padded, 1))] * 2
+    num, den, row_shift = backend.call(
+        x.form.kernel("output_kernel", matmul_dtype),
         grid=(rows.chunks,),
         in_specs=[
             rows.rows(x.query),
@@ -311,14 +312,14 @@ def _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmu
     )(x.query, x.key, x.value, x.valid, x.form.weights, x.form.aux, start, states, counts)
     out = (
         num[: rows.length, : value.shape[1]],
-        *(y[: rows.length, 0] for y in (den, row_shift, row_scale)),
+        *(y[: rows.length, 0] for y in (den, row_shift)),
     )
     return out, row_shift
 
 
 def _causal_backward(spec, backend, matmul_dtype, residuals, cotangents):
     weights, aux, query, key, value, valid, row_shift = residuals
-    grad_num, grad_den, _, _ = cotangents  # the row shifts and scales are constants
+    grad_num, grad_den, _ = cotangents  # the row shifts are constants
     x = _rows(weights, aux, spec, query, key, value, valid)
     start, end, states, counts = _causal_states(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
@@ -348,7 +349,7 @@ def _causal_backward(spec, backend, matmul_dtype, residuals, cotangents):
     chunked = (x.query, x.key, x.value, x.valid)
     per_chunk = (start, end, states, counts, later, later_counts)
     dq, dk, dv, dw, db = backend.call(
-        functools.partial(cotangent_kernel, spec=spec, matmul_dtype=matmul_dtype),
+        x.form.kernel("cotangent_kernel", matmul_dtype),
         grid=(groups,),
         in_specs=[
             *(rows.rows(a, group) for a in chunked),
@@ -389,9 +390,9 @@ def _bidirectional_forward(weights, aux, query, key, value, valid, spec, backend
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
     rows = x.queries
-    outputs = [_out((rows.padded, state.shape[1]))] + [_out((rows.padded, 1))] * 3
-    num, den, row_shift, row_scale = backend.call(
-        functools.partial(readout_kernel, spec=spec, matmul_dtype=matmul_dtype),
+    outputs = [_out((rows.padded, state.shape[1]))] + [_out((rows.padded, 1))] * 2
+    num, den, row_shift = backend.call(
+        x.form.kernel("readout_kernel", matmul_dtype),
         grid=(rows.chunks,),
         in_specs=[rows.rows(x.query), *x.form.specs(), *map(_whole, (shift, state, count))],
         out_specs=[rows.rows(o) for o in outputs],
@@ -400,14 +401,14 @@ def _bidirectional_forward(weights, aux, query, key, value, valid, spec, backend
     )(x.query, x.form.weights, x.form.aux, shift, state, count)
     out = (
         num[: rows.length, : value.shape[1]],
-        *(y[: rows.length, 0] for y in (den, row_shift, row_scale)),
+        *(y[: rows.length, 0] for y in (den, row_shift)),
     )
     return out, row_shift
 
 
 def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
     weights, aux, query, key, value, valid, row_shift = residuals
-    grad_num, grad_den, _, _ = cotangents
+    grad_num, grad_den, _ = cotangents
     x = _rows(weights, aux, spec, query, key, value, valid)
     shift, state, count = _combined_state(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
@@ -417,7 +418,6 @@ def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
         x.form, x.queries, x.query, shift, row_shift, grad, grad_den, backend, matmul_dtype
     )
     grad_state, grad_count = jnp.sum(sums, axis=0), jnp.sum(counts, axis=0)
-    options = dict(spec=spec, matmul_dtype=matmul_dtype)
     queries, keys = x.queries, x.keys
     q_group, k_group = _group_size(queries.chunks), _group_size(keys.chunks)
     q_groups, k_groups = queries.chunks // q_group, keys.chunks // k_group
@@ -427,7 +427,7 @@ def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
         _out((q_groups, *x.form.aux.shape)),
     ]
     dq, dw_q, db_q = backend.call(
-        functools.partial(query_cotangent_kernel, **options),
+        x.form.kernel("query_cotangent_kernel", matmul_dtype),
         grid=(q_groups,),
         in_specs=[
             queries.rows(x.query, q_group),
@@ -450,7 +450,7 @@ def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
         _out((k_groups, *x.form.aux.shape)),
     ]
     dk, dv, dw_k, db_k = backend.call(
-        functools.partial(key_cotangent_kernel, **options),
+        x.form.kernel("key_cotangent_kernel", matmul_dtype),
         grid=(k_groups,),
         in_specs=[
             *(keys.rows(a, k_group) for a in (x.key, x.value, x.valid)),
@@ -509,8 +509,9 @@ FUSED_MAPS = "'positive', 'positive_antithetic', 'oprf' (affine log-features) an
 
 def _kernel_parameters(form: FusedForm) -> tuple[Spec, jax.Array, jax.Array]:
     """(the kernels' ``spec``, weights, aux) of ``form``."""
-    if isinstance(form, AngularHybridForm):
-        return AngularHybridSpec(), form.weights, form.signs
+    if isinstance(form, AngularHybridForm):  # z and -z from W2 = [W; -W]
+        weights = jnp.concatenate([form.weights, -form.weights])
+        return AngularHybridSpec(form.signs.shape[0]), weights, form.signs
     return AffineSpec(float(form.norm_weight)), form.weights, form.bias
 
 
@@ -526,16 +527,15 @@ def fused_attention_sums(
     matmul_dtype: Any = jnp.float32,
 ) -> tuple[jax.Array, jax.Array]:
     """FAVOR's sums for one head with the map fused: (numerator ``(T, p)``, denominator
-    ``(T,)``) for causal or bidirectional attention, computed with a key shift per feature.
+    ``(T,)``) for causal or bidirectional attention.
 
-    Affine log-features (``AffineLogForm``): each row relative to its largest term, the sums
-    that ``_log_prefix.causal_feature_prefix`` (causal) or the per-feature key shifts of
-    ``_bidirectional`` form. The angular hybrid (``AngularHybridForm``): the sums of Lemma
-    2.3's flat features, formed with per-feature shifts (positive features by their own key
-    maxima, trigonometric ones by the maximum of |k|^2/2 - log(m)/2) and then expressed in the
-    units of the XLA form's per-key shift, e^{-s(q_t) - c_t} with s the per-row log-scale
-    (``HybridParts.log_scale``) and c_t its running (causal) or global maximum over the keys,
-    so that the denominator floor ``eps`` of signed maps clips the same rows.
+    Affine log-features (``AffineLogForm``): a key shift per feature, each row relative to its
+    largest term, the sums that ``_log_prefix.causal_feature_prefix`` (causal) or the
+    per-feature key shifts of ``_bidirectional`` form. The angular hybrid
+    (``AngularHybridForm``; ``_fused_hybrid``): the XLA form's sums, in its units
+    e^{-s(q_t) - c_t} (s the per-row log-scale ``HybridParts.log_scale``, c_t its running
+    (causal) or global maximum over the keys), so that the denominator floor ``eps`` of signed
+    maps clips the same rows.
 
     Args:
       form: the map's ``AffineLogForm`` (weights ``(m, H)``, bias ``(m,)``, norm weight) or
@@ -553,12 +553,7 @@ def fused_attention_sums(
     """
     spec, weights, aux = _kernel_parameters(form)
     op = _causal if causal else _bidirectional
-    num, den, row_shift, row_scale = op(
-        weights, aux, query, key, value, valid, spec, backend, jnp.dtype(matmul_dtype)
-    )
-    if spec.per_row_units:  # the shifts are constants: e^{M_t - s(q_t) - c_t} <= 1
-        units = jnp.exp(jax.lax.stop_gradient(row_shift - row_scale))
-        num, den = num * units[:, None], den * units
+    num, den, _ = op(weights, aux, query, key, value, valid, spec, backend, jnp.dtype(matmul_dtype))
     return num, den
 
 
