@@ -26,8 +26,8 @@ C positions in blocks of B = 16:
 
 The kernels are written once in Pallas and compiled for a backend (``Backend``: Triton on NVIDIA
 sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Values are
-padded to a width of at least 16 (the products' smallest dimension on GPUs) and the head
-dimension likewise (zeros change neither x W^T nor |x|^2).
+padded to a power-of-two width of at least 16 (the products' smallest dimension on GPUs, and
+Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor |x|^2).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from jax.experimental import pallas as pl
 
 from rfjax.attention._checks import log_floor
 from rfjax.attention._chunks import chunk_states
-from rfjax.attention._fused_hybrid import AngularHybridSpec
+from rfjax.attention._fused_hybrid import FEATURE_TILE, AngularHybridSpec
 from rfjax.attention._fused_kernels import CHUNK, AffineSpec
 from rfjax.attention._head_features import finite_rows, floored_ratio
 from rfjax.features import AffineLogForm, AngularHybridFeatureMap
@@ -87,9 +87,15 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def _padded_width(n: int) -> int:
+    """A column width padded for the kernels: the next power of two >= ``MIN_WIDTH`` (Triton
+    forms values of power-of-two shapes only)."""
+    return max(MIN_WIDTH, 1 << max(n - 1, 0).bit_length())
+
+
 class _Sequence:
     """A sequence of T rows padded to whole chunks (zeros; keys of padded rows do not count)
-    and its column widths to multiples of ``MIN_WIDTH`` (zeros change neither x W^T, |x|^2
+    and its column widths to powers of two >= ``MIN_WIDTH`` (zeros change neither x W^T, |x|^2
     nor a product with a value)."""
 
     def __init__(self, length: int):
@@ -102,7 +108,7 @@ class _Sequence:
         if x.ndim == 1:
             x = x[:, None].astype(jnp.float32)
             return jnp.pad(x, ((0, self.padded - self.length), (0, 0)))
-        width = _round_up(x.shape[1], MIN_WIDTH)
+        width = _padded_width(x.shape[1])
         return jnp.pad(x, ((0, self.padded - self.length), (0, width - x.shape[1])))
 
     def rows(self, x: jax.Array | jax.ShapeDtypeStruct, chunks: int = 1) -> pl.BlockSpec:
@@ -137,7 +143,7 @@ class _Map(NamedTuple):
 
     @staticmethod
     def of(weights: jax.Array, aux: jax.Array, spec: Spec) -> _Map:
-        head_dim = _round_up(weights.shape[1], MIN_WIDTH)
+        head_dim = _padded_width(weights.shape[1])
         padded = jnp.pad(weights, ((0, 0), (0, head_dim - weights.shape[1])))
         return _Map(padded, spec.padded_aux(aux, head_dim), spec)
 
@@ -584,6 +590,32 @@ def check_fusable(fmap, projection, implementation: str) -> None:
             f"implementation={implementation!r} fuses the feature maps {FUSED_MAPS}; "
             f"{type(fmap).__name__} is not one: use implementation='xla', which takes every map"
         )
+    if implementation == "pallas_triton":
+        _check_triton_widths(form, type(fmap).__name__)
+
+
+def _check_triton_widths(form: FusedForm, name: str) -> None:
+    """``ValueError`` before compiling for feature counts Triton cannot take: every value a
+    Triton kernel forms has power-of-two dimensions (>= 16 in products), so the affine maps'
+    m features must be such a number, and the hybrid's 2m a power of two >= 16 or a multiple
+    of its tile (``_fused_hybrid.FEATURE_TILE``)."""
+    count = form.weights.shape[-2]
+    if isinstance(form, AngularHybridForm):
+        double, tile = 2 * count, FEATURE_TILE
+        fits = double % tile == 0 if double >= tile else _power_of_two(double, MIN_WIDTH)
+        allowed = f"m with 2m a power of two >= {MIN_WIDTH} or a multiple of {tile}"
+    else:
+        fits, allowed = _power_of_two(count, MIN_WIDTH), f"m a power of two >= {MIN_WIDTH}"
+    if not fits:
+        raise ValueError(
+            f"implementation='pallas_triton' takes {name} with {allowed} features (Triton's "
+            f"blocks); got m = {count}: use implementation='xla' (or 'pallas_interpret'), or "
+            f"such an m"
+        )
+
+
+def _power_of_two(n: int, minimum: int) -> bool:
+    return n >= minimum and n & (n - 1) == 0
 
 
 def fused_attention(

@@ -423,3 +423,27 @@ def test_layers_take_the_implementation():
     params = layers["xla"].init({"params": jax.random.key(9), **rngs}, x, x)
     outs = {name: layer.apply(params, x, x, rngs=rngs) for name, layer in layers.items()}
     assert_close(outs["pallas_interpret"], outs["xla"])
+
+
+@pytest.mark.parametrize(
+    ("name", "count", "fits"),
+    [
+        ("positive", 128, True),
+        ("positive", 24, False),
+        ("angular_hybrid", 32, True),
+        ("angular_hybrid", 96, True),
+        ("angular_hybrid", 12, False),
+        ("angular_hybrid", 48, False),
+    ],
+)
+def test_triton_names_the_feature_counts_it_takes(name, count, fits):
+    """Triton forms power-of-two blocks only: ``pallas_triton`` checks m before compiling
+    (the affine maps' m, the hybrid's 2m in tiles of 64) and says what to use instead."""
+    fmap = features.get(name)().init(jax.random.key(0), 64)
+    projection = projections.orthogonal(jax.random.key(1), 64, count)
+    check = functools.partial(_fused.check_fusable, fmap, projection, "pallas_triton")
+    if fits:
+        check()
+    else:
+        with pytest.raises(ValueError, match=f"got m = {count}: use implementation='xla'"):
+            check()
