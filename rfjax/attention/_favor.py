@@ -209,9 +209,10 @@ def favor_attention(
         ``"pallas_tpu_interpret"`` (the kernels in interpret mode, any platform), or ``"auto"``
         (measured per platform and mode; ``"xla"`` where nothing is measured). The kernels
         compute the feature map from the rows inside them (the (B, T, N, m) features never
-        reach memory), for maps with affine log-features only ('positive',
-        'positive_antithetic', 'oprf'), without ``sequence_axis``, stabilised; see
-        ``rfjax.attention._implementations``.
+        reach memory), for the maps with affine log-features ('positive',
+        'positive_antithetic', 'oprf') and the angular hybrid ('angular_hybrid', its rows in
+        the XLA form's units, so the same rows meet the floor ``eps``), without
+        ``sequence_axis``, stabilised; see ``rfjax.attention._implementations``.
 
     Returns:
       ``(B, T, N, H_v)`` (or ``(T, N, H_v)``), in the inputs' result dtype. Low-precision inputs

@@ -1,12 +1,15 @@
-"""Fused Pallas kernels of FAVOR attention for maps with affine log-features: the feature map
-(projection, exponent, stabiliser) is computed inside the kernels from the rows, so the (T, m)
-features never reach memory.
+"""Fused Pallas kernels of FAVOR attention: the feature map (projection, exponent, stabiliser)
+is computed inside the kernels from the rows, so the (T, m) features never reach memory.
 
 One head, one sequence (``jax.vmap`` over batch and heads adds grid axes). The maps are those
 whose log-features are l(x) = x W^T + b + g |x|^2 (``rfjax.features.AffineLogForm``: FAVOR+,
-its antithetic variant and OPRF); the computation is the chunk algorithm of ``_log_prefix``
-(per-feature key shifts, exact at any norm), written per chunk of C positions in blocks of
-B = 16:
+its antithetic variant and OPRF; kernels in ``_fused_kernels``) and the angular hybrid
+(``AngularHybridForm``; kernels in ``_fused_hybrid``: its positive and trigonometric bases
+and sign channels, one key shift per key as in the XLA form). A static spec (``Spec``) says
+how the kernels read the map's parameters and which kernels run; both sets take the same
+arguments, so the passes below are shared. For the affine maps the computation is the chunk
+algorithm of ``_log_prefix`` (per-feature key shifts, exact at any norm), written per chunk of
+C positions in blocks of B = 16:
 
 * causal, forward: ``key_summary_kernel`` per chunk (the chunk's key maximum d and summary
   sum_j exp(lb_j - d) [v_j, 1]), the running maxima and the chunk states by a scan over the
@@ -23,8 +26,8 @@ B = 16:
 
 The kernels are written once in Pallas and compiled for a backend (``Backend``: Triton on NVIDIA
 sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Values are
-padded to a width of at least 16 (the products' smallest dimension on GPUs) and the head
-dimension likewise (zeros change neither x W^T nor |x|^2).
+padded to a power-of-two width of at least 16 (the products' smallest dimension on GPUs, and
+Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor |x|^2).
 """
 
 from __future__ import annotations
@@ -39,20 +42,13 @@ from jax.experimental import pallas as pl
 
 from rfjax.attention._checks import log_floor
 from rfjax.attention._chunks import chunk_states
-from rfjax.attention._fused_kernels import (
-    CHUNK,
-    cotangent_kernel,
-    key_cotangent_kernel,
-    key_summary_kernel,
-    output_kernel,
-    query_cotangent_kernel,
-    query_summary_kernel,
-    readout_kernel,
-)
+from rfjax.attention._fused_hybrid import FEATURE_TILE, AngularHybridSpec
+from rfjax.attention._fused_kernels import CHUNK, AffineSpec
 from rfjax.attention._head_features import finite_rows, floored_ratio
-from rfjax.features import AffineLogForm
+from rfjax.features import AffineLogForm, AngularHybridFeatureMap
 
 MIN_WIDTH = 16  # the smallest dimension of a product on GPUs (tt.dot)
+Spec = AffineSpec | AngularHybridSpec  # how the kernels read a map's parameters, and which
 CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summed over them)
 
 
@@ -91,9 +87,15 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def _padded_width(n: int) -> int:
+    """A column width padded for the kernels: the next power of two >= ``MIN_WIDTH`` (Triton
+    forms values of power-of-two shapes only)."""
+    return max(MIN_WIDTH, 1 << max(n - 1, 0).bit_length())
+
+
 class _Sequence:
     """A sequence of T rows padded to whole chunks (zeros; keys of padded rows do not count)
-    and its column widths to multiples of ``MIN_WIDTH`` (zeros change neither x W^T, |x|^2
+    and its column widths to powers of two >= ``MIN_WIDTH`` (zeros change neither x W^T, |x|^2
     nor a product with a value)."""
 
     def __init__(self, length: int):
@@ -106,7 +108,7 @@ class _Sequence:
         if x.ndim == 1:
             x = x[:, None].astype(jnp.float32)
             return jnp.pad(x, ((0, self.padded - self.length), (0, 0)))
-        width = _round_up(x.shape[1], MIN_WIDTH)
+        width = _padded_width(x.shape[1])
         return jnp.pad(x, ((0, self.padded - self.length), (0, width - x.shape[1])))
 
     def rows(self, x: jax.Array | jax.ShapeDtypeStruct, chunks: int = 1) -> pl.BlockSpec:
@@ -132,20 +134,36 @@ def _out(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
 
 
 class _Map(NamedTuple):
-    """The affine map padded for the kernels: weights ``(m, H')``, bias ``(1, m)``."""
+    """The map's parameters padded for the kernels: weights ``(r, H')`` and ``aux`` (the bias
+    ``(1, m)`` or the sign projection ``(n, H')``), and how the kernels read them (``spec``)."""
 
     weights: jax.Array
-    bias: jax.Array
-    norm_weight: float
+    aux: jax.Array
+    spec: Spec
 
     @staticmethod
-    def of(weights: jax.Array, bias: jax.Array, norm_weight: float) -> _Map:
-        head_dim = _round_up(weights.shape[1], MIN_WIDTH)
+    def of(weights: jax.Array, aux: jax.Array, spec: Spec) -> _Map:
+        head_dim = _padded_width(weights.shape[1])
         padded = jnp.pad(weights, ((0, 0), (0, head_dim - weights.shape[1])))
-        return _Map(padded, bias[None, :].astype(jnp.float32), norm_weight)
+        return _Map(padded, spec.padded_aux(aux, head_dim), spec)
+
+    @property
+    def width(self) -> int:
+        """F, the width of the states and summaries."""
+        return self.spec.width(self.weights, self.aux)
+
+    @property
+    def reference_width(self) -> int:
+        """The width of the key maxima: F (one per feature) or 1 (one per key)."""
+        return self.spec.reference_width(self.weights, self.aux)
+
+    def kernel(self, name: str, matmul_dtype):
+        """The spec's kernel ``name`` with its static arguments."""
+        kernel = getattr(self.spec.kernels, name)
+        return functools.partial(kernel, spec=self.spec, matmul_dtype=matmul_dtype)
 
     def specs(self) -> list[pl.BlockSpec]:
-        return [_whole(self.weights), _whole(self.bias)]
+        return [_whole(self.weights), _whole(self.aux)]
 
 
 def _group_size(chunks: int) -> int:
@@ -157,19 +175,20 @@ def _group_size(chunks: int) -> int:
 def _key_summaries(form: _Map, keys: _Sequence, k, v, valid, backend, matmul_dtype):
     """Each chunk's key maximum d ``(n, 1, m)``, sum_j exp(lb_j - d) v_j^T ``(n, m, P)`` and
     sum_j exp(lb_j - d) ``(n, 1, m)``."""
-    width, value_width, n = form.weights.shape[0], v.shape[1], keys.chunks
-    kernel = functools.partial(
-        key_summary_kernel, norm_weight=form.norm_weight, matmul_dtype=matmul_dtype
-    )
-    outputs = [_out((n, 1, width)), _out((n, width, value_width)), _out((n, 1, width))]
+    width, value_width, n = form.width, v.shape[1], keys.chunks
+    outputs = [
+        _out((n, 1, form.reference_width)),
+        _out((n, width, value_width)),
+        _out((n, 1, width)),
+    ]
     return backend.call(
-        kernel,
+        form.kernel("key_summary_kernel", matmul_dtype),
         grid=(n,),
         in_specs=[keys.rows(k), keys.rows(v), keys.rows(valid), *form.specs()],
         out_specs=[_per_chunk(x) for x in outputs],
         out_shape=outputs,
         name="rfjax_favor_key_summary",
-    )(k, v, valid, form.weights, form.bias)
+    )(k, v, valid, form.weights, form.aux)
 
 
 def _with_counts(sums: jax.Array, counts: jax.Array) -> jax.Array:
@@ -208,14 +227,11 @@ def _combined_state(form, keys, k, v, valid, backend, matmul_dtype):
 def _query_summaries(form, queries, q, reference, row_shift, grad, grad_den, backend, matmul_dtype):
     """Per chunk sum_t exp(la_t + r - M_t) [G_t, g_t]^T: ``(n, m, P)``, ``(n, 1, m)``;
     ``reference`` r per chunk ``(n, 1, m)`` or one ``(1, m)``."""
-    width, value_width, n = form.weights.shape[0], grad.shape[1], queries.chunks
-    kernel = functools.partial(
-        query_summary_kernel, norm_weight=form.norm_weight, matmul_dtype=matmul_dtype
-    )
+    width, value_width, n = form.width, grad.shape[1], queries.chunks
     outputs = [_out((n, width, value_width)), _out((n, 1, width))]
     reference_spec = _per_chunk(reference) if reference.ndim == 3 else _whole(reference)
     return backend.call(
-        kernel,
+        form.kernel("query_summary_kernel", matmul_dtype),
         grid=(n,),
         in_specs=[
             queries.rows(q),
@@ -228,7 +244,7 @@ def _query_summaries(form, queries, q, reference, row_shift, grad, grad_den, bac
         out_specs=[_per_chunk(x) for x in outputs],
         out_shape=outputs,
         name="rfjax_favor_query_summary",
-    )(q, form.weights, form.bias, reference, row_shift, grad, grad_den)
+    )(q, form.weights, form.aux, reference, row_shift, grad, grad_den)
 
 
 def _padded_cotangents(sequence: _Sequence, grad_num, grad_den):
@@ -247,24 +263,25 @@ class _Rows(NamedTuple):
     keys: _Sequence
 
 
-def _rows(weights, bias, norm_weight, query, key, value, valid) -> _Rows:
+def _rows(weights, aux, spec, query, key, value, valid) -> _Rows:
     queries, keys = _Sequence(query.shape[0]), _Sequence(key.shape[0])
     return _Rows(
         queries.pad(query),
         keys.pad(key),
         keys.pad(value),
         keys.pad(valid),
-        _Map.of(weights, bias, norm_weight),
+        _Map.of(weights, aux, spec),
         queries,
         keys,
     )
 
 
-def _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, dk, dv):
-    """The custom VJPs' cotangents, padding dropped: (dW, db, dq, dk, dv, None for the mask)."""
+def _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_aux, dq, dk, dv):
+    """The custom VJPs' cotangents, padding dropped: (dW, d aux, dq, dk, dv, None for the
+    mask)."""
     return (
         grad_w[:, : weights.shape[1]].astype(weights.dtype),
-        grad_b[0].astype(bias.dtype),
+        spec.unpadded_aux(grad_aux, aux),
         dq[: query.shape[0], : query.shape[1]].astype(query.dtype),
         dk[: key.shape[0], : key.shape[1]].astype(key.dtype),
         dv[: value.shape[0], : value.shape[1]].astype(value.dtype),
@@ -275,20 +292,15 @@ def _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, d
 # --- causal
 
 
-def _causal_forward(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+def _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+    x = _rows(weights, aux, spec, query, key, value, valid)
     start, _, states, counts = _causal_states(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
-    kernel = functools.partial(output_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype)
     rows = x.queries
-    outputs = [
-        _out((rows.padded, x.value.shape[1])),
-        _out((rows.padded, 1)),
-        _out((rows.padded, 1)),
-    ]
+    outputs = [_out((rows.padded, x.value.shape[1]))] + [_out((rows.padded, 1))] * 2
     num, den, row_shift = backend.call(
-        kernel,
+        x.form.kernel("output_kernel", matmul_dtype),
         grid=(rows.chunks,),
         in_specs=[
             rows.rows(x.query),
@@ -303,15 +315,18 @@ def _causal_forward(weights, bias, query, key, value, valid, norm_weight, backen
         out_specs=[rows.rows(o) for o in outputs],
         out_shape=outputs,
         name="rfjax_favor_causal_output",
-    )(x.query, x.key, x.value, x.valid, x.form.weights, x.form.bias, start, states, counts)
-    out = (num[: rows.length, : value.shape[1]], den[: rows.length, 0], row_shift[: rows.length, 0])
+    )(x.query, x.key, x.value, x.valid, x.form.weights, x.form.aux, start, states, counts)
+    out = (
+        num[: rows.length, : value.shape[1]],
+        *(y[: rows.length, 0] for y in (den, row_shift)),
+    )
     return out, row_shift
 
 
-def _causal_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
-    weights, bias, query, key, value, valid, row_shift = residuals
+def _causal_backward(spec, backend, matmul_dtype, residuals, cotangents):
+    weights, aux, query, key, value, valid, row_shift = residuals
     grad_num, grad_den, _ = cotangents  # the row shifts are constants
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+    x = _rows(weights, aux, spec, query, key, value, valid)
     start, end, states, counts = _causal_states(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
@@ -329,19 +344,18 @@ def _causal_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
     later, later_counts = _without_counts(later)
     group = _group_size(x.queries.chunks)
     rows = x.queries
-    width, head_dim = x.form.weights.shape
     groups = rows.chunks // group
     outputs = [
         _out(x.query.shape),
         _out(x.key.shape),
         _out(x.value.shape),
-        _out((groups, width, head_dim)),
-        _out((groups, 1, width)),
+        _out((groups, *x.form.weights.shape)),
+        _out((groups, *x.form.aux.shape)),
     ]
     chunked = (x.query, x.key, x.value, x.valid)
     per_chunk = (start, end, states, counts, later, later_counts)
     dq, dk, dv, dw, db = backend.call(
-        functools.partial(cotangent_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype),
+        x.form.kernel("cotangent_kernel", matmul_dtype),
         grid=(groups,),
         in_specs=[
             *(rows.rows(a, group) for a in chunked),
@@ -352,24 +366,22 @@ def _causal_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
         out_specs=[*(rows.rows(o, group) for o in outputs[:3]), *map(_per_chunk, outputs[3:])],
         out_shape=outputs,
         name="rfjax_favor_causal_cotangents",
-    )(*chunked, x.form.weights, x.form.bias, *per_chunk, row_shift, grad, grad_den)
+    )(*chunked, x.form.weights, x.form.aux, *per_chunk, row_shift, grad, grad_den)
     return _unpadded_cotangents(
-        weights, bias, query, key, value, jnp.sum(dw, 0), jnp.sum(db, 0), dq, dk, dv
+        spec, weights, aux, query, key, value, jnp.sum(dw, 0), jnp.sum(db, 0), dq, dk, dv
     )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def _causal(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
-    return _causal_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
-    )[0]
+def _causal(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+    return _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype)[0]
 
 
-def _causal_fwd(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+def _causal_fwd(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     out, row_shift = _causal_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
     )
-    return out, (weights, bias, query, key, value, valid, row_shift)
+    return out, (weights, aux, query, key, value, valid, row_shift)
 
 
 _causal.defvjp(_causal_fwd, _causal_backward)
@@ -378,31 +390,32 @@ _causal.defvjp(_causal_fwd, _causal_backward)
 # --- bidirectional
 
 
-def _bidirectional_forward(
-    weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
-):
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+def _bidirectional_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+    x = _rows(weights, aux, spec, query, key, value, valid)
     shift, state, count = _combined_state(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
     rows = x.queries
-    outputs = [_out((rows.padded, state.shape[1])), _out((rows.padded, 1)), _out((rows.padded, 1))]
+    outputs = [_out((rows.padded, state.shape[1]))] + [_out((rows.padded, 1))] * 2
     num, den, row_shift = backend.call(
-        functools.partial(readout_kernel, norm_weight=norm_weight, matmul_dtype=matmul_dtype),
+        x.form.kernel("readout_kernel", matmul_dtype),
         grid=(rows.chunks,),
         in_specs=[rows.rows(x.query), *x.form.specs(), *map(_whole, (shift, state, count))],
         out_specs=[rows.rows(o) for o in outputs],
         out_shape=outputs,
         name="rfjax_favor_readout",
-    )(x.query, x.form.weights, x.form.bias, shift, state, count)
-    out = (num[: rows.length, : value.shape[1]], den[: rows.length, 0], row_shift[: rows.length, 0])
+    )(x.query, x.form.weights, x.form.aux, shift, state, count)
+    out = (
+        num[: rows.length, : value.shape[1]],
+        *(y[: rows.length, 0] for y in (den, row_shift)),
+    )
     return out, row_shift
 
 
-def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotangents):
-    weights, bias, query, key, value, valid, row_shift = residuals
+def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
+    weights, aux, query, key, value, valid, row_shift = residuals
     grad_num, grad_den, _ = cotangents
-    x = _rows(weights, bias, norm_weight, query, key, value, valid)
+    x = _rows(weights, aux, spec, query, key, value, valid)
     shift, state, count = _combined_state(
         x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
     )
@@ -411,14 +424,16 @@ def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotan
         x.form, x.queries, x.query, shift, row_shift, grad, grad_den, backend, matmul_dtype
     )
     grad_state, grad_count = jnp.sum(sums, axis=0), jnp.sum(counts, axis=0)
-    width, head_dim = x.form.weights.shape
-    options = dict(norm_weight=norm_weight, matmul_dtype=matmul_dtype)
     queries, keys = x.queries, x.keys
     q_group, k_group = _group_size(queries.chunks), _group_size(keys.chunks)
     q_groups, k_groups = queries.chunks // q_group, keys.chunks // k_group
-    q_outputs = [_out(x.query.shape), _out((q_groups, width, head_dim)), _out((q_groups, 1, width))]
+    q_outputs = [
+        _out(x.query.shape),
+        _out((q_groups, *x.form.weights.shape)),
+        _out((q_groups, *x.form.aux.shape)),
+    ]
     dq, dw_q, db_q = backend.call(
-        functools.partial(query_cotangent_kernel, **options),
+        x.form.kernel("query_cotangent_kernel", matmul_dtype),
         grid=(q_groups,),
         in_specs=[
             queries.rows(x.query, q_group),
@@ -433,15 +448,15 @@ def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotan
         ],
         out_shape=q_outputs,
         name="rfjax_favor_query_cotangents",
-    )(x.query, x.form.weights, x.form.bias, shift, state, count, row_shift, grad, grad_den)
+    )(x.query, x.form.weights, x.form.aux, shift, state, count, row_shift, grad, grad_den)
     k_outputs = [
         _out(x.key.shape),
         _out(x.value.shape),
-        _out((k_groups, width, head_dim)),
-        _out((k_groups, 1, width)),
+        _out((k_groups, *x.form.weights.shape)),
+        _out((k_groups, *x.form.aux.shape)),
     ]
     dk, dv, dw_k, db_k = backend.call(
-        functools.partial(key_cotangent_kernel, **options),
+        x.form.kernel("key_cotangent_kernel", matmul_dtype),
         grid=(k_groups,),
         in_specs=[
             *(keys.rows(a, k_group) for a in (x.key, x.value, x.valid)),
@@ -455,31 +470,59 @@ def _bidirectional_backward(norm_weight, backend, matmul_dtype, residuals, cotan
         ],
         out_shape=k_outputs,
         name="rfjax_favor_key_cotangents",
-    )(x.key, x.value, x.valid, x.form.weights, x.form.bias, shift, grad_state, grad_count)
+    )(x.key, x.value, x.valid, x.form.weights, x.form.aux, shift, grad_state, grad_count)
     grad_w = jnp.sum(dw_q, 0) + jnp.sum(dw_k, 0)
     grad_b = jnp.sum(db_q, 0) + jnp.sum(db_k, 0)
-    return _unpadded_cotangents(weights, bias, query, key, value, grad_w, grad_b, dq, dk, dv)
+    return _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_b, dq, dk, dv)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def _bidirectional(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+def _bidirectional(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     return _bidirectional_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
     )[0]
 
 
-def _bidirectional_fwd(weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype):
+def _bidirectional_fwd(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     out, row_shift = _bidirectional_forward(
-        weights, bias, query, key, value, valid, norm_weight, backend, matmul_dtype
+        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
     )
-    return out, (weights, bias, query, key, value, valid, row_shift)
+    return out, (weights, aux, query, key, value, valid, row_shift)
 
 
 _bidirectional.defvjp(_bidirectional_fwd, _bidirectional_backward)
 
 
+class AngularHybridForm(NamedTuple):
+    """What the kernels compute the angular hybrid's features from
+    (``rfjax.features.AngularHybridFeatureMap``, variant II): the base projection and the sign
+    projection.
+
+    Attributes:
+      weights: W ``(m, H)``, of both base estimators (positive and trigonometric).
+      signs: T ``(n, H)``, the angular coefficient's sign projection.
+    """
+
+    weights: jax.Array
+    signs: jax.Array
+
+
+FusedForm = AffineLogForm | AngularHybridForm
+
+# What the error for other maps lists: the maps the kernels take.
+FUSED_MAPS = "'positive', 'positive_antithetic', 'oprf' (affine log-features) and 'angular_hybrid'"
+
+
+def _kernel_parameters(form: FusedForm) -> tuple[Spec, jax.Array, jax.Array]:
+    """(the kernels' ``spec``, weights, aux) of ``form``."""
+    if isinstance(form, AngularHybridForm):  # z and -z from W2 = [W; -W]
+        weights = jnp.concatenate([form.weights, -form.weights])
+        return AngularHybridSpec(form.signs.shape[0]), weights, form.signs
+    return AffineSpec(float(form.norm_weight)), form.weights, form.bias
+
+
 def fused_attention_sums(
-    form: AffineLogForm,
+    form: FusedForm,
     query: jax.Array,
     key: jax.Array,
     value: jax.Array,
@@ -490,12 +533,19 @@ def fused_attention_sums(
     matmul_dtype: Any = jnp.float32,
 ) -> tuple[jax.Array, jax.Array]:
     """FAVOR's sums for one head with the map fused: (numerator ``(T, p)``, denominator
-    ``(T,)``), each row relative to its largest term, for causal or bidirectional attention:
-    the sums that ``_log_prefix.causal_feature_prefix`` (causal) or the per-feature key shifts
-    of ``_bidirectional`` form from ``form``'s log-features.
+    ``(T,)``) for causal or bidirectional attention.
+
+    Affine log-features (``AffineLogForm``): a key shift per feature, each row relative to its
+    largest term, the sums that ``_log_prefix.causal_feature_prefix`` (causal) or the
+    per-feature key shifts of ``_bidirectional`` form. The angular hybrid
+    (``AngularHybridForm``; ``_fused_hybrid``): the XLA form's sums, in its units
+    e^{-s(q_t) - c_t} (s the per-row log-scale ``HybridParts.log_scale``, c_t its running
+    (causal) or global maximum over the keys), so that the denominator floor ``eps`` of signed
+    maps clips the same rows.
 
     Args:
-      form: the map's ``AffineLogForm`` (weights ``(m, H)``, bias ``(m,)``, norm weight).
+      form: the map's ``AffineLogForm`` (weights ``(m, H)``, bias ``(m,)``, norm weight) or
+        ``AngularHybridForm``.
       query: ``(T, H)``, finite.
       key: ``(S, H)`` (S == T if causal), finite.
       value: ``(S, p)``, finite where ``valid``.
@@ -507,25 +557,22 @@ def fused_attention_sums(
     Returns:
       (numerator, denominator), float32.
     """
+    spec, weights, aux = _kernel_parameters(form)
     op = _causal if causal else _bidirectional
-    num, den, _ = op(
-        form.weights,
-        form.bias,
-        query,
-        key,
-        value,
-        valid,
-        float(form.norm_weight),
-        backend,
-        jnp.dtype(matmul_dtype),
-    )
+    num, den, _ = op(weights, aux, query, key, value, valid, spec, backend, jnp.dtype(matmul_dtype))
     return num, den
 
 
-def affine_form(projection, fmap) -> AffineLogForm | None:
-    """The ``AffineLogForm`` the kernels compute for (projection, map), or ``None`` when the map
-    has none: a symmetric exponential map whose ``affine_log_form`` is given (FAVOR+, its
-    antithetic variant, OPRF)."""
+def kernel_form(projection, fmap) -> FusedForm | None:
+    """The form the kernels compute for (projection, map), or ``None`` when they take no such
+    map: ``AffineLogForm`` for a symmetric exponential map whose ``affine_log_form`` is given
+    (FAVOR+, its antithetic variant, OPRF), ``AngularHybridForm`` for the angular hybrid."""
+    if isinstance(fmap, AngularHybridFeatureMap):
+        if fmap.sign_projection is None:
+            raise ValueError(
+                "AngularHybridFeatureMap has no sign projection: call .init(key, dim) first"
+            )
+        return AngularHybridForm(projection.matrix(), fmap.sign_projection.matrix())
     method = getattr(fmap, "affine_log_form", None)
     if method is None or not getattr(fmap, "symmetric", True):
         return None
@@ -535,16 +582,40 @@ def affine_form(projection, fmap) -> AffineLogForm | None:
 def check_fusable(fmap, projection, implementation: str) -> None:
     """``ValueError`` naming the maps the fused kernels take, for a map they do not."""
     try:
-        form = jax.eval_shape(lambda p, f: affine_form(p, f), projection, fmap)
+        form = jax.eval_shape(lambda p, f: kernel_form(p, f), projection, fmap)
     except ValueError as error:  # e.g. OPRF statistics per sequence
         raise ValueError(f"implementation={implementation!r}: {error}") from None
     if form is None:
         raise ValueError(
-            f"implementation={implementation!r} fuses the feature maps with log-features "
-            f"affine in the rows (FeatureMap.affine_log_form: 'positive', "
-            f"'positive_antithetic', 'oprf'); {type(fmap).__name__} is not one: use "
-            f"implementation='xla', which takes every map"
+            f"implementation={implementation!r} fuses the feature maps {FUSED_MAPS}; "
+            f"{type(fmap).__name__} is not one: use implementation='xla', which takes every map"
         )
+    if implementation == "pallas_triton":
+        _check_triton_widths(form, type(fmap).__name__)
+
+
+def _check_triton_widths(form: FusedForm, name: str) -> None:
+    """``ValueError`` before compiling for feature counts Triton cannot take: every value a
+    Triton kernel forms has power-of-two dimensions (>= 16 in products), so the affine maps'
+    m features must be such a number, and the hybrid's 2m a power of two >= 16 or a multiple
+    of its tile (``_fused_hybrid.FEATURE_TILE``)."""
+    count = form.weights.shape[-2]
+    if isinstance(form, AngularHybridForm):
+        double, tile = 2 * count, FEATURE_TILE
+        fits = double % tile == 0 if double >= tile else _power_of_two(double, MIN_WIDTH)
+        allowed = f"m with 2m a power of two >= {MIN_WIDTH} or a multiple of {tile}"
+    else:
+        fits, allowed = _power_of_two(count, MIN_WIDTH), f"m a power of two >= {MIN_WIDTH}"
+    if not fits:
+        raise ValueError(
+            f"implementation='pallas_triton' takes {name} with {allowed} features (Triton's "
+            f"blocks); got m = {count}: use implementation='xla' (or 'pallas_interpret'), or "
+            f"such an m"
+        )
+
+
+def _power_of_two(n: int, minimum: int) -> bool:
+    return n >= minimum and n & (n - 1) == 0
 
 
 def fused_attention(
@@ -567,7 +638,7 @@ def fused_attention(
     attends to a non-finite unmasked key or value, is NaN)."""
 
     def head(q, k, v, valid, proj, f):
-        form = affine_form(proj, f)
+        form = kernel_form(proj, f)
         query_finite = finite_rows(q)
         usable = valid & finite_rows(k) & finite_rows(v)
         num, den = fused_attention_sums(

@@ -1,9 +1,15 @@
-"""The Pallas kernels of fused FAVOR attention (``_fused``): one chunk (or a group of chunks) of
-one head per program, the affine feature map computed from the rows inside the kernel, blocks of
-``LOG_BLOCK`` positions read from the refs (Triton cannot slice values), products accumulated in
-float32. The computation per chunk is ``_log_prefix``'s; see ``_fused`` for the passes."""
+"""The Pallas kernels of fused FAVOR attention (``_fused``) for the maps with affine
+log-features: one chunk (or a group of chunks) of one head per program, the affine feature map
+computed from the rows inside the kernel, blocks of ``LOG_BLOCK`` positions read from the refs
+(Triton cannot slice values), products accumulated in float32. The computation per chunk is
+``_log_prefix``'s; see ``_fused`` for the passes (and ``_fused_hybrid`` for the angular
+hybrid's kernels, which take the same arguments)."""
 
 from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +19,38 @@ from rfjax.attention._checks import log_floor
 from rfjax.attention._log_prefix import LOG_BLOCK
 
 CHUNK = 64  # positions per chunk: 4 blocks of LOG_BLOCK
+
+
+@dataclasses.dataclass(frozen=True)
+class AffineSpec:
+    """How the kernels read an affine map l(x) = x W^T + b + g |x|^2 (FAVOR+, its antithetic
+    variant, OPRF): parameters W ``(m, H)`` and b ``(1, m)``; features of width m, each key
+    shifted by its own running maximum (``reference_width`` m)."""
+
+    norm_weight: float
+
+    @property
+    def kernels(self) -> typing.Any:
+        """The module of the kernels (this one)."""
+        return sys.modules[__name__]
+
+    def width(self, weights: jax.Array, aux: jax.Array) -> int:
+        """The width of the states and summaries: m."""
+        del aux
+        return weights.shape[0]
+
+    def reference_width(self, weights: jax.Array, aux: jax.Array) -> int:
+        """The width of the key maxima (the references): one per feature."""
+        return self.width(weights, aux)
+
+    def padded_aux(self, aux: jax.Array, head_dim: int) -> jax.Array:
+        """b ``(m,)`` -> ``(1, m)``, float32."""
+        del head_dim
+        return aux[None, :].astype(jnp.float32)
+
+    def unpadded_aux(self, grad: jax.Array, aux: jax.Array) -> jax.Array:
+        """db ``(1, m)`` -> ``(m,)`` in b's dtype."""
+        return grad[0].astype(aux.dtype)
 
 
 # ------------------------------------------------------------------------ in-kernel pieces
@@ -101,11 +139,11 @@ class _ChunkRows:
 
 
 def key_summary_kernel(
-    k_ref, v_ref, valid_ref, w_ref, b_ref, max_ref, sum_ref, count_ref, *, norm_weight, matmul_dtype
+    k_ref, v_ref, valid_ref, w_ref, b_ref, max_ref, sum_ref, count_ref, *, spec, matmul_dtype
 ):
     """A chunk's key maximum d ``(1, m)``, sum_j exp(lb_j - d) v_j^T ``(m, P)`` and
     sum_j exp(lb_j - d) ``(1, m)``."""
-    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     valid = valid_ref[...] > 0
     lb = jnp.where(valid, form(k_ref[...]), log_floor(jnp.float32))
     top = jnp.max(lb, axis=0, keepdims=True)
@@ -130,11 +168,11 @@ def output_kernel(
     den_ref,
     shift_ref,
     *,
-    norm_weight,
+    spec,
     matmul_dtype,
 ):
     """One chunk's numerator ``(C, P)``, denominator ``(C, 1)`` and row shifts ``(C, 1)``."""
-    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     start, state, count = start_ref[...], state_ref[...], count_ref[...]
     blocks = q_ref.shape[0] // LOG_BLOCK
     x = _ChunkRows(form, (q_ref, k_ref, v_ref, valid_ref), 0, blocks, start)
@@ -171,12 +209,12 @@ def query_summary_kernel(
     sum_ref,
     count_ref,
     *,
-    norm_weight,
+    spec,
     matmul_dtype,
 ):
     """sum_t exp(la_t + r - M_t) [G_t, g_t]^T over a chunk's rows, for a reference r ``(1, m)``:
     ``(m, P)`` and ``(1, m)``."""
-    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     factors = jnp.exp(form(q_ref[...]) + reference_ref[...] - shift_ref[...])
     sum_ref[...] = _dot(factors.T, grad_ref[...], matmul_dtype)
     count_ref[...] = jnp.sum(factors * grad_den_ref[...], axis=0, keepdims=True)
@@ -204,12 +242,12 @@ def cotangent_kernel(
     dw_ref,
     db_ref,
     *,
-    norm_weight,
+    spec,
     matmul_dtype,
 ):
     """The cotangents of a group of chunks: rows (dq, dk ``(C, H)``, dv ``(C, P)`` per chunk)
     and the map's (dW ``(m, H)``, db ``(1, m)`` summed over the group)."""
-    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     blocks = CHUNK // LOG_BLOCK
     chunks = q_ref.shape[0] // CHUNK
 
@@ -288,13 +326,13 @@ def readout_kernel(
     den_ref,
     row_shift_ref,
     *,
-    norm_weight,
+    spec,
     matmul_dtype,
 ):
     """Bidirectional read-out of a chunk of queries against the keys' state ``(m, P)``,
     ``(1, m)`` relative to their per-feature maximum c ``(1, m)``: numerator, denominator and
     row shifts M_t = max_i (la_ti + c_i)."""
-    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     logs = form(q_ref[...]) + shift_ref[...]
     row_shift = jnp.max(logs, axis=1, keepdims=True)
     query = jnp.exp(logs - row_shift)
@@ -317,12 +355,12 @@ def query_cotangent_kernel(
     dw_ref,
     db_ref,
     *,
-    norm_weight,
+    spec,
     matmul_dtype,
 ):
     """Bidirectional queries' cotangents over a group of chunks: dla_t = exp(la_t + c - M_t)
     (S G_t + z g_t), pulled back to dq, and dW, db summed over the group."""
-    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     shift, state, count = shift_ref[...], state_ref[...], count_ref[...]
 
     def chunk_step(c, totals):
@@ -355,13 +393,13 @@ def key_cotangent_kernel(
     dw_ref,
     db_ref,
     *,
-    norm_weight,
+    spec,
     matmul_dtype,
 ):
     """Bidirectional keys' cotangents over a group of chunks, from the state's (dS ``(m, P)``,
     dz ``(1, m)``): dlb_j = exp(lb_j - c) (dS v_j + dz), dv_j = dS^T exp(lb_j - c), pulled
     back to dk, and dW, db summed over the group."""
-    form = _Form(w_ref, b_ref, norm_weight, jnp.float32)
+    form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     shift, grad_state, grad_count = shift_ref[...], grad_state_ref[...], grad_count_ref[...]
 
     def chunk_step(c, totals):

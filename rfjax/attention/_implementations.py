@@ -9,8 +9,10 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
   platform (the TPU's simulator for the second), how they are tested on CPU.
 
 The fused kernels take the maps whose log-features are affine in the rows plus a multiple of
-|x|^2 (``FeatureMap.affine_log_form``: FAVOR+, its antithetic variant, OPRF); any other map, a
-sequence split over devices, or ``stabilize=False`` raise ``ValueError`` naming what to use.
+|x|^2 (``FeatureMap.affine_log_form``: FAVOR+, its antithetic variant, OPRF) and the angular
+hybrid (``AngularHybridFeatureMap``: its positive and trigonometric bases and sign channels
+formed inside the kernels); any other map, a sequence split over devices, or
+``stabilize=False`` raise ``ValueError`` naming the map and the maps the kernels take.
 
 ``"auto"`` picks from ``AUTO``, measured tables of (platform, mode) -> implementation, filled from
 a benchmark run on that platform (``benchmarks/attention_gpu.py``, raw figures under

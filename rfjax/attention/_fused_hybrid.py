@@ -1,0 +1,611 @@
+"""The Pallas kernels of fused FAVOR attention (``_fused``) for the angular hybrid (HRF Eq. 12,
+variant II; ``rfjax.features.angular_hybrid_features``), with the arguments of the affine maps'
+kernels (``_fused_kernels``), so that the same passes run them.
+
+The hybrid's score of a query x and a key y is lambda P(x, y) + (1 - lambda) R(x, y): P and R the
+positive (antithetic) and trigonometric estimates from the base projection W, and
+lambda = 1/2 - sigma(x) . sigma(y), sigma = sgn(T x) / sqrt(2n) from the sign projection T. The
+kernels never form Lemma 2.3's flat features ((n + 1) 4m of them):
+
+* the rows' parts in the XLA form's units (``_scaled_bases``): per row s = max(max_i l_i, a)
+  with l = [z, -z] - |x|^2/2 - log(2m)/2 the positive log-features (z = W x, from W2 = [W; -W]),
+  a = |x|^2/2 - log(m)/2, and the bases psi+ = e^{l - s}, psi' = e^{a - s} [sin z, cos z]
+  (``_Part``), in tiles of ``FEATURE_TILE`` features read from W2's rows;
+* within a chunk, the (C, C) scores (1/2 - Lambda) o (psi+ psi+^T) + (1/2 + Lambda) o
+  (psi' psi'^T), Lambda = sigma sigma^T, times e^{s_j - c_t} (c_t the running maximum of s over
+  the keys j <= t, the XLA form's per-key shift; every factor <= 1): products of (C, C), (C, 2m)
+  and (C, n) matrices;
+* across chunks, one state per sign channel l = 0..n and base: the key coefficients
+  (1 for l = 0; -sigma_l for psi+ and +sigma_l for psi' otherwise) multiply the keys' [v, 1],
+  and each query contracts the channels' reads with its coefficients (1/2, sigma_l). The states
+  are rows of one ``(2 (n + 1) 2m, P)`` array (base, then channel, then feature), read and
+  written a tile at a time through ref slices, relative to the chunk's key maximum (scalar
+  references: ``reference_width`` 1).
+
+The rows' outputs are in the XLA form's units, e^{-s(q_t) - c_t}, so that the signed maps'
+denominator floor clips the same rows. The signs are piecewise constant: no gradient reaches T or
+the rows through them. Every value an operation takes is a power-of-two block of at least 16 in
+its product dimensions (Triton's rules: no concatenation or slicing of values)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import typing
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from rfjax.attention._checks import log_floor
+from rfjax.attention._fused_kernels import CHUNK
+
+FEATURE_TILE = 64  # features per tile (of the 2m of each base)
+_BASES = 2  # positive, trigonometric
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@dataclasses.dataclass(frozen=True)
+class AngularHybridSpec:
+    """How the kernels read the angular hybrid: parameters W2 = [W; -W] ``(2m, H)`` and the sign
+    projection T ``(n', H)`` (``signs`` = n rows, zeros to n' = the next power of two >= 16:
+    sgn(0) = 0 adds nothing to sigma . sigma); states of width 2 (n + 1) 2m (bases, channels,
+    features), one reference per key (``reference_width`` 1)."""
+
+    signs: int
+
+    @property
+    def kernels(self) -> typing.Any:
+        """The module of the kernels (this one)."""
+        return sys.modules[__name__]
+
+    def width(self, weights: jax.Array, aux: jax.Array) -> int:
+        """The width of the states and summaries: 2 (n + 1) 2m."""
+        del aux
+        return _BASES * (self.signs + 1) * weights.shape[0]
+
+    def reference_width(self, weights: jax.Array, aux: jax.Array) -> int:
+        """The width of the key maxima (the references): one per key."""
+        del weights, aux
+        return 1
+
+    def padded_aux(self, aux: jax.Array, head_dim: int) -> jax.Array:
+        """T ``(n, H)`` -> ``(n', H')``, zeros in the new rows and columns."""
+        rows = max(16, _next_power_of_two(aux.shape[0]))
+        return jnp.pad(aux, ((0, rows - aux.shape[0]), (0, head_dim - aux.shape[1])))
+
+    def unpadded_aux(self, grad: jax.Array, aux: jax.Array) -> jax.Array:
+        """dT (zeros: the signs are piecewise constant) in T's shape and dtype."""
+        return grad[: aux.shape[0], : aux.shape[1]].astype(aux.dtype)
+
+
+# ------------------------------------------------------------------------ in-kernel pieces
+
+
+def _dot(a, b, matmul_dtype, *, transpose_a: bool = False, transpose_b: bool = False):
+    """a b (a^T, b^T with the flags), operands in ``matmul_dtype``, accumulated in float32."""
+    a = a.T if transpose_a else a
+    b = b.T if transpose_b else b
+    return jnp.dot(
+        a.astype(matmul_dtype), b.astype(matmul_dtype), preferred_element_type=jnp.float32
+    )
+
+
+def _iota(shape: tuple[int, ...], axis: int) -> jax.Array:
+    return jax.lax.broadcasted_iota(jnp.int32, shape, axis)
+
+
+class _Part:
+    """A block of R rows' parts (``_scaled_bases``'s, in the XLA form's units): the log-scale s
+    ``(R, 1)``, per feature tile the bases psi+ and psi' ``(R, FT)`` and z, e^{a - s} ``(R, 1)``
+    and sigma ``(R, n')``. With ``valid``, rows left out get s at the log floor and zero parts."""
+
+    def __init__(self, spec: AngularHybridSpec, rows, w_ref, t_ref, valid=None):
+        self.rows = x = rows.astype(jnp.float32)
+        self.w_ref = w_ref
+        double = w_ref.shape[0]  # 2m
+        self.tile = min(FEATURE_TILE, double)
+        self.tiles = double // self.tile
+        self.base_width = double
+        self.channels = spec.signs + 1
+        squared = jnp.sum(x * x, axis=1, keepdims=True)
+        self.z = [
+            jnp.dot(x, self.weights(i).T, preferred_element_type=jnp.float32)
+            for i in range(self.tiles)
+        ]
+        positive_shift = -0.5 * squared - 0.5 * math.log(double)
+        trigonometric = 0.5 * squared - 0.5 * math.log(double // 2)
+        largest = self.z[0].max(axis=1, keepdims=True)
+        for z in self.z[1:]:
+            largest = jnp.maximum(largest, z.max(axis=1, keepdims=True))
+        scale = jnp.maximum(largest + positive_shift, trigonometric)
+        keep = (lambda a: a) if valid is None else (lambda a: jnp.where(valid, a, 0))
+        self.positive = [keep(jnp.exp(z + positive_shift - scale)) for z in self.z]
+        self.trigonometric_scale = keep(jnp.exp(trigonometric - scale))
+        self.trigonometric = [
+            self.trigonometric_scale * jnp.where(self._sine(i), jnp.sin(z), jnp.cos(z))
+            for i, z in enumerate(self.z)
+        ]
+        self.scale = (
+            scale if valid is None else jnp.where(valid, scale, log_floor(jnp.dtype(jnp.float32)))
+        )
+        projected = jnp.dot(x, t_ref[...].astype(jnp.float32).T, preferred_element_type=jnp.float32)
+        self.sigma = jnp.sign(projected) * (1.0 / math.sqrt(2.0 * spec.signs))
+
+    def weights(self, i: int) -> jax.Array:
+        """Tile i of W2's rows ``(FT, H)``."""
+        return self.w_ref[pl.ds(i * self.tile, self.tile), :].astype(jnp.float32)
+
+    def _sine(self, i: int) -> jax.Array:
+        """Tile i's features of the first half (sin z; the second half's are cos(-z) = cos z)."""
+        columns = _iota((1, self.tile), 1) + i * self.tile
+        return columns < self.base_width // 2
+
+    def bases(self) -> tuple[list[jax.Array], list[jax.Array]]:
+        return self.positive, self.trigonometric
+
+    def sign(self, index) -> jax.Array:
+        """sigma_l ``(R, 1)`` of channel l >= 1 (0 for l = 0)."""
+        chosen = jnp.where(_iota(self.sigma.shape, 1) == index - 1, self.sigma, 0)
+        return jnp.sum(chosen, axis=1, keepdims=True)
+
+    def query_coefficient(self, index) -> jax.Array:
+        """Channel l's query coefficient ``(R, 1)``: 1/2 (l = 0), sigma_l (both bases)."""
+        return jnp.where(index == 0, 0.5, self.sign(index))
+
+    def key_coefficients(self, index) -> tuple[jax.Array, jax.Array]:
+        """Channel l's key coefficients ``(R, 1)`` per base: 1 (l = 0), -sigma_l (psi+),
+        sigma_l (psi')."""
+        sign = self.sign(index)
+        return jnp.where(index == 0, 1.0, -sign), jnp.where(index == 0, 1.0, sign)
+
+    def row(self, base: int, index, i: int):
+        """The first state row of (base, channel l, tile i)."""
+        return (base * self.channels + index) * self.base_width + i * self.tile
+
+    def pullback(self, grad_positive, grad_trigonometric):
+        """(d rows ``(R, H)``, dW2 ``(2m, H)`` as per-tile list) of
+        sum_i (g+_i psi+_i + g'_i psi'_i), s a constant: dz_i = g+_i psi+_i + g'_i e^{a - s}
+        h'(z_i) (h' = cos for sin, -sin for cos), d rows = sum_i dz_i W2_i +
+        (sum_i g'_i psi'_i - g+_i psi+_i) x, dW2_i = dz_i^T x."""
+        total = jnp.zeros_like(self.scale)
+        grad_rows = jnp.zeros_like(self.rows)
+        grad_weights = []
+        for i, z in enumerate(self.z):
+            positive = grad_positive[i] * self.positive[i]
+            derivative = jnp.where(self._sine(i), jnp.cos(z), -jnp.sin(z))
+            grad_z = positive + grad_trigonometric[i] * self.trigonometric_scale * derivative
+            total = total + jnp.sum(
+                grad_trigonometric[i] * self.trigonometric[i] - positive, axis=1, keepdims=True
+            )
+            grad_rows = grad_rows + jnp.dot(grad_z, self.weights(i))
+            grad_weights.append(jnp.dot(grad_z.T, self.rows))
+        return grad_rows + total * self.rows, grad_weights
+
+
+def _zeros_like_bases(part: _Part) -> list[list[jax.Array]]:
+    return [[jnp.zeros_like(f) for f in fs] for fs in part.bases()]
+
+
+def _summaries(part, weights, coefficients, values, sum_ref, count_ref, matmul_dtype, counted):
+    """Per channel l and base b, into the state rows: sum_r w_r c_l^b(r) psi^b_r values_r^T and
+    sum_r u_r c_l^b(r) psi^b_r (``weights`` w and ``counted`` u ``(R, 1)``, ``coefficients(index)``
+    the pair of ``(R, 1)`` per base)."""
+
+    def channel(index, carry):
+        for base, (coefficient, features) in enumerate(
+            zip(coefficients(index), part.bases(), strict=True)
+        ):
+            for i, f in enumerate(features):
+                scaled = coefficient * f
+                rows = pl.ds(part.row(base, index, i), part.tile)
+                sum_ref[rows, :] = _dot(weights * scaled, values, matmul_dtype, transpose_a=True)
+                count_ref[:, rows] = jnp.sum(counted * scaled, axis=0, keepdims=True)
+        return carry
+
+    jax.lax.fori_loop(0, part.channels, channel, 0)
+
+
+def _read(part: _Part, state, count, weights, matmul_dtype):
+    """sum_l a_l(q) sum_b psi^b_q [S^b_l, z^b_l] times ``weights`` ``(R, 1)``: (num ``(R, P)``,
+    den ``(R, 1)``); ``state(row)``, ``count(row)`` read a tile of the state."""
+
+    def channel(index, sums):
+        num, den = sums
+        part_num, part_den = jnp.zeros_like(num), jnp.zeros_like(den)
+        for base, features in enumerate(part.bases()):
+            for i, f in enumerate(features):
+                row = part.row(base, index, i)
+                part_num = part_num + _dot(f, state(row), matmul_dtype)
+                part_den = part_den + jnp.sum(f * count(row), axis=1, keepdims=True)
+        coefficient = part.query_coefficient(index)
+        return num + coefficient * part_num, den + coefficient * part_den
+
+    rows, value_width = part.rows.shape[0], state(0).shape[1]
+    zeros = (jnp.zeros((rows, value_width), jnp.float32), jnp.zeros((rows, 1), jnp.float32))
+    num, den = jax.lax.fori_loop(0, part.channels, channel, zeros)
+    return weights * num, weights * den
+
+
+def _read_cotangents(part: _Part, state, count, weights, grad, grad_den, grads, matmul_dtype):
+    """``grads`` (per base and tile) plus the bases' cotangents of ``_read``'s terms with
+    cotangents (G ``(R, P)``, g ``(R, 1)``): w a_l (G S^b_l^T + g z^b_l)."""
+
+    def channel(index, grads):
+        coefficient = weights * part.query_coefficient(index)
+        out = []
+        for base, features in enumerate(part.bases()):
+            tiles = []
+            for i in range(len(features)):
+                row = part.row(base, index, i)
+                read = _dot(grad, state(row), matmul_dtype, transpose_b=True)
+                read = read + grad_den * count(row)
+                tiles.append(grads[base][i] + coefficient * read)
+            out.append(tiles)
+        return out
+
+    return jax.lax.fori_loop(0, part.channels, channel, grads)
+
+
+def _later_cotangents(part: _Part, later, later_count, weights, values, grads, matmul_dtype):
+    """The keys' cotangents from the later queries' summaries L^b_l ``(2m, P)``, ``(1, 2m)``
+    (relative to the reference of ``weights`` = e^{s_j - c} ``(R, 1)``): (the bases'
+    ``grads`` plus w_j c^b_l(k_j) (L^b_l v_j + l^b_l), dv_j = w_j sum c^b_l L^b_l^T psi^b_j)."""
+
+    def channel(index, carry):
+        grads, grad_v = carry
+        out = []
+        for base, (coefficient, features) in enumerate(
+            zip(part.key_coefficients(index), part.bases(), strict=True)
+        ):
+            scale = weights * coefficient
+            tiles = []
+            for i, f in enumerate(features):
+                row = part.row(base, index, i)
+                state = later(row)
+                read = _dot(values, state, matmul_dtype, transpose_b=True) + later_count(row)
+                tiles.append(grads[base][i] + scale * read)
+                grad_v = grad_v + scale * _dot(f, state, matmul_dtype)
+            out.append(tiles)
+        return out, grad_v
+
+    return jax.lax.fori_loop(0, part.channels, channel, (grads, jnp.zeros_like(values)))
+
+
+class _Pairs:
+    """A chunk's within-chunk scores S_tj = (m+_tj P_tj + m'_tj R_tj) for j <= t: P, R the
+    bases' Gram matrices, m+ = (1/2 - Lambda) E, m' = (1/2 + Lambda) E, E_tj = e^{s_j - c_t} for
+    the keys that count (0 otherwise), c_t = max(c, max_{j <= t} s_j) from the chunk's start c."""
+
+    def __init__(self, query: _Part, key: _Part, valid, start, matmul_dtype):
+        size = query.rows.shape[0]
+        key_scale = key.scale.T  # (1, C)
+        self.attends = (_iota((size, size), 1) <= _iota((size, size), 0)) & (valid.T > 0)
+        own = jnp.max(jnp.where(self.attends, key_scale, -jnp.inf), axis=1, keepdims=True)
+        self.row_shift = jnp.maximum(own, start)  # c_t (C, 1)
+        decay = jnp.where(self.attends, jnp.exp(key_scale - self.row_shift), 0)
+        agreement = _dot(query.sigma, key.sigma, matmul_dtype, transpose_b=True)
+        self.mixes = ((0.5 - agreement) * decay, (0.5 + agreement) * decay)
+        self.grams = [
+            sum(_dot(a, b, matmul_dtype, transpose_b=True) for a, b in zip(qs, ks, strict=True))
+            for qs, ks in zip(query.bases(), key.bases(), strict=True)
+        ]
+        self.scores = self.mixes[0] * self.grams[0] + self.mixes[1] * self.grams[1]
+
+    def cotangents(self, query, key, products, grads_query, grads_key, matmul_dtype):
+        """The bases' cotangents of the scores with cotangents ``products`` ``(C, C)``."""
+        products = jnp.where(self.attends, products, 0)
+        for base, mix in enumerate(self.mixes):
+            grad_gram = products * mix
+            for i in range(query.tiles):
+                grads_query[base][i] = grads_query[base][i] + _dot(
+                    grad_gram, key.bases()[base][i], matmul_dtype
+                )
+                grads_key[base][i] = grads_key[base][i] + _dot(
+                    grad_gram, query.bases()[base][i], matmul_dtype, transpose_a=True
+                )
+
+
+def _write_pullback(part, grads, ref, rows) -> jax.Array:
+    """``part.pullback(*grads)``: d rows into ``ref[rows]``; dW2's tiles returned."""
+    grad_rows, grad_weights = part.pullback(*grads)
+    ref[rows, :] = grad_rows.astype(ref.dtype)
+    return grad_weights
+
+
+def _store_weights(dw_ref, totals) -> None:
+    for i, grad in enumerate(totals):
+        rows = pl.ds(i * grad.shape[0], grad.shape[0])
+        dw_ref[rows, :] = grad
+
+
+def _add(totals, more):
+    return [a + b for a, b in zip(totals, more, strict=True)]
+
+
+def _zero_weights(dw_ref, part_tile: int):
+    tiles = dw_ref.shape[0] // part_tile
+    return [jnp.zeros((part_tile, dw_ref.shape[1]), jnp.float32) for _ in range(tiles)]
+
+
+def _tile(w_ref) -> int:
+    return min(FEATURE_TILE, w_ref.shape[0])
+
+
+# -------------------------------------------------------------------------------- kernels
+
+
+def key_summary_kernel(
+    k_ref, v_ref, valid_ref, w_ref, t_ref, max_ref, sum_ref, count_ref, *, spec, matmul_dtype
+):
+    """A chunk's key maximum d = max_j s_j ``(1, 1)`` and its channels' sums
+    sum_j e^{s_j - d} c^b_l(k_j) psi^b_j [v_j, 1]^T: ``(F, P)`` and ``(1, F)``."""
+    valid = valid_ref[...] > 0
+    key = _Part(spec, k_ref[...], w_ref, t_ref, valid)
+    top = jnp.max(key.scale, axis=0, keepdims=True)
+    weights = jnp.where(valid, jnp.exp(key.scale - top), 0)
+    values = jnp.where(valid, v_ref[...].astype(jnp.float32), 0)
+    max_ref[...] = top
+    coefficients = key.key_coefficients
+    _summaries(key, weights, coefficients, values, sum_ref, count_ref, matmul_dtype, weights)
+
+
+def output_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    valid_ref,
+    w_ref,
+    t_ref,
+    start_ref,
+    state_ref,
+    count_ref,
+    num_ref,
+    den_ref,
+    shift_ref,
+    *,
+    spec,
+    matmul_dtype,
+):
+    """One chunk's numerator ``(C, P)``, denominator ``(C, 1)`` and row shifts c_t
+    ``(C, 1)``: the within-chunk scores (``_Pairs``) and the earlier keys' state (relative to
+    the chunk's start c) read with e^{c - c_t}."""
+    valid = valid_ref[...]
+    query = _Part(spec, q_ref[...], w_ref, t_ref)
+    key = _Part(spec, k_ref[...], w_ref, t_ref, valid > 0)
+    values = jnp.where(valid > 0, v_ref[...].astype(jnp.float32), 0)
+    start = start_ref[...]
+    pairs = _Pairs(query, key, valid, start, matmul_dtype)
+    num, den = _read(
+        query,
+        lambda row: state_ref[pl.ds(row, query.tile), :],
+        lambda row: count_ref[:, pl.ds(row, query.tile)],
+        jnp.exp(start - pairs.row_shift),
+        matmul_dtype,
+    )
+    num_ref[...] = num + _dot(pairs.scores, values, matmul_dtype)
+    den_ref[...] = den + jnp.sum(pairs.scores, axis=1, keepdims=True)
+    shift_ref[...] = pairs.row_shift
+
+
+def query_summary_kernel(
+    q_ref,
+    w_ref,
+    t_ref,
+    reference_ref,
+    shift_ref,
+    grad_ref,
+    grad_den_ref,
+    sum_ref,
+    count_ref,
+    *,
+    spec,
+    matmul_dtype,
+):
+    """sum_t e^{r - c_t} a_l(q_t) psi^b_t [G_t, g_t]^T over a chunk's rows, per channel and
+    base, for a reference r ``(1, 1)``: ``(F, P)`` and ``(1, F)``."""
+    query = _Part(spec, q_ref[...], w_ref, t_ref)
+    weights = jnp.exp(reference_ref[...] - shift_ref[...])
+    grad = grad_ref[...].astype(jnp.float32)
+
+    def coefficients(index):
+        coefficient = query.query_coefficient(index)
+        return coefficient, coefficient
+
+    counted = weights * grad_den_ref[...]
+    _summaries(query, weights, coefficients, grad, sum_ref, count_ref, matmul_dtype, counted)
+
+
+def cotangent_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    valid_ref,
+    w_ref,
+    t_ref,
+    start_ref,
+    end_ref,
+    state_ref,
+    count_ref,
+    later_ref,
+    later_count_ref,
+    shift_ref,
+    grad_ref,
+    grad_den_ref,
+    dq_ref,
+    dk_ref,
+    dv_ref,
+    dw_ref,
+    dt_ref,
+    *,
+    spec,
+    matmul_dtype,
+):
+    """The cotangents of a group of chunks (causal): rows (dq, dk ``(C, H)``, dv ``(C, P)`` per
+    chunk) and dW2 summed over the group; dT = 0."""
+    chunk, tile = CHUNK, _tile(w_ref)
+
+    def chunk_step(c, totals):
+        rows = pl.ds(c * chunk, chunk)
+        valid = valid_ref[rows, :]
+        query = _Part(spec, q_ref[rows, :], w_ref, t_ref)
+        key = _Part(spec, k_ref[rows, :], w_ref, t_ref, valid > 0)
+        values = jnp.where(valid > 0, v_ref[rows, :].astype(jnp.float32), 0)
+        grad = grad_ref[rows, :].astype(jnp.float32)
+        grad_den = grad_den_ref[rows, :].astype(jnp.float32)
+        start, end = start_ref[c], end_ref[c]
+        pairs = _Pairs(query, key, valid, start, matmul_dtype)
+        grads_query, grads_key = _zeros_like_bases(query), _zeros_like_bases(key)
+        # D_tj = G_t . [v_j, 1] (1 for the keys that count).
+        products = _dot(grad, values, matmul_dtype, transpose_b=True) + grad_den * valid.T
+        pairs.cotangents(query, key, products, grads_query, grads_key, matmul_dtype)
+        grad_v = _dot(pairs.scores, grad, matmul_dtype, transpose_a=True)
+        grads_query = _read_cotangents(
+            query,
+            lambda row: state_ref[c, pl.ds(row, tile), :],
+            lambda row: count_ref[c, :, pl.ds(row, tile)],
+            jnp.exp(start - shift_ref[rows, :]),
+            grad,
+            grad_den,
+            grads_query,
+            matmul_dtype,
+        )
+        key_weights = jnp.where(valid > 0, jnp.exp(key.scale - end), 0)
+        grads_key, grad_v_later = _later_cotangents(
+            key,
+            lambda row: later_ref[c, pl.ds(row, tile), :],
+            lambda row: later_count_ref[c, :, pl.ds(row, tile)],
+            key_weights,
+            values,
+            grads_key,
+            matmul_dtype,
+        )
+        dv_ref[rows, :] = jnp.where(valid > 0, grad_v + grad_v_later, 0).astype(dv_ref.dtype)
+        grads_key = [[jnp.where(valid > 0, g, 0) for g in gs] for gs in grads_key]
+        totals = _add(totals, _write_pullback(query, grads_query, dq_ref, rows))
+        return _add(totals, _write_pullback(key, grads_key, dk_ref, rows))
+
+    totals = jax.lax.fori_loop(0, q_ref.shape[0] // chunk, chunk_step, _zero_weights(dw_ref, tile))
+    _store_weights(dw_ref, totals)
+    dt_ref[...] = jnp.zeros(dt_ref.shape, dt_ref.dtype)
+
+
+def readout_kernel(
+    q_ref,
+    w_ref,
+    t_ref,
+    shift_ref,
+    state_ref,
+    count_ref,
+    num_ref,
+    den_ref,
+    row_shift_ref,
+    *,
+    spec,
+    matmul_dtype,
+):
+    """Bidirectional read-out of a chunk of queries against the keys' state relative to their
+    maximum c ``(1, 1)``: numerator, denominator and the row shifts (c for every row)."""
+    query = _Part(spec, q_ref[...], w_ref, t_ref)
+    shift = shift_ref[...]
+    ones = jnp.ones_like(query.scale)
+    num_ref[...], den_ref[...] = _read(
+        query,
+        lambda row: state_ref[pl.ds(row, query.tile), :],
+        lambda row: count_ref[:, pl.ds(row, query.tile)],
+        ones,
+        matmul_dtype,
+    )
+    row_shift_ref[...] = ones * shift
+
+
+def query_cotangent_kernel(
+    q_ref,
+    w_ref,
+    t_ref,
+    shift_ref,
+    state_ref,
+    count_ref,
+    row_shift_ref,
+    grad_ref,
+    grad_den_ref,
+    dq_ref,
+    dw_ref,
+    dt_ref,
+    *,
+    spec,
+    matmul_dtype,
+):
+    """Bidirectional queries' cotangents over a group of chunks: ``_read``'s terms pulled back
+    to dq, and dW2 summed over the group; dT = 0."""
+    del shift_ref, row_shift_ref  # every row reads the state in its own units
+    tile = _tile(w_ref)
+
+    def chunk_step(c, totals):
+        rows = pl.ds(c * CHUNK, CHUNK)
+        query = _Part(spec, q_ref[rows, :], w_ref, t_ref)
+        grads = _read_cotangents(
+            query,
+            lambda row: state_ref[pl.ds(row, tile), :],
+            lambda row: count_ref[:, pl.ds(row, tile)],
+            jnp.ones_like(query.scale),
+            grad_ref[rows, :].astype(jnp.float32),
+            grad_den_ref[rows, :].astype(jnp.float32),
+            _zeros_like_bases(query),
+            matmul_dtype,
+        )
+        return _add(totals, _write_pullback(query, grads, dq_ref, rows))
+
+    chunks = q_ref.shape[0] // CHUNK
+    _store_weights(dw_ref, jax.lax.fori_loop(0, chunks, chunk_step, _zero_weights(dw_ref, tile)))
+    dt_ref[...] = jnp.zeros(dt_ref.shape, dt_ref.dtype)
+
+
+def key_cotangent_kernel(
+    k_ref,
+    v_ref,
+    valid_ref,
+    w_ref,
+    t_ref,
+    shift_ref,
+    grad_state_ref,
+    grad_count_ref,
+    dk_ref,
+    dv_ref,
+    dw_ref,
+    dt_ref,
+    *,
+    spec,
+    matmul_dtype,
+):
+    """Bidirectional keys' cotangents over a group of chunks from the state's (dS, dz), relative
+    to the keys' maximum c: ``_later_cotangents`` with e^{s_j - c}, pulled back to dk; dv; dW2
+    summed over the group; dT = 0."""
+    tile = _tile(w_ref)
+    shift = shift_ref[...]
+
+    def chunk_step(c, totals):
+        rows = pl.ds(c * CHUNK, CHUNK)
+        valid = valid_ref[rows, :] > 0
+        key = _Part(spec, k_ref[rows, :], w_ref, t_ref, valid)
+        values = jnp.where(valid, v_ref[rows, :].astype(jnp.float32), 0)
+        grads, grad_v = _later_cotangents(
+            key,
+            lambda row: grad_state_ref[pl.ds(row, tile), :],
+            lambda row: grad_count_ref[:, pl.ds(row, tile)],
+            jnp.where(valid, jnp.exp(key.scale - shift), 0),
+            values,
+            _zeros_like_bases(key),
+            matmul_dtype,
+        )
+        dv_ref[rows, :] = jnp.where(valid, grad_v, 0).astype(dv_ref.dtype)
+        grads = [[jnp.where(valid, g, 0) for g in gs] for gs in grads]
+        return _add(totals, _write_pullback(key, grads, dk_ref, rows))
+
+    chunks = k_ref.shape[0] // CHUNK
+    _store_weights(dw_ref, jax.lax.fori_loop(0, chunks, chunk_step, _zero_weights(dw_ref, tile)))
+    dt_ref[...] = jnp.zeros(dt_ref.shape, dt_ref.dtype)
