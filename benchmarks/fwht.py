@@ -64,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.timing import load_average, paired_ratio, time_interleaved
-from rfjax.ops import _fwht_cpu, fwht
+from rfjax.ops import fwht, fwht_backend
 
 SIZES = tuple(1 << k for k in range(4, 17))
 TOTAL = 1 << 22
@@ -128,7 +128,8 @@ def _contenders(host: np.ndarray, threads: int, baseline: dict | None):
     x = jnp.asarray(host)
     dtype = np.dtype(host.dtype).name
     ours = jax.jit(lambda v: fwht(v, implementation="cpu"))
-    ours_1t = jax.jit(lambda v: _fwht_cpu.fwht_rows(v, False, max_threads=0))
+    rows = fwht_backend("cpu").kernel()
+    ours_1t = jax.jit(lambda v: rows(v, False, max_threads=0))
     naive = jax.jit(lambda v: fwht(v, implementation="xla"))
     matmul = jax.jit(lambda v: fwht(v, implementation="matmul"))
     xla_copy = jax.jit(lambda v: v + 0)
@@ -192,7 +193,7 @@ def run(
     baseline_lib: str | None = None,
 ) -> dict:
     threads = threads or os.cpu_count() or 1
-    if not _fwht_cpu.is_available():
+    if not fwht_backend("cpu").available():
         raise SystemExit("the C++ kernel is not built: pip install -e . with a C++17 compiler")
     baseline = register_baseline(baseline_lib) if baseline_lib else None
     rng = np.random.default_rng(0)
@@ -235,8 +236,8 @@ def run(
         "machine": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "jax": jax.__version__,
-        "kernel": _fwht_cpu.library_path(),
-        "kernel_isa": _fwht_cpu.isa(),
+        "kernel": fwht_backend("cpu").details()["library"],
+        "kernel_isa": fwht_backend("cpu").details()["isa"],
         "baseline_lib": baseline_lib,
         "results": results,
     }

@@ -4,11 +4,13 @@ For batches of 2^24 elements (rows x n) at every n = 2^6 ... 2^15, in float32 an
 interleaved in one run on the default JAX device. Each sample dispatches 50 calls back to back
 and waits for the last (``benchmarks.timing.time_streamed``): a copy of 2^24 float32 entries
 takes about 30 us on an H100/H200, the same order as a host's dispatch, so one blocked call per
-sample would time the host. Every implementation that runs on the device:
+sample would time the host. Every implementation that runs on the device: each compiled backend
+of ``rfjax.ops.fwht_backends()`` that compiles for the device's compute capability and takes
+the length and dtype (labelled by its name, ``"xla"`` as ``xla_butterfly``), today:
 
 * ``mosaic_gpu``: the Pallas Mosaic GPU kernel (sm90+, 16 <= n <= 2^14);
 * ``pallas_triton``: the Pallas Triton kernel (sm80+, n <= 8192; JAX deprecated its Triton
-  backend and ``"auto"`` never picks it, but it still compiles on sm90);
+  backend, but it still compiles on sm90, where ``"auto"`` picks it for bfloat16 n <= 4096);
 * ``matmul``: Kronecker factors of at most 128 as dense contractions (``Precision.HIGHEST`` for
   float32);
 * ``xla_butterfly``: ``implementation="xla"``, the radix-2 butterfly in plain XLA;
@@ -42,8 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.timing import time_streamed
-from rfjax.ops import Implementation, _fwht_mosaic_gpu, _fwht_triton, fwht
-from rfjax.ops._fwht import resolve
+from rfjax.ops import fwht, fwht_backend, fwht_backends, resolve_fwht
 
 SIZES = tuple(1 << k for k in range(6, 16))
 DTYPES = ("float32", "bfloat16")
@@ -61,15 +62,23 @@ def compute_capability() -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def implementations(n: int, capability) -> dict[str, Implementation]:
-    """Label -> ``implementation=`` of every kernel that takes this case on this device."""
-    chosen: dict[str, Implementation] = {"matmul": "matmul", "xla_butterfly": "xla", "auto": "auto"}
-    sm90 = capability is not None and capability >= (9, 0)
-    if sm90 and _fwht_mosaic_gpu.MIN_N <= n <= _fwht_mosaic_gpu.MAX_N:
-        chosen["mosaic_gpu"] = "mosaic_gpu"
-    if capability is not None and capability >= (8, 0) and n <= _fwht_triton.MAX_N:
-        chosen["pallas_triton"] = "pallas"
-    return chosen
+# Labels of the JSON for backends whose label is not their name (the committed runs use them).
+LABELS = {"xla": "xla_butterfly"}
+
+
+def implementations(n: int, dtype: str, capability) -> dict[str, str]:
+    """Label -> ``implementation=`` of every compiled backend that takes this case on this
+    device (``rfjax.ops.fwht_backends``: the CUDA kernels that compile for its capability and
+    take n and dtype, and those that run on every platform), and ``"auto"``."""
+    chosen = {}
+    for name in fwht_backends(platform="cuda"):
+        backend = fwht_backend(name)
+        compiles = backend.min_capability is None or (
+            capability is not None and capability >= backend.min_capability
+        )
+        if backend.interprets is None and compiles and backend.supports(n, dtype):
+            chosen[LABELS.get(name, name)] = name
+    return chosen | {"auto": "auto"}
 
 
 def _check(fn, x, reference) -> float:
@@ -78,7 +87,7 @@ def _check(fn, x, reference) -> float:
     return float(np.abs(y - ref).max() / np.abs(ref).max())
 
 
-def _compile(implementation: Implementation, x: jax.Array):
+def _compile(implementation: str, x: jax.Array):
     """The compiled transform, or the error that stopped it (one per thread)."""
     try:
         return jax.jit(lambda v: fwht(v, implementation=implementation)).lower(x).compile()
@@ -89,7 +98,7 @@ def _compile(implementation: Implementation, x: jax.Array):
 def measure_case(x: jax.Array, n: int, dtype: str, capability, calls: int, repeats: int) -> dict:
     """Checks and times every implementation on ``x`` (rows x n) against a copy."""
     reference = jax.jit(lambda v: fwht(v, implementation="xla"))(x)
-    chosen = implementations(n, capability)
+    chosen = implementations(n, dtype, capability)
     with concurrent.futures.ThreadPoolExecutor(len(chosen)) as pool:
         compiled = dict(
             zip(chosen, pool.map(lambda i: _compile(i, x), chosen.values()), strict=True)
@@ -124,7 +133,7 @@ def measure_case(x: jax.Array, n: int, dtype: str, capability, calls: int, repea
     target = TARGET_RATIO[n <= 8192]
     return {
         "rows": x.shape[0],
-        "auto_resolves_to": resolve("auto", "cuda", n=n, dtype=x.dtype, capability=capability),
+        "auto_resolves_to": resolve_fwht("auto", "cuda", n=n, dtype=x.dtype, capability=capability),
         "timings": row,
         "ratios": ratios,
         "max_relative_error_vs_butterfly": errors,

@@ -8,7 +8,8 @@ Runs the steps (``--steps``, default all, always in this order) and writes into 
 * ``environment.json``: JAX version, device kind and compute capability, ``nvidia-smi`` output;
 * ``tests`` -> ``pytest.log``: the GPU-marked tests (``tests/rfjax/ops/test_fwht.py`` and
   ``tests/rfjax/attention/test_fused.py`` with ``-k`` on the compiled kernels: ``mosaic_gpu``,
-  ``pallas`` (Triton: fwht's and the fused attention kernels), ``matmul``, ``auto``,
+  ``pallas`` (Triton: fwht's ``pallas_triton`` and the fused attention kernels), ``matmul``,
+  ``auto``,
   ``hd_chain``; ``--tests-k`` narrows it), which run on the device instead of being skipped
   (``tests/rfjax/ops/test_pallas_kernels.py`` is the CPU simulators');
 * ``long_context`` -> ``performer_lm_workdir/`` and ``long_context/``: issue 31's benchmark on

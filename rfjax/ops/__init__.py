@@ -5,10 +5,12 @@ built on it, and a vectorised cosine.
 the Sylvester-Hadamard matrix (H_1 = 1, H_2n = [[H_n, H_n], [H_n, -H_n]]), unnormalised or scaled
 by 1/sqrt(n) (then orthogonal). It works under ``jit``, ``vmap``, ``grad``/``vjp``/``jvp`` and on
 sharded arrays (per shard, no gather); the kernel behind it is chosen per platform (see
-``implementation``).
+``implementation``) from one table of backends: ``fwht_backends()`` lists them, ``fwht_backend``
+gives an entry, ``resolve_fwht`` says what ``"auto"`` picks.
 
 ``hd_chain(x, signs, norms)`` is N_b [S] (H D_{b,k}) ... (H D_{b,1}) x for every block b, the map
-of the fast ORF / fast SimRF couplings, fused into one kernel where one exists (TPU).
+of the fast ORF / fast SimRF couplings, fused into one kernel where the backend has one (the C++
+kernel on CPU, Pallas TPU on TPU).
 
 ``shifted_cos(t, s)`` = cos(t - s pi/2) in fused, vectorisable arithmetic (XLA:CPU's own sin/cos
 run element by element), and ``sin_cos(t)`` = [sin t, cos t] from one reduction of each element
@@ -28,10 +30,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from rfjax._validation import check_choice
 from rfjax.ops._chain import apply_simplex, chain_reference, hd_chain_p
 from rfjax.ops._cos import shifted_cos, sin_cos
-from rfjax.ops._fwht import IMPLEMENTATIONS, Implementation, fwht_p
+from rfjax.ops._fwht import fwht_p
+from rfjax.ops._fwht_backends import (
+    FusedChain,
+    FwhtBackend,
+    check_implementation,
+    fwht_backend,
+    fwht_backends,
+    resolve_fwht,
+)
 from rfjax.ops._fwht_xla import kronecker_factors, kronecker_matmul, xla_butterfly
 from rfjax.ops._syrk import symmetric_rank_update
 
@@ -89,7 +98,7 @@ def fwht(
     *,
     axis: int = -1,
     normalize: bool = False,
-    implementation: Implementation = "auto",
+    implementation: str = "auto",
 ) -> jax.Array:
     """Fast Walsh-Hadamard transform of ``x`` along ``axis``.
 
@@ -111,27 +120,30 @@ def fwht(
     with ordered host callbacks) have their operand gathered under automatic axes. See
     ``rfjax.ops._partition``.
 
-    Implementations (``implementation=``):
+    Implementations (``implementation=``): ``"auto"`` or a backend of ``fwht_backends()``, each
+    one entry of one table (``fwht_backend(name)``: its platforms, lengths and dtypes):
 
     * ``"cpu"``: the C++ kernel (XLA FFI; SIMD chosen at load time), CPU only. It transforms
       in place what XLA can overwrite (an intermediate, a donated argument: ``jax.jit(...,
       donate_argnums=...)``) and out of place an argument the caller keeps (its first pass
       reads the argument and writes the output, with no copy before it);
-    * ``"xla"``: a radix-2 butterfly in plain XLA, every backend;
     * ``"matmul"``: H_n as a Kronecker product of Hadamard factors of at most 128, applied as
       small dense contractions (matrix units on TPU/GPU; ``Precision.HIGHEST`` for float32),
       every backend;
+    * ``"xla"``: a radix-2 butterfly in plain XLA, every backend;
+    * ``"pallas_triton"`` / ``"pallas_triton_interpret"``: the Pallas Triton kernel for sm80+
+      (Triton is deprecated by JAX; kept for GPUs Mosaic GPU does not support, and the fastest
+      measured in bfloat16 up to n = 4096 on an H200), n <= 8192, or in Pallas' generic
+      interpret mode on any platform (tests);
     * ``"pallas_tpu"`` / ``"pallas_tpu_interpret"``: the Pallas TPU (Mosaic) kernel, compiled for
       a TPU or run in Pallas' TPU interpret mode on CPU (tests); float16/bfloat16/float32,
       n <= 2^14;
     * ``"mosaic_gpu"`` / ``"mosaic_gpu_interpret"``: the Pallas Mosaic GPU kernel for sm90+,
-      compiled or in Pallas' GPU interpret mode on CPU (tests);
-    * ``"pallas"`` / ``"pallas_interpret"``: the Pallas Triton kernel for sm80+ (Triton is
-      deprecated by JAX; kept for GPUs Mosaic GPU does not support, and the fastest measured in
-      bfloat16 up to n = 4096 on an H200), or in generic interpret mode;
+      compiled or in Pallas' GPU interpret mode on CPU (tests); float16/bfloat16/float32,
+      16 <= n <= 2^14;
     * ``"auto"``: on CPU the C++ kernel, or ``"matmul"`` when it was not built; on an sm90+ GPU
       the implementation measured fastest for the length and dtype (below), else ``"matmul"``;
-      on TPU ``"matmul"``; elsewhere ``"xla"``.
+      on TPU ``"matmul"``; elsewhere ``"xla"`` (``resolve_fwht`` says which).
 
     The choice on CPU, from ``benchmarks/fwht.py`` (one run, 2^22 elements per batch, n = 2^4 ...
     2^15, median time; a 2-core machine shared with other jobs, so single ratios are noisy):
@@ -143,9 +155,9 @@ def fwht(
     the Mosaic GPU kernel was the fastest at n = 128 ... 2^14 (1.4-2.7x a device copy; 1.5-2.5x
     faster than ``"matmul"``), ``"matmul"`` at n = 64; in bfloat16
     (``benchmarks/gpu_runs/2026-11-27-h200``, after the Triton kernel's fix) the Triton kernel
-    (``"pallas"``) at n = 64 ... 4096 (0.98-1.58x a copy), Mosaic GPU at 8192 (1.07x).
-    ``"auto"`` picks those (``GPU_AUTO_SM90`` in ``rfjax.ops._fwht``) and ``"matmul"`` where
-    nothing was measured (n = 2^15; bfloat16 n = 2^14). On TPU ``"matmul"`` runs on the MXU;
+    (``"pallas_triton"``) at n = 64 ... 4096 (0.98-1.58x a copy), Mosaic GPU at 8192 (1.07x).
+    ``"auto"`` picks those (``GPU_AUTO_SM90`` in ``rfjax.ops._fwht_backends``) and ``"matmul"``
+    where nothing was measured (n = 2^15; bfloat16 n = 2^14). On TPU ``"matmul"`` runs on the MXU;
     the TPU kernels have not run on a TPU.
 
     Args:
@@ -153,7 +165,7 @@ def fwht(
       axis: the axis to transform (a Python or NumPy integer); its length n must be a power of
         two (see ``pad_to_power_of_two``).
       normalize: scale by 1/sqrt(n) (a Python or NumPy bool).
-      implementation: one of ``IMPLEMENTATIONS``, see above.
+      implementation: ``"auto"`` or a name of ``fwht_backends()``, see above.
 
     Returns:
       An array of the shape and dtype of ``x``.
@@ -175,7 +187,7 @@ def fwht(
     x = _check_operand("x", x)
     axis = _normalize_axis(axis, x.ndim)
     normalize = _check_bool("normalize", normalize)
-    check_choice("implementation", implementation, IMPLEMENTATIONS)
+    check_implementation(implementation)
     _check_length(x.shape[axis], f"axis {axis}", x.shape)
     moved = jnp.moveaxis(x, axis, -1)
     y = fwht_p.bind(moved, normalize=normalize, implementation=implementation)
@@ -188,16 +200,18 @@ def hd_chain(
     norms: ArrayLike,
     *,
     simplex: bool = False,
-    implementation: Implementation = "auto",
+    implementation: str = "auto",
 ) -> jax.Array:
     """y_b = N_b [S] (H D_{b,k}) ... (H D_{b,1}) x for every block b: fast ORF / SimRF rows.
 
     H is the normalised p x p Hadamard matrix, D_{b,i} = diag(``signs[b, i]``), S the simplex
-    map of SimRF Eq. 9 (``apply_simplex``; when ``simplex``) and N_b = diag(``norms[b]``). On TPU
-    (``"auto"`` or ``"pallas_tpu"``) this is one fused kernel that reads each input vector from
-    HBM once and writes each output block once; elsewhere it is k ``fwht`` calls with the
-    products between them (``implementation`` is passed on to ``fwht``). The fused kernel keeps
-    every stage in float32 for half-precision inputs; the composition rounds between stages.
+    map of SimRF Eq. 9 (``apply_simplex``; when ``simplex``) and N_b = diag(``norms[b]``). A
+    backend with a fused kernel (``fwht_backend(name).chain``: the C++ kernel on CPU for float32
+    and float64, Pallas TPU on TPU; ``"auto"`` takes the platform's) runs it where it takes the
+    operand: one read of each input vector and one write of each output block. Otherwise it is
+    k ``fwht`` calls with the products between them (``implementation`` is passed on to
+    ``fwht``). The Pallas TPU kernel keeps every stage in float32 for half-precision inputs;
+    the composition rounds between stages.
 
     Args:
       x: ``(..., p)``, p a power of two, floating.
@@ -225,7 +239,7 @@ def hd_chain(
     x = _check_operand("x", x)
     signs, norms = jnp.asarray(signs), jnp.asarray(norms)
     simplex = _check_bool("simplex", simplex)
-    check_choice("implementation", implementation, IMPLEMENTATIONS)
+    check_implementation(implementation)
     p = x.shape[-1]
     _check_length(p, "the last axis of x", x.shape)
     if signs.ndim != 3 or signs.shape[-1] != p or norms.shape != (signs.shape[0], p):
@@ -272,11 +286,13 @@ def pad_to_power_of_two(x: ArrayLike, *, axis: int = -1) -> jax.Array:
 
 
 __all__ = [
-    "IMPLEMENTATIONS",
-    "Implementation",
+    "FusedChain",
+    "FwhtBackend",
     "apply_simplex",
     "chain_reference",
     "fwht",
+    "fwht_backend",
+    "fwht_backends",
     "fwht_p",
     "hd_chain",
     "hd_chain_p",
@@ -284,6 +300,7 @@ __all__ = [
     "kronecker_factors",
     "kronecker_matmul",
     "pad_to_power_of_two",
+    "resolve_fwht",
     "shifted_cos",
     "sin_cos",
     "symmetric_rank_update",

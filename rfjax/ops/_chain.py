@@ -3,9 +3,11 @@
 This is what fast ORF and fast SimRF apply (``rfjax.projections.hd_orthogonal``/``fast_simplex``):
 per block b, k Rademacher diagonals D (``signs``), the normalised Hadamard matrix H, optionally
 the simplex map S (``apply_simplex``) and the row norms N (``norms``). ``hd_chain_p`` lowers to
-a fused kernel where one exists (Pallas TPU: one HBM read of x and one write of y, every stage in
-VMEM), and otherwise to the composition of ``fwht`` calls and elementwise products
-(``chain_reference``), which XLA fuses around the transforms.
+the fused kernel of the backend (``FwhtBackend.chain`` in ``rfjax.ops._fwht_backends``: the C++
+kernel on CPU, every stage of a row's block in L1; Pallas TPU, one HBM read of x and one write
+of y, every stage in VMEM) where it takes the operand, and otherwise to the composition of
+``fwht`` calls with the same implementation and elementwise products (``chain_reference``),
+which XLA fuses around the transforms.
 
 Rules: linear in x, so its JVP in x is the chain of the tangent and its transpose is
 ``jax.linear_transpose`` of the reference; a JVP in the signs or norms (a projection that is
@@ -31,8 +33,8 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec
 
 from rfjax._validation import as_array
-from rfjax.ops import _fwht_cpu
-from rfjax.ops._fwht import backend, fwht_p, resolve
+from rfjax.ops._fwht import fwht_p, kernel_effects
+from rfjax.ops._fwht_backends import fwht_backend, fwht_backends, resolve_fwht
 from rfjax.ops._partition import auto_rows, explicit_spec, requires_devices
 
 
@@ -104,39 +106,24 @@ def chain_reference(
     return y * norms
 
 
-# The fused kernels: (module of rfjax.ops, function), imported on first use like fwht's kernels.
-_FUSED = {
-    "cpu": ("_fwht_cpu", "chain_rows"),
-    "pallas_tpu": ("_fwht_tpu", "chain_rows"),
-    "pallas_tpu_interpret": ("_fwht_tpu", "chain_rows_interpret"),
-}
+def _fused_backend(implementation: str, platform: str, x_aval):
+    """The backend whose fused kernel this lowering uses, or None for the composition of
+    ``fwht`` calls.
 
-
-def _fused(implementation: str):
-    module, name = _FUSED[implementation]
-    return getattr(backend(module), name)
-
-
-def _cpu_kernel_takes(x_aval) -> bool:
-    return _fwht_cpu.is_available("hd_chain") and x_aval.dtype in _fwht_cpu.KERNEL_DTYPES
-
-
-def _fused_kernel(implementation: str, platform: str, x_aval):
-    """The fused kernel this lowering uses, or None for the reference composition."""
-    p = x_aval.shape[-1]
+    ``"auto"``: the fused kernel of the backend compiled for ``platform`` that has one (the C++
+    kernel on CPU, Pallas TPU on TPU), where it takes the operand. A named backend: its own
+    fused kernel where it takes the operand (raising off its platforms).
+    """
+    p, dtype = x_aval.shape[-1], x_aval.dtype
     if implementation == "auto":
-        if platform == "cpu":
-            return _fused("cpu") if _cpu_kernel_takes(x_aval) else None
-        if platform != "tpu":
-            return None
-        tpu = backend("_fwht_tpu")
-        supported = x_aval.dtype in tpu.KERNEL_DTYPES and p <= tpu.MAX_N
-        return _fused("pallas_tpu") if supported else None
-    if implementation in _FUSED:
-        resolve(implementation, platform)  # raises off its platform
-        if implementation == "cpu" and not _cpu_kernel_takes(x_aval):
-            return None  # half types, or no compiled kernel: the composition of fwht calls
-        return _fused(implementation)
+        compiled = [fwht_backend(name) for name in fwht_backends(platform=platform)]
+        candidates = [backend for backend in compiled if backend.platforms and backend.chain]
+    else:
+        resolve_fwht(implementation, platform)  # raises off its platform
+        candidates = [fwht_backend(implementation)]
+    for backend in candidates:
+        if backend.chain_takes(p, dtype):
+            return backend
     return None
 
 
@@ -145,12 +132,16 @@ hd_chain_p = Primitive("rfjax_hd_chain")
 
 @functools.cache
 def _effects(implementation: str, x_shape, signs_shape, dtype, simplex: bool):
-    """The simulator's ordered callbacks of the interpret-mode kernel (else none)."""
-    if implementation != "pallas_tpu_interpret":
+    """The ordered callbacks of a simulator (Pallas' TPU interpret mode): its fused kernel's, or
+    its ``fwht`` kernel's where the composition runs (else none)."""
+    backend = None if implementation == "auto" else fwht_backend(implementation)
+    if backend is None or not backend.simulated:
         return frozenset()
+    if not backend.chain_takes(x_shape[-1], dtype):
+        return kernel_effects(implementation, (*x_shape[:-1], 1, x_shape[-1]), dtype, True)
     x, signs = jax.ShapeDtypeStruct(x_shape, dtype), jax.ShapeDtypeStruct(signs_shape, dtype)
     norms = jax.ShapeDtypeStruct((signs_shape[0], x_shape[-1]), dtype)
-    kernel = functools.partial(_fused(implementation), simplex=simplex)
+    kernel = functools.partial(backend.chain_kernel(), simplex=simplex)
     return frozenset(jax.make_jaxpr(kernel)(x, signs, norms).effects)
 
 
@@ -253,22 +244,18 @@ def _fused_per_shard(kernel, x_aval, simplex: bool, effects):
 def _lowering(platform: str):
     def rule(ctx, x, signs, norms, *, simplex, implementation):
         x_aval = ctx.avals_in[0]
-        kernel = _fused_kernel(implementation, platform, x_aval)
+        backend = _fused_backend(implementation, platform, x_aval)
         spec = explicit_spec(x_aval)
         if spec is not None and spec[-1] is not None:
-            kernel = None  # a sharded transformed axis: fwht's distributed transform
-        if kernel is None:
-            fused_names = tuple(_FUSED)
-            fwht_implementation = "auto" if implementation in fused_names else implementation
-            fn = functools.partial(
-                chain_reference, simplex=simplex, implementation=fwht_implementation
-            )
+            backend = None  # a sharded transformed axis: fwht's distributed transform
+        if backend is None:
+            fn = functools.partial(chain_reference, simplex=simplex, implementation=implementation)
         else:
             signs_aval = ctx.avals_in[1]
             effects = _effects(
                 implementation, tuple(x_aval.shape), tuple(signs_aval.shape), x_aval.dtype, simplex
             )
-            fn = _fused_per_shard(kernel, x_aval, simplex, effects)
+            fn = _fused_per_shard(backend.chain_kernel(), x_aval, simplex, effects)
         return mlir.lower_fun(fn, multiple_results=False)(ctx, x, signs, norms)
 
     return rule

@@ -7,18 +7,15 @@ batched array. All of this is JAX's public primitive API (``jax.extend.core.Prim
 ``jax.interpreters.{ad,batching,mlir}``): a custom call cannot be given forward- and
 reverse-mode rules and a batching rule together otherwise (``custom_vjp`` has no JVP).
 
-Lowering: the implementation (``IMPLEMENTATIONS``) is resolved per platform when the primitive is
-lowered; on a sharded operand it runs per shard, under explicit and automatic mesh axes alike
+Lowering: the implementation (a backend of ``rfjax.ops._fwht_backends``, or ``"auto"``) is
+resolved per platform when the primitive is lowered, and its kernel runs there; on a sharded
+operand it runs per shard, under explicit and automatic mesh axes alike
 (``rfjax.ops._partition``).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import types
-import typing
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -26,108 +23,8 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jaxlib.mlir import ir
 
-from rfjax.ops import _fwht_cpu
-from rfjax.ops._partition import Kernel, auto_per_shard, explicit_spec, per_shard, requires_devices
-
-Implementation = Literal[
-    "auto",
-    "cpu",
-    "xla",
-    "matmul",
-    "pallas",
-    "pallas_interpret",
-    "pallas_tpu",
-    "pallas_tpu_interpret",
-    "mosaic_gpu",
-    "mosaic_gpu_interpret",
-]
-IMPLEMENTATIONS: tuple[str, ...] = typing.get_args(Implementation)
-
-# The platforms each compiled kernel runs on (the others run anywhere).
-_PLATFORMS = {
-    "cpu": ("cpu",),
-    "pallas": ("cuda", "rocm"),
-    "pallas_tpu": ("tpu",),
-    "mosaic_gpu": ("cuda",),
-}
-
-
-# Where each implementation's kernel is: (module of rfjax.ops, function). The Pallas backends
-# (Triton, Pallas TPU, Mosaic GPU) import JAX's Pallas and Mosaic modules, which take about a
-# second to import: ``kernel`` imports them when a program using them is first lowered, so
-# ``import rfjax`` never does.
-_KERNEL_SOURCES: dict[str, tuple[str, str]] = {
-    "cpu": ("_fwht_cpu", "fwht_rows"),
-    "xla": ("_fwht_xla", "xla_butterfly"),
-    "matmul": ("_fwht_xla", "kronecker_matmul"),
-    "pallas": ("_fwht_triton", "fwht_rows"),
-    "pallas_interpret": ("_fwht_triton", "fwht_rows_interpret"),
-    "pallas_tpu": ("_fwht_tpu", "fwht_rows"),
-    "pallas_tpu_interpret": ("_fwht_tpu", "fwht_rows_interpret"),
-    "mosaic_gpu": ("_fwht_mosaic_gpu", "fwht_rows"),
-    "mosaic_gpu_interpret": ("_fwht_mosaic_gpu", "fwht_rows_interpret"),
-}
-
-
-def backend(module: str) -> types.ModuleType:
-    """The backend module ``rfjax.ops.<module>``, imported on first use."""
-    return importlib.import_module(f"rfjax.ops.{module}")
-
-
-def kernel(implementation: str) -> Kernel:
-    """The row kernel of a resolved ``implementation`` (one of ``IMPLEMENTATIONS`` but "auto")."""
-    module, name = _KERNEL_SOURCES[implementation]
-    return getattr(backend(module), name)
-
-
-# What ``"auto"`` picks on an sm90+ GPU (Hopper and newer), per (dtype, n): the fastest
-# implementation measured by ``benchmarks/fwht_gpu.py`` on an H200, 2^24 elements: float32 in
-# ``benchmarks/gpu_runs/2026-11-26-h200`` (the Triton kernel then failed tests, so it was left
-# out), bfloat16 in ``benchmarks/gpu_runs/2026-11-27-h200`` (after its fix; every GPU test
-# passed). Cases not listed (n = 2^15, bfloat16 n = 2^14 and n < 64 were not measured) use
-# ``"matmul"``. ``tests/rfjax/ops/test_fwht.py`` checks this table against the committed runs.
-GPU_AUTO_SM90: dict[tuple[str, int], str] = {
-    ("float32", 64): "matmul",
-    **{("float32", 1 << k): "mosaic_gpu" for k in range(7, 15)},
-    **{("bfloat16", 1 << k): "pallas" for k in range(6, 13)},
-    ("bfloat16", 8192): "mosaic_gpu",
-}
-
-
-def resolve(
-    implementation: str,
-    platform: str,
-    *,
-    n: int | None = None,
-    dtype=None,
-    capability: tuple[int, int] | None = None,
-) -> str:
-    """The implementation ``"auto"`` stands for on ``platform``, or ``implementation`` itself.
-
-    ``"auto"``: on CPU the C++ kernel when it was built, else ``"matmul"``; on TPU ``"matmul"``;
-    on an NVIDIA GPU of compute capability ``capability`` >= (9, 0) the fastest implementation
-    measured for vectors of length ``n`` and ``dtype`` (``GPU_AUTO_SM90``), else ``"matmul"``;
-    on other platforms ``"xla"`` (the measurements behind it are in ``fwht``).
-
-    Raises:
-      ValueError: if the implementation cannot run on ``platform``.
-    """
-    if implementation == "auto":
-        if platform == "cpu":
-            return "cpu" if _fwht_cpu.is_available() else "matmul"
-        if platform == "cuda" and capability is not None and capability >= (9, 0):
-            key = (jnp.dtype(dtype).name if dtype is not None else "", n or 0)
-            return GPU_AUTO_SM90.get(key, "matmul")
-        if platform in ("tpu", "cuda", "rocm"):
-            return "matmul"
-        return "xla"
-    allowed = _PLATFORMS.get(implementation)
-    if allowed is not None and platform not in allowed:
-        raise ValueError(
-            f"implementation={implementation!r} runs on {', '.join(allowed)}, not on platform "
-            f"{platform!r}; use implementation='auto'"
-        )
-    return implementation
+from rfjax.ops._fwht_backends import fwht_backend, resolve_fwht
+from rfjax.ops._partition import auto_per_shard, explicit_spec, per_shard, requires_devices
 
 
 @functools.cache
@@ -141,17 +38,13 @@ def cuda_capability() -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-# The interpret modes of the Pallas TPU and GPU kernels simulate the device with ordered host
-# callbacks: a primitive lowered to them must declare those effects.
-_SIMULATED = ("pallas_tpu_interpret", "mosaic_gpu_interpret")
-
-
 @functools.cache
 def kernel_effects(implementation: str, shape: tuple[int, ...], dtype, normalize: bool):
-    """The effects of ``implementation``'s kernel on this operand (none but for simulators)."""
-    if implementation not in _SIMULATED:
+    """The effects of ``implementation``'s kernel on this operand (none but for simulators, which
+    ``"auto"`` never picks)."""
+    if implementation == "auto" or not fwht_backend(implementation).simulated:
         return frozenset()
-    rows = kernel(implementation)
+    rows = fwht_backend(implementation).kernel()
     operand = jax.ShapeDtypeStruct(shape, dtype)
     return frozenset(jax.make_jaxpr(lambda v: rows(v, normalize))(operand).effects)
 
@@ -230,11 +123,12 @@ def _lowering(platform: str):
     def rule(ctx, x, *, normalize, implementation):
         aval = ctx.avals_in[0]
         capability = cuda_capability() if platform == "cuda" else None
-        chosen = resolve(
+        chosen = resolve_fwht(
             implementation, platform, n=aval.shape[-1], dtype=aval.dtype, capability=capability
         )
-        row_kernel = kernel(chosen)
-        if chosen == "cpu" and caller_keeps(x):  # out of place: no copy of x first
+        backend = fwht_backend(chosen)
+        row_kernel = backend.kernel()
+        if backend.in_place and caller_keeps(x):  # out of place: no copy of x first
             row_kernel = functools.partial(row_kernel, in_place=False)
         simulator = kernel_effects(chosen, tuple(aval.shape), aval.dtype, normalize)
         if explicit_spec(aval) is None and not simulator:

@@ -157,6 +157,12 @@ def compiled_isas() -> tuple[str, ...]:
     return tuple(_string_function("rfjax_fwht_compiled_isas")().decode().split(","))
 
 
+def build_details() -> dict[str, str | None]:
+    """The loaded library's path and the instruction set in use (``"isa"``; None without the
+    library), for benchmark reports."""
+    return {"library": library_path(), "isa": isa() if _library() is not None else None}
+
+
 def select_isa(name: str) -> None:
     """Runs the kernel with the instruction set ``name`` from now on (for tests and benchmarks).
 

@@ -16,7 +16,9 @@ or the float32 intermediate X H_b) enters as three bfloat16 parts whose sum is e
 value (bit masks, so no compiler may fold the split away), each part through its own MMA into
 the same accumulator. Every vector is computed from its own entries only (no zero of a padded
 matrix ever multiplies another vector's entries), so a NaN stays in its vector. The result is
-rounded once to the input dtype. float64 is not supported.
+rounded once to the input dtype. float64 is not supported (the limits, float16/bfloat16/float32
+and 16 <= n <= 2^14, are the backend's entry in ``rfjax.ops._fwht_backends``, which checks
+them before the kernel is called).
 
 The row count is padded up to a whole number of tiles (one copy of the input) when needed.
 
@@ -44,24 +46,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from rfjax.ops._fwht_xla import bfloat16_parts, hadamard_matrix
 
-MIN_N = 16
-MAX_N = 1 << 14
-KERNEL_DTYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
 _WARPGROUP_ROWS = 64  # the M of one warpgroup MMA
-
-
-def check_supported(n: int, dtype) -> None:
-    """Raises unless the Mosaic GPU kernel transforms vectors of length ``n`` and ``dtype``."""
-    if jnp.dtype(dtype) not in KERNEL_DTYPES:
-        raise TypeError(
-            f"the Mosaic GPU fwht kernel takes float16, bfloat16 or float32, got {dtype}; use "
-            "implementation='matmul' or 'xla'"
-        )
-    if not MIN_N <= n <= MAX_N or n & (n - 1):
-        raise ValueError(
-            f"the Mosaic GPU fwht kernel takes power-of-two lengths {MIN_N} ... {MAX_N}, got "
-            f"{n}; use implementation='matmul' or 'xla'"
-        )
 
 
 def split_factors(n: int) -> tuple[int, int]:
@@ -187,7 +172,6 @@ def _mma(acc_ref, pairs) -> jax.Array:
 
 def _transform(x: jax.Array, normalize: bool, *, interpret: bool) -> jax.Array:
     n = x.shape[-1]
-    check_supported(n, x.dtype)
     if x.size == 0:
         return x
     rows = x.size // n

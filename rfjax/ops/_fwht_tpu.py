@@ -13,6 +13,8 @@ Precision: float32 matmuls at ``Precision.HIGHEST`` (full float32 products and s
 single-pass bfloat16), bfloat16 operands straight into the MXU with float32 accumulation (products
 with +-1 are exact), float16 converted to float32 in VMEM; everything after the first matmul is
 float32, rounded once to the output dtype. float64 is not supported (TPUs have no float64).
+Lengths up to 2^14 (the limits are the backend's entry in ``rfjax.ops._fwht_backends``, which
+checks them before the kernel is called).
 
 The chain (``chain_rows``) is y_b = N_b S (H D_{b,k}) ... (H D_{b,1}) x for each block b of a
 ``HadamardProjection`` (H normalised, S the optional simplex map, N_b the row norms): one read of
@@ -38,23 +40,7 @@ from rfjax.ops._fwht_xla import hadamard_matrix
 
 LANES = 128
 DENSE_MAX = 512
-MAX_N = 1 << 14
-KERNEL_DTYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
 _TILE_ELEMENTS = 1 << 16  # entries per tile (block_rows * n): 256 KiB of float32
-
-
-def check_supported(n: int, dtype) -> None:
-    """Raises unless the TPU kernels transform vectors of length ``n`` and ``dtype``."""
-    if jnp.dtype(dtype) not in KERNEL_DTYPES:
-        raise TypeError(
-            f"the Pallas TPU fwht kernels take float16, bfloat16 or float32, got {dtype}; "
-            "use implementation='matmul' or 'xla'"
-        )
-    if n > MAX_N or n & (n - 1):
-        raise ValueError(
-            f"the Pallas TPU fwht kernels take power-of-two lengths up to {MAX_N}, got {n}; "
-            "use implementation='matmul' or 'xla'"
-        )
 
 
 def _factor_dtype(dtype) -> jnp.dtype:
@@ -128,7 +114,6 @@ def _interpret_params():
 
 def _fwht(x: jax.Array, normalize: bool, *, interpret: bool) -> jax.Array:
     n = x.shape[-1]
-    check_supported(n, x.dtype)
     if x.size == 0:
         return x
     rows = x.size // n
@@ -199,7 +184,6 @@ def _chain_kernel(x_ref, signs_ref, norms_ref, *refs, p, simplex):
 
 def _chain(x, signs, norms, simplex: bool, *, interpret: bool) -> jax.Array:
     p = x.shape[-1]
-    check_supported(p, x.dtype)
     num_blocks, num_stages, _ = signs.shape
     rows = x.size // p
     if rows == 0:

@@ -1,4 +1,4 @@
-"""The Pallas GPU kernel on the Triton backend (``implementation="pallas"``), for sm80-sm89.
+"""The Pallas GPU kernel on the Triton backend (``implementation="pallas_triton"``), sm80+.
 
 Design: the transform as matrix products with Sylvester-Hadamard factors, run on the tensor
 cores through ``jnp.dot`` (which Pallas lowers to ``tt.dot``), rather than log2(n) butterfly
@@ -12,7 +12,7 @@ two regimes are used:
   ``tile @ H_n`` (one dot, O(n) work per entry, but n <= 128 keeps the kernel near memory
   bound). ``tt.dot`` needs every dimension >= 16, so lengths n < 16 are zero-padded to 16 outside
   the kernel and the first n outputs kept (H_16's top-left n x n block is H_n).
-* ``DENSE_MAX`` < n <= ``MAX_N`` (8192): H_n = H_a (x) H_b with n = a b, a = 2^floor(k/2),
+* ``DENSE_MAX`` < n <= 8192: H_n = H_a (x) H_b with n = a b, a = 2^floor(k/2),
   b = 2^ceil(k/2) (16 <= a <= b <= 128). A vector reshaped row-major to the a x b matrix X is
   transformed to H_a X H_b, two 2-D dots of O(a + b) work per entry. The operand is viewed as
   ``(rows, a, b)``; each program owns ``block_rows`` vectors, builds H_a and H_b once and loops
@@ -31,14 +31,16 @@ butterfly's (sums of up to max(n, b) terms instead of log2 n pairwise stages), s
 results agree with ``xla_butterfly`` to rounding, not bitwise.
 
 Limits: power-of-two n <= 8192, float16, bfloat16, float32 and float64 (Triton's float64 dot
-is slow, and n < 16 pays a 16/n padding).
+is slow, and n < 16 pays a 16/n padding); the backend's entry in ``rfjax.ops._fwht_backends``
+checks them before the kernel is called.
 
 Status: JAX deprecated the Pallas Triton backend (0.11: "The Pallas Triton backend is deprecated
 and will be removed in a future JAX version"; JAX's own warning is emitted when this kernel is
 lowered, and rfjax does not filter it). Mosaic GPU, the supported Pallas GPU backend, needs sm90
-(Hopper) or newer, so this kernel is kept only for sm80-sm89 (Ampere, Ada): ``"auto"`` never
-picks it, ``implementation="pallas"`` asks for it. Measurements and defects seen on a GPU are in
-``benchmarks/gpu_runs/``.
+(Hopper) or newer, so this kernel is kept for sm80-sm89 (Ampere, Ada), where
+``implementation="pallas_triton"`` asks for it, and for bfloat16 on sm90+, where it measured
+fastest at n = 64 ... 4096 and ``"auto"`` picks it (``GPU_AUTO_SM90``). Measurements and defects
+seen on a GPU are in ``benchmarks/gpu_runs/``.
 """
 
 from __future__ import annotations
@@ -54,11 +56,9 @@ from jax.experimental import pallas as pl
 from rfjax.ops._fwht_xla import bfloat16_parts
 
 DENSE_MAX = 128
-MAX_N = 8192
 MIN_DOT = 16  # tt.dot needs M, N, K >= 16
 _TILE_ELEMENTS = 16384  # operand entries per program (block_rows * n)
 _HALF_DTYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-_ALL_DTYPES = (*_HALF_DTYPES, jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
 
 
 def _hadamard(n: int, dtype) -> jax.Array:
@@ -153,15 +153,7 @@ def fwht_rows_interpret(x: jax.Array, normalize: bool) -> jax.Array:
 
 
 def _transform(x: jax.Array, normalize: bool, *, interpret: bool) -> jax.Array:
-    dtype = jnp.dtype(x.dtype)
     n = int(x.shape[-1])
-    if dtype not in _ALL_DTYPES:
-        raise TypeError(f"the Pallas fwht kernel does not handle dtype {dtype}")
-    if n > MAX_N or (n & (n - 1)) != 0:
-        raise ValueError(
-            f"the Pallas fwht kernel handles power-of-two lengths up to {MAX_N}, got {n}; use "
-            "implementation='auto' or 'xla'"
-        )
     if x.size == 0:
         return x
     rows = x.size // n

@@ -36,11 +36,6 @@ LAYERS = {
 
 # (file, imported module): imports that break a rule today, and why they are still there.
 PENDING = {
-    # Issue 45 point 5 (FWHT backends in one registry), after issue 46's rewrite of rfjax/ops:
-    ("benchmarks/fwht.py", "rfjax.ops._fwht_cpu"),
-    ("benchmarks/fwht_gpu.py", "rfjax.ops._fwht"),
-    ("benchmarks/fwht_gpu.py", "rfjax.ops._fwht_mosaic_gpu"),
-    ("benchmarks/fwht_gpu.py", "rfjax.ops._fwht_triton"),
     # The study's model, projection stream and windows, until they live outside the study:
     ("benchmarks/long_context.py", "experiments.performer_lm"),
 }

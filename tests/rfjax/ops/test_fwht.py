@@ -16,7 +16,6 @@ Integer-valued float64 inputs give exact results (every partial sum is an intege
 from __future__ import annotations
 
 import functools
-import json
 import math
 
 import jax
@@ -28,12 +27,12 @@ from jax.test_util import check_grads
 
 from rfjax.ops import (
     _fwht_cpu,
-    _fwht_mosaic_gpu,
-    _fwht_tpu,
     _fwht_triton,
     _syrk,
     chain_reference,
     fwht,
+    fwht_backend,
+    fwht_backends,
     hd_chain,
     kronecker_factors,
     pad_to_power_of_two,
@@ -42,58 +41,35 @@ from rfjax.ops import (
     symmetric_rank_update,
 )
 from rfjax.ops._cos import _xla_sin_cos
-from rfjax.ops._fwht import GPU_AUTO_SM90, resolve
-from tests.support import ROOT
 
-ON_GPU = jax.default_backend() == "gpu"
-ON_TPU = jax.default_backend() == "tpu"
-CPU_KERNEL = pytest.param(
-    "cpu",
-    marks=pytest.mark.skipif(
-        not _fwht_cpu.is_available() or jax.default_backend() != "cpu",
-        reason="the C++ FFI kernel (rfjax.ops._fwht_cpu) is not built, or the backend is not CPU",
-    ),
-)
-TRITON_KERNEL = pytest.param(
-    "pallas",
-    marks=pytest.mark.skipif(
-        not ON_GPU, reason="the compiled Pallas kernel needs a GPU (interpret mode runs anywhere)"
-    ),
-)
-TPU_KERNEL = pytest.param(
-    "pallas_tpu", marks=pytest.mark.skipif(not ON_TPU, reason="the compiled kernel needs a TPU")
-)
-MOSAIC_GPU_KERNEL = pytest.param(
-    "mosaic_gpu", marks=pytest.mark.skipif(not ON_GPU, reason="the compiled kernel needs a GPU")
-)
-# The kernels every generic test runs. The TPU and Mosaic GPU kernels in interpret mode (a
-# simulator: about a second per call) have their own tests below, and join the generic ones
-# where marked.
+PLATFORM = jax.default_backend()
+
+
+def backend_param(name: str):
+    """``name`` as a test case, skipped where its kernel cannot run (another platform's, or the
+    C++ kernel when it was not built)."""
+    backend = fwht_backend(name)
+    runs = backend.runs_on(PLATFORM) and backend.available()
+    reason = f"{name} runs on {', '.join(backend.platforms)}, not {PLATFORM}, or was not built"
+    return pytest.param(name, marks=pytest.mark.skipif(not runs, reason=reason))
+
+
+# The backends every generic test runs: every entry of the registry (a new one joins without an
+# edit here) and "auto", but the simulators (Pallas' TPU and Mosaic GPU interpret modes: about a
+# second per call), which have their own tests in tests/rfjax/ops/test_pallas_kernels.py.
 IMPLEMENTATIONS = [
-    "xla",
-    "matmul",
-    "pallas_interpret",
     "auto",
-    CPU_KERNEL,
-    TRITON_KERNEL,
-    TPU_KERNEL,
-    MOSAIC_GPU_KERNEL,
+    *(backend_param(name) for name in fwht_backends() if not fwht_backend(name).simulated),
 ]
-SIMULATED = ["pallas_tpu_interpret", "mosaic_gpu_interpret"]
 EPS32 = float(np.finfo(np.float32).eps)
-# The compiled kernels that take only some lengths and dtypes (they raise for the others).
-LIMITED_KERNELS = {
-    "mosaic_gpu": _fwht_mosaic_gpu.check_supported,
-    "pallas_tpu": _fwht_tpu.check_supported,
-}
 
 
 def skip_unsupported(implementation: str, *cases: tuple[int, object]) -> None:
-    """Skips the test if a limited kernel does not take one of the (n, dtype) ``cases``."""
-    check = LIMITED_KERNELS.get(implementation)
-    for n, dtype in cases if check is not None else ():
+    """Skips the test if the backend does not take one of the (n, dtype) ``cases``."""
+    backend = None if implementation == "auto" else fwht_backend(implementation)
+    for n, dtype in cases if backend is not None else ():
         try:
-            check(n, dtype)
+            backend.check(n, dtype)
         except (TypeError, ValueError) as error:
             pytest.skip(f"{implementation} does not take n = {n}, {jnp.dtype(dtype)}: {error}")
 
@@ -261,7 +237,9 @@ def test_float64(implementation):
             _assert_f32_close(y, x, axis, True, eps=float(np.finfo(np.float64).eps))
 
 
-@pytest.mark.parametrize("implementation", ["pallas_interpret", TRITON_KERNEL])
+@pytest.mark.parametrize(
+    "implementation", [backend_param("pallas_triton_interpret"), backend_param("pallas_triton")]
+)
 def test_triton_kernel_blocks_and_limits(implementation):
     # Partial last blocks (rows not a multiple of the block) in both kernel regimes.
     rng = np.random.default_rng(2)
@@ -272,7 +250,7 @@ def test_triton_kernel_blocks_and_limits(implementation):
         fwht(jnp.zeros((1, 16384)), implementation=implementation)
     empty = fwht(jnp.zeros((0, 64)), implementation=implementation)
     assert empty.shape == (0, 64)
-    assert _fwht_triton.MAX_N == 8192
+    assert fwht_backend("pallas_triton").max_n == 8192
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -397,52 +375,6 @@ def test_triton_kernel_sees_whole_blocks_only(rows, n):
         )
 
 
-GPU_RUNS = [
-    ROOT / "benchmarks/gpu_runs" / name
-    for name in ("2026-11-26-h200/run1_fwht_gpu.json", "2026-11-27-h200/fwht_gpu.json")
-]
-AUTO_CANDIDATES = {
-    "mosaic_gpu": "mosaic_gpu",
-    "pallas_triton": "pallas",
-    "matmul": "matmul",
-    "xla_butterfly": "xla",
-}
-
-
-def test_gpu_auto_choice_is_the_fastest_measured():
-    """``"auto"`` on sm90+ picks, per measured case, the fastest implementation measured (the
-    committed H200 runs; the first run's Triton kernel failed tests, so it does not count
-    there), and ``"matmul"`` where nothing was measured."""
-    measured = set()
-    for run in GPU_RUNS:
-        report = json.loads(run.read_text())
-        broken = {"pallas_triton"} if "2026-11-26" in str(run) else set()
-        for case, result in report["results"].items():
-            dtype, n = case.split()[0], int(case.split("=")[1])
-            timed = {
-                implementation: result["timings"][label]["median_ms"]
-                for label, implementation in AUTO_CANDIDATES.items()
-                if label in result["timings"] and label not in {*result["failed"], *broken}
-            }
-            fastest = min(timed, key=timed.__getitem__)
-            assert resolve("auto", "cuda", n=n, dtype=dtype, capability=(9, 0)) == fastest, case
-            measured.add((dtype, n))
-    assert set(GPU_AUTO_SM90) <= measured
-    assert resolve("auto", "cuda", n=1 << 15, dtype="float32", capability=(9, 0)) == "matmul"
-    assert resolve("auto", "cuda", n=1 << 14, dtype="bfloat16", capability=(9, 0)) == "matmul"
-    assert resolve("auto", "cuda", n=1024, dtype="float32", capability=(8, 0)) == "matmul"
-
-
-def test_auto_choice_per_platform():
-    assert resolve("auto", "cpu") == ("cpu" if _fwht_cpu.is_available() else "matmul")
-    assert resolve("auto", "tpu") == resolve("auto", "cuda") == "matmul"
-    assert resolve("auto", "rocm") == "matmul" and resolve("auto", "METAL") == "xla"
-    assert resolve("mosaic_gpu_interpret", "cpu") == "mosaic_gpu_interpret"
-    for implementation, platform in [("pallas_tpu", "cpu"), ("mosaic_gpu", "tpu"), ("cpu", "cuda")]:
-        with pytest.raises(ValueError, match=f"implementation='{implementation}' runs on"):
-            resolve(implementation, platform)
-
-
 def test_kronecker_factors_are_small_and_balanced():
     for k in range(18):
         factors = kronecker_factors(1 << k)
@@ -493,6 +425,12 @@ def test_errors():
         fwht(jnp.zeros((4, 8)), axis=1.0)
     with pytest.raises(ValueError, match="implementation"):
         fwht(jnp.zeros((4, 8)), implementation="cuda")
+    # One name per backend: the Triton kernel is "pallas_triton" (its old name "pallas" is gone),
+    # and an unknown name lists the allowed ones.
+    with pytest.raises(ValueError, match=r"'auto', 'cpu', .*'pallas_triton', .*got 'pallas'"):
+        fwht(jnp.zeros((4, 8)), implementation="pallas")
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        hd_chain(jnp.zeros((4, 8)), jnp.ones((1, 1, 8)), jnp.ones((1, 8)), implementation="pallas")
     for bad in (1, "yes", None):
         with pytest.raises(TypeError, match="normalize"):
             fwht(jnp.zeros((4, 8)), normalize=bad)

@@ -7,8 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax.ops import _fwht_tpu
+from rfjax.ops import _fwht_tpu, fwht_backend
 from rfjax.ops._fwht_xla import hadamard_matrix
+
+BACKEND = fwht_backend("pallas_tpu")  # its entry of the backend table: the limits
 
 
 @pytest.mark.parametrize(
@@ -21,9 +23,9 @@ from rfjax.ops._fwht_xla import hadamard_matrix
 )
 def test_check_supported_names_the_length_or_dtype_and_the_alternatives(n, dtype, error, match):
     with pytest.raises(error, match=match):
-        _fwht_tpu.check_supported(n, dtype)
-    for dtype in _fwht_tpu.KERNEL_DTYPES:
-        _fwht_tpu.check_supported(_fwht_tpu.MAX_N, dtype)
+        BACKEND.check(n, dtype)
+    for dtype in BACKEND.dtypes:
+        BACKEND.check(BACKEND.max_n, dtype)
 
 
 def test_long_vectors_are_tiled_as_lanes_with_two_hadamard_factors():
@@ -47,4 +49,4 @@ def test_tiles_hold_the_whole_array_when_small_else_a_bounded_multiple_of_eight_
     tile = _fwht_tpu._TILE_ELEMENTS
     assert _fwht_tpu._block_rows(5, 128) == 5
     assert _fwht_tpu._block_rows(10_000, 128) == tile // 128
-    assert _fwht_tpu._block_rows(100, _fwht_tpu.MAX_N) == 8  # at least a full sublane group
+    assert _fwht_tpu._block_rows(100, BACKEND.max_n) == 8  # at least a full sublane group

@@ -27,7 +27,15 @@ import numpy as np
 import pytest
 
 from rfjax import projections
-from rfjax.ops import _fwht_mosaic_gpu, _fwht_tpu, chain_reference, fwht, hd_chain
+from rfjax.ops import (
+    _fwht_mosaic_gpu,
+    _fwht_tpu,
+    chain_reference,
+    fwht,
+    fwht_backend,
+    fwht_backends,
+    hd_chain,
+)
 from rfjax.ops._fwht_xla import bfloat16_parts, hadamard_matrix
 
 DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32)
@@ -268,7 +276,9 @@ def test_mosaic_gpu_split_is_exact():
     np.testing.assert_array_equal(total, np.asarray(x, np.float64))
 
 
-@pytest.mark.parametrize("implementation", ["pallas_tpu_interpret", "mosaic_gpu_interpret"])
+@pytest.mark.parametrize(
+    "implementation", [name for name in fwht_backends() if fwht_backend(name).simulated]
+)
 def test_kernels_follow_the_primitive_rules(implementation):
     """vmap (batch axis at the transformed position), JVP and VJP through the kernels."""
     x = jnp.asarray(np.random.default_rng(4).standard_normal((3, 64)), jnp.float32)

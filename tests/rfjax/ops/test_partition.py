@@ -21,7 +21,16 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from rfjax.ops import _fwht_cpu, _partition, fwht, fwht_p, hd_chain, hd_chain_p
+from rfjax.ops import _partition, fwht, fwht_backend, fwht_backends, fwht_p, hd_chain, hd_chain_p
+
+# The backends the sharding check runs: every registered one that runs on CPU here (a new one
+# joins without an edit), but the simulators (Pallas' TPU and Mosaic GPU interpret modes, about
+# a second per call), of which the script checks one by name.
+SHARDED_BACKENDS = [
+    name
+    for name in fwht_backends(platform="cpu")
+    if not fwht_backend(name).simulated and fwht_backend(name).available()
+]
 
 
 def test_the_guarded_private_import_works_on_this_jax():
@@ -105,7 +114,7 @@ _SHARDING_SCRIPT = textwrap.dedent(
         # Inside shard_map (over every axis, or over y alone with x automatic) the op is local.
         # (Pallas' HLO interpreter fails shard_map's varying-axes check inside its while loop,
         # a JAX limitation independent of fwht: check_vma=False for it.)
-        vma = impl != "pallas_interpret"
+        vma = impl != "pallas_triton_interpret"
         rows = jax.device_put(x, NamedSharding(explicit, P("x")))
         body = jax.shard_map(transform, mesh=explicit, in_specs=P("x"), out_specs=P("x"),
                              check_vma=vma)
@@ -163,8 +172,7 @@ _SHARDING_SCRIPT = textwrap.dedent(
 @pytest.mark.integration
 def test_sharded_transforms_run_per_shard():
     """4 forced CPU devices: no all-gather, output sharded like the input, results unchanged."""
-    impls = ["xla", "matmul", "pallas_interpret"]
-    impls += ["cpu", "auto"] if _fwht_cpu.is_available() else []
+    impls = ["auto", *SHARDED_BACKENDS]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
