@@ -205,7 +205,7 @@ def favor_attention(
         ``jax.set_mesh`` (the arrays are global, their split checked; see above).
       implementation: ``"xla"`` (the XLA form: every map, sequence parallelism, any platform),
         ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
-        ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_interpret"`` /
+        ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_triton_interpret"`` /
         ``"pallas_tpu_interpret"`` (the kernels in interpret mode, any platform), or ``"auto"``
         (measured per platform and mode; ``"xla"`` where nothing is measured). The kernels
         compute the feature map from the rows inside them (the (B, T, N, m) features never

@@ -609,8 +609,8 @@ def _check_triton_widths(form: FusedForm, name: str) -> None:
     if not fits:
         raise ValueError(
             f"implementation='pallas_triton' takes {name} with {allowed} features (Triton's "
-            f"blocks); got m = {count}: use implementation='xla' (or 'pallas_interpret'), or "
-            f"such an m"
+            f"blocks); got m = {count}: use implementation='xla' (or "
+            f"'pallas_triton_interpret'), or such an m"
         )
 
 

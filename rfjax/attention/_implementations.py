@@ -5,8 +5,9 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
 * ``"pallas_triton"``: the fused Pallas kernels (``_fused``) compiled by Triton, for NVIDIA GPUs
   of compute capability 8.0 and newer (JAX's Pallas Triton backend; sm90 runs it too);
 * ``"pallas_tpu"``: the same kernels compiled by Mosaic for TPUs;
-* ``"pallas_interpret"``, ``"pallas_tpu_interpret"``: the kernels in Pallas' interpret mode on any
-  platform (the TPU's simulator for the second), how they are tested on CPU.
+* ``"pallas_triton_interpret"``, ``"pallas_tpu_interpret"``: the kernels in Pallas' interpret
+  mode on any platform (the TPU's simulator for the second), how they are tested on CPU; the
+  names follow ``rfjax.ops.fwht``'s backends (``"<backend>_interpret"``).
 
 The fused kernels take the maps whose log-features are affine in the rows plus a multiple of
 |x|^2 (``FeatureMap.affine_log_form``: FAVOR+, its antithetic variant, OPRF) and the angular
@@ -29,7 +30,7 @@ from typing import Literal
 from rfjax.attention._fused import Backend
 
 Implementation = Literal[
-    "auto", "xla", "pallas_triton", "pallas_tpu", "pallas_interpret", "pallas_tpu_interpret"
+    "auto", "xla", "pallas_triton", "pallas_tpu", "pallas_triton_interpret", "pallas_tpu_interpret"
 ]
 IMPLEMENTATIONS: tuple[str, ...] = typing.get_args(Implementation)
 
@@ -47,7 +48,7 @@ TABLE: dict[str, Entry] = {
     "xla": Entry((), None),
     "pallas_triton": Entry(("cuda",), Backend("triton")),
     "pallas_tpu": Entry(("tpu",), Backend("tpu")),
-    "pallas_interpret": Entry((), Backend(None)),
+    "pallas_triton_interpret": Entry((), Backend(None)),
     "pallas_tpu_interpret": Entry((), Backend(None, interpret="tpu")),
 }
 
@@ -75,7 +76,7 @@ def resolve(implementation: object, platform: str, *, causal: bool) -> Entry:
     if entry.platforms and platform not in entry.platforms:
         raise ValueError(
             f"implementation={implementation!r} compiles for {', '.join(entry.platforms)}, not "
-            f"for platform {platform!r}; use implementation='auto' (or 'pallas_interpret' to "
-            f"run the kernels in interpret mode)"
+            f"for platform {platform!r}; use implementation='auto' (or "
+            f"'pallas_triton_interpret' to run the kernels in interpret mode)"
         )
     return entry

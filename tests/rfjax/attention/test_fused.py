@@ -59,7 +59,7 @@ def test_kernels_match_the_xla_form_values_and_gradients(causal):
 
         return jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)
 
-    (_, fused), fused_grads = loss("pallas_interpret")(q, k, v, projection)
+    (_, fused), fused_grads = loss("pallas_triton_interpret")(q, k, v, projection)
     (_, xla), xla_grads = loss("xla")(q, k, v, projection)
     assert_close(fused, xla)
     for got, want in zip(jax.tree.leaves(fused_grads), jax.tree.leaves(xla_grads), strict=True):
@@ -73,7 +73,7 @@ def test_kernels_at_norm_120_match_float64(causal):
     q, k, v = inputs(120, jnp.float32, length=48)
     projection = projections.orthogonal(jax.random.key(3), 64, 128)
     out = attention.favor_attention(
-        q, k, v, projection, causal=causal, implementation="pallas_interpret"
+        q, k, v, projection, causal=causal, implementation="pallas_triton_interpret"
     )
     want, tolerance = exact(
         q, k, v, np.asarray(projection.matrix()), antithetic=False, causal=causal
@@ -82,7 +82,7 @@ def test_kernels_at_norm_120_match_float64(causal):
 
     def loss(q, k, v):
         out = attention.favor_attention(
-            q, k, v, projection, causal=causal, implementation="pallas_interpret"
+            q, k, v, projection, causal=causal, implementation="pallas_triton_interpret"
         )
         return jnp.sum(jnp.sin(out))
 
@@ -109,7 +109,7 @@ def test_bfloat16_inputs_take_bfloat16_products():
     5u max|v| plus the output's rounding u, u = 2^-8)."""
     q, k, v, mask, projection = operands(3, dtype=jnp.bfloat16)
     out = attention.favor_attention(
-        q, k, v, projection, causal=True, mask=mask, implementation="pallas_interpret"
+        q, k, v, projection, causal=True, mask=mask, implementation="pallas_triton_interpret"
     )
     assert out.dtype == jnp.bfloat16
     wide = attention.favor_attention(
@@ -127,7 +127,7 @@ def test_non_finite_rows_stay_in_the_rows_that_read_them():
     k = k.at[0, 40, 1, 0].set(jnp.inf)
     out = np.asarray(
         attention.favor_attention(
-            q, k, v, projection, causal=True, mask=mask, implementation="pallas_interpret"
+            q, k, v, projection, causal=True, mask=mask, implementation="pallas_triton_interpret"
         )
     )
     assert np.all(np.isnan(out[0, 5, 0])) and np.all(np.isfinite(np.delete(out[0, :, 0], 5, 0)))
@@ -141,7 +141,7 @@ def test_errors_name_what_the_kernels_take():
         supported = "'positive', 'positive_antithetic', 'oprf' .* and 'angular_hybrid'"
         with pytest.raises(ValueError, match=f"{supported}; {kind} is not one"):
             attention.favor_attention(
-                q, k, v, projection, feature_map=fmap, implementation="pallas_interpret"
+                q, k, v, projection, feature_map=fmap, implementation="pallas_triton_interpret"
             )
     with pytest.raises(ValueError, match="no sign projection"):
         attention.favor_attention(
@@ -150,11 +150,11 @@ def test_errors_name_what_the_kernels_take():
             v,
             projection,
             feature_map=features.AngularHybridFeatureMap(),
-            implementation="pallas_interpret",
+            implementation="pallas_triton_interpret",
         )
     with pytest.raises(ValueError, match="stabilize=False"):
         attention.favor_attention(
-            q, k, v, projection, stabilize=False, implementation="pallas_interpret"
+            q, k, v, projection, stabilize=False, implementation="pallas_triton_interpret"
         )
     with pytest.raises(ValueError, match="compiles for cuda, not for platform 'cpu'"):
         attention.favor_attention(q, k, v, projection, implementation="pallas_triton")
@@ -162,7 +162,7 @@ def test_errors_name_what_the_kernels_take():
         attention.favor_attention(q, k, v, projection, implementation="mosaic")
     with pytest.raises(ValueError, match="with sequence_axis use implementation='xla'"):
         attention.favor_attention(
-            q, k, v, projection, sequence_axis="seq", implementation="pallas_interpret"
+            q, k, v, projection, sequence_axis="seq", implementation="pallas_triton_interpret"
         )
 
 
@@ -268,11 +268,11 @@ def test_layers_take_the_implementation():
         name: PerformerAttention(
             num_heads=2, num_features=16, causal=True, implementation=name, coupling="gaussian"
         )
-        for name in ("xla", "pallas_interpret")
+        for name in ("xla", "pallas_triton_interpret")
     }
     params = layers["xla"].init({"params": jax.random.key(9), **rngs}, x, x)
     outs = {name: layer.apply(params, x, x, rngs=rngs) for name, layer in layers.items()}
-    assert_close(outs["pallas_interpret"], outs["xla"])
+    assert_close(outs["pallas_triton_interpret"], outs["xla"])
 
 
 @pytest.mark.parametrize(

@@ -102,7 +102,7 @@ def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
 
         return jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)
 
-    (_, fused), fused_grads = loss("pallas_interpret")(q, k, v, projection)
+    (_, fused), fused_grads = loss("pallas_triton_interpret")(q, k, v, projection)
     (_, xla), xla_grads = loss("xla")(q, k, v, projection)
     condition = 1.0
     for head in range(HEADS):
@@ -134,7 +134,7 @@ def test_angular_hybrid_floors_the_rows_the_xla_form_floors(causal):
         attention.favor_attention(
             query, key, value, projection, feature_map=fmap, causal=causal, implementation=i
         )[0, :, 0]
-        for i in ("pallas_interpret", "xla")
+        for i in ("pallas_triton_interpret", "xla")
     ]
     scores = xla_unit_scores(query, key, mask, projection, fmap, causal, 0)
     magnitudes = xla_unit_scores(query, key, mask, projection, fmap, causal, 0, absolute=True)
@@ -160,7 +160,13 @@ def test_angular_hybrid_at_large_norms_matches_float64(norm, causal):
 
     def run(q, k, v):
         return attention.favor_attention(
-            q, k, v, projection, feature_map=fmap, causal=causal, implementation="pallas_interpret"
+            q,
+            k,
+            v,
+            projection,
+            feature_map=fmap,
+            causal=causal,
+            implementation="pallas_triton_interpret",
         )
 
     def loss(q, k, v):
