@@ -44,7 +44,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments.core import outputs, plots, records, stats, sweep, verdicts
+from experiments.core import outputs, plots, records, stats, sweep, tabulate, verdicts
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -471,16 +471,11 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
 # --------------------------------------------------------------------------- statistics
 
 
-def _by_attention(runs: list[dict], attention: str, name: str) -> np.ndarray:
-    rows = sorted((r for r in runs if r["attention"] == attention), key=lambda r: r["seed"])
-    return np.array([r[name] for r in rows], float)
-
-
 def _gate(runs: list[dict]) -> stats.Estimate:
     """FAVOR+ - exact test DER, paired by seed: does this task resolve attention kinds?"""
     return stats.paired_difference(
-        _by_attention(runs, "positive", "digit_error_rate"),
-        _by_attention(runs, "exact", "digit_error_rate"),
+        tabulate.seed_values(runs, "digit_error_rate", attention="positive"),
+        tabulate.seed_values(runs, "digit_error_rate", attention="exact"),
     )
 
 
@@ -498,8 +493,8 @@ def comparisons(runs: list[dict], attentions) -> list[dict]:
             "kind": kind,
             "reference": reference,
             **stats.paired_difference(
-                _by_attention(runs, kind, "digit_error_rate"),
-                _by_attention(runs, reference, "digit_error_rate"),
+                tabulate.seed_values(runs, "digit_error_rate", attention=kind),
+                tabulate.seed_values(runs, "digit_error_rate", attention=reference),
             ).as_dict(),
         }
         for kind, reference in pairs
@@ -507,7 +502,8 @@ def comparisons(runs: list[dict], attentions) -> list[dict]:
 
 
 def _format_difference(row: dict) -> str:
-    return f"{row['mean']:+.4f} ± {row['se']:.4f} (t = {row['t']:.2f}, p = {row['p']:.3g})"
+    shown = tabulate.plus_minus(row["mean"], row["se"], "+.4f")
+    return f"{shown} (t = {row['t']:.2f}, p = {row['p']:.3g})"
 
 
 # claim -> (the claimed-worse kinds, the claimed-better kinds): each claim is an intersection
@@ -525,7 +521,8 @@ def ordering_cells(runs: list[dict], worse: tuple[str, ...], better: tuple[str, 
     (worse - better) over seeds."""
     return {
         f"{_label(b)} vs {_label(w)}": stats.paired_difference(
-            _by_attention(runs, w, "digit_error_rate"), _by_attention(runs, b, "digit_error_rate")
+            tabulate.seed_values(runs, "digit_error_rate", attention=w),
+            tabulate.seed_values(runs, "digit_error_rate", attention=b),
         )
         for b in better
         for w in worse
@@ -571,11 +568,12 @@ def _gate_failure(runs: list[dict], trained: set[str]) -> str | None:
     gate = _gate(runs)
     if gate.p < SIGNIFICANCE:
         return None
-    low, high = gate.interval()
+    shown = tabulate.estimate_text(
+        gate.mean, gate.se, gate.interval(), details=[f"p = {gate.p:.2g}", f"{gate.n} paired seeds"]
+    )
     return (
-        f"this task does not resolve attention kinds: FAVOR+ - exact test DER = "
-        f"{gate.mean:+.4f} ± {gate.se:.4f} (95% CI [{low:+.4f}, {high:+.4f}], p = "
-        f"{gate.p:.2g}, {gate.n} paired seeds), so any ordering of the hybrids would be noise"
+        f"this task does not resolve attention kinds: FAVOR+ - exact test DER = {shown}, so any "
+        "ordering of the hybrids would be noise"
     )
 
 
@@ -625,7 +623,9 @@ def _remedy(untrained: list[str], config) -> str:
 
 def _mean_der(runs: list[dict], kinds: tuple[str, ...]) -> np.ndarray:
     """Per seed, the mean test DER over ``kinds``."""
-    return np.mean([_by_attention(runs, a, "digit_error_rate") for a in kinds], axis=0)
+    return np.mean(
+        [tabulate.seed_values(runs, "digit_error_rate", attention=a) for a in kinds], axis=0
+    )
 
 
 def _kinds_text(kinds: tuple[str, ...]) -> str:
@@ -636,30 +636,27 @@ def _kinds_text(kinds: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------- report
 
 
-def _mean_se(values: np.ndarray) -> str:
-    mean, se = stats.mean_se(np.asarray(values, float))
-    return f"{mean:.4f} ± {se:.4f}"
-
-
 def _summary_rows(results: dict, attentions, judge: verdicts.Verdicts) -> list[dict]:
     runs, rows = results["runs"], []
     for attention in attentions:
-        rates = _by_attention(runs, attention, "digit_error_rate")
+        rates = tabulate.seed_values(runs, "digit_error_rate", attention=attention)
         train_logs = [
             [r["loss"] for r in c if r["split"] == "train"] for c in results["curves"][attention]
         ]
         row = {
             "attention": _label(attention),
             "seeds": len(rates),
-            "test DER (mean ± 1 SE)": _mean_se(rates),
+            "test DER (mean ± 1 SE)": tabulate.summarise(rates),
             "utterances fully correct": float(
-                np.mean(_by_attention(runs, attention, "utterance_accuracy"))
+                np.mean(tabulate.seed_values(runs, "utterance_accuracy", attention=attention))
             ),
-            "test CTC loss": float(np.mean(_by_attention(runs, attention, "test_ctc_loss"))),
+            "test CTC loss": float(
+                np.mean(tabulate.seed_values(runs, "test_ctc_loss", attention=attention))
+            ),
             "train CTC loss, first -> last log": f"{np.mean([c[0] for c in train_logs]):.4g} -> "
             f"{np.mean([c[-1] for c in train_logs]):.4g}",
             "learned tau (mean)": float(
-                np.mean(_by_attention(runs, attention, "mean_temperature"))
+                np.mean(tabulate.seed_values(runs, "mean_temperature", attention=attention))
             ),
         }
         checked = judge.arm_checks.get(_label(attention))
@@ -675,9 +672,13 @@ def _plot_error_rates(runs, tests, attentions, path: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     seeds = sorted({r["seed"] for r in runs})
     for i, attention in enumerate(attentions):
-        mean, se = stats.mean_se(_by_attention(runs, attention, "digit_error_rate"))
+        mean, se = stats.mean_se(
+            tabulate.seed_values(runs, "digit_error_rate", attention=attention)
+        )
         left.bar(i, mean, yerr=np.nan_to_num(se), capsize=4, color=f"C{i}", alpha=0.7)
-    per_seed = np.array([_by_attention(runs, a, "digit_error_rate") for a in attentions])
+    per_seed = np.array(
+        [tabulate.seed_values(runs, "digit_error_rate", attention=a) for a in attentions]
+    )
     for k in range(len(seeds)):
         left.plot(range(len(attentions)), per_seed[:, k], "k.-", lw=0.5, ms=4, alpha=0.6)
     left.set_xticks(range(len(attentions)), [_label(a) for a in attentions], rotation=20)
@@ -686,15 +687,15 @@ def _plot_error_rates(runs, tests, attentions, path: str) -> None:
         title=f"test DER: mean ± 1 SE over {len(seeds)} seeds (lines: paired seeds)",
     )
     labels = [f"{_label(t['kind'])}\n- {_label(t['reference'])}" for t in tests]
-    right.errorbar(
+    plots.forest(
+        right,
         [t["mean"] for t in tests],
-        range(len(tests)),
-        xerr=[2 * t["se"] for t in tests],
-        fmt="o",
+        [2 * t["se"] for t in tests],
+        labels,
+        color="C0",
         capsize=4,
+        fontsize=8,
     )
-    right.axvline(0.0, color="k", lw=0.8)
-    right.set_yticks(range(len(tests)), labels, fontsize=8)
     right.set(xlabel="paired difference in test DER", title="paired differences, ± 2 SE")
     outputs.save_figure(figure, path)
 
@@ -774,8 +775,8 @@ def _swap_text(runs: list[dict], attentions) -> str:
                 {
                     "trained with": _label(attention),
                     "attention at inference": label,
-                    "test DER (mean ± 1 SE)": _mean_se(values),
-                    "paired change": f"{change.mean:+.4f} ± {change.se:.4f}",
+                    "test DER (mean ± 1 SE)": tabulate.summarise(values),
+                    "paired change": tabulate.plus_minus(change.mean, change.se, "+.4f"),
                 }
             )
     return outputs.markdown_table(rows) if rows else "not run."
@@ -799,7 +800,7 @@ def comparison_rows(tests: list[dict]) -> list[dict]:
     return [
         {
             "difference": f"{_label(t['kind'])} - {_label(t['reference'])}",
-            "mean ± 1 SE": f"{t['mean']:+.4f} ± {t['se']:.4f}",
+            "mean ± 1 SE": tabulate.plus_minus(t["mean"], t["se"], "+.4f"),
             "t": t["t"],
             "p (two-sided)": t["p"],
         }

@@ -75,7 +75,7 @@ def paired(first: Mapping[Any, float], second: Mapping[Any, float]) -> tuple[np.
 def plus_minus(mean: float, se: float, number: str = ".4f", se_number: str | None = None) -> str:
     """``"mean ± se"``: the mean formatted with ``number`` (e.g. ``"+.4f"`` for a signed
     difference), the SE with ``se_number`` (default: ``number`` without a sign); the mean
-    alone where the SE is NaN (one unit gives none).
+    alone where the SE is not finite (NaN: one unit gives none; infinite: a heavy tail).
 
     Examples:
       >>> plus_minus(0.12345, 0.0061)
@@ -86,7 +86,7 @@ def plus_minus(mean: float, se: float, number: str = ".4f", se_number: str | Non
       '2.5'
     """
     shown = format(mean, number)
-    if math.isnan(se):
+    if not math.isfinite(se):
         return shown
     return f"{shown} ± {format(se, se_number or number.lstrip('+'))}"
 

@@ -43,7 +43,7 @@ import ml_collections
 import numpy as np
 import pgx
 
-from experiments.core import cost, outputs, plots, records, stats, sweep, verdicts
+from experiments.core import cost, outputs, plots, records, stats, sweep, tabulate, verdicts
 from experiments.core.study import Study
 from experiments.core.train import es
 from experiments.core.train import trainer as train
@@ -436,17 +436,17 @@ def inference_key(kinds: dict, seed: int, trained: str) -> jax.Array:
 
 
 def _per_seed(runs: list[dict], kind: str, seeds, name: str = "final_return") -> np.ndarray:
-    table = {(r["kind"], r["seed"]): r[name] for r in runs}
-    return np.array([table[(kind, seed)] for seed in seeds])
+    """``kind``'s ``name`` at ``seeds``, in that order (every seed must have a run)."""
+    values = tabulate.by_seed(runs, name, kind=kind)
+    return np.array([values[seed] for seed in seeds])
 
 
 def _pm(values: np.ndarray) -> str:
-    mean, se = stats.mean_se(values)
-    return f"{mean:.3f} ± {se:.3f}"
+    return tabulate.summarise(values, ".3f")
 
 
 def _difference(estimate: stats.Estimate) -> str:
-    return f"{estimate.mean:+.3f} ± {estimate.se:.3f}"
+    return tabulate.plus_minus(estimate.mean, estimate.se, "+.3f")
 
 
 def judge(results: dict, config: ml_collections.ConfigDict) -> verdicts.Verdicts:

@@ -64,7 +64,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from experiments.core import outputs, plots, records, stats, sweep, verdicts
+from experiments.core import outputs, plots, records, stats, sweep, tabulate, verdicts
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
@@ -588,17 +588,6 @@ def headline(results: dict) -> dict[str, float]:
 # --------------------------------------------------------------------------- statistics
 
 
-def _per_seed(runs: list[dict], name: str, metric: str) -> dict[int, float]:
-    return {r["seed"]: r[metric] for r in runs if r["run"] == name}
-
-
-def _paired(runs: list[dict], better: str, worse: str, metric: str) -> tuple[np.ndarray, ...]:
-    """The two runs' metric on the seeds both have, in seed order."""
-    a, b = _per_seed(runs, better, metric), _per_seed(runs, worse, metric)
-    seeds = sorted(set(a) & set(b))
-    return np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
-
-
 def seeds_at_3se(sd: float, target: float) -> int:
     """Paired seeds n at which ``target`` is 3 SE: n = (3 sd / target)^2, at least 2."""
     return max(2, math.ceil((3 * sd / target) ** 2))
@@ -617,7 +606,10 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
             pairs += [("exact", run_name(a, protocol)) for a in config.attentions if a != "exact"]
         for metric in METRICS:
             for better, worse in pairs:
-                a, b = _paired(runs, better, worse, metric)
+                a, b = tabulate.paired(
+                    tabulate.by_seed(runs, metric, run=better),
+                    tabulate.by_seed(runs, metric, run=worse),
+                )
                 if len(a) < 2:
                     continue
                 difference = stats.paired_difference(a, b)
@@ -643,9 +635,8 @@ def accuracy_table(runs: list[dict], config: ml_collections.ConfigDict) -> list[
     for name, attention, protocol in run_names(config):
         row: dict[str, Any] = {"protocol": protocol or "-", "attention": _label(attention)}
         for metric in METRICS:
-            values = np.array(list(_per_seed(runs, name, metric).values()))
-            mean, se = stats.mean_se(values)
-            row[f"test accuracy, {METRICS[metric]}"] = f"{mean:.4f} ± {se:.4f}"
+            values = tabulate.seed_values(runs, metric, run=name)
+            row[f"test accuracy, {METRICS[metric]}"] = tabulate.summarise(values)
         row["seeds"] = len(values)
         rows.append(row)
     return rows
@@ -665,7 +656,7 @@ def attention_error_rows(runs: list[dict], config: ml_collections.ConfigDict) ->
         errors = {c: np.array([r["attention_error"][c] for r in mine]) for c in couplings}
         for coupling in couplings:
             mean, se = (float(v) for v in stats.mean_se(errors[coupling]))
-            row[_label(coupling)] = f"{mean:.4f} ± {se:.4f}"
+            row[_label(coupling)] = tabulate.plus_minus(mean, se)
             row[f"{coupling}_mean"] = mean
             row[f"{coupling}_se"] = se
         if {"simplex", "orthogonal"} <= set(couplings):
@@ -673,18 +664,15 @@ def attention_error_rows(runs: list[dict], config: ml_collections.ConfigDict) ->
             row["SimRF - ORF"] = "-"
             if len(mine) > 1:  # paired by model: both couplings see the same queries and keys
                 diff = stats.paired_difference(errors["simplex"], errors["orthogonal"])
-                row["SimRF - ORF"] = f"{diff.mean:+.4f} ± {diff.se:.4f}"
+                row["SimRF - ORF"] = tabulate.plus_minus(diff.mean, diff.se, "+.4f")
         if all("uniform_attention_error" in r for r in mine):
-            row["uniform 1/S"] = _pm(np.array([r["uniform_attention_error"] for r in mine]))
+            row["uniform 1/S"] = tabulate.summarise(
+                np.array([r["uniform_attention_error"] for r in mine])
+            )
         if all(r.get("temperatures") for r in mine):
             row["learned tau (min-max)"] = _range([t for r in mine for t in r["temperatures"]])
         rows.append(row)
     return rows
-
-
-def _pm(values: np.ndarray) -> str:
-    mean, se = stats.mean_se(values)
-    return f"{mean:.4f} ± {se:.4f}" if len(values) > 1 else f"{mean:.4f}"
 
 
 def _range(values: list[float]) -> str:
@@ -723,17 +711,16 @@ def _plot_differences(rows: list[dict], config, path: str) -> None:
     shown = [r for r in rows if r["primary"]]
     fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(shown) + 2.2))
     labels = [f"{r['protocol']} ({METRICS[r['metric']]}): {r['comparison']}" for r in shown]
-    y = np.arange(len(shown))[::-1]
-    ax.errorbar(
+    plots.forest(
+        ax,
         [r["mean"] for r in shown],
-        y,
-        xerr=[[r["mean"] - r["low"] for r in shown], [r["high"] - r["mean"] for r in shown]],
-        fmt="o",
-        capsize=3,
+        [[r["mean"] - r["low"] for r in shown], [r["high"] - r["mean"] for r in shown]],
+        labels,
         color="C0",
+        top_down=True,
         label="mean paired difference, 95% t interval",
+        fontsize=8,
     )
-    ax.axvline(0, color="black", linewidth=0.8)
     ax.axvline(
         config.target_difference,
         color="C3",
@@ -741,7 +728,6 @@ def _plot_differences(rows: list[dict], config, path: str) -> None:
         linewidth=0.8,
         label=f"paper's SimRF - ORF gain ({100 * config.target_difference:+.1f} points)",
     )
-    ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("test accuracy difference, paired by seed (percentage points)")
     ax.xaxis.set_major_formatter(lambda value, _: f"{100 * value:+.1f}")
     # Above the axes: inside, it would cover the points of the lowest rows.
@@ -894,9 +880,8 @@ def _primary_text(config) -> str:
 def difference_text(row: dict) -> str:
     if not row:
         return "not measured"
-    return (
-        f"{row['mean']:+.4f} ± {row['se']:.4f} (95% CI [{row['low']:+.4f}, {row['high']:+.4f}], "
-        f"{row['n']} seeds)"
+    return tabulate.estimate_text(
+        row["mean"], row["se"], (row["low"], row["high"]), details=[f"{row['n']} seeds"]
     )
 
 
@@ -961,18 +946,21 @@ def _claim_values(diff_rows: list[dict], runs: list[dict], config) -> dict[str, 
         values[name] = "; ".join(texts)
     couplings = [c for c in config.attentions if c != "exact"]
     errors = [
-        f"{_label(c)} {_pm(np.array([r['attention_error'][c] for r in runs]))}" for c in couplings
+        f"{_label(c)} {tabulate.summarise(np.array([r['attention_error'][c] for r in runs]))}"
+        for c in couplings
     ]
     if all("uniform_attention_error" in r for r in runs):
         uniform = np.array([r["uniform_attention_error"] for r in runs])
-        errors.append(f"uniform 1/S {_pm(uniform)}")
+        errors.append(f"uniform 1/S {tabulate.summarise(uniform)}")
     values["mean_errors"] = ", ".join(errors) + f" ({len(runs)} models)"
     gaps = []
     for protocol in config.protocols:
         mine = [r for r in _performer_runs(runs) if r["protocol"] == protocol]
         if len(mine) > 1:
             gap = random_feature_gap(mine)
-            gaps.append(f"{protocol} {gap.mean:+.4f} ± {gap.se:.4f} ({gap.n} runs)")
+            gaps.append(
+                f"{protocol} {tabulate.plus_minus(gap.mean, gap.se, '+.4f')} ({gap.n} runs)"
+            )
     values["gap_by_protocol"] = "; ".join(gaps) or "not measured"
     return values
 
@@ -1014,7 +1002,7 @@ def difference_table(diff_rows: list[dict], primary: bool) -> str:
                 "protocol": r["protocol"],
                 "metric": METRICS[r["metric"]],
                 "difference": r["comparison"],
-                "mean ± SE": f"{r['mean']:+.4f} ± {r['se']:.4f}",
+                "mean ± SE": tabulate.plus_minus(r["mean"], r["se"], "+.4f"),
                 "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
                 "seeds": r["n"],
                 "sd": f"{r['sd']:.4f}",

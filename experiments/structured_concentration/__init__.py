@@ -32,7 +32,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from experiments import structured_kernels
-from experiments.core import outputs, records, stats, validate, verdicts
+from experiments.core import outputs, plots, records, stats, tabulate, validate, verdicts
 from experiments.core.stats import Estimate
 from experiments.core.study import Study
 from rfjax import features, projections, theory
@@ -442,14 +442,18 @@ def plot_tails(rows: list[dict], config: ml_collections.ConfigDict, path: str) -
             se = np.array([r["tail SE"] for r in mine])
             seen = tail > 0  # no exceedance seen: nothing to draw on a log axis
             suffix = " HD" if preprocess else ""
-            ax.plot(eps[seen], tail[seen], "k" + style, lw=1.4, label=f"empirical{suffix}")
-            ax.fill_between(
+            plots.series(
+                ax,
                 eps[seen],
+                tail[seen],
                 np.maximum(tail - 2 * se, floor)[seen],
                 (tail + 2 * se)[seen],
                 color="k",
+                label=f"empirical{suffix}",
+                style=style,
                 alpha=0.15,
-                label=f"empirical ± 2 SE{suffix}",
+                band_label=f"empirical ± 2 SE{suffix}",
+                lw=1.4,
             )
             ax.plot(eps, [r["P-model"] for r in mine], "C0" + style, label=f"P-model bound{suffix}")
             ax.plot(eps, [r["chromatic"] for r in mine], "C1" + style, label=f"k/chi bound{suffix}")
@@ -471,7 +475,8 @@ def _mse(row: dict, n: int) -> Estimate:
 
 def _compare(a: dict, b: dict, n: int) -> str:
     d = stats.independent_difference(_mse(a, n), _mse(b, n))
-    return f"{a['method']} - {b['method']} = {d.mean:.3g} ± {d.se:.2g} (z = {d.t:+.1f})"
+    shown = tabulate.plus_minus(d.mean, d.se, ".3g", ".2g")
+    return f"{a['method']} - {b['method']} = {shown} (z = {d.t:+.1f})"
 
 
 def numbers(results: dict, config: ml_collections.ConfigDict) -> dict[str, str]:
@@ -624,8 +629,9 @@ def chi_contrast_text(results: dict, config: ml_collections.ConfigDict) -> str:
     return (
         f"{config.chi_contrast.family}, m = {config.chi_contrast.num_features} rows, "
         f"{labels[0]} against {labels[1]}: MSE {mse[0].mean:.4g} against {mse[1].mean:.4g} "
-        f"(difference {difference.mean:+.2g} ± {difference.se:.2g}); at eps = {shown['eps']:g} "
-        f"ln(tail ratio) = {shown['ln ratio']:+.3f} ± {shown['ln ratio SE']:.3f}, where the "
+        f"(difference {tabulate.plus_minus(difference.mean, difference.se, '+.2g', '.2g')}); at "
+        f"eps = {shown['eps']:g} ln(tail ratio) = "
+        f"{tabulate.plus_minus(shown['ln ratio'], shown['ln ratio SE'], '+.3f')}, where the "
         f"m / chi mechanism with Gaussian errors would give {shown['m / chi reading']:+.2f}; "
         + equivalence_bound_text(
             stats.pool(list(chi_order_cells(results, config).values()), shared_units=True),

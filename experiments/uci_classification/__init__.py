@@ -43,7 +43,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs, stats, verdicts
+from experiments.core import outputs, plots, stats, tabulate, verdicts
 from experiments.core.kernel_classifier import (
     SPLITS,
     random_feature_accuracies,
@@ -422,10 +422,15 @@ def orderings(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]
             diffs = [_difference(fig8[d, better, r], fig8[d, worse, r]) for d in datasets]
             mean = sum(diff for diff, _ in diffs) / len(diffs)
             se = math.sqrt(sum(se**2 for _, se in diffs)) / len(diffs)
-            row[f"average_m/d={r}"] = f"{mean:+.4f} ± {se:.4f}"
+            row[f"average_m/d={r}"] = tabulate.plus_minus(mean, se, "+.4f")
             row[f"_average_{r}"] = (mean, se)
         result.append(row)
     return result
+
+
+def _accuracy_text(cell: dict) -> str:
+    """A cell's accuracy ± its SE over draws."""
+    return tabulate.plus_minus(cell["accuracy"], cell["accuracy_se"])
 
 
 def fig8_table(
@@ -439,7 +444,7 @@ def fig8_table(
             row = {"dataset": fact["dataset"], "m/d": int(ratio)}
             for coupling in config.couplings:
                 cell = fig8[fact["dataset"], coupling, ratio]
-                row[LABELS[coupling]] = f"{cell['accuracy']:.4f} ± {cell['accuracy_se']:.4f}"
+                row[LABELS[coupling]] = _accuracy_text(cell)
             row["exact"] = f"{fact['exact_accuracy']:.4f}"
             table.append(row)
     return table
@@ -461,7 +466,9 @@ def approach_table(
             for coupling in config.approach_couplings:
                 cell = cells[fact["dataset"], coupling, ratio]
                 gap = fact["exact_accuracy"] - cell["accuracy"]
-                row[f"exact - {LABELS[coupling]}"] = f"{gap:+.4f} ± {cell['accuracy_se']:.4f}"
+                row[f"exact - {LABELS[coupling]}"] = tabulate.plus_minus(
+                    gap, cell["accuracy_se"], "+.4f"
+                )
             if "simplex" in config.approach_couplings:
                 gap = fact["exact_accuracy"] - cells[fact["dataset"], "simplex", ratio]["accuracy"]
                 row[f"SimRF within {config.exact_tolerance}"] = abs(gap) <= config.exact_tolerance
@@ -489,11 +496,11 @@ def table2(
                 "rows used": fact["num_train"] + fact["num_test"],
                 "mean ‖x+y‖": f"{fact['norm_of_sum']:.2f}",
                 "paper ‖x+y‖": f"{paper[0]:.1f}",
-                "SimRF": f"{simrf['accuracy']:.4f} ± {simrf['accuracy_se']:.4f}",
-                "SimRF+": f"{plus['accuracy']:.4f} ± {plus['accuracy_se']:.4f}",
-                "SimRF+ - SimRF": f"{diff:+.4f} ± {se:.4f}",
-                "paper SimRF": f"{paper[1]:.4f} ± {paper[2]:.4f}",
-                "paper SimRF+": f"{paper[3]:.4f} ± {paper[4]:.4f}",
+                "SimRF": _accuracy_text(simrf),
+                "SimRF+": _accuracy_text(plus),
+                "SimRF+ - SimRF": tabulate.plus_minus(diff, se, "+.4f"),
+                "paper SimRF": tabulate.plus_minus(paper[1], paper[2]),
+                "paper SimRF+": tabulate.plus_minus(paper[3], paper[4]),
                 "SimRF - paper (SE)": f"{z:+.1f}",
                 "exact": f"{fact['exact_accuracy']:.4f}",
             }
@@ -511,13 +518,15 @@ def table3(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDic
             row["m/p"] = int(ratio)
             for coupling in config.fast_couplings:
                 cell = fast[fact["dataset"], coupling, ratio]
-                row[LABELS[coupling]] = f"{cell['accuracy']:.4f} ± {cell['accuracy_se']:.4f}"
+                row[LABELS[coupling]] = _accuracy_text(cell)
             for regular, quick in (("orthogonal", "hd_orthogonal"), ("simplex", "fast_simplex")):
                 if regular in config.fast_couplings and quick in config.fast_couplings:
                     diff, se = _difference(
                         fast[fact["dataset"], quick, ratio], fast[fact["dataset"], regular, ratio]
                     )
-                    row[f"{LABELS[quick]} - {LABELS[regular]}"] = f"{diff:+.4f} ± {se:.4f}"
+                    row[f"{LABELS[quick]} - {LABELS[regular]}"] = tabulate.plus_minus(
+                        diff, se, "+.4f"
+                    )
                     row[f"_z_{quick}"] = diff / se if se > 0 else 0.0
             table.append(row)
     return table
@@ -551,8 +560,18 @@ def plot(rows: list[dict], facts: list[dict], config: ml_collections.ConfigDict,
                     [[fig8[d, coupling, r]["accuracy_se"] ** 2 for r in ratios] for d in subset], 0
                 )
             ) / len(subset)
-            ax.plot(ratios, mean, marker="o", ms=3, color=f"C{index}", label=LABELS[coupling])
-            ax.fill_between(ratios, mean - 2 * se, mean + 2 * se, color=f"C{index}", alpha=0.25)
+            plots.series(
+                ax,
+                ratios,
+                mean,
+                mean - 2 * se,
+                mean + 2 * se,
+                color=f"C{index}",
+                label=LABELS[coupling],
+                alpha=0.25,
+                marker="o",
+                ms=3,
+            )
         exact = np.mean([f["exact_accuracy"] for f in facts if f["dataset"] in subset])
         ax.axhline(exact, color="black", linestyle="--", linewidth=1, label="exact kernel")
         ax.set_xscale("log")
