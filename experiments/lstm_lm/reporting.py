@@ -45,10 +45,7 @@ def mean_se(values) -> tuple[float, float]:
 def _pairs(runs: list[dict], estimator: str, reference: str) -> stats.Estimate | None:
     """Test perplexity of ``estimator`` / ``reference`` - 1 over the seeds both trained
     (paired), from the runs of one setting; None if no seed has both."""
-    mine, base = tabulate.paired(
-        tabulate.by_seed(runs, "test_perplexity", estimator=estimator),
-        tabulate.by_seed(runs, "test_perplexity", estimator=reference),
-    )
+    mine, base = tabulate.paired_arms(runs, "test_perplexity", "estimator", estimator, reference)
     if not len(mine):
         return None
     return stats.sample_estimate(mine / base - 1)

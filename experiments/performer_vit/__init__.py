@@ -80,6 +80,7 @@ from experiments.performer_vit.reporting import (
     differences,
     judge,
     lr_fraction,
+    paired_row,
     report,
     seeds_at_3se,
 )
@@ -123,6 +124,7 @@ __all__ = [
     "measure",
     "measure_run",
     "num_seeds",
+    "paired_row",
     "pixel_stats",
     "primary_metric",
     "projection_step",

@@ -32,6 +32,22 @@ def seeds_at_3se(sd: float, target: float) -> int:
     return max(2, math.ceil((3 * sd / target) ** 2))
 
 
+def paired_row(
+    runs: list[dict], metric: str, field: str, better: str, worse: str, config
+) -> dict | None:
+    """``better - worse`` in ``metric``, paired by seed (the arms named by ``field``): the
+    estimate's fields (``stats.Estimate.as_dict``) and the seeds that would put
+    ``config.target_difference`` at 3 SE; None where fewer than two seeds have both."""
+    a, b = tabulate.paired_arms(runs, metric, field, better, worse)
+    if len(a) < 2:
+        return None
+    difference = stats.paired_difference(a, b)
+    return {
+        **difference.as_dict(),
+        "seeds_for_target_at_3se": seeds_at_3se(difference.sd, config.target_difference),
+    }
+
+
 def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
     """Paired differences per protocol and metric: better - worse coupling, exact - each."""
     rows = []
@@ -45,13 +61,9 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
             pairs += [("exact", run_name(a, protocol)) for a in config.attentions if a != "exact"]
         for metric in METRICS:
             for better, worse in pairs:
-                a, b = tabulate.paired(
-                    tabulate.by_seed(runs, metric, run=better),
-                    tabulate.by_seed(runs, metric, run=worse),
-                )
-                if len(a) < 2:
+                difference = paired_row(runs, metric, "run", better, worse, config)
+                if difference is None:
                     continue
-                difference = stats.paired_difference(a, b)
                 rows.append(
                     {
                         "protocol": protocol,
@@ -59,10 +71,7 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
                         "primary": metric == primary_metric(config, protocol),
                         "comparison": f"{_label(better.split('_')[-1])} - "
                         f"{_label(worse.split('_')[-1])}",
-                        **difference.as_dict(),
-                        "seeds_for_target_at_3se": seeds_at_3se(
-                            difference.sd, config.target_difference
-                        ),
+                        **difference,
                     }
                 )
     return rows

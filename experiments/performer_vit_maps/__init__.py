@@ -128,23 +128,18 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
     rows = []
     for feature_map in (m for m in config.feature_maps if m != config.baseline):
         for metric in METRICS:
-            mine, base = tabulate.paired(
-                tabulate.by_seed(runs, metric, feature_map=feature_map),
-                tabulate.by_seed(runs, metric, feature_map=config.baseline),
+            difference = performer_vit.paired_row(
+                runs, metric, "feature_map", feature_map, config.baseline, config
             )
-            if len(mine) < 2:
+            if difference is None:
                 continue
-            difference = stats.paired_difference(mine, base)
             rows.append(
                 {
                     "feature_map": feature_map,
                     "metric": metric,
                     "comparison": f"{features.info(feature_map).label} - "
                     f"{features.info(config.baseline).label}",
-                    **difference.as_dict(),
-                    "seeds_for_target_at_3se": performer_vit.seeds_at_3se(
-                        difference.sd, config.target_difference
-                    ),
+                    **difference,
                 }
             )
     return rows

@@ -35,6 +35,8 @@ def test_two_arms_are_paired_on_the_seeds_both_have():
     np.testing.assert_array_equal(first, [5.0])  # seed 0 only
     np.testing.assert_array_equal(second, [3.0])
     assert [a.size for a in tabulate.paired({1: 1.0}, {2: 2.0})] == [0, 0]
+    by_field = tabulate.paired_arms(RUNS, "loss", "kind", "favor", "exact")
+    np.testing.assert_array_equal(np.stack(by_field), [[5.0], [3.0]])
 
 
 def test_an_estimate_is_written_one_way():
