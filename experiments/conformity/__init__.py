@@ -38,6 +38,7 @@ import optax
 from experiments.core import outputs, stats, validate, verdicts
 from experiments.core.stats import Estimate, mean_se
 from experiments.core.study import Study
+from experiments.core.tabulate import plus_minus
 from rfjax import projections, theory
 
 matplotlib.use("Agg")
@@ -520,7 +521,8 @@ def _reference_sentence(differences: list[dict], config: ml_collections.ConfigDi
     if config.dim != REFERENCE_DROPS["dim"] or not ours:
         return ""
     parts = "; ".join(
-        f"{name}: {ours[name]['mean']:.4g} ± {ours[name]['se']:.2g} (reference "
+        f"{name}: {plus_minus(ours[name]['mean'], ours[name]['se'], '.4g', '.2g')} "
+        "(reference "
         f"{REFERENCE_DROPS[name]:.2g})"
         for name in ("simplex - simplex_plus", "orthogonal - simplex")
     )

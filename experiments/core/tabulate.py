@@ -72,10 +72,25 @@ def paired(first: Mapping[Any, float], second: Mapping[Any, float]) -> tuple[np.
     )
 
 
+def paired_arms(
+    runs: Iterable[Mapping[str, Any]], value: str, field: str, first: Any, second: Any
+) -> tuple[np.ndarray, ...]:
+    """``paired`` of two arms named by one field: ``value`` of the runs whose ``field`` is
+    ``first`` and of those whose ``field`` is ``second``, on the seeds both have.
+
+    Examples:
+      >>> runs = [{"seed": 0, "kind": "a", "loss": 1.0}, {"seed": 0, "kind": "b", "loss": 2.0},
+      ...         {"seed": 1, "kind": "a", "loss": 3.0}]
+      >>> paired_arms(runs, "loss", "kind", "a", "b")
+      (array([1.]), array([2.]))
+    """
+    return paired(by_seed(runs, value, **{field: first}), by_seed(runs, value, **{field: second}))
+
+
 def plus_minus(mean: float, se: float, number: str = ".4f", se_number: str | None = None) -> str:
     """``"mean ± se"``: the mean formatted with ``number`` (e.g. ``"+.4f"`` for a signed
     difference), the SE with ``se_number`` (default: ``number`` without a sign); the mean
-    alone where the SE is NaN (one unit gives none).
+    alone where the SE is not finite (NaN: one unit gives none; infinite: a heavy tail).
 
     Examples:
       >>> plus_minus(0.12345, 0.0061)
@@ -86,7 +101,7 @@ def plus_minus(mean: float, se: float, number: str = ".4f", se_number: str | Non
       '2.5'
     """
     shown = format(mean, number)
-    if math.isnan(se):
+    if not math.isfinite(se):
         return shown
     return f"{shown} ± {format(se, se_number or number.lstrip('+'))}"
 

@@ -10,7 +10,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs, verdicts
+from experiments.core import outputs, tabulate, verdicts
 from experiments.core.stats import Estimate
 from rfjax import features
 
@@ -70,10 +70,6 @@ PAPER_SETTINGS = (
 )
 
 
-def _pm(mean: float, se: float) -> str:
-    return f"{mean:.3g} ± {se:.2g}" if math.isfinite(se) else f"{mean:.3g}"
-
-
 def _z(value: float) -> str:
     if not math.isfinite(value):
         return ""
@@ -90,7 +86,7 @@ def ranked_table(rows: list[dict]) -> str:
             "rank": rank,
             "feature map": features.info(row["feature_map"]).label,
             "coupling": outputs.COUPLING_LABELS[row["coupling"]],
-            "MSE (MC ± SE)": _pm(row["mse_mc"], row["mse_se"]),
+            "MSE (MC ± SE)": tabulate.plus_minus(row["mse_mc"], row["mse_se"], ".3g", ".2g"),
             "MSE closed form": "" if math.isnan(row["mse_theory"]) else f"{row['mse_theory']:.3g}",
             "z (MC - closed)": "" if math.isnan(row["z_score"]) else f"{row['z_score']:+.1f}",
             "z (IS - closed)": f"{row['is_z']:+.1f}" if importance_checked(row) else "",
@@ -105,7 +101,9 @@ def ranked_table(rows: list[dict]) -> str:
             "z vs next": _z(row["next_z"]),
         }
         if real:
-            line["attention error (± SE)"] = _pm(row["attention_error"], row["attention_se"])
+            line["attention error (± SE)"] = tabulate.plus_minus(
+                row["attention_error"], row["attention_se"], ".3g", ".2g"
+            )
             line["z vs FAVOR+ (attention)"] = _z(row["attention_ratio_z"])
         line["features/s"] = f"{row['features_per_s']:.3g}"
         lines.append(line)
@@ -325,7 +323,9 @@ def ratios_table(rows: list[dict]) -> str:
             ),
             "ln(pooled ratio), closed form": f"{row['pooled_log_ratio']:.2f}",
             "ln(pooled ratio), Monte Carlo ± SE": (
-                "" if math.isnan(row["mc_se"]) else _pm(row["mc_pooled_log_ratio"], row["mc_se"])
+                ""
+                if math.isnan(row["mc_se"])
+                else tabulate.plus_minus(row["mc_pooled_log_ratio"], row["mc_se"], ".3g", ".2g")
             ),
             "Var FAVOR+: z (IS - closed)": f"{row['favor_is_z']:+.1f}",
         }

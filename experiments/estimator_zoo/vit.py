@@ -34,10 +34,7 @@ def train_and_extract(workdir: str, num_images: int, seed: int) -> dict[str, Any
     """Trains (or resumes) the run in ``workdir`` and returns the arrays to save."""
     config = vit_config.get_config("small")
     config.data_dir = os.environ.get("RFJAX_FASHION_MNIST_DIR") or config.data_dir
-    arrays = {
-        "train": performer_vit._load("train", config.data_dir, config.num_train_examples),
-        "test": performer_vit._load("test", config.data_dir, config.num_test_examples),
-    }
+    arrays = performer_vit.load_arrays(config)
     model = performer_vit.make_model(config, COUPLING)
     task = performer_vit.make_task(model, arrays["train"], arrays["test"], config, seed, "fixed")
     # The run's folder is a cell with its identity: a run of another config is moved aside.

@@ -22,7 +22,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs, stats, validate, verdicts
+from experiments.core import outputs, plots, stats, validate, verdicts
 from experiments.core.stats import Estimate
 from experiments.core.study import Study
 from rfjax import features, kernels, projections, theory
@@ -188,8 +188,18 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
         mean = np.array([r["frobenius_mean"] for r in mine])
         se = np.array([r["frobenius_se"] for r in mine])
         color = f"C{index}"
-        axes[0].plot(m, mean, "o-", color=color, ms=3, label=LABELS[coupling])
-        axes[0].fill_between(m, mean - se, mean + se, color=color, alpha=0.25)
+        plots.series(
+            axes[0],
+            m,
+            mean,
+            mean - se,
+            mean + se,
+            color=color,
+            label=LABELS[coupling],
+            style="o-",
+            alpha=0.25,
+            ms=3,
+        )
         if iid:
             ratio = mean / np.array([iid[k] for k in m])
             axes[1].errorbar(

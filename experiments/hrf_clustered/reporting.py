@@ -10,7 +10,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs, stats, verdicts
+from experiments.core import outputs, plots, stats, tabulate, verdicts
 from experiments.core.stats import Estimate
 from experiments.hrf_clustered.data import BASELINES, CLUSTER_ESTIMATORS, ESTIMATORS, GENERATORS
 
@@ -365,7 +365,7 @@ def sensitivity_rows(draws: list[dict], config: ml_collections.ConfigDict) -> li
                 (name, baseline), worst = min(cells.items(), key=lambda item: item[1].mean)
                 row[f"{LABELS[cluster]}: cells > 2 SE"] = f"{favour} of {len(cells)}"
                 row[f"{LABELS[cluster]}: least favourable cell"] = (
-                    f"{worst.mean:+.2f} ± {worst.se:.2f} ({name}, {baseline})"
+                    f"{tabulate.plus_minus(worst.mean, worst.se, '+.2f')} ({name}, {baseline})"
                 )
             out.append(row)
     return out
@@ -406,8 +406,8 @@ def configuration_rows(draws: list[dict], facts: list[dict], config) -> list[dic
             )
         for cluster in CLUSTER_ESTIMATORS:
             for baseline, estimate in pooled_log_ratios(draws, name, point_norm, cluster).items():
-                row[f"ln(MSE {baseline} / {LABELS[cluster]})"] = (
-                    f"{estimate.mean:+.2f} ± {estimate.se:.2f}"
+                row[f"ln(MSE {baseline} / {LABELS[cluster]})"] = tabulate.plus_minus(
+                    estimate.mean, estimate.se, "+.2f"
                 )
         row["max < both mins (m)"] = f"{separated} of {len(mine)}"
         result.append(row)
@@ -429,7 +429,9 @@ def sweep_text(draws: list[dict], facts: list[dict], config: ml_collections.Conf
             effects = pooled_log_ratios(draws, fact["configuration"], point_norm)
             texts.append(
                 f"cos {fact['cosine_mean']:+.2f}: "
-                + ", ".join(f"{b} {e.mean:+.2f} ± {e.se:.2f}" for b, e in effects.items())
+                + ", ".join(
+                    f"{b} {tabulate.plus_minus(e.mean, e.se, '+.2f')}" for b, e in effects.items()
+                )
             )
         parts.append(f"sigma = {sigma:g}: " + " -> ".join(texts))
     return "; ".join(parts)
@@ -467,15 +469,16 @@ def plot(rows: list[dict], draws: list[dict], config: ml_collections.ConfigDict,
                     and r["point_norm"] == point_norm
                 ]
                 m = [r["num_features"] for r in mine]
-                color = f"C{index}"
-                ax.plot(m, [r["mse_mean"] for r in mine], "o-", ms=3, color=color)
-                ax.fill_between(
+                plots.series(
+                    ax,
                     m,
+                    [r["mse_mean"] for r in mine],
                     [r["mse_min"] for r in mine],
                     [r["mse_max"] for r in mine],
-                    color=color,
-                    alpha=0.2,
-                    label=LABELS[estimator],
+                    color=f"C{index}",
+                    style="o-",
+                    band_label=LABELS[estimator],
+                    ms=3,
                 )
             ax.set_yscale("log")
             ax.set_title(f"{name}, c = {point_norm:g}", fontsize=7)

@@ -19,7 +19,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from experiments.core import outputs, stats, verdicts
+from experiments.core import outputs, stats, tabulate, verdicts
 from experiments.core.stats import Estimate
 from experiments.core.study import Study
 from experiments.core.validate import require_names, require_positive
@@ -242,7 +242,9 @@ def table_rows(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict
             for method in config.methods:
                 r = mine[method]
                 row[method] = (
-                    "missing" if np.isnan(r["mse"]) else f"{r['mse']:.3e} ± {r['mse_se']:.1e}"
+                    "missing"
+                    if np.isnan(r["mse"])
+                    else tabulate.plus_minus(r["mse"], r["mse_se"], ".3e", ".1e")
                 )
             finite = {k: v["mse"] for k, v in mine.items() if np.isfinite(v["mse"])}
             row["lowest"] = min(finite, key=lambda method: finite[method])

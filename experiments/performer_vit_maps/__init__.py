@@ -23,10 +23,9 @@ import os
 import matplotlib
 import matplotlib.ticker
 import ml_collections
-import numpy as np
 
 from experiments import performer_vit
-from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core import outputs, plots, records, stats, sweep, tabulate, verdicts
 from experiments.core.study import Study
 from experiments.core.validate import require_names, require_positive
 from rfjax import features, projections
@@ -110,19 +109,14 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     }
 
 
-def per_seed(runs: list[dict], feature_map: str, metric: str) -> dict[int, float]:
-    return {r["seed"]: r[metric] for r in runs if r["feature_map"] == feature_map}
-
-
 def accuracy_rows(runs: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
     """Mean ± SE over seeds of every metric, per map."""
     rows = []
     for feature_map in config.feature_maps:
         row: dict = {"feature map": features.info(feature_map).label}
         for metric, label in METRICS.items():
-            values = np.array(list(per_seed(runs, feature_map, metric).values()))
-            mean, se = stats.mean_se(values)
-            row[label] = f"{mean:.4f} ± {se:.4f}"
+            values = tabulate.seed_values(runs, metric, feature_map=feature_map)
+            row[label] = tabulate.summarise(values)
         row["seeds"] = len(values)
         rows.append(row)
     return rows
@@ -134,26 +128,18 @@ def differences(runs: list[dict], config: ml_collections.ConfigDict) -> list[dic
     rows = []
     for feature_map in (m for m in config.feature_maps if m != config.baseline):
         for metric in METRICS:
-            mine, base = (
-                per_seed(runs, feature_map, metric),
-                per_seed(runs, config.baseline, metric),
+            difference = performer_vit.paired_row(
+                runs, metric, "feature_map", feature_map, config.baseline, config
             )
-            seeds = sorted(set(mine) & set(base))
-            if len(seeds) < 2:
+            if difference is None:
                 continue
-            difference = stats.paired_difference(
-                np.array([mine[s] for s in seeds]), np.array([base[s] for s in seeds])
-            )
             rows.append(
                 {
                     "feature_map": feature_map,
                     "metric": metric,
                     "comparison": f"{features.info(feature_map).label} - "
                     f"{features.info(config.baseline).label}",
-                    **difference.as_dict(),
-                    "seeds_for_target_at_3se": performer_vit.seeds_at_3se(
-                        difference.sd, config.target_difference
-                    ),
+                    **difference,
                 }
             )
     return rows
@@ -205,17 +191,17 @@ def plot_differences(rows: list[dict], config: ml_collections.ConfigDict, path: 
     """Paired accuracy differences (own projection) with their 95% intervals."""
     shown = [r for r in rows if r["metric"] == "accuracy_own"]
     fig, axis = plt.subplots(figsize=(7, 1.2 + 0.7 * max(len(shown), 1)))
-    for index, row in enumerate(shown):
-        axis.errorbar(
-            row["mean"],
-            index,
-            xerr=[[row["mean"] - row["low"]], [row["high"] - row["mean"]]],
-            fmt="o",
-            capsize=4,
-        )
-    axis.axvline(0.0, color="grey", lw=1)
+    plots.forest(
+        axis,
+        [r["mean"] for r in shown],
+        [[r["mean"] - r["low"] for r in shown], [r["high"] - r["mean"] for r in shown]],
+        [features.info(r["feature_map"]).label for r in shown],
+        color=None,
+        capsize=4,
+        zero_color="grey",
+        zero_width=1,
+    )
     axis.axvline(config.target_difference, color="tab:red", ls="--", lw=1, label="target gain")
-    axis.set_yticks(range(len(shown)), [features.info(r["feature_map"]).label for r in shown])
     axis.set_ylim(-0.6, len(shown) - 0.4)
     axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
     axis.set_xlabel(
@@ -245,7 +231,7 @@ def difference_table(rows: list[dict]) -> list[dict]:
         {
             "comparison": r["comparison"],
             "metric": METRICS[r["metric"]],
-            "difference": f"{r['mean']:+.4f} ± {r['se']:.4f}",
+            "difference": tabulate.plus_minus(r["mean"], r["se"], "+.4f"),
             "95% CI": f"[{r['low']:+.4f}, {r['high']:+.4f}]",
             "seeds": r["n"],
         }

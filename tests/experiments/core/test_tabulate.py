@@ -35,6 +35,8 @@ def test_two_arms_are_paired_on_the_seeds_both_have():
     np.testing.assert_array_equal(first, [5.0])  # seed 0 only
     np.testing.assert_array_equal(second, [3.0])
     assert [a.size for a in tabulate.paired({1: 1.0}, {2: 2.0})] == [0, 0]
+    by_field = tabulate.paired_arms(RUNS, "loss", "kind", "favor", "exact")
+    np.testing.assert_array_equal(np.stack(by_field), [[5.0], [3.0]])
 
 
 def test_an_estimate_is_written_one_way():
@@ -42,6 +44,7 @@ def test_an_estimate_is_written_one_way():
     assert tabulate.plus_minus(0.5, 0.01234, "+.3f") == "+0.500 ± 0.012"
     assert tabulate.plus_minus(1234.5, 12.0, ".4g", ".2g") == "1234 ± 12"
     assert tabulate.plus_minus(0.5, float("nan")) == "0.5000"  # one unit: no SE
+    assert tabulate.plus_minus(0.5, float("inf"), ".3g", ".2g") == "0.5"  # a heavy tail
     assert tabulate.summarise([1.0, 3.0]) == "2.0000 ± 1.0000"
     assert tabulate.summarise([1.0]) == "1.0000"
     estimate = stats.paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 3.0])
@@ -80,6 +83,42 @@ def test_the_band_is_one_standard_error_wide():
     band = axis.collections[0].get_paths()[0].vertices[:, 1]
     se = values.std(0, ddof=1) / np.sqrt(2)  # 1 and 2
     assert set(np.round(band, 12)) >= {2.0 - se[0], 2.0 + se[0], 4.0 - se[1], 4.0 + se[1]}
+    plt.close(figure)
+
+
+def test_a_series_band_spans_its_edges_and_carries_its_own_legend_entry():
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots()
+    plots.series(
+        axis, [1, 2], [2.0, 3.0], [1.0, 2.5], [4.0, 3.5], color="C1", style="o-", band_label="range"
+    )
+    (line,) = axis.get_lines()
+    np.testing.assert_array_equal(line.get_ydata(), [2.0, 3.0])
+    assert line.get_marker() == "o"
+    band = axis.collections[0]
+    assert set(band.get_paths()[0].vertices[:, 1]) >= {1.0, 4.0, 2.5, 3.5}
+    assert [text.get_text() for text in axis.legend().get_texts()] == ["range"]
+    plt.close(figure)
+
+
+def test_a_forest_puts_each_estimate_on_its_row_with_its_interval():
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots()
+    errors = [[0.1, 0.3], [0.2, 0.4]]  # below, above
+    y = plots.forest(axis, [1.0, -1.0], errors, ["a", "b"], color="C0", top_down=True)
+    np.testing.assert_array_equal(y, [1, 0])  # the first row on top
+    ticks = zip(axis.get_yticks(), axis.get_yticklabels(), strict=True)
+    assert {float(at): label.get_text() for at, label in ticks} == {1.0: "a", 0.0: "b"}
+    (bars,) = axis.collections
+    ends = sorted(tuple(segment[:, 0]) for segment in bars.get_segments())
+    np.testing.assert_allclose(ends, [(-1.3, -0.6), (0.9, 1.2)])
+    plt.close(figure)
+    figure, axis = plt.subplots()
+    plots.forest(axis, [1.0, -1.0], errors, ["a", "b"], color=None)  # a colour per row
+    colours = {line.get_color() for line in axis.get_lines() if line.get_marker() == "o"}
+    assert len(colours) == 2
     plt.close(figure)
 
 
