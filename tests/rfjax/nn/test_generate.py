@@ -13,6 +13,7 @@ import pytest
 from rfjax.nn import PerformerLM, generate
 from tests.support.compile_counts import count_programs
 from tests.support.primitives import DRAWS, KEYS, equations, primitives
+from tests.support.representatives import representatives
 
 SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
 RNGS = {"projection": jax.random.key(3)}
@@ -53,7 +54,9 @@ def _one_call_per_token(model, params, tokens):
     return jnp.concatenate(logits, axis=1)
 
 
-@pytest.mark.parametrize("kind", ["performer", "exact"])
+@pytest.mark.parametrize(  # exact attention's cache: test_one_token_prompt, by default
+    "kind", representatives(["performer", "exact"], ["performer"])
+)
 def test_greedy_tokens_and_logits_are_the_causal_forward_pass(kind):
     model, params, prompt = _setup(kind)
     generated = generate(model, params, prompt, NEW, rngs=RNGS, projection_step=STEP)
