@@ -38,10 +38,11 @@ are the experiment's trained checkpoints where ``--workdir`` has them, else init
 Writes ``results.json`` (every row, the machine's load and the command) and ``table.md`` into
 ``--out``. Reported, not asserted.
 
-The one benchmark that imports a study (``experiments.performer_lm``): its perplexity and
-decoding rows evaluate that study's trained checkpoints, so it builds the model, the projection
-stream and the validation windows exactly as the study does (``make_model``, ``projection_rng``,
-``train_rng``, ``windows``) rather than a copy of them.
+Its perplexity and decoding rows evaluate ``configs/performer_lm.py``'s trained checkpoints, so
+it builds what the study builds from the same sources, imports no study module: the model from
+the config's ``model`` fields (``lm``), the run's keys and projection stream from the trainer
+(``experiments.core.train.trainer.run_keys``, ``fixed_stream``) and the validation windows from
+``experiments.core.ptb``.
 """
 
 from __future__ import annotations
@@ -64,11 +65,10 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from benchmarks.timing import time_interleaved
-from experiments import performer_lm
 from experiments.core import ptb, sweep
 from experiments.core.train import trainer as train
 from rfjax.data import load_ptb
-from rfjax.nn import generate
+from rfjax.nn import PerformerLM, generate
 
 KINDS = ("performer", "exact")
 AXIS = "seq"
@@ -80,13 +80,28 @@ def sub_mesh(devices: int) -> Mesh:
     return Mesh(np.array(jax.devices()[:devices]), (AXIS,), axis_types=(AxisType.Auto,))
 
 
+def lm(config, kind: str, vocab: int, **options) -> PerformerLM:
+    """The study's LM of ``kind``: ``PerformerLM`` with the config's ``model`` fields."""
+    return PerformerLM(
+        vocab_size=vocab,
+        attention_kind=kind,  # type: ignore[arg-type]  # PerformerLM checks it
+        **config.model.to_dict(),
+        **options,
+    )
+
+
+def projection_key(config) -> jax.Array:
+    """The constant ``"projection"`` stream of the config's run (the trainer's derivation)."""
+    return train.fixed_stream(train.run_keys(config.train.seed)[1])
+
+
 def nll_fn(config, kind: str, vocab: int, mesh: Mesh):
     """``(params, inputs, targets, rng, step) -> (1, T)`` token NLL, T split over the mesh."""
     split = mesh.size > 1
-    model = performer_lm.make_model(config, kind, vocab, sequence_axis=AXIS if split else None)
+    model = lm(config, kind, vocab, sequence_axis=AXIS if split else None)
 
     def local(params, inputs, targets, rng, step):
-        rngs = {"projection": performer_lm.projection_rng(rng)}
+        rngs = {"projection": train.fixed_stream(rng)}
         return model.apply(params, inputs, targets, rngs=rngs, projection_step=step)
 
     windows = P(None, AXIS)
@@ -109,7 +124,7 @@ def train_step_program(config, kind: str, vocab: int, length: int, devices: int)
     mesh = sub_mesh(devices)
     nll = nll_fn(config, kind, vocab, mesh)
     optimizer, _ = train.make_optimizer(config.train)
-    model = performer_lm.make_model(config, kind, vocab)
+    model = lm(config, kind, vocab)
     params = model.init(jax.random.key(0), jnp.zeros((1, 128), jnp.int32))
     replicated, windows = NamedSharding(mesh, P()), NamedSharding(mesh, P(None, AXIS))
     params = jax.device_put(params, replicated)
@@ -207,7 +222,7 @@ def perplexity_rows(config, vocab: int, workdir: str, lengths, budget: float) ->
             nll = jax.jit(nll_fn(config, kind, vocab, mesh))
             place = NamedSharding(mesh, P(None, AXIS))
             shapes = [jax.ShapeDtypeStruct((1, length), jnp.int32, sharding=place)] * 2
-            rng, at = performer_lm.train_rng(config), jnp.int32(step)
+            rng, at = train.run_keys(config.train.seed)[1], jnp.int32(step)
             try:
                 analysis = memory_analysis(nll.lower(params, *shapes, rng, at).compile())
             except Exception as error:  # XLA's autotuner can run out of memory compiling
@@ -246,7 +261,7 @@ def decode_parameters(config, kind: str, vocab: int, workdir: str) -> tuple[dict
     if found is not None:
         params, step = found
         return params["params"], step, f"trained, step {step}"
-    model = performer_lm.make_model(config, kind, vocab)
+    model = lm(config, kind, vocab)
     params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     return params, 0, "initialised (no trained run in the workdir)"
 
@@ -272,8 +287,8 @@ def per_token_rate(short: dict, long: dict, tokens: int) -> float:
 def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats: int) -> list:
     """Greedy decoding tokens/s of FAVOR and exact attention with a cache of each T (one
     device), timed in turns (``rfjax.nn.generate``, one compiled program per call)."""
-    rngs = {"projection": performer_lm.projection_rng(performer_lm.train_rng(config))}
-    models = {kind: performer_lm.make_model(config, kind, vocab) for kind in KINDS}
+    rngs = {"projection": projection_key(config)}
+    models = {kind: lm(config, kind, vocab) for kind in KINDS}
     parameters = {kind: decode_parameters(config, kind, vocab, workdir) for kind in KINDS}
     prompt = jnp.zeros((1, 1), jnp.int32)
     rows = []

@@ -130,11 +130,6 @@ def make_model(config: ml_collections.ConfigDict, kind: str, vocab_size: int, **
     )
 
 
-def projection_rng(rng: jax.Array) -> jax.Array:
-    """The constant ``"projection"`` stream key of a run (redrawn by ``projection_step``)."""
-    return train.step_rngs(rng, jnp.int32(0), per_step=(), fixed=("projection",))["projection"]
-
-
 def nll_function(config: ml_collections.ConfigDict, kind: str, vocab_size: int):
     """``(params, inputs, targets, rng, step) -> (B, T)`` per-token NLL on the trainer's mesh:
     the model inside ``jax.shard_map``, windows split over ``"data"`` and along T over
@@ -147,7 +142,11 @@ def nll_function(config: ml_collections.ConfigDict, kind: str, vocab_size: int):
 
     def local(params, inputs, targets, rng, step):
         return model.apply(
-            params, inputs, targets, rngs={"projection": projection_rng(rng)}, projection_step=step
+            params,
+            inputs,
+            targets,
+            rngs={"projection": train.fixed_stream(rng)},
+            projection_step=step,
         )
 
     return jax.shard_map(
@@ -208,15 +207,10 @@ def perplexity(config, task: train.Task, params, split_arrays: dict, step: int) 
         eval_batches(config, split_arrays),
         sequence_parallelism=config.train.sequence_parallelism,
         sequence_keys=SEQUENCE_KEYS,
-        rng=train_rng(config),
+        rng=train.run_keys(config.train.seed)[1],
         step=jnp.int32(step),
     )
     return float(np.exp(totals["nll"] / totals["count"]))
-
-
-def train_rng(config) -> jax.Array:
-    """The trainer's base key of the run (``train_and_evaluate``: ``split(key(seed))[1]``)."""
-    return jax.random.split(jax.random.key(config.train.seed))[1]
 
 
 # --------------------------------------------------------------------------- measure / report

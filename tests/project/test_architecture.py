@@ -35,10 +35,7 @@ LAYERS = {
 }
 
 # (file, imported module): imports that break a rule today, and why they are still there.
-PENDING = {
-    # The study's model, projection stream and windows, until they live outside the study:
-    ("benchmarks/long_context.py", "experiments.performer_lm"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def _imports(path: pathlib.Path) -> set[str]:

@@ -199,6 +199,20 @@ def step_rngs(
     return rngs
 
 
+def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """A run's base keys ``(initialisation, training) = split(key(seed))``: ``train_and_evaluate``
+    initialises from the first and derives every step's streams (``step_rngs``) from the second,
+    so code that replays a run (its evaluation, a benchmark of its model) takes them from here."""
+    init_rng, train_rng = jax.random.split(jax.random.key(seed))
+    return init_rng, train_rng
+
+
+def fixed_stream(rng: jax.Array, name: str = "projection") -> jax.Array:
+    """The constant stream ``name`` of ``step_rngs`` (the same key at every step), e.g. the
+    ``"projection"`` key from which ``rfjax.nn.PerformerAttention`` redraws by step."""
+    return step_rngs(rng, jnp.int32(0), per_step=(), fixed=(name,))[name]
+
+
 def epoch_batches(
     arrays: Batch, batch_size: int, seed: int, start_step: int = 0
 ) -> Iterator[dict[str, np.ndarray]]:
@@ -422,7 +436,7 @@ def _make_steps(config: ml_collections.ConfigDict, task: Task) -> _Steps:
         return distributed.to_device(mesh, batch, task.sequence_keys)
 
     optimizer, schedule = make_optimizer(config)
-    init_rng, train_rng = jax.random.split(jax.random.key(config.seed))
+    init_rng, train_rng = run_keys(config.seed)
 
     def init_state(rng, batch):
         params = task.init(rng, batch)
