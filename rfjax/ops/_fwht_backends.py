@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from rfjax._registry import Registry
 from rfjax._validation import check_choice
@@ -117,7 +118,7 @@ class FwhtBackend:
             platform == "gpu" and any(p in GPU_PLATFORMS for p in self.platforms)
         )
 
-    def check(self, n: int, dtype) -> None:
+    def check(self, n: int, dtype: DTypeLike) -> None:
         """Raises unless the kernel takes vectors of length ``n`` (a power of two) in ``dtype``.
 
         Raises:
@@ -137,7 +138,7 @@ class FwhtBackend:
                 "use implementation='auto', 'matmul' or 'xla'"
             )
 
-    def supports(self, n: int, dtype) -> bool:
+    def supports(self, n: int, dtype: DTypeLike) -> bool:
         """Whether ``check(n, dtype)`` passes.
 
         Examples:
@@ -165,7 +166,7 @@ class FwhtBackend:
         suffix = "_interpret" if self.interprets is not None else ""
         return getattr(_module(self.module), self.chain.function + suffix)
 
-    def chain_takes(self, p: int, dtype) -> bool:
+    def chain_takes(self, p: int, dtype: DTypeLike) -> bool:
         """Whether the fused ``hd_chain`` kernel exists and takes vectors of length ``p`` in
         ``dtype`` (else ``hd_chain`` composes ``fwht`` calls)."""
         chain = self.chain
@@ -288,7 +289,7 @@ def resolve_fwht(
     platform: str,
     *,
     n: int | None = None,
-    dtype=None,
+    dtype: DTypeLike | None = None,
     capability: tuple[int, int] | None = None,
 ) -> str:
     """The backend ``implementation`` stands for on ``platform``: ``"auto"``'s choice, or
