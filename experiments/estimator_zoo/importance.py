@@ -35,9 +35,9 @@ is estimated by importance sampling, not by the closed forms' algebra:
   r <= 0). The shifts put the proposal's mode at the integrand's (``proposal``).
 
 Validated against plain Monte Carlo where it works and against quadrature
-(``tests/experiments/test_estimator_zoo.py``). Per row (data set, map, coupling) the check is the
-mean over draws of the row's MSE assembled from one importance draw per pair (the same standard
-normals for every pair: common random numbers), so its SE is over draws.
+(``experiments/estimator_zoo/test_estimator_zoo.py``). Per row (data set, map, coupling) the
+check is the mean over draws of the row's MSE assembled from one importance draw per pair (the
+same standard normals for every pair: common random numbers), so its SE is over draws.
 """
 
 from __future__ import annotations

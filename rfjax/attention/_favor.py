@@ -179,10 +179,10 @@ def favor_attention(
         their default ``eps`` (1e-3, see above) clips those rows; give them bounded scores
         (unit queries and keys, as ``rfjax.nn.PerformerAttention(query_key_norm=True)`` gives
         them; the safe input ranges are in docs/maths/attention.md); with raw scores about half
-        the rows can be <= 0 (``tests/experiments/test_conformer_ctc.py``). The data-fitted maps
-        (``"oprf"``, ``"derf_*"``, ``"saderf"``) given without their statistics are fitted per head
-        to the current queries and keys (bidirectional; with ``sequence_axis``, those of the whole
-        sequence); causal attention needs them fitted beforehand on a calibration sample (see
+        the rows can be <= 0 (``experiments/conformer_ctc/test_conformer_ctc.py``). The data-fitted
+        maps (``"oprf"``, ``"derf_*"``, ``"saderf"``) given without their statistics are fitted per
+        head to the current queries and keys (bidirectional; with ``sequence_axis``, those of the
+        whole sequence); causal attention needs them fitted beforehand on a calibration sample (see
         ``rfjax.attention._data_fitted``).
       causal: attend only to keys j <= t.
       mask: key padding mask, bool, True = attend: ``(B, S)`` (``(S,)`` if unbatched), or

@@ -25,7 +25,7 @@ def test_committed_results_page_is_current():
     assert committed == page, "RESULTS.md is stale: run python -m experiments.results_page"
 
 
-def test_render_demotes_headings_rewrites_local_links_and_lists_missing_runs(tmp_path):
+def test_render_demotes_headings_rewrites_local_links_and_lists_folders_without_a_run(tmp_path):
     run = tmp_path / "kernel_mse"
     run.mkdir()
     (run / "summary.md").write_text(
@@ -38,14 +38,13 @@ def test_render_demotes_headings_rewrites_local_links_and_lists_missing_runs(tmp
     assert f"![fig]({tmp_path}/kernel_mse/mse.png)" in page
     assert "[web](https://x.org/a.png)" in page
     assert "\n### Part" in page
-    assert "# Not run yet" in page
-    assert results_page.default_command("gram_error") in page
-    # An experiment without a summary but with a note says why it has no run.
+    assert "# Not run yet" not in page  # no other study has a folder
+    # A folder holding only a note is listed under "Not run yet", the note saying why.
     (tmp_path / "lstm_lm").mkdir()
     (tmp_path / "lstm_lm" / results_page.NOT_RUN_FILE).write_text("Too slow here.\n\nTimes.\n")
     page = results_page.render(str(tmp_path))
     command = results_page.default_command("lstm_lm")
-    assert f"- `{command}`\n\n  Too slow here.\n\n  Times.\n" in page
+    assert f"# Not run yet\n\n- `{command}`\n\n  Too slow here.\n\n  Times.\n" in page
 
 
 def test_reproduce_runs_each_headline_experiment_and_reports_its_files(tmp_path, monkeypatch):
@@ -67,20 +66,46 @@ def test_every_headline_experiment_has_its_reproduce_variant():
 def test_committed_readme_study_table_is_current():
     with open(os.path.join(ROOT, results_page.README)) as handle:
         committed = handle.read()
-    assert committed == results_page.with_study_table(committed), (
+    table = results_page.with_study_table(committed, os.path.join(ROOT, "results"))
+    assert committed == table, (
         "the README's table of studies is stale: run python -m experiments.results_page"
     )
 
 
-def test_every_study_is_on_the_page_and_in_the_readme_table_in_its_declared_order():
+def _table_names(table: str) -> list[str]:
+    return [line.split("`")[1] for line in table.splitlines()[2:]]
+
+
+def test_every_study_with_results_is_on_the_page_and_in_the_readme_table_in_declared_order(
+    monkeypatch,
+):
     declared = study.studies()
     assert set(declared) == set(study.study_names()) and "core" not in declared
     orders = [entry.order for entry in declared.values()]
     assert orders == sorted(orders)
-    on_page = [name for _, names in study.sections() for name in names]
-    assert sorted(on_page) == sorted(declared)
-    table = results_page.study_table()
-    assert [line.split("`")[1] for line in table.splitlines()[2:]] == list(declared)
+    monkeypatch.chdir(ROOT)
+    with_results = [name for name in declared if os.path.isdir(os.path.join("results", name))]
+    with open("RESULTS.md") as handle:
+        page = handle.read()
+    for name in with_results:
+        assert results_page.render_experiment("results", name) in page, name
+    table = _table_names(results_page.study_table())
+    assert [name for name in table if name in with_results] == with_results
+    assert [name for name in declared if name in table] == table
+
+
+def test_a_study_comes_onto_the_page_and_into_the_table_with_its_first_results(tmp_path):
+    """Adding a study changes neither RESULTS.md nor the README: without a folder in
+    ``results/`` it is on neither; its first committed folder brings it onto both."""
+    assert _table_names(results_page.study_table(str(tmp_path))) == []
+    empty = results_page.render(str(tmp_path))
+    assert "gram_error" not in empty and "# Not run yet" not in empty
+    (tmp_path / "gram_error").mkdir()
+    (tmp_path / "gram_error" / "summary.md").write_text("# Gram error\n\nNumbers.\n")
+    assert _table_names(results_page.study_table(str(tmp_path))) == ["gram_error"]
+    page = results_page.render(str(tmp_path))
+    assert "## Gram error\n\n`" + results_page.default_command("gram_error") in page
+    assert "kernel_mse" not in page
 
 
 def _fake_studies(monkeypatch, **declared):
@@ -93,7 +118,7 @@ def _fake_studies(monkeypatch, **declared):
         monkeypatch.setitem(sys.modules, f"experiments.{name}", module)
 
 
-def test_studies_are_grouped_by_paper_in_the_declared_order(monkeypatch):
+def test_studies_are_grouped_by_paper_in_the_declared_order(monkeypatch, tmp_path):
     _fake_studies(
         monkeypatch,
         a=study.Study(paper="P", order=30, reproduces="a"),
@@ -102,7 +127,9 @@ def test_studies_are_grouped_by_paper_in_the_declared_order(monkeypatch):
     )
     assert list(study.studies()) == ["b", "c", "a"]
     assert study.sections() == [("Q", ["b"]), ("P", ["c", "a"])]
-    assert results_page.study_table() == (
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    assert results_page.study_table(str(tmp_path)) == (
         "| config | reproduces |\n|---|---|\n| `b` | b |\n| `c` | c |\n| `a` | a |\n"
     )
 
@@ -129,7 +156,7 @@ def test_a_variant_run_follows_its_study_and_a_folder_of_no_study_is_refused(tmp
         (tmp_path / folder / "config.json").write_text(json.dumps({"experiment": experiment}))
     page = results_page.render(str(tmp_path))
     assert page.index("## kernel_mse\n") < page.index("## kernel_mse_wide\n")
-    assert page.index("## kernel_mse_wide\n") < page.index("# Not run yet")
+    assert "# Not run yet" not in page
     (tmp_path / "stray").mkdir()
     (tmp_path / "stray" / "config.json").write_text(json.dumps({"experiment": "gone"}))
     with pytest.raises(ValueError, match=r"stray/ belongs to no study: .* experiment 'gone'"):

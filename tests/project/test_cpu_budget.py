@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from tests import cpu_budget
+from tests.support import ROOT
 
 BUDGETS = {"default_file_seconds": 10, "total_seconds": 30, "files": {"tests/test_a.py": 20}}
 
@@ -30,9 +31,7 @@ def test_update_sets_each_budget_to_the_headroom_times_the_seconds_with_a_floor(
 
 def test_cpu_times_option_writes_each_files_seconds(tmp_path):
     """pytest --cpu-times on a two-test file: the file's tests and a positive CPU time."""
-    (tmp_path / "conftest.py").write_text(
-        (cpu_budget.BUDGETS.parent / "conftest.py").read_text(encoding="utf-8")
-    )
+    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text(encoding="utf-8"))
     (tmp_path / "test_toy.py").write_text(
         "def test_spin():\n    sum(i * i for i in range(200_000))\n\n"
         "def test_nothing():\n    pass\n"

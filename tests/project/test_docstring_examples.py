@@ -1,7 +1,8 @@
 """Every docstring example in the ``rfjax`` and ``experiments`` packages runs as a doctest.
 
 The modules are found on disk (every ``rfjax/**/*.py`` and ``experiments/**/*.py`` whose source
-holds a ``>>>`` prompt), so a module added later is picked up without editing this file. Each
+holds a ``>>>`` prompt, a study's test files ``experiments/<study>/test_*.py`` aside), so a module
+added later is picked up without editing this file. Each
 test imports its module and runs every docstring example found in it
 (``doctest.DocTestFinder``: the module, its functions, classes and methods, the module's globals
 as the examples' namespace), as ``python -m doctest`` would.
@@ -24,7 +25,12 @@ OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 def _modules_with_examples() -> list[str]:
     names = []
-    paths = [path for package in PACKAGES for path in sorted(package.rglob("*.py"))]
+    paths = [
+        path
+        for package in PACKAGES
+        for path in sorted(package.rglob("*.py"))
+        if not path.name.startswith("test_")
+    ]
     for path in paths:
         if ">>>" in path.read_text(encoding="utf-8"):
             parts = path.relative_to(ROOT).with_suffix("").parts

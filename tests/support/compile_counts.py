@@ -1,7 +1,7 @@
 """Counting the XLA programs a block of code needs, for the tests that check what a call
 compiles. JAX records ``/jax/core/compile/backend_compile_duration`` once per program, whether
 XLA compiles it or it is loaded from the persistent compilation cache (which the suite enables,
-``tests/conftest.py``), so a count is the same on a cold and a warm cache."""
+``conftest.py``), so a count is the same on a cold and a warm cache."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""4-device checks of the long-context LM for ``tests/experiments/test_performer_lm.py``, run as a
-script with 4 forced CPU devices (XLA_FLAGS must set the count before jax is imported):
+"""4-device checks of the long-context LM for ``experiments/performer_lm/test_performer_lm.py``,
+run as a script with 4 forced CPU devices (XLA_FLAGS must set the count before jax is imported):
 
   XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/support/performer_lm_checks.py \\
       split|experiment WORKDIR

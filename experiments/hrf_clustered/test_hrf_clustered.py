@@ -1,4 +1,5 @@
-"""Smoke tests of the HRF experiments at their quick sizes, run in-process (one JAX start-up)."""
+"""The clustered HRF study (hrf_clustered): cluster means and losses, its verdicts, its quick
+run."""
 
 import math
 
@@ -8,139 +9,13 @@ import numpy as np
 import pytest
 
 from configs import hrf_clustered as clustered_config
-from configs import hrf_pointwise as pointwise_config
-from configs import hrf_qmc as qmc_config
-from experiments import hrf_clustered, hrf_qmc
+from experiments import hrf_clustered
 from experiments.core import verdicts
-from experiments.core.outputs import read_csv
 from experiments.core.verdicts import Outcome
 from experiments.hrf_clustered import data as clustered_data
 from experiments.hrf_clustered import reporting as clustered_report
 from experiments.main import run_experiment
 from rfjax import features
-
-
-def assert_files(workdir, names):
-    for name in (*names, "summary.md", "config.json"):
-        assert (workdir / name).stat().st_size > 0, name
-
-
-@pytest.mark.integration
-def test_pointwise_quick_hybrid_is_exact_at_both_ends(tmp_path):
-    config = pointwise_config.get_config("quick")
-    run_experiment(config, str(tmp_path))
-    assert_files(tmp_path, ("results.csv", "summary.csv", "relative_error.png"))
-    rows = read_csv(tmp_path / "results.csv")
-    assert len(rows) == len(config.radii) * config.num_angles * 4
-
-    def error(radius, estimator, theta, column="rel_error_mc"):
-        (row,) = [
-            r
-            for r in rows
-            if float(r["radius"]) == radius
-            and r["estimator"] == estimator
-            and math.isclose(float(r["theta"]), theta, abs_tol=1e-12)
-        ]
-        return float(row[column])
-
-    for radius in config.radii:
-        for theta in (0.0, math.pi):
-            # Zero variance at both ends (Theorem 3.5): only rounding is left (float64).
-            assert error(radius, "angular_hybrid", theta) < 1e-6
-            assert error(radius, "angular_hybrid", theta, "rel_error_theory") < 1e-12
-        # Each base estimator is exact at one end only.
-        assert error(radius, "trigonometric", math.pi) > 0.1
-        assert error(radius, "positive", 0.0) > 0.1
-        assert error(radius, "gaussian_hybrid", 0.0) > 0.1
-    # The trig estimator is bounded, so its Monte Carlo error is reliable: within 5 SE.
-    for row in rows:
-        if row["estimator"] == "trigonometric" and float(row["rel_error_theory"]) > 0:
-            z = (float(row["rel_error_mc"]) - float(row["rel_error_theory"])) / float(
-                row["rel_error_se"]
-            )
-            assert abs(z) <= 5.0, row
-    summary = (tmp_path / "summary.md").read_text()
-    assert "## Claims, our numbers, verdicts" in summary
-    # The exactness at both ends is a computed verdict (float64 rounding only).
-    assert "Theorem 3.5" in summary and "exact counts as below 1e-06" in summary
-    stored = verdicts.read(str(tmp_path))
-    assert stored["exact_ends"].outcome == Outcome.HOLDS
-    assert set(stored) == set(config.claims)
-
-
-@pytest.mark.integration
-def test_qmc_quick_table_is_complete(tmp_path):
-    config = qmc_config.get_config("quick")
-    result = run_experiment(config, str(tmp_path))
-    assert_files(tmp_path, ("results.csv", "mse.png"))
-    rows = read_csv(tmp_path / "results.csv")
-    assert len(rows) == len(config.datasets) * len(config.matchings) * len(config.methods)
-    assert len(result["table"]) == len(config.datasets) * len(config.matchings)
-    missing = {n.split(":")[0] for n in result["notes"]}
-    for row in rows:
-        if row["method"] not in missing:
-            assert float(row["mse"]) > 0 and math.isfinite(float(row["mse"])), row
-    summary = (tmp_path / "summary.md").read_text()
-    assert "## Claim, our numbers, verdict" in summary
-    assert len(result["comparisons"]) == len(config.datasets) * len(config.matchings)
-    for verdict in verdicts.read(str(tmp_path)).values():
-        assert verdict.sentence() in summary
-    for dataset in config.datasets:
-        hybrid = [r for r in rows if r["dataset"] == dataset and r["method"] == "HRF-ort"]
-        assert len({r["mse"] for r in hybrid}) == 1  # the hybrid does not depend on matching
-        widths = {r["matching"]: int(r["width"]) for r in rows if r["dataset"] == dataset}
-        assert widths["width"] == int(hybrid[0]["width"])
-
-
-def test_qmc_verdict_is_one_pooled_test_refuted_only_beyond_its_margin():
-    config = qmc_config.get_config()
-    config.datasets, config.matchings = ("wine",), ("projections",)
-
-    def outcome(baseline_mse):
-        rows = [
-            {"dataset": "wine", "matching": "projections", "method": m, "mse": mse, "mse_se": 0.01}
-            for m, mse in zip(config.methods, (1.0, 1.2, *baseline_mse), strict=True)
-        ]
-        judged = hrf_qmc.judge(rows, config).given
-        assert judged["width_matched"].outcome == Outcome.NOT_TESTED  # not run
-        return judged["projections_matched"].outcome
-
-    assert outcome((1.1, 1.1, 1.1)) == Outcome.HOLDS  # 7 SE, pooled
-    # One baseline 2.1 SE above, the others 7 SE: the pooled gap is resolved.
-    assert outcome((1.1, 1.03, 1.1)) == Outcome.HOLDS
-    # Every baseline 20% below HRF: against the claim beyond its 10% margin.
-    assert outcome((0.8, 0.8, 0.8)) == Outcome.DOES_NOT_HOLD
-    assert outcome((0.95, 0.95, 0.95)) == Outcome.NOT_RESOLVED  # within the margin
-
-
-def test_qmc_overall_verdict_needs_both_matchings_to_agree():
-    config = qmc_config.get_config()
-    config.datasets = ("wine",)
-
-    def overall(projections_mse, width_mse):
-        rows = [
-            {"dataset": "wine", "matching": matching, "method": m, "mse": mse, "mse_se": 0.01}
-            for matching, baseline in (("projections", projections_mse), ("width", width_mse))
-            for m, mse in zip(config.methods, (1.0, 1.2, baseline, baseline, baseline), strict=True)
-        ]
-        return hrf_qmc.judge(rows, config).given["overall"]
-
-    assert overall(1.5, 1.5).outcome == Outcome.HOLDS
-    assert overall(0.5, 0.5).outcome == Outcome.DOES_NOT_HOLD
-    # The sizing decides: the paper's claim is not tested without it.
-    split = overall(1.5, 0.5)
-    assert split.outcome == Outcome.NOT_TESTED
-    assert "holds with the same projections" in split.evidence
-    assert "does not hold with the same width" in split.evidence
-
-
-def test_boston_is_read_from_the_shipped_csv():
-    data = hrf_qmc.load_dataset("boston")
-    assert data.shape == (506, 13) and data.dtype == np.float64
-    np.testing.assert_array_equal(data[0, :3], [0.00632, 18.0, 2.31])  # CRIM, ZN, INDUS
-    assert np.all(np.isfinite(data))
-    with pytest.raises(ValueError, match="allowed"):
-        hrf_qmc.load_dataset("iris")
 
 
 def real_diagonal_losses(query_means, key_means):
@@ -339,7 +214,8 @@ def test_points_are_normalised_and_the_clip_is_the_only_difference():
 def test_clustered_quick_run_geometry_and_verdicts(tmp_path):
     config = clustered_config.get_config("quick")
     result = run_experiment(config, str(tmp_path))
-    assert_files(tmp_path, ("results.csv", "configurations.csv", "mse_vs_m.png"))
+    for name in ("results.csv", "configurations.csv", "mse_vs_m.png", "summary.md", "config.json"):
+        assert (tmp_path / name).stat().st_size > 0, name
     facts = result["facts"]
     assert len(facts) == len(config.configurations) * len(config.point_norms)
     entries = {entry[0]: entry for entry in config.configurations}
@@ -368,9 +244,8 @@ def test_clustered_quick_run_geometry_and_verdicts(tmp_path):
             assert stored[name + suffix].outcome != Outcome.DOES_NOT_HOLD  # a quick variant
 
 
-def test_hrf_config_variants():
-    for module in (pointwise_config, qmc_config, clustered_config):
-        full, quick = module.get_config(), module.get_config("quick")
-        assert full.experiment == quick.experiment
-        with pytest.raises(ValueError, match="config variant"):
-            module.get_config("huge")
+def test_config_variants():
+    full, quick = clustered_config.get_config(), clustered_config.get_config("quick")
+    assert full.experiment == quick.experiment
+    with pytest.raises(ValueError, match="config variant"):
+        clustered_config.get_config("huge")

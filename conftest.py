@@ -3,7 +3,10 @@ switches that run them (``--runstatistical --runintegration``, as ``.ci/run`` do
 ``--runslow``: all three), ``--cpu-times`` (CPU seconds per test file, for
 ``tests/cpu_budget.py``), where the FSDD recordings are
 (``$RFJAX_FSDD_DIR``, else the project's shared copy beside the checkout), and XLA's CPU backend
-at optimisation level 0 for the suite.
+at optimisation level 0 for the suite. It sits at the repository root, not in ``tests/``, so that
+its options and hooks apply to the studies' tests under ``experiments/`` too (pytest applies a
+``conftest.py`` to the test files below its folder, and reads its options only from those it
+loads at start-up: the root's always).
 
 Most of the suite's time is XLA compiling small programs once each; at backend optimisation level
 0 (LLVM's expensive passes off) compiling takes about half the CPU time and the tests' arithmetic
@@ -29,7 +32,7 @@ if os.environ.get("RFJAX_TEST_XLA_OPTIMISE") != "1":
     # Before anything imports jax (conftest modules load before the test modules).
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAGS}".strip()
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.abspath(__file__))
 if os.environ.get("RFJAX_TEST_COMPILATION_CACHE") != "0":
     # JAX reads these when it is imported; subprocesses (several processes, forced devices)
     # inherit them. The cache key includes $XLA_FLAGS, so the optimisation levels never mix.

@@ -1,0 +1,96 @@
+"""The HRF-against-QMC study (hrf_qmc): its quick run, its verdicts and its data."""
+
+import math
+
+import numpy as np
+import pytest
+
+from configs import hrf_qmc as qmc_config
+from experiments import hrf_qmc
+from experiments.core import verdicts
+from experiments.core.outputs import read_csv
+from experiments.core.verdicts import Outcome
+from experiments.main import run_experiment
+
+
+@pytest.mark.integration
+def test_qmc_quick_table_is_complete(tmp_path):
+    config = qmc_config.get_config("quick")
+    result = run_experiment(config, str(tmp_path))
+    for name in ("results.csv", "mse.png", "summary.md", "config.json"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    rows = read_csv(tmp_path / "results.csv")
+    assert len(rows) == len(config.datasets) * len(config.matchings) * len(config.methods)
+    assert len(result["table"]) == len(config.datasets) * len(config.matchings)
+    missing = {n.split(":")[0] for n in result["notes"]}
+    for row in rows:
+        if row["method"] not in missing:
+            assert float(row["mse"]) > 0 and math.isfinite(float(row["mse"])), row
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Claim, our numbers, verdict" in summary
+    assert len(result["comparisons"]) == len(config.datasets) * len(config.matchings)
+    for verdict in verdicts.read(str(tmp_path)).values():
+        assert verdict.sentence() in summary
+    for dataset in config.datasets:
+        hybrid = [r for r in rows if r["dataset"] == dataset and r["method"] == "HRF-ort"]
+        assert len({r["mse"] for r in hybrid}) == 1  # the hybrid does not depend on matching
+        widths = {r["matching"]: int(r["width"]) for r in rows if r["dataset"] == dataset}
+        assert widths["width"] == int(hybrid[0]["width"])
+
+
+def test_qmc_verdict_is_one_pooled_test_refuted_only_beyond_its_margin():
+    config = qmc_config.get_config()
+    config.datasets, config.matchings = ("wine",), ("projections",)
+
+    def outcome(baseline_mse):
+        rows = [
+            {"dataset": "wine", "matching": "projections", "method": m, "mse": mse, "mse_se": 0.01}
+            for m, mse in zip(config.methods, (1.0, 1.2, *baseline_mse), strict=True)
+        ]
+        judged = hrf_qmc.judge(rows, config).given
+        assert judged["width_matched"].outcome == Outcome.NOT_TESTED  # not run
+        return judged["projections_matched"].outcome
+
+    assert outcome((1.1, 1.1, 1.1)) == Outcome.HOLDS  # 7 SE, pooled
+    # One baseline 2.1 SE above, the others 7 SE: the pooled gap is resolved.
+    assert outcome((1.1, 1.03, 1.1)) == Outcome.HOLDS
+    # Every baseline 20% below HRF: against the claim beyond its 10% margin.
+    assert outcome((0.8, 0.8, 0.8)) == Outcome.DOES_NOT_HOLD
+    assert outcome((0.95, 0.95, 0.95)) == Outcome.NOT_RESOLVED  # within the margin
+
+
+def test_qmc_overall_verdict_needs_both_matchings_to_agree():
+    config = qmc_config.get_config()
+    config.datasets = ("wine",)
+
+    def overall(projections_mse, width_mse):
+        rows = [
+            {"dataset": "wine", "matching": matching, "method": m, "mse": mse, "mse_se": 0.01}
+            for matching, baseline in (("projections", projections_mse), ("width", width_mse))
+            for m, mse in zip(config.methods, (1.0, 1.2, baseline, baseline, baseline), strict=True)
+        ]
+        return hrf_qmc.judge(rows, config).given["overall"]
+
+    assert overall(1.5, 1.5).outcome == Outcome.HOLDS
+    assert overall(0.5, 0.5).outcome == Outcome.DOES_NOT_HOLD
+    # The sizing decides: the paper's claim is not tested without it.
+    split = overall(1.5, 0.5)
+    assert split.outcome == Outcome.NOT_TESTED
+    assert "holds with the same projections" in split.evidence
+    assert "does not hold with the same width" in split.evidence
+
+
+def test_boston_is_read_from_the_shipped_csv():
+    data = hrf_qmc.load_dataset("boston")
+    assert data.shape == (506, 13) and data.dtype == np.float64
+    np.testing.assert_array_equal(data[0, :3], [0.00632, 18.0, 2.31])  # CRIM, ZN, INDUS
+    assert np.all(np.isfinite(data))
+    with pytest.raises(ValueError, match="allowed"):
+        hrf_qmc.load_dataset("iris")
+
+
+def test_config_variants():
+    full, quick = qmc_config.get_config(), qmc_config.get_config("quick")
+    assert full.experiment == quick.experiment
+    with pytest.raises(ValueError, match="config variant"):
+        qmc_config.get_config("huge")
