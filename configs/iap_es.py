@@ -16,15 +16,9 @@ fewer FLOPs. Default: 4 kinds x 3 paired seeds, 150 generations of 64 members x 
 (about 16 min of CPU time in all; the measured times are in the summary).
 
 Variant ``pair``: the paper's pair only, on paired seeds (seeds 0-2 are the default's runs), to
-measure the training-level difference with power. First 60 seeds (fixed from the spread of the
-first 30, run on 2 CPU cores): the training-level claim was not resolved, and no lower-variance
-endpoint of those policies could resolve it (the variance lies between trained policies, not in
-the episodes; the summary at commit d7f54e6). PAIR_SEEDS = 440 was then fixed, before seeds
-60-439 were run, from those 60 seeds' observed difference and spread: if the true difference is
-the observed one, the 90% interval clears the margin with about 80% probability. Seeds 60-439
-were trained on a lent GPU with ``seeds_together=95`` (groups of seeds outermost, so a stop by
-the device's clock, not by the data, leaves complete pairs; command, times and log in
-``benchmarks/gpu_runs/2026-11-27-h200-iap-es/``), the report made here from their records.
+measure the training-level difference with power: PAIR_SEEDS = 440 paired seeds (how that
+number was fixed and where the seeds were trained: ``experiments/iap_es/design.md``).
+
 The claims and their tests are declared below; the measured numbers and verdicts are in
 results/iap_es/summary.md and results/iap_es_pair/summary.md.
 """
@@ -57,7 +51,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # The inference swap: each trained policy plays this many episodes with every kind's attention.
     config.inference_episodes = 256
     config.equivalence_margin = 0.2  # "equal quality": within 20% of the reference's return
-    equal = "The HRF performs as well as FAVOR+ with 256 projections (HRF App. K.1, Fig. 4): "
+    equal = "The HRF performs as well as FAVOR+ with 256 projections (HRF App. K.1, Fig. 4: "
+    equal += "'HRF with 8 x 8 random projections performs as well as the softmax kernel with 256 "
+    equal += "random projections'): "
     config.claims = ml_collections.ConfigDict(
         {
             "equal_quality": claim(

@@ -39,7 +39,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 k=4.0,
             ),
             "order_theory": claim(
-                "SimRF < ORF < IID at every v, by the closed forms (Corollary 3.3)", "fact"
+                "SimRF < ORF < IID at every v, by the closed forms (Corollary 3.3, Fig. 6)", "fact"
             ),
             "simrf_below_orf": claim(
                 "SimRF below ORF (Corollary 3.3, Fig. 6), Monte Carlo",
@@ -52,8 +52,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 pooling="precision",
             ),
             "small_v": claim(
-                "SimRF's MSE ratio to IID at the smallest v is the closed form's, which tends to "
-                "the small-v prefactor of Sec. 5.1",
+                "SimRF's advantage is largest at small v (Sec. 5.1: its MSE goes as v^2 times a "
+                "prefactor that is 0.00778 at d = 64, against 1 for IID and ORF): its MSE ratio "
+                "to IID at the smallest v is the closed form's, which tends to that prefactor",
                 "within_se",
                 k=4.0,
             ),

@@ -18,18 +18,13 @@ sequence (``jax.shard_map`` over the mesh's ``"seq"`` axis; see ``experiments/pe
 
 Default (CPU): T = 4,096, 2 layers of width 128, 4 heads, m = 64 positive features (ORF), 250
 steps of one window each (1.0M tokens, ~1.1 epochs: undertrained, so not sized to refute the
-claim, ``powered`` False) for both kinds. Measured
-(2026-11-26, results/performer_lm): 50 min wall on the 2-core machine shared with other jobs
-(load 4-10; 19 min of process CPU time), FAVOR 8.8 min of it and exact attention 40 min; on
-this machine at load ~4 one training step takes 0.5 s (FAVOR) and 1.7 s (exact)
-(benchmarks/results/long_context), so an idle machine runs it in about 10 min.
+claim, ``powered`` False) for both kinds; its measured cost:
+``experiments/performer_lm/design.md``.
 ``quick``: T = 256, tiny model, 6 steps (the tests add ``train.sequence_parallelism=2`` on 4
 forced CPU devices: a 2 x 2 mesh). ``paper`` (accelerator hosts of 8 devices): T = 16,384 split
 over 8 devices, 6 layers of width 512, 8 heads, m = 256, 3 paired seeds, 400 steps of 8 windows
-(~57 epochs of PTB's 56 windows of 16k). At T = 65,536 exact attention does not fit (the small
-default model's training step needs 112 GiB per device on 4 devices,
-``benchmarks/results/long_context``): ``paper,context_length=65536,attention_kinds=(performer,)``
-trains FAVOR alone (no comparison).
+(~57 epochs of PTB's 56 windows of 16k). ``paper,context_length=65536,attention_kinds=(performer,)``
+trains FAVOR alone (exact attention does not fit at T = 65,536: the same design.md).
 """
 
 import ml_collections
