@@ -23,7 +23,7 @@ from experiments.iap_es.flops import (
     policy_importance_flops,
 )
 from experiments.main import run_experiment
-from rfjax.nn import ImplicitAttentionPolicy
+from tests.support.iap_policy import policy_of
 
 
 def test_es_gradient_estimate_is_unbiased_on_a_quadratic():
@@ -448,21 +448,6 @@ def test_bad_config_is_rejected():
         iap_es.validate_config(config)
 
 
-def _flops_policy(attention="positive", **overrides):
-    settings = dict(
-        image_shape=(6, 6, 2),
-        num_actions=3,
-        patch_size=1,
-        num_kept=4,
-        embed_dim=4,
-        attention=attention,
-        num_features=8,
-        num_sign_features=3,
-    )
-    settings.update(overrides)
-    return ImplicitAttentionPolicy(**settings)
-
-
 def test_importance_flops_from_the_shapes():
     assert importance_flops(25, 8) == 2 * 25**2 * 8 + 4 * 25**2
     assert importance_flops(25, 8, feature_width=256, projection_rows=256) == (
@@ -475,11 +460,11 @@ def test_importance_flops_from_the_shapes():
         ("angular_hybrid", 4 * 8 * 4, 11),
         ("gaussian_hybrid", 4 * 8 * 7, 11),
     ]:
-        policy = _flops_policy(attention)
+        policy = policy_of(attention)
         assert policy_importance_flops(policy) == importance_flops(
             36, 4, feature_width=width, projection_rows=rows
         )
     # the paper's comparison: angular hybrid 8 x 8 against FAVOR+ m = 256, T = 25, d = 8
-    hybrid = _flops_policy("angular_hybrid", num_features=8, num_sign_features=8, embed_dim=8)
-    favor = _flops_policy("positive", num_features=256, embed_dim=8)
+    hybrid = policy_of("angular_hybrid", num_features=8, num_sign_features=8, embed_dim=8)
+    favor = policy_of("positive", num_features=256, embed_dim=8)
     assert policy_importance_flops(hybrid) < policy_importance_flops(favor) / 3
