@@ -289,6 +289,25 @@ def _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_aux
     )
 
 
+def _differentiable(forward, backward):
+    """The attention sums of ``forward`` under one ``jax.custom_vjp`` whose pullback is
+    ``backward``: the residuals are the inputs and the rows' shifts (the forward's second
+    output), so the backward recomputes the states rather than storing them."""
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+    def attention(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+        return forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype)[0]
+
+    def attention_fwd(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
+        out, row_shift = forward(
+            weights, aux, query, key, value, valid, spec, backend, matmul_dtype
+        )
+        return out, (weights, aux, query, key, value, valid, row_shift)
+
+    attention.defvjp(attention_fwd, backward)
+    return attention
+
+
 # --- causal
 
 
@@ -372,19 +391,7 @@ def _causal_backward(spec, backend, matmul_dtype, residuals, cotangents):
     )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def _causal(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
-    return _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype)[0]
-
-
-def _causal_fwd(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
-    out, row_shift = _causal_forward(
-        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
-    )
-    return out, (weights, aux, query, key, value, valid, row_shift)
-
-
-_causal.defvjp(_causal_fwd, _causal_backward)
+_causal = _differentiable(_causal_forward, _causal_backward)
 
 
 # --- bidirectional
@@ -476,21 +483,7 @@ def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
     return _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_b, dq, dk, dv)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def _bidirectional(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
-    return _bidirectional_forward(
-        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
-    )[0]
-
-
-def _bidirectional_fwd(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
-    out, row_shift = _bidirectional_forward(
-        weights, aux, query, key, value, valid, spec, backend, matmul_dtype
-    )
-    return out, (weights, aux, query, key, value, valid, row_shift)
-
-
-_bidirectional.defvjp(_bidirectional_fwd, _bidirectional_backward)
+_bidirectional = _differentiable(_bidirectional_forward, _bidirectional_backward)
 
 
 class AngularHybridForm(NamedTuple):
