@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rfjax._validation import check_int, check_key, check_real, is_concrete
 
@@ -125,7 +126,7 @@ def generate(
     if key is not None:
         key = check_key("key", key)
         if is_concrete(temperature):
-            check_real("temperature", float(jnp.asarray(temperature)), positive=True)
+            check_real("temperature", float(np.asarray(temperature)), positive=True)
     return _generate(
         model.clone(decode=True, parent=None),
         params,
@@ -133,7 +134,11 @@ def generate(
         dict(rngs or {}),
         jnp.asarray(0 if projection_step is None else projection_step, jnp.int32),
         key,
-        jnp.asarray(temperature, jnp.float32),
+        # A Python number converted on the host: jnp.asarray(0.7) would compile a program
+        # of its own the first time (JAX stages a weakly typed scalar).
+        np.float32(temperature)
+        if isinstance(temperature, int | float)
+        else jnp.asarray(temperature, jnp.float32),
         num_tokens=num_tokens,
         cache_length=cache_length,
     )

@@ -60,6 +60,7 @@ def test_exact_kind_is_flax_attention_with_the_same_parameters():
 
 @pytest.mark.parametrize("kind", ["exact", "performer"])
 def test_shapes(kind):
+    # Shapes only, so traced abstractly (jax.eval_shape): nothing is compiled or run.
     q, kv = _inputs()
     module = PerformerAttention(
         num_heads=4,
@@ -69,17 +70,21 @@ def test_shapes(kind):
         coupling="gaussian",
         num_features=16,
     )
-    variables = module.init(jax.random.key(0), q, kv)
+    variables = jax.eval_shape(module.init, jax.random.key(0), q, kv)
     assert variables["params"]["query"]["kernel"].shape == (WIDTH, 4, 8)
     rngs = {"projection": jax.random.key(2)}
-    assert module.apply(variables, q, kv, rngs=rngs).shape == (BATCH, LENGTH, 5)
-    assert module.apply(variables, q[0], kv[0], rngs=rngs).shape == (LENGTH, 5)  # unbatched
+
+    def shape(model, variables, *inputs):
+        return jax.eval_shape(lambda v, *x: model.apply(v, *x, rngs=rngs), variables, *inputs).shape
+
+    assert shape(module, variables, q, kv) == (BATCH, LENGTH, 5)
+    assert shape(module, variables, q[0], kv[0]) == (LENGTH, 5)  # unbatched
     vit = PerformerViT(num_classes=7, attention_kind=kind, coupling="gaussian", num_features=8)
     images = jnp.zeros((3, 28, 28))
     for pooling in ("cls", "mean"):
         model = vit.clone(pooling=pooling)
-        variables = model.init(jax.random.key(0), images)
-        assert model.apply(variables, images, rngs=rngs).shape == (3, 7)
+        variables = jax.eval_shape(model.init, jax.random.key(0), images)
+        assert shape(model, variables, images) == (3, 7)
 
 
 def test_performer_approaches_exact_attention_as_features_grow():

@@ -32,7 +32,7 @@ def _tiny(attention, **kwargs):
 
 def _init(model, features, mask):
     rngs = {"params": jax.random.key(1), "projection": jax.random.key(2)}
-    variables = model.init(rngs, features, mask)
+    variables = jax.jit(model.init)(rngs, features, mask)
     variables = {k: v for k, v in variables.items() if k != "intermediates"}
     if model.attention == "cluster_hybrid":
         variables = fit_conformer_clusters(

@@ -28,15 +28,24 @@ def _model(kind: str, **options) -> PerformerLM:
 def _setup(kind: str):
     model = _model(kind)
     prompt = jax.random.randint(jax.random.key(0), (2, PROMPT), 0, SIZES["vocab_size"])
-    params = model.init(jax.random.key(1), prompt)["params"]
+    params = jax.jit(model.init)(jax.random.key(1), prompt)["params"]
     return model, params, prompt
+
+
+def _forward(model, params, sequence, rngs=RNGS, projection_step=STEP):
+    """The causal forward pass's logits (B, T, V), compiled (as ``generate`` is)."""
+    return jax.jit(
+        lambda params, sequence: model.apply(
+            {"params": params}, sequence, rngs=rngs, projection_step=projection_step
+        )
+    )(params, sequence)
 
 
 def _one_call_per_token(model, params, tokens):
     """The token-by-token path: a cache from ``init``, then one ``apply`` per token with the
     projection stream (the decode calls of ``PerformerLM``'s docstring); logits ``(B, T, V)``."""
     decoder = model.clone(decode=True)
-    cache = decoder.init(jax.random.key(1), tokens)["cache"]
+    cache = jax.jit(decoder.init)(jax.random.key(1), tokens)["cache"]
     step = jax.jit(
         lambda cache, token: decoder.apply(
             {"params": params, "cache": cache},
@@ -62,7 +71,7 @@ def test_greedy_tokens_and_logits_are_the_causal_forward_pass(kind):
     generated = generate(model, params, prompt, NEW, rngs=RNGS, projection_step=STEP)
     assert generated.tokens.shape == (2, NEW) and generated.tokens.dtype == jnp.int32
     sequence = jnp.concatenate([prompt, generated.tokens], axis=1)
-    parallel = model.apply({"params": params}, sequence, rngs=RNGS, projection_step=STEP)
+    parallel = _forward(model, params, sequence)
     # Token i is chosen from the logits at position PROMPT - 1 + i.
     np.testing.assert_allclose(generated.logits, parallel[:, PROMPT - 1 : -1], atol=1e-5)
     np.testing.assert_array_equal(generated.tokens, jnp.argmax(parallel[:, PROMPT - 1 : -1], -1))
@@ -80,7 +89,7 @@ def test_sampling_with_a_key_is_reproducible_and_its_logits_are_the_forward_pass
     np.testing.assert_array_equal(first.tokens, again.tokens)
     assert not np.array_equal(first.tokens, other.tokens)
     sequence = jnp.concatenate([prompt, first.tokens], axis=1)
-    parallel = model.apply({"params": params}, sequence, rngs=RNGS, projection_step=STEP)
+    parallel = _forward(model, params, sequence)
     np.testing.assert_allclose(first.logits, parallel[:, PROMPT - 1 : -1], atol=1e-5)
 
 
@@ -99,7 +108,7 @@ def test_one_token_prompt(kind, cache_length):
         cache_length=cache_length,
     )
     sequence = jnp.concatenate([prompt[:, :1], generated.tokens], axis=1)
-    parallel = model.apply({"params": params}, sequence, rngs=RNGS, projection_step=STEP)
+    parallel = _forward(model, params, sequence)
     np.testing.assert_allclose(generated.logits, parallel[:, :-1], atol=1e-5)
     np.testing.assert_array_equal(generated.tokens, jnp.argmax(parallel[:, :-1], -1))
 
