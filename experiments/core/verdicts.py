@@ -997,9 +997,11 @@ class Verdicts:
             return Outcome.NOT_RESOLVED, (
                 f"{lies} against the claim beyond the margin, but {UNPOWERED}"
             )
-        return Outcome.NOT_RESOLVED, _unresolved_text(
-            claim, estimate, margin, units, number
-        ) + bound
+        text = _unresolved_text(claim, estimate, margin, units, number)
+        if not self.powered and _mean_against(claim, estimate.mean, margin):
+            # More units would resolve it against the claim, which this variant cannot refute.
+            text += f" against the claim, but {UNPOWERED}"
+        return Outcome.NOT_RESOLVED, text + bound
 
     def _within_se(self, claim, estimate, margin, number):
         z = abs(estimate.mean) / estimate.se if estimate.se > 0 else math.inf
@@ -1056,6 +1058,14 @@ def _side(claim: Claim, estimate: Estimate, margin: float) -> str:
 
 def _inside(interval: tuple[float, float], region: tuple[float, float] | None) -> bool:
     return region is not None and region[0] < interval[0] and interval[1] < region[1]
+
+
+def _mean_against(claim: Claim, mean: float, margin: float) -> bool:
+    """Whether the estimate lies against the claim beyond the margin (so that more units would
+    resolve it that way)."""
+    if claim.test == "equivalent":
+        return abs(mean) > margin
+    return _inside((mean, mean), _regions(claim.test, margin)[1])
 
 
 def _equivalence_bound(claim: Claim, estimate: Estimate, margin: float, number: str) -> str:

@@ -39,6 +39,25 @@ def test_a_straddling_interval_is_not_resolved_with_the_seeds_that_would_resolve
     assert "about 30 seeds would resolve it" in verdict.evidence
 
 
+def test_an_unpowered_straddle_against_the_claim_says_more_seeds_cannot_refute_it():
+    # lstm_lm sharp_tau_paired, FAVOR+ / exact - 1 over 3 seeds: +0.67 +- 0.13, 95% CI
+    # [+0.10, +1.24] straddling the margin 0.2 of a non-superiority claim.
+    within = claim("FAVOR+ within 20% of exact", "nonsuperior", margin=0.2)
+    estimate = Estimate(0.6701, 0.1321, 3, 2.0)
+    unpowered = make(powered=False, within=within).effect("within", estimate, effect="r", units="s")
+    assert unpowered.outcome == Outcome.NOT_RESOLVED
+    assert "would resolve it against the claim, but this variant is not sized" in (
+        unpowered.evidence
+    )
+    powered = make(within=within).effect("within", estimate, effect="r", units="s")
+    assert powered.outcome == Outcome.NOT_RESOLVED and "not sized" not in powered.evidence
+    # On the claimed side of the margin, more seeds would resolve it for the claim: no note.
+    near = make(powered=False, within=within).effect(
+        "within", Estimate(0.1, 0.06, 3, 2.0), effect="r", units="s"
+    )
+    assert near.outcome == Outcome.NOT_RESOLVED and "not sized" not in near.evidence
+
+
 def test_does_not_hold_needs_a_margin_a_resolved_effect_beyond_it_and_a_powered_variant():
     with_margin = make(gain=claim("A beats B", "greater", margin=0.005))
     assert with_margin.effect("gain", REVERSED, effect="d", units="seeds").outcome == (
