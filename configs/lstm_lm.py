@@ -8,7 +8,8 @@ Command:
   python -m experiments.main --config=configs/lstm_lm.py:kl_tau       # departure: KL-chosen tau
   python -m experiments.main --config=configs/lstm_lm.py:equal_width  # departure: equal width
   python -m experiments.main --config=configs/lstm_lm.py:sharp_tau    # departure: tau = 0.1
-  python -m experiments.main --config=configs/lstm_lm.py:sharp_tau_paired  # claim (2) there
+  python -m experiments.main --config=configs/lstm_lm.py:sharp_tau_paired  # our target claim there
+  python -m experiments.main --config=configs/lstm_lm.py:mid_tau      # paper's claim (2), tau = 0.3
 
 Sets the paper's protocol (HRF App. I.1: a 2-layer LSTM of width 200, tied embeddings, 40
 sampled negative classes, proposals on the normalised vectors, raw logits for the loss) at CPU
@@ -21,8 +22,9 @@ draws. Training check (``trained_check``): test perplexity below the count unigr
 Variants: ``quick`` (smoke test); ``paper`` (80 epochs, 1024 features, 25 seeds, an
 accelerator: the only powered one, so the default's verdicts are never "does not hold");
 departures ``kl_tau`` (tau by held-out KL each step), ``sharp_tau`` (tau = 0.1, a one-seed,
-one-epoch probe for claim (2)), ``sharp_tau_paired`` (claim (2) there: exact and FAVOR+ on 3
-paired seeds) and ``equal_width`` (the hybrids at FAVOR+'s feature width).
+one-epoch probe for claim (2)), ``sharp_tau_paired`` (our target claim there: exact and FAVOR+ on 3
+paired seeds), ``mid_tau`` (claim (2) at tau = 0.3, the random-feature arms on 3 paired seeds)
+and ``equal_width`` (the hybrids at FAVOR+'s feature width).
 The paper's protocol quoted, why the default is what it is and why each departure exists:
 ``experiments/lstm_lm/design.md``.
 """
@@ -66,7 +68,8 @@ EQUAL_WIDTH = {
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = parse_variant(
-        arg, ("quick", "paper", "kl_tau", "equal_width", "sharp_tau", "sharp_tau_paired")
+        arg,
+        ("quick", "paper", "kl_tau", "equal_width", "sharp_tau", "sharp_tau_paired", "mid_tau"),
     )
     config = ml_collections.ConfigDict()
     config.experiment = "lstm_lm"
@@ -236,6 +239,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # not powered, so claim (2) reads "holds" or "not resolved", never "does not hold".
         config.tau = 0.1
         config.arms = ("normalised:exact", "normalised:favor+")
+        config.train.num_train_steps = TRAIN_WINDOWS // 20  # 1 epoch
+    elif variant == "mid_tau":
+        # Declared on 2026-11-28 (issue 43), before its runs, after a one-seed, one-epoch scan
+        # of the angular hybrid's temperature (experiments/lstm_lm/design.md: test perplexity
+        # 950 at tau = 0.2, 639 at 0.3, 879 at 0.4, 1,397 at 0.5; the unigram model 640): claim
+        # (2) at the scan's best temperature, the sharp_tau probe's three random-feature arms on
+        # 3 paired seeds, one epoch. An arm that fails the training check makes claim (2) "not
+        # tested" here too. Not powered (one epoch is not the paper's 80).
+        config.tau = 0.3
+        config.arms = (
+            "normalised:favor+",
+            "normalised:angular",
+            "normalised:trigonometric",
+        )
         config.train.num_train_steps = TRAIN_WINDOWS // 20  # 1 epoch
     elif variant == "equal_width":
         config.arms = tuple(a.replace(":angular", ":angular_eqW") for a in config.arms)
