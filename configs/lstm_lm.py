@@ -231,12 +231,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.seeds = (0,)
         config.train.num_train_steps = TRAIN_WINDOWS // 20  # 1 epoch
     elif variant == "sharp_tau_paired":
-        # Declared on 2026-11-28 (issue 43), before its runs: claim (2) in the setting where
-        # FAVOR+ passed the training check (the sharp_tau probe: test perplexity 605 against
-        # the unigram model's 640). The probe's setting (tau = 0.1, one epoch), FAVOR+ and the
-        # exact proposal paired by seed, 3 seeds; the test and margin are the default's
-        # (ratio - 1 non-superior to 0.2, paired by seed). One epoch is not the paper's 80:
-        # not powered, so claim (2) reads "holds" or "not resolved", never "does not hold".
+        # Declared on 2026-11-28 (issue 43), before its runs: our target claim
+        # (favor_within_20) in the setting where FAVOR+ passed the training check (the
+        # sharp_tau probe: test perplexity 605 against the unigram model's 640). The probe's
+        # setting (tau = 0.1, one epoch), FAVOR+ and the exact proposal paired by seed, 3
+        # seeds; the test and margin are the default's (ratio - 1 non-superior to 0.2, paired
+        # by seed). One epoch is not the paper's 80: not powered, so the target reads "holds"
+        # or "not resolved", never "does not hold".
         config.tau = 0.1
         config.arms = ("normalised:exact", "normalised:favor+")
         config.train.num_train_steps = TRAIN_WINDOWS // 20  # 1 epoch

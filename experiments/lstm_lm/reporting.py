@@ -518,6 +518,12 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         setup=_setup_text(config, results),
         perplexity_table=outputs.markdown_table(ppl_rows),
         top_mass=top_mass_text(runs, config),
+        untrained_arms=(
+            f"The arms that did not pass the training check above ({', '.join(failed)}) make "
+            'every claim over them "not tested".'
+            if (failed := judged.failed_arms())
+            else "Every trained arm here passed the training check above."
+        ),
         unigram_perplexity=(
             f"{results['unigram_perplexity']['test']:.1f}"
             if "unigram_perplexity" in results
