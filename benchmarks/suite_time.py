@@ -106,15 +106,16 @@ def default_test_ids(root: pathlib.Path) -> list[str]:
     return [line.strip() for line in out.splitlines() if "::" in line]
 
 
-def run_suite(root: pathlib.Path, env: dict[str, str]) -> dict:
-    """One run of the README's test command at ``root`` with an empty compilation cache."""
+def run_suite(root: pathlib.Path, env: dict[str, str], extra: Sequence[str] = ()) -> dict:
+    """One run of the README's test command (with ``extra`` arguments) at ``root`` with an empty
+    compilation cache; ``failures`` are the node ids of pytest's FAILED and ERROR lines."""
     from benchmarks.timing import load_average
 
     with tempfile.TemporaryDirectory(prefix="suite_time_cache_") as cache:
         load_before = load_average()
         start = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, *COMMAND],
+            [sys.executable, *COMMAND, *extra],
             cwd=root,
             env={**env, "JAX_COMPILATION_CACHE_DIR": cache},
             capture_output=True,
@@ -125,6 +126,7 @@ def run_suite(root: pathlib.Path, env: dict[str, str]) -> dict:
         "wall_s": wall,
         **parse_summary(done.stdout),
         "returncode": done.returncode,
+        "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE),
         "load_before": load_before,
         "load_after": load_average(),
     }
@@ -168,17 +170,15 @@ def measure(rev: str, repeats: int) -> dict:
     with worktree(rev) as peer, tempfile.TemporaryDirectory() as scratch:
         ids = pathlib.Path(scratch) / "peer_tests.txt"
         ids.write_text("\n".join(default_test_ids(peer)) + "\n")
+        # The plugin on the command line, not in $PYTEST_ADDOPTS: the tests that run pytest in
+        # a child process (tests/project/test_cpu_budget.py) must not inherit it.
         setups = {
-            "peer": (peer, env),
-            "this": (ROOT, env),
+            "peer": (peer, env, ()),
+            "this": (ROOT, env, ()),
             "this_peer_tests": (
                 ROOT,
-                {
-                    **env,
-                    TESTS_ENV: str(ids),
-                    "PYTEST_ADDOPTS": "-p benchmarks.suite_time",
-                    "PYTHONPATH": str(ROOT),
-                },
+                {**env, TESTS_ENV: str(ids)},
+                ("-p", "benchmarks.suite_time"),
             ),
         }
         for repeat in range(repeats):
@@ -207,10 +207,9 @@ def measure(rev: str, repeats: int) -> dict:
 
 
 def _row(run: dict) -> str:
-    return (
-        f"{run['wall_s']:7.1f} s  {run['passed']} passed, {run['skipped']} skipped, "
-        f"{run['failed']} failed  load {run['load_before']} -> {run['load_after']}"
-    )
+    counts = f"{run['passed']} passed, {run['skipped']} skipped, {run['failed']} failed"
+    load = f"load {run['load_before']} -> {run['load_after']}"
+    return f"{run['wall_s']:7.1f} s  {counts} {run['failures']}  {load}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
