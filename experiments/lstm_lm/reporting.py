@@ -522,7 +522,7 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
             f"The arms that did not pass the training check above ({', '.join(failed)}) make "
             'every claim over them "not tested".'
             if (failed := judged.failed_arms())
-            else "Every trained arm here passed the training check above."
+            else "Every arm here passed the training check above."
         ),
         unigram_perplexity=(
             f"{results['unigram_perplexity']['test']:.1f}"
