@@ -1,0 +1,67 @@
+"""What a GPU lease runs (``benchmarks.gpu_run``), run on CPU, so that a lease is not spent finding
+that a step no longer starts: the tests step selects the GPU tests where they live now, and the
+attention and fwht benchmarks run their JAX programs end to end at a small size (the GPU-only
+methods recorded with the reason they did not run). The benchmarks refuse a CPU from their
+command line; these tests call their functions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import attention_gpu, fwht_gpu, gpu_run
+from tests.support import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_tests_step_selects_the_compiled_kernels_tests():
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", *gpu_run.GPU_TESTS]
+    command += ["-k", gpu_run.GPU_TEST_SELECTION]
+    listing = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    selected = [line for line in listing.splitlines() if "::" in line]
+    # The fused attention kernels compiled by Triton, and fwht's Mosaic GPU and Triton kernels.
+    assert any("test_pallas_triton_on_the_gpu_matches_the_xla_form" in t for t in selected)
+    assert any("test_fwht.py" in t and "mosaic_gpu" in t for t in selected)
+    assert any("test_fwht.py" in t and "pallas_triton" in t for t in selected)
+    assert not any("interpret" in t for t in selected)
+
+
+def test_the_attention_benchmark_runs_its_jax_programs():
+    rows = attention_gpu.benchmark(1, 128, "float32", 2, xla_limit_bytes=1e12, check=False)
+    cases = {(r["mode"], r["method"], r["pass"]) for r in rows if r["method"] != "fla"}
+    expected = {
+        (mode, method, name)
+        for mode in attention_gpu.MODES
+        for method in attention_gpu.METHODS
+        for name in attention_gpu.PASSES
+    }
+    assert expected <= cases
+    for row in rows:
+        if row["method"] in ("favor", "xla"):  # the programs that run on every platform
+            assert row["median_s"] > 0, row
+        elif row["method"] in ("favor_pallas", "cudnn"):  # compiled for CUDA only
+            assert row["median_s"] is None and row["skipped"], row
+    peaks = {  # made-up rates: the arithmetic of the roofline, not its value
+        "matmul_bfloat16_flop_per_s": 1e12,
+        "matmul_float32_default_flop_per_s": 5e11,
+        "copy_bytes_per_s": 1e11,
+    }
+    attention_gpu.add_roofline(rows, peaks)
+    favor = [r for r in rows if r["method"] == "favor"]
+    assert favor and all(r["roofline"]["share"] > 0 for r in favor)
+    summary = attention_gpu.summarize(rows)["float32 B=1 causal forward_backward favor"]
+    # Exact attention by XLA is the peer where cuDNN does not run: FAVOR's time over it at T.
+    assert summary["ratios"]["favor/xla"][128] > 0, summary
+
+
+def test_the_fwht_benchmark_checks_and_times_against_a_copy():
+    report = fwht_gpu.run(total=1 << 12, sizes=[64], dtypes=["float32"], calls=2, repeats=2)
+    case = report["results"]["float32 n=64"]
+    assert case["failed"] == {}, case["failed"]
+    assert {"copy", "auto"} <= set(case["timings"])
+    errors = case["max_relative_error_vs_butterfly"]
+    assert "auto" in errors and max(errors.values()) <= fwht_gpu.TOLERANCE["float32"], errors
+    assert case["ratios"]["copy/copy"] == 1.0
