@@ -182,10 +182,12 @@ def causal_feature_prefix(
     if initial is None:
         initial = _no_earlier_keys(params, query, value, log_features, dtype)
     options = _Options(log_features, chunk, with_own_state, jnp.dtype(matmul_dtype or dtype))
-    # Inside shard_map the rows vary over mesh axes the parameters may not (replicated): the
-    # op's parameter cotangents are per device, so the parameters enter it varying too, and the
+    # Inside shard_map the rows vary over mesh axes the parameters and the initial state may not
+    # (replicated): their cotangents are per device, so they enter the op varying too, and the
     # transpose of that cast sums the cotangents over the devices.
-    params = jax.tree.map(lambda leaf: vary_like(jnp.asarray(leaf), query, key, value), params)
+    params, initial = jax.tree.map(
+        lambda leaf: vary_like(jnp.asarray(leaf), query, key, value), (params, initial)
+    )
     return PrefixOutputs(*_prefix(params, query, key, value, valid, initial, options))
 
 

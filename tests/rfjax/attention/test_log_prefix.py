@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rfjax import projections
-from rfjax.attention import _chunks, _log_prefix
+from rfjax.attention import _chunks, _log_prefix, favor_attention
 from rfjax.attention._log_prefix import (
     causal_feature_prefix,
     causal_log_prefix,
@@ -225,6 +225,34 @@ def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, sc
         want = jax.vjp(quadratic, weights, q, kk, v)[1](g)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max())
+
+
+def test_gradients_inside_shard_map_with_replicated_parameters():
+    """Causal FAVOR inside ``shard_map`` with the rows split over a mesh axis (data parallelism:
+    the batch over ``"data"``) and the projection replicated: the op's parameters and its zero
+    initial state enter varying like the rows, so the pullback returns each cotangent with its
+    primal's type (the parameters' summed over the devices). Until 2026-11-28 the initial
+    state's cotangent came back varying and every gradient raised (the long-context benchmark's
+    FAVOR training step did not compile). One device, so the gradients equal one program's."""
+    k = jax.random.split(jax.random.key(11), 4)
+    query, key, value = (0.5 * jax.random.normal(x, (2, 40, 2, 8)) for x in k[:3])
+    projection = projections.gaussian(k[3], 8, 16).matrix()
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    spec = jax.sharding.PartitionSpec
+
+    def attend(projection, query, key, value):
+        return favor_attention(query, key, value, projection, causal=True, chunk_size=16)
+
+    split = jax.shard_map(
+        attend, mesh=mesh, in_specs=(spec(),) + (spec("data"),) * 3, out_specs=spec("data")
+    )
+
+    def gradients(attend):
+        loss = lambda *args: jnp.sum(attend(*args) ** 2)  # noqa: E731
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(projection, query, key, value)
+
+    for got, want in zip(gradients(split), gradients(attend), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
 
 
 # Gradients of favor_attention in eager mode (the forward and backward programs compiled apart),
