@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from rfjax.attention._checks import log_floor
+from rfjax.attention._checks import log_floor, vary_like
 from rfjax.attention._chunks import chunk_states
 from rfjax.attention._fused_hybrid import FEATURE_TILE, AngularHybridSpec
 from rfjax.attention._fused_kernels import CHUNK, AffineSpec
@@ -77,7 +77,18 @@ class Backend:
             kwargs["interpret"] = pltpu.InterpretParams()
         else:
             kwargs["interpret"] = True
-        return pl.pallas_call(kernel, **kwargs)
+
+        def run(*operands):
+            # Inside shard_map the operands vary over mesh axes (all the same ones:
+            # ``fused_attention_sums`` casts them), and so do the outputs.
+            varying = jax.typeof(operands[0]).manual_axis_type
+            out_shape = [
+                jax.ShapeDtypeStruct(s.shape, s.dtype, manual_axis_type=varying)
+                for s in kwargs["out_shape"]
+            ]
+            return pl.pallas_call(kernel, **(kwargs | {"out_shape": out_shape}))(*operands)
+
+        return run
 
 
 # ------------------------------------------------------------------------------- wrappers
@@ -551,6 +562,12 @@ def fused_attention_sums(
       (numerator, denominator), float32.
     """
     spec, weights, aux = _kernel_parameters(form)
+    # Inside shard_map the parameters (replicated) enter varying like the rows, so that every
+    # kernel's operands and outputs have one type and the parameters' cotangents are summed
+    # over the devices (the transpose of the cast).
+    weights, aux, query, key, value, valid = (
+        vary_like(x, query, key, value, valid) for x in (weights, aux, query, key, value, valid)
+    )
     op = _causal if causal else _bidirectional
     num, den, _ = op(weights, aux, query, key, value, valid, spec, backend, jnp.dtype(matmul_dtype))
     return num, den

@@ -226,6 +226,50 @@ def test_kernels_lower_for_gpu_and_tpu(form, backend, causal):
     assert lowered_kernels(backend, causal, form) == (5 if causal else 6)
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_kernels_lower_for_triton_inside_shard_map(causal):
+    """Inside ``shard_map`` (rows split over ``"data"``, the map's parameters replicated) the
+    kernels' operands and outputs carry the mesh axes they vary over and the parameters'
+    cotangents are summed over the devices: forward and backward lower for Triton (an abstract
+    H100), as in the long-context LM's training step. Until 2026-11-28 the kernels' outputs
+    had no such type and the step did not compile."""
+    platform, device = DEVICES["triton"]
+    mesh = jax.sharding.AbstractMesh(
+        (1,),
+        ("data",),
+        axis_types=(jax.sharding.AxisType.Auto,),
+        abstract_device=jax.sharding.AbstractDevice(**device),
+    )
+    fused = functools.partial(
+        _fused.fused_attention_sums,
+        causal=causal,
+        backend=_fused.Backend("triton"),
+        matmul_dtype=jnp.bfloat16,
+    )
+
+    def gradients(w, b, q, k, v, valid):
+        def loss(w, b, q, k, v):
+            num, den = fused(features_affine(w, b), q[0], k[0], v[0], valid[0])
+            return jnp.sum(num) + jnp.sum(den)
+
+        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(w, b, q, k, v)
+
+    spec = jax.sharding.PartitionSpec
+    split = jax.shard_map(
+        gradients,
+        mesh=mesh,
+        in_specs=(spec(), spec()) + (spec("data"),) * 4,
+        out_specs=(spec(), spec()) + (spec("data"),) * 3,
+    )
+    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(128, 64), (128,)]]
+    shapes += [jax.ShapeDtypeStruct((1, 256, 64), jnp.float32)] * 2
+    shapes += [jax.ShapeDtypeStruct((1, 256, 64), jnp.bfloat16)]
+    shapes += [jax.ShapeDtypeStruct((1, 256), bool)]
+    with jax.sharding.use_abstract_mesh(mesh):
+        lowered = jax.jit(split).trace(*shapes).lower(lowering_platforms=(platform,))
+    assert lowered.as_text().count("xla.gpu.triton") == (5 if causal else 6)
+
+
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
