@@ -1,7 +1,8 @@
 """What a GPU lease runs (``benchmarks.gpu_run``), run on CPU, so that a lease is not spent finding
 that a step no longer starts: the tests step selects the GPU tests where they live now, and the
 attention and fwht benchmarks run their JAX programs end to end at a small size (the GPU-only
-methods recorded with the reason they did not run). The benchmarks refuse a CPU from their
+methods recorded with the reason they did not run), and so does the long-context LM's training
+step. The benchmarks refuse a CPU from their
 command line; these tests call their functions."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import sys
 
 import pytest
 
-from benchmarks import attention_gpu, fwht_gpu, gpu_run
+from benchmarks import attention_gpu, fwht_gpu, gpu_run, long_context
+from configs.performer_lm import get_config
 from tests.support import ROOT
 
 pytestmark = pytest.mark.integration
@@ -65,3 +67,15 @@ def test_the_fwht_benchmark_checks_and_times_against_a_copy():
     errors = case["max_relative_error_vs_butterfly"]
     assert "auto" in errors and max(errors.values()) <= fwht_gpu.TOLERANCE["float32"], errors
     assert case["ratios"]["copy/copy"] == 1.0
+
+
+def test_the_long_context_training_step_compiles_and_runs_for_both_kinds():
+    # The step runs the LM inside shard_map (the rows over "seq", one device here): until
+    # 2026-11-28 FAVOR's gradients raised there and the step read "does not compile".
+    config = get_config(None)
+    with config.unlocked():
+        config.model.implementation = "xla"
+    rows = long_context.step_rows(config, 100, [256], [1], repeats=2, budget=1e12)
+    assert {row["kind"] for row in rows} == set(long_context.KINDS)
+    for row in rows:
+        assert row["status"] == "timed" and row["tokens_per_second"] > 0, row
