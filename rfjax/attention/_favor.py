@@ -133,6 +133,12 @@ def favor_attention(
     an unfitted data-fitted map is then fitted to the whole batch and sequence, as on one
     device. This is the form that cannot be misused silently.
 
+    Data parallel: inside ``jax.shard_map`` with the batch split over a mesh axis and no
+    ``sequence_axis``, each device attends within its own sequences; a projection and feature
+    map passed in replicated (``P()``) get gradients summed over the devices, as JAX's own
+    operations give. The fused kernels lower for Triton there; in interpret mode JAX's
+    evaluator of the kernels needs ``shard_map(..., check_vma=False)``.
+
     Each shift is a single constant for all keys of one output row (or, per feature, undone
     by the query's read-out), so it cancels between numerator and denominator; the shifts are
     constants under differentiation (stop_gradient), which keeps gradients exact. Nothing
