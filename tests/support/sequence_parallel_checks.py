@@ -361,6 +361,35 @@ def performer_nnx_layer(global_arrays: bool = False) -> float:
     return relative_error(many(state, *split(mesh_, tokens)), expected)
 
 
+def data_parallel_errors(causal: bool) -> dict[str, float]:
+    """FAVOR inside ``shard_map`` with the batch split over ``BATCH`` devices, no
+    ``sequence_axis`` and the projection replicated (data parallelism): relative errors of the
+    output and the gradients of the projection (summed over the devices), q, k and v against
+    one program's."""
+    devices = np.array(jax.devices()[:BATCH])
+    data = jax.sharding.Mesh(devices, ("data",), axis_types=(AxisType.Auto,))
+    projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, NUM_FEATURES).matrix()
+
+    def attend(projection, q, k, v):
+        return attention.favor_attention(q, k, v, projection, causal=causal)
+
+    rows = P("data")
+    split = jax.shard_map(attend, mesh=data, in_specs=(P(), rows, rows, rows), out_specs=rows)
+
+    def output_and_gradients(fn):
+        def with_output(*args):
+            out = fn(*args)
+            return jnp.sum(jnp.sin(3.0 * out)), out
+
+        grad = jax.grad(with_output, argnums=(0, 1, 2, 3), has_aux=True)
+        return jax.jit(grad)(projection, *inputs(0))
+
+    (got, got_out), (want, want_out) = output_and_gradients(split), output_and_gradients(attend)
+    names = ("grad_projection", "grad_query", "grad_key", "grad_value")
+    errors = {name: relative_error(g, w) for name, g, w in zip(names, got, want, strict=True)}
+    return errors | {"output": relative_error(got_out, want_out)}
+
+
 def main() -> None:
     assert jax.device_count() == DEVICES, jax.devices()
     report = {
@@ -368,6 +397,9 @@ def main() -> None:
         "global_cases": {name: global_case_errors(*case) for name, case in GLOBAL_CASES.items()},
         "perturbations": later_device_perturbations(),
         "non_finite_rows": non_finite_rows(),
+        "data_parallel": {
+            mode: data_parallel_errors(mode == "causal") for mode in ("causal", "bidirectional")
+        },
         "memory": memory_per_device(4096),
         "performer": performer_layer(),
         "performer_global": performer_layer(global_arrays=True),

@@ -60,6 +60,14 @@ def test_on_four_devices():
         for name, error in errors.items():
             assert error <= 1e-5, (case, name, error)
 
+    # Data parallelism: the batch split over 2 devices, no sequence_axis, the projection
+    # replicated: output and gradients equal one program's, the projection's summed over the
+    # devices (until 2026-11-28 causal FAVOR's gradients raised inside shard_map).
+    for mode, errors in measured["data_parallel"].items():
+        assert set(errors) == {"output", "grad_projection", "grad_query", "grad_key", "grad_value"}
+        for name, error in errors.items():
+            assert error <= 1e-5, (mode, name, error)
+
     # Causal: changed output elements per device after the tokens of one device change (with
     # large keys that raise the running key maximum): none before it, all from it on.
     changed = measured["perturbations"]
