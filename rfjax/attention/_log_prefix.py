@@ -179,9 +179,12 @@ def causal_feature_prefix(
       ``PrefixOutputs``.
     """
     dtype = jnp.result_type(jnp.float32, query.dtype, key.dtype, value.dtype)
-    if initial is None:
+    no_earlier_keys = initial is None
+    if no_earlier_keys:
         initial = _no_earlier_keys(params, query, value, log_features, dtype)
-    options = _Options(log_features, chunk, with_own_state, jnp.dtype(matmul_dtype or dtype))
+    options = _Options(
+        log_features, chunk, with_own_state, jnp.dtype(matmul_dtype or dtype), no_earlier_keys
+    )
     # Inside shard_map the rows vary over mesh axes the parameters and the initial state may not
     # (replicated): their cotangents are per device, so they enter the op varying too, and the
     # transpose of that cast sums the cotangents over the devices.
@@ -270,6 +273,9 @@ class _Options(NamedTuple):
     chunk: int
     with_own_state: bool
     matmul_dtype: Any
+    # The state before the first chunk is zero (no initial state given): a one-chunk sequence
+    # is formed without it (``_one_chunk_without_state``).
+    no_earlier_keys: bool = False
 
 
 def _dot(spec: str, a: jax.Array, b: jax.Array, options: _Options) -> jax.Array:
@@ -468,20 +474,25 @@ def _chunk(la, lb, start, row_shift=None) -> tuple[_Chunk, jax.Array]:
 
 def _chunk_output(chunk: _Chunk, v, start, state, options: _Options) -> jax.Array:
     """One chunk's Y ``(s, b, p)`` given the earlier chunks' state ``(m, p)`` (relative to
-    ``start``): its blocks' own keys, its earlier blocks, the earlier chunks."""
-    out = jnp.einsum("sij,sjp->sip", jnp.sum(chunk.block_weights, axis=-1), v.astype(state.dtype))
+    ``start``; ``None`` where there are none): its blocks' own keys, its earlier blocks, the
+    earlier chunks."""
+    weights = jnp.sum(chunk.block_weights, axis=-1)
+    out = jnp.einsum("sij,sjp->sip", weights, v.astype(weights.dtype))
     blocks = v.shape[0]
     for offset in range(1, blocks):
         query, key = chunk.earlier_block(offset)
         scores = _dot("sim,sjm->sij", query, key, options)
         out = out.at[offset:].add(_dot("sij,sjp->sip", scores, v[: blocks - offset], options))
+    if state is None:
+        return out
     return out + _dot("sim,mp->sip", chunk.earlier_chunks_query(start), state, options)
 
 
 def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options: _Options):
     """(dla, dlb, dv) ``(s, b, .)`` of one chunk: its blocks' own forms, its earlier blocks,
     the earlier chunks (``state``, relative to ``start``) and the later queries (``later``,
-    relative to ``end``; ``None`` where there are none, a one-chunk sequence's backward pass)."""
+    relative to ``end``; ``None`` where there are none, a one-chunk sequence's backward pass;
+    ``state`` ``None`` where no keys come before the chunk, ``_one_chunk_without_state``)."""
     weights = chunk.block_weights
     # D_tj within each block, selected for j <= t: a later key's product (huge or inf, e.g. the
     # floored normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
@@ -490,7 +501,7 @@ def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options:
     products = jnp.where(causal, products, 0)[..., None]
     grad_la = jnp.sum(weights * products, axis=2)
     grad_lb = jnp.sum(weights * products, axis=1)
-    grad_v = jnp.einsum("sij,sip->sjp", jnp.sum(weights, axis=-1), grad.astype(state.dtype))
+    grad_v = jnp.einsum("sij,sip->sjp", jnp.sum(weights, axis=-1), grad.astype(weights.dtype))
     blocks = v.shape[0]
     for offset in range(1, blocks):
         query, key = chunk.earlier_block(offset)
@@ -502,8 +513,9 @@ def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options:
             key * _dot("sij,sim->sjm", products, query, options)
         )
         grad_v = grad_v.at[: blocks - offset].add(_dot("sij,sip->sjp", scores, grads, options))
-    query = chunk.earlier_chunks_query(start)
-    grad_la = grad_la + query * _dot("mp,sip->sim", state, grad, options)
+    if state is not None:
+        query = chunk.earlier_chunks_query(start)
+        grad_la = grad_la + query * _dot("mp,sip->sim", state, grad, options)
     if later is not None:
         key = chunk.keys.relative_to(end)
         grad_lb = grad_lb + key * _dot("mp,sjp->sjm", later, v, options)
@@ -512,6 +524,15 @@ def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options:
 
 
 # ------------------------------------------------------------- forward, backward, custom VJP
+
+
+def _one_chunk_without_state(x: _Rows, options: _Options) -> bool:
+    """Whether the sequence is one chunk with no earlier keys: then it is formed without the
+    earlier chunks' (zero) state. XLA's CPU backend (jaxlib 0.12.0.1) folds a zero state into
+    the chunk's fusions, and a YNNPACK reduce fusion then reads memory it never wrote: outputs
+    and gradients NaN in some processes (B = 4, T = 32, H = m = 64: 3 of 8;
+    ``tests/rfjax/attention/test_log_prefix.py``)."""
+    return x.query.shape[0] == 1 and options.no_earlier_keys
 
 
 def _forward(params, query, key, value, valid, initial, options: _Options):
@@ -537,7 +558,11 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
             return (jnp.exp(start - end)[:, None] * state + summary, end), outputs
 
         initial = (vary_like(initial[0], x), vary_like(jax.lax.stop_gradient(initial[1]), x))
-        _, outputs = jax.lax.scan(step, initial, x)
+        if _one_chunk_without_state(x, options):
+            rows = jax.tree.map(lambda a: a[0], tuple(x))
+            outputs = jax.tree.map(lambda a: a[None], output(*rows, initial[1], None)[0])
+        else:
+            _, outputs = jax.lax.scan(step, initial, x)
     else:
         keys = _key_pass(params, x, initial, options)
         outputs = map_chunks(
@@ -621,7 +646,7 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
                 shift,
                 start,
                 end,
-                state,
+                None if options.no_earlier_keys else state,
                 None,
                 grad[0],
             )
