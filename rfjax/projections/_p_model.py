@@ -64,6 +64,13 @@ _CHECK_ENTRIES = 1 << 18
 _CHECK_SIZE = 16
 """... and otherwise at this block size (the structure of a family does not depend on n)."""
 
+ROW_BLOCK_ENTRIES = 1 << 20
+"""On CPU, a batch of inputs is applied in blocks of rows whose transforms hold about this many
+entries (``PModel.row_workspace`` per row): 4-8 MiB of FFT buffers, which stay in cache and in
+the allocator's heap. One batched FFT of every row instead maps fresh pages from the operating
+system on every call once its buffers pass glibc's mmap threshold (at most 32 MiB): at d = 512,
+batch 4096, half the Toeplitz map's time went to page faults (``benchmarks.structured``)."""
+
 
 class PModel(abc.ABC):
     """A structured family in P-model form: how one block of rows is built from its budget g.
@@ -120,6 +127,13 @@ class PModel(abc.ABC):
     def block_parameters(self, parameters: jax.Array | None, block: int) -> jax.Array | None:
         """The parameters of block ``block`` (leading axis of length 1), as ``apply`` takes them."""
         return None if parameters is None else parameters[block : block + 1]
+
+    def row_workspace(self, n: int) -> int:
+        """Entries of the transforms that one input row takes in one block of ``apply``: how
+        many rows a CPU computation takes at a time (``ROW_BLOCK_ENTRIES``); 0 for a family
+        applied as a matrix product (no row blocks). 2n by default, one real FFT of length 2n
+        (a linear convolution)."""
+        return 2 * n
 
     @abc.abstractmethod
     def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
@@ -199,6 +213,9 @@ class Circulant(PModel):
 
     def budget_size(self, n: int) -> int:
         return n
+
+    def row_workspace(self, n: int) -> int:
+        return n  # a real FFT of length n
 
     def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         n = x.shape[-1]
@@ -291,6 +308,9 @@ class LowDisplacementRank(PModel):
     def budget_size(self, n: int) -> int:
         return self.rank * n
 
+    def row_workspace(self, n: int) -> int:
+        return 2 * n * self.rank  # a negacyclic convolution (length 2n) per r
+
     def check_size(self, n: int) -> None:
         if self.rank > n:
             raise ValueError(
@@ -343,6 +363,9 @@ class IndependentRows(PModel):
     def budget_size(self, n: int) -> int:
         return n * n
 
+    def row_workspace(self, n: int) -> int:
+        return 0  # a matrix product
+
     def apply(self, budget: jax.Array, x: jax.Array, parameters: jax.Array | None) -> jax.Array:
         n = x.shape[-1]
         weights = budget.reshape(*budget.shape[:-1], n, n)  # (B, k, n)
@@ -373,6 +396,9 @@ class DenseMatrices(PModel):
 
     def num_rows(self, n: int) -> int:
         return self.rows
+
+    def row_workspace(self, n: int) -> int:
+        return 0  # a matrix product
 
     def block_parameters(self, parameters: jax.Array | None, block: int) -> jax.Array | None:
         return parameters  # one set of P_i shared by every block
@@ -439,9 +465,20 @@ class PModelProjection(Projection):
     def _apply_unjitted(self, x: jax.Array) -> jax.Array:
         out_dtype = _output_dtype(x, self.budget)
         fft_dtype = jnp.promote_types(out_dtype, jnp.float32)  # no half-precision FFT
-        x = self.preprocess(x.astype(fft_dtype))
-        blocks = self.model.apply(self.budget.astype(fft_dtype), x, self.parameters)
+        blocks = _in_row_blocks(self._blocks, x.astype(fft_dtype), self.rows_per_block)
         return _stack_rows(blocks, self.num_features).astype(out_dtype)
+
+    def _blocks(self, x: jax.Array) -> jax.Array:
+        """Every block applied to the inputs ``x`` ``(..., d)``: ``(..., num_blocks, k)``."""
+        budget = self.budget.astype(x.dtype)
+        return self.model.apply(budget, self.preprocess(x), self.parameters)
+
+    @property
+    def rows_per_block(self) -> int | None:
+        """Inputs applied at a time on CPU (``ROW_BLOCK_ENTRIES`` over the transforms' entries
+        per input row); ``None``: all at once (a family applied as a matrix product)."""
+        per_row = self.model.row_workspace(self.block_dim) * self.budget.shape[0]
+        return max(1, ROW_BLOCK_ENTRIES // per_row) if per_row > 0 else None
 
     def matrix(self) -> jax.Array:
         return self._apply(jnp.eye(self.dim, dtype=self.budget.dtype)).T
@@ -458,6 +495,24 @@ class PModelProjection(Projection):
             raise ValueError(f"block must be < {self.budget.shape[0]} (the blocks), got {block}")
         parameters = self.model.block_parameters(self.parameters, block)
         return self.model.matrices(self.block_dim, parameters)
+
+
+def _in_row_blocks(
+    apply: Callable[[jax.Array], jax.Array], x: jax.Array, rows_per_block: int | None
+) -> jax.Array:
+    """``apply(x)`` for inputs ``x`` ``(..., d)`` and a row-wise ``apply``; compiled for CPU,
+    in blocks of ``rows_per_block`` rows one after the other (``lax.map``; the last block may
+    be shorter), on other platforms at once. Rows never mix, so a non-finite row stays in its
+    own outputs."""
+    rows = x.reshape(-1, x.shape[-1])
+    if rows_per_block is None or rows.shape[0] <= rows_per_block:
+        return apply(x)
+
+    def in_blocks(rows: jax.Array) -> jax.Array:
+        return jax.lax.map(apply, rows, batch_size=rows_per_block)
+
+    out = jax.lax.platform_dependent(rows, cpu=in_blocks, default=apply)
+    return out.reshape(*x.shape[:-1], *out.shape[1:])
 
 
 def p_model_violations(matrices: ArrayLike, *, tolerance: float = CONDITION_TOLERANCE) -> tuple:
