@@ -180,3 +180,52 @@ def test_bad_arguments():
     projections.low_displacement_rank(key, 3, 4, rank=4, preprocess=True)  # n = p = 4
     with pytest.raises(ValueError, match="block must be < 1"):
         projections.circulant(key, 4, 4).block_matrices(1)
+
+
+FFT_FAMILIES = [name for name, model in FAMILIES.items() if model.row_workspace(8) > 0]
+
+
+@pytest.mark.parametrize("name", FFT_FAMILIES)
+def test_a_large_batch_is_applied_in_row_blocks_on_cpu_and_at_once_elsewhere(name, monkeypatch):
+    """Past ``ROW_BLOCK_ENTRIES`` the inputs go through the FFTs 16 rows at a time on CPU (a
+    ``lax.map``; 111 rows leave a short last block) with the values and gradients of the whole
+    batch at once (to a few roundings: the FFTs' batch sizes differ); a NaN stays in its row;
+    compiled for a GPU (an abstract H100) the batch goes at once."""
+    from rfjax.projections import _p_model
+
+    projection = projections.p_model(jax.random.key(3), 12, 20, generator=FAMILIES[name])
+    x = jax.random.normal(jax.random.key(4), (3, 37, 12))
+
+    def loss(x, apply):
+        return jnp.sum(jnp.sin(apply(x)))
+
+    def values_and_gradients():  # traced afresh: ROW_BLOCK_ENTRIES is read when tracing
+        apply = jax.jit(lambda v: projection._apply_unjitted(v))
+        return apply, apply(x), jax.grad(loss)(x, apply)
+
+    whole, at_once, grad_at_once = values_and_gradients()
+    assert "while" not in whole.lower(x).as_text()
+    per_row = projection.model.row_workspace(projection.block_dim) * projection.budget.shape[0]
+    monkeypatch.setattr(_p_model, "ROW_BLOCK_ENTRIES", 16 * per_row)
+    assert projection.rows_per_block == 16
+    blocked, values, grad = values_and_gradients()
+    assert "while" in blocked.lower(x).as_text()
+    roundings = 16 * np.finfo(np.float32).eps
+    for got, want in [(values, at_once), (grad, grad_at_once)]:
+        np.testing.assert_allclose(got, want, rtol=0, atol=roundings * np.abs(want).max())
+    out = np.asarray(blocked(x.at[1, 5, 0].set(jnp.nan)))
+    assert np.isnan(out[1, 5]).all() and np.isfinite(np.delete(out.reshape(111, 20), 42, 0)).all()
+    h100 = jax.sharding.AbstractDevice(
+        device_kind="NVIDIA H100 80GB HBM3", platform="gpu", num_cores=132
+    )
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=h100)):
+        lowered = jax.jit(projection._apply_unjitted).trace(x).lower(lowering_platforms=("cuda",))
+    assert "while" not in lowered.as_text()
+
+
+def test_matrix_product_families_are_not_blocked():
+    projection = projections.p_model(
+        jax.random.key(5), 6, 6, generator=FAMILIES["independent_rows"]
+    )
+    assert projection.rows_per_block is None
+    assert "while" not in jax.jit(projection._apply_unjitted).lower(jnp.ones((4096, 6))).as_text()
