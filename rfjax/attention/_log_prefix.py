@@ -313,27 +313,73 @@ class _Splitter(NamedTuple):
         return -(-self.length // chunk), chunk // block, block
 
     def __call__(self, x: jax.Array, fill: Any = 0) -> jax.Array:
+        return self.chunked(self.padded(x, fill))
+
+    def padded(self, x: jax.Array, fill: Any = 0) -> jax.Array:
+        """``(T, .)`` -> ``(T', .)``, T' = n s b (no copy when T' = T)."""
         chunks, blocks, block = self.shape
-        pad = ((0, chunks * blocks * block - self.length),) + ((0, 0),) * (x.ndim - 1)
-        return jnp.pad(x, pad, constant_values=fill).reshape((chunks, blocks, block, *x.shape[1:]))
+        size = chunks * blocks * block
+        if size == self.length:
+            return x
+        pad = ((0, size - self.length),) + ((0, 0),) * (x.ndim - 1)
+        return jnp.pad(x, pad, constant_values=fill)
+
+    def chunked(self, padded: jax.Array) -> jax.Array:
+        """``(T', .)`` -> ``(n, s, b, .)``."""
+        return padded.reshape((*self.shape, *padded.shape[1:]))
+
+    def take(self, padded: jax.Array, chunk: jax.Array) -> jax.Array:
+        """Chunk ``chunk`` (traced) of ``(T', .)`` as ``(s, b, .)``: a slice of the rows, so a
+        scan over chunk indices reads each chunk where it lies (a scan over ``chunked`` rows
+        would first copy them chunk-major: under ``vmap`` over batch and heads, a transposed
+        copy of the whole (B, T, N, H) array)."""
+        _, blocks, block = self.shape
+        rows = jax.lax.dynamic_slice_in_dim(padded, chunk * blocks * block, blocks * block)
+        return rows.reshape((blocks, block, *padded.shape[1:]))
 
     def join(self, y: jax.Array) -> jax.Array:
         return y.reshape((-1, *y.shape[3:]))[: self.length]
 
 
 class _Rows(NamedTuple):
-    """The operands cut into chunks ``(n, s, b, .)``; padded keys are not valid, padded
-    queries are zeros (dropped)."""
+    """The operands padded to whole chunks ``(T', .)`` (``split``); padded keys are not
+    valid, padded queries are zeros (dropped)."""
 
     query: jax.Array | None
     key: jax.Array
     value: jax.Array
     valid: jax.Array
+    split: _Splitter
+
+    @staticmethod
+    def of(query, key, value, valid, options: _Options) -> _Rows:
+        split = _Splitter(key.shape[0], options.chunk)
+        padded_query = None if query is None else split.padded(query)
+        return _Rows(
+            padded_query, split.padded(key), split.padded(value), split.padded(valid, False), split
+        )
+
+    @property
+    def chunks(self) -> int:
+        return self.split.shape[0]
+
+    def keys_of(self, chunk) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(key, value, valid) of chunk ``chunk`` ``(s, b, .)``."""
+        return tuple(self.split.take(a, chunk) for a in (self.key, self.value, self.valid))
+
+    def rows_of(self, chunk) -> tuple[jax.Array, ...]:
+        """(query, key, value, valid) of chunk ``chunk`` ``(s, b, .)``."""
+        assert self.query is not None
+        return (self.split.take(self.query, chunk), *self.keys_of(chunk))
+
+    def chunked(self) -> tuple[jax.Array, ...]:
+        """The operands (query when given, key, value, valid) as ``(n, s, b, .)``."""
+        operands = (self.query, self.key, self.value, self.valid)
+        return tuple(self.split.chunked(a) for a in operands if a is not None)
 
 
 def _split_keys(key, value, valid, options: _Options) -> _Rows:
-    split = _Splitter(key.shape[0], options.chunk)
-    return _Rows(None, split(key), split(value), split(valid, False))
+    return _Rows.of(None, key, value, valid, options)
 
 
 def _key_logs(params, key, value, valid, options: _Options, dtype):
@@ -387,10 +433,12 @@ def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
             new_state = new_state + jnp.exp(top - end)[:, None] * chunk_summary
             return (new_state, end), (state, start, end)
 
-        carry = (vary_like(initial_state, x), vary_like(initial_shift, x))
-        (final, _), (states, start, end) = jax.lax.scan(step, carry, (x.key, x.value, x.valid))
+        carry = (vary_like(initial_state, *x[:4]), vary_like(initial_shift, *x[:4]))
+        (final, _), (states, start, end) = jax.lax.scan(
+            lambda carry, c: step(carry, x.keys_of(c)), carry, jnp.arange(x.chunks)
+        )
         return _KeyPass(start, end, states, final)
-    chunk_max, summaries = map_chunks(summary, x.key, x.value, x.valid)
+    chunk_max, summaries = map_chunks(summary, *x.chunked()[-3:])
     end = jnp.maximum(jax.lax.cummax(chunk_max, axis=0), initial_shift)
     start = jnp.concatenate([initial_shift[None], end[:-1]])
     summaries = jnp.exp(chunk_max - end)[..., None] * summaries
@@ -532,14 +580,14 @@ def _one_chunk_without_state(x: _Rows, options: _Options) -> bool:
     the chunk's fusions, and a YNNPACK reduce fusion then reads memory it never wrote: outputs
     and gradients NaN in some processes (B = 4, T = 32, H = H_v = m = 64: about 1 in 3;
     ``tests/rfjax/attention/test_log_prefix.py``)."""
-    return x.key.shape[0] == 1 and options.no_earlier_keys
+    return x.chunks == 1 and options.no_earlier_keys
 
 
 def _forward(params, query, key, value, valid, initial, options: _Options):
     """(outputs, row shifts as (n, s, b), the own state's shift or None)."""
     dtype = initial[0].dtype
-    split = _Splitter(query.shape[0], options.chunk)
-    x = _Rows(split(query), split(key), split(value), split(valid, False))
+    x = _Rows.of(query, key, value, valid, options)
+    split = x.split
 
     def output(query, key, value, valid, start, state):
         la, query_bad = _query_logs(params, query, options, dtype)
@@ -557,18 +605,21 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
             summary = _dot("sbm,sbp->mp", chunk.keys.relative_to(end), v, options)
             return (jnp.exp(start - end)[:, None] * state + summary, end), outputs
 
-        initial = (vary_like(initial[0], x), vary_like(jax.lax.stop_gradient(initial[1]), x))
+        rows = x[:4]
+        initial = (
+            vary_like(initial[0], *rows),
+            vary_like(jax.lax.stop_gradient(initial[1]), *rows),
+        )
         if _one_chunk_without_state(x, options):
-            query_rows, key_rows, value_rows, valid_rows = jax.tree.map(lambda a: a[0], tuple(x))
-            first, _ = output(query_rows, key_rows, value_rows, valid_rows, initial[1], None)
+            first, _ = output(*x.rows_of(0), initial[1], None)
             outputs = jax.tree.map(lambda a: a[None], first)
         else:
-            _, outputs = jax.lax.scan(step, initial, x)
+            _, outputs = jax.lax.scan(
+                lambda carry, c: step(carry, x.rows_of(c)), initial, jnp.arange(x.chunks)
+            )
     else:
         keys = _key_pass(params, x, initial, options)
-        outputs = map_chunks(
-            lambda *a: output(*a)[0], x.query, x.key, x.value, x.valid, keys.start, keys.states
-        )
+        outputs = map_chunks(lambda *a: output(*a)[0], *x.chunked(), keys.start, keys.states)
     out, row_shift, query_bad, key_bad = outputs
     own = own_shift = None
     if options.with_own_state:
@@ -593,9 +644,9 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
     params, query, key, value, valid, initial, row_shift, own_shift = residuals
     grad, _, _, _, own_grad = cotangents  # M and the flags are constants
     dtype = initial[0].dtype
-    split = _Splitter(query.shape[0], options.chunk)
-    x = _Rows(split(query), split(key), split(value), split(valid, False))
-    grad = split(grad.astype(dtype))
+    x = _Rows.of(query, key, value, valid, options)
+    split = x.split
+    grad = split.padded(grad.astype(dtype))
     keys = _key_pass(params, x, initial, options)
 
     def cotangents_of(query, key, value, valid, row_shift, start, end, state, later, grad):
@@ -617,57 +668,55 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
         return pullback((grad_la, grad_lb, grad_v)), query_summary
 
     decays = jnp.exp(keys.start - keys.end)
-    chunks = (x.query, x.key, x.value, x.valid, row_shift, keys.start, keys.end, keys.states)
+    per_chunk = (row_shift, keys.start, keys.end, keys.states)
     zero_params = _zero_cotangents(params)
     if _chunks.fused_chunk_scan(jax.default_backend()):
 
         def step(carry, inputs):
             later, params_grad = carry
-            *rows, decay, grad = inputs
-            (grads, summary) = cotangents_of(*rows, later, grad)
+            chunk, *pieces, decay = inputs
+            rows = x.rows_of(chunk)
+            (grads, summary) = cotangents_of(*rows, *pieces, later, split.take(grad, chunk))
             params_grad = _add_cotangents(params_grad, grads[0])
             return (decay[:, None] * later + summary, params_grad), grads[1:]
 
-        if grad.shape[0] == 1:
+        if x.chunks == 1:
             # One chunk has no later queries: formed without a zero state, which XLA's CPU
             # backend (jaxlib 0.12.0.1) folds into the in-block sums' fusion when the scan has
             # one step, and its YNNPACK reduce fusion then reads memory it never wrote (dk NaN
             # in some processes; tests/rfjax/attention/test_log_prefix.py). With more chunks the
             # state is the scan's carry; forming the last chunk apart there too cost 24% more
             # temporaries at T = 1024 (its pieces live beside the scan's).
-            rows, shift, start, end, state = jax.tree.map(
-                lambda a: a[0], (tuple(x), row_shift, keys.start, keys.end, keys.states)
-            )
-            query_rows, key_rows, value_rows, valid_rows = rows
+            shift, start, end, state = (a[0] for a in per_chunk)
             (params_grad, *row_grads), grad_initial = cotangents_of(
-                query_rows,
-                key_rows,
-                value_rows,
-                valid_rows,
+                *x.rows_of(0),
                 shift,
                 start,
                 end,
-                None if options.no_earlier_keys else state,
+                None if _one_chunk_without_state(x, options) else state,
                 None,
-                grad[0],
+                split.take(grad, 0),
             )
             row_grads = [g[None] for g in row_grads]
         else:
+            rows = x[:4]
             carry = (
-                vary_like(jnp.zeros_like(initial[0]), x, grad),
-                _vary_like_tree(zero_params, x),
+                vary_like(jnp.zeros_like(initial[0]), *rows, grad),
+                _vary_like_tree(zero_params, *rows),
             )
             (grad_initial, params_grad), row_grads = jax.lax.scan(
-                step, carry, (*chunks, decays, grad), reverse=True
+                step, carry, (jnp.arange(x.chunks), *per_chunk, decays), reverse=True
             )
     else:
+        chunks = (*x.chunked(), *per_chunk)
+        grad = split.chunked(grad)
 
         def summary(query, row_shift, start, grad):
             la, _ = _query_logs(params, query, options, dtype)
             factor = jnp.exp(la + start - row_shift[..., None])
             return _dot("sbm,sbp->mp", factor, grad, options)
 
-        summaries = map_chunks(summary, x.query, row_shift, keys.start, grad)
+        summaries = map_chunks(summary, chunks[0], row_shift, keys.start, grad)
         later, grad_initial = chunk_states(
             summaries, decays, jnp.zeros_like(initial[0]), reverse=True
         )
