@@ -328,7 +328,7 @@ class _Splitter(NamedTuple):
         """``(T', .)`` -> ``(n, s, b, .)``."""
         return padded.reshape((*self.shape, *padded.shape[1:]))
 
-    def take(self, padded: jax.Array, chunk: jax.Array) -> jax.Array:
+    def take(self, padded: jax.Array, chunk: jax.Array | int) -> jax.Array:
         """Chunk ``chunk`` (traced) of ``(T', .)`` as ``(s, b, .)``: a slice of the rows, so a
         scan over chunk indices reads each chunk where it lies (a scan over ``chunked`` rows
         would first copy them chunk-major: under ``vmap`` over batch and heads, a transposed
@@ -363,11 +363,12 @@ class _Rows(NamedTuple):
     def chunks(self) -> int:
         return self.split.shape[0]
 
-    def keys_of(self, chunk) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def keys_of(self, chunk: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(key, value, valid) of chunk ``chunk`` ``(s, b, .)``."""
-        return tuple(self.split.take(a, chunk) for a in (self.key, self.value, self.valid))
+        take = self.split.take
+        return take(self.key, chunk), take(self.value, chunk), take(self.valid, chunk)
 
-    def rows_of(self, chunk) -> tuple[jax.Array, ...]:
+    def rows_of(self, chunk: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         """(query, key, value, valid) of chunk ``chunk`` ``(s, b, .)``."""
         assert self.query is not None
         return (self.split.take(self.query, chunk), *self.keys_of(chunk))
