@@ -65,7 +65,10 @@ class Backend:
         if self.compiler == "triton":
             from jax.experimental.pallas import triton as plgpu
 
-            kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=4, num_stages=2)
+            # One stage: software pipelining's buffers took the causal cotangent kernel at
+            # m = 128 to 235,520 bytes of shared memory per block with two stages, over an
+            # H100's 232,448; with one, 147,456 (tools/triton_kernels.py, triton 3.5.0).
+            kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=4, num_stages=1)
         elif self.compiler == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 
