@@ -1,0 +1,40 @@
+"""``tools/triton_kernels.py`` up to its compile step: the Triton kernels of the fused FAVOR
+passes, lowered for an abstract A100 or H100, each read back from its ``xla.gpu.triton`` call as
+TTIR text with its launch parameters. The compile step needs the ``triton`` package, which the
+test environment does not install; its figures are committed under
+``benchmarks/results/triton_kernels/``."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+TOOL = pathlib.Path(__file__).parents[2] / "tools" / "triton_kernels.py"
+CAUSAL = ["key_summary", "causal_output", "key_summary", "query_summary", "causal_cotangents"]
+BIDIRECTIONAL = [
+    *("key_summary", "readout", "key_summary", "query_summary"),
+    *("query_cotangents", "key_cotangents"),
+]
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("triton_kernels", TOOL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("arch", "fmap", "causal", "names"),
+    [(90, "affine", True, CAUSAL), (80, "angular_hybrid", False, BIDIRECTIONAL)],
+    ids=["sm90-affine-causal", "sm80-hybrid-bidirectional"],
+)
+def test_every_kernel_is_read_back_as_ttir_with_its_launch_parameters(arch, fmap, causal, names):
+    tool = load_tool()
+    kernels = tool.triton_kernels(tool.lowered_module(arch, fmap, 128, causal))
+    assert [kernel["kernel"] for kernel in kernels] == [f"rfjax_favor_{n}" for n in names]
+    for kernel in kernels:
+        assert kernel["ttir"].startswith(f"module @{kernel['kernel']}")
+        assert f"tt.func public @{kernel['kernel']}" in kernel["ttir"]
+        assert (kernel["num_warps"], kernel["num_stages"]) == (4, 1)
