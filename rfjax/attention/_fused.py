@@ -50,6 +50,12 @@ from rfjax.features import AffineLogForm, AngularHybridFeatureMap
 MIN_WIDTH = 16  # the smallest dimension of a product on GPUs (tt.dot)
 Spec = AffineSpec | AngularHybridSpec  # how the kernels read a map's parameters, and which
 CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summed over them)
+# Features per call of the affine maps' cotangent kernels: their shared memory per block grows
+# with the features (at m = 256 the causal one needed 253,952 bytes with one pipeline stage, the
+# bidirectional ones 245,760 and 278,528, over an H100's 232,448; at m = 128, 147,456 at most:
+# tools/triton_kernels.py). Every term of the affine maps' cotangents is one feature's, or a sum
+# over the features (the rows' cotangents), so wider maps run one call per tile of features.
+COTANGENT_FEATURES = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +184,22 @@ class _Map(NamedTuple):
 
     def specs(self) -> list[pl.BlockSpec]:
         return [_whole(self.weights), _whole(self.aux)]
+
+    def feature_tiles(self) -> list[slice]:
+        """The features cut into tiles of at most ``COTANGENT_FEATURES`` for the cotangent
+        kernels: the affine maps (per-feature parameters: a row of W, an entry of b); one tile
+        for the angular hybrid."""
+        width = self.width
+        if not isinstance(self.spec, AffineSpec) or width <= COTANGENT_FEATURES:
+            return [slice(0, width)]
+        step = COTANGENT_FEATURES
+        return [slice(i, min(i + step, width)) for i in range(0, width, step)]
+
+    def tile(self, features: slice) -> _Map:
+        """The affine map restricted to ``features``."""
+        if features == slice(0, self.width):
+            return self
+        return _Map(self.weights[features], self.aux[:, features], self.spec)
 
 
 def _group_size(chunks: int) -> int:
@@ -325,6 +347,21 @@ def _differentiable(forward, backward):
 # --- causal
 
 
+def _over_feature_tiles(form: _Map, cotangents) -> tuple[jax.Array, ...]:
+    """(rows' cotangents..., dW ``(m, H)``, d aux ``(1, m)``): ``cotangents(tile, features)``
+    (the rows' cotangents and the per-group dW and d aux of one tile of features) summed over
+    the tiles for the rows, joined along the features for the parameters."""
+    rows: list[jax.Array] | None = None
+    grad_w, grad_aux = [], []
+    for features in form.feature_tiles():
+        *tile_rows, tile_w, tile_aux = cotangents(form.tile(features), features)
+        rows = tile_rows if rows is None else [a + b for a, b in zip(rows, tile_rows, strict=True)]
+        grad_w.append(jnp.sum(tile_w, 0))
+        grad_aux.append(jnp.sum(tile_aux, 0))
+    assert rows is not None
+    return (*rows, jnp.concatenate(grad_w, axis=0), jnp.concatenate(grad_aux, axis=-1))
+
+
 def _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     x = _rows(weights, aux, spec, query, key, value, valid)
     start, _, states, counts = _causal_states(
@@ -378,31 +415,41 @@ def _causal_backward(spec, backend, matmul_dtype, residuals, cotangents):
     group = _group_size(x.queries.chunks)
     rows = x.queries
     groups = rows.chunks // group
-    outputs = [
-        _out(x.query.shape),
-        _out(x.key.shape),
-        _out(x.value.shape),
-        _out((groups, *x.form.weights.shape)),
-        _out((groups, *x.form.aux.shape)),
-    ]
     chunked = (x.query, x.key, x.value, x.valid)
-    per_chunk = (start, end, states, counts, later, later_counts)
-    dq, dk, dv, dw, db = backend.call(
-        x.form.kernel("cotangent_kernel", matmul_dtype),
-        grid=(groups,),
-        in_specs=[
-            *(rows.rows(a, group) for a in chunked),
-            *x.form.specs(),
-            *(_per_chunk(a, group) for a in per_chunk),
-            *(rows.rows(a, group) for a in (row_shift, grad, grad_den)),
-        ],
-        out_specs=[*(rows.rows(o, group) for o in outputs[:3]), *map(_per_chunk, outputs[3:])],
-        out_shape=outputs,
-        name="rfjax_favor_causal_cotangents",
-    )(*chunked, x.form.weights, x.form.aux, *per_chunk, row_shift, grad, grad_den)
-    return _unpadded_cotangents(
-        spec, weights, aux, query, key, value, jnp.sum(dw, 0), jnp.sum(db, 0), dq, dk, dv
-    )
+
+    def tile_cotangents(form: _Map, features: slice):
+        per_chunk = (
+            start[..., features],
+            end[..., features],
+            states[:, features],
+            counts[..., features],
+            later[:, features],
+            later_counts[..., features],
+        )
+        outputs = [
+            *(_out(a.shape) for a in chunked[:3]),
+            _out((groups, *form.weights.shape)),
+            _out((groups, *form.aux.shape)),
+        ]
+        return backend.call(
+            form.kernel("cotangent_kernel", matmul_dtype),
+            grid=(groups,),
+            in_specs=[
+                *(rows.rows(a, group) for a in chunked),
+                *form.specs(),
+                *(_per_chunk(a, group) for a in per_chunk),
+                *(rows.rows(a, group) for a in (row_shift, grad, grad_den)),
+            ],
+            out_specs=[
+                *(rows.rows(o, group) for o in outputs[:3]),
+                *map(_per_chunk, outputs[3:]),
+            ],
+            out_shape=outputs,
+            name="rfjax_favor_causal_cotangents",
+        )(*chunked, form.weights, form.aux, *per_chunk, row_shift, grad, grad_den)
+
+    dq, dk, dv, grad_w, grad_b = _over_feature_tiles(x.form, tile_cotangents)
+    return _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_b, dq, dk, dv)
 
 
 _causal = _differentiable(_causal_forward, _causal_backward)
@@ -448,52 +495,69 @@ def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
     queries, keys = x.queries, x.keys
     q_group, k_group = _group_size(queries.chunks), _group_size(keys.chunks)
     q_groups, k_groups = queries.chunks // q_group, keys.chunks // k_group
-    q_outputs = [
-        _out(x.query.shape),
-        _out((q_groups, *x.form.weights.shape)),
-        _out((q_groups, *x.form.aux.shape)),
-    ]
-    dq, dw_q, db_q = backend.call(
-        x.form.kernel("query_cotangent_kernel", matmul_dtype),
-        grid=(q_groups,),
-        in_specs=[
-            queries.rows(x.query, q_group),
-            *x.form.specs(),
-            *map(_whole, (shift, state, count)),
-            *(queries.rows(a, q_group) for a in (row_shift, grad, grad_den)),
-        ],
-        out_specs=[
-            queries.rows(x.query, q_group),
-            _per_chunk(q_outputs[1]),
-            _per_chunk(q_outputs[2]),
-        ],
-        out_shape=q_outputs,
-        name="rfjax_favor_query_cotangents",
-    )(x.query, x.form.weights, x.form.aux, shift, state, count, row_shift, grad, grad_den)
-    k_outputs = [
-        _out(x.key.shape),
-        _out(x.value.shape),
-        _out((k_groups, *x.form.weights.shape)),
-        _out((k_groups, *x.form.aux.shape)),
-    ]
-    dk, dv, dw_k, db_k = backend.call(
-        x.form.kernel("key_cotangent_kernel", matmul_dtype),
-        grid=(k_groups,),
-        in_specs=[
-            *(keys.rows(a, k_group) for a in (x.key, x.value, x.valid)),
-            *x.form.specs(),
-            *map(_whole, (shift, grad_state, grad_count)),
-        ],
-        out_specs=[
-            keys.rows(x.key, k_group),
-            keys.rows(x.value, k_group),
-            *map(_per_chunk, k_outputs[2:]),
-        ],
-        out_shape=k_outputs,
-        name="rfjax_favor_key_cotangents",
-    )(x.key, x.value, x.valid, x.form.weights, x.form.aux, shift, grad_state, grad_count)
-    grad_w = jnp.sum(dw_q, 0) + jnp.sum(dw_k, 0)
-    grad_b = jnp.sum(db_q, 0) + jnp.sum(db_k, 0)
+
+    def tile_cotangents(form: _Map, features: slice):
+        tile_shift = shift[..., features]
+        q_outputs = [
+            _out(x.query.shape),
+            _out((q_groups, *form.weights.shape)),
+            _out((q_groups, *form.aux.shape)),
+        ]
+        dq, dw_q, db_q = backend.call(
+            form.kernel("query_cotangent_kernel", matmul_dtype),
+            grid=(q_groups,),
+            in_specs=[
+                queries.rows(x.query, q_group),
+                *form.specs(),
+                *map(_whole, (tile_shift, state[features], count[..., features])),
+                *(queries.rows(a, q_group) for a in (row_shift, grad, grad_den)),
+            ],
+            out_specs=[
+                queries.rows(x.query, q_group),
+                _per_chunk(q_outputs[1]),
+                _per_chunk(q_outputs[2]),
+            ],
+            out_shape=q_outputs,
+            name="rfjax_favor_query_cotangents",
+        )(
+            x.query,
+            form.weights,
+            form.aux,
+            tile_shift,
+            state[features],
+            count[..., features],
+            row_shift,
+            grad,
+            grad_den,
+        )
+        k_outputs = [
+            _out(x.key.shape),
+            _out(x.value.shape),
+            _out((k_groups, *form.weights.shape)),
+            _out((k_groups, *form.aux.shape)),
+        ]
+        tile_state, tile_count = grad_state[features], grad_count[..., features]
+        dk, dv, dw_k, db_k = backend.call(
+            form.kernel("key_cotangent_kernel", matmul_dtype),
+            grid=(k_groups,),
+            in_specs=[
+                *(keys.rows(a, k_group) for a in (x.key, x.value, x.valid)),
+                *form.specs(),
+                *map(_whole, (tile_shift, tile_state, tile_count)),
+            ],
+            out_specs=[
+                keys.rows(x.key, k_group),
+                keys.rows(x.value, k_group),
+                *map(_per_chunk, k_outputs[2:]),
+            ],
+            out_shape=k_outputs,
+            name="rfjax_favor_key_cotangents",
+        )(x.key, x.value, x.valid, form.weights, form.aux, tile_shift, tile_state, tile_count)
+        grad_w = jnp.concatenate([dw_q, dw_k])  # summed over the groups by the caller
+        grad_b = jnp.concatenate([db_q, db_k])
+        return dq, dk, dv, grad_w, grad_b
+
+    dq, dk, dv, grad_w, grad_b = _over_feature_tiles(x.form, tile_cotangents)
     return _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_b, dq, dk, dv)
 
 

@@ -345,3 +345,41 @@ def test_triton_names_the_feature_counts_it_takes(name, count, fits):
     else:
         with pytest.raises(ValueError, match=f"got m = {count}: use implementation='xla'"):
             check()
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkeypatch):
+    """Past ``COTANGENT_FEATURES`` the affine maps' cotangent kernels run once per tile of
+    features (their shared memory per block grows with the features): 16 features in tiles of
+    4 give the gradients of one call, the rows' summed over the tiles and the map's joined."""
+    q, k, v, mask, _ = operands(3, scale=2.0)
+    projection = projections.orthogonal(jax.random.key(6), HEAD_DIM, NUM_FEATURES)
+    form = _fused.kernel_form(projection, features.get("positive")())
+    rows = (q[0, :, 0], k[0, :, 0], v[0, :, 0], mask[0])
+    weights = jax.random.normal(jax.random.key(5), (LENGTH, VALUE_DIM))
+
+    def loss(w, b, q, k, v, valid):
+        num, den = _fused.fused_attention_sums(
+            features.AffineLogForm(w, b, form.norm_weight),
+            q,
+            k,
+            v,
+            valid,
+            causal=causal,
+            backend=_fused.Backend(None),
+        )
+        return jnp.sum(num * weights) + jnp.sum(jnp.sin(den))
+
+    def gradients():  # traced afresh: COTANGENT_FEATURES is read when tracing
+        grad = jax.grad(lambda *a: loss(*a), argnums=(0, 1, 2, 3, 4))
+        kernel = "rfjax_favor_causal_cotangents" if causal else "rfjax_favor_key_cotangents"
+        calls = str(jax.make_jaxpr(grad)(form.weights, form.bias, *rows)).count(kernel)
+        return jax.jit(grad)(form.weights, form.bias, *rows), calls
+
+    whole, calls = gradients()
+    assert calls == 1
+    monkeypatch.setattr(_fused, "COTANGENT_FEATURES", 4)
+    tiled, calls = gradients()
+    assert calls == NUM_FEATURES // 4
+    for got, want in zip(tiled, whole, strict=True):
+        assert_close(got, want)
