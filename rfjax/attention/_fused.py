@@ -24,6 +24,10 @@ C positions in blocks of B = 16:
   ``readout_kernel`` per chunk; its backward forms the queries' summary and the keys'
   cotangents the same way.
 
+The affine maps' cotangent kernels run once per tile of at most ``COTANGENT_FEATURES`` features
+(their shared memory per block grows with the features; ``tools/triton_kernels.py`` compiles
+every kernel for sm80 and sm90 without a GPU and reports it).
+
 The kernels are written once in Pallas and compiled for a backend (``Backend``: Triton on NVIDIA
 sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Values are
 padded to a power-of-two width of at least 16 (the products' smallest dimension on GPUs, and
