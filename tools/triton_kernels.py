@@ -43,8 +43,15 @@ TRITON_CALL = "__gpu$xla.gpu.triton"
 # ------------------------------------------------------------------ step 1: JAX lowering
 
 
-def lowered_module(arch: int, fmap: str, features: int, causal: bool):
-    """The jitted forward and backward of the fused sums, lowered for an abstract GPU."""
+H100 = dict(device_kind=DEVICE_KIND[90], platform="gpu", num_cores=132)
+
+
+def fused_gradients(fmap: str, causal: bool, backend: str, rows=lambda x: x):
+    """``gradients(w, b, q, k, v, valid)``: the gradients of sum(num) + sum(den) of
+    ``rfjax.attention._fused.fused_attention_sums`` (bfloat16 products) with respect to the
+    map's parameters and the rows, for ``fmap`` "affine" (FAVOR+'s form; b its bias) or
+    "angular_hybrid" (b its sign projection); ``rows`` takes one sequence from each row
+    argument (the identity, or ``x[0]`` for a shard of a batch)."""
     import functools
 
     import jax
@@ -52,15 +59,6 @@ def lowered_module(arch: int, fmap: str, features: int, causal: bool):
 
     from rfjax import features as rf_features
     from rfjax.attention import _fused
-
-    head, length, signs = 64, 256, 8
-    aux = (features,) if fmap == "affine" else (signs, head)
-    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(features, head), aux]]
-    shapes += [jax.ShapeDtypeStruct((length, head), jnp.float32)] * 2
-    shapes += [
-        jax.ShapeDtypeStruct((length, head), jnp.bfloat16),
-        jax.ShapeDtypeStruct((length,), bool),
-    ]
 
     def make(weights, aux):
         if fmap == "affine":
@@ -70,23 +68,53 @@ def lowered_module(arch: int, fmap: str, features: int, causal: bool):
     fused = functools.partial(
         _fused.fused_attention_sums,
         causal=causal,
-        backend=_fused.Backend("triton"),
+        backend=_fused.Backend(backend),
         matmul_dtype=jnp.bfloat16,
     )
 
     def gradients(w, b, q, k, v, valid):
         def loss(w, b, q, k, v):
-            num, den = fused(make(w, b), q, k, v, valid)
+            num, den = fused(make(w, b), *map(rows, (q, k, v, valid)))
             return jnp.sum(num) + jnp.sum(den)
 
         return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(w, b, q, k, v)
 
-    device = jax.sharding.AbstractDevice(
-        device_kind=DEVICE_KIND[arch], platform="gpu", num_cores=108 if arch == 80 else 132
-    )
-    mesh = jax.sharding.AbstractMesh((), (), abstract_device=device)
+    return gradients
+
+
+def argument_shapes(fmap: str, features: int, batch: tuple[int, ...] = ()) -> list:
+    """The arguments of ``fused_gradients``'s function: the benchmark's head (H = H_v = 64),
+    T = 256, float32 queries and keys, bfloat16 values, ``batch`` leading the rows."""
+    import jax
+    import jax.numpy as jnp
+
+    head, length, signs = 64, 256, 8
+    aux = (features,) if fmap == "affine" else (signs, head)
+    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(features, head), aux]]
+    rows = (*batch, length, head)
+    shapes += [jax.ShapeDtypeStruct(rows, jnp.float32)] * 2
+    shapes += [jax.ShapeDtypeStruct(rows, jnp.bfloat16)]
+    return [*shapes, jax.ShapeDtypeStruct((*batch, length), bool)]
+
+
+def lowered_program(fmap, features, causal, *, backend="triton", platform="cuda", device=H100):
+    """``fused_gradients`` jitted and lowered for an abstract ``device`` (keyword arguments
+    of ``jax.sharding.AbstractDevice``) on ``platform``: nothing is compiled for it."""
+    import jax
+
+    gradients = fused_gradients(fmap, causal, backend)
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=jax.sharding.AbstractDevice(**device))
     with jax.sharding.use_abstract_mesh(mesh):
-        return jax.jit(gradients).trace(*shapes).lower(lowering_platforms=("cuda",))
+        shapes = argument_shapes(fmap, features)
+        return jax.jit(gradients).trace(*shapes).lower(lowering_platforms=(platform,))
+
+
+def lowered_module(arch: int, fmap: str, features: int, causal: bool):
+    """The forward and backward passes lowered for an abstract A100 (80) or H100 (90)."""
+    device = {"device_kind": DEVICE_KIND[arch], "platform": "gpu", "num_cores": 132}
+    if arch == 80:
+        device["num_cores"] = 108
+    return lowered_program(fmap, features, causal, device=device)
 
 
 def triton_kernels(lowered) -> list[dict]:

@@ -4,25 +4,15 @@ TTIR text with its launch parameters. The compile step needs the ``triton`` pack
 test environment does not install; its figures are committed under
 ``benchmarks/results/triton_kernels/``."""
 
-import importlib.util
-import pathlib
-
 import pytest
 
-TOOL = pathlib.Path(__file__).parents[2] / "tools" / "triton_kernels.py"
+from tests.support.tools import load_tool
+
 CAUSAL = ["key_summary", "causal_output", "key_summary", "query_summary", "causal_cotangents"]
 BIDIRECTIONAL = [
     *("key_summary", "readout", "key_summary", "query_summary"),
     *("query_cotangents", "key_cotangents"),
 ]
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("triton_kernels", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -31,7 +21,7 @@ def load_tool():
     ids=["sm90-affine-causal", "sm80-hybrid-bidirectional"],
 )
 def test_every_kernel_is_read_back_as_ttir_with_its_launch_parameters(arch, fmap, causal, names):
-    tool = load_tool()
+    tool = load_tool("triton_kernels")
     kernels = tool.triton_kernels(tool.lowered_module(arch, fmap, 128, causal))
     assert [kernel["kernel"] for kernel in kernels] == [f"rfjax_favor_{n}" for n in names]
     for kernel in kernels:

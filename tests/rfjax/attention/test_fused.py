@@ -22,6 +22,7 @@ from rfjax import attention, features, projections
 from rfjax.attention import _fused
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.representatives import representatives
+from tests.support.tools import load_tool
 
 EPS32 = float(np.finfo(np.float32).eps)
 TOLERANCE = 64 * EPS32
@@ -170,52 +171,28 @@ def test_errors_name_what_the_kernels_take():
         )
 
 
+TOOL = load_tool("triton_kernels")  # lowers the kernels for an abstract device
 DEVICES = {
-    "triton": ("cuda", dict(device_kind="NVIDIA H100 80GB HBM3", platform="gpu", num_cores=132)),
+    "triton": ("cuda", TOOL.H100),
     "tpu": ("tpu", dict(device_kind="TPU v5 lite", platform="tpu", num_cores=1)),
 }
 
 
-def lowered_kernels(backend, causal, form, signs=8, features=128):
+def lowered_kernels(backend, causal, fmap):
     """The Pallas kernels' calls in the forward and backward pass lowered for ``backend`` on
     an abstract device (nothing compiled for it): the benchmark's head (H = 64, H_v = 64),
-    T = S = 256, bfloat16 products; ``form(W, aux)`` the map's form (aux ``(m,)`` for
-    ``AffineLogForm``'s bias, ``(signs, 64)`` for the hybrid's sign projection)."""
-    aux = (features,) if form is features_affine else (signs, 64)
-    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(features, 64), aux]]
-    shapes += [jax.ShapeDtypeStruct((256, 64), jnp.float32)] * 2
-    shapes += [jax.ShapeDtypeStruct((256, 64), jnp.bfloat16), jax.ShapeDtypeStruct((256,), bool)]
-    fused = functools.partial(
-        _fused.fused_attention_sums,
-        causal=causal,
-        backend=_fused.Backend(backend),
-        matmul_dtype=jnp.bfloat16,
-    )
-
-    def gradients(w, b, q, k, v, valid):
-        def loss(w, b, q, k, v):
-            num, den = fused(form(w, b), q, k, v, valid)
-            return jnp.sum(num) + jnp.sum(den)
-
-        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(w, b, q, k, v)
-
+    T = S = 256, m = 128, bfloat16 products (``tools/triton_kernels.py``)."""
     platform, device = DEVICES[backend]
-    device = jax.sharding.AbstractDevice(**device)
-    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
-        lowered = jax.jit(gradients).trace(*shapes).lower(lowering_platforms=(platform,))
+    lowered = TOOL.lowered_program(
+        fmap, 128, causal, backend=backend, platform=platform, device=device
+    )
     return lowered.as_text().count("xla.gpu.triton" if backend == "triton" else "tpu_custom_call")
-
-
-def features_affine(w, b):
-    return features.AffineLogForm(w, b, -0.5)
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 @pytest.mark.parametrize("backend", ["triton", "tpu"])
-@pytest.mark.parametrize(
-    "form", [features_affine, _fused.AngularHybridForm], ids=["affine", "angular_hybrid"]
-)
-def test_kernels_lower_for_gpu_and_tpu(form, backend, causal):
+@pytest.mark.parametrize("fmap", ["affine", "angular_hybrid"])
+def test_kernels_lower_for_gpu_and_tpu(fmap, backend, causal):
     """Forward and backward lowered by Pallas for Triton (an abstract H100) and for Mosaic TPU
     (an abstract TPU v5e), for FAVOR+/OPRF's affine form (m = 128) and the angular hybrid
     (m = 128, n = 8): what each backend's lowering rules take (block shapes, operations);
@@ -223,7 +200,7 @@ def test_kernels_lower_for_gpu_and_tpu(form, backend, causal):
     backward (key summaries, query summaries, cotangents); bidirectional: forward (key
     summaries, read-out) and backward (key summaries, query summaries, the queries' and the
     keys' cotangents)."""
-    assert lowered_kernels(backend, causal, form) == (5 if causal else 6)
+    assert lowered_kernels(backend, causal, fmap) == (5 if causal else 6)
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
@@ -240,19 +217,7 @@ def test_kernels_lower_for_triton_inside_shard_map(causal):
         axis_types=(jax.sharding.AxisType.Auto,),
         abstract_device=jax.sharding.AbstractDevice(**device),
     )
-    fused = functools.partial(
-        _fused.fused_attention_sums,
-        causal=causal,
-        backend=_fused.Backend("triton"),
-        matmul_dtype=jnp.bfloat16,
-    )
-
-    def gradients(w, b, q, k, v, valid):
-        def loss(w, b, q, k, v):
-            num, den = fused(features_affine(w, b), q[0], k[0], v[0], valid[0])
-            return jnp.sum(num) + jnp.sum(den)
-
-        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(w, b, q, k, v)
+    gradients = TOOL.fused_gradients("affine", causal, "triton", rows=lambda x: x[0])
 
     spec = jax.sharding.PartitionSpec
     split = jax.shard_map(
@@ -261,10 +226,7 @@ def test_kernels_lower_for_triton_inside_shard_map(causal):
         in_specs=(spec(), spec()) + (spec("data"),) * 4,
         out_specs=(spec(), spec()) + (spec("data"),) * 3,
     )
-    shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(128, 64), (128,)]]
-    shapes += [jax.ShapeDtypeStruct((1, 256, 64), jnp.float32)] * 2
-    shapes += [jax.ShapeDtypeStruct((1, 256, 64), jnp.bfloat16)]
-    shapes += [jax.ShapeDtypeStruct((1, 256), bool)]
+    shapes = TOOL.argument_shapes("affine", 128, batch=(1,))
     with jax.sharding.use_abstract_mesh(mesh):
         lowered = jax.jit(split).trace(*shapes).lower(lowering_platforms=(platform,))
     assert lowered.as_text().count("xla.gpu.triton") == (5 if causal else 6)
