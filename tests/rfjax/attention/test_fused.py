@@ -315,7 +315,7 @@ def test_triton_names_the_feature_counts_it_takes(name, count, fits):
 def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkeypatch):
     """Past ``COTANGENT_FEATURES`` the affine maps' cotangent kernels run once per tile of
     features (their shared memory per block grows with the features): 16 features in tiles of
-    4 give the gradients of one call, the rows' summed over the tiles and the map's joined."""
+    8 give the gradients of one call, the rows' summed over the tiles and the map's joined."""
     q, k, v, mask, _ = operands(3, scale=2.0)
     projection = projections.orthogonal(jax.random.key(6), HEAD_DIM, NUM_FEATURES)
     form = _fused.kernel_form(projection, features.get("positive")())
@@ -342,8 +342,8 @@ def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkey
 
     whole, calls = gradients()
     assert calls == 1
-    monkeypatch.setattr(_fused, "COTANGENT_FEATURES", 4)
+    monkeypatch.setattr(_fused, "COTANGENT_FEATURES", 8)
     tiled, calls = gradients()
-    assert calls == NUM_FEATURES // 4
+    assert calls == NUM_FEATURES // 8
     for got, want in zip(tiled, whole, strict=True):
         assert_close(got, want)
