@@ -195,13 +195,13 @@ class _Map(NamedTuple):
         for the angular hybrid."""
         width = self.width
         if not isinstance(self.spec, AffineSpec) or width <= COTANGENT_FEATURES:
-            return [slice(0, width)]
+            return [slice(None)]
         step = COTANGENT_FEATURES
         return [slice(i, min(i + step, width)) for i in range(0, width, step)]
 
     def tile(self, features: slice) -> _Map:
-        """The affine map restricted to ``features``."""
-        if features == slice(0, self.width):
+        """The affine map restricted to ``features`` (itself for ``slice(None)``)."""
+        if features == slice(None):
             return self
         return _Map(self.weights[features], self.aux[:, features], self.spec)
 

@@ -363,6 +363,11 @@ class _Rows(NamedTuple):
     def chunks(self) -> int:
         return self.split.shape[0]
 
+    @property
+    def operands(self) -> tuple[jax.Array | None, jax.Array, jax.Array, jax.Array]:
+        """(query or None, key, value, valid), padded."""
+        return self.query, self.key, self.value, self.valid
+
     def keys_of(self, chunk: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(key, value, valid) of chunk ``chunk`` ``(s, b, .)``."""
         take = self.split.take
@@ -375,8 +380,7 @@ class _Rows(NamedTuple):
 
     def chunked(self) -> tuple[jax.Array, ...]:
         """The operands (query when given, key, value, valid) as ``(n, s, b, .)``."""
-        operands = (self.query, self.key, self.value, self.valid)
-        return tuple(self.split.chunked(a) for a in operands if a is not None)
+        return tuple(self.split.chunked(a) for a in self.operands if a is not None)
 
 
 def _split_keys(key, value, valid, options: _Options) -> _Rows:
@@ -434,7 +438,7 @@ def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
             new_state = new_state + jnp.exp(top - end)[:, None] * chunk_summary
             return (new_state, end), (state, start, end)
 
-        carry = (vary_like(initial_state, *x[:4]), vary_like(initial_shift, *x[:4]))
+        carry = (vary_like(initial_state, *x.operands), vary_like(initial_shift, *x.operands))
         (final, _), (states, start, end) = jax.lax.scan(
             lambda carry, c: step(carry, x.keys_of(c)), carry, jnp.arange(x.chunks)
         )
@@ -606,7 +610,7 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
             summary = _dot("sbm,sbp->mp", chunk.keys.relative_to(end), v, options)
             return (jnp.exp(start - end)[:, None] * state + summary, end), outputs
 
-        rows = x[:4]
+        rows = x.operands
         initial = (
             vary_like(initial[0], *rows),
             vary_like(jax.lax.stop_gradient(initial[1]), *rows),
@@ -700,7 +704,7 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             )
             row_grads = [g[None] for g in row_grads]
         else:
-            rows = x[:4]
+            rows = x.operands
             carry = (
                 vary_like(jnp.zeros_like(initial[0]), *rows, grad),
                 _vary_like_tree(zero_params, *rows),
