@@ -2,6 +2,8 @@
 from a calibration sample (causal, which keeps causality), masked keys left out; and in
 ``rfjax.nn.PerformerAttention``."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 from rfjax import attention, features, projections
 from rfjax.attention import PerHead
 from rfjax.nn import PerformerAttention
+from tests.support.compiled import jitted
 
 B, T, N, H, M = 2, 12, 3, 4, 16
 DATA_FITTED = ("oprf", "derf_asymmetric", "derf_symmetric", "saderf")
@@ -19,6 +22,7 @@ def _qkv(key=0):
     return 0.8 * jax.random.normal(jax.random.key(key), (3, B, T, N, H))
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _fitted_per_head(name, query, key):
     """The map fitted per head by hand: normalised by H^{-1/4}, pooled over the batch."""
     scale = H**-0.25
@@ -32,11 +36,12 @@ def _fitted_per_head(name, query, key):
 def test_bidirectional_attention_fits_the_map_to_the_current_inputs(name):
     q, k, v = _qkv()
     w = projections.orthogonal(jax.random.key(1), H, M)
-    by_name = attention.favor_attention(q, k, v, w, feature_map=name)
-    by_hand = attention.favor_attention(q, k, v, w, feature_map=_fitted_per_head(name, q, k))
+    favor = jitted(attention.favor_attention)
+    by_name = favor(q, k, v, w, feature_map=name)
+    by_hand = favor(q, k, v, w, feature_map=_fitted_per_head(name, q, k))
     np.testing.assert_allclose(by_name, by_hand, rtol=2e-5, atol=1e-6)
     # It differs from FAVOR+ (which the unfitted map would be).
-    plain = attention.favor_attention(q, k, v, w, feature_map="positive")
+    plain = favor(q, k, v, w, feature_map="positive")
     assert float(jnp.max(jnp.abs(by_name - plain))) > 1e-3
 
 
@@ -45,11 +50,12 @@ def test_attention_weights_fit_the_map_as_favor_attention_does(name):
     # Issue 16: the explicit weights used to treat an unfitted map as FAVOR+.
     q, k, v = _qkv()
     w = projections.orthogonal(jax.random.key(1), H, M)
-    weights = attention.favor_attention_weights(q, k, w, feature_map=name)
-    by_hand = attention.favor_attention_weights(q, k, w, feature_map=_fitted_per_head(name, q, k))
+    favor_weights = jitted(attention.favor_attention_weights)
+    weights = favor_weights(q, k, w, feature_map=name)
+    by_hand = favor_weights(q, k, w, feature_map=_fitted_per_head(name, q, k))
     np.testing.assert_allclose(weights, by_hand, rtol=2e-5, atol=1e-6)
     applied = jnp.einsum("bnts,bsnh->btnh", weights, v)
-    out = attention.favor_attention(q, k, v, w, feature_map=name)
+    out = jitted(attention.favor_attention)(q, k, v, w, feature_map=name)
     np.testing.assert_allclose(applied, out, rtol=2e-4, atol=1e-5)
 
 
@@ -65,8 +71,9 @@ def test_causal_weights_and_decoding_reject_an_unfitted_map():
     with pytest.raises(ValueError, match=r"feature_map DenseExponentialFeatureMap .*calibration"):
         attention.favor_decode_step(state, q[:, 0], k[:, 0], v[:, 0], w, feature_map="saderf")
     # The fitted map decodes position 0 as causal attention does.
-    _, out = attention.favor_decode_step(state, q[:, 0], k[:, 0], v[:, 0], w, feature_map=fitted)
-    full = attention.favor_attention(q, k, v, w, feature_map=fitted, causal=True)
+    step = jitted(attention.favor_decode_step)
+    _, out = step(state, q[:, 0], k[:, 0], v[:, 0], w, feature_map=fitted)
+    full = jitted(attention.favor_attention)(q, k, v, w, feature_map=fitted, causal=True)
     np.testing.assert_allclose(out, full[:, 0], rtol=1e-5, atol=1e-6)
 
 
@@ -74,12 +81,11 @@ def test_masked_keys_do_not_enter_the_statistics():
     q, k, v = _qkv()
     mask = jnp.arange(T) < T - 4
     w = projections.gaussian(jax.random.key(1), H, M)
-    out = attention.favor_attention(q, k, v, w, feature_map="saderf", mask=jnp.tile(mask, (B, 1)))
+    favor = jitted(attention.favor_attention)
+    out = favor(q, k, v, w, feature_map="saderf", mask=jnp.tile(mask, (B, 1)))
     for fill in (50.0, jnp.nan, jnp.inf):  # NaN/inf: issue 32 (0 * NaN entered the sums)
         garbage = jnp.where(mask[None, :, None, None], k, fill)
-        again = attention.favor_attention(
-            q, garbage, v, w, feature_map="saderf", mask=jnp.tile(mask, (B, 1))
-        )
+        again = favor(q, garbage, v, w, feature_map="saderf", mask=jnp.tile(mask, (B, 1)))
         np.testing.assert_allclose(out, again, rtol=1e-6)
 
 
@@ -90,12 +96,13 @@ def test_causal_attention_needs_calibrated_statistics_and_stays_causal():
         attention.favor_attention(q, k, v, w, feature_map="oprf", causal=True)
     calibration_q, calibration_k, _ = _qkv(key=5)
     fitted = _fitted_per_head("derf_asymmetric", calibration_q, calibration_k)
-    out = attention.favor_attention(q, k, v, w, feature_map=fitted, causal=True)
+    favor = jitted(attention.favor_attention)
+    out = favor(q, k, v, w, feature_map=fitted, causal=True)
     # Changing the keys and values at positions >= t leaves the outputs before t unchanged.
     t = 7
     k2 = k.at[:, t:].add(3.0)
     v2 = v.at[:, t:].add(-2.0)
-    out2 = attention.favor_attention(q, k2, v2, w, feature_map=fitted, causal=True)
+    out2 = favor(q, k2, v2, w, feature_map=fitted, causal=True)
     np.testing.assert_allclose(out2[:, :t], out[:, :t], rtol=1e-5, atol=1e-6)
     assert float(jnp.max(jnp.abs(out2[:, t:] - out[:, t:]))) > 1e-2
 
@@ -106,6 +113,7 @@ def test_oprf_attention_is_closer_to_softmax_than_favor_plus_on_average():
     q, k, v = 2.5 * _qkv(key=3)
     exact = attention.softmax_attention(q, k, v)
 
+    @jax.jit
     def errors(key):
         w = projections.gaussian(key, H, M)
         return jnp.stack(
@@ -124,17 +132,19 @@ def test_performer_attention_trains_with_a_data_fitted_map():
     x = jax.random.normal(jax.random.key(0), (2, 10, 12))
     module = PerformerAttention(num_heads=3, num_features=8, feature_map="saderf")
     rngs = {"params": jax.random.key(1), "projection": jax.random.key(2)}
-    variables = module.init(rngs, x)
+    variables = jax.jit(module.init)(rngs, x)
     params = variables["params"]
 
+    @jax.jit
     def loss(params):
         out = module.apply(
             {**variables, "params": params}, x, rngs={"projection": jax.random.key(2)}
         )
         return jnp.mean(out**2)
 
-    value, grads = jax.value_and_grad(loss)(params)
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)
     assert np.isfinite(float(value))
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
-    stepped = jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)
+    step = jax.jit(lambda params, grads: jax.tree.map(lambda p, g: p - 0.5 * g, params, grads))
+    stepped = step(params, grads)
     assert float(loss(stepped)) < float(value)

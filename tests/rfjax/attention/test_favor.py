@@ -96,11 +96,13 @@ def test_padding_mask_equals_truncated_sequence(causal):
     if not causal:
         return
     # Gradients stay finite with NaN padding.
-    grads = jax.grad(
-        lambda q, k, v: jnp.sum(
-            attention.favor_attention(q, k, v, projection, causal=causal, mask=mask) ** 2
-        ),
-        argnums=(0, 1, 2),
+    grads = jax.jit(
+        jax.grad(
+            lambda q, k, v: jnp.sum(
+                attention.favor_attention(q, k, v, projection, causal=causal, mask=mask) ** 2
+            ),
+            argnums=(0, 1, 2),
+        )
     )(query, key, value)
     assert all(np.all(np.isfinite(g)) for g in grads)
 
@@ -127,7 +129,7 @@ def test_fully_masked_rows_are_zero():
         )
         return jnp.sum(out * cotangent)
 
-    for grad in jax.grad(loss, argnums=(0, 1, 2))(query, key, value):
+    for grad in jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(query, key, value):
         assert np.all(np.isfinite(np.asarray(grad)))
 
 
@@ -207,8 +209,13 @@ def test_attention_gradients_float64():
             return jnp.einsum("bnts,bsnh->btnh", a, v)
 
         cotangent = jax.random.normal(jax.random.key(19), (BATCH, LENGTH, HEADS, VALUE_DIM))
-        ours = jax.vjp(favor, query, key, value)[1](cotangent)
-        theirs = jax.vjp(quadratic, query, key, value)[1](cotangent)
+
+        @functools.partial(jax.jit, static_argnums=0)  # one program each
+        def pullback(function, query, key, value, cotangent):
+            return jax.vjp(function, query, key, value)[1](cotangent)
+
+        ours = pullback(favor, query, key, value, cotangent)
+        theirs = pullback(quadratic, query, key, value, cotangent)
         for x, y in zip(ours, theirs, strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-11)
 
@@ -238,7 +245,8 @@ def test_converges_to_softmax_attention_like_inverse_sqrt_m():
     means, errors = [], []
     for i, m in enumerate((64, 256, 1024)):
         keys = jax.random.split(jax.random.fold_in(jax.random.key(21), i), num_draws)
-        e = np.asarray(jax.vmap(functools.partial(relative_error, m=m))(keys), np.float64)
+        errors_of = jax.jit(jax.vmap(functools.partial(relative_error, m=m)))
+        e = np.asarray(errors_of(keys), np.float64)
         means.append(e.mean())
         errors.append(e.std(ddof=1) / math.sqrt(num_draws))
     for i in range(2):
@@ -260,11 +268,15 @@ def test_simplex_beats_orthogonal_beats_iid():
     logits = jnp.einsum("btnh,bsnh->bnts", query, key) / math.sqrt(head_dim)
     exact = jax.nn.softmax(logits, axis=-1)
 
-    def mean_and_se(index, coupling):
+    @functools.partial(jax.jit, static_argnums=1)  # one program per coupling
+    def squared_errors(index, coupling):
         keys = jax.random.split(jax.random.fold_in(jax.random.key(23), index), num_draws)
         draws = jax.vmap(lambda k: projections.get(coupling)(k, head_dim, head_dim))(keys)
         weights = jax.vmap(lambda w: attention.favor_attention_weights(query, key, w))(draws)
-        e = np.asarray(jnp.sum((weights - exact) ** 2, axis=(1, 2, 3, 4)), np.float64)
+        return jnp.sum((weights - exact) ** 2, axis=(1, 2, 3, 4))
+
+    def mean_and_se(index, coupling):
+        e = np.asarray(squared_errors(index, coupling), np.float64)
         return e.mean(), e.std(ddof=1) / math.sqrt(num_draws)
 
     iid, orf, simrf = (

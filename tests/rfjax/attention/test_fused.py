@@ -59,7 +59,8 @@ def test_kernels_match_the_xla_form_values_and_gradients(causal):
             )
             return jnp.sum(out * weights), out
 
-        return jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)
+        # One program (eagerly: the forward and the backward pass compiled apart).
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True))
 
     (_, fused), fused_grads = loss("pallas_triton_interpret")(q, k, v, projection)
     (_, xla), xla_grads = loss("xla")(q, k, v, projection)
@@ -90,7 +91,7 @@ def test_kernels_at_norm_120_match_float64(causal):
         )
         return jnp.sum(jnp.sin(out))
 
-    for grad in jax.grad(loss, argnums=(0, 1, 2))(q, k, v):
+    for grad in jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v):
         assert np.all(np.isfinite(np.asarray(grad)))
 
 
@@ -280,8 +281,8 @@ def test_layers_take_the_implementation():
         )
         for name in ("xla", "pallas_triton_interpret")
     }
-    params = layers["xla"].init({"params": jax.random.key(9), **rngs}, x, x)
-    outs = {name: layer.apply(params, x, x, rngs=rngs) for name, layer in layers.items()}
+    params = jax.jit(layers["xla"].init)({"params": jax.random.key(9), **rngs}, x, x)
+    outs = {name: jax.jit(layer.apply)(params, x, x, rngs=rngs) for name, layer in layers.items()}
     assert_close(outs["pallas_triton_interpret"], outs["xla"])
 
 

@@ -21,7 +21,8 @@ from tests.rfjax.attention.test_fused import (
     operands,
 )
 from tests.rfjax.attention.test_large_norms import HEAD_DIM as LARGE_HEAD_DIM
-from tests.rfjax.attention.test_large_norms import inputs, ready_map, reference
+from tests.rfjax.attention.test_large_norms import inputs, ready_map, reference, scaled_features
+from tests.support.compiled import jitted
 from tests.support.representatives import representatives
 
 
@@ -49,8 +50,8 @@ def xla_unit_scores(q, k, mask, projection, fmap, causal, head, *, absolute=Fals
         )
         dim = q.shape[-1]
         rows = [jnp.asarray(x[0, :, head], jnp.float64) * dim**-0.25 for x in (q, k)]
-        psi_q, _ = f.scaled_features(rows[0], proj, side="query")
-        psi_k, s_k = (np.asarray(x) for x in f.scaled_features(rows[1], proj, side="key"))
+        psi_q, _ = scaled_features(f, rows[0], proj, side="query")
+        psi_k, s_k = (np.asarray(x) for x in scaled_features(f, rows[1], proj, side="key"))
     psi_q = np.abs(np.asarray(psi_q)) if absolute else np.asarray(psi_q)
     psi_k = np.abs(psi_k) if absolute else psi_k
     length = q.shape[1]
@@ -100,7 +101,7 @@ def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
             )
             return jnp.sum(out * weights), out
 
-        return jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True)
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True))
 
     (_, fused), fused_grads = loss("pallas_triton_interpret")(q, k, v, projection)
     (_, xla), xla_grads = loss("xla")(q, k, v, projection)
@@ -131,7 +132,7 @@ def test_angular_hybrid_floors_the_rows_the_xla_form_floors(causal):
     query, key, value = inputs(8, jnp.float32, length=32)
     mask = jnp.ones((1, 32), bool)
     outs = [
-        attention.favor_attention(
+        jitted(attention.favor_attention)(
             query, key, value, projection, feature_map=fmap, causal=causal, implementation=i
         )[0, :, 0]
         for i in ("pallas_triton_interpret", "xla")
@@ -173,7 +174,7 @@ def test_angular_hybrid_at_large_norms_matches_float64(norm, causal):
         out = run(q, k, v)
         return jnp.sum(out * v[..., ::-1]), out
 
-    grads, out = jax.grad(loss, (0, 1, 2), has_aux=True)(query, key, value)
+    grads, out = jax.jit(jax.grad(loss, (0, 1, 2), has_aux=True))(query, key, value)
     expected, tolerance = reference(query, key, value, fmap, projection, causal=causal, eps=1e-3)
     checked = np.isfinite(tolerance)
     assert checked.sum() >= 2

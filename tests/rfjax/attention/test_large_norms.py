@@ -2,6 +2,8 @@
 equal to the exact float64 result of the same features, where float32 used to give NaN
 gradients (the derivative -num/den^2 of the normalisation) and rows collapsing to 0."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from scipy.special import logsumexp
 
 from rfjax import attention, features, projections
+from tests.support.compiled import jitted
 
 LENGTH, HEAD_DIM, NUM_FEATURES = 32, 64, 128
 EPS32 = float(np.finfo(np.float32).eps)
@@ -136,13 +139,25 @@ def ready_map(name):
         scaled = [
             jnp.asarray(attention_inputs(x), jnp.float32) for x in (calibration_q, calibration_k)
         ]
-        fmap = fmap.fit(jax.random.key(3), *scaled)
+        fmap = jax.jit(fmap.fit)(jax.random.key(3), *scaled)  # one program, not op by op
     return fmap
 
 
 def attention_inputs(x):
     """(1, T, 1, H) -> (T, H) float64 rows as the feature map sees them (times H^{-1/4})."""
     return np.asarray(x, np.float64)[0, :, 0] * attention.data_normalizer(HEAD_DIM)
+
+
+@functools.partial(jax.jit, static_argnames="side")
+def scaled_features(fmap, rows, projection, side):
+    """``fmap.scaled_features`` in one program (eagerly, each primitive compiles apart)."""
+    return fmap.scaled_features(rows, projection, side=side)
+
+
+@functools.partial(jax.jit, static_argnames="side")
+def log_features(fmap, rows, projection, side):
+    """``fmap.log_features`` in one program."""
+    return fmap.log_features(rows, projection, side=side)
 
 
 def reference(query, key, value, fmap, projection, *, causal, eps):
@@ -159,8 +174,8 @@ def reference(query, key, value, fmap, projection, *, causal, eps):
     with jax.enable_x64(True):
         cast = jax.tree.map(lambda leaf: jnp.asarray(leaf, jnp.float64), (fmap, projection))
         rows = [jnp.asarray(attention_inputs(x), jnp.float64) for x in (query, key)]
-        psi_q, s_q = cast[0].scaled_features(rows[0], cast[1], side="query")
-        psi_k, s_k = cast[0].scaled_features(rows[1], cast[1], side="key")
+        psi_q, s_q = scaled_features(cast[0], rows[0], cast[1], side="query")
+        psi_k, s_k = scaled_features(cast[0], rows[1], cast[1], side="key")
         psi_q, s_q, psi_k, s_k = (np.asarray(x) for x in (psi_q, s_q, psi_k, s_k))
         arguments = np.abs(np.concatenate(rows) @ np.asarray(cast[1].matrix()).T).max()
         logs = exponential_logs(cast[0], rows, cast[1])
@@ -189,7 +204,7 @@ def exponential_logs(fmap, rows, projection):
     if not isinstance(fmap, features.ExponentialFeatureMap):
         return None
     return tuple(
-        np.asarray(fmap.log_features(x, projection, side=side))
+        np.asarray(log_features(fmap, x, projection, side=side))
         for x, side in zip(rows, features.SIDES, strict=True)
     )
 
@@ -292,10 +307,10 @@ def test_positive_maps_to_norm_120_match_float64(name, norm):
 
 def decode(query, key, value, fmap, projection, eps):
     """Causal FAVOR token by token (``favor_decode_step``): (T, H_v) float64."""
-    state = attention.favor_decode_init(1, 1, value.shape[-1], projection, feature_map=fmap)
+    state = jitted(attention.favor_decode_init)(1, 1, value.shape[-1], projection, feature_map=fmap)
     outs = []
     for t in range(query.shape[1]):
-        state, out = attention.favor_decode_step(
+        state, out = jitted(attention.favor_decode_step)(
             state, query[:, t], key[:, t], value[:, t], projection, feature_map=fmap, eps=eps
         )
         assert all(np.all(np.isfinite(np.asarray(x))) for x in state), t
@@ -321,22 +336,24 @@ def test_signed_maps_with_the_default_floor_never_give_non_finite_outputs(name):
     floor equals the working eps that the float64 comparisons above use)."""
     fmap = ready_map(name)
     projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, QUICK_FEATURES)
+
+    def loss(q, k, v, causal):
+        out = attention.favor_attention(
+            q, k, v, projection, feature_map=fmap, causal=causal, chunk_size=8
+        )
+        return jnp.sum(out * v[..., ::-1]), out
+
+    # One program per mode (eagerly, each primitive compiles apart).
+    grad = jax.jit(jax.grad(loss, (0, 1, 2), has_aux=True), static_argnames="causal")
     for norm in (8, 30, 100):
         query, key, value = inputs(norm, jnp.float32, length=QUICK_LENGTH)
         for causal in (True, False):
-
-            def loss(q, k, v, causal=causal):
-                out = attention.favor_attention(
-                    q, k, v, projection, feature_map=fmap, causal=causal, chunk_size=8
-                )
-                return jnp.sum(out * v[..., ::-1]), out
-
-            grads, out = jax.grad(loss, (0, 1, 2), has_aux=True)(query, key, value)
+            grads, out = grad(query, key, value, causal=causal)
             for x in (out, *grads):
                 assert np.all(np.isfinite(np.asarray(x))), (name, norm, causal)
-        state = attention.favor_decode_init(1, 1, HEAD_DIM, projection, feature_map=fmap)
+        state = jitted(attention.favor_decode_init)(1, 1, HEAD_DIM, projection, feature_map=fmap)
         for t in range(QUICK_LENGTH):
-            state, out = attention.favor_decode_step(
+            state, out = jitted(attention.favor_decode_step)(
                 state, query[:, t], key[:, t], value[:, t], projection, feature_map=fmap
             )
             assert np.all(np.isfinite(np.asarray(out))), (name, norm, t)

@@ -65,17 +65,22 @@ def schedule(request, monkeypatch):
 def test_matches_quadratic_form_in_float64_values_and_gradients(chunk, schedule):
     la, lb, v, g = operands()
     with jax.enable_x64(True):
-        out, shift = causal_log_prefix(la, lb, v, chunk)
-        expected = causal_log_prefix_quadratic(la, lb, v, shift)
-        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
 
         def loss(op):
             return lambda *x: jnp.sum(op(*x) * g)
 
-        grads = jax.grad(loss(lambda *x: causal_log_prefix(*x, chunk)[0]), (0, 1, 2))(la, lb, v)
-        fixed = jax.grad(loss(lambda *x: causal_log_prefix_quadratic(*x, shift)), (0, 1, 2))(
-            la, lb, v
-        )
+        @jax.jit  # one program (this schedule's: traced here)
+        def values_and_gradients(la, lb, v):
+            out, shift = causal_log_prefix(la, lb, v, chunk)
+            expected = causal_log_prefix_quadratic(la, lb, v, shift)
+            grads = jax.grad(loss(lambda *x: causal_log_prefix(*x, chunk)[0]), (0, 1, 2))(la, lb, v)
+            fixed = jax.grad(loss(lambda *x: causal_log_prefix_quadratic(*x, shift)), (0, 1, 2))(
+                la, lb, v
+            )
+            return out, expected, grads, fixed
+
+        out, expected, grads, fixed = values_and_gradients(la, lb, v)
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
         for got, want in zip(grads, fixed, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
 
@@ -86,11 +91,13 @@ def test_largest_term_of_every_row_is_one_in_float32():
     match float64 to the rounding of exponents of size ~800."""
     la, lb, v, _ = operands(1)
     ones = np.concatenate([np.asarray(v), np.ones((LENGTH, 1))], axis=-1)
-    out, shift = causal_log_prefix(*(jnp.asarray(x, jnp.float32) for x in (la, lb, ones)), 4)
+    prefix = jax.jit(lambda *x: causal_log_prefix(*x, 4))
+    out, shift = prefix(*(jnp.asarray(x, jnp.float32) for x in (la, lb, ones)))
     assert np.all(np.asarray(out[:, -1]) >= 1.0)
     assert np.all(np.asarray(out[:, -1]) <= np.arange(1, LENGTH + 1) * WIDTH)
     with jax.enable_x64(True):
-        expected = causal_log_prefix_quadratic(la, lb, ones, jnp.asarray(shift, jnp.float64))
+        quadratic = jax.jit(causal_log_prefix_quadratic)
+        expected = quadratic(la, lb, ones, jnp.asarray(shift, jnp.float64))
     # Each exponent la + lb - M (|.| <= ~1000) is rounded with error ~4 eps32 * 1000 = 5e-4.
     tolerance = 4 * float(np.finfo(np.float32).eps) * 1000 * np.abs(expected).max()
     np.testing.assert_allclose(out, expected, rtol=0, atol=tolerance)
@@ -103,15 +110,16 @@ def test_later_positions_cannot_reach_earlier_rows():
     later = jnp.arange(LENGTH)[:, None] >= 7
     wild_la, wild_lb = jnp.where(later, la + 1e3, la), jnp.where(later, 3e38, lb)
     wild_v = jnp.where(later, 1e30, v)
-    out, shift = causal_log_prefix(la, lb, v, 4)
-    wild_out, wild_shift = causal_log_prefix(wild_la, wild_lb, wild_v, 4)
+    prefix = jax.jit(lambda *x: causal_log_prefix(*x, 4))
+    out, shift = prefix(la, lb, v)
+    wild_out, wild_shift = prefix(wild_la, wild_lb, wild_v)
     np.testing.assert_array_equal(wild_out[:7], out[:7])
     np.testing.assert_array_equal(wild_shift[:7], shift[:7])
 
     def loss(*x):
         return jnp.sum(causal_log_prefix(*x, 4)[0][:7] * g[:7])
 
-    for grad in jax.grad(loss, (0, 1, 2))(wild_la, wild_lb, wild_v):
+    for grad in jax.jit(jax.grad(loss, (0, 1, 2)))(wild_la, wild_lb, wild_v):
         assert np.all(np.isfinite(np.asarray(grad)))
 
 
@@ -128,53 +136,63 @@ def test_state_pieces_match_their_direct_forms(chunk, schedule):
     with jax.enable_x64(True):
         valid = jnp.arange(LENGTH) % 5 != 2
         options = dict(log_features=_log_prefix.identity_logs, chunk=chunk)
-        state, shift = key_state(None, lb, v, valid, **options)
-        own_shift = jnp.max(jnp.where(valid[:, None], lb, -jnp.inf), axis=0)
-        np.testing.assert_array_equal(shift, own_shift)
 
         def direct(x, y, rows, features):
             return jnp.exp(x + features[None, :] - rows[:, None]).T @ y
 
-        want = direct(jnp.where(valid[:, None], lb, -jnp.inf), v, jnp.zeros(LENGTH), -own_shift)
-        np.testing.assert_allclose(state, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
-        row_shift = jnp.max(la, axis=1) + 7.0
-        initial_shift = jnp.max(lb, axis=0) - 3.0  # exponents la + c - M <= 0 for these
-        got = initial_state_cotangent(None, la, row_shift, initial_shift, g, **options)
-        want = direct(la, g, row_shift, initial_shift)
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
-        initial = (jnp.asarray(np.ones((WIDTH, VALUES))), initial_shift)
-
-        def fused(la, lb, v, state):
-            result = causal_feature_prefix(
-                None,
-                la,
-                lb,
-                v,
-                valid,
-                initial=(state, initial_shift),
-                with_own_state=True,
-                **options,
-            )
-            return result.out, result.own_state
-
-        def separate(la, lb, v, state):
-            result = causal_feature_prefix(
-                None, la, lb, v, valid, initial=(state, initial_shift), **options
-            )
-            masked = jnp.where(valid[:, None], lb, -jnp.inf)
-            earlier = jnp.exp(la + initial_shift - result.row_shift[:, None]) @ state
-            quadratic = causal_log_prefix_quadratic(la, masked, v, result.row_shift) + earlier
-            own = direct(masked, v, jnp.zeros(LENGTH), -own_shift)
-            return quadratic, own
-
+        initial_state = jnp.asarray(np.ones((WIDTH, VALUES)))
         state_cotangent = jnp.asarray(np.arange(WIDTH * VALUES).reshape(WIDTH, VALUES) / 7.0)
-        for got, want in zip(
-            jax.vjp(fused, la, lb, v, initial[0])[1]((g, state_cotangent)),
-            jax.vjp(separate, la, lb, v, initial[0])[1]((g, state_cotangent)),
-            strict=True,
-        ):
+
+        @jax.jit  # one program (this schedule's: traced here)
+        def pieces(la, lb, v, g):
+            state, shift = key_state(None, lb, v, valid, **options)
+            own_shift = jnp.max(jnp.where(valid[:, None], lb, -jnp.inf), axis=0)
+            want_state = direct(
+                jnp.where(valid[:, None], lb, -jnp.inf), v, jnp.zeros(LENGTH), -own_shift
+            )
+            row_shift = jnp.max(la, axis=1) + 7.0
+            initial_shift = jnp.max(lb, axis=0) - 3.0  # exponents la + c - M <= 0 for these
+            got = initial_state_cotangent(None, la, row_shift, initial_shift, g, **options)
+            want = direct(la, g, row_shift, initial_shift)
+
+            def fused(la, lb, v, state):
+                result = causal_feature_prefix(
+                    None,
+                    la,
+                    lb,
+                    v,
+                    valid,
+                    initial=(state, initial_shift),
+                    with_own_state=True,
+                    **options,
+                )
+                return result.out, result.own_state
+
+            def separate(la, lb, v, state):
+                result = causal_feature_prefix(
+                    None, la, lb, v, valid, initial=(state, initial_shift), **options
+                )
+                masked = jnp.where(valid[:, None], lb, -jnp.inf)
+                earlier = jnp.exp(la + initial_shift - result.row_shift[:, None]) @ state
+                quadratic = causal_log_prefix_quadratic(la, masked, v, result.row_shift) + earlier
+                own = direct(masked, v, jnp.zeros(LENGTH), -own_shift)
+                return quadratic, own
+
+            cotangents = (
+                jax.vjp(fused, la, lb, v, initial_state)[1]((g, state_cotangent)),
+                jax.vjp(separate, la, lb, v, initial_state)[1]((g, state_cotangent)),
+            )
+            values = (fused(la, lb, v, initial_state), separate(la, lb, v, initial_state))
+            return (state, shift, own_shift, want_state), (got, want), cotangents, values
+
+        (state, shift, own_shift, want), cotangent_pair, cotangents, values = pieces(la, lb, v, g)
+        np.testing.assert_array_equal(shift, own_shift)
+        np.testing.assert_allclose(state, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        got, want = cotangent_pair
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        for got, want in zip(*cotangents, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
-        pairs = zip(fused(la, lb, v, initial[0]), separate(la, lb, v, initial[0]), strict=True)
+        pairs = zip(*values, strict=True)
         for got, want in pairs:
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
 
@@ -207,22 +225,25 @@ def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, sc
                 weights, q, kk, v, valid, log_features=_positive_logs, chunk=chunk
             ).out
 
-        shift = jax.lax.stop_gradient(
-            causal_feature_prefix(
-                weights, q, kk, v, valid, log_features=_positive_logs, chunk=chunk
-            ).row_shift
-        )
+        @jax.jit  # one program (this schedule's: traced here)
+        def values_and_cotangents(weights, q, kk, v, g):
+            shift = jax.lax.stop_gradient(
+                causal_feature_prefix(
+                    weights, q, kk, v, valid, log_features=_positive_logs, chunk=chunk
+                ).row_shift
+            )
 
-        def quadratic(weights, q, kk, v):
-            la, lb = _positive_logs(weights, q, "query"), _positive_logs(weights, kk, "key")
-            lb = jnp.where(valid[:, None], lb, -jnp.inf)
-            return causal_log_prefix_quadratic(la, lb, jnp.where(valid[:, None], v, 0), shift)
+            def quadratic(weights, q, kk, v):
+                la, lb = _positive_logs(weights, q, "query"), _positive_logs(weights, kk, "key")
+                lb = jnp.where(valid[:, None], lb, -jnp.inf)
+                return causal_log_prefix_quadratic(la, lb, jnp.where(valid[:, None], v, 0), shift)
 
-        np.testing.assert_allclose(
-            fused(weights, q, kk, v), quadratic(weights, q, kk, v), rtol=1e-11, atol=1e-12
-        )
-        got = jax.vjp(fused, weights, q, kk, v)[1](g)
-        want = jax.vjp(quadratic, weights, q, kk, v)[1](g)
+            got = jax.vjp(fused, weights, q, kk, v)[1](g)
+            want = jax.vjp(quadratic, weights, q, kk, v)[1](g)
+            return fused(weights, q, kk, v), quadratic(weights, q, kk, v), got, want
+
+        out, expected, got, want = values_and_cotangents(weights, q, kk, v, g)
+        np.testing.assert_allclose(out, expected, rtol=1e-11, atol=1e-12)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max())
 

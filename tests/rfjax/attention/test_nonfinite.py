@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rfjax import attention, features, projections
+from tests.support.compiled import jitted
 from tests.support.representatives import representatives
 
 BATCH, LENGTH, HEADS, HEAD_DIM = 2, 12, 2, 8
@@ -37,10 +38,15 @@ def run_for(name, **kwargs):
         # A data-fitted map (OPRF, DERF) must be fitted before causal use: on the clean inputs,
         # a calibration sample that no perturbation reaches.
         query, key, _ = inputs()
-        fmap = fmap.fit(jax.random.key(3), query.reshape(-1, HEAD_DIM), key.reshape(-1, HEAD_DIM))
+        fit = jax.jit(fmap.fit)  # one program (eagerly, each primitive compiles apart)
+        fmap = fit(jax.random.key(3), query.reshape(-1, HEAD_DIM), key.reshape(-1, HEAD_DIM))
     eps = 1e-3 if fmap.needs_denominator_floor else None
     return functools.partial(
-        attention.favor_attention, projection=projection(), feature_map=fmap, eps=eps, **kwargs
+        jitted(attention.favor_attention),
+        projection=projection(),
+        feature_map=fmap,
+        eps=eps,
+        **kwargs,
     )
 
 
@@ -95,6 +101,7 @@ def test_causal_gradients_of_the_past_ignore_non_finite_future(name):
     clean = inputs()
     run = run_for(name, causal=True, chunk_size=5, mask=mask())
 
+    @jax.jit
     def grads(q, k, v):
         return jax.grad(lambda *x: jnp.sum(run(*x)[:, :T0] ** 2), argnums=(0, 1, 2))(q, k, v)
 
@@ -131,7 +138,7 @@ def test_bidirectional_non_finite_masked_keys_and_queries(name):
 def test_attention_weights_keep_non_finite_future_keys_out():
     query, key, _ = inputs()
     weights = functools.partial(
-        attention.favor_attention_weights, projection=projection(), causal=True, mask=mask()
+        jitted(attention.favor_attention_weights), projection=projection(), causal=True, mask=mask()
     )
     before = np.asarray(weights(query, key))
     after = np.asarray(weights(query, key.at[:, T0:].set(jnp.nan).at[1, MASKED].set(jnp.inf)))
@@ -144,7 +151,7 @@ def test_exact_reference_isolates_non_finite_inputs_as_favor_does():
     # value reach every row. Non-finite queries, keys and values now reach exactly the rows that
     # attend to them, in outputs and gradients, as in FAVOR.
     query, key, value = inputs()
-    reference = functools.partial(attention.softmax_attention, mask=mask())
+    reference = functools.partial(jitted(attention.softmax_attention), mask=mask())
     for causal in (True, False):
         before = np.asarray(reference(query, key, value, causal=causal))
         assert np.all(np.isfinite(before))
@@ -166,6 +173,7 @@ def test_exact_reference_isolates_non_finite_inputs_as_favor_does():
         np.testing.assert_array_equal(np.delete(after, 2, axis=1)[0], np.delete(before, 2, 1)[0])
 
     # Gradients of the causal rows before T0 ignore a NaN value at T0 and in a masked position.
+    @jax.jit
     def grads(v):
         loss = lambda q, k, v: jnp.sum(reference(q, k, v, causal=True)[:, :T0] ** 2)  # noqa: E731
         return jax.grad(loss, argnums=(0, 1, 2))(query, key, v)
@@ -189,13 +197,15 @@ def test_exact_attention_modules_isolate_non_finite_tokens():
 
     tokens = jax.random.normal(jax.random.key(4), (BATCH, LENGTH, 16))
     linen = rnn.PerformerAttention(num_heads=HEADS, attention_kind="exact")
-    params = linen.init(jax.random.key(5), tokens)
-    nnx_layer = rnnx.PerformerAttention(HEADS, 16, attention_kind="exact", rngs=flax_nnx.Rngs(6))
+    params = jax.jit(linen.init)(jax.random.key(5), tokens)
+    nnx_layer = flax_nnx.jit(
+        lambda: rnnx.PerformerAttention(HEADS, 16, attention_kind="exact", rngs=flax_nnx.Rngs(6))
+    )()
     padding = mask()[:, None, None, :]  # (B, 1, 1, S), as Flax masks broadcast
 
     layers = {
-        "linen": lambda x, **kw: linen.apply(params, x, **kw),
-        "nnx": lambda x, **kw: nnx_layer(x, **kw),
+        "linen": jax.jit(lambda x, **kw: linen.apply(params, x, **kw)),
+        "nnx": flax_nnx.jit(lambda x, **kw: nnx_layer(x, **kw)),
     }
     for name, layer in layers.items():
         for causal_mask in (None, jnp.tril(jnp.ones((LENGTH, LENGTH), bool))[None, None]):
@@ -225,10 +235,13 @@ def test_exact_nnx_attention_isolates_with_is_causal_and_grouped_kv_heads():
 
     tokens = jax.random.normal(jax.random.key(7), (BATCH, LENGTH, 16))
     for kv_heads in (HEADS, HEADS // 2):
-        layer = rnnx.PerformerAttention(
-            HEADS, 16, num_kv_heads=kv_heads, attention_kind="exact", rngs=flax_nnx.Rngs(8)
-        )
-        before = np.asarray(layer(tokens, is_causal=True))
-        after = np.asarray(layer(tokens.at[:, T0].set(jnp.nan), is_causal=True))
+        layer = flax_nnx.jit(
+            lambda kv_heads=kv_heads: rnnx.PerformerAttention(
+                HEADS, 16, num_kv_heads=kv_heads, attention_kind="exact", rngs=flax_nnx.Rngs(8)
+            )
+        )()
+        causal = flax_nnx.jit(lambda x, layer=layer: layer(x, is_causal=True))
+        before = np.asarray(causal(tokens))
+        after = np.asarray(causal(tokens.at[:, T0].set(jnp.nan)))
         np.testing.assert_array_equal(after[:, :T0], before[:, :T0])
         assert np.all(np.isnan(after[:, T0:]))
