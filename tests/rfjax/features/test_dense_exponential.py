@@ -15,6 +15,14 @@ from tests.support.exponential_estimates import SETTINGS, VARIANTS, check, pair,
 
 pytestmark = pytest.mark.usefixtures("float64")
 
+# The fit as one compiled program (eagerly, each of its operations compiles on its own).
+_fit = jax.jit(features.fit_dense_exponential, static_argnames=("variant", "ridge"))
+_dense_exponential_features = jax.jit(features.dense_exponential_features, static_argnames="side")
+_fit_map = jax.jit(lambda fmap, key, queries, keys: fmap.fit(key, queries, keys))
+_map_features = jax.jit(
+    lambda fmap, x, w, side: fmap.features(x, w, side=side), static_argnames="side"
+)
+
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize(  # the first setting by default, the others in the full suite
@@ -25,7 +33,7 @@ def test_derf_is_unbiased_with_the_closed_form_variance(setting, variant):
     dim, m, norm_x, norm_y, cosine = setting
     x, y = pair(dim, norm_x, norm_y, cosine)
     queries, keys = statistics(dim)
-    params = features.fit_dense_exponential(queries, keys, variant=variant)
+    params = _fit(queries, keys, variant=variant)
 
     def estimate(key):
         w = projections.gaussian(key, dim, m, dtype=jnp.float64)
@@ -34,10 +42,13 @@ def test_derf_is_unbiased_with_the_closed_form_variance(setting, variant):
             y, w, side="key", parameters=params
         )
 
-    variance = float(theory.dense_exponential_variance(x, y, m, parameters=params))
+    variance = float(
+        jax.jit(theory.dense_exponential_variance, static_argnums=2)(x, y, m, parameters=params)
+    )
     check(estimate, np.exp(float(x @ y)), variance)
 
 
+@jax.jit
 def _mean_log_second_moment(queries, keys, params):
     return jnp.mean(
         theory.dense_exponential_log_second_moment(queries[:, None], keys[None], parameters=params)
@@ -49,12 +60,12 @@ def test_derf_scales_are_optimal_for_their_transform(variant):
     # For the fitted Phi (and U), q minimises the pair-averaged log second moment: the gradient
     # in q vanishes (for SADERF along the one shared scale) and perturbations increase it.
     queries, keys = statistics(4)
-    params = features.fit_dense_exponential(queries, keys, variant=variant, ridge=0.0)
+    params = _fit(queries, keys, variant=variant, ridge=0.0)
 
     def objective(scales):
         return _mean_log_second_moment(queries, keys, params._replace(scales=scales))
 
-    grad = jax.grad(objective)(params.scales)
+    grad = jax.jit(jax.grad(objective))(params.scales)
     if variant == "simplified":
         grad = jnp.sum(grad)
     np.testing.assert_allclose(grad, 0.0, atol=1e-9)
@@ -67,46 +78,61 @@ def test_derf_variants_improve_on_oprf_as_the_derivation_orders_them():
     # On anisotropic data the dense variants have more freedom than OPRF (scalar A, Phi = I):
     # each optimum's averaged log second moment is at most OPRF's (it contains OPRF's family).
     queries, keys = statistics(6)
-    stats = features.input_statistics(queries, keys)
     dim = 6
-    shrink = 1.0 - 4.0 * features.optimal_gerf_parameter(stats)
-    eye = jnp.eye(dim)
-    oprf = features.DenseExponentialParameters(eye, jnp.full(dim, shrink), eye, eye)
-    # The OPRF parameters written as DERF parameters give OPRF's second moment exactly.
-    np.testing.assert_allclose(
-        theory.dense_exponential_log_second_moment(queries[0], keys[0], parameters=oprf),
-        theory.gerf_log_second_moment(
+
+    @jax.jit
+    def oprf_as_derf(queries, keys):
+        stats = features.input_statistics(queries, keys)
+        shrink = 1.0 - 4.0 * features.optimal_gerf_parameter(stats)
+        eye = jnp.eye(dim)
+        oprf = features.DenseExponentialParameters(eye, jnp.full(dim, shrink), eye, eye)
+        derf_moment = theory.dense_exponential_log_second_moment(
+            queries[0], keys[0], parameters=oprf
+        )
+        gerf_moment = theory.gerf_log_second_moment(
             queries[0], keys[0], a=features.optimal_gerf_parameter(stats)
-        ),
-        rtol=1e-12,
-    )
+        )
+        return oprf, derf_moment, gerf_moment
+
+    oprf, derf_moment, gerf_moment = oprf_as_derf(queries, keys)
+    # The OPRF parameters written as DERF parameters give OPRF's second moment exactly.
+    np.testing.assert_allclose(derf_moment, gerf_moment, rtol=1e-12)
     reference = _mean_log_second_moment(queries, keys, oprf)
     for variant in VARIANTS:
-        params = features.fit_dense_exponential(queries, keys, variant=variant, ridge=0.0)
+        params = _fit(queries, keys, variant=variant, ridge=0.0)
         assert _mean_log_second_moment(queries, keys, params) < reference, variant
 
 
 def test_saderf_is_oprf_on_balanced_inputs():
     queries, keys = statistics(3)
-    params = features.fit_dense_exponential(queries, keys, variant="simplified", ridge=0.0)
-    psi = (jnp.mean(keys**2, 0) / jnp.mean(queries**2, 0)) ** 0.25
-    balanced = features.input_statistics(queries * psi, keys / psi)
+    params = _fit(queries, keys, variant="simplified", ridge=0.0)
     w = projections.gaussian(jax.random.key(0), 3, 6, dtype=jnp.float64)
-    for side, points, scale in (("query", queries, psi), ("key", keys, 1.0 / psi)):
-        np.testing.assert_allclose(
-            features.dense_exponential_features(points, w, side=side, parameters=params),
-            features.optimized_positive_features(points * scale, w, side=side, statistics=balanced),
-            rtol=1e-10,
-        )
+
+    @jax.jit
+    def both_features(queries, keys, params, w):
+        psi = (jnp.mean(keys**2, 0) / jnp.mean(queries**2, 0)) ** 0.25
+        balanced = features.input_statistics(queries * psi, keys / psi)
+        return [
+            (
+                features.dense_exponential_features(points, w, side=side, parameters=params),
+                features.optimized_positive_features(
+                    points * scale, w, side=side, statistics=balanced
+                ),
+            )
+            for side, points, scale in (("query", queries, psi), ("key", keys, 1.0 / psi))
+        ]
+
+    for derf, oprf in both_features(queries, keys, params, w):
+        np.testing.assert_allclose(derf, oprf, rtol=1e-10)
 
 
 def test_symmetric_derf_has_the_same_features_on_both_sides():
     queries, keys = statistics(3)
-    fmap = features.get("derf_symmetric")().fit(jax.random.key(0), queries, keys)
+    fmap = _fit_map(features.get("derf_symmetric")(), jax.random.key(0), queries, keys)
     assert fmap.symmetric and not features.get("saderf")().symmetric
     w = projections.gaussian(jax.random.key(1), 3, 6, dtype=jnp.float64)
     np.testing.assert_array_equal(
-        fmap.features(queries, w, side="query"), fmap.features(queries, w, side="key")
+        _map_features(fmap, queries, w, side="query"), _map_features(fmap, queries, w, side="key")
     )
 
 
@@ -145,11 +171,11 @@ def test_asymmetric_fit_with_fewer_points_than_dimensions_is_finite_in_float32()
     with jax.enable_x64(False):
         queries = 0.3 * jax.random.normal(jax.random.key(0), (12, 16))
         keys = 0.3 * jax.random.normal(jax.random.key(1), (12, 16))
-        params = features.fit_dense_exponential(queries, keys, variant="asymmetric")
+        params = _fit(queries, keys, variant="asymmetric")
         w = projections.gaussian(jax.random.key(2), 16, 32)
         for side, points in (("query", queries), ("key", keys)):
-            phi = features.dense_exponential_features(points, w, side=side, parameters=params)
-            assert bool(jnp.all(jnp.isfinite(phi)))
+            phi = _dense_exponential_features(points, w, side=side, parameters=params)
+            assert bool(np.all(np.isfinite(phi)))
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])

@@ -16,6 +16,10 @@ from tests.support.exponential_estimates import NSIG, SETTINGS, check, pair, sta
 
 pytestmark = pytest.mark.usefixtures("float64")
 
+# The closed forms as compiled programs (eagerly, each of their operations compiles on its own).
+_gerf_variance = jax.jit(theory.gerf_variance, static_argnums=2, static_argnames="a")
+_oprf_variance = jax.jit(theory.oprf_variance, static_argnums=2)
+
 
 @pytest.mark.parametrize(
     ("setting", "a"),
@@ -30,27 +34,41 @@ def test_gerf_is_unbiased_with_the_closed_form_variance(setting, a):
         gerf = features.generalized_exponential_features
         return gerf(x, w, a=a) @ gerf(y, w, a=a)
 
-    check(estimate, np.exp(float(x @ y)), float(theory.gerf_variance(x, y, m, a=a)))
+    check(estimate, np.exp(float(x @ y)), float(_gerf_variance(x, y, m, a=a)))
 
 
 def test_gerf_at_zero_is_favor_plus():
     x, y = pair(5, 0.8, 1.1, 0.4)
     w = projections.orthogonal(jax.random.key(0), 5, 7, dtype=jnp.float64)
-    np.testing.assert_allclose(
-        features.generalized_exponential_features(x, w, a=0.0), features.positive_features(x, w)
-    )
-    np.testing.assert_allclose(
-        theory.gerf_variance(x, y, 7, a=0.0), theory.prf_mse(x, y, 7, kernel="softmax")
-    )
+
+    @jax.jit
+    def gerf_and_favor_plus(x, y, w):
+        return (
+            (
+                features.generalized_exponential_features(x, w, a=0.0),
+                features.positive_features(x, w),
+            ),
+            (theory.gerf_variance(x, y, 7, a=0.0), theory.prf_mse(x, y, 7, kernel="softmax")),
+        )
+
+    (gerf, favor_plus), (gerf_variance, prf_mse) = gerf_and_favor_plus(x, y, w)
+    np.testing.assert_allclose(gerf, favor_plus)
+    np.testing.assert_allclose(gerf_variance, prf_mse)
 
 
 def test_optimal_gerf_parameter_minimises_the_mean_log_second_moment():
     queries, keys = statistics(5)
-    stats = features.input_statistics(queries, keys)
-    phi = float(features.mean_squared_sum(stats))
-    pairs = jnp.mean(jnp.sum((queries[:, None] + keys[None]) ** 2, -1))
+
+    @jax.jit
+    def fitted(queries, keys):
+        stats = features.input_statistics(queries, keys)
+        pairs = jnp.mean(jnp.sum((queries[:, None] + keys[None]) ** 2, -1))
+        return features.mean_squared_sum(stats), pairs, features.optimal_gerf_parameter(stats)
+
+    phi, pairs, a_star = fitted(queries, keys)
+    phi = float(phi)
     np.testing.assert_allclose(phi, pairs, rtol=1e-12)
-    a_star = float(features.optimal_gerf_parameter(stats))
+    a_star = float(a_star)
     # The OPRF closed form, written as in the paper.
     rho = phi / 5
     np.testing.assert_allclose(
@@ -58,11 +76,12 @@ def test_optimal_gerf_parameter_minimises_the_mean_log_second_moment():
     )
     assert a_star < 0
 
+    @jax.jit
     def objective(a):
         log_second = theory.gerf_log_second_moment(queries[:, None], keys[None], a=a)
         return jnp.mean(log_second)
 
-    assert abs(float(jax.grad(objective)(a_star))) < 1e-9
+    assert abs(float(jax.jit(jax.grad(objective))(a_star))) < 1e-9
     for delta in (-0.05, 0.05):
         assert objective(a_star + delta) > objective(a_star)
 
@@ -80,7 +99,7 @@ def test_oprf_is_unbiased_for_every_coupling(coupling):
         phi_y = features.optimized_positive_features(y, w, side="key", statistics=stats)
         return phi_x @ phi_y
 
-    variance = float(theory.oprf_variance(x, y, 4, statistics=stats))
+    variance = float(_oprf_variance(x, y, 4, statistics=stats))
     check(estimate, np.exp(float(x @ y)), variance if coupling == "gaussian" else None)
 
 
@@ -88,16 +107,25 @@ def test_statistics_per_sequence_give_one_parameter_per_head():
     queries, keys = statistics(3, n=12)
     batch_q = jnp.stack([queries, 2.0 * queries])
     batch_k = jnp.stack([keys, 0.5 * keys])
-    stats = features.input_statistics(batch_q, batch_k)
     w = projections.gaussian(jax.random.key(0), 3, 5, dtype=jnp.float64)
-    batched = features.optimized_positive_features(batch_q, w, side="query", statistics=stats)
+
+    @jax.jit
+    def batched_and_per_head(batch_q, batch_k, w):
+        stats = features.input_statistics(batch_q, batch_k)
+        batched = features.optimized_positive_features(batch_q, w, side="query", statistics=stats)
+        per_head = []
+        for head in range(2):
+            single = features.input_statistics(batch_q[head], batch_k[head])
+            per_head.append(
+                features.optimized_positive_features(
+                    batch_q[head], w, side="query", statistics=single
+                )
+            )
+        return batched, per_head
+
+    batched, per_head = batched_and_per_head(batch_q, batch_k, w)
     for head in range(2):
-        single = features.input_statistics(batch_q[head], batch_k[head])
-        np.testing.assert_allclose(
-            batched[head],
-            features.optimized_positive_features(batch_q[head], w, side="query", statistics=single),
-            rtol=1e-12,
-        )
+        np.testing.assert_allclose(batched[head], per_head[head], rtol=1e-12)
 
 
 def test_gerf_bad_inputs_raise():

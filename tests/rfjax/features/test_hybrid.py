@@ -128,8 +128,18 @@ def test_lemma_2_3_identity_general_hybrid():
     )
     assert pair.query.shape == (5, expected) and pair.key.shape == (3, expected)
     # The one-sided builders agree with the pair builder.
-    np.testing.assert_array_equal(features.hybrid_query_features(bx, cx, offsets), pair.query)
-    np.testing.assert_array_equal(features.hybrid_key_features(by, cy), pair.key)
+    query = jax.jit(lambda b, c: features.hybrid_query_features(b, c, offsets))(bx, cx)
+    np.testing.assert_array_equal(query, pair.query)
+    np.testing.assert_array_equal(jax.jit(features.hybrid_key_features)(by, cy), pair.key)
+
+
+@jax.jit
+def _gram_flat_and_parts(fmap, w, xs, ys):
+    gram = features.hybrid_gram(
+        fmap.hybrid_parts(xs, w, side="query"), fmap.hybrid_parts(ys, w, side="key")
+    )
+    flat = fmap.features(xs, w, side="query") @ fmap.features(ys, w, side="key").T
+    return gram, flat, fmap.hybrid_parts(xs, w, side="query")
 
 
 @pytest.mark.parametrize("name", ["angular", "gaussian"])
@@ -146,12 +156,8 @@ def test_hybrid_gram_is_the_flat_features_product(name):
     w = projections.gaussian(jax.random.key(5), DIM, NUM_FEATURES)
     xs = f32(np.random.default_rng(2).normal(scale=1.2, size=(6, DIM)))
     ys = f32(np.random.default_rng(3).normal(scale=0.4, size=(7, DIM)))
-    gram = features.hybrid_gram(
-        fmap.hybrid_parts(xs, w, side="query"), fmap.hybrid_parts(ys, w, side="key")
-    )
-    flat = fmap.features(xs, w, side="query") @ fmap.features(ys, w, side="key").T
-    np.testing.assert_allclose(gram, flat, rtol=2e-5, atol=1e-6 * float(jnp.max(jnp.abs(flat))))
-    parts = fmap.hybrid_parts(xs, w, side="query")
+    gram, flat, parts = _gram_flat_and_parts(fmap, w, xs, ys)
+    np.testing.assert_allclose(gram, flat, rtol=2e-5, atol=1e-6 * float(np.max(np.abs(flat))))
     with pytest.raises(ValueError, match="query-side and key-side"):
         features.hybrid_gram(parts, parts)
 
@@ -162,22 +168,26 @@ def test_angular_hybrid_is_eq_12():
     w2 = projections.gaussian(keys[1], DIM, 5)
     tau = projections.gaussian(keys[2], DIM, NUM_SIGNS)
     x, y = map(f32, pair(1.3, 0.3, 2.0))
-    lam = 0.5 - 0.5 * features.estimate(
-        features.angular_features(x, tau), features.angular_features(y, tau)
-    )
-    positive = features.estimate(
-        features.positive_features(x, w1, antithetic=True),
-        features.positive_features(y, w1, antithetic=True),
-    )
-    trig = features.estimate(
-        features.trigonometric_features(x, w2), features.trigonometric_features(y, w2)
-    )
-    query = features.angular_hybrid_features(x, w1, w2, tau, side="query")
-    key = features.angular_hybrid_features(y, w1, w2, tau, side="key")
+
+    @jax.jit
+    def hybrid_and_eq_12(x, y, w1, w2, tau):
+        lam = 0.5 - 0.5 * features.estimate(
+            features.angular_features(x, tau), features.angular_features(y, tau)
+        )
+        positive = features.estimate(
+            features.positive_features(x, w1, antithetic=True),
+            features.positive_features(y, w1, antithetic=True),
+        )
+        trig = features.estimate(
+            features.trigonometric_features(x, w2), features.trigonometric_features(y, w2)
+        )
+        query = features.angular_hybrid_features(x, w1, w2, tau, side="query")
+        key = features.angular_hybrid_features(y, w1, w2, tau, side="key")
+        return query, features.estimate(query, key), lam * positive + (1 - lam) * trig
+
+    query, hybrid, eq_12 = hybrid_and_eq_12(x, y, w1, w2, tau)
     assert query.shape == ((2 * NUM_FEATURES + 2 * 5) * (NUM_SIGNS + 1),)
-    np.testing.assert_allclose(
-        features.estimate(query, key), lam * positive + (1 - lam) * trig, rtol=1e-5
-    )
+    np.testing.assert_allclose(hybrid, eq_12, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,13 +206,42 @@ def _both_sides(fn, x, y):
 
 
 @functools.cache
+def _jitted_both_sides(fn):
+    return jax.jit(lambda x, y, *ps: _both_sides(lambda u, side: fn(u, side, *ps), x, y))
+
+
+def _jit_both_sides(fn, x, y, *projections):
+    """``_both_sides`` compiled as one program (once per ``fn``): ``fn(u, side, *projections)``."""
+    return _jitted_both_sides(fn)(x, y, *projections)
+
+
+def _angular_hybrid(u, side, w_pos, w_trig, tau):
+    return features.angular_hybrid_features(u, w_pos, w_trig, tau, side=side)
+
+
+def _complex_exponential(u, side, w, matrix):
+    return features.complex_exponential_features(u, w, matrix, side=side)
+
+
+def _cluster_hybrid(u, side, w, params):
+    return features.cluster_hybrid_features(u, w, params, side=side)
+
+
+@functools.cache
 def _unbiased_draws(coupling: str) -> dict[str, np.ndarray]:
     w1, w2, tau = _projection_sets(
         coupling, {"gaussian": 21, "orthogonal": 22}[coupling], UNBIASED_DRAWS
     )
+    params = cluster_parameters("real"), cluster_parameters("complex")
+    draws = _unbiased_estimates(w1, w2, tau, params)
+    return {k: np.asarray(v, np.float64) for k, v in draws.items()}
+
+
+@jax.jit
+def _unbiased_estimates(w1, w2, tau, params) -> dict[str, jax.Array]:
     x, y = f32(UNBIASED_X), f32(UNBIASED_Y)
     cx, cy = f32(CLUSTER_X), f32(CLUSTER_Y)
-    real_params, complex_params = cluster_parameters("real"), cluster_parameters("complex")
+    real_params, complex_params = params
 
     def angular(w_pos, w_trig):
         return lambda u, side: features.angular_hybrid_features(u, w_pos, w_trig, tau, side=side)
@@ -245,7 +284,7 @@ def _unbiased_draws(coupling: str) -> dict[str, np.ndarray]:
         "cluster_zero_one_complex": cluster(complex_params, "zero_one"),
         "cluster_gaussian": cluster(complex_params, "gaussian", 0.3),
     }
-    return {k: np.asarray(v, np.float64) for k, v in draws.items()}
+    return draws
 
 
 UNBIASED_NAMES = (
@@ -296,11 +335,7 @@ def test_angular_hybrid_zero_variance_at_both_ends():
     for w_trig in (w2, w1):
         for a, b in ((x, x), (x, y)):
             _assert_exact(
-                _both_sides(
-                    lambda u, s, w=w_trig: features.angular_hybrid_features(u, w1, w, tau, side=s),
-                    f32(a),
-                    f32(b),
-                ),
+                _jit_both_sides(_angular_hybrid, f32(a), f32(b), w1, w_trig, tau),
                 math.exp(a @ b),
             )
 
@@ -308,12 +343,18 @@ def test_angular_hybrid_zero_variance_at_both_ends():
 def test_base_estimators_zero_variance():
     x = pair(1.1, 1.1, 0.0)[0]
     (w,) = _projection_sets("gaussian", 98, ZERO_VARIANCE_DRAWS, (NUM_FEATURES,))
-    phi = features.trigonometric_features(f32(x), w)
-    _assert_exact(features.estimate(phi, phi), math.exp(x @ x))  # theta = 0
-    positive = features.estimate(
-        features.positive_features(f32(x), w, antithetic=True),
-        features.positive_features(f32(-x), w, antithetic=True),
-    )
+
+    @jax.jit
+    def estimates(x, w):
+        phi = features.trigonometric_features(x, w)
+        positive = features.estimate(
+            features.positive_features(x, w, antithetic=True),
+            features.positive_features(-x, w, antithetic=True),
+        )
+        return features.estimate(phi, phi), positive
+
+    trig, positive = estimates(f32(x), w)
+    _assert_exact(trig, math.exp(x @ x))  # theta = 0
     _assert_exact(positive, math.exp(-x @ x))  # theta = pi
 
 
@@ -323,15 +364,14 @@ def test_complex_exponential_zero_variance_where_u_vanishes():
     y = -(REAL_A.astype(np.float64).T @ REAL_A.astype(np.float64) @ x)
     # Complex diagonal A from Eq. 85-87 for a generic pair.
     x2, y2 = np.array([0.7, -0.4, 0.3, 0.5]), np.array([0.2, 0.6, 0.9, -0.1])
-    alpha = features.cluster_adapted_diagonals(f32(x2[None]), f32(y2[None]), matrix="complex")
+    alpha = jax.jit(features.cluster_adapted_diagonals, static_argnames="matrix")(
+        f32(x2[None]), f32(y2[None]), matrix="complex"
+    )
     (w,) = _projection_sets("gaussian", 97, ZERO_VARIANCE_DRAWS, (NUM_FEATURES,))
     for matrix, a, b in ((REAL_A, x, y), (alpha[0, 0], x2, y2)):
-        np.testing.assert_allclose(theory.complex_exponential_mse(a, b, matrix, 4), 0.0, atol=1e-9)
-        estimates = _both_sides(
-            lambda u, s, matrix=matrix: features.complex_exponential_features(u, w, matrix, side=s),
-            f32(a),
-            f32(b),
-        )
+        mse = jax.jit(lambda a, b, m=matrix: theory.complex_exponential_mse(a, b, m, 4))(a, b)
+        np.testing.assert_allclose(mse, 0.0, atol=1e-9)
+        estimates = _jit_both_sides(_complex_exponential, f32(a), f32(b), w, matrix)
         _assert_exact(estimates, math.exp(a @ b))
 
 
@@ -341,10 +381,8 @@ def test_cluster_hybrid_exact_at_the_centres():
     (w,) = _projection_sets("gaussian", 96, ZERO_VARIANCE_DRAWS, (NUM_FEATURES,))
     for i in range(2):
         for j in range(2):
-            estimates = _both_sides(
-                lambda u, s: features.cluster_hybrid_features(u, w, params, side=s),
-                f32(centres_q[i]),
-                f32(centres_k[j]),
+            estimates = _jit_both_sides(
+                _cluster_hybrid, f32(centres_q[i]), f32(centres_k[j]), w, params
             )
             _assert_exact(estimates, math.exp(centres_q[i] @ centres_k[j]))
 
@@ -355,8 +393,8 @@ def test_gaussian_hybrid_selects_the_exact_base(estimator, angle):
     # positive-estimated lambda-hat = 0 exactly at theta = 0 (the trig estimate, exact there).
     x, y = pair(RADIUS, RADIUS, angle)
     w1, w2, tau = _projection_sets("gaussian", 95, ZERO_VARIANCE_DRAWS)
-    estimates = _both_sides(
-        lambda u, s: features.gaussian_hybrid_features(
+    estimates = _jit_both_sides(
+        lambda u, s, w1, w2, tau: features.gaussian_hybrid_features(
             u,
             w1,
             w2,
@@ -368,6 +406,9 @@ def test_gaussian_hybrid_selects_the_exact_base(estimator, angle):
         ),
         f32(x),
         f32(y),
+        w1,
+        w2,
+        tau,
     )
     _assert_exact(estimates, math.exp(x @ y))
 
@@ -382,7 +423,11 @@ def _theory_draws(norm_x: float, norm_y: float, angle: float) -> dict[str, np.nd
     """THEORY_DRAWS independent i.i.d. draws of each estimator at one pair (fixed keys)."""
     x, y = map(f32, pair(norm_x, norm_y, angle))
     w1, w2, tau = _projection_sets("gaussian", 2022, THEORY_DRAWS)
+    return {k: np.asarray(v, np.float64) for k, v in _theory_estimates(x, y, w1, w2, tau).items()}
 
+
+@jax.jit
+def _theory_estimates(x, y, w1, w2, tau) -> dict[str, jax.Array]:
     def hybrid(w_trig):
         return _both_sides(
             lambda u, s: features.angular_hybrid_features(u, w1, w_trig, tau, side=s), x, y
@@ -401,7 +446,7 @@ def _theory_draws(norm_x: float, norm_y: float, angle: float) -> dict[str, np.nd
         "independent": hybrid(w2),
         "shared": hybrid(w1),
     }
-    return {k: np.asarray(v, np.float64) for k, v in draws.items()}
+    return draws
 
 
 def _squared_errors(norm_x, norm_y, angle, name):
@@ -427,9 +472,7 @@ def test_complex_exponential_mse(kind):
     num_features = 4
 
     (w,) = _projection_sets("gaussian", 5, THEORY_DRAWS, (num_features,))
-    values = _both_sides(
-        lambda u, s: features.complex_exponential_features(u, w, matrix, side=s), f32(x), f32(y)
-    )
+    values = _jit_both_sides(_complex_exponential, f32(x), f32(y), w, matrix)
     values = np.asarray(values, np.float64)
     sm = math.exp(x @ y)
     _assert_within(values, sm)

@@ -1,6 +1,8 @@
 """The feature-map protocol and registry of ``rfjax.features``: names, the log-space form,
 parameters (``init``/``fit``), pairs, and maps as pytrees under ``jit``/``vmap``."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,7 @@ from tests.support.representatives import representatives
 DIM, NUM_FEATURES = 4, 8
 
 
+@functools.partial(jax.jit, static_argnames=("name", "dim"))
 def ready(name, dim=DIM):
     """The registered map ``name`` with its parameters (drawn, and fitted to random points)."""
     fmap = features.get(name)().init(jax.random.key(0), dim)
@@ -32,6 +35,19 @@ def test_log_space_form_is_the_features_with_their_gradients(name, side):
     w = projections.orthogonal(jax.random.key(3), DIM, NUM_FEATURES)
     x = 0.7 * jax.random.normal(jax.random.key(4), (5, DIM))
 
+    direct, scaled, grads = _log_space_checks(fmap, w, x, side=side)
+    np.testing.assert_allclose(scaled, direct, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    if isinstance(fmap, features.ExponentialFeatureMap):
+        exp_log, max_psi = _exponential_checks(fmap, w, x, side=side)
+        np.testing.assert_array_equal(exp_log, direct)
+        np.testing.assert_array_equal(max_psi, 1.0)
+
+
+@functools.partial(jax.jit, static_argnames="side")
+def _log_space_checks(fmap, w, x, side):
+    """The features, their log-space form and the gradients of both (one compiled program)."""
+
     def direct(x):
         return fmap.features(x, w, side=side)
 
@@ -39,14 +55,15 @@ def test_log_space_form_is_the_features_with_their_gradients(name, side):
         psi, log_scale = fmap.scaled_features(x, w, side=side)
         return psi * jnp.exp(log_scale)[..., None]
 
-    np.testing.assert_allclose(scaled(x), direct(x), rtol=1e-5, atol=1e-7)
     weights = jax.random.normal(jax.random.key(5), direct(x).shape)
     grads = [jax.grad(lambda x, f=f: jnp.sum(weights * f(x)))(x) for f in (direct, scaled)]
-    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-4, atol=1e-6)
-    if isinstance(fmap, features.ExponentialFeatureMap):
-        np.testing.assert_array_equal(jnp.exp(fmap.log_features(x, w, side=side)), direct(x))
-        psi = fmap.scaled_features(x, w, side=side).features
-        np.testing.assert_array_equal(jnp.max(psi, axis=-1), 1.0)
+    return direct(x), scaled(x), grads
+
+
+@functools.partial(jax.jit, static_argnames="side")
+def _exponential_checks(fmap, w, x, side):
+    psi = fmap.scaled_features(x, w, side=side).features
+    return jnp.exp(fmap.log_features(x, w, side=side)), jnp.max(psi, axis=-1)
 
 
 def test_parameters_are_pytree_leaves_through_jit_and_vmap():
@@ -62,8 +79,10 @@ def test_parameters_are_pytree_leaves_through_jit_and_vmap():
     # One map per head: vmap of init over keys stacks the parameters.
     stacked = jax.vmap(lambda k: template.init(k, DIM))(jax.random.split(jax.random.key(3), 5))
     assert jax.tree.leaves(stacked)[0].shape == (5, 3, DIM)
-    per_head = jax.vmap(lambda f: f.features(x, w, side="query"))(stacked)
-    single = jax.tree.map(lambda leaf: leaf[4], stacked).features(x, w, side="query")
+    per_head = jax.jit(jax.vmap(lambda f: f.features(x, w, side="query")))(stacked)
+    single = jax.jit(lambda f: f.features(x, w, side="query"))(
+        jax.tree.map(lambda leaf: leaf[4], stacked)
+    )
     np.testing.assert_allclose(per_head[4], single, rtol=1e-6)
 
 
@@ -73,7 +92,9 @@ def test_fit_sets_the_fitted_fields():
     start = template.init(jax.random.key(0), DIM)
     np.testing.assert_array_equal(start.query_centres, jnp.zeros((2, DIM)))
     queries = jnp.concatenate([jnp.full((10, DIM), -3.0), jnp.full((10, DIM), 3.0)])
-    fitted = start.fit(jax.random.key(1), queries, 2.0 * queries)
+    fitted = jax.jit(lambda m, key, q, k: m.fit(key, q, k))(
+        start, jax.random.key(1), queries, 2.0 * queries
+    )
     np.testing.assert_allclose(jnp.sort(fitted.query_centres[:, 0]), [-3.0, 3.0])
     np.testing.assert_allclose(jnp.sort(fitted.key_centres[:, 0]), [-6.0, 6.0])
     # A map without fitted parameters is returned unchanged.

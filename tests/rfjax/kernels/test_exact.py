@@ -1,5 +1,6 @@
 """Exact kernels against independent NumPy/SciPy computations; Gram matrices; input checks."""
 
+import functools
 import math
 
 import jax
@@ -9,6 +10,7 @@ import pytest
 from scipy import integrate
 
 from rfjax import kernels
+from tests.support.compiled import jitted
 
 RNG = np.random.default_rng(20240601)
 X = RNG.normal(size=(5, 4))
@@ -54,7 +56,7 @@ def float64():
 @pytest.mark.parametrize("lengthscale", [0.5, 1.0, 2.3])
 def test_gaussian_matches_numpy(lengthscale):
     expected = pairwise(lambda a, b: np.exp(-np.sum((a - b) ** 2) / (2 * lengthscale**2)), X, Y)
-    got = kernels.gram(kernels.gaussian, X, Y, lengthscale=lengthscale)
+    got = jitted(functools.partial(kernels.gram, kernels.gaussian))(X, Y, lengthscale=lengthscale)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
@@ -67,7 +69,7 @@ def test_gaussian_matches_numpy(lengthscale):
     ],
 )
 def test_kernels_match_numpy(name, reference):
-    got = kernels.gram(getattr(kernels, name), X, Y)
+    got = jitted(functools.partial(kernels.gram, getattr(kernels, name)))(X, Y)
     np.testing.assert_allclose(got, pairwise(reference, X, Y), rtol=1e-10, atol=1e-12)
 
 
@@ -77,13 +79,13 @@ def test_arccos_matches_quadrature(order):
     # Generic pairs plus the extreme angles 0 and pi.
     others = [*Y, 2.0 * a, -0.5 * a]
     expected = np.array([arccos_by_quadrature(a, b, order) for b in others])
-    got = kernels.arccos(a, np.stack(others), order=order)
+    got = jitted(kernels.arccos)(a, np.stack(others), order=order)
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
 
 
 def test_arccos_order_zero_is_step_kernel():
     # (pi - theta) / pi = 2 P(w.x > 0, w.y > 0): the Heaviside kernel (pi - theta)/(2 pi), doubled.
-    got = kernels.arccos(X[:1], Y, order=0)
+    got = jitted(kernels.arccos)(X[:1], Y, order=0)
     expected = np.array([(math.pi - angle(X[0], b)) / math.pi for b in Y])
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
@@ -93,7 +95,9 @@ def test_polynomial_matches_numpy():
     expected = pairwise(
         lambda a, b: sum(c * np.dot(a, b) ** (i + 1) for i, c in enumerate(coefficients)), X, Y
     )
-    got = kernels.gram(kernels.polynomial, X, Y, coefficients=coefficients)
+    # The coefficients are static (a tuple of Python numbers), as in an eager call.
+    polynomial = functools.partial(kernels.gram, kernels.polynomial, coefficients=coefficients)
+    got = jitted(polynomial)(X, Y)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     np.testing.assert_allclose(
         kernels.polynomial(X, X, coefficients=np.array([1.0])), np.sum(X * X, axis=-1), rtol=1e-12
@@ -101,37 +105,38 @@ def test_polynomial_matches_numpy():
 
 
 def test_gram_shape_symmetry_and_broadcasting():
-    g = kernels.gram(kernels.gaussian, X, X, lengthscale=1.7)
+    g = jitted(functools.partial(kernels.gram, kernels.gaussian))(X, X, lengthscale=1.7)
     assert g.shape == (5, 5)
     np.testing.assert_allclose(g, g.T, rtol=0, atol=0)
     np.testing.assert_allclose(np.diag(g), 1.0, rtol=0, atol=1e-15)
-    assert kernels.gram(kernels.arccos, X, Y, order=1).shape == (5, 7)
+    assert jax.eval_shape(lambda: kernels.gram(kernels.arccos, X, Y, order=1)).shape == (5, 7)
     # Leading axes broadcast: (5, 1, 4) with (7, 4) -> (5, 7), same as gram.
     np.testing.assert_allclose(
-        kernels.softmax(X[:, None, :], Y), kernels.gram(kernels.softmax, X, Y)
+        jitted(kernels.softmax)(X[:, None, :], Y),
+        jitted(functools.partial(kernels.gram, kernels.softmax))(X, Y),
     )
-    assert kernels.linear(X[0], Y).shape == (7,)
+    assert jax.eval_shape(kernels.linear, X[0], Y).shape == (7,)
 
 
 def test_lengthscale_is_input_rescaling():
     np.testing.assert_allclose(
-        kernels.gaussian(X, X[::-1], lengthscale=3.0),
-        kernels.gaussian(X / 3.0, X[::-1] / 3.0),
+        jitted(kernels.gaussian)(X, X[::-1], lengthscale=3.0),
+        jitted(kernels.gaussian)(X / 3.0, X[::-1] / 3.0),
         rtol=1e-12,
     )
 
 
 def test_zero_vector_convention():
     zero = np.zeros(4)
-    assert float(kernels.angular(zero, Y[0])) == 0.0
-    assert float(kernels.angular(zero, zero)) == 0.0
-    assert float(kernels.arccos(zero, Y[0], order=0)) == 0.5
-    assert float(kernels.arccos(zero, zero, order=0)) == 0.5
+    assert float(jitted(kernels.angular)(zero, Y[0])) == 0.0
+    assert float(jitted(kernels.angular)(zero, zero)) == 0.0
+    assert float(jitted(kernels.arccos)(zero, Y[0], order=0)) == 0.5
+    assert float(jitted(kernels.arccos)(zero, zero, order=0)) == 0.5
     for order in (1, 2):
-        assert float(kernels.arccos(zero, Y[0], order=order)) == 0.0
+        assert float(jitted(kernels.arccos)(zero, Y[0], order=order)) == 0.0
     # Gradients at a zero input are finite (masked square roots), not NaN.
     for fn, kwargs in [(kernels.angular, {}), *((kernels.arccos, {"order": n}) for n in (0, 1, 2))]:
-        grad = jax.grad(lambda a, fn=fn, kwargs=kwargs: fn(a, Y[0], **kwargs))(jnp.zeros(4))
+        grad = jitted(jax.grad(lambda a, fn=fn, kwargs=kwargs: fn(a, Y[0], **kwargs)))(jnp.zeros(4))
         assert np.all(np.isfinite(grad))
 
 
@@ -149,7 +154,8 @@ def test_cosine_is_clipped():
 
 
 def test_dtypes_follow_inputs():
-    assert kernels.gaussian(X, Y[:5]).dtype == jnp.float64
+    # The dtype is fixed at trace time: eval_shape gives it without compiling.
+    assert jax.eval_shape(kernels.gaussian, X, Y[:5]).dtype == jnp.float64
     with jax.enable_x64(False):
         x32 = jnp.asarray(X, jnp.float32)
         for fn, kwargs in [
@@ -160,7 +166,7 @@ def test_dtypes_follow_inputs():
             (kernels.arccos, {"order": 1}),
             (kernels.polynomial, {"coefficients": (1.0, 2.0)}),
         ]:
-            assert fn(x32, x32, **kwargs).dtype == jnp.float32
+            assert jax.eval_shape(functools.partial(fn, **kwargs), x32, x32).dtype == jnp.float32
 
 
 def test_jit():

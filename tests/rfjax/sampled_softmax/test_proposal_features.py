@@ -2,6 +2,7 @@
 the ``rfjax.features`` registry is a proposal, its features estimate the proposal kernel without
 bias, and a traced temperature gives the library's Gaussian hybrid."""
 
+import functools
 import math
 
 import jax
@@ -16,6 +17,7 @@ from rfjax.sampled_softmax import (
     proposal_features,
     proposals,
 )
+from tests.support.compiled import jitted
 from tests.support.sampled_softmax_checks import DIM, FEATURE_OPTIONS, problem
 
 
@@ -29,11 +31,15 @@ def test_every_registered_softmax_map_is_a_proposal():
     assert {"oprf", "saderf", "positive_antithetic"} <= set(proposals())
     queries, embeddings = problem()
     for proposal in ("oprf", "saderf"):
-        q_feat, e_feat = proposal_features(
-            jax.random.key(3), queries, embeddings, proposal=proposal, **FEATURE_OPTIONS
+        q_feat, e_feat = jitted(proposal_features)(
+            jax.random.key(3),
+            queries,
+            embeddings,
+            proposal=proposal,
+            **FEATURE_OPTIONS,
         )
         assert q_feat.shape == (3, FEATURE_OPTIONS["num_features"])
-        probabilities = feature_proposal_probabilities(q_feat, e_feat)
+        probabilities = jitted(feature_proposal_probabilities)(q_feat, e_feat)
         np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
 
 
@@ -84,8 +90,10 @@ def test_gaussian_hybrid_with_a_traced_temperature_matches_the_library_map():
     base_key, coefficient_key = jax.random.split(jax.random.key(4))
     base = projections.gaussian(base_key, DIM, options["num_features"])
     coefficient = projections.gaussian(coefficient_key, DIM, options["num_coefficient_features"])
-    for x, side, features in zip((queries, embeddings), ("query", "key"), got, strict=True):
-        expected = gaussian_hybrid_features(
+
+    @functools.partial(jax.jit, static_argnames="side")
+    def library_map(x, base, coefficient, side):
+        return gaussian_hybrid_features(
             normalize_for_proposal(x, tau),
             base,
             base,
@@ -94,6 +102,9 @@ def test_gaussian_hybrid_with_a_traced_temperature_matches_the_library_map():
             bandwidth=radius,
             radius=radius,
         )
+
+    for x, side, features in zip((queries, embeddings), ("query", "key"), got, strict=True):
+        expected = library_map(x, base, coefficient, side=side)
         np.testing.assert_allclose(features, expected, rtol=2e-5, atol=1e-6)
 
 
