@@ -1,5 +1,6 @@
 """FSDD loader, log-mel features, CTC decoding, the Conformer's attention kinds, the experiment."""
 
+import functools
 import json
 import math
 import os
@@ -44,6 +45,17 @@ needs_fsdd = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def fsdd():
     return load_fsdd()
+
+
+# One program per module and shape (eagerly, every primitive of init and apply compiles apart).
+@functools.partial(jax.jit, static_argnums=0)
+def _init(module, *args):
+    return module.init(*args)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="mutable")
+def _apply(module, variables, *args, **kwargs):
+    return module.apply(variables, *args, **kwargs)
 
 
 # --------------------------------------------------------------------------- data
@@ -336,10 +348,10 @@ def test_uniform_attention_swap_averages_the_values():
     module = PerformerAttention(num_heads=2, attention_kind="exact", query_key_norm=True)
     x = jax.random.normal(jax.random.key(0), (1, 6, 8))
     mask = jnp.arange(6)[None] < 4
-    variables = module.init(jax.random.key(1), x)
+    variables = _init(module, jax.random.key(1), x)
     uniform = conformer_ctc.with_uniform_attention(variables)
     assert np.all(np.asarray(uniform["params"]["log_temperature"]) == -30.0)
-    got = module.apply(uniform, x, mask=mask)
+    got = _apply(module, uniform, x, mask=mask)
     params = variables["params"]
     values = jnp.einsum("btd,dnh->btnh", x, params["value"]["kernel"]) + params["value"]["bias"]
     mean = values[:, :4].mean(axis=1, keepdims=True)  # the 4 unmasked keys
@@ -394,7 +406,7 @@ def test_greedy_ctc_decode_merges_repeats_and_drops_blanks():
     frames = np.array([[1, 1, 0, 1, 2, 2, 0, 3, 5, 5], [4, 0, 4, 4, 0, 0, 7, 7, 7, 7]])
     logits = jax.nn.one_hot(frames, 11) * 5.0
     mask = np.array([[True] * 8 + [False] * 2, [True] * 10])
-    tokens, lengths = conformer_ctc.greedy_ctc_decode(logits, mask)
+    tokens, lengths = jax.jit(conformer_ctc.greedy_ctc_decode)(logits, mask)
     assert lengths.tolist() == [4, 3]
     assert tokens[0, :4].tolist() == [1, 1, 2, 3] and tokens[1, :3].tolist() == [4, 4, 7]
     assert not np.any(np.asarray(tokens[0, 4:])) and not np.any(np.asarray(tokens[1, 3:]))
@@ -432,7 +444,7 @@ def test_attention_feature_maps_are_unbiased(kind):
         phi_q = drawn.features(q, base, side="query")
         return jnp.sum(phi_q * drawn.features(k, base, side="key"), -1)
 
-    samples = jax.vmap(estimate)(jax.random.split(jax.random.key(1), draws))
+    samples = jax.jit(jax.vmap(estimate))(jax.random.split(jax.random.key(1), draws))
     error = jnp.abs(samples.mean(0) - target)
     assert np.all(error <= 4 * samples.std(0) / math.sqrt(draws) + 1e-6)
 
@@ -446,8 +458,8 @@ def test_cluster_map_is_cluster_hybrid_features_of_its_centres(side):
         query_centres=parameters.query_centres, key_centres=parameters.key_centres
     )
     base = orthogonal(jax.random.key(3), 4, 8)
-    got = fmap.features(x, base, side=side)
-    expected = cluster_hybrid_features(x, base, parameters, side=side)
+    got = jax.jit(functools.partial(fmap.features, side=side))(x, base)
+    expected = jax.jit(functools.partial(cluster_hybrid_features, side=side))(x, base, parameters)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
 
 
@@ -475,6 +487,7 @@ def test_query_key_norm_keeps_the_trigonometric_normaliser_positive():
     x = 2.0 * jax.random.normal(jax.random.key(0), (6, 32, 8))
     projection = draw_projection(jax.random.key(1), 8, 16)
 
+    @jax.jit
     def normalisers(query, key):  # (B, T, 1, H) each: phi(q_t') . sum_s phi(k_s')
         fmap = TrigonometricFeatureMap()
         phi_q = fmap.features(_scaled(query[..., 0, :]), projection, side="query")
@@ -484,8 +497,8 @@ def test_query_key_norm_keeps_the_trigonometric_normaliser_positive():
     fractions = {}
     for norm in (False, True):
         module = PerformerAttention(num_heads=1, attention_kind="exact", query_key_norm=norm)
-        variables = module.init(jax.random.key(2), x)
-        _, state = module.apply(variables, x, mutable=["intermediates"])
+        variables = _init(module, jax.random.key(2), x)
+        _, state = _apply(module, variables, x, mutable="intermediates")
         sown = state["intermediates"]
         estimates = normalisers(sown["query_heads"][0], sown["key_heads"][0])
         fractions[norm] = float(jnp.mean(estimates <= 0))

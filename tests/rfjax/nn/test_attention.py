@@ -1,5 +1,6 @@
 """rfjax.nn: PerformerAttention (drop-in for Flax multi-head attention) and PerformerViT."""
 
+import functools
 import inspect
 import math
 
@@ -19,10 +20,21 @@ def _inputs(seed=0, scale=0.5):
     return q, kv
 
 
+# Modules' init and apply compiled as one program each (eagerly, each primitive compiles apart).
+@functools.partial(jax.jit, static_argnums=0)
+def _init(module, *args):
+    return module.init(*args)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(module, variables, *args, **kwargs):
+    return module.apply(variables, *args, **kwargs)
+
+
 def _mha_params():
     """Parameters of Flax's own multi-head attention: PerformerAttention must accept them."""
     q, kv = _inputs()
-    return nn.MultiHeadDotProductAttention(num_heads=HEADS).init(jax.random.key(1), q, kv)
+    return _init(nn.MultiHeadDotProductAttention(num_heads=HEADS), jax.random.key(1), q, kv)
 
 
 def _projection(module, variables, step, rng):
@@ -51,10 +63,10 @@ def test_exact_kind_is_flax_attention_with_the_same_parameters():
     q, kv = _inputs()
     params = _mha_params()
     mask = nn.make_attention_mask(jnp.ones((BATCH, LENGTH)), jnp.arange(LENGTH) < 9)
-    reference = nn.MultiHeadDotProductAttention(num_heads=HEADS).apply(params, q, kv, mask=mask)
+    reference = _apply(nn.MultiHeadDotProductAttention(num_heads=HEADS), params, q, kv, mask=mask)
     exact = PerformerAttention(num_heads=HEADS, attention_kind="exact")
     np.testing.assert_allclose(
-        exact.apply(params, q, kv, mask=mask), reference, rtol=1e-5, atol=1e-6
+        _apply(exact, params, q, kv, mask=mask), reference, rtol=1e-5, atol=1e-6
     )
 
 
@@ -216,7 +228,7 @@ def test_empty_batches_give_empty_results(kind):
     params = _mha_params()
     rngs = {"projection": jax.random.key(1)}
     for shape in ((0, LENGTH, WIDTH), (BATCH, 0, WIDTH)):
-        assert module.apply(params, jnp.ones(shape), rngs=rngs).shape == shape
+        assert _apply(module, params, jnp.ones(shape), rngs=rngs).shape == shape
     vit = PerformerViT(num_classes=3, num_features=8, attention_kind=kind)
-    variables = vit.init(jax.random.key(0), jnp.ones((1, 8, 8)))
-    assert vit.apply(variables, jnp.ones((0, 8, 8)), rngs=rngs).shape == (0, 3)
+    variables = _init(vit, jax.random.key(0), jnp.ones((1, 8, 8)))
+    assert _apply(vit, variables, jnp.ones((0, 8, 8)), rngs=rngs).shape == (0, 3)

@@ -35,9 +35,8 @@ def _init(model, features, mask):
     variables = jax.jit(model.init)(rngs, features, mask)
     variables = {k: v for k, v in variables.items() if k != "intermediates"}
     if model.attention == "cluster_hybrid":
-        variables = fit_conformer_clusters(
-            jax.random.key(3), model, variables, features, mask, num_points=32
-        )
+        fit = jax.jit(fit_conformer_clusters, static_argnums=1, static_argnames="num_points")
+        variables = fit(jax.random.key(3), model, variables, features, mask, num_points=32)
     return variables
 
 
