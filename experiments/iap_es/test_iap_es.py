@@ -1,5 +1,6 @@
 """ES for implicit-attention policies: the gradient estimate, rollouts, training, resume, report."""
 
+import functools
 import os
 
 import jax
@@ -26,14 +27,21 @@ from experiments.main import run_experiment
 from tests.support.iap_policy import policy_of
 
 
-def test_es_gradient_estimate_is_unbiased_on_a_quadratic():
-    # f(x) = 1/2 x^T A x + b^T x: the antithetic estimate of grad f_sigma = grad f is unbiased.
-    dim, draws = 6, 400
+@functools.partial(jax.jit, static_argnums=0)
+def _quadratic(dim):
+    """A, b, the mean and grad f at the mean, as one compiled program."""
     matrix = jax.random.normal(jax.random.key(0), (dim, dim))
     matrix = matrix @ matrix.T / dim + jnp.eye(dim)
     offset = jax.random.normal(jax.random.key(1), (dim,))
     mean = {"x": jax.random.normal(jax.random.key(2), (dim,))}
     truth = matrix @ mean["x"] + offset
+    return matrix, offset, mean, truth
+
+
+def test_es_gradient_estimate_is_unbiased_on_a_quadratic():
+    # f(x) = 1/2 x^T A x + b^T x: the antithetic estimate of grad f_sigma = grad f is unbiased.
+    dim, draws = 6, 400
+    matrix, offset, mean, truth = _quadratic(dim)
     strategy = es.make_strategy(
         mean, population_size=8, sigma=0.3, optimizer=optax.sgd(1.0), fitness_shaping="identity"
     )
@@ -87,6 +95,10 @@ def test_rollout_matches_a_step_by_step_episode():
                 total, steps = total + float(state.rewards[0]), steps + 1
             assert totals[member, episode] == total
             assert lengths[member, episode] == steps
+
+
+# One compiled program per policy (policies are hashable), not the initialisation op by op.
+_initial_params = jax.jit(iap_es.initial_params, static_argnums=0, static_argnames="seed")
 
 
 def _quick(**es_overrides):
@@ -172,7 +184,7 @@ def test_train_together_refuses_a_started_run_and_unequal_arguments(tmp_path):
     config = _quick()
     env = iap_es.make_env(config)
     policy = iap_es.make_policy(config, env, "exact")
-    params = iap_es.initial_params(policy, seed=0)
+    params = _initial_params(policy, seed=0)
     trainer = es.ESTrainer(config.es, iap_es.make_rollout(config, env, policy), params)
     with pytest.raises(ValueError, match="equally long and non-empty"):
         trainer.train_together([str(tmp_path / "a")], [params, params], [0, 1])
@@ -262,7 +274,7 @@ def test_inference_swap_plays_the_same_episodes_with_every_kind():
     for kind in ("exact", "positive:16"):
         rollout = iap_es.make_rollout(config, env, iap_es.make_policy(config, env, kind))
         kinds[kind] = {"inference": iap_es.inference_evaluator(rollout, 16)}
-    params = iap_es.initial_params(iap_es.make_policy(config, env, "exact"), seed=0)
+    params = _initial_params(iap_es.make_policy(config, env, "exact"), seed=0)
     blind = jax.tree_util.tree_map_with_path(
         lambda path, x: x if "bias" in jax.tree_util.keystr(path) else jnp.zeros_like(x), params
     )

@@ -36,7 +36,7 @@ def test_redraw_protocol_keeps_the_last_draw_after_redraw_until_step():
     config = performer_vit_config.get_config("quick,model.redraw_interval=4")
     model = performer_vit.make_model(config, "simplex")
     images = jnp.zeros((2, 28, 28))
-    params = model.init(jax.random.key(0), images)
+    params = jax.jit(model.init)(jax.random.key(0), images)
     rng = {"projection": jax.random.key(1)}
 
     @jax.jit

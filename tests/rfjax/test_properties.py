@@ -74,13 +74,22 @@ def test_projections_of_empty_batches_are_empty(dim, num_features, batch, name):
 def test_feature_maps_of_empty_batches_are_empty(name, side, batch):
     # Found: the hybrids raised ZeroDivisionError on an empty batch.
     key = jax.random.key(1)
-    feature_map = features.get(name)().init(key, 3)
+    feature_map = _init(features.get(name)(), key)
     projection = projections.gaussian(key, 3, 4)
-    width = feature_map.features(jnp.ones((1, 3)), projection, side=side).shape[-1]
+    width = _features(feature_map, jnp.ones((1, 3)), projection, side=side).shape[-1]
+    # The empty batch itself eagerly: the defect was in the eager call's shape arithmetic.
     assert feature_map.features(jnp.zeros((*batch, 3)), projection, side=side).shape == (
         *batch,
         width,
     )
+
+
+# Module-level jitted helpers: each compiles once per map and shape, not op by op.
+_init = jax.jit(lambda feature_map, key: feature_map.init(key, 3))
+_features = jax.jit(
+    lambda feature_map, x, projection, side: feature_map.features(x, projection, side=side),
+    static_argnames="side",
+)
 
 
 FINITE = st.floats(-10, 10, allow_nan=False, width=32)
@@ -122,9 +131,12 @@ def test_apply_simplex_is_linear_or_rejects_one_dimension(z, w):
         with pytest.raises(ValueError, match=r"d >= 2"):
             ops.apply_simplex(a)
         return
-    np.testing.assert_allclose(
-        ops.apply_simplex(a + b), ops.apply_simplex(a) + ops.apply_simplex(b), atol=1e-4
-    )
+    np.testing.assert_allclose(*_simplex_of_sum_and_sum_of_simplices(a, b), atol=1e-4)
+
+
+@jax.jit
+def _simplex_of_sum_and_sum_of_simplices(a, b):
+    return ops.apply_simplex(a + b), ops.apply_simplex(a) + ops.apply_simplex(b)
 
 
 @FIXED
