@@ -19,6 +19,7 @@ from rfjax.attention._checks import log_floor
 from rfjax.attention._log_prefix import LOG_BLOCK
 
 CHUNK = 64  # positions per chunk: 4 blocks of LOG_BLOCK
+FEATURE_TILE = 32  # features per tile of a diagonal block's pairs (``_diagonal``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,16 +61,30 @@ class _Form:
     """The affine log-features inside a kernel: l(x) = x W^T + b + g |x|^2 from refs."""
 
     def __init__(self, weights_ref, bias_ref, norm_weight: float, dtype):
+        self.weights_ref, self.bias_ref = weights_ref, bias_ref
         self.weights = weights_ref[...].astype(dtype)
         self.bias = bias_ref[...].astype(dtype)  # (1, m)
         self.norm_weight = norm_weight
         self.dtype = dtype
 
+    @property
+    def width(self) -> int:
+        """The number of features m."""
+        return self.weights_ref.shape[0]
+
     def __call__(self, rows: jax.Array) -> jax.Array:
+        return self._logs(rows, self.weights, self.bias)
+
+    def tile(self, rows: jax.Array, features: typing.Any) -> jax.Array:
+        """The columns ``features`` (a ``pl.ds`` of W's rows) of l(rows), read from the refs."""
+        weights = self.weights_ref[features, :].astype(self.dtype)
+        return self._logs(rows, weights, self.bias_ref[:, features].astype(self.dtype))
+
+    def _logs(self, rows: jax.Array, weights: jax.Array, bias: jax.Array) -> jax.Array:
         rows = rows.astype(self.dtype)
         squared = jnp.sum(rows * rows, axis=1, keepdims=True)
-        projected = jnp.dot(rows, self.weights.T, preferred_element_type=self.dtype)
-        return projected + self.bias + self.norm_weight * squared
+        projected = jnp.dot(rows, weights.T, preferred_element_type=self.dtype)
+        return projected + bias + self.norm_weight * squared
 
     def pullback(self, rows: jax.Array, grad_logs: jax.Array) -> jax.Array:
         """d/drows of sum(grad_logs * l(rows)): grad_logs W + 2 g (sum_i grad_logs_i) rows."""
@@ -99,11 +114,55 @@ def _block_weights(la: jax.Array, lb: jax.Array, row_shift: jax.Array) -> jax.Ar
     return jnp.exp(jnp.where(_causal_mask(la.shape[0]), pairs, -jnp.inf) - row_shift[:, :, None])
 
 
-def _row_shift(la: jax.Array, lb: jax.Array, block_start: jax.Array) -> jax.Array:
-    """M_t ``(B, 1)``: max(max_i (la_ti + E_i), max_{j <= t, i} (la_ti + lb_ji))."""
+def _pair_maximum(la: jax.Array, lb: jax.Array) -> jax.Array:
+    """max_{j <= t, i} (la_ti + lb_ji) ``(B, 1)``."""
     pairs = jnp.where(_causal_mask(la.shape[0]), la[:, None, :] + lb[None, :, :], -jnp.inf)
-    own = jnp.max(jnp.max(pairs, axis=2), axis=1, keepdims=True)
-    return jnp.maximum(own, jnp.max(la + block_start, axis=1, keepdims=True))
+    return jnp.max(jnp.max(pairs, axis=2), axis=1, keepdims=True)
+
+
+def _row_shift(pair_maximum: jax.Array, la: jax.Array, block_start: jax.Array) -> jax.Array:
+    """M_t ``(B, 1)``: max(max_i (la_ti + E_i), max_{j <= t, i} (la_ti + lb_ji)), given the
+    second term (``_pair_maximum``)."""
+    return jnp.maximum(pair_maximum, jnp.max(la + block_start, axis=1, keepdims=True))
+
+
+class _KeyBlock:
+    """One block of keys read from refs at ``rows``: log-features lb ``(B, m)`` (keys left
+    out at the log floor), values ``(B, P)`` (0 for keys left out), the keys that count as a
+    row ``(1, B)`` and the block's maximum per feature ``(1, m)``."""
+
+    def __init__(self, form: _Form, k_ref, v_ref, valid_ref, rows):
+        self.k = k_ref[rows, :]
+        self.valid = valid_ref[rows, :] > 0
+        self.lb = jnp.where(self.valid, form(self.k), log_floor(form.dtype))
+        self.v = jnp.where(self.valid, v_ref[rows, :].astype(form.dtype), 0)
+        self.ones = self.valid.astype(form.dtype).T
+        self.block_max = jnp.max(self.lb, axis=0, keepdims=True)
+
+
+def _diagonal(form: _Form, q: jax.Array, keys: _KeyBlock, la: jax.Array, block_start):
+    """A block's row shifts M_t ``(B, 1)`` (``_row_shift``) and its weights against its own
+    keys, sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)`` (``_block_weights`` summed over
+    the features), formed ``FEATURE_TILE`` features at a time: the pairs of a tile are
+    ``(B, B, FEATURE_TILE)`` values, those of all m features would not fit in registers."""
+    tile = min(FEATURE_TILE, form.width)
+    floor = log_floor(form.dtype)
+
+    def logs(i):  # la and lb of the i-th tile of features
+        features = pl.ds(pl.multiple_of(i * tile, tile), tile)
+        return form.tile(q, features), jnp.where(keys.valid, form.tile(keys.k, features), floor)
+
+    def top(i, own):
+        return jnp.maximum(own, _pair_maximum(*logs(i)))
+
+    def total(i, weights):
+        return weights + jnp.sum(_block_weights(*logs(i), row_shift), axis=2)
+
+    tiles = form.width // tile
+    own = jax.lax.fori_loop(0, tiles, top, jnp.full((LOG_BLOCK, 1), -jnp.inf, form.dtype))
+    row_shift = _row_shift(own, la, block_start)
+    zeros = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
+    return row_shift, jax.lax.fori_loop(0, tiles, total, zeros)
 
 
 class _ChunkRows:
@@ -171,31 +230,35 @@ def output_kernel(
     spec,
     matmul_dtype,
 ):
-    """One chunk's numerator ``(C, P)``, denominator ``(C, 1)`` and row shifts ``(C, 1)``."""
+    """One chunk's numerator ``(C, P)``, denominator ``(C, 1)`` and row shifts ``(C, 1)``, a
+    block of ``LOG_BLOCK`` queries at a time: against its own keys (``_diagonal``), each
+    earlier block's (read again from the refs, relative to that block's maximum per feature)
+    and the state of the chunks before."""
     form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
-    start, state, count = start_ref[...], state_ref[...], count_ref[...]
-    blocks = q_ref.shape[0] // LOG_BLOCK
-    x = _ChunkRows(form, (q_ref, k_ref, v_ref, valid_ref), 0, blocks, start)
-    for s in range(blocks):
-        la = x.la[s]
-        row_shift = _row_shift(la, x.lb[s], x.block_start[s])
-        weights = jnp.sum(_block_weights(la, x.lb[s], row_shift), axis=2)
-        num = jnp.dot(weights, x.v[s], preferred_element_type=jnp.float32)
-        den = jnp.sum(weights * x.ones[s], axis=1, keepdims=True)
-        for earlier in range(s):
-            reference = x.block_max[earlier]
-            query = jnp.exp(la + reference - row_shift)
-            key = jnp.exp(x.lb[earlier] - reference)
-            scores = _dot(query, key, matmul_dtype, transpose_b=True)
-            num = num + _dot(scores, x.v[earlier], matmul_dtype)
-            den = den + jnp.sum(scores * x.ones[earlier], axis=1, keepdims=True)
-        query = jnp.exp(la + start - row_shift)
-        num = num + _dot(query, state, matmul_dtype)
-        den = den + jnp.sum(query * count, axis=1, keepdims=True)
+    start = start_ref[...]
+    block_start = start  # the keys' running maximum at the block's start
+    for s in range(q_ref.shape[0] // LOG_BLOCK):
         rows = pl.ds(s * LOG_BLOCK, LOG_BLOCK)
+        q = q_ref[rows, :]
+        la = form(q)
+        keys = _KeyBlock(form, k_ref, v_ref, valid_ref, rows)
+        row_shift, weights = _diagonal(form, q, keys, la, block_start)
+        num = jnp.dot(weights, keys.v, preferred_element_type=jnp.float32)
+        den = jnp.sum(weights * keys.ones, axis=1, keepdims=True)
+        for earlier in range(s):
+            before = _KeyBlock(form, k_ref, v_ref, valid_ref, pl.ds(earlier * LOG_BLOCK, LOG_BLOCK))
+            query = jnp.exp(la + before.block_max - row_shift)
+            key = jnp.exp(before.lb - before.block_max)
+            scores = _dot(query, key, matmul_dtype, transpose_b=True)
+            num = num + _dot(scores, before.v, matmul_dtype)
+            den = den + jnp.sum(scores * before.ones, axis=1, keepdims=True)
+        query = jnp.exp(la + start - row_shift)
+        num = num + _dot(query, state_ref[...], matmul_dtype)
+        den = den + jnp.sum(query * count_ref[...], axis=1, keepdims=True)
         num_ref[rows, :] = num
         den_ref[rows, :] = den
         shift_ref[rows, :] = row_shift
+        block_start = jnp.maximum(block_start, keys.block_max)
 
 
 def query_summary_kernel(
