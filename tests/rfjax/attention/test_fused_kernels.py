@@ -45,8 +45,9 @@ def test_the_causal_output_kernel_forms_its_diagonal_blocks_a_tile_of_features_a
 ):
     """Each block's pairs with its own keys (``_diagonal``) are formed ``FEATURE_TILE``
     features at a time (all m at once would not fit in a GPU's registers): 16 features in
-    tiles of 8 give the numerators, denominators and row shifts of one tile of 16 (interpret
-    mode; a tile left out or counted twice changes them)."""
+    tiles of 8 give the numerators and denominators of one tile of 16, each row relative to
+    its largest term, so its row shift too (interpret mode; a tile left out or counted twice
+    changes them)."""
     q, k, v, mask, _ = operands(3, scale=2.0)
     projection = projections.orthogonal(jax.random.key(6), HEAD_DIM, NUM_FEATURES)
     form = _fused.kernel_form(projection, features.get("positive")())
