@@ -1,8 +1,8 @@
-"""Tests of ``rfjax.attention._fused_kernels`` that run as plain JAX: the in-kernel pieces of the
-causal block (the mask, the block weights exp(la_ti + lb_ji - M_t) for j <= t and their row
-shift M_t) against direct forms. The kernels themselves are checked against the XLA form in
-test_fused.py (interpret mode on CPU); here, that the causal output kernel's tiles of features
-add up to the whole."""
+"""Tests of ``rfjax.attention._fused_kernels``: the in-kernel pieces of the causal block (the
+mask, the block weights exp(la_ti + lb_ji - M_t) for j <= t and their row shift M_t) as plain
+JAX against direct forms, and, in interpret mode, that the causal output kernel's tiles of
+features add up to the whole. The kernels themselves are checked against the XLA form in
+test_fused.py (interpret mode on CPU)."""
 
 import jax
 import jax.numpy as jnp
