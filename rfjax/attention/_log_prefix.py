@@ -71,6 +71,7 @@ float32 (at least); the factors (each in [0, 1]) and values enter the products a
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -415,6 +416,28 @@ class _KeyPass(NamedTuple):
     final_state: jax.Array
 
 
+def _key_summary(params, key, value, valid, options: _Options, dtype):
+    """A chunk's key maximum d_c ``(m,)`` (a constant) and summary sum_j exp(lb_j - d_c) v_j^T
+    ``(m, p)``."""
+    lb, v, _ = _key_logs(params, key, value, valid, options, dtype)
+    top = jax.lax.stop_gradient(jnp.max(lb, axis=(0, 1)))
+    return top, _dot("sbm,sbp->mp", jnp.exp(lb - top), v, options)
+
+
+def _key_step(params, x: _Rows, options: _Options, dtype):
+    """The CPU schedule's scan step over chunk indices c: carry (state before c, C^s_c) ->
+    (state after c, C^e_c), emitting (state before c, C^s_c, C^e_c)."""
+
+    def step(carry, chunk):
+        state, start = carry
+        top, summary = _key_summary(params, *x.keys_of(chunk), options, dtype)
+        end = jnp.maximum(start, top)
+        new_state = jnp.exp(start - end)[:, None] * state + jnp.exp(top - end)[:, None] * summary
+        return (new_state, end), (state, start, end)
+
+    return step
+
+
 def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
     """Each chunk's key maximum d_c and summary sum_j exp(lb_j - d_c) v_j^T, then the running
     maxima and the states (``chunk_states``); on a CPU (``fused_chunk_scan``) in one scan over
@@ -422,27 +445,13 @@ def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
     dtype = initial[0].dtype
     initial_state, initial_shift = initial
     initial_shift = jax.lax.stop_gradient(initial_shift)
-
-    def summary(key, value, valid):
-        lb, v, _ = _key_logs(params, key, value, valid, options, dtype)
-        top = jax.lax.stop_gradient(jnp.max(lb, axis=(0, 1)))
-        return top, _dot("sbm,sbp->mp", jnp.exp(lb - top), v, options)
-
     if _chunks.fused_chunk_scan(jax.default_backend()):
-
-        def step(carry, rows):
-            state, start = carry
-            top, chunk_summary = summary(*rows)
-            end = jnp.maximum(start, top)
-            new_state = jnp.exp(start - end)[:, None] * state
-            new_state = new_state + jnp.exp(top - end)[:, None] * chunk_summary
-            return (new_state, end), (state, start, end)
-
         carry = (vary_like(initial_state, *x.operands), vary_like(initial_shift, *x.operands))
         (final, _), (states, start, end) = jax.lax.scan(
-            lambda carry, c: step(carry, x.keys_of(c)), carry, jnp.arange(x.chunks)
+            _key_step(params, x, options, dtype), carry, jnp.arange(x.chunks)
         )
         return _KeyPass(start, end, states, final)
+    summary = functools.partial(_key_summary, params, options=options, dtype=dtype)
     chunk_max, summaries = map_chunks(summary, *x.chunked()[-3:])
     end = jnp.maximum(jax.lax.cummax(chunk_max, axis=0), initial_shift)
     start = jnp.concatenate([initial_shift[None], end[:-1]])
@@ -588,8 +597,55 @@ def _one_chunk_without_state(x: _Rows, options: _Options) -> bool:
     return x.chunks == 1 and options.no_earlier_keys
 
 
+# The shortest segment of the CPU schedule's backward pass (``_segment_length``): a sequence
+# of at most this many chunks is one segment, whose states take a few MiB (T = 2k, C = 64:
+# 32 states of (m, p) per head); segments of 4 chunks cost 4% more time at T = 1k.
+MIN_SEGMENT = 32
+
+
+def _segment_length(chunks: int) -> int:
+    """Chunks per segment of the CPU schedule: the smallest divisor K of ``chunks`` with
+    K^2 >= ``chunks`` and K >= ``MIN_SEGMENT`` (all of them if fewer). The forward pass keeps
+    the state at each segment's start (n / K of them) and the backward pass forms one
+    segment's K states again at a time, instead of storing all n (m, p) states (at T = 64k
+    and C = 64, 1,024 states per head: as many bytes as the head's (T, m) features when
+    p = C)."""
+    length = min(chunks, max(MIN_SEGMENT, math.isqrt(chunks - 1) + 1))
+    while chunks % length:
+        length += 1
+    return length
+
+
+def _scan_keeping_checkpoints(step, carry, chunks: int):
+    """``lax.scan(step, carry, arange(chunks))`` that also keeps the carry at the start of each
+    ``_segment_length`` chunks: (those checkpoints ``(n / K, ...)``, the outputs ``(n, ...)``).
+    One flat scan: each step rewrites its segment's slot in place, with the carry where the
+    step starts the segment and the slot's own value otherwise (a scan over segments of scans
+    copied every output once more: 10% of the backward pass at T = 1k)."""
+    length = _segment_length(chunks)
+
+    def keeping(both, chunk):
+        carry, checkpoints = both
+        slot = chunk // length
+
+        def put(buffer, value):
+            kept = jnp.where(chunk % length == 0, value, buffer[slot])
+            return jax.lax.dynamic_update_index_in_dim(buffer, kept, slot, 0)
+
+        checkpoints = jax.tree.map(put, checkpoints, carry)
+        carry, outputs = step(carry, chunk)
+        return (carry, checkpoints), outputs
+
+    empty = jax.tree.map(
+        lambda a: vary_like(jnp.zeros((chunks // length, *a.shape), a.dtype), a), carry
+    )
+    (_, checkpoints), outputs = jax.lax.scan(keeping, (carry, empty), jnp.arange(chunks))
+    return checkpoints, outputs
+
+
 def _forward(params, query, key, value, valid, initial, options: _Options):
-    """(outputs, row shifts as (n, s, b), the own state's shift or None)."""
+    """(outputs, row shifts as (n, s, b), the own state's shift or None, the CPU schedule's
+    checkpoints or None: (state, C^s) at the start of each ``_segment_length`` chunks)."""
     dtype = initial[0].dtype
     x = _Rows.of(query, key, value, valid, options)
     split = x.split
@@ -615,16 +671,18 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
             vary_like(initial[0], *rows),
             vary_like(jax.lax.stop_gradient(initial[1]), *rows),
         )
+        checkpoints = jax.tree.map(lambda a: a[None], initial)
         if _one_chunk_without_state(x, options):
             first, _ = output(*x.rows_of(0), initial[1], None)
             outputs = jax.tree.map(lambda a: a[None], first)
         else:
-            _, outputs = jax.lax.scan(
-                lambda carry, c: step(carry, x.rows_of(c)), initial, jnp.arange(x.chunks)
+            checkpoints, outputs = _scan_keeping_checkpoints(
+                lambda carry, c: step(carry, x.rows_of(c)), initial, x.chunks
             )
     else:
         keys = _key_pass(params, x, initial, options)
         outputs = map_chunks(lambda *a: output(*a)[0], *x.chunked(), keys.start, keys.states)
+        checkpoints = None
     out, row_shift, query_bad, key_bad = outputs
     own = own_shift = None
     if options.with_own_state:
@@ -632,7 +690,7 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
             params, key, value, valid, log_features=options.log_features, chunk=options.chunk
         )
     flat = (split.join(out), split.join(row_shift), split.join(query_bad), split.join(key_bad))
-    return (*flat, own), row_shift, own_shift
+    return (*flat, own), row_shift, own_shift, checkpoints
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
@@ -641,18 +699,17 @@ def _prefix(params, query, key, value, valid, initial, options):
 
 
 def _prefix_fwd(params, query, key, value, valid, initial, options):
-    outputs, row_shift, own_shift = _forward(params, query, key, value, valid, initial, options)
-    return outputs, (params, query, key, value, valid, initial, row_shift, own_shift)
+    outputs, *residuals = _forward(params, query, key, value, valid, initial, options)
+    return outputs, (params, query, key, value, valid, initial, *residuals)
 
 
 def _prefix_bwd(options: _Options, residuals, cotangents):
-    params, query, key, value, valid, initial, row_shift, own_shift = residuals
+    params, query, key, value, valid, initial, row_shift, own_shift, checkpoints = residuals
     grad, _, _, _, own_grad = cotangents  # M and the flags are constants
     dtype = initial[0].dtype
     x = _Rows.of(query, key, value, valid, options)
     split = x.split
     grad = split.padded(grad.astype(dtype))
-    keys = _key_pass(params, x, initial, options)
 
     def cotangents_of(query, key, value, valid, row_shift, start, end, state, later, grad):
         def logs(params, query, key, value):
@@ -672,10 +729,9 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
         query_summary = _dot("sbm,sbp->mp", chunk.earlier_chunks_query(start), grad, options)
         return pullback((grad_la, grad_lb, grad_v)), query_summary
 
-    decays = jnp.exp(keys.start - keys.end)
-    per_chunk = (row_shift, keys.start, keys.end, keys.states)
     zero_params = _zero_cotangents(params)
     if _chunks.fused_chunk_scan(jax.default_backend()):
+        key_step = _key_step(params, x, options, dtype)
 
         def step(carry, inputs):
             later, params_grad = carry
@@ -692,10 +748,10 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             # in some processes; tests/rfjax/attention/test_log_prefix.py). With more chunks the
             # state is the scan's carry; forming the last chunk apart there too cost 24% more
             # temporaries at T = 1024 (its pieces live beside the scan's).
-            shift, start, end, state = (a[0] for a in per_chunk)
+            _, (state, start, end) = key_step(jax.tree.map(lambda a: a[0], checkpoints), 0)
             (params_grad, *row_grads), grad_initial = cotangents_of(
                 *x.rows_of(0),
-                shift,
+                row_shift[0],
                 start,
                 end,
                 None if _one_chunk_without_state(x, options) else state,
@@ -704,16 +760,43 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             )
             row_grads = [g[None] for g in row_grads]
         else:
+            # In reversed time, forming each segment's states again from the forward pass's
+            # checkpoint (the keys' pass) at its last chunk, the first one reached.
+            length = _segment_length(x.chunks)
+
+            def segment_states(chunk):
+                first = chunk // length * length
+                checkpoint = jax.tree.map(lambda a: a[chunk // length], checkpoints)
+                return jax.lax.scan(key_step, checkpoint, first + jnp.arange(length))[1]
+
+            def step_in_segment(carry, inputs):
+                *carry, segment = carry
+                chunk, shift = inputs
+                segment = jax.lax.cond(
+                    chunk % length == length - 1,
+                    segment_states,
+                    lambda _: segment,
+                    chunk,
+                )
+                state, start, end = (a[chunk % length] for a in segment)
+                decay = jnp.exp(start - end)
+                carry, grads = step(tuple(carry), (chunk, shift, start, end, state, decay))
+                return (*carry, segment), grads
+
             rows = x.operands
+            empty = jax.eval_shape(segment_states, 0)
             carry = (
                 vary_like(jnp.zeros_like(initial[0]), *rows, grad),
                 _vary_like_tree(zero_params, *rows),
+                jax.tree.map(lambda a: vary_like(jnp.zeros(a.shape, a.dtype), *rows), empty),
             )
-            (grad_initial, params_grad), row_grads = jax.lax.scan(
-                step, carry, (jnp.arange(x.chunks), *per_chunk, decays), reverse=True
+            (grad_initial, params_grad, _), row_grads = jax.lax.scan(
+                step_in_segment, carry, (jnp.arange(x.chunks), row_shift), reverse=True
             )
     else:
-        chunks = (*x.chunked(), *per_chunk)
+        keys = _key_pass(params, x, initial, options)
+        decays = jnp.exp(keys.start - keys.end)
+        chunks = (*x.chunked(), row_shift, keys.start, keys.end, keys.states)
         grad = split.chunked(grad)
 
         def summary(query, row_shift, start, grad):

@@ -49,8 +49,12 @@ def schedules_and_chunks(chunks, keep):
 
 @pytest.fixture
 def schedule(request, monkeypatch):
-    """Both schedules of the op on this CPU: the fused scan and the accelerators' batched
+    """Both schedules of the op on this CPU: the fused scan (with segments as short as
+    ``_segment_length`` allows, so that a few chunks already make several segments and the
+    backward pass forms their states again from checkpoints) and the accelerators' batched
     passes (with one chunk per step, so the grouped scans and their padding run too)."""
+    if request.param == "fused_scan":
+        monkeypatch.setattr(_log_prefix, "MIN_SEGMENT", 1)
     if request.param == "batched":
         monkeypatch.setattr(_chunks, "fused_chunk_scan", lambda platform: False)
         monkeypatch.setattr(_chunks, "CHUNKS_PER_STEP", 3)
@@ -331,3 +335,23 @@ def test_gradients_read_no_unwritten_memory():
         stdout, stderr = run.communicate(timeout=300)
         assert run.returncode == 0, stderr
         assert stdout.split()[-1] == "True", stdout + stderr
+
+
+def allowed(k, chunks, shortest):
+    """Whether K = ``k`` may be a segment's length for ``chunks`` chunks."""
+    return chunks % k == 0 and k * k >= chunks and (k >= shortest or k == chunks)
+
+
+def test_segments_divide_the_chunks_and_are_the_shortest_allowed(monkeypatch):
+    """The CPU schedule's backward pass keeps n / K checkpoints and forms K states at a time:
+    K divides n, K^2 >= n and K >= ``MIN_SEGMENT`` (or K = n), and no shorter divisor would
+    do (so n / K + K is about 2 sqrt(n) for long sequences)."""
+    for shortest in (1, _log_prefix.MIN_SEGMENT):
+        monkeypatch.setattr(_log_prefix, "MIN_SEGMENT", shortest)
+
+        for chunks in range(1, 300):
+            length = _log_prefix._segment_length(chunks)
+            assert allowed(length, chunks, shortest), (shortest, chunks)
+            assert not any(allowed(k, chunks, shortest) for k in range(1, length))
+    assert _log_prefix._segment_length(1024) == 32
+    assert _log_prefix._segment_length(16) == 16
