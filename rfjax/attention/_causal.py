@@ -17,9 +17,9 @@ from rfjax.attention._head_features import (
     feature_logs,
     finite_key_features,
     finite_query_features,
-    finite_rows,
     floored_ratio,
     has_feature_logs,
+    normalise,
 )
 from rfjax.attention._log_prefix import causal_feature_prefix
 from rfjax.attention._prefix import causal_prefix
@@ -65,7 +65,15 @@ def map_log_features(maps: tuple[Projection, FeatureMap], rows: jax.Array, side:
     return exponential.log_features(rows, projection, side=side)  # type: ignore[arg-type]
 
 
-def _log_space_head(
+def normalised_log_features(
+    maps: tuple[Projection, FeatureMap], rows: jax.Array, side: str
+) -> jax.Array:
+    """``map_log_features`` of the rows scaled by H^-1/4 (``normalise``): applied chunk by
+    chunk, so that the scaled (T, N, H) queries and keys are never formed."""
+    return map_log_features(maps, normalise(rows), side)
+
+
+def _log_space_heads(
     query: jax.Array,
     key: jax.Array,
     value: jax.Array,
@@ -73,49 +81,38 @@ def _log_space_head(
     projection: Projection,
     fmap: FeatureMap,
     *,
+    axes: HeadAxes,
     chunk_size: int,
     eps: float,
     sequence_axis: str | None,
     matmul_dtype: jnp.dtype | None,
 ) -> jax.Array:
-    """``_head_attention`` for ``uses_log_space_prefix`` maps: the op forms the features from
-    the rows chunk by chunk. Non-finite query, key and value rows are zeroed before it (so the
-    map's derivative is finite) and flagged, as are the rows whose features it finds not
-    finite."""
-    query_finite = finite_rows(query)
-    usable = valid & finite_rows(key) & finite_rows(value)
-    value_ones = jnp.concatenate(
-        [jnp.where(usable[:, None], value, 0), jnp.ones_like(value[:, :1])], axis=-1
-    )
-    rows = (
-        jnp.where(query_finite[:, None], query, 0),
-        jnp.where(usable[:, None], key, 0),
-        value_ones,
-        usable,
-    )
-    if sequence_axis is None:
-        result = causal_feature_prefix(
-            (projection, fmap),
-            *rows,
-            log_features=map_log_features,
-            chunk=chunk_size,
-            matmul_dtype=matmul_dtype,
-        )
-    else:
-        result = sequence_parallel_feature_prefix(
-            (projection, fmap),
-            *rows,
-            log_features=map_log_features,
-            chunk=chunk_size,
-            axis_name=sequence_axis,
-            matmul_dtype=matmul_dtype,
-        )
-    bad_key = (valid & ~usable) | result.key_bad
-    poisoned = ~query_finite | result.query_bad | (jnp.cumsum(bad_key, dtype=jnp.int32) > 0)
+    """All heads of one sequence for ``uses_log_space_prefix`` maps: query (T, N, H), key
+    (T, N, H), value (T, N, H_v), valid (T,) -> (T, N, H_v). The op forms the features from
+    the rows chunk by chunk, all heads at once in the rows' layout (a vmap over heads would
+    copy each output and cotangent heads-first: 1.5x the (T, N, m) features at T = 64k). It
+    leaves out, and flags, the query, key and value rows that are not finite, and the rows
+    whose features are not; the outputs that read them are NaN (see ``_head_attention``)."""
+    prefix = causal_feature_prefix
     if sequence_axis is not None:
-        poisoned = poisoned | earlier_devices_any(jnp.any(bad_key), sequence_axis)
+        prefix = functools.partial(sequence_parallel_feature_prefix, axis_name=sequence_axis)
+    result = prefix(
+        (projection, fmap),
+        query,
+        key,
+        value,
+        valid,
+        log_features=normalised_log_features,
+        chunk=chunk_size,
+        matmul_dtype=matmul_dtype,
+        normaliser=True,
+        head_axes=axes,
+    )
+    poisoned = result.query_bad | (jnp.cumsum(result.key_bad, axis=0, dtype=jnp.int32) > 0)
+    if sequence_axis is not None:
+        poisoned = poisoned | earlier_devices_any(jnp.any(result.key_bad, axis=0), sequence_axis)
     out = _normalise(result.out.astype(value.dtype), eps)
-    return jnp.where(poisoned[:, None], jnp.nan, out)
+    return jnp.where(poisoned[..., None], jnp.nan, out)
 
 
 def _head_attention(
@@ -130,30 +127,15 @@ def _head_attention(
     chunk_size: int,
     eps: float,
     sequence_axis: str | None,
-    matmul_dtype: jnp.dtype | None,
 ) -> jax.Array:
-    """One head: query (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v); with
-    ``sequence_axis``, the local shard of a sequence split along that mesh axis.
-    ``matmul_dtype``: the operands' dtype of the per-feature op's products (bfloat16 inputs:
-    bfloat16, accumulated in float32; ``None``: the computation dtype).
+    """One head, for the maps with one shift per key (``_prefix.causal_prefix``): query
+    (T, H), key (T, H), value (T, H_v), valid (T,) -> (T, H_v); with ``sequence_axis``, the
+    local shard of a sequence split along that mesh axis.
 
     Non-finite queries, keys and values are kept out of the prefix sums (``finite_*_features``)
     and make NaN exactly the outputs that attend to them: row t if its query is not finite, and
     every row t >= j for an unmasked key or value j that is not finite (on any earlier device).
     """
-    if uses_log_space_prefix(fmap, stabilize):
-        return _log_space_head(
-            query,
-            key,
-            value,
-            valid,
-            projection,
-            fmap,
-            chunk_size=chunk_size,
-            eps=eps,
-            sequence_axis=sequence_axis,
-            matmul_dtype=matmul_dtype,
-        )
     floor = log_floor(query.dtype)
     (phi_q, _), bad_query = finite_query_features(query, projection, fmap, stabilize, False)
     (key_factor, key_log), value, bad_key = finite_key_features(
@@ -195,15 +177,28 @@ def causal_attention(
     sequence_axis: str | None = None,
     matmul_dtype: jnp.dtype | None = None,
 ) -> jax.Array:
-    """All heads, BTNH in and out: ``_head_attention`` vmapped over batch and heads."""
+    """All heads, BTNH in and out: ``_log_space_heads`` vmapped over the batch, or
+    ``_head_attention`` over batch and heads. Queries and keys as given: scaled by H^-1/4
+    here (``normalise``)."""
+    if uses_log_space_prefix(fmap, stabilize):
+        heads = functools.partial(
+            _log_space_heads,
+            axes=axes,
+            chunk_size=chunk_size,
+            eps=eps,
+            sequence_axis=sequence_axis,
+            matmul_dtype=matmul_dtype,
+        )
+        return jax.vmap(heads, in_axes=(0, 0, 0, 0, None, None))(
+            query, key, value, mask, projection, fmap
+        )
     head = functools.partial(
         _head_attention,
         stabilize=stabilize,
         chunk_size=chunk_size,
         eps=eps,
         sequence_axis=sequence_axis,
-        matmul_dtype=matmul_dtype,
     )
     over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
     over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))
-    return over_batch(query, key, value, mask, projection, fmap)
+    return over_batch(normalise(query), normalise(key), value, mask, projection, fmap)

@@ -38,10 +38,11 @@ def chunk_states(
     the chunk summaries only (reversed time with ``reverse``: H_{c-1} from H_c).
 
     Args:
-      summaries: ``(n, m, p)``, one per chunk.
-      decays: ``(n, m)`` per-feature or ``(n, 1)`` per-chunk factors <= 1 (a change of
-        reference).
-      initial: ``(m, p)``, the state before the first chunk (after the last with ``reverse``).
+      summaries: ``(n, ..., m, p)``, one per chunk.
+      decays: ``(n, ..., m)`` per-feature or ``(n, ..., 1)`` per-chunk factors <= 1 (a change
+        of reference).
+      initial: ``(..., m, p)``, the state before the first chunk (after the last with
+        ``reverse``).
 
     Returns:
       ``(states, final)``: the state before each chunk's summary enters ``(n, m, p)``, and the
@@ -50,7 +51,7 @@ def chunk_states(
 
     def step(state, inputs):
         summary, decay = inputs
-        return decay[:, None] * state + summary, state
+        return decay[..., None] * state + summary, state
 
     initial = vary_like(initial, summaries, decays)
     final, states = jax.lax.scan(step, initial, (summaries, decays), reverse=reverse)

@@ -413,11 +413,10 @@ def _favor_attention(
     # [0, 1], values) in the inputs' dtype, accumulated in float32.
     matmul_dtype = out_dtype if jnp.finfo(out_dtype).bits < 32 else None
     query, key, value = (x.astype(dtype) for x in (query, key, value))
-    query, key = normalise(query), normalise(key)
     if backend is not None:
         out = fused_attention(
-            query,
-            key,
+            normalise(query),
+            normalise(key),
             value,
             mask,
             projection,
@@ -445,8 +444,8 @@ def _favor_attention(
         )
     else:
         out = bidirectional_attention(
-            query,
-            key,
+            normalise(query),
+            normalise(key),
             value,
             mask,
             projection,

@@ -60,8 +60,16 @@ the chunks carries the state and forms each chunk's output from it (each chunk's
 cache; no states are stored); on accelerators every chunk's key summary is formed first
 (batched), then the states by the short scan, then the outputs of ``CHUNKS_PER_STEP`` chunks
 at a time. The backward pass forms the chunk states by the first schedule's key pass either
-way. Memory per head: the rows, M, the (T / C, m, p) states in the backward pass (and the
-forward pass on accelerators), and one chunk's (or ``CHUNKS_PER_STEP`` chunks') factors.
+way: on a CPU segment by segment (``_segment_length``, about sqrt(T / C) chunks each) from
+checkpoints the forward pass keeps at each segment's start. Memory per head: the rows, M, the
+(T / C, m, p) states in the backward pass on accelerators (and their forward pass), about
+2 sqrt(T / C) of them on a CPU, and one chunk's (or ``CHUNKS_PER_STEP`` chunks') factors.
+
+**Heads.** The op takes the rows of one head ``(T, H)`` or of N heads ``(T, N, H)``; with
+heads, each chunk's rows are read in their layout and the feature map and the chunk's
+arithmetic are mapped over the heads inside the chunk's step, so that the outputs and the
+rows' cotangents are written in the rows' layout (a ``vmap`` of the whole op over heads
+stacks them chunk-major and heads-first, then copies them back).
 
 **Low precision** (``matmul_dtype``): the log-features, shifts, exponentials and states are
 float32 (at least); the factors (each in [0, 1]) and values enter the products as
@@ -81,6 +89,13 @@ import jax.numpy as jnp
 from rfjax.attention import _chunks
 from rfjax.attention._checks import log_floor, vary_like
 from rfjax.attention._chunks import chunk_states, map_chunks
+from rfjax.attention._log_chunk import (
+    Keys,
+    chunk_cotangents,
+    chunk_factors,
+    chunk_output,
+    dot,
+)
 
 # Positions per block of the in-chunk (B, B, m) form: the form costs B m exponentials per
 # position, the blocks before it in the chunk (C / B - 1) / 2 products of m.
@@ -99,11 +114,16 @@ def identity_logs(params: None, x: jax.Array, side: str) -> jax.Array:
 class PrefixOutputs(NamedTuple):
     """What ``causal_feature_prefix`` returns.
 
+    Shapes for one head; rows with a heads axis ``(T, N, .)`` give ``(T, N, .)`` and
+    ``(N, m, p)``.
+
     Attributes:
-      out: Y ``(T, p)``, in the accumulation dtype.
+      out: Y ``(T, p)`` (p + 1 columns with ``normaliser``), in the accumulation dtype.
       row_shift: M ``(T,)`` (constants).
-      query_bad: ``(T,)`` bool, queries whose log-features are not finite (their Y row is 0).
-      key_bad: ``(T,)`` bool, valid keys whose log-features or values are not finite (left out).
+      query_bad: ``(T,)`` bool, queries whose rows or log-features are not finite (their Y row
+        is 0).
+      key_bad: ``(T,)`` bool, valid keys whose rows, log-features or values are not finite
+        (left out).
       own_state: with ``with_own_state``, the keys' own state sum_j exp(lb_j - c) v_j^T ``(m, p)``
         relative to c = max_j lb_j (``key_state``), else ``None``.
     """
@@ -158,34 +178,73 @@ def causal_feature_prefix(
     initial: tuple[jax.Array, jax.Array] | None = None,
     with_own_state: bool = False,
     matmul_dtype: Any = None,
+    normaliser: bool = False,
+    head_axes: Any = None,
 ) -> PrefixOutputs:
     """The op of the module docstring from rows: la = ``log_features(params, query, "query")``
-    and lb = ``log_features(params, key, "key")``, chunk by chunk.
+    and lb = ``log_features(params, key, "key")``, chunk by chunk; for one head, or for N
+    heads at once (rows ``(T, N, .)``: the outputs are formed in the rows' layout, so that no
+    copy of them is made heads-first).
 
     Args:
       params: the feature map's parameters (a pytree; cotangents for its inexact leaves).
-      query: ``(T, H)`` rows, finite (zero the rows that are not, and flag them yourself).
-      key: ``(T, H)`` rows, finite where ``valid``.
-      value: ``(T, p)``, finite where ``valid`` (append a column of ones for the normaliser:
-        it is zeroed for the keys left out).
-      valid: ``(T,)`` bool, the keys that count; a valid key whose log-features or value are
-        not finite is left out too and flagged in ``key_bad``.
-      log_features: a static function (params, rows, side) -> log-features ``(rows, m)``.
+      query: ``(T, H)`` or ``(T, N, H)`` rows; a row that is not finite is zeroed before the
+        map (so its derivative is finite) and flagged in ``query_bad``.
+      key: ``(T, H)`` or ``(T, N, H)`` rows.
+      value: ``(T, p)`` or ``(T, N, p)``.
+      valid: ``(T,)`` bool, the keys that count; a valid key whose row, log-features or value
+        are not finite is left out too and flagged in ``key_bad``.
+      log_features: a static function (params, rows, side) -> log-features ``(rows, m)``, for
+        one head.
       chunk: chunk length C (see ``causal_log_prefix``).
-      initial: ``(S_0, c_0)``, the earlier keys' state (see ``causal_log_prefix``).
+      initial: ``(S_0, c_0)``, the earlier keys' state (see ``causal_log_prefix``; with heads
+        ``(N, m, p)`` and ``(N, m)``).
       with_own_state: also return the keys' own state (sequence parallelism's VJP).
       matmul_dtype: the dtype of the products' operands (default: the accumulation dtype).
+      normaliser: append the normaliser's column to the values, 1 for the keys that count and
+        0 for those left out (the output and the states get p + 1 columns).
+      head_axes: with a heads axis, ``params``' axes over the heads (a ``jax.vmap`` in_axes
+        prefix; ``None``: shared by the heads).
 
     Returns:
       ``PrefixOutputs``.
     """
+    if query.ndim == 2:  # one head
+        _check_one_head(head_axes)
+        result = causal_feature_prefix(
+            params,
+            query[:, None],
+            key[:, None],
+            value[:, None],
+            valid,
+            log_features=log_features,
+            chunk=chunk,
+            initial=None if initial is None else jax.tree.map(lambda a: a[None], initial),
+            with_own_state=with_own_state,
+            matmul_dtype=matmul_dtype,
+            normaliser=normaliser,
+        )
+        out, row_shift, query_bad, key_bad, own = result
+        return PrefixOutputs(
+            out[:, 0],
+            row_shift[:, 0],
+            query_bad[:, 0],
+            key_bad[:, 0],
+            None if own is None else own[0],
+        )
     dtype = jnp.result_type(jnp.float32, query.dtype, key.dtype, value.dtype)
     no_earlier_keys = initial is None
-    if no_earlier_keys:
-        initial = _no_earlier_keys(params, query, value, log_features, dtype)
     options = _Options(
-        log_features, chunk, with_own_state, jnp.dtype(matmul_dtype or dtype), no_earlier_keys
+        log_features,
+        chunk,
+        with_own_state,
+        jnp.dtype(matmul_dtype or dtype),
+        no_earlier_keys,
+        head_axes,
+        normaliser,
     )
+    if no_earlier_keys:
+        initial = _no_earlier_keys(params, query, value, options, dtype)
     # Inside shard_map the rows vary over mesh axes the parameters and the initial state may not
     # (replicated): their cotangents are per device, so they enter the op varying too, and the
     # transpose of that cast sums the cotangents over the devices.
@@ -203,16 +262,42 @@ def key_state(
     *,
     log_features: LogFeatures,
     chunk: int,
+    normaliser: bool = False,
+    head_axes: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """The keys' own state (S ``(m, p)``, c ``(m,)``): S = sum_j exp(lb_j - c) v_j^T over the
-    valid keys with finite log-features and values, c = max_j lb_j (the log floor without
-    any), chunk by chunk (no (T, m) array); not differentiable (sequence parallelism's forward
-    pass)."""
+    """The keys' own state (S ``(m, p)``, c ``(m,)``; rows with heads ``(T, N, .)`` give
+    ``(N, m, p)``, ``(N, m)``): S = sum_j exp(lb_j - c) v_j^T over the valid keys with finite
+    rows, log-features and values, c = max_j lb_j (the log floor without any), chunk by chunk
+    (no (T, m) array); not differentiable (sequence parallelism's forward pass).
+    ``normaliser``, ``head_axes``: as ``causal_feature_prefix``'s."""
+    if key.ndim == 2:  # one head
+        _check_one_head(head_axes)
+        state, shift = key_state(
+            params,
+            key[:, None],
+            value[:, None],
+            valid,
+            log_features=log_features,
+            chunk=chunk,
+            normaliser=normaliser,
+        )
+        return state[0], shift[0]
     dtype = jnp.result_type(jnp.float32, key.dtype, value.dtype)
-    options = _Options(log_features, chunk, False, jnp.dtype(dtype))
-    x = _split_keys(key, value, valid, options)
-    state, shift = _no_earlier_keys(params, key, value, log_features, dtype)
-    keys = _key_pass(params, x, (state, shift), options)
+    options = _Options(
+        log_features, chunk, False, jnp.dtype(dtype), head_axes=head_axes, normaliser=normaliser
+    )
+    return _own_state(params, _split_keys(key, value, valid, options), options, dtype)
+
+
+def _check_one_head(head_axes: Any) -> None:
+    if head_axes is not None:
+        raise ValueError("head_axes needs rows with a heads axis (T, N, H)")
+
+
+def _own_state(params, x: _Rows, options: _Options, dtype) -> tuple[jax.Array, jax.Array]:
+    """``key_state`` of the rows of ``x`` ``(N, m, p)``, ``(N, m)``."""
+    initial = _no_earlier_keys(params, x.key, x.value, options, dtype)
+    keys = _key_pass(params, x, initial, options)
     return keys.final_state, keys.end[-1]
 
 
@@ -225,29 +310,29 @@ def initial_state_cotangent(
     *,
     log_features: LogFeatures,
     chunk: int,
+    head_axes: Any = None,
 ) -> jax.Array:
     """dL/dS_0 = sum_t exp(la_t + c_0 - M_t) G_t^T ``(m, p)`` (the cotangent of
-    ``causal_feature_prefix``'s initial state, for ``G`` = dL/dY and its row shifts M), chunk
-    by chunk; not differentiable (sequence parallelism's VJP)."""
+    ``causal_feature_prefix``'s initial state, for ``G`` = dL/dY and its row shifts M; rows
+    with heads ``(T, N, H)``, M ``(T, N)``, c_0 ``(N, m)`` and G ``(T, N, p)`` give
+    ``(N, m, p)``), chunk by chunk; not differentiable (sequence parallelism's VJP)."""
+    if query.ndim == 2:  # one head
+        _check_one_head(head_axes)
+        one_head = (query[:, None], row_shift[:, None], initial_shift[None], grad[:, None])
+        return initial_state_cotangent(params, *one_head, log_features=log_features, chunk=chunk)[0]
     dtype = jnp.result_type(jnp.float32, query.dtype, grad.dtype)
-    options = _Options(log_features, chunk, False, jnp.dtype(dtype))
-    length = query.shape[0]
-    split = _Splitter(length, chunk)
+    options = _Options(log_features, chunk, False, jnp.dtype(dtype), head_axes=head_axes)
+    split = _Splitter(query.shape[0], chunk)
 
     def summary(query, row_shift, grad):
-        la = log_features(params, query, "query")
-        la = jnp.where(_finite_rows(la)[..., None], la, 0).astype(dtype)
-        return _dot(
-            "sbm,sbp->mp", jnp.exp(la + initial_shift - row_shift[..., None]), grad, options
-        )
+        return _query_summary(params, query, row_shift, initial_shift, grad, options, dtype)
 
     # Padded rows: M = inf, so exp(la + c_0 - M) = 0 (a zero cotangent times exp(.) could be NaN).
-    row_shift = split(row_shift[:, None], jnp.inf)[..., 0]
-    chunks = (split(query), row_shift, split(grad))
+    chunks = (split(query), split(row_shift, jnp.inf), split(grad))
     if _chunks.fused_chunk_scan(jax.default_backend()):
         # One chunk's factors at a time (a batch of chunks would form the (T, m) features of a
         # device's whole shard at T / C <= CHUNKS_PER_STEP).
-        total = vary_like(jnp.zeros((initial_shift.shape[-1], grad.shape[-1]), dtype), *chunks)
+        total = vary_like(jnp.zeros((*initial_shift.shape, grad.shape[-1]), dtype), *chunks)
         return jax.lax.scan(lambda total, rows: (total + summary(*rows), None), total, chunks)[0]
     return jnp.sum(map_chunks(summary, *chunks), axis=0)
 
@@ -277,26 +362,34 @@ class _Options(NamedTuple):
     # The state before the first chunk is zero (no initial state given): a one-chunk sequence
     # is formed without it (``_one_chunk_without_state``).
     no_earlier_keys: bool = False
-
-
-def _dot(spec: str, a: jax.Array, b: jax.Array, options: _Options) -> jax.Array:
-    """``einsum`` with operands in ``matmul_dtype``, accumulated in (at least) float32."""
-    accumulate = jnp.result_type(jnp.float32, a.dtype, b.dtype)
-    md = options.matmul_dtype
-    return jnp.einsum(spec, a.astype(md), b.astype(md), preferred_element_type=accumulate)
+    # params' axes over the rows' heads axis (a ``jax.vmap`` in_axes prefix).
+    head_axes: Any = None
+    # Append the normaliser's column (1 for the keys that count) to the values.
+    normaliser: bool = False
 
 
 def _finite_rows(x: jax.Array) -> jax.Array:
     return jnp.all(jnp.isfinite(x), axis=-1)
 
 
-def _no_earlier_keys(params, query, value, log_features, dtype) -> tuple[jax.Array, jax.Array]:
-    """(S_0, c_0) with no earlier keys: zeros at the log floor, of the log-features' width."""
-    probe = jax.ShapeDtypeStruct((1, query.shape[-1]), dtype)
-    width = jax.eval_shape(lambda x: log_features(params, x, "key"), probe).shape[-1]
+def _over_heads(params, rows: jax.Array, side: str, options: _Options) -> jax.Array:
+    """The log-features of rows ``(..., N, H)`` with the heads first ``(N, ..., m)``."""
+    axis = rows.ndim - 2
+
+    def head(params, rows):
+        return options.log_features(params, rows, side)
+
+    return jax.vmap(head, in_axes=(options.head_axes, axis))(params, rows)
+
+
+def _no_earlier_keys(params, query, value, options: _Options, dtype):
+    """(S_0, c_0) with no earlier keys ``(N, m, p)``, ``(N, m)``: zeros at the log floor, of
+    the log-features' width."""
+    probe = jax.ShapeDtypeStruct((1, *query.shape[1:]), dtype)
+    heads, _, width = jax.eval_shape(lambda x: _over_heads(params, x, "key", options), probe).shape
     return (
-        jnp.zeros((width, value.shape[-1]), dtype),
-        jnp.full((width,), log_floor(dtype), dtype),
+        jnp.zeros((heads, width, value.shape[-1] + options.normaliser), dtype),
+        jnp.full((heads, width), log_floor(dtype), dtype),
     )
 
 
@@ -332,7 +425,7 @@ class _Splitter(NamedTuple):
     def take(self, padded: jax.Array, chunk: jax.Array | int) -> jax.Array:
         """Chunk ``chunk`` (traced) of ``(T', .)`` as ``(s, b, .)``: a slice of the rows, so a
         scan over chunk indices reads each chunk where it lies (a scan over ``chunked`` rows
-        would first copy them chunk-major: under ``vmap`` over batch and heads, a transposed
+        would first copy them chunk-major: under ``vmap`` over the batch, a transposed
         copy of the whole (B, T, N, H) array)."""
         _, blocks, block = self.shape
         rows = jax.lax.dynamic_slice_in_dim(padded, chunk * blocks * block, blocks * block)
@@ -389,20 +482,38 @@ def _split_keys(key, value, valid, options: _Options) -> _Rows:
 
 
 def _key_logs(params, key, value, valid, options: _Options, dtype):
-    """(lb, v, bad) of a chunk's keys: keys left out (not valid, or log-features or value not
-    finite) get lb at the log floor and v = 0 (selected, so nothing non-finite reaches a
-    product); ``bad`` flags the valid ones left out."""
-    lb = options.log_features(params, key, "key").astype(dtype)
-    usable = valid & _finite_rows(lb) & _finite_rows(value)
-    lb = jnp.where(usable[..., None], lb, log_floor(dtype))
-    return lb, jnp.where(usable[..., None], value, 0), valid & ~usable
+    """(lb, v, bad) of a chunk's keys ``(s, b, N, .)``, with the heads first: lb
+    ``(N, s, b, m)``, v ``(N, s, b, p)``, bad ``(s, b, N)``. Keys left out (not valid, or rows,
+    log-features or value not finite) get lb at the log floor and v = 0 (selected, so nothing
+    non-finite reaches a product; their rows are zeroed before the map); ``bad`` flags the
+    valid ones left out. With ``normaliser``, v gains the column of the keys that count."""
+    usable = valid[..., None] & _finite_rows(key) & _finite_rows(value)
+    lb = _over_heads(params, jnp.where(usable[..., None], key, 0), "key", options).astype(dtype)
+    usable = usable & jnp.moveaxis(_finite_rows(lb), 0, -1)
+    heads_first = jnp.moveaxis(usable, -1, 0)[..., None]
+    lb = jnp.where(heads_first, lb, log_floor(dtype))
+    v = jnp.where(heads_first, jnp.moveaxis(value, -2, 0), 0)
+    if options.normaliser:
+        v = jnp.concatenate([v, heads_first.astype(v.dtype)], axis=-1)
+    return lb, v, valid[..., None] & ~usable
 
 
 def _query_logs(params, query, options: _Options, dtype):
-    """(la, bad) of a chunk's queries: rows whose log-features are not finite get la = 0."""
-    la = options.log_features(params, query, "query").astype(dtype)
-    usable = _finite_rows(la)
-    return jnp.where(usable[..., None], la, 0), ~usable
+    """(la ``(N, s, b, m)``, bad ``(s, b, N)``) of a chunk's queries ``(s, b, N, H)``: rows
+    that are not finite are zeroed before the map, and rows whose log-features are not finite
+    get la = 0."""
+    finite = _finite_rows(query)
+    la = _over_heads(params, jnp.where(finite[..., None], query, 0), "query", options)
+    usable = jnp.moveaxis(finite, -1, 0) & _finite_rows(la)
+    return jnp.where(usable[..., None], la, 0).astype(dtype), jnp.moveaxis(~usable, 0, -1)
+
+
+def _query_summary(params, query, row_shift, shift, grad, options: _Options, dtype):
+    """sum_t exp(la_t + shift - M_t) G_t^T ``(N, m, p)`` over a chunk's queries ``(s, b, N, H)``
+    (row shifts M ``(s, b, N)``, G ``(s, b, N, p)``, per-feature shift ``(N, m)``)."""
+    la, _ = _query_logs(params, query, options, dtype)
+    factor = jnp.exp(la + shift[:, None, None] - jnp.moveaxis(row_shift, -1, 0)[..., None])
+    return dot("nsbm,sbnp->nmp", factor, grad, options.matmul_dtype)
 
 
 class _KeyPass(NamedTuple):
@@ -417,11 +528,11 @@ class _KeyPass(NamedTuple):
 
 
 def _key_summary(params, key, value, valid, options: _Options, dtype):
-    """A chunk's key maximum d_c ``(m,)`` (a constant) and summary sum_j exp(lb_j - d_c) v_j^T
-    ``(m, p)``."""
+    """A chunk's key maximum d_c ``(N, m)`` (a constant) and summary sum_j exp(lb_j - d_c) v_j^T
+    ``(N, m, p)``."""
     lb, v, _ = _key_logs(params, key, value, valid, options, dtype)
-    top = jax.lax.stop_gradient(jnp.max(lb, axis=(0, 1)))
-    return top, _dot("sbm,sbp->mp", jnp.exp(lb - top), v, options)
+    top = jax.lax.stop_gradient(jnp.max(lb, axis=(1, 2)))
+    return top, dot("nsbm,nsbp->nmp", jnp.exp(lb - top[:, None, None]), v, options.matmul_dtype)
 
 
 def _key_step(params, x: _Rows, options: _Options, dtype):
@@ -432,10 +543,16 @@ def _key_step(params, x: _Rows, options: _Options, dtype):
         state, start = carry
         top, summary = _key_summary(params, *x.keys_of(chunk), options, dtype)
         end = jnp.maximum(start, top)
-        new_state = jnp.exp(start - end)[:, None] * state + jnp.exp(top - end)[:, None] * summary
+        new_state = _rescaled(state, start, end) + _rescaled(summary, top, end)
         return (new_state, end), (state, start, end)
 
     return step
+
+
+def _rescaled(state: jax.Array, shift: jax.Array, new_shift: jax.Array) -> jax.Array:
+    """A state ``(..., m, p)`` relative to ``shift`` ``(..., m)`` made relative to
+    ``new_shift`` >= ``shift``."""
+    return jnp.exp(shift - new_shift)[..., None] * state
 
 
 def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
@@ -458,131 +575,6 @@ def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
     summaries = jnp.exp(chunk_max - end)[..., None] * summaries
     states, final = chunk_states(summaries, jnp.exp(start - end), initial_state)
     return _KeyPass(start, end, states, final)
-
-
-class _Keys(NamedTuple):
-    """One chunk's key factors and per-feature references (constants):
-
-    factor: exp(lb_j - e_s) ``(s, b, m)``, each <= 1, with e_s the maximum of block s;
-    block_max: e ``(s, m)``;
-    block_start: E ``(s, m)``, the running maximum at each block's start (earlier chunks, from
-    the chunk's start C^s, and earlier blocks).
-    """
-
-    factor: jax.Array
-    block_max: jax.Array
-    block_start: jax.Array
-
-    def relative_to(self, end: jax.Array) -> jax.Array:
-        """exp(lb_j - C^e) ``(s, b, m)``: relative to the running maximum at the chunk's end."""
-        return self.factor * jnp.exp(self.block_max - end)[:, None]
-
-
-def _keys(lb: jax.Array, start: jax.Array) -> _Keys:
-    block_max = jax.lax.stop_gradient(jnp.max(lb, axis=1))
-    block_end = jnp.maximum(jax.lax.cummax(block_max, axis=0), start)
-    block_start = jnp.concatenate([start[None], block_end[:-1]])
-    return _Keys(jnp.exp(lb - block_max[:, None]), block_max, block_start)
-
-
-def _block_pairs(la: jax.Array, lb: jax.Array) -> jax.Array:
-    """la_ti + lb_ji within each block for j <= t, -inf (selected, not added) for j > t:
-    ``(s, b, b, m)``."""
-    block = la.shape[1]
-    causal = jnp.tril(jnp.ones((block, block), dtype=bool))[:, :, None]
-    return jnp.where(causal, la[:, :, None, :] + lb[:, None, :, :], -jnp.inf)
-
-
-def _row_shift(la: jax.Array, lb: jax.Array, keys: _Keys) -> jax.Array:
-    """M_t = max(max_i (la_ti + E_i), max_{j <= t in t's block, i} (la_ti + lb_ji)) ``(s, b)``:
-    the row's largest exponent, from positions <= t only."""
-    own_block = jnp.max(_block_pairs(la, lb), axis=(-2, -1))
-    earlier = jnp.max(la + keys.block_start[:, None, :], axis=-1)
-    return jax.lax.stop_gradient(jnp.maximum(own_block, earlier))
-
-
-class _Chunk(NamedTuple):
-    """One chunk's factors given its row shifts M: the keys', the queries' exp(la_t + E - M_t)
-    ``(s, b, m)`` (each <= 1), and the blocks' own forms exp(la_ti + lb_ji - M_t) for j <= t,
-    0 for j > t ``(s, b, b, m)``."""
-
-    keys: _Keys
-    query: jax.Array
-    block_weights: jax.Array
-
-    def earlier_chunks_query(self, start: jax.Array) -> jax.Array:
-        """exp(la_t + C^s - M_t) ``(s, b, m)``: the queries' factor of the earlier chunks'
-        state (relative to the chunk's start)."""
-        return self.query * jnp.exp(start - self.keys.block_start)[:, None]
-
-    def earlier_block(self, offset: int) -> tuple[jax.Array, jax.Array]:
-        """For the query blocks s >= ``offset`` and the key blocks s - ``offset``:
-        (exp(la_t + e_{s-offset} - M_t), exp(lb_j - e_{s-offset})) ``(s - offset, b, m)``."""
-        blocks = self.query.shape[0]
-        keys = self.keys
-        rescale = jnp.exp(keys.block_max[: blocks - offset] - keys.block_start[offset:])
-        return self.query[offset:] * rescale[:, None], keys.factor[: blocks - offset]
-
-
-def _chunk(la, lb, start, row_shift=None) -> tuple[_Chunk, jax.Array]:
-    """(``_Chunk``, M): one chunk's factors, with its row shifts (formed unless given)."""
-    keys = _keys(lb, start)
-    if row_shift is None:
-        row_shift = _row_shift(la, lb, keys)
-    query = jnp.exp(la + keys.block_start[:, None] - row_shift[..., None])
-    weights = jnp.exp(_block_pairs(la, lb) - row_shift[..., None, None])
-    return _Chunk(keys, query, weights), row_shift
-
-
-def _chunk_output(chunk: _Chunk, v, start, state, options: _Options) -> jax.Array:
-    """One chunk's Y ``(s, b, p)`` given the earlier chunks' state ``(m, p)`` (relative to
-    ``start``; ``None`` where there are none): its blocks' own keys, its earlier blocks, the
-    earlier chunks."""
-    weights = jnp.sum(chunk.block_weights, axis=-1)
-    out = jnp.einsum("sij,sjp->sip", weights, v.astype(weights.dtype))
-    blocks = v.shape[0]
-    for offset in range(1, blocks):
-        query, key = chunk.earlier_block(offset)
-        scores = _dot("sim,sjm->sij", query, key, options)
-        out = out.at[offset:].add(_dot("sij,sjp->sip", scores, v[: blocks - offset], options))
-    if state is None:
-        return out
-    return out + _dot("sim,mp->sip", chunk.earlier_chunks_query(start), state, options)
-
-
-def _chunk_cotangents(chunk: _Chunk, v, start, end, state, later, grad, options: _Options):
-    """(dla, dlb, dv) ``(s, b, .)`` of one chunk: its blocks' own forms, its earlier blocks,
-    the earlier chunks (``state``, relative to ``start``) and the later queries (``later``,
-    relative to ``end``; ``None`` where there are none, a one-chunk sequence's backward pass;
-    ``state`` ``None`` where no keys come before the chunk, ``_one_chunk_without_state``)."""
-    weights = chunk.block_weights
-    # D_tj within each block, selected for j <= t: a later key's product (huge or inf, e.g. the
-    # floored normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
-    products = _dot("sip,sjp->sij", grad, v, options)
-    causal = jnp.tril(jnp.ones(products.shape[-2:], dtype=bool))
-    products = jnp.where(causal, products, 0)[..., None]
-    grad_la = jnp.sum(weights * products, axis=2)
-    grad_lb = jnp.sum(weights * products, axis=1)
-    grad_v = jnp.einsum("sij,sip->sjp", jnp.sum(weights, axis=-1), grad.astype(weights.dtype))
-    blocks = v.shape[0]
-    for offset in range(1, blocks):
-        query, key = chunk.earlier_block(offset)
-        values, grads = v[: blocks - offset], grad[offset:]
-        products = _dot("sip,sjp->sij", grads, values, options)
-        scores = _dot("sim,sjm->sij", query, key, options)
-        grad_la = grad_la.at[offset:].add(query * _dot("sij,sjm->sim", products, key, options))
-        grad_lb = grad_lb.at[: blocks - offset].add(
-            key * _dot("sij,sim->sjm", products, query, options)
-        )
-        grad_v = grad_v.at[: blocks - offset].add(_dot("sij,sip->sjp", scores, grads, options))
-    if state is not None:
-        query = chunk.earlier_chunks_query(start)
-        grad_la = grad_la + query * _dot("mp,sip->sim", state, grad, options)
-    if later is not None:
-        key = chunk.keys.relative_to(end)
-        grad_lb = grad_lb + key * _dot("mp,sjp->sjm", later, v, options)
-        grad_v = grad_v + _dot("sjm,mp->sjp", key, later, options)
-    return grad_la, grad_lb, grad_v
 
 
 # ------------------------------------------------------------- forward, backward, custom VJP
@@ -644,27 +636,32 @@ def _scan_keeping_checkpoints(step, carry, chunks: int):
 
 
 def _forward(params, query, key, value, valid, initial, options: _Options):
-    """(outputs, row shifts as (n, s, b), the own state's shift or None, the CPU schedule's
+    """(outputs, row shifts as (n, s, b, N), the own state's shift or None, the CPU schedule's
     checkpoints or None: (state, C^s) at the start of each ``_segment_length`` chunks)."""
     dtype = initial[0].dtype
     x = _Rows.of(query, key, value, valid, options)
     split = x.split
 
+    def head_output(la, lb, v, start, state):
+        chunk, row_shift = chunk_factors(la, lb, start)
+        return chunk_output(chunk, v, start, state, options.matmul_dtype), row_shift, chunk
+
     def output(query, key, value, valid, start, state):
         la, query_bad = _query_logs(params, query, options, dtype)
         lb, v, key_bad = _key_logs(params, key, value, valid, options, dtype)
-        chunk, row_shift = _chunk(la, lb, start)
-        out = _chunk_output(chunk, v, start, state, options)
-        return (out, row_shift, query_bad, key_bad), (chunk, lb, v)
+        out, row_shift, chunk = jax.vmap(head_output)(la, lb, v, start, state)
+        outputs = (jnp.moveaxis(out, 0, 2), jnp.moveaxis(row_shift, 0, 2), query_bad, key_bad)
+        return outputs, (chunk, lb, v)
 
     if _chunks.fused_chunk_scan(jax.default_backend()):
 
         def step(carry, rows):
             state, start = carry
             outputs, (chunk, lb, v) = output(*rows, start, state)
-            end = jnp.maximum(start, jax.lax.stop_gradient(jnp.max(lb, axis=(0, 1))))
-            summary = _dot("sbm,sbp->mp", chunk.keys.relative_to(end), v, options)
-            return (jnp.exp(start - end)[:, None] * state + summary, end), outputs
+            end = jnp.maximum(start, jax.lax.stop_gradient(jnp.max(lb, axis=(1, 2))))
+            keys = jax.vmap(Keys.relative_to)(chunk.keys, end)
+            summary = dot("nsbm,nsbp->nmp", keys, v, options.matmul_dtype)
+            return (_rescaled(state, start, end) + summary, end), outputs
 
         rows = x.operands
         initial = (
@@ -686,9 +683,7 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
     out, row_shift, query_bad, key_bad = outputs
     own = own_shift = None
     if options.with_own_state:
-        own, own_shift = key_state(
-            params, key, value, valid, log_features=options.log_features, chunk=options.chunk
-        )
+        own, own_shift = _own_state(params, x, options, dtype)
     flat = (split.join(out), split.join(row_shift), split.join(query_bad), split.join(key_bad))
     return (*flat, own), row_shift, own_shift, checkpoints
 
@@ -711,23 +706,38 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
     split = x.split
     grad = split.padded(grad.astype(dtype))
 
+    def head_cotangents(la, lb, v, row_shift, start, end, state, later, grad, own):
+        chunk, _ = chunk_factors(la, lb, start, row_shift)
+        grad_la, grad_lb, grad_v = chunk_cotangents(
+            chunk, v, start, end, state, later, grad, options.matmul_dtype
+        )
+        if own is not None:  # S = sum_j exp(lb_j - c) v_j^T
+            own_grad, own_shift = own
+            factor = jnp.exp(lb - own_shift)
+            grad_lb = grad_lb + factor * dot("mp,sbp->sbm", own_grad, v, options.matmul_dtype)
+            grad_v = grad_v + dot("sbm,mp->sbp", factor, own_grad, options.matmul_dtype)
+        query_summary = dot(
+            "sbm,sbp->mp", chunk.earlier_chunks_query(start), grad, options.matmul_dtype
+        )
+        return (grad_la, grad_lb, grad_v), query_summary
+
     def cotangents_of(query, key, value, valid, row_shift, start, end, state, later, grad):
+        """((params, query, key, value) cotangents, the later queries' summary) of a chunk:
+        the rows ``(s, b, N, .)``, row shifts and G in the rows' layout, the rest heads
+        first."""
+
         def logs(params, query, key, value):
             la, _ = _query_logs(params, query, options, dtype)
             lb, v, _ = _key_logs(params, key, value, valid, options, dtype)
             return la, lb, v
 
         (la, lb, v), pullback = jax.vjp(logs, params, query, key, value)
-        chunk, _ = _chunk(la, lb, start, row_shift)
-        grad_la, grad_lb, grad_v = _chunk_cotangents(
-            chunk, v, start, end, state, later, grad, options
+        own = None if own_grad is None else (own_grad, own_shift)
+        heads_first = (jnp.moveaxis(row_shift, -1, 0), jnp.moveaxis(grad, -2, 0))
+        grads, query_summary = jax.vmap(head_cotangents)(
+            la, lb, v, heads_first[0], start, end, state, later, heads_first[1], own
         )
-        if own_grad is not None:  # S = sum_j exp(lb_j - c) v_j^T
-            own = jnp.exp(lb - own_shift)
-            grad_lb = grad_lb + own * _dot("mp,sbp->sbm", own_grad, v, options)
-            grad_v = grad_v + _dot("sbm,mp->sbp", own, own_grad, options)
-        query_summary = _dot("sbm,sbp->mp", chunk.earlier_chunks_query(start), grad, options)
-        return pullback((grad_la, grad_lb, grad_v)), query_summary
+        return pullback(grads), query_summary
 
     zero_params = _zero_cotangents(params)
     if _chunks.fused_chunk_scan(jax.default_backend()):
@@ -739,7 +749,7 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
             rows = x.rows_of(chunk)
             (grads, summary) = cotangents_of(*rows, *pieces, later, split.take(grad, chunk))
             params_grad = _add_cotangents(params_grad, grads[0])
-            return (decay[:, None] * later + summary, params_grad), grads[1:]
+            return (decay[..., None] * later + summary, params_grad), grads[1:]
 
         if x.chunks == 1:
             # One chunk has no later queries: formed without a zero state, which XLA's CPU
@@ -800,9 +810,7 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
         grad = split.chunked(grad)
 
         def summary(query, row_shift, start, grad):
-            la, _ = _query_logs(params, query, options, dtype)
-            factor = jnp.exp(la + start - row_shift[..., None])
-            return _dot("sbm,sbp->mp", factor, grad, options)
+            return _query_summary(params, query, row_shift, start, grad, options, dtype)
 
         summaries = map_chunks(summary, chunks[0], row_shift, keys.start, grad)
         later, grad_initial = chunk_states(

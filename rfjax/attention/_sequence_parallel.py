@@ -25,6 +25,7 @@ mesh axis ``name`` (device d holds positions [d T/D, (d+1) T/D)).
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -109,9 +110,11 @@ def psum_summary(
 
 
 def earlier_devices_any(flag: jax.Array, axis_name: str) -> jax.Array:
-    """Whether ``flag`` (a bool scalar) is set on any device before this one along the axis."""
+    """Whether ``flag`` (bool, any shape) is set on any device before this one along the axis,
+    elementwise."""
     flags = jax.lax.all_gather(flag, axis_name)
-    return jnp.any(flags & (jnp.arange(flags.shape[0]) < jax.lax.axis_index(axis_name)))
+    earlier = jnp.arange(flags.shape[0]) < jax.lax.axis_index(axis_name)
+    return jnp.any(flags & earlier.reshape((-1,) + (1,) * flag.ndim), axis=0)
 
 
 def earlier_weights(local_max: jax.Array, axis_name: str) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -234,10 +237,14 @@ def sequence_parallel_feature_prefix(
     chunk: int,
     axis_name: str,
     matmul_dtype: jnp.dtype | None = None,
+    normaliser: bool = False,
+    head_axes: Any = None,
 ) -> PrefixOutputs:
     """``_log_prefix.causal_feature_prefix`` (per-feature shifts, the feature map fused) on
     device d's shard of a sequence split along ``axis_name``: Y_t over all keys j <= t of the
-    whole sequence, up to the row shift that cancels in FAVOR's ratio (``(T / D, p)``).
+    whole sequence, up to the row shift that cancels in FAVOR's ratio (``(T / D, p)``). Rows of
+    one head ``(T / D, H)`` or of N heads ``(T / D, N, H)`` (states per head); ``normaliser``
+    and ``head_axes`` as ``causal_feature_prefix``'s.
 
     Each device sums its keys relative to its own per-feature maximum c_d (``(m,)``, a
     constant), S_d = sum_j exp(lb_j - c_d) v_j^T (``_log_prefix.key_state``, chunk by chunk);
@@ -253,7 +260,13 @@ def sequence_parallel_feature_prefix(
     reduce-scatter) gives dL/dS_d, which enters the prefix's own backward pass with G (its
     ``own_state`` output), instead of as a second (T / D, m) cotangent of lb.
     """
-    options = dict(log_features=log_features, chunk=chunk, matmul_dtype=matmul_dtype)
+    options = dict(
+        log_features=log_features,
+        chunk=chunk,
+        matmul_dtype=matmul_dtype,
+        normaliser=normaliser,
+        head_axes=head_axes,
+    )
     return _feature_prefix_over_devices(
         params, query, key, value, valid, tuple(options.items()), axis_name
     )
@@ -265,22 +278,31 @@ def _feature_prefix_over_devices(params, query, key, value, valid, options, axis
 
 
 def _earlier_initial(own_state, own_shift, axis_name):
-    """(S, C, factors): the earlier devices' combined state and shift, and each device's factor
-    exp(c_e - C) ``(D, m)`` in it (0 for devices that are not earlier)."""
+    """(S, C, factors): the earlier devices' combined state ``(..., m, p)`` and shift
+    ``(..., m)``, and each device's factor exp(c_e - C) ``(D, ..., m)`` in it (0 for devices
+    that are not earlier); ``...``: the heads, if any."""
     floor = log_floor(own_shift.dtype)
     maxima = jax.lax.all_gather(own_shift, axis_name)
     states = jax.lax.all_gather(own_state, axis_name)
-    earlier = (jnp.arange(maxima.shape[0]) < jax.lax.axis_index(axis_name))[:, None]
+    earlier = jnp.arange(maxima.shape[0]) < jax.lax.axis_index(axis_name)
+    earlier = earlier.reshape((-1,) + (1,) * own_shift.ndim)
     earlier_max = jnp.max(jnp.where(earlier, maxima, floor), axis=0)
     factors = jnp.where(earlier, jnp.exp(jnp.where(earlier, maxima - earlier_max, 0.0)), 0.0)
-    combined = jnp.einsum("dm,dmp->mp", factors, jnp.where(earlier[:, :, None], states, 0.0))
+    combined = jnp.sum(factors[..., None] * jnp.where(earlier[..., None], states, 0.0), axis=0)
     return combined, earlier_max, factors
 
 
 def _feature_prefix_over_devices_fwd(params, query, key, value, valid, options, axis_name):
     options = dict(options)
     own_state, own_shift = key_state(
-        params, key, value, valid, log_features=options["log_features"], chunk=options["chunk"]
+        params,
+        key,
+        value,
+        valid,
+        log_features=options["log_features"],
+        chunk=options["chunk"],
+        normaliser=options["normaliser"],
+        head_axes=options["head_axes"],
     )
     combined, earlier_max, factors = _earlier_initial(
         own_state, jax.lax.stop_gradient(own_shift), axis_name
@@ -305,11 +327,12 @@ def _feature_prefix_over_devices_bwd(options, axis_name, residuals, cotangents):
         grad,
         log_features=options["log_features"],
         chunk=options["chunk"],
+        head_axes=options["head_axes"],
     )
     # S = sum_e factors_e S_e over the earlier devices e: device e's dL/dS_e sums the later
     # devices' factors_e dL/dS (factors are 0 for devices that are not earlier).
     own_grad = jax.lax.psum_scatter(
-        factors[:, :, None] * earlier_grad, axis_name, scatter_dimension=0
+        factors[..., None] * earlier_grad, axis_name, scatter_dimension=0
     )
 
     def prefix_and_state(params, query, key, value):

@@ -1,13 +1,14 @@
 """Tests of ``rfjax.attention._causal``: causal FAVOR attention ignores the future, at any chunk
-size and with per-head projections."""
+size and with per-head projections, and its temporaries stay under twice the features."""
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax import attention
+from rfjax import attention, projections
 from tests.support.favor_inputs import (
     CHUNK,
     HEAD_DIM,
@@ -60,3 +61,22 @@ def test_future_perturbation_leaves_past_bit_identical():
             after = np.asarray(run(*perturbed, projection))
             np.testing.assert_array_equal(before[:, : t0 + 1], after[:, : t0 + 1])
             assert not np.array_equal(before[:, t0 + 1 :], after[:, t0 + 1 :])
+
+
+def test_forward_and_backward_temporaries_stay_under_twice_the_features():
+    """XLA's temporaries of the jitted causal forward + backward at T = 16,384 (4 heads of 64,
+    m = 128, positive features, chunk 64) stay under 2x one (B, T, N, m) float32 feature
+    tensor, issue 42's bound (there at T = 64k). The op keeps about 2 sqrt(T / C) chunk
+    states per head, writes outputs and cotangents in the rows' layout and scales the rows
+    chunk by chunk; storing every chunk's state and copying the rows, outputs and cotangents
+    heads-first took 3.6x (the test fails there)."""
+    length = 16_384
+    shape = jax.ShapeDtypeStruct((1, length, 4, 64), jnp.float32)
+    projection = projections.orthogonal(jax.random.key(0), 64, 128)
+
+    def loss(q, k, v):
+        return jnp.sum(attention.favor_attention(q, k, v, projection, causal=True, chunk_size=64))
+
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(shape, shape, shape).compile()
+    features = length * 4 * 128 * 4
+    assert compiled.memory_analysis().temp_size_in_bytes <= 2 * features

@@ -18,6 +18,7 @@ from rfjax.attention._log_prefix import (
     causal_feature_prefix,
     causal_log_prefix,
     causal_log_prefix_quadratic,
+    identity_logs,
     initial_state_cotangent,
     key_state,
 )
@@ -355,3 +356,70 @@ def test_segments_divide_the_chunks_and_are_the_shortest_allowed(monkeypatch):
             assert not any(allowed(k, chunks, shortest) for k in range(1, length))
     assert _log_prefix._segment_length(1024) == 32
     assert _log_prefix._segment_length(16) == 16
+
+
+@pytest.mark.parametrize("head_axes", [None, 0], ids=["shared", "per_head"])
+def test_heads_at_once_equal_each_head_alone_values_and_gradients(head_axes):
+    """Rows ``(T, N, H)`` (the op maps over the heads inside each chunk's step) give each
+    head's outputs, flags, normaliser column and the gradients of its rows and of the map's
+    parameters (shared: summed over the heads; per head: each head's own), as one head's rows
+    ``(T, H)`` do; non-finite rows are left out and flagged per head."""
+    heads, length, chunk = 3, 40, 16
+    k = jax.random.split(jax.random.key(7), 5)
+    with jax.enable_x64(True):
+        q, kk = (3.0 * jax.random.normal(x, (length, heads, 4), jnp.float64) for x in k[:2])
+        kk = kk.at[9, 1].set(jnp.nan)  # one head's key row
+        q = q.at[30, 2].set(jnp.inf)  # one head's query row
+        v = jax.random.normal(k[2], (length, heads, VALUES), jnp.float64)
+        g = jax.random.normal(k[3], (length, heads, VALUES + 1), jnp.float64)
+        shape = (heads, 8, 4) if head_axes == 0 else (8, 4)
+        weights = jax.random.normal(k[4], shape, jnp.float64)
+        valid = jnp.arange(length) % 5 != 2
+        options = dict(log_features=_positive_logs, chunk=chunk, normaliser=True)
+
+        def together(weights, q, kk, v):
+            result = causal_feature_prefix(weights, q, kk, v, valid, head_axes=head_axes, **options)
+            return result.out, result.query_bad, result.key_bad
+
+        def apart(weights, q, kk, v):
+            def head(n):
+                w = weights[n] if head_axes == 0 else weights
+                result = causal_feature_prefix(w, q[:, n], kk[:, n], v[:, n], valid, **options)
+                return result.out, result.query_bad, result.key_bad
+
+            return jax.tree.map(lambda *a: jnp.stack(a, axis=1), *map(head, range(heads)))
+
+        @jax.jit
+        def both(weights, q, kk, v, g):
+            results = []
+            for op in (together, apart):
+                (out, query_bad, key_bad), pullback = jax.vjp(op, weights, q, kk, v)
+                flags = [np.zeros(f.shape, jax.dtypes.float0) for f in (query_bad, key_bad)]
+                results.append((out, query_bad, key_bad, pullback((g, *flags))))
+            return results
+
+        (out, query_bad, key_bad, grads), (out1, query_bad1, key_bad1, grads1) = both(
+            weights, q, kk, v, g
+        )
+    np.testing.assert_array_equal(query_bad, query_bad1)
+    np.testing.assert_array_equal(key_bad, key_bad1)
+    assert query_bad[30, 2] and key_bad[9, 1] and query_bad.sum() == 1 and key_bad.sum() == 1
+    np.testing.assert_allclose(out, out1, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads, grads1, strict=True):
+        assert np.all(np.isfinite(a))
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11 * np.abs(b).max())
+
+
+def test_head_axes_need_rows_with_a_heads_axis():
+    rows = jnp.zeros((8, 4))
+    with pytest.raises(ValueError, match="head_axes"):
+        causal_feature_prefix(
+            None,
+            rows,
+            rows,
+            rows,
+            jnp.ones(8, bool),
+            log_features=identity_logs,
+            chunk=4,
+            head_axes=0,
+        )
