@@ -613,7 +613,7 @@ def _scan_keeping_checkpoints(step, carry, chunks: int):
     ``_segment_length`` chunks: (those checkpoints ``(n / K, ...)``, the outputs ``(n, ...)``).
     One flat scan: each step rewrites its segment's slot in place, with the carry where the
     step starts the segment and the slot's own value otherwise (a scan over segments of scans
-    copied every output once more: 10% of the backward pass at T = 1k)."""
+    copied every output once more: 10% more forward + backward time at T = 1k)."""
     length = _segment_length(chunks)
 
     def keeping(both, chunk):

@@ -358,7 +358,9 @@ def test_segments_divide_the_chunks_and_are_the_shortest_allowed(monkeypatch):
     assert _log_prefix._segment_length(16) == 16
 
 
-@pytest.mark.parametrize("head_axes", [None, 0], ids=["shared", "per_head"])
+@pytest.mark.parametrize(  # shared parameters: every favor_attention test's default
+    "head_axes", representatives([None, 0], {0}), ids=["shared", "per_head"]
+)
 def test_heads_at_once_equal_each_head_alone_values_and_gradients(head_axes):
     """Rows ``(T, N, H)`` (the op maps over the heads inside each chunk's step) give each
     head's outputs, flags, normaliser column and the gradients of its rows and of the map's
