@@ -36,6 +36,25 @@ def test_ci_runs_the_readme_commands_verbatim():
     assert all(c.startswith(("tools/python3.12 ", ".venv/bin/")) for c in commands), commands
 
 
+STATUS_CHECK = 'status=$?; [ "$status" -eq 0 ] || exit "$status"'
+
+
+def test_every_and_list_of_ci_is_followed_by_a_check_of_its_status(tmp_path):
+    """Under ``set -e`` a command that fails before the last ``&&`` of a list does not stop a
+    script: without the check, failing tests ended in a later line's status, 0. The check
+    itself makes such a script exit non-zero (run here)."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = ("tools/python3.12 ", ".venv/bin/")
+    lists = [i for i, line in enumerate(lines) if line.startswith(commands) and "&&" in line]
+    assert len(lists) == 2, lists  # the tests; the static checks
+    for i in lists:
+        assert lines[i + 1] == STATUS_CHECK, lines[i]
+    script = tmp_path / "run"
+    script.write_text(f"set -euo pipefail\ntrue && false && true\n{STATUS_CHECK}\necho on\n")
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert result.returncode == 1 and "on" not in result.stdout
+
+
 def test_python_wrapper_runs_a_supported_python():
     result = subprocess.run(
         ["sh", str(ROOT / "tools" / "python3.12"), "-c", "import sys; print(sys.version_info[:2])"],
