@@ -162,6 +162,33 @@ def _head_attention(
     return jnp.where(poisoned[:, None], jnp.nan, out)
 
 
+def _per_key_heads(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    valid: jax.Array,
+    projection: Projection,
+    fmap: FeatureMap,
+    *,
+    axes: HeadAxes,
+    stabilize: bool,
+    chunk_size: int,
+    eps: float,
+    sequence_axis: str | None,
+) -> jax.Array:
+    """All heads of one sequence for the other maps: ``_head_attention`` vmapped over the heads
+    of the rows scaled by H^-1/4 (T, N, H) -> (T, N, H_v)."""
+    head = functools.partial(
+        _head_attention,
+        stabilize=stabilize,
+        chunk_size=chunk_size,
+        eps=eps,
+        sequence_axis=sequence_axis,
+    )
+    over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
+    return over_heads(normalise(query), normalise(key), value, valid, projection, fmap)
+
+
 def causal_attention(
     query: jax.Array,
     key: jax.Array,
@@ -177,28 +204,15 @@ def causal_attention(
     sequence_axis: str | None = None,
     matmul_dtype: jnp.dtype | None = None,
 ) -> jax.Array:
-    """All heads, BTNH in and out: ``_log_space_heads`` vmapped over the batch, or
-    ``_head_attention`` over batch and heads. Queries and keys as given: scaled by H^-1/4
-    here (``normalise``)."""
+    """All heads, BTNH in and out: ``_log_space_heads`` or ``_per_key_heads`` (one sequence)
+    vmapped over the batch. Queries and keys as given: scaled by H^-1/4 here (``normalise``)."""
     if uses_log_space_prefix(fmap, stabilize):
-        heads = functools.partial(
-            _log_space_heads,
-            axes=axes,
-            chunk_size=chunk_size,
-            eps=eps,
-            sequence_axis=sequence_axis,
-            matmul_dtype=matmul_dtype,
-        )
-        return jax.vmap(heads, in_axes=(0, 0, 0, 0, None, None))(
-            query, key, value, mask, projection, fmap
-        )
-    head = functools.partial(
-        _head_attention,
-        stabilize=stabilize,
-        chunk_size=chunk_size,
-        eps=eps,
-        sequence_axis=sequence_axis,
+        heads = functools.partial(_log_space_heads, matmul_dtype=matmul_dtype)
+    else:
+        heads = functools.partial(_per_key_heads, stabilize=stabilize)
+    sequence = functools.partial(
+        heads, axes=axes, chunk_size=chunk_size, eps=eps, sequence_axis=sequence_axis
     )
-    over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
-    over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))
-    return over_batch(normalise(query), normalise(key), value, mask, projection, fmap)
+    return jax.vmap(sequence, in_axes=(0, 0, 0, 0, None, None))(
+        query, key, value, mask, projection, fmap
+    )

@@ -572,7 +572,7 @@ def _key_pass(params, x: _Rows, initial, options: _Options) -> _KeyPass:
     chunk_max, summaries = map_chunks(summary, *x.chunked()[-3:])
     end = jnp.maximum(jax.lax.cummax(chunk_max, axis=0), initial_shift)
     start = jnp.concatenate([initial_shift[None], end[:-1]])
-    summaries = jnp.exp(chunk_max - end)[..., None] * summaries
+    summaries = _rescaled(summaries, chunk_max, end)
     states, final = chunk_states(summaries, jnp.exp(start - end), initial_state)
     return _KeyPass(start, end, states, final)
 
