@@ -22,6 +22,9 @@ from rfjax.projections import Projection
 
 # Positions per block (keys and queries); see bidirectional_attention.
 BIDIRECTIONAL_BLOCK = 512
+# Up to this many blocks the passes are unrolled and keep their features for the backward pass;
+# over more, the backward pass forms each block's features again (see bidirectional_attention).
+STORED_BLOCKS = 2
 
 
 def in_blocks(x: jax.Array, block: int, fill: object = 0) -> jax.Array:
@@ -97,12 +100,12 @@ def key_value_summary(
         )
     )
     xs = (in_blocks(key, block), in_blocks(value, block), in_blocks(mask, block, False))
-    # One block (T <= block): unrolled, so no loop is compiled (forward and backward). More:
-    # differentiated, each block's features are formed again in the backward pass
-    # (``jax.checkpoint``) rather than kept for every block (see bidirectional_attention).
-    one_block = len(xs[0]) == 1
-    step = step if one_block else jax.checkpoint(step)
-    (kv, k_sum, shift, bad), _ = jax.lax.scan(step, init, xs, unroll=one_block)
+    # Up to STORED_BLOCKS blocks: unrolled, so no loop is compiled, and the features kept for
+    # the backward pass. More: differentiated, each block's features are formed again in the
+    # backward pass (``jax.checkpoint``) rather than kept for every block.
+    stored = len(xs[0]) <= STORED_BLOCKS
+    step = step if stored else jax.checkpoint(step)
+    (kv, k_sum, shift, bad), _ = jax.lax.scan(step, init, xs, unroll=stored)
     return kv, k_sum, shift, bad
 
 
@@ -125,15 +128,18 @@ def bidirectional_attention(
     Keys and queries are processed in blocks of ``block`` positions (the key sums by a scan,
     see ``key_value_summary``; the read-out by ``lax.map`` over query blocks), contracting in
     BTNH layout: on CPU this keeps each block's features in cache instead of streaming (T, N, m)
-    tensors through memory three times. With more than one block, under differentiation both
-    passes form each block's features again in the backward pass (``jax.checkpoint``; the
-    causal op's backward likewise recomputes) rather than keeping them for every block: forward
-    + backward temporaries at T = 64k (B = 1, 4 heads of 64, m = 128) went from 1,099 to 198
-    MiB, 1.55x one (B, T, N, m) feature tensor instead of 8.6x; on CPU the time went down from
-    T = 4k (0.80x at 4k, 0.85x at 16k: the stored features' fresh pages had cost more than
-    forming them again) and up 5% at 1k. With ``sequence_axis`` (inside ``shard_map``), the key
-    sums (and non-finite key flags) of all devices along it are combined
-    (``_sequence_parallel.psum_summary``).
+    tensors through memory three times. With more than ``STORED_BLOCKS`` blocks, under
+    differentiation both passes form each block's features again in the backward pass
+    (``jax.checkpoint``; the causal op's backward likewise recomputes) rather than keeping them
+    for every block: forward + backward temporaries at T = 64k (B = 1, 4 heads of 64, m = 128)
+    went from 1,099 to 198 MiB, 1.55x one (B, T, N, m) feature tensor instead of 8.6x; on CPU
+    the time went down from T = 4k (0.80x at 4k, 0.85x at 16k: the stored features' fresh pages
+    had cost more than forming them again). Up to ``STORED_BLOCKS`` blocks the passes are
+    unrolled and keep the features: at T = 1k, forward + backward, 0.66x the time of a loop
+    over two recomputed blocks, with 11.2 against 11.9 MiB of temporaries
+    (``benchmarks/results/attention_against_f41641b``). With ``sequence_axis`` (inside
+    ``shard_map``), the key sums (and non-finite key flags) of all devices along it are
+    combined (``_sequence_parallel.psum_summary``).
     """
     kv, k_sum, shift, bad_key = key_value_summary(
         key, value, mask, projection, fmap, axes=axes, stabilize=stabilize, block=block
@@ -162,8 +168,8 @@ def bidirectional_attention(
 
     batch, length = query.shape[:2]
     query_blocks = in_blocks(query, block)
-    if len(query_blocks) == 1:  # T <= block: no loop to compile
-        out = read_out(query_blocks[0])[None]
+    if len(query_blocks) <= STORED_BLOCKS:  # no loop to compile, the features kept
+        out = jnp.stack([read_out(q) for q in query_blocks])
     else:
         out = jax.lax.map(jax.checkpoint(read_out), query_blocks)
     return out.swapaxes(0, 1).reshape(batch, -1, *out.shape[3:])[:, :length]

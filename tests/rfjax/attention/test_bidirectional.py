@@ -5,6 +5,7 @@ its explicit weights times the values."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rfjax import attention, projections
 from rfjax.attention import _bidirectional
@@ -33,10 +34,18 @@ def test_keys_over_two_blocks_give_the_explicit_weights_times_the_values():
     )
 
 
-def test_gradients_over_several_blocks_are_those_of_the_explicit_weights():
-    """Differentiated over more than one block, each block's features are formed again in the
-    backward pass (``jax.checkpoint``): the gradients are those of the explicit weights."""
-    length = 2 * _bidirectional.BIDIRECTIONAL_BLOCK + 8  # three blocks, the last padded
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        3,  # over STORED_BLOCKS: each block's features formed again (``jax.checkpoint``)
+        pytest.param(2, marks=pytest.mark.statistical),  # unrolled, the features kept
+    ],
+)
+def test_gradients_over_several_blocks_are_those_of_the_explicit_weights(blocks):
+    """Differentiated over more than one block, the backward pass keeps each block's features
+    (up to ``STORED_BLOCKS`` blocks) or forms them again: either way the gradients are those of
+    the explicit weights."""
+    length = (blocks - 1) * _bidirectional.BIDIRECTIONAL_BLOCK + 8  # the last block padded
     kq, kk, kv = jax.random.split(jax.random.key(2), 3)
     query = 0.5 * jax.random.normal(kq, (1, length, 1, 4))
     key = 0.5 * jax.random.normal(kk, (1, length, 1, 4))
