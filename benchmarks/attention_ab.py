@@ -1,0 +1,176 @@
+"""FAVOR attention of this checkout against another commit's, interleaved in one process.
+
+  python -m benchmarks.attention_ab --against f41641b [--lengths 1024 4096 16384]
+      [--modes causal bidirectional] [--chunk-size N] [--pairs N] [--json PATH]
+
+Two runs of ``benchmarks/attention.py`` one after the other differ by this machine's drift
+(several percent from one minute to the next on the 2-core development machine), which is the
+size of the effects a change to the attention code has. Here both versions are compiled side by
+side in one process and called in alternating order, so each pair of calls sees the same load:
+the commit ``--against`` is extracted (``git archive`` of its ``rfjax/``) into a temporary
+folder as a package named ``rfjax_base`` and imported beside ``rfjax``.
+
+The setting is ``benchmarks/attention.py``'s: (1, T, 4, 64) float32 queries, keys and values,
+an orthogonal projection of m = 128 features shared by the heads, forward and
+``value_and_grad`` of the sum of the outputs (for q, k and v). Each version runs with its own
+default chunk size unless ``--chunk-size`` sets both. Prints, per mode, pass and T, the median
+and quartiles of the per-pair time ratios (this checkout / the other) and both programs' XLA
+temporaries, with the load; ``--json`` writes every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+import rfjax.attention
+from benchmarks.attention import HEAD_DIM, HEADS, NUM_FEATURES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PASSES = ("forward", "forward_backward")
+
+
+def import_other(revision: str, folder: str) -> Any:
+    """``rfjax.attention`` of ``revision``, imported as ``rfjax_base.attention`` from ``folder``."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", revision, "rfjax"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    path = os.path.join(folder, "archive.tar")
+    with open(path, "wb") as file:
+        file.write(archive)
+    with tarfile.open(path) as tar:
+        tar.extractall(folder, filter="data")
+    package = os.path.join(folder, "rfjax_base")
+    os.rename(os.path.join(folder, "rfjax"), package)
+    for directory, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                source_path = os.path.join(directory, name)
+                with open(source_path) as file:
+                    source = file.read()
+                with open(source_path, "w") as file:
+                    file.write(re.sub(r"\brfjax\b", "rfjax_base", source))
+    sys.path.insert(0, folder)
+    return importlib.import_module("rfjax_base.attention")
+
+
+def compiled_pass(module: Any, pass_name: str, causal: bool, chunk_size: int | None, args):
+    """The jitted forward or forward + backward of ``module.favor_attention``, compiled."""
+    options: dict[str, Any] = {"causal": causal}
+    if chunk_size is not None:
+        options["chunk_size"] = chunk_size
+
+    def forward(q, k, v, projection):
+        return module.favor_attention(q, k, v, projection, **options)
+
+    if pass_name == "forward_backward":
+        function = jax.value_and_grad(lambda *a: jnp.sum(forward(*a)), argnums=(0, 1, 2))
+    else:
+        function = forward
+    return jax.jit(function).lower(*args).compile()
+
+
+def paired_ratios(calls, pairs: int) -> list[float]:
+    """``pairs`` time ratios calls[0] / calls[1], the order alternating from pair to pair."""
+    for compiled, arguments in calls:
+        jax.block_until_ready(compiled(*arguments))  # warm
+    ratios = []
+    for i in range(pairs):
+        seconds = {}
+        for which in (0, 1) if i % 2 == 0 else (1, 0):
+            compiled, arguments = calls[which]
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(*arguments))
+            seconds[which] = time.perf_counter() - start
+        ratios.append(seconds[0] / seconds[1])
+    return ratios
+
+
+def measure(other: Any, mode: str, length: int, chunk_size: int | None, pairs: int) -> list[dict]:
+    keys = jax.random.split(jax.random.key(length), 4)
+    q, k, v = (jax.random.normal(key, (1, length, HEADS, HEAD_DIM)) for key in keys[:3])
+    modules = (rfjax.attention, other)
+    rows = []
+    for pass_name in PASSES:
+        calls = []
+        for module in modules:
+            projection = module.draw_projection(
+                keys[3], HEAD_DIM, NUM_FEATURES, coupling="orthogonal"
+            )
+            args = (q, k, v, projection)
+            calls.append(
+                (compiled_pass(module, pass_name, mode == "causal", chunk_size, args), args)
+            )
+        ratios = sorted(paired_ratios(calls, pairs))
+        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        rows.append(
+            dict(
+                mode=mode,
+                length=length,
+                pass_name=pass_name,
+                ratio_median=statistics.median(ratios),
+                ratio_q1=quartiles[0],
+                ratio_q3=quartiles[2],
+                pairs=pairs,
+                temp_this_MiB=calls[0][0].memory_analysis().temp_size_in_bytes / 2**20,
+                temp_other_MiB=calls[1][0].memory_analysis().temp_size_in_bytes / 2**20,
+                load=os.getloadavg(),
+            )
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def default_pairs(length: int) -> int:
+    """The default number of pairs: 101 up to T = 4,096, proportionally fewer above, at least 7."""
+    return max(7, 101 * 4096 // max(length, 4096))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", required=True, help="the other commit")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--modes", nargs="+", choices=("causal", "bidirectional"),
+                        default=["causal", "bidirectional"])  # fmt: skip
+    parser.add_argument("--chunk-size", type=int, default=None, help="both; default: each own")
+    parser.add_argument("--pairs", type=int, default=None,
+                        help="pairs per row (default 101 at T <= 4,096, fewer above)")  # fmt: skip
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    this = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as folder:
+        other = import_other(args.against, folder)
+        rows = [
+            row
+            for mode in args.modes
+            for length in args.lengths
+            for row in measure(
+                other, mode, length, args.chunk_size, args.pairs or default_pairs(length)
+            )
+        ]
+    if args.json:
+        record = dict(this=this, against=args.against, jax=jax.__version__, rows=rows)
+        with open(args.json, "w") as file:
+            json.dump(record, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
