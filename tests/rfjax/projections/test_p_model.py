@@ -16,6 +16,7 @@ from scipy import stats
 
 from rfjax import projections
 from rfjax.projections import PModel
+from tests.support.representatives import representatives
 
 FAMILIES = {
     "circulant": projections.Circulant(),
@@ -184,7 +185,9 @@ def test_bad_arguments():
 FFT_FAMILIES = [name for name, model in FAMILIES.items() if model.row_workspace(8) > 0]
 
 
-@pytest.mark.parametrize("name", FFT_FAMILIES)
+@pytest.mark.parametrize(  # one row-block path for every family: a circulant and a sum of ranks
+    "name", representatives(FFT_FAMILIES, ["circulant", "low_displacement_rank"])
+)
 def test_a_large_batch_is_applied_in_row_blocks_on_cpu_and_at_once_elsewhere(name, monkeypatch):
     """Past ``ROW_BLOCK_ENTRIES`` the inputs go through the FFTs 16 rows at a time on CPU (a
     ``lax.map``; 111 rows leave a short last block) with the values and gradients of the whole
