@@ -154,8 +154,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     this = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+        ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()  # "-dirty": the checkout differs from the commit it names
     with tempfile.TemporaryDirectory() as folder:
         other = import_other(args.against, folder)
         rows = [
