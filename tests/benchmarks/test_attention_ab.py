@@ -11,7 +11,7 @@ from benchmarks.attention_ab import ROOT
 
 
 @pytest.mark.integration  # a benchmark run end to end (a second copy of rfjax compiled)
-def test_this_checkout_against_its_head_gives_ratios_near_one(tmp_path):
+def test_this_checkout_against_its_head_gives_a_row_per_pass(tmp_path):
     out = tmp_path / "ab.json"
     command = [
         sys.executable,
