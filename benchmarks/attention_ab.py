@@ -106,17 +106,16 @@ def measure(other: Any, mode: str, length: int, chunk_size: int | None, pairs: i
     keys = jax.random.split(jax.random.key(length), 4)
     q, k, v = (jax.random.normal(key, (1, length, HEADS, HEAD_DIM)) for key in keys[:3])
     modules = (rfjax.attention, other)
+    arguments = [
+        (q, k, v, module.draw_projection(keys[3], HEAD_DIM, NUM_FEATURES, coupling="orthogonal"))
+        for module in modules
+    ]
     rows = []
     for pass_name in PASSES:
-        calls = []
-        for module in modules:
-            projection = module.draw_projection(
-                keys[3], HEAD_DIM, NUM_FEATURES, coupling="orthogonal"
-            )
-            args = (q, k, v, projection)
-            calls.append(
-                (compiled_pass(module, pass_name, mode == "causal", chunk_size, args), args)
-            )
+        calls = [
+            (compiled_pass(module, pass_name, mode == "causal", chunk_size, args), args)
+            for module, args in zip(modules, arguments, strict=True)
+        ]
         ratios = sorted(paired_ratios(calls, pairs))
         quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         rows.append(
