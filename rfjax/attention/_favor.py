@@ -215,9 +215,11 @@ def favor_attention(
         ``"pallas_tpu_interpret"`` (the kernels in interpret mode, any platform), or ``"auto"``
         (measured per platform and mode; ``"xla"`` where nothing is measured). The kernels
         compute the feature map from the rows inside them (the (B, T, N, m) features never
-        reach memory), for the maps with affine log-features ('positive',
-        'positive_antithetic', 'oprf') and the angular hybrid ('angular_hybrid', its rows in
-        the XLA form's units, so the same rows meet the floor ``eps``), without
+        reach memory; their states, one per chunk of 64 rows, do, at most 128 MiB per head
+        at once: longer sequences run segment by segment), for the maps with affine
+        log-features ('positive', 'positive_antithetic', 'oprf') and the angular hybrid
+        ('angular_hybrid', its rows in the XLA form's units, so the same rows meet the floor
+        ``eps``), without
         ``sequence_axis``, stabilised; see ``rfjax.attention._implementations``.
 
     Returns:

@@ -24,6 +24,13 @@ C positions in blocks of B = 16:
   ``readout_kernel`` per chunk; its backward forms the queries' summary and the keys'
   cotangents the same way.
 
+One head's chunk states are as large as its features would be (F values per chunk for each of
+its P value columns: F = m for FAVOR+, 2 (n + 1) 2m for the angular hybrid). Past
+``STATES_BYTES`` of them the causal passes run over segments of chunks (a scan carries the
+running maxima and the state from one segment to the next; the backward pass keeps the carry at
+each segment's start and forms one segment's states at a time from it) and the bidirectional
+passes sum their summaries segment by segment.
+
 The affine maps' cotangent kernels run once per tile of at most ``COTANGENT_FEATURES`` features
 (their shared memory per block grows with the features; ``tools/triton_kernels.py`` compiles
 every kernel for sm80 and sm90 without a GPU and reports it).
@@ -60,6 +67,14 @@ CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summ
 # tools/triton_kernels.py). Every term of the affine maps' cotangents is one feature's, or a sum
 # over the features (the rows' cotangents), so wider maps run one call per tile of features.
 COTANGENT_FEATURES = 128
+# Bytes of one head's chunk states (float32) that the causal passes keep at once. Beyond it
+# they run segment by segment (``_segment_chunks`` chunks each; a scan carries the state
+# across segments, and the backward pass forms each segment's states again from the state at
+# its start): the angular hybrid's states are 2 (n + 1) 2m wide (9,216 at m = 256 and n = 8:
+# 2.4 MiB per chunk of P = 64 values), so all of them at T = 64k would take 2.4 GiB per head.
+# 128 MiB keeps every chunk's states of FAVOR+ at m = 256 (64 KiB each) in one segment up to
+# T = 128k. The bidirectional passes sum their summaries segment by segment likewise.
+STATES_BYTES = 128 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,14 +133,22 @@ def _padded_width(n: int) -> int:
 
 
 class _Sequence:
-    """A sequence of T rows padded to whole chunks (zeros; keys of padded rows do not count)
-    and its column widths to powers of two >= ``MIN_WIDTH`` (zeros change neither x W^T, |x|^2
-    nor a product with a value)."""
+    """A sequence of T rows padded to whole segments of ``segment`` chunks (zeros; keys of
+    padded rows do not count) and its column widths to powers of two >= ``MIN_WIDTH`` (zeros
+    change neither x W^T, |x|^2 nor a product with a value). One segment holds every chunk
+    unless ``segment`` (chunks per segment) is fewer (``_segment_chunks``)."""
 
-    def __init__(self, length: int):
+    def __init__(self, length: int, segment: int | None = None):
         self.length = length
-        self.padded = _round_up(length, CHUNK)
-        self.chunks = self.padded // CHUNK
+        chunks = max(1, -(-length // CHUNK))
+        self.segment = chunks if segment is None else min(segment, chunks)
+        self.segments = -(-chunks // self.segment)
+        self.chunks = self.segments * self.segment
+        self.padded = self.chunks * CHUNK
+
+    def one_segment(self) -> _Sequence:
+        """The rows of one segment: ``segment`` whole chunks."""
+        return _Sequence(self.segment * CHUNK)
 
     def pad(self, x: jax.Array) -> jax.Array:
         """``(T, w)`` -> ``(T', w')``, or a mask ``(T,)`` -> a float column ``(T', 1)``."""
@@ -135,9 +158,35 @@ class _Sequence:
         width = _padded_width(x.shape[1])
         return jnp.pad(x, ((0, self.padded - self.length), (0, width - x.shape[1])))
 
+    def split(self, x: jax.Array) -> jax.Array:
+        """A padded ``(T', w)`` -> ``(segments, rows per segment, w)``."""
+        return x.reshape(self.segments, -1, x.shape[-1])
+
     def rows(self, x: jax.Array | jax.ShapeDtypeStruct, chunks: int = 1) -> pl.BlockSpec:
         """Blocks of ``chunks`` chunks of rows of a padded ``(T', w)`` array."""
         return pl.BlockSpec((chunks * CHUNK, x.shape[1]), lambda c: (c, 0))
+
+
+def _segment_chunks(width: int, value_width: int) -> int:
+    """Chunks per segment for states of ``width`` features and ``value_width`` columns (float32,
+    with the counts' column): as many as ``STATES_BYTES`` holds, a multiple of
+    ``CHUNKS_PER_GROUP`` from there up, at least one."""
+    fit = max(1, STATES_BYTES // (4 * width * (value_width + 1)))
+    return fit if fit < CHUNKS_PER_GROUP else fit // CHUNKS_PER_GROUP * CHUNKS_PER_GROUP
+
+
+def _joined(x: jax.Array) -> jax.Array:
+    """``(segments, rows per segment, w)`` -> ``(T', w)``."""
+    return x.reshape(-1, x.shape[-1])
+
+
+def _over_segments(step, carry, xs, *, reverse: bool = False):
+    """``jax.lax.scan(step, carry, xs)`` over the segments (the leading axis of ``xs``); one
+    segment is one call of ``step``, without a loop."""
+    if jax.tree.leaves(xs)[0].shape[0] == 1:
+        carry, ys = step(carry, jax.tree.map(lambda a: a[0], xs))
+        return carry, jax.tree.map(lambda a: a[None], ys)
+    return jax.lax.scan(step, carry, xs, reverse=reverse)
 
 
 def _whole(x: jax.Array | jax.ShapeDtypeStruct) -> pl.BlockSpec:
@@ -240,28 +289,48 @@ def _without_counts(states: jax.Array) -> tuple[jax.Array, jax.Array]:
     return states[:, :, :-1], states[:, :, -1:].swapaxes(1, 2)
 
 
-def _causal_states(form, keys, k, v, valid, backend, matmul_dtype):
-    """(start, end ``(n, 1, m)``, states ``(n, m, P)``, counts ``(n, 1, m)``): the running
-    maxima at each chunk's start and end, and the state of the keys before it relative to its
-    start (``chunk_states`` over the summaries)."""
+def _causal_states(form, keys, k, v, valid, backend, matmul_dtype, carry):
+    """((start, end ``(n, 1, m)``, states ``(n, m, P)``, counts ``(n, 1, m)``), carry): the
+    running maxima at each chunk's start and end, and the state of the keys before it relative
+    to its start (``chunk_states`` over the summaries). ``carry`` (``_first_carry`` before the
+    first chunk): the running maximum ``(1, 1, m)`` and the state ``(m, P + 1)`` (counts last)
+    before these chunks; the carry returned is theirs after them."""
     chunk_max, sums, counts = _key_summaries(form, keys, k, v, valid, backend, matmul_dtype)
-    floor = jnp.full((1, 1, chunk_max.shape[-1]), log_floor(jnp.float32))
-    end = jnp.maximum(jax.lax.cummax(chunk_max, axis=0), floor)
-    start = jnp.concatenate([floor, end[:-1]])
+    previous, initial = carry
+    end = jnp.maximum(jax.lax.cummax(chunk_max, axis=0), previous)
+    start = jnp.concatenate([previous, end[:-1]])
     summaries = _with_counts(sums, counts) * jnp.exp(chunk_max - end).swapaxes(1, 2)
-    initial = jnp.zeros(summaries.shape[1:], jnp.float32)
-    states, _ = chunk_states(summaries, jnp.exp(start - end)[:, 0], initial)
-    return (start, end, *_without_counts(states))
+    states, final = chunk_states(summaries, jnp.exp(start - end)[:, 0], initial)
+    return (start, end, *_without_counts(states)), (end[-1:], final)
 
 
-def _combined_state(form, keys, k, v, valid, backend, matmul_dtype):
-    """(c ``(1, m)``, S ``(m, P)``, z ``(1, m)``): every key's state relative to the per-feature
-    maximum c (bidirectional)."""
-    chunk_max, sums, counts = _key_summaries(form, keys, k, v, valid, backend, matmul_dtype)
+def _first_carry(x: _Rows) -> tuple[jax.Array, jax.Array]:
+    """The carry of ``_causal_states`` before the first chunk: the floor and no state."""
+    floor = jnp.full((1, 1, x.form.reference_width), log_floor(jnp.dtype(jnp.float32)))
+    state = jnp.zeros((x.form.width, x.value.shape[1] + 1), jnp.float32)
+    return vary_like(floor, x.key), vary_like(state, x.key, x.value)
+
+
+def _combined(chunk_max, sums, counts):
+    """Summaries ``(n, 1, m)``, ``(n, m, P)``, ``(n, 1, m)`` relative to their own maxima ->
+    (c ``(1, m)``, S ``(m, P)``, z ``(1, m)``) relative to the per-feature maximum c."""
     top = jnp.max(chunk_max, axis=0)
     rescale = jnp.exp(chunk_max - top)
-    state = jnp.sum(sums * rescale.swapaxes(1, 2), axis=0)
-    return top, state, jnp.sum(counts * rescale, axis=0)
+    return top, jnp.sum(sums * rescale.swapaxes(1, 2), axis=0), jnp.sum(counts * rescale, axis=0)
+
+
+def _combined_state(x: _Rows, backend, matmul_dtype):
+    """(c ``(1, m)``, S ``(m, P)``, z ``(1, m)``): every key's state relative to the per-feature
+    maximum c (bidirectional), combined segment by segment."""
+    rows = x.keys.one_segment()
+
+    def segment_state(_, segment):
+        summaries = _key_summaries(x.form, rows, *segment, backend, matmul_dtype)
+        return None, _combined(*summaries)
+
+    segments = tuple(map(x.keys.split, (x.key, x.value, x.valid)))
+    per_segment = _over_segments(segment_state, None, segments)[1]
+    return _combined(*per_segment)
 
 
 def _query_summaries(form, queries, q, reference, row_shift, grad, grad_den, backend, matmul_dtype):
@@ -304,15 +373,11 @@ class _Rows(NamedTuple):
 
 
 def _rows(weights, aux, spec, query, key, value, valid) -> _Rows:
-    queries, keys = _Sequence(query.shape[0]), _Sequence(key.shape[0])
+    form = _Map.of(weights, aux, spec)
+    segment = _segment_chunks(form.width, _padded_width(value.shape[1]))
+    queries, keys = _Sequence(query.shape[0], segment), _Sequence(key.shape[0], segment)
     return _Rows(
-        queries.pad(query),
-        keys.pad(key),
-        keys.pad(value),
-        keys.pad(valid),
-        _Map.of(weights, aux, spec),
-        queries,
-        keys,
+        queries.pad(query), keys.pad(key), keys.pad(value), keys.pad(valid), form, queries, keys
     )
 
 
@@ -368,91 +433,120 @@ def _over_feature_tiles(form: _Map, cotangents) -> tuple[jax.Array, ...]:
 
 def _causal_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     x = _rows(weights, aux, spec, query, key, value, valid)
-    start, _, states, counts = _causal_states(
-        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
-    )
-    rows = x.queries
-    outputs = [_out((rows.padded, x.value.shape[1]))] + [_out((rows.padded, 1))] * 2
-    num, den, row_shift = backend.call(
-        x.form.kernel("output_kernel", matmul_dtype),
-        grid=(rows.chunks,),
-        in_specs=[
-            rows.rows(x.query),
-            rows.rows(x.key),
-            rows.rows(x.value),
-            rows.rows(x.valid),
-            *x.form.specs(),
-            _per_chunk(start),
-            _per_chunk(states),
-            _per_chunk(counts),
-        ],
-        out_specs=[rows.rows(o) for o in outputs],
-        out_shape=outputs,
-        name="rfjax_favor_causal_output",
-    )(x.query, x.key, x.value, x.valid, x.form.weights, x.form.aux, start, states, counts)
-    out = (
-        num[: rows.length, : value.shape[1]],
-        *(y[: rows.length, 0] for y in (den, row_shift)),
-    )
+    rows = x.queries.one_segment()
+
+    def segment_outputs(carry, segment):
+        q, k, v, valid = segment
+        (start, _, states, counts), carry = _causal_states(
+            x.form, rows, k, v, valid, backend, matmul_dtype, carry
+        )
+        outputs = [_out((rows.padded, v.shape[1]))] + [_out((rows.padded, 1))] * 2
+        return carry, backend.call(
+            x.form.kernel("output_kernel", matmul_dtype),
+            grid=(rows.chunks,),
+            in_specs=[
+                *(rows.rows(a) for a in segment),
+                *x.form.specs(),
+                _per_chunk(start),
+                _per_chunk(states),
+                _per_chunk(counts),
+            ],
+            out_specs=[rows.rows(o) for o in outputs],
+            out_shape=outputs,
+            name="rfjax_favor_causal_output",
+        )(q, k, v, valid, x.form.weights, x.form.aux, start, states, counts)
+
+    segments = tuple(map(x.queries.split, (x.query, x.key, x.value, x.valid)))
+    _, outputs = _over_segments(segment_outputs, _first_carry(x), segments)
+    num, den, row_shift = map(_joined, outputs)
+    length = x.queries.length
+    out = (num[:length, : value.shape[1]], *(y[:length, 0] for y in (den, row_shift)))
     return out, row_shift
+
+
+def _causal_checkpoints(x: _Rows, keys, backend, matmul_dtype):
+    """The carry of ``_causal_states`` at each segment's start (stacked); ``keys`` the
+    segments' keys, values and mask."""
+    first = _first_carry(x)
+    if x.keys.segments == 1:
+        return jax.tree.map(lambda a: a[None], first)
+    rows = x.keys.one_segment()
+
+    def step(carry, segment):
+        _, after = _causal_states(x.form, rows, *segment, backend, matmul_dtype, carry)
+        return after, carry
+
+    return _over_segments(step, first, keys)[1]
 
 
 def _causal_backward(spec, backend, matmul_dtype, residuals, cotangents):
     weights, aux, query, key, value, valid, row_shift = residuals
     grad_num, grad_den, _ = cotangents  # the row shifts are constants
     x = _rows(weights, aux, spec, query, key, value, valid)
-    start, end, states, counts = _causal_states(
-        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
-    )
     grad, grad_den = _padded_cotangents(x.queries, grad_num, grad_den)
-    sums, query_counts = _query_summaries(
-        x.form, x.queries, x.query, start, row_shift, grad, grad_den, backend, matmul_dtype
-    )
-    summaries = _with_counts(sums, query_counts)
-    later, _ = chunk_states(
-        summaries,
-        jnp.exp(start - end)[:, 0],
-        jnp.zeros(summaries.shape[1:], jnp.float32),
-        reverse=True,
-    )
-    later, later_counts = _without_counts(later)
-    group = _group_size(x.queries.chunks)
-    rows = x.queries
+    rows = x.queries.one_segment()
+    group = _group_size(rows.chunks)
     groups = rows.chunks // group
-    chunked = (x.query, x.key, x.value, x.valid)
 
-    def tile_cotangents(form: _Map, features: slice):
-        per_chunk = (
-            start[..., features],
-            end[..., features],
-            states[:, features],
-            counts[..., features],
-            later[:, features],
-            later_counts[..., features],
+    def segment_cotangents(later, inputs):
+        # The segment's states from the carry at its start, the later queries' states from the
+        # carry of the segments after it (reversed time).
+        (q, k, v, valid, shift, g, g_den), checkpoint = inputs
+        (start, end, states, counts), _ = _causal_states(
+            x.form, rows, k, v, valid, backend, matmul_dtype, checkpoint
         )
-        outputs = [
-            *(_out(a.shape) for a in chunked[:3]),
-            _out((groups, *form.weights.shape)),
-            _out((groups, *form.aux.shape)),
-        ]
-        return backend.call(
-            form.kernel("cotangent_kernel", matmul_dtype),
-            grid=(groups,),
-            in_specs=[
-                *(rows.rows(a, group) for a in chunked),
-                *form.specs(),
-                *(_per_chunk(a, group) for a in per_chunk),
-                *(rows.rows(a, group) for a in (row_shift, grad, grad_den)),
-            ],
-            out_specs=[
-                *(rows.rows(o, group) for o in outputs[:3]),
-                *map(_per_chunk, outputs[3:]),
-            ],
-            out_shape=outputs,
-            name="rfjax_favor_causal_cotangents",
-        )(*chunked, form.weights, form.aux, *per_chunk, row_shift, grad, grad_den)
+        sums, query_counts = _query_summaries(
+            x.form, rows, q, start, shift, g, g_den, backend, matmul_dtype
+        )
+        later_states, later = chunk_states(
+            _with_counts(sums, query_counts), jnp.exp(start - end)[:, 0], later, reverse=True
+        )
+        later_sums, later_counts = _without_counts(later_states)
+        chunked = (q, k, v, valid)
 
-    dq, dk, dv, grad_w, grad_b = _over_feature_tiles(x.form, tile_cotangents)
+        def tile_cotangents(form: _Map, features: slice):
+            per_chunk = (
+                start[..., features],
+                end[..., features],
+                states[:, features],
+                counts[..., features],
+                later_sums[:, features],
+                later_counts[..., features],
+            )
+            outputs = [
+                *(_out(a.shape) for a in chunked[:3]),
+                _out((groups, *form.weights.shape)),
+                _out((groups, *form.aux.shape)),
+            ]
+            return backend.call(
+                form.kernel("cotangent_kernel", matmul_dtype),
+                grid=(groups,),
+                in_specs=[
+                    *(rows.rows(a, group) for a in chunked),
+                    *form.specs(),
+                    *(_per_chunk(a, group) for a in per_chunk),
+                    *(rows.rows(a, group) for a in (shift, g, g_den)),
+                ],
+                out_specs=[
+                    *(rows.rows(o, group) for o in outputs[:3]),
+                    *map(_per_chunk, outputs[3:]),
+                ],
+                out_shape=outputs,
+                name="rfjax_favor_causal_cotangents",
+            )(*chunked, form.weights, form.aux, *per_chunk, shift, g, g_den)
+
+        return later, _over_feature_tiles(x.form, tile_cotangents)
+
+    segments = tuple(
+        map(x.queries.split, (x.query, x.key, x.value, x.valid, row_shift, grad, grad_den))
+    )
+    checkpoints = _causal_checkpoints(x, segments[1:4], backend, matmul_dtype)
+    _, first_later = _first_carry(x)
+    _, per_segment = _over_segments(
+        segment_cotangents, first_later, (segments, checkpoints), reverse=True
+    )
+    dq, dk, dv = map(_joined, per_segment[:3])
+    grad_w, grad_b = (jnp.sum(a, axis=0) for a in per_segment[3:])
     return _unpadded_cotangents(spec, weights, aux, query, key, value, grad_w, grad_b, dq, dk, dv)
 
 
@@ -464,9 +558,7 @@ _causal = _differentiable(_causal_forward, _causal_backward)
 
 def _bidirectional_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     x = _rows(weights, aux, spec, query, key, value, valid)
-    shift, state, count = _combined_state(
-        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
-    )
+    shift, state, count = _combined_state(x, backend, matmul_dtype)
     rows = x.queries
     outputs = [_out((rows.padded, state.shape[1]))] + [_out((rows.padded, 1))] * 2
     num, den, row_shift = backend.call(
@@ -488,14 +580,20 @@ def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
     weights, aux, query, key, value, valid, row_shift = residuals
     grad_num, grad_den, _ = cotangents
     x = _rows(weights, aux, spec, query, key, value, valid)
-    shift, state, count = _combined_state(
-        x.form, x.keys, x.key, x.value, x.valid, backend, matmul_dtype
-    )
+    shift, state, count = _combined_state(x, backend, matmul_dtype)
     grad, grad_den = _padded_cotangents(x.queries, grad_num, grad_den)
-    sums, counts = _query_summaries(
-        x.form, x.queries, x.query, shift, row_shift, grad, grad_den, backend, matmul_dtype
+    query_rows = x.queries.one_segment()
+
+    def segment_summary(_, segment):
+        sums, counts = _query_summaries(
+            x.form, query_rows, segment[0], shift, *segment[1:], backend, matmul_dtype
+        )
+        return None, (jnp.sum(sums, axis=0), jnp.sum(counts, axis=0))
+
+    segments = tuple(map(x.queries.split, (x.query, row_shift, grad, grad_den)))
+    grad_state, grad_count = (
+        jnp.sum(a, axis=0) for a in _over_segments(segment_summary, None, segments)[1]
     )
-    grad_state, grad_count = jnp.sum(sums, axis=0), jnp.sum(counts, axis=0)
     queries, keys = x.queries, x.keys
     q_group, k_group = _group_size(queries.chunks), _group_size(keys.chunks)
     q_groups, k_groups = queries.chunks // q_group, keys.chunks // k_group

@@ -348,3 +348,65 @@ def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkey
     assert calls == NUM_FEATURES // 8
     for got, want in zip(tiled, whole, strict=True):
         assert_close(got, want)
+
+
+@pytest.mark.parametrize(  # the segments are the maps' alike: the hybrid in CI's statistical tier
+    "name, causal",
+    representatives(
+        [("positive", True), ("positive", False), ("angular_hybrid", True)],
+        [("positive", True), ("positive", False)],
+        unpack=True,
+    ),
+    ids=["causal", "bidirectional", "angular_hybrid-causal"],
+)
+def test_long_sequences_run_segment_by_segment_with_the_sums_of_one_segment(
+    name, causal, monkeypatch
+):
+    """Past ``STATES_BYTES`` of one head's chunk states the passes run over segments of chunks,
+    the causal ones carrying the running maximum and the state from segment to segment (the
+    backward pass from a checkpoint at each segment's start), the bidirectional ones summing
+    each segment's summaries: three chunks (the last partial) in segments of two (one chunk of
+    padding) give the values and gradients of one segment."""
+    length = 2 * 64 + 22
+    k = jax.random.split(jax.random.key(7), 4)
+    q, kk = (2.0 * jax.random.normal(x, (length, HEAD_DIM)) for x in k[:2])
+    v = jax.random.normal(k[2], (length, VALUE_DIM))
+    valid = jax.random.uniform(k[3], (length,)) > 0.25
+    projection = projections.orthogonal(jax.random.key(6), HEAD_DIM, NUM_FEATURES)
+    fmap = features.get(name)().init(jax.random.key(8), HEAD_DIM)
+    form = _fused.kernel_form(projection, fmap)
+    weights = jax.random.normal(jax.random.key(5), (length, VALUE_DIM))
+
+    def loss(w, aux, q, k, v):
+        num, den = _fused.fused_attention_sums(
+            form._replace(weights=w, **{form._fields[1]: aux}),
+            q,
+            k,
+            v,
+            valid,
+            causal=causal,
+            backend=_fused.Backend(None),
+        )
+        return jnp.sum(num * weights) + jnp.sum(jnp.sin(den)), (num, den)
+
+    def run():  # traced afresh: the segments are chosen when tracing
+        grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True)
+        program = str(jax.make_jaxpr(grad)(*form[:2], q, kk, v))
+        (_, sums), grads = jax.jit(grad)(*form[:2], q, kk, v)
+        return (*sums, *grads), program.count("scan[")
+
+    whole, whole_scans = run()
+    monkeypatch.setattr(_fused, "_segment_chunks", lambda width, value_width: 2)
+    segmented, scans = run()
+    assert scans > whole_scans
+    for got, want in zip(segmented, whole, strict=True):
+        assert_close(got, want)
+
+
+def test_segments_hold_the_chunks_whose_states_fit(monkeypatch):
+    """``STATES_BYTES`` of float32 states (F features, P + 1 columns) per segment: whole
+    multiples of the cotangent kernels' groups of chunks from there up, at least one chunk."""
+    per_chunk = 4 * 64 * (16 + 1)
+    for fit, chunks in [(0, 1), (1, 1), (15, 15), (16, 16), (47, 32)]:
+        monkeypatch.setattr(_fused, "STATES_BYTES", fit * per_chunk + per_chunk // 2)
+        assert _fused._segment_chunks(64, 16) == chunks
