@@ -1,7 +1,8 @@
 """FAVOR attention of this checkout against another commit's, interleaved in one process.
 
   python -m benchmarks.attention_ab --against f41641b [--lengths 1024 4096 16384]
-      [--modes causal bidirectional] [--chunk-size N] [--pairs N] [--json PATH]
+      [--modes causal bidirectional] [--chunk-size N] [--pairs N] [--feature-map NAME]
+      [--implementation NAME] [--json PATH]
 
 Two runs of ``benchmarks/attention.py`` one after the other differ by this machine's drift
 (several percent from one minute to the next on the 2-core development machine), which is the
@@ -13,9 +14,12 @@ folder as a package named ``rfjax_base`` and imported beside ``rfjax``.
 The setting is ``benchmarks/attention.py``'s: (1, T, 4, 64) float32 queries, keys and values,
 an orthogonal projection of m = 128 features shared by the heads, forward and
 ``value_and_grad`` of the sum of the outputs (for q, k and v). Each version runs with its own
-default chunk size unless ``--chunk-size`` sets both. Prints, per mode, pass and T, the median
-and quartiles of the per-pair time ratios (this checkout / the other) and both programs' XLA
-temporaries, with the load; ``--json`` writes every row.
+default chunk size unless ``--chunk-size`` sets both; ``--feature-map`` (a registered name,
+drawn with ``init``) and ``--implementation`` change the map (FAVOR+ ``"positive"``) and the
+implementation (``"xla"``) of both. Prints, per mode, pass and T, the median and quartiles of
+the per-pair time ratios (this checkout / the other) and both programs' XLA temporaries, with
+the load; ``--json`` writes every row. ``--pairs 0`` compiles without timing: the temporaries
+alone (for the fused kernels in interpret mode on a CPU, whose times say nothing of a GPU's).
 """
 
 from __future__ import annotations
@@ -70,11 +74,10 @@ def import_other(revision: str, folder: str) -> Any:
     return importlib.import_module("rfjax_base.attention")
 
 
-def compiled_pass(module: Any, pass_name: str, causal: bool, chunk_size: int | None, args):
-    """The jitted forward or forward + backward of ``module.favor_attention``, compiled."""
-    options: dict[str, Any] = {"causal": causal}
-    if chunk_size is not None:
-        options["chunk_size"] = chunk_size
+def compiled_pass(module: Any, pass_name: str, causal: bool, options: dict[str, Any], args):
+    """The jitted forward or forward + backward of ``module.favor_attention`` with ``options``
+    (its keyword arguments but ``causal``), compiled."""
+    options = {"causal": causal, **options}
 
     def forward(q, k, v, projection):
         return module.favor_attention(q, k, v, projection, **options)
@@ -87,7 +90,10 @@ def compiled_pass(module: Any, pass_name: str, causal: bool, chunk_size: int | N
 
 
 def paired_ratios(calls, pairs: int) -> list[float]:
-    """``pairs`` time ratios calls[0] / calls[1], the order alternating from pair to pair."""
+    """``pairs`` time ratios calls[0] / calls[1], the order alternating from pair to pair (none,
+    and no call, for ``pairs`` 0)."""
+    if not pairs:
+        return []
     for compiled, arguments in calls:
         jax.block_until_ready(compiled(*arguments))  # warm
     ratios = []
@@ -102,10 +108,31 @@ def paired_ratios(calls, pairs: int) -> list[float]:
     return ratios
 
 
-def measure(other: Any, mode: str, length: int, chunk_size: int | None, pairs: int) -> list[dict]:
+def median_and_quartiles(ratios: list[float]) -> tuple[float | None, ...]:
+    """(median, first quartile, third quartile) of ``ratios``; ``None`` for none (no timing)."""
+    if not ratios:
+        return None, None, None
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return statistics.median(ratios), quartiles[0], quartiles[2]
+
+
+def version_options(module: Any, setting: argparse.Namespace) -> dict[str, Any]:
+    """``favor_attention``'s keyword arguments for one version (``module``: its ``attention``)
+    from the command line's ``setting``: the feature map drawn by that version's registry."""
+    registry = importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".features")
+    feature_map = registry.get(setting.feature_map)().init(jax.random.key(1), HEAD_DIM)
+    options = dict(feature_map=feature_map, implementation=setting.implementation)
+    if setting.chunk_size is not None:
+        options["chunk_size"] = setting.chunk_size
+    return options
+
+
+def measure(other: Any, mode: str, length: int, setting: argparse.Namespace) -> list[dict]:
+    pairs = default_pairs(length) if setting.pairs is None else setting.pairs
     keys = jax.random.split(jax.random.key(length), 4)
     q, k, v = (jax.random.normal(key, (1, length, HEADS, HEAD_DIM)) for key in keys[:3])
     modules = (rfjax.attention, other)
+    options = [version_options(module, setting) for module in modules]
     arguments = [
         (q, k, v, module.draw_projection(keys[3], HEAD_DIM, NUM_FEATURES, coupling="orthogonal"))
         for module in modules
@@ -113,20 +140,21 @@ def measure(other: Any, mode: str, length: int, chunk_size: int | None, pairs: i
     rows = []
     for pass_name in PASSES:
         calls = [
-            (compiled_pass(module, pass_name, mode == "causal", chunk_size, args), args)
-            for module, args in zip(modules, arguments, strict=True)
+            (compiled_pass(module, pass_name, mode == "causal", option, args), args)
+            for module, option, args in zip(modules, options, arguments, strict=True)
         ]
-        ratios = sorted(paired_ratios(calls, pairs))
-        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        median, q1, q3 = median_and_quartiles(paired_ratios(calls, pairs))
         rows.append(
             dict(
                 mode=mode,
                 length=length,
                 pass_name=pass_name,
-                ratio_median=statistics.median(ratios),
-                ratio_q1=quartiles[0],
-                ratio_q3=quartiles[2],
+                ratio_median=median,
+                ratio_q1=q1,
+                ratio_q3=q3,
                 pairs=pairs,
+                feature_map=setting.feature_map,
+                implementation=setting.implementation,
                 temp_this_MiB=calls[0][0].memory_analysis().temp_size_in_bytes / 2**20,
                 temp_other_MiB=calls[1][0].memory_analysis().temp_size_in_bytes / 2**20,
                 load=os.getloadavg(),
@@ -149,7 +177,10 @@ def main() -> None:
                         default=["causal", "bidirectional"])  # fmt: skip
     parser.add_argument("--chunk-size", type=int, default=None, help="both; default: each own")
     parser.add_argument("--pairs", type=int, default=None,
-                        help="pairs per row (default 101 at T <= 4,096, fewer above)")  # fmt: skip
+                        help="pairs per row (default 101 at T <= 4,096, fewer above; "
+                        "0: no timing)")  # fmt: skip
+    parser.add_argument("--feature-map", default="positive", help="a registered map's name")
+    parser.add_argument("--implementation", default="xla", help="favor_attention's")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     this = subprocess.run(
@@ -161,9 +192,7 @@ def main() -> None:
             row
             for mode in args.modes
             for length in args.lengths
-            for row in measure(
-                other, mode, length, args.chunk_size, args.pairs or default_pairs(length)
-            )
+            for row in measure(other, mode, length, args)
         ]
     if args.json:
         record = dict(this=this, against=args.against, jax=jax.__version__, rows=rows)
