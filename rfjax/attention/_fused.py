@@ -133,16 +133,17 @@ def _padded_width(n: int) -> int:
 
 
 class _Sequence:
-    """A sequence of T rows padded to whole segments of ``segment`` chunks (zeros; keys of
-    padded rows do not count) and its column widths to powers of two >= ``MIN_WIDTH`` (zeros
-    change neither x W^T, |x|^2 nor a product with a value). One segment holds every chunk
-    unless ``segment`` (chunks per segment) is fewer (``_segment_chunks``)."""
+    """A sequence of T rows padded to whole segments of chunks (zeros; keys of padded rows do
+    not count) and its column widths to powers of two >= ``MIN_WIDTH`` (zeros change neither
+    x W^T, |x|^2 nor a product with a value). The fewest segments of at most ``most`` chunks
+    each (``_segment_chunks``; one segment without it), of equal length: fewer chunks of
+    padding than segments."""
 
-    def __init__(self, length: int, segment: int | None = None):
+    def __init__(self, length: int, most: int | None = None):
         self.length = length
         chunks = max(1, -(-length // CHUNK))
-        self.segment = chunks if segment is None else min(segment, chunks)
-        self.segments = -(-chunks // self.segment)
+        self.segments = 1 if most is None else -(-chunks // most)
+        self.segment = -(-chunks // self.segments)  # chunks per segment
         self.chunks = self.segments * self.segment
         self.padded = self.chunks * CHUNK
 
@@ -168,11 +169,9 @@ class _Sequence:
 
 
 def _segment_chunks(width: int, value_width: int) -> int:
-    """Chunks per segment for states of ``width`` features and ``value_width`` columns (float32,
-    with the counts' column): as many as ``STATES_BYTES`` holds, a multiple of
-    ``CHUNKS_PER_GROUP`` from there up, at least one."""
-    fit = max(1, STATES_BYTES // (4 * width * (value_width + 1)))
-    return fit if fit < CHUNKS_PER_GROUP else fit // CHUNKS_PER_GROUP * CHUNKS_PER_GROUP
+    """The most chunks per segment for states of ``width`` features and ``value_width`` columns
+    (float32, with the counts' column): as many as ``STATES_BYTES`` holds, at least one."""
+    return max(1, STATES_BYTES // (4 * width * (value_width + 1)))
 
 
 def _joined(x: jax.Array) -> jax.Array:

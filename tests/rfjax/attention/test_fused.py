@@ -403,10 +403,21 @@ def test_long_sequences_run_segment_by_segment_with_the_sums_of_one_segment(
         assert_close(got, want)
 
 
-def test_segments_hold_the_chunks_whose_states_fit(monkeypatch):
-    """``STATES_BYTES`` of float32 states (F features, P + 1 columns) per segment: whole
-    multiples of the cotangent kernels' groups of chunks from there up, at least one chunk."""
+def test_segments_are_the_fewest_whose_states_fit_and_of_equal_length(monkeypatch):
+    """At most ``STATES_BYTES`` of float32 states (F features, P + 1 columns) per segment, at
+    least one chunk; the fewest such segments, of equal length, so that fewer chunks than
+    segments are padding."""
     per_chunk = 4 * 64 * (16 + 1)
-    for fit, chunks in [(0, 1), (1, 1), (15, 15), (16, 16), (47, 32)]:
+    for fit, most in [(0, 1), (1, 1), (112, 112)]:
         monkeypatch.setattr(_fused, "STATES_BYTES", fit * per_chunk + per_chunk // 2)
-        assert _fused._segment_chunks(64, 16) == chunks
+        assert _fused._segment_chunks(64, 16) == most
+    for length, most, segments, segment in [
+        (257 * 64, 112, 3, 86),  # 258 chunks: one of padding
+        (224 * 64, 112, 2, 112),
+        (225 * 64 - 5, 112, 3, 75),
+        (100, None, 1, 2),
+        (100, 1, 2, 1),
+    ]:
+        rows = _fused._Sequence(length, most)
+        assert (rows.segments, rows.segment) == (segments, segment)
+        assert rows.padded == segments * segment * 64 >= length
