@@ -67,13 +67,11 @@ CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summ
 # tools/triton_kernels.py). Every term of the affine maps' cotangents is one feature's, or a sum
 # over the features (the rows' cotangents), so wider maps run one call per tile of features.
 COTANGENT_FEATURES = 128
-# Bytes of one head's chunk states (float32) that the causal passes keep at once. Beyond it
-# they run segment by segment (``_segment_chunks`` chunks each; a scan carries the state
-# across segments, and the backward pass forms each segment's states again from the state at
-# its start): the angular hybrid's states are 2 (n + 1) 2m wide (9,216 at m = 256 and n = 8:
-# 2.4 MiB per chunk of P = 64 values), so all of them at T = 64k would take 2.4 GiB per head.
-# 128 MiB keeps every chunk's states of FAVOR+ at m = 256 (64 KiB each) in one segment up to
-# T = 128k. The bidirectional passes sum their summaries segment by segment likewise.
+# Bytes of one head's chunk states (float32) held at once; beyond, the passes run segment by
+# segment (the module's docstring). The angular hybrid's states are 2 (n + 1) 2m wide (9,216 at
+# m = 256 and n = 8: 2.3 MiB per chunk of P = 64 values), so all of them at T = 64k would take
+# 2.3 GiB per head. 128 MiB keeps FAVOR+ at m = 256 (64 KiB per chunk) in one segment up to
+# T = 128k.
 STATES_BYTES = 128 << 20
 
 
@@ -120,10 +118,6 @@ class Backend:
 
 
 # ------------------------------------------------------------------------------- wrappers
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def _padded_width(n: int) -> int:
