@@ -233,22 +233,15 @@ def test_kernels_lower_for_triton_inside_shard_map(causal):
     assert lowered.as_text().count("xla.gpu.triton") == (5 if causal else 6)
 
 
-@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
-    """The kernels compiled by Triton (``benchmarks.gpu_run``'s tests step) against the XLA
-    form on the device: B = 2, T = 1,000 (one partial chunk), 4 heads of 64, m = 128, masked.
-    Tolerance: the products' operands are rounded to TF32 (float32 inputs, JAX's default
-    precision on the device, u = 2^-11) or bfloat16 (u = 2^-8) in both, so each output is
-    within 2 x 5u max|v| of the other (``test_bfloat16_inputs_take_bfloat16_products``'s bound,
-    once per computation), plus the output's rounding u."""
+def _on_the_gpu(causal, dtype):
+    """``run(implementation)``: the output and the gradients (q, k, v) of FAVOR on the device,
+    B = 2, T = 1,000 (16 chunks, one partial), 4 heads of 64, m = 128, masked; and the inputs'
+    rounding unit u (TF32 for float32 inputs, JAX's default precision on the device) and v."""
     k = jax.random.split(jax.random.key(6), 5)
     shape = (2, 1000, 4, 64)
     q, kk, v = (jax.random.normal(x, shape).astype(dtype) for x in k[:3])
     mask = jax.random.uniform(k[3], shape[:2]) > 0.1
     projection = projections.orthogonal(k[4], 64, 128)
-    u = 2.0**-8 if dtype == jnp.bfloat16 else 2.0**-11
 
     def run(implementation):
         def f(q, kk, v):
@@ -260,12 +253,41 @@ def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
         (_, out), grads = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(q, kk, v)
         return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads]
 
-    fused, fused_grads = run("pallas_triton")
-    xla, xla_grads = run("xla")
-    bound = 10 * u * np.abs(np.asarray(v, np.float32)).max() + u * np.abs(xla).max()
-    assert np.abs(fused - xla).max() <= bound
-    for got, want in zip(fused_grads, xla_grads, strict=True):
-        assert np.abs(got - want).max() <= 64 * u * np.abs(want).max()
+    u = 2.0**-8 if dtype == jnp.bfloat16 else 2.0**-11
+    return run, u, np.asarray(v, np.float32)
+
+
+def _assert_gpu_close(got, want, u, v):
+    """Within 2 x 5u max|v| plus the output's rounding u for the outputs, 64u of the largest
+    entry for the gradients (``test_pallas_triton_on_the_gpu_matches_the_xla_form``)."""
+    (out, grads), (want_out, want_grads) = got, want
+    assert np.abs(out - want_out).max() <= 10 * u * np.abs(v).max() + u * np.abs(want_out).max()
+    for grad, want_grad in zip(grads, want_grads, strict=True):
+        assert np.abs(grad - want_grad).max() <= 64 * u * np.abs(want_grad).max()
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
+    """The kernels compiled by Triton (``benchmarks.gpu_run``'s tests step) against the XLA
+    form on the device. Tolerance: the products' operands are rounded to TF32 (float32 inputs,
+    u = 2^-11) or bfloat16 (u = 2^-8) in both, so each output is within 2 x 5u max|v| of the
+    other (``test_bfloat16_inputs_take_bfloat16_products``'s bound, once per computation),
+    plus the output's rounding u."""
+    run, u, v = _on_the_gpu(causal, dtype)
+    _assert_gpu_close(run("pallas_triton"), run("xla"), u, v)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_pallas_triton_segments_on_the_gpu_match_one_segment(causal, monkeypatch):
+    """The segments' scans around the Triton kernels compiled on the device: 16 chunks in 4
+    segments give one segment's outputs and gradients (bfloat16; the bound of the test above)."""
+    run, u, v = _on_the_gpu(causal, jnp.bfloat16)
+    whole = run("pallas_triton")
+    monkeypatch.setattr(_fused, "_segment_chunks", lambda width, value_width: 4)
+    _assert_gpu_close(run("pallas_triton"), whole, u, v)
 
 
 def test_layers_take_the_implementation():
