@@ -15,11 +15,12 @@ The setting is ``benchmarks/attention.py``'s: (1, T, 4, 64) float32 queries, key
 an orthogonal projection of m = 128 features shared by the heads, forward and
 ``value_and_grad`` of the sum of the outputs (for q, k and v). Each version runs with its own
 default chunk size unless ``--chunk-size`` sets both; ``--feature-map`` (a registered name,
-drawn with ``init``) and ``--implementation`` change the map (FAVOR+ ``"positive"``) and the
-implementation (``"xla"``) of both. Prints, per mode, pass and T, the median and quartiles of
-the per-pair time ratios (this checkout / the other) and both programs' XLA temporaries, with
-the load; ``--json`` writes every row. ``--pairs 0`` compiles without timing: the temporaries
-alone (for the fused kernels in interpret mode on a CPU, whose times say nothing of a GPU's).
+drawn with ``init``) and ``--implementation`` set the map and the implementation of both (by
+default each version's own defaults, so that commits from before these arguments run too).
+Prints, per mode, pass and T, the median and quartiles of the per-pair time ratios (this
+checkout / the other) and both programs' XLA temporaries, with the load; ``--json`` writes
+every row. ``--pairs 0`` compiles without timing: the temporaries alone (for the fused kernels
+in interpret mode on a CPU, whose times say nothing of a GPU's).
 """
 
 from __future__ import annotations
@@ -119,9 +120,13 @@ def median_and_quartiles(ratios: list[float]) -> tuple[float | None, ...]:
 def version_options(module: Any, setting: argparse.Namespace) -> dict[str, Any]:
     """``favor_attention``'s keyword arguments for one version (``module``: its ``attention``)
     from the command line's ``setting``: the feature map drawn by that version's registry."""
-    registry = importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".features")
-    feature_map = registry.get(setting.feature_map)().init(jax.random.key(1), HEAD_DIM)
-    options = dict(feature_map=feature_map, implementation=setting.implementation)
+    options: dict[str, Any] = {}
+    if setting.feature_map is not None:
+        registry = importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".features")
+        fmap = registry.get(setting.feature_map)()
+        options["feature_map"] = fmap.init(jax.random.key(1), HEAD_DIM)
+    if setting.implementation is not None:
+        options["implementation"] = setting.implementation
     if setting.chunk_size is not None:
         options["chunk_size"] = setting.chunk_size
     return options
@@ -179,8 +184,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=None,
                         help="pairs per row (default 101 at T <= 4,096, fewer above; "
                         "0: no timing)")  # fmt: skip
-    parser.add_argument("--feature-map", default="positive", help="a registered map's name")
-    parser.add_argument("--implementation", default="xla", help="favor_attention's")
+    parser.add_argument("--feature-map", default=None, help="a registered map's name")
+    parser.add_argument("--implementation", default=None, help="favor_attention's")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     this = subprocess.run(
