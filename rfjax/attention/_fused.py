@@ -17,9 +17,10 @@ C positions in blocks of B = 16:
   numerator and denominator rows and the row shifts M;
 * causal, backward (one ``jax.custom_vjp``): the states again, ``query_summary_kernel`` per chunk
   (sum_t exp(la_t + C^s - M_t) G_t^T) and the later queries' states by the reversed scan, then
-  ``cotangent_kernel`` over groups of chunks: the cotangents of the log-features pulled back
-  through the affine map at once (dq = dla W + 2 g (sum_i dla_i) q, and dW, db summed over the
-  group's chunks);
+  ``cotangent_kernel`` over groups of chunks: a pass over a chunk's blocks of queries, then one
+  over its blocks of keys (each block's cotangents complete in its step, so one block's are held
+  at a time), the cotangents of the log-features pulled back through the affine map block by
+  block (dq = dla W + 2 g (sum_i dla_i) q, and dW, db summed over the group's chunks);
 * bidirectional: the same key summaries combined over all chunks (per-feature maxima), then
   ``readout_kernel`` per chunk; its backward forms the queries' summary and the keys'
   cotangents the same way.

@@ -20,6 +20,7 @@ from rfjax.attention._log_prefix import LOG_BLOCK
 
 CHUNK = 64  # positions per chunk: 4 blocks of LOG_BLOCK
 FEATURE_TILE = 32  # features per tile of a diagonal block's pairs (``_diagonal``)
+COTANGENT_TILE = 8  # the same in the causal cotangent kernel (``_diagonal_cotangents``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,21 +127,46 @@ def _row_shift(pair_maximum: jax.Array, la: jax.Array, block_start: jax.Array) -
     return jnp.maximum(pair_maximum, jnp.max(la + block_start, axis=1, keepdims=True))
 
 
-class _KeyBlock:
-    """One block of keys read from refs at ``rows``: log-features lb ``(B, m)`` (keys left
-    out at the log floor), values ``(B, P)`` (0 for keys left out), the keys that count as a
-    row ``(1, B)`` and the block's maximum per feature ``(1, m)``."""
+class _Rows:
+    """A block of ``LOG_BLOCK`` rows read from refs at row ``start`` (an int or traced),
+    as queries (rows, log-features la, cotangents G, g of the numerator and denominator, row
+    shifts M) or as keys (rows, log-features lb at the log floor for keys left out, values 0
+    for them, the keys that count as a column and a row, the block's maximum per feature)."""
 
-    def __init__(self, form: _Form, k_ref, v_ref, valid_ref, rows):
-        self.k = k_ref[rows, :]
-        self.valid = valid_ref[rows, :] > 0
-        self.lb = jnp.where(self.valid, form(self.k), log_floor(form.dtype))
-        self.v = jnp.where(self.valid, v_ref[rows, :].astype(form.dtype), 0)
-        self.ones = self.valid.astype(form.dtype).T
-        self.block_max = jnp.max(self.lb, axis=0, keepdims=True)
+    def __init__(self, form: _Form, start, *, queries=None, keys=None):
+        aligned = start if isinstance(start, int) else pl.multiple_of(start, LOG_BLOCK)
+        self.index = pl.ds(aligned, LOG_BLOCK)
+        if queries is not None:
+            q_ref, grad_ref, grad_den_ref, shift_ref = queries
+            self.rows = q_ref[self.index, :]
+            self.logs = form(self.rows)
+            self.grad = grad_ref[self.index, :].astype(jnp.float32)
+            self.grad_den = grad_den_ref[self.index, :].astype(jnp.float32)
+            self.shift = shift_ref[self.index, :]
+        if keys is not None:
+            k_ref, v_ref, valid_ref = keys
+            self.valid = valid_ref[self.index, :] > 0
+            self.rows = k_ref[self.index, :]
+            self.logs = jnp.where(self.valid, form(self.rows), log_floor(form.dtype))
+            self.v = jnp.where(self.valid, v_ref[self.index, :].astype(form.dtype), 0)
+            self.ones = self.valid.astype(form.dtype).T  # (1, B)
+            self.block_max = jnp.max(self.logs, axis=0, keepdims=True)
+
+    def products(self, keys: _Rows, matmul_dtype=jnp.float32) -> jax.Array:
+        """D_tj = G_t . v_j + g_t (1 for the keys that count) ``(B, B)``, these rows the
+        queries."""
+        return _dot(self.grad, keys.v, matmul_dtype, transpose_b=True) + self.grad_den * keys.ones
+
+    def pulled_back(self, form: _Form, grad_logs, out_ref, totals):
+        """Writes the rows' cotangents (``grad_logs`` pulled back through the map) to
+        ``out_ref`` and adds the map's share to ``totals`` (dW, db)."""
+        out_ref[self.index, :] = form.pullback(self.rows, grad_logs).astype(out_ref.dtype)
+        grad_w, grad_b = totals
+        grad_w = grad_w + jnp.dot(grad_logs.T, self.rows.astype(jnp.float32))
+        return grad_w, grad_b + jnp.sum(grad_logs, axis=0, keepdims=True)
 
 
-def _diagonal(form: _Form, q: jax.Array, keys: _KeyBlock, la: jax.Array, block_start):
+def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start):
     """A block's row shifts M_t ``(B, 1)`` (``_row_shift``) and its weights against its own
     keys, sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)`` (``_block_weights`` summed over
     the features), formed ``FEATURE_TILE`` features at a time: the pairs of a tile are
@@ -150,7 +176,7 @@ def _diagonal(form: _Form, q: jax.Array, keys: _KeyBlock, la: jax.Array, block_s
 
     def logs(i):  # la and lb of the i-th tile of features
         features = pl.ds(pl.multiple_of(i * tile, tile), tile)
-        return form.tile(q, features), jnp.where(keys.valid, form.tile(keys.k, features), floor)
+        return form.tile(q, features), jnp.where(keys.valid, form.tile(keys.rows, features), floor)
 
     def top(i, own):
         return jnp.maximum(own, _pair_maximum(*logs(i)))
@@ -165,33 +191,53 @@ def _diagonal(form: _Form, q: jax.Array, keys: _KeyBlock, la: jax.Array, block_s
     return row_shift, jax.lax.fori_loop(0, tiles, total, zeros)
 
 
-class _ChunkRows:
-    """One chunk's blocks read from refs at row ``offset``: log-features of queries and keys
-    (keys left out: lb at the log floor, values 0), values, and the block maxima e and the
-    running maxima at block starts E (from the chunk's start)."""
+def _placed(tile_values: jax.Array, first: jax.Array, width: int) -> jax.Array:
+    """``(rows, tile)`` values as columns ``first ...`` of ``(rows, width)`` zeros: a product
+    with a 0/1 matrix (Triton cannot write into a value's columns), exact in float32."""
+    tile = tile_values.shape[1]
+    columns = jax.lax.broadcasted_iota(jnp.int32, (tile, width), 1)
+    place = columns == jax.lax.broadcasted_iota(jnp.int32, (tile, width), 0) + first
+    return jnp.dot(
+        tile_values,
+        place.astype(tile_values.dtype),
+        precision=jax.lax.Precision.HIGHEST,
+        preferred_element_type=tile_values.dtype,
+    )
 
-    def __init__(self, form, refs, offset, blocks: int, start, *, queries: bool = True):
-        q_ref, k_ref, v_ref, valid_ref = refs
-        floor = log_floor(form.dtype)
-        self.la, self.lb, self.v, self.valid, self.q, self.k = [], [], [], [], [], []
-        self.ones = []  # (1, B): 1 for the keys that count (the denominator's column)
-        for s in range(blocks):
-            rows = pl.ds(offset + s * LOG_BLOCK, LOG_BLOCK)
-            valid = valid_ref[rows, :] > 0
-            k = k_ref[rows, :]
-            if queries:
-                q = q_ref[rows, :]
-                self.q.append(q)
-                self.la.append(form(q))
-            self.k.append(k)
-            self.valid.append(valid)
-            self.ones.append(valid.astype(form.dtype).T)
-            self.lb.append(jnp.where(valid, form(k), floor))
-            self.v.append(jnp.where(valid, v_ref[rows, :].astype(form.dtype), 0))
-        self.block_max = [jnp.max(lb, axis=0, keepdims=True) for lb in self.lb]
-        self.block_start = [start]
-        for block_max in self.block_max[:-1]:
-            self.block_start.append(jnp.maximum(self.block_start[-1], block_max))
+
+def _diagonal_cotangents(form: _Form, queries: _Rows, keys: _Rows, *, of_queries: bool):
+    """A block's cotangents against its own keys, with w_tji = exp(la_ti + lb_ji - M_t)
+    (``_block_weights``) and D_tj = G_t . [v_j, 1] for j <= t (``_Rows.products``): the
+    queries' log-features' sum_j w_tji D_tj ``(B, m)`` (``of_queries``), else the keys'
+    sum_t w_tji D_tj ``(B, m)`` and sum_i w_tji ``(B, B)``. Formed ``COTANGENT_TILE``
+    features at a time, each tile's placed in its columns (``_diagonal`` forms the weights
+    so)."""
+    tile = min(COTANGENT_TILE, form.width)
+    floor = log_floor(form.dtype)
+    products = jnp.where(_causal_mask(LOG_BLOCK)[:, :, 0], queries.products(keys), 0)
+
+    def weights(i):
+        first = pl.multiple_of(i * tile, tile)
+        features = pl.ds(first, tile)
+        lb = jnp.where(keys.valid, form.tile(keys.rows, features), floor)
+        return first, _block_weights(form.tile(queries.rows, features), lb, queries.shift)
+
+    def of_queries_step(i, grad_la):
+        first, w = weights(i)
+        return grad_la + _placed(jnp.sum(w * products[:, :, None], axis=1), first, form.width)
+
+    def of_keys_step(i, sums):
+        first, w = weights(i)
+        grad_lb, total = sums
+        grad_lb = grad_lb + _placed(jnp.sum(w * products[:, :, None], axis=0), first, form.width)
+        return grad_lb, total + jnp.sum(w, axis=2)
+
+    logs = jnp.zeros((LOG_BLOCK, form.width), form.dtype)
+    tiles = form.width // tile
+    if of_queries:
+        return jax.lax.fori_loop(0, tiles, of_queries_step, logs)
+    total = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
+    return jax.lax.fori_loop(0, tiles, of_keys_step, (logs, total))
 
 
 # -------------------------------------------------------------------------------- kernels
@@ -241,14 +287,14 @@ def output_kernel(
         rows = pl.ds(s * LOG_BLOCK, LOG_BLOCK)
         q = q_ref[rows, :]
         la = form(q)
-        keys = _KeyBlock(form, k_ref, v_ref, valid_ref, rows)
+        keys = _Rows(form, s * LOG_BLOCK, keys=(k_ref, v_ref, valid_ref))
         row_shift, weights = _diagonal(form, q, keys, la, block_start)
         num = jnp.dot(weights, keys.v, preferred_element_type=jnp.float32)
         den = jnp.sum(weights * keys.ones, axis=1, keepdims=True)
         for earlier in range(s):
-            before = _KeyBlock(form, k_ref, v_ref, valid_ref, pl.ds(earlier * LOG_BLOCK, LOG_BLOCK))
+            before = _Rows(form, earlier * LOG_BLOCK, keys=(k_ref, v_ref, valid_ref))
             query = jnp.exp(la + before.block_max - row_shift)
-            key = jnp.exp(before.lb - before.block_max)
+            key = jnp.exp(before.logs - before.block_max)
             scores = _dot(query, key, matmul_dtype, transpose_b=True)
             num = num + _dot(scores, before.v, matmul_dtype)
             den = den + jnp.sum(scores * before.ones, axis=1, keepdims=True)
@@ -309,68 +355,65 @@ def cotangent_kernel(
     matmul_dtype,
 ):
     """The cotangents of a group of chunks: rows (dq, dk ``(C, H)``, dv ``(C, P)`` per chunk)
-    and the map's (dW ``(m, H)``, db ``(1, m)`` summed over the group)."""
+    and the map's (dW ``(m, H)``, db ``(1, m)`` summed over the group). Per chunk, a loop over
+    its blocks of queries (each against its own keys, the earlier blocks' and the state), then
+    one over its blocks of keys (against their own queries, the later blocks' and the later
+    chunks' summary): each step completes one block's cotangents and writes them, so a step
+    holds one block's (the pairs of the blocks are formed twice, once per loop; holding every
+    block's cotangents for the chunk spilled 17,600 bytes per thread on sm90)."""
     form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     blocks = CHUNK // LOG_BLOCK
     chunks = q_ref.shape[0] // CHUNK
+    query_refs = (q_ref, grad_ref, grad_den_ref, shift_ref)
+    key_refs = (k_ref, v_ref, valid_ref)
 
     def chunk_step(c, totals):
         offset = c * CHUNK
-        start, end = start_ref[c], end_ref[c]  # (1, m)
-        x = _ChunkRows(form, (q_ref, k_ref, v_ref, valid_ref), offset, blocks, start)
-        grads, grads_den, shifts = [], [], []
-        for s in range(blocks):
-            rows = pl.ds(offset + s * LOG_BLOCK, LOG_BLOCK)
-            grads.append(grad_ref[rows, :].astype(jnp.float32))
-            grads_den.append(grad_den_ref[rows, :].astype(jnp.float32))
-            shifts.append(shift_ref[rows, :])
-        grad_la = [None] * blocks
-        grad_lb = [jnp.zeros_like(lb) for lb in x.lb]
-        grad_v = [jnp.zeros_like(v) for v in x.v]
-        state, count = state_ref[c], count_ref[c]
-        later, later_count = later_ref[c], later_count_ref[c]
-        for s in range(blocks):
-            la, grad, grad_den, row_shift = x.la[s], grads[s], grads_den[s], shifts[s]
-            # D_tj = G_t . [v_j, 1] within the block (1 for the keys that count).
-            products = jnp.dot(grad, x.v[s].T, preferred_element_type=jnp.float32)
-            products = products + grad_den * x.ones[s]
-            # Selected for j <= t: a later key's product (huge or inf, e.g. the floored
-            # normaliser's cotangent of a row without keys) never meets its 0 weight.
-            products = jnp.where(_causal_mask(LOG_BLOCK)[:, :, 0], products, 0)
-            weights = _block_weights(la, x.lb[s], row_shift)
-            weighted = weights * products[:, :, None]
-            grad_la[s] = jnp.sum(weighted, axis=1)
-            grad_lb[s] = grad_lb[s] + jnp.sum(weighted, axis=0)
-            grad_v[s] = grad_v[s] + jnp.dot(
-                jnp.sum(weights, axis=2).T, grad, preferred_element_type=jnp.float32
-            )
-            for earlier in range(s):
-                reference = x.block_max[earlier]
-                query = jnp.exp(la + reference - row_shift)
-                key = jnp.exp(x.lb[earlier] - reference)
-                products = _dot(grad, x.v[earlier], matmul_dtype, transpose_b=True)
-                products = products + grad_den * x.ones[earlier]
+
+        def block_rows(s, **refs):
+            return _Rows(form, offset + s * LOG_BLOCK, **refs)
+
+        def query_block(s, totals):  # dla of a block of queries, complete
+            x = block_rows(s, queries=query_refs)
+            grad_la = _diagonal_cotangents(form, x, block_rows(s, keys=key_refs), of_queries=True)
+
+            def earlier(e, grad_la):  # the keys of an earlier block of the chunk
+                y = block_rows(e, keys=key_refs)
+                query = jnp.exp(x.logs + y.block_max - x.shift)
+                key = jnp.exp(y.logs - y.block_max)
+                return grad_la + query * _dot(x.products(y, matmul_dtype), key, matmul_dtype)
+
+            grad_la = jax.lax.fori_loop(0, s, earlier, grad_la)
+            query = jnp.exp(x.logs + start_ref[c] - x.shift)  # the chunks before: their state
+            read = _dot(x.grad, state_ref[c], matmul_dtype, transpose_b=True)
+            grad_la = grad_la + query * (read + x.grad_den * count_ref[c])
+            return x.pulled_back(form, grad_la, dq_ref, totals)
+
+        def key_block(e, totals):  # dlb and dv of a block of keys, complete
+            y, x = block_rows(e, keys=key_refs), block_rows(e, queries=query_refs)
+            grad_lb, weights = _diagonal_cotangents(form, x, y, of_queries=False)
+            grad_v = _dot(weights.T, x.grad, jnp.float32)
+
+            def later(s, sums):  # the queries of a later block of the chunk
+                grad_lb, grad_v = sums
+                x = block_rows(s, queries=query_refs)
+                query = jnp.exp(x.logs + y.block_max - x.shift)
+                key = jnp.exp(y.logs - y.block_max)
+                products = x.products(y, matmul_dtype)
+                grad_lb = grad_lb + key * _dot(products.T, query, matmul_dtype)
                 scores = _dot(query, key, matmul_dtype, transpose_b=True)
-                grad_la[s] = grad_la[s] + query * _dot(products, key, matmul_dtype)
-                grad_lb[earlier] = grad_lb[earlier] + key * _dot(products.T, query, matmul_dtype)
-                grad_v[earlier] = grad_v[earlier] + _dot(scores.T, grad, matmul_dtype)
-            query = jnp.exp(la + start - row_shift)
-            read = _dot(grad, state, matmul_dtype, transpose_b=True) + grad_den * count
-            grad_la[s] = grad_la[s] + query * read
-        grad_w, grad_b = totals
-        for s in range(blocks):
-            key = jnp.exp(x.lb[s] - end)
-            read = _dot(x.v[s], later, matmul_dtype, transpose_b=True) + later_count * x.ones[s].T
-            grad_lb[s] = jnp.where(x.valid[s], grad_lb[s] + key * read, 0)
-            grad_v[s] = jnp.where(x.valid[s], grad_v[s] + _dot(key, later, matmul_dtype), 0)
-            rows = pl.ds(offset + s * LOG_BLOCK, LOG_BLOCK)
-            dq_ref[rows, :] = form.pullback(x.q[s], grad_la[s]).astype(dq_ref.dtype)
-            dk_ref[rows, :] = form.pullback(x.k[s], grad_lb[s]).astype(dk_ref.dtype)
-            dv_ref[rows, :] = grad_v[s].astype(dv_ref.dtype)
-            grad_w = grad_w + jnp.dot(grad_la[s].T, x.q[s].astype(jnp.float32))
-            grad_w = grad_w + jnp.dot(grad_lb[s].T, x.k[s].astype(jnp.float32))
-            grad_b = grad_b + jnp.sum(grad_la[s] + grad_lb[s], axis=0, keepdims=True)
-        return grad_w, grad_b
+                return grad_lb, grad_v + _dot(scores.T, x.grad, matmul_dtype)
+
+            grad_lb, grad_v = jax.lax.fori_loop(e + 1, blocks, later, (grad_lb, grad_v))
+            key = jnp.exp(y.logs - end_ref[c])  # the chunks after: their queries' summary
+            later_read = _dot(y.v, later_ref[c], matmul_dtype, transpose_b=True)
+            grad_lb = grad_lb + key * (later_read + later_count_ref[c] * y.ones.T)
+            grad_v = grad_v + _dot(key, later_ref[c], matmul_dtype)
+            dv_ref[y.index, :] = jnp.where(y.valid, grad_v, 0).astype(dv_ref.dtype)
+            return y.pulled_back(form, jnp.where(y.valid, grad_lb, 0), dk_ref, totals)
+
+        totals = jax.lax.fori_loop(0, blocks, query_block, totals)
+        return jax.lax.fori_loop(0, blocks, key_block, totals)
 
     zeros = (jnp.zeros(dw_ref.shape, jnp.float32), jnp.zeros(db_ref.shape, jnp.float32))
     grad_w, grad_b = jax.lax.fori_loop(0, chunks, chunk_step, zeros)
