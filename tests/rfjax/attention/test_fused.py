@@ -21,6 +21,7 @@ import pytest
 from rfjax import attention, features, projections
 from rfjax.attention import _fused, _fused_kernels
 from tests.rfjax.attention.test_large_norms import exact, inputs
+from tests.support.primitives import equations
 from tests.support.representatives import representatives
 from tests.support.tools import load_tool
 
@@ -70,6 +71,29 @@ def test_kernels_match_the_xla_form_values_and_gradients(causal):
     assert_close(fused, xla)
     for got, want in zip(jax.tree.leaves(fused_grads), jax.tree.leaves(xla_grads), strict=True):
         assert_close(got, want)
+
+
+@pytest.mark.parametrize("implementation", ["xla", "pallas_triton_interpret"])
+def test_float32_matmul_precision_reaches_every_product(implementation):
+    """Under ``jax.default_matmul_precision("float32")`` every product of the forward and
+    backward passes, causal and bidirectional, runs in float32 (``Precision.HIGHEST``): the
+    setting that docs/maths/attention.md gives for float32 accuracy on GPUs and TPUs, whose
+    default float32 products are TF32 or one bfloat16 pass (traced, not run)."""
+    q, k, v, mask, projection = operands(1)
+    highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+    for causal in (True, False):
+
+        def loss(q, k, v, causal=causal):
+            out = attention.favor_attention(
+                q, k, v, projection, causal=causal, mask=mask, implementation=implementation
+            )
+            return jnp.sum(out)
+
+        with jax.default_matmul_precision("float32"):
+            jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v).jaxpr
+        products = [e for e in equations(jaxpr) if e.primitive.name == "dot_general"]
+        assert len(products) >= 4, len(products)
+        assert {e.params["precision"] for e in products} == {highest}
 
 
 @pytest.mark.parametrize(  # the bidirectional kernels' values: the test above, by default
