@@ -1,8 +1,8 @@
 """Tests of ``rfjax.attention._fused_kernels``: the in-kernel pieces of the causal block (the
 mask, the block weights exp(la_ti + lb_ji - M_t) for j <= t and their row shift M_t) as plain
-JAX against direct forms, and, in interpret mode, that the causal output kernel's tiles of
-features add up to the whole. The kernels themselves are checked against the XLA form in
-test_fused.py (interpret mode on CPU)."""
+JAX against direct forms, and, in interpret mode, that the causal kernels' tiles of features
+add up to the whole (values and gradients). The kernels themselves are checked against the XLA
+form in test_fused.py (interpret mode on CPU)."""
 
 import jax
 import jax.numpy as jnp
@@ -40,32 +40,40 @@ def test_causal_block_weights_are_shifted_by_the_largest_term_of_each_row():
     np.testing.assert_array_equal(mask, np.tril(np.ones((block, block), bool)))
 
 
-def test_the_causal_output_kernel_forms_its_diagonal_blocks_a_tile_of_features_at_a_time(
+def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_time(
     monkeypatch,
 ):
-    """Each block's pairs with its own keys (``_diagonal``) are formed ``FEATURE_TILE``
-    features at a time (all m at once would not fit in a GPU's registers): 16 features in
-    tiles of 8 give the numerators and denominators of one tile of 16, each row relative to
-    its largest term, so its row shift too (interpret mode; a tile left out or counted twice
-    changes them)."""
+    """Each block's pairs with its own keys are formed a tile of features at a time (all m at
+    once would not fit in a GPU's registers): ``FEATURE_TILE`` in the output kernel
+    (``_diagonal``), ``COTANGENT_TILE`` in the cotangent kernel (``_diagonal_cotangents``,
+    which places each tile's cotangents in their columns of the m features). 16 features in
+    tiles of 8 give the numerators, denominators and gradients of one tile of 16, each row
+    relative to its largest term (interpret mode; a tile left out, counted twice or placed in
+    other columns changes them)."""
     q, k, v, mask, _ = operands(3, scale=2.0)
     projection = projections.orthogonal(jax.random.key(6), HEAD_DIM, NUM_FEATURES)
     form = _fused.kernel_form(projection, features.get("positive")())
     rows = (q[0, :, 0], k[0, :, 0], v[0, :, 0], mask[0])
+    weights = jax.random.normal(jax.random.key(5), rows[2].shape)
 
-    def sums():  # traced afresh: FEATURE_TILE is read when tracing
-        return jax.jit(
-            lambda w, b, *rows: _fused.fused_attention_sums(
-                features.AffineLogForm(w, b, form.norm_weight),
-                *rows,
-                causal=True,
-                backend=_fused.Backend(None),
-            )
-        )(form.weights, form.bias, *rows)
+    def loss(w, b, *rows):
+        num, den = _fused.fused_attention_sums(
+            features.AffineLogForm(w, b, form.norm_weight),
+            *rows,
+            causal=True,
+            backend=_fused.Backend(None),
+        )
+        return jnp.sum(num * weights) + jnp.sum(jnp.sin(den)), (num, den)
 
-    assert NUM_FEATURES <= _fused_kernels.FEATURE_TILE
-    whole = sums()
+    def sums_and_gradients():  # traced afresh: the tiles are read when tracing
+        grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True)
+        (_, sums), gradients = jax.jit(grad)(form.weights, form.bias, *rows)
+        return [*sums, *gradients]
+
+    assert min(_fused_kernels.FEATURE_TILE, _fused_kernels.COTANGENT_TILE) >= NUM_FEATURES
+    whole = sums_and_gradients()
     monkeypatch.setattr(_fused_kernels, "FEATURE_TILE", 8)
-    tiled = sums()
+    monkeypatch.setattr(_fused_kernels, "COTANGENT_TILE", 8)
+    tiled = sums_and_gradients()
     for got, want in zip(tiled, whole, strict=True):
         assert_close(got, want)
