@@ -91,7 +91,9 @@ class Backend:
 
             # One stage: software pipelining's buffers took the causal cotangent kernel at
             # m = 128 to 235,520 bytes of shared memory per block with two stages, over an
-            # H100's 232,448; with one, 147,456 (tools/triton_kernels.py, triton 3.5.0).
+            # H100's 232,448; with one, 147,456 (tools/triton_kernels.py, triton 3.5.0). Since
+            # that kernel holds one block at a time (102,400 bytes with one stage), every
+            # kernel fits on an H100 with two; whether two are faster is a GPU's to measure.
             kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=4, num_stages=1)
         elif self.compiler == "tpu":
             from jax.experimental.pallas import tpu as pltpu
