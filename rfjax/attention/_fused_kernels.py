@@ -396,22 +396,22 @@ def cotangent_kernel(
             y, x = block_rows(e, keys=key_refs), block_rows(e, queries=query_refs)
             grad_lb, weights = _diagonal_cotangents(form, x, y, of_queries=False)
             grad_v = _dot(weights.T, x.grad, jnp.float32)
+            key = jnp.exp(y.logs - y.block_max)  # against every later block
 
             def later(s, sums):  # the queries of a later block of the chunk
                 grad_lb, grad_v = sums
                 x = block_rows(s, queries=query_refs)
                 query = jnp.exp(x.logs + y.block_max - x.shift)
-                key = jnp.exp(y.logs - y.block_max)
                 products = x.products(y, matmul_dtype)
                 grad_lb = grad_lb + key * _dot(products.T, query, matmul_dtype)
                 scores = _dot(query, key, matmul_dtype, transpose_b=True)
                 return grad_lb, grad_v + _dot(scores.T, x.grad, matmul_dtype)
 
             grad_lb, grad_v = jax.lax.fori_loop(e + 1, blocks, later, (grad_lb, grad_v))
-            key = jnp.exp(y.logs - end_ref[c])  # the chunks after: their queries' summary
+            after = jnp.exp(y.logs - end_ref[c])  # the chunks after: their queries' summary
             later_read = _dot(y.v, later_ref[c], matmul_dtype, transpose_b=True)
-            grad_lb = grad_lb + key * (later_read + later_count_ref[c] * y.ones.T)
-            grad_v = grad_v + _dot(key, later_ref[c], matmul_dtype)
+            grad_lb = grad_lb + after * (later_read + later_count_ref[c] * y.ones.T)
+            grad_v = grad_v + _dot(after, later_ref[c], matmul_dtype)
             dv_ref[y.index, :] = jnp.where(y.valid, grad_v, 0).astype(dv_ref.dtype)
             return y.pulled_back(form, jnp.where(y.valid, grad_lb, 0), dk_ref, totals)
 
