@@ -772,13 +772,12 @@ def check_fusable(fmap, projection, implementation: str) -> None:
 def _check_triton_widths(form: FusedForm, name: str) -> None:
     """``ValueError`` before compiling for feature counts Triton cannot take: every value a
     Triton kernel forms has power-of-two dimensions (>= 16 in products), so the affine maps'
-    m features must be such a number, and the hybrid's 2m a power of two >= 16 or a multiple
-    of its tile (``_fused_hybrid.FEATURE_TILE``)."""
+    m features must be such a number, and the hybrid's 2m a multiple of its tile
+    (``_fused_hybrid.FEATURE_TILE``, 16)."""
     count = form.weights.shape[-2]
     if isinstance(form, AngularHybridForm):
-        double, tile = 2 * count, FEATURE_TILE
-        fits = double % tile == 0 if double >= tile else _power_of_two(double, MIN_WIDTH)
-        allowed = f"m with 2m a power of two >= {MIN_WIDTH} or a multiple of {tile}"
+        fits = (2 * count) % FEATURE_TILE == 0
+        allowed = f"m with 2m a multiple of {FEATURE_TILE}"
     else:
         fits, allowed = _power_of_two(count, MIN_WIDTH), f"m a power of two >= {MIN_WIDTH}"
     if not fits:

@@ -10,7 +10,8 @@ kernels never form Lemma 2.3's flat features ((n + 1) 4m of them):
 * the rows' parts in the XLA form's units (``_scaled_bases``): per row s = max(max_i l_i, a)
   with l = [z, -z] - |x|^2/2 - log(2m)/2 the positive log-features (z = W x, from W2 = [W; -W]),
   a = |x|^2/2 - log(m)/2, and the bases psi+ = e^{l - s}, psi' = e^{a - s} [sin z, cos z]
-  (``_Part``), in tiles of ``FEATURE_TILE`` features read from W2's rows;
+  (``_Part``), in tiles of ``FEATURE_TILE`` features read from W2's rows, each kernel a loop
+  over the tiles that holds one tile's bases (and their cotangents) at a time;
 * within a chunk, the (C, C) scores (1/2 - Lambda) o (psi+ psi+^T) + (1/2 + Lambda) o
   (psi' psi'^T), Lambda = sigma sigma^T, times e^{s_j - c_t} (c_t the running maximum of s over
   the keys j <= t, the XLA form's per-key shift; every factor <= 1): products of (C, C), (C, 2m)
@@ -41,12 +42,18 @@ from jax.experimental import pallas as pl
 from rfjax.attention._checks import log_floor
 from rfjax.attention._fused_kernels import CHUNK
 
-FEATURE_TILE = 64  # features per tile (of the 2m of each base)
+FEATURE_TILE = 16  # features per tile (of the 2m of each base), or fewer (``_tile_width``)
 _BASES = 2  # positive, trigonometric
 
 
 def _next_power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
+
+
+def _tile_width(double: int) -> int:
+    """The features per tile of a base's 2m: the largest divisor of 2m that divides
+    ``FEATURE_TILE`` (every feature in a whole tile; Triton takes 2m in tiles of 16 only)."""
+    return math.gcd(double, FEATURE_TILE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,53 +107,68 @@ def _iota(shape: tuple[int, ...], axis: int) -> jax.Array:
 
 
 class _Part:
-    """A block of R rows' parts (``_scaled_bases``'s, in the XLA form's units): the log-scale s
-    ``(R, 1)``, per feature tile the bases psi+ and psi' ``(R, FT)`` and z, e^{a - s} ``(R, 1)``
-    and sigma ``(R, n')``. With ``valid``, rows left out get s at the log floor and zero parts."""
+    """A block of R rows' parts (``_scaled_bases``'s, in the XLA form's units): per row the
+    log-scale s, e^{a - s} ``(R, 1)`` and sigma ``(R, n')``; a tile's z and bases psi+, psi'
+    ``(R, FT)`` formed when asked (``tile_of``), from the tile's rows of W2, so that a kernel holds
+    one tile's at a time. With ``valid``, rows left out get s at the log floor and zero parts."""
 
     def __init__(self, spec: AngularHybridSpec, rows, w_ref, t_ref, valid=None):
         self.rows = x = rows.astype(jnp.float32)
         self.w_ref = w_ref
+        self.valid = valid
         double = w_ref.shape[0]  # 2m
-        self.tile = min(FEATURE_TILE, double)
+        self.tile = _tile_width(double)
         self.tiles = double // self.tile
         self.base_width = double
         self.channels = spec.signs + 1
         squared = jnp.sum(x * x, axis=1, keepdims=True)
-        self.z = [
-            jnp.dot(x, self.weights(i).T, preferred_element_type=jnp.float32)
-            for i in range(self.tiles)
-        ]
         positive_shift = -0.5 * squared - 0.5 * math.log(double)
         trigonometric = 0.5 * squared - 0.5 * math.log(double // 2)
-        largest = self.z[0].max(axis=1, keepdims=True)
-        for z in self.z[1:]:
-            largest = jnp.maximum(largest, z.max(axis=1, keepdims=True))
+        lowest = jnp.full(squared.shape, -jnp.inf, jnp.float32)
+        largest = jax.lax.fori_loop(
+            0,
+            self.tiles,
+            lambda i, top: jnp.maximum(top, self._projected(i).max(axis=1, keepdims=True)),
+            lowest,
+        )
         scale = jnp.maximum(largest + positive_shift, trigonometric)
-        keep = (lambda a: a) if valid is None else (lambda a: jnp.where(valid, a, 0))
-        self.positive = [keep(jnp.exp(z + positive_shift - scale)) for z in self.z]
-        self.trigonometric_scale = keep(jnp.exp(trigonometric - scale))
-        self.trigonometric = [
-            self.trigonometric_scale * jnp.where(self._sine(i), jnp.sin(z), jnp.cos(z))
-            for i, z in enumerate(self.z)
-        ]
+        self.positive_shift = positive_shift - scale
+        self.trigonometric_scale = self._kept(jnp.exp(trigonometric - scale))
         self.scale = (
             scale if valid is None else jnp.where(valid, scale, log_floor(jnp.dtype(jnp.float32)))
         )
         projected = jnp.dot(x, t_ref[...].astype(jnp.float32).T, preferred_element_type=jnp.float32)
         self.sigma = jnp.sign(projected) * (1.0 / math.sqrt(2.0 * spec.signs))
 
-    def weights(self, i: int) -> jax.Array:
-        """Tile i of W2's rows ``(FT, H)``."""
-        return self.w_ref[pl.ds(i * self.tile, self.tile), :].astype(jnp.float32)
+    def _kept(self, a: jax.Array) -> jax.Array:
+        return a if self.valid is None else jnp.where(self.valid, a, 0)
 
-    def _sine(self, i: int) -> jax.Array:
+    def first(self, i):
+        """The first feature (row of W2) of tile i."""
+        return i * self.tile if isinstance(i, int) else pl.multiple_of(i * self.tile, self.tile)
+
+    def weights(self, i) -> jax.Array:
+        """Tile i of W2's rows ``(FT, H)``."""
+        return self.w_ref[pl.ds(self.first(i), self.tile), :].astype(jnp.float32)
+
+    def _projected(self, i) -> jax.Array:
+        return jnp.dot(self.rows, self.weights(i).T, preferred_element_type=jnp.float32)
+
+    def _sine(self, i) -> jax.Array:
         """Tile i's features of the first half (sin z; the second half's are cos(-z) = cos z)."""
-        columns = _iota((1, self.tile), 1) + i * self.tile
+        columns = _iota((1, self.tile), 1) + self.first(i)
         return columns < self.base_width // 2
 
-    def bases(self) -> tuple[list[jax.Array], list[jax.Array]]:
-        return self.positive, self.trigonometric
+    def tile_of(self, i) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """Tile i's z and bases (psi+, psi') ``(R, FT)``."""
+        z = self._projected(i)
+        positive = self._kept(jnp.exp(z + self.positive_shift))
+        trigonometric = self.trigonometric_scale * jnp.where(self._sine(i), jnp.sin(z), jnp.cos(z))
+        return z, (positive, trigonometric)
+
+    def bases(self, i) -> tuple[jax.Array, jax.Array]:
+        """Tile i's bases (psi+, psi') ``(R, FT)``."""
+        return self.tile_of(i)[1]
 
     def sign(self, index) -> jax.Array:
         """sigma_l ``(R, 1)`` of channel l >= 1 (0 for l = 0)."""
@@ -163,123 +185,148 @@ class _Part:
         sign = self.sign(index)
         return jnp.where(index == 0, 1.0, -sign), jnp.where(index == 0, 1.0, sign)
 
-    def row(self, base: int, index, i: int):
+    def row(self, base: int, index, i):
         """The first state row of (base, channel l, tile i)."""
-        return (base * self.channels + index) * self.base_width + i * self.tile
+        return (base * self.channels + index) * self.base_width + self.first(i)
 
-    def pullback(self, grad_positive, grad_trigonometric):
-        """(d rows ``(R, H)``, dW2 ``(2m, H)`` as per-tile list) of
-        sum_i (g+_i psi+_i + g'_i psi'_i), s a constant: dz_i = g+_i psi+_i + g'_i e^{a - s}
-        h'(z_i) (h' = cos for sin, -sin for cos), d rows = sum_i dz_i W2_i +
-        (sum_i g'_i psi'_i - g+_i psi+_i) x, dW2_i = dz_i^T x."""
-        total = jnp.zeros_like(self.scale)
-        grad_rows = jnp.zeros_like(self.rows)
-        grad_weights = []
-        for i, z in enumerate(self.z):
-            positive = grad_positive[i] * self.positive[i]
-            derivative = jnp.where(self._sine(i), jnp.cos(z), -jnp.sin(z))
-            grad_z = positive + grad_trigonometric[i] * self.trigonometric_scale * derivative
-            total = total + jnp.sum(
-                grad_trigonometric[i] * self.trigonometric[i] - positive, axis=1, keepdims=True
-            )
-            grad_rows = grad_rows + jnp.dot(grad_z, self.weights(i))
-            grad_weights.append(jnp.dot(grad_z.T, self.rows))
-        return grad_rows + total * self.rows, grad_weights
+    def no_cotangents(self, grad_weights: jax.Array) -> _Pullback:
+        """The start of a pullback of these rows' bases (``pulled_back``), adding to dW2's
+        tiles ``grad_weights`` (``_grad_weights``)."""
+        return _Pullback(jnp.zeros_like(self.rows), jnp.zeros_like(self.scale), grad_weights)
+
+    def pulled_back(self, i, grads, pullback: _Pullback) -> _Pullback:
+        """``pullback`` plus tile i's share of that of sum(g+ psi+ + g' psi') (``grads`` the
+        pair (g+, g') ``(R, FT)``), s a constant: dz = g+ psi+ + g' e^{a - s} h'(z) (h' = cos
+        for sin, -sin for cos); the rows get dz W2_i and the total multiplying them
+        sum(g' psi' - g+ psi+); dW2_i^T gets x^T dz."""
+        z, (positive_base, trigonometric_base) = self.tile_of(i)
+        positive = grads[0] * positive_base
+        derivative = jnp.where(self._sine(i), jnp.cos(z), -jnp.sin(z))
+        grad_z = positive + grads[1] * self.trigonometric_scale * derivative
+        total = jnp.sum(grads[1] * trigonometric_base - positive, axis=1, keepdims=True)
+        share = jnp.dot(self.rows.T, grad_z, preferred_element_type=jnp.float32)[None]
+        tiles = pullback.weights
+        return _Pullback(
+            pullback.rows + jnp.dot(grad_z, self.weights(i), preferred_element_type=jnp.float32),
+            pullback.total + total,
+            tiles + jnp.where(_iota(tiles.shape, 0) == i, share, 0),
+        )
+
+    def write(self, pullback: _Pullback, ref, index) -> None:
+        """The rows' cotangents, d rows = sum_i dz_i W2_i + total x, into ``ref[index]``."""
+        ref[index, :] = (pullback.rows + pullback.total * self.rows).astype(ref.dtype)
 
 
-def _zeros_like_bases(part: _Part) -> list[list[jax.Array]]:
-    return [[jnp.zeros_like(f) for f in fs] for fs in part.bases()]
+class _Pullback(typing.NamedTuple):
+    """A pullback through ``_Part``'s bases in progress: the rows' cotangents ``(R, H)`` less
+    the term ``total`` ``(R, 1)`` times the rows, and dW2's tiles transposed
+    (``_grad_weights``)."""
+
+    rows: jax.Array
+    total: jax.Array
+    weights: jax.Array
+
+
+def _tiles(part: _Part, step, carry):
+    """``step(i, carry)`` over the feature tiles i."""
+    return jax.lax.fori_loop(0, part.tiles, step, carry)
+
+
+def _channels(part: _Part, step, carry):
+    """``step(l, carry)`` over the sign channels l = 0..n."""
+    return jax.lax.fori_loop(0, part.channels, step, carry)
 
 
 def _summaries(part, weights, coefficients, values, sum_ref, count_ref, matmul_dtype, counted):
     """Per channel l and base b, into the state rows: sum_r w_r c_l^b(r) psi^b_r values_r^T and
     sum_r u_r c_l^b(r) psi^b_r (``weights`` w and ``counted`` u ``(R, 1)``, ``coefficients(index)``
-    the pair of ``(R, 1)`` per base)."""
+    the pair of ``(R, 1)`` per base), a feature tile at a time."""
 
-    def channel(index, carry):
-        for base, (coefficient, features) in enumerate(
-            zip(coefficients(index), part.bases(), strict=True)
-        ):
-            for i, f in enumerate(features):
+    def tile_step(i, carry):
+        bases = part.bases(i)
+
+        def channel(index, carry):
+            for base, (coefficient, f) in enumerate(zip(coefficients(index), bases, strict=True)):
                 scaled = coefficient * f
                 rows = pl.ds(part.row(base, index, i), part.tile)
                 sum_ref[rows, :] = _dot(weights * scaled, values, matmul_dtype, transpose_a=True)
                 count_ref[:, rows] = jnp.sum(counted * scaled, axis=0, keepdims=True)
-        return carry
+            return carry
 
-    jax.lax.fori_loop(0, part.channels, channel, 0)
+        return _channels(part, channel, carry)
+
+    _tiles(part, tile_step, 0)
 
 
 def _read(part: _Part, state, count, weights, matmul_dtype):
     """sum_l a_l(q) sum_b psi^b_q [S^b_l, z^b_l] times ``weights`` ``(R, 1)``: (num ``(R, P)``,
     den ``(R, 1)``); ``state(row)``, ``count(row)`` read a tile of the state."""
 
-    def channel(index, sums):
-        num, den = sums
-        part_num, part_den = jnp.zeros_like(num), jnp.zeros_like(den)
-        for base, features in enumerate(part.bases()):
-            for i, f in enumerate(features):
+    def tile_step(i, sums):
+        bases = part.bases(i)
+
+        def channel(index, sums):
+            num, den = sums
+            coefficient = part.query_coefficient(index)
+            for base, f in enumerate(bases):
                 row = part.row(base, index, i)
-                part_num = part_num + _dot(f, state(row), matmul_dtype)
-                part_den = part_den + jnp.sum(f * count(row), axis=1, keepdims=True)
-        coefficient = part.query_coefficient(index)
-        return num + coefficient * part_num, den + coefficient * part_den
+                num = num + coefficient * _dot(f, state(row), matmul_dtype)
+                den = den + coefficient * jnp.sum(f * count(row), axis=1, keepdims=True)
+            return num, den
+
+        return _channels(part, channel, sums)
 
     rows, value_width = part.rows.shape[0], state(0).shape[1]
     zeros = (jnp.zeros((rows, value_width), jnp.float32), jnp.zeros((rows, 1), jnp.float32))
-    num, den = jax.lax.fori_loop(0, part.channels, channel, zeros)
+    num, den = _tiles(part, tile_step, zeros)
     return weights * num, weights * den
 
 
-def _read_cotangents(part: _Part, state, count, weights, grad, grad_den, grads, matmul_dtype):
-    """``grads`` (per base and tile) plus the bases' cotangents of ``_read``'s terms with
-    cotangents (G ``(R, P)``, g ``(R, 1)``): w a_l (G S^b_l^T + g z^b_l)."""
+def _read_cotangents(part: _Part, i, state, count, weights, grad, grad_den, grads, matmul_dtype):
+    """``grads`` (per base, tile i) plus the cotangents of tile i's bases in ``_read``'s terms
+    with cotangents (G ``(R, P)``, g ``(R, 1)``): w a_l (G S^b_l^T + g z^b_l)."""
 
     def channel(index, grads):
         coefficient = weights * part.query_coefficient(index)
         out = []
-        for base, features in enumerate(part.bases()):
-            tiles = []
-            for i in range(len(features)):
-                row = part.row(base, index, i)
-                read = _dot(grad, state(row), matmul_dtype, transpose_b=True)
-                read = read + grad_den * count(row)
-                tiles.append(grads[base][i] + coefficient * read)
-            out.append(tiles)
-        return out
+        for base, grad_base in enumerate(grads):
+            row = part.row(base, index, i)
+            read = _dot(grad, state(row), matmul_dtype, transpose_b=True) + grad_den * count(row)
+            out.append(grad_base + coefficient * read)
+        return tuple(out)
 
-    return jax.lax.fori_loop(0, part.channels, channel, grads)
+    return _channels(part, channel, grads)
 
 
-def _later_cotangents(part: _Part, later, later_count, weights, values, grads, matmul_dtype):
+def _later_cotangents(part: _Part, i, later, later_count, weights, values, sums, matmul_dtype):
     """The keys' cotangents from the later queries' summaries L^b_l ``(2m, P)``, ``(1, 2m)``
-    (relative to the reference of ``weights`` = e^{s_j - c} ``(R, 1)``): (the bases'
-    ``grads`` plus w_j c^b_l(k_j) (L^b_l v_j + l^b_l), dv_j = w_j sum c^b_l L^b_l^T psi^b_j)."""
+    (relative to the reference of ``weights`` = e^{s_j - c} ``(R, 1)``), tile i of them:
+    ``sums`` = (the bases' cotangents, dv) plus (w_j c^b_l(k_j) (L^b_l v_j + l^b_l),
+    w_j sum c^b_l L^b_l^T psi^b_j)."""
+    bases = part.bases(i)
 
-    def channel(index, carry):
-        grads, grad_v = carry
+    def channel(index, sums):
+        grads, grad_v = sums
         out = []
-        for base, (coefficient, features) in enumerate(
-            zip(part.key_coefficients(index), part.bases(), strict=True)
+        for base, (coefficient, f) in enumerate(
+            zip(part.key_coefficients(index), bases, strict=True)
         ):
             scale = weights * coefficient
-            tiles = []
-            for i, f in enumerate(features):
-                row = part.row(base, index, i)
-                state = later(row)
-                read = _dot(values, state, matmul_dtype, transpose_b=True) + later_count(row)
-                tiles.append(grads[base][i] + scale * read)
-                grad_v = grad_v + scale * _dot(f, state, matmul_dtype)
-            out.append(tiles)
-        return out, grad_v
+            row = part.row(base, index, i)
+            state = later(row)
+            read = _dot(values, state, matmul_dtype, transpose_b=True) + later_count(row)
+            out.append(grads[base] + scale * read)
+            grad_v = grad_v + scale * _dot(f, state, matmul_dtype)
+        return tuple(out), grad_v
 
-    return jax.lax.fori_loop(0, part.channels, channel, (grads, jnp.zeros_like(values)))
+    return _channels(part, channel, sums)
 
 
 class _Pairs:
     """A chunk's within-chunk scores S_tj = (m+_tj P_tj + m'_tj R_tj) for j <= t: P, R the
-    bases' Gram matrices, m+ = (1/2 - Lambda) E, m' = (1/2 + Lambda) E, E_tj = e^{s_j - c_t} for
-    the keys that count (0 otherwise), c_t = max(c, max_{j <= t} s_j) from the chunk's start c."""
+    bases' Gram matrices (summed over the feature tiles), m+ = (1/2 - Lambda) E,
+    m' = (1/2 + Lambda) E, E_tj = e^{s_j - c_t} for the keys that count (0 otherwise),
+    c_t = max(c, max_{j <= t} s_j) from the chunk's start c."""
 
     def __init__(self, query: _Part, key: _Part, valid, start, matmul_dtype):
         size = query.rows.shape[0]
@@ -290,50 +337,47 @@ class _Pairs:
         decay = jnp.where(self.attends, jnp.exp(key_scale - self.row_shift), 0)
         agreement = _dot(query.sigma, key.sigma, matmul_dtype, transpose_b=True)
         self.mixes = ((0.5 - agreement) * decay, (0.5 + agreement) * decay)
-        self.grams = [
-            sum(_dot(a, b, matmul_dtype, transpose_b=True) for a, b in zip(qs, ks, strict=True))
-            for qs, ks in zip(query.bases(), key.bases(), strict=True)
-        ]
-        self.scores = self.mixes[0] * self.grams[0] + self.mixes[1] * self.grams[1]
 
-    def cotangents(self, query, key, products, grads_query, grads_key, matmul_dtype):
-        """The bases' cotangents of the scores with cotangents ``products`` ``(C, C)``."""
+        def gram(i, grams):
+            products = zip(query.bases(i), key.bases(i), strict=True)
+            return tuple(
+                g + _dot(a, b, matmul_dtype, transpose_b=True)
+                for g, (a, b) in zip(grams, products, strict=True)
+            )
+
+        zeros = jnp.zeros((size, size), jnp.float32)
+        grams = _tiles(query, gram, (zeros, zeros))
+        self.scores = self.mixes[0] * grams[0] + self.mixes[1] * grams[1]
+
+    def grad_grams(self, products: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """The cotangents of the bases' Gram matrices, given those of the scores ``(C, C)``."""
         products = jnp.where(self.attends, products, 0)
-        for base, mix in enumerate(self.mixes):
-            grad_gram = products * mix
-            for i in range(query.tiles):
-                grads_query[base][i] = grads_query[base][i] + _dot(
-                    grad_gram, key.bases()[base][i], matmul_dtype
-                )
-                grads_key[base][i] = grads_key[base][i] + _dot(
-                    grad_gram, query.bases()[base][i], matmul_dtype, transpose_a=True
-                )
+        return products * self.mixes[0], products * self.mixes[1]
 
 
-def _write_pullback(part, grads, ref, rows) -> jax.Array:
-    """``part.pullback(*grads)``: d rows into ``ref[rows]``; dW2's tiles returned."""
-    grad_rows, grad_weights = part.pullback(*grads)
-    ref[rows, :] = grad_rows.astype(ref.dtype)
-    return grad_weights
+def _weight_tiles(dw_ref) -> tuple[int, int]:
+    """dW2's ``(2m, H)`` feature tiles: (their number, their width)."""
+    tile = _tile_width(dw_ref.shape[0])
+    return dw_ref.shape[0] // tile, tile
 
 
-def _store_weights(dw_ref, totals) -> None:
-    for i, grad in enumerate(totals):
-        rows = pl.ds(i * grad.shape[0], grad.shape[0])
-        dw_ref[rows, :] = grad
+def _grad_weights(dw_ref) -> jax.Array:
+    """Zeros for dW2's tiles transposed, tile i's x^T dz_i at ``[i]`` of a
+    ``(tiles', H, FT)`` value (tiles' the next power of two of the number of tiles: Triton
+    cannot write into a value's columns, and a select along a leading axis costs less than
+    ``_fused_kernels._placed``'s product)."""
+    tiles, tile = _weight_tiles(dw_ref)
+    return jnp.zeros((_next_power_of_two(tiles), dw_ref.shape[1], tile), jnp.float32)
 
 
-def _add(totals, more):
-    return [a + b for a, b in zip(totals, more, strict=True)]
-
-
-def _zero_weights(dw_ref, part_tile: int):
-    tiles = dw_ref.shape[0] // part_tile
-    return [jnp.zeros((part_tile, dw_ref.shape[1]), jnp.float32) for _ in range(tiles)]
-
-
-def _tile(w_ref) -> int:
-    return min(FEATURE_TILE, w_ref.shape[0])
+def _store_weights(dw_ref, dt_ref, grad_weights) -> None:
+    """dW2 from its tiles (``_grad_weights``); dT = 0 (the signs are piecewise constant)."""
+    tiles, tile = _weight_tiles(dw_ref)
+    chosen = _iota(grad_weights.shape, 0)
+    for i in range(tiles):
+        grad = jnp.sum(jnp.where(chosen == i, grad_weights, 0), axis=0)
+        dw_ref[pl.ds(i * tile, tile), :] = grad.T
+    dt_ref[...] = jnp.zeros(dt_ref.shape, dt_ref.dtype)
 
 
 # -------------------------------------------------------------------------------- kernels
@@ -446,10 +490,13 @@ def cotangent_kernel(
     matmul_dtype,
 ):
     """The cotangents of a group of chunks (causal): rows (dq, dk ``(C, H)``, dv ``(C, P)`` per
-    chunk) and dW2 summed over the group; dT = 0."""
-    chunk, tile = CHUNK, _tile(w_ref)
+    chunk) and dW2 summed over the group; dT = 0. Per chunk, a loop over the feature tiles for
+    the queries (each tile's bases' cotangents from the pairs and the state, pulled back at
+    once), then one for the keys (from the pairs and the later chunks' summary): a step holds
+    one tile's (holding every tile's for the chunk spilled 26,468 bytes per thread on sm90)."""
+    chunk, tile = CHUNK, _tile_width(w_ref.shape[0])
 
-    def chunk_step(c, totals):
+    def chunk_step(c, grad_weights):
         rows = pl.ds(c * chunk, chunk)
         valid = valid_ref[rows, :]
         query = _Part(spec, q_ref[rows, :], w_ref, t_ref)
@@ -459,39 +506,59 @@ def cotangent_kernel(
         grad_den = grad_den_ref[rows, :].astype(jnp.float32)
         start, end = start_ref[c], end_ref[c]
         pairs = _Pairs(query, key, valid, start, matmul_dtype)
-        grads_query, grads_key = _zeros_like_bases(query), _zeros_like_bases(key)
         # D_tj = G_t . [v_j, 1] (1 for the keys that count).
         products = _dot(grad, values, matmul_dtype, transpose_b=True) + grad_den * valid.T
-        pairs.cotangents(query, key, products, grads_query, grads_key, matmul_dtype)
-        grad_v = _dot(pairs.scores, grad, matmul_dtype, transpose_a=True)
-        grads_query = _read_cotangents(
-            query,
-            lambda row: state_ref[c, pl.ds(row, tile), :],
-            lambda row: count_ref[c, :, pl.ds(row, tile)],
-            jnp.exp(start - shift_ref[rows, :]),
-            grad,
-            grad_den,
-            grads_query,
-            matmul_dtype,
-        )
-        key_weights = jnp.where(valid > 0, jnp.exp(key.scale - end), 0)
-        grads_key, grad_v_later = _later_cotangents(
-            key,
-            lambda row: later_ref[c, pl.ds(row, tile), :],
-            lambda row: later_count_ref[c, :, pl.ds(row, tile)],
-            key_weights,
-            values,
-            grads_key,
-            matmul_dtype,
-        )
-        dv_ref[rows, :] = jnp.where(valid > 0, grad_v + grad_v_later, 0).astype(dv_ref.dtype)
-        grads_key = [[jnp.where(valid > 0, g, 0) for g in gs] for gs in grads_key]
-        totals = _add(totals, _write_pullback(query, grads_query, dq_ref, rows))
-        return _add(totals, _write_pullback(key, grads_key, dk_ref, rows))
+        grad_grams = pairs.grad_grams(products)
+        query_weights = jnp.exp(start - shift_ref[rows, :])
 
-    totals = jax.lax.fori_loop(0, q_ref.shape[0] // chunk, chunk_step, _zero_weights(dw_ref, tile))
-    _store_weights(dw_ref, totals)
-    dt_ref[...] = jnp.zeros(dt_ref.shape, dt_ref.dtype)
+        def query_tile(i, pullback):
+            bases = zip(grad_grams, key.bases(i), strict=True)
+            grads = tuple(_dot(g, f, matmul_dtype) for g, f in bases)
+            grads = _read_cotangents(
+                query,
+                i,
+                lambda row: state_ref[c, pl.ds(row, tile), :],
+                lambda row: count_ref[c, :, pl.ds(row, tile)],
+                query_weights,
+                grad,
+                grad_den,
+                grads,
+                matmul_dtype,
+            )
+            return query.pulled_back(i, grads, pullback)
+
+        pullback = _tiles(query, query_tile, query.no_cotangents(grad_weights))
+        query.write(pullback, dq_ref, rows)
+        key_weights = jnp.where(valid > 0, jnp.exp(key.scale - end), 0)
+
+        def key_tile(i, carry):
+            pullback, grad_v = carry
+            grads = tuple(
+                _dot(g, f, matmul_dtype, transpose_a=True)
+                for g, f in zip(grad_grams, query.bases(i), strict=True)
+            )
+            grads, grad_v = _later_cotangents(
+                key,
+                i,
+                lambda row: later_ref[c, pl.ds(row, tile), :],
+                lambda row: later_count_ref[c, :, pl.ds(row, tile)],
+                key_weights,
+                values,
+                (grads, grad_v),
+                matmul_dtype,
+            )
+            grads = [jnp.where(valid > 0, g, 0) for g in grads]
+            return key.pulled_back(i, grads, pullback), grad_v
+
+        grad_v = _dot(pairs.scores, grad, matmul_dtype, transpose_a=True)
+        pullback, grad_v = _tiles(key, key_tile, (key.no_cotangents(pullback.weights), grad_v))
+        dv_ref[rows, :] = jnp.where(valid > 0, grad_v, 0).astype(dv_ref.dtype)
+        key.write(pullback, dk_ref, rows)
+        return pullback.weights
+
+    chunks = q_ref.shape[0] // chunk
+    grad_weights = jax.lax.fori_loop(0, chunks, chunk_step, _grad_weights(dw_ref))
+    _store_weights(dw_ref, dt_ref, grad_weights)
 
 
 def readout_kernel(
@@ -541,28 +608,39 @@ def query_cotangent_kernel(
     matmul_dtype,
 ):
     """Bidirectional queries' cotangents over a group of chunks: ``_read``'s terms pulled back
-    to dq, and dW2 summed over the group; dT = 0."""
+    to dq a feature tile at a time, and dW2 summed over the group; dT = 0."""
     del shift_ref, row_shift_ref  # every row reads the state in its own units
-    tile = _tile(w_ref)
+    tile = _tile_width(w_ref.shape[0])
 
-    def chunk_step(c, totals):
+    def chunk_step(c, grad_weights):
         rows = pl.ds(c * CHUNK, CHUNK)
         query = _Part(spec, q_ref[rows, :], w_ref, t_ref)
-        grads = _read_cotangents(
-            query,
-            lambda row: state_ref[pl.ds(row, tile), :],
-            lambda row: count_ref[:, pl.ds(row, tile)],
-            jnp.ones_like(query.scale),
-            grad_ref[rows, :].astype(jnp.float32),
-            grad_den_ref[rows, :].astype(jnp.float32),
-            _zeros_like_bases(query),
-            matmul_dtype,
-        )
-        return _add(totals, _write_pullback(query, grads, dq_ref, rows))
+        grad = grad_ref[rows, :].astype(jnp.float32)
+        grad_den = grad_den_ref[rows, :].astype(jnp.float32)
+        ones = jnp.ones_like(query.scale)
+
+        def query_tile(i, pullback):
+            zeros = jnp.zeros((CHUNK, tile), jnp.float32)
+            grads = _read_cotangents(
+                query,
+                i,
+                lambda row: state_ref[pl.ds(row, tile), :],
+                lambda row: count_ref[:, pl.ds(row, tile)],
+                ones,
+                grad,
+                grad_den,
+                (zeros, zeros),
+                matmul_dtype,
+            )
+            return query.pulled_back(i, grads, pullback)
+
+        pullback = _tiles(query, query_tile, query.no_cotangents(grad_weights))
+        query.write(pullback, dq_ref, rows)
+        return pullback.weights
 
     chunks = q_ref.shape[0] // CHUNK
-    _store_weights(dw_ref, jax.lax.fori_loop(0, chunks, chunk_step, _zero_weights(dw_ref, tile)))
-    dt_ref[...] = jnp.zeros(dt_ref.shape, dt_ref.dtype)
+    grad_weights = jax.lax.fori_loop(0, chunks, chunk_step, _grad_weights(dw_ref))
+    _store_weights(dw_ref, dt_ref, grad_weights)
 
 
 def key_cotangent_kernel(
@@ -583,29 +661,40 @@ def key_cotangent_kernel(
     matmul_dtype,
 ):
     """Bidirectional keys' cotangents over a group of chunks from the state's (dS, dz), relative
-    to the keys' maximum c: ``_later_cotangents`` with e^{s_j - c}, pulled back to dk; dv; dW2
-    summed over the group; dT = 0."""
-    tile = _tile(w_ref)
+    to the keys' maximum c: ``_later_cotangents`` with e^{s_j - c}, pulled back to dk a feature
+    tile at a time; dv; dW2 summed over the group; dT = 0."""
+    tile = _tile_width(w_ref.shape[0])
     shift = shift_ref[...]
 
-    def chunk_step(c, totals):
+    def chunk_step(c, grad_weights):
         rows = pl.ds(c * CHUNK, CHUNK)
         valid = valid_ref[rows, :] > 0
         key = _Part(spec, k_ref[rows, :], w_ref, t_ref, valid)
         values = jnp.where(valid, v_ref[rows, :].astype(jnp.float32), 0)
-        grads, grad_v = _later_cotangents(
-            key,
-            lambda row: grad_state_ref[pl.ds(row, tile), :],
-            lambda row: grad_count_ref[:, pl.ds(row, tile)],
-            jnp.where(valid, jnp.exp(key.scale - shift), 0),
-            values,
-            _zeros_like_bases(key),
-            matmul_dtype,
-        )
+        weights = jnp.where(valid, jnp.exp(key.scale - shift), 0)
+
+        def key_tile(i, carry):
+            pullback, grad_v = carry
+            zeros = jnp.zeros((CHUNK, tile), jnp.float32)
+            grads, grad_v = _later_cotangents(
+                key,
+                i,
+                lambda row: grad_state_ref[pl.ds(row, tile), :],
+                lambda row: grad_count_ref[:, pl.ds(row, tile)],
+                weights,
+                values,
+                ((zeros, zeros), grad_v),
+                matmul_dtype,
+            )
+            grads = [jnp.where(valid, g, 0) for g in grads]
+            return key.pulled_back(i, grads, pullback), grad_v
+
+        start = (key.no_cotangents(grad_weights), jnp.zeros_like(values))
+        pullback, grad_v = _tiles(key, key_tile, start)
         dv_ref[rows, :] = jnp.where(valid, grad_v, 0).astype(dv_ref.dtype)
-        grads = [[jnp.where(valid, g, 0) for g in gs] for gs in grads]
-        return _add(totals, _write_pullback(key, grads, dk_ref, rows))
+        key.write(pullback, dk_ref, rows)
+        return pullback.weights
 
     chunks = k_ref.shape[0] // CHUNK
-    _store_weights(dw_ref, jax.lax.fori_loop(0, chunks, chunk_step, _zero_weights(dw_ref, tile)))
-    dt_ref[...] = jnp.zeros(dt_ref.shape, dt_ref.dtype)
+    grad_weights = jax.lax.fori_loop(0, chunks, chunk_step, _grad_weights(dw_ref))
+    _store_weights(dw_ref, dt_ref, grad_weights)

@@ -30,14 +30,14 @@ TOLERANCE = 64 * EPS32
 BATCH, LENGTH, HEADS, HEAD_DIM, VALUE_DIM, NUM_FEATURES = 1, 80, 2, 8, 4, 16  # 2 chunks, 1 partial
 
 
-def operands(seed=0, scale=1.0, dtype=jnp.float32):
+def operands(seed=0, scale=1.0, dtype=jnp.float32, features=NUM_FEATURES):
     k = jax.random.split(jax.random.key(seed), 5)
     shape = (BATCH, LENGTH, HEADS, HEAD_DIM)
     q, kk = (scale * jax.random.normal(x, shape) for x in k[:2])
     v = jax.random.normal(k[2], (BATCH, LENGTH, HEADS, VALUE_DIM))
     mask = jax.random.uniform(k[3], (BATCH, LENGTH)) > 0.25
     projection = attention.draw_projection(
-        k[4], HEAD_DIM, NUM_FEATURES, coupling="orthogonal", num_heads=HEADS
+        k[4], HEAD_DIM, features, coupling="orthogonal", num_heads=HEADS
     )
     return (*(x.astype(dtype) for x in (q, kk, v)), mask, projection)
 
@@ -340,12 +340,13 @@ def test_layers_take_the_implementation():
         ("angular_hybrid", 32, True),
         ("angular_hybrid", 96, True),
         ("angular_hybrid", 12, False),
-        ("angular_hybrid", 48, False),
+        ("angular_hybrid", 48, True),
+        ("angular_hybrid", 36, False),
     ],
 )
 def test_triton_names_the_feature_counts_it_takes(name, count, fits):
     """Triton forms power-of-two blocks only: ``pallas_triton`` checks m before compiling
-    (the affine maps' m, the hybrid's 2m in tiles of 64) and says what to use instead."""
+    (the affine maps' m, the hybrid's 2m in tiles of 16) and says what to use instead."""
     fmap = features.get(name)().init(jax.random.key(0), 64)
     projection = projections.orthogonal(jax.random.key(1), 64, count)
     check = functools.partial(_fused.check_fusable, fmap, projection, "pallas_triton")

@@ -82,8 +82,10 @@ def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
     bases, sign channels) give the XLA form's outputs (per row, ``assert_rows_close``) and
     gradients (queries, keys, values, per-head projections; ``TOLERANCE`` times the largest
     row condition number sum_j |S_tj| / |sum_j S_tj|), masked, over 2 chunks with a partial
-    one."""
-    q, k, v, mask, projection = operands(11, scale=2.0)
+    one. m = 20: 2m = 40 features in five tiles of 8 (2m is no multiple of ``FEATURE_TILE`` =
+    16), a number of tiles that is not a power of two (the kernels' dW2 tiles are padded to
+    eight); the other tests take m = 32, four tiles of 16."""
+    q, k, v, mask, projection = operands(11, scale=2.0, features=20)
     fmap = angular_hybrid()
     weights = jax.random.normal(jax.random.key(12), v.shape)
 
