@@ -15,7 +15,8 @@ bfloat16 products), causal and bidirectional, lowered for an abstract A100 (sm80
 Step 2 (``--triton-python``: an interpreter with the ``triton`` package, run as a separate
 process, since two copies of LLVM must not share one): triton's CUDA backend compiles each text
 to TTGIR, LLVM IR and PTX with the kernel's ``num_warps`` and ``num_stages``; the LLVM stage
-gives the shared memory per block. With ``--ptxas`` the PTX goes through the ``ptxas`` that the
+gives the shared memory per block, and the PTX the number of matrix-multiply instructions of each
+kind (``matrix_instructions``). With ``--ptxas`` the PTX goes through the ``ptxas`` that the
 triton wheel bundles: registers per thread and spill stores. The Triton that XLA uses on a GPU
 is the one built into jaxlib's CUDA plugin, not this one, so the figures are those of the same
 TTIR under triton's own passes (checked with triton 3.5.0 and jaxlib 0.12.0.1).
@@ -190,11 +191,21 @@ def compile_kernels(folder: str, arch: int, ptxas: bool) -> list[dict]:
         source = module
         for stage in ("ttir", "ttgir", "llir", "ptx"):
             source = stages[stage](source, metadata)
-        row = {"file": name, "shared_bytes": metadata["shared"]}
+        row = {"file": name, "shared_bytes": metadata["shared"], **matrix_instructions(source)}
         if ptxas:
             row.update(_ptxas(get_ptxas().path, source, arch))
         rows.append(row)
     return rows
+
+
+def matrix_instructions(ptx: str) -> dict:
+    """The kernel's matrix-multiply instructions in its PTX (static counts, not executions):
+    Hopper's warpgroup ``wgmma.mma_async`` (products of 64 rows per warpgroup and more) and the
+    warp-level ``mma.sync`` (16 rows per warp), which is all an sm80 has."""
+    return {
+        "wgmma": len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
+        "mma_sync": len(re.findall(r"\bmma\.sync\b", ptx)),
+    }
 
 
 def _ptxas(binary: str, ptx: str, arch: int) -> dict:
@@ -253,7 +264,8 @@ def _line(row: dict) -> str:
     text = (
         f"sm{row['arch']} {row['map']:>14} m={row['features']:<4} {row['mode']:>13} "
         f"{row['kernel']:<32} warps {row['num_warps']} stages {row['num_stages']} "
-        f"shared {row['shared_bytes']:>7} / {row['shared_limit']} {verdict}"
+        f"shared {row['shared_bytes']:>7} / {row['shared_limit']} {verdict}  "
+        f"wgmma {row['wgmma']} mma.sync {row['mma_sync']}"
     )
     if "registers" in row:
         text += f"  registers {row['registers']} spills {row['spill_store_bytes']} B"
