@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from rfjax.attention._checks import log_floor
-from rfjax.attention._fused_kernels import CHUNK
+from rfjax.attention._fused_kernels import CHUNK, tile_width
 
 FEATURE_TILE = 16  # features per tile (of the 2m of each base), or fewer (``_tile_width``)
 _BASES = 2  # positive, trigonometric
@@ -51,9 +51,9 @@ def _next_power_of_two(n: int) -> int:
 
 
 def _tile_width(double: int) -> int:
-    """The features per tile of a base's 2m: the largest divisor of 2m that divides
-    ``FEATURE_TILE`` (every feature in a whole tile; Triton takes 2m in tiles of 16 only)."""
-    return math.gcd(double, FEATURE_TILE)
+    """The features per tile of a base's 2m (``tile_width``; Triton takes 2m in tiles of 16
+    only)."""
+    return tile_width(double, FEATURE_TILE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ hybrid's kernels, which take the same arguments)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import typing
 
@@ -19,11 +20,18 @@ from rfjax.attention._checks import log_floor
 from rfjax.attention._log_prefix import LOG_BLOCK
 
 CHUNK = 64  # positions per chunk: 4 blocks of LOG_BLOCK
-FEATURE_TILE = 32  # features per tile of a diagonal block's pairs (``_diagonal``)
+FEATURE_TILE = 32  # features per tile of a diagonal block's pairs (``_diagonal``), at most
 # The same in the causal cotangent kernel (``_diagonal_cotangents``): 16, the smallest product
 # dimension the kernels use (``_fused.MIN_WIDTH``); 8 spilled 976 bytes per thread on sm90
 # against 1,452 (tools/triton_kernels.py), but makes products of width 8.
 COTANGENT_TILE = 16
+
+
+def tile_width(width: int, most: int) -> int:
+    """Features per tile when ``width`` features are formed in tiles of at most ``most`` (a
+    power of two): the largest divisor of ``width`` that divides ``most``, so that every feature
+    is in a whole tile (``most`` itself for Triton's widths, powers of two >= ``most``)."""
+    return math.gcd(width, most)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +182,7 @@ def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start
     keys, sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)`` (``_block_weights`` summed over
     the features), formed ``FEATURE_TILE`` features at a time: the pairs of a tile are
     ``(B, B, FEATURE_TILE)`` values, those of all m features would not fit in registers."""
-    tile = min(FEATURE_TILE, form.width)
+    tile = tile_width(form.width, FEATURE_TILE)
     floor = log_floor(form.dtype)
 
     def logs(i):  # la and lb of the i-th tile of features
@@ -215,7 +223,7 @@ def _diagonal_cotangents(form: _Form, queries: _Rows, keys: _Rows, *, of_queries
     sum_t w_tji D_tj ``(B, m)`` and sum_i w_tji ``(B, B)``. Formed ``COTANGENT_TILE``
     features at a time, each tile's placed in its columns (``_diagonal`` forms the weights
     so)."""
-    tile = min(COTANGENT_TILE, form.width)
+    tile = tile_width(form.width, COTANGENT_TILE)
     floor = log_floor(form.dtype)
     products = jnp.where(_causal_mask(LOG_BLOCK)[:, :, 0], queries.products(keys), 0)
 

@@ -50,7 +50,10 @@ def assert_close(got, want, tolerance=TOLERANCE):
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_kernels_match_the_xla_form_values_and_gradients(causal):
-    q, k, v, mask, projection = operands(1, scale=2.0)
+    """m = 40: the causal kernels' diagonal blocks in five tiles of 8 features
+    (``_fused_kernels.tile_width``: every feature in a whole tile; Triton takes powers of two
+    only, in tiles of ``FEATURE_TILE`` and ``COTANGENT_TILE``)."""
+    q, k, v, mask, projection = operands(1, scale=2.0, features=40)
     weights = jax.random.normal(jax.random.key(9), v.shape)
 
     def loss(implementation):
