@@ -226,7 +226,8 @@ def favor_attention(
       ``(B, T, N, H_v)`` (or ``(T, N, H_v)``), in the inputs' result dtype. Low-precision inputs
       (bfloat16, float16) compute their log-features, shifts and exponentials in float32; the
       causal products take operands in the inputs' dtype, accumulated in float32 (errors
-      against float64 per dtype: docs/maths/attention.md, "Precision").
+      against float64 per dtype: docs/maths/attention.md, "Precision"); the angular hybrid,
+      whose signed estimates cancel, takes float32 operands in both forms.
       Empty axes (B, T, N, S or H_v = 0) give the empty (or, for S = 0, all-zero) result.
 
     Raises:

@@ -721,7 +721,8 @@ def fused_attention_sums(
       valid: ``(S,)`` bool, the keys that count.
       causal: attend only to keys j <= t.
       backend: how the kernels are compiled (``Backend``).
-      matmul_dtype: the products' operand dtype (accumulated in float32).
+      matmul_dtype: the products' operand dtype (accumulated in float32) for the affine maps;
+        the angular hybrid's are float32 (``AngularHybridSpec.operand_dtype``).
 
     Returns:
       (numerator, denominator), float32.
@@ -734,7 +735,8 @@ def fused_attention_sums(
         vary_like(x, query, key, value, valid) for x in (weights, aux, query, key, value, valid)
     )
     op = _causal if causal else _bidirectional
-    num, den, _ = op(weights, aux, query, key, value, valid, spec, backend, jnp.dtype(matmul_dtype))
+    operands = spec.operand_dtype(jnp.dtype(matmul_dtype))
+    num, den, _ = op(weights, aux, query, key, value, valid, spec, backend, operands)
     return num, den
 
 

@@ -80,6 +80,13 @@ class AngularHybridSpec:
         del weights, aux
         return 1
 
+    def operand_dtype(self, matmul_dtype: jnp.dtype) -> jnp.dtype:
+        """The products' operand dtype: float32 whatever the inputs' (the bases are signed and
+        the scores' sums cancel, so a bfloat16 operand's rounding is amplified by a row's
+        condition number; the XLA form computes the hybrid in float32 too)."""
+        del matmul_dtype
+        return jnp.dtype(jnp.float32)
+
     def padded_aux(self, aux: jax.Array, head_dim: int) -> jax.Array:
         """T ``(n, H)`` -> ``(n', H')``, zeros in the new rows and columns."""
         rows = max(16, _next_power_of_two(aux.shape[0]))

@@ -56,6 +56,11 @@ class AffineSpec:
         """The width of the key maxima (the references): one per feature."""
         return self.width(weights, aux)
 
+    def operand_dtype(self, matmul_dtype: jnp.dtype) -> jnp.dtype:
+        """The products' operand dtype: ``matmul_dtype`` (the inputs' for low-precision ones;
+        the factors lie in [0, 1] and nothing cancels), accumulated in float32."""
+        return matmul_dtype
+
     def padded_aux(self, aux: jax.Array, head_dim: int) -> jax.Array:
         """b ``(m,)`` -> ``(1, m)``, float32."""
         del head_dim
