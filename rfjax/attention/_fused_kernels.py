@@ -530,9 +530,12 @@ def key_cotangent_kernel(
         key = jnp.where(valid, jnp.exp(form(k) - shift), 0)
         values = jnp.where(valid, v_ref[rows, :].astype(jnp.float32), 0)
         read = _dot(values, grad_state, matmul_dtype, transpose_b=True) + grad_count
-        grad_lb = key * read
+        # Selected, not multiplied by the keys' zero factors: rows whose denominator is floored
+        # at the smallest normal number (no key counts) can make dS infinite, and 0 * inf = NaN.
+        grad_lb = jnp.where(valid, key * read, 0)
         dk_ref[rows, :] = form.pullback(k, grad_lb).astype(dk_ref.dtype)
-        dv_ref[rows, :] = _dot(key, grad_state, matmul_dtype).astype(dv_ref.dtype)
+        grad_v = jnp.where(valid, _dot(key, grad_state, matmul_dtype), 0)
+        dv_ref[rows, :] = grad_v.astype(dv_ref.dtype)
         grad_w, grad_b = totals
         grad_w = grad_w + jnp.dot(grad_lb.T, k.astype(jnp.float32))
         return grad_w, grad_b + jnp.sum(grad_lb, axis=0, keepdims=True)
