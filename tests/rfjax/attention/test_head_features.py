@@ -34,6 +34,25 @@ def test_floored_ratio_and_its_derivative_stay_finite_below_the_floor():
     np.testing.assert_array_equal(grad_den[1], 0.0)  # the floor's derivative is 0 below eps
 
 
+def test_a_row_that_attends_to_nothing_has_derivative_zero():
+    """Numerator and denominator exactly 0 (no key counts): the row is 0 whatever the inputs,
+    so its derivative is 0, even at the positive maps' floor (the smallest normal number), where
+    a cotangent of 10 divided by the floor is inf."""
+    eps = float(jnp.finfo(jnp.float32).tiny)
+    numerator = jnp.asarray([[2.0, 4.0], [0.0, 0.0]])
+    denominator = jnp.asarray([[2.0], [0.0]])
+    out = _head_features.floored_ratio(numerator, denominator, eps)
+    np.testing.assert_array_equal(out[1], 0.0)
+
+    def loss(num, den):
+        return 10.0 * _head_features.floored_ratio(num, den, eps).sum()
+
+    grad_num, grad_den = jax.grad(loss, argnums=(0, 1))(numerator, denominator)
+    np.testing.assert_allclose(grad_num[0], [5.0, 5.0], rtol=1e-6)
+    np.testing.assert_array_equal(grad_num[1], 0.0)
+    np.testing.assert_array_equal(grad_den[1], 0.0)
+
+
 def test_finite_rows_flags_each_row_with_a_nan_or_inf():
     x = jnp.asarray([[1.0, 2.0], [jnp.nan, 0.0], [0.0, jnp.inf]])
     np.testing.assert_array_equal(_head_features.finite_rows(x), [True, False, False])

@@ -245,3 +245,39 @@ def test_exact_nnx_attention_isolates_with_is_causal_and_grouped_kv_heads():
         after = np.asarray(causal(tokens.at[:, T0].set(jnp.nan)))
         np.testing.assert_array_equal(after[:, :T0], before[:, :T0])
         assert np.all(np.isnan(after[:, T0:]))
+
+
+@pytest.mark.parametrize(
+    ("implementation", "causal"),
+    representatives(
+        [(i, c) for i in ("xla", "pallas_triton_interpret") for c in (True, False)],
+        [("xla", True), ("pallas_triton_interpret", False)],
+        unpack=True,
+    ),
+)
+def test_a_fully_masked_sequence_adds_nothing_to_the_gradients(implementation, causal):
+    """A batch whose first sequence is fully masked (its rows attend to no key, their outputs
+    are 0) and a loss that weights the outputs by 10: the masked sequence's rows get zero
+    gradients and the projection's gradient is the other sequence's alone. Before, d num / eps
+    at the positive maps' floor (the smallest normal number) was inf for a cotangent of 4 or
+    more, and inf times the masked keys' zero factors put NaN in the projection's gradient, in
+    the XLA form and the kernels alike."""
+    query, key, value = inputs()
+    weights = 10.0 * jax.random.normal(jax.random.key(3), value.shape)
+    fmap = features.get("positive")().init(jax.random.key(2), HEAD_DIM)
+
+    def loss(q, k, v, w, mask, weights):
+        out = attention.favor_attention(
+            q, k, v, w, feature_map=fmap, causal=causal, mask=mask, implementation=implementation
+        )
+        return jnp.sum(out * weights)
+
+    gradients = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+    masked = jnp.ones((BATCH, LENGTH), bool).at[0].set(False)
+    matrix = projection().matrix()
+    grad_q, grad_k, grad_v, grad_w = gradients(query, key, value, matrix, masked, weights)
+    for grad in (grad_q, grad_k, grad_v):
+        np.testing.assert_array_equal(grad[0], 0.0)
+    second = [x[1:] for x in (query, key, value)]
+    grad_w_alone = gradients(*second, matrix, masked[1:], weights[1:])[3]
+    np.testing.assert_allclose(grad_w, grad_w_alone, rtol=1e-5, atol=1e-6)
