@@ -48,6 +48,30 @@ def assert_close(got, want, tolerance=TOLERANCE):
     assert np.abs(got - want).max() <= tolerance * scale, np.abs(got - want).max() / scale
 
 
+def fused_and_xla(q, k, v, projection, weights, **options):
+    """The outputs and the gradients of sum(out * weights) with respect to q, k, v and the
+    projection, ``((outputs, gradients) of the kernels in interpret mode, those of the XLA
+    form)``, each computed by one program (eagerly, the forward and the backward pass would
+    compile apart)."""
+
+    def loss(q, k, v, projection, implementation):
+        out = attention.favor_attention(
+            q, k, v, projection, implementation=implementation, **options
+        )
+        return jnp.sum(out * weights), out
+
+    gradients = jax.jit(
+        jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True), static_argnums=4
+    )
+    return [
+        (out, grads)
+        for (_, out), grads in (
+            gradients(q, k, v, projection, implementation)
+            for implementation in ("pallas_triton_interpret", "xla")
+        )
+    ]
+
+
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_kernels_match_the_xla_form_values_and_gradients(causal):
     """m = 40: the causal kernels' diagonal blocks in five tiles of 8 features
@@ -55,21 +79,8 @@ def test_kernels_match_the_xla_form_values_and_gradients(causal):
     only, in tiles of ``FEATURE_TILE`` and ``COTANGENT_TILE``)."""
     q, k, v, mask, projection = operands(1, scale=2.0, features=40)
     weights = jax.random.normal(jax.random.key(9), v.shape)
-
-    def loss(implementation):
-        def f(q, k, v, projection):
-            out = attention.favor_attention(
-                q, k, v, projection, causal=causal, mask=mask, implementation=implementation
-            )
-            return jnp.sum(out * weights), out
-
-        # One program (eagerly: the forward and the backward pass compiled apart).
-        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True))
-
-    (_, fused), fused_grads = loss("pallas_triton_interpret")(q, k, v, projection)
-    (_, xla), xla_grads = loss("xla")(q, k, v, projection)
-    assert_close(fused, xla)
-    for got, want in zip(jax.tree.leaves(fused_grads), jax.tree.leaves(xla_grads), strict=True):
+    fused, xla = fused_and_xla(q, k, v, projection, weights, causal=causal, mask=mask)
+    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(xla), strict=True):
         assert_close(got, want)
 
 
@@ -174,27 +185,9 @@ def test_odd_shapes_match_the_xla_form(
     if name == "oprf":
         fmap = features.get(name)().fit(jax.random.key(1), q[0, :, 0], k[0, :, 0])
     weights = jax.random.normal(jax.random.key(2), v.shape)
-
-    def loss(q, k, v, projection, implementation):
-        out = attention.favor_attention(
-            q,
-            k,
-            v,
-            projection,
-            feature_map=fmap,
-            causal=causal,
-            mask=mask,
-            implementation=implementation,
-        )
-        return jnp.sum(out * weights), out
-
-    gradients = jax.jit(
-        jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True), static_argnums=4
-    )
-    (_, fused), fused_grads = gradients(q, k, v, projection, "pallas_triton_interpret")
-    (_, xla), xla_grads = gradients(q, k, v, projection, "xla")
-    assert_close(fused, xla)
-    for got, want in zip(jax.tree.leaves(fused_grads), jax.tree.leaves(xla_grads), strict=True):
+    options = dict(feature_map=fmap, causal=causal, mask=mask)
+    fused, xla = fused_and_xla(q, k, v, projection, weights, **options)
+    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(xla), strict=True):
         assert_close(got, want)
 
 

@@ -18,6 +18,7 @@ from tests.rfjax.attention.test_fused import (
     HEADS,
     TOLERANCE,
     assert_close,
+    fused_and_xla,
     operands,
 )
 from tests.rfjax.attention.test_large_norms import HEAD_DIM as LARGE_HEAD_DIM
@@ -88,25 +89,8 @@ def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
     q, k, v, mask, projection = operands(11, scale=2.0, features=20)
     fmap = angular_hybrid()
     weights = jax.random.normal(jax.random.key(12), v.shape)
-
-    def loss(implementation):
-        def f(q, k, v, projection):
-            out = attention.favor_attention(
-                q,
-                k,
-                v,
-                projection,
-                feature_map=fmap,
-                causal=causal,
-                mask=mask,
-                implementation=implementation,
-            )
-            return jnp.sum(out * weights), out
-
-        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3), has_aux=True))
-
-    (_, fused), fused_grads = loss("pallas_triton_interpret")(q, k, v, projection)
-    (_, xla), xla_grads = loss("xla")(q, k, v, projection)
+    options = dict(feature_map=fmap, causal=causal, mask=mask)
+    (fused, fused_grads), (xla, xla_grads) = fused_and_xla(q, k, v, projection, weights, **options)
     condition = 1.0
     for head in range(HEADS):
         scores = xla_unit_scores(q, k, mask, projection, fmap, causal, head)
