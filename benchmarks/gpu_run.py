@@ -6,8 +6,9 @@ Runs the steps (``--steps``, default all, always in this order) and writes into 
 ``benchmarks/gpu_runs/<date>-<device>``):
 
 * ``environment.json``: JAX version, device kind and compute capability, ``nvidia-smi`` output;
-* ``tests`` -> ``pytest.log``: the GPU-marked tests (``tests/rfjax/ops/test_fwht.py`` and
-  ``tests/rfjax/attention/test_fused.py`` with ``-k`` on the compiled kernels: ``mosaic_gpu``,
+* ``tests`` -> ``pytest.log``: the GPU-marked tests (``tests/rfjax/ops/test_fwht.py``,
+  ``tests/rfjax/attention/test_fused.py`` and ``test_fused_hybrid.py`` with ``-k`` on the
+  compiled kernels: ``mosaic_gpu``,
   ``pallas`` (Triton: fwht's ``pallas_triton`` and the fused attention kernels), ``matmul``,
   ``auto``,
   ``hd_chain``; ``--tests-k`` narrows it), which run on the device instead of being skipped
@@ -86,7 +87,11 @@ def _step(name: str, command: list[str], log: pathlib.Path, timeout_s: float) ->
     return {"command": command, "returncode": code, "seconds": seconds}
 
 
-GPU_TESTS = ["tests/rfjax/ops/test_fwht.py", "tests/rfjax/attention/test_fused.py"]
+GPU_TESTS = [
+    "tests/rfjax/ops/test_fwht.py",
+    "tests/rfjax/attention/test_fused.py",
+    "tests/rfjax/attention/test_fused_hybrid.py",
+]
 GPU_TEST_SELECTION = "(mosaic_gpu or pallas or matmul or auto or hd_chain) and not interpret"
 STEPS = ("tests", "long_context", "fwht", "attention")
 # Each step's share of --minutes (a step's share is split between its subprocesses).

@@ -48,11 +48,11 @@ def assert_close(got, want, tolerance=TOLERANCE):
     assert np.abs(got - want).max() <= tolerance * scale, np.abs(got - want).max() / scale
 
 
-def fused_and_xla(q, k, v, projection, weights, **options):
+def fused_and_xla(q, k, v, projection, weights, fused="pallas_triton_interpret", **options):
     """The outputs and the gradients of sum(out * weights) with respect to q, k, v and the
-    projection, ``((outputs, gradients) of the kernels in interpret mode, those of the XLA
-    form)``, each computed by one program (eagerly, the forward and the backward pass would
-    compile apart)."""
+    projection, ``((outputs, gradients) of the kernels (``fused``: in interpret mode by
+    default), those of the XLA form)``, each computed by one program (eagerly, the forward and
+    the backward pass would compile apart)."""
 
     def loss(q, k, v, projection, implementation):
         out = attention.favor_attention(
@@ -66,8 +66,7 @@ def fused_and_xla(q, k, v, projection, weights, **options):
     return [
         (out, grads)
         for (_, out), grads in (
-            gradients(q, k, v, projection, implementation)
-            for implementation in ("pallas_triton_interpret", "xla")
+            gradients(q, k, v, projection, implementation) for implementation in (fused, "xla")
         )
     ]
 

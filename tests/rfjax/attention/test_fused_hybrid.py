@@ -86,11 +86,29 @@ def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
     one. m = 20: 2m = 40 features in five tiles of 8 (2m is no multiple of ``FEATURE_TILE`` =
     16), a number of tiles that is not a power of two (the kernels' dW2 tiles are padded to
     eight); the other tests take m = 32, four tiles of 16."""
-    q, k, v, mask, projection = operands(11, scale=2.0, features=20)
+    assert_matches_the_xla_form("pallas_triton_interpret", causal, features=20)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_angular_hybrid_pallas_triton_on_the_gpu_matches_the_xla_form(causal):
+    """The kernels compiled by Triton (``benchmarks.gpu_run``'s tests step), the check above on
+    the device at m = 24 (Triton takes 2m in tiles of 16: three, the dW2 carry padded to
+    four), with every product of both forms in float32 (``jax.default_matmul_precision``), so
+    that its CPU tolerance holds."""
+    with jax.default_matmul_precision("float32"):
+        assert_matches_the_xla_form("pallas_triton", causal, features=24)
+
+
+def assert_matches_the_xla_form(implementation, causal, features):
+    """``implementation``'s outputs (per row, ``assert_rows_close``) and gradients (TOLERANCE
+    times the largest row condition number) against the XLA form's, m = ``features``."""
+    q, k, v, mask, projection = operands(11, scale=2.0, features=features)
     fmap = angular_hybrid()
     weights = jax.random.normal(jax.random.key(12), v.shape)
     options = dict(feature_map=fmap, causal=causal, mask=mask)
-    (fused, fused_grads), (xla, xla_grads) = fused_and_xla(q, k, v, projection, weights, **options)
+    results = fused_and_xla(q, k, v, projection, weights, implementation, **options)
+    (fused, fused_grads), (xla, xla_grads) = results
     condition = 1.0
     for head in range(HEADS):
         scores = xla_unit_scores(q, k, mask, projection, fmap, causal, head)
