@@ -201,12 +201,12 @@ class _Part:
         tiles ``grad_weights`` (``_grad_weights``)."""
         return _Pullback(jnp.zeros_like(self.rows), jnp.zeros_like(self.scale), grad_weights)
 
-    def pulled_back(self, i, grads, pullback: _Pullback) -> _Pullback:
-        """``pullback`` plus tile i's share of that of sum(g+ psi+ + g' psi') (``grads`` the
-        pair (g+, g') ``(R, FT)``), s a constant: dz = g+ psi+ + g' e^{a - s} h'(z) (h' = cos
-        for sin, -sin for cos); the rows get dz W2_i and the total multiplying them
-        sum(g' psi' - g+ psi+); dW2_i^T gets x^T dz."""
-        z, (positive_base, trigonometric_base) = self.tile_of(i)
+    def pulled_back(self, i, tile, grads, pullback: _Pullback) -> _Pullback:
+        """``pullback`` plus tile i's share of that of sum(g+ psi+ + g' psi') (``tile`` its
+        ``tile_of(i)``, ``grads`` the pair (g+, g') ``(R, FT)``), s a constant:
+        dz = g+ psi+ + g' e^{a - s} h'(z) (h' = cos for sin, -sin for cos); the rows get
+        dz W2_i and the total multiplying them sum(g' psi' - g+ psi+); dW2_i^T gets x^T dz."""
+        z, (positive_base, trigonometric_base) = tile
         positive = grads[0] * positive_base
         derivative = jnp.where(self._sine(i), jnp.cos(z), -jnp.sin(z))
         grad_z = positive + grads[1] * self.trigonometric_scale * derivative
@@ -305,12 +305,13 @@ def _read_cotangents(part: _Part, i, state, count, weights, grad, grad_den, grad
     return _channels(part, channel, grads)
 
 
-def _later_cotangents(part: _Part, i, later, later_count, weights, values, sums, matmul_dtype):
+def _later_cotangents(
+    part: _Part, i, bases, later, later_count, weights, values, sums, matmul_dtype
+):
     """The keys' cotangents from the later queries' summaries L^b_l ``(2m, P)``, ``(1, 2m)``
-    (relative to the reference of ``weights`` = e^{s_j - c} ``(R, 1)``), tile i of them:
-    ``sums`` = (the bases' cotangents, dv) plus (w_j c^b_l(k_j) (L^b_l v_j + l^b_l),
-    w_j sum c^b_l L^b_l^T psi^b_j)."""
-    bases = part.bases(i)
+    (relative to the reference of ``weights`` = e^{s_j - c} ``(R, 1)``), tile i of them
+    (``bases`` the keys' psi^b of the tile): ``sums`` = (the bases' cotangents, dv) plus
+    (w_j c^b_l(k_j) (L^b_l v_j + l^b_l), w_j sum c^b_l L^b_l^T psi^b_j)."""
 
     def channel(index, sums):
         grads, grad_v = sums
@@ -532,7 +533,7 @@ def cotangent_kernel(
                 grads,
                 matmul_dtype,
             )
-            return query.pulled_back(i, grads, pullback)
+            return query.pulled_back(i, query.tile_of(i), grads, pullback)
 
         pullback = _tiles(query, query_tile, query.no_cotangents(grad_weights))
         query.write(pullback, dq_ref, rows)
@@ -544,9 +545,11 @@ def cotangent_kernel(
                 _dot(g, f, matmul_dtype, transpose_a=True)
                 for g, f in zip(grad_grams, query.bases(i), strict=True)
             )
+            own = key.tile_of(i)
             grads, grad_v = _later_cotangents(
                 key,
                 i,
+                own[1],
                 lambda row: later_ref[c, pl.ds(row, tile), :],
                 lambda row: later_count_ref[c, :, pl.ds(row, tile)],
                 key_weights,
@@ -555,7 +558,7 @@ def cotangent_kernel(
                 matmul_dtype,
             )
             grads = [jnp.where(valid > 0, g, 0) for g in grads]
-            return key.pulled_back(i, grads, pullback), grad_v
+            return key.pulled_back(i, own, grads, pullback), grad_v
 
         grad_v = _dot(pairs.scores, grad, matmul_dtype, transpose_a=True)
         pullback, grad_v = _tiles(key, key_tile, (key.no_cotangents(pullback.weights), grad_v))
@@ -639,7 +642,7 @@ def query_cotangent_kernel(
                 (zeros, zeros),
                 matmul_dtype,
             )
-            return query.pulled_back(i, grads, pullback)
+            return query.pulled_back(i, query.tile_of(i), grads, pullback)
 
         pullback = _tiles(query, query_tile, query.no_cotangents(grad_weights))
         query.write(pullback, dq_ref, rows)
@@ -683,9 +686,11 @@ def key_cotangent_kernel(
         def key_tile(i, carry):
             pullback, grad_v = carry
             zeros = jnp.zeros((CHUNK, tile), jnp.float32)
+            own = key.tile_of(i)
             grads, grad_v = _later_cotangents(
                 key,
                 i,
+                own[1],
                 lambda row: grad_state_ref[pl.ds(row, tile), :],
                 lambda row: grad_count_ref[:, pl.ds(row, tile)],
                 weights,
@@ -694,7 +699,7 @@ def key_cotangent_kernel(
                 matmul_dtype,
             )
             grads = [jnp.where(valid, g, 0) for g in grads]
-            return key.pulled_back(i, grads, pullback), grad_v
+            return key.pulled_back(i, own, grads, pullback), grad_v
 
         start = (key.no_cotangents(grad_weights), jnp.zeros_like(values))
         pullback, grad_v = _tiles(key, key_tile, start)
