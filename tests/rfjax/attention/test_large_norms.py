@@ -241,7 +241,7 @@ def check_at_norm_100(
 ):
     """The registered map ``name`` at |q| = |k| = ``norm`` (H = 64) in the attention ``modes``
     (causal or not) and ``dtypes``: finite outputs and gradients, outputs against ``reference``,
-    and causal float32 decoding too."""
+    and in float32 the explicit weights (``favor_attention_weights``) and causal decoding too."""
     fmap = ready_map(name)
     projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, num_features)
     eps = 1e-3 if fmap.needs_denominator_floor else float(np.finfo(np.float32).tiny)
@@ -278,7 +278,17 @@ def check_at_norm_100(
             assert checked.sum() >= length // 8, label
             error = np.abs(out - expected).max(1)
             assert np.all(error[checked] <= tolerance[checked]), (label, error, tolerance)
-            if causal and query.dtype == jnp.float32:
+            if query.dtype != jnp.float32:
+                continue
+            # The explicit weights, float32: A @ v (before 2026-11-29 they shifted each key by
+            # its largest feature, and the data-fitted maps' rows underflowed to 0 from |x'| ~ 16).
+            weights = attention.favor_attention_weights(
+                query, key, projection, feature_map=fmap, causal=causal, eps=eps
+            )
+            applied = np.asarray(weights, np.float64)[0, 0] @ np.asarray(value, np.float64)[0, :, 0]
+            applied_error = np.abs(applied - expected).max(1)
+            assert np.all(applied_error[checked] <= tolerance[checked]), (label, applied_error)
+            if causal:
                 decoded = np.abs(decode(query, key, value, fmap, projection, eps) - expected)
                 assert np.all(decoded.max(1)[checked] <= tolerance[checked]), (label, decoded)
 

@@ -1,10 +1,12 @@
 """Tests of ``rfjax.attention._weights``: the explicit FAVOR weights reproduce the attention output
 (with asymmetric feature maps)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rfjax import attention, features
+from rfjax.attention import _weights
 from tests.support.favor_inputs import (
     BATCH,
     CHUNK,
@@ -47,3 +49,22 @@ def test_asymmetric_feature_maps_and_weights():
             rtol=0,
             atol=float32_tolerance(NUM_FEATURES + LENGTH, v),
         )
+
+
+def test_causal_log_scores_are_the_same_formed_a_few_rows_at_a_time():
+    # The causal weights of exponential maps form (rows, S, m) exponents per step: 3 rows of 8
+    # here (the last block partial) give the scores of all 8 at once; with each row's own shift
+    # its largest term is 1, so its largest score (a sum of 4 terms) lies in [1, 4].
+    keys = jax.random.split(jax.random.key(0), 2)
+    log_q = 30.0 * jax.random.normal(keys[0], (8, 4))
+    log_k = 30.0 * jax.random.normal(keys[1], (8, 4))
+    allowed = jnp.tril(jnp.ones((8, 8), bool)).at[:, 2].set(False)
+    width = log_k.size
+    parallel = _weights.ROW_BLOCK_ELEMENTS // (3 * width)
+    at_once = _weights.causal_log_scores(log_q, log_k, allowed, parallel=1)
+    by_three = _weights.causal_log_scores(log_q, log_k, allowed, parallel=parallel)
+    np.testing.assert_array_equal(by_three, at_once)
+    np.testing.assert_array_equal(jnp.where(allowed, at_once, 0), at_once)
+    rows_with_keys = allowed.any(1)
+    largest = np.asarray(at_once.max(1))[np.asarray(rows_with_keys)]
+    assert np.all((largest >= 1 - 1e-6) & (largest <= 4 + 1e-5)), largest
