@@ -39,6 +39,7 @@ def generate(
     rngs: Mapping[str, jax.Array] | None = None,
     projection_step: jax.Array | int | None = None,
     cache_length: int | None = None,
+    collections: Mapping[str, Any] | None = None,
 ) -> Generated:
     """Generates ``num_tokens`` tokens after ``prompt`` in one jitted program.
 
@@ -77,14 +78,19 @@ def generate(
       cache_length: the positions of the exact kind's key/value cache, at least (and by
         default) P + N - 1, the tokens it is fed; a longer cache costs its attention per
         token as a longer context would. FAVOR's state does not depend on it.
+      collections: the model's variable collections besides ``"params"``, passed to every
+        call unchanged, e.g. ``{"feature_map": variables["feature_map"]}`` for a Performer
+        whose feature map has fitted parameters (the cluster hybrid's centres:
+        ``rfjax.nn.FEATURE_MAP_COLLECTION``); not ``"params"`` or ``"cache"``.
 
     Returns:
       ``Generated`` with the tokens ``(B, N)`` and their logits ``(B, N, V)``.
 
     Raises:
       ValueError: for a prompt that is not ``(B, P)`` with P >= 1, ``num_tokens`` < 1, a
-        ``cache_length`` below P + N - 1, a temperature <= 0 (concrete) with a key, or
-        ``rngs`` without the stream a Performer draws from.
+        ``cache_length`` below P + N - 1, a temperature <= 0 (concrete) with a key,
+        ``rngs`` without the stream a Performer draws from, or ``collections`` holding
+        ``"params"`` or ``"cache"``.
       TypeError: for a non-integer prompt, a ``key`` that is not a PRNG key, or a model
         without a ``decode`` attribute.
 
@@ -123,13 +129,19 @@ def generate(
     if cache_length is None:
         cache_length = fed
     cache_length = check_int("cache_length", cache_length, minimum=fed)
+    collections = dict(collections or {})
+    if reserved := sorted({"params", "cache"} & set(collections)):
+        raise ValueError(
+            f"collections holds the model's other variable collections; got {reserved}: pass "
+            f"the parameters as params (the cache is generate's own)"
+        )
     if key is not None:
         key = check_key("key", key)
         if is_concrete(temperature):
             check_real("temperature", float(np.asarray(temperature)), positive=True)
     return _generate(
         model.clone(decode=True, parent=None),
-        params,
+        {**collections, "params": params},
         prompt,
         dict(rngs or {}),
         jnp.asarray(0 if projection_step is None else projection_step, jnp.int32),
@@ -147,7 +159,7 @@ def generate(
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("num_tokens", "cache_length"))
 def _generate(
     model: nn.Module,
-    params: Mapping[str, Any],
+    variables: Mapping[str, Any],
     prompt: jax.Array,
     rngs: dict[str, jax.Array],
     projection_step: jax.Array,
@@ -159,20 +171,18 @@ def _generate(
 ) -> Generated:
     batch, length = prompt.shape
     dummy = jnp.zeros((batch, cache_length), prompt.dtype)
-    _, variables = model.apply(
-        {"params": params}, dummy, rngs=rngs, projection_step=projection_step, mutable=["cache"]
+    _, mutated = model.apply(
+        variables, dummy, rngs=rngs, projection_step=projection_step, mutable=["cache"]
     )
-    cache = variables["cache"]
+    cache = mutated["cache"]
     if length > 1:  # the prefill; its logits are not used (and not computed: XLA drops them)
-        _, variables = model.apply(
-            {"params": params, "cache": cache}, prompt[:, :-1], mutable=["cache"]
-        )
-        cache = variables["cache"]
+        _, mutated = model.apply({**variables, "cache": cache}, prompt[:, :-1], mutable=["cache"])
+        cache = mutated["cache"]
 
     def step(carry, step_key):
         cache, token = carry
-        logits, variables = model.apply(
-            {"params": params, "cache": cache}, token[:, None], mutable=["cache"]
+        logits, mutated = model.apply(
+            {**variables, "cache": cache}, token[:, None], mutable=["cache"]
         )
         logits = logits[:, 0].astype(jnp.float32)
         if step_key is None:
@@ -180,7 +190,7 @@ def _generate(
         else:
             chosen = jax.random.categorical(step_key, logits / temperature, axis=-1)
         chosen = chosen.astype(jnp.int32)
-        return (variables["cache"], chosen), (chosen, logits)
+        return (mutated["cache"], chosen), (chosen, logits)
 
     keys = None if key is None else jax.random.split(key, num_tokens)
     start = prompt[:, -1].astype(jnp.int32)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax.nn import PerformerLM, generate
+from rfjax.nn import FEATURE_MAP_COLLECTION, PerformerLM, generate
 from tests.support.compile_counts import count_programs
 from tests.support.primitives import DRAWS, KEYS, equations, primitives
 from tests.support.representatives import representatives
@@ -170,3 +170,37 @@ def test_bad_arguments_raise_naming_them():
         generate(model, params, prompt, NEW)
     with pytest.raises(TypeError, match="decode attribute"):
         generate(object(), params, prompt, NEW)  # type: ignore[arg-type]
+    for reserved in ("params", "cache"):
+        with pytest.raises(ValueError, match=f"collections .* got \\['{reserved}'\\]"):
+            generate(model, params, prompt, NEW, rngs=RNGS, collections={reserved: {}})
+
+
+def test_a_fitted_feature_map_collection_enters_every_call():
+    # The cluster hybrid's centres live in the "feature_map" collection (started by init, set by
+    # a fit): without them generate could not run the model (Flax: the collection is empty);
+    # with them its tokens and logits are the forward pass's over the same variables.
+    model = _model("performer", feature_map="cluster_hybrid")
+    prompt = jax.random.randint(jax.random.key(0), (2, PROMPT), 0, SIZES["vocab_size"])
+    variables = jax.jit(model.init)(jax.random.key(1), prompt)
+    centres = jax.tree.map(lambda c: c + 0.5, variables[FEATURE_MAP_COLLECTION])  # not init's
+    collections = {FEATURE_MAP_COLLECTION: centres}
+    generated = generate(
+        model,
+        variables["params"],
+        prompt,
+        2,
+        rngs=RNGS,
+        projection_step=STEP,
+        collections=collections,
+    )
+    sequence = jnp.concatenate([prompt, generated.tokens], axis=1)
+    parallel = jax.jit(
+        lambda sequence: model.apply(
+            {"params": variables["params"], **collections},
+            sequence,
+            rngs=RNGS,
+            projection_step=STEP,
+        )
+    )(sequence)
+    np.testing.assert_allclose(generated.logits, parallel[:, PROMPT - 1 : -1], atol=1e-5)
+    np.testing.assert_array_equal(generated.tokens, jnp.argmax(parallel[:, PROMPT - 1 : -1], -1))
