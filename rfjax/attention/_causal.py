@@ -13,7 +13,6 @@ import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes, log_floor
 from rfjax.attention._head_features import (
-    exponential_side,
     feature_logs,
     finite_key_features,
     finite_query_features,
@@ -28,7 +27,7 @@ from rfjax.attention._sequence_parallel import (
     sequence_parallel_feature_prefix,
     sequence_parallel_prefix,
 )
-from rfjax.features import FeatureMap
+from rfjax.features import FeatureMap, exponential_side
 from rfjax.projections import Projection
 
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from rfjax.attention._checks import HeadAxes
-from rfjax.features import SIDES, ExponentialFeatureMap, FeatureMap, FeatureMapPair, Side
+from rfjax.features import SIDES, FeatureMap, Side, exponential_side
 from rfjax.projections import Projection
 
 
@@ -54,13 +54,6 @@ def scaled_key_features(
         return psi, mu
     psi = fmap.features(key, projection, side="key")
     return psi, jnp.zeros(psi.shape[:-1], psi.dtype)
-
-
-def exponential_side(fmap: FeatureMap, side: Side) -> ExponentialFeatureMap | None:
-    """The exponential map (phi = exp(l)) that gives ``side``'s features, or ``None``."""
-    if isinstance(fmap, FeatureMapPair):
-        fmap = fmap.query if side == "query" else fmap.key
-    return fmap if isinstance(fmap, ExponentialFeatureMap) else None
 
 
 def has_feature_logs(fmap: FeatureMap) -> bool:

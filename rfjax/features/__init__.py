@@ -85,6 +85,7 @@ from rfjax.features._protocol import (
     FeatureMapPair,
     ScaledFeatures,
     Side,
+    exponential_side,
 )
 from rfjax.features._registry import FeatureMapInfo, available, build, get, info, register
 
@@ -160,6 +161,7 @@ __all__ = [
     "dense_exponential_log_features",
     "dense_exponential_parameters",
     "estimate",
+    "exponential_side",
     "fit_cluster_hybrid",
     "fit_dense_exponential",
     "fourier_features",

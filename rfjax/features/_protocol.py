@@ -220,3 +220,22 @@ class FeatureMapPair(FeatureMap):
         return FeatureMapPair(
             self.query.init(query_key, dim, dtype=dtype), self.key.init(key_key, dim, dtype=dtype)
         )
+
+
+def exponential_side(fmap: FeatureMap, side: Side) -> ExponentialFeatureMap | None:
+    """The exponential map (phi = exp(l), ``ExponentialFeatureMap``) that gives ``side``'s
+    features of ``fmap`` (the map itself, or a ``FeatureMapPair``'s map of that side), or
+    ``None`` if that side's features are not exponentials of log-features. Attention and the
+    patch importance shift such features per feature, in log space.
+
+    Examples:
+      >>> from rfjax import features
+      >>> pair = features.FeatureMapPair(features.PositiveFeatureMap(), features.ReluFeatureMap())
+      >>> type(features.exponential_side(pair, "query")).__name__
+      'PositiveFeatureMap'
+      >>> features.exponential_side(pair, "key") is None
+      True
+    """
+    if isinstance(fmap, FeatureMapPair):
+        fmap = fmap.query if side == "query" else fmap.key
+    return fmap if isinstance(fmap, ExponentialFeatureMap) else None

@@ -6,7 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rfjax import attention, features, projections
 from rfjax.attention import favor_attention_weights, softmax_attention
+from rfjax.nn import random_feature_importance
 from tests.support.iap_policy import policy_of, queries_keys
 
 RANDOM_FEATURE_KINDS = [
@@ -52,3 +54,21 @@ def test_exact_importance_equals_softmax_attention_column_sums():
         np.testing.assert_allclose(
             policy.patch_importance(query, key, None), matrix.sum(axis=0), rtol=1e-10, atol=0
         )
+
+
+@pytest.mark.parametrize("name", ["positive", "cluster_hybrid"])
+def test_exponential_maps_keep_every_row_at_large_norms(name):
+    # |x'| ~ 17 in float32: with one shift for all keys, 9 of 16 rows' normalisers underflowed
+    # to the floor and the importances summed to 6.9; per-feature shifts keep each row's
+    # largest term at 1, so they sum to T and equal the explicit weights' column sums.
+    query, key = 10.0 * jax.random.normal(jax.random.key(0), (2, 16, 8))
+    projection = projections.orthogonal(jax.random.key(1), 8, 64)
+    scaled = [x * attention.data_normalizer(8) for x in (query, key)]
+    fmap = features.get(name)().init(jax.random.key(2), 8).fit(jax.random.key(3), *scaled)
+    fast = random_feature_importance(query, key, projection, feature_map=fmap, eps=1e-6)
+    weights = favor_attention_weights(
+        query[None, :, None], key[None, :, None], projection, feature_map=fmap, eps=1e-6
+    )
+    # Entries of at most T; float32 rounding of a few eps per term over 16 rows.
+    np.testing.assert_allclose(fast, jnp.sum(weights[0, 0], axis=0), rtol=0, atol=1e-5)
+    assert float(jnp.sum(fast)) == pytest.approx(16.0, rel=1e-5)
