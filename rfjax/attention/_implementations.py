@@ -46,7 +46,7 @@ class Entry:
 
 TABLE: dict[str, Entry] = {
     "xla": Entry((), None),
-    "pallas_triton": Entry(("cuda",), Backend("triton")),
+    "pallas_triton": Entry(("gpu",), Backend("triton")),  # jax.default_backend() of CUDA
     "pallas_tpu": Entry(("tpu",), Backend("tpu")),
     "pallas_triton_interpret": Entry((), Backend(None)),
     "pallas_tpu_interpret": Entry((), Backend(None, interpret="tpu")),

@@ -199,7 +199,7 @@ def test_errors_name_what_the_kernels_take():
         attention.favor_attention(
             q, k, v, projection, stabilize=False, implementation="pallas_triton_interpret"
         )
-    with pytest.raises(ValueError, match="compiles for cuda, not for platform 'cpu'"):
+    with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
         attention.favor_attention(q, k, v, projection, implementation="pallas_triton")
     with pytest.raises(ValueError, match="implementation must be one of"):
         attention.favor_attention(q, k, v, projection, implementation="mosaic")

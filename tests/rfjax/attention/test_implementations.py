@@ -24,5 +24,5 @@ def test_every_implementation_but_auto_has_one_entry():
 def test_unknown_names_and_foreign_platforms_are_refused_naming_the_choices():
     with pytest.raises(ValueError, match="implementation must be one of 'auto', 'xla'"):
         _implementations.resolve("pallas", "cpu", causal=True)
-    with pytest.raises(ValueError, match="compiles for cuda, not for platform 'cpu'"):
+    with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
         _implementations.resolve("pallas_triton", "cpu", causal=True)
