@@ -155,9 +155,10 @@ def fwht(
     the Mosaic GPU kernel was the fastest at n = 128 ... 2^14 (1.4-2.7x a device copy; 1.5-2.5x
     faster than ``"matmul"``), ``"matmul"`` at n = 64; in bfloat16
     (``benchmarks/gpu_runs/2026-11-27-h200``, after the Triton kernel's fix) the Triton kernel
-    (``"pallas_triton"``) at n = 64 ... 4096 (0.98-1.58x a copy), Mosaic GPU at 8192 (1.07x).
+    (``"pallas_triton"``) at n = 64 ... 4096 (0.98-1.58x a copy), Mosaic GPU at 8192 (1.07x)
+    and 2^14 (1.23x; ``benchmarks/gpu_runs/2026-11-30-h200``, where ``"matmul"`` took 2.96x).
     ``"auto"`` picks those (``GPU_AUTO_SM90`` in ``rfjax.ops._fwht_backends``) and ``"matmul"``
-    where nothing was measured (n = 2^15; bfloat16 n = 2^14). On TPU ``"matmul"`` runs on the MXU;
+    where only it compiles fast (n = 2^15: 2.8-3.0x a copy). On TPU ``"matmul"`` runs on the MXU;
     the TPU kernels have not run on a TPU.
 
     Args:

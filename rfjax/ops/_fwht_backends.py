@@ -273,14 +273,17 @@ def check_implementation(implementation: object) -> str:
 # implementation measured by ``benchmarks/fwht_gpu.py`` on an H200, 2^24 elements: float32 in
 # ``benchmarks/gpu_runs/2026-11-26-h200`` (the Triton kernel then failed tests, so it was left
 # out), bfloat16 in ``benchmarks/gpu_runs/2026-11-27-h200`` (after its fix; every GPU test
-# passed). Cases not listed (n = 2^15, bfloat16 n = 2^14 and n < 64 were not measured) fall back
-# to ``auto_on``. ``tests/rfjax/ops/test_fwht_backends.py`` checks this table against the
+# passed), bfloat16 n = 2^14 in ``benchmarks/gpu_runs/2026-11-30-h200`` (which also measured
+# n = 2^15, where only ``"matmul"`` and ``"xla_butterfly"`` take the length, and the float32
+# cases again, with the same choices). Cases not listed (n = 2^15, n < 64) fall back to
+# ``auto_on``. ``tests/rfjax/ops/test_fwht_backends.py`` checks this table against the
 # committed runs.
 GPU_AUTO_SM90: dict[tuple[str, int], str] = {
     ("float32", 64): "matmul",
     **{("float32", 1 << k): "mosaic_gpu" for k in range(7, 15)},
     **{("bfloat16", 1 << k): "pallas_triton" for k in range(6, 13)},
     ("bfloat16", 8192): "mosaic_gpu",
+    ("bfloat16", 16384): "mosaic_gpu",
 }
 
 

@@ -18,7 +18,11 @@ from tests.support import ROOT
 
 GPU_RUNS = [
     ROOT / "benchmarks/gpu_runs" / name
-    for name in ("2026-11-26-h200/run1_fwht_gpu.json", "2026-11-27-h200/fwht_gpu.json")
+    for name in (
+        "2026-11-26-h200/run1_fwht_gpu.json",
+        "2026-11-27-h200/fwht_gpu.json",
+        "2026-11-30-h200/run1/fwht/fwht_gpu.json",
+    )
 ]
 # The benchmark's label of every backend (the JSON keys of its timings) -> its name.
 AUTO_CANDIDATES = {LABELS.get(name, name): name for name in fwht_backends()}
@@ -46,7 +50,7 @@ def test_gpu_auto_choice_is_the_fastest_measured():
             measured.add((dtype, n))
     assert set(GPU_AUTO_SM90) <= measured
     assert resolve_fwht("auto", "cuda", n=1 << 15, dtype="float32", capability=(9, 0)) == "matmul"
-    assert resolve_fwht("auto", "cuda", n=1 << 14, dtype="bfloat16", capability=(9, 0)) == "matmul"
+    assert resolve_fwht("auto", "cuda", n=1 << 15, dtype="bfloat16", capability=(9, 0)) == "matmul"
     assert resolve_fwht("auto", "cuda", n=1024, dtype="float32", capability=(8, 0)) == "matmul"
 
 
