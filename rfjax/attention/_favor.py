@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from rfjax._devices import cuda_capability
 from rfjax._validation import check_int
 from rfjax.attention._bidirectional import BIDIRECTIONAL_BLOCK, bidirectional_attention
 from rfjax.attention._causal import causal_attention
@@ -24,9 +25,11 @@ from rfjax.attention._checks import (
     resolve_stabilize,
 )
 from rfjax.attention._data_fitted import fit_if_unfitted, fit_to_inputs, is_unfitted
-from rfjax.attention._fused import Backend, check_fusable, fused_attention
+from rfjax.attention._fused import Backend, check_fusable, fusable, fused_attention
 from rfjax.attention._global_split import attend_split, bound_by_shard_map, fit_split
 from rfjax.attention._head_features import has_signed_features, normalise
+from rfjax.attention._implementations import TABLE as IMPLEMENTATION_TABLE
+from rfjax.attention._implementations import auto_choice
 from rfjax.attention._implementations import resolve as resolve_implementation
 from rfjax.attention._sequence_parallel import check_sequence_axis, check_split_along
 from rfjax.features import FeatureMap
@@ -213,7 +216,9 @@ def favor_attention(
         ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
         ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_triton_interpret"`` /
         ``"pallas_tpu_interpret"`` (the kernels in interpret mode, any platform), or ``"auto"``
-        (measured per platform and mode; ``"xla"`` where nothing is measured). The kernels
+        (measured per platform, mode and dtype, where the kernels take the call; else
+        ``"xla"``: on sm90+ GPUs the fused kernels for bidirectional bfloat16 calls, the XLA
+        form for the rest, ``rfjax.attention._implementations.AUTO``). The kernels
         compute the feature map from the rows inside them (the (B, T, N, m) features never
         reach memory; their states, one per chunk of 64 rows, do, at most 128 MiB per head
         at once: longer sequences run segment by segment), for the maps with affine
@@ -284,7 +289,7 @@ def favor_attention(
     query, key, value, unbatched = check_qkv(query, key, value, causal=causal)
     batch, key_length, num_heads, head_dim = key.shape
     sequence_axis = check_sequence_axis(sequence_axis)
-    backend = resolve_implementation(implementation, jax.default_backend(), causal=causal).backend
+    backend = resolve_implementation(implementation, jax.default_backend()).backend
     if backend is not None and sequence_axis is not None:
         raise ValueError(
             f"implementation={implementation!r} runs on one device: with sequence_axis use "
@@ -322,7 +327,9 @@ def favor_attention(
         fmap, map_axis, query, key, mask, causal=causal, dtype=dtype, sequence_axis=sequence_axis
     )
     stabilize = resolve_stabilize(stabilize, fmap)
-    if backend is not None:
+    if implementation == "auto" and sequence_axis is None and stabilize:
+        backend = _auto_backend(fmap, projection, causal=causal, dtype=dtype)
+    elif backend is not None:
         if not stabilize:
             raise ValueError(
                 f"implementation={implementation!r} always stabilises; with stabilize=False use "
@@ -345,6 +352,18 @@ def favor_attention(
         backend=backend,
     )
     return out[0] if unbatched else out
+
+
+def _auto_backend(fmap, projection, *, causal: bool, dtype) -> Backend | None:
+    """The fused kernels' backend ``"auto"`` picks for this call, or ``None`` (the XLA form):
+    the measured choice (``auto_choice``) where its kernels take the map."""
+    platform = jax.default_backend()
+    capability = cuda_capability() if platform == "gpu" else None
+    dtype_name = jnp.dtype(dtype).name
+    choice = auto_choice(platform, causal=causal, dtype=dtype_name, capability=capability)
+    if choice == "xla" or not fusable(fmap, projection, choice):
+        return None
+    return IMPLEMENTATION_TABLE[choice].backend
 
 
 def _attend_split_sequence(

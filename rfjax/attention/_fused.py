@@ -771,6 +771,16 @@ def check_fusable(fmap, projection, implementation: str) -> None:
         _check_triton_widths(form, type(fmap).__name__)
 
 
+def fusable(fmap, projection, implementation: str) -> bool:
+    """Whether ``implementation``'s kernels take (``fmap``, ``projection``): ``check_fusable``
+    without its error, for ``"auto"``'s choice."""
+    try:
+        check_fusable(fmap, projection, implementation)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_triton_widths(form: FusedForm, name: str) -> None:
     """``ValueError`` before compiling for feature counts Triton cannot take: every value a
     Triton kernel forms has power-of-two dimensions (>= 16 in products), so the affine maps'

@@ -15,10 +15,12 @@ hybrid (``AngularHybridFeatureMap``: its positive and trigonometric bases and si
 formed inside the kernels); any other map, a sequence split over devices, or
 ``stabilize=False`` raise ``ValueError`` naming the map and the maps the kernels take.
 
-``"auto"`` picks from ``AUTO``, measured tables of (platform, mode) -> implementation, filled from
-a benchmark run on that platform (``benchmarks/attention_gpu.py``, raw figures under
-``benchmarks/gpu_runs/``); where nothing has been measured it is ``"xla"``. No GPU or TPU run has
-measured the kernels yet, so ``AUTO`` is empty.
+``"auto"`` picks from ``AUTO``, a measured table of (platform, mode, dtype) -> implementation
+filled from benchmark runs on that platform (``benchmarks/attention_gpu.py``, raw figures under
+``benchmarks/gpu_runs/``), and ``"xla"`` where nothing was measured or where the measured
+implementation does not take the call (a map the kernels do not fuse, ``sequence_axis``,
+``stabilize=False``; ``favor_attention`` asks ``fused_choice``). The GPU entries were measured on
+an H200 and are taken on compute capability 9.0 and newer only (``AUTO_MIN_CAPABILITY``).
 """
 
 from __future__ import annotations
@@ -52,13 +54,35 @@ TABLE: dict[str, Entry] = {
     "pallas_tpu_interpret": Entry((), Backend(None, interpret="tpu")),
 }
 
-# (platform, "causal" or "bidirectional") -> the implementation ``"auto"`` picks, from measured
-# runs only (none yet).
-AUTO: dict[tuple[str, str], str] = {}
+# (platform, "causal" or "bidirectional", compute dtype) -> what ``"auto"`` picks, from measured
+# runs only. ``benchmarks/gpu_runs/2026-11-30-h200`` (H200, B = 8, 8 heads x 64, m = 256 FAVOR+
+# features, T = 4k ... 64k, bfloat16): bidirectional, the fused kernels took 0.47-0.57x the XLA
+# form's time forward and 0.72-0.78x forward + backward at every T; causal, 1.3-1.4x (the XLA
+# form stays). float32 and other GPUs were not measured.
+AUTO: dict[tuple[str, str, str], str] = {
+    ("gpu", "bidirectional", "bfloat16"): "pallas_triton",
+}
+# The oldest CUDA compute capability the GPU entries of ``AUTO`` hold for (they were measured on
+# sm90; Triton's kernels compile from sm80, but nothing older than sm90 was measured).
+AUTO_MIN_CAPABILITY = (9, 0)
 
 
-def resolve(implementation: object, platform: str, *, causal: bool) -> Entry:
-    """The ``Entry`` of ``implementation`` on ``platform`` (``"auto"`` resolved from ``AUTO``).
+def auto_choice(
+    platform: str, *, causal: bool, dtype: str, capability: tuple[int, int] | None = None
+) -> str:
+    """What ``"auto"`` picks on ``platform`` for a call of ``dtype`` (its compute dtype's name),
+    before asking whether the kernels take the call: ``AUTO``'s measured entry, else ``"xla"``.
+    ``capability``: the CUDA device's (major, minor) on ``platform="gpu"``."""
+    mode = "causal" if causal else "bidirectional"
+    choice = AUTO.get((platform, mode, dtype), "xla")
+    if platform == "gpu" and (capability is None or capability < AUTO_MIN_CAPABILITY):
+        return "xla"
+    return choice
+
+
+def resolve(implementation: object, platform: str) -> Entry:
+    """The ``Entry`` of ``implementation`` on ``platform``; ``"auto"`` is the XLA form's entry
+    here (``auto_choice`` and ``favor_attention`` pick a measured fused entry per call).
 
     Raises:
       ValueError: for an unknown name, or an implementation that does not compile for
@@ -69,10 +93,7 @@ def resolve(implementation: object, platform: str, *, causal: bool) -> Entry:
             f"implementation must be one of {', '.join(map(repr, IMPLEMENTATIONS))}; got "
             f"{implementation!r}"
         )
-    if implementation == "auto":
-        mode = "causal" if causal else "bidirectional"
-        implementation = AUTO.get((platform, mode), "xla")
-    entry = TABLE[str(implementation)]
+    entry = TABLE["xla" if implementation == "auto" else str(implementation)]
     if entry.platforms and platform not in entry.platforms:
         raise ValueError(
             f"implementation={implementation!r} compiles for {', '.join(entry.platforms)}, not "

@@ -23,21 +23,12 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jaxlib.mlir import ir
 
+from rfjax._devices import cuda_capability
 from rfjax.ops._fwht_backends import fwht_backend, resolve_fwht
 from rfjax.ops._partition import auto_per_shard, explicit_spec, per_shard, requires_devices
 
 
 @functools.cache
-def cuda_capability() -> tuple[int, int] | None:
-    """(major, minor) compute capability of the first CUDA device, or None without one."""
-    try:
-        device = jax.devices("cuda")[0]
-    except RuntimeError:
-        return None
-    major, minor = str(getattr(device, "compute_capability", "0.0")).split(".")[:2]
-    return int(major), int(minor)
-
-
 @functools.cache
 def kernel_effects(implementation: str, shape: tuple[int, ...], dtype, normalize: bool):
     """The effects of ``implementation``'s kernel on this operand (none but for simulators, which
