@@ -39,6 +39,7 @@ growth from T to 2T, and FAVOR over the peers, among them ``fla+features`` (caus
 linear-attention peer's time plus the feature map's, what FAVOR does end to end).
 ``--profile`` adds the GPU kernels of causal FAVOR forward + backward (the fused kernels' and
 the XLA form's) from JAX's profiler (time per kernel name), to name what to optimise next.
+``--triton-warps N`` compiles the fused kernels with N warps (recorded in the JSON).
 ``--budget-s`` starts no new case after that many seconds; the JSON is written after every case.
 """
 
@@ -60,7 +61,7 @@ import numpy as np
 
 from benchmarks.timing import time_interleaved
 from rfjax import features
-from rfjax.attention import data_normalizer, draw_projection, favor_attention
+from rfjax.attention import _fused, data_normalizer, draw_projection, favor_attention
 
 BATCHES = (8, 1)
 HEADS, HEAD_DIM, NUM_FEATURES = 8, 64, 256
@@ -443,16 +444,25 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=None, help="start no case after this")
     parser.add_argument("--profile", type=int, nargs=2, metavar=("B", "T"), default=None)
     parser.add_argument("--json", type=str, default=None, help="write the results here")
+    parser.add_argument(
+        "--triton-warps",
+        type=int,
+        default=None,
+        help="num_warps of the fused kernels (default: theirs, _fused.TRITON_PARAMETERS)",
+    )
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit(
             f"benchmarks.attention_gpu needs a GPU; the backend is {jax.default_backend()}"
         )
+    if args.triton_warps is not None:
+        _fused.TRITON_PARAMETERS["num_warps"] = args.triton_warps
     started = time.monotonic()
     report: dict[str, Any] = {
         "device": str(jax.devices()[0].device_kind),
         "jax": jax.__version__,
         "shape": {"heads": HEADS, "head_dim": HEAD_DIM, "num_features": NUM_FEATURES},
+        "triton_parameters": dict(_fused.TRITON_PARAMETERS),
         "peaks": measure_peaks(),
         "rows": [],
         "not_measured": [],

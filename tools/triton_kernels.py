@@ -231,6 +231,24 @@ def _ptxas(binary: str, ptx: str, arch: int) -> dict:
 
 
 def measure(args) -> list[dict]:
+    """Every kernel's row for each of ``args.warps`` (the kernels' own ``num_warps`` without
+    it)."""
+    from rfjax.attention import _fused
+
+    if not args.warps:
+        return _measure(args)
+    rows = []
+    own = dict(_fused.TRITON_PARAMETERS)
+    try:
+        for warps in args.warps:
+            _fused.TRITON_PARAMETERS["num_warps"] = warps
+            rows += _measure(args)
+    finally:
+        _fused.TRITON_PARAMETERS.update(own)
+    return rows
+
+
+def _measure(args) -> list[dict]:
     rows = []
     for arch in args.archs:
         with tempfile.TemporaryDirectory() as folder:
@@ -279,6 +297,9 @@ def main() -> None:
     parser.add_argument("--features", type=int, nargs="+", default=[128, 256])
     parser.add_argument("--maps", nargs="+", default=["affine", "angular_hybrid"])
     parser.add_argument("--ptxas", action="store_true", help="also registers and spills")
+    parser.add_argument(
+        "--warps", type=int, nargs="+", default=None, help="num_warps (default: the kernels')"
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-arch", type=int, default=90, help=argparse.SUPPRESS)

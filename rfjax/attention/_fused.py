@@ -76,6 +76,19 @@ COTANGENT_FEATURES = 128
 STATES_BYTES = 128 << 20
 
 
+# Triton's launch parameters of every fused kernel, read when a kernel is traced. One stage:
+# software pipelining's buffers took the causal cotangent kernel at m = 128 to 235,520 bytes of
+# shared memory per block with two stages, over an H100's 232,448; with one, 147,456
+# (tools/triton_kernels.py, triton 3.5.0). Since that kernel holds one block at a time
+# (102,400 bytes with one stage), every kernel fits on an H100 with two; whether two are faster
+# is a GPU's to measure. Four warps: at m = 256 on sm90 the causal output and cotangent kernels
+# spill 2,536 and 1,452 bytes per thread with 4 warps, 192 and 496 with 8
+# (benchmarks/results/triton_kernels/); which is faster is a GPU's to measure
+# (``benchmarks.attention_gpu --triton-warps``), so the kernels keep the parameters they were
+# measured with (benchmarks/gpu_runs/2026-11-30-h200).
+TRITON_PARAMETERS = {"num_warps": 4, "num_stages": 1}
+
+
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """How the kernels are compiled: ``compiler`` "triton", "tpu" or None (interpret mode,
@@ -89,12 +102,7 @@ class Backend:
         if self.compiler == "triton":
             from jax.experimental.pallas import triton as plgpu
 
-            # One stage: software pipelining's buffers took the causal cotangent kernel at
-            # m = 128 to 235,520 bytes of shared memory per block with two stages, over an
-            # H100's 232,448; with one, 147,456 (tools/triton_kernels.py, triton 3.5.0). Since
-            # that kernel holds one block at a time (102,400 bytes with one stage), every
-            # kernel fits on an H100 with two; whether two are faster is a GPU's to measure.
-            kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=4, num_stages=1)
+            kwargs["compiler_params"] = plgpu.CompilerParams(**TRITON_PARAMETERS)
         elif self.compiler == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 

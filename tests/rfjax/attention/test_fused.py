@@ -241,6 +241,18 @@ def test_kernels_lower_for_gpu_and_tpu(fmap, backend, causal):
     assert lowered_kernels(backend, causal, fmap) == (5 if causal else 6)
 
 
+def test_triton_kernels_take_the_launch_parameters_of_the_table(monkeypatch):
+    """``_fused.TRITON_PARAMETERS`` (what ``benchmarks.attention_gpu --triton-warps`` sets)
+    reaches every Triton kernel's launch: lowered with 8 warps, each kernel says 8."""
+    platform, device = DEVICES["triton"]
+    monkeypatch.setitem(_fused.TRITON_PARAMETERS, "num_warps", 8)
+    lowered = TOOL.lowered_program(
+        "affine", 64, True, backend="triton", platform=platform, device=device
+    )
+    kernels = TOOL.triton_kernels(lowered)
+    assert len(kernels) == 5 and {k["num_warps"] for k in kernels} == {8}
+
+
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_kernels_lower_for_triton_inside_shard_map(causal):
     """Inside ``shard_map`` (rows split over ``"data"``, the map's parameters replicated) the
