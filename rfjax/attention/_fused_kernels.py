@@ -25,6 +25,7 @@ FEATURE_TILE = 32  # features per tile of a diagonal block's pairs (``_diagonal`
 # dimension the kernels use (``_fused.MIN_WIDTH``); 8 spilled 976 bytes per thread on sm90
 # against 1,452 (tools/triton_kernels.py), but makes products of width 8.
 COTANGENT_TILE = 16
+STATE_TILE = 64  # features per step of the causal output kernel's state read-out
 
 
 def tile_width(width: int, most: int) -> int:
@@ -256,6 +257,31 @@ def _diagonal_cotangents(form: _Form, queries: _Rows, keys: _Rows, *, of_queries
     return jax.lax.fori_loop(0, tiles, of_keys_step, (logs, total))
 
 
+def _state_readout(form: _Form, q, la, row_shift, refs, sums, matmul_dtype):
+    """``sums`` (numerator ``(B, P)``, denominator ``(B, 1)``) plus the rows' read-out of the
+    earlier chunks' state, exp(la_t + E - M_t) [S, z] (the refs: E ``(1, m)``, S ``(m, P)``,
+    z ``(1, m)``). Past ``STATE_TILE`` features, a tile at a time (a loop; the tile's la
+    formed from the rows): all m rows of S as one operand spilled (at m = 256 on sm90, 2,536
+    bytes per thread with the whole state, 1,524 with tiles of 64; unrolled tiles 2,532), and
+    within one tile the rows' own la spill least (8 bytes at m = 64, 136 formed again)."""
+    start_ref, state_ref, count_ref = refs
+
+    def add(sums, la, features):
+        num, den = sums
+        query = jnp.exp(la + start_ref[:, features] - row_shift)
+        num = num + _dot(query, state_ref[features, :], matmul_dtype)
+        return num, den + jnp.sum(query * count_ref[:, features], axis=1, keepdims=True)
+
+    if form.width <= STATE_TILE:
+        return add(sums, la, slice(None))
+
+    def step(i, sums):
+        features = pl.ds(pl.multiple_of(i * STATE_TILE, STATE_TILE), STATE_TILE)
+        return add(sums, form.tile(q, features), features)
+
+    return jax.lax.fori_loop(0, form.width // STATE_TILE, step, sums)
+
+
 # -------------------------------------------------------------------------------- kernels
 
 
@@ -314,9 +340,9 @@ def output_kernel(
             scores = _dot(query, key, matmul_dtype, transpose_b=True)
             num = num + _dot(scores, before.v, matmul_dtype)
             den = den + jnp.sum(scores * before.ones, axis=1, keepdims=True)
-        query = jnp.exp(la + start - row_shift)
-        num = num + _dot(query, state_ref[...], matmul_dtype)
-        den = den + jnp.sum(query * count_ref[...], axis=1, keepdims=True)
+        num, den = _state_readout(
+            form, q, la, row_shift, (start_ref, state_ref, count_ref), (num, den), matmul_dtype
+        )
         num_ref[rows, :] = num
         den_ref[rows, :] = den
         shift_ref[rows, :] = row_shift

@@ -422,6 +422,30 @@ def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkey
         assert_close(got, want)
 
 
+def test_the_state_read_out_in_tiles_of_features_gives_the_outputs_of_one_tile(monkeypatch):
+    """Past ``STATE_TILE`` features the causal output kernel reads the earlier chunks' state a
+    tile of features at a time: 16 features in tiles of 8 give one tile's outputs (the
+    numerator and denominator; the sums differ in order only)."""
+    from rfjax.attention import _fused_kernels
+
+    q, k, v, mask, _ = operands(4, scale=2.0)
+    projection = projections.orthogonal(jax.random.key(7), HEAD_DIM, NUM_FEATURES)
+    form = _fused.kernel_form(projection, features.get("positive")())
+    rows = (q[0, :, 0], k[0, :, 0], v[0, :, 0], mask[0])
+
+    def sums():  # traced afresh: STATE_TILE is read when tracing
+        return jax.jit(
+            lambda *rows: _fused.fused_attention_sums(
+                form, *rows, causal=True, backend=_fused.Backend(None)
+            )
+        )(*rows)
+
+    whole = sums()
+    monkeypatch.setattr(_fused_kernels, "STATE_TILE", 8)
+    for got, want in zip(sums(), whole, strict=True):
+        assert_close(got, want)
+
+
 @pytest.mark.parametrize(  # the segments are the maps' alike: the hybrid in CI's statistical tier
     "name, causal",
     representatives(
