@@ -39,7 +39,8 @@ growth from T to 2T, and FAVOR over the peers, among them ``fla+features`` (caus
 linear-attention peer's time plus the feature map's, what FAVOR does end to end).
 ``--profile`` adds the GPU kernels of causal FAVOR forward + backward (the fused kernels' and
 the XLA form's) from JAX's profiler (time per kernel name), to name what to optimise next.
-``--triton-warps N`` compiles the fused kernels with N warps (recorded in the JSON).
+``--triton-warps N`` compiles the fused kernels with N warps, ``--cotangent-features N`` runs
+their cotangent kernels per tile of N features (both recorded in the JSON).
 ``--budget-s`` starts no new case after that many seconds; the JSON is written after every case.
 """
 
@@ -428,6 +429,19 @@ def case_order(dtypes, batches, lengths) -> list[tuple[str, int, int]]:
 # --- main -------------------------------------------------------------------------------------
 
 
+def kernel_settings(triton_warps: int | None, cotangent_features: int | None) -> dict:
+    """Sets the fused kernels' Triton warps and features per cotangent call where given (the
+    kernels read them when traced) and returns the settings the run measures with."""
+    if triton_warps is not None:
+        _fused.TRITON_PARAMETERS["num_warps"] = triton_warps
+    if cotangent_features is not None:
+        _fused.COTANGENT_FEATURES = cotangent_features
+    return {
+        "triton_parameters": dict(_fused.TRITON_PARAMETERS),
+        "cotangent_features": _fused.COTANGENT_FEATURES,
+    }
+
+
 def _write(report: dict, json_path: str | None) -> None:
     if json_path:
         with open(json_path, "w") as f:
@@ -450,19 +464,23 @@ def main() -> None:
         default=None,
         help="num_warps of the fused kernels (default: theirs, _fused.TRITON_PARAMETERS)",
     )
+    parser.add_argument(
+        "--cotangent-features",
+        type=int,
+        default=None,
+        help="features per call of the cotangent kernels (default: _fused.COTANGENT_FEATURES)",
+    )
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit(
             f"benchmarks.attention_gpu needs a GPU; the backend is {jax.default_backend()}"
         )
-    if args.triton_warps is not None:
-        _fused.TRITON_PARAMETERS["num_warps"] = args.triton_warps
     started = time.monotonic()
     report: dict[str, Any] = {
         "device": str(jax.devices()[0].device_kind),
         "jax": jax.__version__,
         "shape": {"heads": HEADS, "head_dim": HEAD_DIM, "num_features": NUM_FEATURES},
-        "triton_parameters": dict(_fused.TRITON_PARAMETERS),
+        "kernel_settings": kernel_settings(args.triton_warps, args.cotangent_features),
         "peaks": measure_peaks(),
         "rows": [],
         "not_measured": [],

@@ -14,8 +14,9 @@
 # then the device tool's run with command "bash benchmarks/gpu_runs/lease.sh 8", carry [".whl"]
 # and timeout_s 600. It installs the wheels, runs `python -m benchmarks.gpu_run --minutes M`
 # (arguments after M go to it) and packs the run's directory (its files below 4 MiB) into
-# $OUT/gpu_run.tar.gz (the tool returns at most 8 files, 16 MiB each), with the printed output
-# beside it in $OUT/gpu_run.log. Unpack it at the repository root, write the run's README and
+# $OUT/<the directory's name>.tar.gz (the tool returns at most 8 files, 16 MiB each), with the
+# printed output added to $OUT/gpu_run.log: several calls in one command (`&&`) each leave
+# their archive. Unpack it at the repository root, write the run's README and
 # `python -m benchmarks.gpu_report DIR`.
 set -uo pipefail
 minutes=${1:-8}
@@ -28,7 +29,7 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH="/tmp/site:$PWD" XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$out/gpu_run.log"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$out/gpu_run.log"
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 \
     | tee -a "$out/gpu_run.log"
 python3 -m benchmarks.gpu_run --minutes "$minutes" "$@" 2>&1 | tee -a "$out/gpu_run.log"
@@ -41,6 +42,6 @@ if [ -n "$run_dir" ] && [ -d "$run_dir" ]; then
     find "$relative" -type f -size -4M > /tmp/lease_files.txt
     find "$relative" -type f -size +4M -printf 'left behind: %p (%s bytes)\n' \
         | tee -a "$out/gpu_run.log"
-    tar czf "$out/gpu_run.tar.gz" -T /tmp/lease_files.txt
+    tar czf "$out/$(basename "$run_dir").tar.gz" -T /tmp/lease_files.txt
 fi
 exit "$status"

@@ -82,10 +82,10 @@ STATES_BYTES = 128 << 20
 # (tools/triton_kernels.py, triton 3.5.0). Since that kernel holds one block at a time
 # (102,400 bytes with one stage), every kernel fits on an H100 with two; whether two are faster
 # is a GPU's to measure. Four warps: at m = 256 on sm90 the causal output and cotangent kernels
-# spill 2,536 and 1,452 bytes per thread with 4 warps, 192 and 496 with 8
-# (benchmarks/results/triton_kernels/); which is faster is a GPU's to measure
-# (``benchmarks.attention_gpu --triton-warps``), so the kernels keep the parameters they were
-# measured with (benchmarks/gpu_runs/2026-11-30-h200).
+# spill 1,524 and 1,452 bytes per thread with 4 warps, 108 and 496 with 8
+# (benchmarks/results/triton_kernels/kernels_ptxas_warps_01d6e76.json); which is faster is a
+# GPU's to measure (``benchmarks.attention_gpu --triton-warps``), so the kernels keep the
+# parameters they were measured with (benchmarks/gpu_runs/2026-11-30-h200).
 TRITON_PARAMETERS = {"num_warps": 4, "num_stages": 1}
 
 
