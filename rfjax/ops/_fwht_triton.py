@@ -43,7 +43,7 @@ fastest at n = 64 ... 4096 and ``"auto"`` picks it (``GPU_AUTO_SM90``). Measurem
 seen on a GPU are in ``benchmarks/gpu_runs/``. A known slow case, not fixed: in float32 the
 lengths that use a 128 x 128 factor at ``Precision.HIGHEST`` (n = 128, dense, and n = 8192,
 64 x 128) took 53-86x a device copy on an H200 (4.4-5.1 ms for 2^24 entries, where the other
-lengths took 1.4-4.5x; ``2026-11-26-h200``, ``2026-11-30-h200``); ``"auto"`` picks Mosaic GPU
+lengths took 2.1-4.5x; ``2026-11-26-h200``, ``2026-11-30-h200``); ``"auto"`` picks Mosaic GPU
 there on sm90+.
 """
 
