@@ -62,7 +62,12 @@ import numpy as np
 
 from benchmarks.timing import time_interleaved
 from rfjax import features
-from rfjax.attention import _fused, data_normalizer, draw_projection, favor_attention
+from rfjax.attention import (
+    data_normalizer,
+    draw_projection,
+    favor_attention,
+    fused_kernel_settings,
+)
 
 BATCHES = (8, 1)
 HEADS, HEAD_DIM, NUM_FEATURES = 8, 64, 256
@@ -429,58 +434,21 @@ def case_order(dtypes, batches, lengths) -> list[tuple[str, int, int]]:
 # --- main -------------------------------------------------------------------------------------
 
 
-def kernel_settings(triton_warps: int | None, cotangent_features: int | None) -> dict:
-    """Sets the fused kernels' Triton warps and features per cotangent call where given (the
-    kernels read them when traced) and returns the settings the run measures with."""
-    if triton_warps is not None:
-        _fused.TRITON_PARAMETERS["num_warps"] = triton_warps
-    if cotangent_features is not None:
-        _fused.COTANGENT_FEATURES = cotangent_features
-    return {
-        "triton_parameters": dict(_fused.TRITON_PARAMETERS),
-        "cotangent_features": _fused.COTANGENT_FEATURES,
-    }
-
-
 def _write(report: dict, json_path: str | None) -> None:
     if json_path:
         with open(json_path, "w") as f:
             json.dump(report, f, indent=2)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
-    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
-    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--xla-limit-gb", type=float, default=32.0)
-    parser.add_argument("--budget-s", type=float, default=None, help="start no case after this")
-    parser.add_argument("--profile", type=int, nargs=2, metavar=("B", "T"), default=None)
-    parser.add_argument("--json", type=str, default=None, help="write the results here")
-    parser.add_argument(
-        "--triton-warps",
-        type=int,
-        default=None,
-        help="num_warps of the fused kernels (default: theirs, _fused.TRITON_PARAMETERS)",
-    )
-    parser.add_argument(
-        "--cotangent-features",
-        type=int,
-        default=None,
-        help="features per call of the cotangent kernels (default: _fused.COTANGENT_FEATURES)",
-    )
-    args = parser.parse_args()
-    if jax.default_backend() != "gpu":
-        raise SystemExit(
-            f"benchmarks.attention_gpu needs a GPU; the backend is {jax.default_backend()}"
-        )
+def run(args: argparse.Namespace, settings: dict[str, int]) -> dict[str, Any]:
+    """The peaks, the profiles and every case of ``args`` under the fused kernels' ``settings``
+    (``fused_kernel_settings``), the JSON written after each case."""
     started = time.monotonic()
     report: dict[str, Any] = {
         "device": str(jax.devices()[0].device_kind),
         "jax": jax.__version__,
         "shape": {"heads": HEADS, "head_dim": HEAD_DIM, "num_features": NUM_FEATURES},
-        "kernel_settings": kernel_settings(args.triton_warps, args.cotangent_features),
+        "kernel_settings": settings,
         "peaks": measure_peaks(),
         "rows": [],
         "not_measured": [],
@@ -506,6 +474,40 @@ def main() -> None:
             f"  {dtype} B={batch} T={length} done ({time.monotonic() - started:.0f} s)", flush=True
         )
         _write(report, args.json)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--xla-limit-gb", type=float, default=32.0)
+    parser.add_argument("--budget-s", type=float, default=None, help="start no case after this")
+    parser.add_argument("--profile", type=int, nargs=2, metavar=("B", "T"), default=None)
+    parser.add_argument("--json", type=str, default=None, help="write the results here")
+    parser.add_argument(
+        "--triton-warps",
+        type=int,
+        default=None,
+        help="num_warps of the fused kernels (default: theirs; fused_kernel_settings)",
+    )
+    parser.add_argument(
+        "--cotangent-features",
+        type=int,
+        default=None,
+        help="features per call of the cotangent kernels (default: theirs; fused_kernel_settings)",
+    )
+    args = parser.parse_args()
+    if jax.default_backend() != "gpu":
+        raise SystemExit(
+            f"benchmarks.attention_gpu needs a GPU; the backend is {jax.default_backend()}"
+        )
+    with fused_kernel_settings(
+        num_warps=args.triton_warps, cotangent_features=args.cotangent_features
+    ) as settings:
+        report = run(args, settings)
     _write(report, args.json)  # with the cases the budget left out
     for row in report["rows"]:
         if "median_s" not in row:

@@ -44,14 +44,17 @@ Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from rfjax._validation import check_choice
 from rfjax.attention._checks import log_floor, vary_like
 from rfjax.attention._chunks import chunk_states
 from rfjax.attention._fused_hybrid import FEATURE_TILE, AngularHybridSpec
@@ -84,9 +87,59 @@ STATES_BYTES = 128 << 20
 # is a GPU's to measure. Four warps: at m = 256 on sm90 the causal output and cotangent kernels
 # spill 1,524 and 1,452 bytes per thread with 4 warps, 108 and 496 with 8
 # (benchmarks/results/triton_kernels/kernels_ptxas_warps_01d6e76.json); which is faster is a
-# GPU's to measure (``benchmarks.attention_gpu --triton-warps``), so the kernels keep the
-# parameters they were measured with (benchmarks/gpu_runs/2026-11-30-h200).
+# GPU's to measure (``fused_kernel_settings``, ``benchmarks.attention_gpu --triton-warps``), so
+# the kernels keep the parameters they were measured with (benchmarks/gpu_runs/2026-11-30-h200).
 TRITON_PARAMETERS = {"num_warps": 4, "num_stages": 1}
+
+
+WARP_COUNTS = (1, 2, 4, 8, 16)  # what Triton takes as num_warps
+FEATURE_TILE_CHOICES = (16, 32, 64, 128, 256, 512)  # cotangent_features: Triton's widths
+
+
+@contextlib.contextmanager
+def fused_kernel_settings(
+    *, num_warps: int | None = None, cotangent_features: int | None = None
+) -> Iterator[dict[str, int]]:
+    """Launch settings of the fused FAVOR kernels (``implementation="pallas_..."``) for the
+    programs traced inside the ``with`` block, for tuning them on a GPU; outside it the
+    defaults return. They are read when a program is traced: a function jitted before the
+    block keeps the settings it was traced with.
+
+    Args:
+      num_warps: Triton warps per program (``WARP_COUNTS``; default 4, as the kernels were
+        measured on GPUs).
+      cotangent_features: features per call of the affine maps' cotangent kernels (a power of
+        two from 16 to 512; default 128, whose shared memory fits every NVIDIA GPU from sm80).
+
+    Yields:
+      The settings in force: ``num_warps``, ``num_stages`` and ``cotangent_features``.
+
+    Raises:
+      ValueError: for a value not among those allowed, naming them.
+
+    Examples:
+      >>> from rfjax import attention
+      >>> with attention.fused_kernel_settings(num_warps=8) as settings:
+      ...     settings["num_warps"], settings["cotangent_features"]
+      (8, 128)
+    """
+    global COTANGENT_FEATURES
+    if num_warps is not None:
+        num_warps = check_choice("num_warps", num_warps, WARP_COUNTS)
+    if cotangent_features is not None:
+        cotangent_features = check_choice(
+            "cotangent_features", cotangent_features, FEATURE_TILE_CHOICES
+        )
+    saved = dict(TRITON_PARAMETERS), COTANGENT_FEATURES
+    try:
+        if num_warps is not None:
+            TRITON_PARAMETERS["num_warps"] = num_warps
+        if cotangent_features is not None:
+            COTANGENT_FEATURES = cotangent_features
+        yield {**TRITON_PARAMETERS, "cotangent_features": COTANGENT_FEATURES}
+    finally:
+        TRITON_PARAMETERS.update(saved[0])
+        COTANGENT_FEATURES = saved[1]
 
 
 @dataclasses.dataclass(frozen=True)

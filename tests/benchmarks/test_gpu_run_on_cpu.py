@@ -79,17 +79,3 @@ def test_the_long_context_training_step_compiles_and_runs_for_both_kinds():
     assert {row["kind"] for row in rows} == set(long_context.KINDS)
     for row in rows:
         assert row["status"] == "timed" and row["tokens_per_second"] > 0, row
-
-
-def test_the_kernel_settings_of_an_arm_reach_the_kernels_and_the_report(monkeypatch):
-    """``--triton-warps`` and ``--cotangent-features`` (the next lease's arms) set what the fused
-    kernels read when traced, and the report records them; without them the defaults stay."""
-    from rfjax.attention import _fused
-
-    monkeypatch.setattr(_fused, "TRITON_PARAMETERS", dict(_fused.TRITON_PARAMETERS))
-    monkeypatch.setattr(_fused, "COTANGENT_FEATURES", _fused.COTANGENT_FEATURES)
-    defaults = attention_gpu.kernel_settings(None, None)
-    assert defaults == {"triton_parameters": _fused.TRITON_PARAMETERS, "cotangent_features": 128}
-    settings = attention_gpu.kernel_settings(8, 64)
-    assert settings["triton_parameters"]["num_warps"] == 8 == _fused.TRITON_PARAMETERS["num_warps"]
-    assert settings["cotangent_features"] == 64 == _fused.COTANGENT_FEATURES

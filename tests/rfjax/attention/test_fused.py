@@ -241,16 +241,33 @@ def test_kernels_lower_for_gpu_and_tpu(fmap, backend, causal):
     assert lowered_kernels(backend, causal, fmap) == (5 if causal else 6)
 
 
-def test_triton_kernels_take_the_launch_parameters_of_the_table(monkeypatch):
-    """``_fused.TRITON_PARAMETERS`` (what ``benchmarks.attention_gpu --triton-warps`` sets)
-    reaches every Triton kernel's launch: lowered with 8 warps, each kernel says 8."""
+def test_kernel_settings_reach_every_triton_kernel_inside_the_block_only():
+    """``attention.fused_kernel_settings`` (what ``benchmarks.attention_gpu --triton-warps`` and
+    ``--cotangent-features`` set): programs traced inside the block launch every Triton kernel
+    with its warps and run the cotangent kernels per tile of its features (m = 128 in tiles of
+    64: two calls in the backward pass); after it the defaults are back, also after an error."""
     platform, device = DEVICES["triton"]
-    monkeypatch.setitem(_fused.TRITON_PARAMETERS, "num_warps", 8)
-    lowered = TOOL.lowered_program(
-        "affine", 64, True, backend="triton", platform=platform, device=device
-    )
-    kernels = TOOL.triton_kernels(lowered)
-    assert len(kernels) == 5 and {k["num_warps"] for k in kernels} == {8}
+
+    def kernels():
+        lowered = TOOL.lowered_program(
+            "affine", 128, True, backend="triton", platform=platform, device=device
+        )
+        return TOOL.triton_kernels(lowered)
+
+    with attention.fused_kernel_settings(num_warps=8, cotangent_features=64) as settings:
+        inside = kernels()
+    assert settings == {"num_warps": 8, "num_stages": 1, "cotangent_features": 64}
+    assert {k["num_warps"] for k in inside} == {8}
+    assert [k["kernel"] for k in inside].count("rfjax_favor_causal_cotangents") == 2
+    with pytest.raises(RuntimeError), attention.fused_kernel_settings(num_warps=2):
+        raise RuntimeError
+    after = kernels()
+    assert {k["num_warps"] for k in after} == {4}
+    assert [k["kernel"] for k in after].count("rfjax_favor_causal_cotangents") == 1
+    with pytest.raises(ValueError, match="num_warps must be one of 1, 2, 4, 8, 16; got 3"):
+        attention.fused_kernel_settings(num_warps=3).__enter__()
+    with pytest.raises(ValueError, match="cotangent_features must be one of 16, 32"):
+        attention.fused_kernel_settings(cotangent_features=100).__enter__()
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
