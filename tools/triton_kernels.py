@@ -233,18 +233,12 @@ def _ptxas(binary: str, ptx: str, arch: int) -> dict:
 def measure(args) -> list[dict]:
     """Every kernel's row for each of ``args.warps`` (the kernels' own ``num_warps`` without
     it)."""
-    from rfjax.attention import _fused
+    from rfjax.attention import fused_kernel_settings
 
-    if not args.warps:
-        return _measure(args)
     rows = []
-    own = dict(_fused.TRITON_PARAMETERS)
-    try:
-        for warps in args.warps:
-            _fused.TRITON_PARAMETERS["num_warps"] = warps
+    for warps in args.warps or [None]:
+        with fused_kernel_settings(num_warps=warps):
             rows += _measure(args)
-    finally:
-        _fused.TRITON_PARAMETERS.update(own)
     return rows
 
 
