@@ -49,11 +49,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import platform
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -66,6 +68,7 @@ from jax.sharding import PartitionSpec as P
 
 from benchmarks.timing import time_interleaved
 from experiments.core import ptb, sweep
+from experiments.core.outputs import write_json, write_text
 from experiments.core.train import trainer as train
 from rfjax.data import load_ptb
 from rfjax.nn import PerformerLM, generate
@@ -151,12 +154,14 @@ def train_step_program(config, kind: str, vocab: int, length: int, devices: int)
     return compiled, (params, opt_state, inputs, targets), memory
 
 
-def step_rows(config, vocab: int, lengths, device_counts, repeats: int, budget: float) -> list:
-    """Memory (and time where it fits) of every (T, D, kind) training step."""
-    rows = []
+def step_rows(
+    config, vocab: int, lengths, device_counts, repeats: int, budget: float
+) -> Iterator[list[dict]]:
+    """Memory (and time where it fits) of every (T, D, kind) training step: the rows of each
+    (T, D), one list at a time (the caller writes them as they come)."""
     for length in lengths:
         for devices in device_counts:
-            functions, found = {}, []
+            functions, found, rows = {}, [], []
             for kind in KINDS:
                 row = {"length": length, "devices": devices, "kind": kind}
                 try:
@@ -190,7 +195,7 @@ def step_rows(config, vocab: int, lengths, device_counts, repeats: int, budget: 
                             tokens_per_second=length / timing["median_s"],
                         )
             print(f"T={length} D={devices} done (load {os.getloadavg()[0]:.1f})", flush=True)
-    return rows
+            yield rows
 
 
 def trained(workdir: str, kind: str, config) -> tuple[dict, int] | None:
@@ -284,15 +289,18 @@ def per_token_rate(short: dict, long: dict, tokens: int) -> float:
     return tokens / added if added > 0 else float("nan")
 
 
-def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats: int) -> list:
+def decode_rows(
+    config, vocab: int, workdir: str, lengths, tokens: int, repeats: int
+) -> Iterator[list[dict]]:
     """Greedy decoding tokens/s of FAVOR and exact attention with a cache of each T (one
-    device), timed in turns (``rfjax.nn.generate``, one compiled program per call)."""
+    device), timed in turns (``rfjax.nn.generate``, one compiled program per call): the two
+    rows of each T, one pair at a time."""
     rngs = {"projection": projection_key(config)}
     models = {kind: lm(config, kind, vocab) for kind in KINDS}
     parameters = {kind: decode_parameters(config, kind, vocab, workdir) for kind in KINDS}
     prompt = jnp.zeros((1, 1), jnp.int32)
-    rows = []
     for length in lengths:
+        rows = []
         # In turns FAVOR N, exact N, FAVOR 2N, exact 2N: every call of a kind follows one of
         # the other (kind by kind, FAVOR's N-token call followed exact attention's 2N-token one
         # and its 64k cache, and the per-token difference came out 10x its whole-call rate).
@@ -333,7 +341,7 @@ def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats:
                     "load_average": load,
                 }
             )
-        performer, exact = rows[-2:]
+        performer, exact = rows
         for name in ("tokens_per_second", "per_token_tokens_per_second"):
             ratio = performer[name] / exact[name]
             performer[f"favor_over_exact_{name}"] = exact[f"favor_over_exact_{name}"] = ratio
@@ -344,7 +352,7 @@ def decode_rows(config, vocab: int, workdir: str, lengths, tokens: int, repeats:
             f"(load {load[0]:.1f})",
             flush=True,
         )
-    return rows
+        yield rows
 
 
 def status_cell(row: dict) -> str:
@@ -429,13 +437,10 @@ def memory_budget(gib: float | None) -> float:
 
 
 def write(result: dict, out: str) -> None:
-    """``results.json`` and ``table.md`` of what is measured so far (after every section, so a
-    run cut short keeps its finished sections)."""
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.json"), "w") as handle:
-        json.dump(result, handle, indent=1)
-    with open(os.path.join(out, "table.md"), "w") as handle:
-        handle.write(table(result) + "\n")
+    """``results.json`` and ``table.md`` of what is measured so far, each replaced atomically
+    (after every case, so a run cut short keeps its finished cases)."""
+    write_json(os.path.join(out, "results.json"), result)
+    write_text(os.path.join(out, "table.md"), table(result) + "\n")
 
 
 def main() -> None:
@@ -482,17 +487,21 @@ def main() -> None:
     start = time.monotonic()
     result.update(steps=[], perplexity=[], decode=[])
     if "steps" not in args.skip:
-        result["steps"] = step_rows(
-            config, vocab, args.crossover_lengths, [1], args.repeats, budget
-        ) + step_rows(config, vocab, args.lengths, args.device_counts, args.repeats, budget)
-        write(result, args.out)
+        for rows in itertools.chain(
+            step_rows(config, vocab, args.crossover_lengths, [1], args.repeats, budget),
+            step_rows(config, vocab, args.lengths, args.device_counts, args.repeats, budget),
+        ):
+            result["steps"] += rows
+            write(result, args.out)
     if "perplexity" not in args.skip:
         result["perplexity"] = perplexity_rows(config, vocab, args.workdir, args.lengths, budget)
         write(result, args.out)
     if "decode" not in args.skip:
-        result["decode"] = decode_rows(
+        for rows in decode_rows(
             config, vocab, args.workdir, args.lengths, args.decode_tokens, args.repeats
-        )
+        ):
+            result["decode"] += rows
+            write(result, args.out)
     result["load_average_end"] = os.getloadavg()
     result["wall_seconds"] = time.monotonic() - start
     write(result, args.out)

@@ -75,7 +75,9 @@ def test_the_long_context_training_step_compiles_and_runs_for_both_kinds():
     config = get_config(None)
     with config.unlocked():
         config.model.implementation = "xla"
-    rows = long_context.step_rows(config, 100, [256], [1], repeats=2, budget=1e12)
+    cells = list(long_context.step_rows(config, 100, [256], [1], repeats=2, budget=1e12))
+    assert len(cells) == 1  # one (T, D): one list of rows, written as it comes
+    rows = cells[0]
     assert {row["kind"] for row in rows} == set(long_context.KINDS)
     for row in rows:
         assert row["status"] == "timed" and row["tokens_per_second"] > 0, row
