@@ -487,18 +487,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=None, help="start no case after this")
     parser.add_argument("--profile", type=int, nargs=2, metavar=("B", "T"), default=None)
     parser.add_argument("--json", type=str, default=None, help="write the results here")
-    parser.add_argument(
-        "--triton-warps",
-        type=int,
-        default=None,
-        help="num_warps of the fused kernels (default: theirs; fused_kernel_settings)",
-    )
-    parser.add_argument(
-        "--cotangent-features",
-        type=int,
-        default=None,
-        help="features per call of the cotangent kernels (default: theirs; fused_kernel_settings)",
-    )
+    # The fused kernels' launch (default: theirs; rfjax.attention.fused_kernel_settings).
+    parser.add_argument("--triton-warps", type=int, help="num_warps of the fused kernels")
+    parser.add_argument("--cotangent-features", type=int, help="features per cotangent call")
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit(
