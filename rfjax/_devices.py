@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 
 
+@functools.cache
 def cuda_capability() -> tuple[int, int] | None:
-    """(major, minor) compute capability of the first CUDA device, or None without one."""
+    """(major, minor) compute capability of the first CUDA device, or None without one (asked
+    once per process)."""
     try:
         device = jax.devices("cuda")[0]
     except RuntimeError:

@@ -263,7 +263,7 @@ def _state_readout(form: _Form, q, la, row_shift, refs, sums, matmul_dtype):
     z ``(1, m)``). Past ``STATE_TILE`` features, a tile at a time (a loop; the tile's la
     formed from the rows): all m rows of S as one operand spilled (at m = 256 on sm90, 2,536
     bytes per thread with the whole state, 1,524 with tiles of 64; unrolled tiles 2,532), and
-    within one tile the rows' own la spill least (8 bytes at m = 64, 136 formed again)."""
+    within one tile the rows' own la spill least (12 bytes at m = 64, 136 formed again)."""
     start_ref, state_ref, count_ref = refs
 
     def add(sums, la, features):

@@ -29,7 +29,6 @@ from rfjax.ops._partition import auto_per_shard, explicit_spec, per_shard, requi
 
 
 @functools.cache
-@functools.cache
 def kernel_effects(implementation: str, shape: tuple[int, ...], dtype, normalize: bool):
     """The effects of ``implementation``'s kernel on this operand (none but for simulators, which
     ``"auto"`` never picks)."""
