@@ -28,10 +28,23 @@ def _load(path: pathlib.Path) -> dict:
         return json.load(handle)
 
 
+# The fwht table's columns, those a run timed (a launch added later is absent from older runs).
+FWHT_COLUMNS = (
+    "mosaic_gpu",
+    "mosaic_gpu_pipelined",
+    "pallas_triton",
+    "matmul",
+    "xla_butterfly",
+    "auto",
+)
+
+
 def fwht_section(report: dict) -> list[str]:
     """The fwht table: median time per call over a copy's, per case and implementation."""
     results = report["results"]
-    names = ["mosaic_gpu", "pallas_triton", "matmul", "xla_butterfly", "auto"]
+    timed = {key.split("/")[0] for res in results.values() for key in res["ratios"]}
+    timed |= {name for res in results.values() for name in res["failed"]}
+    names = [name for name in FWHT_COLUMNS if name in timed]
     lines = [
         f"## fwht on {report['device']} (sm {report['compute_capability']}, JAX {report['jax']})",
         "",

@@ -141,6 +141,9 @@ def fwht(
     * ``"mosaic_gpu"`` / ``"mosaic_gpu_interpret"``: the Pallas Mosaic GPU kernel for sm90+,
       compiled or in Pallas' GPU interpret mode on CPU (tests); float16/bfloat16/float32,
       16 <= n <= 2^14;
+    * ``"mosaic_gpu_pipelined"`` / ``"mosaic_gpu_pipelined_interpret"``: the same kernel with
+      several tiles per program, the next tile loading while one is transformed; not yet
+      timed on a GPU (``"auto"`` does not pick it until a run measures it);
     * ``"auto"``: on CPU the C++ kernel, or ``"matmul"`` when it was not built; on an sm90+ GPU
       the implementation measured fastest for the length and dtype (below), else ``"matmul"``;
       on TPU ``"matmul"``; elsewhere ``"xla"`` (``resolve_fwht`` says which).

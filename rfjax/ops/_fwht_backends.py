@@ -423,3 +423,14 @@ register(
     interpret=True,
     simulated=True,
 )
+register(  # the same kernel launched differently, until a GPU run says which launch stays
+    dataclasses.replace(
+        fwht_backend("mosaic_gpu"),
+        name="mosaic_gpu_pipelined",
+        description="the Pallas Mosaic GPU kernel, several tiles per program and the next "
+        "tile loading while one is transformed (sm90+)",
+        function="fwht_rows_pipelined",
+    ),
+    interpret=True,
+    simulated=True,
+)

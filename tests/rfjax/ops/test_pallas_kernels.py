@@ -253,12 +253,72 @@ def test_mosaic_gpu_kernel_matches_dense_hadamard(k, dtype):
     ),
 )
 def test_mosaic_gpu_kernel_lowers_for_h100(k, dtype):
+    # 64 vectors: several tiles per program in the pipelined launch at every n
     x = jax.ShapeDtypeStruct((64, 1 << k), dtype)
     mesh = jax.sharding.AbstractMesh((), (), abstract_device=H100)
-    with jax.sharding.use_abstract_mesh(mesh):
-        lowered = jax.jit(lambda v: _fwht_mosaic_gpu.fwht_rows(v, True)).trace(x)
-        text = lowered.lower(lowering_platforms=("cuda",)).as_text()
-    assert "mosaic_gpu" in text
+    for launch in (_fwht_mosaic_gpu.fwht_rows, _fwht_mosaic_gpu.fwht_rows_pipelined):
+        with jax.sharding.use_abstract_mesh(mesh):
+            lowered = jax.jit(lambda v, launch=launch: launch(v, True)).trace(x)
+            text = lowered.lower(lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in text
+
+
+# The pipelined launch (several tiles per program, two input buffers): rows for which a
+# program takes more than one tile, in each regime: stage 1 only (n <= 128), stage 2 with a < 64
+# (a vector's product through its own buffer) and with a >= 64 (through the input's buffer), a
+# float32 input split into parts and a half type entering as it is. The other cases: --runslow.
+PIPELINED_ROWS = {5: 200, 8: 70, 10: 37, 12: 20, 13: 9, 14: 3}
+slow = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "k, dtype",
+    [
+        pytest.param(k, dtype, id=f"n{1 << k}-{dtype.__name__}", marks=() if keep else slow)
+        for k in PIPELINED_ROWS
+        for dtype in DTYPES
+        for keep in [(k, dtype) in {(5, jnp.float32), (10, jnp.bfloat16), (13, jnp.float32)}]
+    ],
+)
+def test_mosaic_gpu_pipelined_launch_matches_dense_hadamard(k, dtype):
+    rows = PIPELINED_ROWS[k]
+    plan = _fwht_mosaic_gpu._Plan(rows, 1 << k, dtype, pipelined=True)
+    assert plan.tiles_per_program > 1 and plan.num_programs * plan.tiles_per_program == (
+        plan.num_tiles
+    )
+    x = _input(k, dtype, rows=rows)
+    normalize = k % 2 == 0
+    y = jax.jit(
+        lambda v: fwht(v, normalize=normalize, implementation="mosaic_gpu_pipelined_interpret")
+    )(x)
+    assert y.dtype == dtype and y.shape == x.shape
+    _assert_close(y, x, normalize)
+
+
+def test_mosaic_gpu_pipelined_launch_takes_two_buffers_where_they_fit(monkeypatch):
+    """Two input buffers wherever a program's shared memory (``_Plan.shared_bytes``, the count
+    the Mosaic GPU lowering checks: its error at n = 2^14 in float32 names the same bytes) holds
+    them, one elsewhere; one tile per program and one buffer for the unpipelined launch."""
+    for k in GPU_LENGTHS:
+        for dtype in DTYPES:
+            plan = _fwht_mosaic_gpu._Plan(64 * 64, 1 << k, dtype, pipelined=True)
+            fits = plan.shared_bytes(2) <= _fwht_mosaic_gpu.SHARED_MEMORY_BYTES
+            assert plan.stages == (2 if fits else 1)
+            assert plan.shared_bytes(plan.stages) <= _fwht_mosaic_gpu.SHARED_MEMORY_BYTES
+            single = _fwht_mosaic_gpu._Plan(64 * 64, 1 << k, dtype, pipelined=False)
+            assert (single.tiles_per_program, single.stages) == (1, 1)
+    plan = _fwht_mosaic_gpu._Plan(64, 1 << 14, jnp.float32, pipelined=True)
+    assert plan.stages == 1
+    monkeypatch.setattr(_fwht_mosaic_gpu, "SHARED_MEMORY_BYTES", 1 << 30)  # two, regardless
+    x = jax.ShapeDtypeStruct((64, 1 << 14), jnp.float32)
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=H100)
+    with (
+        jax.sharding.use_abstract_mesh(mesh),
+        pytest.raises(Exception, match=f"smem_bytes={plan.shared_bytes(2)} > max_smem_bytes"),
+    ):
+        jax.jit(lambda v: _fwht_mosaic_gpu.fwht_rows_pipelined(v, True)).trace(x).lower(
+            lowering_platforms=("cuda",)
+        )
 
 
 def test_mosaic_gpu_kernel_limits_and_nan_isolation():
