@@ -102,12 +102,10 @@ class _Plan:
         self.mma_transforms = _transforms(
             min(self.a, self.b) if self.a > 1 else self.b, self.mma_dtype
         )
-        self.tiles_per_program = _largest_divisor(self.num_tiles, TILES_PER_PROGRAM)
-        self.stages = 1
+        self.tiles_per_program, self.stages = 1, 1
         if pipelined:
+            self.tiles_per_program = _largest_divisor(self.num_tiles, TILES_PER_PROGRAM)
             self.stages = 2 if self.shared_bytes(2) <= SHARED_MEMORY_BYTES else 1
-        else:
-            self.tiles_per_program = 1
         self.num_programs = self.num_tiles // self.tiles_per_program
 
     def shared_bytes(self, stages: int) -> int:
