@@ -18,13 +18,13 @@ first on a worker, which moves a few seconds between files from run to run whate
 The total is ``HEADROOM`` times the suite's seconds: the moves cancel there. ``--update`` given
 several runs' files takes each file's most seconds among them.
 
-CPU seconds are not the same on every machine: the same commit's suite took 2,013, 2,371 and
-2,610 CPU s on three CI machines (2026-11-29 and 30), and budgets set on a fast one failed
-unchanged code on a slower one. So the budgets carry the CPU seconds of a fixed reference
-workload (``REFERENCE_PROGRAM``: JAX compiling and running small programs with the suite's
-compiler flags, in two processes at once as ``pytest -n 2`` runs them) measured where they were
-set, and the check measures it again and scales every budget by how much slower this machine
-is (never tighter than written: a faster machine keeps the written budgets).
+CPU seconds are not the same on every machine, nor on one machine from hour to hour: nearly the
+same suite took 2,013, 2,371 and 2,610 CPU s in three CI runs (2026-11-29 and 30, the last two on
+one machine), and budgets set in a fast run failed unchanged code in a slower one. So the budgets
+carry the CPU seconds of a fixed reference workload (``REFERENCE_PROGRAM``: JAX compiling and
+running small programs with the suite's compiler flags, in two processes at once as ``pytest -n 2``
+runs them) measured where they were set, and the check measures it again and scales every budget
+by how much slower the machine is now (never tighter than written: a faster one keeps them).
 """
 
 from __future__ import annotations
