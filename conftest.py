@@ -72,7 +72,7 @@ def pytest_addoption(parser):
         default=False,
         help="also run the tests marked integration (an experiment's quick variant or a training "
         "job run end to end, a notebook, a wheel install, code on several processes or forced "
-        "devices), as CI does",
+        "devices, a Pallas kernel in interpret mode), as CI does",
     )
     parser.addoption(
         "--cpu-times",
@@ -93,8 +93,8 @@ OPTIONAL_MARKERS = {
     ),
     "integration": (
         "--runintegration",
-        "integration (a quick variant, training job, notebook, wheel or several processes or "
-        "devices, run end to end); use --runintegration",
+        "integration (a quick variant, training job, notebook, wheel, several processes or "
+        "devices, or a Pallas kernel in interpret mode, run end to end); use --runintegration",
     ),
 }
 

@@ -21,6 +21,7 @@ import pytest
 from rfjax import attention, features, projections
 from rfjax.attention import _fused
 from tests.rfjax.attention.test_large_norms import exact, inputs
+from tests.support.interpret_mode import INTERPRET_MODE
 from tests.support.primitives import equations
 from tests.support.representatives import representatives
 from tests.support.tools import load_tool
@@ -72,6 +73,7 @@ def fused_and_xla(q, k, v, projection, weights, fused="pallas_triton_interpret",
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@INTERPRET_MODE
 def test_kernels_match_the_xla_form_values_and_gradients(causal):
     """m = 40: the causal kernels' diagonal blocks in five tiles of 8 features
     (``_fused_kernels.tile_width``: every feature in a whole tile; Triton takes powers of two
@@ -109,6 +111,7 @@ def test_float32_matmul_precision_reaches_every_product(implementation):
 @pytest.mark.parametrize(  # the bidirectional kernels' values: the test above, by default
     "causal", representatives([True, False], [True]), ids=["causal", "bidirectional"]
 )
+@INTERPRET_MODE
 def test_kernels_at_norm_120_match_float64(causal):
     """|q| = |k| = 120 (H = 64, m = 128): the kernels' per-feature shifts keep every row's
     largest term, as the XLA form's do (tolerance: ``test_attention_large_norms.exact``)."""
@@ -133,6 +136,7 @@ def test_kernels_at_norm_120_match_float64(causal):
 
 
 @pytest.mark.statistical  # the TPU simulator: the same kernels as pallas_triton_interpret
+@INTERPRET_MODE
 def test_tpu_interpret_mode_and_oprf():
     """The TPU simulator (VMEM, the grid) runs the same kernels; OPRF fitted per head."""
     q, k, v, mask, projection = operands(2)
@@ -146,6 +150,7 @@ def test_tpu_interpret_mode_and_oprf():
     )
 
 
+@INTERPRET_MODE
 def test_bfloat16_inputs_take_bfloat16_products():
     """bfloat16 rows: the products' operands in bfloat16 (accumulated in float32), within the
     XLA form's own bfloat16 bound of the float32 result (``test_attention.test_bfloat16_inputs``:
@@ -163,6 +168,7 @@ def test_bfloat16_inputs_take_bfloat16_products():
     assert np.all(error <= bound)
 
 
+@INTERPRET_MODE
 def test_non_finite_rows_stay_in_the_rows_that_read_them():
     q, k, v, mask, projection = operands(4)
     mask = jnp.ones_like(mask)
@@ -356,6 +362,7 @@ def test_pallas_triton_segments_on_the_gpu_match_one_segment(causal, monkeypatch
     _assert_gpu_close(run("pallas_triton"), whole, u, v)
 
 
+@INTERPRET_MODE
 def test_layers_take_the_implementation():
     """``rfjax.nn.PerformerAttention(implementation=...)`` (linen; NNX and PerformerLM pass it
     on alike) runs the kernels for a causal layer: the same output as the XLA form."""
@@ -402,6 +409,7 @@ def test_triton_names_the_feature_counts_it_takes(name, count, fits):
 @pytest.mark.parametrize(  # the bidirectional kernels' tiles: CI's statistical tier
     "causal", representatives([True, False], [True]), ids=["causal", "bidirectional"]
 )
+@INTERPRET_MODE
 def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkeypatch):
     """Past ``COTANGENT_FEATURES`` the affine maps' cotangent kernels run once per tile of
     features (their shared memory per block grows with the features): 16 features in tiles of
@@ -439,6 +447,7 @@ def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkey
         assert_close(got, want)
 
 
+@INTERPRET_MODE
 def test_the_state_read_out_in_tiles_of_features_gives_the_outputs_of_one_tile(monkeypatch):
     """Past ``STATE_TILE`` features the causal output kernel reads the earlier chunks' state a
     tile of features at a time: 16 features in tiles of 8 give one tile's outputs (the
@@ -472,6 +481,7 @@ def test_the_state_read_out_in_tiles_of_features_gives_the_outputs_of_one_tile(m
     ),
     ids=["causal", "bidirectional", "angular_hybrid-causal"],
 )
+@INTERPRET_MODE
 def test_long_sequences_run_segment_by_segment_with_the_sums_of_one_segment(
     name, causal, monkeypatch
 ):

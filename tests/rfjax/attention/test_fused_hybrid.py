@@ -24,6 +24,7 @@ from tests.rfjax.attention.test_fused import (
 from tests.rfjax.attention.test_large_norms import HEAD_DIM as LARGE_HEAD_DIM
 from tests.rfjax.attention.test_large_norms import inputs, ready_map, reference, scaled_features
 from tests.support.compiled import jitted
+from tests.support.interpret_mode import INTERPRET_MODE
 from tests.support.representatives import representatives
 
 
@@ -78,6 +79,7 @@ def assert_rows_close(got, want, scores, magnitudes, value, eps):
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@INTERPRET_MODE
 def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
     """The angular hybrid's features formed inside the kernels (positive and trigonometric
     bases, sign channels) give the XLA form's outputs (per row, ``assert_rows_close``) and
@@ -123,6 +125,7 @@ def assert_matches_the_xla_form(implementation, causal, features):
         assert_close(got, want, TOLERANCE * condition)
 
 
+@INTERPRET_MODE
 def test_angular_hybrid_takes_float32_products_for_bfloat16_inputs():
     """bfloat16 inputs: the hybrid's bases are signed and its scores' sums cancel, so a
     bfloat16 operand's rounding would be amplified by a row's condition number; the kernels
@@ -153,6 +156,7 @@ def test_angular_hybrid_takes_float32_products_for_bfloat16_inputs():
 @pytest.mark.parametrize(
     "causal", representatives([True, False], [True]), ids=["causal", "bidirectional"]
 )
+@INTERPRET_MODE
 def test_angular_hybrid_floors_the_rows_the_xla_form_floors(causal):
     """|q| = |k| = 8 (H = 64, m = 32): some rows' estimated normalisers are below the signed
     maps' floor eps = 1e-3 (in the XLA form's units) and are clipped; the kernels express their
@@ -179,6 +183,7 @@ def test_angular_hybrid_floors_the_rows_the_xla_form_floors(causal):
         [(n, c) for n in (100, 120) for c in (True, False)], [(120, True)], unpack=True
     ),
 )
+@INTERPRET_MODE
 def test_angular_hybrid_at_large_norms_matches_float64(norm, causal):
     """|q| = |k| = 100 and 120 (H = 64, m = 32, n = 8 signs): the kernels' outputs against the
     float64 FAVOR of the same map (``test_attention_large_norms.reference``: the XLA form's

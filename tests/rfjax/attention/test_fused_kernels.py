@@ -16,6 +16,7 @@ from tests.rfjax.attention.test_fused import (
     assert_close,
     operands,
 )
+from tests.support.interpret_mode import INTERPRET_MODE
 
 
 def test_causal_block_weights_are_shifted_by_the_largest_term_of_each_row():
@@ -40,6 +41,7 @@ def test_causal_block_weights_are_shifted_by_the_largest_term_of_each_row():
     np.testing.assert_array_equal(mask, np.tril(np.ones((block, block), bool)))
 
 
+@INTERPRET_MODE
 def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_time(
     monkeypatch,
 ):

@@ -11,6 +11,7 @@ import pytest
 
 from rfjax import attention, features
 from tests.rfjax.attention.test_fused import assert_close, fused_and_xla
+from tests.support.interpret_mode import INTERPRET_MODE
 
 ODD_SHAPES = [  # (map, B, T, heads, H, H_v, m, causal, mask)
     ("positive_antithetic", 2, 65, 3, 20, 5, 24, True, "random"),
@@ -26,6 +27,7 @@ ODD_SHAPES = [  # (map, B, T, heads, H, H_v, m, causal, mask)
     ODD_SHAPES,
     ids=[f"{case[0]}-T{case[2]}-H{case[4]}-m{case[6]}" for case in ODD_SHAPES],
 )
+@INTERPRET_MODE
 def test_odd_shapes_match_the_xla_form(
     name, batch, length, heads, dim, value_dim, count, causal, masked
 ):

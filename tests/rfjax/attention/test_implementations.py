@@ -12,6 +12,7 @@ import pytest
 from rfjax import attention
 from rfjax.attention import _implementations
 from tests.support import ROOT
+from tests.support.interpret_mode import interpret_mode_case
 
 GPU_RUN = ROOT / "benchmarks/gpu_runs/2026-11-30-h200/run2/attention_gpu.json"
 # The benchmark's method of each implementation (its rows' "method").
@@ -62,7 +63,7 @@ def _operands(dtype=jnp.float32):
 @pytest.mark.parametrize(
     ("feature_map", "options", "fused"),
     [
-        ("positive", {}, True),
+        interpret_mode_case("positive", {}, True),  # the kernels in interpret mode
         ("positive", {"causal": True}, False),  # no entry for causal calls
         ("trigonometric", {}, False),  # a map the kernels do not fuse
     ],

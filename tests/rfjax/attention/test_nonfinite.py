@@ -11,6 +11,7 @@ import pytest
 
 from rfjax import attention, features, projections
 from tests.support.compiled import jitted
+from tests.support.interpret_mode import interpret_mode_case
 from tests.support.representatives import representatives
 
 BATCH, LENGTH, HEADS, HEAD_DIM = 2, 12, 2, 8
@@ -249,11 +250,10 @@ def test_exact_nnx_attention_isolates_with_is_causal_and_grouped_kv_heads():
 
 @pytest.mark.parametrize(
     ("implementation", "causal"),
-    representatives(
-        [(i, c) for i in ("xla", "pallas_triton_interpret") for c in (True, False)],
-        [("xla", True), ("pallas_triton_interpret", False)],
-        unpack=True,
-    ),
+    [
+        *representatives([("xla", c) for c in (True, False)], [("xla", True)], unpack=True),
+        *(interpret_mode_case("pallas_triton_interpret", c) for c in (True, False)),
+    ],
 )
 def test_a_fully_masked_sequence_adds_nothing_to_the_gradients(implementation, causal):
     """A batch whose first sequence is fully masked (its rows attend to no key, their outputs

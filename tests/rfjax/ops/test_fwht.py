@@ -41,6 +41,7 @@ from rfjax.ops import (
     symmetric_rank_update,
 )
 from rfjax.ops._cos import _xla_sin_cos
+from tests.support.interpret_mode import INTERPRET_MODE
 
 PLATFORM = jax.default_backend()
 
@@ -51,7 +52,10 @@ def backend_param(name: str):
     backend = fwht_backend(name)
     runs = backend.runs_on(PLATFORM) and backend.available()
     reason = f"{name} runs on {', '.join(backend.platforms)}, not {PLATFORM}, or was not built"
-    return pytest.param(name, marks=pytest.mark.skipif(not runs, reason=reason))
+    marks = [pytest.mark.skipif(not runs, reason=reason)]
+    return pytest.param(
+        name, marks=[*marks, INTERPRET_MODE] if name.endswith("_interpret") else marks
+    )
 
 
 # The backends every generic test runs: every entry of the registry (a new one joins without an

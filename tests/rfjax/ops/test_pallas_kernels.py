@@ -37,6 +37,7 @@ from rfjax.ops import (
     hd_chain,
 )
 from rfjax.ops._fwht_xla import bfloat16_parts, hadamard_matrix
+from tests.support.interpret_mode import INTERPRET_MODE
 
 DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32)
 TPU_LENGTHS = tuple(range(15))
@@ -100,6 +101,7 @@ def _input(k: int, dtype, rows: int = 11) -> jax.Array:
     "k, dtype",
     _sample(_grid(TPU_LENGTHS), {"n1-float16", "n128-bfloat16", "n512-float16", "n1024-float32"}),
 )
+@INTERPRET_MODE
 def test_tpu_kernel_matches_dense_hadamard(k, dtype):
     x = _input(k, dtype, rows=37 if k < 10 else 9)  # 37 rows: a partial last tile below n = 1024
     normalize = k % 2 == 1
@@ -129,6 +131,7 @@ def _assert_nan_stays_in_its_vector(implementation: str, rows: int) -> None:
     _assert_close(y[finite], jnp.asarray(x[finite]), False)
 
 
+@INTERPRET_MODE
 def test_tpu_kernel_keeps_a_nan_in_its_own_vector():
     # 300 rows of 256: a partial last tile, whose missing rows the simulator fills with NaN.
     _assert_nan_stays_in_its_vector("pallas_tpu_interpret", 300)
@@ -184,6 +187,7 @@ def _chain_grid():
 
 
 @pytest.mark.parametrize("k, simplex, dtype", _chain_grid())
+@INTERPRET_MODE
 def test_fused_chain_matches_the_composition(k, simplex, dtype):
     """The fused TPU chain (3 rotations, simplex or not, norms) against the float64 oracle."""
     p = 1 << k
@@ -201,6 +205,7 @@ def test_fused_chain_matches_the_composition(k, simplex, dtype):
     assert np.all(np.abs(np.asarray(jnp.asarray(y, jnp.float32), np.float64) - ref) <= tol)
 
 
+@INTERPRET_MODE
 def test_fused_chain_gradients_and_vmap_match_the_composition():
     x, signs, norms = _chain_case(16, jnp.float32, num_blocks=2, rows=3)
 
@@ -237,6 +242,7 @@ def test_structured_couplings_use_the_fused_kernel_on_tpu(name):
 @pytest.mark.parametrize(
     "k, dtype", _sample(_grid(GPU_LENGTHS), {"n32-float32", "n2048-float16", "n4096-bfloat16"})
 )
+@INTERPRET_MODE
 def test_mosaic_gpu_kernel_matches_dense_hadamard(k, dtype):
     x = _input(k, dtype, rows=7)  # 7 rows: padded up to a whole tile
     normalize = k % 2 == 0
@@ -280,6 +286,7 @@ slow = pytest.mark.slow
         for keep in [(k, dtype) in {(5, jnp.float32), (10, jnp.bfloat16), (13, jnp.float32)}]
     ],
 )
+@INTERPRET_MODE
 def test_mosaic_gpu_pipelined_launch_matches_dense_hadamard(k, dtype):
     rows = PIPELINED_ROWS[k]
     plan = _fwht_mosaic_gpu._Plan(rows, 1 << k, dtype, pipelined=True)
@@ -321,11 +328,15 @@ def test_mosaic_gpu_pipelined_launch_takes_two_buffers_where_they_fit(monkeypatc
         )
 
 
-def test_mosaic_gpu_kernel_limits_and_nan_isolation():
+def test_mosaic_gpu_kernel_limits():
     with pytest.raises(ValueError, match=r"16 \.\.\. 16384"):
         fwht(jnp.zeros((2, 8)), implementation="mosaic_gpu_interpret")
     with jax.enable_x64(True), pytest.raises(TypeError, match="float16, bfloat16 or float32"):
         fwht(jnp.zeros((2, 64), jnp.float64), implementation="mosaic_gpu_interpret")
+
+
+@INTERPRET_MODE
+def test_mosaic_gpu_kernel_keeps_a_nan_in_its_own_vector():
     _assert_nan_stays_in_its_vector("mosaic_gpu_interpret", 9)
 
 
@@ -339,6 +350,7 @@ def test_mosaic_gpu_split_is_exact():
 @pytest.mark.parametrize(
     "implementation", [name for name in fwht_backends() if fwht_backend(name).simulated]
 )
+@INTERPRET_MODE
 def test_kernels_follow_the_primitive_rules(implementation):
     """vmap (batch axis at the transformed position), JVP and VJP through the kernels."""
     x = jnp.asarray(np.random.default_rng(4).standard_normal((3, 64)), jnp.float32)
