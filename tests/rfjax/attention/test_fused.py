@@ -4,7 +4,8 @@ projection, with masks, padding to whole chunks and per-head projections), again
 log-space reference at |q| = |k| = 120, bfloat16 and OPRF (the angular hybrid's kernels:
 ``test_fused_hybrid.py``); every kernel lowered for Triton on an abstract H100
 and for TPUs (Mosaic), which compiles nothing for the devices; and the errors for what the
-kernels do not take.
+kernels do not take. The checks in interpret mode run in CI's integration tier
+(``tests/support/interpret_mode.py``); the lowering and the errors in the default suite.
 
 Tolerances: the kernels and the XLA form sum the same terms in different orders, in float32:
 each output is a ratio of sums of non-negative terms each carried to a few ulps, so outputs and
@@ -108,7 +109,7 @@ def test_float32_matmul_precision_reaches_every_product(implementation):
         assert {e.params["precision"] for e in products} == {highest}
 
 
-@pytest.mark.parametrize(  # the bidirectional kernels' values: the test above, by default
+@pytest.mark.parametrize(  # the bidirectional kernels' values: the test above
     "causal", representatives([True, False], [True]), ids=["causal", "bidirectional"]
 )
 @INTERPRET_MODE

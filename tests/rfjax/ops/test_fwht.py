@@ -53,9 +53,9 @@ def backend_param(name: str):
     runs = backend.runs_on(PLATFORM) and backend.available()
     reason = f"{name} runs on {', '.join(backend.platforms)}, not {PLATFORM}, or was not built"
     marks = [pytest.mark.skipif(not runs, reason=reason)]
-    return pytest.param(
-        name, marks=[*marks, INTERPRET_MODE] if name.endswith("_interpret") else marks
-    )
+    if backend.interprets is not None:  # a kernel in interpret mode: CI's tier
+        marks.append(INTERPRET_MODE)
+    return pytest.param(name, marks=marks)
 
 
 # The backends every generic test runs: every entry of the registry (a new one joins without an

@@ -5,8 +5,8 @@ lowered for the real devices.
   simulates the device (VMEM or shared memory, the grid, DMA/TMA copies, barriers, MMAs) and the
   results are compared with the dense float64 product, for every length and dtype the kernels
   take (TPU: n = 2^0 ... 2^14; Mosaic GPU: 2^4 ... 2^14; float16, bfloat16, float32). That grid
-  costs about a second per case, so the default suite runs a sample (every regime and dtype at
-  least once) and ``--runslow`` the whole grid.
+  costs about a second per case, so CI runs a sample (every regime and dtype at least once;
+  its integration tier, ``tests/support/interpret_mode.py``) and ``--runslow`` the whole grid.
 * Lowering: ``jit(...).trace(...).lower(lowering_platforms=("tpu",))`` runs the Pallas-to-Mosaic
   TPU lowering (block shapes, supported operations) and ``("cuda",)`` for an abstract H100 runs the
   Mosaic GPU lowering with its layout inference and shared-memory budget. Neither compiles for or
@@ -48,7 +48,7 @@ H100 = jax.sharding.AbstractDevice(
 
 
 def _grid(lengths):
-    """Every (log2 n, dtype); the default suite keeps one dtype per length, rotating."""
+    """Every (log2 n, dtype); without ``--runslow`` one dtype per length, rotating."""
     cases = []
     for i, k in enumerate(lengths):
         for j, dtype in enumerate(DTYPES):
