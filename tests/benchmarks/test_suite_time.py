@@ -1,10 +1,11 @@
 """``benchmarks.suite_time``: the pieces that do not run a suite (the summary line it reads, the
-tests it keeps, the order of the runs)."""
+tests it keeps, the order of the runs, the pooled verdict)."""
 
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks.suite_time import (
@@ -12,6 +13,8 @@ from benchmarks.suite_time import (
     TESTS_ENV,
     name_and_params,
     parse_summary,
+    pooled_rounds,
+    pooled_verdict,
     rotated,
     split_by_names,
 )
@@ -80,3 +83,66 @@ def test_as_a_plugin_it_runs_only_the_named_tests(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:]
     assert parse_summary(done.stdout)["passed"] == 1
     assert "3 deselected" in done.stdout
+
+
+def _result(peer_s, this_s, *, against="f" * 40, this_passed=2499, failed=0):
+    """A ``measure`` result with one round per pair of wall seconds."""
+
+    def run(wall, passed):
+        return {
+            "wall_s": wall,
+            "passed": passed,
+            "skipped": 7,
+            "failed": failed,
+            "errors": 0,
+            "returncode": int(bool(failed)),
+            "failures": ["t::x"] if failed else [],
+        }
+
+    return {
+        "against_commit": against,
+        "this_commit": "a" * 40,
+        "repeats": len(peer_s),
+        "runs": {
+            "peer": [run(wall, 2211) for wall in peer_s],
+            "this": [run(wall, this_passed) for wall in this_s],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "this_s, outcome",
+    [
+        ((405.0, 412.0, 401.0, 409.0), "holds"),  # 0.90-0.92x: below the 2% margin
+        ((495.0, 501.0, 492.0, 498.0), "does not hold"),  # 1.10-1.12x: beyond it
+        ((392.0, 466.0, 401.0, 470.0), "not resolved"),  # 0.87-1.04x: straddles it
+    ],
+)
+def test_pooled_rounds_are_judged_against_the_declared_margin(this_s, outcome):
+    peer_s = (450.0, 452.0, 447.0, 449.0)
+    pooled = pooled_verdict([_result(peer_s[:2], this_s[:2]), _result(peer_s[2:], this_s[2:])])
+    assert pooled["verdict"]["outcome"] == outcome
+    assert pooled["estimate"]["n"] == 4
+    assert pooled["ratio"] == pytest.approx(np.exp(np.mean(np.log(np.divide(this_s, peer_s)))))
+    assert [r["first"] for r in pooled["rounds"]] == ["peer", "this", "peer", "this"]
+
+
+def test_pooling_refuses_other_peers_other_suites_and_failed_runs():
+    one = _result((450.0,), (460.0,))
+    with pytest.raises(ValueError, match="one peer commit"):
+        pooled_rounds([one, _result((450.0,), (460.0,), against="e" * 40)])
+    with pytest.raises(ValueError, match=r"'this' ran different suites .*\(2542, 7\)"):
+        pooled_rounds([one, _result((450.0,), (460.0,), this_passed=2542)])
+    with pytest.raises(ValueError, match="a run of 'peer' failed"):
+        pooled_rounds([_result((450.0,), (460.0,), failed=1)])
+    with pytest.raises(ValueError, match=r"excluded rounds .* \[\(1, 0\)\] are not there"):
+        pooled_rounds([one], excluded={(1, 0)})
+
+
+def test_an_excluded_round_is_listed_but_left_out_of_the_estimate():
+    peer_s, this_s = (450.0, 452.0, 447.0), (405.0, 700.0, 401.0)
+    pooled = pooled_verdict([_result(peer_s, this_s)], excluded={(0, 1)})
+    assert [r["excluded"] for r in pooled["rounds"]] == [False, True, False]
+    assert pooled["estimate"]["n"] == 2
+    kept = np.log([405.0 / 450.0, 401.0 / 447.0])
+    assert pooled["estimate"]["mean"] == pytest.approx(kept.mean())
