@@ -1,6 +1,7 @@
 """``benchmarks.suite_time``: the pieces that do not run a suite (the summary line it reads, the
 tests it keeps, the order of the runs, the pooled verdict)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 from benchmarks.suite_time import (
     ROOT,
     TESTS_ENV,
+    main,
     name_and_params,
     parse_summary,
     pooled_rounds,
@@ -147,3 +149,25 @@ def test_an_excluded_round_is_listed_but_left_out_of_the_estimate():
     assert pooled["estimate"]["n"] == 2
     kept = np.log([405.0 / 450.0, 401.0 / 447.0])
     assert pooled["estimate"]["mean"] == pytest.approx(kept.mean())
+
+
+def test_the_pool_command_writes_the_verdict_and_names_bad_exclusions(tmp_path, capsys):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(_result((450.0, 452.0), (405.0, 700.0))))
+    second.write_text(json.dumps(_result((447.0,), (401.0,))))
+    out = tmp_path / "pooled.json"
+    pool = ["--pool", str(first), str(second), "--json", str(out)]
+    main([*pool, "--exclude", "a.json:1", "--why", "a job ran beside it"])
+    record = json.loads(out.read_text())
+    assert record["excluded_why"] == "a job ran beside it"
+    assert [r["excluded"] for r in record["rounds"]] == [False, True, False]
+    # The two kept rounds read 0.900 and 0.897: below the margin even at 1 df.
+    assert record["verdict"]["outcome"] == "holds" and record["estimate"]["n"] == 2
+    assert "a.json:1" in capsys.readouterr().out
+    for bad in ("c.json:0", "a.json:x"):
+        with pytest.raises(SystemExit):
+            main([*pool, "--exclude", bad, "--why", "w"])
+        assert "--exclude takes FILE:REPEAT" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*pool, "--exclude", "a.json:1"])
+    assert "--exclude needs --pool and --why" in capsys.readouterr().err
