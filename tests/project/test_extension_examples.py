@@ -103,6 +103,7 @@ def test_the_generic_tests_pick_the_example_up_once_applied(git_checkout, tmp_pa
     _, name, tests, least = CASES[patch]
     copy = tmp_path / "checkout"
     _copy_of_checkout(copy)
+    _git("init", "-q", cwd=copy)  # patch paths are read from the copy's root wherever it lies
     _git("apply", str(EXAMPLES / patch), cwd=copy)
     pytest_command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"]
     run = subprocess.run(
