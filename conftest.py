@@ -1,6 +1,6 @@
 """Shared pytest configuration: the ``slow``, ``statistical`` and ``integration`` markers and the
 switches that run them (``--runstatistical --runintegration``, as ``.ci/run`` does;
-``--runslow``: all three), ``--cpu-times`` (CPU seconds per test file, for
+``--runslow``: all three), ``--cpu-times`` (CPU seconds and XLA compiles per test file, for
 ``tests/cpu_budget.py``), where the FSDD recordings are
 (``$RFJAX_FSDD_DIR``, else the project's shared copy beside the checkout), and XLA's CPU backend
 at optimisation level 0 for the suite. It sits at the repository root, not in ``tests/``, so that
@@ -78,8 +78,8 @@ def pytest_addoption(parser):
         "--cpu-times",
         metavar="PATH",
         default=None,
-        help="write the CPU seconds of every test file's tests to PATH (JSON), for "
-        "tests/cpu_budget.py",
+        help="write the CPU seconds of every test file's tests, and the XLA programs they "
+        "compiled and the seconds that took, to PATH (JSON), for tests/cpu_budget.py",
     )
 
 
@@ -114,11 +114,33 @@ def pytest_collection_modifyitems(config, items):
 # Each phase (setup, call, teardown) of a test is timed in CPU seconds, user + system, of the
 # process that runs it and of the child processes it waited for (``time.process_time`` and
 # ``resource.getrusage(RUSAGE_CHILDREN)``): the work a file costs, whatever else loads the
-# machine. A phase's seconds travel in its report (``user_properties``), so under pytest-xdist
-# the controller sums the workers' reports per file and writes the JSON.
+# machine. Beside them, the XLA programs the phase's own process compiled (or loaded from the
+# persistent cache) and the seconds that took, from JAX's ``backend_compile_duration`` events:
+# most of the suite's CPU seconds are compiling (child processes' programs are not counted). A
+# phase's figures travel in its report (``user_properties``), so under pytest-xdist the
+# controller sums the workers' reports per file and writes the JSON.
 
 CPU_PROPERTY = "cpu_seconds"
+COMPILE_PROPERTIES = ("compile_seconds", "compiles")
 _CPU_MARK = pytest.StashKey[float]()
+_COMPILE_MARK = pytest.StashKey[tuple[float, int]]()
+_COMPILED = {"compile_seconds": 0.0, "compiles": 0, "listening": False}
+
+
+def _count_compile(event: str, duration: float, **kwargs) -> None:
+    del kwargs
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILED["compile_seconds"] += duration
+        _COMPILED["compiles"] += 1
+
+
+def _compiled_so_far() -> tuple[float, int]:
+    if not _COMPILED["listening"]:  # JAX imported here, in a process that runs tests
+        import jax
+
+        jax.monitoring.register_event_duration_secs_listener(_count_compile)
+        _COMPILED["listening"] = True
+    return _COMPILED["compile_seconds"], _COMPILED["compiles"]
 
 
 def _cpu_seconds() -> float:
@@ -131,7 +153,9 @@ def _cpu_seconds() -> float:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    item.stash[_CPU_MARK] = _cpu_seconds()
+    if item.config.getoption("--cpu-times"):
+        item.stash[_COMPILE_MARK] = _compiled_so_far()
+        item.stash[_CPU_MARK] = _cpu_seconds()
     return (yield)
 
 
@@ -139,19 +163,25 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     report = yield
     if item.config.getoption("--cpu-times") and _CPU_MARK in item.stash:
-        now = _cpu_seconds()
+        now, compiled = _cpu_seconds(), _compiled_so_far()
         report.user_properties.append((CPU_PROPERTY, now - item.stash[_CPU_MARK]))
-        item.stash[_CPU_MARK] = now  # the next phase starts here
+        before = item.stash[_COMPILE_MARK]
+        for name, value, start in zip(COMPILE_PROPERTIES, compiled, before, strict=True):
+            report.user_properties.append((name, value - start))
+        item.stash[_CPU_MARK], item.stash[_COMPILE_MARK] = now, compiled  # the next phase's start
     return report
 
 
 def pytest_runtest_logreport(report):
-    seconds = dict(report.user_properties).get(CPU_PROPERTY)
-    if seconds is None:
+    properties = dict(report.user_properties)
+    if CPU_PROPERTY not in properties:
         return
     path = report.nodeid.split("::", 1)[0]
-    entry = _FILE_CPU.setdefault(path, {"cpu_seconds": 0.0, "tests": 0})
-    entry["cpu_seconds"] += seconds
+    entry = _FILE_CPU.setdefault(
+        path, {CPU_PROPERTY: 0.0, **{name: 0 for name in COMPILE_PROPERTIES}, "tests": 0}
+    )
+    for name in (CPU_PROPERTY, *COMPILE_PROPERTIES):
+        entry[name] += properties[name]
     entry["tests"] += report.when == "call" or (report.when == "setup" and report.skipped)
 
 
@@ -165,7 +195,10 @@ def pytest_sessionfinish(session, exitstatus):
         return
     import json
 
-    files = dict(sorted(_FILE_CPU.items(), key=lambda item: -item[1]["cpu_seconds"]))
-    total = sum(entry["cpu_seconds"] for entry in files.values())
+    files = dict(sorted(_FILE_CPU.items(), key=lambda item: -item[1][CPU_PROPERTY]))
+    totals = {
+        f"total_{name}": sum(entry[name] for entry in files.values())
+        for name in (CPU_PROPERTY, *COMPILE_PROPERTIES)
+    }
     with open(path, "w") as handle:
-        json.dump({"total_cpu_seconds": total, "files": files}, handle, indent=1)
+        json.dump({**totals, "files": files}, handle, indent=1)

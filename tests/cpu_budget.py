@@ -119,16 +119,25 @@ def over_budget(times: dict, budgets: dict, factor: float = 1.0) -> list[str]:
 
 
 def table(times: dict, budgets: dict, factor: float = 1.0, rows: int = 25) -> str:
-    """The ``rows`` costliest files and the suite: CPU seconds beside budgets times ``factor``."""
+    """The ``rows`` costliest files and the suite: CPU seconds beside budgets times ``factor``,
+    and the XLA programs the tests' own processes compiled (or loaded from the cache) and the
+    seconds that took."""
     default = budgets["default_file_seconds"]
-    lines = [f"{'CPU s':>8} {'budget':>7} {'tests':>6}  file"]
+    lines = [f"{'CPU s':>8} {'budget':>7} {'XLA s':>7} {'programs':>8} {'tests':>6}  file"]
+
+    def row(entry: dict, budget: float, tests: int, name: str) -> str:
+        return (
+            f"{entry['cpu_seconds']:8.1f} {budget:7.1f} {entry['compile_seconds']:7.1f} "
+            f"{entry['compiles']:8} {tests:6}  {name}"
+        )
+
     for path, entry in list(times["files"].items())[:rows]:
         budget = factor * budgets["files"].get(path, default)
-        lines.append(f"{entry['cpu_seconds']:8.1f} {budget:7.1f} {entry['tests']:6}  {path}")
-    lines.append(
-        f"{times['total_cpu_seconds']:8.1f} {factor * budgets['total_seconds']:7.1f} "
-        f"{sum(e['tests'] for e in times['files'].values()):6}  all {len(times['files'])} files"
-    )
+        lines.append(row(entry, budget, entry["tests"], path))
+    total = {name.removeprefix("total_"): value for name, value in times.items() if name != "files"}
+    tests = sum(entry["tests"] for entry in times["files"].values())
+    budget = factor * budgets["total_seconds"]
+    lines.append(row(total, budget, tests, f"all {len(times['files'])} files"))
     return "\n".join(lines)
 
 

@@ -13,8 +13,16 @@ BUDGETS = {"default_file_seconds": 10, "total_seconds": 30, "files": {"tests/tes
 
 
 def _times(**seconds):
-    files = {f"tests/{name}.py": {"cpu_seconds": s, "tests": 1} for name, s in seconds.items()}
-    return {"total_cpu_seconds": sum(seconds.values()), "files": files}
+    """A --cpu-times report whose files spend half their CPU seconds compiling two programs."""
+    files = {
+        f"tests/{name}.py": {"cpu_seconds": s, "compile_seconds": s / 2, "compiles": 2, "tests": 1}
+        for name, s in seconds.items()
+    }
+    totals = {
+        f"total_{field}": sum(entry[field] for entry in files.values())
+        for field in ("cpu_seconds", "compile_seconds", "compiles")
+    }
+    return {**totals, "files": files}
 
 
 def test_files_and_total_over_their_budgets_are_reported():
@@ -71,12 +79,17 @@ def test_the_reference_workload_runs_in_two_processes_and_reports_their_cpu_seco
     assert 0.5 < seconds < 120  # JAX imported and 8 programs compiled: seconds, not zero
 
 
-def test_cpu_times_option_writes_each_files_seconds(tmp_path):
-    """pytest --cpu-times on a two-test file: the file's tests and a positive CPU time."""
+def test_cpu_times_option_writes_each_files_seconds_and_compiles(tmp_path):
+    """pytest --cpu-times on two files: each file's tests and positive CPU seconds, and the XLA
+    programs of the file whose test compiles one (none in the other's)."""
     (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text(encoding="utf-8"))
     (tmp_path / "test_toy.py").write_text(
         "def test_spin():\n    sum(i * i for i in range(200_000))\n\n"
         "def test_nothing():\n    pass\n"
+    )
+    (tmp_path / "test_jit.py").write_text(
+        "import jax, numpy as np\n\n"
+        "def test_one_program():\n    jax.jit(lambda x: x + 1)(np.ones(3)).block_until_ready()\n"
     )
     out = tmp_path / "times.json"
     subprocess.run(
@@ -86,10 +99,18 @@ def test_cpu_times_option_writes_each_files_seconds(tmp_path):
         capture_output=True,
     )
     times = json.loads(out.read_text())
-    (path,) = times["files"]
-    assert path == "test_toy.py" and times["files"][path]["tests"] == 2
-    assert 0 < times["files"][path]["cpu_seconds"] == times["total_cpu_seconds"]
+    toy, jit = times["files"]["test_toy.py"], times["files"]["test_jit.py"]
+    assert (toy["tests"], toy["compiles"], toy["compile_seconds"]) == (2, 0, 0)
+    assert jit["tests"] == 1 and jit["compiles"] == 1
+    assert 0 < jit["compile_seconds"] < jit["cpu_seconds"]
+    for field in ("cpu_seconds", "compile_seconds", "compiles"):
+        assert times[f"total_{field}"] == pytest.approx(toy[field] + jit[field])
     budgets = tmp_path / "budgets.json"
     budgets.write_text(json.dumps(BUDGETS))
     check = [sys.executable, str(cpu_budget.__file__), str(out), f"--budgets={budgets}"]
-    assert subprocess.run(check, capture_output=True).returncode == 0
+    result = subprocess.run(check, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["CPU", "s", "budget", "XLA", "s", "programs", "tests", "file"]
+    (jit_row,) = [row for row in rows if row.endswith("test_jit.py")]
+    assert jit_row.split()[3:5] == ["1", "1"]  # one program, one test
