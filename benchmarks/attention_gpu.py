@@ -40,7 +40,8 @@ linear-attention peer's time plus the feature map's, what FAVOR does end to end)
 ``--profile`` adds the GPU kernels of causal FAVOR forward + backward (the fused kernels' and
 the XLA form's) from JAX's profiler (time per kernel name), to name what to optimise next.
 ``--triton-warps N`` compiles the fused kernels with N warps, ``--cotangent-features N`` runs
-their cotangent kernels per tile of N features (both recorded in the JSON).
+their cotangent kernels per tile of N features, ``--diagonal-form pairs`` forms the causal
+kernels' diagonal blocks per pair (default: factored where exact; all recorded in the JSON).
 ``--budget-s`` starts no new case after that many seconds; the JSON is written after every case.
 """
 
@@ -440,7 +441,7 @@ def _write(report: dict, json_path: str | None) -> None:
             json.dump(report, f, indent=2)
 
 
-def run(args: argparse.Namespace, settings: dict[str, int]) -> dict[str, Any]:
+def run(args: argparse.Namespace, settings: dict[str, int | str]) -> dict[str, Any]:
     """The peaks, the profiles and every case of ``args`` under the fused kernels' ``settings``
     (``fused_kernel_settings``), the JSON written after each case."""
     started = time.monotonic()
@@ -490,13 +491,16 @@ def main() -> None:
     # The fused kernels' launch (default: theirs; rfjax.attention.fused_kernel_settings).
     parser.add_argument("--triton-warps", type=int, help="num_warps of the fused kernels")
     parser.add_argument("--cotangent-features", type=int, help="features per cotangent call")
+    parser.add_argument("--diagonal-form", help="the causal kernels' diagonal blocks")
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit(
             f"benchmarks.attention_gpu needs a GPU; the backend is {jax.default_backend()}"
         )
     with fused_kernel_settings(
-        num_warps=args.triton_warps, cotangent_features=args.cotangent_features
+        num_warps=args.triton_warps,
+        cotangent_features=args.cotangent_features,
+        diagonal_form=args.diagonal_form,
     ) as settings:
         report = run(args, settings)
     _write(report, args.json)  # with the cases the budget left out

@@ -3,7 +3,8 @@ one: each kernel's shared memory per block against the GPU's limit, and its regi
 spills.
 
   python tools/triton_kernels.py --triton-python PATH [--archs 80 90] [--features 128 256]
-      [--maps affine angular_hybrid] [--ptxas] [--json PATH]
+      [--maps affine angular_hybrid] [--ptxas] [--warps N ...]
+      [--diagonal-forms factored pairs] [--json PATH]
 
 Step 1 (this interpreter, with JAX): the forward and backward passes of
 ``rfjax.attention._fused.fused_attention_sums`` (the benchmark's head: H = H_v = 64, T = 256,
@@ -231,18 +232,22 @@ def _ptxas(binary: str, ptx: str, arch: int) -> dict:
 
 
 def measure(args) -> list[dict]:
-    """Every kernel's row for each of ``args.warps`` (the kernels' own ``num_warps`` without
-    it)."""
+    """Every kernel's row for each of ``args.warps`` and ``args.diagonal_forms`` (the kernels'
+    own settings without them)."""
     from rfjax.attention import fused_kernel_settings
 
     rows = []
     for warps in args.warps or [None]:
-        with fused_kernel_settings(num_warps=warps):
-            rows += _measure(args)
+        for form in args.diagonal_forms or [None]:
+            with fused_kernel_settings(num_warps=warps, diagonal_form=form):
+                rows += _measure(args)
     return rows
 
 
 def _measure(args) -> list[dict]:
+    from rfjax.attention import _kernel_settings
+
+    diagonal_form = _kernel_settings.IN_FORCE.diagonal_form
     rows = []
     for arch in args.archs:
         with tempfile.TemporaryDirectory() as folder:
@@ -254,7 +259,8 @@ def _measure(args) -> list[dict]:
                         for index, kernel in enumerate(triton_kernels(lowered)):
                             mode = "causal" if causal else "bidirectional"
                             stem = f"{fmap}_{features}_{mode}_{index}"
-                            case = {"map": fmap, "features": features, "mode": mode, "arch": arch}
+                            case = {"map": fmap, "features": features, "mode": mode}
+                            case |= {"arch": arch, "diagonal_form": diagonal_form}
                             cases[stem + ".json"] = {**case, **kernel}
                             with open(os.path.join(folder, stem + ".json"), "w") as file:
                                 json.dump(kernel, file)
@@ -275,7 +281,8 @@ def _line(row: dict) -> str:
     verdict = "fits" if row["fits"] else "OVER"
     text = (
         f"sm{row['arch']} {row['map']:>14} m={row['features']:<4} {row['mode']:>13} "
-        f"{row['kernel']:<32} warps {row['num_warps']} stages {row['num_stages']} "
+        f"{row['kernel']:<32} {row['diagonal_form']:>8} warps {row['num_warps']} "
+        f"stages {row['num_stages']} "
         f"shared {row['shared_bytes']:>7} / {row['shared_limit']} {verdict}  "
         f"wgmma {row['wgmma']} mma.sync {row['mma_sync']}"
     )
@@ -293,6 +300,13 @@ def main() -> None:
     parser.add_argument("--ptxas", action="store_true", help="also registers and spills")
     parser.add_argument(
         "--warps", type=int, nargs="+", default=None, help="num_warps (default: the kernels')"
+    )
+    parser.add_argument(
+        "--diagonal-forms",
+        nargs="+",
+        default=None,
+        choices=["factored", "pairs"],
+        help="the causal kernels' diagonal_form (default: the kernels')",
     )
     parser.add_argument("--json", default=None)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)

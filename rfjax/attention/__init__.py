@@ -22,8 +22,8 @@ from rfjax.attention._decode import (
     favor_prefill,
 )
 from rfjax.attention._favor import favor_attention
-from rfjax.attention._fused import fused_kernel_settings
 from rfjax.attention._head_features import data_normalizer
+from rfjax.attention._kernel_settings import fused_kernel_settings
 from rfjax.attention._per_head import PerHead, draw_projection, redraw_key
 from rfjax.attention._reference import softmax_attention
 from rfjax.attention._weights import favor_attention_weights

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from rfjax._devices import cuda_capability
 from rfjax._validation import check_int
+from rfjax.attention import _kernel_settings
 from rfjax.attention._bidirectional import BIDIRECTIONAL_BLOCK, bidirectional_attention
 from rfjax.attention._causal import causal_attention
 from rfjax.attention._checks import (
@@ -31,6 +32,7 @@ from rfjax.attention._head_features import has_signed_features, normalise
 from rfjax.attention._implementations import TABLE as IMPLEMENTATION_TABLE
 from rfjax.attention._implementations import auto_choice
 from rfjax.attention._implementations import resolve as resolve_implementation
+from rfjax.attention._kernel_settings import KernelSettings
 from rfjax.attention._sequence_parallel import check_sequence_axis, check_split_along
 from rfjax.features import FeatureMap
 from rfjax.projections import Projection
@@ -350,6 +352,7 @@ def favor_attention(
         eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
         sequence_axis=sequence_axis,
         backend=backend,
+        kernel_settings=None if backend is None else _kernel_settings.IN_FORCE,
     )
     return out[0] if unbatched else out
 
@@ -410,6 +413,7 @@ def _attend_split_sequence(
         "eps",
         "sequence_axis",
         "backend",
+        "kernel_settings",
     ),
 )
 def _favor_attention(
@@ -427,7 +431,11 @@ def _favor_attention(
     eps: float,
     sequence_axis: str | None,
     backend: Backend | None,
+    kernel_settings: KernelSettings | None,
 ) -> jax.Array:
+    # ``kernel_settings``: the fused kernels' settings in force, which they read when traced;
+    # static, so that a call under other settings (``fused_kernel_settings``) compiles afresh.
+    del kernel_settings
     out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
     dtype = compute_dtype(query, key, value)
     # Low-precision inputs: the log-features, shifts and exponentials in float32 (a logit's

@@ -14,7 +14,10 @@ C positions in blocks of B = 16:
 * causal, forward: ``key_summary_kernel`` per chunk (the chunk's key maximum d and summary
   sum_j exp(lb_j - d) [v_j, 1]), the running maxima and the chunk states by a scan over the
   summaries only (``_chunks.chunk_states``, in XLA), then ``output_kernel`` per chunk: the
-  numerator and denominator rows and the row shifts M;
+  numerator and denominator rows and the row shifts M (a block's weights against its own keys
+  per pair, as the XLA form forms them, or with ``diagonal_form="factored"``
+  (``fused_kernel_settings``) as products of a factor per row and one per key where
+  ``_fused_kernels.factored_bound`` allows it: a branch per block);
 * causal, backward (one ``jax.custom_vjp``): the states again, ``query_summary_kernel`` per chunk
   (sum_t exp(la_t + C^s - M_t) G_t^T) and the later queries' states by the reversed scan, then
   ``cotangent_kernel`` over groups of chunks: a pass over a chunk's blocks of queries, then one
@@ -32,7 +35,7 @@ running maxima and the state from one segment to the next; the backward pass kee
 each segment's start and forms one segment's states at a time from it) and the bidirectional
 passes sum their summaries segment by segment.
 
-The affine maps' cotangent kernels run once per tile of at most ``COTANGENT_FEATURES`` features
+The affine maps' cotangent kernels run once per tile of at most ``cotangent_features`` features
 (their shared memory per block grows with the features; ``tools/triton_kernels.py`` compiles
 every kernel for sm80 and sm90 without a GPU and reports it).
 
@@ -44,17 +47,15 @@ Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from rfjax._validation import check_choice
+from rfjax.attention import _kernel_settings
 from rfjax.attention._checks import log_floor, vary_like
 from rfjax.attention._chunks import chunk_states
 from rfjax.attention._fused_hybrid import FEATURE_TILE, AngularHybridSpec
@@ -65,81 +66,12 @@ from rfjax.features import AffineLogForm, AngularHybridFeatureMap
 MIN_WIDTH = 16  # the smallest dimension of a product on GPUs (tt.dot)
 Spec = AffineSpec | AngularHybridSpec  # how the kernels read a map's parameters, and which
 CHUNKS_PER_GROUP = 16  # chunks per program of the cotangent kernel (dW, db summed over them)
-# Features per call of the affine maps' cotangent kernels: their shared memory per block grows
-# with the features (at m = 256 the causal one needed 253,952 bytes with one pipeline stage, the
-# bidirectional ones 245,760 and 278,528, over an H100's 232,448; at m = 128, 147,456 at most:
-# tools/triton_kernels.py). Every term of the affine maps' cotangents is one feature's, or a sum
-# over the features (the rows' cotangents), so wider maps run one call per tile of features.
-COTANGENT_FEATURES = 128
 # Bytes of one head's chunk states (float32) held at once; beyond, the passes run segment by
 # segment (the module's docstring). The angular hybrid's states are 2 (n + 1) 2m wide (9,216 at
 # m = 256 and n = 8: 2.3 MiB per chunk of P = 64 values), so all of them at T = 64k would take
 # 2.3 GiB per head. 128 MiB keeps FAVOR+ at m = 256 (64 KiB per chunk) in one segment up to
 # T = 128k.
 STATES_BYTES = 128 << 20
-
-
-# Triton's launch parameters of every fused kernel, read when a kernel is traced. One stage:
-# software pipelining's buffers took the causal cotangent kernel at m = 128 to 235,520 bytes of
-# shared memory per block with two stages, over an H100's 232,448; with one, 147,456
-# (tools/triton_kernels.py, triton 3.5.0). Since that kernel holds one block at a time
-# (102,400 bytes with one stage), every kernel fits on an H100 with two; whether two are faster
-# is a GPU's to measure. Four warps: at m = 256 on sm90 the causal output and cotangent kernels
-# spill 1,524 and 1,452 bytes per thread with 4 warps, 108 and 496 with 8
-# (benchmarks/results/triton_kernels/kernels_ptxas_warps_01d6e76.json); which is faster is a
-# GPU's to measure (``fused_kernel_settings``, ``benchmarks.attention_gpu --triton-warps``), so
-# the kernels keep the parameters they were measured with (benchmarks/gpu_runs/2026-11-30-h200).
-TRITON_PARAMETERS = {"num_warps": 4, "num_stages": 1}
-
-
-WARP_COUNTS = (1, 2, 4, 8, 16)  # what Triton takes as num_warps
-FEATURE_TILE_CHOICES = (16, 32, 64, 128, 256, 512)  # cotangent_features: Triton's widths
-
-
-@contextlib.contextmanager
-def fused_kernel_settings(
-    *, num_warps: int | None = None, cotangent_features: int | None = None
-) -> Iterator[dict[str, int]]:
-    """Launch settings of the fused FAVOR kernels (``implementation="pallas_..."``) for the
-    programs traced inside the ``with`` block, for tuning them on a GPU; outside it the
-    defaults return. They are read when a program is traced: a function jitted before the
-    block keeps the settings it was traced with.
-
-    Args:
-      num_warps: Triton warps per program (``WARP_COUNTS``; default 4, as the kernels were
-        measured on GPUs).
-      cotangent_features: features per call of the affine maps' cotangent kernels (a power of
-        two from 16 to 512; default 128, whose shared memory fits every NVIDIA GPU from sm80).
-
-    Yields:
-      The settings in force: ``num_warps``, ``num_stages`` and ``cotangent_features``.
-
-    Raises:
-      ValueError: for a value not among those allowed, naming them.
-
-    Examples:
-      >>> from rfjax import attention
-      >>> with attention.fused_kernel_settings(num_warps=8) as settings:
-      ...     settings["num_warps"], settings["cotangent_features"]
-      (8, 128)
-    """
-    global COTANGENT_FEATURES
-    if num_warps is not None:
-        num_warps = check_choice("num_warps", num_warps, WARP_COUNTS)
-    if cotangent_features is not None:
-        cotangent_features = check_choice(
-            "cotangent_features", cotangent_features, FEATURE_TILE_CHOICES
-        )
-    saved = dict(TRITON_PARAMETERS), COTANGENT_FEATURES
-    try:
-        if num_warps is not None:
-            TRITON_PARAMETERS["num_warps"] = num_warps
-        if cotangent_features is not None:
-            COTANGENT_FEATURES = cotangent_features
-        yield {**TRITON_PARAMETERS, "cotangent_features": COTANGENT_FEATURES}
-    finally:
-        TRITON_PARAMETERS.update(saved[0])
-        COTANGENT_FEATURES = saved[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +87,8 @@ class Backend:
         if self.compiler == "triton":
             from jax.experimental.pallas import triton as plgpu
 
-            kwargs["compiler_params"] = plgpu.CompilerParams(**TRITON_PARAMETERS)
+            settings = _kernel_settings.IN_FORCE
+            kwargs["compiler_params"] = plgpu.CompilerParams(**settings.triton_parameters)
         elif self.compiler == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 
@@ -296,13 +229,13 @@ class _Map(NamedTuple):
         return [_whole(self.weights), _whole(self.aux)]
 
     def feature_tiles(self) -> list[slice]:
-        """The features cut into tiles of at most ``COTANGENT_FEATURES`` for the cotangent
-        kernels: the affine maps (per-feature parameters: a row of W, an entry of b); one tile
-        for the angular hybrid."""
+        """The features cut into tiles of at most ``cotangent_features`` (the settings in
+        force) for the cotangent kernels: the affine maps (per-feature parameters: a row of W,
+        an entry of b); one tile for the angular hybrid."""
         width = self.width
-        if not isinstance(self.spec, AffineSpec) or width <= COTANGENT_FEATURES:
+        step = _kernel_settings.IN_FORCE.cotangent_features
+        if not isinstance(self.spec, AffineSpec) or width <= step:
             return [slice(None)]
-        step = COTANGENT_FEATURES
         return [slice(i, min(i + step, width)) for i in range(0, width, step)]
 
     def tile(self, features: slice) -> _Map:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from rfjax.attention import _kernel_settings
 from rfjax.attention._checks import log_floor
 from rfjax.attention._log_prefix import LOG_BLOCK
 
@@ -183,11 +184,15 @@ class _Rows:
         return grad_w, grad_b + jnp.sum(grad_logs, axis=0, keepdims=True)
 
 
-def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start):
+def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start, matmul_dtype):
     """A block's row shifts M_t ``(B, 1)`` (``_row_shift``) and its weights against its own
-    keys, sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)`` (``_block_weights`` summed over
-    the features), formed ``FEATURE_TILE`` features at a time: the pairs of a tile are
-    ``(B, B, FEATURE_TILE)`` values, those of all m features would not fit in registers."""
+    keys, sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)``: ``_block_weights`` summed over
+    the features, or under ``diagonal_form="factored"`` the products exp(la + e - M)
+    exp(lb - e)^T (``_factors``) where ``factored_bound`` allows it; both formed
+    ``FEATURE_TILE`` features at a time (the pairs of a tile are ``(B, B, FEATURE_TILE)``
+    values, those of all m features would not fit in registers; the factors of all m at once
+    spilled 1,628 bytes per thread in the cotangent kernel at m = 256 on sm90, in tiles 1,396).
+    M_t comes from the pairs' maxima, formed the same way."""
     tile = tile_width(form.width, FEATURE_TILE)
     floor = log_floor(form.dtype)
 
@@ -198,14 +203,77 @@ def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start
     def top(i, own):
         return jnp.maximum(own, _pair_maximum(*logs(i)))
 
-    def total(i, weights):
-        return weights + jnp.sum(_block_weights(*logs(i), row_shift), axis=2)
-
     tiles = form.width // tile
     own = jax.lax.fori_loop(0, tiles, top, jnp.full((LOG_BLOCK, 1), -jnp.inf, form.dtype))
     row_shift = _row_shift(own, la, block_start)
-    zeros = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
-    return row_shift, jax.lax.fori_loop(0, tiles, total, zeros)
+
+    def pairs(i, weights):
+        return weights + jnp.sum(_block_weights(*logs(i), row_shift), axis=2)
+
+    def factored(i, weights):
+        query, key = _factors(*logs(i), row_shift)
+        return weights + _dot(query, key, matmul_dtype, transpose_b=True)
+
+    def weights(step):
+        zeros = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
+        return _causal_part(jax.lax.fori_loop(0, tiles, step, zeros))
+
+    exponent = _query_exponent(la, keys.block_max, row_shift)
+    return row_shift, _factored_or_pairs(
+        exponent, lambda: weights(factored), lambda: weights(pairs), matmul_dtype
+    )
+
+
+def factored_bound(width: int, operand_dtype: typing.Any) -> float:
+    """The largest exponent x_ti = la_ti + e_i - M_t of a block's queries (e: the block's key
+    maximum per feature) at which ``_diagonal`` forms the block's pairs with its own keys as
+    products exp(x_ti) exp(lb_ji - e_i), as the earlier blocks' are (-inf: never).
+
+    No reference between a row and its own block's later keys keeps x <= 0 (``_log_prefix``),
+    but a bound does as well: with x <= L / 2, L = -ln of the operand dtype's smallest normal
+    number, every term above e^(-L/2) of its row's largest (1) has lb_ji - e_i =
+    ln(term) - x_ti >= -L, so neither factor underflows (nor overflows: exp(x) <= e^(L/2)) and
+    the product carries the term to the operand dtype's rounding. The terms below weigh at most
+    B m e^(-L/2) together, which must be below the dtype's epsilon: float32 and bfloat16,
+    L / 2 = 43.7 and 4.6e-16 at B m = 16 x 256; float16, L / 2 = 4.9: never."""
+    info = jnp.finfo(operand_dtype)
+    half = -math.log(float(info.tiny)) / 2
+    if LOG_BLOCK * width * math.exp(-half) > float(info.eps):
+        return -math.inf
+    return half
+
+
+def _query_exponent(la: jax.Array, block_max: jax.Array, row_shift: jax.Array) -> jax.Array:
+    """x = la + e - M ``(B, m)`` of the rows with a key that counts at or before them, -inf
+    (a factor 0) for the rest: their M is at the log floor, so x would overflow, and every
+    term of theirs is a left-out key's, whose value and count are 0 in either form."""
+    counted = row_shift > 0.5 * log_floor(la.dtype)
+    return jnp.where(counted, la + block_max - row_shift, -jnp.inf)
+
+
+def _factors(la: jax.Array, lb: jax.Array, row_shift: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A block's factors against its own keys (``factored_bound``), ``(B, m)`` each: the rows'
+    exp(x) (``_query_exponent``) and the keys' exp(lb - e), with e the keys' maximum per
+    feature; sum_i of their products is the block's weights for j <= t."""
+    block_max = jnp.max(lb, axis=0, keepdims=True)
+    return jnp.exp(_query_exponent(la, block_max, row_shift)), jnp.exp(lb - block_max)
+
+
+def _causal_part(scores: jax.Array) -> jax.Array:
+    """``(B, B)`` scores for j <= t, 0 for j > t: the later keys' products (finite:
+    exp(x) <= e^(L/2)) selected away, not multiplied by 0."""
+    return jnp.where(_causal_mask(scores.shape[0])[:, :, 0], scores, 0)
+
+
+def _factored_or_pairs(exponent: jax.Array, factored, pairs, matmul_dtype):
+    """``pairs()`` under ``diagonal_form="pairs"`` (the default; ``fused_kernel_settings``);
+    under ``"factored"``, ``factored()`` where every exponent x ``(B, m)`` is within
+    ``factored_bound`` (a NaN is not), else ``pairs()``: one branch per block, taken by the
+    whole program."""
+    bound = factored_bound(exponent.shape[1], matmul_dtype)
+    if _kernel_settings.IN_FORCE.diagonal_form == "pairs" or bound == -math.inf:
+        return pairs()
+    return jax.lax.cond(jnp.max(exponent) <= bound, factored, pairs)
 
 
 def _placed(tile_values: jax.Array, first: jax.Array, width: int) -> jax.Array:
@@ -222,39 +290,58 @@ def _placed(tile_values: jax.Array, first: jax.Array, width: int) -> jax.Array:
     )
 
 
-def _diagonal_cotangents(form: _Form, queries: _Rows, keys: _Rows, *, of_queries: bool):
+def _diagonal_cotangents(
+    form: _Form, queries: _Rows, keys: _Rows, matmul_dtype, *, of_queries: bool
+):
     """A block's cotangents against its own keys, with w_tji = exp(la_ti + lb_ji - M_t)
     (``_block_weights``) and D_tj = G_t . [v_j, 1] for j <= t (``_Rows.products``): the
     queries' log-features' sum_j w_tji D_tj ``(B, m)`` (``of_queries``), else the keys'
-    sum_t w_tji D_tj ``(B, m)`` and sum_i w_tji ``(B, B)``. Formed ``COTANGENT_TILE``
-    features at a time, each tile's placed in its columns (``_diagonal`` forms the weights
-    so)."""
+    sum_t w_tji D_tj ``(B, m)`` and sum_i w_tji ``(B, B)``. Per pair, or as ``_diagonal``
+    forms the weights, with w_tji = a_ti b_ji as products of the factors (``_factors``) where
+    ``factored_bound`` allows it; either way ``COTANGENT_TILE`` features at a time, each
+    tile's cotangents placed in their columns."""
     tile = tile_width(form.width, COTANGENT_TILE)
     floor = log_floor(form.dtype)
-    products = jnp.where(_causal_mask(LOG_BLOCK)[:, :, 0], queries.products(keys), 0)
+    products = _causal_part(queries.products(keys))
 
-    def weights(i):
+    def tile_logs(i):  # the first feature, la and lb of the i-th tile of features
         first = pl.multiple_of(i * tile, tile)
         features = pl.ds(first, tile)
         lb = jnp.where(keys.valid, form.tile(keys.rows, features), floor)
-        return first, _block_weights(form.tile(queries.rows, features), lb, queries.shift)
+        return first, form.tile(queries.rows, features), lb
 
-    def of_queries_step(i, grad_la):
-        first, w = weights(i)
-        return grad_la + _placed(jnp.sum(w * products[:, :, None], axis=1), first, form.width)
+    def pieces(i, factored: bool):  # the tile's (dla, dlb, sum_i w): (B, tile), (B, tile), (B, B)
+        first, la, lb = tile_logs(i)
+        if factored:
+            query, key = _factors(la, lb, queries.shift)
+            grad_la = query * _dot(products, key, matmul_dtype)
+            grad_lb = key * _dot(products.T, query, matmul_dtype)
+            return first, grad_la, grad_lb, _dot(query, key, matmul_dtype, transpose_b=True)
+        w = _block_weights(la, lb, queries.shift)
+        weighted = w * products[:, :, None]
+        return first, jnp.sum(weighted, axis=1), jnp.sum(weighted, axis=0), jnp.sum(w, axis=2)
 
-    def of_keys_step(i, sums):
-        first, w = weights(i)
-        grad_lb, total = sums
-        grad_lb = grad_lb + _placed(jnp.sum(w * products[:, :, None], axis=0), first, form.width)
-        return grad_lb, total + jnp.sum(w, axis=2)
+    def cotangents(factored: bool):
+        def of_queries_step(i, grad_la):
+            first, tile_la, _, _ = pieces(i, factored)
+            return grad_la + _placed(tile_la, first, form.width)
 
-    logs = jnp.zeros((LOG_BLOCK, form.width), form.dtype)
-    tiles = form.width // tile
-    if of_queries:
-        return jax.lax.fori_loop(0, tiles, of_queries_step, logs)
-    total = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
-    return jax.lax.fori_loop(0, tiles, of_keys_step, (logs, total))
+        def of_keys_step(i, sums):
+            first, _, tile_lb, total = pieces(i, factored)
+            return sums[0] + _placed(tile_lb, first, form.width), sums[1] + total
+
+        logs = jnp.zeros((LOG_BLOCK, form.width), form.dtype)
+        tiles = form.width // tile
+        if of_queries:
+            return jax.lax.fori_loop(0, tiles, of_queries_step, logs)
+        total = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
+        grad_lb, total = jax.lax.fori_loop(0, tiles, of_keys_step, (logs, total))
+        return grad_lb, _causal_part(total)
+
+    exponent = _query_exponent(queries.logs, keys.block_max, queries.shift)
+    return _factored_or_pairs(
+        exponent, lambda: cotangents(True), lambda: cotangents(False), matmul_dtype
+    )
 
 
 def _state_readout(form: _Form, q, la, row_shift, refs, sums, matmul_dtype):
@@ -330,7 +417,7 @@ def output_kernel(
         q = q_ref[rows, :]
         la = form(q)
         keys = _Rows(form, s * LOG_BLOCK, keys=(k_ref, v_ref, valid_ref))
-        row_shift, weights = _diagonal(form, q, keys, la, block_start)
+        row_shift, weights = _diagonal(form, q, keys, la, block_start, matmul_dtype)
         num = jnp.dot(weights, keys.v, preferred_element_type=jnp.float32)
         den = jnp.sum(weights * keys.ones, axis=1, keepdims=True)
         for earlier in range(s):
@@ -417,7 +504,8 @@ def cotangent_kernel(
 
         def query_block(s, totals):  # dla of a block of queries, complete
             x = block_rows(s, queries=query_refs)
-            grad_la = _diagonal_cotangents(form, x, block_rows(s, keys=key_refs), of_queries=True)
+            own = block_rows(s, keys=key_refs)
+            grad_la = _diagonal_cotangents(form, x, own, matmul_dtype, of_queries=True)
 
             def earlier(e, grad_la):  # the keys of an earlier block of the chunk
                 y = block_rows(e, keys=key_refs)
@@ -433,7 +521,7 @@ def cotangent_kernel(
 
         def key_block(e, totals):  # dlb and dv of a block of keys, complete
             y, x = block_rows(e, keys=key_refs), block_rows(e, queries=query_refs)
-            grad_lb, weights = _diagonal_cotangents(form, x, y, of_queries=False)
+            grad_lb, weights = _diagonal_cotangents(form, x, y, matmul_dtype, of_queries=False)
             grad_v = _dot(weights.T, x.grad, jnp.float32)
             key = jnp.exp(y.logs - y.block_max)  # against every later block
 

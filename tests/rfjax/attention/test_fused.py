@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from rfjax import attention, features, projections
-from rfjax.attention import _fused
+from rfjax.attention import _fused, _kernel_settings
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.interpret_mode import INTERPRET_MODE
 from tests.support.primitives import equations
@@ -73,15 +73,21 @@ def fused_and_xla(q, k, v, projection, weights, fused="pallas_triton_interpret",
     ]
 
 
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize(
+    "causal, diagonal_form",
+    [(True, "pairs"), (True, "factored"), (False, "pairs")],
+    ids=["causal", "causal-factored", "bidirectional"],
+)
 @INTERPRET_MODE
-def test_kernels_match_the_xla_form_values_and_gradients(causal):
+def test_kernels_match_the_xla_form_values_and_gradients(causal, diagonal_form):
     """m = 40: the causal kernels' diagonal blocks in five tiles of 8 features
     (``_fused_kernels.tile_width``: every feature in a whole tile; Triton takes powers of two
-    only, in tiles of ``FEATURE_TILE`` and ``COTANGENT_TILE``)."""
+    only, in tiles of ``FEATURE_TILE`` and ``COTANGENT_TILE``), per pair or factored (these
+    inputs are within ``factored_bound``)."""
     q, k, v, mask, projection = operands(1, scale=2.0, features=40)
     weights = jax.random.normal(jax.random.key(9), v.shape)
-    fused, xla = fused_and_xla(q, k, v, projection, weights, causal=causal, mask=mask)
+    with attention.fused_kernel_settings(diagonal_form=diagonal_form):
+        fused, xla = fused_and_xla(q, k, v, projection, weights, causal=causal, mask=mask)
     for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(xla), strict=True):
         assert_close(got, want)
 
@@ -115,8 +121,25 @@ def test_float32_matmul_precision_reaches_every_product(implementation):
 @INTERPRET_MODE
 def test_kernels_at_norm_120_match_float64(causal):
     """|q| = |k| = 120 (H = 64, m = 128): the kernels' per-feature shifts keep every row's
-    largest term, as the XLA form's do (tolerance: ``test_attention_large_norms.exact``)."""
-    q, k, v = inputs(120, jnp.float32, length=48)
+    largest term, as the XLA form's do (tolerance: ``test_attention_large_norms.exact``).
+    (The factored diagonal blocks at this norm: the next test.)"""
+    check_norm_120(causal)
+
+
+@INTERPRET_MODE
+def test_a_block_beyond_the_factored_bound_is_formed_per_pair():
+    """``diagonal_form="factored"`` with the inputs of key 4 at |q| = |k| = 120: the first
+    block's largest exponent x is 94.5, past float32's largest exponential (88.7), so its
+    factored form would overflow; formed per pair (the other blocks, x of 0 and 24, factored),
+    the outputs match float64 and the gradients are finite."""
+    with attention.fused_kernel_settings(diagonal_form="factored"):
+        check_norm_120(True, key=4)
+
+
+def check_norm_120(causal, key=None):
+    """The kernels' outputs at |q| = |k| = 120 (``inputs``' ``key``) within the float64
+    reference's tolerance, and their gradients finite."""
+    q, k, v = inputs(120, jnp.float32, length=48, key=key)
     projection = projections.orthogonal(jax.random.key(3), 64, 128)
     out = attention.favor_attention(
         q, k, v, projection, causal=causal, implementation="pallas_triton_interpret"
@@ -248,6 +271,27 @@ def test_kernels_lower_for_gpu_and_tpu(fmap, backend, causal):
     assert lowered_kernels(backend, causal, fmap) == (5 if causal else 6)
 
 
+def test_factored_diagonal_blocks_lower_for_gpu_and_tpu():
+    """Under ``diagonal_form="factored"`` the causal output and cotangent kernels branch per
+    block (``lax.cond``: an ``scf.if`` in Triton's IR, one per block of the output kernel and
+    one per loop over blocks of the cotangent kernel, none per pair), and the forward and
+    backward passes lower for Triton and for Mosaic TPU."""
+    platform, device = DEVICES["triton"]
+
+    def branches():
+        lowered = TOOL.lowered_program(
+            "affine", 128, True, backend="triton", platform=platform, device=device
+        )
+        return {k["kernel"]: k["ttir"].count("scf.if") for k in TOOL.triton_kernels(lowered)}
+
+    pairs = branches()
+    with attention.fused_kernel_settings(diagonal_form="factored"):
+        factored = branches()
+        assert lowered_kernels("tpu", True, "affine") == 5
+    assert factored["rfjax_favor_causal_output"] - pairs["rfjax_favor_causal_output"] == 4
+    assert factored["rfjax_favor_causal_cotangents"] - pairs["rfjax_favor_causal_cotangents"] == 2
+
+
 def test_kernel_settings_reach_every_triton_kernel_inside_the_block_only():
     """``attention.fused_kernel_settings`` (what ``benchmarks.attention_gpu --triton-warps`` and
     ``--cotangent-features`` set): programs traced inside the block launch every Triton kernel
@@ -263,7 +307,12 @@ def test_kernel_settings_reach_every_triton_kernel_inside_the_block_only():
 
     with attention.fused_kernel_settings(num_warps=8, cotangent_features=64) as settings:
         inside = kernels()
-    assert settings == {"num_warps": 8, "num_stages": 1, "cotangent_features": 64}
+    assert settings == {
+        "num_warps": 8,
+        "num_stages": 1,
+        "cotangent_features": 64,
+        "diagonal_form": "pairs",
+    }
     assert {k["num_warps"] for k in inside} == {8}
     assert [k["kernel"] for k in inside].count("rfjax_favor_causal_cotangents") == 2
     with pytest.raises(RuntimeError), attention.fused_kernel_settings(num_warps=2):
@@ -275,6 +324,33 @@ def test_kernel_settings_reach_every_triton_kernel_inside_the_block_only():
         attention.fused_kernel_settings(num_warps=3).__enter__()
     with pytest.raises(ValueError, match="cotangent_features must be one of 16, 32"):
         attention.fused_kernel_settings(cotangent_features=100).__enter__()
+    with pytest.raises(ValueError, match="diagonal_form must be one of 'factored', 'pairs'"):
+        attention.fused_kernel_settings(diagonal_form="pair").__enter__()
+
+
+@INTERPRET_MODE
+def test_calls_under_other_kernel_settings_compile_afresh():
+    """``favor_attention`` compiles its program once per set of arguments; the kernel settings
+    are one of them, so a call inside ``fused_kernel_settings`` does not reuse a program
+    compiled outside it (until 2026-11-30 it did, and took the outside's settings). The two
+    forms of the diagonal blocks round differently, so the outputs differ in their last bits
+    (each within the tolerance of the XLA form's); after the block the first program is back."""
+    q, k, v, mask, projection = operands(2, scale=2.0)
+
+    def attend(implementation="pallas_triton_interpret"):
+        return np.asarray(
+            attention.favor_attention(
+                q, k, v, projection, causal=True, mask=mask, implementation=implementation
+            )
+        )
+
+    pairs = attend()
+    with attention.fused_kernel_settings(diagonal_form="factored"):
+        factored = attend()
+    assert not np.array_equal(factored, pairs)
+    np.testing.assert_array_equal(attend(), pairs)
+    for out in (factored, pairs):
+        assert_close(out, attend("xla"))
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
@@ -412,7 +488,7 @@ def test_triton_names_the_feature_counts_it_takes(name, count, fits):
 )
 @INTERPRET_MODE
 def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkeypatch):
-    """Past ``COTANGENT_FEATURES`` the affine maps' cotangent kernels run once per tile of
+    """Past ``cotangent_features`` the affine maps' cotangent kernels run once per tile of
     features (their shared memory per block grows with the features): 16 features in tiles of
     8 give the gradients of one call, the rows' summed over the tiles and the map's joined."""
     q, k, v, mask, _ = operands(3, scale=2.0)
@@ -433,7 +509,7 @@ def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkey
         )
         return jnp.sum(num * weights) + jnp.sum(jnp.sin(den))
 
-    def gradients():  # traced afresh: COTANGENT_FEATURES is read when tracing
+    def gradients():  # traced afresh: the settings are read when tracing
         grad = jax.grad(lambda *a: loss(*a), argnums=(0, 1, 2, 3, 4))
         kernel = "rfjax_favor_causal_cotangents" if causal else "rfjax_favor_key_cotangents"
         calls = str(jax.make_jaxpr(grad)(form.weights, form.bias, *rows)).count(kernel)
@@ -441,7 +517,8 @@ def test_wide_maps_run_the_cotangent_kernels_per_tile_of_features(causal, monkey
 
     whole, calls = gradients()
     assert calls == 1
-    monkeypatch.setattr(_fused, "COTANGENT_FEATURES", 8)
+    tiles_of_8 = _kernel_settings.KernelSettings(cotangent_features=8)  # below Triton's 16
+    monkeypatch.setattr(_kernel_settings, "IN_FORCE", tiles_of_8)
     tiled, calls = gradients()
     assert calls == NUM_FEATURES // 8
     for got, want in zip(tiled, whole, strict=True):

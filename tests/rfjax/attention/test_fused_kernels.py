@@ -1,16 +1,19 @@
 """Tests of ``rfjax.attention._fused_kernels``: the in-kernel pieces of the causal block (the
-mask, the block weights exp(la_ti + lb_ji - M_t) for j <= t and their row shift M_t) as plain
-JAX against direct forms, and, in interpret mode, that the causal kernels' tiles of features
+mask, the block weights exp(la_ti + lb_ji - M_t) for j <= t and their row shift M_t, their
+factored form and the bound within which it is taken) as plain JAX against direct forms, and,
+in interpret mode, that the causal kernels' tiles of features
 add up to the whole (values and gradients). The kernels themselves are checked against the XLA
 form in test_fused.py (interpret mode on CPU)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rfjax import features, projections
-from rfjax.attention import _fused, _fused_kernels
+from rfjax.attention import _fused, _fused_kernels, _kernel_settings
 from tests.rfjax.attention.test_fused import (
+    EPS32,
     HEAD_DIM,
     NUM_FEATURES,
     assert_close,
@@ -41,9 +44,77 @@ def test_causal_block_weights_are_shifted_by_the_largest_term_of_each_row():
     np.testing.assert_array_equal(mask, np.tril(np.ones((block, block), bool)))
 
 
+def test_the_factored_bound_keeps_every_term_that_matters_in_normal_numbers():
+    """x <= L / 2 (L = -ln of the smallest normal number): a term of e^(-L/2) or more has a key
+    factor of at least e^(-L) (normal), and the terms below weigh under the dtype's epsilon
+    together; float16 (L / 2 = 4.9) and widths where they would not are refused (-inf)."""
+    bound = _fused_kernels.factored_bound
+    for dtype in (jnp.float32, jnp.bfloat16):
+        info = jnp.finfo(dtype)
+        assert bound(256, dtype) == -np.log(float(info.tiny)) / 2  # 43.67
+        assert np.float32(np.exp(-2 * bound(256, dtype))) >= info.tiny
+        assert np.isfinite(np.float32(np.exp(bound(256, dtype))))
+        assert 16 * 256 * np.exp(-bound(256, dtype)) <= float(info.eps)
+    assert bound(256, jnp.float16) == -np.inf
+    assert bound(2**40, jnp.float32) == -np.inf  # 16 m e^(-43.7) > 1.2e-7
+
+
+def test_factored_weights_are_the_pairs_of_every_row_that_has_a_key():
+    """Within the bound the factored weights exp(la + e - M) exp(lb - e)^T (``_factors``),
+    selected for j <= t, are ``_block_weights`` summed over the features (each a product of
+    two float32 exponentials: a few ulps), also where a later key of the block raises a
+    feature's maximum by 40 (x up to 40) and where the first keys are left out (lb at the log
+    floor: those rows' exponents are -inf, their weights 0, the pairs' are left-out keys',
+    whose values are 0)."""
+    rng = np.random.default_rng(1)
+    block, m = 16, 24
+    la = rng.standard_normal((block, m)).astype(np.float32)
+    lb = rng.standard_normal((block, m)).astype(np.float32)
+    lb[12, :4] += 40.0  # a later key far above the earlier ones in four features
+    floor = _fused_kernels.log_floor(jnp.float32)
+    lb[:3] = floor  # the block's first keys are left out, and no key comes before it
+    la, lb = jnp.asarray(la), jnp.asarray(lb)
+    start = jnp.full((1, m), floor, jnp.float32)
+    shift = _fused_kernels._row_shift(_fused_kernels._pair_maximum(la, lb), la, start)
+    exponent = _fused_kernels._query_exponent(la, jnp.max(lb, axis=0, keepdims=True), shift)
+    query, key = _fused_kernels._factors(la, lb, shift)
+    factored = _fused_kernels._causal_part(query @ key.T)
+    pairs = jnp.sum(_fused_kernels._block_weights(la, lb, shift), axis=2)
+    assert 35.0 < float(jnp.max(exponent)) <= _fused_kernels.factored_bound(m, jnp.float32)
+    assert np.all(np.asarray(exponent[:3]) == -np.inf)
+    np.testing.assert_array_equal(factored[:3], 0.0)
+    np.testing.assert_allclose(factored[3:], pairs[3:], rtol=16 * EPS32, atol=0)
+    np.testing.assert_array_equal(np.triu(np.asarray(factored), 1), 0.0)  # the future
+
+
+def test_the_factored_form_is_taken_only_within_its_bound(monkeypatch):
+    """``_factored_or_pairs`` under ``diagonal_form="factored"``: the factored branch where
+    the largest exponent is within ``factored_bound``; per pair above it, for a NaN, for
+    float16 operands, and under ``diagonal_form="pairs"`` (the default)."""
+    bound = _fused_kernels.factored_bound(4, jnp.float32)
+    factored = _kernel_settings.KernelSettings(diagonal_form="factored")
+    monkeypatch.setattr(_kernel_settings, "IN_FORCE", factored)
+
+    def taken(largest, dtype=jnp.float32):
+        exponent = jnp.zeros((16, 4), jnp.float32).at[3, 2].set(largest)
+        branch = _fused_kernels._factored_or_pairs(
+            exponent, lambda: jnp.int32(1), lambda: jnp.int32(2), dtype
+        )
+        return {1: "factored", 2: "pairs"}[int(branch)]
+
+    assert taken(bound) == "factored"
+    assert taken(-np.inf) == "factored"  # rows without a key
+    assert taken(np.nextafter(np.float32(bound), np.float32(np.inf))) == "pairs"
+    assert taken(np.nan) == "pairs"
+    assert taken(0.0, jnp.float16) == "pairs"
+    monkeypatch.setattr(_kernel_settings, "IN_FORCE", _kernel_settings.KernelSettings())
+    assert taken(0.0) == "pairs"
+
+
+@pytest.mark.parametrize("diagonal_form", _kernel_settings.DIAGONAL_FORMS)
 @INTERPRET_MODE
 def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_time(
-    monkeypatch,
+    diagonal_form, monkeypatch
 ):
     """Each block's pairs with its own keys are formed a tile of features at a time (all m at
     once would not fit in a GPU's registers): ``FEATURE_TILE`` in the output kernel
@@ -51,7 +122,8 @@ def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_t
     which places each tile's cotangents in their columns of the m features). 16 features in
     tiles of 8 give the numerators, denominators and gradients of one tile of 16, each row
     relative to its largest term (interpret mode; a tile left out, counted twice or placed in
-    other columns changes them)."""
+    other columns changes them). Both forms: per pair, and as products of factors (these
+    inputs are within ``factored_bound``), each tile's keys relative to its own maxima."""
     q, k, v, mask, _ = operands(3, scale=2.0)
     projection = projections.orthogonal(jax.random.key(6), HEAD_DIM, NUM_FEATURES)
     form = _fused.kernel_form(projection, features.get("positive")())
@@ -73,6 +145,8 @@ def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_t
         return [*sums, *gradients]
 
     assert min(_fused_kernels.FEATURE_TILE, _fused_kernels.COTANGENT_TILE) >= NUM_FEATURES
+    settings = _kernel_settings.KernelSettings(diagonal_form=diagonal_form)
+    monkeypatch.setattr(_kernel_settings, "IN_FORCE", settings)
     whole = sums_and_gradients()
     monkeypatch.setattr(_fused_kernels, "FEATURE_TILE", 8)
     monkeypatch.setattr(_fused_kernels, "COTANGENT_TILE", 8)
