@@ -58,10 +58,12 @@ def _block_pairs(la: jax.Array, lb: jax.Array) -> jax.Array:
 
 def _row_shift(la: jax.Array, lb: jax.Array, keys: Keys) -> jax.Array:
     """M_t = max(max_i (la_ti + E_i), max_{j <= t in t's block, i} (la_ti + lb_ji)) ``(s, b)``:
-    the row's largest exponent, from positions <= t only."""
-    own_block = jnp.max(_block_pairs(la, lb), axis=(-2, -1))
-    earlier = jnp.max(la + keys.block_start[:, None, :], axis=-1)
-    return jax.lax.stop_gradient(jnp.maximum(own_block, earlier))
+    the row's largest exponent, from positions <= t only. Formed as max_i (la_ti + c_ti) with
+    c_ti = max(E_i, max_{j <= t} lb_ji), the running maximum (b m values per block, not the
+    pairs' b b m): the same number, since rounding is monotone (fl(a + max_j b_j) =
+    max_j fl(a + b_j))."""
+    running = jnp.maximum(jax.lax.cummax(lb, axis=1), keys.block_start[:, None, :])
+    return jax.lax.stop_gradient(jnp.max(la + running, axis=-1))
 
 
 class Chunk(NamedTuple):

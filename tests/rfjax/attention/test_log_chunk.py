@@ -6,7 +6,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rfjax.attention._log_chunk import chunk_cotangents, chunk_factors, chunk_output, dot
+from rfjax.attention._checks import log_floor
+from rfjax.attention._log_chunk import (
+    _keys,
+    _row_shift,
+    chunk_cotangents,
+    chunk_factors,
+    chunk_output,
+    dot,
+)
 
 BLOCKS, BLOCK, FEATURES, VALUES = 3, 4, 5, 2
 
@@ -60,6 +68,26 @@ def test_output_is_the_dense_sum_and_the_row_shift_its_largest_exponent():
             own = np.max(flat_la[t] + flat_lb[: t + 1])
             # Keys of earlier blocks enter through the block starts, E >= their lb.
             assert row_shift.reshape(-1)[t] >= max(own, np.max(flat_la[t] + start))
+
+
+def test_the_row_shift_is_its_pairs_largest_exponent_bit_for_bit():
+    """M_t from the running maximum of the keys (b m values per block) is the maximum over the
+    (b, b, m) pairs la_ti + lb_ji, j <= t, and la_ti + E_i exactly, in float32, with keys left
+    out at the log floor (rounding is monotone: fl(a + max_j b_j) = max_j fl(a + b_j))."""
+    rng = np.random.default_rng(3)
+    shape = (BLOCKS, BLOCK, FEATURES)
+    la = (30 * rng.standard_normal(shape)).astype(np.float32)
+    lb = (30 * rng.standard_normal(shape)).astype(np.float32)
+    lb[0, :2] = log_floor(jnp.float32)  # the first keys are left out
+    start = np.full(FEATURES, log_floor(jnp.float32), np.float32)  # no earlier keys
+    keys = _keys(jnp.asarray(lb), jnp.asarray(start))
+    got = np.asarray(_row_shift(jnp.asarray(la), jnp.asarray(lb), keys))
+    block_start = np.asarray(keys.block_start)
+    for s in range(BLOCKS):
+        for t in range(BLOCK):
+            pairs = la[s, t][None, :] + lb[s, : t + 1]  # float32 sums, as the pairs' form
+            earlier = la[s, t] + block_start[s]
+            assert got[s, t] == max(pairs.max(), earlier.max()), (s, t)
 
 
 def test_cotangents_are_the_derivatives_of_the_dense_sums():
