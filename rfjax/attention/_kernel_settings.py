@@ -26,8 +26,8 @@ class KernelSettings:
 
     Attributes:
       num_warps: Triton warps per program. Four: at m = 256 on sm90 the causal output and
-        cotangent kernels spill 1,524 and 1,452 bytes per thread with 4 warps, 108 and 496 with
-        8 (benchmarks/results/triton_kernels/kernels_ptxas_warps_01d6e76.json); which is
+        cotangent kernels spill 1,468 and 1,284 bytes per thread with 4 warps, 108 and 420 with
+        8 (benchmarks/results/triton_kernels/kernels_ptxas_diagonal_81e02d8.json); which is
         faster is a GPU's to measure (``benchmarks.attention_gpu --triton-warps``), so the
         kernels keep the warps they were measured with (benchmarks/gpu_runs/2026-11-30-h200).
       num_stages: Triton's pipeline stages. One: software pipelining's buffers took the causal
