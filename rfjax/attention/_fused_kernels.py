@@ -207,21 +207,23 @@ def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start
     own = jax.lax.fori_loop(0, tiles, top, jnp.full((LOG_BLOCK, 1), -jnp.inf, form.dtype))
     row_shift = _row_shift(own, la, block_start)
 
-    def pairs(i, weights):
+    def pair_step(i, weights):  # selected for j <= t already
         return weights + jnp.sum(_block_weights(*logs(i), row_shift), axis=2)
 
-    def factored(i, weights):
+    def factored_step(i, scores):
         query, key = _factors(*logs(i), row_shift)
-        return weights + _dot(query, key, matmul_dtype, transpose_b=True)
+        return scores + _dot(query, key, matmul_dtype, transpose_b=True)
 
-    def weights(step):
-        zeros = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
-        return _causal_part(jax.lax.fori_loop(0, tiles, step, zeros))
+    zeros = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
+
+    def pairs():
+        return jax.lax.fori_loop(0, tiles, pair_step, zeros)
+
+    def factored():
+        return _causal_part(jax.lax.fori_loop(0, tiles, factored_step, zeros))
 
     exponent = _query_exponent(la, keys.block_max, row_shift)
-    return row_shift, _factored_or_pairs(
-        exponent, lambda: weights(factored), lambda: weights(pairs), matmul_dtype
-    )
+    return row_shift, _factored_or_pairs(exponent, factored, pairs, matmul_dtype)
 
 
 def factored_bound(width: int, operand_dtype: typing.Any) -> float:
@@ -310,24 +312,30 @@ def _diagonal_cotangents(
         lb = jnp.where(keys.valid, form.tile(keys.rows, features), floor)
         return first, form.tile(queries.rows, features), lb
 
-    def pieces(i, factored: bool):  # the tile's (dla, dlb, sum_i w): (B, tile), (B, tile), (B, B)
+    def query_tile(i, factored: bool):  # (first, sum_j w_tji D_tj (B, tile))
         first, la, lb = tile_logs(i)
         if factored:
             query, key = _factors(la, lb, queries.shift)
-            grad_la = query * _dot(products, key, matmul_dtype)
-            grad_lb = key * _dot(products.T, query, matmul_dtype)
-            return first, grad_la, grad_lb, _dot(query, key, matmul_dtype, transpose_b=True)
+            return first, query * _dot(products, key, matmul_dtype)
         w = _block_weights(la, lb, queries.shift)
-        weighted = w * products[:, :, None]
-        return first, jnp.sum(weighted, axis=1), jnp.sum(weighted, axis=0), jnp.sum(w, axis=2)
+        return first, jnp.sum(w * products[:, :, None], axis=1)
+
+    def key_tile(i, factored: bool):  # (first, sum_t w_tji D_tj (B, tile), sum_i w_tji (B, B))
+        first, la, lb = tile_logs(i)
+        if factored:  # the sums for j > t selected away below, in ``cotangents``
+            query, key = _factors(la, lb, queries.shift)
+            grad_lb = key * _dot(products.T, query, matmul_dtype)
+            return first, grad_lb, _dot(query, key, matmul_dtype, transpose_b=True)
+        w = _block_weights(la, lb, queries.shift)
+        return first, jnp.sum(w * products[:, :, None], axis=0), jnp.sum(w, axis=2)
 
     def cotangents(factored: bool):
         def of_queries_step(i, grad_la):
-            first, tile_la, _, _ = pieces(i, factored)
+            first, tile_la = query_tile(i, factored)
             return grad_la + _placed(tile_la, first, form.width)
 
         def of_keys_step(i, sums):
-            first, _, tile_lb, total = pieces(i, factored)
+            first, tile_lb, total = key_tile(i, factored)
             return sums[0] + _placed(tile_lb, first, form.width), sums[1] + total
 
         logs = jnp.zeros((LOG_BLOCK, form.width), form.dtype)
@@ -336,7 +344,7 @@ def _diagonal_cotangents(
             return jax.lax.fori_loop(0, tiles, of_queries_step, logs)
         total = jnp.zeros((LOG_BLOCK, LOG_BLOCK), form.dtype)
         grad_lb, total = jax.lax.fori_loop(0, tiles, of_keys_step, (logs, total))
-        return grad_lb, _causal_part(total)
+        return grad_lb, _causal_part(total) if factored else total
 
     exponent = _query_exponent(queries.logs, keys.block_max, queries.shift)
     return _factored_or_pairs(
