@@ -191,7 +191,8 @@ def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start
     exp(lb - e)^T (``_factors``) where ``factored_bound`` allows it; both formed
     ``FEATURE_TILE`` features at a time (the pairs of a tile are ``(B, B, FEATURE_TILE)``
     values, those of all m features would not fit in registers; the factors of all m at once
-    spilled 1,628 bytes per thread in the cotangent kernel at m = 256 on sm90, in tiles 1,396).
+    spilled 1,628 bytes per thread in the cotangent kernel at m = 256 on sm90 at 81e02d8, in
+    tiles 1,396).
     M_t comes from the pairs' maxima, formed the same way."""
     tile = tile_width(form.width, FEATURE_TILE)
     floor = log_floor(form.dtype)

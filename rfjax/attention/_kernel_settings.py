@@ -26,8 +26,8 @@ class KernelSettings:
 
     Attributes:
       num_warps: Triton warps per program. Four: at m = 256 on sm90 the causal output and
-        cotangent kernels spill 1,468 and 1,284 bytes per thread with 4 warps, 108 and 420 with
-        8 (benchmarks/results/triton_kernels/kernels_ptxas_diagonal_81e02d8.json); which is
+        cotangent kernels spill 1,524 and 1,296 bytes per thread with 4 warps, 108 and 424 with
+        8 (benchmarks/results/triton_kernels/kernels_ptxas_diagonal_7ad0d0b.json); which is
         faster is a GPU's to measure (``benchmarks.attention_gpu --triton-warps``), so the
         kernels keep the warps they were measured with (benchmarks/gpu_runs/2026-11-30-h200).
       num_stages: Triton's pipeline stages. One: software pipelining's buffers took the causal
@@ -48,8 +48,8 @@ class KernelSettings:
         pair: one branch per block. Both are exact to the same tolerance. Pairs: the kernels
         were measured so (benchmarks/gpu_runs/2026-11-30-h200). Which is faster is a GPU's to
         measure (``benchmarks.attention_gpu --diagonal-form``): at m = 256 on sm90 with 4
-        warps the factored forms spill more in the output kernel (2,188 bytes per thread
-        against 1,468) and about as much in the cotangent kernel (1,396 against 1,284;
+        warps the factored forms spill more in the output kernel (2,212 bytes per thread
+        against 1,524) and about as much in the cotangent kernel (1,368 against 1,296;
         tools/triton_kernels.py, benchmarks/results/triton_kernels/).
     """
 
