@@ -18,6 +18,7 @@ from jax.experimental import pallas as pl
 
 from rfjax.attention import _kernel_settings
 from rfjax.attention._checks import log_floor
+from rfjax.attention._log_chunk import factored_bound
 from rfjax.attention._log_prefix import LOG_BLOCK
 
 CHUNK = 64  # positions per chunk: 4 blocks of LOG_BLOCK
@@ -188,7 +189,8 @@ def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start
     """A block's row shifts M_t ``(B, 1)`` (``_row_shift``) and its weights against its own
     keys, sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)``: ``_block_weights`` summed over
     the features, or under ``diagonal_form="factored"`` the products exp(la + e - M)
-    exp(lb - e)^T (``_factors``) where ``factored_bound`` allows it; both formed
+    exp(lb - e)^T (``_factors``) where ``_log_chunk.factored_bound`` allows it (the row
+    factors exp(la + e - M) within e^(L/2), the key factors <= 1); both formed
     ``FEATURE_TILE`` features at a time (the pairs of a tile are ``(B, B, FEATURE_TILE)``
     values, those of all m features would not fit in registers; the factors of all m at once
     spilled 1,628 bytes per thread in the cotangent kernel at m = 256 on sm90 at 81e02d8, in
@@ -227,25 +229,6 @@ def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start
     return row_shift, _factored_or_pairs(exponent, factored, pairs, matmul_dtype)
 
 
-def factored_bound(width: int, operand_dtype: typing.Any) -> float:
-    """The largest exponent x_ti = la_ti + e_i - M_t of a block's queries (e: the block's key
-    maximum per feature) at which ``_diagonal`` forms the block's pairs with its own keys as
-    products exp(x_ti) exp(lb_ji - e_i), as the earlier blocks' are (-inf: never).
-
-    No reference between a row and its own block's later keys keeps x <= 0 (``_log_prefix``),
-    but a bound does as well: with x <= L / 2, L = -ln of the operand dtype's smallest normal
-    number, every term above e^(-L/2) of its row's largest (1) has lb_ji - e_i =
-    ln(term) - x_ti >= -L, so neither factor underflows (nor overflows: exp(x) <= e^(L/2)) and
-    the product carries the term to the operand dtype's rounding. The terms below weigh at most
-    B m e^(-L/2) together, which must be below the dtype's epsilon: float32 and bfloat16,
-    L / 2 = 43.7 and 4.6e-16 at B m = 16 x 256; float16, L / 2 = 4.9: never."""
-    info = jnp.finfo(operand_dtype)
-    half = -math.log(float(info.tiny)) / 2
-    if LOG_BLOCK * width * math.exp(-half) > float(info.eps):
-        return -math.inf
-    return half
-
-
 def _query_exponent(la: jax.Array, block_max: jax.Array, row_shift: jax.Array) -> jax.Array:
     """x = la + e - M ``(B, m)`` of the rows with a key that counts at or before them, -inf
     (a factor 0) for the rest: their M is at the log floor, so x would overflow, and every
@@ -273,7 +256,7 @@ def _factored_or_pairs(exponent: jax.Array, factored, pairs, matmul_dtype):
     under ``"factored"``, ``factored()`` where every exponent x ``(B, m)`` is within
     ``factored_bound`` (a NaN is not), else ``pairs()``: one branch per block, taken by the
     whole program."""
-    bound = factored_bound(exponent.shape[1], matmul_dtype)
+    bound = factored_bound(exponent.shape[1], LOG_BLOCK, matmul_dtype)
     if _kernel_settings.IN_FORCE.diagonal_form == "pairs" or bound == -math.inf:
         return pairs()
     return jax.lax.cond(jnp.max(exponent) <= bound, factored, pairs)

@@ -44,7 +44,7 @@ class KernelSettings:
       diagonal_form: how the affine maps' causal kernels form each block's weights against its
         own keys: ``"pairs"``, per pair (B m exponentials per row, B = 16); ``"factored"``, as
         products of a factor per row and one per key (2m exponentials per row and a B x m by
-        m x B product) wherever that is exact (``_fused_kernels.factored_bound``), else per
+        m x B product) wherever that is exact (``_log_chunk.factored_bound``), else per
         pair: one branch per block. Both are exact to the same tolerance. Pairs: the kernels
         were measured so (benchmarks/gpu_runs/2026-11-30-h200). Which is faster is a GPU's to
         measure (``benchmarks.attention_gpu --diagonal-form``): at m = 256 on sm90 with 4

@@ -36,12 +36,20 @@ C^s_c = max(c_0, d_0..d_{c-1}), chunk ends C^e_c = max(C^s_c, d_c) and block sta
 * each chunk's output, three pieces: earlier chunks, exp(la_t + C^s - M_t) H_c (reference C^s);
   earlier blocks of the chunk, (exp(la_t + e_b' - M_t) . exp(lb_j - e_b')) v_j with the key
   block's own maximum e_b' as the reference (a B x B product per pair of blocks); the block's
-  own keys j <= t, sum_i exp(la_ti + lb_ji - M_t) as a (B, B, m) form (no reference between
-  a row and its own block's later keys would do), reduced over i.
+  own keys j <= t, sum_i exp(la_ti + lb_ji - M_t). No reference between a row and its own
+  block's later keys keeps both factors <= 1, but a bound does as well (``_log_chunk.OwnKeys``):
+  relative to r = max(E, lb_f), the block's start and its first key f, the row factors are
+  <= 1 and a key whose factors exp(lb_j - r) stay within e^(L/2) (L = -ln of the smallest
+  normal number) loses no term that matters, so such keys enter as one B x B product; a key
+  above it is formed per pair ((B, B, m), reduced over i), in a loop that steps only when some
+  key of the chunks formed at once is one (every key in practice is within it: a sequence's
+  first block at |k| ~ 30, where no earlier key sets the reference, is the common exception).
 
 Row t reads earlier chunks and blocks whole and its own block through ``jnp.where`` on j <= t,
 so output t is bit-identical whatever later positions hold (later keys enter only through
-selections, never products with 0).
+selections, never products with 0; whether a key is formed per pair depends on positions up to
+it, and the pairs' loop, which later keys may make step, adds exactly 0 to the rows that have
+no such key).
 
 **Gradients** (a ``jax.custom_vjp``): with G = dL/dY and D_tj = G_t . v_j,
 
@@ -72,8 +80,9 @@ rows' cotangents are written in the rows' layout (a ``vmap`` of the whole op ove
 stacks them chunk-major and heads-first, then copies them back).
 
 **Low precision** (``matmul_dtype``): the log-features, shifts, exponentials and states are
-float32 (at least); the factors (each in [0, 1]) and values enter the products as
-``matmul_dtype`` (bfloat16 for bfloat16 inputs), accumulated in float32.
+float32 (at least); the factors (each in [0, 1], but the own blocks' key factors, at most
+e^(L/2)) and values enter the products as ``matmul_dtype`` (bfloat16 for bfloat16 inputs),
+accumulated in float32.
 """
 
 from __future__ import annotations
@@ -97,8 +106,9 @@ from rfjax.attention._log_chunk import (
     dot,
 )
 
-# Positions per block of the in-chunk (B, B, m) form: the form costs B m exponentials per
-# position, the blocks before it in the chunk (C / B - 1) / 2 products of m.
+# Positions per block of the in-chunk own-block products (B x B; a (B, B, m) form, B m
+# exponentials per position, for keys formed per pair), the blocks before it in the chunk
+# (C / B - 1) / 2 products of m.
 LOG_BLOCK = 16
 
 # (params, rows (..., H), side) -> log-features (..., m), e.g. an exponential map's l(x).
@@ -643,7 +653,7 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
     split = x.split
 
     def head_output(la, lb, v, start, state):
-        chunk, row_shift = chunk_factors(la, lb, start)
+        chunk, row_shift = chunk_factors(la, lb, start, matmul_dtype=options.matmul_dtype)
         return chunk_output(chunk, v, start, state, options.matmul_dtype), row_shift, chunk
 
     def output(query, key, value, valid, start, state):
@@ -707,7 +717,7 @@ def _prefix_bwd(options: _Options, residuals, cotangents):
     grad = split.padded(grad.astype(dtype))
 
     def head_cotangents(la, lb, v, row_shift, start, end, state, later, grad, own):
-        chunk, _ = chunk_factors(la, lb, start, row_shift)
+        chunk, _ = chunk_factors(la, lb, start, row_shift, options.matmul_dtype)
         grad_la, grad_lb, grad_v = chunk_cotangents(
             chunk, v, start, end, state, later, grad, options.matmul_dtype
         )

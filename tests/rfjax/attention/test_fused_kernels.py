@@ -12,6 +12,7 @@ import pytest
 
 from rfjax import features, projections
 from rfjax.attention import _fused, _fused_kernels, _kernel_settings
+from rfjax.attention._log_chunk import factored_bound
 from tests.rfjax.attention.test_fused import (
     EPS32,
     HEAD_DIM,
@@ -44,21 +45,6 @@ def test_causal_block_weights_are_shifted_by_the_largest_term_of_each_row():
     np.testing.assert_array_equal(mask, np.tril(np.ones((block, block), bool)))
 
 
-def test_the_factored_bound_keeps_every_term_that_matters_in_normal_numbers():
-    """x <= L / 2 (L = -ln of the smallest normal number): a term of e^(-L/2) or more has a key
-    factor of at least e^(-L) (normal), and the terms below weigh under the dtype's epsilon
-    together; float16 (L / 2 = 4.9) and widths where they would not are refused (-inf)."""
-    bound = _fused_kernels.factored_bound
-    for dtype in (jnp.float32, jnp.bfloat16):
-        info = jnp.finfo(dtype)
-        assert bound(256, dtype) == -np.log(float(info.tiny)) / 2  # 43.67
-        assert np.float32(np.exp(-2 * bound(256, dtype))) >= info.tiny
-        assert np.isfinite(np.float32(np.exp(bound(256, dtype))))
-        assert 16 * 256 * np.exp(-bound(256, dtype)) <= float(info.eps)
-    assert bound(256, jnp.float16) == -np.inf
-    assert bound(2**40, jnp.float32) == -np.inf  # 16 m e^(-43.7) > 1.2e-7
-
-
 def test_factored_weights_are_the_pairs_of_every_row_that_has_a_key():
     """Within the bound the factored weights exp(la + e - M) exp(lb - e)^T (``_factors``),
     selected for j <= t, are ``_block_weights`` summed over the features (each a product of
@@ -80,7 +66,7 @@ def test_factored_weights_are_the_pairs_of_every_row_that_has_a_key():
     query, key = _fused_kernels._factors(la, lb, shift)
     factored = _fused_kernels._causal_part(query @ key.T)
     pairs = jnp.sum(_fused_kernels._block_weights(la, lb, shift), axis=2)
-    assert 35.0 < float(jnp.max(exponent)) <= _fused_kernels.factored_bound(m, jnp.float32)
+    assert 35.0 < float(jnp.max(exponent)) <= factored_bound(m, 16, jnp.float32)
     assert np.all(np.asarray(exponent[:3]) == -np.inf)
     np.testing.assert_array_equal(factored[:3], 0.0)
     np.testing.assert_allclose(factored[3:], pairs[3:], rtol=16 * EPS32, atol=0)
@@ -91,7 +77,7 @@ def test_the_factored_form_is_taken_only_within_its_bound(monkeypatch):
     """``_factored_or_pairs`` under ``diagonal_form="factored"``: the factored branch where
     the largest exponent is within ``factored_bound``; per pair above it, for a NaN, for
     float16 operands, and under ``diagonal_form="pairs"`` (the default)."""
-    bound = _fused_kernels.factored_bound(4, jnp.float32)
+    bound = factored_bound(4, 16, jnp.float32)
     factored = _kernel_settings.KernelSettings(diagonal_form="factored")
     monkeypatch.setattr(_kernel_settings, "IN_FORCE", factored)
 

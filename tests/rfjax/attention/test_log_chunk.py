@@ -1,11 +1,16 @@
 """Tests of ``rfjax.attention._log_chunk``: one chunk's output and cotangents (its blocks' own
 keys, its earlier blocks, the earlier chunks' state, the later queries' state) against the dense
-sums they stand for, in float64; and ``dot``'s float32 accumulation of bfloat16 operands."""
+sums they stand for, in float64, and in float32 with keys formed per pair; the pairs formed only
+inside their loop; and ``dot``'s float32 accumulation of bfloat16 operands."""
+
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rfjax import features, projections
+from rfjax.attention import _log_prefix
 from rfjax.attention._checks import log_floor
 from rfjax.attention._log_chunk import (
     _keys,
@@ -14,6 +19,7 @@ from rfjax.attention._log_chunk import (
     chunk_factors,
     chunk_output,
     dot,
+    factored_bound,
 )
 
 BLOCKS, BLOCK, FEATURES, VALUES = 3, 4, 5, 2
@@ -111,6 +117,171 @@ def test_cotangents_are_the_derivatives_of_the_dense_sums():
         got, want = cotangents(la, lb, v)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11 * np.abs(b).max())
+
+
+def wild_operands():
+    """``operands()`` in float32 with the keys of block 1 from position 2 on raised by 60: above
+    the block's reference (its start and first key) by more than ``factored_bound`` (43.7),
+    so those keys are formed per pair and the others as products."""
+    la, lb, v, start, _, state, later, grad = (np.array(x) for x in operands())
+    lb[1, 2:] += 60.0
+    end = np.maximum(start, np.max(lb, axis=(0, 1)))
+    return tuple(np.asarray(x, np.float32) for x in (la, lb, v, start, end, state, later, grad))
+
+
+def test_keys_far_above_their_block_are_formed_per_pair_and_the_rest_as_products():
+    """Output and cotangents in float32 with some keys not tame (``wild_operands``) against
+    the dense float64 sums with the same row shifts. The exponents reach |la + lb - M| ~ 100,
+    each rounded to 2 eps32 of that, so every term carries ~2e-5 relatively at most."""
+    la, lb, v, start, end, state, later, grad = wild_operands()
+    chunk, row_shift = jax.jit(chunk_factors)(la, lb, start)
+    tame = np.asarray(chunk.own.tame)
+    assert not tame[1, 2:].any() and tame[0].all() and tame[2].all() and tame[1, :2].all()
+    got_out = jax.jit(chunk_output, static_argnums=4)(chunk, v, start, state, jnp.float32)
+    got = jax.jit(chunk_cotangents, static_argnums=7)(
+        chunk, v, start, end, state, later, grad, jnp.float32
+    )
+    with jax.enable_x64(True):
+        wide = [jnp.asarray(x, jnp.float64) for x in (la, lb, v, start, end, state, later, grad)]
+        la, lb, v, start, end, state, later, grad = wide
+        shift = jnp.asarray(row_shift, jnp.float64)
+        want_out = dense_output(la, lb, v, start, state, shift)
+
+        def loss(la, lb, v):
+            later_read = jnp.einsum("sbm,sbp,mp->", jnp.exp(lb - end), v, later)
+            return jnp.sum(grad * dense_output(la, lb, v, start, state, shift)) + later_read
+
+        want = jax.grad(loss, argnums=(0, 1, 2))(la, lb, v)
+    relative = 2 * float(np.finfo(np.float32).eps) * 100
+    np.testing.assert_allclose(got_out, want_out, rtol=0, atol=relative * np.abs(want_out).max())
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=relative * np.abs(b).max())
+
+
+def _computations(hlo: str) -> dict[str, list[str]]:
+    """A compiled module's computations by name: their instructions' lines."""
+    computations: dict[str, list[str]] = {}
+    name = None
+    for line in hlo.splitlines():
+        header = re.match(r"(?:ENTRY )?%?([\w.-]+) .*\{$", line)
+        if header and not line.startswith(" "):
+            name = header.group(1)
+            computations[name] = []
+        elif name is not None and line.startswith(" "):
+            computations[name].append(line)
+    return computations
+
+
+def _outside_branch_loops(hlo: str) -> tuple[set[str], set[str]]:
+    """(the computations reached from the entry without entering the body of a loop of unknown
+    trip count (``_only_if``'s; a scan's has one), those bodies)."""
+    computations = _computations(hlo)
+    entry = re.search(r"^ENTRY %?([\w.-]+)", hlo, re.M).group(1)
+    reached: set[str] = set()
+    branches: set[str] = set()
+    todo = [entry]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for line in computations[name]:
+            todo += re.findall(r"(?:calls|condition|to_apply)=%?([\w.-]+)", line)
+            body = re.findall(r"body=%?([\w.-]+)", line)
+            if "known_trip_count" in line:
+                todo += body
+            else:
+                branches.update(body)
+    return reached, branches
+
+
+def _called(computations: dict[str, list[str]], roots: set[str]) -> set[str]:
+    """The computations that ``roots`` call (fusions, loops, reductions), transitively."""
+    called: set[str] = set()
+    todo = list(roots)
+    while todo:
+        for line in computations[todo.pop()]:
+            for name in re.findall(r"(?:calls|condition|to_apply|body)=%?([\w.-]+)", line):
+                if name not in called:
+                    called.add(name)
+                    todo.append(name)
+    return called
+
+
+def test_the_pairs_are_formed_only_inside_their_loop():
+    """In the compiled op (a scan over 3 chunks of 16 positions), the keys' pairs
+    ``(b, b, m)`` are formed only inside ``_only_if``'s loop, which steps only when some key is
+    not tame: no instruction of that shape is reached from the entry outside it. XLA hoists a
+    loop's invariant work out of it (into the scan's step), so the pairs' operands read
+    ``_only_if``'s zero from the loop's state; without it, this fails."""
+    la, lb, v = (np.asarray(x, np.float32).reshape(-1, x.shape[-1]) for x in wild_operands()[:3])
+    la, lb, v = (np.concatenate([x] * 4) for x in (la, lb, v))  # 48 positions
+
+    def prefix(la, lb, v):
+        return _log_prefix.causal_log_prefix(la, lb, v, 16)
+
+    hlo = jax.jit(prefix).lower(la, lb, v).compile().as_text()
+    computations = _computations(hlo)
+    reached, branches = _outside_branch_loops(hlo)
+    pairs_shape = f",16,16,{FEATURES}]"
+    assert branches, "no loop of unknown trip count"
+    for name in reached:
+        for line in computations[name]:
+            assert pairs_shape not in line, line
+    inside = [line for b in branches for line in computations[b]]
+    inside += [line for name in _called(computations, branches) for line in computations[name]]
+    assert any(pairs_shape in line for line in inside)
+
+
+def _keys_formed_per_pair(norm: float) -> tuple[int, list[int]]:
+    """FAVOR+'s key log-features (H = 64, m = 128, an orthogonal projection, T = 1024 keys of
+    norm ``norm``, scaled by H^-1/4 as ``favor_attention`` does) chunk by chunk, C = 64: (the
+    number of keys not tame, the blocks that hold them)."""
+    k = jax.random.split(jax.random.key(5), 2)
+    keys = jax.random.normal(k[0], (1024, 64))
+    keys = norm * keys / jnp.linalg.norm(keys, axis=1, keepdims=True) / 64**0.25
+    positive = features.get("positive")()
+    form = positive.affine_log_form(projections.orthogonal(k[1], 64, 128), side="key")
+    lb = keys @ form.weights.T + form.bias + form.norm_weight * jnp.sum(keys**2, 1, keepdims=True)
+    start = jnp.full((128,), log_floor(jnp.float32))
+    count, blocks = 0, []
+    for c, chunk in enumerate(lb.reshape(16, 4, 16, 128)):
+        wild = ~np.asarray(jax.jit(chunk_factors)(chunk, chunk, start)[0].own.tame)
+        count += int(wild.sum())
+        blocks += [4 * c + s for s in np.nonzero(wild.any(axis=1))[0]]
+        start = jnp.maximum(start, jnp.max(chunk, axis=(0, 1)))
+    return count, blocks
+
+
+def test_keys_formed_per_pair_are_the_exception():
+    """At |k| = 4 every key is tame; at 30 only keys of the sequence's first block are not
+    (no earlier key sets its reference); at 120 some later ones too. A regression that made
+    keys per pair the rule would only show as time."""
+    assert _keys_formed_per_pair(4.0) == (0, [])
+    count, blocks = _keys_formed_per_pair(30.0)
+    assert count > 0 and blocks == [0]
+    count, blocks = _keys_formed_per_pair(120.0)
+    assert count > 0 and max(blocks) > 0
+
+
+def test_the_factored_bound_keeps_every_term_that_matters_in_normal_numbers():
+    """y <= L / 2 (L = -ln of the smallest normal number): a term of e^(-L/2) or more has its
+    other factor at least e^(-L) (normal), and the terms below weigh under the dtype's epsilon
+    together; float16 (L / 2 = 4.9) and widths where they would not are refused (-inf); float64
+    354; several dtypes take the narrowest."""
+    for dtype in (jnp.float32, jnp.bfloat16):
+        info = jnp.finfo(dtype)
+        bound = factored_bound(256, 16, dtype)
+        assert bound == -np.log(float(info.tiny)) / 2  # 43.67
+        assert np.float32(np.exp(-2 * bound)) >= info.tiny
+        assert np.isfinite(np.float32(np.exp(bound)))
+        assert 16 * 256 * np.exp(-bound) <= float(info.eps)
+    assert factored_bound(256, 16, jnp.float16) == -np.inf
+    assert factored_bound(2**40, 16, jnp.float32) == -np.inf  # 16 m e^(-43.7) > 1.2e-7
+    assert abs(factored_bound(256, 16, jnp.float64) - 354.0) < 1.0
+    narrowest = factored_bound(256, 16, jnp.float32)
+    assert factored_bound(256, 16, jnp.float64, jnp.float32) == narrowest
+    assert factored_bound(4, 4, jnp.float16, jnp.float32) == -np.inf
 
 
 def test_dot_accumulates_bfloat16_operands_in_float32():
