@@ -108,8 +108,9 @@ def favor_attention(
       hybrid) keep the running maximum per feature, c_ti = max_{j <= t} l_i(k_j), in the
       chunk-parallel form of flash-linear-attention's chunk kernels with per-feature references
       (``_log_prefix``: chunk states by a short scan over chunk summaries, within a chunk
-      products between blocks of 16 positions and a log-space form within a block, the feature
-      map applied chunk by chunk so the (T, m) features are never stored), each row read out
+      one product relative to its start and first key, keys far above them by blocks of 16
+      positions and a log-space form per pair within a block), the feature map applied
+      chunk by chunk so the (T, m) features are never stored), each row read out
       relative to its largest term: at large |q|, |k| the query's largest
       features and the keys' lie in different directions, and one shift per key loses a row's
       largest terms; with ``sequence_axis`` each device combines the earlier devices'

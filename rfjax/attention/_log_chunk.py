@@ -1,8 +1,8 @@
 """One chunk of one head in ``_log_prefix``'s chunk algorithm (see its module docstring): the
 chunk's factors given its row shifts, its output from the earlier chunks' state, and its
-cotangents, each as three pieces (the blocks' own keys as B x B products of factors relative to
-a reference of positions before them, those far above it as a (B, B, m) form: ``OwnKeys``; the
-earlier blocks of the chunk as B x B products; the earlier chunks through the state).
+cotangents: its tame keys as one C x C product of factors relative to the chunk's start and
+first key (``Tame``), the other keys by blocks (within their block a (B, B, m) form, for the
+later blocks B x B products), the earlier chunks through the state.
 
 Shapes: the chunk's s blocks of b positions, m features, p value columns; log-features la, lb
 ``(s, b, m)``, values ``(s, b, p)``, states ``(m, p)``, per-feature shifts ``(m,)``.
@@ -70,13 +70,11 @@ def factored_bound(width: int, block: int, *dtypes: Any) -> float:
     return min(bounds)
 
 
-def _block_pairs(la: jax.Array, lb: jax.Array, keys: jax.Array | None = None) -> jax.Array:
-    """la_ti + lb_ji within each block for j <= t (and ``keys`` ``(s, b)`` j, if given), -inf
-    (selected, not added) elsewhere: ``(s, b, b, m)``."""
+def _block_pairs(la: jax.Array, lb: jax.Array, keys: jax.Array) -> jax.Array:
+    """la_ti + lb_ji within each block for the ``keys`` ``(s, b)`` j <= t, -inf (selected, not
+    added) elsewhere: ``(s, b, b, m)``."""
     block = la.shape[1]
-    selected = jnp.tril(jnp.ones((block, block), dtype=bool))[None]
-    if keys is not None:
-        selected = selected & keys[:, None, :]
+    selected = jnp.tril(jnp.ones((block, block), dtype=bool))[None] & keys[:, None, :]
     return jnp.where(selected[..., None], la[:, :, None, :] + lb[:, None, :, :], -jnp.inf)
 
 
@@ -90,18 +88,18 @@ def _row_shift(la: jax.Array, lb: jax.Array, keys: Keys) -> jax.Array:
     return jax.lax.stop_gradient(jnp.max(la + running, axis=-1))
 
 
-class OwnKeys(NamedTuple):
-    """Each block's weights against its own keys, w_tji = exp(la_ti + lb_ji - M_t) for j <= t,
-    as products of two factors relative to r = max(E, lb_first) (the block's start and its
-    first key: positions <= every row of the block), exact where ``factored_bound`` allows:
+class Tame(NamedTuple):
+    """The chunk's weights w_tji = exp(la_ti + lb_ji - M_t), j <= t, as products of two factors
+    relative to R = max(C^s, lb_0) (the chunk's start and its first key: positions <= every
+    row of the chunk), exact where ``factored_bound`` allows:
 
-    query: exp(la_t + r - M_t) ``(s, b, m)``, each <= 1 (M_t >= la_ti + c_ti >= la_ti + r_i);
-    key: exp(lb_j - r) ``(s, b, m)`` of the keys within the bound (``tame``), 0 for the others;
-    tame: ``(s, b)``, the keys with max_i (lb_ji - r_i) <= ``factored_bound``: nearly every
-    key (not: keys far above their block's start and first key, e.g. in a sequence's first
-    block, which no earlier key references, from |k| ~ 30);
-    any_wild: ``()`` bool, whether some key of the chunk is not tame: only then are the other
-    keys' weights formed per pair (``_only_if``).
+    query: exp(la_t + R - M_t) ``(s, b, m)``, each <= 1 (M_t >= la_ti + c_ti >= la_ti + R_i);
+    key: exp(lb_j - R) ``(s, b, m)`` of the keys within the bound (``tame``), 0 for the others;
+    tame: ``(s, b)``, the keys with max_i (lb_ji - R_i) <= ``factored_bound``: nearly every key
+    (not: keys far above the chunk's start and first key, e.g. in a sequence's first chunk,
+    which no earlier key references, at |k| ~ 30);
+    any_wild: ``()`` bool, whether some key of the chunk is not tame: only then are those keys
+    formed by blocks (in ``_only_if``'s loop: ``chunk_output``, ``_wild_cotangents``).
 
     Whether a key is tame depends on positions <= it only, and a tame key's weight on the row
     and the key only, so row t's output stays bit-identical whatever later positions hold."""
@@ -112,24 +110,24 @@ class OwnKeys(NamedTuple):
     any_wild: jax.Array
 
 
-def _own_keys(la, lb, row_shift, keys: Keys, matmul_dtype) -> OwnKeys:
-    reference = jnp.maximum(keys.block_start, lb[:, 0])
-    bound = factored_bound(lb.shape[-1], lb.shape[1], lb.dtype, matmul_dtype)
-    exponent = lb - reference[:, None]
+def _tame(la, lb, start, row_shift, matmul_dtype) -> Tame:
+    reference = jnp.maximum(start, lb[0, 0])
+    bound = factored_bound(lb.shape[-1], lb.shape[0] * lb.shape[1], lb.dtype, matmul_dtype)
+    exponent = lb - reference
     tame = jnp.max(exponent, axis=-1) <= bound  # a NaN is not
-    query = jnp.exp(la + reference[:, None] - row_shift[..., None])
+    query = jnp.exp(la + reference - row_shift[..., None])
     key = jnp.where(tame[..., None], jnp.exp(jnp.minimum(exponent, bound)), 0)
-    return OwnKeys(query, key, tame, jnp.any(~tame))
+    return Tame(query, key, tame, jnp.any(~tame))
 
 
 class Chunk(NamedTuple):
-    """One chunk's factors given its row shifts M: the keys', the queries' exp(la_t + E - M_t)
-    ``(s, b, m)`` (each <= 1), and the blocks' own keys' (``OwnKeys``), with la, lb and M for
-    the keys formed per pair."""
+    """One chunk's factors given its row shifts M: its tame keys' and their rows' (``Tame``);
+    for the other keys, formed by blocks, the keys' (``Keys``), the queries' exp(la_t + E - M_t)
+    ``(s, b, m)`` (each <= 1), la, lb and M."""
 
+    tame: Tame
     keys: Keys
     query: jax.Array
-    own: OwnKeys
     la: jax.Array
     lb: jax.Array
     row_shift: jax.Array
@@ -139,37 +137,39 @@ class Chunk(NamedTuple):
         state (relative to the chunk's start)."""
         return self.query * jnp.exp(start - self.keys.block_start)[:, None]
 
-    def earlier_block(self, offset: int) -> tuple[jax.Array, jax.Array]:
+    def earlier_block(self, offset: int, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
         """For the query blocks s >= ``offset`` and the key blocks s - ``offset``:
-        (exp(la_t + e_{s-offset} - M_t), exp(lb_j - e_{s-offset})) ``(s - offset, b, m)``."""
+        (exp(la_t + e_{s-offset} - M_t), exp(lb_j - e_{s-offset}) of the ``keys`` ``(s, b)``,
+        0 for the others) ``(s - offset, b, m)``."""
         blocks = self.query.shape[0]
-        keys = self.keys
-        rescale = jnp.exp(keys.block_max[: blocks - offset] - keys.block_start[offset:])
-        return self.query[offset:] * rescale[:, None], keys.factor[: blocks - offset]
+        rescale = jnp.exp(self.keys.block_max[: blocks - offset] - self.keys.block_start[offset:])
+        key = jnp.where(keys[: blocks - offset, :, None], self.keys.factor[: blocks - offset], 0)
+        return self.query[offset:] * rescale[:, None], key
 
-    def wild_pairs(self, zero: jax.Array) -> jax.Array:
-        """exp(la_ti + lb_ji - M_t) ``(s, b, b, m)`` for the keys j <= t that are not tame, 0
-        for the rest (``zero``: ``_only_if``'s)."""
-        wild = ~self.own.tame & (zero == 0)
-        pairs = _block_pairs(self.la + zero.astype(self.la.dtype), self.lb, wild)
-        return jnp.exp(pairs - self.row_shift[..., None, None])
+    def own_pairs(self, keys: jax.Array) -> jax.Array:
+        """exp(la_ti + lb_ji - M_t) ``(s, b, b, m)`` within each block for the ``keys`` j <= t,
+        0 for the rest."""
+        return jnp.exp(_block_pairs(self.la, self.lb, keys) - self.row_shift[..., None, None])
 
     def tame_weights(self, matmul_dtype) -> jax.Array:
-        """sum_i w_tji ``(s, b, b)`` of the tame keys j <= t, 0 for the others and for j > t:
-        the factors' products (the later keys' selected away, not multiplied by 0)."""
-        scores = dot("sim,sjm->sij", self.own.query, self.own.key, matmul_dtype)
+        """sum_i w_tji ``(C, C)`` over the chunk's rows, of the tame keys j <= t, 0 for the others
+        and for j > t: the factors' products (the later keys' selected away, not multiplied by
+        0)."""
+        query, key = (_rows(x) for x in (self.tame.query, self.tame.key))
+        scores = dot("im,jm->ij", query, key, matmul_dtype)
         return jnp.where(_causal(scores), scores, 0)
 
-    def own_weights(self, matmul_dtype) -> jax.Array:
-        """sum_i w_tji ``(s, b, b)`` for j <= t, 0 for j > t: the tame keys' products plus the
-        other keys' pairs (formed only if there are any)."""
-        weights = self.tame_weights(matmul_dtype)
-        pairs = _only_if(
-            self.own.any_wild,
-            lambda zero: jnp.sum(self.wild_pairs(zero), axis=-1),
-            jnp.zeros_like(weights),
-        )
-        return weights + pairs
+    def anchored(self, zero: jax.Array) -> Chunk:
+        """The chunk with ``zero`` (``_only_if``'s) folded into the factors the blocks read (and
+        into ``tame``: with zero != 0, every key is, and the blocks form nothing)."""
+        tame = self.tame._replace(tame=self.tame.tame | (zero != 0))
+        keys = self.keys._replace(factor=self.keys.factor + zero)
+        return self._replace(tame=tame, keys=keys, query=self.query + zero, la=self.la + zero)
+
+
+def _rows(x: jax.Array) -> jax.Array:
+    """``(s, b, .)`` -> ``(C, .)``."""
+    return x.reshape(-1, x.shape[-1])
 
 
 def _only_if(condition: jax.Array, formed, zeros):
@@ -177,8 +177,8 @@ def _only_if(condition: jax.Array, formed, zeros):
     not ``lax.cond``, whose predicate under ``jax.vmap`` (over heads, chunks, the batch) becomes
     a select of both branches. A batched loop steps while any element's condition holds, so the
     branch is formed once if some element needs it, and never otherwise. ``zero`` is 0.0 read
-    from the loop's state, for ``formed`` to fold into its operands: work that reads only loop
-    invariants XLA hoists out of the loop (and runs always)."""
+    from the loop's state, for ``formed`` to fold into its operands (``Chunk.anchored``): work
+    that reads only loop invariants XLA hoists out of the loop (and runs always)."""
 
     def step(carry):
         running, _ = carry
@@ -189,7 +189,7 @@ def _only_if(condition: jax.Array, formed, zeros):
 
 
 def _causal(scores: jax.Array) -> jax.Array:
-    """j <= t for ``(..., b, b)`` scores, broadcast."""
+    """j <= t for ``(..., n, n)`` scores, broadcast."""
     return jnp.tril(jnp.ones(scores.shape[-2:], dtype=bool))
 
 
@@ -200,53 +200,50 @@ def chunk_factors(la, lb, start, row_shift=None, matmul_dtype=None) -> tuple[Chu
     if row_shift is None:
         row_shift = _row_shift(la, lb, keys)
     query = jnp.exp(la + keys.block_start[:, None] - row_shift[..., None])
-    own = _own_keys(la, lb, row_shift, keys, matmul_dtype or la.dtype)
-    return Chunk(keys, query, own, la, lb, row_shift), row_shift
+    tame = _tame(la, lb, start, row_shift, matmul_dtype or la.dtype)
+    return Chunk(tame, keys, query, la, lb, row_shift), row_shift
 
 
 def chunk_output(chunk: Chunk, v, start, state, matmul_dtype) -> jax.Array:
     """One chunk's Y ``(s, b, p)`` given the earlier chunks' state ``(m, p)`` (relative to
-    ``start``; ``None`` where there are none): its blocks' own keys, its earlier blocks, the
-    earlier chunks."""
-    weights = chunk.own_weights(matmul_dtype)
-    out = jnp.einsum("sij,sjp->sip", weights, v.astype(weights.dtype))
-    blocks = v.shape[0]
-    for offset in range(1, blocks):
-        query, key = chunk.earlier_block(offset)
-        scores = dot("sim,sjm->sij", query, key, matmul_dtype)
-        out = out.at[offset:].add(dot("sij,sjp->sip", scores, v[: blocks - offset], matmul_dtype))
+    ``start``; ``None`` where there are none): its tame keys, its other keys (by blocks, only
+    if there are any), the earlier chunks."""
+    weights = chunk.tame_weights(matmul_dtype)
+    out = dot("ij,jp->ip", weights, _rows(v), matmul_dtype).reshape(*v.shape[:2], -1)
+
+    def wild(zero):  # the keys that are not tame: their blocks' pieces
+        anchored, values = chunk.anchored(zero), v + zero
+        keys = ~anchored.tame.tame
+        pairs = jnp.sum(anchored.own_pairs(keys), axis=-1)
+        wild_out = jnp.einsum("sij,sjp->sip", pairs, values.astype(pairs.dtype))
+        blocks = v.shape[0]
+        for offset in range(1, blocks):
+            query, key = anchored.earlier_block(offset, keys)
+            scores = dot("sim,sjm->sij", query, key, matmul_dtype)
+            wild_out = wild_out.at[offset:].add(
+                dot("sij,sjp->sip", scores, values[: blocks - offset], matmul_dtype)
+            )
+        return wild_out
+
+    out = out + _only_if(chunk.tame.any_wild, wild, jnp.zeros_like(out))
     if state is None:
         return out
     return out + dot("sim,mp->sip", chunk.earlier_chunks_query(start), state, matmul_dtype)
 
 
-def chunk_cotangents(chunk: Chunk, v, start, end, state, later, grad, matmul_dtype):
-    """(dla, dlb, dv) ``(s, b, .)`` of one chunk: its blocks' own forms, its earlier blocks,
-    the earlier chunks (``state``, relative to ``start``) and the later queries (``later``,
-    relative to ``end``; ``None`` where there are none, a one-chunk sequence's backward pass;
-    ``state`` ``None`` where no keys come before the chunk,
-    ``_log_prefix._one_chunk_without_state``)."""
-    # D_tj within each block, selected for j <= t: a later key's product (huge or inf, e.g. the
-    # floored normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
+def _wild_cotangents(chunk: Chunk, v, grad, matmul_dtype):
+    """(dla, dlb, dv) ``(s, b, .)`` of the keys that are not tame, by blocks: their own blocks'
+    (B, B, m) forms, their later blocks' B x B products."""
+    keys = ~chunk.tame.tame
+    pairs = chunk.own_pairs(keys)
     products = dot("sip,sjp->sij", grad, v, matmul_dtype)
-    products = jnp.where(_causal(products), products, 0)
-    own = chunk.own
-    grad_la = own.query * dot("sij,sjm->sim", products, own.key, matmul_dtype)
-    grad_lb = own.key * dot("sij,sim->sjm", products, own.query, matmul_dtype)
-    weights = chunk.tame_weights(matmul_dtype)
-
-    def wild_pairs(zero):  # the keys that are not tame, per pair
-        pairs = chunk.wild_pairs(zero)
-        weighted = pairs * products[..., None]
-        return jnp.sum(weighted, axis=2), jnp.sum(weighted, axis=1), jnp.sum(pairs, axis=-1)
-
-    zeros = tuple(map(jnp.zeros_like, (grad_la, grad_lb, weights)))
-    pairs_la, pairs_lb, pairs_weights = _only_if(own.any_wild, wild_pairs, zeros)
-    grad_la, grad_lb, weights = grad_la + pairs_la, grad_lb + pairs_lb, weights + pairs_weights
+    weighted = pairs * jnp.where(_causal(products), products, 0)[..., None]
+    grad_la, grad_lb = jnp.sum(weighted, axis=2), jnp.sum(weighted, axis=1)
+    weights = jnp.sum(pairs, axis=-1)
     grad_v = jnp.einsum("sij,sip->sjp", weights, grad.astype(weights.dtype))
     blocks = v.shape[0]
     for offset in range(1, blocks):
-        query, key = chunk.earlier_block(offset)
+        query, key = chunk.earlier_block(offset, keys)
         values, grads = v[: blocks - offset], grad[offset:]
         products = dot("sip,sjp->sij", grads, values, matmul_dtype)
         scores = dot("sim,sjm->sij", query, key, matmul_dtype)
@@ -255,6 +252,35 @@ def chunk_cotangents(chunk: Chunk, v, start, end, state, later, grad, matmul_dty
             key * dot("sij,sim->sjm", products, query, matmul_dtype)
         )
         grad_v = grad_v.at[: blocks - offset].add(dot("sij,sip->sjp", scores, grads, matmul_dtype))
+    return grad_la, grad_lb, grad_v
+
+
+def chunk_cotangents(chunk: Chunk, v, start, end, state, later, grad, matmul_dtype):
+    """(dla, dlb, dv) ``(s, b, .)`` of one chunk: its tame keys, its other keys (by blocks,
+    only if there are any), the earlier chunks (``state``, relative to ``start``) and the later
+    queries (``later``, relative to ``end``; ``None`` where there are none, a one-chunk
+    sequence's backward pass; ``state`` ``None`` where no keys come before the chunk,
+    ``_log_prefix._one_chunk_without_state``)."""
+    # D_tj selected for j <= t: a later key's product (huge or inf, e.g. the floored
+    # normaliser's cotangent G / eps of a row without keys) never meets its 0 weight.
+    rows_grad, rows_v = _rows(grad), _rows(v)
+    products = dot("ip,jp->ij", rows_grad, rows_v, matmul_dtype)
+    products = jnp.where(_causal(products), products, 0)
+    query, key = (_rows(x) for x in (chunk.tame.query, chunk.tame.key))
+    grad_la = query * dot("ij,jm->im", products, key, matmul_dtype)
+    grad_lb = key * dot("ij,im->jm", products, query, matmul_dtype)
+    grad_v = dot("ij,ip->jp", chunk.tame_weights(matmul_dtype), rows_grad, matmul_dtype)
+    shape = v.shape[:2]
+    grad_la, grad_lb, grad_v = (x.reshape(*shape, -1) for x in (grad_la, grad_lb, grad_v))
+    zeros = tuple(map(jnp.zeros_like, (grad_la, grad_lb, grad_v)))
+    wild = _only_if(
+        chunk.tame.any_wild,
+        lambda zero: _wild_cotangents(chunk.anchored(zero), v + zero, grad + zero, matmul_dtype),
+        zeros,
+    )
+    grad_la, grad_lb, grad_v = (
+        a + b for a, b in zip((grad_la, grad_lb, grad_v), wild, strict=True)
+    )
     if state is not None:
         query = chunk.earlier_chunks_query(start)
         grad_la = grad_la + query * dot("mp,sip->sim", state, grad, matmul_dtype)

@@ -33,30 +33,31 @@ C^s_c = max(c_0, d_0..d_{c-1}), chunk ends C^e_c = max(C^s_c, d_c) and block sta
   scan over the chunk summaries only (``chunk_states``: T / C steps of (m, p) elementwise
   work);
 * the row shifts, M_t = max(max_i (la_ti + E_i), max_{j <= t in t's block} (la_ti + lb_ji));
-* each chunk's output, three pieces: earlier chunks, exp(la_t + C^s - M_t) H_c (reference C^s);
-  earlier blocks of the chunk, (exp(la_t + e_b' - M_t) . exp(lb_j - e_b')) v_j with the key
-  block's own maximum e_b' as the reference (a B x B product per pair of blocks); the block's
-  own keys j <= t, sum_i exp(la_ti + lb_ji - M_t). No reference between a row and its own
-  block's later keys keeps both factors <= 1, but a bound does as well (``_log_chunk.OwnKeys``):
-  relative to r = max(E, lb_f), the block's start and its first key f, the row factors are
-  <= 1 and a key whose factors exp(lb_j - r) stay within e^(L/2) (L = -ln of the smallest
-  normal number) loses no term that matters, so such keys enter as one B x B product; a key
-  above it is formed per pair ((B, B, m), reduced over i), in a loop that steps only when some
-  key of the chunks formed at once is one (every key in practice is within it: a sequence's
-  first block at |k| ~ 30, where no earlier key sets the reference, is the common exception).
+* each chunk's output, from the earlier chunks, exp(la_t + C^s - M_t) H_c (reference C^s), and
+  from its own keys j <= t, sum_i exp(la_ti + lb_ji - M_t). No reference between a row and the
+  chunk's later keys keeps both factors <= 1, but a bound does as well (``_log_chunk.Tame``):
+  relative to R = max(C^s, lb_0), the chunk's start and its first key, the row factors
+  exp(la_t + R - M_t) are <= 1, and a key whose factors exp(lb_j - R) stay within e^(L/2)
+  (L = -ln of the smallest normal number) loses no term that matters, so such keys ("tame")
+  enter as one C x C product selected for j <= t, as in flash-linear-attention. A key above
+  the bound is formed by blocks: within its block per pair ((B, B, m), reduced over i), for
+  the later blocks of the chunk as B x B products relative to its block's maximum e_b
+  (exp(la_t + e_b - M_t) . exp(lb_j - e_b), both <= 1), in a loop that steps only when some key
+  of the chunks formed at once is one. Nearly every key is tame: a sequence's first chunk at
+  |k| ~ 30, where no earlier key sets the reference, is the common exception.
 
-Row t reads earlier chunks and blocks whole and its own block through ``jnp.where`` on j <= t,
-so output t is bit-identical whatever later positions hold (later keys enter only through
-selections, never products with 0; whether a key is formed per pair depends on positions up to
-it, and the pairs' loop, which later keys may make step, adds exactly 0 to the rows that have
-no such key).
+Row t reads earlier chunks whole and its own chunk through ``jnp.where`` on j <= t, so output
+t is bit-identical whatever later positions hold (later keys enter only through selections,
+never products with 0; whether a key is tame depends on positions up to it, and the blocks'
+loop, which later keys may make step, adds exactly 0 to the rows that read no key formed by
+blocks).
 
 **Gradients** (a ``jax.custom_vjp``): with G = dL/dY and D_tj = G_t . v_j,
 
     dla_ti = sum_{j <= t} P_tji D_tj,  dlb_ji = sum_{t >= j} P_tji D_tj,
     dv_j = sum_{t >= j} (sum_i P_tji) G_t,    P_tji = exp(la_ti + lb_ji - M_t),
 
-formed by the same three pieces: the chunk states again for dla, and for dlb and dv the states
+formed by the same pieces: the chunk states again for dla, and for dlb and dv the states
 of later queries, R_c = sum_{t after chunk c} exp(la_t + C^e_c - M_t) G_t^T, summed by the same
 scan in reversed time (reference C^e_c: above chunk c's keys, below every later query's running
 maximum). Each chunk's (dla, dlb) is pulled back through the feature map at once (``jax.vjp``
@@ -80,7 +81,7 @@ rows' cotangents are written in the rows' layout (a ``vmap`` of the whole op ove
 stacks them chunk-major and heads-first, then copies them back).
 
 **Low precision** (``matmul_dtype``): the log-features, shifts, exponentials and states are
-float32 (at least); the factors (each in [0, 1], but the own blocks' key factors, at most
+float32 (at least); the factors (each in [0, 1], but the tame keys' factors, at most
 e^(L/2)) and values enter the products as ``matmul_dtype`` (bfloat16 for bfloat16 inputs),
 accumulated in float32.
 """
@@ -106,9 +107,8 @@ from rfjax.attention._log_chunk import (
     dot,
 )
 
-# Positions per block of the in-chunk own-block products (B x B; a (B, B, m) form, B m
-# exponentials per position, for keys formed per pair), the blocks before it in the chunk
-# (C / B - 1) / 2 products of m.
+# Positions per block, by which the keys that are not tame are formed (``_log_chunk.Tame``):
+# within their block a (B, B, m) form, B m exponentials per position.
 LOG_BLOCK = 16
 
 # (params, rows (..., H), side) -> log-features (..., m), e.g. an exponential map's l(x).

@@ -135,7 +135,7 @@ def test_keys_far_above_their_block_are_formed_per_pair_and_the_rest_as_products
     each rounded to 2 eps32 of that, so every term carries ~2e-5 relatively at most."""
     la, lb, v, start, end, state, later, grad = wild_operands()
     chunk, row_shift = jax.jit(chunk_factors)(la, lb, start)
-    tame = np.asarray(chunk.own.tame)
+    tame = np.asarray(chunk.tame.tame)
     assert not tame[1, 2:].any() and tame[0].all() and tame[2].all() and tame[1, :2].all()
     got_out = jax.jit(chunk_output, static_argnums=4)(chunk, v, start, state, jnp.float32)
     got = jax.jit(chunk_cotangents, static_argnums=7)(
@@ -208,35 +208,36 @@ def _called(computations: dict[str, list[str]], roots: set[str]) -> set[str]:
     return called
 
 
-def test_the_pairs_are_formed_only_inside_their_loop():
-    """In the compiled op (a scan over 3 chunks of 16 positions), the keys' pairs
-    ``(b, b, m)`` are formed only inside ``_only_if``'s loop, which steps only when some key is
-    not tame: no instruction of that shape is reached from the entry outside it. XLA hoists a
-    loop's invariant work out of it (into the scan's step), so the pairs' operands read
-    ``_only_if``'s zero from the loop's state; without it, this fails."""
+def test_the_blocks_are_formed_only_inside_their_loop():
+    """In the compiled op and its gradient (a scan over 2 chunks of 3 blocks of 16 positions),
+    the keys that are not tame are formed by blocks only inside ``_only_if``'s loop, which
+    steps only when some key is not tame: no instruction of the pairs' shape (b, b, m) or of a
+    block's products (b, b) is reached from the entry outside it (the tame keys' products are
+    (C, C)). XLA hoists a loop's invariant work out of it (into the scan's step), so the blocks'
+    operands read ``_only_if``'s zero from the loop's state; without it, this fails."""
     la, lb, v = (np.asarray(x, np.float32).reshape(-1, x.shape[-1]) for x in wild_operands()[:3])
-    la, lb, v = (np.concatenate([x] * 4) for x in (la, lb, v))  # 48 positions
+    la, lb, v = (np.concatenate([x] * 8) for x in (la, lb, v))  # 96 positions
 
     def prefix(la, lb, v):
-        return _log_prefix.causal_log_prefix(la, lb, v, 16)
+        return jnp.sum(_log_prefix.causal_log_prefix(la, lb, v, 48)[0])
 
-    hlo = jax.jit(prefix).lower(la, lb, v).compile().as_text()
+    hlo = jax.jit(jax.grad(prefix, (0, 1, 2))).lower(la, lb, v).compile().as_text()
     computations = _computations(hlo)
     reached, branches = _outside_branch_loops(hlo)
-    pairs_shape = f",16,16,{FEATURES}]"
+    blocks_shapes = (f",16,16,{FEATURES}]", "f32[16,16]", ",16,16]")
     assert branches, "no loop of unknown trip count"
     for name in reached:
         for line in computations[name]:
-            assert pairs_shape not in line, line
+            assert not any(shape in line for shape in blocks_shapes), line
     inside = [line for b in branches for line in computations[b]]
     inside += [line for name in _called(computations, branches) for line in computations[name]]
-    assert any(pairs_shape in line for line in inside)
+    assert any(blocks_shapes[0] in line for line in inside)
 
 
 def _keys_formed_per_pair(norm: float) -> tuple[int, list[int]]:
     """FAVOR+'s key log-features (H = 64, m = 128, an orthogonal projection, T = 1024 keys of
     norm ``norm``, scaled by H^-1/4 as ``favor_attention`` does) chunk by chunk, C = 64: (the
-    number of keys not tame, the blocks that hold them)."""
+    number of keys not tame, the chunks that hold them)."""
     k = jax.random.split(jax.random.key(5), 2)
     keys = jax.random.normal(k[0], (1024, 64))
     keys = norm * keys / jnp.linalg.norm(keys, axis=1, keepdims=True) / 64**0.25
@@ -244,24 +245,24 @@ def _keys_formed_per_pair(norm: float) -> tuple[int, list[int]]:
     form = positive.affine_log_form(projections.orthogonal(k[1], 64, 128), side="key")
     lb = keys @ form.weights.T + form.bias + form.norm_weight * jnp.sum(keys**2, 1, keepdims=True)
     start = jnp.full((128,), log_floor(jnp.float32))
-    count, blocks = 0, []
+    count, chunks = 0, []
     for c, chunk in enumerate(lb.reshape(16, 4, 16, 128)):
-        wild = ~np.asarray(jax.jit(chunk_factors)(chunk, chunk, start)[0].own.tame)
-        count += int(wild.sum())
-        blocks += [4 * c + s for s in np.nonzero(wild.any(axis=1))[0]]
+        wild = int(np.sum(~np.asarray(jax.jit(chunk_factors)(chunk, chunk, start)[0].tame.tame)))
+        count += wild
+        chunks += [c] * (wild > 0)
         start = jnp.maximum(start, jnp.max(chunk, axis=(0, 1)))
-    return count, blocks
+    return count, chunks
 
 
 def test_keys_formed_per_pair_are_the_exception():
-    """At |k| = 4 every key is tame; at 30 only keys of the sequence's first block are not
-    (no earlier key sets its reference); at 120 some later ones too. A regression that made
-    keys per pair the rule would only show as time."""
+    """At |k| = 4 every key is tame; at 30 only keys of the sequence's first chunk are not (no
+    earlier key sets its reference); at 120 some later ones too. A regression that made keys
+    by blocks the rule would only show as time."""
     assert _keys_formed_per_pair(4.0) == (0, [])
-    count, blocks = _keys_formed_per_pair(30.0)
-    assert count > 0 and blocks == [0]
-    count, blocks = _keys_formed_per_pair(120.0)
-    assert count > 0 and max(blocks) > 0
+    count, chunks = _keys_formed_per_pair(30.0)
+    assert count > 0 and chunks == [0]
+    count, chunks = _keys_formed_per_pair(120.0)
+    assert count > 0 and max(chunks) > 0
 
 
 def test_the_factored_bound_keeps_every_term_that_matters_in_normal_numbers():
