@@ -2,7 +2,9 @@
 log-features: one chunk (or a group of chunks) of one head per program, the affine feature map
 computed from the rows inside the kernel, blocks of ``LOG_BLOCK`` positions read from the refs
 (Triton cannot slice values), products accumulated in float32. The computation per chunk is
-``_log_prefix``'s; see ``_fused`` for the passes (and ``_fused_hybrid`` for the angular
+``_log_prefix``'s by blocks (each block's own keys per pair, or factored under
+``diagonal_form="factored"``; the XLA form forms a chunk's tame keys as one product,
+``_log_chunk.Tame``); see ``_fused`` for the passes (and ``_fused_hybrid`` for the angular
 hybrid's kernels, which take the same arguments)."""
 
 from __future__ import annotations

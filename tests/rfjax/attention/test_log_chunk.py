@@ -1,7 +1,8 @@
-"""Tests of ``rfjax.attention._log_chunk``: one chunk's output and cotangents (its blocks' own
-keys, its earlier blocks, the earlier chunks' state, the later queries' state) against the dense
-sums they stand for, in float64, and in float32 with keys formed per pair; the pairs formed only
-inside their loop; and ``dot``'s float32 accumulation of bfloat16 operands."""
+"""Tests of ``rfjax.attention._log_chunk``: one chunk's output and cotangents (its tame keys,
+the keys formed by blocks, the earlier chunks' state, the later queries' state) against the
+dense sums they stand for, in float64 and in float32; the blocks formed only inside their
+loop; how rare keys formed by blocks are; the factored bound; and ``dot``'s float32
+accumulation of bfloat16 operands."""
 
 import re
 
@@ -121,15 +122,15 @@ def test_cotangents_are_the_derivatives_of_the_dense_sums():
 
 def wild_operands():
     """``operands()`` in float32 with the keys of block 1 from position 2 on raised by 60: above
-    the block's reference (its start and first key) by more than ``factored_bound`` (43.7),
-    so those keys are formed per pair and the others as products."""
+    the chunk's reference (its start and first key) by more than ``factored_bound`` (43.7),
+    so those keys are formed by blocks and the others as one product."""
     la, lb, v, start, _, state, later, grad = (np.array(x) for x in operands())
     lb[1, 2:] += 60.0
     end = np.maximum(start, np.max(lb, axis=(0, 1)))
     return tuple(np.asarray(x, np.float32) for x in (la, lb, v, start, end, state, later, grad))
 
 
-def test_keys_far_above_their_block_are_formed_per_pair_and_the_rest_as_products():
+def test_keys_far_above_the_chunk_are_formed_by_blocks_and_the_rest_as_one_product():
     """Output and cotangents in float32 with some keys not tame (``wild_operands``) against
     the dense float64 sums with the same row shifts. The exponents reach |la + lb - M| ~ 100,
     each rounded to 2 eps32 of that, so every term carries ~2e-5 relatively at most."""
@@ -234,7 +235,7 @@ def test_the_blocks_are_formed_only_inside_their_loop():
     assert any(blocks_shapes[0] in line for line in inside)
 
 
-def _keys_formed_per_pair(norm: float) -> tuple[int, list[int]]:
+def _keys_not_tame(norm: float) -> tuple[int, list[int]]:
     """FAVOR+'s key log-features (H = 64, m = 128, an orthogonal projection, T = 1024 keys of
     norm ``norm``, scaled by H^-1/4 as ``favor_attention`` does) chunk by chunk, C = 64: (the
     number of keys not tame, the chunks that hold them)."""
@@ -254,14 +255,14 @@ def _keys_formed_per_pair(norm: float) -> tuple[int, list[int]]:
     return count, chunks
 
 
-def test_keys_formed_per_pair_are_the_exception():
+def test_keys_not_tame_are_the_exception():
     """At |k| = 4 every key is tame; at 30 only keys of the sequence's first chunk are not (no
     earlier key sets its reference); at 120 some later ones too. A regression that made keys
     by blocks the rule would only show as time."""
-    assert _keys_formed_per_pair(4.0) == (0, [])
-    count, chunks = _keys_formed_per_pair(30.0)
+    assert _keys_not_tame(4.0) == (0, [])
+    count, chunks = _keys_not_tame(30.0)
     assert count > 0 and chunks == [0]
-    count, chunks = _keys_formed_per_pair(120.0)
+    count, chunks = _keys_not_tame(120.0)
     assert count > 0 and max(chunks) > 0
 
 
