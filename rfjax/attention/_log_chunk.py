@@ -90,12 +90,12 @@ def _row_shift(la: jax.Array, lb: jax.Array, keys: Keys) -> jax.Array:
 
 class Tame(NamedTuple):
     """The chunk's weights w_tji = exp(la_ti + lb_ji - M_t), j <= t, as products of two factors
-    relative to R = max(C^s, lb_0) (the chunk's start and its first key: positions <= every
+    relative to r = max(C^s, lb_0) (the chunk's start and its first key: positions <= every
     row of the chunk), exact where ``factored_bound`` allows:
 
-    query: exp(la_t + R - M_t) ``(s, b, m)``, each <= 1 (M_t >= la_ti + c_ti >= la_ti + R_i);
-    key: exp(lb_j - R) ``(s, b, m)`` of the keys within the bound (``tame``), 0 for the others;
-    tame: ``(s, b)``, the keys with max_i (lb_ji - R_i) <= ``factored_bound``: nearly every key
+    query: exp(la_t + r - M_t) ``(s, b, m)``, each <= 1 (M_t >= la_ti + c_ti >= la_ti + r_i);
+    key: exp(lb_j - r) ``(s, b, m)`` of the keys within the bound (``tame``), 0 for the others;
+    tame: ``(s, b)``, the keys with max_i (lb_ji - r_i) <= ``factored_bound``: nearly every key
     (not: keys far above the chunk's start and first key, e.g. in a sequence's first chunk,
     which no earlier key references, at |k| ~ 30);
     any_wild: ``()`` bool, whether some key of the chunk is not tame: only then are those keys

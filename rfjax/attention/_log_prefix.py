@@ -36,8 +36,8 @@ C^s_c = max(c_0, d_0..d_{c-1}), chunk ends C^e_c = max(C^s_c, d_c) and block sta
 * each chunk's output, from the earlier chunks, exp(la_t + C^s - M_t) H_c (reference C^s), and
   from its own keys j <= t, sum_i exp(la_ti + lb_ji - M_t). No reference between a row and the
   chunk's later keys keeps both factors <= 1, but a bound does as well (``_log_chunk.Tame``):
-  relative to R = max(C^s, lb_0), the chunk's start and its first key, the row factors
-  exp(la_t + R - M_t) are <= 1, and a key whose factors exp(lb_j - R) stay within e^(L/2)
+  relative to r = max(C^s, lb_0), the chunk's start and its first key, the row factors
+  exp(la_t + r - M_t) are <= 1, and a key whose factors exp(lb_j - r) stay within e^(L/2)
   (L = -ln of the smallest normal number) loses no term that matters, so such keys ("tame")
   enter as one C x C product selected for j <= t, as in flash-linear-attention. A key above
   the bound is formed by blocks: within its block per pair ((B, B, m), reduced over i), for
