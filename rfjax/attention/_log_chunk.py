@@ -26,28 +26,21 @@ def dot(spec: str, a: jax.Array, b: jax.Array, matmul_dtype: Any) -> jax.Array:
 
 
 class Keys(NamedTuple):
-    """One chunk's key factors and per-feature references (constants):
+    """One chunk's per-feature key references (constants):
 
-    factor: exp(lb_j - e_s) ``(s, b, m)``, each <= 1, with e_s the maximum of block s;
-    block_max: e ``(s, m)``;
+    block_max: e ``(s, m)``, each block's maximum;
     block_start: E ``(s, m)``, the running maximum at each block's start (earlier chunks, from
     the chunk's start C^s, and earlier blocks).
     """
 
-    factor: jax.Array
     block_max: jax.Array
     block_start: jax.Array
-
-    def relative_to(self, end: jax.Array) -> jax.Array:
-        """exp(lb_j - C^e) ``(s, b, m)``: relative to the running maximum at the chunk's end."""
-        return self.factor * jnp.exp(self.block_max - end)[:, None]
 
 
 def _keys(lb: jax.Array, start: jax.Array) -> Keys:
     block_max = jax.lax.stop_gradient(jnp.max(lb, axis=1))
     block_end = jnp.maximum(jax.lax.cummax(block_max, axis=0), start)
-    block_start = jnp.concatenate([start[None], block_end[:-1]])
-    return Keys(jnp.exp(lb - block_max[:, None]), block_max, block_start)
+    return Keys(block_max, jnp.concatenate([start[None], block_end[:-1]]))
 
 
 def factored_bound(width: int, block: int, *dtypes: Any) -> float:
@@ -93,6 +86,7 @@ class Tame(NamedTuple):
     relative to r = max(C^s, lb_0) (the chunk's start and its first key: positions <= every
     row of the chunk), exact where ``factored_bound`` allows:
 
+    reference: r ``(m,)``;
     query: exp(la_t + r - M_t) ``(s, b, m)``, each <= 1 (M_t >= la_ti + c_ti >= la_ti + r_i);
     key: exp(lb_j - r) ``(s, b, m)`` of the keys within the bound (``tame``), 0 for the others;
     tame: ``(s, b)``, the keys with max_i (lb_ji - r_i) <= ``factored_bound``: nearly every key
@@ -101,9 +95,13 @@ class Tame(NamedTuple):
     any_wild: ``()`` bool, whether some key of the chunk is not tame: only then are those keys
     formed by blocks (in ``_only_if``'s loop: ``chunk_output``, ``_wild_cotangents``).
 
+    These are the only exponentials of (s, b, m) formed for every chunk: the earlier chunks'
+    and the later queries' factors are the same ones rescaled (``Chunk``).
+
     Whether a key is tame depends on positions <= it only, and a tame key's weight on the row
     and the key only, so row t's output stays bit-identical whatever later positions hold."""
 
+    reference: jax.Array
     query: jax.Array
     key: jax.Array
     tame: jax.Array
@@ -117,39 +115,67 @@ def _tame(la, lb, start, row_shift, matmul_dtype) -> Tame:
     tame = jnp.max(exponent, axis=-1) <= bound  # a NaN is not
     query = jnp.exp(la + reference - row_shift[..., None])
     key = jnp.where(tame[..., None], jnp.exp(jnp.minimum(exponent, bound)), 0)
-    return Tame(query, key, tame, jnp.any(~tame))
+    return Tame(reference, query, key, tame, jnp.any(~tame))
+
+
+class Blocks(NamedTuple):
+    """The factors of the keys formed by blocks, relative to each block's maximum e_b (formed
+    only inside ``_only_if``'s loop):
+
+    query: exp(la_t + E - M_t) ``(s, b, m)``, each <= 1 (relative to the row's block start);
+    key: exp(lb_j - e) ``(s, b, m)`` of the keys formed by blocks, each <= 1, 0 for the others;
+    keys: ``Keys``, the references e and E.
+    """
+
+    query: jax.Array
+    key: jax.Array
+    keys: Keys
+
+    def earlier_block(self, offset: int) -> tuple[jax.Array, jax.Array]:
+        """For the query blocks s >= ``offset`` and the key blocks s - ``offset``:
+        (exp(la_t + e_{s-offset} - M_t), exp(lb_j - e_{s-offset})) ``(s - offset, b, m)``."""
+        blocks = self.query.shape[0]
+        start, top = self.keys.block_start[offset:], self.keys.block_max[: blocks - offset]
+        return self.query[offset:] * jnp.exp(top - start)[:, None], self.key[: blocks - offset]
 
 
 class Chunk(NamedTuple):
-    """One chunk's factors given its row shifts M: its tame keys' and their rows' (``Tame``);
-    for the other keys, formed by blocks, the keys' (``Keys``), the queries' exp(la_t + E - M_t)
-    ``(s, b, m)`` (each <= 1), la, lb and M."""
+    """One chunk's factors given its row shifts M: its tame keys' and their rows' (``Tame``),
+    the per-feature references of the keys formed by blocks (``Keys``), la, lb and M."""
 
     tame: Tame
     keys: Keys
-    query: jax.Array
     la: jax.Array
     lb: jax.Array
     row_shift: jax.Array
 
     def earlier_chunks_query(self, start: jax.Array) -> jax.Array:
         """exp(la_t + C^s - M_t) ``(s, b, m)``: the queries' factor of the earlier chunks'
-        state (relative to the chunk's start)."""
-        return self.query * jnp.exp(start - self.keys.block_start)[:, None]
+        state (relative to the chunk's start), as exp(la_t + r - M_t) exp(C^s - r), both
+        <= 1."""
+        return self.tame.query * jnp.exp(start - self.tame.reference)
 
-    def earlier_block(self, offset: int, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """For the query blocks s >= ``offset`` and the key blocks s - ``offset``:
-        (exp(la_t + e_{s-offset} - M_t), exp(lb_j - e_{s-offset}) of the ``keys`` ``(s, b)``,
-        0 for the others) ``(s - offset, b, m)``."""
-        blocks = self.query.shape[0]
-        rescale = jnp.exp(self.keys.block_max[: blocks - offset] - self.keys.block_start[offset:])
-        key = jnp.where(keys[: blocks - offset, :, None], self.keys.factor[: blocks - offset], 0)
-        return self.query[offset:] * rescale[:, None], key
+    def tame_keys_relative_to(self, end: jax.Array) -> jax.Array:
+        """exp(lb_j - C^e) ``(s, b, m)`` of the tame keys, relative to the running maximum at the
+        chunk's end (>= r), as exp(lb_j - r) exp(r - C^e); 0 for the others. Exact as the tame
+        products are: a term above e^(-L/2) of the largest, 1, has both factors normal."""
+        return self.tame.key * jnp.exp(self.tame.reference - end)
 
-    def own_pairs(self, keys: jax.Array) -> jax.Array:
-        """exp(la_ti + lb_ji - M_t) ``(s, b, b, m)`` within each block for the ``keys`` j <= t,
-        0 for the rest."""
-        return jnp.exp(_block_pairs(self.la, self.lb, keys) - self.row_shift[..., None, None])
+    def wild_keys_relative_to(self, end: jax.Array) -> jax.Array:
+        """exp(lb_j - C^e) ``(s, b, m)`` of the keys that are not tame, 0 for the others."""
+        return jnp.where(self.tame.tame[..., None], 0, jnp.exp(self.lb - end))
+
+    def blocks(self) -> Blocks:
+        """The factors of the keys that are not tame, by blocks."""
+        query = jnp.exp(self.la + self.keys.block_start[:, None] - self.row_shift[..., None])
+        key = jnp.exp(self.lb - self.keys.block_max[:, None])
+        return Blocks(query, jnp.where(self.tame.tame[..., None], 0, key), self.keys)
+
+    def own_pairs(self) -> jax.Array:
+        """exp(la_ti + lb_ji - M_t) ``(s, b, b, m)`` within each block for the keys j <= t that
+        are not tame, 0 for the rest."""
+        pairs = _block_pairs(self.la, self.lb, ~self.tame.tame)
+        return jnp.exp(pairs - self.row_shift[..., None, None])
 
     def tame_weights(self, matmul_dtype) -> jax.Array:
         """sum_i w_tji ``(C, C)`` over the chunk's rows, of the tame keys j <= t, 0 for the others
@@ -160,11 +186,10 @@ class Chunk(NamedTuple):
         return jnp.where(_causal(scores), scores, 0)
 
     def anchored(self, zero: jax.Array) -> Chunk:
-        """The chunk with ``zero`` (``_only_if``'s) folded into the factors the blocks read (and
-        into ``tame``: with zero != 0, every key is, and the blocks form nothing)."""
+        """The chunk with ``zero`` (``_only_if``'s) folded into what the blocks read: la, lb
+        (and ``tame``: with zero != 0, every key is, and the blocks form nothing)."""
         tame = self.tame._replace(tame=self.tame.tame | (zero != 0))
-        keys = self.keys._replace(factor=self.keys.factor + zero)
-        return self._replace(tame=tame, keys=keys, query=self.query + zero, la=self.la + zero)
+        return self._replace(tame=tame, la=self.la + zero, lb=self.lb + zero)
 
 
 def _rows(x: jax.Array) -> jax.Array:
@@ -199,60 +224,83 @@ def chunk_factors(la, lb, start, row_shift=None, matmul_dtype=None) -> tuple[Chu
     keys = _keys(lb, start)
     if row_shift is None:
         row_shift = _row_shift(la, lb, keys)
-    query = jnp.exp(la + keys.block_start[:, None] - row_shift[..., None])
     tame = _tame(la, lb, start, row_shift, matmul_dtype or la.dtype)
-    return Chunk(tame, keys, query, la, lb, row_shift), row_shift
+    return Chunk(tame, keys, la, lb, row_shift), row_shift
 
 
-def chunk_output(chunk: Chunk, v, start, state, matmul_dtype) -> jax.Array:
+def chunk_output(chunk: Chunk, v, start, state, matmul_dtype, end=None):
     """One chunk's Y ``(s, b, p)`` given the earlier chunks' state ``(m, p)`` (relative to
     ``start``; ``None`` where there are none): its tame keys, its other keys (by blocks, only
-    if there are any), the earlier chunks."""
+    if there are any), the earlier chunks; and, given ``end``, its keys' summary
+    sum_j exp(lb_j - C^e) v_j^T ``(m, p)`` relative to it (else ``None``): the tame keys' from
+    their factors, the others' in the same loop as their blocks (a second loop cost the CPU
+    schedule's step 8% at T = 4k)."""
     weights = chunk.tame_weights(matmul_dtype)
     out = dot("ij,jp->ip", weights, _rows(v), matmul_dtype).reshape(*v.shape[:2], -1)
+    summary = None
+    if end is not None:
+        summary = dot("sjm,sjp->mp", chunk.tame_keys_relative_to(end), v, matmul_dtype)
 
     def wild(zero):  # the keys that are not tame: their blocks' pieces
         anchored, values = chunk.anchored(zero), v + zero
-        keys = ~anchored.tame.tame
-        pairs = jnp.sum(anchored.own_pairs(keys), axis=-1)
+        pairs = jnp.sum(anchored.own_pairs(), axis=-1)
         wild_out = jnp.einsum("sij,sjp->sip", pairs, values.astype(pairs.dtype))
-        blocks = v.shape[0]
-        for offset in range(1, blocks):
-            query, key = anchored.earlier_block(offset, keys)
+        blocks, count = anchored.blocks(), v.shape[0]
+        for offset in range(1, count):
+            query, key = blocks.earlier_block(offset)
             scores = dot("sim,sjm->sij", query, key, matmul_dtype)
             wild_out = wild_out.at[offset:].add(
-                dot("sij,sjp->sip", scores, values[: blocks - offset], matmul_dtype)
+                dot("sij,sjp->sip", scores, values[: count - offset], matmul_dtype)
             )
-        return wild_out
+        if end is None:
+            return wild_out, None
+        key = anchored.wild_keys_relative_to(end)
+        return wild_out, dot("sjm,sjp->mp", key, values, matmul_dtype)
 
-    out = out + _only_if(chunk.tame.any_wild, wild, jnp.zeros_like(out))
-    if state is None:
-        return out
-    return out + dot("sim,mp->sip", chunk.earlier_chunks_query(start), state, matmul_dtype)
+    zeros = jax.tree.map(jnp.zeros_like, (out, summary))
+    wild_out, wild_summary = _only_if(chunk.tame.any_wild, wild, zeros)
+    out = out + wild_out
+    if summary is not None:
+        summary = summary + wild_summary
+    if state is not None:
+        out = out + dot("sim,mp->sip", chunk.earlier_chunks_query(start), state, matmul_dtype)
+    return out, summary
 
 
-def _wild_cotangents(chunk: Chunk, v, grad, matmul_dtype):
+def _wild_cotangents(chunk: Chunk, v, grad, end, later, matmul_dtype):
     """(dla, dlb, dv) ``(s, b, .)`` of the keys that are not tame, by blocks: their own blocks'
-    (B, B, m) forms, their later blocks' B x B products."""
-    keys = ~chunk.tame.tame
-    pairs = chunk.own_pairs(keys)
+    (B, B, m) forms, their later blocks' B x B products, and the later queries' state (``later``
+    relative to ``end``, unless ``None``)."""
+    pairs = chunk.own_pairs()
     products = dot("sip,sjp->sij", grad, v, matmul_dtype)
     weighted = pairs * jnp.where(_causal(products), products, 0)[..., None]
     grad_la, grad_lb = jnp.sum(weighted, axis=2), jnp.sum(weighted, axis=1)
     weights = jnp.sum(pairs, axis=-1)
     grad_v = jnp.einsum("sij,sip->sjp", weights, grad.astype(weights.dtype))
-    blocks = v.shape[0]
-    for offset in range(1, blocks):
-        query, key = chunk.earlier_block(offset, keys)
-        values, grads = v[: blocks - offset], grad[offset:]
+    blocks, count = chunk.blocks(), v.shape[0]
+    for offset in range(1, count):
+        query, key = blocks.earlier_block(offset)
+        values, grads = v[: count - offset], grad[offset:]
         products = dot("sip,sjp->sij", grads, values, matmul_dtype)
         scores = dot("sim,sjm->sij", query, key, matmul_dtype)
         grad_la = grad_la.at[offset:].add(query * dot("sij,sjm->sim", products, key, matmul_dtype))
-        grad_lb = grad_lb.at[: blocks - offset].add(
+        grad_lb = grad_lb.at[: count - offset].add(
             key * dot("sij,sim->sjm", products, query, matmul_dtype)
         )
-        grad_v = grad_v.at[: blocks - offset].add(dot("sij,sip->sjp", scores, grads, matmul_dtype))
+        grad_v = grad_v.at[: count - offset].add(dot("sij,sip->sjp", scores, grads, matmul_dtype))
+    if later is not None:
+        grad_lb, grad_v = _add_later(
+            (grad_lb, grad_v), chunk.wild_keys_relative_to(end), v, later, matmul_dtype
+        )
     return grad_la, grad_lb, grad_v
+
+
+def _add_later(grads, key, v, later, matmul_dtype):
+    """(dlb, dv) with the later queries' state's terms of the keys' factors ``key``
+    exp(lb_j - C^e) ``(s, b, m)`` added."""
+    grad_lb, grad_v = grads
+    grad_lb = grad_lb + key * dot("mp,sjp->sjm", later, v, matmul_dtype)
+    return grad_lb, grad_v + dot("sjm,mp->sjp", key, later, matmul_dtype)
 
 
 def chunk_cotangents(chunk: Chunk, v, start, end, state, later, grad, matmul_dtype):
@@ -272,20 +320,23 @@ def chunk_cotangents(chunk: Chunk, v, start, end, state, later, grad, matmul_dty
     grad_v = dot("ij,ip->jp", chunk.tame_weights(matmul_dtype), rows_grad, matmul_dtype)
     shape = v.shape[:2]
     grad_la, grad_lb, grad_v = (x.reshape(*shape, -1) for x in (grad_la, grad_lb, grad_v))
+
+    def wild(zero):
+        later_read = None if later is None else later + zero
+        anchored = chunk.anchored(zero)
+        return _wild_cotangents(anchored, v + zero, grad + zero, end, later_read, matmul_dtype)
+
     zeros = tuple(map(jnp.zeros_like, (grad_la, grad_lb, grad_v)))
-    wild = _only_if(
-        chunk.tame.any_wild,
-        lambda zero: _wild_cotangents(chunk.anchored(zero), v + zero, grad + zero, matmul_dtype),
-        zeros,
-    )
     grad_la, grad_lb, grad_v = (
-        a + b for a, b in zip((grad_la, grad_lb, grad_v), wild, strict=True)
+        a + b
+        for a, b in zip(
+            (grad_la, grad_lb, grad_v), _only_if(chunk.tame.any_wild, wild, zeros), strict=True
+        )
     )
     if state is not None:
         query = chunk.earlier_chunks_query(start)
         grad_la = grad_la + query * dot("mp,sip->sim", state, grad, matmul_dtype)
     if later is not None:
-        key = chunk.keys.relative_to(end)
-        grad_lb = grad_lb + key * dot("mp,sjp->sjm", later, v, matmul_dtype)
-        grad_v = grad_v + dot("sjm,mp->sjp", key, later, matmul_dtype)
+        key = chunk.tame_keys_relative_to(end)
+        grad_lb, grad_v = _add_later((grad_lb, grad_v), key, v, later, matmul_dtype)
     return grad_la, grad_lb, grad_v

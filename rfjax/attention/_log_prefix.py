@@ -45,6 +45,11 @@ C^s_c = max(c_0, d_0..d_{c-1}), chunk ends C^e_c = max(C^s_c, d_c) and block sta
   (exp(la_t + e_b - M_t) . exp(lb_j - e_b), both <= 1), in a loop that steps only when some key
   of the chunks formed at once is one. Nearly every key is tame: a sequence's first chunk at
   |k| ~ 30, where no earlier key sets the reference, is the common exception.
+* the factors a chunk shares with the states, exp(la_t + C^s - M_t) and exp(lb_j - C^e), are
+  its tame factors rescaled by exp(C^s - r) and exp(r - C^e), both <= 1 (a key that is not
+  tame has exp(lb_j - C^e) formed apart, in the same kind of loop): a chunk's output, summary
+  and cotangents form two exponentials per position and feature (the accelerators' separate
+  key pass, ``_key_summary``, one more).
 
 Row t reads earlier chunks whole and its own chunk through ``jnp.where`` on j <= t, so output
 t is bit-identical whatever later positions hold (later keys enter only through selections,
@@ -100,7 +105,6 @@ from rfjax.attention import _chunks
 from rfjax.attention._checks import log_floor, vary_like
 from rfjax.attention._chunks import chunk_states, map_chunks
 from rfjax.attention._log_chunk import (
-    Keys,
     chunk_cotangents,
     chunk_factors,
     chunk_output,
@@ -652,25 +656,27 @@ def _forward(params, query, key, value, valid, initial, options: _Options):
     x = _Rows.of(query, key, value, valid, options)
     split = x.split
 
-    def head_output(la, lb, v, start, state):
+    def head_output(la, lb, v, start, state, end):
         chunk, row_shift = chunk_factors(la, lb, start, matmul_dtype=options.matmul_dtype)
-        return chunk_output(chunk, v, start, state, options.matmul_dtype), row_shift, chunk
+        out, summary = chunk_output(chunk, v, start, state, options.matmul_dtype, end)
+        return out, row_shift, summary
 
-    def output(query, key, value, valid, start, state):
+    def output(query, key, value, valid, start, state, summed=False):
+        """(the chunk's outputs, (with ``summed`` its keys' summary and C^e, else None))"""
         la, query_bad = _query_logs(params, query, options, dtype)
         lb, v, key_bad = _key_logs(params, key, value, valid, options, dtype)
-        out, row_shift, chunk = jax.vmap(head_output)(la, lb, v, start, state)
+        end = None
+        if summed:
+            end = jnp.maximum(start, jax.lax.stop_gradient(jnp.max(lb, axis=(1, 2))))
+        out, row_shift, summary = jax.vmap(head_output)(la, lb, v, start, state, end)
         outputs = (jnp.moveaxis(out, 0, 2), jnp.moveaxis(row_shift, 0, 2), query_bad, key_bad)
-        return outputs, (chunk, lb, v)
+        return outputs, (summary, end)
 
     if _chunks.fused_chunk_scan(jax.default_backend()):
 
         def step(carry, rows):
             state, start = carry
-            outputs, (chunk, lb, v) = output(*rows, start, state)
-            end = jnp.maximum(start, jax.lax.stop_gradient(jnp.max(lb, axis=(1, 2))))
-            keys = jax.vmap(Keys.relative_to)(chunk.keys, end)
-            summary = dot("nsbm,nsbp->nmp", keys, v, options.matmul_dtype)
+            outputs, (summary, end) = output(*rows, start, state, summed=True)
             return (_rescaled(state, start, end) + summary, end), outputs
 
         rows = x.operands

@@ -4,6 +4,7 @@ dense sums they stand for, in float64 and in float32; the blocks formed only ins
 loop; how rare keys formed by blocks are; the factored bound; and ``dot``'s float32
 accumulation of bfloat16 operands."""
 
+import functools
 import re
 
 import jax
@@ -64,7 +65,7 @@ def test_output_is_the_dense_sum_and_the_row_shift_its_largest_exponent():
         @jax.jit  # one program
         def outputs(la, lb, v, start, state):
             chunk, row_shift = chunk_factors(la, lb, start)
-            got = chunk_output(chunk, v, start, state, jnp.float64)
+            got, _ = chunk_output(chunk, v, start, state, jnp.float64)
             return got, dense_output(la, lb, v, start, state, row_shift), row_shift
 
         got, want, row_shift = outputs(la, lb, v, start, state)
@@ -138,7 +139,7 @@ def test_keys_far_above_the_chunk_are_formed_by_blocks_and_the_rest_as_one_produ
     chunk, row_shift = jax.jit(chunk_factors)(la, lb, start)
     tame = np.asarray(chunk.tame.tame)
     assert not tame[1, 2:].any() and tame[0].all() and tame[2].all() and tame[1, :2].all()
-    got_out = jax.jit(chunk_output, static_argnums=4)(chunk, v, start, state, jnp.float32)
+    got_out, _ = jax.jit(chunk_output, static_argnums=4)(chunk, v, start, state, jnp.float32)
     got = jax.jit(chunk_cotangents, static_argnums=7)(
         chunk, v, start, end, state, later, grad, jnp.float32
     )
@@ -157,6 +158,33 @@ def test_keys_far_above_the_chunk_are_formed_by_blocks_and_the_rest_as_one_produ
     np.testing.assert_allclose(got_out, want_out, rtol=0, atol=relative * np.abs(want_out).max())
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=relative * np.abs(b).max())
+
+
+def test_the_chunk_summary_is_the_dense_sum_of_its_keys():
+    """``chunk_output``'s summary, sum_j e^(lb_j - C^e) v_j^T over the chunk's keys relative to
+    the running maximum at its end: in float64 (every key tame), and in float32 with some keys
+    not tame (``wild_operands``, which it forms apart) against the float64 sum. Each exponent
+    |lb - C^e| <= ~100 is rounded to 2 eps32 of that, as in the test above."""
+
+    @functools.partial(jax.jit, static_argnums=5)
+    def summary(chunk, v, start, state, end, matmul_dtype):
+        return chunk_output(chunk, v, start, state, matmul_dtype, end)[1]
+
+    la, lb, v, start, end, state, _, _ = operands()
+    with jax.enable_x64(True):
+        chunk, _ = jax.jit(chunk_factors)(la, lb, start)
+        got = summary(chunk, v, start, state, end, jnp.float64)
+        want = jnp.einsum("sbm,sbp->mp", jnp.exp(lb - end), v)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    la, lb, v, start, end, state, _, _ = wild_operands()
+    chunk, _ = jax.jit(chunk_factors)(la, lb, start)
+    assert not np.asarray(chunk.tame.tame).all()
+    got = summary(chunk, v, start, state, end, jnp.float32)
+    with jax.enable_x64(True):
+        lb, v, end = (jnp.asarray(x, jnp.float64) for x in (lb, v, end))
+        want = jnp.einsum("sbm,sbp->mp", jnp.exp(lb - end), v)
+    relative = 2 * float(np.finfo(np.float32).eps) * 100
+    np.testing.assert_allclose(got, want, rtol=0, atol=relative * np.abs(want).max())
 
 
 def _computations(hlo: str) -> dict[str, list[str]]:
