@@ -4,7 +4,7 @@ spills.
 
   python tools/triton_kernels.py --triton-python PATH [--archs 80 90] [--features 128 256]
       [--maps affine angular_hybrid] [--ptxas] [--warps N ...]
-      [--diagonal-forms factored pairs] [--json PATH]
+      [--diagonal-forms chunk factored pairs] [--json PATH]
 
 Step 1 (this interpreter, with JAX): the forward and backward passes of
 ``rfjax.attention._fused.fused_attention_sums`` (the benchmark's head: H = H_v = 64, T = 256,
@@ -305,8 +305,8 @@ def main() -> None:
         "--diagonal-forms",
         nargs="+",
         default=None,
-        choices=["factored", "pairs"],
-        help="the causal kernels' diagonal_form (default: the kernels')",
+        help="the causal kernels' diagonal_forms (fused_kernel_settings checks them; default: "
+        "the kernels')",
     )
     parser.add_argument("--json", default=None)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)

@@ -3,13 +3,15 @@ log-features: one chunk (or a group of chunks) of one head per program, the affi
 computed from the rows inside the kernel, blocks of ``LOG_BLOCK`` positions read from the refs
 (Triton cannot slice values), products accumulated in float32. The computation per chunk is
 ``_log_prefix``'s by blocks (each block's own keys per pair, or factored under
-``diagonal_form="factored"``; the XLA form forms a chunk's tame keys as one product,
-``_log_chunk.Tame``); see ``_fused`` for the passes (and ``_fused_hybrid`` for the angular
-hybrid's kernels, which take the same arguments)."""
+``diagonal_form="factored"``), or in the output kernel under ``diagonal_form="chunk"`` as the
+XLA form forms a chunk (its tame keys as one product, ``_log_chunk.Tame``; ``_tame_sums``);
+see ``_fused`` for the passes (and ``_fused_hybrid`` for the angular hybrid's kernels, which
+take the same arguments)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import typing
@@ -30,6 +32,7 @@ FEATURE_TILE = 32  # features per tile of a diagonal block's pairs (``_diagonal`
 # against 1,452 (tools/triton_kernels.py), but makes products of width 8.
 COTANGENT_TILE = 16
 STATE_TILE = 64  # features per step of the causal output kernel's state read-out
+PRODUCT_TILE = 64  # features per step of the output kernel's chunk form (``_tame_sums``)
 
 
 def tile_width(width: int, most: int) -> int:
@@ -187,30 +190,45 @@ class _Rows:
         return grad_w, grad_b + jnp.sum(grad_logs, axis=0, keepdims=True)
 
 
-def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start, matmul_dtype):
-    """A block's row shifts M_t ``(B, 1)`` (``_row_shift``) and its weights against its own
-    keys, sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)``: ``_block_weights`` summed over
-    the features, or under ``diagonal_form="factored"`` the products exp(la + e - M)
-    exp(lb - e)^T (``_factors``) where ``_log_chunk.factored_bound`` allows it (the row
-    factors exp(la + e - M) within e^(L/2), the key factors <= 1); both formed
-    ``FEATURE_TILE`` features at a time (the pairs of a tile are ``(B, B, FEATURE_TILE)``
-    values, those of all m features would not fit in registers; the factors of all m at once
-    spilled 1,628 bytes per thread in the cotangent kernel at m = 256 on sm90 at 81e02d8, in
-    tiles 1,396).
-    M_t comes from the pairs' maxima, formed the same way."""
-    tile = tile_width(form.width, FEATURE_TILE)
+def _tile_logs(form: _Form, q: jax.Array, keys: _Rows, tile: int):
+    """``logs(i)``: la and lb (the log floor for keys left out) of the i-th tile of ``tile``
+    features of the rows ``q`` and of ``keys``."""
     floor = log_floor(form.dtype)
 
-    def logs(i):  # la and lb of the i-th tile of features
+    def logs(i):
         features = pl.ds(pl.multiple_of(i * tile, tile), tile)
         return form.tile(q, features), jnp.where(keys.valid, form.tile(keys.rows, features), floor)
+
+    return logs
+
+
+def _block_row_shift(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start):
+    """A block's row shifts M_t ``(B, 1)`` (``_row_shift``), the pairs' maxima with its own keys
+    formed ``FEATURE_TILE`` features at a time (``_diagonal``)."""
+    tile = tile_width(form.width, FEATURE_TILE)
+    logs = _tile_logs(form, q, keys, tile)
 
     def top(i, own):
         return jnp.maximum(own, _pair_maximum(*logs(i)))
 
     tiles = form.width // tile
     own = jax.lax.fori_loop(0, tiles, top, jnp.full((LOG_BLOCK, 1), -jnp.inf, form.dtype))
-    row_shift = _row_shift(own, la, block_start)
+    return _row_shift(own, la, block_start)
+
+
+def _diagonal(form: _Form, q, keys: _Rows, la, row_shift, matmul_dtype):
+    """A block's weights against its own keys given its row shifts M ``(B, 1)``
+    (``_block_row_shift``), sum_i exp(la_ti + lb_ji - M_t) for j <= t ``(B, B)``:
+    ``_block_weights`` summed over the features, or under ``diagonal_form="factored"`` the
+    products exp(la + e - M) exp(lb - e)^T (``_factors``) where ``_log_chunk.factored_bound``
+    allows it (the row factors exp(la + e - M) within e^(L/2), the key factors <= 1); both
+    formed ``FEATURE_TILE`` features at a time (the pairs of a tile are
+    ``(B, B, FEATURE_TILE)`` values, those of all m features would not fit in registers; the
+    factors of all m at once spilled 1,628 bytes per thread in the cotangent kernel at
+    m = 256 on sm90 at 81e02d8, in tiles 1,396)."""
+    tile = tile_width(form.width, FEATURE_TILE)
+    logs = _tile_logs(form, q, keys, tile)
+    tiles = form.width // tile
 
     def pair_step(i, weights):  # selected for j <= t already
         return weights + jnp.sum(_block_weights(*logs(i), row_shift), axis=2)
@@ -228,7 +246,7 @@ def _diagonal(form: _Form, q: jax.Array, keys: _Rows, la: jax.Array, block_start
         return _causal_part(jax.lax.fori_loop(0, tiles, factored_step, zeros))
 
     exponent = _query_exponent(la, keys.block_max, row_shift)
-    return row_shift, _factored_or_pairs(exponent, factored, pairs, matmul_dtype)
+    return _factored_or_pairs(exponent, factored, pairs, matmul_dtype)
 
 
 def _query_exponent(la: jax.Array, block_max: jax.Array, row_shift: jax.Array) -> jax.Array:
@@ -254,12 +272,13 @@ def _causal_part(scores: jax.Array) -> jax.Array:
 
 
 def _factored_or_pairs(exponent: jax.Array, factored, pairs, matmul_dtype):
-    """``pairs()`` under ``diagonal_form="pairs"`` (the default; ``fused_kernel_settings``);
+    """``pairs()`` under ``diagonal_form="pairs"`` (the default; ``fused_kernel_settings``)
+    and ``"chunk"`` (whose blocks that are not tame go per pair);
     under ``"factored"``, ``factored()`` where every exponent x ``(B, m)`` is within
     ``factored_bound`` (a NaN is not), else ``pairs()``: one branch per block, taken by the
     whole program."""
     bound = factored_bound(exponent.shape[1], LOG_BLOCK, matmul_dtype)
-    if _kernel_settings.IN_FORCE.diagonal_form == "pairs" or bound == -math.inf:
+    if _kernel_settings.IN_FORCE.diagonal_form != "factored" or bound == -math.inf:
         return pairs()
     return jax.lax.cond(jnp.max(exponent) <= bound, factored, pairs)
 
@@ -400,34 +419,110 @@ def output_kernel(
     matmul_dtype,
 ):
     """One chunk's numerator ``(C, P)``, denominator ``(C, 1)`` and row shifts ``(C, 1)``, a
-    block of ``LOG_BLOCK`` queries at a time: against its own keys (``_diagonal``), each
-    earlier block's (read again from the refs, relative to that block's maximum per feature)
-    and the state of the chunks before."""
+    block of ``LOG_BLOCK`` queries at a time: by blocks (``_block_sums``), or under
+    ``diagonal_form="chunk"``, where every key up to the block's end is tame, against all of
+    them and the state as products of the chunk's factors (``_tame_sums``)."""
     form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
+    key_refs, state_refs = (k_ref, v_ref, valid_ref), (start_ref, state_ref, count_ref)
     start = start_ref[...]
+    bound = factored_bound(form.width, CHUNK, form.dtype, matmul_dtype)
+    chunk_form = _kernel_settings.IN_FORCE.diagonal_form == "chunk" and bound > -math.inf
     block_start = start  # the keys' running maximum at the block's start
     for s in range(q_ref.shape[0] // LOG_BLOCK):
         rows = pl.ds(s * LOG_BLOCK, LOG_BLOCK)
         q = q_ref[rows, :]
         la = form(q)
-        keys = _Rows(form, s * LOG_BLOCK, keys=(k_ref, v_ref, valid_ref))
-        row_shift, weights = _diagonal(form, q, keys, la, block_start, matmul_dtype)
-        num = jnp.dot(weights, keys.v, preferred_element_type=jnp.float32)
-        den = jnp.sum(weights * keys.ones, axis=1, keepdims=True)
-        for earlier in range(s):
-            before = _Rows(form, earlier * LOG_BLOCK, keys=(k_ref, v_ref, valid_ref))
-            query = jnp.exp(la + before.block_max - row_shift)
-            key = jnp.exp(before.logs - before.block_max)
-            scores = _dot(query, key, matmul_dtype, transpose_b=True)
-            num = num + _dot(scores, before.v, matmul_dtype)
-            den = den + jnp.sum(scores * before.ones, axis=1, keepdims=True)
-        num, den = _state_readout(
-            form, q, la, row_shift, (start_ref, state_ref, count_ref), (num, den), matmul_dtype
-        )
+        keys = _Rows(form, s * LOG_BLOCK, keys=key_refs)
+        row_shift = _block_row_shift(form, q, keys, la, block_start)
+        args = (form, s, q, la, keys, row_shift, key_refs, state_refs, matmul_dtype)
+        if chunk_form:
+            if s == 0:
+                reference, highest = _chunk_reference(start, keys.logs), -jnp.inf
+            highest = jnp.maximum(highest, jnp.max(keys.logs - reference))
+            num, den = jax.lax.cond(  # a NaN is not within the bound
+                highest <= bound,
+                functools.partial(_tame_sums, *args, bound=bound),
+                functools.partial(_block_sums, *args),
+            )
+        else:
+            num, den = _block_sums(*args)
         num_ref[rows, :] = num
         den_ref[rows, :] = den
         shift_ref[rows, :] = row_shift
         block_start = jnp.maximum(block_start, keys.block_max)
+
+
+def _chunk_reference(start: jax.Array, logs: jax.Array) -> jax.Array:
+    """r = max(C^s, lb_0) ``(1, m)``: the running maximum at the chunk's start and its first
+    key (the first row of ``logs``), positions at or before every row of the chunk."""
+    first = jax.lax.broadcasted_iota(jnp.int32, logs.shape, 0) == 0
+    return jnp.maximum(start, jnp.max(jnp.where(first, logs, -jnp.inf), axis=0, keepdims=True))
+
+
+def _block_sums(form, s, q, la, keys, row_shift, key_refs, state_refs, matmul_dtype):
+    """Block ``s``'s numerator ``(B, P)`` and denominator ``(B, 1)`` by blocks: against its own
+    keys (``_diagonal``), each earlier block's (read again from the refs, relative to that
+    block's maximum per feature) and the state of the chunks before (``_state_readout``)."""
+    weights = _diagonal(form, q, keys, la, row_shift, matmul_dtype)
+    num = jnp.dot(weights, keys.v, preferred_element_type=jnp.float32)
+    den = jnp.sum(weights * keys.ones, axis=1, keepdims=True)
+    for earlier in range(s):
+        before = _Rows(form, earlier * LOG_BLOCK, keys=key_refs)
+        query = jnp.exp(la + before.block_max - row_shift)
+        key = jnp.exp(before.logs - before.block_max)
+        scores = _dot(query, key, matmul_dtype, transpose_b=True)
+        num = num + _dot(scores, before.v, matmul_dtype)
+        den = den + jnp.sum(scores * before.ones, axis=1, keepdims=True)
+    return _state_readout(form, q, la, row_shift, state_refs, (num, den), matmul_dtype)
+
+
+def _key_span(s: int) -> int:
+    """The keys block ``s`` reads in ``_tame_sums``: the chunk's first (s + 1) B, rounded up to
+    a power of two (Triton's shapes; the later ones are selected away)."""
+    return 1 << ((s + 1) * LOG_BLOCK - 1).bit_length()
+
+
+def _tame_sums(form, s, q, la, keys, row_shift, key_refs, state_refs, matmul_dtype, *, bound):
+    """Block ``s``'s numerator ``(B, P)`` and denominator ``(B, 1)`` where every key up to its
+    end is tame (``_log_chunk.Tame``): relative to r = max(C^s, lb_0), the rows' factors
+    exp(la_t + r - M_t) <= 1 times the keys' exp(lb_j - r) <= e^``bound``, as one product
+    with the chunk's keys j <= t, and times exp(C^s - r) <= 1 with the earlier chunks' state;
+    ``PRODUCT_TILE`` features at a time."""
+    del la, keys  # formed by tiles here
+    k_ref, v_ref, valid_ref = key_refs
+    start_ref, state_ref, count_ref = state_refs
+    span = pl.ds(0, _key_span(s))
+    tile = tile_width(form.width, PRODUCT_TILE)
+    floor = log_floor(form.dtype)
+
+    def step(i, sums):  # the keys read from the refs in each step: held, they spilled more
+        scores, num, den = sums
+        features = pl.ds(pl.multiple_of(i * tile, tile), tile)
+        lb = jnp.where(valid_ref[span, :] > 0, form.tile(k_ref[span, :], features), floor)
+        start = start_ref[:, features]
+        reference = _chunk_reference(start, lb)
+        query = jnp.exp(form.tile(q, features) + reference - row_shift)
+        # Keys after the block's rows are not checked against the bound: clamped, and
+        # selected away below.
+        key = jnp.exp(jnp.minimum(lb - reference, bound))
+        scores = scores + _dot(query, key, matmul_dtype, transpose_b=True)
+        earlier = query * jnp.exp(start - reference)
+        num = num + _dot(earlier, state_ref[features, :], matmul_dtype)
+        den = den + jnp.sum(earlier * count_ref[:, features], axis=1, keepdims=True)
+        return scores, num, den
+
+    zeros = (
+        jnp.zeros((LOG_BLOCK, _key_span(s)), jnp.float32),
+        jnp.zeros((LOG_BLOCK, v_ref.shape[1]), jnp.float32),
+        jnp.zeros((LOG_BLOCK, 1), jnp.float32),
+    )
+    scores, num, den = jax.lax.fori_loop(0, form.width // tile, step, zeros)
+    valid = valid_ref[span, :] > 0
+    values = jnp.where(valid, v_ref[span, :].astype(form.dtype), 0)
+    rows = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 0) + s * LOG_BLOCK
+    scores = jnp.where(jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1) <= rows, scores, 0)
+    num = num + _dot(scores, values, matmul_dtype)
+    return num, den + jnp.sum(scores * valid.astype(form.dtype).T, axis=1, keepdims=True)
 
 
 def query_summary_kernel(

@@ -14,10 +14,10 @@ from typing import Literal
 
 from rfjax._validation import check_choice
 
-DiagonalForm = Literal["factored", "pairs"]
+DiagonalForm = Literal["chunk", "factored", "pairs"]
 WARP_COUNTS = (1, 2, 4, 8, 16)  # what Triton takes as num_warps
 FEATURE_TILE_CHOICES = (16, 32, 64, 128, 256, 512)  # cotangent_features: Triton's widths
-DIAGONAL_FORMS: tuple[DiagonalForm, ...] = ("factored", "pairs")
+DIAGONAL_FORMS: tuple[DiagonalForm, ...] = ("chunk", "factored", "pairs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,14 @@ class KernelSettings:
         measure (``benchmarks.attention_gpu --diagonal-form``): at m = 256 on sm90 with 4
         warps the factored forms spill more in the output kernel (2,212 bytes per thread
         against 1,524) and about as much in the cotangent kernel (1,368 against 1,296;
-        tools/triton_kernels.py, benchmarks/results/triton_kernels/).
+        tools/triton_kernels.py, benchmarks/results/triton_kernels/). ``"chunk"``: the
+        output kernel forms each block of rows against every key of its chunk up to the block's
+        end and the earlier chunks' state as products of factors relative to the chunk's start
+        and first key (2m exponentials per row and a B x m by m x C product, as the XLA form
+        forms a chunk, ``_log_chunk.Tame``) wherever every such key is tame, else by blocks and
+        per pair; the cotangent kernel forms pairs (its chunk form is not written). At m = 256
+        on sm90 it spills 2,604 bytes per thread with 4 warps and 188 with 8 (both branches are
+        in the kernel; tools/triton_kernels.py).
     """
 
     num_warps: int = 4
@@ -87,8 +94,10 @@ def fused_kernel_settings(
         two from 16 to 512; default 128, whose shared memory fits every NVIDIA GPU from sm80).
       diagonal_form: how the affine maps' causal kernels form each block's weights against its
         own keys (``DIAGONAL_FORMS``): ``"pairs"`` (default) per pair; ``"factored"`` as
-        products of a factor per row and one per key wherever that is exact, else per pair.
-        Both are exact to the same tolerance (``KernelSettings``).
+        products of a factor per row and one per key wherever that is exact, else per pair;
+        ``"chunk"``, in the output kernel, each block of rows against all its chunk's keys
+        and the state as one product of factors wherever that is exact, else by blocks. All
+        are exact to the same tolerance (``KernelSettings``).
 
     Yields:
       The settings in force: ``num_warps``, ``num_stages``, ``cotangent_features`` and

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from rfjax import attention, features, projections
-from rfjax.attention import _fused, _kernel_settings
+from rfjax.attention import _fused, _fused_kernels, _kernel_settings
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.interpret_mode import INTERPRET_MODE
 from tests.support.primitives import equations
@@ -75,15 +75,16 @@ def fused_and_xla(q, k, v, projection, weights, fused="pallas_triton_interpret",
 
 @pytest.mark.parametrize(
     "causal, diagonal_form",
-    [(True, "pairs"), (True, "factored"), (False, "pairs")],
-    ids=["causal", "causal-factored", "bidirectional"],
+    [(True, "pairs"), (True, "factored"), (True, "chunk"), (False, "pairs")],
+    ids=["causal", "causal-factored", "causal-chunk", "bidirectional"],
 )
 @INTERPRET_MODE
 def test_kernels_match_the_xla_form_values_and_gradients(causal, diagonal_form):
     """m = 40: the causal kernels' diagonal blocks in five tiles of 8 features
     (``_fused_kernels.tile_width``: every feature in a whole tile; Triton takes powers of two
-    only, in tiles of ``FEATURE_TILE`` and ``COTANGENT_TILE``), per pair or factored (these
-    inputs are within ``factored_bound``)."""
+    only, in tiles of ``FEATURE_TILE``, ``COTANGENT_TILE`` and ``PRODUCT_TILE``), per pair,
+    factored (these inputs are within ``factored_bound``) or in the chunk form (the first
+    chunk, whose first key is masked, by blocks; the second as one product)."""
     q, k, v, mask, projection = operands(1, scale=2.0, features=40)
     weights = jax.random.normal(jax.random.key(9), v.shape)
     with attention.fused_kernel_settings(diagonal_form=diagonal_form):
@@ -134,6 +135,44 @@ def test_a_block_beyond_the_factored_bound_is_formed_per_pair():
     the outputs match float64 and the gradients are finite."""
     with attention.fused_kernel_settings(diagonal_form="factored"):
         check_norm_120(True, key=4)
+
+
+@INTERPRET_MODE
+def test_the_chunk_form_at_norm_120_matches_float64():
+    """``diagonal_form="chunk"`` at |q| = |k| = 120: the blocks whose keys are tame relative to
+    the chunk's first key as one product, the others by blocks; the outputs match float64 and
+    the gradients are finite."""
+    with attention.fused_kernel_settings(diagonal_form="chunk"):
+        check_norm_120(True, key=4)
+
+
+@INTERPRET_MODE
+def test_the_chunk_form_takes_one_product_where_every_key_is_tame(monkeypatch):
+    """Under ``diagonal_form="chunk"`` with every key counted (small norms: every key tame) no
+    block is formed by blocks: with ``_block_sums`` made to return NaN, the outputs still
+    match the XLA form's. With the first key left out, the first chunk has no reference
+    (r = the log floor), so its blocks are formed by blocks: there they are NaN, and the second
+    chunk's rows are not."""
+    block_sums = _fused_kernels._block_sums
+
+    def poisoned(*args, **kwargs):
+        return tuple(x * jnp.nan for x in block_sums(*args, **kwargs))
+
+    monkeypatch.setattr(_fused_kernels, "_block_sums", poisoned)
+    q, k, v, _, projection = operands(1, scale=2.0, features=40)
+    every = jnp.ones((BATCH, LENGTH), bool)
+    first_left_out = every.at[:, 0].set(False)
+    options = dict(causal=True, implementation="pallas_triton_interpret")
+    jax.clear_caches()  # programs traced before (or after) with the kernels as they are
+    try:
+        with attention.fused_kernel_settings(diagonal_form="chunk"):
+            fused = attention.favor_attention(q, k, v, projection, mask=every, **options)
+            partly = attention.favor_attention(q, k, v, projection, mask=first_left_out, **options)
+    finally:
+        jax.clear_caches()
+    assert_close(fused, attention.favor_attention(q, k, v, projection, causal=True))
+    rows = np.isnan(np.asarray(partly)).any(axis=(0, 2, 3))
+    assert rows[:64].all() and not rows[64:].any()
 
 
 def check_norm_120(causal, key=None):
@@ -271,11 +310,13 @@ def test_kernels_lower_for_gpu_and_tpu(fmap, backend, causal):
     assert lowered_kernels(backend, causal, fmap) == (5 if causal else 6)
 
 
-def test_factored_diagonal_blocks_lower_for_gpu_and_tpu():
+@pytest.mark.parametrize("diagonal_form, cotangent_branches", [("factored", 2), ("chunk", 0)])
+def test_branching_diagonal_forms_lower_for_gpu_and_tpu(diagonal_form, cotangent_branches):
     """Under ``diagonal_form="factored"`` the causal output and cotangent kernels branch per
     block (``lax.cond``: an ``scf.if`` in Triton's IR, one per block of the output kernel and
-    one per loop over blocks of the cotangent kernel, none per pair), and the forward and
-    backward passes lower for Triton and for Mosaic TPU."""
+    one per loop over blocks of the cotangent kernel, none per pair); under ``"chunk"`` the
+    output kernel does (the tame product or by blocks) and the cotangent kernel forms pairs.
+    The forward and backward passes lower for Triton and for Mosaic TPU."""
     platform, device = DEVICES["triton"]
 
     def branches():
@@ -285,11 +326,12 @@ def test_factored_diagonal_blocks_lower_for_gpu_and_tpu():
         return {k["kernel"]: k["ttir"].count("scf.if") for k in TOOL.triton_kernels(lowered)}
 
     pairs = branches()
-    with attention.fused_kernel_settings(diagonal_form="factored"):
-        factored = branches()
+    with attention.fused_kernel_settings(diagonal_form=diagonal_form):
+        taken = branches()
         assert lowered_kernels("tpu", True, "affine") == 5
-    assert factored["rfjax_favor_causal_output"] - pairs["rfjax_favor_causal_output"] == 4
-    assert factored["rfjax_favor_causal_cotangents"] - pairs["rfjax_favor_causal_cotangents"] == 2
+    assert taken["rfjax_favor_causal_output"] - pairs["rfjax_favor_causal_output"] == 4
+    cotangents = "rfjax_favor_causal_cotangents"
+    assert taken[cotangents] - pairs[cotangents] == cotangent_branches
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
@@ -365,6 +407,17 @@ def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
     plus the output's rounding u."""
     run, u, v = _on_the_gpu(causal, dtype)
     _assert_gpu_close(run("pallas_triton"), run("xla"), u, v)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_pallas_triton_chunk_form_on_the_gpu_matches_the_xla_form(dtype):
+    """``diagonal_form="chunk"`` (8 warps, as the lease's ``chunk8`` arm) compiled by Triton
+    against the XLA form on the device, causal (the bound of the test above)."""
+    run, u, v = _on_the_gpu(True, dtype)
+    with attention.fused_kernel_settings(diagonal_form="chunk", num_warps=8):
+        got = run("pallas_triton")
+    _assert_gpu_close(got, run("xla"), u, v)
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")

@@ -108,8 +108,9 @@ def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_t
     which places each tile's cotangents in their columns of the m features). 16 features in
     tiles of 8 give the numerators, denominators and gradients of one tile of 16, each row
     relative to its largest term (interpret mode; a tile left out, counted twice or placed in
-    other columns changes them). Both forms: per pair, and as products of factors (these
-    inputs are within ``factored_bound``), each tile's keys relative to its own maxima."""
+    other columns changes them). Every form: per pair, as products of factors (these inputs
+    are within ``factored_bound``), each tile's keys relative to its own maxima, and the chunk
+    form's products (``PRODUCT_TILE`` in ``_tame_sums``, where its keys are tame)."""
     q, k, v, mask, _ = operands(3, scale=2.0)
     projection = projections.orthogonal(jax.random.key(6), HEAD_DIM, NUM_FEATURES)
     form = _fused.kernel_form(projection, features.get("positive")())
@@ -130,12 +131,13 @@ def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_t
         (_, sums), gradients = jax.jit(grad)(form.weights, form.bias, *rows)
         return [*sums, *gradients]
 
-    assert min(_fused_kernels.FEATURE_TILE, _fused_kernels.COTANGENT_TILE) >= NUM_FEATURES
+    tiles = ("FEATURE_TILE", "COTANGENT_TILE", "PRODUCT_TILE")
+    assert min(getattr(_fused_kernels, tile) for tile in tiles) >= NUM_FEATURES
     settings = _kernel_settings.KernelSettings(diagonal_form=diagonal_form)
     monkeypatch.setattr(_kernel_settings, "IN_FORCE", settings)
     whole = sums_and_gradients()
-    monkeypatch.setattr(_fused_kernels, "FEATURE_TILE", 8)
-    monkeypatch.setattr(_fused_kernels, "COTANGENT_TILE", 8)
+    for tile in tiles:
+        monkeypatch.setattr(_fused_kernels, tile, 8)
     tiled = sums_and_gradients()
     for got, want in zip(tiled, whole, strict=True):
         assert_close(got, want)

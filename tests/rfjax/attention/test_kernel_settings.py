@@ -43,7 +43,9 @@ def test_kernel_settings_reach_every_triton_kernel_inside_the_block_only():
         attention.fused_kernel_settings(num_warps=3).__enter__()
     with pytest.raises(ValueError, match="cotangent_features must be one of 16, 32"):
         attention.fused_kernel_settings(cotangent_features=100).__enter__()
-    with pytest.raises(ValueError, match="diagonal_form must be one of 'factored', 'pairs'"):
+    with pytest.raises(
+        ValueError, match="diagonal_form must be one of 'chunk', 'factored', 'pairs'"
+    ):
         attention.fused_kernel_settings(diagonal_form="pair").__enter__()
 
 
