@@ -56,7 +56,7 @@ class KernelSettings:
         and first key (2m exponentials per row and a B x m by m x C product, as the XLA form
         forms a chunk, ``_log_chunk.Tame``) wherever every such key is tame, else by blocks and
         per pair; the cotangent kernel forms pairs (its chunk form is not written). At m = 256
-        on sm90 it spills 2,604 bytes per thread with 4 warps and 188 with 8 (both branches are
+        on sm90 it spills 2,612 bytes per thread with 4 warps and 188 with 8 (both branches are
         in the kernel; tools/triton_kernels.py).
     """
 
