@@ -213,15 +213,18 @@ def test_tpu_interpret_mode_and_oprf():
     )
 
 
+@pytest.mark.parametrize("diagonal_form", ["pairs", "chunk"])
 @INTERPRET_MODE
-def test_bfloat16_inputs_take_bfloat16_products():
+def test_bfloat16_inputs_take_bfloat16_products(diagonal_form):
     """bfloat16 rows: the products' operands in bfloat16 (accumulated in float32), within the
     XLA form's own bfloat16 bound of the float32 result (``test_attention.test_bfloat16_inputs``:
-    5u max|v| plus the output's rounding u, u = 2^-8)."""
+    5u max|v| plus the output's rounding u, u = 2^-8); per pair, and in the chunk form (the
+    tame keys' factors up to e^43.7 rounded to bfloat16 as the XLA form's are)."""
     q, k, v, mask, projection = operands(3, dtype=jnp.bfloat16)
-    out = attention.favor_attention(
-        q, k, v, projection, causal=True, mask=mask, implementation="pallas_triton_interpret"
-    )
+    with attention.fused_kernel_settings(diagonal_form=diagonal_form):
+        out = attention.favor_attention(
+            q, k, v, projection, causal=True, mask=mask, implementation="pallas_triton_interpret"
+        )
     assert out.dtype == jnp.bfloat16
     wide = attention.favor_attention(
         *(x.astype(jnp.float32) for x in (q, k, v)), projection, causal=True, mask=mask
