@@ -95,8 +95,9 @@ class Tame(NamedTuple):
     any_wild: ``()`` bool, whether some key of the chunk is not tame: only then are those keys
     formed by blocks (in ``_only_if``'s loop: ``chunk_output``, ``_wild_cotangents``).
 
-    These are the only exponentials of (s, b, m) formed for every chunk: the earlier chunks'
-    and the later queries' factors are the same ones rescaled (``Chunk``).
+    The forward pass forms no other exponentials of (s, b, m) for a chunk: the earlier
+    chunks' read-out and the keys' summary take these rescaled (``Chunk``); the backward pass
+    forms exp(lb_j - C^e) once more (``Chunk.keys_relative_to``).
 
     Whether a key is tame depends on positions <= it only, and a tame key's weight on the row
     and the key only, so row t's output stays bit-identical whatever later positions hold."""
@@ -164,6 +165,12 @@ class Chunk(NamedTuple):
     def wild_keys_relative_to(self, end: jax.Array) -> jax.Array:
         """exp(lb_j - C^e) ``(s, b, m)`` of the keys that are not tame, 0 for the others."""
         return jnp.where(self.tame.tame[..., None], 0, jnp.exp(self.lb - end))
+
+    def keys_relative_to(self, end: jax.Array) -> jax.Array:
+        """exp(lb_j - C^e) ``(s, b, m)`` of every key: the tame keys' from their factors
+        (``tame_keys_relative_to``), the others' formed directly (selected)."""
+        tame = self.tame_keys_relative_to(end)
+        return jnp.where(self.tame.tame[..., None], tame, jnp.exp(self.lb - end))
 
     def blocks(self) -> Blocks:
         """The factors of the keys that are not tame, by blocks."""
@@ -267,10 +274,9 @@ def chunk_output(chunk: Chunk, v, start, state, matmul_dtype, end=None):
     return out, summary
 
 
-def _wild_cotangents(chunk: Chunk, v, grad, end, later, matmul_dtype):
+def _wild_cotangents(chunk: Chunk, v, grad, matmul_dtype):
     """(dla, dlb, dv) ``(s, b, .)`` of the keys that are not tame, by blocks: their own blocks'
-    (B, B, m) forms, their later blocks' B x B products, and the later queries' state (``later``
-    relative to ``end``, unless ``None``)."""
+    (B, B, m) forms, their later blocks' B x B products."""
     pairs = chunk.own_pairs()
     products = dot("sip,sjp->sij", grad, v, matmul_dtype)
     weighted = pairs * jnp.where(_causal(products), products, 0)[..., None]
@@ -288,19 +294,7 @@ def _wild_cotangents(chunk: Chunk, v, grad, end, later, matmul_dtype):
             key * dot("sij,sim->sjm", products, query, matmul_dtype)
         )
         grad_v = grad_v.at[: count - offset].add(dot("sij,sip->sjp", scores, grads, matmul_dtype))
-    if later is not None:
-        grad_lb, grad_v = _add_later(
-            (grad_lb, grad_v), chunk.wild_keys_relative_to(end), v, later, matmul_dtype
-        )
     return grad_la, grad_lb, grad_v
-
-
-def _add_later(grads, key, v, later, matmul_dtype):
-    """(dlb, dv) with the later queries' state's terms of the keys' factors ``key``
-    exp(lb_j - C^e) ``(s, b, m)`` added."""
-    grad_lb, grad_v = grads
-    grad_lb = grad_lb + key * dot("mp,sjp->sjm", later, v, matmul_dtype)
-    return grad_lb, grad_v + dot("sjm,mp->sjp", key, later, matmul_dtype)
 
 
 def chunk_cotangents(chunk: Chunk, v, start, end, state, later, grad, matmul_dtype):
@@ -321,22 +315,20 @@ def chunk_cotangents(chunk: Chunk, v, start, end, state, later, grad, matmul_dty
     shape = v.shape[:2]
     grad_la, grad_lb, grad_v = (x.reshape(*shape, -1) for x in (grad_la, grad_lb, grad_v))
 
-    def wild(zero):
-        later_read = None if later is None else later + zero
-        anchored = chunk.anchored(zero)
-        return _wild_cotangents(anchored, v + zero, grad + zero, end, later_read, matmul_dtype)
-
     zeros = tuple(map(jnp.zeros_like, (grad_la, grad_lb, grad_v)))
+    wild = _only_if(
+        chunk.tame.any_wild,
+        lambda zero: _wild_cotangents(chunk.anchored(zero), v + zero, grad + zero, matmul_dtype),
+        zeros,
+    )
     grad_la, grad_lb, grad_v = (
-        a + b
-        for a, b in zip(
-            (grad_la, grad_lb, grad_v), _only_if(chunk.tame.any_wild, wild, zeros), strict=True
-        )
+        a + b for a, b in zip((grad_la, grad_lb, grad_v), wild, strict=True)
     )
     if state is not None:
         query = chunk.earlier_chunks_query(start)
         grad_la = grad_la + query * dot("mp,sip->sim", state, grad, matmul_dtype)
     if later is not None:
-        key = chunk.tame_keys_relative_to(end)
-        grad_lb, grad_v = _add_later((grad_lb, grad_v), key, v, later, matmul_dtype)
+        key = chunk.keys_relative_to(end)
+        grad_lb = grad_lb + key * dot("mp,sjp->sjm", later, v, matmul_dtype)
+        grad_v = grad_v + dot("sjm,mp->sjp", key, later, matmul_dtype)
     return grad_la, grad_lb, grad_v

@@ -47,9 +47,11 @@ C^s_c = max(c_0, d_0..d_{c-1}), chunk ends C^e_c = max(C^s_c, d_c) and block sta
   |k| ~ 30, where no earlier key sets the reference, is the common exception.
 * the factors a chunk shares with the states, exp(la_t + C^s - M_t) and exp(lb_j - C^e), are
   its tame factors rescaled by exp(C^s - r) and exp(r - C^e), both <= 1 (a key that is not
-  tame has exp(lb_j - C^e) formed apart, in the same kind of loop): a chunk's output, summary
-  and cotangents form two exponentials per position and feature (the accelerators' separate
-  key pass, ``_key_summary``, one more).
+  tame has exp(lb_j - C^e) formed apart, in the forward pass in the same kind of loop): a
+  chunk's output and summary form two exponentials per position and feature, its cotangents
+  three (the later queries' factor formed for every key and selected: inside the blocks' loop
+  it took 0.4 MiB more temporaries at T = 256 and 1k; the accelerators' separate key pass,
+  ``_key_summary``, one more).
 
 Row t reads earlier chunks whole and its own chunk through ``jnp.where`` on j <= t, so output
 t is bit-identical whatever later positions hold (later keys enter only through selections,
