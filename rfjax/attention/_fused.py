@@ -17,7 +17,8 @@ C positions in blocks of B = 16:
   numerator and denominator rows and the row shifts M (a block's weights against its own keys
   per pair, as the XLA form forms them, or with ``diagonal_form="factored"``
   (``fused_kernel_settings``) as products of a factor per row and one per key where
-  ``_log_chunk.factored_bound`` allows it: a branch per block);
+  ``_log_chunk.factored_bound`` allows it: a branch per block; with ``diagonal_form="chunk"``
+  each block against all the chunk's keys as the XLA form's tame product, where exact);
 * causal, backward (one ``jax.custom_vjp``): the states again, ``query_summary_kernel`` per chunk
   (sum_t exp(la_t + C^s - M_t) G_t^T) and the later queries' states by the reversed scan, then
   ``cotangent_kernel`` over groups of chunks: a pass over a chunk's blocks of queries, then one

@@ -3,8 +3,9 @@ log-features: one chunk (or a group of chunks) of one head per program, the affi
 computed from the rows inside the kernel, blocks of ``LOG_BLOCK`` positions read from the refs
 (Triton cannot slice values), products accumulated in float32. The computation per chunk is
 ``_log_prefix``'s by blocks (each block's own keys per pair, or factored under
-``diagonal_form="factored"``), or in the output kernel under ``diagonal_form="chunk"`` as the
-XLA form forms a chunk (its tame keys as one product, ``_log_chunk.Tame``; ``_tame_sums``);
+``diagonal_form="factored"``), or under ``diagonal_form="chunk"`` as the XLA form forms a
+chunk (its tame keys as one product, ``_log_chunk.Tame``; ``_tame_sums``,
+``_ChunkCotangents``);
 see ``_fused`` for the passes (and ``_fused_hybrid`` for the angular hybrid's kernels, which
 take the same arguments)."""
 
@@ -578,52 +579,78 @@ def cotangent_kernel(
     one over its blocks of keys (against their own queries, the later blocks' and the later
     chunks' summary): each step completes one block's cotangents and writes them, so a step
     holds one block's (the pairs of the blocks are formed twice, once per loop; holding every
-    block's cotangents for the chunk spilled 17,600 bytes per thread on sm90)."""
+    block's cotangents for the chunk spilled 17,600 bytes per thread on sm90). Under
+    ``diagonal_form="chunk"`` a block whose keys are tame (``_ChunkCotangents``) is formed
+    against the whole chunk as products of the chunk's factors."""
     form = _Form(w_ref, b_ref, spec.norm_weight, jnp.float32)
     blocks = CHUNK // LOG_BLOCK
     chunks = q_ref.shape[0] // CHUNK
     query_refs = (q_ref, grad_ref, grad_den_ref, shift_ref)
     key_refs = (k_ref, v_ref, valid_ref)
+    bound = factored_bound(form.width, CHUNK, form.dtype, matmul_dtype)
+    chunk_form = _kernel_settings.IN_FORCE.diagonal_form == "chunk" and bound > -math.inf
 
     def chunk_step(c, totals):
         offset = c * CHUNK
+        refs = (start_ref, state_ref, count_ref, later_ref)
+        tame = _ChunkCotangents(form, c, offset, key_refs, query_refs, refs, bound, matmul_dtype)
+        highest = tame.highest() if chunk_form else None
 
         def block_rows(s, **refs):
             return _Rows(form, offset + s * LOG_BLOCK, **refs)
 
         def query_block(s, totals):  # dla of a block of queries, complete
             x = block_rows(s, queries=query_refs)
-            own = block_rows(s, keys=key_refs)
-            grad_la = _diagonal_cotangents(form, x, own, matmul_dtype, of_queries=True)
 
-            def earlier(e, grad_la):  # the keys of an earlier block of the chunk
-                y = block_rows(e, keys=key_refs)
-                query = jnp.exp(x.logs + y.block_max - x.shift)
-                key = jnp.exp(y.logs - y.block_max)
-                return grad_la + query * _dot(x.products(y, matmul_dtype), key, matmul_dtype)
+            def by_blocks():
+                own = block_rows(s, keys=key_refs)
+                grad_la = _diagonal_cotangents(form, x, own, matmul_dtype, of_queries=True)
 
-            grad_la = jax.lax.fori_loop(0, s, earlier, grad_la)
-            query = jnp.exp(x.logs + start_ref[c] - x.shift)  # the chunks before: their state
-            read = _dot(x.grad, state_ref[c], matmul_dtype, transpose_b=True)
-            grad_la = grad_la + query * (read + x.grad_den * count_ref[c])
+                def earlier(e, grad_la):  # the keys of an earlier block of the chunk
+                    y = block_rows(e, keys=key_refs)
+                    query = jnp.exp(x.logs + y.block_max - x.shift)
+                    key = jnp.exp(y.logs - y.block_max)
+                    return grad_la + query * _dot(x.products(y, matmul_dtype), key, matmul_dtype)
+
+                grad_la = jax.lax.fori_loop(0, s, earlier, grad_la)
+                query = jnp.exp(x.logs + start_ref[c] - x.shift)  # the chunks before: their state
+                read = _dot(x.grad, state_ref[c], matmul_dtype, transpose_b=True)
+                return grad_la + query * (read + x.grad_den * count_ref[c])
+
+            if chunk_form:
+                keys = jax.lax.broadcasted_iota(jnp.int32, highest.shape, 0) < (s + 1) * LOG_BLOCK
+                most = jnp.max(jnp.where(keys, highest, -jnp.inf))
+                grad_la = jax.lax.cond(most <= bound, lambda: tame.of_queries(s, x), by_blocks)
+            else:
+                grad_la = by_blocks()
             return x.pulled_back(form, grad_la, dq_ref, totals)
 
         def key_block(e, totals):  # dlb and dv of a block of keys, complete
-            y, x = block_rows(e, keys=key_refs), block_rows(e, queries=query_refs)
-            grad_lb, weights = _diagonal_cotangents(form, x, y, matmul_dtype, of_queries=False)
-            grad_v = _dot(weights.T, x.grad, jnp.float32)
-            key = jnp.exp(y.logs - y.block_max)  # against every later block
+            y = block_rows(e, keys=key_refs)
 
-            def later(s, sums):  # the queries of a later block of the chunk
-                grad_lb, grad_v = sums
-                x = block_rows(s, queries=query_refs)
-                query = jnp.exp(x.logs + y.block_max - x.shift)
-                products = x.products(y, matmul_dtype)
-                grad_lb = grad_lb + key * _dot(products.T, query, matmul_dtype)
-                scores = _dot(query, key, matmul_dtype, transpose_b=True)
-                return grad_lb, grad_v + _dot(scores.T, x.grad, matmul_dtype)
+            def by_blocks():
+                x = block_rows(e, queries=query_refs)
+                grad_lb, weights = _diagonal_cotangents(form, x, y, matmul_dtype, of_queries=False)
+                grad_v = _dot(weights.T, x.grad, jnp.float32)
+                key = jnp.exp(y.logs - y.block_max)  # against every later block
 
-            grad_lb, grad_v = jax.lax.fori_loop(e + 1, blocks, later, (grad_lb, grad_v))
+                def later(s, sums):  # the queries of a later block of the chunk
+                    grad_lb, grad_v = sums
+                    x = block_rows(s, queries=query_refs)
+                    query = jnp.exp(x.logs + y.block_max - x.shift)
+                    products = x.products(y, matmul_dtype)
+                    grad_lb = grad_lb + key * _dot(products.T, query, matmul_dtype)
+                    scores = _dot(query, key, matmul_dtype, transpose_b=True)
+                    return grad_lb, grad_v + _dot(scores.T, x.grad, matmul_dtype)
+
+                return jax.lax.fori_loop(e + 1, blocks, later, (grad_lb, grad_v))
+
+            if chunk_form:
+                keys = jax.lax.broadcasted_iota(jnp.int32, highest.shape, 0) // LOG_BLOCK == e
+                most = jnp.max(jnp.where(keys, highest, -jnp.inf))
+                grad_lb, grad_v = jax.lax.cond(most <= bound, lambda: tame.of_keys(e, y), by_blocks)
+            else:
+                grad_lb, grad_v = by_blocks()
             after = jnp.exp(y.logs - end_ref[c])  # the chunks after: their queries' summary
             later_read = _dot(y.v, later_ref[c], matmul_dtype, transpose_b=True)
             grad_lb = grad_lb + after * (later_read + later_count_ref[c] * y.ones.T)
@@ -638,6 +665,113 @@ def cotangent_kernel(
     grad_w, grad_b = jax.lax.fori_loop(0, chunks, chunk_step, zeros)
     dw_ref[...] = grad_w
     db_ref[...] = grad_b
+
+
+@dataclasses.dataclass(frozen=True)
+class _ChunkCotangents:
+    """The cotangent kernel's chunk form (``diagonal_form="chunk"``) for chunk ``c`` (rows from
+    ``offset``): relative to r = max(C^s, lb_0), the rows' factors exp(la_t + r - M_t) <= 1
+    and the tame keys' exp(lb_j - r) <= e^``bound``, w_tji = their product, formed
+    ``COTANGENT_TILE`` features at a time against all C positions of the chunk (selected for
+    j <= t) and placed in their columns (``_placed``)."""
+
+    form: _Form
+    c: typing.Any
+    offset: typing.Any
+    key_refs: tuple
+    query_refs: tuple
+    refs: tuple  # start, state, count, later
+    bound: float
+    matmul_dtype: typing.Any
+
+    def _tiles(self):
+        tile = tile_width(self.form.width, COTANGENT_TILE)
+        return tile, self.form.width // tile
+
+    def _features(self, i, tile):
+        first = pl.multiple_of(i * tile, tile)
+        return first, pl.ds(first, tile)
+
+    def _keys(self):
+        k_ref, v_ref, valid_ref = self.key_refs
+        span = pl.ds(pl.multiple_of(self.offset, CHUNK), CHUNK)
+        valid = valid_ref[span, :] > 0
+        return k_ref[span, :], valid, jnp.where(valid, v_ref[span, :].astype(self.form.dtype), 0)
+
+    def _key_logs(self, features):
+        """lb ``(C, tile)`` of the chunk's keys (the log floor for those left out) and r."""
+        k, valid, _ = self._keys()
+        lb = jnp.where(valid, self.form.tile(k, features), log_floor(self.form.dtype))
+        start = self.refs[0][self.c, :, features]
+        return lb, start, _chunk_reference(start, lb)
+
+    def highest(self) -> jax.Array:
+        """max_i (lb_ji - r_i) ``(C, 1)`` of each key of the chunk (tame: <= ``bound``)."""
+        tile, tiles = self._tiles()
+
+        def step(i, highest):
+            lb, _, reference = self._key_logs(self._features(i, tile)[1])
+            return jnp.maximum(highest, jnp.max(lb - reference, axis=1, keepdims=True))
+
+        return jax.lax.fori_loop(0, tiles, step, jnp.full((CHUNK, 1), -jnp.inf, jnp.float32))
+
+    def of_queries(self, s, x: _Rows) -> jax.Array:
+        """dla ``(B, m)`` of block ``s``'s queries ``x``: sum_{j <= t} w_tji D_tj over the
+        chunk's keys, and the earlier chunks' state, exp(la_t + C^s - M_t) (S G_t + z g_t)."""
+        _, state_ref, count_ref, _ = self.refs
+        _, valid, values = self._keys()
+        products = _dot(x.grad, values, self.matmul_dtype, transpose_b=True)
+        products = products + x.grad_den * valid.astype(self.form.dtype).T
+        rows = jax.lax.broadcasted_iota(jnp.int32, products.shape, 0) + s * LOG_BLOCK
+        causal = jax.lax.broadcasted_iota(jnp.int32, products.shape, 1) <= rows
+        products = jnp.where(causal, products, 0)
+        tile, tiles = self._tiles()
+
+        def step(i, grad_la):
+            first, features = self._features(i, tile)
+            lb, start, reference = self._key_logs(features)
+            query = jnp.exp(self.form.tile(x.rows, features) + reference - x.shift)
+            key = jnp.exp(jnp.minimum(lb - reference, self.bound))  # later keys selected away
+            own = query * _dot(products, key, self.matmul_dtype)
+            read = _dot(x.grad, state_ref[self.c, features, :], self.matmul_dtype, transpose_b=True)
+            read = read + x.grad_den * count_ref[self.c, :, features]
+            earlier = query * jnp.exp(start - reference) * read
+            return grad_la + _placed(own + earlier, first, self.form.width)
+
+        zeros = jnp.zeros((LOG_BLOCK, self.form.width), jnp.float32)
+        return jax.lax.fori_loop(0, tiles, step, zeros)
+
+    def of_keys(self, e, y: _Rows) -> tuple[jax.Array, jax.Array]:
+        """(dlb ``(B, m)``, dv ``(B, P)``) of block ``e``'s keys ``y`` against the chunk's
+        queries t >= j: sum_t w_tji D_tj and sum_t (sum_i w_tji) G_t."""
+        q_ref, grad_ref, grad_den_ref, shift_ref = self.query_refs
+        span = pl.ds(pl.multiple_of(self.offset, CHUNK), CHUNK)
+        q, grad, shift = q_ref[span, :], grad_ref[span, :].astype(jnp.float32), shift_ref[span, :]
+        products = _dot(grad, y.v, self.matmul_dtype, transpose_b=True)
+        products = products + grad_den_ref[span, :].astype(jnp.float32) * y.ones
+        keys = jax.lax.broadcasted_iota(jnp.int32, products.shape, 1) + e * LOG_BLOCK
+        causal = jax.lax.broadcasted_iota(jnp.int32, products.shape, 0) >= keys
+        products = jnp.where(causal, products, 0)
+        tile, tiles = self._tiles()
+
+        def step(i, sums):
+            grad_lb, scores = sums
+            first, features = self._features(i, tile)
+            _, _, reference = self._key_logs(features)
+            lb = jnp.where(y.valid, self.form.tile(y.rows, features), log_floor(self.form.dtype))
+            query = jnp.exp(self.form.tile(q, features) + reference - shift)
+            key = jnp.exp(lb - reference)
+            own = key * _dot(products.T, query, self.matmul_dtype)
+            scores = scores + _dot(query, key, self.matmul_dtype, transpose_b=True)
+            return grad_lb + _placed(own, first, self.form.width), scores
+
+        zeros = (
+            jnp.zeros((LOG_BLOCK, self.form.width), jnp.float32),
+            jnp.zeros((CHUNK, LOG_BLOCK), jnp.float32),
+        )
+        grad_lb, scores = jax.lax.fori_loop(0, tiles, step, zeros)
+        scores = jnp.where(causal, scores, 0)
+        return grad_lb, _dot(scores.T, grad, self.matmul_dtype)
 
 
 def readout_kernel(

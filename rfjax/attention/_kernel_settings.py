@@ -55,9 +55,11 @@ class KernelSettings:
         end and the earlier chunks' state as products of factors relative to the chunk's start
         and first key (2m exponentials per row and a B x m by m x C product, as the XLA form
         forms a chunk, ``_log_chunk.Tame``) wherever every such key is tame, else by blocks and
-        per pair; the cotangent kernel forms pairs (its chunk form is not written). At m = 256
-        on sm90 it spills 2,612 bytes per thread with 4 warps and 188 with 8 (both branches are
-        in the kernel; tools/triton_kernels.py).
+        per pair; the cotangent kernel forms each block of queries against the chunk's keys and
+        each block of keys against the chunk's queries the same way, where that block's keys
+        are tame (``_fused_kernels._ChunkCotangents``). At m = 256 on sm90 the output kernel
+        spills 2,612 bytes per thread with 4 warps and 188 with 8, the cotangent kernel 1,656
+        and 1,284 (both branches are in each kernel; tools/triton_kernels.py).
     """
 
     num_warps: int = 4
@@ -95,9 +97,10 @@ def fused_kernel_settings(
       diagonal_form: how the affine maps' causal kernels form each block's weights against its
         own keys (``DIAGONAL_FORMS``): ``"pairs"`` (default) per pair; ``"factored"`` as
         products of a factor per row and one per key wherever that is exact, else per pair;
-        ``"chunk"``, in the output kernel, each block of rows against all its chunk's keys
-        and the state as one product of factors wherever that is exact, else by blocks. All
-        are exact to the same tolerance (``KernelSettings``).
+        ``"chunk"``, each block of rows against all its chunk's keys and the state (and in
+        the backward pass each block of keys against all its chunk's queries) as one product
+        of factors wherever that is exact, else by blocks. All are exact to the same
+        tolerance (``KernelSettings``).
 
     Yields:
       The settings in force: ``num_warps``, ``num_stages``, ``cotangent_features`` and

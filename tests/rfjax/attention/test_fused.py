@@ -149,28 +149,34 @@ def test_the_chunk_form_at_norm_120_matches_float64():
 @INTERPRET_MODE
 def test_the_chunk_form_takes_one_product_where_every_key_is_tame(monkeypatch):
     """Under ``diagonal_form="chunk"`` with every key counted (small norms: every key tame) no
-    block is formed by blocks: with ``_block_sums`` made to return NaN, the outputs still
-    match the XLA form's. With the first key left out, the first chunk has no reference
-    (r = the log floor), so its blocks are formed by blocks: there they are NaN, and the second
-    chunk's rows are not."""
-    block_sums = _fused_kernels._block_sums
+    block is formed by blocks: with ``_block_sums`` (the output kernel's) and
+    ``_diagonal_cotangents`` (the cotangent kernel's) made to return NaN, the outputs and the
+    gradients still match the XLA form's. With the first key left out, the first chunk has no
+    reference (r = the log floor), so its blocks are formed by blocks: there the outputs are
+    NaN, and the second chunk's rows are not."""
 
-    def poisoned(*args, **kwargs):
-        return tuple(x * jnp.nan for x in block_sums(*args, **kwargs))
+    def poisoned(function):
+        def nan(*args, **kwargs):
+            return jax.tree.map(lambda x: x * jnp.nan, function(*args, **kwargs))
 
-    monkeypatch.setattr(_fused_kernels, "_block_sums", poisoned)
+        return nan
+
+    for name in ("_block_sums", "_diagonal_cotangents"):
+        monkeypatch.setattr(_fused_kernels, name, poisoned(getattr(_fused_kernels, name)))
     q, k, v, _, projection = operands(1, scale=2.0, features=40)
+    weights = jax.random.normal(jax.random.key(9), v.shape)
     every = jnp.ones((BATCH, LENGTH), bool)
     first_left_out = every.at[:, 0].set(False)
     options = dict(causal=True, implementation="pallas_triton_interpret")
     jax.clear_caches()  # programs traced before (or after) with the kernels as they are
     try:
         with attention.fused_kernel_settings(diagonal_form="chunk"):
-            fused = attention.favor_attention(q, k, v, projection, mask=every, **options)
+            fused, xla = fused_and_xla(q, k, v, projection, weights, causal=True, mask=every)
             partly = attention.favor_attention(q, k, v, projection, mask=first_left_out, **options)
     finally:
         jax.clear_caches()
-    assert_close(fused, attention.favor_attention(q, k, v, projection, causal=True))
+    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(xla), strict=True):
+        assert_close(got, want)
     rows = np.isnan(np.asarray(partly)).any(axis=(0, 2, 3))
     assert rows[:64].all() and not rows[64:].any()
 
@@ -313,13 +319,13 @@ def test_kernels_lower_for_gpu_and_tpu(fmap, backend, causal):
     assert lowered_kernels(backend, causal, fmap) == (5 if causal else 6)
 
 
-@pytest.mark.parametrize("diagonal_form, cotangent_branches", [("factored", 2), ("chunk", 0)])
-def test_branching_diagonal_forms_lower_for_gpu_and_tpu(diagonal_form, cotangent_branches):
-    """Under ``diagonal_form="factored"`` the causal output and cotangent kernels branch per
-    block (``lax.cond``: an ``scf.if`` in Triton's IR, one per block of the output kernel and
-    one per loop over blocks of the cotangent kernel, none per pair); under ``"chunk"`` the
-    output kernel does (the tame product or by blocks) and the cotangent kernel forms pairs.
-    The forward and backward passes lower for Triton and for Mosaic TPU."""
+@pytest.mark.parametrize("diagonal_form", ["factored", "chunk"])
+def test_branching_diagonal_forms_lower_for_gpu_and_tpu(diagonal_form):
+    """Under ``diagonal_form="factored"`` and ``"chunk"`` the causal output and cotangent
+    kernels branch per block (``lax.cond``: an ``scf.if`` in Triton's IR, one per block of the
+    output kernel and one per loop over blocks of the cotangent kernel, none per pair): factored
+    or per pair, the chunk's product or by blocks. The forward and backward passes lower for
+    Triton and for Mosaic TPU."""
     platform, device = DEVICES["triton"]
 
     def branches():
@@ -333,8 +339,7 @@ def test_branching_diagonal_forms_lower_for_gpu_and_tpu(diagonal_form, cotangent
         taken = branches()
         assert lowered_kernels("tpu", True, "affine") == 5
     assert taken["rfjax_favor_causal_output"] - pairs["rfjax_favor_causal_output"] == 4
-    cotangents = "rfjax_favor_causal_cotangents"
-    assert taken[cotangents] - pairs[cotangents] == cotangent_branches
+    assert taken["rfjax_favor_causal_cotangents"] - pairs["rfjax_favor_causal_cotangents"] == 2
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
