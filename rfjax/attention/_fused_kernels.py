@@ -592,7 +592,7 @@ def cotangent_kernel(
 
     def chunk_step(c, totals):
         offset = c * CHUNK
-        refs = (start_ref, state_ref, count_ref, later_ref)
+        refs = (start_ref, state_ref, count_ref)
         tame = _ChunkCotangents(form, c, offset, key_refs, query_refs, refs, bound, matmul_dtype)
         highest = tame.highest() if chunk_form else None
 
@@ -680,7 +680,7 @@ class _ChunkCotangents:
     offset: typing.Any
     key_refs: tuple
     query_refs: tuple
-    refs: tuple  # start, state, count, later
+    refs: tuple  # the earlier chunks' start C^s, state S and count z
     bound: float
     matmul_dtype: typing.Any
 
@@ -718,7 +718,7 @@ class _ChunkCotangents:
     def of_queries(self, s, x: _Rows) -> jax.Array:
         """dla ``(B, m)`` of block ``s``'s queries ``x``: sum_{j <= t} w_tji D_tj over the
         chunk's keys, and the earlier chunks' state, exp(la_t + C^s - M_t) (S G_t + z g_t)."""
-        _, state_ref, count_ref, _ = self.refs
+        _, state_ref, count_ref = self.refs
         _, valid, values = self._keys()
         products = _dot(x.grad, values, self.matmul_dtype, transpose_b=True)
         products = products + x.grad_den * valid.astype(self.form.dtype).T
