@@ -435,18 +435,22 @@ def output_kernel(
         la = form(q)
         keys = _Rows(form, s * LOG_BLOCK, keys=key_refs)
         row_shift = _block_row_shift(form, q, keys, la, block_start)
-        args = (form, s, q, la, keys, row_shift, key_refs, state_refs, matmul_dtype)
+        by_blocks = functools.partial(
+            _block_sums, form, s, q, la, keys, row_shift, key_refs, state_refs, matmul_dtype
+        )
         if chunk_form:
             if s == 0:
                 reference, highest = _chunk_reference(start, keys.logs), -jnp.inf
             highest = jnp.maximum(highest, jnp.max(keys.logs - reference))
             num, den = jax.lax.cond(  # a NaN is not within the bound
                 highest <= bound,
-                functools.partial(_tame_sums, *args, bound=bound),
-                functools.partial(_block_sums, *args),
+                functools.partial(
+                    _tame_sums, form, s, q, row_shift, key_refs, state_refs, matmul_dtype, bound
+                ),
+                by_blocks,
             )
         else:
-            num, den = _block_sums(*args)
+            num, den = by_blocks()
         num_ref[rows, :] = num
         den_ref[rows, :] = den
         shift_ref[rows, :] = row_shift
@@ -483,13 +487,12 @@ def _key_span(s: int) -> int:
     return 1 << ((s + 1) * LOG_BLOCK - 1).bit_length()
 
 
-def _tame_sums(form, s, q, la, keys, row_shift, key_refs, state_refs, matmul_dtype, *, bound):
+def _tame_sums(form, s, q, row_shift, key_refs, state_refs, matmul_dtype, bound):
     """Block ``s``'s numerator ``(B, P)`` and denominator ``(B, 1)`` where every key up to its
     end is tame (``_log_chunk.Tame``): relative to r = max(C^s, lb_0), the rows' factors
     exp(la_t + r - M_t) <= 1 times the keys' exp(lb_j - r) <= e^``bound``, as one product
     with the chunk's keys j <= t, and times exp(C^s - r) <= 1 with the earlier chunks' state;
     ``PRODUCT_TILE`` features at a time."""
-    del la, keys  # formed by tiles here
     k_ref, v_ref, valid_ref = key_refs
     start_ref, state_ref, count_ref = state_refs
     span = pl.ds(0, _key_span(s))
@@ -692,16 +695,18 @@ class _ChunkCotangents:
         first = pl.multiple_of(i * tile, tile)
         return first, pl.ds(first, tile)
 
-    def _keys(self):
-        k_ref, v_ref, valid_ref = self.key_refs
-        span = pl.ds(pl.multiple_of(self.offset, CHUNK), CHUNK)
-        valid = valid_ref[span, :] > 0
-        return k_ref[span, :], valid, jnp.where(valid, v_ref[span, :].astype(self.form.dtype), 0)
+    def _span(self):
+        """The chunk's C positions."""
+        return pl.ds(pl.multiple_of(self.offset, CHUNK), CHUNK)
+
+    def _valid(self) -> jax.Array:
+        """Whether each of the chunk's keys counts ``(C, 1)``."""
+        return self.key_refs[2][self._span(), :] > 0
 
     def _key_logs(self, features):
         """lb ``(C, tile)`` of the chunk's keys (the log floor for those left out) and r."""
-        k, valid, _ = self._keys()
-        lb = jnp.where(valid, self.form.tile(k, features), log_floor(self.form.dtype))
+        k = self.key_refs[0][self._span(), :]
+        lb = jnp.where(self._valid(), self.form.tile(k, features), log_floor(self.form.dtype))
         start = self.refs[0][self.c, :, features]
         return lb, start, _chunk_reference(start, lb)
 
@@ -719,7 +724,8 @@ class _ChunkCotangents:
         """dla ``(B, m)`` of block ``s``'s queries ``x``: sum_{j <= t} w_tji D_tj over the
         chunk's keys, and the earlier chunks' state, exp(la_t + C^s - M_t) (S G_t + z g_t)."""
         _, state_ref, count_ref = self.refs
-        _, valid, values = self._keys()
+        valid = self._valid()
+        values = jnp.where(valid, self.key_refs[1][self._span(), :].astype(self.form.dtype), 0)
         products = _dot(x.grad, values, self.matmul_dtype, transpose_b=True)
         products = products + x.grad_den * valid.astype(self.form.dtype).T
         rows = jax.lax.broadcasted_iota(jnp.int32, products.shape, 0) + s * LOG_BLOCK
@@ -745,7 +751,7 @@ class _ChunkCotangents:
         """(dlb ``(B, m)``, dv ``(B, P)``) of block ``e``'s keys ``y`` against the chunk's
         queries t >= j: sum_t w_tji D_tj and sum_t (sum_i w_tji) G_t."""
         q_ref, grad_ref, grad_den_ref, shift_ref = self.query_refs
-        span = pl.ds(pl.multiple_of(self.offset, CHUNK), CHUNK)
+        span = self._span()
         q, grad, shift = q_ref[span, :], grad_ref[span, :].astype(jnp.float32), shift_ref[span, :]
         products = _dot(grad, y.v, self.matmul_dtype, transpose_b=True)
         products = products + grad_den_ref[span, :].astype(jnp.float32) * y.ones
