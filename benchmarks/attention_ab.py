@@ -2,7 +2,7 @@
 
   python -m benchmarks.attention_ab --against f41641b [--lengths 1024 4096 16384]
       [--modes causal bidirectional] [--chunk-size N] [--pairs N] [--feature-map NAME]
-      [--implementation NAME] [--json PATH]
+      [--implementation NAME] [--runs K] [--json PATH]
 
 Two runs of ``benchmarks/attention.py`` one after the other differ by this machine's drift
 (several percent from one minute to the next on the 2-core development machine), which is the
@@ -21,6 +21,15 @@ Prints, per mode, pass and T, the median and quartiles of the per-pair time rati
 checkout / the other) and both programs' XLA temporaries, with the load; ``--json`` writes
 every row. ``--pairs 0`` compiles without timing: the temporaries alone (for the fused kernels
 in interpret mode on a CPU, whose times say nothing of a GPU's).
+
+One run's quartiles are not an interval for its median, and the median itself moves by a few
+percent from one process to the next (2026-12-01: 1.06, 1.06, 1.02, 1.00 and 1.00 in five runs
+of one row), so one run cannot resolve an effect of that size. ``--runs K`` (K >= 2) runs the
+same command K times, each in a fresh process, and takes each run's median ratio as one unit:
+per row and pooled over the rows (each run's mean log ratio), the effect ln(this / other)
+(``experiments.core.stats.sample_estimate``, t interval over the runs) is judged by
+``experiments.core.verdicts`` against ``NOT_SLOWER_CLAIM``, declared here before the runs it
+judges. ``--json`` then holds every run's record, the rows' and the pooled verdicts.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import re
 import statistics
@@ -46,6 +56,18 @@ from benchmarks.attention import HEAD_DIM, HEADS, NUM_FEATURES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PASSES = ("forward", "forward_backward")
+# Declared 2026-12-01, before the runs it judges. The margin is the suite-time claim's
+# (``benchmarks.suite_time.SUITE_CLAIM``): a row is worse when it is slower by more than 2%.
+NOT_SLOWER_CLAIM: dict[str, Any] = {
+    "statement": "Issue 42's CPU row: no FAVOR attention time of this checkout is worse than "
+    "the other commit's (benchmarks/attention.py's setting, interleaved pairs, one run per "
+    "process)",
+    "test": "nonsuperior",
+    "margin": math.log(1.02),
+}
+# Runs for 80% power at the margin when the true effect is 0: ((1.96 + 0.84) sd / margin)^2
+# with sd = 0.03, the spread of one run's median log ratio in the five runs above.
+RUNS_FOR_POWER = 20
 
 
 def import_other(revision: str, folder: str) -> Any:
@@ -174,6 +196,100 @@ def default_pairs(length: int) -> int:
     return max(7, 101 * 4096 // max(length, 4096))
 
 
+def run_arguments(setting: argparse.Namespace) -> list[str]:
+    """The command line of one run with ``setting``'s rows, map, implementation and pairs."""
+    arguments = ["--against", setting.against, "--lengths", *map(str, setting.lengths)]
+    arguments += ["--modes", *setting.modes]
+    for flag, value in (
+        ("--chunk-size", setting.chunk_size),
+        ("--pairs", setting.pairs),
+        ("--feature-map", setting.feature_map),
+        ("--implementation", setting.implementation),
+    ):
+        if value is not None:
+            arguments += [flag, str(value)]
+    return arguments
+
+
+def repeated_runs(setting: argparse.Namespace, folder: str) -> list[dict]:
+    """``setting.runs`` records of this benchmark, each from a fresh process, one after the
+    other."""
+    records = []
+    for run in range(setting.runs):
+        path = os.path.join(folder, f"run_{run}.json")
+        command = [sys.executable, "-m", "benchmarks.attention_ab", *run_arguments(setting)]
+        subprocess.run([*command, "--json", path], cwd=ROOT, check=True)
+        with open(path) as file:
+            records.append(json.load(file))
+    return records
+
+
+def judged_runs(records: list[dict]) -> dict[str, Any]:
+    """``NOT_SLOWER_CLAIM`` judged per row and pooled over the rows, each run's median ratio a
+    unit: ``{"rows": [...], "pooled": {...}}``, each with the estimate of ln(this / other)
+    over the runs, its ratio and interval, and the verdict."""
+    import ml_collections
+    import numpy as np
+
+    from configs.common import claim
+    from experiments.core.stats import sample_estimate
+    from experiments.core.verdicts import Verdicts
+
+    cells = [(r["mode"], r["length"], r["pass_name"]) for r in records[0]["rows"]]
+    logs = np.array(
+        [[math.log(r["ratio_median"]) for r in record["rows"]] for record in records]
+    )  # (runs, rows)
+
+    def judged(samples) -> dict[str, Any]:
+        estimate = sample_estimate(samples)
+        verdicts = Verdicts(
+            ml_collections.ConfigDict({"claims": {"not_slower": claim(**NOT_SLOWER_CLAIM)}})
+        )
+        verdict = verdicts.effect(
+            "not_slower", estimate, effect="ln(this / other)", units="runs", number=".3f"
+        )
+        low, high = estimate.interval(verdicts.claims["not_slower"].level)
+        return {
+            "ratio": math.exp(estimate.mean),
+            "ratio_low": math.exp(low),
+            "ratio_high": math.exp(high),
+            "estimate": estimate.as_dict(),
+            "verdict": verdict.as_dict(),
+        }
+
+    rows = [
+        {"mode": mode, "length": length, "pass_name": pass_name, **judged(logs[:, i])}
+        for i, (mode, length, pass_name) in enumerate(cells)
+    ]
+    return {"rows": rows, "pooled": judged(logs.mean(axis=1))}
+
+
+def _judged_line(name: str, judged: dict[str, Any]) -> str:
+    outcome = judged["verdict"]["outcome"]
+    interval = f"[{judged['ratio_low']:.3f}, {judged['ratio_high']:.3f}]"
+    return f"{name:36s} {judged['ratio']:.3f} {interval}  {outcome}"
+
+
+def main_runs(setting: argparse.Namespace, this: str) -> None:
+    """``--runs K``: K runs in fresh processes, judged per row and pooled."""
+    with tempfile.TemporaryDirectory() as folder:
+        records = repeated_runs(setting, folder)
+    if any(record["against"] != setting.against for record in records):
+        raise RuntimeError("a run measured another commit than --against")
+    result = judged_runs(records)
+    for row in result["rows"]:
+        print(_judged_line(f"{row['mode']} T={row['length']} {row['pass_name']}", row))
+    print(_judged_line("pooled over the rows", result["pooled"]))
+    print(result["pooled"]["verdict"]["evidence"])
+    if setting.json:
+        record = dict(
+            this=this, against=setting.against, jax=jax.__version__, claim=NOT_SLOWER_CLAIM,
+            runs=records, **result,
+        )  # fmt: skip
+        with open(setting.json, "w") as file:
+            json.dump(record, file, indent=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", required=True, help="the other commit")
@@ -186,11 +302,21 @@ def main() -> None:
                         "0: no timing)")  # fmt: skip
     parser.add_argument("--feature-map", default=None, help="a registered map's name")
     parser.add_argument("--implementation", default=None, help="favor_attention's")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="runs, each in a fresh process; from 2 on, judged against "
+                        f"NOT_SLOWER_CLAIM (sized for power: {RUNS_FOR_POWER})")  # fmt: skip
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be >= 1, got {args.runs}")
+    if args.runs > 1 and args.pairs == 0:
+        parser.error("--runs above 1 judges timed runs: --pairs 0 times nothing")
     this = subprocess.run(
         ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()  # "-dirty": the checkout differs from the commit it names
+    if args.runs > 1:
+        main_runs(args, this)
+        return
     with tempfile.TemporaryDirectory() as folder:
         other = import_other(args.against, folder)
         rows = [
