@@ -139,11 +139,16 @@ def floored_ratio(numerator: jax.Array, denominator: jax.Array, eps: float) -> j
     Its derivative is written as (d num - out d den) / max(den, eps), never with den^2: plain
     autodiff forms -num / den^2, which overflows to inf (and inf * 0 = NaN) once den < ~1e-19 in
     float32, even where the cotangent is 0 (a row nothing depends on). The floor's own
-    derivative is 0 below ``eps``. A row whose numerator and denominator are exactly 0 (it
-    attends to no key) is 0 whatever the inputs, and its derivative is 0: d num / eps would
-    carry a cotangent of 4 or more to inf at the positive maps' floor (the smallest normal
-    number), and inf times the zeros of the keys it does not attend to is NaN, which reached
-    every parameter's gradient.
+    derivative is 0 below ``eps``. A row whose denominator is exactly 0 has derivative 0. Such a
+    row attends to no key (its numerator is 0 too, and it is 0 whatever the inputs), or, with
+    signed features, its terms cancel exactly and its output is the numerator over ``eps``.
+    Either way d num / eps would carry a cotangent of 4 or more to inf at the positive maps'
+    floor (the smallest normal number), and inf times the zeros of the keys the row does not
+    attend to is NaN, which reached every parameter's gradient. The derivative divides by
+    max(den, eps), or by inf where den is 0. (A test of the numerator's row as well, and a
+    factor 1 / max(den, eps) selected in place of the division, cost 2% of bidirectional
+    FAVOR's forward + backward time at T = 256 on CPU; ``benchmarks/results/
+    attention_against_f41641b``.)
     """
     return numerator / jnp.maximum(denominator, eps)
 
@@ -155,9 +160,8 @@ def _floored_ratio_jvp(eps, primals, tangents):
     floored = jnp.maximum(denominator, eps)
     out = numerator / floored
     denominator_dot = jnp.where(denominator > eps, denominator_dot, 0)
-    empty = (denominator == 0) & jnp.all(out == 0, axis=-1, keepdims=True)
-    scale = jnp.where(empty, 0, 1 / floored)
-    return out, (numerator_dot - out * denominator_dot) * scale
+    divisor = jnp.where(denominator == 0, jnp.inf, floored)  # a finite tangent over inf is 0
+    return out, (numerator_dot - out * denominator_dot) / divisor
 
 
 def finite_rows(x: jax.Array) -> jax.Array:

@@ -53,6 +53,23 @@ def test_a_row_that_attends_to_nothing_has_derivative_zero():
     np.testing.assert_array_equal(grad_den[1], 0.0)
 
 
+def test_a_row_whose_signed_terms_cancel_to_zero_has_derivative_zero():
+    """A denominator of exactly 0 with a numerator that is not (signed features whose terms
+    cancel): the output is the numerator over the floor, and its derivative is 0, where 1 /
+    floor would carry a cotangent of 10 to inf; the other row keeps its derivative."""
+    eps = float(jnp.finfo(jnp.float32).tiny)
+    numerator = jnp.asarray([[2.0, 4.0], [0.0, 1e-30]])
+    denominator = jnp.asarray([[2.0], [0.0]])
+
+    def loss(num, den):
+        return 10.0 * _head_features.floored_ratio(num, den, eps).sum()
+
+    grad_num, grad_den = jax.grad(loss, argnums=(0, 1))(numerator, denominator)
+    np.testing.assert_allclose(grad_num[0], [5.0, 5.0], rtol=1e-6)
+    np.testing.assert_array_equal(grad_num[1], 0.0)
+    np.testing.assert_array_equal(grad_den[1], 0.0)
+
+
 def test_finite_rows_flags_each_row_with_a_nan_or_inf():
     x = jnp.asarray([[1.0, 2.0], [jnp.nan, 0.0], [0.0, jnp.inf]])
     np.testing.assert_array_equal(_head_features.finite_rows(x), [True, False, False])
