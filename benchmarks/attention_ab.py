@@ -53,6 +53,7 @@ import jax.numpy as jnp
 
 import rfjax.attention
 from benchmarks.attention import HEAD_DIM, HEADS, NUM_FEATURES
+from experiments.core.outputs import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PASSES = ("forward", "forward_backward")
@@ -274,8 +275,12 @@ def main_runs(setting: argparse.Namespace, this: str) -> None:
     """``--runs K``: K runs in fresh processes, judged per row and pooled."""
     with tempfile.TemporaryDirectory() as folder:
         records = repeated_runs(setting, folder)
-    if any(record["against"] != setting.against for record in records):
-        raise RuntimeError("a run measured another commit than --against")
+    measured = {(record["this"], record["against"]) for record in records}
+    if measured != {(this, setting.against)}:  # e.g. a commit made while the runs went on
+        raise RuntimeError(
+            f"the runs measured {sorted(measured)}, not this checkout ({this}) against "
+            f"{setting.against}: runs of different code are not pooled"
+        )
     result = judged_runs(records)
     for row in result["rows"]:
         print(_judged_line(f"{row['mode']} T={row['length']} {row['pass_name']}", row))
@@ -286,8 +291,7 @@ def main_runs(setting: argparse.Namespace, this: str) -> None:
             this=this, against=setting.against, jax=jax.__version__, claim=NOT_SLOWER_CLAIM,
             runs=records, **result,
         )  # fmt: skip
-        with open(setting.json, "w") as file:
-            json.dump(record, file, indent=1)
+        write_json(setting.json, record)
 
 
 def main() -> None:
@@ -326,9 +330,7 @@ def main() -> None:
             for row in measure(other, mode, length, args)
         ]
     if args.json:
-        record = dict(this=this, against=args.against, jax=jax.__version__, rows=rows)
-        with open(args.json, "w") as file:
-            json.dump(record, file, indent=1)
+        write_json(args.json, dict(this=this, against=args.against, jax=jax.__version__, rows=rows))
 
 
 if __name__ == "__main__":

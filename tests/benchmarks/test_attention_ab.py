@@ -137,3 +137,19 @@ def test_runs_refuse_untimed_runs_and_a_count_below_one():
         command = [sys.executable, "-m", "benchmarks.attention_ab", "--against", "HEAD", *flags]
         completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
         assert completed.returncode == 2 and message in completed.stderr, completed.stderr
+
+
+def test_runs_of_different_code_are_not_pooled(monkeypatch):
+    """A run that measured other code than the checkout's (a commit made while the runs went
+    on, or another ``--against``) stops the judgement."""
+    import argparse
+
+    from benchmarks import attention_ab
+
+    setting = argparse.Namespace(against="HEAD", json=None)
+    for this, against in (("abc1234-dirty", "HEAD"), ("abc1234", "HEAD~1")):
+        records = [{**record, "this": "abc1234"} for record in _records([(1.0, 1.0)] * 2)]
+        records[1] |= {"this": this, "against": against}
+        monkeypatch.setattr(attention_ab, "repeated_runs", lambda *_, r=records: r)
+        with pytest.raises(RuntimeError, match="runs of different code are not pooled"):
+            attention_ab.main_runs(setting, "abc1234")
