@@ -695,18 +695,20 @@ class _ChunkCotangents:
         first = pl.multiple_of(i * tile, tile)
         return first, pl.ds(first, tile)
 
-    def _span(self):
-        """The chunk's C positions."""
-        return pl.ds(pl.multiple_of(self.offset, CHUNK), CHUNK)
+    def _span(self, rows: int = CHUNK):
+        """The chunk's first ``rows`` positions (all C by default)."""
+        return pl.ds(pl.multiple_of(self.offset, CHUNK), rows)
 
-    def _valid(self) -> jax.Array:
-        """Whether each of the chunk's keys counts ``(C, 1)``."""
-        return self.key_refs[2][self._span(), :] > 0
+    def _valid(self, rows: int = CHUNK) -> jax.Array:
+        """Whether each of the chunk's first ``rows`` keys counts ``(rows, 1)``."""
+        return self.key_refs[2][self._span(rows), :] > 0
 
-    def _key_logs(self, features):
-        """lb ``(C, tile)`` of the chunk's keys (the log floor for those left out) and r."""
-        k = self.key_refs[0][self._span(), :]
-        lb = jnp.where(self._valid(), self.form.tile(k, features), log_floor(self.form.dtype))
+    def _key_logs(self, features, rows: int = CHUNK):
+        """lb ``(rows, tile)`` of the chunk's first ``rows`` keys (the log floor for those left
+        out), C^s and r."""
+        k = self.key_refs[0][self._span(rows), :]
+        floor = log_floor(self.form.dtype)
+        lb = jnp.where(self._valid(rows), self.form.tile(k, features), floor)
         start = self.refs[0][self.c, :, features]
         return lb, start, _chunk_reference(start, lb)
 
@@ -763,7 +765,7 @@ class _ChunkCotangents:
         def step(i, sums):
             grad_lb, scores = sums
             first, features = self._features(i, tile)
-            _, _, reference = self._key_logs(features)
+            _, _, reference = self._key_logs(features, LOG_BLOCK)  # r needs the first key only
             lb = jnp.where(y.valid, self.form.tile(y.rows, features), log_floor(self.form.dtype))
             query = jnp.exp(self.form.tile(q, features) + reference - shift)
             key = jnp.exp(lb - reference)
