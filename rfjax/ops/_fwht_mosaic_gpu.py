@@ -57,7 +57,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from rfjax.ops._fwht_xla import bfloat16_parts, hadamard_matrix
+from rfjax._tensor_cores import bfloat16_parts, mma_transforms
+from rfjax.ops._fwht_xla import hadamard_matrix
 
 _WARPGROUP_ROWS = 64  # the M of one warpgroup MMA
 TILES_PER_PROGRAM = 8  # the pipelined launch: tiles per program, at most (a divisor of all)
@@ -77,13 +78,6 @@ def _mma_dtype(dtype) -> jnp.dtype:
     return jnp.dtype(jnp.float16) if jnp.dtype(dtype) == jnp.float16 else jnp.dtype(jnp.bfloat16)
 
 
-def _transforms(columns: int, dtype) -> tuple:
-    """Shared-memory tiling and swizzle of an MMA operand with ``columns`` minor entries."""
-    itemsize = jnp.dtype(dtype).itemsize
-    swizzle = plgpu.find_swizzle(columns * itemsize * 8)
-    return plgpu.TilingTransform((8, swizzle // itemsize)), plgpu.SwizzleTransform(swizzle)
-
-
 class _Plan:
     """Shapes of one launch: a tile is ``tile_rows`` rows of the (rows a, b) view; a program
     transforms ``tiles_per_program`` tiles through ``stages`` input buffers."""
@@ -99,7 +93,7 @@ class _Plan:
         self.split_input = self.dtype == jnp.float32
         self.left_rows = max(_WARPGROUP_ROWS, self.a)  # H_a padded to a whole warpgroup
         # The two operands of an MMA must share one swizzle: the one of the narrower factor.
-        self.mma_transforms = _transforms(
+        self.mma_transforms = mma_transforms(
             min(self.a, self.b) if self.a > 1 else self.b, self.mma_dtype
         )
         self.tiles_per_program, self.stages = 1, 1

@@ -57,7 +57,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from rfjax.ops._fwht_xla import bfloat16_parts
+from rfjax._tensor_cores import bfloat16_parts
 
 DENSE_MAX = 128
 MIN_DOT = 16  # tt.dot needs M, N, K >= 16

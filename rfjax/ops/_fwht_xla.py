@@ -105,19 +105,3 @@ def kronecker_matmul(x: jax.Array, normalize: bool) -> jax.Array:
     if normalize:
         y = y * (1.0 / np.sqrt(n))
     return y.astype(out_dtype)
-
-
-def bfloat16_parts(x: jax.Array) -> list[jax.Array]:
-    """Three bfloat16 arrays whose sum is the float32 ``x`` exactly, for tensor-core operands.
-
-    Each part is the top 16 bits of what is left (a bit mask, so it is exactly a bfloat16 value
-    and no compiler may fold the split away as excess precision); bfloat16 keeps 8 significant
-    bits and float32's exponent range, so three parts hold all 24 bits.
-    """
-    parts = []
-    for _ in range(3):
-        bits = lax.bitcast_convert_type(x, jnp.int32) & jnp.int32(-65536)  # 0xFFFF0000
-        part = lax.bitcast_convert_type(bits, jnp.float32)
-        parts.append(part.astype(jnp.bfloat16))
-        x = x - part
-    return parts

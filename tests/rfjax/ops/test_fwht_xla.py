@@ -1,5 +1,5 @@
 """``rfjax.ops._fwht_xla``: the Hadamard matrix, its Kronecker factors and the XLA forms of H x
-(butterfly and Kronecker matmuls), and the exact bfloat16 split of float32 operands."""
+(butterfly and Kronecker matmuls)."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +7,6 @@ import pytest
 import scipy.linalg
 
 from rfjax.ops._fwht_xla import (
-    bfloat16_parts,
     hadamard_matrix,
     kronecker_factors,
     kronecker_matmul,
@@ -33,11 +32,3 @@ def test_xla_forms_equal_the_dense_product(form, normalize):
     x = np.random.default_rng(1).standard_normal((3, n)).astype(np.float32)
     exact = x.astype(np.float64) @ scipy.linalg.hadamard(n).T / (np.sqrt(n) if normalize else 1)
     np.testing.assert_allclose(form(jnp.asarray(x), normalize), exact, rtol=1e-5, atol=1e-5)
-
-
-def test_bfloat16_parts_sum_to_the_float32_value_exactly():
-    x = jnp.asarray(np.random.default_rng(2).standard_normal(1000).astype(np.float32) * 1e3)
-    parts = bfloat16_parts(x)
-    assert all(p.dtype == jnp.bfloat16 for p in parts)
-    total = sum(p.astype(jnp.float32) for p in parts)
-    np.testing.assert_array_equal(total, x)

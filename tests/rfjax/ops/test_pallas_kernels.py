@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from rfjax import projections
+from rfjax._tensor_cores import bfloat16_parts
 from rfjax.ops import (
     _fwht_mosaic_gpu,
     _fwht_tpu,
@@ -36,7 +37,7 @@ from rfjax.ops import (
     fwht_backends,
     hd_chain,
 )
-from rfjax.ops._fwht_xla import bfloat16_parts, hadamard_matrix
+from rfjax.ops._fwht_xla import hadamard_matrix
 from tests.support.interpret_mode import INTERPRET_MODE
 
 DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32)
