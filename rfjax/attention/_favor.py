@@ -217,8 +217,12 @@ def favor_attention(
         ``jax.set_mesh`` (the arrays are global, their split checked; see above).
       implementation: ``"xla"`` (the XLA form: every map, sequence parallelism, any platform),
         ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
-        ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_triton_interpret"`` /
-        ``"pallas_tpu_interpret"`` (the kernels in interpret mode, any platform), or ``"auto"``
+        ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_mosaic_gpu"``
+        (bidirectional, bfloat16 inputs, the affine maps with m a power of two >= 64: the
+        forward pass through Mosaic GPU kernels, sm90+, the backward through Triton's),
+        ``"pallas_triton_interpret"`` / ``"pallas_tpu_interpret"`` /
+        ``"pallas_mosaic_gpu_interpret"`` (the kernels in interpret mode, any platform), or
+        ``"auto"``
         (measured per platform, mode and dtype, where the kernels take the call; else
         ``"xla"``: on sm90+ GPUs the fused kernels for bidirectional bfloat16 calls, the XLA
         form for the rest, ``rfjax.attention._implementations.AUTO``). The kernels
@@ -338,7 +342,8 @@ def favor_attention(
                 f"implementation={implementation!r} always stabilises; with stabilize=False use "
                 f"implementation='xla'"
             )
-        check_fusable(fmap, projection, implementation)
+        inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)
+        check_fusable(fmap, projection, implementation, causal=causal, dtype=inputs)
     out = _favor_attention(
         query,
         key,
@@ -365,7 +370,7 @@ def _auto_backend(fmap, projection, *, causal: bool, dtype) -> Backend | None:
     capability = cuda_capability() if platform == "gpu" else None
     dtype_name = jnp.dtype(dtype).name
     choice = auto_choice(platform, causal=causal, dtype=dtype_name, capability=capability)
-    if choice == "xla" or not fusable(fmap, projection, choice):
+    if choice == "xla" or not fusable(fmap, projection, choice, causal=causal, dtype=dtype):
         return None
     return IMPLEMENTATION_TABLE[choice].backend
 

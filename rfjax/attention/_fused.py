@@ -41,7 +41,10 @@ The affine maps' cotangent kernels run once per tile of at most ``cotangent_feat
 every kernel for sm80 and sm90 without a GPU and reports it).
 
 The kernels are written once in Pallas and compiled for a backend (``Backend``: Triton on NVIDIA
-sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Values are
+sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Mosaic GPU
+(sm90+) takes kernels in its own idiom: ``_fused_mosaic_gpu`` has the bidirectional forward
+pass's (key summaries and read-out, for the affine maps), which ``Backend("mosaic_gpu")`` runs
+in place of the generic ones; its other passes run the generic kernels through Triton. Values are
 padded to a power-of-two width of at least 16 (the products' smallest dimension on GPUs, and
 Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor |x|^2).
 """
@@ -83,9 +86,17 @@ class Backend:
     compiler: str | None
     interpret: str | None = None
 
+    @property
+    def mosaic_gpu(self) -> bool:
+        """Whether the bidirectional forward pass runs ``_fused_mosaic_gpu``'s kernels (compiled
+        for sm90+, or in interpret mode); the other passes run the generic kernels (Triton's)."""
+        return "mosaic_gpu" in (self.compiler, self.interpret)
+
     def call(self, kernel, **kwargs):
-        """``pl.pallas_call`` of ``kernel`` with this backend's parameters."""
-        if self.compiler == "triton":
+        """``pl.pallas_call`` of ``kernel`` with this backend's parameters (under
+        ``"mosaic_gpu"``, Triton's: the generic kernels of the passes Mosaic GPU's do not
+        cover)."""
+        if self.compiler in ("triton", "mosaic_gpu"):
             from jax.experimental.pallas import triton as plgpu
 
             settings = _kernel_settings.IN_FORCE
@@ -549,8 +560,24 @@ _causal = _differentiable(_causal_forward, _causal_backward)
 
 def _bidirectional_forward(weights, aux, query, key, value, valid, spec, backend, matmul_dtype):
     x = _rows(weights, aux, spec, query, key, value, valid)
-    shift, state, count = _combined_state(x, backend, matmul_dtype)
     rows = x.queries
+    if backend.mosaic_gpu:  # imported here: Mosaic GPU only where it is asked for
+        from rfjax.attention import _fused_mosaic_gpu
+
+        num, den, row_shift = _fused_mosaic_gpu.bidirectional_sums(
+            x.form.weights,
+            x.form.aux[0],
+            *(a[None] for a in (x.query, x.key, x.value, x.valid[:, 0] > 0)),
+            norm_weight=spec.norm_weight,
+            interpret=backend.compiler is None,
+        )
+        row_shift = row_shift[0, :, None]
+        return (
+            num[0, : rows.length, : value.shape[1]],
+            den[0, : rows.length],
+            row_shift[: rows.length, 0],
+        ), row_shift
+    shift, state, count = _combined_state(x, backend, matmul_dtype)
     outputs = [_out((rows.padded, state.shape[1]))] + [_out((rows.padded, 1))] * 2
     num, den, row_shift = backend.call(
         x.form.kernel("readout_kernel", matmul_dtype),
@@ -673,8 +700,9 @@ class AngularHybridForm(NamedTuple):
 
 FusedForm = AffineLogForm | AngularHybridForm
 
-# What the error for other maps lists: the maps the kernels take.
-FUSED_MAPS = "'positive', 'positive_antithetic', 'oprf' (affine log-features) and 'angular_hybrid'"
+# What the errors for other maps list: the maps the kernels take.
+AFFINE_MAPS = "'positive', 'positive_antithetic', 'oprf' (affine log-features)"
+FUSED_MAPS = f"{AFFINE_MAPS} and 'angular_hybrid'"
 
 
 def _kernel_parameters(form: FusedForm) -> tuple[Spec, jax.Array, jax.Array]:
@@ -751,8 +779,9 @@ def kernel_form(projection, fmap) -> FusedForm | None:
     return method(projection, side="key")
 
 
-def check_fusable(fmap, projection, implementation: str) -> None:
-    """``ValueError`` naming the maps the fused kernels take, for a map they do not."""
+def check_fusable(fmap, projection, implementation: str, *, causal: bool, dtype) -> None:
+    """``ValueError`` naming the maps the fused kernels take, for a map they do not (and for
+    Mosaic GPU's, naming what they take of the mode and the inputs' ``dtype``)."""
     try:
         form = jax.eval_shape(lambda p, f: kernel_form(p, f), projection, fmap)
     except ValueError as error:  # e.g. OPRF statistics per sequence
@@ -762,15 +791,39 @@ def check_fusable(fmap, projection, implementation: str) -> None:
             f"implementation={implementation!r} fuses the feature maps {FUSED_MAPS}; "
             f"{type(fmap).__name__} is not one: use implementation='xla', which takes every map"
         )
-    if implementation == "pallas_triton":
+    if implementation in _MOSAIC_GPU:
+        _check_mosaic_gpu_call(form, type(fmap).__name__, implementation, causal, dtype)
+    if implementation in ("pallas_triton", "pallas_mosaic_gpu"):  # the latter's backward
         _check_triton_widths(form, type(fmap).__name__)
 
 
-def fusable(fmap, projection, implementation: str) -> bool:
+# The implementations whose bidirectional forward pass runs ``_fused_mosaic_gpu``'s kernels.
+_MOSAIC_GPU = ("pallas_mosaic_gpu", "pallas_mosaic_gpu_interpret")
+
+
+def _check_mosaic_gpu_call(form: FusedForm, name: str, implementation: str, causal, dtype):
+    """``ValueError`` for what the Mosaic GPU kernels do not take: causal attention, inputs
+    other than bfloat16, the angular hybrid, m not a power of two >= 64 (their tiles)."""
+    count = form.weights.shape[-2]
+    problems = {
+        "causal attention (bidirectional only)": causal,
+        f"{jnp.dtype(dtype).name} inputs (bfloat16 only)": jnp.dtype(dtype) != jnp.bfloat16,
+        f"{name} ({AFFINE_MAPS} only)": not isinstance(form, AffineLogForm),
+        f"m = {count} features (a power of two >= 64)": not _power_of_two(count, 64),
+    }
+    found = [problem for problem, present in problems.items() if present]
+    if found:
+        raise ValueError(
+            f"implementation={implementation!r} does not take {'; '.join(found)}: use "
+            f"implementation='pallas_triton' or 'xla'"
+        )
+
+
+def fusable(fmap, projection, implementation: str, *, causal: bool, dtype) -> bool:
     """Whether ``implementation``'s kernels take (``fmap``, ``projection``): ``check_fusable``
     without its error, for ``"auto"``'s choice."""
     try:
-        check_fusable(fmap, projection, implementation)
+        check_fusable(fmap, projection, implementation, causal=causal, dtype=dtype)
     except ValueError:
         return False
     return True

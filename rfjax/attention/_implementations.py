@@ -5,9 +5,14 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
 * ``"pallas_triton"``: the fused Pallas kernels (``_fused``) compiled by Triton, for NVIDIA GPUs
   of compute capability 8.0 and newer (JAX's Pallas Triton backend; sm90 runs it too);
 * ``"pallas_tpu"``: the same kernels compiled by Mosaic for TPUs;
-* ``"pallas_triton_interpret"``, ``"pallas_tpu_interpret"``: the kernels in Pallas' interpret
-  mode on any platform (the TPU's simulator for the second), how they are tested on CPU; the
-  names follow ``rfjax.ops.fwht``'s backends (``"<backend>_interpret"``).
+* ``"pallas_mosaic_gpu"``: bidirectional attention's forward pass through the Mosaic GPU kernels
+  (``_fused_mosaic_gpu``, sm90+), its backward pass through the Triton kernels; bidirectional,
+  bfloat16 inputs and the affine maps with m a power of two >= 64 only (``check_fusable`` says
+  so for the rest). Not yet timed on a GPU, so ``"auto"`` never picks it;
+* ``"pallas_triton_interpret"``, ``"pallas_tpu_interpret"``, ``"pallas_mosaic_gpu_interpret"``:
+  the kernels in Pallas' interpret mode on any platform (the TPU's simulator for the second,
+  Mosaic GPU's for the third's forward pass), how they are tested on CPU; the names follow
+  ``rfjax.ops.fwht``'s backends (``"<backend>_interpret"``).
 
 The fused kernels take the maps whose log-features are affine in the rows plus a multiple of
 |x|^2 (``FeatureMap.affine_log_form``: FAVOR+, its antithetic variant, OPRF) and the angular
@@ -32,7 +37,14 @@ from typing import Literal
 from rfjax.attention._fused import Backend
 
 Implementation = Literal[
-    "auto", "xla", "pallas_triton", "pallas_tpu", "pallas_triton_interpret", "pallas_tpu_interpret"
+    "auto",
+    "xla",
+    "pallas_triton",
+    "pallas_tpu",
+    "pallas_mosaic_gpu",
+    "pallas_triton_interpret",
+    "pallas_tpu_interpret",
+    "pallas_mosaic_gpu_interpret",
 ]
 IMPLEMENTATIONS: tuple[str, ...] = typing.get_args(Implementation)
 
@@ -50,8 +62,10 @@ TABLE: dict[str, Entry] = {
     "xla": Entry((), None),
     "pallas_triton": Entry(("gpu",), Backend("triton")),  # jax.default_backend() of CUDA
     "pallas_tpu": Entry(("tpu",), Backend("tpu")),
+    "pallas_mosaic_gpu": Entry(("gpu",), Backend("mosaic_gpu")),
     "pallas_triton_interpret": Entry((), Backend(None)),
     "pallas_tpu_interpret": Entry((), Backend(None, interpret="tpu")),
+    "pallas_mosaic_gpu_interpret": Entry((), Backend(None, interpret="mosaic_gpu")),
 }
 
 # (platform, "causal" or "bidirectional", compute dtype) -> what ``"auto"`` picks, from measured

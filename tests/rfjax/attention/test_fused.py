@@ -475,7 +475,9 @@ def test_triton_names_the_feature_counts_it_takes(name, count, fits):
     (the affine maps' m, the hybrid's 2m in tiles of 16) and says what to use instead."""
     fmap = features.get(name)().init(jax.random.key(0), 64)
     projection = projections.orthogonal(jax.random.key(1), 64, count)
-    check = functools.partial(_fused.check_fusable, fmap, projection, "pallas_triton")
+    check = functools.partial(
+        _fused.check_fusable, fmap, projection, "pallas_triton", causal=True, dtype=jnp.float32
+    )
     if fits:
         check()
     else:

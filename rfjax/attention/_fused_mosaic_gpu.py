@@ -1,0 +1,328 @@
+"""Bidirectional fused FAVOR kernels in Pallas' Mosaic GPU idiom (sm90+; ``_fused``'s forward
+pass under ``implementation="pallas_mosaic_gpu"``).
+
+The generic kernels of ``_fused_kernels`` (``pl.pallas_call`` with block specs, ``jnp.dot`` on
+values) compile for Triton and Mosaic TPU, not for Mosaic GPU: there a kernel copies its tiles
+to shared memory itself (TMA), multiplies on the tensor cores by warpgroup MMAs (``plgpu.wgmma``,
+64 rows, bfloat16 operands accumulated in float32) and broadcasts per-row and per-column vectors
+in the MMA's register layout. These two kernels compute what ``key_summary_kernel`` and
+``readout_kernel`` do, for the affine maps l(x) = x W^T + b + g |x|^2 (FAVOR+, its antithetic
+variant, OPRF), one program per (head, chunk of ``CHUNK`` rows), over tiles of ``FEATURE_TILE``
+features:
+
+* ``key_summaries``: a chunk's per-feature key maximum d, sum_j exp(lb_j - d) v_j^T and
+  sum_j exp(lb_j - d); the features as rows (l(K)^T = W_aug K_aug^T, one MMA per tile), so that
+  the per-feature maximum is a row maximum;
+* ``readout``: with the per-feature maximum c of all keys, the numerator sum_i exp(la_ti + c_i -
+  M_t) S_i, the denominator sum_i exp(la_ti + c_i - M_t) z_i and the row shift M_t =
+  max_i (la_ti + c_i), the features of a tile at a time with a running maximum (as flash
+  attention runs over keys).
+
+The affine map is one MMA: its bias and norm term are folded into the product (a broadcast of
+g |x|^2 breaks Mosaic GPU's layout inference). Rows become x_aug = [x parts, 1, 1, 1, t1, t2, t3,
+0...] and the weights W_aug = [W parts, b1, b2, b3, 1, 1, 1, 0...], where the parts of each are
+bfloat16 numbers summing exactly to its float32 value (``bfloat16_parts``: b1 + b2 + b3 = b,
+t1 + t2 + t3 = g |x|^2): one part for a bfloat16 row, three for a float32 row (as
+``favor_attention`` passes x H^-1/4 of bfloat16 inputs), three for W, and one block of H columns
+per pair of a row part and a W part whose orders add up to at most 2 (``_pairs``; the rest lie
+below float32's rounding). Every product of parts is exact and the sum is in float32, so l(x)
+has float32's accuracy on any GPU (a bfloat16 W would put an error of 2^-9 |x||w| into each
+log-feature, 0.2 at norm 100). The columns are padded to a multiple of 64 (a 128-byte swizzle),
+and so are the values (narrower ones fail the layout inference). The read-out's weights carry
+b + c in place of b, so M_t is the maximum of the augmented product's row.
+
+Operands of the second products: the key factors exp(lb - d), the query factors and the state
+S enter them in bfloat16, as ``_fused_kernels._dot`` casts them under a bfloat16
+``matmul_dtype``; the denominators are float32 sums of the float32 factors. What the kernels
+take (bidirectional, bfloat16 inputs, the affine maps, m a power of two >= 64) is checked
+before anything is traced for them (``_fused.check_fusable``); the backward pass runs the
+generic kernels (``_fused._bidirectional_backward``) from the row shifts M_t of this forward.
+
+Testing: on CPU in Mosaic GPU's interpret mode (``plgpu.InterpretGPUParams``) against the
+generic kernels and the float64 reference, and lowered for an abstract H100
+(``lowering_platforms=("cuda",)``), which runs the Mosaic GPU lowering and layout inference.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from rfjax._tensor_cores import bfloat16_parts, mma_transforms
+from rfjax.attention._checks import log_floor
+
+CHUNK = 64  # rows per program: the M of one warpgroup MMA
+FEATURE_TILE = 64  # features per MMA (the keys' M, the queries' N)
+_COLUMNS = 64  # the augmented rows' width is a multiple of this (a 128-byte swizzle of bf16)
+_ROW = plgpu.Layout.WGMMA.reduce(1)  # a vector with one entry per row of an MMA's result
+_COLUMN = plgpu.Layout.WGMMA.reduce(0)  # one entry per column
+
+
+def _pairs(row_parts: int) -> list[tuple[int, int]]:
+    """(row part, weight part) of the products that x W^T is summed from: every pair of the
+    three bfloat16 parts of each whose orders add up to at most 2 (the others are below
+    float32's rounding: 2^-24 of the product)."""
+    return [(i, j) for i in range(row_parts) for j in range(3) if i + j <= 2]
+
+
+def row_parts(dtype) -> int:
+    """How many bfloat16 parts a row of ``dtype`` enters the projection as: 1 for bfloat16,
+    3 for float32 (exact to float32's 24 bits)."""
+    return 1 if jnp.dtype(dtype) == jnp.bfloat16 else 3
+
+
+def augmented_width(head_dim: int, parts: int) -> int:
+    """The width of x_aug and W_aug: (one H per pair of parts) + 6, rounded up to a multiple
+    of 64."""
+    return -(-(len(_pairs(parts)) * head_dim + 6) // _COLUMNS) * _COLUMNS
+
+
+def _joined(columns: list[jax.Array], width: int) -> jax.Array:
+    joined = jnp.concatenate(columns, axis=-1)
+    return jnp.pad(joined, [(0, 0)] * (joined.ndim - 1) + [(0, width - joined.shape[-1])])
+
+
+def augmented_rows(x: jax.Array, norm_weight: float) -> jax.Array:
+    """x ``(..., T, H)`` -> x_aug ``(..., T, K)`` bfloat16: x's parts (one per pair), 1, 1, 1,
+    the parts of g |x|^2, zeros."""
+    x32 = x.astype(jnp.float32)
+    parts = [x] if row_parts(x.dtype) == 1 else bfloat16_parts(x32)
+    squared = jnp.sum(jnp.square(x32), axis=-1, keepdims=True)
+    ones = jnp.ones_like(squared, jnp.bfloat16)
+    rows = [parts[i] for i, _ in _pairs(len(parts))]
+    columns = [*rows, ones, ones, ones, *bfloat16_parts(norm_weight * squared)]
+    return _joined(columns, augmented_width(x.shape[-1], len(parts)))
+
+
+def augmented_weights(weights: jax.Array, bias: jax.Array, parts: int) -> jax.Array:
+    """W ``(m, H)``, b ``(..., m)`` -> W_aug ``(..., m, K)`` bfloat16 for rows of ``parts``
+    parts: W's parts (one per pair), b's parts, 1, 1, 1, zeros (a leading axis of b, e.g.
+    heads, is W_aug's)."""
+    weights = jnp.broadcast_to(weights.astype(jnp.float32), (*bias.shape[:-1], *weights.shape))
+    bias = bias.astype(jnp.float32)[..., None]
+    ones = jnp.ones_like(bias, jnp.bfloat16)
+    weight_parts = bfloat16_parts(weights)
+    products = [weight_parts[j] for _, j in _pairs(parts)]
+    columns = [*products, *bfloat16_parts(bias), ones, ones, ones]
+    return _joined(columns, augmented_width(weights.shape[-1], parts))
+
+
+def _smem(shape: tuple[int, ...], dtype) -> Any:
+    """A shared-memory MMA operand, tiled and swizzled for its minor width."""
+    return plgpu.SMEM(shape, dtype, transforms=mma_transforms(shape[-1], dtype))
+
+
+def _product(lhs, rhs, shape: tuple[int, int]) -> jax.Array:
+    """lhs @ rhs (shared-memory refs) in a float32 accumulator."""
+
+    def run(acc_ref):
+        plgpu.wgmma(acc_ref, lhs, rhs)
+        plgpu.wgmma_wait(0)
+        return acc_ref[...]
+
+    return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
+
+
+def _key_kernel(k_gmem, v_gmem, valid_gmem, w_gmem, top_gmem, sums_gmem, counts_gmem, **s):
+    """One chunk of one head's keys: per tile of features, l(K)^T, its row maxima d, the
+    factors exp(l - d) of the valid keys, their row sums and their product with the values."""
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
+    rows = pl.ds(chunk * CHUNK, CHUNK)
+    barriers = s["barriers"]
+    plgpu.copy_gmem_to_smem(k_gmem.at[head, rows], s["k"], barriers.at[0])
+    plgpu.copy_gmem_to_smem(v_gmem.at[head, rows], s["v"], barriers.at[1])
+    plgpu.copy_gmem_to_smem(valid_gmem.at[head, rows], s["valid"], barriers.at[2])
+    for i in range(3):
+        plgpu.barrier_wait(barriers.at[i])
+    valid = plgpu.load(s["valid"], layout=_COLUMN) > 0
+    for tile in range(w_gmem.shape[0] // FEATURE_TILE):
+        features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
+        plgpu.copy_gmem_to_smem(w_gmem.at[features], s["w"], barriers.at[3])
+        plgpu.barrier_wait(barriers.at[3])
+        logs = _product(s["w"], s["k"].transpose((1, 0)), (FEATURE_TILE, CHUNK))
+        keep = lax.broadcast_in_dim(valid, logs.shape, [1])
+        logs = jnp.where(keep, logs, log_floor(jnp.float32))
+        top = jnp.max(logs, axis=1)
+        factors = jnp.where(keep, jnp.exp(logs - lax.broadcast_in_dim(top, logs.shape, [0])), 0)
+        s["factors"][...] = factors.astype(jnp.bfloat16)
+        plgpu.commit_smem()
+        sums = _product(s["factors"], s["v"], (FEATURE_TILE, v_gmem.shape[-1]))
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies are out
+        s["top"][...] = top
+        s["count"][...] = jnp.sum(factors, axis=1)
+        s["sums"][...] = sums
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(s["top"], top_gmem.at[head, chunk, features])
+        plgpu.copy_smem_to_gmem(s["count"], counts_gmem.at[head, chunk, features])
+        plgpu.copy_smem_to_gmem(s["sums"], sums_gmem.at[head, chunk, features])
+    plgpu.wait_smem_to_gmem(0)
+
+
+def _readout_kernel(q_gmem, w_gmem, state_gmem, count_gmem, num_gmem, den_gmem, shift_gmem, **s):
+    """One chunk of one head's queries against the keys' state, a tile of features at a time:
+    the running row maximum M, and the numerator and denominator rescaled to it."""
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
+    rows = pl.ds(chunk * CHUNK, CHUNK)
+    barriers = s["barriers"]
+    plgpu.copy_gmem_to_smem(q_gmem.at[head, rows], s["q"], barriers.at[0])
+    plgpu.barrier_wait(barriers.at[0])
+    width = num_gmem.shape[-1]
+    shift = plgpu.layout_cast(jnp.full((CHUNK,), -jnp.inf, jnp.float32), _ROW)
+    den = plgpu.layout_cast(jnp.zeros((CHUNK,), jnp.float32), _ROW)
+    num = plgpu.layout_cast(jnp.zeros((CHUNK, width), jnp.float32), plgpu.Layout.WGMMA)
+    for tile in range(w_gmem.shape[1] // FEATURE_TILE):
+        features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
+        plgpu.copy_gmem_to_smem(w_gmem.at[head, features], s["w"], barriers.at[1])
+        plgpu.copy_gmem_to_smem(state_gmem.at[head, features], s["state"], barriers.at[2])
+        plgpu.copy_gmem_to_smem(count_gmem.at[head, features], s["count"], barriers.at[3])
+        plgpu.barrier_wait(barriers.at[1])
+        logs = _product(s["q"], s["w"].transpose((1, 0)), (CHUNK, FEATURE_TILE))
+        new_shift = jnp.maximum(shift, jnp.max(logs, axis=1))
+        rescale = jnp.exp(shift - new_shift)
+        factors = jnp.exp(logs - lax.broadcast_in_dim(new_shift, logs.shape, [0]))
+        plgpu.barrier_wait(barriers.at[3])
+        count = plgpu.load(s["count"], layout=_COLUMN)
+        weighted = factors * lax.broadcast_in_dim(count, logs.shape, [1])
+        den = den * rescale + jnp.sum(weighted, axis=1)
+        num = num * lax.broadcast_in_dim(rescale, num.shape, [0])
+        plgpu.barrier_wait(barriers.at[2])
+        s["factors"][...] = factors.astype(jnp.bfloat16)
+        plgpu.commit_smem()
+        num = num + _product(s["factors"], s["state"], num.shape)
+        shift = new_shift
+    s["num"][...] = num
+    s["den"][...] = den
+    s["shift"][...] = shift
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(s["num"], num_gmem.at[head, rows])
+    plgpu.copy_smem_to_gmem(s["den"], den_gmem.at[head, rows])
+    plgpu.copy_smem_to_gmem(s["shift"], shift_gmem.at[head, rows])
+    plgpu.wait_smem_to_gmem(0)
+
+
+def _launch(body, operands, out_shapes, scratch, *, heads: int, chunks: int, interpret: bool):
+    return plgpu.kernel(
+        body,
+        out_type=[jax.ShapeDtypeStruct(shape, jnp.float32) for shape in out_shapes],
+        grid=(heads, chunks),
+        grid_names=("heads", "chunks"),
+        scratch_types=scratch,
+        interpret=plgpu.InterpretGPUParams() if interpret else False,
+    )(*operands)
+
+
+def key_summaries(keys, values, valid, weights, *, interpret: bool = False):
+    """Per head and chunk: the key maxima d ``(N, n, m)``, sum_j exp(lb_j - d) v_j^T
+    ``(N, n, m, P)`` and sum_j exp(lb_j - d) ``(N, n, m)``.
+
+    Args:
+      keys: x_aug of the keys ``(N, S, K)`` bfloat16 (``augmented_rows``), S a multiple of
+        ``CHUNK``.
+      values: ``(N, S, P)`` bfloat16, zero where not valid.
+      valid: ``(N, S)`` float32, 1 for the keys that count.
+      weights: W_aug ``(m, K)`` bfloat16 (``augmented_weights``), m a multiple of
+        ``FEATURE_TILE``.
+      interpret: run in Mosaic GPU's interpret mode.
+    """
+    heads, length, width = keys.shape
+    count, value_width = weights.shape[0], values.shape[-1]
+    chunks = length // CHUNK
+    scratch = dict(
+        k=_smem((CHUNK, width), jnp.bfloat16),
+        v=_smem((CHUNK, value_width), jnp.bfloat16),
+        valid=plgpu.SMEM((CHUNK,), jnp.float32),
+        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
+        top=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        sums=plgpu.SMEM((FEATURE_TILE, value_width), jnp.float32),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=4),
+    )
+    shapes = [(heads, chunks, count), (heads, chunks, count, value_width), (heads, chunks, count)]
+    return _launch(
+        _key_kernel,
+        (keys, values, valid, weights),
+        shapes,
+        scratch,
+        heads=heads,
+        chunks=chunks,
+        interpret=interpret,
+    )
+
+
+def readout(queries, weights, state, count, *, interpret: bool = False):
+    """Per head: the numerator ``(N, T, P)``, denominator ``(N, T)`` and row shifts ``(N, T)``
+    of the queries against the keys' state.
+
+    Args:
+      queries: x_aug of the queries ``(N, T, K)`` bfloat16, T a multiple of ``CHUNK``.
+      weights: W_aug with b + c in place of b, per head ``(N, m, K)`` bfloat16.
+      state: S ``(N, m, P)`` bfloat16, relative to the keys' per-feature maximum c.
+      count: z ``(N, m)`` float32, likewise.
+      interpret: run in Mosaic GPU's interpret mode.
+    """
+    heads, length, width = queries.shape
+    value_width = state.shape[-1]
+    scratch = dict(
+        q=_smem((CHUNK, width), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        state=_smem((FEATURE_TILE, value_width), jnp.bfloat16),
+        factors=_smem((CHUNK, FEATURE_TILE), jnp.bfloat16),
+        count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        num=plgpu.SMEM((CHUNK, value_width), jnp.float32),
+        den=plgpu.SMEM((CHUNK,), jnp.float32),
+        shift=plgpu.SMEM((CHUNK,), jnp.float32),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=4),
+    )
+    shapes = [(heads, length, value_width), (heads, length), (heads, length)]
+    return _launch(
+        _readout_kernel,
+        (queries, weights, state, count),
+        shapes,
+        scratch,
+        heads=heads,
+        chunks=length // CHUNK,
+        interpret=interpret,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("norm_weight", "interpret"))
+def bidirectional_sums(
+    weights, bias, query, key, value, valid, *, norm_weight: float, interpret: bool = False
+):
+    """FAVOR's bidirectional sums for N heads through the two kernels: (numerator ``(N, T, P)``,
+    denominator ``(N, T)``, row shifts ``(N, T)``), as ``_fused._bidirectional_forward`` forms
+    them per head. T and S multiples of ``CHUNK``, m of ``FEATURE_TILE``; query and key
+    bfloat16 or float32 (entering as 1 or 3 bfloat16 parts, the key as the query's dtype);
+    values, zero where not valid, enter as bfloat16; valid ``(N, S)`` bool."""
+    value_width = value.shape[-1]
+    parts = row_parts(query.dtype)
+    keys = augmented_rows(key.astype(query.dtype), norm_weight)
+    key_weights = augmented_weights(weights, bias, parts)
+    value = _padded_columns(value.astype(jnp.bfloat16))
+    tops, sums, counts = key_summaries(
+        keys, value, valid.astype(jnp.float32), key_weights, interpret=interpret
+    )
+    top = jnp.max(tops, axis=1)  # (N, m): the per-feature maximum c
+    rescale = jnp.exp(tops - top[:, None])
+    state = jnp.sum(sums * rescale[..., None], axis=1)
+    count = jnp.sum(counts * rescale, axis=1)
+    query_weights = augmented_weights(weights, bias + top, parts)
+    queries = augmented_rows(query, norm_weight)
+    num, den, shift = readout(
+        queries, query_weights, state.astype(jnp.bfloat16), count, interpret=interpret
+    )
+    return num[..., :value_width], den, shift
+
+
+def _padded_columns(x: jax.Array) -> jax.Array:
+    """Columns padded with zeros to a multiple of 64 (narrower values fail Mosaic GPU's layout
+    inference, as of JAX 0.12)."""
+    width = -(-x.shape[-1] // _COLUMNS) * _COLUMNS
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])

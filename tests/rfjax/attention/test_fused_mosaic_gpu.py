@@ -1,0 +1,234 @@
+"""The Mosaic GPU kernels of bidirectional FAVOR (``implementation="pallas_mosaic_gpu"``,
+``rfjax.attention._fused_mosaic_gpu``) on CPU: the augmented product against the affine map
+(no kernel), the kernels in Mosaic GPU's interpret mode against the float64 reference at
+|q| = |k| = 120 and against the Triton kernels (values and gradients, with masks, padding and
+several heads; CI's integration tier), the forward and backward passes lowered for an abstract
+H100 (the Mosaic GPU lowering with its layout inference, and Triton's for the backward pass),
+and the errors for what the kernels do not take.
+
+Tolerances: bfloat16 products as in ``test_fused.test_bfloat16_inputs_take_bfloat16_products``
+(5 u max|v| plus the output's rounding u |out|, u = 2^-8), beside the float32 rounding of the
+log-features (``test_large_norms.exact``'s)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rfjax import attention, features, projections
+from rfjax._devices import cuda_capability
+from rfjax.attention import _fused, _fused_mosaic_gpu, _kernel_settings
+from tests.rfjax.attention.test_fused import TOLERANCE, _assert_gpu_close, _on_the_gpu, operands
+from tests.rfjax.attention.test_large_norms import exact, inputs
+from tests.support.interpret_mode import INTERPRET_MODE
+from tests.support.tools import load_tool
+
+EPS32 = float(np.finfo(np.float32).eps)
+U = 2.0**-8  # bfloat16's unit roundoff, as the bfloat16 tests of test_fused take it
+TOOL = load_tool("triton_kernels")
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_the_augmented_product_is_the_affine_map(dtype):
+    """x_aug W_aug^T = x W^T + b + g |x|^2 to float32's accuracy (the rows' and the weights'
+    bfloat16 parts, summed in float64 here) at |x| = 120, for bfloat16 rows (one part) and
+    float32 rows (three), with a bias per head as the read-out's b + c."""
+    keys = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(keys[0], (2, 5, 64))
+    x = (120 * x / jnp.linalg.norm(x, axis=-1, keepdims=True)).astype(dtype)
+    weights = jax.random.normal(keys[1], (128, 64))
+    bias = 300 * jax.random.normal(keys[2], (2, 128))
+    rows = np.asarray(_fused_mosaic_gpu.augmented_rows(x, -0.5), np.float64)
+    parts = _fused_mosaic_gpu.row_parts(dtype)
+    augmented = _fused_mosaic_gpu.augmented_weights(weights, bias, parts)
+    augmented = np.asarray(augmented, np.float64)
+    # 3 (bfloat16) or 6 (float32) products of H = 64 columns, and 6 for b and g |x|^2
+    assert rows.shape[-1] == augmented.shape[-1] == (256 if dtype == jnp.bfloat16 else 448)
+    got = np.einsum("nth,nmh->ntm", rows, augmented)
+    x64, w64 = np.asarray(x, np.float64), np.asarray(weights, np.float64)
+    squared = np.sum(x64 * x64, -1, keepdims=True)
+    want = x64 @ w64.T + np.asarray(bias, np.float64)[:, None] - 0.5 * squared
+    magnitude = np.abs(x64) @ np.abs(w64).T + np.abs(np.asarray(bias))[:, None] + 0.5 * squared
+    assert np.abs(got - want).max() <= 4 * EPS32 * magnitude.max()
+
+
+@INTERPRET_MODE
+def test_sums_at_norm_120_match_float64():
+    """|q| = |k| = 120 (H = 64, m = 128), float32 rows: the row shifts M_t and the
+    denominators of ``bidirectional_sums`` (interpret mode) against float64, and the outputs
+    within the bfloat16 products' bound; a head with no valid key has denominator 0, as the
+    generic kernels give it (its rows' derivative is then 0: ``floored_ratio``). The
+    per-feature key shift and the row shift keep every row's largest term at e^0: no
+    exponential overflows or vanishes."""
+    q, k, v = inputs(120, jnp.float32, length=100)  # one chunk and a partial one
+    projection = projections.orthogonal(jax.random.key(3), 64, 128)
+    weights = projection.matrix()
+    bias = jnp.zeros(128)
+    scale = 64**-0.25
+    # a second head whose keys are all masked: its rows attend to no key (denominator 0)
+    rows = [jnp.pad(x[0, :, 0] * scale, ((0, 28), (0, 0)))[None].repeat(2, 0) for x in (q, k)]
+    value = jnp.pad(v[0, :, 0], ((0, 28), (0, 0)))[None]
+    value = jnp.stack([value[0], jnp.zeros_like(value[0])])
+    valid = jnp.stack([jnp.arange(128) < 100, jnp.zeros(128, bool)])
+    num, den, shift = _fused_mosaic_gpu.bidirectional_sums(
+        weights, bias, *rows, value, valid, norm_weight=-0.5, interpret=True
+    )
+    assert np.all(np.asarray(den[1]) == 0) and np.all(np.asarray(num[1]) == 0)
+    x64 = [np.asarray(r[0, :100], np.float64) for r in rows]
+    w64 = np.asarray(weights, np.float64)
+    la, lb = ((x @ w64.T) - 0.5 * np.sum(x * x, -1, keepdims=True) for x in x64)
+    c = lb.max(axis=0)
+    logs = la + c
+    want_shift = logs.max(axis=1)
+    key_factors, query_factors = np.exp(lb - c), np.exp(logs - want_shift[:, None])
+    want_den = query_factors @ key_factors.sum(axis=0)
+    # float32 log-features: a few eps of their magnitude, as test_large_norms.exact takes it
+    delta = 16 * EPS32 * max(np.abs(la).max(), np.abs(lb).max())
+    assert np.abs(np.asarray(shift[0, :100]) - want_shift).max() <= 2 * delta
+    assert np.abs(np.asarray(den[0, :100]) / want_den - 1).max() <= 4 * delta
+    out = np.asarray(num[0, :100] / den[0, :100, None], np.float64)
+    want, tolerance = exact(q, k, v, w64, antithetic=False, causal=False)
+    bound = tolerance + 5 * U * np.abs(np.asarray(v)).max()
+    assert np.abs(out - want).max() <= bound
+
+
+@pytest.mark.parametrize("name", ["positive", "positive_antithetic", "oprf"])
+@INTERPRET_MODE
+def test_matches_the_triton_kernels_values_and_gradients(name):
+    """bfloat16 inputs, B = 1, T = 80 (a chunk and a partial one), 2 heads, a mask, m = 64
+    (128 antithetic features; OPRF fitted to the inputs), for each affine map:
+    the outputs within the bfloat16 bound of the float32 XLA form; the gradients (the Triton
+    kernels' backward pass from the Mosaic GPU forward's row shifts) those of
+    ``pallas_triton_interpret`` to float32's reordering (``test_fused.TOLERANCE``) and one
+    bfloat16 rounding, and the log-features' float32 rounding (the backward pass's exponents
+    are its own, rescaled by the forward's row shifts)."""
+    q, k, v, mask, projection = operands(3, dtype=jnp.bfloat16, features=64)
+    weights = jax.random.normal(jax.random.key(9), v.shape)
+    feature_map = features.get(name)()
+    if name == "oprf":  # one fitted map for every head (the kernels take one A per map)
+        rows = [x[0, :, 0].astype(jnp.float32) for x in (q, k)]
+        feature_map = feature_map.fit(jax.random.key(4), *rows)
+
+    def loss(q, k, v, implementation):
+        out = attention.favor_attention(
+            q, k, v, projection, feature_map=feature_map, mask=mask, implementation=implementation
+        )
+        return jnp.sum(out.astype(jnp.float32) * weights), out
+
+    run = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True), static_argnums=3)
+    (_, out), grads = run(q, k, v, "pallas_mosaic_gpu_interpret")
+    (_, _), triton_grads = run(q, k, v, "pallas_triton_interpret")
+    wide = attention.favor_attention(
+        *(x.astype(jnp.float32) for x in (q, k, v)), projection, feature_map=feature_map, mask=mask
+    )
+    error = np.abs(np.asarray(out, np.float32) - wide) - U * np.abs(wide)
+    assert np.all(error <= 5 * U * np.abs(np.asarray(v, np.float32)).max(axis=1, keepdims=True))
+    # The backward pass recomputes the log-features in the Triton kernels' float32 order and
+    # rescales them by the Mosaic GPU forward's row shifts: a term's exponent may differ by
+    # delta, the log-features' float32 rounding (16 eps max|l|, as test_large_norms.exact),
+    # so a gradient by 2 delta of its scale; beside TOLERANCE's reordering, each gradient then
+    # rounded to bfloat16 (one ulp, 2^-7 of the entry, apart).
+    largest = 0.0
+    for head in range(q.shape[2]):
+        w = np.asarray(projection.head(head).matrix(), np.float64)
+        for x in (q, k):
+            x = np.asarray(x[0, :, head], np.float64) * x.shape[-1] ** -0.25
+            logs = np.abs(x) @ np.abs(w).T + 0.5 * np.sum(x * x, -1, keepdims=True)
+            largest = max(largest, logs.max())
+    delta = 16 * EPS32 * largest
+    for got, want in zip(grads, triton_grads, strict=True):
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        bound = (TOLERANCE + 2 * delta) * np.abs(want).max() + 2.0**-7 * np.abs(want)
+        assert np.all(np.abs(got - want) <= bound)
+
+
+def _kernel_calls(lowered) -> tuple[int, int]:
+    text = lowered.as_text()
+    return text.count("custom_call @mosaic_gpu_v2("), text.count(f"{TOOL.TRITON_CALL}(")
+
+
+@pytest.mark.parametrize("row_dtype", [jnp.float32, jnp.bfloat16])
+def test_forward_and_backward_lower_for_h100(row_dtype):
+    """Forward (the key summaries and the read-out: two Mosaic GPU kernels) and backward (the
+    key and query summaries and the two cotangent kernels per tile of features, Triton's)
+    lowered for an abstract
+    H100 with a batch axis (vmapped, as ``favor_attention`` runs the heads): the benchmark's
+    head (H = H_v = 64, T = 256), m = 128 and 256, float32 rows (three bfloat16 parts, as
+    ``favor_attention`` passes bfloat16 inputs) and bfloat16 rows (one)."""
+    gradients = TOOL.fused_gradients("affine", False, "mosaic_gpu")
+    step = _kernel_settings.IN_FORCE.cotangent_features
+
+    def tiles(count):  # the cotangent kernels run per tile of features
+        return -(-count // step)
+
+    device = jax.sharding.AbstractDevice(**TOOL.H100)
+    for count in (128, 256):
+        shapes = TOOL.argument_shapes("affine", count, batch=(2,))
+        shapes[2:4] = [jax.ShapeDtypeStruct(s.shape, row_dtype) for s in shapes[2:4]]
+        with jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh((), (), abstract_device=device)
+        ):
+            traced = jax.jit(jax.vmap(gradients, in_axes=(None, None, 0, 0, 0, 0))).trace(*shapes)
+            lowered = traced.lower(lowering_platforms=("cuda",))
+            assert _kernel_calls(lowered) == (2, 2 + 2 * tiles(count))
+
+
+def test_narrow_values_lower_for_h100():
+    """Values narrower than 64 columns (padded to 64: narrower ones fail the layout
+    inference) and a wider head (H = 128) lower."""
+    bf16 = jnp.bfloat16
+    shapes = [
+        jax.ShapeDtypeStruct((256, 128), jnp.float32),
+        jax.ShapeDtypeStruct((256,), jnp.float32),
+        jax.ShapeDtypeStruct((2, 128, 128), bf16),
+        jax.ShapeDtypeStruct((2, 128, 128), bf16),
+        jax.ShapeDtypeStruct((2, 128, 16), bf16),
+        jax.ShapeDtypeStruct((2, 128), bool),
+    ]
+    sums = functools.partial(_fused_mosaic_gpu.bidirectional_sums, norm_weight=-0.5)
+    device = jax.sharding.AbstractDevice(**TOOL.H100)
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
+        lowered = jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
+    assert _kernel_calls(lowered) == (2, 0)
+
+
+def test_errors_name_what_the_kernels_take():
+    """Causal attention, float32 inputs, the angular hybrid and m not a power of two >= 64
+    are refused before anything is compiled, each named, and the implementations that take
+    them named; the compiled kernels run on GPUs only."""
+    q, k, v, mask, projection = operands(5, dtype=jnp.bfloat16, features=64)
+    call = functools.partial(attention.favor_attention, mask=mask)
+    name = "pallas_mosaic_gpu_interpret"
+    with pytest.raises(ValueError, match=r"causal attention \(bidirectional only\): use"):
+        call(q, k, v, projection, causal=True, implementation=name)
+    wide = [x.astype(jnp.float32) for x in (q, k, v)]
+    with pytest.raises(ValueError, match=r"float32 inputs \(bfloat16 only\)"):
+        call(*wide, projection, implementation=name)
+    hybrid = features.AngularHybridFeatureMap().init(jax.random.key(0), q.shape[-1])
+    with pytest.raises(ValueError, match=r"AngularHybridFeatureMap \('positive'.* only\)"):
+        call(q, k, v, projection, feature_map=hybrid, implementation=name)
+    for count in (32, 96):
+        narrow = attention.draw_projection(jax.random.key(1), q.shape[-1], count, num_heads=2)
+        with pytest.raises(ValueError, match=f"m = {count} features"):
+            call(q, k, v, narrow, implementation=name)
+    with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
+        call(q, k, v, projection, implementation="pallas_mosaic_gpu")
+    single = projections.orthogonal(jax.random.key(2), q.shape[-1], 64)
+    positive = features.get("positive")()
+    assert _fused.fusable(positive, single, name, causal=False, dtype=jnp.bfloat16)
+    assert not _fused.fusable(positive, single, name, causal=True, dtype=jnp.bfloat16)
+
+
+def _sm90() -> bool:
+    return jax.default_backend() == "gpu" and (cuda_capability() or (0, 0)) >= (9, 0)
+
+
+@pytest.mark.skipif(not _sm90(), reason="compiles the Mosaic GPU kernels for an sm90+ GPU")
+def test_pallas_mosaic_gpu_on_the_gpu_matches_the_xla_form():
+    """The kernels compiled by Mosaic GPU (``benchmarks.gpu_run``'s tests step) against the XLA
+    form on the device, bidirectional, bfloat16 (``test_fused``'s GPU bound: 2 x 5u max|v|
+    plus u |out| for the outputs, 64u of the largest entry for the gradients)."""
+    run, u, v = _on_the_gpu(False, jnp.bfloat16)
+    _assert_gpu_close(run("pallas_mosaic_gpu"), run("xla"), u, v)
