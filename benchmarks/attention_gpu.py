@@ -10,6 +10,9 @@ forward and forward + backward (``value_and_grad`` of the sum of the outputs for
   k, v;
 * ``favor_pallas``: the same with ``implementation="pallas_triton"``, the fused Pallas kernels
   (the feature map computed inside them);
+* ``favor_mosaic``: the same with ``implementation="pallas_mosaic_gpu"`` (sm90+): the
+  bidirectional forward pass through the Mosaic GPU kernels, its backward through Triton's;
+  bfloat16 bidirectional only (the other cases are recorded as not compiled, with the reason);
 * ``cudnn``: ``jax.nn.dot_product_attention(..., implementation="cudnn")`` (flash attention),
   where cuDNN takes the dtype (bfloat16; float32 is reported as not compiled);
 * ``xla``: ``jax.nn.dot_product_attention(..., implementation="xla")`` (materialises the T x T
@@ -76,9 +79,13 @@ LENGTHS = tuple(1 << k for k in range(10, 17))
 DTYPES = ("bfloat16", "float32")
 MODES = ("bidirectional", "causal")
 PASSES = ("forward", "forward_backward")
-Method = Literal["favor", "favor_pallas", "cudnn", "xla"]  # what _forward builds
-METHODS: tuple[Method, ...] = ("favor", "favor_pallas", "cudnn", "xla")
-FAVOR_METHODS = {"favor": "xla", "favor_pallas": "pallas_triton"}  # -> implementation
+Method = Literal["favor", "favor_pallas", "favor_mosaic", "cudnn", "xla"]  # what _forward builds
+METHODS: tuple[Method, ...] = ("favor", "favor_pallas", "favor_mosaic", "cudnn", "xla")
+FAVOR_METHODS = {  # -> implementation
+    "favor": "xla",
+    "favor_pallas": "pallas_triton",
+    "favor_mosaic": "pallas_mosaic_gpu",
+}
 CHUNK = 64  # the model FLOPs' chunk length (the fused kernels')
 
 

@@ -115,7 +115,8 @@ def _cell(row) -> str:
 
 METHODS = ("favor", "cudnn", "xla", "fla", "features")
 EXTRA = ("FAVOR memory / cuDNN's", "FAVOR memory / fla's", "FAVOR roofline share")
-# Columns of runs that measured the fused kernels (``favor_pallas``) too.
+# Columns of runs that measured the fused kernels (``favor_pallas``) too, and of those that
+# measured the Mosaic GPU forward kernels (``favor_mosaic``, from 2026-12-01) besides.
 FUSED_METHODS = ("favor", "favor_pallas", "cudnn", "xla", "fla", "features")
 FUSED_EXTRA = (
     "favor_pallas memory / cuDNN's",
@@ -123,6 +124,18 @@ FUSED_EXTRA = (
     "favor roofline share",
     "favor_pallas roofline share",
 )
+MOSAIC_METHODS = ("favor", "favor_pallas", "favor_mosaic", "cudnn", "xla", "fla", "features")
+MOSAIC_EXTRA = (*FUSED_EXTRA, "favor_mosaic roofline share")
+
+
+def _columns(rows: list[dict]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(methods, extra columns) of the table: the fused kernels' where the run measured them."""
+    measured = {row["method"] for row in rows}
+    if "favor_mosaic" in measured:
+        return MOSAIC_METHODS, MOSAIC_EXTRA
+    if "favor_pallas" in measured:
+        return FUSED_METHODS, FUSED_EXTRA
+    return METHODS, EXTRA
 
 
 def _memory_ratio(favor: dict, peer: dict | None) -> str:
@@ -136,16 +149,17 @@ def _share(row: dict | None) -> str:
     return "-" if share is None else f"{100 * share:.1f}%"
 
 
-def _attention_line(rows, dtype, batch, mode, name, length, fused: bool) -> str:
+def _attention_line(rows, dtype, batch, mode, name, length, methods) -> str:
     """One table line: every method's time, FAVOR's memory ratios and roofline share (with the
-    fused kernels' (``fused``): theirs against the peers, both shares)."""
-    methods = FUSED_METHODS if fused else METHODS
+    fused kernels' (``favor_pallas`` in ``methods``): theirs against the peers, and every FAVOR
+    method's share)."""
+    fused = "favor_pallas" in methods
     found = {m: _time(rows, dtype, batch, mode, name, m, length) for m in methods}
     if mode == "bidirectional" or name != "forward":
         found["features"] = None  # timed once per case, under causal forward
     favor = found["favor_pallas" if fused else "favor"] or {}
     extra = [_memory_ratio(favor, found["cudnn"]), _memory_ratio(favor, found["fla"])]
-    extra += [_share(found["favor"]), _share(found["favor_pallas"])] if fused else [_share(favor)]
+    extra += [_share(found[m]) for m in methods if m.startswith("favor")]
     cells = [_cell(found[m]) for m in methods] + extra
     return f"| {mode} | {name} | {length:,} | " + " | ".join(cells) + " |"
 
@@ -153,7 +167,8 @@ def _attention_line(rows, dtype, batch, mode, name, length, fused: bool) -> str:
 def attention_section(reports: list[dict]) -> list[str]:
     """Time (ms) per method and length; FAVOR's ratios; memory; roofline; crossovers."""
     rows = _rows(reports)
-    fused = any(row["method"] == "favor_pallas" for row in rows)
+    methods, extra = _columns(rows)
+    fused = "favor_pallas" in methods
     head = reports[0]
     shape = head["shape"]
     peaks = head["peaks"]
@@ -177,14 +192,13 @@ def attention_section(reports: list[dict]) -> list[str]:
             )
             if not lengths:
                 continue
-            methods, extra = (FUSED_METHODS, FUSED_EXTRA) if fused else (METHODS, EXTRA)
             lines += [f"### {dtype}, B = {batch}", ""]
             lines += [
                 "| mode | pass | T | " + " | ".join(methods) + " | " + " | ".join(extra) + " |"
             ]
             lines += ["|---|---|---|" + "---|" * (len(methods) + len(extra))]
             for mode, name, length in itertools.product(MODES, PASSES, lengths):
-                lines.append(_attention_line(rows, dtype, batch, mode, name, length, fused))
+                lines.append(_attention_line(rows, dtype, batch, mode, name, length, methods))
             lines.append("")
     lines += crossover_lines(reports[0].get("summary", {}))
     if fused:

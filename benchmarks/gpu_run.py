@@ -91,6 +91,7 @@ GPU_TESTS = [
     "tests/rfjax/ops/test_fwht.py",
     "tests/rfjax/attention/test_fused.py",
     "tests/rfjax/attention/test_fused_hybrid.py",
+    "tests/rfjax/attention/test_fused_mosaic_gpu.py",
 ]
 GPU_TEST_SELECTION = "(mosaic_gpu or pallas or matmul or auto or hd_chain) and not interpret"
 STEPS = ("tests", "long_context", "fwht", "attention")

@@ -26,6 +26,7 @@ def test_the_tests_step_selects_the_compiled_kernels_tests():
     selected = [line for line in listing.splitlines() if "::" in line]
     # The fused attention kernels compiled by Triton, and fwht's Mosaic GPU and Triton kernels.
     assert any("test_pallas_triton_on_the_gpu_matches_the_xla_form" in t for t in selected)
+    assert any("test_pallas_mosaic_gpu_on_the_gpu_matches_the_xla_form" in t for t in selected)
     assert any("test_fwht.py" in t and "mosaic_gpu" in t for t in selected)
     assert any("test_fwht.py" in t and "pallas_triton" in t for t in selected)
     assert not any("interpret" in t for t in selected)
@@ -44,7 +45,7 @@ def test_the_attention_benchmark_runs_its_jax_programs():
     for row in rows:
         if row["method"] in ("favor", "xla"):  # the programs that run on every platform
             assert row["median_s"] > 0, row
-        elif row["method"] in ("favor_pallas", "cudnn"):  # compiled for CUDA only
+        elif row["method"] in ("favor_pallas", "favor_mosaic", "cudnn"):  # for CUDA only
             assert row["median_s"] is None and row["skipped"], row
     peaks = {  # made-up rates: the arithmetic of the roofline, not its value
         "matmul_bfloat16_flop_per_s": 1e12,
