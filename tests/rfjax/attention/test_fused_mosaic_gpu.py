@@ -175,6 +175,27 @@ def test_forward_and_backward_lower_for_h100(row_dtype):
             assert _kernel_calls(lowered) == (2, 2 + 2 * tiles(count))
 
 
+def test_forward_and_backward_lower_for_h100_inside_shard_map():
+    """Inside ``shard_map`` (rows split over ``"data"``, the parameters replicated), as the
+    long-context LM's training step runs attention: forward (Mosaic GPU) and backward (Triton)
+    lower (``test_fused.test_kernels_lower_for_triton_inside_shard_map``'s case)."""
+    device = jax.sharding.AbstractDevice(**TOOL.H100)
+    auto = (jax.sharding.AxisType.Auto,)
+    mesh = jax.sharding.AbstractMesh((1,), ("data",), axis_types=auto, abstract_device=device)
+    gradients = TOOL.fused_gradients("affine", False, "mosaic_gpu", rows=lambda x: x[0])
+    spec = jax.sharding.PartitionSpec
+    split = jax.shard_map(
+        gradients,
+        mesh=mesh,
+        in_specs=(spec(), spec()) + (spec("data"),) * 4,
+        out_specs=(spec(), spec()) + (spec("data"),) * 3,
+    )
+    shapes = TOOL.argument_shapes("affine", 128, batch=(1,))
+    with jax.sharding.use_abstract_mesh(mesh):
+        lowered = jax.jit(split).trace(*shapes).lower(lowering_platforms=("cuda",))
+    assert _kernel_calls(lowered) == (2, 4)
+
+
 def test_narrow_values_lower_for_h100():
     """Values narrower than 64 columns (padded to 64: narrower ones fail the layout
     inference) and a wider head (H = 128) lower."""
