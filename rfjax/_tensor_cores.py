@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+SHARED_MEMORY_BYTES = 232_448  # an sm90 block's shared memory, at most (227 KiB)
+
 
 def bfloat16_parts(x: jax.Array) -> list[jax.Array]:
     """Three bfloat16 arrays whose sum is the float32 ``x`` exactly, for tensor-core operands.

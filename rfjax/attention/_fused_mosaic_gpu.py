@@ -54,12 +54,15 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from rfjax._tensor_cores import bfloat16_parts, mma_transforms
+from rfjax._tensor_cores import SHARED_MEMORY_BYTES, bfloat16_parts, mma_transforms
 from rfjax.attention._checks import log_floor
 
 CHUNK = 64  # rows per program: the M of one warpgroup MMA
 FEATURE_TILE = 64  # features per MMA (the keys' M, the queries' N)
 _COLUMNS = 64  # the augmented rows' width is a multiple of this (a 128-byte swizzle of bf16)
+# Mosaic GPU's count of a kernel's shared memory beyond its buffers' bytes (their alignment), as
+# its lowering reported it under JAX 0.12 (``test_fused_mosaic_gpu`` pins ``shared_bytes`` to it).
+_ALIGNMENT_BYTES = 4_352
 _ROW = plgpu.Layout.WGMMA.reduce(1)  # a vector with one entry per row of an MMA's result
 _COLUMN = plgpu.Layout.WGMMA.reduce(0)  # one entry per column
 
@@ -111,6 +114,29 @@ def augmented_weights(weights: jax.Array, bias: jax.Array, parts: int) -> jax.Ar
     products = [weight_parts[j] for _, j in _pairs(parts)]
     columns = [*products, *bfloat16_parts(bias), ones, ones, ones]
     return _joined(columns, augmented_width(weights.shape[-1], parts))
+
+
+def shared_bytes(width: int, value_width: int) -> int:
+    """Shared memory of a program of either kernel (they hold the same buffers): the rows' and
+    a feature tile's augmented rows (``width`` columns, bfloat16), the values or the state
+    (bfloat16) and the sums or the numerator (float32) of ``value_width`` columns, the factors,
+    three vectors of 64 float32 entries and four barriers."""
+    rows = 2 * CHUNK * width * 2 + CHUNK * value_width * (2 + 4) + CHUNK * FEATURE_TILE * 2
+    return rows + 3 * CHUNK * 4 + 4 * 8 + _ALIGNMENT_BYTES
+
+
+def check_shared_memory(head_dim: int, value_width: int, parts: int) -> None:
+    """``ValueError``, before anything is compiled, for a head and value width whose programs
+    need more shared memory than an sm90 block has."""
+    width, values = augmented_width(head_dim, parts), _padded_width(value_width)
+    needed = shared_bytes(width, values)
+    if needed > SHARED_MEMORY_BYTES:
+        raise ValueError(
+            f"implementation='pallas_mosaic_gpu' takes heads whose programs fit an sm90 block's "
+            f"{SHARED_MEMORY_BYTES:,} bytes of shared memory; head_dim = {head_dim} and value "
+            f"width {value_width} ({parts} bfloat16 part(s) per row) need {needed:,}: use "
+            f"implementation='pallas_triton' or 'xla' (float32 rows: H <= 96 takes values up to 128 wide)"
+        )
 
 
 def _smem(shape: tuple[int, ...], dtype) -> Any:
@@ -303,6 +329,7 @@ def bidirectional_sums(
     values, zero where not valid, enter as bfloat16; valid ``(N, S)`` bool."""
     value_width = value.shape[-1]
     parts = row_parts(query.dtype)
+    check_shared_memory(query.shape[-1], value_width, parts)
     keys = augmented_rows(key.astype(query.dtype), norm_weight)
     key_weights = augmented_weights(weights, bias, parts)
     value = _padded_columns(value.astype(jnp.bfloat16))
@@ -321,8 +348,13 @@ def bidirectional_sums(
     return num[..., :value_width], den, shift
 
 
-def _padded_columns(x: jax.Array) -> jax.Array:
-    """Columns padded with zeros to a multiple of 64 (narrower values fail Mosaic GPU's layout
+def _padded_width(width: int) -> int:
+    """A value width padded to a multiple of 64 (narrower values fail Mosaic GPU's layout
     inference, as of JAX 0.12)."""
-    width = -(-x.shape[-1] // _COLUMNS) * _COLUMNS
+    return -(-width // _COLUMNS) * _COLUMNS
+
+
+def _padded_columns(x: jax.Array) -> jax.Array:
+    """Columns padded with zeros to ``_padded_width``."""
+    width = _padded_width(x.shape[-1])
     return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])

@@ -57,12 +57,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from rfjax._tensor_cores import bfloat16_parts, mma_transforms
+from rfjax._tensor_cores import SHARED_MEMORY_BYTES, bfloat16_parts, mma_transforms
 from rfjax.ops._fwht_xla import hadamard_matrix
 
 _WARPGROUP_ROWS = 64  # the M of one warpgroup MMA
 TILES_PER_PROGRAM = 8  # the pipelined launch: tiles per program, at most (a divisor of all)
-SHARED_MEMORY_BYTES = 232_448  # an sm90 block's shared memory, at most (227 KiB)
 
 
 def split_factors(n: int) -> tuple[int, int]:

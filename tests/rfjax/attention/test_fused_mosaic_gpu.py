@@ -198,21 +198,48 @@ def test_forward_and_backward_lower_for_h100_inside_shard_map():
 
 def test_narrow_values_lower_for_h100():
     """Values narrower than 64 columns (padded to 64: narrower ones fail the layout
-    inference) and a wider head (H = 128) lower."""
-    bf16 = jnp.bfloat16
+    inference) and bfloat16 rows of a wider head (H = 128, one part) lower."""
+    assert _kernel_calls(_lowered_sums(128, 16, jnp.bfloat16)) == (2, 0)
+
+
+def _lowered_sums(head_dim: int, value_width: int, row_dtype=jnp.float32):
+    """``bidirectional_sums`` for one head (T = 128, m = 128) lowered for an abstract H100."""
     shapes = [
-        jax.ShapeDtypeStruct((256, 128), jnp.float32),
-        jax.ShapeDtypeStruct((256,), jnp.float32),
-        jax.ShapeDtypeStruct((2, 128, 128), bf16),
-        jax.ShapeDtypeStruct((2, 128, 128), bf16),
-        jax.ShapeDtypeStruct((2, 128, 16), bf16),
-        jax.ShapeDtypeStruct((2, 128), bool),
+        jax.ShapeDtypeStruct((128, head_dim), jnp.float32),
+        jax.ShapeDtypeStruct((128,), jnp.float32),
+        jax.ShapeDtypeStruct((1, 128, head_dim), row_dtype),
+        jax.ShapeDtypeStruct((1, 128, head_dim), row_dtype),
+        jax.ShapeDtypeStruct((1, 128, value_width), jnp.bfloat16),
+        jax.ShapeDtypeStruct((1, 128), bool),
     ]
     sums = functools.partial(_fused_mosaic_gpu.bidirectional_sums, norm_weight=-0.5)
     device = jax.sharding.AbstractDevice(**TOOL.H100)
     with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
-        lowered = jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
-    assert _kernel_calls(lowered) == (2, 0)
+        return jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
+
+
+@pytest.mark.parametrize(
+    "head_dim, value_width, fits",
+    [(96, 128, True), (128, 64, False), (96, 256, False), (64, 512, False)],
+)
+def test_shared_memory_is_checked_before_compiling_as_mosaic_gpu_counts_it(
+    head_dim, value_width, fits, monkeypatch
+):
+    """float32 rows (as ``favor_attention`` passes them): where the programs' shared memory
+    (``shared_bytes``) fits an sm90 block the kernels lower; where not, ``ValueError`` names
+    the head and value widths before anything is compiled, and without that check Mosaic GPU's
+    lowering refuses with the same count of bytes."""
+    parts = _fused_mosaic_gpu.row_parts(jnp.float32)
+    width = _fused_mosaic_gpu.augmented_width(head_dim, parts)
+    needed = _fused_mosaic_gpu.shared_bytes(width, -(-value_width // 64) * 64)
+    if fits:
+        assert _kernel_calls(_lowered_sums(head_dim, value_width)) == (2, 0)
+        return
+    with pytest.raises(ValueError, match=f"head_dim = {head_dim} and value width {value_width}"):
+        _lowered_sums(head_dim, value_width)
+    monkeypatch.setattr(_fused_mosaic_gpu, "SHARED_MEMORY_BYTES", 1 << 30)
+    with pytest.raises(Exception, match=f"smem_bytes={needed} > max_smem_bytes"):
+        _lowered_sums(head_dim, value_width)
 
 
 def test_errors_name_what_the_kernels_take():
