@@ -342,13 +342,18 @@ def test_branching_diagonal_forms_lower_for_gpu_and_tpu(diagonal_form):
     assert taken["rfjax_favor_causal_cotangents"] - pairs["rfjax_favor_causal_cotangents"] == 2
 
 
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_kernels_lower_for_triton_inside_shard_map(causal):
+@pytest.mark.parametrize(
+    "causal, backend, calls",
+    [(True, "triton", (5, 0)), (False, "triton", (6, 0)), (False, "mosaic_gpu", (4, 2))],
+    ids=["causal", "bidirectional", "bidirectional-mosaic_gpu"],
+)
+def test_kernels_lower_for_gpus_inside_shard_map(causal, backend, calls):
     """Inside ``shard_map`` (rows split over ``"data"``, the map's parameters replicated) the
     kernels' operands and outputs carry the mesh axes they vary over and the parameters'
     cotangents are summed over the devices: forward and backward lower for Triton (an abstract
-    H100), as in the long-context LM's training step. Until 2026-11-28 the kernels' outputs
-    had no such type and the step did not compile."""
+    H100), as in the long-context LM's training step; and under ``"pallas_mosaic_gpu"``, the
+    forward's two Mosaic GPU kernels and the backward's four Triton kernels. Until 2026-11-28
+    the kernels' outputs had no such type and the step did not compile."""
     platform, device = DEVICES["triton"]
     mesh = jax.sharding.AbstractMesh(
         (1,),
@@ -356,7 +361,7 @@ def test_kernels_lower_for_triton_inside_shard_map(causal):
         axis_types=(jax.sharding.AxisType.Auto,),
         abstract_device=jax.sharding.AbstractDevice(**device),
     )
-    gradients = TOOL.fused_gradients("affine", causal, "triton", rows=lambda x: x[0])
+    gradients = TOOL.fused_gradients("affine", causal, backend, rows=lambda x: x[0])
 
     spec = jax.sharding.PartitionSpec
     split = jax.shard_map(
@@ -367,8 +372,8 @@ def test_kernels_lower_for_triton_inside_shard_map(causal):
     )
     shapes = TOOL.argument_shapes("affine", 128, batch=(1,))
     with jax.sharding.use_abstract_mesh(mesh):
-        lowered = jax.jit(split).trace(*shapes).lower(lowering_platforms=(platform,))
-    assert lowered.as_text().count("xla.gpu.triton") == (5 if causal else 6)
+        text = jax.jit(split).trace(*shapes).lower(lowering_platforms=(platform,)).as_text()
+    assert (text.count("xla.gpu.triton"), text.count("custom_call @mosaic_gpu_v2(")) == calls
 
 
 def _on_the_gpu(causal, dtype):

@@ -3,7 +3,8 @@
 (no kernel), the kernels in Mosaic GPU's interpret mode against the float64 reference at
 |q| = |k| = 120 and against the Triton kernels (values and gradients, with masks, padding and
 several heads; CI's integration tier), the forward and backward passes lowered for an abstract
-H100 (the Mosaic GPU lowering with its layout inference, and Triton's for the backward pass),
+H100 (the Mosaic GPU lowering with its layout inference, and Triton's for the backward pass;
+inside ``shard_map``: ``test_fused.test_kernels_lower_for_gpus_inside_shard_map``),
 and the errors for what the kernels do not take.
 
 Tolerances: bfloat16 products as in ``test_fused.test_bfloat16_inputs_take_bfloat16_products``
@@ -173,27 +174,6 @@ def test_forward_and_backward_lower_for_h100(row_dtype):
             traced = jax.jit(jax.vmap(gradients, in_axes=(None, None, 0, 0, 0, 0))).trace(*shapes)
             lowered = traced.lower(lowering_platforms=("cuda",))
             assert _kernel_calls(lowered) == (2, 2 + 2 * tiles(count))
-
-
-def test_forward_and_backward_lower_for_h100_inside_shard_map():
-    """Inside ``shard_map`` (rows split over ``"data"``, the parameters replicated), as the
-    long-context LM's training step runs attention: forward (Mosaic GPU) and backward (Triton)
-    lower (``test_fused.test_kernels_lower_for_triton_inside_shard_map``'s case)."""
-    device = jax.sharding.AbstractDevice(**TOOL.H100)
-    auto = (jax.sharding.AxisType.Auto,)
-    mesh = jax.sharding.AbstractMesh((1,), ("data",), axis_types=auto, abstract_device=device)
-    gradients = TOOL.fused_gradients("affine", False, "mosaic_gpu", rows=lambda x: x[0])
-    spec = jax.sharding.PartitionSpec
-    split = jax.shard_map(
-        gradients,
-        mesh=mesh,
-        in_specs=(spec(), spec()) + (spec("data"),) * 4,
-        out_specs=(spec(), spec()) + (spec("data"),) * 3,
-    )
-    shapes = TOOL.argument_shapes("affine", 128, batch=(1,))
-    with jax.sharding.use_abstract_mesh(mesh):
-        lowered = jax.jit(split).trace(*shapes).lower(lowering_platforms=("cuda",))
-    assert _kernel_calls(lowered) == (2, 4)
 
 
 def test_narrow_values_lower_for_h100():
