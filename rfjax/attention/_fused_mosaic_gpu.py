@@ -133,9 +133,11 @@ def check_shared_memory(head_dim: int, value_width: int, parts: int) -> None:
     if needed > SHARED_MEMORY_BYTES:
         raise ValueError(
             f"implementation='pallas_mosaic_gpu' takes heads whose programs fit an sm90 block's "
-            f"{SHARED_MEMORY_BYTES:,} bytes of shared memory; head_dim = {head_dim} and value "
-            f"width {value_width} ({parts} bfloat16 part(s) per row) need {needed:,}: use "
-            f"implementation='pallas_triton' or 'xla' (float32 rows: H <= 96 takes values up to 128 wide)"
+            f"{SHARED_MEMORY_BYTES:,} bytes of shared memory; head_dim = {head_dim} (the "
+            f"kernels' width: favor_attention pads H to a power of two) and value width "
+            f"{value_width} ({parts} bfloat16 part(s) per row) need {needed:,}: use "
+            f"implementation='pallas_triton' or 'xla' (float32 rows of width 64 take values up "
+            f"to 256 wide)"
         )
 
 

@@ -8,7 +8,9 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
 * ``"pallas_mosaic_gpu"``: bidirectional attention's forward pass through the Mosaic GPU kernels
   (``_fused_mosaic_gpu``, sm90+), its backward pass through the Triton kernels; bidirectional,
   bfloat16 inputs and the affine maps with m a power of two >= 64 only (``check_fusable`` says
-  so for the rest). Not yet timed on a GPU, so ``"auto"`` never picks it;
+  so for the rest), heads of H <= 64 with values up to 256 wide (shared memory:
+  ``_fused_mosaic_gpu.check_shared_memory``). Not yet timed on a GPU, so ``"auto"`` never
+  picks it;
 * ``"pallas_triton_interpret"``, ``"pallas_tpu_interpret"``, ``"pallas_mosaic_gpu_interpret"``:
   the kernels in Pallas' interpret mode on any platform (the TPU's simulator for the second,
   Mosaic GPU's for the third's forward pass), how they are tested on CPU; the names follow

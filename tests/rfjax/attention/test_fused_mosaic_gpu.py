@@ -223,9 +223,9 @@ def test_shared_memory_is_checked_before_compiling_as_mosaic_gpu_counts_it(
 
 
 def test_errors_name_what_the_kernels_take():
-    """Causal attention, float32 inputs, the angular hybrid and m not a power of two >= 64
-    are refused before anything is compiled, each named, and the implementations that take
-    them named; the compiled kernels run on GPUs only."""
+    """Causal attention, float32 inputs, the angular hybrid, m not a power of two >= 64 and
+    heads too wide for shared memory are refused before anything is compiled, each named, and
+    the implementations that take them named; the compiled kernels run on GPUs only."""
     q, k, v, mask, projection = operands(5, dtype=jnp.bfloat16, features=64)
     call = functools.partial(attention.favor_attention, mask=mask)
     name = "pallas_mosaic_gpu_interpret"
@@ -243,6 +243,12 @@ def test_errors_name_what_the_kernels_take():
             call(q, k, v, narrow, implementation=name)
     with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
         call(q, k, v, projection, implementation="pallas_mosaic_gpu")
+    wide_head = jnp.ones((1, 64, 1, 128), jnp.bfloat16)  # H = 128: 250,912 bytes a program
+    wide_projection = projections.orthogonal(jax.random.key(3), 128, 64)
+    with pytest.raises(ValueError, match=r"head_dim = 128 .* need 250,912"):
+        attention.favor_attention(
+            wide_head, wide_head, wide_head[..., :64], wide_projection, implementation=name
+        )
     single = projections.orthogonal(jax.random.key(2), q.shape[-1], 64)
     positive = features.get("positive")()
     assert _fused.fusable(positive, single, name, causal=False, dtype=jnp.bfloat16)
