@@ -23,12 +23,14 @@ g |x|^2 breaks Mosaic GPU's layout inference). Rows become x_aug = [x parts, 1, 
 0...] and the weights W_aug = [W parts, b1, b2, b3, 1, 1, 1, 0...], where the parts of each are
 bfloat16 numbers summing exactly to its float32 value (``bfloat16_parts``: b1 + b2 + b3 = b,
 t1 + t2 + t3 = g |x|^2): one part for a bfloat16 row, three for a float32 row (as
-``favor_attention`` passes x H^-1/4 of bfloat16 inputs), three for W, and one block of H columns
-per pair of a row part and a W part whose orders add up to at most 2 (``_pairs``; the rest lie
-below float32's rounding). Every product of parts is exact and the sum is in float32, so l(x)
-has float32's accuracy on any GPU (a bfloat16 W would put an error of 2^-9 |x||w| into each
-log-feature, 0.2 at norm 100). The columns are padded to a multiple of 64 (a 128-byte swizzle),
-and so are the values (narrower ones fail the layout inference). The read-out's weights carry
+``favor_attention`` passes x H^-1/4 of bfloat16 inputs), three for W, and one block per pair
+of a row part and a W part whose orders add up to at most 2 (``_pairs``; the rest lie below
+float32's rounding). Every product of parts is exact and the sum is in float32, so l(x) has
+float32's accuracy on any GPU (a bfloat16 W would put an error of 2^-9 |x||w| into each
+log-feature, 0.2 at norm 100). Each block is H rounded up to 64 columns (a 128-byte swizzle
+tile: every block may be an MMA operand of its own), and the bias and norm term take a last
+block of 64; the values are padded to a multiple of 64 columns too (narrower ones fail the
+layout inference). The read-out's weights carry
 b + c in place of b, so M_t is the maximum of the augmented product's row.
 
 Operands of the second products: the key factors exp(lb - d), the query factors and the state
@@ -80,10 +82,22 @@ def row_parts(dtype) -> int:
     return 1 if jnp.dtype(dtype) == jnp.bfloat16 else 3
 
 
+def _block_width(head_dim: int) -> int:
+    """The columns of one block of x_aug (a row part) and W_aug (a W part): H rounded up to a
+    multiple of 64, so that every block starts on a swizzle tile and a kernel may take it as
+    an MMA operand of its own."""
+    return -(-head_dim // _COLUMNS) * _COLUMNS
+
+
 def augmented_width(head_dim: int, parts: int) -> int:
-    """The width of x_aug and W_aug: (one H per pair of parts) + 6, rounded up to a multiple
-    of 64."""
-    return -(-(len(_pairs(parts)) * head_dim + 6) // _COLUMNS) * _COLUMNS
+    """The width of x_aug and W_aug: one block per pair of parts and 64 columns for the bias
+    and the norm term."""
+    return len(_pairs(parts)) * _block_width(head_dim) + _COLUMNS
+
+
+def _blocks(parts: list[jax.Array], width: int) -> list[jax.Array]:
+    """Each of ``parts`` padded with zeros to ``width`` columns."""
+    return [jnp.pad(p, [(0, 0)] * (p.ndim - 1) + [(0, width - p.shape[-1])]) for p in parts]
 
 
 def _joined(columns: list[jax.Array], width: int) -> jax.Array:
@@ -92,26 +106,26 @@ def _joined(columns: list[jax.Array], width: int) -> jax.Array:
 
 
 def augmented_rows(x: jax.Array, norm_weight: float) -> jax.Array:
-    """x ``(..., T, H)`` -> x_aug ``(..., T, K)`` bfloat16: x's parts (one per pair), 1, 1, 1,
-    the parts of g |x|^2, zeros."""
+    """x ``(..., T, H)`` -> x_aug ``(..., T, K)`` bfloat16: x's parts (one block per pair),
+    then 1, 1, 1, the parts of g |x|^2 and zeros."""
     x32 = x.astype(jnp.float32)
-    parts = [x] if row_parts(x.dtype) == 1 else bfloat16_parts(x32)
+    parts = [x.astype(jnp.bfloat16)] if row_parts(x.dtype) == 1 else bfloat16_parts(x32)
     squared = jnp.sum(jnp.square(x32), axis=-1, keepdims=True)
     ones = jnp.ones_like(squared, jnp.bfloat16)
-    rows = [parts[i] for i, _ in _pairs(len(parts))]
+    rows = _blocks([parts[i] for i, _ in _pairs(len(parts))], _block_width(x.shape[-1]))
     columns = [*rows, ones, ones, ones, *bfloat16_parts(norm_weight * squared)]
     return _joined(columns, augmented_width(x.shape[-1], len(parts)))
 
 
 def augmented_weights(weights: jax.Array, bias: jax.Array, parts: int) -> jax.Array:
     """W ``(m, H)``, b ``(..., m)`` -> W_aug ``(..., m, K)`` bfloat16 for rows of ``parts``
-    parts: W's parts (one per pair), b's parts, 1, 1, 1, zeros (a leading axis of b, e.g.
-    heads, is W_aug's)."""
+    parts: W's parts (one block per pair), then b's parts, 1, 1, 1 and zeros (a leading axis
+    of b, e.g. heads, is W_aug's)."""
     weights = jnp.broadcast_to(weights.astype(jnp.float32), (*bias.shape[:-1], *weights.shape))
     bias = bias.astype(jnp.float32)[..., None]
     ones = jnp.ones_like(bias, jnp.bfloat16)
     weight_parts = bfloat16_parts(weights)
-    products = [weight_parts[j] for _, j in _pairs(parts)]
+    products = _blocks([weight_parts[j] for _, j in _pairs(parts)], _block_width(weights.shape[-1]))
     columns = [*products, *bfloat16_parts(bias), ones, ones, ones]
     return _joined(columns, augmented_width(weights.shape[-1], parts))
 
