@@ -218,9 +218,9 @@ def favor_attention(
       implementation: ``"xla"`` (the XLA form: every map, sequence parallelism, any platform),
         ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
         ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_mosaic_gpu"``
-        (bidirectional, bfloat16 inputs, the affine maps with m a power of two >= 64, heads
-        of H <= 64 with values up to 256 wide: the forward pass through Mosaic GPU kernels,
-        sm90+, the backward through Triton's),
+        (bidirectional, bfloat16 inputs, the affine maps with m a multiple of 64, heads
+        of H <= 64 with values up to 64 wide: both passes through kernels in Mosaic GPU's
+        idiom, sm90+),
         ``"pallas_triton_interpret"`` / ``"pallas_tpu_interpret"`` /
         ``"pallas_mosaic_gpu_interpret"`` (the kernels in interpret mode, any platform), or
         ``"auto"``

@@ -43,8 +43,8 @@ every kernel for sm80 and sm90 without a GPU and reports it).
 The kernels are written once in Pallas and compiled for a backend (``Backend``: Triton on NVIDIA
 sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Mosaic GPU
 (sm90+) takes kernels in its own idiom: ``_fused_mosaic_gpu`` has the bidirectional forward
-pass's (key summaries and read-out, for the affine maps), which ``Backend("mosaic_gpu")`` runs
-in place of the generic ones; its other passes run the generic kernels through Triton. Values are
+pass's (key summaries and read-out, for the affine maps) and ``_fused_mosaic_gpu_grads`` its
+backward pass's, which ``Backend("mosaic_gpu")`` runs in place of the generic ones. Values are
 padded to a power-of-two width of at least 16 (the products' smallest dimension on GPUs, and
 Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor |x|^2).
 """
@@ -88,15 +88,14 @@ class Backend:
 
     @property
     def mosaic_gpu(self) -> bool:
-        """Whether the bidirectional forward pass runs ``_fused_mosaic_gpu``'s kernels (compiled
-        for sm90+, or in interpret mode); the other passes run the generic kernels (Triton's)."""
+        """Whether bidirectional attention runs the kernels in Mosaic GPU's idiom
+        (``_fused_mosaic_gpu``, ``_fused_mosaic_gpu_grads``; compiled for sm90+, or in
+        interpret mode) in place of the generic ones."""
         return "mosaic_gpu" in (self.compiler, self.interpret)
 
     def call(self, kernel, **kwargs):
-        """``pl.pallas_call`` of ``kernel`` with this backend's parameters (under
-        ``"mosaic_gpu"``, Triton's: the generic kernels of the passes Mosaic GPU's do not
-        cover)."""
-        if self.compiler in ("triton", "mosaic_gpu"):
+        """``pl.pallas_call`` of ``kernel`` with this backend's parameters."""
+        if self.compiler == "triton":
             from jax.experimental.pallas import triton as plgpu
 
             settings = _kernel_settings.IN_FORCE
@@ -598,6 +597,21 @@ def _bidirectional_backward(spec, backend, matmul_dtype, residuals, cotangents):
     weights, aux, query, key, value, valid, row_shift = residuals
     grad_num, grad_den, _ = cotangents
     x = _rows(weights, aux, spec, query, key, value, valid)
+    if backend.mosaic_gpu:  # imported here: Mosaic GPU only where it is asked for
+        from rfjax.attention import _fused_mosaic_gpu_grads
+
+        grad, grad_den = _padded_cotangents(x.queries, grad_num, grad_den)
+        grad_w, grad_b, dq, dk, dv = _fused_mosaic_gpu_grads.bidirectional_cotangents(
+            x.form.weights,
+            x.form.aux[0],
+            *(a[None] for a in (x.query, x.key, x.value, x.valid[:, 0] > 0)),
+            *(a[None] for a in (row_shift[:, 0], grad, grad_den[:, 0])),
+            norm_weight=spec.norm_weight,
+            interpret=backend.compiler is None,
+        )
+        return _unpadded_cotangents(
+            spec, weights, aux, query, key, value, grad_w[0], grad_b, dq[0], dk[0], dv[0]
+        )
     shift, state, count = _combined_state(x, backend, matmul_dtype)
     grad, grad_den = _padded_cotangents(x.queries, grad_num, grad_den)
     query_rows = x.queries.one_segment()
@@ -793,7 +807,7 @@ def check_fusable(fmap, projection, implementation: str, *, causal: bool, dtype)
         )
     if implementation in _MOSAIC_GPU:
         _check_mosaic_gpu_call(form, type(fmap).__name__, implementation, causal, dtype)
-    if implementation in ("pallas_triton", "pallas_mosaic_gpu"):  # the latter's backward
+    if implementation == "pallas_triton":
         _check_triton_widths(form, type(fmap).__name__)
 
 
@@ -803,13 +817,13 @@ _MOSAIC_GPU = ("pallas_mosaic_gpu", "pallas_mosaic_gpu_interpret")
 
 def _check_mosaic_gpu_call(form: FusedForm, name: str, implementation: str, causal, dtype):
     """``ValueError`` for what the Mosaic GPU kernels do not take: causal attention, inputs
-    other than bfloat16, the angular hybrid, m not a power of two >= 64 (their tiles)."""
+    other than bfloat16, the angular hybrid, m not a multiple of 64 (their tiles of features)."""
     count = form.weights.shape[-2]
     problems = {
         "causal attention (bidirectional only)": causal,
         f"{jnp.dtype(dtype).name} inputs (bfloat16 only)": jnp.dtype(dtype) != jnp.bfloat16,
         f"{name} ({AFFINE_MAPS} only)": not isinstance(form, AffineLogForm),
-        f"m = {count} features (a power of two >= 64)": not _power_of_two(count, 64),
+        f"m = {count} features (a multiple of 64)": count == 0 or count % 64 != 0,
     }
     found = [problem for problem, present in problems.items() if present]
     if found:

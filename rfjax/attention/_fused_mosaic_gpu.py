@@ -36,9 +36,10 @@ b + c in place of b, so M_t is the maximum of the augmented product's row.
 Operands of the second products: the key factors exp(lb - d), the query factors and the state
 S enter them in bfloat16, as ``_fused_kernels._dot`` casts them under a bfloat16
 ``matmul_dtype``; the denominators are float32 sums of the float32 factors. What the kernels
-take (bidirectional, bfloat16 inputs, the affine maps, m a power of two >= 64) is checked
-before anything is traced for them (``_fused.check_fusable``); the backward pass runs the
-generic kernels (``_fused._bidirectional_backward``) from the row shifts M_t of this forward.
+take (bidirectional, bfloat16 inputs, the affine maps, m a multiple of 64) is checked
+before anything is traced for them (``_fused.check_fusable``), and the widths before the
+kernels are (``check_widths``). The backward pass's kernels, from the row shifts M_t of this
+forward: ``_fused_mosaic_gpu_grads``.
 
 Testing: on CPU in Mosaic GPU's interpret mode (``plgpu.InterpretGPUParams``) against the
 generic kernels and the float64 reference, and lowered for an abstract H100
@@ -56,15 +57,17 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from rfjax._tensor_cores import SHARED_MEMORY_BYTES, bfloat16_parts, mma_transforms
-from rfjax.attention._checks import log_floor
+from rfjax._tensor_cores import bfloat16_parts, mma_transforms
+from rfjax.attention._checks import log_floor, vary_like
 
 CHUNK = 64  # rows per program: the M of one warpgroup MMA
 FEATURE_TILE = 64  # features per MMA (the keys' M, the queries' N)
 _COLUMNS = 64  # the augmented rows' width is a multiple of this (a 128-byte swizzle of bf16)
-# Mosaic GPU's count of a kernel's shared memory beyond its buffers' bytes (their alignment), as
-# its lowering reported it under JAX 0.12 (``test_fused_mosaic_gpu`` pins ``shared_bytes`` to it).
-_ALIGNMENT_BYTES = 4_352
+# The widest heads and values the kernels take: at H = P = 64 (the benchmark's head) the
+# programs fit an sm90 block's 227 KiB of shared memory (the backward's cotangent kernel needs
+# the most), at H = 128 or P = 128 some exceed it (Mosaic GPU's lowering says so).
+MAX_HEAD_DIM = 64
+MAX_VALUE_WIDTH = 64
 _ROW = plgpu.Layout.WGMMA.reduce(1)  # a vector with one entry per row of an MMA's result
 _COLUMN = plgpu.Layout.WGMMA.reduce(0)  # one entry per column
 
@@ -130,28 +133,17 @@ def augmented_weights(weights: jax.Array, bias: jax.Array, parts: int) -> jax.Ar
     return _joined(columns, augmented_width(weights.shape[-1], parts))
 
 
-def shared_bytes(width: int, value_width: int) -> int:
-    """Shared memory of a program of either kernel (they hold the same buffers): the rows' and
-    a feature tile's augmented rows (``width`` columns, bfloat16), the values or the state
-    (bfloat16) and the sums or the numerator (float32) of ``value_width`` columns, the factors,
-    three vectors of 64 float32 entries and four barriers."""
-    rows = 2 * CHUNK * width * 2 + CHUNK * value_width * (2 + 4) + CHUNK * FEATURE_TILE * 2
-    return rows + 3 * CHUNK * 4 + 4 * 8 + _ALIGNMENT_BYTES
-
-
-def check_shared_memory(head_dim: int, value_width: int, parts: int) -> None:
-    """``ValueError``, before anything is compiled, for a head and value width whose programs
-    need more shared memory than an sm90 block has."""
-    width, values = augmented_width(head_dim, parts), _padded_width(value_width)
-    needed = shared_bytes(width, values)
-    if needed > SHARED_MEMORY_BYTES:
+def check_widths(head_dim: int, value_width: int) -> None:
+    """``ValueError``, before anything is compiled, for a head or value width past
+    ``MAX_HEAD_DIM`` or ``MAX_VALUE_WIDTH``: the widths whose programs (forward and backward)
+    fit an sm90 block's shared memory, as Mosaic GPU's lowering found (wider ones exceed it:
+    ``test_fused_mosaic_gpu``)."""
+    if head_dim > MAX_HEAD_DIM or value_width > MAX_VALUE_WIDTH:
         raise ValueError(
-            f"implementation='pallas_mosaic_gpu' takes heads whose programs fit an sm90 block's "
-            f"{SHARED_MEMORY_BYTES:,} bytes of shared memory; head_dim = {head_dim} (the "
-            f"kernels' width: favor_attention pads H to a power of two) and value width "
-            f"{value_width} ({parts} bfloat16 part(s) per row) need {needed:,}: use "
-            f"implementation='pallas_triton' or 'xla' (float32 rows of width 64 take values up "
-            f"to 256 wide)"
+            f"implementation='pallas_mosaic_gpu' takes heads of at most {MAX_HEAD_DIM} "
+            f"dimensions and values of at most {MAX_VALUE_WIDTH} (their programs' shared memory "
+            f"on sm90); got head_dim = {head_dim} (favor_attention pads H to a power of two) "
+            f"and value width {value_width}: use implementation='pallas_triton' or 'xla'"
         )
 
 
@@ -249,7 +241,11 @@ def _readout_kernel(q_gmem, w_gmem, state_gmem, count_gmem, num_gmem, den_gmem, 
 
 
 def _launch(body, operands, out_shapes, scratch, *, heads: int, chunks: int, interpret: bool):
-    return plgpu.kernel(
+    """``body`` over a grid of (head, chunk) programs, with float32 outputs of ``out_shapes``.
+    Inside ``shard_map`` the outputs are cast to vary over the mesh axes the operands vary over
+    (``plgpu.kernel`` drops that type from its outputs; ``_fused.Backend.call`` gives it to the
+    generic kernels'): a cotangent must have its primal's type."""
+    outputs = plgpu.kernel(
         body,
         out_type=[jax.ShapeDtypeStruct(shape, jnp.float32) for shape in out_shapes],
         grid=(heads, chunks),
@@ -257,6 +253,7 @@ def _launch(body, operands, out_shapes, scratch, *, heads: int, chunks: int, int
         scratch_types=scratch,
         interpret=plgpu.InterpretGPUParams() if interpret else False,
     )(*operands)
+    return [vary_like(x, operands) for x in outputs]
 
 
 def key_summaries(keys, values, valid, weights, *, interpret: bool = False):
@@ -334,6 +331,19 @@ def readout(queries, weights, state, count, *, interpret: bool = False):
     )
 
 
+def keys_state(keys, values, valid, weights, bias, parts: int, *, interpret: bool):
+    """(c ``(N, m)``, S ``(N, m, P)``, z ``(N, m)``): every key's state relative to the
+    per-feature maximum c, from the chunks' key summaries (``key_summaries``) combined in XLA.
+    ``keys`` x_aug ``(N, S, K)``, ``values`` ``(N, S, P)`` bfloat16 (P a multiple of 64),
+    ``valid`` ``(N, S)`` float32."""
+    tops, sums, counts = key_summaries(
+        keys, values, valid, augmented_weights(weights, bias, parts), interpret=interpret
+    )
+    top = jnp.max(tops, axis=1)
+    rescale = jnp.exp(tops - top[:, None])
+    return top, jnp.sum(sums * rescale[..., None], axis=1), jnp.sum(counts * rescale, axis=1)
+
+
 @functools.partial(jax.jit, static_argnames=("norm_weight", "interpret"))
 def bidirectional_sums(
     weights, bias, query, key, value, valid, *, norm_weight: float, interpret: bool = False
@@ -345,17 +355,11 @@ def bidirectional_sums(
     values, zero where not valid, enter as bfloat16; valid ``(N, S)`` bool."""
     value_width = value.shape[-1]
     parts = row_parts(query.dtype)
-    check_shared_memory(query.shape[-1], value_width, parts)
+    check_widths(query.shape[-1], value_width)
     keys = augmented_rows(key.astype(query.dtype), norm_weight)
-    key_weights = augmented_weights(weights, bias, parts)
-    value = _padded_columns(value.astype(jnp.bfloat16))
-    tops, sums, counts = key_summaries(
-        keys, value, valid.astype(jnp.float32), key_weights, interpret=interpret
-    )
-    top = jnp.max(tops, axis=1)  # (N, m): the per-feature maximum c
-    rescale = jnp.exp(tops - top[:, None])
-    state = jnp.sum(sums * rescale[..., None], axis=1)
-    count = jnp.sum(counts * rescale, axis=1)
+    values = _padded_columns(value.astype(jnp.bfloat16))
+    valid = valid.astype(jnp.float32)
+    top, state, count = keys_state(keys, values, valid, weights, bias, parts, interpret=interpret)
     query_weights = augmented_weights(weights, bias + top, parts)
     queries = augmented_rows(query, norm_weight)
     num, den, shift = readout(

@@ -3,9 +3,9 @@
 (no kernel), the kernels in Mosaic GPU's interpret mode against the float64 reference at
 |q| = |k| = 120 and against the XLA form (values and gradients, with masks, padding and
 several heads; CI's integration tier), the forward and backward passes lowered for an abstract
-H100 (the Mosaic GPU lowering with its layout inference, and Triton's for the backward pass;
-inside ``shard_map``: ``test_fused.test_kernels_lower_for_gpus_inside_shard_map``),
-and the errors for what the kernels do not take.
+H100 (the Mosaic GPU lowering with its layout inference; inside ``shard_map``:
+``test_fused.test_kernels_lower_for_gpus_inside_shard_map``), and the errors for what the
+kernels do not take.
 
 Tolerances: bfloat16 products as in ``test_fused.test_bfloat16_inputs_take_bfloat16_products``
 (5 u max|v| plus the output's rounding u |out|, u = 2^-8), beside the float32 rounding of the
@@ -20,7 +20,7 @@ import pytest
 
 from rfjax import attention, features, projections
 from rfjax._devices import cuda_capability
-from rfjax.attention import _fused, _fused_mosaic_gpu, _kernel_settings
+from rfjax.attention import _fused, _fused_mosaic_gpu, _fused_mosaic_gpu_grads
 from tests.rfjax.attention.test_fused import _assert_gpu_close, _on_the_gpu, operands
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.interpret_mode import INTERPRET_MODE
@@ -132,85 +132,92 @@ def test_matches_the_xla_form_values_and_gradients(name):
 
 
 def _kernel_calls(lowered) -> tuple[int, int]:
+    """(Mosaic GPU kernels, Triton kernels) in a lowered module; a kernel both passes call alike
+    (the key summaries) is one function of the module."""
     text = lowered.as_text()
     return text.count("custom_call @mosaic_gpu_v2("), text.count(f"{TOOL.TRITON_CALL}(")
 
 
 @pytest.mark.parametrize("row_dtype", [jnp.float32, jnp.bfloat16])
 def test_forward_and_backward_lower_for_h100(row_dtype):
-    """Forward (the key summaries and the read-out: two Mosaic GPU kernels) and backward (the
-    key and query summaries and the two cotangent kernels per tile of features, Triton's)
-    lowered for an abstract
-    H100 with a batch axis (vmapped, as ``favor_attention`` runs the heads): the benchmark's
-    head (H = H_v = 64, T = 256), m = 128 and 256, float32 rows (three bfloat16 parts, as
-    ``favor_attention`` passes bfloat16 inputs) and bfloat16 rows (one)."""
+    """Forward (the key summaries and the read-out) and backward (the key and query summaries
+    and the queries' and the keys' cotangents): six Mosaic GPU kernels, no Triton kernel,
+    lowered for an abstract H100 with a batch axis (vmapped, as ``favor_attention`` runs the
+    heads): the benchmark's head (H = H_v = 64, T = 256), m = 128 and 256, float32 rows (three
+    bfloat16 parts, as ``favor_attention`` passes bfloat16 inputs) and bfloat16 rows (one)."""
     gradients = TOOL.fused_gradients("affine", False, "mosaic_gpu")
-    step = _kernel_settings.IN_FORCE.cotangent_features
-
-    def tiles(count):  # the cotangent kernels run per tile of features
-        return -(-count // step)
-
     device = jax.sharding.AbstractDevice(**TOOL.H100)
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=device)
     for count in (128, 256):
         shapes = TOOL.argument_shapes("affine", count, batch=(2,))
         shapes[2:4] = [jax.ShapeDtypeStruct(s.shape, row_dtype) for s in shapes[2:4]]
-        with jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh((), (), abstract_device=device)
-        ):
+        with jax.sharding.use_abstract_mesh(mesh):
             traced = jax.jit(jax.vmap(gradients, in_axes=(None, None, 0, 0, 0, 0))).trace(*shapes)
-            lowered = traced.lower(lowering_platforms=("cuda",))
-            assert _kernel_calls(lowered) == (2, 2 + 2 * tiles(count))
+            assert _kernel_calls(traced.lower(lowering_platforms=("cuda",))) == (6, 0)
 
 
-def test_narrow_values_lower_for_h100():
+def test_narrow_values_and_bfloat16_rows_lower_for_h100():
     """Values narrower than 64 columns (padded to 64: narrower ones fail the layout
-    inference) and bfloat16 rows of a wider head (H = 128, one part) lower."""
-    assert _kernel_calls(_lowered_sums(128, 16, jnp.bfloat16)) == (2, 0)
-
-
-def _lowered_sums(head_dim: int, value_width: int, row_dtype=jnp.float32):
-    """``bidirectional_sums`` for one head (T = 128, m = 128) lowered for an abstract H100."""
+    inference) lower, and so does bfloat16 rows' forward pass (one part)."""
+    assert _kernel_calls(_lowered_passes(64, 16)) == (6, 0)
     shapes = [
-        jax.ShapeDtypeStruct((128, head_dim), jnp.float32),
+        jax.ShapeDtypeStruct((128, 64), jnp.float32),
         jax.ShapeDtypeStruct((128,), jnp.float32),
-        jax.ShapeDtypeStruct((1, 128, head_dim), row_dtype),
-        jax.ShapeDtypeStruct((1, 128, head_dim), row_dtype),
-        jax.ShapeDtypeStruct((1, 128, value_width), jnp.bfloat16),
-        jax.ShapeDtypeStruct((1, 128), bool),
+        *[jax.ShapeDtypeStruct((2, 128, 64), jnp.bfloat16)] * 3,
+        jax.ShapeDtypeStruct((2, 128), bool),
     ]
     sums = functools.partial(_fused_mosaic_gpu.bidirectional_sums, norm_weight=-0.5)
     device = jax.sharding.AbstractDevice(**TOOL.H100)
     with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
-        return jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
+        lowered = jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
+    assert _kernel_calls(lowered) == (2, 0)
 
 
-@pytest.mark.parametrize(
-    "head_dim, value_width, fits",
-    [(64, 256, True), (128, 64, False), (64, 320, False), (64, 512, False)],
-)
-def test_shared_memory_is_checked_before_compiling_as_mosaic_gpu_counts_it(
-    head_dim, value_width, fits, monkeypatch
+def _lowered_passes(head_dim: int, value_width: int):
+    """Forward and backward for one head (T = 128, m = 128, float32 rows as ``favor_attention``
+    passes them) lowered for an abstract H100."""
+    f32 = jnp.float32
+    shapes = [
+        jax.ShapeDtypeStruct((128, head_dim), f32),
+        jax.ShapeDtypeStruct((128,), f32),
+        *[jax.ShapeDtypeStruct((1, 128, head_dim), f32)] * 2,
+        jax.ShapeDtypeStruct((1, 128, value_width), jnp.bfloat16),
+        jax.ShapeDtypeStruct((1, 128), bool),
+        jax.ShapeDtypeStruct((1, 128), f32),
+        jax.ShapeDtypeStruct((1, 128, value_width), f32),
+        jax.ShapeDtypeStruct((1, 128), f32),
+    ]
+
+    def passes(*args):
+        sums = _fused_mosaic_gpu.bidirectional_sums(*args[:6], norm_weight=-0.5)
+        return sums, _fused_mosaic_gpu_grads.bidirectional_cotangents(*args, norm_weight=-0.5)
+
+    device = jax.sharding.AbstractDevice(**TOOL.H100)
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
+        return jax.jit(passes).trace(*shapes).lower(lowering_platforms=("cuda",))
+
+
+@pytest.mark.parametrize("head_dim, value_width", [(64, 64), (128, 64), (64, 128)])
+def test_widths_past_the_shared_memory_are_refused_before_compiling(
+    head_dim, value_width, monkeypatch
 ):
-    """float32 rows (as ``favor_attention`` passes them): where the programs' shared memory
-    (``shared_bytes``) fits an sm90 block the kernels lower; where not, ``ValueError`` names
-    the head and value widths before anything is compiled, and without that check Mosaic GPU's
-    lowering refuses with the same count of bytes."""
-    parts = _fused_mosaic_gpu.row_parts(jnp.float32)
-    width = _fused_mosaic_gpu.augmented_width(head_dim, parts)
-    needed = _fused_mosaic_gpu.shared_bytes(width, -(-value_width // 64) * 64)
-    if fits:
-        assert _kernel_calls(_lowered_sums(head_dim, value_width)) == (2, 0)
+    """At H = P = 64 every kernel of both passes lowers (its shared memory fits an sm90
+    block); at H = 128 or P = 128 ``ValueError`` names the widths before anything is
+    compiled, and without that check Mosaic GPU's lowering finds a kernel past 227 KiB."""
+    if (head_dim, value_width) == (64, 64):
+        assert _kernel_calls(_lowered_passes(head_dim, value_width)) == (6, 0)
         return
-    message = f"head_dim = {head_dim} .* value width {value_width} "
+    message = f"head_dim = {head_dim} .* and value width {value_width}: use"
     with pytest.raises(ValueError, match=message):
-        _lowered_sums(head_dim, value_width)
-    monkeypatch.setattr(_fused_mosaic_gpu, "SHARED_MEMORY_BYTES", 1 << 30)
-    with pytest.raises(Exception, match=f"smem_bytes={needed} > max_smem_bytes"):
-        _lowered_sums(head_dim, value_width)
+        _lowered_passes(head_dim, value_width)
+    monkeypatch.setattr(_fused_mosaic_gpu, "MAX_HEAD_DIM", 1 << 20)
+    monkeypatch.setattr(_fused_mosaic_gpu, "MAX_VALUE_WIDTH", 1 << 20)
+    with pytest.raises(Exception, match="exceeds available shared memory"):
+        _lowered_passes(head_dim, value_width)
 
 
 def test_errors_name_what_the_kernels_take():
-    """Causal attention, float32 inputs, the angular hybrid, m not a power of two >= 64 and
+    """Causal attention, float32 inputs, the angular hybrid, m not a multiple of 64 and
     heads too wide for shared memory are refused before anything is compiled, each named, and
     the implementations that take them named; the compiled kernels run on GPUs only."""
     q, k, v, mask, projection = operands(5, dtype=jnp.bfloat16, features=64)
@@ -230,9 +237,9 @@ def test_errors_name_what_the_kernels_take():
             call(q, k, v, narrow, implementation=name)
     with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
         call(q, k, v, projection, implementation="pallas_mosaic_gpu")
-    wide_head = jnp.ones((1, 64, 1, 128), jnp.bfloat16)  # H = 128: 250,912 bytes a program
+    wide_head = jnp.ones((1, 64, 1, 128), jnp.bfloat16)  # H = 128: past the shared memory
     wide_projection = projections.orthogonal(jax.random.key(3), 128, 64)
-    with pytest.raises(ValueError, match=r"head_dim = 128 .* need 250,912"):
+    with pytest.raises(ValueError, match=r"head_dim = 128 .* value width 64"):
         attention.favor_attention(
             wide_head, wide_head, wide_head[..., :64], wide_projection, implementation=name
         )

@@ -1,0 +1,345 @@
+"""The backward pass of bidirectional FAVOR in Mosaic GPU's idiom (``_fused_mosaic_gpu``'s
+forward pass; ``_fused._bidirectional_backward`` under ``implementation="pallas_mosaic_gpu"``).
+
+With the keys' per-feature maximum c, state S and count z (the forward's key summaries again)
+and the forward's row shifts M_t, for the cotangents G_t of the numerator and g_t of the
+denominator (one head; ``_fused_kernels``' ``query_summary_kernel``,
+``query_cotangent_kernel`` and ``key_cotangent_kernel`` compute the same):
+
+* ``query_summaries``: per chunk of queries, dS = sum_t exp(la_t + c - M_t) G_t^T and
+  dz = sum_t exp(la_t + c - M_t) g_t (summed over the chunks in XLA);
+* ``cotangents`` of the queries: dla_t = exp(la_t + c - M_t) (S G_t + z g_t);
+* ``cotangents`` of the keys: dlb_j = exp(lb_j - c) (dS v_j + dz) for the valid keys, and
+  dv_j = dS^T exp(lb_j - c).
+
+Both cotangent passes run in one kernel, the features as rows (l^T = W_aug X_aug^T per tile of
+64 features, as in the key summaries), the shift c folded into the bias of W_aug (b + c for
+the queries, b - c for the keys). Each pulls its log-features' cotangents dl back through the
+affine map: dW += dl^T x and db += sum_rows dl per chunk, dx = dl W + 2 g (sum_i dl_i) x, the
+last term formed in XLA from the row sums the kernel returns. dl (float32) enters those
+products as three bfloat16 parts, with the rows' and W's parts (the blocks of x_aug and W_aug)
+in the pairs whose orders add up to at most 2, as the forward's projection: float32 accuracy
+on the tensor cores. The factors and the state or the values enter the others in bfloat16, as
+the generic kernels take them under a bfloat16 ``matmul_dtype``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from rfjax._tensor_cores import bfloat16_parts
+from rfjax.attention._fused_mosaic_gpu import (
+    _COLUMN,
+    _ROW,
+    CHUNK,
+    FEATURE_TILE,
+    _block_width,
+    _launch,
+    _padded_columns,
+    _pairs,
+    _smem,
+    augmented_rows,
+    augmented_weights,
+    check_widths,
+    keys_state,
+    row_parts,
+)
+
+
+def _products(pairs, shape: tuple[int, int]) -> jax.Array:
+    """sum of lhs @ rhs over ``pairs`` (shared-memory refs) in one float32 accumulator."""
+
+    def run(acc_ref):
+        for lhs, rhs in pairs:
+            plgpu.wgmma(acc_ref, lhs, rhs)
+        plgpu.wgmma_wait(0)
+        return acc_ref[...]
+
+    return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
+
+
+def _query_summary_kernel(
+    q_gmem, w_gmem, grad_gmem, shift_gmem, grad_den_gmem, sums_gmem, counts_gmem, **s
+):
+    """One chunk of one head's queries: per tile of features, exp(l(Q)^T - M) and its products
+    with the cotangents G (the sums) and g (the counts)."""
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
+    rows = pl.ds(chunk * CHUNK, CHUNK)
+    barriers = s["barriers"]
+    plgpu.copy_gmem_to_smem(q_gmem.at[head, rows], s["q"], barriers.at[0])
+    plgpu.copy_gmem_to_smem(grad_gmem.at[head, rows], s["grad"], barriers.at[1])
+    plgpu.copy_gmem_to_smem(shift_gmem.at[head, rows], s["shift"], barriers.at[2])
+    plgpu.copy_gmem_to_smem(grad_den_gmem.at[head, rows], s["grad_den"], barriers.at[3])
+    for i in range(4):
+        plgpu.barrier_wait(barriers.at[i])
+    shift = plgpu.load(s["shift"], layout=_COLUMN)
+    grad_den = plgpu.load(s["grad_den"], layout=_COLUMN)
+    for tile in range(w_gmem.shape[1] // FEATURE_TILE):
+        features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
+        plgpu.copy_gmem_to_smem(w_gmem.at[head, features], s["w"], barriers.at[4])
+        plgpu.barrier_wait(barriers.at[4])
+        logs = _products([(s["w"], s["q"].transpose((1, 0)))], (FEATURE_TILE, CHUNK))
+        factors = jnp.exp(logs - lax.broadcast_in_dim(shift, logs.shape, [1]))
+        s["factors"][...] = factors.astype(jnp.bfloat16)
+        plgpu.commit_smem()
+        sums = _products([(s["factors"], s["grad"])], (FEATURE_TILE, grad_gmem.shape[-1]))
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies are out
+        s["count"][...] = jnp.sum(factors * lax.broadcast_in_dim(grad_den, logs.shape, [1]), 1)
+        s["sums"][...] = sums
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(s["count"], counts_gmem.at[head, chunk, features])
+        plgpu.copy_smem_to_gmem(s["sums"], sums_gmem.at[head, chunk, features])
+    plgpu.wait_smem_to_gmem(0)
+
+
+class _Layout:
+    """Where the cotangent kernel finds the parts: the blocks of x_aug holding each row part,
+    and of W_aug holding each W part (``_pairs``' order), and the products dl_i x_j and
+    dl_i W_j it sums."""
+
+    def __init__(self, head_dim: int, row_parts: int):
+        self.block = _block_width(head_dim)
+        pairs = _pairs(row_parts)
+        self.row_blocks = {i: pairs.index((i, 0)) for i in range(row_parts)}
+        self.weight_blocks = {j: pairs.index((0, j)) for j in range(3)}
+        self.row_products = [(i, j) for i in range(3) for j in range(row_parts) if i + j <= 2]
+        self.weight_products = [(i, j) for i in range(3) for j in range(3) if i + j <= 2]
+
+    def columns(self, block: int):
+        return pl.ds(block * self.block, self.block)
+
+
+def _cotangent_kernel(*refs, layout: _Layout, with_values: bool, **s):
+    """One chunk of one head's rows (queries or keys): per tile of features, the cotangents dl
+    of the log-features, their sums dW and db over the chunk, and over the tiles dx (without
+    the norm term), the row sums of dl and (keys) dv."""
+    (x_gmem, w_gmem, state_gmem, count_gmem, values_gmem, weight_gmem, shift_gmem, keep_gmem,
+     ones_gmem, dx_gmem, rowsum_gmem, *dv_gmem, dw_gmem, db_gmem) = refs  # fmt: skip
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
+    rows = pl.ds(chunk * CHUNK, CHUNK)
+    barriers = s["barriers"]
+    loads = [
+        (x_gmem.at[head, rows], s["x"]),
+        (values_gmem.at[head, rows], s["values"]),
+        (weight_gmem.at[head, rows], s["weight"]),
+        (shift_gmem.at[head, rows], s["shift"]),
+        (keep_gmem.at[head, rows], s["keep"]),
+        (ones_gmem, s["ones"]),
+    ]
+    for i, (source, target) in enumerate(loads):
+        plgpu.copy_gmem_to_smem(source, target, barriers.at[i])
+    for i in range(len(loads)):
+        plgpu.barrier_wait(barriers.at[i])
+    weight = plgpu.load(s["weight"], layout=_COLUMN)
+    shift = plgpu.load(s["shift"], layout=_COLUMN)
+    keep = plgpu.load(s["keep"], layout=_COLUMN) > 0
+    value_width, block = values_gmem.shape[-1], layout.block
+    dx = plgpu.layout_cast(jnp.zeros((CHUNK, block), jnp.float32), plgpu.Layout.WGMMA)
+    rowsum = plgpu.layout_cast(jnp.zeros((CHUNK, FEATURE_TILE), jnp.float32), plgpu.Layout.WGMMA)
+    dv = plgpu.layout_cast(jnp.zeros((CHUNK, value_width), jnp.float32), plgpu.Layout.WGMMA)
+    tile_barrier = len(loads)
+    for tile in range(w_gmem.shape[1] // FEATURE_TILE):
+        features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
+        plgpu.copy_gmem_to_smem(w_gmem.at[head, features], s["w"], barriers.at[tile_barrier])
+        plgpu.copy_gmem_to_smem(state_gmem.at[head, features], s["state"], barriers.at[7])
+        plgpu.copy_gmem_to_smem(count_gmem.at[head, features], s["count"], barriers.at[8])
+        for i in (tile_barrier, 7, 8):
+            plgpu.barrier_wait(barriers.at[i])
+        shape = (FEATURE_TILE, CHUNK)
+        logs = _products([(s["w"], s["x"].transpose((1, 0)))], shape)
+        kept = lax.broadcast_in_dim(keep, shape, [1])
+        factors = jnp.where(kept, jnp.exp(logs - lax.broadcast_in_dim(shift, shape, [1])), 0)
+        read = _products([(s["state"], s["values"].transpose((1, 0)))], shape)
+        count = plgpu.load(s["count"], layout=_ROW)
+        read = read + lax.broadcast_in_dim(count, shape, [0]) * lax.broadcast_in_dim(
+            weight, shape, [1]
+        )
+        # Selected, not multiplied by the zero factors of masked keys: dS may be infinite
+        # where no key counts, and 0 * inf = NaN (as the generic kernels select).
+        grads = jnp.where(kept, factors * read, 0)
+        for i, part in enumerate(bfloat16_parts(grads)):
+            s["grads"][i] = part
+        if with_values:
+            s["factors"][...] = factors.astype(jnp.bfloat16)
+        plgpu.commit_smem()
+        dw = _products(
+            [
+                (s["grads"].at[i], s["x"].at[:, layout.columns(layout.row_blocks[j])])
+                for i, j in layout.row_products
+            ],
+            (FEATURE_TILE, block),
+        )
+        transposed = [s["grads"].at[i].transpose((1, 0)) for i in range(3)]
+        dx = dx + _products(
+            [
+                (transposed[i], s["w"].at[:, layout.columns(layout.weight_blocks[j])])
+                for i, j in layout.weight_products
+            ],
+            (CHUNK, block),
+        )
+        rowsum = rowsum + _products([(t, s["ones"]) for t in transposed], rowsum.shape)
+        if with_values:
+            dv = dv + _products(
+                [(s["factors"].transpose((1, 0)), s["state"])], (CHUNK, value_width)
+            )
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies are out
+        s["db"][...] = jnp.sum(grads, axis=1)
+        s["dw"][...] = dw
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(s["db"], db_gmem.at[head, chunk, features])
+        plgpu.copy_smem_to_gmem(s["dw"], dw_gmem.at[head, chunk, features])
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    s["dw"][...] = dx  # (CHUNK, block): the staging buffer of dW, FEATURE_TILE = CHUNK rows
+    s["rowsum"][...] = jnp.max(rowsum, axis=1)  # every column holds the row sum
+    if with_values:
+        s["dv"][...] = dv
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(s["dw"], dx_gmem.at[head, rows])
+    plgpu.copy_smem_to_gmem(s["rowsum"], rowsum_gmem.at[head, rows])
+    if with_values:
+        plgpu.copy_smem_to_gmem(s["dv"], dv_gmem[0].at[head, rows])
+    plgpu.wait_smem_to_gmem(0)
+
+
+def query_summaries(queries, weights, grad, shift, grad_den, *, interpret: bool = False):
+    """Per head and chunk: sum_t exp(la_t + c - M_t) G_t^T ``(N, n, m, P)`` and
+    sum_t exp(la_t + c - M_t) g_t ``(N, n, m)``, from x_aug of the queries ``(N, T, K)``,
+    W_aug with b + c ``(N, m, K)``, G ``(N, T, P)`` bfloat16, M and g ``(N, T)`` float32."""
+    heads, length, width = queries.shape
+    count, value_width = weights.shape[1], grad.shape[-1]
+    scratch = dict(
+        q=_smem((CHUNK, width), jnp.bfloat16),
+        grad=_smem((CHUNK, value_width), jnp.bfloat16),
+        shift=plgpu.SMEM((CHUNK,), jnp.float32),
+        grad_den=plgpu.SMEM((CHUNK,), jnp.float32),
+        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
+        count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        sums=plgpu.SMEM((FEATURE_TILE, value_width), jnp.float32),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=5),
+    )
+    chunks = length // CHUNK
+    shapes = [(heads, chunks, count, value_width), (heads, chunks, count)]
+    return _launch(
+        _query_summary_kernel,
+        (queries, weights, grad, shift, grad_den),
+        shapes,
+        scratch,
+        heads=heads,
+        chunks=chunks,
+        interpret=interpret,
+    )
+
+
+def cotangents(
+    rows, weights, state, count, values, weight, shift, keep, *, layout, with_values, interpret
+):
+    """Per head: dx without the norm term ``(N, T, Hb)``, the row sums of dl ``(N, T)``,
+    (``with_values``) dv ``(N, T, P)``, and per chunk dW ``(N, n, m, Hb)`` and db
+    ``(N, n, m)`` (Hb: H rounded up to 64)."""
+    heads, length, width = rows.shape
+    count_features, value_width, block = weights.shape[1], values.shape[-1], layout.block
+    scratch = dict(
+        x=_smem((CHUNK, width), jnp.bfloat16),
+        values=_smem((CHUNK, value_width), jnp.bfloat16),
+        weight=plgpu.SMEM((CHUNK,), jnp.float32),
+        shift=plgpu.SMEM((CHUNK,), jnp.float32),
+        keep=plgpu.SMEM((CHUNK,), jnp.float32),
+        ones=_smem((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        state=_smem((FEATURE_TILE, value_width), jnp.bfloat16),
+        count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        grads=_smem((3, FEATURE_TILE, CHUNK), jnp.bfloat16),
+        db=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        dw=plgpu.SMEM((FEATURE_TILE, block), jnp.float32),
+        rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=9),
+    )
+    if with_values:
+        scratch["factors"] = _smem((FEATURE_TILE, CHUNK), jnp.bfloat16)
+        scratch["dv"] = plgpu.SMEM((CHUNK, value_width), jnp.float32)
+    chunks = length // CHUNK
+    shapes = [(heads, length, block), (heads, length)]
+    shapes += [(heads, length, value_width)] if with_values else []
+    shapes += [(heads, chunks, count_features, block), (heads, chunks, count_features)]
+    ones = jnp.ones((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16)
+    kernel = functools.partial(_cotangent_kernel, layout=layout, with_values=with_values)
+    return _launch(
+        kernel,
+        (rows, weights, state, count, values, weight, shift, keep, ones),
+        shapes,
+        scratch,
+        heads=heads,
+        chunks=chunks,
+        interpret=interpret,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("norm_weight", "interpret"))
+def bidirectional_cotangents(
+    weights,
+    bias,
+    query,
+    key,
+    value,
+    valid,
+    row_shift,
+    grad,
+    grad_den,
+    *,
+    norm_weight: float,
+    interpret: bool = False,
+):
+    """The cotangents of ``bidirectional_sums`` for N heads, from those of its numerator
+    ``grad`` ``(N, T, P)`` and denominator ``grad_den`` ``(N, T)`` and its row shifts
+    ``row_shift`` ``(N, T)``: (dW ``(N, m, H)``, db ``(N, m)``, dq, dk, dv), float32.
+    The arguments as ``bidirectional_sums`` takes them."""
+    head_dim, value_width = query.shape[-1], value.shape[-1]
+    parts = row_parts(query.dtype)
+    check_widths(head_dim, value_width)
+    layout = _Layout(head_dim, parts)
+    keys = augmented_rows(key.astype(query.dtype), norm_weight)
+    queries = augmented_rows(query, norm_weight)
+    values = _padded_columns(value.astype(jnp.bfloat16))
+    grads = _padded_columns(grad.astype(jnp.bfloat16))
+    keep = valid.astype(jnp.float32)
+    top, state, count = keys_state(keys, values, keep, weights, bias, parts, interpret=interpret)
+    query_weights = augmented_weights(weights, bias + top, parts)
+    sums, counts = query_summaries(
+        queries, query_weights, grads, row_shift, grad_den, interpret=interpret
+    )
+    run = functools.partial(cotangents, layout=layout, interpret=interpret)
+    dq, q_sums, dw_q, db_q = run(
+        queries,
+        query_weights,
+        state.astype(jnp.bfloat16),
+        count,
+        grads,
+        grad_den,
+        row_shift,
+        jnp.ones_like(row_shift),
+        with_values=False,
+    )
+    dk, k_sums, dv, dw_k, db_k = run(
+        keys,
+        augmented_weights(weights, bias - top, parts),
+        jnp.sum(sums, axis=1).astype(jnp.bfloat16),
+        jnp.sum(counts, axis=1),
+        values,
+        keep,
+        jnp.zeros_like(keep),
+        keep,
+        with_values=True,
+    )
+    norm = 2.0 * norm_weight
+    dq = dq[..., :head_dim] + norm * q_sums[..., None] * query.astype(jnp.float32)
+    dk = dk[..., :head_dim] + norm * k_sums[..., None] * key.astype(jnp.float32)
+    dv = jnp.where(valid[..., None], dv[..., :value_width], 0)
+    dw = jnp.sum(dw_q, axis=1) + jnp.sum(dw_k, axis=1)
+    return dw[..., :head_dim], jnp.sum(db_q, axis=1) + jnp.sum(db_k, axis=1), dq, dk, dv
