@@ -152,15 +152,35 @@ def _smem(shape: tuple[int, ...], dtype) -> Any:
     return plgpu.SMEM(shape, dtype, transforms=mma_transforms(shape[-1], dtype))
 
 
-def _product(lhs, rhs, shape: tuple[int, int]) -> jax.Array:
-    """lhs @ rhs (shared-memory refs) in a float32 accumulator."""
+def _products(pairs, shape: tuple[int, int]) -> jax.Array:
+    """The sum of lhs @ rhs over ``pairs`` of shared-memory refs, in one float32 accumulator."""
 
     def run(acc_ref):
-        plgpu.wgmma(acc_ref, lhs, rhs)
+        for lhs, rhs in pairs:
+            plgpu.wgmma(acc_ref, lhs, rhs)
         plgpu.wgmma_wait(0)
         return acc_ref[...]
 
     return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
+
+
+def _load(copies, barriers, first: int = 0) -> None:
+    """The TMA copies ``(global, shared)`` of ``copies`` on barriers ``first``, ``first + 1``...,
+    then the waits for all of them."""
+    for i, (source, target) in enumerate(copies):
+        plgpu.copy_gmem_to_smem(source, target, barriers.at[first + i])
+    for i in range(len(copies)):
+        plgpu.barrier_wait(barriers.at[first + i])
+
+
+def _store(values) -> None:
+    """``(shared, value, global)`` of ``values``: each value into its shared buffer, then the
+    TMA copies of the buffers out (the caller waits for them before reusing the buffers)."""
+    for target, value, _ in values:
+        target[...] = value
+    plgpu.commit_smem()
+    for source, _, target in values:
+        plgpu.copy_smem_to_gmem(source, target)
 
 
 def _key_kernel(k_gmem, v_gmem, valid_gmem, w_gmem, top_gmem, sums_gmem, counts_gmem, **s):
@@ -168,33 +188,29 @@ def _key_kernel(k_gmem, v_gmem, valid_gmem, w_gmem, top_gmem, sums_gmem, counts_
     factors exp(l - d) of the valid keys, their row sums and their product with the values."""
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
-    barriers = s["barriers"]
-    plgpu.copy_gmem_to_smem(k_gmem.at[head, rows], s["k"], barriers.at[0])
-    plgpu.copy_gmem_to_smem(v_gmem.at[head, rows], s["v"], barriers.at[1])
-    plgpu.copy_gmem_to_smem(valid_gmem.at[head, rows], s["valid"], barriers.at[2])
-    for i in range(3):
-        plgpu.barrier_wait(barriers.at[i])
+    copies = [(k_gmem, s["k"]), (v_gmem, s["v"]), (valid_gmem, s["valid"])]
+    _load([(source.at[head, rows], target) for source, target in copies], s["barriers"])
     valid = plgpu.load(s["valid"], layout=_COLUMN) > 0
     for tile in range(w_gmem.shape[0] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
-        plgpu.copy_gmem_to_smem(w_gmem.at[features], s["w"], barriers.at[3])
-        plgpu.barrier_wait(barriers.at[3])
-        logs = _product(s["w"], s["k"].transpose((1, 0)), (FEATURE_TILE, CHUNK))
+        _load([(w_gmem.at[features], s["w"])], s["barriers"], 3)
+        logs = _products([(s["w"], s["k"].transpose((1, 0)))], (FEATURE_TILE, CHUNK))
         keep = lax.broadcast_in_dim(valid, logs.shape, [1])
         logs = jnp.where(keep, logs, log_floor(jnp.float32))
         top = jnp.max(logs, axis=1)
         factors = jnp.where(keep, jnp.exp(logs - lax.broadcast_in_dim(top, logs.shape, [0])), 0)
         s["factors"][...] = factors.astype(jnp.bfloat16)
         plgpu.commit_smem()
-        sums = _product(s["factors"], s["v"], (FEATURE_TILE, v_gmem.shape[-1]))
+        sums = _products([(s["factors"], s["v"])], (FEATURE_TILE, v_gmem.shape[-1]))
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies are out
-        s["top"][...] = top
-        s["count"][...] = jnp.sum(factors, axis=1)
-        s["sums"][...] = sums
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(s["top"], top_gmem.at[head, chunk, features])
-        plgpu.copy_smem_to_gmem(s["count"], counts_gmem.at[head, chunk, features])
-        plgpu.copy_smem_to_gmem(s["sums"], sums_gmem.at[head, chunk, features])
+        out = (head, chunk, features)
+        _store(
+            [
+                (s["top"], top, top_gmem.at[out]),
+                (s["count"], jnp.sum(factors, axis=1), counts_gmem.at[out]),
+                (s["sums"], sums, sums_gmem.at[out]),
+            ]
+        )
     plgpu.wait_smem_to_gmem(0)
 
 
@@ -203,40 +219,29 @@ def _readout_kernel(q_gmem, w_gmem, state_gmem, count_gmem, num_gmem, den_gmem, 
     the running row maximum M, and the numerator and denominator rescaled to it."""
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
-    barriers = s["barriers"]
-    plgpu.copy_gmem_to_smem(q_gmem.at[head, rows], s["q"], barriers.at[0])
-    plgpu.barrier_wait(barriers.at[0])
+    _load([(q_gmem.at[head, rows], s["q"])], s["barriers"])
     width = num_gmem.shape[-1]
     shift = plgpu.layout_cast(jnp.full((CHUNK,), -jnp.inf, jnp.float32), _ROW)
     den = plgpu.layout_cast(jnp.zeros((CHUNK,), jnp.float32), _ROW)
     num = plgpu.layout_cast(jnp.zeros((CHUNK, width), jnp.float32), plgpu.Layout.WGMMA)
     for tile in range(w_gmem.shape[1] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
-        plgpu.copy_gmem_to_smem(w_gmem.at[head, features], s["w"], barriers.at[1])
-        plgpu.copy_gmem_to_smem(state_gmem.at[head, features], s["state"], barriers.at[2])
-        plgpu.copy_gmem_to_smem(count_gmem.at[head, features], s["count"], barriers.at[3])
-        plgpu.barrier_wait(barriers.at[1])
-        logs = _product(s["q"], s["w"].transpose((1, 0)), (CHUNK, FEATURE_TILE))
+        copies = [(w_gmem, s["w"]), (state_gmem, s["state"]), (count_gmem, s["count"])]
+        _load([(source.at[head, features], target) for source, target in copies], s["barriers"], 1)
+        logs = _products([(s["q"], s["w"].transpose((1, 0)))], (CHUNK, FEATURE_TILE))
         new_shift = jnp.maximum(shift, jnp.max(logs, axis=1))
         rescale = jnp.exp(shift - new_shift)
         factors = jnp.exp(logs - lax.broadcast_in_dim(new_shift, logs.shape, [0]))
-        plgpu.barrier_wait(barriers.at[3])
         count = plgpu.load(s["count"], layout=_COLUMN)
         weighted = factors * lax.broadcast_in_dim(count, logs.shape, [1])
         den = den * rescale + jnp.sum(weighted, axis=1)
         num = num * lax.broadcast_in_dim(rescale, num.shape, [0])
-        plgpu.barrier_wait(barriers.at[2])
         s["factors"][...] = factors.astype(jnp.bfloat16)
         plgpu.commit_smem()
-        num = num + _product(s["factors"], s["state"], num.shape)
+        num = num + _products([(s["factors"], s["state"])], num.shape)
         shift = new_shift
-    s["num"][...] = num
-    s["den"][...] = den
-    s["shift"][...] = shift
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(s["num"], num_gmem.at[head, rows])
-    plgpu.copy_smem_to_gmem(s["den"], den_gmem.at[head, rows])
-    plgpu.copy_smem_to_gmem(s["shift"], shift_gmem.at[head, rows])
+    outputs = [(num, "num", num_gmem), (den, "den", den_gmem), (shift, "shift", shift_gmem)]
+    _store([(s[name], value, target.at[head, rows]) for value, name, target in outputs])
     plgpu.wait_smem_to_gmem(0)
 
 

@@ -41,27 +41,18 @@ from rfjax.attention._fused_mosaic_gpu import (
     FEATURE_TILE,
     _block_width,
     _launch,
+    _load,
     _padded_columns,
     _pairs,
+    _products,
     _smem,
+    _store,
     augmented_rows,
     augmented_weights,
     check_widths,
     keys_state,
     row_parts,
 )
-
-
-def _products(pairs, shape: tuple[int, int]) -> jax.Array:
-    """sum of lhs @ rhs over ``pairs`` (shared-memory refs) in one float32 accumulator."""
-
-    def run(acc_ref):
-        for lhs, rhs in pairs:
-            plgpu.wgmma(acc_ref, lhs, rhs)
-        plgpu.wgmma_wait(0)
-        return acc_ref[...]
-
-    return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
 
 
 def _query_summary_kernel(
@@ -71,30 +62,22 @@ def _query_summary_kernel(
     with the cotangents G (the sums) and g (the counts)."""
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
-    barriers = s["barriers"]
-    plgpu.copy_gmem_to_smem(q_gmem.at[head, rows], s["q"], barriers.at[0])
-    plgpu.copy_gmem_to_smem(grad_gmem.at[head, rows], s["grad"], barriers.at[1])
-    plgpu.copy_gmem_to_smem(shift_gmem.at[head, rows], s["shift"], barriers.at[2])
-    plgpu.copy_gmem_to_smem(grad_den_gmem.at[head, rows], s["grad_den"], barriers.at[3])
-    for i in range(4):
-        plgpu.barrier_wait(barriers.at[i])
+    copies = [(q_gmem, "q"), (grad_gmem, "grad"), (shift_gmem, "shift"), (grad_den_gmem, "den")]
+    _load([(source.at[head, rows], s[name]) for source, name in copies], s["barriers"])
     shift = plgpu.load(s["shift"], layout=_COLUMN)
-    grad_den = plgpu.load(s["grad_den"], layout=_COLUMN)
+    grad_den = plgpu.load(s["den"], layout=_COLUMN)
     for tile in range(w_gmem.shape[1] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
-        plgpu.copy_gmem_to_smem(w_gmem.at[head, features], s["w"], barriers.at[4])
-        plgpu.barrier_wait(barriers.at[4])
+        _load([(w_gmem.at[head, features], s["w"])], s["barriers"], 4)
         logs = _products([(s["w"], s["q"].transpose((1, 0)))], (FEATURE_TILE, CHUNK))
         factors = jnp.exp(logs - lax.broadcast_in_dim(shift, logs.shape, [1]))
         s["factors"][...] = factors.astype(jnp.bfloat16)
         plgpu.commit_smem()
         sums = _products([(s["factors"], s["grad"])], (FEATURE_TILE, grad_gmem.shape[-1]))
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies are out
-        s["count"][...] = jnp.sum(factors * lax.broadcast_in_dim(grad_den, logs.shape, [1]), 1)
-        s["sums"][...] = sums
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(s["count"], counts_gmem.at[head, chunk, features])
-        plgpu.copy_smem_to_gmem(s["sums"], sums_gmem.at[head, chunk, features])
+        counts = jnp.sum(factors * lax.broadcast_in_dim(grad_den, logs.shape, [1]), axis=1)
+        out = (head, chunk, features)
+        _store([(s["count"], counts, counts_gmem.at[out]), (s["sums"], sums, sums_gmem.at[out])])
     plgpu.wait_smem_to_gmem(0)
 
 
@@ -123,88 +106,79 @@ def _cotangent_kernel(*refs, layout: _Layout, with_values: bool, **s):
      ones_gmem, dx_gmem, rowsum_gmem, *dv_gmem, dw_gmem, db_gmem) = refs  # fmt: skip
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
-    barriers = s["barriers"]
-    loads = [
-        (x_gmem.at[head, rows], s["x"]),
-        (values_gmem.at[head, rows], s["values"]),
-        (weight_gmem.at[head, rows], s["weight"]),
-        (shift_gmem.at[head, rows], s["shift"]),
-        (keep_gmem.at[head, rows], s["keep"]),
-        (ones_gmem, s["ones"]),
-    ]
-    for i, (source, target) in enumerate(loads):
-        plgpu.copy_gmem_to_smem(source, target, barriers.at[i])
-    for i in range(len(loads)):
-        plgpu.barrier_wait(barriers.at[i])
-    weight = plgpu.load(s["weight"], layout=_COLUMN)
-    shift = plgpu.load(s["shift"], layout=_COLUMN)
-    keep = plgpu.load(s["keep"], layout=_COLUMN) > 0
-    value_width, block = values_gmem.shape[-1], layout.block
-    dx = plgpu.layout_cast(jnp.zeros((CHUNK, block), jnp.float32), plgpu.Layout.WGMMA)
-    rowsum = plgpu.layout_cast(jnp.zeros((CHUNK, FEATURE_TILE), jnp.float32), plgpu.Layout.WGMMA)
-    dv = plgpu.layout_cast(jnp.zeros((CHUNK, value_width), jnp.float32), plgpu.Layout.WGMMA)
-    tile_barrier = len(loads)
+    copies = [(x_gmem, "x"), (values_gmem, "values"), (weight_gmem, "weight")]
+    copies += [(shift_gmem, "shift"), (keep_gmem, "keep")]
+    loads = [(source.at[head, rows], s[name]) for source, name in copies]
+    _load([*loads, (ones_gmem, s["ones"])], s["barriers"])
+    columns = {name: plgpu.load(s[name], layout=_COLUMN) for name in ("weight", "shift", "keep")}
+    shapes = [(CHUNK, layout.block), (CHUNK, FEATURE_TILE)]  # dx, the row sums
+    shapes += [(CHUNK, values_gmem.shape[-1])] if with_values else []  # dv
+    sums = [plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA) for x in shapes]
     for tile in range(w_gmem.shape[1] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
-        plgpu.copy_gmem_to_smem(w_gmem.at[head, features], s["w"], barriers.at[tile_barrier])
-        plgpu.copy_gmem_to_smem(state_gmem.at[head, features], s["state"], barriers.at[7])
-        plgpu.copy_gmem_to_smem(count_gmem.at[head, features], s["count"], barriers.at[8])
-        for i in (tile_barrier, 7, 8):
-            plgpu.barrier_wait(barriers.at[i])
-        shape = (FEATURE_TILE, CHUNK)
-        logs = _products([(s["w"], s["x"].transpose((1, 0)))], shape)
-        kept = lax.broadcast_in_dim(keep, shape, [1])
-        factors = jnp.where(kept, jnp.exp(logs - lax.broadcast_in_dim(shift, shape, [1])), 0)
-        read = _products([(s["state"], s["values"].transpose((1, 0)))], shape)
-        count = plgpu.load(s["count"], layout=_ROW)
-        read = read + lax.broadcast_in_dim(count, shape, [0]) * lax.broadcast_in_dim(
-            weight, shape, [1]
-        )
-        # Selected, not multiplied by the zero factors of masked keys: dS may be infinite
-        # where no key counts, and 0 * inf = NaN (as the generic kernels select).
-        grads = jnp.where(kept, factors * read, 0)
-        for i, part in enumerate(bfloat16_parts(grads)):
-            s["grads"][i] = part
-        if with_values:
-            s["factors"][...] = factors.astype(jnp.bfloat16)
-        plgpu.commit_smem()
-        dw = _products(
-            [
-                (s["grads"].at[i], s["x"].at[:, layout.columns(layout.row_blocks[j])])
-                for i, j in layout.row_products
-            ],
-            (FEATURE_TILE, block),
-        )
-        transposed = [s["grads"].at[i].transpose((1, 0)) for i in range(3)]
-        dx = dx + _products(
-            [
-                (transposed[i], s["w"].at[:, layout.columns(layout.weight_blocks[j])])
-                for i, j in layout.weight_products
-            ],
-            (CHUNK, block),
-        )
-        rowsum = rowsum + _products([(t, s["ones"]) for t in transposed], rowsum.shape)
-        if with_values:
-            dv = dv + _products(
-                [(s["factors"].transpose((1, 0)), s["state"])], (CHUNK, value_width)
-            )
+        copies = [(w_gmem, "w"), (state_gmem, "state"), (count_gmem, "count")]
+        _load([(x.at[head, features], s[name]) for x, name in copies], s["barriers"], 6)
+        grads, tile_sums = _tile_cotangents(columns, layout, with_values, s)
+        sums = [a + b for a, b in zip(sums, tile_sums, strict=True)]
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies are out
-        s["db"][...] = jnp.sum(grads, axis=1)
-        s["dw"][...] = dw
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(s["db"], db_gmem.at[head, chunk, features])
-        plgpu.copy_smem_to_gmem(s["dw"], dw_gmem.at[head, chunk, features])
+        out = (head, chunk, features)
+        _store(
+            [
+                (s["db"], jnp.sum(grads, axis=1), db_gmem.at[out]),
+                (s["dw"], _dw(layout, s), dw_gmem.at[out]),
+            ]
+        )
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-    s["dw"][...] = dx  # (CHUNK, block): the staging buffer of dW, FEATURE_TILE = CHUNK rows
-    s["rowsum"][...] = jnp.max(rowsum, axis=1)  # every column holds the row sum
-    if with_values:
-        s["dv"][...] = dv
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(s["dw"], dx_gmem.at[head, rows])
-    plgpu.copy_smem_to_gmem(s["rowsum"], rowsum_gmem.at[head, rows])
-    if with_values:
-        plgpu.copy_smem_to_gmem(s["dv"], dv_gmem[0].at[head, rows])
+    dx, rowsum, *dv = sums
+    outputs = [  # dx through dW's staging buffer: FEATURE_TILE = CHUNK rows
+        (s["dw"], dx, dx_gmem.at[head, rows]),
+        (s["rowsum"], jnp.max(rowsum, axis=1), rowsum_gmem.at[head, rows]),  # equal columns
+    ]
+    outputs += [(s["dv"], x, target.at[head, rows]) for x, target in zip(dv, dv_gmem, strict=True)]
+    _store(outputs)
     plgpu.wait_smem_to_gmem(0)
+
+
+def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
+    """One tile of features: dl^T ``(FEATURE_TILE, CHUNK)`` (its parts stored for the
+    products), and its terms of dx, of the row sums (every column) and (keys) of dv."""
+    shape = (FEATURE_TILE, CHUNK)
+    logs = _products([(s["w"], s["x"].transpose((1, 0)))], shape)
+    kept = lax.broadcast_in_dim(columns["keep"] > 0, shape, [1])
+    shift = lax.broadcast_in_dim(columns["shift"], shape, [1])
+    factors = jnp.where(kept, jnp.exp(logs - shift), 0)
+    read = _products([(s["state"], s["values"].transpose((1, 0)))], shape)
+    count = plgpu.load(s["count"], layout=_ROW)
+    weight = lax.broadcast_in_dim(columns["weight"], shape, [1])
+    read = read + lax.broadcast_in_dim(count, shape, [0]) * weight
+    # Selected, not multiplied by the zero factors of masked keys: dS may be infinite where no
+    # key counts, and 0 * inf = NaN (as the generic kernels select).
+    grads = jnp.where(kept, factors * read, 0)
+    for i, part in enumerate(bfloat16_parts(grads)):
+        s["grads"][i] = part
+    if with_values:
+        s["factors"][...] = factors.astype(jnp.bfloat16)
+    plgpu.commit_smem()
+    transposed = [s["grads"].at[i].transpose((1, 0)) for i in range(3)]
+    weight_parts = [
+        (transposed[i], s["w"].at[:, layout.columns(layout.weight_blocks[j])])
+        for i, j in layout.weight_products
+    ]
+    dx = _products(weight_parts, (CHUNK, layout.block))
+    rowsum = _products([(t, s["ones"]) for t in transposed], (CHUNK, FEATURE_TILE))
+    if not with_values:
+        return grads, (dx, rowsum)
+    dv = _products([(s["factors"].transpose((1, 0)), s["state"])], (CHUNK, s["values"].shape[1]))
+    return grads, (dx, rowsum, dv)
+
+
+def _dw(layout: _Layout, s) -> jax.Array:
+    """dW of the tile over the chunk: sum_ij dl_i^T x_j from the stored parts of dl^T."""
+    pairs = [
+        (s["grads"].at[i], s["x"].at[:, layout.columns(layout.row_blocks[j])])
+        for i, j in layout.row_products
+    ]
+    return _products(pairs, (FEATURE_TILE, layout.block))
 
 
 def query_summaries(queries, weights, grad, shift, grad_den, *, interpret: bool = False):
@@ -217,7 +191,7 @@ def query_summaries(queries, weights, grad, shift, grad_den, *, interpret: bool 
         q=_smem((CHUNK, width), jnp.bfloat16),
         grad=_smem((CHUNK, value_width), jnp.bfloat16),
         shift=plgpu.SMEM((CHUNK,), jnp.float32),
-        grad_den=plgpu.SMEM((CHUNK,), jnp.float32),
+        den=plgpu.SMEM((CHUNK,), jnp.float32),
         w=_smem((FEATURE_TILE, width), jnp.bfloat16),
         factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
