@@ -49,6 +49,12 @@ def pytest_configure(config):
     # tests skip when it names no folder.
     if not os.environ.get("RFJAX_FSDD_DIR") and os.path.isdir(SHARED_FSDD):
         os.environ["RFJAX_FSDD_DIR"] = SHARED_FSDD
+    if os.environ.get("RFJAX_TEST_COMPILATION_CACHE") != "0":
+        # The workers share the cache: an entry is renamed into place whole, never read while
+        # another worker writes it (tests/support/compilation_cache.py).
+        from tests.support.compilation_cache import atomic_cache_writes
+
+        atomic_cache_writes()
 
 
 def pytest_addoption(parser):
