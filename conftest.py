@@ -50,11 +50,52 @@ def pytest_configure(config):
     if not os.environ.get("RFJAX_FSDD_DIR") and os.path.isdir(SHARED_FSDD):
         os.environ["RFJAX_FSDD_DIR"] = SHARED_FSDD
     if os.environ.get("RFJAX_TEST_COMPILATION_CACHE") != "0":
-        # The workers share the cache: an entry is renamed into place whole, never read while
-        # another worker writes it (tests/support/compilation_cache.py).
-        from tests.support.compilation_cache import atomic_cache_writes
-
         atomic_cache_writes()
+
+
+def atomic_cache_writes() -> bool:
+    """JAX's persistent compilation cache written atomically in this process; False where it
+    was already, or where JAX's cache has another shape.
+
+    JAX writes an entry in place (``jax._src.lru_cache.LRUCache.put``: ``Path.write_bytes``,
+    without a lock unless the cache evicts). Under ``pytest -n 2`` both workers share the
+    suite's cache, and when both compile one program at once one may read the entry the other
+    is still writing: on 2026-12-01 a CI worker died (segmentation fault) deserializing an entry
+    in ``compilation_cache.get_executable_and_time``. Here ``put`` writes a temporary file in
+    the cache's folder and renames it into place, so that a reader finds no entry or a whole
+    one; nothing else changes (an existing entry is kept; an evicting cache runs JAX's own
+    ``put``, under its lock).
+    """
+    import tempfile
+
+    from jax._src import lru_cache
+
+    cache = getattr(lru_cache, "LRUCache", None)
+    suffix = getattr(lru_cache, "_CACHE_SUFFIX", None)
+    if cache is None or suffix is None or getattr(cache.put, "atomic", False):
+        return False
+    original = cache.put
+
+    def put(self, key: str, value: bytes) -> None:
+        if not key or getattr(self, "eviction_enabled", True):
+            return original(self, key, value)
+        path = self.path / f"{key}{suffix}"
+        if path.exists():
+            return None
+        handle, temporary = tempfile.mkstemp(dir=self.path, suffix=".partial")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(value)
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
+        return None
+
+    put.atomic = True  # type: ignore[attr-defined]
+    cache.put = put
+    return True
 
 
 def pytest_addoption(parser):

@@ -1,5 +1,5 @@
 """The suite's persistent compilation cache is written atomically in its processes
-(``tests/support/compilation_cache.py``): a reader finds no entry or a whole one."""
+(``conftest.atomic_cache_writes``): a reader finds no entry or a whole one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 from jax._src import lru_cache
 
-from tests.support.compilation_cache import atomic_cache_writes
+from conftest import atomic_cache_writes
 
 
 def test_the_suite_runs_with_atomic_cache_writes():
@@ -24,7 +24,7 @@ def test_an_entry_is_renamed_into_place_whole_and_kept(tmp_path, monkeypatch):
         renamed.append(target)
         return os.rename(source, target)
 
-    monkeypatch.setattr("tests.support.compilation_cache.os.replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     cache.put("key", b"abc")
     cache.put("key", b"other")  # an existing entry is kept
     assert cache.get("key") == b"abc"
