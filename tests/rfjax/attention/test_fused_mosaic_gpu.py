@@ -95,10 +95,8 @@ def test_sums_at_norm_120_match_float64():
     assert np.abs(out - want).max() <= bound
 
 
-# --runslow only, pending a cause: of four CI runs with the backward's kernels in interpret
-# mode, three lost a worker to a segmentation fault in a later XLA call (2026-12-01 note).
 @pytest.mark.parametrize("name", ["positive", "positive_antithetic", "oprf"])
-@pytest.mark.slow
+@INTERPRET_MODE
 def test_matches_the_xla_form_values_and_gradients(name):
     """bfloat16 inputs, B = 1, T = 80 (a chunk and a partial one), 2 heads, a mask, m = 64
     (128 antithetic features; OPRF fitted to the inputs), for each affine map: the outputs

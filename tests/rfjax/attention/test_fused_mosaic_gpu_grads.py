@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rfjax.attention import _fused_mosaic_gpu, _fused_mosaic_gpu_grads
+from tests.support.interpret_mode import INTERPRET_MODE
 
 EPS32 = float(np.finfo(np.float32).eps)
 U = 2.0**-8  # bfloat16's unit roundoff
@@ -40,9 +41,7 @@ def test_the_cotangent_kernel_finds_every_part_and_pairs_them_to_float32(dtype):
     assert set(layout.row_products) == {(i, j) for i, j in everything if j < parts}
 
 
-# --runslow only, pending a cause: of four CI runs with the backward's kernels in interpret
-# mode, three lost a worker to a segmentation fault in a later XLA call (2026-12-01 note).
-@pytest.mark.slow
+@INTERPRET_MODE
 def test_cotangents_match_float64_within_the_bfloat16_operands_bound():
     """``bidirectional_cotangents`` (interpret mode) against the float64 VJP of the sums, from
     the kernels' own row shifts, float32 rows (|x| about 4 and a masked key), H = 16, P = 16,
