@@ -20,7 +20,9 @@ program, however fast it compiled): a cold run reuses the programs that several 
 programs instead of compiling them (0.43x a first run's CPU seconds; README).
 ``$JAX_COMPILATION_CACHE_DIR`` set by the caller wins; set ``RFJAX_TEST_COMPILATION_CACHE=0`` to
 compile everything afresh. Tests that count what a call compiles count cache loads too
-(``tests/support/compile_counts.py``).
+(``tests/support/compile_counts.py``). After each test file the process drops JAX's in-memory
+caches (``compiled_programs_released_after_each_file``, below): a process that keeps every
+program it loaded runs out of memory mappings.
 """
 
 import os
@@ -96,6 +98,60 @@ def atomic_cache_writes() -> bool:
     put.atomic = True  # type: ignore[attr-defined]
     cache.put = put
     return True
+
+
+# --- JAX's compiled programs released after each test file ------------------------------------
+#
+# Every XLA program a process keeps loaded holds a few memory mappings (its machine code and
+# data, about 6 for a small program), and JAX keeps every program it compiled for as long as the
+# function it compiled lives: module-level jitted functions and cached helpers live as long as the
+# process. Linux caps a process at ``vm.max_map_count`` mappings (65,530 by default); past it
+# XLA's next compile or cache load dies with a segmentation fault (2026-12-01: five CI runs lost
+# a pytest-xdist worker so, about 90% through the suite; replaying that worker's 2,423 tests in
+# one process reached 65,462 mappings at the test it died in). After each test file the suite
+# drops JAX's caches (``jax.clear_caches``), so a worker holds one file's programs (at most about
+# 8,000 mappings in that replay) and a later file that needs a program loads it from the
+# persistent compilation cache.
+
+MEMORY_MAPPING_LIMIT_FILE = "/proc/sys/vm/max_map_count"
+
+
+def memory_mappings() -> int | None:
+    """The memory mappings this process holds (``/proc/self/maps``); None where there is none."""
+    try:
+        with open("/proc/self/maps") as handle:
+            return sum(1 for _ in handle)
+    except OSError:
+        return None
+
+
+def release_compiled_programs() -> int | None:
+    """Drops JAX's caches in this process (if it imported JAX) and returns the memory mappings
+    it holds after that (None where ``/proc`` does not say)."""
+    import gc
+    import sys
+
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+        gc.collect()  # programs held in reference cycles (tracebacks, closures)
+    return memory_mappings()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def compiled_programs_released_after_each_file():
+    yield
+    held = release_compiled_programs()
+    try:
+        with open(MEMORY_MAPPING_LIMIT_FILE) as handle:
+            limit = int(handle.read())
+    except (OSError, ValueError):
+        return
+    if held is not None and held > limit // 2:
+        pytest.fail(
+            f"this process still holds {held} memory mappings after JAX's caches were dropped, "
+            f"more than half of vm.max_map_count ({limit}); past the limit XLA dies with a "
+            "segmentation fault: something keeps compiled programs alive across test files"
+        )
 
 
 def pytest_addoption(parser):
