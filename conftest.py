@@ -62,11 +62,12 @@ def atomic_cache_writes() -> bool:
     JAX writes an entry in place (``jax._src.lru_cache.LRUCache.put``: ``Path.write_bytes``,
     without a lock unless the cache evicts). Under ``pytest -n 2`` both workers share the
     suite's cache, and when both compile one program at once one may read the entry the other
-    is still writing: on 2026-12-01 a CI worker died (segmentation fault) deserializing an entry
-    in ``compilation_cache.get_executable_and_time``. Here ``put`` writes a temporary file in
-    the cache's folder and renames it into place, so that a reader finds no entry or a whole
-    one; nothing else changes (an existing entry is kept; an evicting cache runs JAX's own
-    ``put``, under its lock).
+    is still writing; JAX's decompression then fails, and it warns and compiles the program
+    again. Here ``put`` writes a temporary file in the cache's folder and renames it into
+    place, so that a reader finds no entry or a whole one; nothing else changes (an existing
+    entry is kept; an evicting cache runs JAX's own ``put``, under its lock). (This was first
+    written as the cause of CI workers that died in XLA on 2026-12-01; the cause was the
+    processes' memory mappings, ``compiled_programs_released_after_each_file`` below.)
     """
     import tempfile
 
