@@ -182,8 +182,8 @@ def claim(
     k: float = 3.0,
     pooling: str = "equal",
 ) -> ml_collections.ConfigDict:
-    """A claim declared before the run, for ``config.claims`` (judged by
-    ``experiments.core.verdicts``, which checks the fields).
+    """A claim declared before the run, for ``config.claims`` (its fields checked by
+    ``experiments.core.claims``, judged by ``experiments.core.verdicts``).
 
     Args:
       statement: the claim in words, with its source.
@@ -229,7 +229,7 @@ def trained_check(
     models has one), that an arm (a kind of model trained on several seeds) trained: in every
     seed the per-run record field ``metric`` beats ``limit`` and the task's trivial model on the
     same run (the record field ``trivial``) by ``margin``. A claim whose test uses an arm that
-    fails it is "not tested" (``experiments.core.verdicts.TrainedCheck``, which checks the
+    fails it is "not tested" (``experiments.core.training_check.TrainedCheck``, which checks the
     fields).
 
     Args:

@@ -54,7 +54,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from configs.common import locate_field
-from experiments.core import ablation, outputs, records, sweep, verdicts
+from experiments.core import ablation, claims, outputs, records, sweep, training_check
 from experiments.core import status as run_status
 from experiments.core.validate import check_seed_fields, check_types
 
@@ -120,8 +120,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.experiment={name!r} names no study package experiments/<name>/")
     check_types(config, importlib.import_module(f"configs.{name}").get_config())
     check_seed_fields(config)
-    verdicts.validate_claims(config)
-    verdicts.trained_check(config)
+    claims.declared(config)
+    training_check.declared(config)
     if "train" in config:
         from experiments.core.train import (
             trainer as train,  # here: experiments without training need no Orbax

@@ -3,7 +3,7 @@ and what is allowed, raised before anything runs.
 
 ``check_types`` compares a config with its file's defaults (``experiments.main`` runs it on
 every config); a study's ``validate_config`` uses ``require_*`` for names and ranges. Claims
-(``config.claims``) are checked by ``experiments.core.verdicts.validate_claims``.
+(``config.claims``) are checked by ``experiments.core.claims.declared``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import math
 import ml_collections
 from scipy import stats as scipy_stats
 
-from experiments.core import outputs, stats, tabulate, verdicts
+from experiments.core import claims, outputs, stats, tabulate
 from experiments.core.stats import Estimate
 
 
@@ -89,7 +89,7 @@ def chi_contrast_text(results: dict, config: ml_collections.ConfigDict) -> str:
     mse = [Estimate(d["mse"], d["mse_se"], n) for d in (high, low)]
     difference = stats.independent_difference(*mse)
     shown = min(chi_contrast_rows(results, config), key=lambda r: abs(r["eps"] - 0.15))
-    claim = verdicts.Claim.from_config(config.claims.chi_order)
+    claim = claims.Claim.from_config(config.claims.chi_order)
     return (
         f"{config.chi_contrast.family}, m = {config.chi_contrast.num_features} rows, "
         f"{labels[0]} against {labels[1]}: MSE {mse[0].mean:.4g} against {mse[1].mean:.4g} "
