@@ -10,9 +10,12 @@ forward and forward + backward (``value_and_grad`` of the sum of the outputs for
   k, v;
 * ``favor_pallas``: the same with ``implementation="pallas_triton"``, the fused Pallas kernels
   (the feature map computed inside them);
-* ``favor_mosaic``: the same with ``implementation="pallas_mosaic_gpu"`` (sm90+): bidirectional
-  attention through kernels in Mosaic GPU's idiom, forward and backward; bfloat16
-  bidirectional only (the other cases are recorded as not compiled, with the reason);
+* ``favor_mosaic``: the same with ``implementation="pallas_mosaic_gpu"`` (sm90+), bfloat16 only
+  (float32 is recorded as not compiled, with the reason): kernels in Mosaic GPU's idiom for
+  bidirectional attention, forward and backward, and for causal attention's forward pass (where
+  every head's row shifts are within reach, ``_fused_mosaic_gpu_causal``; the benchmark's
+  inputs are); causal forward + backward runs ``favor_pallas``'s Triton kernels (the
+  ``custom_vjp`` differentiates through them), so that row times those;
 * ``cudnn``: ``jax.nn.dot_product_attention(..., implementation="cudnn")`` (flash attention),
   where cuDNN takes the dtype (bfloat16; float32 is reported as not compiled);
 * ``xla``: ``jax.nn.dot_product_attention(..., implementation="xla")`` (materialises the T x T

@@ -344,7 +344,7 @@ def favor_attention(
                 f"implementation='xla'"
             )
         inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)
-        check_fusable(fmap, projection, implementation, causal=causal, dtype=inputs)
+        check_fusable(fmap, projection, implementation, dtype=inputs)
     out = _favor_attention(
         query,
         key,
@@ -371,7 +371,7 @@ def _auto_backend(fmap, projection, *, causal: bool, dtype) -> Backend | None:
     capability = cuda_capability() if platform == "gpu" else None
     dtype_name = jnp.dtype(dtype).name
     choice = auto_choice(platform, causal=causal, dtype=dtype_name, capability=capability)
-    if choice == "xla" or not fusable(fmap, projection, choice, causal=causal, dtype=dtype):
+    if choice == "xla" or not fusable(fmap, projection, choice, dtype=dtype):
         return None
     return IMPLEMENTATION_TABLE[choice].backend
 

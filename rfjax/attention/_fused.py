@@ -44,7 +44,10 @@ The kernels are written once in Pallas and compiled for a backend (``Backend``: 
 sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on CPU). Mosaic GPU
 (sm90+) takes kernels in its own idiom: ``_fused_mosaic_gpu`` has the bidirectional forward
 pass's (key summaries and read-out, for the affine maps) and ``_fused_mosaic_gpu_grads`` its
-backward pass's, which ``Backend("mosaic_gpu")`` runs in place of the generic ones. Values are
+backward pass's, which ``Backend("mosaic_gpu")`` runs in place of the generic ones;
+``_fused_mosaic_gpu_causal`` has causal attention's forward pass, which runs where its row
+shifts are within reach and is differentiated through the generic kernels
+(``_mosaic_gpu_causal``). Values are
 padded to a power-of-two width of at least 16 (the products' smallest dimension on GPUs, and
 Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor |x|^2).
 """
@@ -88,10 +91,19 @@ class Backend:
 
     @property
     def mosaic_gpu(self) -> bool:
-        """Whether bidirectional attention runs the kernels in Mosaic GPU's idiom
-        (``_fused_mosaic_gpu``, ``_fused_mosaic_gpu_grads``; compiled for sm90+, or in
+        """Whether attention runs the kernels in Mosaic GPU's idiom (``_fused_mosaic_gpu``,
+        ``_fused_mosaic_gpu_grads``, ``_fused_mosaic_gpu_causal``; compiled for sm90+, or in
         interpret mode) in place of the generic ones."""
         return "mosaic_gpu" in (self.compiler, self.interpret)
+
+    @property
+    def generic(self) -> Backend:
+        """The backend of the generic kernels where this one is Mosaic GPU's (its causal
+        attention's fallback and gradients): Triton where the kernels are compiled, interpret
+        mode where they are interpreted; itself otherwise."""
+        if not self.mosaic_gpu:
+            return self
+        return Backend("triton" if self.compiler == "mosaic_gpu" else None)
 
     def call(self, kernel, **kwargs):
         """``pl.pallas_call`` of ``kernel`` with this backend's parameters."""
@@ -764,17 +776,20 @@ def fused_attention_sums(
     Returns:
       (numerator, denominator), float32.
     """
-    spec, weights, aux = _kernel_parameters(form)
-    # Inside shard_map the parameters (replicated) enter varying like the rows, so that every
-    # kernel's operands and outputs have one type and the parameters' cotangents are summed
-    # over the devices (the transpose of the cast).
-    weights, aux, query, key, value, valid = (
-        vary_like(x, query, key, value, valid) for x in (weights, aux, query, key, value, valid)
-    )
+    spec, *arrays = _varying_operands(form, query, key, value, valid)
     op = _causal if causal else _bidirectional
-    operands = spec.operand_dtype(jnp.dtype(matmul_dtype))
-    num, den, _ = op(weights, aux, query, key, value, valid, spec, backend, operands)
+    num, den, _ = op(*arrays, spec, backend, spec.operand_dtype(jnp.dtype(matmul_dtype)))
     return num, den
+
+
+def _varying_operands(form: FusedForm, query, key, value, valid):
+    """(the kernels' ``spec``, weights, aux, query, key, value, valid). Inside shard_map the
+    parameters (replicated) enter varying like the rows, so that every kernel's operands and
+    outputs have one type and the parameters' cotangents are summed over the devices (the
+    transpose of the cast)."""
+    spec, weights, aux = _kernel_parameters(form)
+    arrays = (weights, aux, query, key, value, valid)
+    return (spec, *(vary_like(x, query, key, value, valid) for x in arrays))
 
 
 def kernel_form(projection, fmap) -> FusedForm | None:
@@ -793,9 +808,9 @@ def kernel_form(projection, fmap) -> FusedForm | None:
     return method(projection, side="key")
 
 
-def check_fusable(fmap, projection, implementation: str, *, causal: bool, dtype) -> None:
+def check_fusable(fmap, projection, implementation: str, *, dtype) -> None:
     """``ValueError`` naming the maps the fused kernels take, for a map they do not (and for
-    Mosaic GPU's, naming what they take of the mode and the inputs' ``dtype``)."""
+    Mosaic GPU's, naming what they take of the inputs' ``dtype`` and the features)."""
     try:
         form = jax.eval_shape(lambda p, f: kernel_form(p, f), projection, fmap)
     except ValueError as error:  # e.g. OPRF statistics per sequence
@@ -806,21 +821,20 @@ def check_fusable(fmap, projection, implementation: str, *, causal: bool, dtype)
             f"{type(fmap).__name__} is not one: use implementation='xla', which takes every map"
         )
     if implementation in _MOSAIC_GPU:
-        _check_mosaic_gpu_call(form, type(fmap).__name__, implementation, causal, dtype)
+        _check_mosaic_gpu_call(form, type(fmap).__name__, implementation, dtype)
     if implementation == "pallas_triton":
         _check_triton_widths(form, type(fmap).__name__)
 
 
-# The implementations whose bidirectional forward pass runs ``_fused_mosaic_gpu``'s kernels.
+# The implementations that run the kernels in Mosaic GPU's idiom (``_fused_mosaic_gpu``).
 _MOSAIC_GPU = ("pallas_mosaic_gpu", "pallas_mosaic_gpu_interpret")
 
 
-def _check_mosaic_gpu_call(form: FusedForm, name: str, implementation: str, causal, dtype):
-    """``ValueError`` for what the Mosaic GPU kernels do not take: causal attention, inputs
-    other than bfloat16, the angular hybrid, m not a multiple of 64 (their tiles of features)."""
+def _check_mosaic_gpu_call(form: FusedForm, name: str, implementation: str, dtype):
+    """``ValueError`` for what the Mosaic GPU kernels do not take: inputs other than bfloat16,
+    the angular hybrid, m not a multiple of 64 (their tiles of features)."""
     count = form.weights.shape[-2]
     problems = {
-        "causal attention (bidirectional only)": causal,
         f"{jnp.dtype(dtype).name} inputs (bfloat16 only)": jnp.dtype(dtype) != jnp.bfloat16,
         f"{name} ({AFFINE_MAPS} only)": not isinstance(form, AffineLogForm),
         f"m = {count} features (a multiple of 64)": count == 0 or count % 64 != 0,
@@ -833,11 +847,11 @@ def _check_mosaic_gpu_call(form: FusedForm, name: str, implementation: str, caus
         )
 
 
-def fusable(fmap, projection, implementation: str, *, causal: bool, dtype) -> bool:
+def fusable(fmap, projection, implementation: str, *, dtype) -> bool:
     """Whether ``implementation``'s kernels take (``fmap``, ``projection``): ``check_fusable``
     without its error, for ``"auto"``'s choice."""
     try:
-        check_fusable(fmap, projection, implementation, causal=causal, dtype=dtype)
+        check_fusable(fmap, projection, implementation, dtype=dtype)
     except ValueError:
         return False
     return True
@@ -881,30 +895,97 @@ def fused_attention(
     matmul_dtype: Any,
 ) -> jax.Array:
     """All heads, BTNH in and out, through the fused kernels (``fused_attention_sums`` vmapped
-    over batch and heads): the normalised output, with non-finite rows kept out of the sums
-    and flagged as ``favor_attention`` does (a non-finite query's row, and every row that
-    attends to a non-finite unmasked key or value, is NaN)."""
+    over batch and heads; causal attention under Mosaic GPU: ``_mosaic_gpu_causal``): the
+    normalised output, with non-finite rows kept out of the sums and flagged as
+    ``favor_attention`` does (a non-finite query's row, and every row that attends to a
+    non-finite unmasked key or value, is NaN)."""
+    operands = (query, key, value, mask, projection, fmap)
+    if causal and backend.mosaic_gpu:
+        return _mosaic_gpu_causal(
+            *operands, axes=axes, eps=eps, backend=backend, matmul_dtype=matmul_dtype
+        )
+
+    def sums(form, q, k, v, usable):
+        num, den = fused_attention_sums(
+            form, q, k, v, usable, causal=causal, backend=backend, matmul_dtype=matmul_dtype
+        )
+        return num, den, None
+
+    return _over_heads(sums, axes=axes, causal=causal, eps=eps)(*operands)[0]
+
+
+def _over_heads(head_sums, *, axes: tuple[int | None, int | None], causal: bool, eps: float):
+    """``head_sums(form, q, k, v, usable)`` -> (numerator, denominator, aux) of one head as
+    a function of all heads' (query, key, value, mask, projection, fmap), BTNH: (the
+    normalised output, BTNH, with its non-finite rows flagged; aux per batch and head)."""
 
     def head(q, k, v, valid, proj, f):
         form = kernel_form(proj, f)
         query_finite = finite_rows(q)
         usable = valid & finite_rows(k) & finite_rows(v)
-        num, den = fused_attention_sums(
+        num, den, aux = head_sums(
             form,
             jnp.where(query_finite[:, None], q, 0),
             jnp.where(usable[:, None], k, 0),
             jnp.where(usable[:, None], v, 0),
             usable,
-            causal=causal,
-            backend=backend,
-            matmul_dtype=matmul_dtype,
         )
         out = floored_ratio(num.astype(v.dtype), den.astype(v.dtype)[:, None], eps)
         bad_key = valid & ~usable
         poisoned_by_key = jnp.cumsum(bad_key, dtype=jnp.int32) > 0 if causal else jnp.any(bad_key)
         poisoned = ~query_finite | poisoned_by_key
-        return jnp.where(poisoned[:, None], jnp.nan, out)
+        return jnp.where(poisoned[:, None], jnp.nan, out), aux
 
-    over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=1)
-    over_batch = jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))
-    return over_batch(query, key, value, mask, projection, fmap)
+    over_heads = jax.vmap(head, in_axes=(1, 1, 1, None, *axes), out_axes=(1, 0))
+    return jax.vmap(over_heads, in_axes=(0, 0, 0, 0, None, None))
+
+
+def _mosaic_gpu_causal(query, key, value, mask, projection, fmap, *, axes, eps, backend,
+                       matmul_dtype):  # fmt: skip
+    """Causal attention under Mosaic GPU: ``_fused_mosaic_gpu_causal``'s forward pass where
+    every head is tame, else the generic kernels' (``Backend.generic``): one ``lax.cond``
+    outside the heads' ``vmap``, so only one branch runs. Differentiated, the generic kernels'
+    forward and backward passes run (the primal of a ``jax.custom_vjp``; why:
+    ``_fused_mosaic_gpu_causal``)."""
+    generic = functools.partial(
+        fused_attention,
+        axes=axes,
+        causal=True,
+        eps=eps,
+        backend=backend.generic,
+        matmul_dtype=matmul_dtype,
+    )
+    sums = functools.partial(_mosaic_gpu_causal_sums, interpret=backend.compiler is None)
+
+    @jax.custom_vjp
+    def attention(*operands):
+        out, tame = _over_heads(sums, axes=axes, causal=True, eps=eps)(*operands)
+        return jax.lax.cond(jnp.all(tame), lambda: out, lambda: generic(*operands))
+
+    def forward(*operands):
+        return jax.vjp(generic, *operands)
+
+    def backward(pullback, cotangent):
+        return pullback(cotangent)
+
+    attention.defvjp(forward, backward)
+    return attention(query, key, value, mask, projection, fmap)
+
+
+def _mosaic_gpu_causal_sums(form: FusedForm, query, key, value, valid, *, interpret: bool):
+    """One head's causal sums through ``_fused_mosaic_gpu_causal.causal_sums`` (the affine
+    maps): (numerator ``(T, p)``, denominator ``(T,)``, whether the head is tame)."""
+    from rfjax.attention import _fused_mosaic_gpu_causal  # Mosaic GPU only where asked for
+
+    spec, weights, aux, *rows = _varying_operands(form, query, key, value, valid)
+    assert isinstance(spec, AffineSpec)  # check_fusable refused the rest
+    x = _rows(weights, aux, spec, *rows)
+    num, den, _, tame = _fused_mosaic_gpu_causal.causal_sums(
+        x.form.weights,
+        x.form.aux[0],
+        *(a[None] for a in (x.query, x.key, x.value, x.valid[:, 0] > 0)),
+        norm_weight=spec.norm_weight,
+        interpret=interpret,
+    )
+    length = x.queries.length
+    return num[0, :length, : value.shape[1]], den[0, :length], tame[0]

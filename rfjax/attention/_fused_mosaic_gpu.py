@@ -41,18 +41,14 @@ before anything is traced for them (``_fused.check_fusable``), and the widths be
 kernels are (``check_widths``). The backward pass's kernels, from the row shifts M_t of this
 forward: ``_fused_mosaic_gpu_grads``.
 
-Causal attention is not written in this idiom (2026-12-01, JAX 0.12.0.1). Its forward pass
-would give the Triton backward (``_fused._causal_backward``) the row shifts that pass takes:
-M_t, the row's largest exponent over the keys j <= t (``_fused_kernels._row_shift``: the
-running per-feature maximum at the row's block start and the pairs' maxima within its block),
-a maximum running along a chunk's keys. Mosaic GPU lowers no scan (``lax.cummax``,
-``jnp.cumsum``: "Unimplemented primitive in Pallas Mosaic GPU lowering ... Warpgroup"), and a
-loop over the chunk's keys with a masked row maximum fails the layout inference once each key's
-log-features are read from a row of shared memory as a vector over the features (in a
-``fori_loop`` and unrolled alike; without that read the loop lowers). A
-shift from a chunk's references alone (its start and first key, as ``_log_chunk.Tame``, or its
-end) misses M_t by up to ``_log_chunk.factored_bound`` (43.7) in either direction, and the
-backward's bounds take the row's largest term to be 1 relative to its shift.
+Causal attention's forward pass: ``_fused_mosaic_gpu_causal``. It cannot take the Triton
+kernels' row shifts M_t (``_fused_kernels._row_shift``: the row's largest exponent over the keys
+j <= t, a maximum running along a chunk's keys): Mosaic GPU lowers no scan (``lax.cummax``,
+``jnp.cumsum``: "Unimplemented primitive in Pallas Mosaic GPU lowering ... Warpgroup", JAX
+0.12.0.1), and a loop over the chunk's keys with a masked row maximum fails the layout
+inference once each key's log-features are read from a row of shared memory as a vector over
+the features (in a ``fori_loop`` and unrolled alike). It takes references at each chunk's end
+instead, and says where they are exact.
 
 Testing: on CPU in Mosaic GPU's interpret mode (``plgpu.InterpretGPUParams``) against the
 generic kernels and the float64 reference, and lowered for an abstract H100

@@ -5,11 +5,13 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
 * ``"pallas_triton"``: the fused Pallas kernels (``_fused``) compiled by Triton, for NVIDIA GPUs
   of compute capability 8.0 and newer (JAX's Pallas Triton backend; sm90 runs it too);
 * ``"pallas_tpu"``: the same kernels compiled by Mosaic for TPUs;
-* ``"pallas_mosaic_gpu"``: bidirectional attention through kernels in Mosaic GPU's idiom, sm90+
-  (forward ``_fused_mosaic_gpu``, backward ``_fused_mosaic_gpu_grads``); bidirectional,
-  bfloat16 inputs and the affine maps with m a multiple of 64 only (``check_fusable`` says
-  so for the rest), heads of H <= 64 with values up to 64 wide (shared memory:
-  ``_fused_mosaic_gpu.check_widths``). Not yet timed on a GPU, so ``"auto"`` never picks it;
+* ``"pallas_mosaic_gpu"``: kernels in Mosaic GPU's idiom, sm90+: bidirectional attention
+  (forward ``_fused_mosaic_gpu``, backward ``_fused_mosaic_gpu_grads``) and causal attention's
+  forward pass (``_fused_mosaic_gpu_causal``, where every head's row shifts are within reach,
+  else the Triton kernels; differentiated through the Triton kernels); bfloat16 inputs and the
+  affine maps with m a multiple of 64 only (``check_fusable`` says so for the rest), heads of
+  H <= 64 with values up to 64 wide (shared memory: ``_fused_mosaic_gpu.check_widths``). Not
+  yet timed on a GPU, so ``"auto"`` never picks it;
 * ``"pallas_triton_interpret"``, ``"pallas_tpu_interpret"``, ``"pallas_mosaic_gpu_interpret"``:
   the kernels in Pallas' interpret mode on any platform (the TPU's simulator for the second,
   Mosaic GPU's for the third's forward pass), how they are tested on CPU; the names follow

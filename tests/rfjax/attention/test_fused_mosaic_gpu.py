@@ -220,14 +220,13 @@ def test_widths_past_the_shared_memory_are_refused_before_compiling(
 
 
 def test_errors_name_what_the_kernels_take():
-    """Causal attention, float32 inputs, the angular hybrid, m not a multiple of 64 and
-    heads too wide for shared memory are refused before anything is compiled, each named, and
-    the implementations that take them named; the compiled kernels run on GPUs only."""
+    """Float32 inputs, the angular hybrid, m not a multiple of 64 and heads too wide for
+    shared memory are refused before anything is compiled, each named, and the implementations
+    that take them named; the compiled kernels run on GPUs only. Causal attention is taken
+    (``test_fused_mosaic_gpu_causal``)."""
     q, k, v, mask, projection = operands(5, dtype=jnp.bfloat16, features=64)
     call = functools.partial(attention.favor_attention, mask=mask)
     name = "pallas_mosaic_gpu_interpret"
-    with pytest.raises(ValueError, match=r"causal attention \(bidirectional only\): use"):
-        call(q, k, v, projection, causal=True, implementation=name)
     wide = [x.astype(jnp.float32) for x in (q, k, v)]
     with pytest.raises(ValueError, match=r"float32 inputs \(bfloat16 only\)"):
         call(*wide, projection, implementation=name)
@@ -248,8 +247,8 @@ def test_errors_name_what_the_kernels_take():
         )
     single = projections.orthogonal(jax.random.key(2), q.shape[-1], 64)
     positive = features.get("positive")()
-    assert _fused.fusable(positive, single, name, causal=False, dtype=jnp.bfloat16)
-    assert not _fused.fusable(positive, single, name, causal=True, dtype=jnp.bfloat16)
+    assert _fused.fusable(positive, single, name, dtype=jnp.bfloat16)
+    assert not _fused.fusable(positive, single, name, dtype=jnp.float32)
 
 
 def _sm90() -> bool:
