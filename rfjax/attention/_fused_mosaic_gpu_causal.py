@@ -33,11 +33,15 @@ their ``vmap`` so that only one branch runs).
 Gradients: the forward pass is the primal of a ``jax.custom_vjp`` whose forward and backward
 rules are the generic kernels' (Triton on the GPU: ``Backend.generic``); so a call that is
 differentiated runs them, and one that is not runs this kernel. A backward pass in this idiom
-needs the queries' and the keys' rows in one program (the chunk's own scores), and with the
-weights that is three float32 x_aug blocks of 57 KiB each (the 448 columns of three-part rows,
-``_fused_mosaic_gpu.augmented_width``) beside the factors, the values, the states and the
-cotangents' three bfloat16 parts: past an sm90 block's 227 KiB. The forward kernel fits
-(its scores reuse the query factors' buffer).
+needs the queries' and the keys' rows in one program (the chunk's own scores): with a tile of
+the weights, three tiles of 56 KiB (the 448 columns of float32 rows' three parts,
+``_fused_mosaic_gpu.augmented_width``), beside 8 KiB each for the values, the cotangents, the
+state, the later queries' state, both factors and the scores' cotangents, 24 KiB for the
+log-features' cotangents in three bfloat16 parts and 16 KiB for dW's staging: about 264 KiB,
+past an sm90 block's 227 KiB. (Rows of one block per part, the pairs formed by slicing, would
+take 256 columns and might fit.) The forward kernel fits, with 168 bytes to spare at the
+widest heads and values it takes (its scores reuse the query factors' buffer, its lower bounds
+the flags'); ``test_fused_mosaic_gpu_causal`` lowers it there.
 
 Testing: interpret mode against the float64 reference and the XLA form, the fallback at
 norm 120, and the lowering for an abstract H100 (``test_fused_mosaic_gpu_causal``).
