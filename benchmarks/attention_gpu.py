@@ -199,7 +199,7 @@ def _inputs(batch: int, length: int, dtype: str):
 
 
 # (mode, method, pass) whose program is another row's: recorded, not timed again (lease time).
-REPEATED_PROGRAMS = {
+REPEATED_PROGRAMS: dict[tuple[str, Method, str], str] = {
     ("causal", "favor_mosaic", "forward_backward"): (
         "favor_pallas's program (the custom_vjp of implementation='pallas_mosaic_gpu' runs the "
         "Triton kernels when differentiated)"

@@ -218,9 +218,11 @@ def favor_attention(
       implementation: ``"xla"`` (the XLA form: every map, sequence parallelism, any platform),
         ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
         ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_mosaic_gpu"``
-        (bidirectional, bfloat16 inputs, the affine maps with m a multiple of 64, heads
-        of H <= 64 with values up to 64 wide: both passes through kernels in Mosaic GPU's
-        idiom, sm90+),
+        (bfloat16 inputs, the affine maps with m a multiple of 64, heads of H <= 64 with
+        values up to 192 wide or H <= 128 with values up to 64: kernels in Mosaic GPU's
+        idiom, sm90+, for both passes of bidirectional attention and causal attention's
+        forward pass, which falls back to the Triton kernels where its row shifts are out of
+        reach and is differentiated through them),
         ``"pallas_triton_interpret"`` / ``"pallas_tpu_interpret"`` /
         ``"pallas_mosaic_gpu_interpret"`` (the kernels in interpret mode, any platform), or
         ``"auto"``

@@ -11,27 +11,28 @@ variant, OPRF), one program per (head, chunk of ``CHUNK`` rows), over tiles of `
 features:
 
 * ``key_summaries``: a chunk's per-feature key maximum d, sum_j exp(lb_j - d) v_j^T and
-  sum_j exp(lb_j - d); the features as rows (l(K)^T = W_aug K_aug^T, one MMA per tile), so that
+  sum_j exp(lb_j - d); the features as rows (l(K)^T = W_aug K_aug^T per tile), so that
   the per-feature maximum is a row maximum;
 * ``readout``: with the per-feature maximum c of all keys, the numerator sum_i exp(la_ti + c_i -
   M_t) S_i, the denominator sum_i exp(la_ti + c_i - M_t) z_i and the row shift M_t =
   max_i (la_ti + c_i), the features of a tile at a time with a running maximum (as flash
   attention runs over keys).
 
-The affine map is one MMA: its bias and norm term are folded into the product (a broadcast of
-g |x|^2 breaks Mosaic GPU's layout inference). Rows become x_aug = [x parts, 1, 1, 1, t1, t2, t3,
-0...] and the weights W_aug = [W parts, b1, b2, b3, 1, 1, 1, 0...], where the parts of each are
-bfloat16 numbers summing exactly to its float32 value (``bfloat16_parts``: b1 + b2 + b3 = b,
-t1 + t2 + t3 = g |x|^2): one part for a bfloat16 row, three for a float32 row (as
-``favor_attention`` passes x H^-1/4 of bfloat16 inputs), three for W, and one block per pair
-of a row part and a W part whose orders add up to at most 2 (``_pairs``; the rest lie below
-float32's rounding). Every product of parts is exact and the sum is in float32, so l(x) has
-float32's accuracy on any GPU (a bfloat16 W would put an error of 2^-9 |x||w| into each
-log-feature, 0.2 at norm 100). Each block is H rounded up to 64 columns (a 128-byte swizzle
-tile: every block may be an MMA operand of its own), and the bias and norm term take a last
-block of 64; the values are padded to a multiple of 64 columns too (narrower ones fail the
-layout inference). The read-out's weights carry
-b + c in place of b, so M_t is the maximum of the augmented product's row.
+The affine map is one sum of MMAs: its bias and norm term are folded into the product (a
+broadcast of g |x|^2 breaks Mosaic GPU's layout inference). Rows become x_aug = [x parts, 1, 1,
+1, t1, t2, t3, 0...] and the weights W_aug = [W parts, b1, b2, b3, 1, 1, 1, 0...], where the
+parts of each are bfloat16 numbers summing exactly to its float32 value (``bfloat16_parts``:
+b1 + b2 + b3 = b, t1 + t2 + t3 = g |x|^2): one part for a bfloat16 row, three for a float32
+row (as ``favor_attention`` passes x H^-1/4 of bfloat16 inputs), three for W, one block each.
+l(x) is the sum of the products of a row part's block and a W part's block for each pair whose
+orders add up to at most 2 (``_pairs``; the rest lie below float32's rounding) and of the two
+last blocks (``projection``: the operands are slices of the shared-memory tiles). Every product
+of parts is exact and the sum is in float32, so l(x) has float32's accuracy on any GPU (a
+bfloat16 W would put an error of 2^-9 |x||w| into each log-feature, 0.2 at norm 100). Each
+block is H rounded up to 64 columns (a 128-byte swizzle tile: every block may be an MMA operand
+of its own), and the bias and norm term take a last block of 64; the values are padded to a
+multiple of 64 columns too (narrower ones fail the layout inference). The read-out's weights
+carry b + c in place of b, so M_t is the maximum of the augmented product's row.
 
 Operands of the second products: the key factors exp(lb - d), the query factors and the state
 S enter them in bfloat16, as ``_fused_kernels._dot`` casts them under a bfloat16
@@ -72,11 +73,11 @@ from rfjax.attention._checks import log_floor, vary_like
 CHUNK = 64  # rows per program: the M of one warpgroup MMA
 FEATURE_TILE = 64  # features per MMA (the keys' M, the queries' N)
 _COLUMNS = 64  # the augmented rows' width is a multiple of this (a 128-byte swizzle of bf16)
-# The widest heads and values the kernels take: at H = P = 64 (the benchmark's head) the
-# programs fit an sm90 block's 227 KiB of shared memory (the backward's cotangent kernel needs
-# the most), at H = 128 or P = 128 some exceed it (Mosaic GPU's lowering says so).
-MAX_HEAD_DIM = 64
-MAX_VALUE_WIDTH = 64
+# The widest heads and values the kernels take together, (H, P): at these the programs of
+# both passes, and the causal forward's, fit an sm90 block's 227 KiB of shared memory (the
+# backward's cotangent kernel needs the most); at (128, 128), (256, 64) or (64, 256) some
+# exceed it (Mosaic GPU's lowering says so, 2026-12-01).
+FITTING_WIDTHS = ((64, 192), (128, 64))
 _ROW = plgpu.Layout.WGMMA.reduce(1)  # a vector with one entry per row of an MMA's result
 _COLUMN = plgpu.Layout.WGMMA.reduce(0)  # one entry per column
 
@@ -102,9 +103,9 @@ def _block_width(head_dim: int) -> int:
 
 
 def augmented_width(head_dim: int, parts: int) -> int:
-    """The width of x_aug and W_aug: one block per pair of parts and 64 columns for the bias
-    and the norm term."""
-    return len(_pairs(parts)) * _block_width(head_dim) + _COLUMNS
+    """The width of x_aug for rows of ``parts`` parts, and of W_aug for ``parts = 3``: a block
+    per part and 64 columns for the bias and the norm term."""
+    return parts * _block_width(head_dim) + _COLUMNS
 
 
 def _blocks(parts: list[jax.Array], width: int) -> list[jax.Array]:
@@ -118,41 +119,63 @@ def _joined(columns: list[jax.Array], width: int) -> jax.Array:
 
 
 def augmented_rows(x: jax.Array, norm_weight: float) -> jax.Array:
-    """x ``(..., T, H)`` -> x_aug ``(..., T, K)`` bfloat16: x's parts (one block per pair),
-    then 1, 1, 1, the parts of g |x|^2 and zeros."""
+    """x ``(..., T, H)`` -> x_aug ``(..., T, K)`` bfloat16: x's parts (a block each), then
+    1, 1, 1, the parts of g |x|^2 and zeros."""
     x32 = x.astype(jnp.float32)
     parts = [x.astype(jnp.bfloat16)] if row_parts(x.dtype) == 1 else bfloat16_parts(x32)
     squared = jnp.sum(jnp.square(x32), axis=-1, keepdims=True)
     ones = jnp.ones_like(squared, jnp.bfloat16)
-    rows = _blocks([parts[i] for i, _ in _pairs(len(parts))], _block_width(x.shape[-1]))
-    columns = [*rows, ones, ones, ones, *bfloat16_parts(norm_weight * squared)]
+    columns = [*_blocks(parts, _block_width(x.shape[-1])), ones, ones, ones]
+    columns += bfloat16_parts(norm_weight * squared)
     return _joined(columns, augmented_width(x.shape[-1], len(parts)))
 
 
-def augmented_weights(weights: jax.Array, bias: jax.Array, parts: int) -> jax.Array:
-    """W ``(m, H)``, b ``(..., m)`` -> W_aug ``(..., m, K)`` bfloat16 for rows of ``parts``
-    parts: W's parts (one block per pair), then b's parts, 1, 1, 1 and zeros (a leading axis
-    of b, e.g. heads, is W_aug's)."""
+def augmented_weights(weights: jax.Array, bias: jax.Array) -> jax.Array:
+    """W ``(m, H)``, b ``(..., m)`` -> W_aug ``(..., m, K)`` bfloat16: W's three parts (a
+    block each), then b's parts, 1, 1, 1 and zeros (a leading axis of b, e.g. heads, is
+    W_aug's)."""
     weights = jnp.broadcast_to(weights.astype(jnp.float32), (*bias.shape[:-1], *weights.shape))
     bias = bias.astype(jnp.float32)[..., None]
     ones = jnp.ones_like(bias, jnp.bfloat16)
-    weight_parts = bfloat16_parts(weights)
-    products = _blocks([weight_parts[j] for _, j in _pairs(parts)], _block_width(weights.shape[-1]))
-    columns = [*products, *bfloat16_parts(bias), ones, ones, ones]
-    return _joined(columns, augmented_width(weights.shape[-1], parts))
+    parts = _blocks(bfloat16_parts(weights), _block_width(weights.shape[-1]))
+    columns = [*parts, *bfloat16_parts(bias), ones, ones, ones]
+    return _joined(columns, augmented_width(weights.shape[-1], 3))
+
+
+def projection_blocks(rows_width: int, weights_width: int) -> list[tuple[int, int, int]]:
+    """(x_aug's first column, W_aug's first column, width) of the blocks whose products sum to
+    x_aug W_aug^T: a row part's block with a W part's for each of ``_pairs``, and the bias and
+    norm blocks; the parts' number and width read from the widths (``augmented_width``)."""
+    block = (weights_width - _COLUMNS) // 3
+    parts = (rows_width - _COLUMNS) // block
+    blocks = [(i * block, j * block, block) for i, j in _pairs(parts)]
+    return [*blocks, (parts * block, 3 * block, _COLUMNS)]
+
+
+def projection(rows, weights, *, features_first: bool = False) -> list:
+    """The (lhs, rhs) pairs of shared-memory operands whose products sum to l = x_aug W_aug^T
+    ``(rows, features)``, or to l^T ``(features, rows)`` with ``features_first``: slices of
+    the ``rows`` and ``weights`` refs (``projection_blocks``)."""
+    slices = [
+        (rows.at[:, pl.ds(row, width)], weights.at[:, pl.ds(weight, width)])
+        for row, weight, width in projection_blocks(rows.shape[-1], weights.shape[-1])
+    ]
+    if features_first:
+        return [(w, x.transpose((1, 0))) for x, w in slices]
+    return [(x, w.transpose((1, 0))) for x, w in slices]
 
 
 def check_widths(head_dim: int, value_width: int) -> None:
-    """``ValueError``, before anything is compiled, for a head or value width past
-    ``MAX_HEAD_DIM`` or ``MAX_VALUE_WIDTH``: the widths whose programs (forward and backward)
-    fit an sm90 block's shared memory, as Mosaic GPU's lowering found (wider ones exceed it:
-    ``test_fused_mosaic_gpu``)."""
-    if head_dim > MAX_HEAD_DIM or value_width > MAX_VALUE_WIDTH:
+    """``ValueError``, before anything is compiled, for a head and value width past every pair
+    of ``FITTING_WIDTHS``: the widths whose programs fit an sm90 block's shared memory, as
+    Mosaic GPU's lowering found (wider ones exceed it: ``test_fused_mosaic_gpu``)."""
+    if not any(head_dim <= most_h and value_width <= most_p for most_h, most_p in FITTING_WIDTHS):
+        fitting = " or ".join(f"(H, P) = ({h}, {p})" for h, p in FITTING_WIDTHS)
         raise ValueError(
-            f"implementation='pallas_mosaic_gpu' takes heads of at most {MAX_HEAD_DIM} "
-            f"dimensions and values of at most {MAX_VALUE_WIDTH} (their programs' shared memory "
-            f"on sm90); got head_dim = {head_dim} (favor_attention pads H to a power of two) "
-            f"and value width {value_width}: use implementation='pallas_triton' or 'xla'"
+            f"implementation='pallas_mosaic_gpu' takes heads of H dimensions and values of P "
+            f"at most {fitting} (their programs' shared memory on sm90); got head_dim = "
+            f"{head_dim} (favor_attention pads H to a power of two) and value width "
+            f"{value_width}: use implementation='pallas_triton' or 'xla'"
         )
 
 
@@ -203,7 +226,7 @@ def _key_kernel(k_gmem, v_gmem, valid_gmem, w_gmem, top_gmem, sums_gmem, counts_
     for tile in range(w_gmem.shape[0] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
         _load([(w_gmem.at[features], s["w"])], s["barriers"], 3)
-        logs = _products([(s["w"], s["k"].transpose((1, 0)))], (FEATURE_TILE, CHUNK))
+        logs = _products(projection(s["k"], s["w"], features_first=True), (FEATURE_TILE, CHUNK))
         keep = lax.broadcast_in_dim(valid, logs.shape, [1])
         logs = jnp.where(keep, logs, log_floor(jnp.float32))
         top = jnp.max(logs, axis=1)
@@ -237,7 +260,7 @@ def _readout_kernel(q_gmem, w_gmem, state_gmem, count_gmem, num_gmem, den_gmem, 
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
         copies = [(w_gmem, s["w"]), (state_gmem, s["state"]), (count_gmem, s["count"])]
         _load([(source.at[head, features], target) for source, target in copies], s["barriers"], 1)
-        logs = _products([(s["q"], s["w"].transpose((1, 0)))], (CHUNK, FEATURE_TILE))
+        logs = _products(projection(s["q"], s["w"]), (CHUNK, FEATURE_TILE))
         new_shift = jnp.maximum(shift, jnp.max(logs, axis=1))
         rescale = jnp.exp(shift - new_shift)
         factors = jnp.exp(logs - lax.broadcast_in_dim(new_shift, logs.shape, [0]))
@@ -290,7 +313,7 @@ def key_summaries(keys, values, valid, weights, *, interpret: bool = False):
         k=_smem((CHUNK, width), jnp.bfloat16),
         v=_smem((CHUNK, value_width), jnp.bfloat16),
         valid=plgpu.SMEM((CHUNK,), jnp.float32),
-        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
         factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
         top=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
@@ -324,7 +347,7 @@ def readout(queries, weights, state, count, *, interpret: bool = False):
     value_width = state.shape[-1]
     scratch = dict(
         q=_smem((CHUNK, width), jnp.bfloat16),
-        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
         state=_smem((FEATURE_TILE, value_width), jnp.bfloat16),
         factors=_smem((CHUNK, FEATURE_TILE), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
@@ -345,13 +368,13 @@ def readout(queries, weights, state, count, *, interpret: bool = False):
     )
 
 
-def keys_state(keys, values, valid, weights, bias, parts: int, *, interpret: bool):
+def keys_state(keys, values, valid, weights, bias, *, interpret: bool):
     """(c ``(N, m)``, S ``(N, m, P)``, z ``(N, m)``): every key's state relative to the
     per-feature maximum c, from the chunks' key summaries (``key_summaries``) combined in XLA.
     ``keys`` x_aug ``(N, S, K)``, ``values`` ``(N, S, P)`` bfloat16 (P a multiple of 64),
     ``valid`` ``(N, S)`` float32."""
     tops, sums, counts = key_summaries(
-        keys, values, valid, augmented_weights(weights, bias, parts), interpret=interpret
+        keys, values, valid, augmented_weights(weights, bias), interpret=interpret
     )
     top = jnp.max(tops, axis=1)
     rescale = jnp.exp(tops - top[:, None])
@@ -368,13 +391,12 @@ def bidirectional_sums(
     bfloat16 or float32 (entering as 1 or 3 bfloat16 parts, the key as the query's dtype);
     values, zero where not valid, enter as bfloat16; valid ``(N, S)`` bool."""
     value_width = value.shape[-1]
-    parts = row_parts(query.dtype)
     check_widths(query.shape[-1], value_width)
     keys = augmented_rows(key.astype(query.dtype), norm_weight)
     values = _padded_columns(value.astype(jnp.bfloat16))
     valid = valid.astype(jnp.float32)
-    top, state, count = keys_state(keys, values, valid, weights, bias, parts, interpret=interpret)
-    query_weights = augmented_weights(weights, bias + top, parts)
+    top, state, count = keys_state(keys, values, valid, weights, bias, interpret=interpret)
+    query_weights = augmented_weights(weights, bias + top)
     queries = augmented_rows(query, norm_weight)
     num, den, shift = readout(
         queries, query_weights, state.astype(jnp.bfloat16), count, interpret=interpret

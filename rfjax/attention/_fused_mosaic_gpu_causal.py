@@ -33,15 +33,9 @@ their ``vmap`` so that only one branch runs).
 Gradients: the forward pass is the primal of a ``jax.custom_vjp`` whose forward and backward
 rules are the generic kernels' (Triton on the GPU: ``Backend.generic``); so a call that is
 differentiated runs them, and one that is not runs this kernel. A backward pass in this idiom
-needs the queries' and the keys' rows in one program (the chunk's own scores): with a tile of
-the weights, three tiles of 56 KiB (the 448 columns of float32 rows' three parts,
-``_fused_mosaic_gpu.augmented_width``), beside 8 KiB each for the values, the cotangents, the
-state, the later queries' state, both factors and the scores' cotangents, 24 KiB for the
-log-features' cotangents in three bfloat16 parts and 16 KiB for dW's staging: about 264 KiB,
-past an sm90 block's 227 KiB. (Rows of one block per part, the pairs formed by slicing, would
-take 256 columns and might fit.) The forward kernel fits, with 168 bytes to spare at the
-widest heads and values it takes (its scores reuse the query factors' buffer, its lower bounds
-the flags'); ``test_fused_mosaic_gpu_causal`` lowers it there.
+is not written yet. The forward kernel fits an sm90 block's shared memory at every width
+``_fused_mosaic_gpu.FITTING_WIDTHS`` allows (its scores reuse the query factors' buffer, its
+lower bounds the flags'); ``test_fused_mosaic_gpu_causal`` lowers it.
 
 Testing: interpret mode against the float64 reference and the XLA form, the fallback at
 norm 120, and the lowering for an abstract H100 (``test_fused_mosaic_gpu_causal``).
@@ -74,7 +68,7 @@ from rfjax.attention._fused_mosaic_gpu import (
     augmented_weights,
     check_widths,
     key_summaries,
-    row_parts,
+    projection,
 )
 from rfjax.attention._log_chunk import factored_bound
 
@@ -106,7 +100,7 @@ def _causal_kernel(q_gmem, k_gmem, v_gmem, valid_gmem, after_gmem, w_gmem, end_g
         loads = [(source.at[head, chunk, features], s[name]) for source, name in copies]
         _load([(w_gmem.at[features], s["w"]), *loads], s["barriers"], 5)
         end = plgpu.load(s["end"], layout=_COLUMN)
-        query_logs = _products([(s["q"], s["w"].transpose((1, 0)))], (CHUNK, FEATURE_TILE))
+        query_logs = _products(projection(s["q"], s["w"]), (CHUNK, FEATURE_TILE))
         earlier = jnp.maximum(earlier, _row_max(query_logs, s["earlier"]))
         first = jnp.maximum(first, _row_max(query_logs, s["first"]))
         logs = query_logs + lax.broadcast_in_dim(end, query_logs.shape, [1])
@@ -116,7 +110,7 @@ def _causal_kernel(q_gmem, k_gmem, v_gmem, valid_gmem, after_gmem, w_gmem, end_g
         count = plgpu.load(s["count"], layout=_COLUMN)
         weighted = query_factors * lax.broadcast_in_dim(count, logs.shape, [1])
         den = den * rescale + jnp.sum(weighted, axis=1)
-        key_logs = _products([(s["k"], s["w"].transpose((1, 0)))], (CHUNK, FEATURE_TILE))
+        key_logs = _products(projection(s["k"], s["w"]), (CHUNK, FEATURE_TILE))
         key_logs = jnp.where(
             lax.broadcast_in_dim(key_valid, logs.shape, [0]),
             key_logs - lax.broadcast_in_dim(end, logs.shape, [1]),
@@ -179,7 +173,7 @@ def causal_readout(queries, keys, values, valid, weights, references, *, interpr
         v=_smem((CHUNK, value_width), jnp.bfloat16),
         valid=plgpu.SMEM((CHUNK,), jnp.float32),
         after=plgpu.SMEM((CHUNK,), jnp.float32),
-        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
         end=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         state=_smem((FEATURE_TILE, value_width), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
@@ -287,13 +281,12 @@ def causal_sums(
     the query's dtype); values, zero where not valid, enter as bfloat16; valid ``(N, T)``
     bool."""
     value_width = value.shape[-1]
-    parts = row_parts(query.dtype)
     check_widths(query.shape[-1], value_width)
     key = key.astype(query.dtype)
     keys = augmented_rows(key, norm_weight)
     values = _padded_columns(value.astype(jnp.bfloat16))
     keep = valid.astype(jnp.float32)
-    augmented = augmented_weights(weights, bias, parts)
+    augmented = augmented_weights(weights, bias)
     summaries = key_summaries(keys, values, keep, augmented, interpret=interpret)
     chunks = references(summaries, key, valid, weights, bias, norm_weight)
     queries = augmented_rows(query, norm_weight)

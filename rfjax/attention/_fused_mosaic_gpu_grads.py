@@ -43,7 +43,6 @@ from rfjax.attention._fused_mosaic_gpu import (
     _launch,
     _load,
     _padded_columns,
-    _pairs,
     _products,
     _smem,
     _store,
@@ -51,6 +50,7 @@ from rfjax.attention._fused_mosaic_gpu import (
     augmented_weights,
     check_widths,
     keys_state,
+    projection,
     row_parts,
 )
 
@@ -69,7 +69,7 @@ def _query_summary_kernel(
     for tile in range(w_gmem.shape[1] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
         _load([(w_gmem.at[head, features], s["w"])], s["barriers"], 4)
-        logs = _products([(s["w"], s["q"].transpose((1, 0)))], (FEATURE_TILE, CHUNK))
+        logs = _products(projection(s["q"], s["w"], features_first=True), (FEATURE_TILE, CHUNK))
         factors = jnp.exp(logs - lax.broadcast_in_dim(shift, logs.shape, [1]))
         s["factors"][...] = factors.astype(jnp.bfloat16)
         plgpu.commit_smem()
@@ -82,15 +82,12 @@ def _query_summary_kernel(
 
 
 class _Layout:
-    """Where the cotangent kernel finds the parts: the blocks of x_aug holding each row part,
-    and of W_aug holding each W part (``_pairs``' order), and the products dl_i x_j and
+    """Where the cotangent kernel finds the parts: row part i in block i of x_aug, W part j in
+    block j of W_aug (``augmented_rows``, ``augmented_weights``), and the products dl_i x_j and
     dl_i W_j it sums."""
 
     def __init__(self, head_dim: int, row_parts: int):
         self.block = _block_width(head_dim)
-        pairs = _pairs(row_parts)
-        self.row_blocks = {i: pairs.index((i, 0)) for i in range(row_parts)}
-        self.weight_blocks = {j: pairs.index((0, j)) for j in range(3)}
         self.row_products = [(i, j) for i in range(3) for j in range(row_parts) if i + j <= 2]
         self.weight_products = [(i, j) for i in range(3) for j in range(3) if i + j <= 2]
 
@@ -143,7 +140,7 @@ def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
     """One tile of features: dl^T ``(FEATURE_TILE, CHUNK)`` (its parts stored for the
     products), and its terms of dx, of the row sums (every column) and (keys) of dv."""
     shape = (FEATURE_TILE, CHUNK)
-    logs = _products([(s["w"], s["x"].transpose((1, 0)))], shape)
+    logs = _products(projection(s["x"], s["w"], features_first=True), shape)
     kept = lax.broadcast_in_dim(columns["keep"] > 0, shape, [1])
     shift = lax.broadcast_in_dim(columns["shift"], shape, [1])
     factors = jnp.where(kept, jnp.exp(logs - shift), 0)
@@ -161,8 +158,7 @@ def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
     plgpu.commit_smem()
     transposed = [s["grads"].at[i].transpose((1, 0)) for i in range(3)]
     weight_parts = [
-        (transposed[i], s["w"].at[:, layout.columns(layout.weight_blocks[j])])
-        for i, j in layout.weight_products
+        (transposed[i], s["w"].at[:, layout.columns(j)]) for i, j in layout.weight_products
     ]
     dx = _products(weight_parts, (CHUNK, layout.block))
     rowsum = _products([(t, s["ones"]) for t in transposed], (CHUNK, FEATURE_TILE))
@@ -174,10 +170,7 @@ def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
 
 def _dw(layout: _Layout, s) -> jax.Array:
     """dW of the tile over the chunk: sum_ij dl_i^T x_j from the stored parts of dl^T."""
-    pairs = [
-        (s["grads"].at[i], s["x"].at[:, layout.columns(layout.row_blocks[j])])
-        for i, j in layout.row_products
-    ]
+    pairs = [(s["grads"].at[i], s["x"].at[:, layout.columns(j)]) for i, j in layout.row_products]
     return _products(pairs, (FEATURE_TILE, layout.block))
 
 
@@ -192,7 +185,7 @@ def query_summaries(queries, weights, grad, shift, grad_den, *, interpret: bool 
         grad=_smem((CHUNK, value_width), jnp.bfloat16),
         shift=plgpu.SMEM((CHUNK,), jnp.float32),
         den=plgpu.SMEM((CHUNK,), jnp.float32),
-        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
         factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         sums=plgpu.SMEM((FEATURE_TILE, value_width), jnp.float32),
@@ -226,7 +219,7 @@ def cotangents(
         shift=plgpu.SMEM((CHUNK,), jnp.float32),
         keep=plgpu.SMEM((CHUNK,), jnp.float32),
         ones=_smem((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16),
-        w=_smem((FEATURE_TILE, width), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
         state=_smem((FEATURE_TILE, value_width), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         grads=_smem((3, FEATURE_TILE, CHUNK), jnp.bfloat16),
@@ -283,8 +276,8 @@ def bidirectional_cotangents(
     values = _padded_columns(value.astype(jnp.bfloat16))
     grads = _padded_columns(grad.astype(jnp.bfloat16))
     keep = valid.astype(jnp.float32)
-    top, state, count = keys_state(keys, values, keep, weights, bias, parts, interpret=interpret)
-    query_weights = augmented_weights(weights, bias + top, parts)
+    top, state, count = keys_state(keys, values, keep, weights, bias, interpret=interpret)
+    query_weights = augmented_weights(weights, bias + top)
     sums, counts = query_summaries(
         queries, query_weights, grads, row_shift, grad_den, interpret=interpret
     )
@@ -302,7 +295,7 @@ def bidirectional_cotangents(
     )
     dk, k_sums, dv, dw_k, db_k = run(
         keys,
-        augmented_weights(weights, bias - top, parts),
+        augmented_weights(weights, bias - top),
         jnp.sum(sums, axis=1).astype(jnp.bfloat16),
         jnp.sum(counts, axis=1),
         values,

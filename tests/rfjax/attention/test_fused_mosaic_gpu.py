@@ -33,21 +33,27 @@ TOOL = load_tool("triton_kernels")
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_the_augmented_product_is_the_affine_map(dtype):
-    """x_aug W_aug^T = x W^T + b + g |x|^2 to float32's accuracy (the rows' and the weights'
-    bfloat16 parts, summed in float64 here) at |x| = 120, for bfloat16 rows (one part) and
-    float32 rows (three), with a bias per head as the read-out's b + c."""
+    """The products of ``projection``'s blocks of x_aug and W_aug sum to x W^T + b + g |x|^2
+    to float32's accuracy (the rows' and the weights' bfloat16 parts, summed in float64 here)
+    at |x| = 120, for bfloat16 rows (one part) and float32 rows (three), with a bias per head
+    as the read-out's b + c."""
     keys = jax.random.split(jax.random.key(0), 3)
     x = jax.random.normal(keys[0], (2, 5, 64))
     x = (120 * x / jnp.linalg.norm(x, axis=-1, keepdims=True)).astype(dtype)
     weights = jax.random.normal(keys[1], (128, 64))
     bias = 300 * jax.random.normal(keys[2], (2, 128))
     rows = np.asarray(_fused_mosaic_gpu.augmented_rows(x, -0.5), np.float64)
+    augmented = np.asarray(_fused_mosaic_gpu.augmented_weights(weights, bias), np.float64)
     parts = _fused_mosaic_gpu.row_parts(dtype)
-    augmented = _fused_mosaic_gpu.augmented_weights(weights, bias, parts)
-    augmented = np.asarray(augmented, np.float64)
-    # 3 (bfloat16) or 6 (float32) products of H = 64 columns, and 6 for b and g |x|^2
-    assert rows.shape[-1] == augmented.shape[-1] == (256 if dtype == jnp.bfloat16 else 448)
-    got = np.einsum("nth,nmh->ntm", rows, augmented)
+    # a block of H = 64 columns per part, 64 for b and g |x|^2
+    assert rows.shape[-1] == (128 if dtype == jnp.bfloat16 else 256)
+    assert augmented.shape[-1] == 256
+    blocks = _fused_mosaic_gpu.projection_blocks(rows.shape[-1], augmented.shape[-1])
+    assert len(blocks) == (4 if parts == 1 else 7)  # the pairs of parts, the bias and norm
+    got = sum(
+        np.einsum("nth,nmh->ntm", rows[..., r : r + w], augmented[..., c : c + w])
+        for r, c, w in blocks
+    )
     x64, w64 = np.asarray(x, np.float64), np.asarray(weights, np.float64)
     squared = np.sum(x64 * x64, -1, keepdims=True)
     want = x64 @ w64.T + np.asarray(bias, np.float64)[:, None] - 0.5 * squared
@@ -197,24 +203,26 @@ def _lowered_passes(head_dim: int, value_width: int):
         return jax.jit(passes).trace(*shapes).lower(lowering_platforms=("cuda",))
 
 
-@pytest.mark.parametrize("head_dim, value_width", [(64, 64), (128, 64), (64, 128)])
+@pytest.mark.parametrize(
+    "head_dim, value_width", [(64, 64), (128, 64), (64, 192), (128, 128), (256, 64), (64, 256)]
+)
 def test_widths_past_the_shared_memory_are_refused_before_compiling(
     head_dim, value_width, monkeypatch
 ):
-    """At H = P = 64 every kernel of both passes lowers (its shared memory fits an sm90
-    block); at H = 128 or P = 128 ``ValueError`` names the widths before anything is
-    compiled, and without that check Mosaic GPU's lowering finds a kernel past 227 KiB
-    (250,912 bytes at H = 128, 245,832 at P = 128, 2026-12-01). (This second half was left out
-    for a while on the suspicion that the error upset later compiles in the worker; the lost
-    workers were processes past their memory mappings, ``conftest.py``.)"""
-    if (head_dim, value_width) == (64, 64):
+    """Within ``FITTING_WIDTHS`` every kernel of both passes lowers (its shared memory fits an
+    sm90 block); past them ``ValueError`` names the widths before anything is compiled, and
+    without that check Mosaic GPU's lowering finds a kernel past 227 KiB (at (128, 128):
+    262,216 bytes, 2026-12-01). (This second half was left out for a while on the suspicion
+    that the error upset later compiles in the worker; the lost workers were processes past
+    their memory mappings, ``conftest.py``.)"""
+    fitting = _fused_mosaic_gpu.FITTING_WIDTHS
+    if any(head_dim <= h and value_width <= p for h, p in fitting):
         assert _kernel_calls(_lowered_passes(head_dim, value_width)) == (6, 0)
         return
     message = f"head_dim = {head_dim} .* and value width {value_width}: use"
     with pytest.raises(ValueError, match=message):
         _lowered_passes(head_dim, value_width)
-    monkeypatch.setattr(_fused_mosaic_gpu, "MAX_HEAD_DIM", 1 << 20)
-    monkeypatch.setattr(_fused_mosaic_gpu, "MAX_VALUE_WIDTH", 1 << 20)
+    monkeypatch.setattr(_fused_mosaic_gpu, "FITTING_WIDTHS", ((1 << 20, 1 << 20),))
     with pytest.raises(Exception, match="exceeds available shared memory"):
         _lowered_passes(head_dim, value_width)
 
@@ -239,11 +247,11 @@ def test_errors_name_what_the_kernels_take():
             call(q, k, v, narrow, implementation=name)
     with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
         call(q, k, v, projection, implementation="pallas_mosaic_gpu")
-    wide_head = jnp.ones((1, 64, 1, 128), jnp.bfloat16)  # H = 128: past the shared memory
+    wide_head = jnp.ones((1, 64, 1, 128), jnp.bfloat16)  # H = P = 128: past the shared memory
     wide_projection = projections.orthogonal(jax.random.key(3), 128, 64)
-    with pytest.raises(ValueError, match=r"head_dim = 128 .* value width 64"):
+    with pytest.raises(ValueError, match=r"head_dim = 128 .* value width 128"):
         attention.favor_attention(
-            wide_head, wide_head, wide_head[..., :64], wide_projection, implementation=name
+            wide_head, wide_head, wide_head, wide_projection, implementation=name
         )
     single = projections.orthogonal(jax.random.key(2), q.shape[-1], 64)
     positive = features.get("positive")()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from rfjax import attention
-from rfjax.attention import _favor
+from rfjax.attention import _favor, _fused_mosaic_gpu
 from rfjax.attention import _fused_mosaic_gpu_causal as causal_kernels
 from tests.rfjax.attention.test_fused import _assert_gpu_close, operands
 from tests.rfjax.attention.test_fused_mosaic_gpu import _sm90
@@ -125,7 +125,7 @@ def _readout_bounds(weights, bias, query, key, value, valid, *, norm_weight):
     keys = causal_kernels.augmented_rows(key, norm_weight)
     values = causal_kernels._padded_columns(value)
     keep = valid.astype(jnp.float32)
-    augmented = causal_kernels.augmented_weights(weights, bias, 3)
+    augmented = causal_kernels.augmented_weights(weights, bias)
     summaries = causal_kernels.key_summaries(keys, values, keep, augmented, interpret=True)
     chunks = causal_kernels.references(summaries, key, valid, weights, bias, norm_weight)
     queries = causal_kernels.augmented_rows(query, norm_weight)
@@ -264,3 +264,22 @@ def test_pallas_mosaic_gpu_causal_on_the_gpu_matches_the_xla_form():
     out, want = run("pallas_mosaic_gpu"), run("xla")
     largest = np.abs(np.asarray(v, np.float32)).max()
     assert np.abs(out - want).max() <= 10 * U * largest + U * np.abs(want).max()
+
+
+@pytest.mark.parametrize("head_dim, value_width", _fused_mosaic_gpu.FITTING_WIDTHS)
+def test_the_kernels_lower_at_the_widest_widths_they_take(head_dim, value_width):
+    """At each pair of ``FITTING_WIDTHS`` (float32 rows: three parts, T = 128, m = 128) the
+    causal forward's two kernels lower for an abstract H100: within its shared memory."""
+    f32 = jnp.float32
+    shapes = [
+        jax.ShapeDtypeStruct((128, head_dim), f32),
+        jax.ShapeDtypeStruct((128,), f32),
+        *[jax.ShapeDtypeStruct((1, 128, head_dim), f32)] * 2,
+        jax.ShapeDtypeStruct((1, 128, value_width), jnp.bfloat16),
+        jax.ShapeDtypeStruct((1, 128), bool),
+    ]
+    sums = functools.partial(causal_kernels.causal_sums, norm_weight=-0.5)
+    device = jax.sharding.AbstractDevice(**TOOL.H100)
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
+        lowered = jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
+    assert _kernel_calls(lowered) == (2, 0)

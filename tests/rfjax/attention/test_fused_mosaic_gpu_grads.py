@@ -18,22 +18,24 @@ U = 2.0**-8  # bfloat16's unit roundoff
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_the_cotangent_kernel_finds_every_part_and_pairs_them_to_float32(dtype):
-    """The backward's pullbacks are float32 only if they take every part: the blocks that
-    ``_Layout`` names hold the rows' parts and W's parts (whose sums are x and W exactly), and
-    the products it sums are every pair of dl's three parts with them whose orders add up to
-    at most 2 (the 4u bound of the next test cannot see a part missing: it costs u)."""
+    """The backward's pullbacks are float32 only if they take every part: the blocks where
+    ``_Layout`` looks (part j in block j) hold the rows' parts and W's parts (whose sums are x
+    and W exactly), and the products it sums are every pair of dl's three parts with them
+    whose orders add up to at most 2 (the 4u bound of the next test cannot see a part missing:
+    it costs u)."""
     x = jax.random.normal(jax.random.key(0), (3, 16)).astype(dtype)
     w = jax.random.normal(jax.random.key(1), (64, 16))
     parts = _fused_mosaic_gpu.row_parts(dtype)
     layout = _fused_mosaic_gpu_grads._Layout(16, parts)
     rows = np.asarray(_fused_mosaic_gpu.augmented_rows(x, -0.5), np.float64)
-    weights = np.asarray(_fused_mosaic_gpu.augmented_weights(w, jnp.zeros(64), parts), np.float64)
+    weights = np.asarray(_fused_mosaic_gpu.augmented_weights(w, jnp.zeros(64)), np.float64)
 
     def block(a, index):
-        return a[:, index * layout.block : index * layout.block + 16]
+        columns = layout.columns(index)
+        return a[:, columns.start : columns.start + 16]
 
-    row_sum = sum(block(rows, layout.row_blocks[j]) for j in range(parts))
-    weight_sum = sum(block(weights, layout.weight_blocks[j]) for j in range(3))
+    row_sum = sum(block(rows, j) for j in range(parts))
+    weight_sum = sum(block(weights, j) for j in range(3))
     np.testing.assert_array_equal(row_sum, np.asarray(x, np.float32).astype(np.float64))
     np.testing.assert_array_equal(weight_sum, np.asarray(w, np.float64))
     everything = {(i, j) for i in range(3) for j in range(3) if i + j <= 2}
