@@ -12,11 +12,8 @@ forward and forward + backward (``value_and_grad`` of the sum of the outputs for
   (the feature map computed inside them);
 * ``favor_mosaic``: the same with ``implementation="pallas_mosaic_gpu"`` (sm90+), bfloat16 only
   (float32 is recorded as not compiled, with the reason): kernels in Mosaic GPU's idiom for
-  bidirectional attention, forward and backward, and for causal attention's forward pass (where
-  every head's row shifts are within reach, ``_fused_mosaic_gpu_causal``; the benchmark's
-  inputs are); causal forward + backward runs ``favor_pallas``'s Triton kernels (the
-  ``custom_vjp`` differentiates through them), so that row is recorded as not timed
-  (``REPEATED_PROGRAMS``);
+  both passes of bidirectional and causal attention (causal: where every head's row shifts are
+  within reach, ``_fused_mosaic_gpu_causal``; the benchmark's inputs are);
 * ``cudnn``: ``jax.nn.dot_product_attention(..., implementation="cudnn")`` (flash attention),
   where cuDNN takes the dtype (bfloat16; float32 is reported as not compiled);
 * ``xla``: ``jax.nn.dot_product_attention(..., implementation="xla")`` (materialises the T x T
@@ -198,15 +195,6 @@ def _inputs(batch: int, length: int, dtype: str):
     return q, k, v, projection
 
 
-# (mode, method, pass) whose program is another row's: recorded, not timed again (lease time).
-REPEATED_PROGRAMS: dict[tuple[str, Method, str], str] = {
-    ("causal", "favor_mosaic", "forward_backward"): (
-        "favor_pallas's program (the custom_vjp of implementation='pallas_mosaic_gpu' runs the "
-        "Triton kernels when differentiated)"
-    ),
-}
-
-
 def benchmark(
     batch: int, length: int, dtype: str, repeats: int, xla_limit_bytes: float, check: bool
 ) -> list[dict]:
@@ -216,8 +204,6 @@ def benchmark(
         forward = _forward(method, mode == "causal")
         jobs[(mode, method, "forward")] = forward
         jobs[(mode, method, "forward_backward")] = _with_grad(forward)
-    for case in REPEATED_PROGRAMS:
-        del jobs[case]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         compiled = dict(
             zip(jobs, pool.map(lambda fn: _compile(fn, args), jobs.values()), strict=True)
@@ -236,9 +222,6 @@ def benchmark(
             row |= {"memory_bytes": memory, "xla_cost": cost}
             functions[len(rows)] = lambda fn=fn: fn(*args)
         rows.append(row)
-    for (mode, method, name), program in REPEATED_PROGRAMS.items():
-        row = base | {"mode": mode, "method": method, "pass": name, "median_s": None}
-        rows.append(row | {"skipped": f"not timed: {program}"})
     feature_fn, feature_memory, _ = features_compiled.result()
     try:
         peers = _peer_rows(base, args, feature_fn, feature_memory, compiled, check)

@@ -220,9 +220,9 @@ def favor_attention(
         ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_mosaic_gpu"``
         (bfloat16 inputs, the affine maps with m a multiple of 64, heads of H <= 64 with
         values up to 192 wide or H <= 128 with values up to 64: kernels in Mosaic GPU's
-        idiom, sm90+, for both passes of bidirectional attention and causal attention's
-        forward pass, which falls back to the Triton kernels where its row shifts are out of
-        reach and is differentiated through them),
+        idiom, sm90+, for both passes of bidirectional and causal attention; causal falls back
+        to the Triton kernels where its row shifts are out of reach, and its backward beyond
+        H, P <= 64),
         ``"pallas_triton_interpret"`` / ``"pallas_tpu_interpret"`` /
         ``"pallas_mosaic_gpu_interpret"`` (the kernels in interpret mode, any platform), or
         ``"auto"``

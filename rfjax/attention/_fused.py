@@ -45,8 +45,8 @@ sm80+ GPUs, Mosaic on TPUs) or run in interpret mode on any platform (tests on C
 (sm90+) takes kernels in its own idiom: ``_fused_mosaic_gpu`` has the bidirectional forward
 pass's (key summaries and read-out, for the affine maps) and ``_fused_mosaic_gpu_grads`` its
 backward pass's, which ``Backend("mosaic_gpu")`` runs in place of the generic ones;
-``_fused_mosaic_gpu_causal`` has causal attention's forward pass, which runs where its row
-shifts are within reach and is differentiated through the generic kernels
+``_fused_mosaic_gpu_causal`` and ``_fused_mosaic_gpu_causal_grads`` have causal attention's
+passes, which run where their row shifts are within reach, else the generic kernels'
 (``_mosaic_gpu_causal``). Values are
 padded to a power-of-two width of at least 16 (the products' smallest dimension on GPUs, and
 Triton's shapes) and the head dimension likewise (zeros change neither x W^T nor |x|^2).
@@ -92,7 +92,8 @@ class Backend:
     @property
     def mosaic_gpu(self) -> bool:
         """Whether attention runs the kernels in Mosaic GPU's idiom (``_fused_mosaic_gpu``,
-        ``_fused_mosaic_gpu_grads``, ``_fused_mosaic_gpu_causal``; compiled for sm90+, or in
+        ``_fused_mosaic_gpu_grads``, ``_fused_mosaic_gpu_causal``,
+        ``_fused_mosaic_gpu_causal_grads``; compiled for sm90+, or in
         interpret mode) in place of the generic ones."""
         return "mosaic_gpu" in (self.compiler, self.interpret)
 
@@ -944,9 +945,11 @@ def _mosaic_gpu_causal(query, key, value, mask, projection, fmap, *, axes, eps, 
                        matmul_dtype):  # fmt: skip
     """Causal attention under Mosaic GPU: ``_fused_mosaic_gpu_causal``'s forward pass where
     every head is tame, else the generic kernels' (``Backend.generic``): one ``lax.cond``
-    outside the heads' ``vmap``, so only one branch runs. Differentiated, the generic kernels'
-    forward and backward passes run (the primal of a ``jax.custom_vjp``; why:
-    ``_fused_mosaic_gpu_causal``)."""
+    outside the heads' ``vmap``, so only one branch runs. Differentiated, the backward pass
+    of the branch taken: ``_fused_mosaic_gpu_causal_grads``'s kernels where the widths fit
+    them, the generic kernels' otherwise (and where a head is not tame)."""
+    from rfjax.attention import _fused_mosaic_gpu_causal_grads  # Mosaic GPU only where asked
+
     generic = functools.partial(
         fused_attention,
         axes=axes,
@@ -955,37 +958,89 @@ def _mosaic_gpu_causal(query, key, value, mask, projection, fmap, *, axes, eps, 
         backend=backend.generic,
         matmul_dtype=matmul_dtype,
     )
-    sums = functools.partial(_mosaic_gpu_causal_sums, interpret=backend.compiler is None)
+
+    def sums(form, q, k, v, usable):
+        spec, *arrays = _varying_operands(form, q, k, v, usable)
+        return _mosaic_causal(*arrays, spec, backend, None)
+
+    mosaic = _over_heads(sums, axes=axes, causal=True, eps=eps)
 
     @jax.custom_vjp
     def attention(*operands):
-        out, tame = _over_heads(sums, axes=axes, causal=True, eps=eps)(*operands)
-        return jax.lax.cond(jnp.all(tame), lambda: out, lambda: generic(*operands))
+        out, excess = mosaic(*operands)
+        return jax.lax.cond(jnp.all(excess <= 0), lambda: out, lambda: generic(*operands))
 
     def forward(*operands):
+        (out, excess), pullback = jax.vjp(mosaic, *operands)
+        tame = jnp.all(excess <= 0)
+        out = jax.lax.cond(tame, lambda: out, lambda: generic(*operands))
+        return out, (pullback, operands, tame, excess)
+
+    def backward(residuals, cotangent):
+        pullback, operands, tame, excess = residuals
+
+        def of_kernels():
+            return pullback((cotangent, jnp.zeros_like(excess)))
+
+        def of_generic():
+            return jax.vjp(generic, *operands)[1](cotangent)
+
+        return jax.lax.cond(tame, of_kernels, of_generic)
+
+    def generic_forward(*operands):
         return jax.vjp(generic, *operands)
 
-    def backward(pullback, cotangent):
+    def generic_backward(pullback, cotangent):
         return pullback(cotangent)
 
-    attention.defvjp(forward, backward)
+    widths = (_padded_width(query.shape[-1]), _padded_width(value.shape[-1]))
+    if _fused_mosaic_gpu_causal_grads.backward_fits(*widths):
+        attention.defvjp(forward, backward)
+    else:
+        attention.defvjp(generic_forward, generic_backward)
     return attention(query, key, value, mask, projection, fmap)
 
 
-def _mosaic_gpu_causal_sums(form: FusedForm, query, key, value, valid, *, interpret: bool):
-    """One head's causal sums through ``_fused_mosaic_gpu_causal.causal_sums`` (the affine
-    maps): (numerator ``(T, p)``, denominator ``(T,)``, whether the head is tame)."""
+def _mosaic_causal_forward(weights, aux, query, key, value, valid, spec, backend, _):
+    """One head's causal sums through ``_fused_mosaic_gpu_causal.causal_sums``: ((numerator
+    ``(T, p)``, denominator ``(T,)``, how far past its reach the head is: <= 0 where tame), the
+    row shifts ``(1, T')``)."""
     from rfjax.attention import _fused_mosaic_gpu_causal  # Mosaic GPU only where asked for
 
-    spec, weights, aux, *rows = _varying_operands(form, query, key, value, valid)
-    assert isinstance(spec, AffineSpec)  # check_fusable refused the rest
-    x = _rows(weights, aux, spec, *rows)
-    num, den, _, tame = _fused_mosaic_gpu_causal.causal_sums(
+    x = _rows(weights, aux, spec, query, key, value, valid)
+    num, den, shift, excess = _fused_mosaic_gpu_causal.causal_sums(
         x.form.weights,
         x.form.aux[0],
         *(a[None] for a in (x.query, x.key, x.value, x.valid[:, 0] > 0)),
         norm_weight=spec.norm_weight,
-        interpret=interpret,
+        interpret=backend.compiler is None,
     )
     length = x.queries.length
-    return num[0, :length, : value.shape[1]], den[0, :length], tame[0]
+    return (num[0, :length, : value.shape[1]], den[0, :length], excess[0]), shift
+
+
+def _mosaic_causal_backward(spec, backend, _, residuals, cotangents):
+    """The cotangents of ``_mosaic_causal_forward`` through
+    ``_fused_mosaic_gpu_causal_grads.causal_cotangents``."""
+    from rfjax.attention import _fused_mosaic_gpu_causal_grads  # Mosaic GPU only where asked
+
+    weights, aux, query, key, value, valid, row_shift = residuals
+    grad_num, grad_den, _ = cotangents  # the excess is a constant
+    x = _rows(weights, aux, spec, query, key, value, valid)
+    grad, grad_den = _padded_cotangents(x.queries, grad_num, grad_den)
+    grad_w, grad_b, dq, dk, dv = _fused_mosaic_gpu_causal_grads.causal_cotangents(
+        x.form.weights,
+        x.form.aux[0],
+        *(a[None] for a in (x.query, x.key, x.value, x.valid[:, 0] > 0)),
+        row_shift,
+        grad[None],
+        grad_den[None, :, 0],
+        norm_weight=spec.norm_weight,
+        interpret=backend.compiler is None,
+    )
+    return _unpadded_cotangents(
+        spec, weights, aux, query, key, value, grad_w[0], grad_b, dq[0], dk[0], dv[0]
+    )
+
+
+_mosaic_causal = _differentiable(_mosaic_causal_forward, _mosaic_causal_backward)

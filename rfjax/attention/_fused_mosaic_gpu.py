@@ -42,14 +42,15 @@ before anything is traced for them (``_fused.check_fusable``), and the widths be
 kernels are (``check_widths``). The backward pass's kernels, from the row shifts M_t of this
 forward: ``_fused_mosaic_gpu_grads``.
 
-Causal attention's forward pass: ``_fused_mosaic_gpu_causal``. It cannot take the Triton
-kernels' row shifts M_t (``_fused_kernels._row_shift``: the row's largest exponent over the keys
-j <= t, a maximum running along a chunk's keys): Mosaic GPU lowers no scan (``lax.cummax``,
+Causal attention: ``_fused_mosaic_gpu_causal`` (forward) and ``_fused_mosaic_gpu_causal_grads``
+(backward). They cannot take the Triton kernels' row shifts M_t (``_fused_kernels._row_shift``:
+the row's largest exponent over the keys j <= t, a maximum running along a chunk's keys):
+Mosaic GPU lowers no scan (``lax.cummax``,
 ``jnp.cumsum``: "Unimplemented primitive in Pallas Mosaic GPU lowering ... Warpgroup", JAX
 0.12.0.1), and a loop over the chunk's keys with a masked row maximum fails the layout
 inference once each key's log-features are read from a row of shared memory as a vector over
-the features (in a ``fori_loop`` and unrolled alike). It takes references at each chunk's end
-instead, and says where they are exact.
+the features (in a ``fori_loop`` and unrolled alike). They take references at each chunk's
+end instead, and say where those are exact.
 
 Testing: on CPU in Mosaic GPU's interpret mode (``plgpu.InterpretGPUParams``) against the
 generic kernels and the float64 reference, and lowered for an abstract H100

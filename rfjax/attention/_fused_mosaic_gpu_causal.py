@@ -28,14 +28,13 @@ factors above e^-L: nothing that counts underflows, and the sums are exact to th
 rounding. Such a head is "tame" (rows of |x'| = |x| H^-1/4 up to about 8 are; at 40 they are
 not: ``test_fused_mosaic_gpu_causal``); where a head is not, the whole call runs the generic
 kernels (``_fused._mosaic_gpu_causal``: one ``lax.cond`` over every head, decided outside
-their ``vmap`` so that only one branch runs).
+their ``vmap`` so that only one branch runs), forward and backward.
 
-Gradients: the forward pass is the primal of a ``jax.custom_vjp`` whose forward and backward
-rules are the generic kernels' (Triton on the GPU: ``Backend.generic``); so a call that is
-differentiated runs them, and one that is not runs this kernel. A backward pass in this idiom
-is not written yet. The forward kernel fits an sm90 block's shared memory at every width
-``_fused_mosaic_gpu.FITTING_WIDTHS`` allows (its scores reuse the query factors' buffer, its
-lower bounds the flags'); ``test_fused_mosaic_gpu_causal`` lowers it.
+Gradients: ``_fused_mosaic_gpu_causal_grads``, from the same references, where the widths
+fit its kernels' shared memory (its ``BACKWARD_WIDTHS``); elsewhere the call is differentiated
+through the generic kernels (Triton on the GPU: ``Backend.generic``). The forward kernel fits
+an sm90 block's shared memory at every width ``_fused_mosaic_gpu.FITTING_WIDTHS`` allows (its
+scores reuse the query factors' buffer, its lower bounds the flags').
 
 Testing: interpret mode against the float64 reference and the XLA form, the fallback at
 norm 120, and the lowering for an abstract H100 (``test_fused_mosaic_gpu_causal``).
@@ -274,12 +273,12 @@ def causal_sums(
     weights, bias, query, key, value, valid, *, norm_weight: float, interpret: bool = False
 ):
     """Causal FAVOR's sums for N heads through the key summaries' kernel and ``causal_readout``:
-    (numerator ``(N, T, P)``, denominator ``(N, T)``, row shifts S ``(N, T)``, tame ``(N,)``),
-    relative to the row shifts; the sums are exact where the head is tame (S_t - R_t within
-    ``tame_bound`` on every row that attends to a key). T a multiple of ``CHUNK``, m of
-    ``FEATURE_TILE``; query and key bfloat16 or float32 (1 or 3 bfloat16 parts, the key as
-    the query's dtype); values, zero where not valid, enter as bfloat16; valid ``(N, T)``
-    bool."""
+    (numerator ``(N, T, P)``, denominator ``(N, T)``, row shifts S ``(N, T)``, excess ``(N,)``),
+    relative to the row shifts; excess is max_t (S_t - R_t) over the rows that attend to a key
+    less ``tame_bound`` (-inf for none), and the sums are exact where it is <= 0 (the head is
+    tame). T a multiple of ``CHUNK``, m of ``FEATURE_TILE``; query and key bfloat16 or float32
+    (1 or 3 bfloat16 parts, the key as the query's dtype); values, zero where not valid, enter
+    as bfloat16; valid ``(N, T)`` bool."""
     value_width = value.shape[-1]
     check_widths(query.shape[-1], value_width)
     key = key.astype(query.dtype)
@@ -294,6 +293,5 @@ def causal_sums(
         queries, keys, values, keep, augmented, chunks, interpret=interpret
     )
     attends = jnp.cumsum(valid, axis=-1) > 0
-    within = shift - lower <= tame_bound(weights.shape[0], key.shape[1])
-    tame = jnp.all(within | ~attends, axis=-1)
-    return num[..., :value_width], den, shift, tame
+    spread = jnp.max(jnp.where(attends, shift - lower, -jnp.inf), axis=-1)
+    return num[..., :value_width], den, shift, spread - tame_bound(weights.shape[0], key.shape[1])

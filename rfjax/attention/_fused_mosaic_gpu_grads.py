@@ -55,11 +55,11 @@ from rfjax.attention._fused_mosaic_gpu import (
 )
 
 
-def _query_summary_kernel(
-    q_gmem, w_gmem, grad_gmem, shift_gmem, grad_den_gmem, sums_gmem, counts_gmem, **s
-):
-    """One chunk of one head's queries: per tile of features, exp(l(Q)^T - M) and its products
-    with the cotangents G (the sums) and g (the counts)."""
+def _query_summary_kernel(q_gmem, w_gmem, reference_gmem, grad_gmem, shift_gmem, grad_den_gmem,
+                          sums_gmem, counts_gmem, **s):  # fmt: skip
+    """One chunk of one head's queries: per tile of features, exp(l(Q)^T + r - M) (r the
+    chunk's reference per feature) and its products with the cotangents G (the sums) and g
+    (the counts)."""
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
     copies = [(q_gmem, "q"), (grad_gmem, "grad"), (shift_gmem, "shift"), (grad_den_gmem, "den")]
@@ -68,8 +68,12 @@ def _query_summary_kernel(
     grad_den = plgpu.load(s["den"], layout=_COLUMN)
     for tile in range(w_gmem.shape[1] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
-        _load([(w_gmem.at[head, features], s["w"])], s["barriers"], 4)
+        copies = [(w_gmem.at[head, features], s["w"])]
+        copies += [(reference_gmem.at[head, chunk, features], s["reference"])]
+        _load(copies, s["barriers"], 4)
         logs = _products(projection(s["q"], s["w"], features_first=True), (FEATURE_TILE, CHUNK))
+        reference = plgpu.load(s["reference"], layout=_ROW)
+        logs = logs + lax.broadcast_in_dim(reference, logs.shape, [0])
         factors = jnp.exp(logs - lax.broadcast_in_dim(shift, logs.shape, [1]))
         s["factors"][...] = factors.astype(jnp.bfloat16)
         plgpu.commit_smem()
@@ -117,23 +121,10 @@ def _cotangent_kernel(*refs, layout: _Layout, with_values: bool, **s):
         _load([(x.at[head, features], s[name]) for x, name in copies], s["barriers"], 6)
         grads, tile_sums = _tile_cotangents(columns, layout, with_values, s)
         sums = [a + b for a, b in zip(sums, tile_sums, strict=True)]
-        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies are out
-        out = (head, chunk, features)
-        _store(
-            [
-                (s["db"], jnp.sum(grads, axis=1), db_gmem.at[out]),
-                (s["dw"], _dw(layout, s), dw_gmem.at[out]),
-            ]
-        )
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+        store_parameters(grads, layout, s, db_gmem, dw_gmem, (head, chunk, features))
     dx, rowsum, *dv = sums
-    outputs = [  # dx through dW's staging buffer: FEATURE_TILE = CHUNK rows
-        (s["dw"], dx, dx_gmem.at[head, rows]),
-        (s["rowsum"], jnp.max(rowsum, axis=1), rowsum_gmem.at[head, rows]),  # equal columns
-    ]
-    outputs += [(s["dv"], x, target.at[head, rows]) for x, target in zip(dv, dv_gmem, strict=True)]
-    _store(outputs)
-    plgpu.wait_smem_to_gmem(0)
+    others = [(s["dv"], x, target.at[head, rows]) for x, target in zip(dv, dv_gmem, strict=True)]
+    store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows), others)
 
 
 def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
@@ -151,10 +142,22 @@ def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
     # Selected, not multiplied by the zero factors of masked keys: dS may be infinite where no
     # key counts, and 0 * inf = NaN (as the generic kernels select).
     grads = jnp.where(kept, factors * read, 0)
-    for i, part in enumerate(bfloat16_parts(grads)):
-        s["grads"][i] = part
     if with_values:
         s["factors"][...] = factors.astype(jnp.bfloat16)
+    dx, rowsum = pulled_back(grads, layout, s)
+    if not with_values:
+        return grads, (dx, rowsum)
+    dv = _products([(s["factors"].transpose((1, 0)), s["state"])], (CHUNK, s["values"].shape[1]))
+    return grads, (dx, rowsum, dv)
+
+
+def pulled_back(grads: jax.Array, layout: _Layout, s) -> tuple[jax.Array, jax.Array]:
+    """dl^T ``(FEATURE_TILE, CHUNK)`` of one tile pulled back through W: its three bfloat16
+    parts stored (``s["grads"]``) and committed with what the caller stored before, then the
+    tile's terms of dx ``(CHUNK, Hb)`` (without the norm term: sum_ij dl_i W_j) and of the
+    row sums of dl (every column, products with ``s["ones"]``)."""
+    for i, part in enumerate(bfloat16_parts(grads)):
+        s["grads"][i] = part
     plgpu.commit_smem()
     transposed = [s["grads"].at[i].transpose((1, 0)) for i in range(3)]
     weight_parts = [
@@ -162,10 +165,35 @@ def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
     ]
     dx = _products(weight_parts, (CHUNK, layout.block))
     rowsum = _products([(t, s["ones"]) for t in transposed], (CHUNK, FEATURE_TILE))
-    if not with_values:
-        return grads, (dx, rowsum)
-    dv = _products([(s["factors"].transpose((1, 0)), s["state"])], (CHUNK, s["values"].shape[1]))
-    return grads, (dx, rowsum, dv)
+    return dx, rowsum
+
+
+def store_parameters(grads: jax.Array, layout: _Layout, s, db_gmem, dw_gmem, at) -> None:
+    """One tile's db (the row sums of dl^T) and dW over the chunk (``_dw``, from the parts
+    ``pulled_back`` stored and the rows ``s["x"]``) out to ``db_gmem.at[at]`` and
+    ``dw_gmem.at[at]``, once the last tile's copies are out."""
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    _store(
+        [
+            (s["db"], jnp.sum(grads, axis=1), db_gmem.at[at]),
+            (s["dw"], _dw(layout, s), dw_gmem.at[at]),
+        ]
+    )
+
+
+def store_rows(s, dx, rowsum, targets, at, others=()) -> None:
+    """The chunk's dx (through dW's staging buffer: FEATURE_TILE = CHUNK rows) and row sums
+    (its columns are equal) out to ``targets`` (dx, row sums) ``.at[at]``, with ``others``
+    (``(shared, value, global)``), and the wait for all of them."""
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    dx_gmem, rowsum_gmem = targets
+    outputs = [
+        (s["dw"], dx, dx_gmem.at[at]),
+        (s["rowsum"], jnp.max(rowsum, axis=1), rowsum_gmem.at[at]),
+        *others,
+    ]
+    _store(outputs)
+    plgpu.wait_smem_to_gmem(0)
 
 
 def _dw(layout: _Layout, s) -> jax.Array:
@@ -174,10 +202,13 @@ def _dw(layout: _Layout, s) -> jax.Array:
     return _products(pairs, (FEATURE_TILE, layout.block))
 
 
-def query_summaries(queries, weights, grad, shift, grad_den, *, interpret: bool = False):
-    """Per head and chunk: sum_t exp(la_t + c - M_t) G_t^T ``(N, n, m, P)`` and
-    sum_t exp(la_t + c - M_t) g_t ``(N, n, m)``, from x_aug of the queries ``(N, T, K)``,
-    W_aug with b + c ``(N, m, K)``, G ``(N, T, P)`` bfloat16, M and g ``(N, T)`` float32."""
+def query_summaries(
+    queries, weights, grad, shift, grad_den, reference=None, *, interpret: bool = False
+):
+    """Per head and chunk: sum_t exp(la_t + c + r - M_t) G_t^T ``(N, n, m, P)`` and
+    sum_t exp(la_t + c + r - M_t) g_t ``(N, n, m)``, from x_aug of the queries ``(N, T, K)``,
+    W_aug with b + c ``(N, m, K)``, G ``(N, T, P)`` bfloat16, M and g ``(N, T)`` float32, and
+    the chunks' references r ``(N, n, m)`` (``None``: 0)."""
     heads, length, width = queries.shape
     count, value_width = weights.shape[1], grad.shape[-1]
     scratch = dict(
@@ -186,16 +217,19 @@ def query_summaries(queries, weights, grad, shift, grad_den, *, interpret: bool 
         shift=plgpu.SMEM((CHUNK,), jnp.float32),
         den=plgpu.SMEM((CHUNK,), jnp.float32),
         w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
+        reference=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         sums=plgpu.SMEM((FEATURE_TILE, value_width), jnp.float32),
-        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=5),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=6),
     )
     chunks = length // CHUNK
+    if reference is None:
+        reference = jnp.zeros((heads, chunks, count), jnp.float32)
     shapes = [(heads, chunks, count, value_width), (heads, chunks, count)]
     return _launch(
         _query_summary_kernel,
-        (queries, weights, grad, shift, grad_den),
+        (queries, weights, reference, grad, shift, grad_den),
         shapes,
         scratch,
         heads=heads,

@@ -6,9 +6,10 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
   of compute capability 8.0 and newer (JAX's Pallas Triton backend; sm90 runs it too);
 * ``"pallas_tpu"``: the same kernels compiled by Mosaic for TPUs;
 * ``"pallas_mosaic_gpu"``: kernels in Mosaic GPU's idiom, sm90+: bidirectional attention
-  (forward ``_fused_mosaic_gpu``, backward ``_fused_mosaic_gpu_grads``) and causal attention's
-  forward pass (``_fused_mosaic_gpu_causal``, where every head's row shifts are within reach,
-  else the Triton kernels; differentiated through the Triton kernels); bfloat16 inputs and the
+  (forward ``_fused_mosaic_gpu``, backward ``_fused_mosaic_gpu_grads``) and causal attention
+  (``_fused_mosaic_gpu_causal``, ``_fused_mosaic_gpu_causal_grads``: where every head's row
+  shifts are within reach, else the Triton kernels; the backward at H, P <= 64, else the
+  Triton kernels'); bfloat16 inputs and the
   affine maps with m a multiple of 64 only (``check_fusable`` says so for the rest), heads of
   H <= 64 with values up to 192 wide or H <= 128 with values up to 64 (shared memory:
   ``_fused_mosaic_gpu.check_widths``). Not yet timed on a GPU, so ``"auto"`` never picks it;

@@ -47,10 +47,6 @@ def test_the_attention_benchmark_runs_its_jax_programs():
             assert row["median_s"] > 0, row
         elif row["method"] in ("favor_pallas", "favor_mosaic", "cudnn"):  # for CUDA only
             assert row["median_s"] is None and row["skipped"], row
-    repeated = [
-        r for r in rows if (r["mode"], r["method"], r["pass"]) in attention_gpu.REPEATED_PROGRAMS
-    ]
-    assert len(repeated) == 1 and "favor_pallas's program" in repeated[0]["skipped"], repeated
     peaks = {  # made-up rates: the arithmetic of the roofline, not its value
         "matmul_bfloat16_flop_per_s": 1e12,
         "matmul_float32_default_flop_per_s": 5e11,

@@ -179,11 +179,12 @@ def test_narrow_values_and_bfloat16_rows_lower_for_h100():
     assert _kernel_calls(lowered) == (2, 0)
 
 
-def _lowered_passes(head_dim: int, value_width: int):
-    """Forward and backward for one head (T = 128, m = 128, float32 rows as ``favor_attention``
-    passes them) lowered for an abstract H100."""
+def pass_arguments(head_dim: int, value_width: int) -> list[jax.ShapeDtypeStruct]:
+    """The arguments of the cotangent functions (the first six: of the sums) for one head,
+    T = 128, m = 128, float32 rows as ``favor_attention`` passes them: W, b, q, k, v, valid,
+    the row shifts, G, g."""
     f32 = jnp.float32
-    shapes = [
+    return [
         jax.ShapeDtypeStruct((128, head_dim), f32),
         jax.ShapeDtypeStruct((128,), f32),
         *[jax.ShapeDtypeStruct((1, 128, head_dim), f32)] * 2,
@@ -194,13 +195,23 @@ def _lowered_passes(head_dim: int, value_width: int):
         jax.ShapeDtypeStruct((1, 128), f32),
     ]
 
+
+def lowered_for_h100(function, arguments):
+    """``function`` jitted and lowered for an abstract H100 (Mosaic GPU's lowering and layout
+    inference run, nothing compiles)."""
+    device = jax.sharding.AbstractDevice(**TOOL.H100)
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
+        return jax.jit(function).trace(*arguments).lower(lowering_platforms=("cuda",))
+
+
+def _lowered_passes(head_dim: int, value_width: int):
+    """Forward and backward for one head (``pass_arguments``) lowered for an abstract H100."""
+
     def passes(*args):
         sums = _fused_mosaic_gpu.bidirectional_sums(*args[:6], norm_weight=-0.5)
         return sums, _fused_mosaic_gpu_grads.bidirectional_cotangents(*args, norm_weight=-0.5)
 
-    device = jax.sharding.AbstractDevice(**TOOL.H100)
-    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
-        return jax.jit(passes).trace(*shapes).lower(lowering_platforms=("cuda",))
+    return lowered_for_h100(passes, pass_arguments(head_dim, value_width))
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 interpret mode against float64 where the heads are tame, the bound on the row shifts that
 makes them so checked against the exact row maxima (with masks that start chunks with padding
 and leave holes), the fallback to the generic kernels at norm 120 (and what goes wrong without
-it), gradients through the generic kernels, and the lowering for an abstract H100.
+it), values and gradients against the XLA form, and the lowering for an abstract H100 (the
+backward's kernels alone: ``test_fused_mosaic_gpu_causal_grads``).
 
 Tolerances: bfloat16 products as ``test_fused_mosaic_gpu`` takes them (5 u max|v| plus the
 output's rounding, u = 2^-8; the denominators' factors enter the products in bfloat16, 2u
@@ -19,8 +20,9 @@ import pytest
 from rfjax import attention
 from rfjax.attention import _favor, _fused_mosaic_gpu
 from rfjax.attention import _fused_mosaic_gpu_causal as causal_kernels
-from tests.rfjax.attention.test_fused import _assert_gpu_close, operands
-from tests.rfjax.attention.test_fused_mosaic_gpu import _sm90
+from rfjax.attention import _fused_mosaic_gpu_causal_grads as causal_grads
+from tests.rfjax.attention.test_fused import _assert_gpu_close, _on_the_gpu, operands
+from tests.rfjax.attention.test_fused_mosaic_gpu import _sm90, lowered_for_h100, pass_arguments
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.interpret_mode import INTERPRET_MODE
 from tests.support.tools import load_tool
@@ -73,10 +75,10 @@ def test_tame_sums_match_float64():
     bfloat16 factors' rounding; outputs within the products' bound."""
     q, k, v, valid, weights = _rows(0, 0.35, _masks())
     bias = jnp.zeros(FEATURES)
-    num, den, shift, tame = causal_kernels.causal_sums(
+    num, den, shift, excess = causal_kernels.causal_sums(
         weights, bias, q, k, v, valid, norm_weight=-0.5, interpret=True
     )
-    assert np.all(np.asarray(tame))
+    assert np.all(np.asarray(excess) <= 0)  # tame
     want_num, want_den, top = _float64_sums(q, k, v, valid, weights)
     attended = np.isfinite(top)  # head 1's first 20 rows attend to no key
     assert np.all(np.asarray(den)[~attended] == 0)
@@ -132,44 +134,56 @@ def _readout_bounds(weights, bias, query, key, value, valid, *, norm_weight):
     _, _, shift, lower = causal_kernels.causal_readout(
         queries, keys, values, keep, augmented, chunks, interpret=True
     )
-    tame = causal_kernels.causal_sums(
+    excess = causal_kernels.causal_sums(
         weights, bias, query, key, value, valid, norm_weight=norm_weight, interpret=True
     )[3]
-    return shift, lower, tame
+    return shift, lower, excess <= 0
 
 
 @INTERPRET_MODE
 def test_norm_120_falls_back_to_the_generic_kernels(monkeypatch):
     """|q| = |k| = 120: chunks are not tame, so ``favor_attention`` runs the generic
-    kernels and matches float64 (``test_large_norms.exact``); with the bound lifted (every head
-    taken as tame) the Mosaic GPU kernel's rows are far off: the fallback carries it."""
+    kernels, forward (matching float64, ``test_large_norms.exact``) and backward (the
+    gradients of ``pallas_triton_interpret``, equal); with the bound lifted (every head taken
+    as tame) the Mosaic GPU kernel's rows are far off: the fallback carries it."""
     q, k, v = inputs(120, jnp.bfloat16, length=128)
     projection = attention.draw_projection(jax.random.key(3), HEAD_DIM, FEATURES)
     want, tolerance = exact(q, k, v, np.asarray(projection.matrix()), antithetic=False, causal=True)
     bound = tolerance + 5 * U * np.abs(np.asarray(v, np.float32)).max()
+    weights = jax.random.normal(jax.random.key(5), v.shape)
 
-    def error() -> float:
+    def run(implementation: str):
         jax.clear_caches()  # favor_attention traced again, with the bound in force
-        run = functools.partial(
+        attend = functools.partial(
             attention.favor_attention,
             projection=projection,
             causal=True,
-            implementation="pallas_mosaic_gpu_interpret",
+            implementation=implementation,
         )
-        out = jax.jit(run)(q, k, v)
-        return np.abs(np.asarray(out[0, :, 0], np.float64) - want).max()
+        out = jax.jit(attend)(q, k, v)
 
-    assert error() <= bound
+        def loss(*rows):
+            return jnp.sum(attend(*rows).astype(jnp.float32) * weights)
+
+        grads = jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
+        error = np.abs(np.asarray(out[0, :, 0], np.float64) - want).max()
+        return error, [np.asarray(g, np.float32) for g in grads]
+
+    error, grads = run("pallas_mosaic_gpu_interpret")
+    assert error <= bound
+    for grad, generic in zip(grads, run("pallas_triton_interpret")[1], strict=True):
+        np.testing.assert_array_equal(grad, generic)
     monkeypatch.setattr(causal_kernels, "tame_bound", lambda *_: np.inf)
-    assert not error() <= bound  # NaN or far off
+    assert not run("pallas_mosaic_gpu_interpret")[0] <= bound  # NaN or far off
 
 
 @INTERPRET_MODE
-def test_matches_the_xla_form_and_differentiates_through_the_generic_kernels():
+def test_matches_the_xla_form_values_and_gradients(monkeypatch):
     """bfloat16 inputs with a mask, 2 heads, T = 80 (a chunk and a partial one), m = 64:
-    outputs within the bfloat16 bound of the XLA form's; the gradients are the generic
-    kernels' (``pallas_triton_interpret``'s, equal), and those within the bound of the XLA
-    form's (``test_fused._assert_gpu_close``)."""
+    outputs (not differentiated: the forward kernel) and gradients (the backward's kernels)
+    within the bound of the XLA form's (``test_fused._assert_gpu_close``); with the widths
+    past the backward's kernels (``BACKWARD_WIDTHS`` emptied) the gradients are the generic
+    kernels' (``pallas_triton_interpret``'s, equal)."""
     q, k, v, mask, projection = operands(3, dtype=jnp.bfloat16, features=64)
     weights = jax.random.normal(jax.random.key(9), v.shape)
 
@@ -179,19 +193,20 @@ def test_matches_the_xla_form_and_differentiates_through_the_generic_kernels():
         )
         return jnp.sum(out.astype(jnp.float32) * weights), out
 
-    run = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True), static_argnums=3)
-    results = {}
-    for implementation in ("pallas_mosaic_gpu_interpret", "pallas_triton_interpret", "xla"):
-        (_, _), grads = run(q, k, v, implementation)
+    def results(implementation: str):
+        jax.clear_caches()
+        grads = jax.jit(jax.grad(loss, (0, 1, 2), has_aux=True), static_argnums=3)(
+            q, k, v, implementation
+        )[0]
         forward = jax.jit(loss, static_argnums=3)(q, k, v, implementation)[1]
-        results[implementation] = (
-            np.asarray(forward, np.float32),
-            [np.asarray(g, np.float32) for g in grads],
-        )
-    mosaic, generic = results["pallas_mosaic_gpu_interpret"], results["pallas_triton_interpret"]
-    for grad, want in zip(mosaic[1], generic[1], strict=True):
+        return np.asarray(forward, np.float32), [np.asarray(g, np.float32) for g in grads]
+
+    mosaic, xla = results("pallas_mosaic_gpu_interpret"), results("xla")
+    _assert_gpu_close(mosaic, xla, U, np.asarray(v, np.float32))
+    monkeypatch.setattr(causal_grads, "BACKWARD_WIDTHS", ())
+    generic = results("pallas_triton_interpret")[1]
+    for grad, want in zip(results("pallas_mosaic_gpu_interpret")[1], generic, strict=True):
         np.testing.assert_array_equal(grad, want)
-    _assert_gpu_close(mosaic, results["xla"], U, np.asarray(v, np.float32))
 
 
 def _kernel_calls(lowered) -> tuple[int, int]:
@@ -200,11 +215,13 @@ def _kernel_calls(lowered) -> tuple[int, int]:
     return text.count("custom_call @mosaic_gpu_v2("), text.count(f"{TOOL.TRITON_CALL}(")
 
 
-def test_forward_lowers_for_h100_and_gradients_take_triton(monkeypatch):
+def test_both_passes_lower_for_h100(monkeypatch):
     """Lowered for an abstract H100 (B = 2, 2 heads of 64, T = 256, m = 256, bfloat16): the
     forward pass holds the two Mosaic GPU kernels (the key summaries and the read-out) and the
     fallback's, the Triton kernels of ``"pallas_triton"``'s forward pass (a ``cond`` lowers
-    both branches); its gradient is ``"pallas_triton"``'s, Triton kernels only."""
+    both branches); its gradient holds six Mosaic GPU kernels (those two, and the backward's
+    key summaries, query summaries, queries' and keys' kernels) and the fallback's, the Triton
+    kernels of ``"pallas_triton"``'s gradient."""
     q = jax.ShapeDtypeStruct((2, 256, 2, 64), jnp.bfloat16)
     projection = attention.draw_projection(jax.random.key(0), 64, 256)
 
@@ -220,31 +237,26 @@ def test_forward_lowers_for_h100_and_gradients_take_triton(monkeypatch):
         def gradient(q, k, v):
             return jax.grad(loss, (0, 1, 2))(q, k, v)
 
-        device = jax.sharding.AbstractDevice(**TOOL.H100)
-        mesh = jax.sharding.AbstractMesh((), (), abstract_device=device)
-        with jax.sharding.use_abstract_mesh(mesh):
-            return [
-                _kernel_calls(jax.jit(f).trace(q, q, q).lower(lowering_platforms=("cuda",)))
-                for f in (forward, gradient)
-            ]
+        return [_kernel_calls(lowered_for_h100(f, (q, q, q))) for f in (forward, gradient)]
 
     # favor_attention refuses the GPU's implementations off a GPU: here it takes the lowering's
     monkeypatch.setattr(_favor.jax, "default_backend", lambda: "gpu")
     (mosaic, mosaic_gradient), (triton, triton_gradient) = map(
         calls, ("pallas_mosaic_gpu", "pallas_triton")
     )
-    assert triton[0] == 0 and triton[1] > 0
+    assert triton[0] == 0 and triton[1] > 0 and triton_gradient[0] == 0
     assert mosaic == (2, triton[1])
-    assert mosaic_gradient == triton_gradient and triton_gradient[0] == 0
+    assert mosaic_gradient == (6, triton_gradient[1])
 
 
 @pytest.mark.skipif(not _sm90(), reason="compiles the Mosaic GPU kernels for an sm90+ GPU")
 def test_pallas_mosaic_gpu_causal_on_the_gpu_matches_the_xla_form():
-    """The causal forward pass compiled by Mosaic GPU (``benchmarks.gpu_run``'s tests step)
-    against the XLA form on the device: B = 2, T = 1,000 (16 chunks, one partial), 4 heads of
-    64, m = 128, masked, bfloat16, not differentiated (so the kernel runs: standard normal rows,
-    |x'| ~ 2.8, are tame, ``test_the_row_shifts_lie_within_their_bounds``); within
-    ``test_fused``'s GPU bound, 2 x 5u max|v| plus u |out|."""
+    """Causal attention compiled by Mosaic GPU (``benchmarks.gpu_run``'s tests step) against
+    the XLA form on the device: B = 2, T = 1,000 (16 chunks, one partial), 4 heads of 64,
+    m = 128, masked, bfloat16 (standard normal rows, |x'| ~ 2.8, are tame:
+    ``test_the_row_shifts_lie_within_their_bounds``); the output not differentiated (the
+    forward kernel alone), and the output and gradients of ``value_and_grad`` (both passes),
+    within ``test_fused``'s GPU bound."""
     keys = jax.random.split(jax.random.key(6), 5)
     shape = (2, 1000, 4, 64)
     q, k, v = (jax.random.normal(x, shape).astype(jnp.bfloat16) for x in keys[:3])
@@ -264,22 +276,14 @@ def test_pallas_mosaic_gpu_causal_on_the_gpu_matches_the_xla_form():
     out, want = run("pallas_mosaic_gpu"), run("xla")
     largest = np.abs(np.asarray(v, np.float32)).max()
     assert np.abs(out - want).max() <= 10 * U * largest + U * np.abs(want).max()
+    both, u, values = _on_the_gpu(True, jnp.bfloat16)
+    _assert_gpu_close(both("pallas_mosaic_gpu"), both("xla"), u, values)
 
 
 @pytest.mark.parametrize("head_dim, value_width", _fused_mosaic_gpu.FITTING_WIDTHS)
 def test_the_kernels_lower_at_the_widest_widths_they_take(head_dim, value_width):
     """At each pair of ``FITTING_WIDTHS`` (float32 rows: three parts, T = 128, m = 128) the
     causal forward's two kernels lower for an abstract H100: within its shared memory."""
-    f32 = jnp.float32
-    shapes = [
-        jax.ShapeDtypeStruct((128, head_dim), f32),
-        jax.ShapeDtypeStruct((128,), f32),
-        *[jax.ShapeDtypeStruct((1, 128, head_dim), f32)] * 2,
-        jax.ShapeDtypeStruct((1, 128, value_width), jnp.bfloat16),
-        jax.ShapeDtypeStruct((1, 128), bool),
-    ]
     sums = functools.partial(causal_kernels.causal_sums, norm_weight=-0.5)
-    device = jax.sharding.AbstractDevice(**TOOL.H100)
-    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
-        lowered = jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
+    lowered = lowered_for_h100(sums, pass_arguments(head_dim, value_width)[:6])
     assert _kernel_calls(lowered) == (2, 0)

@@ -1,0 +1,335 @@
+"""The backward pass of causal FAVOR in Mosaic GPU's idiom (``_fused_mosaic_gpu_causal``'s
+forward pass, with the same references u_c at each chunk's end and the forward's row shifts
+S_t).
+
+One head; rows t and keys j of chunk c, features i; the query factors a_ti =
+exp(la_ti + u_ci - S_t), the key factors b_ji = exp(lb_ji - u_ci) (0 for keys that do not
+count), the cotangents G_t of the numerator and g_t of the denominator, and
+D_tj = G_t . v_j + g_t for j <= t in the chunk:
+
+* ``query_summaries`` (``_fused_mosaic_gpu_grads``'s, with the chunks' references): per chunk
+  Q_c = sum_t a_t G_t^T and q_c = sum_t a_t g_t; then, by a reversed scan in XLA, the later
+  chunks' L_c = sum_{c' > c} exp(u_c - u_c') Q_c' (and l_c likewise), every factor <= 1;
+* the queries' kernel: dla_ti = a_ti (S_c[i] . G_t + z_c[i] g_t + sum_j b_ji D_tj), S_c and
+  z_c the earlier keys' state and count relative to u_c (the forward's ``references``);
+* the keys' kernel: dlb_ji = b_ji (L_c[i] . v_j + l_c[i] + sum_{t >= j} a_ti D_tj) and
+  dv_j = sum_i b_ji L_c[i] + sum_{t >= j} (sum_i a_ti b_ji) G_t.
+
+Each kernel holds the chunk's queries and keys (the factors of both enter either), features as
+rows as in ``_fused_mosaic_gpu_grads``, whose pullback through the affine map it shares
+(``pulled_back``: dx = dl W + 2 g (sum_i dl_i) x, the last term in XLA; dW and db per chunk).
+Where the forward's sums are exact (the head is tame: ``_fused_mosaic_gpu_causal``), every term
+that counts keeps both factors above e^-L here too, and the cotangents are those of the
+stabilised form, to the bfloat16 operands' rounding (the factors, G, the states, D).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from rfjax.attention._fused_mosaic_gpu import (
+    _COLUMN,
+    _ROW,
+    CHUNK,
+    FEATURE_TILE,
+    _launch,
+    _load,
+    _padded_columns,
+    _products,
+    _smem,
+    augmented_rows,
+    augmented_weights,
+    check_widths,
+    key_summaries,
+    projection,
+    row_parts,
+)
+from rfjax.attention._fused_mosaic_gpu_causal import references
+from rfjax.attention._fused_mosaic_gpu_grads import (
+    _Layout,
+    pulled_back,
+    query_summaries,
+    store_parameters,
+    store_rows,
+)
+
+# The widest heads and values the backward's kernels take together, (H, P): at (64, 64) they
+# fit an sm90 block's 227 KiB of shared memory; at (64, 128), (64, 192) and (128, 64) they
+# exceed it (Mosaic GPU's lowering, 2026-12-01), and the call is differentiated through the
+# generic kernels.
+BACKWARD_WIDTHS = ((64, 64),)
+
+
+def backward_fits(head_dim: int, value_width: int) -> bool:
+    """Whether the backward's kernels take heads of ``head_dim`` and values of ``value_width``
+    (``BACKWARD_WIDTHS``)."""
+    return any(head_dim <= h and value_width <= p for h, p in BACKWARD_WIDTHS)
+
+
+def _tile_factors(s, w_gmem, per_chunk, at, shift: jax.Array, valid: jax.Array):
+    """One tile's query factors a^T and key factors b^T ``(FEATURE_TILE, CHUNK)`` (features as
+    rows) from the chunk's queries ``s["q"]``, keys ``s["k"]`` and the tile of W_aug, loaded
+    with the chunk's tiles ``per_chunk`` (``(global, name)``, the references u first) at
+    ``at`` (head, chunk, features)."""
+    loads = [(source.at[at], s[name]) for source, name in per_chunk]
+    _load([(w_gmem.at[at[2]], s["w"]), *loads], s["barriers"], 8)
+    shape = (FEATURE_TILE, CHUNK)
+    reference = lax.broadcast_in_dim(plgpu.load(s["end"], layout=_ROW), shape, [0])
+    query_logs = _products(projection(s["q"], s["w"], features_first=True), shape)
+    query = jnp.exp(query_logs + reference - lax.broadcast_in_dim(shift, shape, [1]))
+    key_logs = _products(projection(s["k"], s["w"], features_first=True), shape)
+    counts = lax.broadcast_in_dim(valid, shape, [1])
+    return query, jnp.where(counts, jnp.exp(key_logs - reference), 0)
+
+
+def _score_cotangents(s, grad_den: jax.Array) -> None:
+    """D^T ``(CHUNK keys, CHUNK rows)``, D_tj = G_t . v_j + g_t for j <= t (0 elsewhere), into
+    ``s["scores"]`` as bfloat16. Keys that do not count are not masked here (a broadcast of
+    the mask along the rows fails the layout inference): their factors are 0 wherever D
+    enters, and their D_tj = g_t (their values are 0) is finite."""
+    shape = (CHUNK, CHUNK)
+    scores = _products([(s["v"], s["grad"].transpose((1, 0)))], shape)
+    scores = scores + lax.broadcast_in_dim(grad_den, shape, [1])
+    key = plgpu.broadcasted_iota(jnp.int32, shape, 0, layout=plgpu.Layout.WGMMA)
+    row = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA)
+    s["scores"][...] = jnp.where(key <= row, scores, 0).astype(jnp.bfloat16)
+    plgpu.commit_smem()
+
+
+def _rows_in(s, refs, head, rows) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The chunk's rows into shared memory; (S, g and the valid keys, as columns)."""
+    q, k, v, valid, grad, grad_den, shift, ones = refs
+    copies = [(q, "q"), (k, "k"), (v, "v"), (valid, "valid"), (grad, "grad")]
+    copies += [(grad_den, "den"), (shift, "shift")]
+    loads = [(source.at[head, rows], s[name]) for source, name in copies]
+    _load([*loads, (ones, s["ones"])], s["barriers"])
+    valid = plgpu.load(s["valid"], layout=_COLUMN) > 0
+    shift = plgpu.load(s["shift"], layout=_COLUMN)
+    return shift, plgpu.load(s["den"], layout=_COLUMN), valid
+
+
+def _query_kernel(*refs, layout: _Layout, **s):
+    """One chunk of one head: the queries' dla per tile of features, pulled back (dx without
+    the norm term, the row sums of dla, dW and db per chunk)."""
+    rows_in, (w_gmem, end_gmem, state_gmem, count_gmem) = refs[:8], refs[8:12]
+    dx_gmem, rowsum_gmem, dw_gmem, db_gmem = refs[12:]
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
+    rows = pl.ds(chunk * CHUNK, CHUNK)
+    shift, grad_den, valid = _rows_in(s, rows_in, head, rows)
+    _score_cotangents(s, grad_den)
+    shape = (FEATURE_TILE, CHUNK)
+    sums = [
+        plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA)
+        for x in ((CHUNK, layout.block), (CHUNK, FEATURE_TILE))
+    ]
+    for tile in range(w_gmem.shape[0] // FEATURE_TILE):
+        features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
+        per_chunk = [(end_gmem, "end"), (state_gmem, "state"), (count_gmem, "count")]
+        query, key = _tile_factors(s, w_gmem, per_chunk, (head, chunk, features), shift, valid)
+        s["key_factors"][...] = key.astype(jnp.bfloat16)
+        plgpu.commit_smem()
+        read = _products(
+            [(s["state"], s["grad"].transpose((1, 0))), (s["key_factors"], s["scores"])], shape
+        )
+        count = lax.broadcast_in_dim(plgpu.load(s["count"], layout=_ROW), shape, [0])
+        grads = query * (read + count * lax.broadcast_in_dim(grad_den, shape, [1]))
+        tile_sums = pulled_back(grads, layout, s | {"x": s["q"]})
+        sums = [a + b for a, b in zip(sums, tile_sums, strict=True)]
+        store_parameters(
+            grads, layout, s | {"x": s["q"]}, db_gmem, dw_gmem, (head, chunk, features)
+        )
+    dx, rowsum = sums
+    store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows))
+
+
+def _key_kernel(*refs, layout: _Layout, **s):
+    """One chunk of one head: the keys' dlb per tile of features, pulled back (dx without the
+    norm term, the row sums of dlb, dW and db per chunk), and dv."""
+    rows_in, (w_gmem, end_gmem, later_gmem, later_count_gmem) = refs[:8], refs[8:12]
+    dx_gmem, rowsum_gmem, dv_gmem, dw_gmem, db_gmem = refs[12:]
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
+    rows = pl.ds(chunk * CHUNK, CHUNK)
+    shift, grad_den, valid = _rows_in(s, rows_in, head, rows)
+    _score_cotangents(s, grad_den)
+    shape, width = (FEATURE_TILE, CHUNK), dv_gmem.shape[-1]
+    sums = [  # dx, the row sums, dv, the chunk's scores A^T (keys, rows)
+        plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA)
+        for x in ((CHUNK, layout.block), (CHUNK, FEATURE_TILE), (CHUNK, width), (CHUNK, CHUNK))
+    ]
+    for tile in range(w_gmem.shape[0] // FEATURE_TILE):
+        features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
+        per_chunk = [(end_gmem, "end"), (later_gmem, "later"), (later_count_gmem, "count")]
+        query, key = _tile_factors(s, w_gmem, per_chunk, (head, chunk, features), shift, valid)
+        s["query_factors"][...] = query.astype(jnp.bfloat16)
+        s["key_factors"][...] = key.astype(jnp.bfloat16)
+        plgpu.commit_smem()
+        read = _products(
+            [
+                (s["later"], s["v"].transpose((1, 0))),
+                (s["query_factors"], s["scores"].transpose((1, 0))),
+            ],
+            shape,
+        )
+        count = lax.broadcast_in_dim(plgpu.load(s["count"], layout=_ROW), shape, [0])
+        grads = jnp.where(lax.broadcast_in_dim(valid, shape, [1]), key * (read + count), 0)
+        keys = s["key_factors"].transpose((1, 0))
+        values = _products([(keys, s["later"])], (CHUNK, width))
+        scores = _products([(keys, s["query_factors"])], (CHUNK, CHUNK))
+        tile_sums = (*pulled_back(grads, layout, s | {"x": s["k"]}), values, scores)
+        sums = [a + b for a, b in zip(sums, tile_sums, strict=True)]
+        store_parameters(
+            grads, layout, s | {"x": s["k"]}, db_gmem, dw_gmem, (head, chunk, features)
+        )
+    dx, rowsum, dv, scores = sums
+    key = plgpu.broadcasted_iota(jnp.int32, scores.shape, 0, layout=plgpu.Layout.WGMMA)
+    row = plgpu.broadcasted_iota(jnp.int32, scores.shape, 1, layout=plgpu.Layout.WGMMA)
+    s["query_factors"][...] = jnp.where(key <= row, scores, 0).astype(jnp.bfloat16)  # free now
+    plgpu.commit_smem()
+    dv = dv + _products([(s["query_factors"], s["grad"])], dv.shape)
+    store_rows(
+        s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows), [(s["dv"], dv, dv_gmem.at[head, rows])]
+    )
+
+
+def _scratch(rows_width: int, weights_width: int, value_width: int, block: int, *, keys: bool):
+    """The shared memory of either kernel."""
+    scratch = dict(
+        q=_smem((CHUNK, rows_width), jnp.bfloat16),
+        k=_smem((CHUNK, rows_width), jnp.bfloat16),
+        v=_smem((CHUNK, value_width), jnp.bfloat16),
+        valid=plgpu.SMEM((CHUNK,), jnp.float32),
+        grad=_smem((CHUNK, value_width), jnp.bfloat16),
+        den=plgpu.SMEM((CHUNK,), jnp.float32),
+        shift=plgpu.SMEM((CHUNK,), jnp.float32),
+        ones=_smem((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16),
+        w=_smem((FEATURE_TILE, weights_width), jnp.bfloat16),
+        end=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        scores=_smem((CHUNK, CHUNK), jnp.bfloat16),
+        key_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
+        grads=_smem((3, FEATURE_TILE, CHUNK), jnp.bfloat16),
+        db=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
+        dw=plgpu.SMEM((FEATURE_TILE, block), jnp.float32),
+        rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=12),
+    )
+    state = _smem((FEATURE_TILE, value_width), jnp.bfloat16)
+    if not keys:
+        return scratch | dict(state=state)
+    return scratch | dict(
+        later=state,
+        query_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
+        dv=plgpu.SMEM((CHUNK, value_width), jnp.float32),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("norm_weight", "interpret"))
+def causal_cotangents(
+    weights,
+    bias,
+    query,
+    key,
+    value,
+    valid,
+    row_shift,
+    grad,
+    grad_den,
+    *,
+    norm_weight: float,
+    interpret: bool = False,
+):
+    """The cotangents of ``_fused_mosaic_gpu_causal.causal_sums`` for N heads, from those of its
+    numerator ``grad`` ``(N, T, P)`` and denominator ``grad_den`` ``(N, T)`` and its row shifts
+    ``row_shift`` ``(N, T)``: (dW ``(N, m, H)``, db ``(N, m)``, dq, dk, dv), float32, exact
+    where the head is tame. The arguments as ``causal_sums`` takes them; the widths within
+    ``BACKWARD_WIDTHS``."""
+    head_dim, value_width = query.shape[-1], value.shape[-1]
+    check_widths(head_dim, value_width)
+    if not backward_fits(head_dim, value_width):
+        raise ValueError(
+            f"the causal backward's Mosaic GPU kernels take (H, P) up to {BACKWARD_WIDTHS}; got "
+            f"({head_dim}, {value_width})"
+        )
+    layout = _Layout(head_dim, row_parts(query.dtype))
+    key = key.astype(query.dtype)
+    keys, queries = augmented_rows(key, norm_weight), augmented_rows(query, norm_weight)
+    values = _padded_columns(value.astype(jnp.bfloat16))
+    grads = _padded_columns(grad.astype(jnp.bfloat16))
+    keep = valid.astype(jnp.float32)
+    augmented = augmented_weights(weights, bias)
+    summaries = key_summaries(keys, values, keep, augmented, interpret=interpret)
+    chunks = references(summaries, key, valid, weights, bias, norm_weight)
+    heads = query.shape[0]
+    per_head = jnp.broadcast_to(augmented, (heads, *augmented.shape))
+    sums, counts = query_summaries(
+        queries, per_head, grads, row_shift, grad_den, chunks.end, interpret=interpret
+    )
+    later, later_counts = _later(chunks.end, sums, counts)
+    rows = (queries, keys, values, keep, grads, grad_den, row_shift)
+    ones = jnp.ones((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16)
+    dq, q_sums, dw_q, db_q = _run(
+        _query_kernel,
+        (*rows, ones, augmented, chunks.end, chunks.state, chunks.counts),
+        layout,
+        keys=False,
+        interpret=interpret,
+    )
+    dk, k_sums, dv, dw_k, db_k = _run(
+        _key_kernel,
+        (*rows, ones, augmented, chunks.end, later.astype(jnp.bfloat16), later_counts),
+        layout,
+        keys=True,
+        interpret=interpret,
+    )
+    norm = 2.0 * norm_weight
+    dq = dq[..., :head_dim] + norm * q_sums[..., None] * query.astype(jnp.float32)
+    dk = dk[..., :head_dim] + norm * k_sums[..., None] * key.astype(jnp.float32)
+    dv = jnp.where(valid[..., None], dv[..., :value_width], 0)
+    dw = jnp.sum(dw_q, axis=1) + jnp.sum(dw_k, axis=1)
+    return dw[..., :head_dim], jnp.sum(db_q, axis=1) + jnp.sum(db_k, axis=1), dq, dk, dv
+
+
+def _later(end, sums, counts):
+    """(L ``(N, n, m, P)``, l ``(N, n, m)``): per chunk c the later chunks' query summaries,
+    sum_{c' > c} exp(u_c - u_c') Q_c', by a reversed scan (relative to u_c: factors <= 1)."""
+
+    def step(carry, chunk):  # the carry: chunks c' > c, relative to u_{c+1}, and u_{c+1}
+        after_sums, after_counts, after = carry
+        chunk_sums, chunk_counts, u = chunk
+        rescale = jnp.exp(u - after)
+        later, later_counts = after_sums * rescale[..., None], after_counts * rescale
+        return (later + chunk_sums, later_counts + chunk_counts, u), (later, later_counts)
+
+    initial = (jnp.zeros_like(sums[:, 0]), jnp.zeros_like(counts[:, 0]), end[:, -1])
+    chunks = [jnp.moveaxis(x, 1, 0) for x in (sums, counts, end)]
+    _, (later, later_counts) = lax.scan(step, initial, chunks, reverse=True)
+    return jnp.moveaxis(later, 0, 1), jnp.moveaxis(later_counts, 0, 1)
+
+
+def _run(kernel, operands, layout: _Layout, *, keys: bool, interpret: bool):
+    """``kernel`` (the queries' or the keys' one) over every (head, chunk): dx ``(N, T, Hb)``,
+    the row sums ``(N, T)``, (keys) dv ``(N, T, P)``, dW ``(N, n, m, Hb)``, db ``(N, n, m)``."""
+    queries, _, values, *_ = operands
+    weights = operands[8]
+    heads, length, width = queries.shape
+    features, value_width = weights.shape[0], values.shape[-1]
+    chunks = length // CHUNK
+    shapes = [(heads, length, layout.block), (heads, length)]
+    shapes += [(heads, length, value_width)] if keys else []
+    shapes += [(heads, chunks, features, layout.block), (heads, chunks, features)]
+    scratch = _scratch(width, weights.shape[-1], value_width, layout.block, keys=keys)
+    return _launch(
+        functools.partial(kernel, layout=layout),
+        operands,
+        shapes,
+        scratch,
+        heads=heads,
+        chunks=chunks,
+        interpret=interpret,
+    )
