@@ -776,7 +776,17 @@ def fused_attention_sums(
 
     Returns:
       (numerator, denominator), float32.
+
+    Raises:
+      ValueError: for causal attention under a Mosaic GPU backend, whose kernels run through
+        ``fused_attention`` (their fallback is decided over all heads at once).
     """
+    if causal and backend.mosaic_gpu:
+        raise ValueError(
+            "causal attention under Mosaic GPU runs through fused_attention (its fallback to "
+            "the generic kernels is decided over all heads); fused_attention_sums takes the "
+            "generic backends (Backend.generic)"
+        )
     spec, *arrays = _varying_operands(form, query, key, value, valid)
     op = _causal if causal else _bidirectional
     num, den, _ = op(*arrays, spec, backend, spec.operand_dtype(jnp.dtype(matmul_dtype)))

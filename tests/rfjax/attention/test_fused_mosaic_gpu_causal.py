@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax import attention
-from rfjax.attention import _favor, _fused_mosaic_gpu
+from rfjax import attention, features
+from rfjax.attention import _favor, _fused, _fused_mosaic_gpu
 from rfjax.attention import _fused_mosaic_gpu_causal as causal_kernels
 from rfjax.attention import _fused_mosaic_gpu_causal_grads as causal_grads
 from tests.rfjax.attention.test_fused import _assert_gpu_close, _on_the_gpu, operands
@@ -247,6 +247,47 @@ def test_both_passes_lower_for_h100(monkeypatch):
     assert triton[0] == 0 and triton[1] > 0 and triton_gradient[0] == 0
     assert mosaic == (2, triton[1])
     assert mosaic_gradient == (6, triton_gradient[1])
+
+
+def test_both_passes_lower_inside_shard_map(monkeypatch):
+    """Inside ``shard_map`` (the batch split over ``"data"``, as the long-context LM's training
+    step runs), a gradient through ``favor_attention(implementation="pallas_mosaic_gpu",
+    causal=True)`` lowers for an abstract H100 with its six Mosaic GPU kernels (and the
+    fallback's Triton kernels); ``fused_attention_sums``, one head, refuses causal attention
+    under Mosaic GPU (its fallback is decided over all heads)."""
+    monkeypatch.setattr(_favor.jax, "default_backend", lambda: "gpu")
+    projection = attention.draw_projection(jax.random.key(0), 64, 128)
+
+    def loss(q, k, v):
+        out = attention.favor_attention(
+            q, k, v, projection, causal=True, implementation="pallas_mosaic_gpu"
+        )
+        return jnp.sum(out.astype(jnp.float32))
+
+    spec = jax.sharding.PartitionSpec("data")
+    device = jax.sharding.AbstractDevice(**TOOL.H100)
+    mesh = jax.sharding.AbstractMesh(
+        (1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device
+    )
+    step = jax.shard_map(
+        jax.grad(loss, (0, 1, 2)), mesh=mesh, in_specs=(spec,) * 3, out_specs=(spec,) * 3
+    )
+    rows = jax.ShapeDtypeStruct((2, 256, 2, 64), jnp.bfloat16)
+    with jax.sharding.use_abstract_mesh(mesh):
+        lowered = jax.jit(step).trace(rows, rows, rows).lower(lowering_platforms=("cuda",))
+    assert _kernel_calls(lowered)[0] == 6 and _kernel_calls(lowered)[1] > 0
+    form = features.AffineLogForm(projection.matrix(), jnp.zeros(128), -0.5)
+    row = jnp.zeros((64, 64), jnp.bfloat16)
+    with pytest.raises(ValueError, match="runs through fused_attention"):
+        _fused.fused_attention_sums(
+            form,
+            row,
+            row,
+            row,
+            jnp.ones(64, bool),
+            causal=True,
+            backend=_fused.Backend("mosaic_gpu"),
+        )
 
 
 @pytest.mark.skipif(not _sm90(), reason="compiles the Mosaic GPU kernels for an sm90+ GPU")
