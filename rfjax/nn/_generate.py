@@ -144,7 +144,7 @@ def generate(
         {**collections, "params": params},
         prompt,
         dict(rngs or {}),
-        jnp.asarray(0 if projection_step is None else projection_step, jnp.int32),
+        _step(projection_step),
         key,
         # A Python number converted on the host: jnp.asarray(0.7) would compile a program
         # of its own the first time (JAX stages a weakly typed scalar).
@@ -154,6 +154,15 @@ def generate(
         num_tokens=num_tokens,
         cache_length=cache_length,
     )
+
+
+def _step(projection_step) -> Any:
+    """The projection step as an int32 scalar: a Python number (or ``None``: 0) converted on
+    the host, as the temperature is (``jnp.asarray(3, jnp.int32)`` compiles a program of its
+    own, which ``test_generate`` counts), an array by ``jnp.asarray``."""
+    if projection_step is None or isinstance(projection_step, int):
+        return np.int32(projection_step or 0)
+    return jnp.asarray(projection_step, jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("num_tokens", "cache_length"))

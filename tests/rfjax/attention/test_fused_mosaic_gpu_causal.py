@@ -140,6 +140,14 @@ def _readout_bounds(weights, bias, query, key, value, valid, *, norm_weight):
     return shift, lower, excess <= 0
 
 
+def _traced_again() -> None:
+    """Clears the caches of ``favor_attention``'s jitted body and of ``causal_sums``, so that
+    the next call traces them again under a patched constant (``jax.clear_caches`` would also
+    drop programs that later tests in the worker count on being compiled already)."""
+    _favor._favor_attention.clear_cache()
+    causal_kernels.causal_sums.clear_cache()
+
+
 @INTERPRET_MODE
 def test_norm_120_falls_back_to_the_generic_kernels(monkeypatch):
     """|q| = |k| = 120: chunks are not tame, so ``favor_attention`` runs the generic
@@ -153,7 +161,7 @@ def test_norm_120_falls_back_to_the_generic_kernels(monkeypatch):
     weights = jax.random.normal(jax.random.key(5), v.shape)
 
     def run(implementation: str):
-        jax.clear_caches()  # favor_attention traced again, with the bound in force
+        _traced_again()  # with the bound in force
         attend = functools.partial(
             attention.favor_attention,
             projection=projection,
@@ -194,7 +202,7 @@ def test_matches_the_xla_form_values_and_gradients(monkeypatch):
         return jnp.sum(out.astype(jnp.float32) * weights), out
 
     def results(implementation: str):
-        jax.clear_caches()
+        _traced_again()  # with the widths in force
         grads = jax.jit(jax.grad(loss, (0, 1, 2), has_aux=True), static_argnums=3)(
             q, k, v, implementation
         )[0]
