@@ -37,7 +37,7 @@ carry b + c in place of b, so M_t is the maximum of the augmented product's row.
 Operands of the second products: the key factors exp(lb - d), the query factors and the state
 S enter them in bfloat16, as ``_fused_kernels._dot`` casts them under a bfloat16
 ``matmul_dtype``; the denominators are float32 sums of the float32 factors. What the kernels
-take (bidirectional, bfloat16 inputs, the affine maps, m a multiple of 64) is checked
+take (bfloat16 inputs, the affine maps, m a multiple of 64) is checked
 before anything is traced for them (``_fused.check_fusable``), and the widths before the
 kernels are (``check_widths``). The backward pass's kernels, from the row shifts M_t of this
 forward: ``_fused_mosaic_gpu_grads``.
