@@ -52,6 +52,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from rfjax.attention._checks import log_floor
+from rfjax.attention._chunks import chunk_states
 from rfjax.attention._fused_mosaic_gpu import (
     _COLUMN,
     _ROW,
@@ -226,24 +227,19 @@ class References(NamedTuple):
 
 def references(summaries, key, valid, weights, bias, norm_weight: float) -> References:
     """The chunks' ``References`` from their key summaries (``key_summaries``: the maxima d,
-    the sums and counts relative to d) by a scan over the summaries in XLA, and from the keys
-    ``(N, T, H)``, ``valid`` ``(N, T)`` bool and the map (W, b, g)."""
+    the sums and counts relative to d) by a scan over the summaries in XLA
+    (``_chunks.chunk_states``), and from the keys ``(N, T, H)``, ``valid`` ``(N, T)`` bool and
+    the map (W, b, g)."""
     tops, sums, counts = summaries
     end = lax.cummax(tops, axis=1)
-
-    def step(carry, chunk):  # the carry: the keys so far, relative to the previous chunk's u
-        state, count, previous = carry
-        top, chunk_sums, chunk_counts, u = chunk
-        before = jnp.exp(previous - u)
-        state, count = state * before[..., None], count * before
-        own = jnp.exp(top - u)
-        after = (state + chunk_sums * own[..., None], count + chunk_counts * own, u)
-        return after, (state.astype(jnp.bfloat16), count)
-
     floor = jnp.full_like(tops[:, :1], log_floor(jnp.dtype(jnp.float32)))
-    initial = (jnp.zeros_like(sums[:, 0]), jnp.zeros_like(counts[:, 0]), floor[:, 0])
-    chunks = [jnp.moveaxis(x, 1, 0) for x in (tops, sums, counts, end)]
-    _, (states, state_counts) = lax.scan(step, initial, chunks)
+    earlier = jnp.concatenate([floor, end[:, :-1]], axis=1)
+    states, decays = chunk_states_at_ends(
+        jnp.concatenate([sums, counts[..., None]], axis=-1) * jnp.exp(tops - end)[..., None],
+        earlier,
+        end,
+    )
+    states = states * decays[..., None]  # from each chunk's start to its end
     heads, length, _ = key.shape
     per_chunk = valid.reshape(heads, length // CHUNK, CHUNK)
     first = jnp.argmax(per_chunk, axis=-1)  # the first valid key's place (0 for none)
@@ -254,12 +250,27 @@ def references(summaries, key, valid, weights, bias, norm_weight: float) -> Refe
     after_first = has_key[..., None] & (jnp.arange(CHUNK) >= first[..., None])
     return References(
         end=end,
-        state=jnp.moveaxis(states, 0, 1),
-        counts=jnp.moveaxis(state_counts, 0, 1),
-        earlier=jnp.concatenate([floor, end[:, :-1]], axis=1),
+        state=states[..., :-1].astype(jnp.bfloat16),
+        counts=states[..., -1],
+        earlier=earlier,
         first=jnp.where(has_key[..., None], logs, floor),
         after_first=after_first.reshape(heads, length).astype(jnp.float32),
     )
+
+
+def chunk_states_at_ends(summaries, earlier, end, *, reverse: bool = False):
+    """(states ``(N, n, m, p)``, decays ``(N, n, m)``): ``_chunks.chunk_states`` over the
+    chunks (axis 1) of per-chunk ``summaries`` ``(N, n, m, p)`` relative to each chunk's end
+    ``end``, with the decays exp(earlier - end) from each chunk's start (the previous end,
+    ``earlier``) to its end: the state of the earlier chunks relative to each chunk's start,
+    or (``reverse``, with the summaries relative to the chunk's start) of the later chunks
+    relative to each chunk's end."""
+    decays = jnp.exp(earlier - end)
+    initial = jnp.zeros_like(summaries[:, 0])
+    states, _ = chunk_states(
+        jnp.moveaxis(summaries, 1, 0), jnp.moveaxis(decays, 1, 0), initial, reverse=reverse
+    )
+    return jnp.moveaxis(states, 0, 1), decays
 
 
 def tame_bound(features: int, length: int) -> float:

@@ -50,7 +50,7 @@ from rfjax.attention._fused_mosaic_gpu import (
     projection,
     row_parts,
 )
-from rfjax.attention._fused_mosaic_gpu_causal import references
+from rfjax.attention._fused_mosaic_gpu_causal import References, chunk_states_at_ends, references
 from rfjax.attention._fused_mosaic_gpu_grads import (
     _Layout,
     pulled_back,
@@ -270,7 +270,7 @@ def causal_cotangents(
     sums, counts = query_summaries(
         queries, per_head, grads, row_shift, grad_den, chunks.end, interpret=interpret
     )
-    later, later_counts = _later(chunks.end, sums, counts)
+    later, later_counts = _later(chunks, sums, counts)
     rows = (queries, keys, values, keep, grads, grad_den, row_shift)
     ones = jnp.ones((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16)
     dq, q_sums, dw_q, db_q = _run(
@@ -295,21 +295,14 @@ def causal_cotangents(
     return dw[..., :head_dim], jnp.sum(db_q, axis=1) + jnp.sum(db_k, axis=1), dq, dk, dv
 
 
-def _later(end, sums, counts):
+def _later(chunks: References, sums, counts):
     """(L ``(N, n, m, P)``, l ``(N, n, m)``): per chunk c the later chunks' query summaries,
-    sum_{c' > c} exp(u_c - u_c') Q_c', by a reversed scan (relative to u_c: factors <= 1)."""
-
-    def step(carry, chunk):  # the carry: chunks c' > c, relative to u_{c+1}, and u_{c+1}
-        after_sums, after_counts, after = carry
-        chunk_sums, chunk_counts, u = chunk
-        rescale = jnp.exp(u - after)
-        later, later_counts = after_sums * rescale[..., None], after_counts * rescale
-        return (later + chunk_sums, later_counts + chunk_counts, u), (later, later_counts)
-
-    initial = (jnp.zeros_like(sums[:, 0]), jnp.zeros_like(counts[:, 0]), end[:, -1])
-    chunks = [jnp.moveaxis(x, 1, 0) for x in (sums, counts, end)]
-    _, (later, later_counts) = lax.scan(step, initial, chunks, reverse=True)
-    return jnp.moveaxis(later, 0, 1), jnp.moveaxis(later_counts, 0, 1)
+    sum_{c' > c} exp(u_c - u_c') Q_c', relative to u_c (factors <= 1), by the reversed scan
+    (``chunk_states_at_ends``; each chunk's summary taken to its start)."""
+    decays = jnp.exp(chunks.earlier - chunks.end)
+    summaries = jnp.concatenate([sums, counts[..., None]], axis=-1) * decays[..., None]
+    later, _ = chunk_states_at_ends(summaries, chunks.earlier, chunks.end, reverse=True)
+    return later[..., :-1], later[..., -1]
 
 
 def _run(kernel, operands, layout: _Layout, *, keys: bool, interpret: bool):
