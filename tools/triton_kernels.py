@@ -84,9 +84,13 @@ def fused_gradients(fmap: str, causal: bool, backend: str, rows=lambda x: x):
     return gradients
 
 
-def argument_shapes(fmap: str, features: int, batch: tuple[int, ...] = ()) -> list:
+def argument_shapes(
+    fmap: str, features: int, batch: tuple[int, ...] = (), backend: str = "triton"
+) -> list:
     """The arguments of ``fused_gradients``'s function: the benchmark's head (H = H_v = 64),
-    T = 256, float32 queries and keys, bfloat16 values, ``batch`` leading the rows."""
+    T = 256, queries and keys as ``favor_attention`` passes bfloat16 inputs' to ``backend``'s
+    kernels (float32, scaled; bfloat16 for ``"mosaic_gpu"``: ``_fused._head_rows``), bfloat16
+    values, ``batch`` leading the rows."""
     import jax
     import jax.numpy as jnp
 
@@ -94,7 +98,8 @@ def argument_shapes(fmap: str, features: int, batch: tuple[int, ...] = ()) -> li
     aux = (features,) if fmap == "affine" else (signs, head)
     shapes = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(features, head), aux]]
     rows = (*batch, length, head)
-    shapes += [jax.ShapeDtypeStruct(rows, jnp.float32)] * 2
+    row_dtype = jnp.bfloat16 if backend == "mosaic_gpu" else jnp.float32
+    shapes += [jax.ShapeDtypeStruct(rows, row_dtype)] * 2
     shapes += [jax.ShapeDtypeStruct(rows, jnp.bfloat16)]
     return [*shapes, jax.ShapeDtypeStruct((*batch, length), bool)]
 

@@ -219,10 +219,10 @@ def favor_attention(
         ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
         ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_mosaic_gpu"``
         (bfloat16 inputs, the affine maps with m a multiple of 64, heads of H <= 64 with
-        values up to 192 wide or H <= 128 with values up to 64: kernels in Mosaic GPU's
+        values up to 192 wide or H <= 128 with values up to 128: kernels in Mosaic GPU's
         idiom, sm90+, for both passes of bidirectional and causal attention; causal falls back
-        to the Triton kernels where its row shifts are out of reach, and its backward beyond
-        H, P <= 64),
+        to the Triton kernels where its row shifts are out of reach, and its backward at
+        H = P = 128),
         ``"pallas_triton_interpret"`` / ``"pallas_tpu_interpret"`` /
         ``"pallas_mosaic_gpu_interpret"`` (the kernels in interpret mode, any platform), or
         ``"auto"``
@@ -454,8 +454,8 @@ def _favor_attention(
     query, key, value = (x.astype(dtype) for x in (query, key, value))
     if backend is not None:
         out = fused_attention(
-            normalise(query),
-            normalise(key),
+            query,
+            key,
             value,
             mask,
             projection,

@@ -67,7 +67,7 @@ from rfjax.attention._checks import log_floor, vary_like
 from rfjax.attention._chunks import chunk_states
 from rfjax.attention._fused_hybrid import FEATURE_TILE, AngularHybridSpec
 from rfjax.attention._fused_kernels import CHUNK, AffineSpec
-from rfjax.attention._head_features import finite_rows, floored_ratio
+from rfjax.attention._head_features import data_normalizer, finite_rows, floored_ratio, normalise
 from rfjax.features import AffineLogForm, AngularHybridFeatureMap
 
 MIN_WIDTH = 16  # the smallest dimension of a product on GPUs (tt.dot)
@@ -909,7 +909,8 @@ def fused_attention(
     over batch and heads; causal attention under Mosaic GPU: ``_mosaic_gpu_causal``): the
     normalised output, with non-finite rows kept out of the sums and flagged as
     ``favor_attention`` does (a non-finite query's row, and every row that attends to a
-    non-finite unmasked key or value, is NaN)."""
+    non-finite unmasked key or value, is NaN). ``query`` and ``key`` are the rows before the
+    data normaliser H^-1/4, which each head applies as its kernels take it (``_head_rows``)."""
     operands = (query, key, value, mask, projection, fmap)
     if causal and backend.mosaic_gpu:
         return _mosaic_gpu_causal(
@@ -917,12 +918,28 @@ def fused_attention(
         )
 
     def sums(form, q, k, v, usable):
+        form, q, k = _head_rows(form, q, k, backend)
         num, den = fused_attention_sums(
             form, q, k, v, usable, causal=causal, backend=backend, matmul_dtype=matmul_dtype
         )
         return num, den, None
 
     return _over_heads(sums, axes=axes, causal=causal, eps=eps)(*operands)[0]
+
+
+def _head_rows(form: FusedForm, query: jax.Array, key: jax.Array, backend: Backend):
+    """(form, query, key) of one head as its kernels take them, from the rows before the data
+    normaliser s = H^-1/4: the generic kernels take the rows scaled, s x (``normalise``). The
+    Mosaic GPU kernels take the rows as bfloat16, exact (they take bfloat16 inputs only:
+    ``check_fusable``), and s folded into the affine map, l(s x) = x (s W)^T + b + s^2 g |x|^2:
+    x_aug holds one bfloat16 part of x where s x, a float32 number, needs three
+    (``_fused_mosaic_gpu.augmented_rows``), which halves the projections' products and the rows'
+    shared memory."""
+    if not (backend.mosaic_gpu and isinstance(form, AffineLogForm)):
+        return form, normalise(query), normalise(key)
+    scale = data_normalizer(query.shape[-1])
+    folded = AffineLogForm(form.weights * scale, form.bias, form.norm_weight * scale**2)
+    return folded, query.astype(jnp.bfloat16), key.astype(jnp.bfloat16)
 
 
 def _over_heads(head_sums, *, axes: tuple[int | None, int | None], causal: bool, eps: float):
@@ -970,7 +987,7 @@ def _mosaic_gpu_causal(query, key, value, mask, projection, fmap, *, axes, eps, 
     )
 
     def sums(form, q, k, v, usable):
-        spec, *arrays = _varying_operands(form, q, k, v, usable)
+        spec, *arrays = _varying_operands(*_head_rows(form, q, k, backend), v, usable)
         return _mosaic_causal(*arrays, spec, backend, None)
 
     mosaic = _over_heads(sums, axes=axes, causal=True, eps=eps)

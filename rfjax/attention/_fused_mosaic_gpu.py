@@ -19,27 +19,29 @@ features:
   attention runs over keys).
 
 The affine map is one sum of MMAs: its bias and norm term are folded into the product (a
-broadcast of g |x|^2 breaks Mosaic GPU's layout inference). Rows become x_aug = [x parts, 1, 1,
-1, t1, t2, t3, 0...] and the weights W_aug = [W parts, b1, b2, b3, 1, 1, 1, 0...], where the
-parts of each are bfloat16 numbers summing exactly to its float32 value (``bfloat16_parts``:
-b1 + b2 + b3 = b, t1 + t2 + t3 = g |x|^2): one part for a bfloat16 row, three for a float32
-row (as ``favor_attention`` passes x H^-1/4 of bfloat16 inputs), three for W, one block each.
-l(x) is the sum of the products of a row part's block and a W part's block for each pair whose
-orders add up to at most 2 (``_pairs``; the rest lie below float32's rounding) and of the two
-last blocks (``projection``: the operands are slices of the shared-memory tiles). Every product
-of parts is exact and the sum is in float32, so l(x) has float32's accuracy on any GPU (a
-bfloat16 W would put an error of 2^-9 |x||w| into each log-feature, 0.2 at norm 100). Each
-block is H rounded up to 64 columns (a 128-byte swizzle tile: every block may be an MMA operand
-of its own), and the bias and norm term take a last block of 64; the values are padded to a
-multiple of 64 columns too (narrower ones fail the layout inference). The read-out's weights
-carry b + c in place of b, so M_t is the maximum of the augmented product's row.
+broadcast of g |x|^2 breaks Mosaic GPU's layout inference). Rows become x_aug = [x, 1, 1, 1,
+t1, t2, t3, 0...] and the weights W_aug = [W parts, b1, b2, b3, 1, 1, 1, 0...], where the
+parts of each float32 number are bfloat16 numbers summing exactly to it (``bfloat16_parts``:
+W1 + W2 + W3 = W, b1 + b2 + b3 = b, t1 + t2 + t3 = g |x|^2). The rows are bfloat16 (the kernels
+take nothing else: ``check_rows``): ``favor_attention`` passes bfloat16 inputs' rows unscaled
+and folds the data normaliser into the map instead, l(s x) = x (s W)^T + b + s^2 g |x|^2 with
+s = H^-1/4 (``_fused._head_rows``), because s x needs three bfloat16 parts where x is one:
+less than half the rows' shared memory, half the projection's MMAs. l(x) is the sum of the products
+of x's block with each W part's block and of the two last blocks (``projection``: the operands
+are slices of the shared-memory tiles). Every product is exact and the sum is in float32, so
+l(x) has float32's accuracy on any GPU (a bfloat16 W would put an error of 2^-9 |x||w| into
+each log-feature, 0.2 at norm 100). Each block is H rounded up to 64 columns (a 128-byte
+swizzle tile: every block may be an MMA operand of its own), and the bias and norm term take a
+last block of 64; the values are padded to a multiple of 64 columns too (narrower ones fail the
+layout inference). The read-out's weights carry b + c in place of b, so M_t is the maximum of
+the augmented product's row.
 
 Operands of the second products: the key factors exp(lb - d), the query factors and the state
 S enter them in bfloat16, as ``_fused_kernels._dot`` casts them under a bfloat16
 ``matmul_dtype``; the denominators are float32 sums of the float32 factors. What the kernels
 take (bfloat16 inputs, the affine maps, m a multiple of 64) is checked
-before anything is traced for them (``_fused.check_fusable``), and the widths before the
-kernels are (``check_widths``). The backward pass's kernels, from the row shifts M_t of this
+before anything is traced for them (``_fused.check_fusable``), and the rows and widths before
+the kernels are (``check_rows``). The backward pass's kernels, from the row shifts M_t of this
 forward: ``_fused_mosaic_gpu_grads``.
 
 Causal attention: ``_fused_mosaic_gpu_causal`` (forward) and ``_fused_mosaic_gpu_causal_grads``
@@ -74,26 +76,12 @@ from rfjax.attention._checks import log_floor, vary_like
 CHUNK = 64  # rows per program: the M of one warpgroup MMA
 FEATURE_TILE = 64  # features per MMA (the keys' M, the queries' N)
 _COLUMNS = 64  # the augmented rows' width is a multiple of this (a 128-byte swizzle of bf16)
-# The widest heads and values the kernels take together, (H, P): at these the programs of
-# both passes, and the causal forward's, fit an sm90 block's 227 KiB of shared memory (the
-# backward's cotangent kernel needs the most); at (128, 128), (256, 64) or (64, 256) some
-# exceed it (Mosaic GPU's lowering says so, 2026-12-01).
-FITTING_WIDTHS = ((64, 192), (128, 64))
+# The widest heads and values the kernels take together, (H, P): at these every program of
+# bidirectional and causal attention, both passes, fits an sm90 block's 227 KiB of shared
+# memory; at (64, 256) or (256, 64) some exceed it (Mosaic GPU's lowering says so, 2026-12-01).
+FITTING_WIDTHS = ((64, 192), (128, 128))
 _ROW = plgpu.Layout.WGMMA.reduce(1)  # a vector with one entry per row of an MMA's result
 _COLUMN = plgpu.Layout.WGMMA.reduce(0)  # one entry per column
-
-
-def _pairs(row_parts: int) -> list[tuple[int, int]]:
-    """(row part, weight part) of the products that x W^T is summed from: every pair of the
-    three bfloat16 parts of each whose orders add up to at most 2 (the others are below
-    float32's rounding: 2^-24 of the product)."""
-    return [(i, j) for i in range(row_parts) for j in range(3) if i + j <= 2]
-
-
-def row_parts(dtype) -> int:
-    """How many bfloat16 parts a row of ``dtype`` enters the projection as: 1 for bfloat16,
-    3 for float32 (exact to float32's 24 bits)."""
-    return 1 if jnp.dtype(dtype) == jnp.bfloat16 else 3
 
 
 def _block_width(head_dim: int) -> int:
@@ -104,8 +92,8 @@ def _block_width(head_dim: int) -> int:
 
 
 def augmented_width(head_dim: int, parts: int) -> int:
-    """The width of x_aug for rows of ``parts`` parts, and of W_aug for ``parts = 3``: a block
-    per part and 64 columns for the bias and the norm term."""
+    """The width of x_aug (``parts = 1``) and of W_aug (``parts = 3``): a block per part and 64
+    columns for the bias and the norm term."""
     return parts * _block_width(head_dim) + _COLUMNS
 
 
@@ -120,15 +108,13 @@ def _joined(columns: list[jax.Array], width: int) -> jax.Array:
 
 
 def augmented_rows(x: jax.Array, norm_weight: float) -> jax.Array:
-    """x ``(..., T, H)`` -> x_aug ``(..., T, K)`` bfloat16: x's parts (a block each), then
-    1, 1, 1, the parts of g |x|^2 and zeros."""
-    x32 = x.astype(jnp.float32)
-    parts = [x.astype(jnp.bfloat16)] if row_parts(x.dtype) == 1 else bfloat16_parts(x32)
-    squared = jnp.sum(jnp.square(x32), axis=-1, keepdims=True)
+    """x ``(..., T, H)`` bfloat16 -> x_aug ``(..., T, K)`` bfloat16: x (a block), then 1, 1,
+    1, the parts of g |x|^2 and zeros."""
+    squared = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
     ones = jnp.ones_like(squared, jnp.bfloat16)
-    columns = [*_blocks(parts, _block_width(x.shape[-1])), ones, ones, ones]
+    columns = [*_blocks([x], _block_width(x.shape[-1])), ones, ones, ones]
     columns += bfloat16_parts(norm_weight * squared)
-    return _joined(columns, augmented_width(x.shape[-1], len(parts)))
+    return _joined(columns, augmented_width(x.shape[-1], 1))
 
 
 def augmented_weights(weights: jax.Array, bias: jax.Array) -> jax.Array:
@@ -143,14 +129,12 @@ def augmented_weights(weights: jax.Array, bias: jax.Array) -> jax.Array:
     return _joined(columns, augmented_width(weights.shape[-1], 3))
 
 
-def projection_blocks(rows_width: int, weights_width: int) -> list[tuple[int, int, int]]:
+def projection_blocks(weights_width: int) -> list[tuple[int, int, int]]:
     """(x_aug's first column, W_aug's first column, width) of the blocks whose products sum to
-    x_aug W_aug^T: a row part's block with a W part's for each of ``_pairs``, and the bias and
-    norm blocks; the parts' number and width read from the widths (``augmented_width``)."""
+    x_aug W_aug^T: x's block with each W part's, and the bias and norm blocks; the blocks'
+    width read from W_aug's (``augmented_width``)."""
     block = (weights_width - _COLUMNS) // 3
-    parts = (rows_width - _COLUMNS) // block
-    blocks = [(i * block, j * block, block) for i, j in _pairs(parts)]
-    return [*blocks, (parts * block, 3 * block, _COLUMNS)]
+    return [*[(0, j * block, block) for j in range(3)], (block, 3 * block, _COLUMNS)]
 
 
 def projection(rows, weights, *, features_first: bool = False) -> list:
@@ -159,17 +143,25 @@ def projection(rows, weights, *, features_first: bool = False) -> list:
     the ``rows`` and ``weights`` refs (``projection_blocks``)."""
     slices = [
         (rows.at[:, pl.ds(row, width)], weights.at[:, pl.ds(weight, width)])
-        for row, weight, width in projection_blocks(rows.shape[-1], weights.shape[-1])
+        for row, weight, width in projection_blocks(weights.shape[-1])
     ]
     if features_first:
         return [(w, x.transpose((1, 0))) for x, w in slices]
     return [(x, w.transpose((1, 0))) for x, w in slices]
 
 
-def check_widths(head_dim: int, value_width: int) -> None:
-    """``ValueError``, before anything is compiled, for a head and value width past every pair
+def check_rows(query: jax.Array, key: jax.Array, value_width: int) -> None:
+    """``ValueError``, before anything is compiled, for rows other than bfloat16 (x_aug holds
+    one bfloat16 part of x: ``augmented_rows``) and for a head and value width past every pair
     of ``FITTING_WIDTHS``: the widths whose programs fit an sm90 block's shared memory, as
     Mosaic GPU's lowering found (wider ones exceed it: ``test_fused_mosaic_gpu``)."""
+    for name, rows in (("query", query), ("key", key)):
+        if rows.dtype != jnp.bfloat16:
+            raise ValueError(
+                f"the Mosaic GPU kernels take bfloat16 rows; got {name} of {rows.dtype} "
+                f"(favor_attention folds H^-1/4 into the map: _fused._head_rows)"
+            )
+    head_dim = query.shape[-1]
     if not any(head_dim <= most_h and value_width <= most_p for most_h, most_p in FITTING_WIDTHS):
         fitting = " or ".join(f"(H, P) = ({h}, {p})" for h, p in FITTING_WIDTHS)
         raise ValueError(
@@ -389,11 +381,11 @@ def bidirectional_sums(
     """FAVOR's bidirectional sums for N heads through the two kernels: (numerator ``(N, T, P)``,
     denominator ``(N, T)``, row shifts ``(N, T)``), as ``_fused._bidirectional_forward`` forms
     them per head. T and S multiples of ``CHUNK``, m of ``FEATURE_TILE``; query and key
-    bfloat16 or float32 (entering as 1 or 3 bfloat16 parts, the key as the query's dtype);
-    values, zero where not valid, enter as bfloat16; valid ``(N, S)`` bool."""
+    bfloat16 (``check_rows``); values, zero where not valid, enter as bfloat16; valid
+    ``(N, S)`` bool."""
     value_width = value.shape[-1]
-    check_widths(query.shape[-1], value_width)
-    keys = augmented_rows(key.astype(query.dtype), norm_weight)
+    check_rows(query, key, value_width)
+    keys = augmented_rows(key, norm_weight)
     values = _padded_columns(value.astype(jnp.bfloat16))
     valid = valid.astype(jnp.float32)
     top, state, count = keys_state(keys, values, valid, weights, bias, interpret=interpret)

@@ -66,7 +66,7 @@ from rfjax.attention._fused_mosaic_gpu import (
     _store,
     augmented_rows,
     augmented_weights,
-    check_widths,
+    check_rows,
     key_summaries,
     projection,
 )
@@ -245,7 +245,8 @@ def references(summaries, key, valid, weights, bias, norm_weight: float) -> Refe
     first = jnp.argmax(per_chunk, axis=-1)  # the first valid key's place (0 for none)
     rows = jnp.take_along_axis(key.reshape(*per_chunk.shape, -1), first[..., None, None], 2)
     rows = rows[:, :, 0].astype(jnp.float32)
-    logs = rows @ weights.T + bias + norm_weight * jnp.sum(rows * rows, -1, keepdims=True)
+    products = jnp.matmul(rows, weights.T, precision=lax.Precision.HIGHEST)  # never TF32
+    logs = products + bias + norm_weight * jnp.sum(rows * rows, -1, keepdims=True)
     has_key = jnp.any(per_chunk, axis=-1)
     after_first = has_key[..., None] & (jnp.arange(CHUNK) >= first[..., None])
     return References(
@@ -287,12 +288,11 @@ def causal_sums(
     (numerator ``(N, T, P)``, denominator ``(N, T)``, row shifts S ``(N, T)``, excess ``(N,)``),
     relative to the row shifts; excess is max_t (S_t - R_t) over the rows that attend to a key
     less ``tame_bound`` (-inf for none), and the sums are exact where it is <= 0 (the head is
-    tame). T a multiple of ``CHUNK``, m of ``FEATURE_TILE``; query and key bfloat16 or float32
-    (1 or 3 bfloat16 parts, the key as the query's dtype); values, zero where not valid, enter
-    as bfloat16; valid ``(N, T)`` bool."""
+    tame). T a multiple of ``CHUNK``, m of ``FEATURE_TILE``; query and key bfloat16
+    (``check_rows``); values, zero where not valid, enter as bfloat16; valid ``(N, T)``
+    bool."""
     value_width = value.shape[-1]
-    check_widths(query.shape[-1], value_width)
-    key = key.astype(query.dtype)
+    check_rows(query, key, value_width)
     keys = augmented_rows(key, norm_weight)
     values = _padded_columns(value.astype(jnp.bfloat16))
     keep = valid.astype(jnp.float32)

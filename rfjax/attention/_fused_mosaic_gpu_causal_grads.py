@@ -45,10 +45,9 @@ from rfjax.attention._fused_mosaic_gpu import (
     _smem,
     augmented_rows,
     augmented_weights,
-    check_widths,
+    check_rows,
     key_summaries,
     projection,
-    row_parts,
 )
 from rfjax.attention._fused_mosaic_gpu_causal import References, chunk_states_at_ends, references
 from rfjax.attention._fused_mosaic_gpu_grads import (
@@ -59,11 +58,11 @@ from rfjax.attention._fused_mosaic_gpu_grads import (
     store_rows,
 )
 
-# The widest heads and values the backward's kernels take together, (H, P): at (64, 64) they
-# fit an sm90 block's 227 KiB of shared memory; at (64, 128), (64, 192) and (128, 64) they
-# exceed it (Mosaic GPU's lowering, 2026-12-01), and the call is differentiated through the
-# generic kernels.
-BACKWARD_WIDTHS = ((64, 64),)
+# The widest heads and values the backward's kernels take together, (H, P): at these they fit
+# an sm90 block's 227 KiB of shared memory; at (128, 128), within ``FITTING_WIDTHS``, the key
+# kernel exceeds it (by 22,624 bytes: Mosaic GPU's lowering, 2026-12-01), and the call is
+# differentiated through the generic kernels.
+BACKWARD_WIDTHS = ((64, 192), (128, 64))
 
 
 def backward_fits(head_dim: int, value_width: int) -> bool:
@@ -88,11 +87,13 @@ def _tile_factors(s, w_gmem, per_chunk, at, shift: jax.Array, valid: jax.Array):
     return query, jnp.where(counts, jnp.exp(key_logs - reference), 0)
 
 
-def _score_cotangents(s, grad_den: jax.Array) -> None:
+def _score_cotangents(s, values, grad_den: jax.Array) -> None:
     """D^T ``(CHUNK keys, CHUNK rows)``, D_tj = G_t . v_j + g_t for j <= t (0 elsewhere), into
-    ``s["scores"]`` as bfloat16. Keys that do not count are not masked here (a broadcast of
-    the mask along the rows fails the layout inference): their factors are 0 wherever D
-    enters, and their D_tj = g_t (their values are 0) is finite."""
+    ``s["scores"]`` as bfloat16, from the chunk's ``values`` (global), loaded into ``s["v"]``.
+    Keys that do not count are not masked here (a broadcast of the mask along the rows fails
+    the layout inference): their factors are 0 wherever D enters, and their D_tj = g_t (their
+    values are 0) is finite."""
+    _load([(values, s["v"])], s["barriers"], 7)
     shape = (CHUNK, CHUNK)
     scores = _products([(s["v"], s["grad"].transpose((1, 0)))], shape)
     scores = scores + lax.broadcast_in_dim(grad_den, shape, [1])
@@ -103,9 +104,10 @@ def _score_cotangents(s, grad_den: jax.Array) -> None:
 
 
 def _rows_in(s, refs, head, rows) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The chunk's rows into shared memory; (S, g and the valid keys, as columns)."""
-    q, k, v, valid, grad, grad_den, shift, ones = refs
-    copies = [(q, "q"), (k, "k"), (v, "v"), (valid, "valid"), (grad, "grad")]
+    """The chunk's rows but the values (``_score_cotangents`` loads them) into shared memory;
+    (S, g and the valid keys, as columns)."""
+    q, k, _, valid, grad, grad_den, shift, ones = refs
+    copies = [(q, "q"), (k, "k"), (valid, "valid"), (grad, "grad")]
     copies += [(grad_den, "den"), (shift, "shift")]
     loads = [(source.at[head, rows], s[name]) for source, name in copies]
     _load([*loads, (ones, s["ones"])], s["barriers"])
@@ -114,15 +116,30 @@ def _rows_in(s, refs, head, rows) -> tuple[jax.Array, jax.Array, jax.Array]:
     return shift, plgpu.load(s["den"], layout=_COLUMN), valid
 
 
-def _query_kernel(*refs, layout: _Layout, **s):
+def _query_kernel(*refs, layout: _Layout, scopes, **s):
     """One chunk of one head: the queries' dla per tile of features, pulled back (dx without
-    the norm term, the row sums of dla, dW and db per chunk)."""
-    rows_in, (w_gmem, end_gmem, state_gmem, count_gmem) = refs[:8], refs[8:12]
-    dx_gmem, rowsum_gmem, dw_gmem, db_gmem = refs[12:]
+    the norm term, the row sums of dla, dW and db per chunk). The values enter only the
+    chunk's scores D, so their buffer is scoped to those, and dW's staging buffer to the tiles
+    (``scopes``): the two share their shared memory."""
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
-    shift, grad_den, valid = _rows_in(s, rows_in, head, rows)
-    _score_cotangents(s, grad_den)
+    shift, grad_den, valid = _rows_in(s, refs[:8], head, rows)
+    pl.run_scoped(
+        lambda **t: _score_cotangents(s | t, refs[2].at[head, rows], grad_den),
+        **scopes["values"],
+    )
+    pl.run_scoped(
+        lambda **t: _query_tiles(refs, layout, s | t, (shift, grad_den, valid)), **scopes["tiles"]
+    )
+
+
+def _query_tiles(refs, layout: _Layout, s, columns) -> None:
+    """The query kernel's loop over the tiles of features (dW and db stored per tile), then
+    its dx and row sums stored."""
+    shift, grad_den, valid = columns
+    w_gmem, end_gmem, state_gmem, count_gmem = refs[8:12]
+    dx_gmem, rowsum_gmem, dw_gmem, db_gmem = refs[12:]
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     shape = (FEATURE_TILE, CHUNK)
     sums = [
         plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA)
@@ -145,20 +162,45 @@ def _query_kernel(*refs, layout: _Layout, **s):
             grads, layout, s | {"x": s["q"]}, db_gmem, dw_gmem, (head, chunk, features)
         )
     dx, rowsum = sums
-    store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows))
+    store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, pl.ds(chunk * CHUNK, CHUNK)))
 
 
-def _key_kernel(*refs, layout: _Layout, **s):
+def _key_kernel(*refs, layout: _Layout, scopes, **s):
     """One chunk of one head: the keys' dlb per tile of features, pulled back (dx without the
-    norm term, the row sums of dlb, dW and db per chunk), and dv."""
-    rows_in, (w_gmem, end_gmem, later_gmem, later_count_gmem) = refs[:8], refs[8:12]
-    dx_gmem, rowsum_gmem, dv_gmem, dw_gmem, db_gmem = refs[12:]
+    norm term, the row sums of dlb, dW and db per chunk), and dv. The tiles' buffers
+    (``scopes``) are scoped to the loop over them, and dv's staging buffer to the end, so
+    that the two share their shared memory."""
+    dx, rowsum, dv, scores = pl.run_scoped(
+        lambda **t: _key_tiles(refs, layout, s | t), **scopes["tiles"]
+    )
+    key = plgpu.broadcasted_iota(jnp.int32, scores.shape, 0, layout=plgpu.Layout.WGMMA)
+    row = plgpu.broadcasted_iota(jnp.int32, scores.shape, 1, layout=plgpu.Layout.WGMMA)
+    s["query_factors"][...] = jnp.where(key <= row, scores, 0).astype(jnp.bfloat16)
+    plgpu.commit_smem()
+    dv = dv + _products([(s["query_factors"], s["grad"])], dv.shape)
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
-    shift, grad_den, valid = _rows_in(s, rows_in, head, rows)
-    _score_cotangents(s, grad_den)
-    shape, width = (FEATURE_TILE, CHUNK), dv_gmem.shape[-1]
-    sums = [  # dx, the row sums, dv, the chunk's scores A^T (keys, rows)
+    dx_gmem, rowsum_gmem, dv_gmem = refs[12:15]
+
+    def store(staging):
+        others = [(staging, dv, dv_gmem.at[head, rows])]
+        store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows), others)
+
+    pl.run_scoped(store, plgpu.SMEM(dv.shape, jnp.float32))
+
+
+def _key_tiles(refs, layout: _Layout, s):
+    """The key kernel's loop over the tiles of features: (dx, the row sums, dv without the
+    chunk's own scores' term, the chunk's scores A^T (keys, rows)), dW and db stored per
+    tile."""
+    w_gmem, end_gmem, later_gmem, later_count_gmem = refs[8:12]
+    dw_gmem, db_gmem = refs[15:]
+    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
+    rows = pl.ds(chunk * CHUNK, CHUNK)
+    shift, grad_den, valid = _rows_in(s, refs[:8], head, rows)
+    _score_cotangents(s, refs[2].at[head, rows], grad_den)
+    shape, width = (FEATURE_TILE, CHUNK), refs[14].shape[-1]
+    sums = [
         plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA)
         for x in ((CHUNK, layout.block), (CHUNK, FEATURE_TILE), (CHUNK, width), (CHUNK, CHUNK))
     ]
@@ -186,23 +228,19 @@ def _key_kernel(*refs, layout: _Layout, **s):
         store_parameters(
             grads, layout, s | {"x": s["k"]}, db_gmem, dw_gmem, (head, chunk, features)
         )
-    dx, rowsum, dv, scores = sums
-    key = plgpu.broadcasted_iota(jnp.int32, scores.shape, 0, layout=plgpu.Layout.WGMMA)
-    row = plgpu.broadcasted_iota(jnp.int32, scores.shape, 1, layout=plgpu.Layout.WGMMA)
-    s["query_factors"][...] = jnp.where(key <= row, scores, 0).astype(jnp.bfloat16)  # free now
-    plgpu.commit_smem()
-    dv = dv + _products([(s["query_factors"], s["grad"])], dv.shape)
-    store_rows(
-        s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows), [(s["dv"], dv, dv_gmem.at[head, rows])]
-    )
+    return tuple(sums)
+
+
+# The key kernel's buffers that only its loop over the tiles uses (scoped to it: ``_key_kernel``).
+_KEY_TILES_ONLY = ("q", "k", "ones", "w", "end", "count", "scores", "key_factors", "grads", "db")
 
 
 def _scratch(rows_width: int, weights_width: int, value_width: int, block: int, *, keys: bool):
-    """The shared memory of either kernel."""
+    """The shared memory of either kernel: (the whole kernel's, the buffers scoped to a phase
+    of it, ``{phase: {name: type}}``: ``_query_kernel``, ``_key_kernel``)."""
     scratch = dict(
         q=_smem((CHUNK, rows_width), jnp.bfloat16),
         k=_smem((CHUNK, rows_width), jnp.bfloat16),
-        v=_smem((CHUNK, value_width), jnp.bfloat16),
         valid=plgpu.SMEM((CHUNK,), jnp.float32),
         grad=_smem((CHUNK, value_width), jnp.bfloat16),
         den=plgpu.SMEM((CHUNK,), jnp.float32),
@@ -215,18 +253,17 @@ def _scratch(rows_width: int, weights_width: int, value_width: int, block: int, 
         key_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
         grads=_smem((3, FEATURE_TILE, CHUNK), jnp.bfloat16),
         db=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
-        dw=plgpu.SMEM((FEATURE_TILE, block), jnp.float32),
         rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
         barriers=plgpu.Barrier(num_arrivals=1, num_barriers=12),
     )
+    values = _smem((CHUNK, value_width), jnp.bfloat16)
     state = _smem((FEATURE_TILE, value_width), jnp.bfloat16)
+    dw = plgpu.SMEM((FEATURE_TILE, block), jnp.float32)
     if not keys:
-        return scratch | dict(state=state)
-    return scratch | dict(
-        later=state,
-        query_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
-        dv=plgpu.SMEM((CHUNK, value_width), jnp.float32),
-    )
+        return scratch | dict(state=state), dict(values=dict(v=values), tiles=dict(dw=dw))
+    tiles = {name: scratch.pop(name) for name in _KEY_TILES_ONLY} | dict(v=values, later=state)
+    kernel = scratch | dict(dw=dw, query_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16))
+    return kernel, dict(tiles=tiles)
 
 
 @functools.partial(jax.jit, static_argnames=("norm_weight", "interpret"))
@@ -250,14 +287,13 @@ def causal_cotangents(
     where the head is tame. The arguments as ``causal_sums`` takes them; the widths within
     ``BACKWARD_WIDTHS``."""
     head_dim, value_width = query.shape[-1], value.shape[-1]
-    check_widths(head_dim, value_width)
+    check_rows(query, key, value_width)
     if not backward_fits(head_dim, value_width):
         raise ValueError(
             f"the causal backward's Mosaic GPU kernels take (H, P) up to {BACKWARD_WIDTHS}; got "
             f"({head_dim}, {value_width})"
         )
-    layout = _Layout(head_dim, row_parts(query.dtype))
-    key = key.astype(query.dtype)
+    layout = _Layout(head_dim)
     keys, queries = augmented_rows(key, norm_weight), augmented_rows(query, norm_weight)
     values = _padded_columns(value.astype(jnp.bfloat16))
     grads = _padded_columns(grad.astype(jnp.bfloat16))
@@ -316,9 +352,9 @@ def _run(kernel, operands, layout: _Layout, *, keys: bool, interpret: bool):
     shapes = [(heads, length, layout.block), (heads, length)]
     shapes += [(heads, length, value_width)] if keys else []
     shapes += [(heads, chunks, features, layout.block), (heads, chunks, features)]
-    scratch = _scratch(width, weights.shape[-1], value_width, layout.block, keys=keys)
+    scratch, scopes = _scratch(width, weights.shape[-1], value_width, layout.block, keys=keys)
     return _launch(
-        functools.partial(kernel, layout=layout),
+        functools.partial(kernel, layout=layout, scopes=scopes),
         operands,
         shapes,
         scratch,

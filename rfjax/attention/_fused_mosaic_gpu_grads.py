@@ -17,7 +17,7 @@ Both cotangent passes run in one kernel, the features as rows (l^T = W_aug X_aug
 the queries, b - c for the keys). Each pulls its log-features' cotangents dl back through the
 affine map: dW += dl^T x and db += sum_rows dl per chunk, dx = dl W + 2 g (sum_i dl_i) x, the
 last term formed in XLA from the row sums the kernel returns. dl (float32) enters those
-products as three bfloat16 parts, with the rows' and W's parts (the blocks of x_aug and W_aug)
+products as three bfloat16 parts, with x (bfloat16) and W's parts (the blocks of x_aug and W_aug)
 in the pairs whose orders add up to at most 2, as the forward's projection: float32 accuracy
 on the tensor cores. The factors and the state or the values enter the others in bfloat16, as
 the generic kernels take them under a bfloat16 ``matmul_dtype``.
@@ -48,10 +48,9 @@ from rfjax.attention._fused_mosaic_gpu import (
     _store,
     augmented_rows,
     augmented_weights,
-    check_widths,
+    check_rows,
     keys_state,
     projection,
-    row_parts,
 )
 
 
@@ -86,13 +85,11 @@ def _query_summary_kernel(q_gmem, w_gmem, reference_gmem, grad_gmem, shift_gmem,
 
 
 class _Layout:
-    """Where the cotangent kernel finds the parts: row part i in block i of x_aug, W part j in
-    block j of W_aug (``augmented_rows``, ``augmented_weights``), and the products dl_i x_j and
-    dl_i W_j it sums."""
+    """Where the cotangent kernel finds the parts: x in block 0 of x_aug, W part j in block j
+    of W_aug (``augmented_rows``, ``augmented_weights``), and the products dl_i W_j it sums."""
 
-    def __init__(self, head_dim: int, row_parts: int):
+    def __init__(self, head_dim: int):
         self.block = _block_width(head_dim)
-        self.row_products = [(i, j) for i in range(3) for j in range(row_parts) if i + j <= 2]
         self.weight_products = [(i, j) for i in range(3) for j in range(3) if i + j <= 2]
 
     def columns(self, block: int):
@@ -197,8 +194,8 @@ def store_rows(s, dx, rowsum, targets, at, others=()) -> None:
 
 
 def _dw(layout: _Layout, s) -> jax.Array:
-    """dW of the tile over the chunk: sum_ij dl_i^T x_j from the stored parts of dl^T."""
-    pairs = [(s["grads"].at[i], s["x"].at[:, layout.columns(j)]) for i, j in layout.row_products]
+    """dW of the tile over the chunk: sum_i dl_i^T x from the stored parts of dl^T."""
+    pairs = [(s["grads"].at[i], s["x"].at[:, layout.columns(0)]) for i in range(3)]
     return _products(pairs, (FEATURE_TILE, layout.block))
 
 
@@ -302,10 +299,9 @@ def bidirectional_cotangents(
     ``row_shift`` ``(N, T)``: (dW ``(N, m, H)``, db ``(N, m)``, dq, dk, dv), float32.
     The arguments as ``bidirectional_sums`` takes them."""
     head_dim, value_width = query.shape[-1], value.shape[-1]
-    parts = row_parts(query.dtype)
-    check_widths(head_dim, value_width)
-    layout = _Layout(head_dim, parts)
-    keys = augmented_rows(key.astype(query.dtype), norm_weight)
+    check_rows(query, key, value_width)
+    layout = _Layout(head_dim)
+    keys = augmented_rows(key, norm_weight)
     queries = augmented_rows(query, norm_weight)
     values = _padded_columns(value.astype(jnp.bfloat16))
     grads = _padded_columns(grad.astype(jnp.bfloat16))

@@ -370,7 +370,7 @@ def test_kernels_lower_for_gpus_inside_shard_map(causal, backend, calls):
         in_specs=(spec(), spec()) + (spec("data"),) * 4,
         out_specs=(spec(), spec()) + (spec("data"),) * 3,
     )
-    shapes = TOOL.argument_shapes("affine", 128, batch=(1,))
+    shapes = TOOL.argument_shapes("affine", 128, batch=(1,), backend=backend)
     with jax.sharding.use_abstract_mesh(mesh):
         text = jax.jit(split).trace(*shapes).lower(lowering_platforms=(platform,)).as_text()
     assert (text.count("xla.gpu.triton"), text.count("custom_call @mosaic_gpu_v2(")) == calls

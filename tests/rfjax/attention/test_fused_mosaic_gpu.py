@@ -31,25 +31,28 @@ U = 2.0**-8  # bfloat16's unit roundoff, as the bfloat16 tests of test_fused tak
 TOOL = load_tool("triton_kernels")
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
-def test_the_augmented_product_is_the_affine_map(dtype):
+def folded(weights: jax.Array) -> tuple[jax.Array, float]:
+    """(s W, s^2 g) for g = -1/2 and s = H^-1/4: the map the kernels take with bfloat16 rows x
+    for l(s x) (``_fused._head_rows``)."""
+    scale = weights.shape[-1] ** -0.25
+    return weights * scale, -0.5 * scale**2
+
+
+def test_the_augmented_product_is_the_affine_map():
     """The products of ``projection``'s blocks of x_aug and W_aug sum to x W^T + b + g |x|^2
-    to float32's accuracy (the rows' and the weights' bfloat16 parts, summed in float64 here)
-    at |x| = 120, for bfloat16 rows (one part) and float32 rows (three), with a bias per head
-    as the read-out's b + c."""
+    to float32's accuracy (W's bfloat16 parts, summed in float64 here) at |x| = 120, with a
+    bias per head as the read-out's b + c."""
     keys = jax.random.split(jax.random.key(0), 3)
     x = jax.random.normal(keys[0], (2, 5, 64))
-    x = (120 * x / jnp.linalg.norm(x, axis=-1, keepdims=True)).astype(dtype)
+    x = (120 * x / jnp.linalg.norm(x, axis=-1, keepdims=True)).astype(jnp.bfloat16)
     weights = jax.random.normal(keys[1], (128, 64))
     bias = 300 * jax.random.normal(keys[2], (2, 128))
     rows = np.asarray(_fused_mosaic_gpu.augmented_rows(x, -0.5), np.float64)
     augmented = np.asarray(_fused_mosaic_gpu.augmented_weights(weights, bias), np.float64)
-    parts = _fused_mosaic_gpu.row_parts(dtype)
-    # a block of H = 64 columns per part, 64 for b and g |x|^2
-    assert rows.shape[-1] == (128 if dtype == jnp.bfloat16 else 256)
-    assert augmented.shape[-1] == 256
-    blocks = _fused_mosaic_gpu.projection_blocks(rows.shape[-1], augmented.shape[-1])
-    assert len(blocks) == (4 if parts == 1 else 7)  # the pairs of parts, the bias and norm
+    # a block of H = 64 columns for x and for each of W's three parts, 64 for b and g |x|^2
+    assert (rows.shape[-1], augmented.shape[-1]) == (128, 256)
+    blocks = _fused_mosaic_gpu.projection_blocks(augmented.shape[-1])
+    assert len(blocks) == 4  # x with each part of W, the bias and norm
     got = sum(
         np.einsum("nth,nmh->ntm", rows[..., r : r + w], augmented[..., c : c + w])
         for r, c, w in blocks
@@ -61,31 +64,43 @@ def test_the_augmented_product_is_the_affine_map(dtype):
     assert np.abs(got - want).max() <= 4 * EPS32 * magnitude.max()
 
 
+def test_the_kernels_take_bfloat16_rows_only():
+    """Rows of another dtype are refused before anything is traced for the kernels, the
+    argument named (x_aug holds one bfloat16 part of x; ``favor_attention`` passes bfloat16
+    inputs' rows with the data normaliser folded into the map)."""
+    args = [jnp.zeros(s.shape, s.dtype) for s in pass_arguments(64, 64)[:6]]
+    for index, name in ((2, "query"), (3, "key")):
+        wide = list(args)
+        wide[index] = wide[index].astype(jnp.float32)
+        with pytest.raises(ValueError, match=f"bfloat16 rows; got {name} of float32"):
+            _fused_mosaic_gpu.bidirectional_sums(*wide, norm_weight=-0.5, interpret=True)
+
+
 @INTERPRET_MODE
 def test_sums_at_norm_120_match_float64():
-    """|q| = |k| = 120 (H = 64, m = 128), float32 rows: the row shifts M_t and the
-    denominators of ``bidirectional_sums`` (interpret mode) against float64, and the outputs
-    within the bfloat16 products' bound; a head with no valid key has denominator 0, as the
-    generic kernels give it (its rows' derivative is then 0: ``floored_ratio``). The
+    """|q| = |k| = 120 (H = 64, m = 128), bfloat16 rows with the data normaliser s = H^-1/4
+    folded into the map as ``favor_attention`` passes them (``folded``): the row shifts M_t
+    and the denominators of ``bidirectional_sums`` (interpret mode) against float64, and the
+    outputs within the bfloat16 products' bound; a head with no valid key has denominator 0,
+    as the generic kernels give it (its rows' derivative is then 0: ``floored_ratio``). The
     per-feature key shift and the row shift keep every row's largest term at e^0: no
     exponential overflows or vanishes."""
-    q, k, v = inputs(120, jnp.float32, length=100)  # one chunk and a partial one
+    q, k, v = inputs(120, jnp.bfloat16, length=100)  # one chunk and a partial one
     projection = projections.orthogonal(jax.random.key(3), 64, 128)
-    weights = projection.matrix()
+    weights, norm_weight = folded(projection.matrix())
     bias = jnp.zeros(128)
-    scale = 64**-0.25
     # a second head whose keys are all masked: its rows attend to no key (denominator 0)
-    rows = [jnp.pad(x[0, :, 0] * scale, ((0, 28), (0, 0)))[None].repeat(2, 0) for x in (q, k)]
+    rows = [jnp.pad(x[0, :, 0], ((0, 28), (0, 0)))[None].repeat(2, 0) for x in (q, k)]
     value = jnp.pad(v[0, :, 0], ((0, 28), (0, 0)))[None]
     value = jnp.stack([value[0], jnp.zeros_like(value[0])])
     valid = jnp.stack([jnp.arange(128) < 100, jnp.zeros(128, bool)])
     num, den, shift = _fused_mosaic_gpu.bidirectional_sums(
-        weights, bias, *rows, value, valid, norm_weight=-0.5, interpret=True
+        weights, bias, *rows, value, valid, norm_weight=norm_weight, interpret=True
     )
     assert np.all(np.asarray(den[1]) == 0) and np.all(np.asarray(num[1]) == 0)
     x64 = [np.asarray(r[0, :100], np.float64) for r in rows]
     w64 = np.asarray(weights, np.float64)
-    la, lb = ((x @ w64.T) - 0.5 * np.sum(x * x, -1, keepdims=True) for x in x64)
+    la, lb = ((x @ w64.T) + norm_weight * np.sum(x * x, -1, keepdims=True) for x in x64)
     c = lb.max(axis=0)
     logs = la + c
     want_shift = logs.max(axis=1)
@@ -96,7 +111,7 @@ def test_sums_at_norm_120_match_float64():
     assert np.abs(np.asarray(shift[0, :100]) - want_shift).max() <= 2 * delta
     assert np.abs(np.asarray(den[0, :100]) / want_den - 1).max() <= 4 * delta
     out = np.asarray(num[0, :100] / den[0, :100, None], np.float64)
-    want, tolerance = exact(q, k, v, w64, antithetic=False, causal=False)
+    want, tolerance = exact(q, k, v, projection.matrix(), antithetic=False, causal=False)
     bound = tolerance + 5 * U * np.abs(np.asarray(v)).max()
     assert np.abs(out - want).max() <= bound
 
@@ -144,50 +159,35 @@ def _kernel_calls(lowered) -> tuple[int, int]:
     return text.count("custom_call @mosaic_gpu_v2("), text.count(f"{TOOL.TRITON_CALL}(")
 
 
-@pytest.mark.parametrize("row_dtype", [jnp.float32, jnp.bfloat16])
-def test_forward_and_backward_lower_for_h100(row_dtype):
+def test_forward_and_backward_lower_for_h100():
     """Forward (the key summaries and the read-out) and backward (the key and query summaries
     and the queries' and the keys' cotangents): six Mosaic GPU kernels, no Triton kernel,
     lowered for an abstract H100 with a batch axis (vmapped, as ``favor_attention`` runs the
-    heads): the benchmark's head (H = H_v = 64, T = 256), m = 128 and 256, float32 rows (three
-    bfloat16 parts, as ``favor_attention`` passes bfloat16 inputs) and bfloat16 rows (one)."""
+    heads): the benchmark's head (H = H_v = 64, T = 256), m = 128 and 256."""
     gradients = TOOL.fused_gradients("affine", False, "mosaic_gpu")
     device = jax.sharding.AbstractDevice(**TOOL.H100)
     mesh = jax.sharding.AbstractMesh((), (), abstract_device=device)
     for count in (128, 256):
-        shapes = TOOL.argument_shapes("affine", count, batch=(2,))
-        shapes[2:4] = [jax.ShapeDtypeStruct(s.shape, row_dtype) for s in shapes[2:4]]
+        shapes = TOOL.argument_shapes("affine", count, batch=(2,), backend="mosaic_gpu")
         with jax.sharding.use_abstract_mesh(mesh):
             traced = jax.jit(jax.vmap(gradients, in_axes=(None, None, 0, 0, 0, 0))).trace(*shapes)
             assert _kernel_calls(traced.lower(lowering_platforms=("cuda",))) == (6, 0)
 
 
-def test_narrow_values_and_bfloat16_rows_lower_for_h100():
+def test_narrow_values_lower_for_h100():
     """Values narrower than 64 columns (padded to 64: narrower ones fail the layout
-    inference) lower, and so does bfloat16 rows' forward pass (one part)."""
+    inference) lower, both passes."""
     assert _kernel_calls(_lowered_passes(64, 16)) == (6, 0)
-    shapes = [
-        jax.ShapeDtypeStruct((128, 64), jnp.float32),
-        jax.ShapeDtypeStruct((128,), jnp.float32),
-        *[jax.ShapeDtypeStruct((2, 128, 64), jnp.bfloat16)] * 3,
-        jax.ShapeDtypeStruct((2, 128), bool),
-    ]
-    sums = functools.partial(_fused_mosaic_gpu.bidirectional_sums, norm_weight=-0.5)
-    device = jax.sharding.AbstractDevice(**TOOL.H100)
-    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
-        lowered = jax.jit(sums).trace(*shapes).lower(lowering_platforms=("cuda",))
-    assert _kernel_calls(lowered) == (2, 0)
 
 
 def pass_arguments(head_dim: int, value_width: int) -> list[jax.ShapeDtypeStruct]:
     """The arguments of the cotangent functions (the first six: of the sums) for one head,
-    T = 128, m = 128, float32 rows as ``favor_attention`` passes them: W, b, q, k, v, valid,
-    the row shifts, G, g."""
+    T = 128, m = 128, bfloat16 rows: W, b, q, k, v, valid, the row shifts, G, g."""
     f32 = jnp.float32
     return [
         jax.ShapeDtypeStruct((128, head_dim), f32),
         jax.ShapeDtypeStruct((128,), f32),
-        *[jax.ShapeDtypeStruct((1, 128, head_dim), f32)] * 2,
+        *[jax.ShapeDtypeStruct((1, 128, head_dim), jnp.bfloat16)] * 2,
         jax.ShapeDtypeStruct((1, 128, value_width), jnp.bfloat16),
         jax.ShapeDtypeStruct((1, 128), bool),
         jax.ShapeDtypeStruct((1, 128), f32),
@@ -222,10 +222,11 @@ def test_widths_past_the_shared_memory_are_refused_before_compiling(
 ):
     """Within ``FITTING_WIDTHS`` every kernel of both passes lowers (its shared memory fits an
     sm90 block); past them ``ValueError`` names the widths before anything is compiled, and
-    without that check Mosaic GPU's lowering finds a kernel past 227 KiB (at (128, 128):
-    262,216 bytes, 2026-12-01). (This second half was left out for a while on the suspicion
-    that the error upset later compiles in the worker; the lost workers were processes past
-    their memory mappings, ``conftest.py``.)"""
+    without that check Mosaic GPU's lowering finds a kernel past 227 KiB (the backward's
+    cotangent kernel: 245,832 bytes at (64, 256), 270,408 at (256, 64), 2026-12-01). (This
+    second half was left out for a while on the suspicion that the error upset later compiles
+    in the worker; the lost workers were processes past their memory mappings,
+    ``conftest.py``.)"""
     fitting = _fused_mosaic_gpu.FITTING_WIDTHS
     if any(head_dim <= h and value_width <= p for h, p in fitting):
         assert _kernel_calls(_lowered_passes(head_dim, value_width)) == (6, 0)
@@ -258,9 +259,9 @@ def test_errors_name_what_the_kernels_take():
             call(q, k, v, narrow, implementation=name)
     with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
         call(q, k, v, projection, implementation="pallas_mosaic_gpu")
-    wide_head = jnp.ones((1, 64, 1, 128), jnp.bfloat16)  # H = P = 128: past the shared memory
-    wide_projection = projections.orthogonal(jax.random.key(3), 128, 64)
-    with pytest.raises(ValueError, match=r"head_dim = 128 .* value width 128"):
+    wide_head = jnp.ones((1, 64, 1, 256), jnp.bfloat16)  # H = P = 256: past the shared memory
+    wide_projection = projections.orthogonal(jax.random.key(3), 256, 64)
+    with pytest.raises(ValueError, match=r"head_dim = 256 .* value width 256"):
         attention.favor_attention(
             wide_head, wide_head, wide_head, wide_projection, implementation=name
         )

@@ -22,7 +22,12 @@ from rfjax.attention import _favor, _fused, _fused_mosaic_gpu
 from rfjax.attention import _fused_mosaic_gpu_causal as causal_kernels
 from rfjax.attention import _fused_mosaic_gpu_causal_grads as causal_grads
 from tests.rfjax.attention.test_fused import _assert_gpu_close, _on_the_gpu, operands
-from tests.rfjax.attention.test_fused_mosaic_gpu import _sm90, lowered_for_h100, pass_arguments
+from tests.rfjax.attention.test_fused_mosaic_gpu import (
+    _sm90,
+    folded,
+    lowered_for_h100,
+    pass_arguments,
+)
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.interpret_mode import INTERPRET_MODE
 from tests.support.tools import load_tool
@@ -31,24 +36,27 @@ EPS32 = float(np.finfo(np.float32).eps)
 U = 2.0**-8  # bfloat16's unit roundoff
 TOOL = load_tool("triton_kernels")
 HEAD_DIM, FEATURES, LENGTH = 64, 128, 192  # three chunks
+NORM_WEIGHT = folded(jnp.zeros((1, HEAD_DIM)))[1]  # g s^2, s = H^-1/4
 
 
 def _rows(seed: int, scale: float, valid: np.ndarray):
-    """Two heads' query, key (float32, as favor_attention passes x H^-1/4), values (bfloat16,
-    zero where not valid), valid, and W (orthogonal rows of norm ~sqrt(H))."""
+    """Two heads' query and key (bfloat16 x with x' = x H^-1/4 ~ ``scale`` times standard
+    normal), values (bfloat16, zero where not valid), valid, and W (orthogonal rows of norm
+    ~sqrt(H)) with the data normaliser folded in (``folded``: the map takes x as l(x'))."""
     keys = jax.random.split(jax.random.key(seed), 4)
-    q, k = (scale * jax.random.normal(x, (2, LENGTH, HEAD_DIM)) for x in keys[:2])
+    rows = (scale * HEAD_DIM**0.25 * jax.random.normal(x, (2, LENGTH, HEAD_DIM)) for x in keys[:2])
+    q, k = (x.astype(jnp.bfloat16) for x in rows)
     v = jax.random.normal(keys[2], (2, LENGTH, HEAD_DIM)).astype(jnp.bfloat16)
     valid = jnp.asarray(valid)
-    weights = attention.draw_projection(keys[3], HEAD_DIM, FEATURES).matrix()
+    weights = folded(attention.draw_projection(keys[3], HEAD_DIM, FEATURES).matrix())[0]
     return q, k, jnp.where(valid[..., None], v, 0), valid, weights
 
 
 def _float64_sums(q, k, v, valid, weights):
     """Per head: (causal numerators, denominators, row maxima M_t), each relative to M_t."""
     q64, k64, w64 = (np.asarray(x, np.float64) for x in (q, k, weights))
-    la = q64 @ w64.T - 0.5 * np.sum(q64 * q64, -1, keepdims=True)
-    lb = k64 @ w64.T - 0.5 * np.sum(k64 * k64, -1, keepdims=True)
+    la = q64 @ w64.T + NORM_WEIGHT * np.sum(q64 * q64, -1, keepdims=True)
+    lb = k64 @ w64.T + NORM_WEIGHT * np.sum(k64 * k64, -1, keepdims=True)
     pairs = la[:, :, None, :] + lb[:, None, :, :]  # (N, t, j, m)
     counted = np.tril(np.ones((LENGTH, LENGTH), bool))[None] & np.asarray(valid)[:, None, :]
     pairs = np.where(counted[..., None], pairs, -np.inf)
@@ -76,7 +84,7 @@ def test_tame_sums_match_float64():
     q, k, v, valid, weights = _rows(0, 0.35, _masks())
     bias = jnp.zeros(FEATURES)
     num, den, shift, excess = causal_kernels.causal_sums(
-        weights, bias, q, k, v, valid, norm_weight=-0.5, interpret=True
+        weights, bias, q, k, v, valid, norm_weight=NORM_WEIGHT, interpret=True
     )
     assert np.all(np.asarray(excess) <= 0)  # tame
     want_num, want_den, top = _float64_sums(q, k, v, valid, weights)
@@ -104,7 +112,7 @@ def test_the_row_shifts_lie_within_their_bounds():
         q, k, v, valid, weights = _rows(1, scale, _masks())
         bias = jnp.zeros(FEATURES)
         run = jax.jit(_readout_bounds, static_argnames="norm_weight")
-        shift, lower, tame = run(weights, bias, q, k, v, valid, norm_weight=-0.5)
+        shift, lower, tame = run(weights, bias, q, k, v, valid, norm_weight=NORM_WEIGHT)
         _, _, top = _float64_sums(q, k, v, valid, weights)
         attended = np.isfinite(top)
         delta = 16 * EPS32 * np.abs(top[attended]).max()
@@ -331,8 +339,8 @@ def test_pallas_mosaic_gpu_causal_on_the_gpu_matches_the_xla_form():
 
 @pytest.mark.parametrize("head_dim, value_width", _fused_mosaic_gpu.FITTING_WIDTHS)
 def test_the_kernels_lower_at_the_widest_widths_they_take(head_dim, value_width):
-    """At each pair of ``FITTING_WIDTHS`` (float32 rows: three parts, T = 128, m = 128) the
-    causal forward's two kernels lower for an abstract H100: within its shared memory."""
+    """At each pair of ``FITTING_WIDTHS`` (T = 128, m = 128) the causal forward's two kernels
+    lower for an abstract H100: within its shared memory."""
     sums = functools.partial(causal_kernels.causal_sums, norm_weight=-0.5)
     lowered = lowered_for_h100(sums, pass_arguments(head_dim, value_width)[:6])
     assert _kernel_calls(lowered) == (2, 0)
