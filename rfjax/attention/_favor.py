@@ -221,8 +221,7 @@ def favor_attention(
         (bfloat16 inputs, the affine maps with m a multiple of 64, heads of H <= 64 with
         values up to 192 wide or H <= 128 with values up to 128: kernels in Mosaic GPU's
         idiom, sm90+, for both passes of bidirectional and causal attention; causal falls back
-        to the Triton kernels where its row shifts are out of reach, and its backward at
-        H = P = 128),
+        to the Triton kernels where its row shifts are out of reach),
         ``"pallas_triton_interpret"`` / ``"pallas_tpu_interpret"`` /
         ``"pallas_mosaic_gpu_interpret"`` (the kernels in interpret mode, any platform), or
         ``"auto"``

@@ -973,10 +973,8 @@ def _mosaic_gpu_causal(query, key, value, mask, projection, fmap, *, axes, eps, 
     """Causal attention under Mosaic GPU: ``_fused_mosaic_gpu_causal``'s forward pass where
     every head is tame, else the generic kernels' (``Backend.generic``): one ``lax.cond``
     outside the heads' ``vmap``, so only one branch runs. Differentiated, the backward pass
-    of the branch taken: ``_fused_mosaic_gpu_causal_grads``'s kernels where the widths fit
-    them, the generic kernels' otherwise (and where a head is not tame)."""
-    from rfjax.attention import _fused_mosaic_gpu_causal_grads  # Mosaic GPU only where asked
-
+    of the branch taken (``_fused_mosaic_gpu_causal_grads``'s kernels where every head is
+    tame)."""
     generic = functools.partial(
         fused_attention,
         axes=axes,
@@ -1014,17 +1012,7 @@ def _mosaic_gpu_causal(query, key, value, mask, projection, fmap, *, axes, eps, 
 
         return jax.lax.cond(tame, of_kernels, of_generic)
 
-    def generic_forward(*operands):
-        return jax.vjp(generic, *operands)
-
-    def generic_backward(pullback, cotangent):
-        return pullback(cotangent)
-
-    widths = (_padded_width(query.shape[-1]), _padded_width(value.shape[-1]))
-    if _fused_mosaic_gpu_causal_grads.backward_fits(*widths):
-        attention.defvjp(forward, backward)
-    else:
-        attention.defvjp(generic_forward, generic_backward)
+    attention.defvjp(forward, backward)
     return attention(query, key, value, mask, projection, fmap)
 
 

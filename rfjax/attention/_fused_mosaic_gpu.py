@@ -129,6 +129,11 @@ def augmented_weights(weights: jax.Array, bias: jax.Array) -> jax.Array:
     return _joined(columns, augmented_width(weights.shape[-1], 3))
 
 
+# W_aug's last block holds b's three parts, then three columns of ones (the norm term's): the
+# product of a tile with that block has the tile's row sums in this column.
+ONES_COLUMN = 3
+
+
 def projection_blocks(weights_width: int) -> list[tuple[int, int, int]]:
     """(x_aug's first column, W_aug's first column, width) of the blocks whose products sum to
     x_aug W_aug^T: x's block with each W part's, and the bias and norm blocks; the blocks'

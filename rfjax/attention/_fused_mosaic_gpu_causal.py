@@ -30,11 +30,10 @@ not: ``test_fused_mosaic_gpu_causal``); where a head is not, the whole call runs
 kernels (``_fused._mosaic_gpu_causal``: one ``lax.cond`` over every head, decided outside
 their ``vmap`` so that only one branch runs), forward and backward.
 
-Gradients: ``_fused_mosaic_gpu_causal_grads``, from the same references, where the widths
-fit its kernels' shared memory (its ``BACKWARD_WIDTHS``); elsewhere the call is differentiated
-through the generic kernels (Triton on the GPU: ``Backend.generic``). The forward kernel fits
-an sm90 block's shared memory at every width ``_fused_mosaic_gpu.FITTING_WIDTHS`` allows (its
-scores reuse the query factors' buffer, its lower bounds the flags').
+Gradients: ``_fused_mosaic_gpu_causal_grads``, from the same references, at every width the
+forward takes. The forward kernel fits an sm90 block's shared memory at every width
+``_fused_mosaic_gpu.FITTING_WIDTHS`` allows (its scores reuse the query factors' buffer, its
+lower bounds the flags').
 
 Testing: interpret mode against the float64 reference and the XLA form, the fallback at
 norm 120, and the lowering for an abstract H100 (``test_fused_mosaic_gpu_causal``).

@@ -58,18 +58,6 @@ from rfjax.attention._fused_mosaic_gpu_grads import (
     store_rows,
 )
 
-# The widest heads and values the backward's kernels take together, (H, P): at these they fit
-# an sm90 block's 227 KiB of shared memory; at (128, 128), within ``FITTING_WIDTHS``, the key
-# kernel exceeds it (by 22,624 bytes: Mosaic GPU's lowering, 2026-12-01), and the call is
-# differentiated through the generic kernels.
-BACKWARD_WIDTHS = ((64, 192), (128, 64))
-
-
-def backward_fits(head_dim: int, value_width: int) -> bool:
-    """Whether the backward's kernels take heads of ``head_dim`` and values of ``value_width``
-    (``BACKWARD_WIDTHS``)."""
-    return any(head_dim <= h and value_width <= p for h, p in BACKWARD_WIDTHS)
-
 
 def _tile_factors(s, w_gmem, per_chunk, at, shift: jax.Array, valid: jax.Array):
     """One tile's query factors a^T and key factors b^T ``(FEATURE_TILE, CHUNK)`` (features as
@@ -77,7 +65,7 @@ def _tile_factors(s, w_gmem, per_chunk, at, shift: jax.Array, valid: jax.Array):
     with the chunk's tiles ``per_chunk`` (``(global, name)``, the references u first) at
     ``at`` (head, chunk, features)."""
     loads = [(source.at[at], s[name]) for source, name in per_chunk]
-    _load([(w_gmem.at[at[2]], s["w"]), *loads], s["barriers"], 8)
+    _load([(w_gmem.at[at[2]], s["w"]), *loads], s["barriers"])
     shape = (FEATURE_TILE, CHUNK)
     reference = lax.broadcast_in_dim(plgpu.load(s["end"], layout=_ROW), shape, [0])
     query_logs = _products(projection(s["q"], s["w"], features_first=True), shape)
@@ -87,13 +75,29 @@ def _tile_factors(s, w_gmem, per_chunk, at, shift: jax.Array, valid: jax.Array):
     return query, jnp.where(counts, jnp.exp(key_logs - reference), 0)
 
 
-def _score_cotangents(s, values, grad_den: jax.Array) -> None:
+# The kernels' first operands, the chunk's rows, by the names of their buffers.
+_ROW_OPERANDS = ("q", "k", "v", "valid", "grad", "den", "shift")
+
+
+def _rows_in(s, refs, at, names: tuple[str, ...]) -> None:
+    """The chunk's rows ``names`` (of ``_ROW_OPERANDS``) at ``at`` (head, rows) into their
+    buffers."""
+    _load([(refs[_ROW_OPERANDS.index(name)].at[at], s[name]) for name in names], s["barriers"])
+
+
+def _columns(s) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(S, g and the valid keys) as columns, from their buffers."""
+    valid = plgpu.load(s["valid"], layout=_COLUMN) > 0
+    shift = plgpu.load(s["shift"], layout=_COLUMN)
+    return shift, plgpu.load(s["den"], layout=_COLUMN), valid
+
+
+def _score_cotangents(s, grad_den: jax.Array) -> None:
     """D^T ``(CHUNK keys, CHUNK rows)``, D_tj = G_t . v_j + g_t for j <= t (0 elsewhere), into
-    ``s["scores"]`` as bfloat16, from the chunk's ``values`` (global), loaded into ``s["v"]``.
-    Keys that do not count are not masked here (a broadcast of the mask along the rows fails
-    the layout inference): their factors are 0 wherever D enters, and their D_tj = g_t (their
-    values are 0) is finite."""
-    _load([(values, s["v"])], s["barriers"], 7)
+    ``s["scores"]`` as bfloat16, from the chunk's values and G in their buffers. Keys that do
+    not count are not masked here (a broadcast of the mask along the rows fails the layout
+    inference): their factors are 0 wherever D enters, and their D_tj = g_t (their values are
+    0) is finite."""
     shape = (CHUNK, CHUNK)
     scores = _products([(s["v"], s["grad"].transpose((1, 0)))], shape)
     scores = scores + lax.broadcast_in_dim(grad_den, shape, [1])
@@ -103,42 +107,29 @@ def _score_cotangents(s, values, grad_den: jax.Array) -> None:
     plgpu.commit_smem()
 
 
-def _rows_in(s, refs, head, rows) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The chunk's rows but the values (``_score_cotangents`` loads them) into shared memory;
-    (S, g and the valid keys, as columns)."""
-    q, k, _, valid, grad, grad_den, shift, ones = refs
-    copies = [(q, "q"), (k, "k"), (valid, "valid"), (grad, "grad")]
-    copies += [(grad_den, "den"), (shift, "shift")]
-    loads = [(source.at[head, rows], s[name]) for source, name in copies]
-    _load([*loads, (ones, s["ones"])], s["barriers"])
-    valid = plgpu.load(s["valid"], layout=_COLUMN) > 0
-    shift = plgpu.load(s["shift"], layout=_COLUMN)
-    return shift, plgpu.load(s["den"], layout=_COLUMN), valid
-
-
 def _query_kernel(*refs, layout: _Layout, scopes, **s):
     """One chunk of one head: the queries' dla per tile of features, pulled back (dx without
     the norm term, the row sums of dla, dW and db per chunk). The values enter only the
     chunk's scores D, so their buffer is scoped to those, and dW's staging buffer to the tiles
     (``scopes``): the two share their shared memory."""
-    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
-    rows = pl.ds(chunk * CHUNK, CHUNK)
-    shift, grad_den, valid = _rows_in(s, refs[:8], head, rows)
-    pl.run_scoped(
-        lambda **t: _score_cotangents(s | t, refs[2].at[head, rows], grad_den),
-        **scopes["values"],
-    )
-    pl.run_scoped(
-        lambda **t: _query_tiles(refs, layout, s | t, (shift, grad_den, valid)), **scopes["tiles"]
-    )
+    at = (lax.axis_index("heads"), pl.ds(lax.axis_index("chunks") * CHUNK, CHUNK))
+    _rows_in(s, refs, at, ("q", "k", "valid", "grad", "den", "shift"))
+    columns = _columns(s)
+
+    def scores(**values):
+        _rows_in(s | values, refs, at, ("v",))
+        _score_cotangents(s | values, columns[1])
+
+    pl.run_scoped(scores, **scopes["values"])
+    pl.run_scoped(lambda **t: _query_tiles(refs, layout, s | t, columns), **scopes["tiles"])
 
 
 def _query_tiles(refs, layout: _Layout, s, columns) -> None:
     """The query kernel's loop over the tiles of features (dW and db stored per tile), then
     its dx and row sums stored."""
     shift, grad_den, valid = columns
-    w_gmem, end_gmem, state_gmem, count_gmem = refs[8:12]
-    dx_gmem, rowsum_gmem, dw_gmem, db_gmem = refs[12:]
+    w_gmem, end_gmem, state_gmem, count_gmem = refs[7:11]
+    dx_gmem, rowsum_gmem, dw_gmem, db_gmem = refs[11:]
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     shape = (FEATURE_TILE, CHUNK)
     sums = [
@@ -167,39 +158,53 @@ def _query_tiles(refs, layout: _Layout, s, columns) -> None:
 
 def _key_kernel(*refs, layout: _Layout, scopes, **s):
     """One chunk of one head: the keys' dlb per tile of features, pulled back (dx without the
-    norm term, the row sums of dlb, dW and db per chunk), and dv. The tiles' buffers
-    (``scopes``) are scoped to the loop over them, and dv's staging buffer to the end, so
-    that the two share their shared memory."""
-    dx, rowsum, dv, scores = pl.run_scoped(
-        lambda **t: _key_tiles(refs, layout, s | t), **scopes["tiles"]
-    )
+    norm term, the row sums of dlb, dW and db per chunk), and dv, in phases whose buffers are
+    scoped to them (``scopes``), so that they share the shared memory: the values and the
+    chunk's scores D (``"rows"``), within them G for D (``"scores"``) and then the tiles'
+    buffers (``"tiles"``); after them G again and the staging of dx and dv (``"end"``)."""
+    at = (lax.axis_index("heads"), pl.ds(lax.axis_index("chunks") * CHUNK, CHUNK))
+    _rows_in(s, refs, at, ("valid", "den", "shift"))
+    columns = _columns(s)
+
+    def rows(**values_and_scores):
+        t = s | values_and_scores
+        _rows_in(t, refs, at, ("v",))
+
+        def scores(**grad):
+            _rows_in(t | grad, refs, at, ("grad",))
+            _score_cotangents(t | grad, columns[1])
+
+        pl.run_scoped(scores, **scopes["scores"])
+        return pl.run_scoped(
+            lambda **u: _key_tiles(refs, layout, t | u, columns), **scopes["tiles"]
+        )
+
+    dx, rowsum, dv, scores = pl.run_scoped(rows, **scopes["rows"])
     key = plgpu.broadcasted_iota(jnp.int32, scores.shape, 0, layout=plgpu.Layout.WGMMA)
     row = plgpu.broadcasted_iota(jnp.int32, scores.shape, 1, layout=plgpu.Layout.WGMMA)
     s["query_factors"][...] = jnp.where(key <= row, scores, 0).astype(jnp.bfloat16)
     plgpu.commit_smem()
-    dv = dv + _products([(s["query_factors"], s["grad"])], dv.shape)
-    head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
-    rows = pl.ds(chunk * CHUNK, CHUNK)
-    dx_gmem, rowsum_gmem, dv_gmem = refs[12:15]
+    dx_gmem, rowsum_gmem, dv_gmem = refs[11:14]
 
-    def store(staging):
-        others = [(staging, dv, dv_gmem.at[head, rows])]
-        store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows), others)
+    def end(**t):
+        _rows_in(s | t, refs, at, ("grad",))
+        full = dv + _products([(s["query_factors"], t["grad"])], dv.shape)
+        others = [(t["dv"], full, dv_gmem.at[at])]
+        store_rows(s | t, dx, rowsum, (dx_gmem, rowsum_gmem), at, others)
 
-    pl.run_scoped(store, plgpu.SMEM(dv.shape, jnp.float32))
+    pl.run_scoped(end, **scopes["end"])
 
 
-def _key_tiles(refs, layout: _Layout, s):
+def _key_tiles(refs, layout: _Layout, s, columns):
     """The key kernel's loop over the tiles of features: (dx, the row sums, dv without the
     chunk's own scores' term, the chunk's scores A^T (keys, rows)), dW and db stored per
     tile."""
-    w_gmem, end_gmem, later_gmem, later_count_gmem = refs[8:12]
-    dw_gmem, db_gmem = refs[15:]
+    shift, _, valid = columns
+    w_gmem, end_gmem, later_gmem, later_count_gmem = refs[7:11]
+    dw_gmem, db_gmem = refs[14:]
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
-    rows = pl.ds(chunk * CHUNK, CHUNK)
-    shift, grad_den, valid = _rows_in(s, refs[:8], head, rows)
-    _score_cotangents(s, refs[2].at[head, rows], grad_den)
-    shape, width = (FEATURE_TILE, CHUNK), refs[14].shape[-1]
+    _rows_in(s, refs, (head, pl.ds(chunk * CHUNK, CHUNK)), ("q", "k"))
+    shape, width = (FEATURE_TILE, CHUNK), refs[13].shape[-1]
     sums = [
         plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA)
         for x in ((CHUNK, layout.block), (CHUNK, FEATURE_TILE), (CHUNK, width), (CHUNK, CHUNK))
@@ -231,39 +236,43 @@ def _key_tiles(refs, layout: _Layout, s):
     return tuple(sums)
 
 
-# The key kernel's buffers that only its loop over the tiles uses (scoped to it: ``_key_kernel``).
-_KEY_TILES_ONLY = ("q", "k", "ones", "w", "end", "count", "scores", "key_factors", "grads", "db")
-
-
 def _scratch(rows_width: int, weights_width: int, value_width: int, block: int, *, keys: bool):
     """The shared memory of either kernel: (the whole kernel's, the buffers scoped to a phase
     of it, ``{phase: {name: type}}``: ``_query_kernel``, ``_key_kernel``)."""
-    scratch = dict(
-        q=_smem((CHUNK, rows_width), jnp.bfloat16),
-        k=_smem((CHUNK, rows_width), jnp.bfloat16),
-        valid=plgpu.SMEM((CHUNK,), jnp.float32),
-        grad=_smem((CHUNK, value_width), jnp.bfloat16),
-        den=plgpu.SMEM((CHUNK,), jnp.float32),
-        shift=plgpu.SMEM((CHUNK,), jnp.float32),
-        ones=_smem((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16),
+    rows = _smem((CHUNK, rows_width), jnp.bfloat16)
+    values = _smem((CHUNK, value_width), jnp.bfloat16)
+    grad = _smem((CHUNK, value_width), jnp.bfloat16)
+    state = _smem((FEATURE_TILE, value_width), jnp.bfloat16)
+    dw = plgpu.SMEM((FEATURE_TILE, block), jnp.float32)
+    tiles = dict(
+        q=rows,
+        k=rows,
         w=_smem((FEATURE_TILE, weights_width), jnp.bfloat16),
         end=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
-        scores=_smem((CHUNK, CHUNK), jnp.bfloat16),
         key_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16),
         grads=_smem((3, FEATURE_TILE, CHUNK), jnp.bfloat16),
         db=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
-        rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
-        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=12),
     )
-    values = _smem((CHUNK, value_width), jnp.bfloat16)
-    state = _smem((FEATURE_TILE, value_width), jnp.bfloat16)
-    dw = plgpu.SMEM((FEATURE_TILE, block), jnp.float32)
+    kernel = dict(
+        valid=plgpu.SMEM((CHUNK,), jnp.float32),
+        den=plgpu.SMEM((CHUNK,), jnp.float32),
+        shift=plgpu.SMEM((CHUNK,), jnp.float32),
+        rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=6),
+    )
+    scores = _smem((CHUNK, CHUNK), jnp.bfloat16)
     if not keys:
-        return scratch | dict(state=state), dict(values=dict(v=values), tiles=dict(dw=dw))
-    tiles = {name: scratch.pop(name) for name in _KEY_TILES_ONLY} | dict(v=values, later=state)
-    kernel = scratch | dict(dw=dw, query_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16))
-    return kernel, dict(tiles=tiles)
+        kernel |= tiles | dict(grad=grad, scores=scores, state=state)
+        return kernel, dict(values=dict(v=values), tiles=dict(dw=dw))
+    kernel |= dict(query_factors=_smem((FEATURE_TILE, CHUNK), jnp.bfloat16))
+    scopes = dict(
+        rows=dict(v=values, scores=scores),
+        scores=dict(grad=grad),
+        tiles=tiles | dict(later=state, dw=dw),
+        end=dict(grad=grad, dw=dw, dv=plgpu.SMEM((CHUNK, value_width), jnp.float32)),
+    )
+    return kernel, scopes
 
 
 @functools.partial(jax.jit, static_argnames=("norm_weight", "interpret"))
@@ -284,15 +293,9 @@ def causal_cotangents(
     """The cotangents of ``_fused_mosaic_gpu_causal.causal_sums`` for N heads, from those of its
     numerator ``grad`` ``(N, T, P)`` and denominator ``grad_den`` ``(N, T)`` and its row shifts
     ``row_shift`` ``(N, T)``: (dW ``(N, m, H)``, db ``(N, m)``, dq, dk, dv), float32, exact
-    where the head is tame. The arguments as ``causal_sums`` takes them; the widths within
-    ``BACKWARD_WIDTHS``."""
+    where the head is tame. The arguments as ``causal_sums`` takes them."""
     head_dim, value_width = query.shape[-1], value.shape[-1]
     check_rows(query, key, value_width)
-    if not backward_fits(head_dim, value_width):
-        raise ValueError(
-            f"the causal backward's Mosaic GPU kernels take (H, P) up to {BACKWARD_WIDTHS}; got "
-            f"({head_dim}, {value_width})"
-        )
     layout = _Layout(head_dim)
     keys, queries = augmented_rows(key, norm_weight), augmented_rows(query, norm_weight)
     values = _padded_columns(value.astype(jnp.bfloat16))
@@ -308,17 +311,16 @@ def causal_cotangents(
     )
     later, later_counts = _later(chunks, sums, counts)
     rows = (queries, keys, values, keep, grads, grad_den, row_shift)
-    ones = jnp.ones((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16)
     dq, q_sums, dw_q, db_q = _run(
         _query_kernel,
-        (*rows, ones, augmented, chunks.end, chunks.state, chunks.counts),
+        (*rows, augmented, chunks.end, chunks.state, chunks.counts),
         layout,
         keys=False,
         interpret=interpret,
     )
     dk, k_sums, dv, dw_k, db_k = _run(
         _key_kernel,
-        (*rows, ones, augmented, chunks.end, later.astype(jnp.bfloat16), later_counts),
+        (*rows, augmented, chunks.end, later.astype(jnp.bfloat16), later_counts),
         layout,
         keys=True,
         interpret=interpret,
@@ -345,7 +347,7 @@ def _run(kernel, operands, layout: _Layout, *, keys: bool, interpret: bool):
     """``kernel`` (the queries' or the keys' one) over every (head, chunk): dx ``(N, T, Hb)``,
     the row sums ``(N, T)``, (keys) dv ``(N, T, P)``, dW ``(N, n, m, Hb)``, db ``(N, n, m)``."""
     queries, _, values, *_ = operands
-    weights = operands[8]
+    weights = operands[7]
     heads, length, width = queries.shape
     features, value_width = weights.shape[0], values.shape[-1]
     chunks = length // CHUNK

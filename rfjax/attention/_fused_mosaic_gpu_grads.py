@@ -36,9 +36,11 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from rfjax._tensor_cores import bfloat16_parts
 from rfjax.attention._fused_mosaic_gpu import (
     _COLUMN,
+    _COLUMNS,
     _ROW,
     CHUNK,
     FEATURE_TILE,
+    ONES_COLUMN,
     _block_width,
     _launch,
     _load,
@@ -95,27 +97,31 @@ class _Layout:
     def columns(self, block: int):
         return pl.ds(block * self.block, self.block)
 
+    def last_columns(self):
+        """W_aug's last block: b's parts and the ones (``ONES_COLUMN``)."""
+        return pl.ds(3 * self.block, _COLUMNS)
+
 
 def _cotangent_kernel(*refs, layout: _Layout, with_values: bool, **s):
     """One chunk of one head's rows (queries or keys): per tile of features, the cotangents dl
     of the log-features, their sums dW and db over the chunk, and over the tiles dx (without
     the norm term), the row sums of dl and (keys) dv."""
     (x_gmem, w_gmem, state_gmem, count_gmem, values_gmem, weight_gmem, shift_gmem, keep_gmem,
-     ones_gmem, dx_gmem, rowsum_gmem, *dv_gmem, dw_gmem, db_gmem) = refs  # fmt: skip
+     dx_gmem, rowsum_gmem, *dv_gmem, dw_gmem, db_gmem) = refs  # fmt: skip
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
     copies = [(x_gmem, "x"), (values_gmem, "values"), (weight_gmem, "weight")]
     copies += [(shift_gmem, "shift"), (keep_gmem, "keep")]
     loads = [(source.at[head, rows], s[name]) for source, name in copies]
-    _load([*loads, (ones_gmem, s["ones"])], s["barriers"])
+    _load(loads, s["barriers"])
     columns = {name: plgpu.load(s[name], layout=_COLUMN) for name in ("weight", "shift", "keep")}
-    shapes = [(CHUNK, layout.block), (CHUNK, FEATURE_TILE)]  # dx, the row sums
+    shapes = [(CHUNK, layout.block), (CHUNK, _COLUMNS)]  # dx, the row sums
     shapes += [(CHUNK, values_gmem.shape[-1])] if with_values else []  # dv
     sums = [plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA) for x in shapes]
     for tile in range(w_gmem.shape[1] // FEATURE_TILE):
         features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
         copies = [(w_gmem, "w"), (state_gmem, "state"), (count_gmem, "count")]
-        _load([(x.at[head, features], s[name]) for x, name in copies], s["barriers"], 6)
+        _load([(x.at[head, features], s[name]) for x, name in copies], s["barriers"], 5)
         grads, tile_sums = _tile_cotangents(columns, layout, with_values, s)
         sums = [a + b for a, b in zip(sums, tile_sums, strict=True)]
         store_parameters(grads, layout, s, db_gmem, dw_gmem, (head, chunk, features))
@@ -152,7 +158,7 @@ def pulled_back(grads: jax.Array, layout: _Layout, s) -> tuple[jax.Array, jax.Ar
     """dl^T ``(FEATURE_TILE, CHUNK)`` of one tile pulled back through W: its three bfloat16
     parts stored (``s["grads"]``) and committed with what the caller stored before, then the
     tile's terms of dx ``(CHUNK, Hb)`` (without the norm term: sum_ij dl_i W_j) and of the
-    row sums of dl (every column, products with ``s["ones"]``)."""
+    row sums of dl (in column ``ONES_COLUMN`` of the products with W_aug's last block)."""
     for i, part in enumerate(bfloat16_parts(grads)):
         s["grads"][i] = part
     plgpu.commit_smem()
@@ -161,7 +167,8 @@ def pulled_back(grads: jax.Array, layout: _Layout, s) -> tuple[jax.Array, jax.Ar
         (transposed[i], s["w"].at[:, layout.columns(j)]) for i, j in layout.weight_products
     ]
     dx = _products(weight_parts, (CHUNK, layout.block))
-    rowsum = _products([(t, s["ones"]) for t in transposed], (CHUNK, FEATURE_TILE))
+    ones = s["w"].at[:, layout.last_columns()]
+    rowsum = _products([(t, ones) for t in transposed], (CHUNK, _COLUMNS))
     return dx, rowsum
 
 
@@ -180,13 +187,18 @@ def store_parameters(grads: jax.Array, layout: _Layout, s, db_gmem, dw_gmem, at)
 
 def store_rows(s, dx, rowsum, targets, at, others=()) -> None:
     """The chunk's dx (through dW's staging buffer: FEATURE_TILE = CHUNK rows) and row sums
-    (its columns are equal) out to ``targets`` (dx, row sums) ``.at[at]``, with ``others``
-    (``(shared, value, global)``), and the wait for all of them."""
+    (column ``ONES_COLUMN`` of ``rowsum``) out to ``targets`` (dx, row sums) ``.at[at]``, with
+    ``others`` (``(shared, value, global)``), and the wait for all of them."""
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
     dx_gmem, rowsum_gmem = targets
+    column = plgpu.broadcasted_iota(jnp.int32, rowsum.shape, 1, layout=plgpu.Layout.WGMMA)
     outputs = [
         (s["dw"], dx, dx_gmem.at[at]),
-        (s["rowsum"], jnp.max(rowsum, axis=1), rowsum_gmem.at[at]),
+        (
+            s["rowsum"],
+            jnp.sum(jnp.where(column == ONES_COLUMN, rowsum, 0), axis=1),
+            rowsum_gmem.at[at],
+        ),
         *others,
     ]
     _store(outputs)
@@ -249,7 +261,6 @@ def cotangents(
         weight=plgpu.SMEM((CHUNK,), jnp.float32),
         shift=plgpu.SMEM((CHUNK,), jnp.float32),
         keep=plgpu.SMEM((CHUNK,), jnp.float32),
-        ones=_smem((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16),
         w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
         state=_smem((FEATURE_TILE, value_width), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
@@ -257,7 +268,7 @@ def cotangents(
         db=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         dw=plgpu.SMEM((FEATURE_TILE, block), jnp.float32),
         rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
-        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=9),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=8),
     )
     if with_values:
         scratch["factors"] = _smem((FEATURE_TILE, CHUNK), jnp.bfloat16)
@@ -266,11 +277,10 @@ def cotangents(
     shapes = [(heads, length, block), (heads, length)]
     shapes += [(heads, length, value_width)] if with_values else []
     shapes += [(heads, chunks, count_features, block), (heads, chunks, count_features)]
-    ones = jnp.ones((FEATURE_TILE, FEATURE_TILE), jnp.bfloat16)
     kernel = functools.partial(_cotangent_kernel, layout=layout, with_values=with_values)
     return _launch(
         kernel,
-        (rows, weights, state, count, values, weight, shift, keep, ones),
+        (rows, weights, state, count, values, weight, shift, keep),
         shapes,
         scratch,
         heads=heads,

@@ -8,8 +8,7 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
 * ``"pallas_mosaic_gpu"``: kernels in Mosaic GPU's idiom, sm90+: bidirectional attention
   (forward ``_fused_mosaic_gpu``, backward ``_fused_mosaic_gpu_grads``) and causal attention
   (``_fused_mosaic_gpu_causal``, ``_fused_mosaic_gpu_causal_grads``: where every head's row
-  shifts are within reach, else the Triton kernels; the backward but at H = P = 128, there
-  the Triton kernels'); bfloat16 inputs and the
+  shifts are within reach, else the Triton kernels, both passes); bfloat16 inputs and the
   affine maps with m a multiple of 64 only (``check_fusable`` says so for the rest), heads of
   H <= 64 with values up to 192 wide or H <= 128 with values up to 128 (shared memory:
   ``_fused_mosaic_gpu.check_rows``). Not yet timed on a GPU, so ``"auto"`` never picks it;

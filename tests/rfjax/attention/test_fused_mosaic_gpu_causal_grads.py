@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rfjax.attention import _fused_mosaic_gpu
 from rfjax.attention import _fused_mosaic_gpu_causal as causal_kernels
 from rfjax.attention import _fused_mosaic_gpu_causal_grads as causal_grads
 from tests.rfjax.attention.test_fused_mosaic_gpu import lowered_for_h100, pass_arguments
@@ -92,22 +93,27 @@ def _direct_cotangents(q, k, v, valid, weights, bias, shift, grad, grad_den):
     return results
 
 
-@pytest.mark.parametrize("head_dim, value_width", [(64, 192), (128, 64), (128, 128)])
-def test_the_backward_kernels_take_the_widths_that_fit(head_dim, value_width, monkeypatch):
-    """Within ``BACKWARD_WIDTHS`` the backward's four kernels lower for an abstract H100
-    (T = 128, m = 128); past them ``causal_cotangents`` refuses the widths before
-    compiling (the call is differentiated through the generic kernels instead), and without
-    that check the lowering finds a kernel past the shared memory."""
+@pytest.mark.parametrize(
+    "head_dim, value_width", [*_fused_mosaic_gpu.FITTING_WIDTHS, (256, 64), (128, 256)]
+)
+def test_the_backward_kernels_take_every_width_the_forward_does(head_dim, value_width, monkeypatch):
+    """At each pair of ``FITTING_WIDTHS`` the backward's four kernels lower for an abstract
+    H100 (T = 128, m = 128): within the shared memory, whose phases the key kernel and the
+    query kernel scope apart (``pl.run_scoped``: without that, (128, 128) exceeded it by
+    22,624 bytes); past them ``causal_cotangents`` refuses the widths before compiling, and
+    without that check the lowering finds a kernel past the shared memory (at (64, 256) both
+    causal passes would fit, the bidirectional backward does not: ``check_rows`` refuses it
+    for all, 2026-12-01)."""
 
     def lowered():
         cotangents = functools.partial(causal_grads.causal_cotangents, norm_weight=-0.5)
         return lowered_for_h100(cotangents, pass_arguments(head_dim, value_width))
 
-    if causal_grads.backward_fits(head_dim, value_width):
+    if (head_dim, value_width) in _fused_mosaic_gpu.FITTING_WIDTHS:
         assert _kernel_calls(lowered()) == (4, 0)
         return
-    with pytest.raises(ValueError, match=f"got \\({head_dim}, {value_width}\\)"):
+    with pytest.raises(ValueError, match=f"head_dim = {head_dim} .* value width {value_width}"):
         lowered()
-    monkeypatch.setattr(causal_grads, "BACKWARD_WIDTHS", ((1 << 20, 1 << 20),))
+    monkeypatch.setattr(_fused_mosaic_gpu, "FITTING_WIDTHS", ((1 << 20, 1 << 20),))
     with pytest.raises(Exception, match="exceeds available shared memory"):
         lowered()

@@ -19,7 +19,8 @@ def test_the_cotangent_kernel_finds_every_part_and_pairs_them_to_float32():
     """The backward's pullbacks are float32 only if they take every part: the blocks where
     ``_Layout`` looks hold x (block 0) and W's parts (block j: their sum is W exactly), and the
     products it sums with W are every pair of dl's three parts with them whose orders add up
-    to at most 2 (the 4u bound of the next test cannot see a part missing: it costs u)."""
+    to at most 2 (the 4u bound of the next test cannot see a part missing: it costs u); the
+    row sums' column of W_aug holds ones."""
     x = jax.random.normal(jax.random.key(0), (3, 16)).astype(jnp.bfloat16)
     w = jax.random.normal(jax.random.key(1), (64, 16))
     layout = _fused_mosaic_gpu_grads._Layout(16)
@@ -35,6 +36,9 @@ def test_the_cotangent_kernel_finds_every_part_and_pairs_them_to_float32():
     np.testing.assert_array_equal(weight_sum, np.asarray(w, np.float64))
     everything = {(i, j) for i in range(3) for j in range(3) if i + j <= 2}
     assert set(layout.weight_products) == everything
+    # the row sums of dl come from the products with W_aug's last block, in its column of ones
+    ones = layout.last_columns().start + _fused_mosaic_gpu.ONES_COLUMN
+    np.testing.assert_array_equal(weights[:, ones], 1)
 
 
 @INTERPRET_MODE
