@@ -233,6 +233,8 @@ def _key_tiles(refs, layout: _Layout, s, columns):
         store_parameters(
             grads, layout, s | {"x": s["k"]}, db_gmem, dw_gmem, (head, chunk, features)
         )
+    # The last tile's dW and db are read out of buffers whose memory the next phase reuses.
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
     return tuple(sums)
 
 
