@@ -219,7 +219,7 @@ def favor_attention(
         ``"pallas_triton"`` (fused Pallas kernels compiled by Triton, NVIDIA GPUs sm80+),
         ``"pallas_tpu"`` (the same compiled by Mosaic for TPUs), ``"pallas_mosaic_gpu"``
         (bfloat16 inputs, the affine maps with m a multiple of 64, heads of H <= 64 with
-        values up to 192 wide or H <= 128 with values up to 128: kernels in Mosaic GPU's
+        values up to 256 wide or H <= 128 with values up to 128: kernels in Mosaic GPU's
         idiom, sm90+, for both passes of bidirectional and causal attention; causal falls back
         to the Triton kernels where its row shifts are out of reach),
         ``"pallas_triton_interpret"`` / ``"pallas_tpu_interpret"`` /

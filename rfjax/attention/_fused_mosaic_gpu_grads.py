@@ -102,32 +102,48 @@ class _Layout:
         return pl.ds(3 * self.block, _COLUMNS)
 
 
-def _cotangent_kernel(*refs, layout: _Layout, with_values: bool, **s):
+def _cotangent_kernel(*refs, layout: _Layout, with_values: bool, scopes, **s):
     """One chunk of one head's rows (queries or keys): per tile of features, the cotangents dl
     of the log-features, their sums dW and db over the chunk, and over the tiles dx (without
-    the norm term), the row sums of dl and (keys) dv."""
+    the norm term), the row sums of dl and (keys) dv. The tiles' buffers and dv's staging are
+    scoped apart (``scopes``), so that they share their shared memory."""
     (x_gmem, w_gmem, state_gmem, count_gmem, values_gmem, weight_gmem, shift_gmem, keep_gmem,
      dx_gmem, rowsum_gmem, *dv_gmem, dw_gmem, db_gmem) = refs  # fmt: skip
     head, chunk = lax.axis_index("heads"), lax.axis_index("chunks")
     rows = pl.ds(chunk * CHUNK, CHUNK)
-    copies = [(x_gmem, "x"), (values_gmem, "values"), (weight_gmem, "weight")]
-    copies += [(shift_gmem, "shift"), (keep_gmem, "keep")]
-    loads = [(source.at[head, rows], s[name]) for source, name in copies]
-    _load(loads, s["barriers"])
+    copies = [(weight_gmem, "weight"), (shift_gmem, "shift"), (keep_gmem, "keep")]
+    _load([(source.at[head, rows], s[name]) for source, name in copies], s["barriers"])
     columns = {name: plgpu.load(s[name], layout=_COLUMN) for name in ("weight", "shift", "keep")}
-    shapes = [(CHUNK, layout.block), (CHUNK, _COLUMNS)]  # dx, the row sums
-    shapes += [(CHUNK, values_gmem.shape[-1])] if with_values else []  # dv
-    sums = [plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA) for x in shapes]
-    for tile in range(w_gmem.shape[1] // FEATURE_TILE):
-        features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
-        copies = [(w_gmem, "w"), (state_gmem, "state"), (count_gmem, "count")]
-        _load([(x.at[head, features], s[name]) for x, name in copies], s["barriers"], 5)
-        grads, tile_sums = _tile_cotangents(columns, layout, with_values, s)
-        sums = [a + b for a, b in zip(sums, tile_sums, strict=True)]
-        store_parameters(grads, layout, s, db_gmem, dw_gmem, (head, chunk, features))
-    dx, rowsum, *dv = sums
-    others = [(s["dv"], x, target.at[head, rows]) for x, target in zip(dv, dv_gmem, strict=True)]
-    store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows), others)
+
+    def tiles(**t):
+        t = s | t
+        _load(
+            [(x_gmem.at[head, rows], t["x"]), (values_gmem.at[head, rows], t["values"])],
+            s["barriers"],
+        )
+        shapes = [(CHUNK, layout.block), (CHUNK, _COLUMNS)]  # dx, the row sums
+        shapes += [(CHUNK, values_gmem.shape[-1])] if with_values else []  # dv
+        sums = [plgpu.layout_cast(jnp.zeros(x, jnp.float32), plgpu.Layout.WGMMA) for x in shapes]
+        for tile in range(w_gmem.shape[1] // FEATURE_TILE):
+            features = pl.ds(tile * FEATURE_TILE, FEATURE_TILE)
+            copies = [(w_gmem, "w"), (state_gmem, "state"), (count_gmem, "count")]
+            _load([(x.at[head, features], t[name]) for x, name in copies], s["barriers"])
+            grads, tile_sums = _tile_cotangents(columns, layout, with_values, t)
+            sums = [a + b for a, b in zip(sums, tile_sums, strict=True)]
+            store_parameters(grads, layout, t, db_gmem, dw_gmem, (head, chunk, features))
+        # The last tile's dW and db are read out of buffers whose memory the next phase reuses.
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+        return sums
+
+    dx, rowsum, *dv = pl.run_scoped(tiles, **scopes["tiles"])
+
+    def end(**staging):
+        others = [
+            (staging["dv"], x, out.at[head, rows]) for x, out in zip(dv, dv_gmem, strict=True)
+        ]
+        store_rows(s, dx, rowsum, (dx_gmem, rowsum_gmem), (head, rows), others)
+
+    pl.run_scoped(end, **scopes["end"])
 
 
 def _tile_cotangents(columns, layout: _Layout, with_values: bool, s):
@@ -256,28 +272,36 @@ def cotangents(
     heads, length, width = rows.shape
     count_features, value_width, block = weights.shape[1], values.shape[-1], layout.block
     scratch = dict(
-        x=_smem((CHUNK, width), jnp.bfloat16),
-        values=_smem((CHUNK, value_width), jnp.bfloat16),
         weight=plgpu.SMEM((CHUNK,), jnp.float32),
         shift=plgpu.SMEM((CHUNK,), jnp.float32),
         keep=plgpu.SMEM((CHUNK,), jnp.float32),
+        dw=plgpu.SMEM((FEATURE_TILE, block), jnp.float32),
+        rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
+        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=3),
+    )
+    tiles = dict(
+        x=_smem((CHUNK, width), jnp.bfloat16),
+        values=_smem((CHUNK, value_width), jnp.bfloat16),
         w=_smem((FEATURE_TILE, weights.shape[-1]), jnp.bfloat16),
         state=_smem((FEATURE_TILE, value_width), jnp.bfloat16),
         count=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
         grads=_smem((3, FEATURE_TILE, CHUNK), jnp.bfloat16),
         db=plgpu.SMEM((FEATURE_TILE,), jnp.float32),
-        dw=plgpu.SMEM((FEATURE_TILE, block), jnp.float32),
-        rowsum=plgpu.SMEM((CHUNK,), jnp.float32),
-        barriers=plgpu.Barrier(num_arrivals=1, num_barriers=8),
     )
+    end = {}
     if with_values:
-        scratch["factors"] = _smem((FEATURE_TILE, CHUNK), jnp.bfloat16)
-        scratch["dv"] = plgpu.SMEM((CHUNK, value_width), jnp.float32)
+        tiles["factors"] = _smem((FEATURE_TILE, CHUNK), jnp.bfloat16)
+        end["dv"] = plgpu.SMEM((CHUNK, value_width), jnp.float32)
     chunks = length // CHUNK
     shapes = [(heads, length, block), (heads, length)]
     shapes += [(heads, length, value_width)] if with_values else []
     shapes += [(heads, chunks, count_features, block), (heads, chunks, count_features)]
-    kernel = functools.partial(_cotangent_kernel, layout=layout, with_values=with_values)
+    kernel = functools.partial(
+        _cotangent_kernel,
+        layout=layout,
+        with_values=with_values,
+        scopes=dict(tiles=tiles, end=end),
+    )
     return _launch(
         kernel,
         (rows, weights, state, count, values, weight, shift, keep),

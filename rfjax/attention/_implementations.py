@@ -10,7 +10,7 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
   (``_fused_mosaic_gpu_causal``, ``_fused_mosaic_gpu_causal_grads``: where every head's row
   shifts are within reach, else the Triton kernels, both passes); bfloat16 inputs and the
   affine maps with m a multiple of 64 only (``check_fusable`` says so for the rest), heads of
-  H <= 64 with values up to 192 wide or H <= 128 with values up to 128 (shared memory:
+  H <= 64 with values up to 256 wide or H <= 128 with values up to 128 (shared memory:
   ``_fused_mosaic_gpu.check_rows``). Not yet timed on a GPU, so ``"auto"`` never picks it;
 * ``"pallas_triton_interpret"``, ``"pallas_tpu_interpret"``, ``"pallas_mosaic_gpu_interpret"``:
   the kernels in Pallas' interpret mode on any platform (the TPU's simulator for the second,

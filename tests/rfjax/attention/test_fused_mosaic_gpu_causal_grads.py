@@ -101,9 +101,9 @@ def test_the_backward_kernels_take_every_width_the_forward_does(head_dim, value_
     H100 (T = 128, m = 128): within the shared memory, whose phases the key kernel and the
     query kernel scope apart (``pl.run_scoped``: without that, (128, 128) exceeded it by
     22,624 bytes); past them ``causal_cotangents`` refuses the widths before compiling, and
-    without that check the lowering finds a kernel past the shared memory (at (64, 256) both
-    causal passes would fit, the bidirectional backward does not: ``check_rows`` refuses it
-    for all, 2026-12-01)."""
+    without that check the lowering finds a kernel past the shared memory (at (128, 256) the
+    bidirectional passes would fit, the causal ones do not: ``check_rows`` refuses it for all,
+    2026-12-01)."""
 
     def lowered():
         cotangents = functools.partial(causal_grads.causal_cotangents, norm_weight=-0.5)
