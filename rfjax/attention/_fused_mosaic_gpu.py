@@ -26,15 +26,15 @@ W1 + W2 + W3 = W, b1 + b2 + b3 = b, t1 + t2 + t3 = g |x|^2). The rows are bfloat
 take nothing else: ``check_rows``): ``favor_attention`` passes bfloat16 inputs' rows unscaled
 and folds the data normaliser into the map instead, l(s x) = x (s W)^T + b + s^2 g |x|^2 with
 s = H^-1/4 (``_fused._head_rows``), because s x needs three bfloat16 parts where x is one:
-less than half the rows' shared memory, half the projection's MMAs. l(x) is the sum of the products
-of x's block with each W part's block and of the two last blocks (``projection``: the operands
-are slices of the shared-memory tiles). Every product is exact and the sum is in float32, so
-l(x) has float32's accuracy on any GPU (a bfloat16 W would put an error of 2^-9 |x||w| into
-each log-feature, 0.2 at norm 100). Each block is H rounded up to 64 columns (a 128-byte
-swizzle tile: every block may be an MMA operand of its own), and the bias and norm term take a
-last block of 64; the values are padded to a multiple of 64 columns too (narrower ones fail the
-layout inference). The read-out's weights carry b + c in place of b, so M_t is the maximum of
-the augmented product's row.
+less than half the rows' shared memory, half the products with W. l(x) is the sum of the
+products of x's block with each W part's block and of the two last blocks (``projection``: the
+operands are slices of the shared-memory tiles). Every product is exact and the sum is in
+float32, so l(x) has float32's accuracy on any GPU (a bfloat16 W would put an error of 2^-9
+|x||w| into each log-feature, 0.2 at norm 100). Each block is H rounded up to 64 columns (a
+128-byte swizzle tile: every block may be an MMA operand of its own), and the bias and norm
+term take a last block of 64; the values are padded to a multiple of 64 columns too (narrower
+ones fail the layout inference). The read-out's weights carry b + c in place of b, so M_t is
+the maximum of the augmented product's row.
 
 Operands of the second products: the key factors exp(lb - d), the query factors and the state
 S enter them in bfloat16, as ``_fused_kernels._dot`` casts them under a bfloat16
@@ -86,7 +86,7 @@ _COLUMN = plgpu.Layout.WGMMA.reduce(0)  # one entry per column
 
 
 def _block_width(head_dim: int) -> int:
-    """The columns of one block of x_aug (a row part) and W_aug (a W part): H rounded up to a
+    """The columns of x's block of x_aug and of a W part's block of W_aug: H rounded up to a
     multiple of 64, so that every block starts on a swizzle tile and a kernel may take it as
     an MMA operand of its own."""
     return -(-head_dim // _COLUMNS) * _COLUMNS
