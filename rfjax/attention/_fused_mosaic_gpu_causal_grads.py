@@ -40,18 +40,17 @@ from rfjax.attention._fused_mosaic_gpu import (
     FEATURE_TILE,
     _launch,
     _load,
-    _padded_columns,
     _products,
     _smem,
-    augmented_rows,
     augmented_weights,
-    check_rows,
     key_summaries,
     projection,
 )
 from rfjax.attention._fused_mosaic_gpu_causal import References, chunk_states_at_ends, references
 from rfjax.attention._fused_mosaic_gpu_grads import (
     _Layout,
+    finished_cotangents,
+    operands,
     pulled_back,
     query_summaries,
     store_parameters,
@@ -296,13 +295,9 @@ def causal_cotangents(
     numerator ``grad`` ``(N, T, P)`` and denominator ``grad_den`` ``(N, T)`` and its row shifts
     ``row_shift`` ``(N, T)``: (dW ``(N, m, H)``, db ``(N, m)``, dq, dk, dv), float32, exact
     where the head is tame. The arguments as ``causal_sums`` takes them."""
-    head_dim, value_width = query.shape[-1], value.shape[-1]
-    check_rows(query, key, value_width)
-    layout = _Layout(head_dim)
-    keys, queries = augmented_rows(key, norm_weight), augmented_rows(query, norm_weight)
-    values = _padded_columns(value.astype(jnp.bfloat16))
-    grads = _padded_columns(grad.astype(jnp.bfloat16))
-    keep = valid.astype(jnp.float32)
+    layout, queries, keys, values, grads, keep = operands(
+        query, key, value, valid, grad, norm_weight
+    )
     augmented = augmented_weights(weights, bias)
     summaries = key_summaries(keys, values, keep, augmented, interpret=interpret)
     chunks = references(summaries, key, valid, weights, bias, norm_weight)
@@ -313,26 +308,21 @@ def causal_cotangents(
     )
     later, later_counts = _later(chunks, sums, counts)
     rows = (queries, keys, values, keep, grads, grad_den, row_shift)
-    dq, q_sums, dw_q, db_q = _run(
+    of_queries = _run(
         _query_kernel,
         (*rows, augmented, chunks.end, chunks.state, chunks.counts),
         layout,
         keys=False,
         interpret=interpret,
     )
-    dk, k_sums, dv, dw_k, db_k = _run(
+    of_keys = _run(
         _key_kernel,
         (*rows, augmented, chunks.end, later.astype(jnp.bfloat16), later_counts),
         layout,
         keys=True,
         interpret=interpret,
     )
-    norm = 2.0 * norm_weight
-    dq = dq[..., :head_dim] + norm * q_sums[..., None] * query.astype(jnp.float32)
-    dk = dk[..., :head_dim] + norm * k_sums[..., None] * key.astype(jnp.float32)
-    dv = jnp.where(valid[..., None], dv[..., :value_width], 0)
-    dw = jnp.sum(dw_q, axis=1) + jnp.sum(dw_k, axis=1)
-    return dw[..., :head_dim], jnp.sum(db_q, axis=1) + jnp.sum(db_k, axis=1), dq, dk, dv
+    return finished_cotangents(of_queries, of_keys, query, key, value, valid, norm_weight)
 
 
 def _later(chunks: References, sums, counts):

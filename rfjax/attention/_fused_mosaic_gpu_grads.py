@@ -26,6 +26,7 @@ the generic kernels take them under a bfloat16 ``matmul_dtype``.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -332,21 +333,16 @@ def bidirectional_cotangents(
     ``grad`` ``(N, T, P)`` and denominator ``grad_den`` ``(N, T)`` and its row shifts
     ``row_shift`` ``(N, T)``: (dW ``(N, m, H)``, db ``(N, m)``, dq, dk, dv), float32.
     The arguments as ``bidirectional_sums`` takes them."""
-    head_dim, value_width = query.shape[-1], value.shape[-1]
-    check_rows(query, key, value_width)
-    layout = _Layout(head_dim)
-    keys = augmented_rows(key, norm_weight)
-    queries = augmented_rows(query, norm_weight)
-    values = _padded_columns(value.astype(jnp.bfloat16))
-    grads = _padded_columns(grad.astype(jnp.bfloat16))
-    keep = valid.astype(jnp.float32)
+    layout, queries, keys, values, grads, keep = operands(
+        query, key, value, valid, grad, norm_weight
+    )
     top, state, count = keys_state(keys, values, keep, weights, bias, interpret=interpret)
     query_weights = augmented_weights(weights, bias + top)
     sums, counts = query_summaries(
         queries, query_weights, grads, row_shift, grad_den, interpret=interpret
     )
     run = functools.partial(cotangents, layout=layout, interpret=interpret)
-    dq, q_sums, dw_q, db_q = run(
+    of_queries = run(
         queries,
         query_weights,
         state.astype(jnp.bfloat16),
@@ -357,7 +353,7 @@ def bidirectional_cotangents(
         jnp.ones_like(row_shift),
         with_values=False,
     )
-    dk, k_sums, dv, dw_k, db_k = run(
+    of_keys = run(
         keys,
         augmented_weights(weights, bias - top),
         jnp.sum(sums, axis=1).astype(jnp.bfloat16),
@@ -368,9 +364,46 @@ def bidirectional_cotangents(
         keep,
         with_values=True,
     )
-    norm = 2.0 * norm_weight
+    return finished_cotangents(of_queries, of_keys, query, key, value, valid, norm_weight)
+
+
+class Operands(NamedTuple):
+    """What both directions' cotangent kernels take of the rows: the layout of the parts, x_aug
+    of the queries and keys (``augmented_rows``), the values and G as bfloat16 padded to 64
+    columns, and the valid keys as float32."""
+
+    layout: _Layout
+    queries: jax.Array
+    keys: jax.Array
+    values: jax.Array
+    grads: jax.Array
+    keep: jax.Array
+
+
+def operands(query, key, value, valid, grad, norm_weight: float) -> Operands:
+    """The rows as the cotangent kernels take them (``Operands``), checked first
+    (``check_rows``)."""
+    check_rows(query, key, value.shape[-1])
+    return Operands(
+        _Layout(query.shape[-1]),
+        augmented_rows(query, norm_weight),
+        augmented_rows(key, norm_weight),
+        _padded_columns(value.astype(jnp.bfloat16)),
+        _padded_columns(grad.astype(jnp.bfloat16)),
+        valid.astype(jnp.float32),
+    )
+
+
+def finished_cotangents(of_queries, of_keys, query, key, value, valid, norm_weight: float):
+    """(dW, db, dq, dk, dv) from the queries' kernel's (dx, row sums, dW, db per chunk) and the
+    keys' (dx, row sums, dv, dW, db per chunk): the norm term 2 g (sum_i dl_i) x added to dx,
+    the padding dropped, dv 0 for the keys that do not count, dW and db summed over the
+    chunks."""
+    dq, q_sums, dw_q, db_q = of_queries
+    dk, k_sums, dv, dw_k, db_k = of_keys
+    head_dim, norm = query.shape[-1], 2.0 * norm_weight
     dq = dq[..., :head_dim] + norm * q_sums[..., None] * query.astype(jnp.float32)
     dk = dk[..., :head_dim] + norm * k_sums[..., None] * key.astype(jnp.float32)
-    dv = jnp.where(valid[..., None], dv[..., :value_width], 0)
+    dv = jnp.where(valid[..., None], dv[..., : value.shape[-1]], 0)
     dw = jnp.sum(dw_q, axis=1) + jnp.sum(dw_k, axis=1)
     return dw[..., :head_dim], jnp.sum(db_q, axis=1) + jnp.sum(db_k, axis=1), dq, dk, dv
