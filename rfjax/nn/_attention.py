@@ -42,7 +42,7 @@ from rfjax.nn._attention_draws import (
     kept_draw,
 )
 from rfjax.nn._attention_inputs import cosine_scores
-from rfjax.nn._attention_masks import favor_mask
+from rfjax.nn._attention_masks import batched_mask, favor_mask
 from rfjax.projections import Projection
 
 __all__ = ["ATTENTION_KINDS", "FEATURE_MAP_COLLECTION", "PROJECTION_STREAM", "PerformerAttention"]
@@ -379,8 +379,10 @@ class PerformerAttention(nn.Module):
           inputs_v: values ``(..., S, D_v)``; default ``inputs_k``.
           inputs_kv: keys and values at once (Flax's older form; not with ``inputs_k`` or
             ``inputs_v``).
-          mask: True (or non-zero) = attend. Exact: any mask broadcastable to
-            ``(..., N, T, S)``, as in Flax. Performer: a key padding mask ``(B, S)``, or a Flax
+          mask: True (or non-zero) = attend. A 2-D mask is a key padding mask ``(B, S)``
+            for both kinds (where Flax would broadcast it as ``(T, S)``: pass such a mask as
+            ``mask[None, None]``), and combines with ``causal``. Exact: otherwise any mask
+            broadcastable to ``(..., N, T, S)``, as in Flax. Performer: otherwise a Flax
             mask broadcastable to ``(B, N, T, S)`` made of key padding, query padding and
             causality (``nn.make_attention_mask(pad, pad)``, ``nn.make_causal_mask``,
             ``nn.combine_masks`` of them), read as key padding and causality (a causal mask
@@ -438,7 +440,9 @@ class PerformerAttention(nn.Module):
             query, key, value = flat(query), flat(key), flat(value)
 
         if self.attention_kind == "exact":
-            out = self._exact(query, key, value, mask, deterministic, dropout_rng, sow_weights)
+            out = self._exact(
+                query, key, value, mask, batch_shape, deterministic, dropout_rng, sow_weights
+            )
         else:
             with matmul_precision(self.precision):
                 out = self._performer(
@@ -460,10 +464,13 @@ class PerformerAttention(nn.Module):
             name="out",
         )(out)
 
-    def _exact(self, query, key, value, mask, deterministic, dropout_rng, sow_weights):
-        decoding = False
+    def _exact(self, query, key, value, mask, batch_shape, deterministic, dropout_rng, sow_weights):
+        decoding = self.decode and self.has_variable("cache", "cached_key")
+        if mask is not None:  # over the cache's positions when decoding
+            keys = self.get_variable("cache", "cached_key").shape[1] if decoding else key.shape[1]
+            shape = (*batch_shape, query.shape[2], query.shape[1], keys)
+            mask = batched_mask(jnp.asarray(mask), shape)
         if self.decode:  # Flax's key/value cache, under Flax's names
-            decoding = self.has_variable("cache", "cached_key")
             cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
             cached_value = self.variable(
                 "cache", "cached_value", jnp.zeros, value.shape, value.dtype
@@ -479,8 +486,6 @@ class PerformerAttention(nn.Module):
         if self.causal and not decoding:
             causal_mask = nn.make_causal_mask(jnp.ones(query.shape[:2], bool))
             mask = causal_mask if mask is None else nn.combine_masks(mask, causal_mask)
-        if mask is not None and mask.ndim == 2:
-            mask = mask[:, None, None, :]
         use_dropout = self.dropout_rate > 0 and not nn.merge_param(
             "deterministic", self.deterministic, deterministic
         )

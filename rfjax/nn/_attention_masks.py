@@ -71,20 +71,9 @@ def favor_mask(
     """
     if mask is None:
         return FavorMask(None, causal)
-    mask = _check_mask_values(jnp.asarray(mask))
-    batch = math.prod(batch_shape)
-    if mask.ndim == 2:
-        return FavorMask(jnp.broadcast_to(mask, (batch, key_length)).astype(bool), causal)
-    full = (*batch_shape, num_heads, query_length, key_length)
-    try:
-        jnp.broadcast_shapes(mask.shape, full)
-    except ValueError:
-        raise ValueError(f"{MASK_FORMS}; got mask of shape {mask.shape} for {full}") from None
-    if mask.ndim > len(full):
-        raise ValueError(f"{MASK_FORMS}; got mask of shape {mask.shape} for {full}")
-    heads, rows = (1 if mask.ndim < n or mask.shape[-n] == 1 else full[-n] for n in (3, 2))
-    mask = jnp.broadcast_to(mask, (*batch_shape, heads, rows, key_length)).astype(bool)
-    mask = mask.reshape(batch, heads, rows, key_length)
+    shape = (*batch_shape, num_heads, query_length, key_length)
+    mask = batched_mask(_check_mask_values(jnp.asarray(mask)), shape, forms=MASK_FORMS)
+    _, heads, rows, _ = mask.shape
     if heads == 1 and rows == 1:
         return FavorMask(mask[:, 0, 0], causal)
     query_any = jnp.any(mask, axis=-1, keepdims=True)
@@ -102,6 +91,39 @@ def favor_mask(
     if causal or not can_be_causal:
         return FavorMask(key_padding, causal)
     return FavorMask(key_padding, is_causal & ~is_padding)
+
+
+def batched_mask(mask: jax.Array, shape: tuple[int, ...], *, forms: str = "") -> jax.Array:
+    """A Flax attention mask over one flattened batch axis: ``(B, N or 1, T or 1, S)`` with
+    B the product of ``shape``'s batch axes, ``shape = batch_shape + (N, T, S)``.
+
+    A 2-D mask is a key padding mask ``(B, S)`` (or broadcastable to it), for both kinds of
+    ``PerformerAttention`` (Flax would broadcast it as ``(T, S)``: pass such a mask with its
+    batch and head axes, ``mask[None, None]``); any other is broadcast as Flax broadcasts
+    it, against ``shape``, keeping a head or query axis of 1. A mask that does not broadcast
+    so raises ``ValueError`` naming both shapes (after ``forms``, what the caller takes)."""
+    *batch_shape, _, _, key_length = shape
+    batch = math.prod(batch_shape)
+    target: tuple[int, ...]
+    if mask.ndim == 2:
+        target = (batch, key_length)
+        wanted = "a key padding mask (B, S) (a 2-D mask; pass a (T, S) mask as mask[None, None])"
+    else:
+        target, wanted = shape, "a mask broadcastable to batch_shape + (N, T, S)"
+    try:
+        fits = mask.ndim <= len(target) and jnp.broadcast_shapes(mask.shape, target) == target
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{forms}{'; ' if forms else ''}mask must be {wanted} = {target}; got mask of "
+            f"shape {mask.shape}"
+        )
+    if mask.ndim == 2:
+        return jnp.broadcast_to(mask, target)[:, None, None, :]
+    heads, rows = (1 if mask.ndim < n or mask.shape[-n] == 1 else shape[-n] for n in (3, 2))
+    mask = jnp.broadcast_to(mask, (*batch_shape, heads, rows, key_length))
+    return mask.reshape(batch, heads, rows, key_length)
 
 
 def _raise_unless_supported(supported: np.ndarray) -> None:

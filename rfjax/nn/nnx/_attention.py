@@ -46,7 +46,7 @@ from rfjax.nn._attention_inputs import (
     repeat_kv_heads,
     rotate,
 )
-from rfjax.nn._attention_masks import favor_mask
+from rfjax.nn._attention_masks import batched_mask, favor_mask
 from rfjax.projections import Projection
 
 __all__ = ["FittedFeatureMap", "PerformerAttention", "ProjectionKey"]
@@ -90,11 +90,12 @@ class PerformerAttention(nnx.Module):
     leaves the key alone. Feature maps with random parameters draw them per head from the
     same key; data-fitted fields are ``FittedFeatureMap`` state (stop-gradient).
 
-    Masks: as in ``rfjax.nn.PerformerAttention``: the exact kind takes any Flax mask; the
-    Performer takes a key padding mask ``(B, S)`` or a Flax mask made of key padding, query
-    padding and causality (``nnx.make_attention_mask``, ``nnx.make_causal_mask``,
-    ``nnx.combine_masks``), read as key padding and causality, boolean or 0/1-valued; others
-    (and additive masks) raise ``ValueError``.
+    Masks: as in ``rfjax.nn.PerformerAttention``: a 2-D mask is a key padding mask ``(B, S)``
+    for both kinds (Flax would read it as ``(T, S)``); otherwise the exact kind takes any Flax
+    mask broadcastable to ``(..., N, T, S)``, and the Performer takes a Flax mask made of key
+    padding, query padding and causality (``nnx.make_attention_mask``,
+    ``nnx.make_causal_mask``, ``nnx.combine_masks``), read as key padding and causality,
+    boolean or 0/1-valued; others (and additive masks) raise ``ValueError``.
     ``is_causal=True`` or the ``causal`` attribute makes the attention causal.
 
     Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
@@ -458,6 +459,10 @@ class PerformerAttention(nnx.Module):
         if flat is not None:
             query, key, value = flat(query), flat(key), flat(value)
         if self.attention_kind == "exact":
+            if mask is not None:  # over the cache's positions when decoding
+                keys = self._cache_length() if decode else key.shape[1]
+                shape = (*batch_shape, query.shape[2], query.shape[1], keys)
+                mask = batched_mask(jnp.asarray(mask), shape)
             if decode:
                 key, value, mask = self._append_to_cache(key, value, mask)
             out = self._exact(
@@ -565,8 +570,6 @@ class PerformerAttention(nnx.Module):
         """Flax's attention: ``attention_fn`` with the arguments ``nnx.MultiHeadAttention``
         passes it; non-finite inputs isolated (``isolating_non_finite``; while decoding, by
         the cache's NaN keys, ``kv_cache_step``)."""
-        if mask is not None and mask.ndim == 2:
-            mask = mask[:, None, None, :]
         dropout_rng = None
         deterministic = self.deterministic if deterministic is None else deterministic
         if self.dropout_rate > 0 and deterministic is None:
@@ -599,6 +602,12 @@ class PerformerAttention(nnx.Module):
         if decode:  # the cache holds non-finite tokens as NaN keys (kv_cache_step)
             return attend(query, key, value)
         return isolating_non_finite(attend, query, key, value, mask, causal=causal)
+
+    def _cache_length(self) -> int:
+        """The positions L of the exact kind's decode cache."""
+        self._check_cache("cached_key")
+        assert self.cached_key is not None  # for the type checker: checked above
+        return self.cached_key[...].shape[1]
 
     def _append_to_cache(self, key, value, mask):
         self._check_cache("cached_key", "cached_value", "cache_index")

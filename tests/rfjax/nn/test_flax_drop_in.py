@@ -106,6 +106,34 @@ def test_masks_favor_cannot_apply_raise():
         module.apply(params, x, mask=jnp.ones((BATCH, 1, 3, LENGTH), bool), rngs=RNGS)
 
 
+def test_exact_kind_reads_flax_masks_as_flax_does():
+    """Masks of every rank Flax broadcasts (per head, per batch, two batch axes), the key
+    padding mask with causal, and a 2-D mask that is not (B, S), which raises."""
+    x, kv = _inputs()
+    params = _params()
+    flax_layer = nn.MultiHeadDotProductAttention(num_heads=HEADS)
+    ours = PerformerAttention(num_heads=HEADS, attention_kind="exact")
+    lower = jnp.tril(jnp.ones((LENGTH, LENGTH), bool))
+    both = jnp.stack([x, kv])  # (2, B, T, D)
+    causal = nn.make_causal_mask(PAD)
+    cases = [
+        (x, jnp.broadcast_to(lower, (HEADS, LENGTH, LENGTH))),
+        (x, nn.combine_masks(causal, nn.make_attention_mask(PAD, PAD))),
+        (both, nn.make_causal_mask(both[..., 0])),
+        (both, lower[None, None]),
+    ]
+    for inputs, mask in cases:
+        expected = flax_layer.apply(params, inputs, mask=mask)
+        np.testing.assert_allclose(ours.apply(params, inputs, mask=mask), expected, atol=1e-6)
+    key_padding = nn.combine_masks(causal, nn.make_attention_mask(jnp.ones_like(PAD), PAD))
+    expected = flax_layer.apply(params, x, mask=key_padding)
+    causal_layer = PerformerAttention(num_heads=HEADS, attention_kind="exact", causal=True)
+    np.testing.assert_allclose(causal_layer.apply(params, x, mask=PAD), expected, atol=1e-6)
+    for layer in (ours, _performer()):
+        with pytest.raises(ValueError, match=r"key padding mask \(B, S\).*shape \(10, 10\)"):
+            layer.apply(params, x, mask=lower, rngs=RNGS)
+
+
 def test_call_forms_of_flax_attention():
     q, kv = _inputs()
     params = _params()

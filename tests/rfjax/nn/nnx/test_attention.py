@@ -62,6 +62,22 @@ def test_multi_head_attention_parameters_load_and_give_its_outputs():
     assert performer(x, kv).shape == x.shape
 
 
+def test_exact_kind_reads_flax_masks_as_nnx_does():
+    """A mask with two batch axes, and the key padding mask with is_causal."""
+    x, kv = _inputs(0), _inputs(1)
+    mha = nnx.MultiHeadAttention(HEADS, WIDTH, decode=False, rngs=nnx.Rngs(1))
+    ours = rnnx.PerformerAttention(HEADS, WIDTH, attention_kind="exact", rngs=nnx.Rngs(9))
+    nnx.update(ours, nnx.state(mha, nnx.Param))
+    both = jnp.stack([x, kv])  # (2, B, T, D)
+    mask = nnx.make_causal_mask(both[..., 0])
+    np.testing.assert_allclose(ours(both, mask=mask), mha(both, mask=mask), atol=1e-6)
+    key_padding = nnx.make_attention_mask(jnp.ones_like(PAD), PAD)
+    expected = mha(x, mask=nnx.combine_masks(nnx.make_causal_mask(PAD), key_padding))
+    np.testing.assert_allclose(ours(x, mask=PAD, is_causal=True), expected, atol=1e-6)
+    with pytest.raises(ValueError, match=r"key padding mask \(B, S\)"):
+        ours(x, mask=jnp.tril(jnp.ones((LENGTH, LENGTH), bool)))
+
+
 def test_performer_is_favor_attention_on_the_documented_draw():
     """Output = out(favor_attention(q, k, v, projection)) with the projection drawn from
     split(redraw_key(base key, step, redraw_interval))[0], one draw per head."""
