@@ -22,9 +22,16 @@ from rfjax._validation import is_concrete
 from rfjax.theory import _inputs
 
 
+def exp_difference(log_larger: jax.Array, log_smaller: jax.Array) -> jax.Array:
+    """e^a - e^b for a >= b, as e^a (1 - e^(b - a)) (``-expm1``): no cancellation, and finite
+    wherever e^a is (e^b (e^(a - b) - 1) gave 0 * inf = NaN where e^b underflows and
+    e^(a - b) overflows, e.g. a variance of e^-100 in float32)."""
+    return jnp.exp(log_larger) * -jnp.expm1(log_smaller - log_larger)
+
+
 def _variance(log_second_moment: jax.Array, dot: jax.Array, num_features: int) -> jax.Array:
-    # (E[X^2] - e^{2 x.y}) / m = e^{2 x.y} expm1(log E[X^2] - 2 x.y) / m, without cancellation.
-    return jnp.exp(2.0 * dot) * jnp.expm1(log_second_moment - 2.0 * dot) / num_features
+    # (E[X^2] - e^{2 x.y}) / m, E[X^2] >= (E X)^2 = e^{2 x.y}.
+    return exp_difference(log_second_moment, 2.0 * dot) / num_features
 
 
 def gerf_log_second_moment(x: ArrayLike, y: ArrayLike, *, a: ArrayLike) -> jax.Array:

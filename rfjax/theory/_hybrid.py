@@ -70,7 +70,8 @@ def trigonometric_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> jax.Arra
     """
     m = _inputs.feature_count(num_features)
     x, y = _inputs.point_pair(x, y)
-    return jnp.exp(_sq(x) + _sq(y)) * jnp.expm1(-_sq(x - y)) ** 2 / (2 * m)
+    # e^{(|x|^2 + |y|^2) / 2} squared: finite at x = y wherever SM(x, y) is (0 * inf before).
+    return (jnp.exp(0.5 * (_sq(x) + _sq(y))) * jnp.expm1(-_sq(x - y))) ** 2 / (2 * m)
 
 
 def positive_antithetic_mse(x: ArrayLike, y: ArrayLike, num_features: int) -> jax.Array:

@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 
 from rfjax._validation import check_choice
 from rfjax.theory import _conformity, _inputs, _kernels, _quadrature
+from rfjax.theory._exponential import exp_difference
 from rfjax.theory._inputs import Coupling
 
 Kernel = Literal["gaussian", "softmax"]
@@ -58,9 +59,11 @@ def prf_mse(
       MSE = e^{-2|x|^2 - 2|y|^2} / m [(e^{2 v^2} - e^{v^2}) + (m - 1)(rho_eff - e^{v^2})]
 
     for the Gaussian kernel, features f(w, x) = exp(w^T x - |x|^2); the softmax kernel (features
-    exp(w^T x - |x|^2/2)) multiplies this by e^{|x|^2 + |y|^2}. It is evaluated as
-    e^{-2|x|^2-2|y|^2+v^2} [expm1(v^2) / m + S expm1(log rho_block - v^2) / m^2] with
-    S = sum_j b_j (b_j - 1), so that nothing overflows before the prefactor is applied.
+    exp(w^T x - |x|^2/2)) multiplies this by e^{|x|^2 + |y|^2}. With P = -2|x|^2 - 2|y|^2 + v^2
+    it is evaluated as (e^{P + v^2} - e^P) / m + S e^P expm1(log rho_block - v^2) / m^2
+    (``exp_difference``; S = sum_j b_j (b_j - 1)), so that no term overflows or underflows
+    where the MSE does not (the MSE of the Gaussian kernel at |x| = |y| = 7, x . y = 0, is
+    about 1/m).
 
     A JAX function of ``x`` and ``y``: ``jax.jit(lambda a, b: prf_mse(a, b, 8,
     coupling="simplex"))`` compiles, ``jax.vmap`` maps it and ``jax.grad`` differentiates it
@@ -104,7 +107,7 @@ def prf_mse(
         _inputs.check_norm("|x + y|", v2)
     log_prefactor = -(1.0 if kernel == "softmax" else 2.0) * (_sq(x) + _sq(y)) + v2
     m = num_features
-    diagonal = jnp.exp(log_prefactor) * jnp.expm1(v2) / m
+    diagonal = exp_difference(log_prefactor + v2, log_prefactor) / m
     same = _same_block_pairs(coupling, dim, m)
     if same == 0:
         return diagonal

@@ -51,6 +51,30 @@ def test_float32_without_x64():
     np.testing.assert_allclose(rho, theory.simplex_conformity(DIM, 2.0), rtol=1e-5)
 
 
+@pytest.mark.parametrize("radius", [7.0, 20.0, 49.0])
+def test_float32_is_finite_wherever_the_error_is(radius):
+    """Where one factor of a closed form underflows and another overflows while the error is
+    in float32's range, each against float64: the PRF MSE at |x| = |y| = r, x . y = 0 (1/m to
+    float32's rounding: (1 - e^{-2 r^2}) / m, the coupled rows' term below e^{-r^2}); the
+    FAVOR+ variance at x . y = -s^2, |x + y| = s, s = r / 7 (e^{-2 s^2} expm1(s^2) / m, about
+    e^{-s^2} / m, where e^{-2 s^2} underflows at s = 7); the trigonometric MSE at x = y (0,
+    where e^{|x|^2 + |y|^2} overflows at |x| = 7)."""
+    x, y = np.array([radius, 0.0]), np.array([0.0, radius])  # float32 without x64
+    near = np.array([radius, radius]) / 7.0, np.array([-radius, 0.0]) / 7.0
+    cases = [
+        *(lambda c=c: theory.prf_mse(x, y, 4, coupling=c) for c in ("gaussian", "orthogonal")),
+        lambda: theory.prf_mse(x, y, 4, coupling="simplex"),
+        lambda: theory.gerf_variance(*near, 4, a=0.0),
+        lambda: theory.trigonometric_mse(x / 7.0, x / 7.0, 4),
+    ]
+    for case in cases:
+        with jax.enable_x64(False):
+            value = case()
+        assert value.dtype == jnp.float32
+        np.testing.assert_allclose(value, case(), rtol=1e-6, atol=1e-38)
+    np.testing.assert_allclose(theory.prf_mse(x, y, 4), 0.25, rtol=1e-12)
+
+
 def test_bad_inputs_raise():
     x, y = PRF_X, PRF_Y
     with pytest.raises(ValueError, match="coupling"):
