@@ -166,6 +166,23 @@ def as_array(name: str, x: object) -> jax.Array:
         ) from err
 
 
+def check_ids(name: str, ids: object, count: int) -> jax.Array:
+    """Returns ``ids`` as an integer array, else raises: ``TypeError`` naming ``name`` for
+    other dtypes, and ``ValueError`` for concrete ids outside ``[0, count)`` (JAX's indexing
+    would clamp them; traced ids are for the caller to gather with ``mode="fill"``)."""
+    ids = as_array(name, ids)
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise TypeError(f"{name} must be an integer array of ids, got dtype {ids.dtype}")
+    if not is_concrete(ids):
+        return ids
+    found = np.asarray(ids)  # in NumPy: inside a caller's jit, jnp would stage the test
+    if found.size and not np.all((found >= 0) & (found < count)):
+        raise ValueError(
+            f"{name} must hold ids in [0, {count}); got values from {found.min()} to {found.max()}"
+        )
+    return ids
+
+
 def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
     """Returns ``x`` as a floating array of shape ``(..., dim)``, else raises.
 

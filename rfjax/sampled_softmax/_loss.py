@@ -7,7 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_inputs
+from rfjax._validation import as_array, check_ids, check_inputs
 
 
 def sampled_softmax_loss(
@@ -31,8 +31,9 @@ def sampled_softmax_loss(
     Args:
       queries: ``(N, d)``.
       embeddings: ``(V, d)``.
-      targets: int ``(N,)`` target classes.
-      samples: int ``(N, M)`` negatives drawn from Q.
+      targets: int ``(N,)`` target classes, in ``[0, V)``.
+      samples: int ``(N, M)`` negatives drawn from Q, in ``[0, V)``. Ids outside it raise
+        ``ValueError`` (inside ``jit``, where they are unknown, their rows' losses are NaN).
       log_proposal: ``(N, M)`` log Q(s_j | q_n).
       remove_accidental_hits: drop negatives equal to the target.
 
@@ -41,6 +42,9 @@ def sampled_softmax_loss(
     """
     queries = check_inputs("queries", queries)
     embeddings = check_inputs("embeddings", embeddings, dim=queries.shape[-1])
+    targets = check_ids("targets", targets, embeddings.shape[0])
+    samples = check_ids("samples", samples, embeddings.shape[0])
+    log_proposal = as_array("log_proposal", log_proposal)
     if samples.ndim != 2 or samples.shape[0] != queries.shape[0]:
         raise ValueError(f"samples must have shape (N, M) with N = {queries.shape[0]}")
     if log_proposal.shape != samples.shape or targets.shape != queries.shape[:1]:
@@ -48,10 +52,16 @@ def sampled_softmax_loss(
             f"log_proposal must match samples {samples.shape} and targets have shape "
             f"({queries.shape[0]},); got {log_proposal.shape} and {targets.shape}"
         )
-    target_logits = jnp.sum(queries * embeddings[targets], axis=-1)
-    sampled = jnp.einsum("nd,nmd->nm", queries, embeddings[samples])
+    target_logits = jnp.sum(queries * _rows(embeddings, targets), axis=-1)
+    sampled = jnp.einsum("nd,nmd->nm", queries, _rows(embeddings, samples))
     sampled = sampled - jax.lax.stop_gradient(log_proposal) - math.log(samples.shape[1])
     if remove_accidental_hits:
         sampled = jnp.where(samples == targets[:, None], -jnp.inf, sampled)
     all_logits = jnp.concatenate([target_logits[:, None], sampled], axis=-1)
     return jax.nn.logsumexp(all_logits, axis=-1) - target_logits
+
+
+def _rows(embeddings: jax.Array, ids: jax.Array) -> jax.Array:
+    """``embeddings[ids]``, NaN for an id outside ``[0, V)`` (where JAX's indexing would clamp
+    it, or wrap a negative one, to a real class)."""
+    return embeddings.at[ids].get(mode="fill", fill_value=jnp.nan, wrap_negative_indices=False)

@@ -25,6 +25,9 @@ from rfjax.sampled_softmax._samplers import (
 )
 
 PLAIN_PROPOSALS = ("uniform", "exact", "kernel")
+# What ``proposal_features`` takes besides the proposal, and which of it each proposal reads.
+FEATURE_OPTIONS = ("num_features", "num_coefficient_features", "temperature", "coupling")
+_READS = {"uniform": (), "exact": (), "kernel": ("temperature",)}
 
 
 def proposals() -> tuple[str, ...]:
@@ -58,17 +61,24 @@ def sample_proposal(
       embeddings: ``(V, d)``.
       proposal: one of ``proposals()``.
       num_samples: M >= 1.
-      sampler: ``"clipped"`` or ``"decomposition"`` (kernel proposals only).
+      sampler: ``"clipped"`` or ``"decomposition"`` (read by the random-feature proposals).
       uniform_floor: eps of the ``"clipped"`` sampler.
       **feature_options: ``num_features``, ``num_coefficient_features``, ``temperature`` and
         ``coupling`` of ``proposal_features`` (random-feature proposals; ``"kernel"`` reads
-        ``temperature`` only).
+        ``temperature`` only, ``"uniform"`` and ``"exact"`` none).
 
     Returns:
       ``(samples, log_probabilities)`` of shape ``(N, M)``.
+
+    Raises:
+      TypeError: for a feature option ``proposal_features`` does not take.
+      ValueError: for an unknown proposal or sampler, M < 1, bad inputs, or a feature option
+        that ``proposal`` does not read.
     """
     proposal = check_choice("proposal", proposal, proposals())
     num_samples = check_int("num_samples", num_samples, minimum=1)
+    sampler = check_choice("sampler", sampler, SAMPLERS)
+    _check_feature_options(proposal, feature_options)
     queries = jax.lax.stop_gradient(check_inputs("queries", queries))
     embeddings = jax.lax.stop_gradient(
         check_inputs("embeddings", embeddings, dim=queries.shape[-1])
@@ -90,7 +100,6 @@ def sample_proposal(
         samples = inverse_cdf(key, jnp.exp(log_q), num_samples)
         return samples, jnp.take_along_axis(log_q, samples, axis=-1)
     projection_key, sample_key = jax.random.split(key)
-    sampler = check_choice("sampler", sampler, SAMPLERS)
     if sampler == "decomposition":
         features = proposal_features(
             projection_key, queries, embeddings, proposal=proposal, **feature_options
@@ -102,3 +111,20 @@ def sample_proposal(
     log_q = clipped_log_probabilities(estimates, uniform_floor)
     samples = inverse_cdf(sample_key, jnp.exp(log_q), num_samples)
     return samples, jnp.take_along_axis(log_q, samples, axis=-1)
+
+
+def _check_feature_options(proposal: str, options: dict[str, Any]) -> None:
+    """``TypeError`` for an option ``proposal_features`` does not take (a misspelt name), and
+    ``ValueError`` for one that ``proposal`` does not read (it would be ignored)."""
+    unknown = sorted(set(options) - set(FEATURE_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"sample_proposal got unexpected feature options {unknown}; it takes "
+            f"{', '.join(FEATURE_OPTIONS)}"
+        )
+    unread = sorted(set(options) - set(_READS.get(proposal, FEATURE_OPTIONS)))
+    if unread:
+        raise ValueError(
+            f"proposal={proposal!r} does not read the feature options {unread} (it reads "
+            f"{', '.join(_READS[proposal]) or 'none'})"
+        )

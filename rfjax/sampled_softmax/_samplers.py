@@ -110,18 +110,25 @@ def _first_at_least(table: jax.Array, rows: jax.Array, values: jax.Array) -> jax
 def _sample_decomposition(
     key: jax.Array, query_features: jax.Array, class_features: jax.Array, num_samples: int
 ) -> tuple[jax.Array, jax.Array]:
-    """The |.| feature mixture by the two-stage decomposition (see ``rfjax.sampled_softmax``)."""
+    """The |.| feature mixture by the two-stage decomposition (see ``rfjax.sampled_softmax``);
+    a query whose mixture has no mass (its features all 0, e.g. underflowed) draws uniformly,
+    as the ``"clipped"`` sampler's rows without a positive estimate do."""
     weights_q = jnp.abs(query_features)
     weights_c = jnp.abs(class_features)
     tables = jnp.cumsum(weights_c, axis=0).T  # (W, V), row k ends with S_k
     feature_mass = weights_q * tables[:, -1]  # |a_k| S_k, (N, W)
-    feature_key, class_key = jax.random.split(key)
+    feature_key, class_key, uniform_key = jax.random.split(key, 3)
     features = inverse_cdf(feature_key, feature_mass, num_samples)
     shape = features.shape
     v = (1.0 - jax.random.uniform(class_key, shape, tables.dtype)) * tables[features, -1]
     samples = _first_at_least(tables, features, v)
     mass = jnp.einsum("nw,nmw->nm", weights_q, weights_c[samples])
-    return samples, jnp.log(mass) - jnp.log(jnp.sum(feature_mass, axis=-1, keepdims=True))
+    total = jnp.sum(feature_mass, axis=-1, keepdims=True)
+    classes = class_features.shape[0]
+    empty = total == 0
+    samples = jnp.where(empty, jax.random.randint(uniform_key, shape, 0, classes), samples)
+    log_q = jnp.log(mass) - jnp.log(jnp.where(empty, 1.0, total))
+    return samples, jnp.where(empty, -math.log(classes), log_q)
 
 
 def sample_from_features(

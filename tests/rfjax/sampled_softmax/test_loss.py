@@ -83,3 +83,27 @@ def test_bad_shapes_raise_naming_the_argument():
         sampled_softmax_loss(queries, embeddings, targets, samples, log_q[:, :2])
     with pytest.raises(ValueError, match="embeddings"):
         sampled_softmax_loss(queries, embeddings[:, :2], targets, samples, log_q)
+
+
+def test_ids_outside_the_vocabulary_raise_or_give_nan():
+    """Concrete ids outside [0, V) raise naming their argument; traced ones (unknown until
+    run) give NaN losses in their rows only, where indexing clamped them to a real class."""
+    queries, embeddings = problem(num_queries=2)
+    vocabulary = embeddings.shape[0]
+    targets, samples = jnp.array([0, 1]), jnp.zeros((2, 3), jnp.int32)
+    log_q = jnp.zeros((2, 3))
+    for bad_targets, bad_samples, name in [
+        (jnp.array([0, vocabulary]), samples, "targets"),
+        (jnp.array([0, -1]), samples, "targets"),
+        (targets, samples.at[1, 2].set(vocabulary), "samples"),
+    ]:
+        with pytest.raises(ValueError, match=rf"{name} must hold ids in \[0, {vocabulary}\)"):
+            sampled_softmax_loss(queries, embeddings, bad_targets, bad_samples, log_q)
+        traced = jax.jit(sampled_softmax_loss)(queries, embeddings, bad_targets, bad_samples, log_q)
+        assert jnp.isfinite(traced[0]) and jnp.isnan(traced[1])
+    with pytest.raises(TypeError, match="samples must be an integer array"):
+        sampled_softmax_loss(queries, embeddings, targets, samples.astype(jnp.float32), log_q)
+    as_lists = sampled_softmax_loss(queries, embeddings, [0, 1], samples.tolist(), log_q)
+    assert jnp.array_equal(
+        as_lists, sampled_softmax_loss(queries, embeddings, targets, samples, log_q)
+    )

@@ -2,6 +2,7 @@
 estimates of the proposal's features, the exact and uniform proposals draw from softmax(q.e)
 and 1/V, and bad arguments are named."""
 
+import functools
 import math
 
 import jax
@@ -70,3 +71,12 @@ def test_bad_arguments_raise_naming_them():
         sample_proposal(jax.random.key(0), queries, embeddings, proposal="uniform", num_samples=0)
     with pytest.raises(ValueError, match="temperature"):
         sample_proposal(jax.random.key(0), queries, embeddings, proposal="kernel", num_samples=4)
+    uniform = functools.partial(
+        sample_proposal, jax.random.key(0), queries, embeddings, proposal="uniform", num_samples=4
+    )
+    with pytest.raises(ValueError, match="sampler"):
+        uniform(sampler="bogus")
+    with pytest.raises(TypeError, match=r"unexpected feature options \['num_featuers'\]"):
+        uniform(num_featuers=4)
+    with pytest.raises(ValueError, match=r"'uniform' does not read .*\['num_features'\]"):
+        uniform(num_features=4)

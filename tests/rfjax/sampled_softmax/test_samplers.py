@@ -77,6 +77,26 @@ def test_positive_proposal_is_the_normalised_kernel_estimate():
     )
 
 
+def test_a_query_without_feature_mass_draws_uniformly():
+    """Features all 0 (underflowed): both samplers draw uniformly, log Q = -log V (the
+    decomposition gave NaN), and the other queries keep their own draws."""
+    queries, embeddings = problem()
+    query_features, class_features = proposal_features(
+        jax.random.key(1), queries, embeddings, proposal="angular_hybrid", **FEATURE_OPTIONS
+    )
+    zeroed = query_features.at[0].set(0.0)
+    for sampler in ("clipped", "decomposition"):
+        samples, log_q = sample_from_features(
+            jax.random.key(2), zeroed, class_features, 4000, sampler=sampler
+        )
+        np.testing.assert_allclose(log_q[0], -np.log(VOCAB), rtol=1e-6)
+        assert_frequencies_match(samples[:1], jnp.full((1, VOCAB), 1.0 / VOCAB))
+        _, kept = sample_from_features(
+            jax.random.key(2), query_features, class_features, 4000, sampler=sampler
+        )
+        assert np.all(np.isfinite(log_q)) and np.all(np.isfinite(kept))
+
+
 def test_bad_arguments_raise_naming_them():
     queries, embeddings = problem()
     with pytest.raises(ValueError, match="sampler"):
