@@ -83,6 +83,26 @@ class OddCosine:
     offsets: jax.Array
 
 
+def check_representable(
+    data: np.ndarray, compute_dtype: DTypeLike, *, lengthscale: float = 1.0, name: str = "X"
+) -> None:
+    """Raises ``ValueError`` naming ``name`` if ``data`` / ``lengthscale`` holds finite values
+    that the compute dtype cannot hold (float64 data beyond float32's range, computed in
+    float32): they would become infinite, and the features or fit NaN, with no error."""
+    if not np.size(data) or np.dtype(compute_dtype).itemsize >= data.dtype.itemsize:
+        return
+    largest = float(np.max(np.abs(data))) / lengthscale
+    limit = float(jnp.finfo(compute_dtype).max)
+    if largest > limit:
+        scaled = f"|{name}| / lengthscale" if lengthscale != 1.0 else f"|{name}|"
+        raise ValueError(
+            f"{name} holds values up to {scaled} = {largest:.3g} that "
+            f"{np.dtype(compute_dtype).name}, the dtype rfjax computes in, cannot represent "
+            f"(largest {limit:.3g}): rescale {name}, or enable float64 with "
+            "jax.config.update('jax_enable_x64', True)"
+        )
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("features", "coupling", "dim", "num_vectors", "odd", "dtype"),
@@ -361,7 +381,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             odd=odd,
             dtype=self._compute_dtype,
         )
-        self._check_representable(data, self._compute_dtype)
+        check_representable(data, self._compute_dtype, lengthscale=self._lengthscale())
         if feature_map.fitted_fields:
             u = jnp.asarray(data, self._compute_dtype) / self._lengthscale()
             feature_map = feature_map.fit(fit_key, u, u)
@@ -393,22 +413,6 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _lengthscale(self) -> float:
         return 1.0 / math.sqrt(2.0 * float(self.gamma))
 
-    def _check_representable(self, data: np.ndarray, compute_dtype: DTypeLike) -> None:
-        """Raises ``ValueError`` if the scaled input X / lengthscale holds finite values that
-        the compute dtype cannot hold (float64 input beyond float32's range, features computed
-        in float32): they would become infinite and the features NaN, with no error."""
-        if not len(data) or np.dtype(compute_dtype).itemsize >= data.dtype.itemsize:
-            return
-        largest = float(np.max(np.abs(data))) / self._lengthscale()
-        limit = float(jnp.finfo(compute_dtype).max)
-        if largest > limit:
-            raise ValueError(
-                f"X holds values up to |x| / lengthscale = {largest:.3g} (gamma={self.gamma}) that "
-                f"{np.dtype(compute_dtype).name}, the dtype the features are computed in, cannot "
-                f"represent (largest {limit:.3g}): rescale X, or enable float64 with "
-                "jax.config.update('jax_enable_x64', True)"
-            )
-
     def transform(self, X: ArrayLike) -> np.ndarray:
         """Maps ``X`` to random features.
 
@@ -426,7 +430,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         check_is_fitted(self)
         data: np.ndarray = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         compute_dtype = self._compute_dtype if data.dtype == np.float64 else jnp.float32
-        self._check_representable(data, compute_dtype)
+        check_representable(data, compute_dtype, lengthscale=self._lengthscale())
         out = np.empty((data.shape[0], self.n_components), data.dtype)
         options = dict(
             lengthscale=self._lengthscale(),
