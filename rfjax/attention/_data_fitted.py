@@ -6,7 +6,8 @@ fit an unfitted one (its parameters ``None``, e.g. given by name) to the current
 (``fit_if_unfitted``); decoding is causal and needs a fitted map (``check_fitted``):
 
 * bidirectional attention: per head, from the current queries and unmasked keys (after the data
-  normaliser H^{-1/4}), pooled over the batch: one parameter set per head (a ``PerHead`` map).
+  normaliser H^{-1/4}; rows holding a NaN or inf left out), pooled over the batch: one
+  parameter set per head (a ``PerHead`` map).
   Every output then depends on every query and key of the batch through these d + d^2 numbers
   per head (as batch statistics do in batch normalisation), never on masked keys. With a
   sequence split over devices (``sequence_axis``) the sums and counts behind the statistics are
@@ -63,29 +64,34 @@ def check_fitted(fmap: object) -> None:
 def _head_statistics(
     query: jax.Array, key: jax.Array, valid: jax.Array, sequence_axis: str | tuple[str, ...] | None
 ) -> features.InputStatistics:
-    """InputStatistics per head, leaves ``(N, ...)``, from BTNH queries and keys, keys masked;
-    with ``sequence_axis``, of the whole sequence split along that mesh axis: the sums and
-    counts of every device are added (``psum``) before they are divided."""
+    """InputStatistics per head, leaves ``(N, ...)``, from BTNH queries and keys, of the finite
+    rows only and the unmasked keys (so that a NaN or inf row reaches only the outputs that
+    attend to it, not every output of its head); with ``sequence_axis``, of the whole sequence
+    split along that mesh axis: the sums and counts of every device are added (``psum``)
+    before they are divided."""
     query, key = normalise(query), normalise(key)
-    # Masked keys are selected away (never multiplied by 0: they may hold NaN).
-    key = jnp.where(valid[..., None, None], key, 0)
+    counted = (
+        jnp.all(jnp.isfinite(query), axis=-1),  # (B, T, N)
+        valid[..., None] & jnp.all(jnp.isfinite(key), axis=-1),  # (B, S, N)
+    )
+    # Rows left out are selected away (never multiplied by 0: they may hold NaN).
+    query, key = (jnp.where(c[..., None], x, 0) for c, x in zip(counted, (query, key), strict=True))
     sums = (
         jnp.sum(query, axis=(0, 1)),
         jnp.sum(key, axis=(0, 1)),
         jnp.einsum("btni,btnj->nij", query, query),
         jnp.einsum("bsni,bsnj->nij", key, key),
-        jnp.asarray(query.shape[0] * query.shape[1], query.dtype),
-        jnp.sum(valid, dtype=key.dtype),
+        *(jnp.sum(c, axis=(0, 1), dtype=query.dtype) for c in counted),  # (N,) each
     )
     if sequence_axis is not None:
         sums = jax.lax.psum(sums, sequence_axis)
     query_sum, key_sum, query_moment, key_moment, num_queries, num_keys = sums
-    num_keys = jnp.maximum(num_keys, 1.0)
+    num_queries, num_keys = (jnp.maximum(n, 1.0)[:, None] for n in (num_queries, num_keys))
     return features.InputStatistics(
         query_sum / num_queries,
         key_sum / num_keys,
-        query_moment / num_queries,
-        key_moment / num_keys,
+        query_moment / num_queries[..., None],
+        key_moment / num_keys[..., None],
     )
 
 

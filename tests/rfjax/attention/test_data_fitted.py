@@ -89,6 +89,22 @@ def test_masked_keys_do_not_enter_the_statistics():
         np.testing.assert_allclose(out, again, rtol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["oprf", "saderf"])
+def test_a_non_finite_row_stays_out_of_the_statistics(name):
+    """A NaN query or an inf key reaches the outputs that attend to it only: the statistics
+    pooled over the batch leave such rows out (they put NaN into every output of the head)."""
+    q, k, v = _qkv()
+    w = projections.gaussian(jax.random.key(1), H, M)
+    favor = jitted(attention.favor_attention)
+    out = np.asarray(favor(q.at[0, 3, 1].set(jnp.nan), k, v, w, feature_map=name))
+    assert np.argwhere(np.isnan(out).any(-1)).tolist() == [[0, 3, 1]]
+    assert np.isfinite(np.delete(out.reshape(B * T * N, H), 3 * N + 1, axis=0)).all()
+    out = favor(q, k.at[0, 3].set(jnp.inf), v, w, feature_map=name)
+    assert bool(jnp.all(jnp.isnan(out[0])))  # batch 0 attends to the key
+    without = favor(q, k, v, w, feature_map=name, mask=jnp.ones((B, T), bool).at[0, 3].set(False))
+    np.testing.assert_array_equal(out[1], without[1])  # the same statistics: as if masked
+
+
 def test_causal_attention_needs_calibrated_statistics_and_stays_causal():
     q, k, v = _qkv()
     w = projections.orthogonal(jax.random.key(1), H, M)
