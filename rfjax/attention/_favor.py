@@ -27,7 +27,7 @@ from rfjax.attention._checks import (
 )
 from rfjax.attention._data_fitted import fit_if_unfitted, fit_to_inputs, is_unfitted
 from rfjax.attention._fused import Backend, check_fusable, fusable, fused_attention
-from rfjax.attention._global_split import attend_split, bound_by_shard_map, fit_split
+from rfjax.attention._global_split import attend_split, bound_by_shard_map, fit_split, is_split
 from rfjax.attention._head_features import has_signed_features, normalise
 from rfjax.attention._implementations import TABLE as IMPLEMENTATION_TABLE
 from rfjax.attention._implementations import auto_choice
@@ -143,7 +143,12 @@ def favor_attention(
     ``sequence_axis``, each device attends within its own sequences; a projection and feature
     map passed in replicated (``P()``) get gradients summed over the devices, as JAX's own
     operations give. The fused kernels lower for Triton there; in interpret mode JAX's
-    evaluator of the kernels needs ``shard_map(..., check_vma=False)``.
+    evaluator of the kernels needs ``shard_map(..., check_vma=False)``. On global arrays whose
+    batch or heads are split over ``Explicit`` mesh axes (``jax.device_put`` over
+    ``jax.make_mesh``'s default mesh), without ``sequence_axis``, ``favor_attention`` runs
+    that ``shard_map`` itself (eagerly, or under ``jax.set_mesh`` inside ``jit``), the output
+    split as the query, an unfitted data-fitted map fitted to the whole batch; a sequence split
+    there raises ``ValueError`` naming the axis to pass as ``sequence_axis``.
 
     Each shift is a single constant for all keys of one output row (or, per feature, undone
     by the query's read-out), so it cancels between numerator and denominator; the shifts are
@@ -305,15 +310,20 @@ def favor_attention(
             f"implementation='xla'"
         )
     mask = mask[None] if unbatched and mask is not None else mask
-    if sequence_axis is not None and not bound_by_shard_map(sequence_axis):
+    global_split = (
+        not bound_by_shard_map(sequence_axis)
+        if sequence_axis is not None
+        else is_split(dict(query=query, key=key, value=value, mask=mask))
+    )
+    if global_split:  # global arrays split over Explicit mesh axes: a shard_map of local calls
         # A given mask checked and read as (B, S) (its split kept); None stays unsplit.
         mask = None if mask is None else check_mask(mask, batch, key_length)
-        # Sequence parallelism runs the XLA form on each device.
         options: dict[str, object] = dict(
             causal=causal, chunk_size=chunk_size, stabilize=stabilize, eps=eps
         )
-        options["implementation"] = "xla"
-        out = _attend_split_sequence(
+        # Sequence parallelism runs the XLA form on each device.
+        options["implementation"] = "xla" if sequence_axis is not None else implementation
+        out = _attend_split(
             query, key, value, mask, projection, feature_map, sequence_axis, options
         )
         return out[0] if unbatched else out
@@ -377,11 +387,12 @@ def _auto_backend(fmap, projection, *, causal: bool, dtype) -> Backend | None:
     return IMPLEMENTATION_TABLE[choice].backend
 
 
-def _attend_split_sequence(
-    query, key, value, mask, projection, feature_map, sequence_axis: str, options: dict
+def _attend_split(
+    query, key, value, mask, projection, feature_map, sequence_axis: str | None, options: dict
 ) -> jax.Array:
-    """``favor_attention`` on global arrays split over the Explicit axis ``sequence_axis``: one
-    local call per device inside ``jax.shard_map`` (``_global_split``)."""
+    """``favor_attention`` on global arrays split over the Explicit axis ``sequence_axis`` (or,
+    with ``None``, over Explicit axes that split the batch or heads): one local call per device
+    inside ``jax.shard_map`` (``_global_split``)."""
     fmap, _ = resolve_feature_map(feature_map, query.shape[-2])
     if is_unfitted(fmap) and not options["causal"]:  # fitted to the whole batch and sequence
 

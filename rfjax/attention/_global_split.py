@@ -1,5 +1,7 @@
-"""Sequence-parallel FAVOR called on global arrays (``favor_attention(..., sequence_axis=name)``
-outside ``jax.shard_map``, under ``jax.set_mesh`` with ``name`` an ``Explicit`` axis).
+"""FAVOR called on global arrays split over ``Explicit`` mesh axes: sequence parallel
+(``favor_attention(..., sequence_axis=name)`` outside ``jax.shard_map``, under ``jax.set_mesh``
+with ``name`` an ``Explicit`` axis), or data parallel (no ``sequence_axis``, the batch or heads
+split, as ``jax.device_put`` over ``jax.make_mesh``'s default Explicit mesh leaves them).
 
 There the arrays' types say how each dimension is split (``float32[B,T@seq,N,H]``), so the split
 is checked rather than trusted: the sequence dimension of query, key, value and a given mask must
@@ -13,11 +15,12 @@ its local shard with ``sequence_axis=name`` as inside a user's ``shard_map``. In
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rfjax.attention._per_head import PerHead
@@ -104,14 +107,72 @@ def _shared_spec(shared: object, head_split: object) -> object:
     return jax.tree.map(spec, shared, is_leaf=lambda value: isinstance(value, PerHead))
 
 
-def _split_specs(arrays: dict[str, jax.Array | None], sequence_axis: str) -> dict[str, Spec]:
-    """The checked split of each array given (``split_spec``): dimension 1, T of (B, T, N, H)
-    query, key and value and S of a (B, S) mask; ``()`` for a ``None`` mask."""
+def is_split(arrays: dict[str, jax.Array | None]) -> bool:
+    """Whether any array's type says it is split over devices (a global array split over an
+    ``Explicit`` mesh axis, e.g. of ``jax.make_mesh``'s default mesh) and the mesh is known
+    (``mesh_known``): such arrays attend through ``attend_split``, since FAVOR's scans do not
+    trace over them (their carries lose the split)."""
+    return mesh_known(arrays) and any(
+        any(entry is not None for entry in _spec(array))
+        for array in arrays.values()
+        if array is not None
+    )
+
+
+def _unsplit_sequence_spec(name: str, array: jax.Array) -> Spec:
+    """The split of ``array`` when no ``sequence_axis`` is given: any but the sequence
+    (dimension 1) and, for query and key, H; else ``ValueError`` saying how it is split."""
+    spec = _spec(array)
+    read_as = "(B, S)" if name == "mask" else "(B, T, N, H)"
+    layout = f"{name} of shape {array.shape} {read_as} split as P{spec}"
+    if spec[1] is not None:
+        raise ValueError(
+            f"the sequence (dimension 1) of {name} is split over the mesh axis {spec[1]!r}: "
+            f"pass sequence_axis={spec[1]!r} for sequence parallelism ({layout})"
+        )
+    if name in ("query", "key") and spec[-1] is not None:
+        raise ValueError(
+            f"the last dimension (H) of {name} must not be split over devices, as the random "
+            f"features read whole vectors: {layout}"
+        )
+    return spec
+
+
+def _split_specs(arrays: dict[str, jax.Array | None], sequence_axis: str | None) -> dict[str, Spec]:
+    """The checked split of each array given: with ``sequence_axis`` (``split_spec``),
+    dimension 1, T of (B, T, N, H) query, key and value and S of a (B, S) mask, split over it;
+    without, the sequence unsplit (``_unsplit_sequence_spec``); ``()`` for a ``None`` mask."""
+    if sequence_axis is None:
+        return {
+            name: () if array is None else _unsplit_sequence_spec(name, array)
+            for name, array in arrays.items()
+        }
     explicit_mesh_axis(sequence_axis)
     return {
         name: () if array is None else split_spec(name, array, 1, sequence_axis)
         for name, array in arrays.items()
     }
+
+
+def mesh_known(arrays: dict[str, jax.Array | None]) -> bool:
+    """Whether a mesh to run ``attend_split`` over is known: one set by ``jax.set_mesh``, or
+    the one an eager query is placed on (``jax.device_put`` over a mesh needs no
+    ``jax.set_mesh``). A traced query carries only an abstract mesh, which cannot be lowered."""
+    query = arrays["query"]
+    eager = not isinstance(query, jax.core.Tracer)
+    return not jax.sharding.get_abstract_mesh().empty or (
+        eager and isinstance(getattr(query, "sharding", None), NamedSharding)
+    )
+
+
+def _arrays_mesh(arrays: dict[str, jax.Array | None]) -> contextlib.AbstractContextManager:
+    """The mesh set by ``jax.set_mesh`` or, outside it, the mesh the eager query is placed on
+    (``mesh_known``)."""
+    sharding = getattr(arrays["query"], "sharding", None)
+    mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
+    if not jax.sharding.get_abstract_mesh().empty or not isinstance(mesh, jax.sharding.Mesh):
+        return contextlib.nullcontext()
+    return jax.set_mesh(mesh)
 
 
 def _in_specs(specs: dict[str, Spec]) -> tuple[P | None, ...]:
@@ -127,16 +188,18 @@ def _manual_axes(specs: dict[str, Spec], dims: slice = slice(None)) -> frozenset
 
 def attend_split(
     attend: Callable[..., jax.Array],
-    sequence_axis: str,
+    sequence_axis: str | None,
     arrays: dict[str, jax.Array | None],
     shared: object,
 ) -> jax.Array:
     """``attend(query, key, value, mask, shared)`` on each device's shard of global arrays whose
-    sequence is split over the Explicit mesh axis ``sequence_axis``.
+    sequence is split over the Explicit mesh axis ``sequence_axis`` or, with ``None``, whose
+    batch or heads are split over Explicit axes (data parallelism).
 
     Args:
       attend: the local attention (``favor_attention`` with ``sequence_axis``).
-      sequence_axis: the mesh axis that must split the sequence.
+      sequence_axis: the mesh axis that must split the sequence, or ``None`` (it must not be
+        split).
       arrays: ``query``, ``key``, ``value`` (``(B, T, N, H)``) and ``mask`` (``(B, S)`` or
         ``None``).
       shared: the projection and feature map (pytrees; ``PerHead`` ones split as the heads).
@@ -147,18 +210,19 @@ def attend_split(
     specs = _split_specs(arrays, sequence_axis)
     out_spec = P(*specs["query"][:-1], specs["value"][-1])
     shared_spec = _shared_spec(shared, specs["query"][-2])
-    shared = jax.tree.map(lambda leaf, spec: jax.reshard(leaf, spec), shared, shared_spec)
-    return jax.shard_map(
-        attend,
-        in_specs=(*_in_specs(specs), shared_spec),
-        out_specs=out_spec,
-        axis_names=_manual_axes(specs),
-    )(*arrays.values(), shared)
+    with _arrays_mesh(arrays):
+        shared = jax.tree.map(lambda leaf, spec: jax.reshard(leaf, spec), shared, shared_spec)
+        return jax.shard_map(
+            attend,
+            in_specs=(*_in_specs(specs), shared_spec),
+            out_specs=out_spec,
+            axis_names=_manual_axes(specs),
+        )(*arrays.values(), shared)
 
 
 def fit_split(
     fit: Callable[..., object],
-    sequence_axis: str,
+    sequence_axis: str | None,
     arrays: dict[str, jax.Array | None],
 ) -> PerHead:
     """A data-fitted map's per-head parameters from global (B, T, N, H) arrays split over the
@@ -168,7 +232,7 @@ def fit_split(
 
     Args:
       fit: the local fit (``_data_fitted.fit_to_inputs``), returning a ``PerHead``.
-      sequence_axis: the mesh axis that must split the sequence.
+      sequence_axis: the mesh axis that must split the sequence (``None``: not split).
       arrays: ``query``, ``key`` and ``mask`` (``(B, S)`` or ``None``).
     """
     specs = _split_specs(arrays, sequence_axis)
@@ -178,9 +242,10 @@ def fit_split(
         valid = jnp.ones(key.shape[:2], bool) if mask is None else mask
         return fit(query, key, valid, pooled)
 
-    return jax.shard_map(
-        local,
-        in_specs=_in_specs(specs),
-        out_specs=PerHead(P(specs["query"][-2])),
-        axis_names=_manual_axes(specs),
-    )(*arrays.values())
+    with _arrays_mesh(arrays):
+        return jax.shard_map(
+            local,
+            in_specs=_in_specs(specs),
+            out_specs=PerHead(P(specs["query"][-2])),
+            axis_names=_manual_axes(specs),
+        )(*arrays.values())

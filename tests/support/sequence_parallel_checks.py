@@ -390,6 +390,31 @@ def data_parallel_errors(causal: bool) -> dict[str, float]:
     return errors | {"output": relative_error(got_out, want_out)}
 
 
+# Global arrays split over jax.make_mesh's default (Explicit) axis, no sequence_axis: data
+# parallelism as jax.device_put leaves it (favor_attention runs the shard_map itself; causal
+# FAVOR raised and bidirectional under jax.set_mesh did, until 2026-12-01). name: (options,
+# the split of q, k and v, the mask's).
+GLOBAL_DATA_PARALLEL = {
+    "causal_positive_batch": (dict(causal=True), P("data"), P("data")),
+    "bidirectional_oprf_unfitted_batch": (dict(feature_map="oprf"), P("data"), P("data")),
+    "causal_positive_heads": (dict(causal=True), P(None, None, "data"), P()),
+}
+
+
+def global_data_parallel_errors(options: dict, spec: P, mask_spec: P) -> dict[str, float]:
+    """Output and gradients under ``jax.set_mesh``, and the output of an eager call without
+    it, against one device's."""
+    q, k, v, mask = case_inputs(True, 1.0)
+    expected = output_and_gradients(favor(options, None))(q, k, v, mask)
+    explicit = jax.make_mesh((BATCH,), ("data",), devices=jax.devices()[:BATCH])
+    placed = [jax.device_put(x, NamedSharding(explicit, spec)) for x in (q, k, v)]
+    placed.append(jax.device_put(mask, NamedSharding(explicit, mask_spec)))
+    eager = favor(options, None)(*placed)
+    with jax.set_mesh(explicit):
+        got = output_and_gradients(favor(options, None))(*placed)
+    return errors_against(got, expected) | {"output_eager": relative_error(eager, expected[0])}
+
+
 def main() -> None:
     assert jax.device_count() == DEVICES, jax.devices()
     report = {
@@ -399,6 +424,9 @@ def main() -> None:
         "non_finite_rows": non_finite_rows(),
         "data_parallel": {
             mode: data_parallel_errors(mode == "causal") for mode in ("causal", "bidirectional")
+        },
+        "data_parallel_global": {
+            name: global_data_parallel_errors(*case) for name, case in GLOBAL_DATA_PARALLEL.items()
         },
         "memory": memory_per_device(4096),
         "performer": performer_layer(),

@@ -68,6 +68,19 @@ def test_on_four_devices():
         for name, error in errors.items():
             assert error <= 1e-5, (mode, name, error)
 
+    # The same on global arrays split over jax.make_mesh's default Explicit axis, no
+    # sequence_axis (causal raised before 2026-12-01): under jax.set_mesh, and eagerly
+    # without it; an unfitted OPRF is fitted to the whole batch.
+    assert set(measured["data_parallel_global"]) == {
+        "causal_positive_batch",
+        "bidirectional_oprf_unfitted_batch",
+        "causal_positive_heads",
+    }
+    for case, errors in measured["data_parallel_global"].items():
+        assert set(errors) == {"output", "output_eager", "grad_query", "grad_key", "grad_value"}
+        for name, error in errors.items():
+            assert error <= 1e-5, (case, name, error)
+
     # Causal: changed output elements per device after the tokens of one device change (with
     # large keys that raise the running key maximum): none before it, all from it on.
     changed = measured["perturbations"]
