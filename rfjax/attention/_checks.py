@@ -211,9 +211,12 @@ def resolve_stabilize(stabilize: object, fmap: FeatureMap) -> bool:
     return stabilize
 
 
-def compute_dtype(*arrays: jax.Array) -> jnp.dtype:
-    """At least float32: low-precision inputs are accumulated in float32."""
-    return jnp.result_type(jnp.float32, *(x.dtype for x in arrays))
+def compute_dtype(*values: object) -> jnp.dtype:
+    """At least float32 (low-precision inputs are accumulated in float32), and the widest
+    floating dtype among ``values``' arrays and pytree leaves (a float64 projection computes
+    in float64; its features in float32 put float64 into float32 scan carries)."""
+    leaves = [x for x in jax.tree.leaves(values) if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.result_type(jnp.float32, *(x.dtype for x in leaves))
 
 
 def log_floor(dtype: jnp.dtype) -> float:

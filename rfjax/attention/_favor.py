@@ -341,7 +341,7 @@ def favor_attention(
         out = jnp.zeros(out_shape, jnp.result_type(query.dtype, key.dtype, value.dtype))
         return out[0] if unbatched else out
     # OPRF/DERF without statistics: fitted to these inputs (_data_fitted).
-    dtype = compute_dtype(query, key, value)
+    dtype = compute_dtype(query, key, value, projection)
     fmap, map_axis = fit_if_unfitted(
         fmap, map_axis, query, key, mask, causal=causal, dtype=dtype, sequence_axis=sequence_axis
     )
@@ -399,7 +399,7 @@ def _attend_split(
         def fit(query, key, valid, pooled_axes):
             return fit_to_inputs(fmap, query, key, valid, causal=False, sequence_axis=pooled_axes)
 
-        dtype = compute_dtype(query, key, value)
+        dtype = compute_dtype(query, key, value, projection)
         arrays = dict(query=query.astype(dtype), key=key.astype(dtype), mask=mask)
         feature_map = fit_split(fit, sequence_axis, arrays)
     named_map = isinstance(feature_map, str)
@@ -456,7 +456,7 @@ def _favor_attention(
     # static, so that a call under other settings (``fused_kernel_settings``) compiles afresh.
     del kernel_settings
     out_dtype = jnp.result_type(query.dtype, key.dtype, value.dtype)
-    dtype = compute_dtype(query, key, value)
+    dtype = compute_dtype(query, key, value, projection)
     # Low-precision inputs: the log-features, shifts and exponentials in float32 (a logit's
     # rounding is a multiplicative error e^{rounding}), the products' operands (factors in
     # [0, 1], values) in the inputs' dtype, accumulated in float32.

@@ -92,7 +92,7 @@ def favor_attention_weights(
         projection, head_dim, num_heads, query_shape=query.shape
     )
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
-    dtype = compute_dtype(query, key)
+    dtype = compute_dtype(query, key, projection)
     # OPRF/DERF without statistics: fitted as favor_attention fits them (_data_fitted).
     fmap, map_axis = fit_if_unfitted(fmap, map_axis, query, key, mask, causal=causal, dtype=dtype)
     return _favor_attention_weights(
@@ -121,7 +121,7 @@ def _favor_attention_weights(
     causal: bool,
     eps: float,
 ) -> jax.Array:
-    dtype = compute_dtype(query, key)
+    dtype = compute_dtype(query, key, projection)
     floor = log_floor(dtype)
     batch, _, num_heads, _ = query.shape
 

@@ -220,6 +220,24 @@ def test_attention_gradients_float64():
             np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_float64_projection_computes_in_float64(causal):
+    """float32 inputs with a float64 projection (x64 on): computed in float64 and returned in
+    the inputs' dtype, for maps with and without a log-space form (a scan carry's dtype
+    error in every bidirectional call and the causal non-exponential maps before)."""
+    with jax.enable_x64(True):
+        query, key, value = make_inputs(20, scale=1.0, dtype=jnp.float32)
+        wide = tuple(x.astype(jnp.float64) for x in (query, key, value))
+        projection = projections.gaussian(jax.random.key(21), HEAD_DIM, 8, dtype=jnp.float64)
+        for name in ("positive", "relu"):
+            out = attention.favor_attention(
+                query, key, value, projection, causal=causal, feature_map=name
+            )
+            assert out.dtype == jnp.float32
+            expected = attention.favor_attention(*wide, projection, causal=causal, feature_map=name)
+            np.testing.assert_allclose(out, expected.astype(jnp.float32), rtol=0, atol=0)
+
+
 # ----------------------------------------------------------------- statistics
 
 
