@@ -346,8 +346,9 @@ def favor_attention(
         fmap, map_axis, query, key, mask, causal=causal, dtype=dtype, sequence_axis=sequence_axis
     )
     stabilize = resolve_stabilize(stabilize, fmap)
+    axes = (projection_axis, map_axis)
     if implementation == "auto" and sequence_axis is None and stabilize:
-        backend = _auto_backend(fmap, projection, causal=causal, dtype=dtype)
+        backend = _auto_backend(fmap, projection, causal=causal, dtype=dtype, axes=axes)
     elif backend is not None:
         if not stabilize:
             raise ValueError(
@@ -355,7 +356,7 @@ def favor_attention(
                 f"implementation='xla'"
             )
         inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)
-        check_fusable(fmap, projection, implementation, dtype=inputs)
+        check_fusable(fmap, projection, implementation, dtype=inputs, axes=axes)
     out = _favor_attention(
         query,
         key,
@@ -363,7 +364,7 @@ def favor_attention(
         mask,
         projection,
         fmap,
-        axes=(projection_axis, map_axis),
+        axes=axes,
         stabilize=stabilize,
         causal=causal,
         chunk_size=chunk_size if causal else 0,  # unused: one compilation for all values
@@ -375,14 +376,14 @@ def favor_attention(
     return out[0] if unbatched else out
 
 
-def _auto_backend(fmap, projection, *, causal: bool, dtype) -> Backend | None:
+def _auto_backend(fmap, projection, *, causal: bool, dtype, axes) -> Backend | None:
     """The fused kernels' backend ``"auto"`` picks for this call, or ``None`` (the XLA form):
     the measured choice (``auto_choice``) where its kernels take the map."""
     platform = jax.default_backend()
     capability = cuda_capability() if platform == "gpu" else None
     dtype_name = jnp.dtype(dtype).name
     choice = auto_choice(platform, causal=causal, dtype=dtype_name, capability=capability)
-    if choice == "xla" or not fusable(fmap, projection, choice, dtype=dtype):
+    if choice == "xla" or not fusable(fmap, projection, choice, dtype=dtype, axes=axes):
         return None
     return IMPLEMENTATION_TABLE[choice].backend
 

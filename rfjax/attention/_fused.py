@@ -819,12 +819,22 @@ def kernel_form(projection, fmap) -> FusedForm | None:
     return method(projection, side="key")
 
 
-def check_fusable(fmap, projection, implementation: str, *, dtype) -> None:
+def check_fusable(
+    fmap,
+    projection,
+    implementation: str,
+    *,
+    dtype,
+    axes: tuple[int | None, int | None] = (None, None),
+) -> None:
     """``ValueError`` naming the maps the fused kernels take, for a map they do not (and for
-    Mosaic GPU's, naming what they take of the inputs' ``dtype`` and the features)."""
+    Mosaic GPU's, naming what they take of the inputs' ``dtype`` and the features). ``axes``:
+    the head axes of a per-head projection and map (``PerHead``), whose forms are per head as
+    the kernels take them (``_over_heads``)."""
+    form_of = kernel_form if axes == (None, None) else jax.vmap(kernel_form, in_axes=axes)
     try:
-        form = jax.eval_shape(lambda p, f: kernel_form(p, f), projection, fmap)
-    except ValueError as error:  # e.g. OPRF statistics per sequence
+        form = jax.eval_shape(form_of, projection, fmap)
+    except ValueError as error:  # e.g. OPRF statistics of several sequences in one map
         raise ValueError(f"implementation={implementation!r}: {error}") from None
     if form is None:
         raise ValueError(
@@ -858,11 +868,18 @@ def _check_mosaic_gpu_call(form: FusedForm, name: str, implementation: str, dtyp
         )
 
 
-def fusable(fmap, projection, implementation: str, *, dtype) -> bool:
+def fusable(
+    fmap,
+    projection,
+    implementation: str,
+    *,
+    dtype,
+    axes: tuple[int | None, int | None] = (None, None),
+) -> bool:
     """Whether ``implementation``'s kernels take (``fmap``, ``projection``): ``check_fusable``
     without its error, for ``"auto"``'s choice."""
     try:
-        check_fusable(fmap, projection, implementation, dtype=dtype)
+        check_fusable(fmap, projection, implementation, dtype=dtype, axes=axes)
     except ValueError:
         return False
     return True

@@ -305,8 +305,8 @@ class OptimizedPositiveFeatureMap(ExponentialFeatureMap):
 
     def affine_log_form(self, projection: Projection, *, side: Side) -> AffineLogForm:
         """W' = sqrt(1 - 4A) W, b_i = A |w_i|^2 + (d/4) log(1 - 4A) - log(m)/2, norm weight
-        -1/2 (``generalized_exponential_log_features``); one A per map (a per-sequence A has
-        batch axes that the form does not take: ``ValueError``)."""
+        -1/2 (``generalized_exponential_log_features``); one A per map (statistics with batch
+        axes, e.g. per sequence, give an A that the form does not take: ``ValueError``)."""
         check_side(side)
         if self.statistics is None:
             a = jnp.zeros((), projection.matrix().dtype)
@@ -315,7 +315,8 @@ class OptimizedPositiveFeatureMap(ExponentialFeatureMap):
         if jnp.ndim(a) != 0:
             raise ValueError(
                 f"affine_log_form takes one fitted A per map; these statistics give A of shape "
-                f"{jnp.shape(a)} (one per sequence)"
+                f"{jnp.shape(a)} (statistics of several sequences or heads in one map: fit "
+                f"one map per head, rfjax.attention.PerHead)"
             )
         weights = projection.matrix()
         shrink = 1.0 - 4.0 * a

@@ -219,6 +219,21 @@ def test_tpu_interpret_mode_and_oprf():
     )
 
 
+@INTERPRET_MODE
+def test_an_oprf_fitted_per_head_by_name_is_fused():
+    """feature_map="oprf", bidirectional: favor_attention fits one map per head (a PerHead),
+    which the kernels take head by head (check_fusable read the stacked map as one and
+    raised)."""
+    q, k, v, mask, projection = operands(5)
+    options = dict(feature_map="oprf", mask=mask)
+    fused = attention.favor_attention(
+        q, k, v, projection, implementation="pallas_triton_interpret", **options
+    )
+    assert_close(
+        fused, attention.favor_attention(q, k, v, projection, implementation="xla", **options)
+    )
+
+
 @pytest.mark.parametrize("diagonal_form", ["pairs", "chunk"])
 @INTERPRET_MODE
 def test_bfloat16_inputs_take_bfloat16_products(diagonal_form):
