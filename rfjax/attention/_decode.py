@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_int
+from rfjax._validation import as_array, check_int
 from rfjax.attention._causal import map_log_features, uses_log_space_prefix
 from rfjax.attention._checks import (
     FeatureMapSpec,
@@ -348,6 +348,10 @@ def favor_decode_step(
         raise TypeError(f"state must be a DecodeState, got {type(state).__name__}")
     query, key, value, _ = check_qkv(query[:, None], key[:, None], value[:, None], causal=True)
     batch, _, num_heads, head_dim = key.shape
+    if mask is not None:
+        mask = as_array("mask", mask)
+        if mask.ndim != 1:
+            raise ValueError(f"mask must be a (B,) = ({batch},) bool array; got shape {mask.shape}")
     mask = check_mask(None if mask is None else mask[:, None], batch, 1)[:, 0]
     projection, projection_axis = check_projection(projection, head_dim, num_heads)
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)

@@ -335,11 +335,6 @@ def favor_attention(
         projection, head_dim, num_heads, query_shape=given_shape
     )
     fmap, map_axis = resolve_feature_map(feature_map, num_heads)
-    if query.size == 0 or value.size == 0:
-        # Empty B, T, N, S or H_v: nothing to compute; with no keys (S = 0) every row is 0.
-        out_shape = (*query.shape[:3], value.shape[-1])
-        out = jnp.zeros(out_shape, jnp.result_type(query.dtype, key.dtype, value.dtype))
-        return out[0] if unbatched else out
     # OPRF/DERF without statistics: fitted to these inputs (_data_fitted).
     dtype = compute_dtype(query, key, value, projection)
     fmap, map_axis = fit_if_unfitted(
@@ -357,6 +352,12 @@ def favor_attention(
             )
         inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)
         check_fusable(fmap, projection, implementation, dtype=inputs, axes=axes)
+    eps = default_eps(eps, dtype, signed=has_signed_features(fmap))
+    if query.size == 0 or value.size == 0:
+        # Empty B, T, N, S or H_v (the arguments checked): with no keys (S = 0) every row is 0.
+        out_shape = (*query.shape[:3], value.shape[-1])
+        out = jnp.zeros(out_shape, jnp.result_type(query.dtype, key.dtype, value.dtype))
+        return out[0] if unbatched else out
     out = _favor_attention(
         query,
         key,
@@ -368,7 +369,7 @@ def favor_attention(
         stabilize=stabilize,
         causal=causal,
         chunk_size=chunk_size if causal else 0,  # unused: one compilation for all values
-        eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
+        eps=eps,
         sequence_axis=sequence_axis,
         backend=backend,
         kernel_settings=None if backend is None else _kernel_settings.IN_FORCE,

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rfjax._validation import check_int
 from rfjax.attention._checks import HeadAxes
 from rfjax.features import SIDES, FeatureMap, Side, exponential_side
 from rfjax.projections import Projection
@@ -22,8 +23,11 @@ def data_normalizer(head_dim: int) -> float:
 
     ``favor_attention`` scales queries and keys by it before the feature map, so a map of the
     softmax kernel exp(x.y) estimates the attention kernel exp(q.k / sqrt(H)).
+
+    Raises:
+      TypeError, ValueError: for a ``head_dim`` that is not an integer >= 1.
     """
-    return head_dim**-0.25
+    return check_int("head_dim", head_dim, minimum=1) ** -0.25
 
 
 def normalise(x: jax.Array) -> jax.Array:

@@ -95,6 +95,10 @@ def favor_attention_weights(
     dtype = compute_dtype(query, key, projection)
     # OPRF/DERF without statistics: fitted as favor_attention fits them (_data_fitted).
     fmap, map_axis = fit_if_unfitted(fmap, map_axis, query, key, mask, causal=causal, dtype=dtype)
+    stabilize = resolve_stabilize(stabilize, fmap)
+    eps = default_eps(eps, dtype, signed=has_signed_features(fmap))
+    if query.size == 0 or key.size == 0:  # no rows, or no keys: every row is 0
+        return jnp.zeros((batch, num_heads, query.shape[1], key_length), dtype)
     return _favor_attention_weights(
         query,
         key,
@@ -102,9 +106,9 @@ def favor_attention_weights(
         projection,
         fmap,
         axes=(projection_axis, map_axis),
-        stabilize=resolve_stabilize(stabilize, fmap),
+        stabilize=stabilize,
         causal=causal,
-        eps=default_eps(eps, dtype, signed=has_signed_features(fmap)),
+        eps=eps,
     )
 
 

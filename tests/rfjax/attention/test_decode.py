@@ -113,3 +113,18 @@ def test_prefill_of_no_tokens_is_the_empty_state():
         np.testing.assert_array_equal(got, expected)
     with pytest.raises(ValueError, match=r"batched \(B, T, N, H\)"):
         attention.favor_prefill(query[0], key[0], value[0], projection)
+
+
+def test_a_step_mask_must_be_one_bool_per_sequence():
+    """A decode step's mask is (B,) bools: a Python bool or a (B, 1) array raises naming the
+    mask (a TypeError from indexing a bool before); a list of B bools is an array."""
+    query, key, value = make_inputs(0)
+    projection = shared_projection()
+    state = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection)
+    token = (query[:, 0], key[:, 0], value[:, 0])
+    for mask in (True, jnp.ones((BATCH, 1), bool)):
+        with pytest.raises(ValueError, match=rf"mask must be a \(B,\) = \({BATCH},\) bool"):
+            attention.favor_decode_step(state, *token, projection, mask=mask)
+    listed = attention.favor_decode_step(state, *token, projection, mask=[True] * BATCH)
+    array = attention.favor_decode_step(state, *token, projection, mask=jnp.ones(BATCH, bool))
+    np.testing.assert_array_equal(listed[1], array[1])

@@ -62,3 +62,10 @@ def test_a_row_whose_denominator_is_zero_has_derivative_zero(second_row):
 def test_finite_rows_flags_each_row_with_a_nan_or_inf():
     x = jnp.asarray([[1.0, 2.0], [jnp.nan, 0.0], [0.0, jnp.inf]])
     np.testing.assert_array_equal(_head_features.finite_rows(x), [True, False, False])
+
+
+def test_the_data_normalizer_takes_a_head_dimension():
+    assert _head_features.data_normalizer(16) == 0.5
+    for bad, error in ((0, ValueError), (-4, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match="head_dim must be an integer >= 1"):
+            _head_features.data_normalizer(bad)

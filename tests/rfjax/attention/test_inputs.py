@@ -71,6 +71,25 @@ def test_no_keys_gives_zero_rows(name):
     np.testing.assert_array_equal(out, fully_masked)
 
 
+def test_empty_inputs_check_the_arguments_and_give_empty_weights():
+    """favor_attention checks eps and the implementation before returning an empty result
+    (it returned zeros first); favor_attention_weights gives (B, N, T, S) zeros with no keys
+    or no rows (a NumPy reduction error and a ZeroDivisionError before)."""
+    query, key, value = make_inputs(key_length=0)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        attention.favor_attention(query, key, value, projection(), eps=-1.0)
+    with pytest.raises(ValueError, match="fuses the feature maps"):
+        attention.favor_attention(
+            query, key, value, projection(), feature_map="relu",
+            implementation="pallas_triton_interpret",
+        )  # fmt: skip
+    weights = attention.favor_attention_weights(query, key, projection())
+    assert weights.shape == (BATCH, HEADS, LENGTH, 0)
+    empty, _, _ = make_inputs(length=0, key_length=0)
+    causal = attention.favor_attention_weights(empty, empty, projection(), causal=True)
+    assert causal.shape == (BATCH, HEADS, 0, 0) and causal.dtype == jnp.float32
+
+
 def test_invalid_projection_sizes():
     query, key, value = make_inputs()
     for shape in ((0, HEAD_DIM), (NUM_FEATURES,)):
