@@ -47,6 +47,7 @@ def arccos_features(x: jax.Array, projection: Projection, *, order: int) -> jax.
 
     def step_power(z: jax.Array) -> jax.Array:
         step = jnp.where(z > 0, 1.0, jnp.where(z == 0, 0.5, 0.0)).astype(z.dtype)
+        step = jnp.where(jnp.isnan(z), z, step)  # NaN stays NaN (NaN**0 is 1)
         return step * z**order
 
     return pointwise_features(x, projection, step_power, multiplier=2.0)

@@ -107,25 +107,38 @@ def linear(x: jax.Array, y: jax.Array) -> jax.Array:
     return _dot(x, y)
 
 
-def _norm(x: jax.Array) -> jax.Array:
+def _scaled(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(x / s, s) with s = max_i |x_i| (1 for a zero vector): |x| = s |x / s| and cosines of
+    x / s, whose squared norms lie in [1, d], neither underflow nor overflow where |x|^2
+    would (|x| = 1e-20 or 1e20 in float32)."""
+    scale = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
+    scale = jnp.where(scale == 0, 1, scale)  # NaN is not zero: a NaN input stays NaN
+    return x / scale, scale[..., 0]
+
+
+def _unit_norm(x: jax.Array) -> jax.Array:
+    """|x| of a scaled ``x`` (``_scaled``: 0 or at least 1) by a masked square root, so
+    gradients at a zero vector are finite (zero)."""
     squared = _dot(x, x)
-    zero = squared == 0  # NaN is not zero: a NaN input gives a NaN norm
+    zero = squared == 0
     return jnp.where(zero, 0, jnp.sqrt(jnp.where(zero, 1, squared)))
 
 
 def _norms_and_cosine(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """|x|, |y| and cos(theta) clipped into [-1, 1]; cos = 0 if either vector is zero.
 
-    The norms use a masked square root, so gradients at a zero vector are finite (zero). NaN
-    inputs give NaN (as in the other kernels), never the zero-vector value.
+    Formed from each vector over its largest entry (``_scaled``), so that the angle does not
+    depend on the inputs' scale in floating point either; the norms use a masked square root,
+    so gradients at a zero vector are finite (zero). NaN inputs give NaN (as in the other
+    kernels), never the zero-vector value.
     """
-    norm_x = _norm(x)
-    norm_y = _norm(y)
+    (unit_x, scale_x), (unit_y, scale_y) = _scaled(x), _scaled(y)
+    norm_x, norm_y = _unit_norm(unit_x), _unit_norm(unit_y)
     denominator = norm_x * norm_y
     zero = denominator == 0
-    cosine = _dot(x, y) / jnp.where(zero, 1, denominator)
+    cosine = _dot(unit_x, unit_y) / jnp.where(zero, 1, denominator)
     cosine = jnp.where(zero, 0, jnp.clip(cosine, -1.0, 1.0))
-    return norm_x, norm_y, cosine
+    return scale_x * norm_x, scale_y * norm_y, cosine
 
 
 def angular(x: jax.Array, y: jax.Array) -> jax.Array:

@@ -153,6 +153,20 @@ def test_cosine_is_clipped():
         assert float(kernels.angular(a, -a)) == pytest.approx(-1.0, abs=1e-3)
 
 
+@pytest.mark.parametrize("scale", [1e-20, 1e20])
+def test_angles_do_not_depend_on_the_inputs_scale(scale):
+    """In float32, |x|^2 underflows at |x| = 1e-20 and overflows at 1e20: the angular kernel
+    and the order-0 arc-cosine kernel (functions of the angle only) gave 0 and 0.5, or NaN."""
+    with jax.enable_x64(False):
+        a = np.asarray([0.1, 0.7, -0.3, 0.9], np.float32)
+        b = np.asarray([0.5, -0.2, 0.4, 0.3], np.float32)
+        for kernel in (kernels.angular, functools.partial(kernels.arccos, order=0)):
+            np.testing.assert_allclose(kernel(scale * a, b), kernel(a, b), rtol=1e-6)
+            # At theta = 0 a cosine's rounding of a few eps32 moves arccos by sqrt(2 x 4 eps),
+            # the kernel by 2/pi of that, 3.1e-4 (test_cosine_is_clipped's 1e-3).
+            np.testing.assert_allclose(kernel(scale * a, scale * a), kernel(a, a), atol=1e-3)
+
+
 def test_dtypes_follow_inputs():
     # The dtype is fixed at trace time: eval_shape gives it without compiling.
     assert jax.eval_shape(kernels.gaussian, X, Y[:5]).dtype == jnp.float64
