@@ -233,8 +233,13 @@ def check_finite(name: str, x: jax.Array) -> jax.Array:
 
 
 def check_order(order: object) -> int:
-    """Returns the arc-cosine ``order`` if it is 0, 1 or 2, else raises ``ValueError``."""
-    if isinstance(order, bool) or order not in ARCCOS_ORDERS:
+    """Returns the arc-cosine ``order`` if it is the integer 0, 1 or 2, else raises
+    ``ValueError`` (a float such as 1.0 too: nothing is silently cast)."""
+    if (
+        isinstance(order, bool)
+        or not isinstance(order, numbers.Integral)
+        or order not in ARCCOS_ORDERS
+    ):
         raise ValueError(
             f"order must be one of {', '.join(map(str, ARCCOS_ORDERS))}; got {order!r}"
         )

@@ -99,4 +99,11 @@ def estimate(features_x: jax.Array, features_y: jax.Array) -> jax.Array:
             f"features_x and features_y must have the same width (last axis), got "
             f"shapes {features_x.shape} and {features_y.shape}"
         )
+    try:
+        jnp.broadcast_shapes(features_x.shape, features_y.shape)
+    except ValueError:
+        raise ValueError(
+            f"the batch axes of features_x and features_y must broadcast (for all pairs use "
+            f"features_x @ features_y.T), got shapes {features_x.shape} and {features_y.shape}"
+        ) from None
     return jnp.sum(features_x * features_y, axis=-1)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rfjax._validation import (
+    as_array,
     check_array_size,
     check_finite,
     check_float_dtype,
@@ -117,7 +118,7 @@ def cosine_features(
       variances); docs/maths/fourier_features.md.
     """
     projection = check_projection(projection)
-    offsets = jnp.asarray(offsets)
+    offsets = as_array("offsets", offsets)
     if not jnp.issubdtype(offsets.dtype, jnp.floating):
         raise TypeError(f"offsets must be a floating array, got dtype {offsets.dtype}")
     if offsets.shape != (projection.num_features,):

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_finite, check_inputs, is_concrete
+from rfjax._validation import as_array, check_finite, check_inputs, is_concrete
 from rfjax.features._common import check_projection
 from rfjax.features._complex_exponential import check_side
 from rfjax.features._protocol import AffineLogForm, ExponentialFeatureMap, Side
@@ -155,7 +155,7 @@ def optimal_gerf_parameter(statistics: InputStatistics) -> jax.Array:
 
 
 def _check_parameter(a: object) -> jax.Array:
-    a = jnp.asarray(a)
+    a = as_array("a", a)
     if not jnp.issubdtype(a.dtype, jnp.floating):
         raise TypeError(f"a must be a real floating number or array, got dtype {a.dtype}")
     check_finite("a", a)

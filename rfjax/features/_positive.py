@@ -160,6 +160,10 @@ class PositiveFeatureMap(ExponentialFeatureMap):
 
     antithetic: bool = dataclasses.field(default=False, metadata={"static": True})
 
+    def __post_init__(self):
+        if not isinstance(self.antithetic, bool):  # at construction, not at the first call
+            raise TypeError(f"antithetic must be a bool, got {self.antithetic!r}")
+
     def log_features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
         del side  # symmetric
         return positive_log_features(x, projection, antithetic=self.antithetic)

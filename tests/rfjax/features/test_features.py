@@ -217,6 +217,18 @@ X32 = X.astype(np.float32)
         (lambda: features.fourier_features(X32, W, lengthscale=-1.0), ValueError, "lengthscale"),
         (lambda: features.arccos_features(X32, W, order=3), ValueError, "order"),
         (lambda: features.arccos_features(X32, W, order="relu"), ValueError, "order"),
+        (lambda: features.arccos_features(X32, W, order=1.0), ValueError, "order"),
+        (
+            lambda: features.cosine_features(X32, W, "abc"),
+            TypeError,
+            "offsets must be a numeric array",
+        ),
+        (
+            lambda: features.generalized_exponential_features(X32, W, a="x"),
+            TypeError,
+            "a must be a numeric array",
+        ),
+        (lambda: features.PositiveFeatureMap(antithetic="yes"), TypeError, "antithetic"),
         (
             lambda: features.polynomial_features(X32, W, coefficients=(1.0,) * 4),
             ValueError,
