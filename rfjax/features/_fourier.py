@@ -179,12 +179,19 @@ def exponentiated(name: str, scaled: ScaledFeatures, x: jax.Array, num_features:
     finite_rows = jnp.all(jnp.isfinite(x), axis=-1)
     overflows = jnp.any(jnp.isinf(phi), axis=-1) & finite_rows
     if is_concrete(overflows) and bool(jnp.any(overflows)):
-        norms = jnp.linalg.norm(jnp.where(finite_rows[..., None], x, 0), axis=-1)
+        norms = jnp.linalg.norm(jnp.where(overflows[..., None], x, 0), axis=-1)
+        largest, bound = float(jnp.max(norms)), representable_norm(num_features, phi.dtype)
+        cause = (
+            f"they carry e^(|x|^2/2), finite for |x| < {bound:.4g} here"
+            if largest >= bound
+            else f"e^(|x|^2/2) is finite for |x| < {bound:.4g} here, so another factor is "
+            f"not: a hybrid's positive base e^(w.x - |x|^2/2) reaches e^(|w|^2/2) for a long "
+            f"projection row w (|w|^2 > 2 ln(max), as at large d)"
+        )
         raise ValueError(
-            f"{name}: inputs with |x| up to {float(jnp.max(norms)):.4g} give features beyond "
-            f"{phi.dtype}'s range: they carry e^(|x|^2/2), finite for |x| < "
-            f"{representable_norm(num_features, phi.dtype):.4g} here; use the map's log-space "
-            f"form (FeatureMap.scaled_features, as attention does) or smaller inputs"
+            f"{name}: inputs with |x| up to {largest:.4g} give features beyond {phi.dtype}'s "
+            f"range: {cause}; use the map's log-space form (FeatureMap.scaled_features, as "
+            f"attention does) or smaller inputs"
         )
     return phi
 

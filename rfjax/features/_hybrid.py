@@ -334,14 +334,26 @@ def hybrid_gram(query: HybridParts, key: HybridParts) -> jax.Array:
 
 
 def _check_base_projections(positive: object, trigonometric: object) -> None:
-    check_projection(positive, "positive_projection")
-    check_projection(trigonometric, "trigonometric_projection")
+    positive = check_projection(positive, "positive_projection")
+    trigonometric = check_projection(trigonometric, "trigonometric_projection")
+    _check_same_dim("trigonometric_projection", trigonometric, positive)
+
+
+def _check_same_dim(name: str, projection: Projection, positive: Projection) -> None:
+    """``ValueError`` naming ``name`` when its input dimension is not the positive base's (the
+    inputs' ``x`` is checked against the positive base: a mismatch here was blamed on x)."""
+    if projection.dim != positive.dim:
+        raise ValueError(
+            f"{name} must have the input dimension of positive_projection, d = "
+            f"{positive.dim}; got d = {projection.dim}"
+        )
 
 
 def _check_coefficient_projection(
     name: str, projection: Projection, *bases: Projection
 ) -> tuple[Projection, int]:
     projection = check_projection(projection, name)
+    _check_same_dim(name, projection, bases[0])
     if any(projection is base for base in bases):
         raise ValueError(
             f"{name} must be drawn independently of the base projections (the coefficient "
@@ -550,10 +562,12 @@ def _gaussian_hybrid_parts(
         trigonometric_projection,
     )
     one_minus_c = -math.expm1(-2.0 * radius**2 / bandwidth**2)
-    if not one_minus_c > 0.0:
+    limit = float(jnp.finfo(x.dtype).max)
+    if not one_minus_c > 0.0 or 1.0 / one_minus_c > limit:
         raise ValueError(
             f"radius / bandwidth = {radius / bandwidth:.3g} is too small: the normalisation "
-            f"1 - exp(-2 r^2 / tau^2) underflows to 0"
+            f"1 - exp(-2 r^2 / tau^2) = {one_minus_c:.3g} and the offset -c / (1 - c) are "
+            f"beyond {jnp.dtype(x.dtype).name}'s range"
         )
     bases, log_scale = _scaled_bases(x, positive_projection, trigonometric_projection)
     u = x if side == "query" else -x
@@ -594,7 +608,9 @@ class AngularHybridFeatureMap(HybridFeatureMap):
     form: both bases scaled by their common per-row log-scale s = max(max_i l_i, |x|^2/2 -
     log(m)/2) (l the positive log-features), so attention can shift the trigonometric base's
     e^{|x|^2/2} instead of overflowing; ``features`` (phi itself) is finite for |x| < 13.5
-    (float32, m = 128: ``_fourier.representable_norm``) and raises beyond it outside ``jit``
+    (float32, m = 128: ``_fourier.representable_norm``) while the positive base, at most
+    e^{|w_i|^2/2} over the rows w_i, is too (|w_i|^2 < 2 ln(max), 176 in float32, which
+    Gaussian rows exceed from d of about 128), and raises where it is not outside ``jit``
     (safe ranges: docs/maths/attention.md).
 
     Attributes:

@@ -558,6 +558,28 @@ def test_bad_hybrid_inputs_are_rejected():
         features.hybrid_estimate([1.0, 2.0], [])
     with pytest.raises(TypeError, match="FeaturePair"):
         features.hybrid_features([(x, x)], [], [])
+    # A projection of another dimension is named, not blamed on x; a radius / bandwidth whose
+    # offset -c / (1 - c) is past float32 is named (an overflow blamed on |x| before).
+    wide = projections.gaussian(jax.random.key(3), DIM + 1, NUM_SIGNS)
+    with pytest.raises(ValueError, match="trigonometric_projection must have the input dim"):
+        features.angular_hybrid_features(x, w, wide, tau, side="query")
+    with pytest.raises(ValueError, match="sign_projection must have the input dimension"):
+        features.angular_hybrid_features(x, w, w, wide, side="query")
+    with pytest.raises(ValueError, match=r"radius / bandwidth = 1e-20 .* float32's range"):
+        features.gaussian_hybrid_features(
+            0.1 * x, w, w, tau, side="query", bandwidth=1e10, radius=1e-10
+        )
+
+
+def test_the_hybrids_overflow_message_names_the_factor_that_overflows():
+    """At d = 256 the positive base e^(w.x - |x|^2/2) overflows float32 at |x| = 12, below the
+    trigonometric base's 13.5, which the message gave as the bound it had passed."""
+    w = projections.orthogonal(jax.random.key(0), 256, 128)
+    row = w.matrix()[0]
+    x = (12.0 * row / jnp.linalg.norm(row))[None]
+    hybrid = features.AngularHybridFeatureMap(num_sign_features=4).init(jax.random.key(1), 256)
+    with pytest.raises(ValueError, match=r"finite for \|x\| < 13.5 here, so another factor"):
+        hybrid.features(x, w, side="query")
 
 
 @pytest.mark.parametrize("side", ["query", "key"])
