@@ -13,6 +13,7 @@ import itertools
 from typing import TYPE_CHECKING, Literal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
@@ -389,7 +390,10 @@ def row_covariance(projection: PModelProjection, delta: ArrayLike) -> np.ndarray
         raise ValueError(
             f"delta must have last axis of size dim={projection.dim}, got {delta.shape}"
         )
-    rotated = np.asarray(_preprocess(projection, delta.astype(np.float32)), np.float64)
+    # In JAX's widest dtype (float64 with x64: the projection's float64 factors were applied to
+    # a float32 delta before; host_real_array refuses a delta past float32 without it).
+    dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
+    rotated = np.asarray(_preprocess(projection, jnp.asarray(delta, dtype)), np.float64)
     m = projection.num_features
     covariance = np.zeros((*delta.shape[:-1], m, m))
     start = 0

@@ -143,6 +143,16 @@ def test_row_covariance_of_a_circulant_is_the_autocorrelation():
     np.testing.assert_allclose(largest, np.max(np.abs(np.fft.fft(delta)) ** 2), rtol=1e-6)
 
 
+def test_row_covariance_is_float64_with_x64():
+    """With x64 and a float64 circulant the autocorrelation holds to float64's rounding (delta
+    was cast to float32: 6e-9 relative on the diagonal)."""
+    delta = np.array([1.0, 1e-9, 0.3, 0.7])
+    with jax.enable_x64(True):
+        w = projections.circulant(jax.random.key(0), 4, 4, dtype=jnp.float64)
+        covariance = theory.row_covariance(w, delta)
+    np.testing.assert_allclose(np.diag(covariance), delta @ delta, rtol=1e-14)
+
+
 def test_bounds_reduce_to_hoeffding_and_order_as_stated():
     eps = np.array([0.1, 0.3, 0.6])
     hoeffding = 2 * np.exp(-64 * eps**2 / 2)
