@@ -59,9 +59,15 @@ def read_idx(path: str) -> np.ndarray:
         raise ValueError(f"{path}: cannot be read ({err or type(err).__name__})") from err
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise ValueError(f"{path} is not an idx file (bad magic number {raw[:4].hex()})")
-    ndim = raw[3]
+    ndim, dtype = raw[3], np.dtype(_IDX_DTYPES[raw[2]])
+    body = len(raw) - 4 - 4 * ndim
+    if body < 0 or body % dtype.itemsize:
+        raise ValueError(
+            f"{path}: truncated idx file ({len(raw)} bytes: a header of {4 + 4 * ndim} and "
+            f"{dtype} values of {dtype.itemsize} bytes)"
+        )
     shape = tuple(int(n) for n in np.frombuffer(raw, ">i4", count=ndim, offset=4))
-    data = np.frombuffer(raw, _IDX_DTYPES[raw[2]], offset=4 + 4 * ndim)
+    data = np.frombuffer(raw, dtype, offset=4 + 4 * ndim)
     if data.size != int(np.prod(shape)):
         raise ValueError(f"{path}: header says shape {shape} but holds {data.size} values")
     return data.reshape(shape)

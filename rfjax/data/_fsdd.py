@@ -171,10 +171,17 @@ def mel_filterbank(
     """Triangular mel filters on the rfft bins (HTK mel scale m = 2595 log10(1 + f / 700)).
 
     Filter i rises linearly from mel point i to i + 1 and falls to i + 2, for num_mels + 2
-    points equally spaced in mel between ``low_hz`` and ``high_hz`` (default Nyquist); peak 1.
+    points equally spaced in mel between ``low_hz`` and ``high_hz`` (default Nyquist): a
+    triangle of peak 1 at its centre frequency, read at the bins (its largest value there is
+    below 1 unless a bin falls on the centre).
 
     Returns:
       float32 ``(fft_size // 2 + 1, num_mels)``: power spectrum @ filterbank = mel energies.
+
+    Raises:
+      ValueError: for bad arguments, and for a filter that covers no bin (its band narrower
+        than the bins' spacing, which left a mel channel constant): fewer ``num_mels`` or a
+        larger ``fft_size`` then.
     """
     num_mels = check_int("num_mels", num_mels, minimum=1)
     fft_size = check_int("fft_size", fft_size, minimum=2)
@@ -190,7 +197,16 @@ def mel_filterbank(
     left, centre, right = points[:-2], points[1:-1], points[2:]
     rising = (bins - left) / (centre - left)
     falling = (right - bins) / (right - centre)
-    return np.clip(np.minimum(rising, falling), 0.0, None).astype(np.float32)
+    filters = np.clip(np.minimum(rising, falling), 0.0, None).astype(np.float32)
+    empty = np.flatnonzero(filters.max(axis=0) == 0)
+    if empty.size:
+        raise ValueError(
+            f"num_mels = {num_mels} filters on fft_size = {fft_size} at {sample_rate:g} Hz "
+            f"leave {empty.size} filter(s) (first {empty[0]}) covering no FFT bin (bands "
+            f"narrower than the bins' spacing {sample_rate / fft_size:g} Hz): use fewer "
+            f"num_mels or a larger fft_size"
+        )
+    return filters
 
 
 def log_mel_spectrogram(

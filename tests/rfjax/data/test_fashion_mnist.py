@@ -64,3 +64,18 @@ def test_fashion_mnist_corrupt_or_misshapen_files_name_the_path(tmp_path):
         data.load_fashion_mnist("test", data_dir=tmp_path)
     with pytest.raises(ValueError, match=r"labels \(2,\) in .*t10k-labels-idx1-ubyte\.gz"):
         _fashion(tmp_path, labels=np.array([1, 2], np.uint8))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        bytes([0, 0, 0x08, 3, 0, 0]),  # the header cut short
+        bytes([0, 0, 0x0B, 1, 0, 0, 0, 1, 0, 1, 2]),  # int16 data of 3 bytes
+    ],
+)
+def test_a_truncated_idx_file_names_the_path(tmp_path, raw):
+    """NumPy's 'buffer is smaller than requested size' before, without the file."""
+    path = tmp_path / "short-idx1-ubyte"
+    path.write_bytes(raw)
+    with pytest.raises(ValueError, match=r"short-idx1-ubyte: truncated idx file"):
+        data.read_idx(str(path))

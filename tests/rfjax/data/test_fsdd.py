@@ -48,3 +48,11 @@ def test_fsdd_truncated_wav_is_an_error_not_a_short_recording(tmp_path):
     path.write_bytes(path.read_bytes()[:-50])  # the header still promises 100 samples
     with pytest.raises(ValueError, match=r"2_theo_0\.wav: truncated .* promises 100 samples.* 75"):
         data.load_fsdd(tmp_path)
+
+
+def test_a_mel_filter_that_covers_no_bin_raises():
+    """128 mels on a 256-point FFT at 8 kHz: six low filters fall between bins, all zero (their
+    log-mel channels were constant)."""
+    assert data.mel_filterbank(80, 256, 8000).max(axis=0).min() > 0
+    with pytest.raises(ValueError, match=r"num_mels = 128 .* leave 6 filter\(s\) .* no FFT bin"):
+        data.mel_filterbank(128, 256, 8000)
