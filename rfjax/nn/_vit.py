@@ -44,7 +44,12 @@ def check_vit_attributes(
 
 
 def check_vit_images(shape: tuple[int, ...], patch_size: int) -> None:
-    """Image sides ``shape[1:3]`` of ``(B, H, W, C)`` must be multiples of ``patch_size``."""
+    """``shape`` must be ``(B, H, W, C)`` and the image sides H, W multiples of
+    ``patch_size``."""
+    if len(shape) != 4:
+        raise ValueError(
+            f"images must be (B, H, W) or (B, H, W, C) arrays; got shape {tuple(shape)}"
+        )
     height, width = shape[1:3]
     if height % patch_size or width % patch_size:
         raise ValueError(

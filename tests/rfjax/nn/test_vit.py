@@ -1,9 +1,12 @@
 """Tests of ``rfjax.nn._vit``: PerformerViT's layers draw their own projections, and its query-key
 norm scores unit queries and keys with a learned temperature."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rfjax.nn import PerformerViT
 
@@ -51,3 +54,13 @@ def test_vit_query_key_norm_scores_unit_queries_and_keys_with_a_learned_temperat
     nnx_vit = rnnx.PerformerViT(3, image_size=(28, 28), rngs=nnx.Rngs(0), **options)
     for block in nnx_vit.blocks:
         np.testing.assert_allclose(block.attention.log_temperature[...], np.log(3.0), rtol=1e-6)
+
+
+def test_images_of_another_rank_raise_naming_them():
+    """(H, W) and 5-D batches: an unpacking error and a message about the wrong axes before."""
+    vit = PerformerViT(num_classes=3, num_layers=1, coupling="gaussian", num_features=8)
+    for shape in ((8, 8), (1, 3, 8, 8, 1)):
+        with pytest.raises(
+            ValueError, match=r"images must be \(B, H, W\) .*" + re.escape(str(shape))
+        ):
+            vit.init(jax.random.key(0), jnp.ones(shape))
