@@ -171,8 +171,9 @@ def check_rows(query: jax.Array, key: jax.Array, value_width: int) -> None:
     if not any(head_dim <= most_h and value_width <= most_p for most_h, most_p in FITTING_WIDTHS):
         fitting = " or ".join(f"(H, P) = ({h}, {p})" for h, p in FITTING_WIDTHS)
         raise ValueError(
-            f"implementation='pallas_mosaic_gpu' takes heads of H dimensions and values of P "
-            f"at most {fitting} (their programs' shared memory on sm90); got head_dim = "
+            f"the Mosaic GPU kernels (implementation='pallas_mosaic_gpu', and its interpret "
+            f"mode) take heads of H dimensions and values of P at most {fitting} (their "
+            f"programs' shared memory on sm90); got head_dim = "
             f"{head_dim} (favor_attention pads H to a power of two) and value width "
             f"{value_width}: use implementation='pallas_triton' or 'xla'"
         )
