@@ -72,15 +72,21 @@ def _axes(entry: object) -> tuple[str, ...]:
     return tuple(entry) if isinstance(entry, tuple) else (str(entry),)
 
 
-def split_spec(name: str, array: jax.Array, sequence_dim: int, sequence_axis: str) -> Spec:
+def split_spec(name: str, array: jax.Array, sequence_dim: int, sequence_axis: str | None) -> Spec:
     """The split of ``array`` (one entry per dimension) if its dimension ``sequence_dim`` is
-    split over exactly ``sequence_axis`` and, for query and key, the last (H) is not split (a
-    value's may be: each output column depends on its own); else ``ValueError`` saying how the
-    array is split."""
+    split over exactly ``sequence_axis`` (``None``: not split) and, for query and key, the
+    last (H) is not split (a value's may be: each output column depends on its own); else
+    ``ValueError`` saying how the array is split."""
     spec = _spec(array)
     read_as = "(B, S)" if name == "mask" else "(B, T, N, H)"
     layout = f"{name} of shape {array.shape} {read_as} split as P{spec}"
-    if _axes(spec[sequence_dim]) != (sequence_axis,):
+    if sequence_axis is None and spec[sequence_dim] is not None:
+        split = spec[sequence_dim]
+        raise ValueError(
+            f"the sequence (dimension {sequence_dim}) of {name} is split over the mesh axis "
+            f"{split!r}: pass sequence_axis={split!r} for sequence parallelism ({layout})"
+        )
+    if sequence_axis is not None and _axes(spec[sequence_dim]) != (sequence_axis,):
         elsewhere = [dim for dim, entry in enumerate(spec) if sequence_axis in _axes(entry)]
         where = f"splits its dimension {elsewhere[0]} instead" if elsewhere else "does not split it"
         raise ValueError(
@@ -119,35 +125,12 @@ def is_split(arrays: dict[str, jax.Array | None]) -> bool:
     )
 
 
-def _unsplit_sequence_spec(name: str, array: jax.Array) -> Spec:
-    """The split of ``array`` when no ``sequence_axis`` is given: any but the sequence
-    (dimension 1) and, for query and key, H; else ``ValueError`` saying how it is split."""
-    spec = _spec(array)
-    read_as = "(B, S)" if name == "mask" else "(B, T, N, H)"
-    layout = f"{name} of shape {array.shape} {read_as} split as P{spec}"
-    if spec[1] is not None:
-        raise ValueError(
-            f"the sequence (dimension 1) of {name} is split over the mesh axis {spec[1]!r}: "
-            f"pass sequence_axis={spec[1]!r} for sequence parallelism ({layout})"
-        )
-    if name in ("query", "key") and spec[-1] is not None:
-        raise ValueError(
-            f"the last dimension (H) of {name} must not be split over devices, as the random "
-            f"features read whole vectors: {layout}"
-        )
-    return spec
-
-
 def _split_specs(arrays: dict[str, jax.Array | None], sequence_axis: str | None) -> dict[str, Spec]:
-    """The checked split of each array given: with ``sequence_axis`` (``split_spec``),
-    dimension 1, T of (B, T, N, H) query, key and value and S of a (B, S) mask, split over it;
-    without, the sequence unsplit (``_unsplit_sequence_spec``); ``()`` for a ``None`` mask."""
-    if sequence_axis is None:
-        return {
-            name: () if array is None else _unsplit_sequence_spec(name, array)
-            for name, array in arrays.items()
-        }
-    explicit_mesh_axis(sequence_axis)
+    """The checked split of each array given (``split_spec``): dimension 1, T of (B, T, N, H)
+    query, key and value and S of a (B, S) mask, split over ``sequence_axis`` (``None``: not
+    split); ``()`` for a ``None`` mask."""
+    if sequence_axis is not None:
+        explicit_mesh_axis(sequence_axis)
     return {
         name: () if array is None else split_spec(name, array, 1, sequence_axis)
         for name, array in arrays.items()
