@@ -195,7 +195,10 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
         if command is not None:
             outputs.write_text(os.path.join(workdir, "command.txt"), shlex.join(command) + "\n")
         summary = os.path.join(workdir, SUMMARY_FILE)
-        if os.path.exists(summary):  # it describes a run that is no longer the latest
+        # It describes a run that is no longer the latest. (Workers of a shared sweep leave it
+        # to the one that reports, which replaces it: one that started after that report
+        # would have put it aside, and then removed it.)
+        if os.path.exists(summary) and sweep.WORKER[1] == 1:
             os.replace(summary, os.path.join(workdir, PREVIOUS_SUMMARY_FILE))
         _start(workdir, status)
     module = importlib.import_module(f"experiments.{name}")
@@ -207,7 +210,9 @@ def run_experiment(config, workdir: str | None = None, *, command: list[str] | N
                 _wait(status, pending)
                 return {}
             result = {}
-            with sweep.reporting(workdir) as reporter:
+            with sweep.reporting(
+                workdir, identity=config.to_json_best_effort(sort_keys=True)
+            ) as reporter:
                 if reporter:
                     records.write(workdir, measured)
                     result = module.report(measured, config, workdir)

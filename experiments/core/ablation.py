@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import os
 from collections.abc import Sequence
 
@@ -168,7 +169,18 @@ def run(
         measure,
         lambda arm: records.settings(cell_config(config, field, arms[arm], seed_field, 0)),
     )
-    with sweep.reporting(workdir) as reporter:
+    identity = json.dumps(
+        [
+            config.to_json_best_effort(sort_keys=True),
+            sweep_text,
+            seeds,
+            metric,
+            [first, second],
+            test,
+            margin,
+        ]
+    )
+    with sweep.reporting(workdir, identity=identity) as reporter:
         if reporter:
             return report(cells)
     print("every cell is recorded; another worker wrote the report", flush=True)

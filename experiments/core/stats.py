@@ -236,9 +236,11 @@ def detectable_difference(
 
 def units_to_resolve(estimate: Estimate, boundary: float, confidence: float) -> int:
     """The number of units at which the two-sided ``confidence`` interval around the observed
-    mean would exclude ``boundary``, at the observed spread (normal quantile):
-    ``ceil(n (z se / |mean - boundary|)^2)``: at most ``n`` when the interval excludes it now,
-    at least ``n + 1`` when it does not.
+    mean would exclude ``boundary``, at the observed spread: the smallest N with
+    ``q(N) se sqrt(n / N) < |mean - boundary|``, q(N) the estimate's quantile with its degrees
+    of freedom grown by N - n (the t quantile of a mean; the normal quantile gave too few: 3
+    seeds where a t interval needs 4). At most ``n`` when the interval excludes it now, at
+    least ``n + 1`` when it does not.
 
     Raises:
       ValueError: if the mean equals the boundary (no number of units separates them).
@@ -246,9 +248,21 @@ def units_to_resolve(estimate: Estimate, boundary: float, confidence: float) -> 
     distance = abs(estimate.mean - boundary)
     if distance == 0:
         raise ValueError("the mean lies on the boundary: no number of units resolves it")
+
+    def quantile(units: int) -> float:
+        df = estimate.df + units - estimate.n
+        return float(_distribution(df if df > 0 else 1.0).ppf((1 + confidence) / 2))
+
+    def half_width(units: int) -> float:
+        return quantile(units) * estimate.se * math.sqrt(estimate.n / units)
+
     z = float(scipy_stats.norm.ppf((1 + confidence) / 2))
-    needed = math.ceil(estimate.n * (z * estimate.se / distance) ** 2)
-    return needed if distance > z * estimate.se else max(estimate.n + 1, needed)
+    if distance > half_width(estimate.n):  # resolved now: how few would still do
+        return max(1, math.ceil(estimate.n * (quantile(estimate.n) * estimate.se / distance) ** 2))
+    units = max(estimate.n + 1, math.ceil(estimate.n * (z * estimate.se / distance) ** 2))
+    while half_width(units) >= distance:  # from the normal count, which t never undercuts
+        units += 1
+    return units
 
 
 def units_for_power(

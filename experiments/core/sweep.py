@@ -303,15 +303,20 @@ def records_digest(workdir: str) -> str:
 
 
 @contextlib.contextmanager
-def reporting(workdir: str, *, worker: tuple[int, int] | None = None) -> Iterator[bool]:
+def reporting(
+    workdir: str, *, identity: str, worker: tuple[int, int] | None = None
+) -> Iterator[bool]:
     """Whether this process writes the report of the complete sweep in ``workdir``.
 
     A single process always does. Workers of a shared sweep (``count > 1``) hold an exclusive
     lock on ``workdir/.report.lock`` for the block, so one at a time decides: the first to see
-    a set of records (``records_digest``) that ``workdir/.reported`` does not name reports it,
-    and the block's normal end records its digest there; the others see it reported. A
-    reporter that dies releases the lock with its process (and names nothing), so another
-    worker, or the same command run again, reports.
+    a set of records (``records_digest``) under a report ``identity`` (what else the report
+    depends on: the config, an ablation's metric and claim) that ``workdir/.reported`` does
+    not name reports it, and the block's normal end records their digest there; the others
+    see it reported. A reporter that dies releases the lock with its process (and names
+    nothing), so another worker, or the same command run again, reports. (Without the
+    identity, a study with no sweep records, or a new claim over the same records, was never
+    reported again.)
     """
     _, count = WORKER if worker is None else worker
     if count == 1:
@@ -321,7 +326,7 @@ def reporting(workdir: str, *, worker: tuple[int, int] | None = None) -> Iterato
     with open(os.path.join(workdir, REPORT_LOCK_FILE), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            digest = records_digest(workdir)
+            digest = hashlib.sha256(f"{identity}\0{records_digest(workdir)}".encode()).hexdigest()
             marker = os.path.join(workdir, REPORTED_FILE)
             reported = os.path.exists(marker) and open(marker).read() == digest  # noqa: SIM115
             yield not reported

@@ -640,6 +640,11 @@ class Verdicts:
         if side == "holds":
             region = _region_text(_regions(claim.test, margin)[0], number)
             return Outcome.HOLDS, f"{lies} {region}{bound}"
+        if side == "against" and margin == 0:  # a relative margin of a reference of 0
+            return Outcome.NOT_TESTED, (
+                f"{lies} against the claim, but its margin is 0 here (a relative margin of a "
+                "reference of 0), and a zero margin cannot refute a claim"
+            )
         if side == "against" and self.powered:
             return Outcome.DOES_NOT_HOLD, (
                 f"{lies} against the claim beyond the margin {_number(margin, number)}"
@@ -655,6 +660,11 @@ class Verdicts:
         return Outcome.NOT_RESOLVED, text + bound
 
     def _within_se(self, claim, estimate, margin, number):
+        if not (math.isfinite(estimate.mean) and math.isfinite(estimate.se)):
+            return Outcome.NOT_TESTED, (
+                f"the estimate is not finite (mean {estimate.mean}, SE {estimate.se}), so the "
+                "design cannot test the claim"
+            )
         z = abs(estimate.mean) / estimate.se if estimate.se > 0 else math.inf
         if abs(estimate.mean) <= claim.k * estimate.se or estimate.mean == 0:
             return Outcome.HOLDS, f"within {claim.k:g} SE ({z:.2f} SE)"

@@ -91,6 +91,15 @@ def test_units_to_resolve_scales_the_observed_spread():
     assert stats.units_to_resolve(Estimate(1.0, 0.01, 10), 0.0, 0.95) == 1
     # Just resolved (z se = 0.99999): n itself.
     assert stats.units_to_resolve(Estimate(1.0, 0.51021, 10), 0.0, 0.95) == 10
+    # A mean of samples: its t interval, whose quantile falls as the units grow. [0.7, 1.3]:
+    # at the observed spread (sd 0.424) 3 units give 1.0 +- 4.303 x 0.245, still across 0
+    # (the normal count said 3); 4 give 1.0 +- 3.182 x 0.212 = [0.325, 1.675].
+    pair = stats.sample_estimate([0.7, 1.3])
+    assert stats.units_to_resolve(pair, 0.0, 0.95) == 4
+    for units in (3, 4):
+        sd = pair.se * math.sqrt(2)
+        low = 1.0 - scipy_stats.t(units - 1).ppf(0.975) * sd / math.sqrt(units)
+        assert (low > 0) == (units == 4)
 
 
 def test_power_and_equivalence_sizes_match_the_textbook_normal_formulas():

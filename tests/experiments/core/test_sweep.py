@@ -1,6 +1,7 @@
 """The core sweep: cells recorded with their settings, reused, resumed, extended by seeds and
 shared by workers."""
 
+import functools
 import json
 import os
 import shutil
@@ -180,20 +181,28 @@ def test_a_sweep_nested_in_a_cell_is_measured_whole_by_its_worker(tmp_path, monk
 
 def test_exactly_one_worker_reports_each_complete_set_of_records(tmp_path):
     sweep.run(str(tmp_path), ["a"], [0], measuring([]), {})
-    with sweep.reporting(str(tmp_path), worker=(0, 1)) as alone:
+    reporting = functools.partial(sweep.reporting, str(tmp_path), identity="claim A")
+    with reporting(worker=(0, 1)) as alone:
         assert alone  # a single process always reports
     elected = []
     for index in range(3):
-        with sweep.reporting(str(tmp_path), worker=(index, 3)) as reporter:
+        with reporting(worker=(index, 3)) as reporter:
             elected.append(reporter)
     assert elected == [True, False, False]
+    # The same records under another identity (a new claim, other settings): a new report
+    # (the marker named the records alone, so a study without sweep records never reported
+    # again).
+    with sweep.reporting(str(tmp_path), identity="claim B", worker=(1, 3)) as reporter:
+        assert reporter
+    with sweep.reporting(str(tmp_path), identity="claim B", worker=(2, 3)) as reporter:
+        assert not reporter
     sweep.run(str(tmp_path), ["a"], [0, 1], measuring([]), {})  # new records: a new report
-    with sweep.reporting(str(tmp_path), worker=(2, 3)) as reporter:
+    with reporting(worker=(2, 3)) as reporter:
         assert reporter
     # A reporter that fails names nothing: the next worker reports.
     sweep.run(str(tmp_path), ["a"], [0, 1, 2], measuring([]), {})
-    with pytest.raises(RuntimeError), sweep.reporting(str(tmp_path), worker=(0, 3)) as reporter:
+    with pytest.raises(RuntimeError), reporting(worker=(0, 3)) as reporter:
         assert reporter
         raise RuntimeError("report failed")
-    with sweep.reporting(str(tmp_path), worker=(1, 3)) as reporter:
+    with reporting(worker=(1, 3)) as reporter:
         assert reporter

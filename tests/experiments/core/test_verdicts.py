@@ -35,8 +35,9 @@ def test_a_straddling_interval_is_not_resolved_with_the_seeds_that_would_resolve
     judge = make(gain=claim("A beats B", "greater", margin=0.005))
     verdict = judge.effect("gain", STRADDLING, effect="A - B", units="seeds")
     assert verdict.outcome == Outcome.NOT_RESOLVED
-    # 15 (1.96 * 0.0015 / 0.0021)^2 = 29.4 -> 30 seeds to put 0 outside the interval.
-    assert "about 30 seeds would resolve it" in verdict.evidence
+    # The t interval at the observed spread sd = 0.0015 sqrt(15): at 31 seeds 2.042 sd / sqrt(31)
+    # = 0.00213 > 0.0021, at 32 2.040 sd / sqrt(32) = 0.00209 (the normal count said 30).
+    assert "about 32 seeds would resolve it" in verdict.evidence
 
 
 def test_an_unpowered_straddle_against_the_claim_says_more_seeds_cannot_refute_it():
@@ -85,8 +86,9 @@ def test_the_iap_es_training_pair_is_not_resolved_under_its_declared_20_percent_
     verdict = judge.effect("equal", estimate, effect="d", units="seeds", reference=-3.025)
     assert verdict.outcome == Outcome.NOT_RESOLVED
     assert "90% CI [-0.74, -0.142]" in verdict.evidence
-    # 60 (1.645 * 0.179 / (0.605 - 0.441))^2 = 193.4 -> 194 seeds.
-    assert "about 194 seeds" in verdict.evidence
+    # 60 (1.645 * 0.179 / (0.605 - 0.441))^2 = 193.4 -> 194 seeds by the normal quantile; the
+    # t quantile of 195 df (1.6527) needs 196.
+    assert "about 196 seeds" in verdict.evidence
     assert verdict.margin == "20% of the reference = 0.605"
     # At the 440 seeds declared from that spread: -0.151 +- 0.0606 against 20% of 2.822 (0.564):
     # 90% CI = -0.151 -+ 1.6483 * 0.0606 = [-0.251, -0.051], inside +-0.564, though clear of 0.
@@ -325,7 +327,9 @@ def test_a_claim_entered_by_an_arm_that_failed_the_check_is_not_tested_and_state
     )
     assert unresolved.outcome == Outcome.NOT_TESTED
     assert "is not resolved for trig, so the claim cannot rest on them" in unresolved.evidence
-    assert "straddles 0 at 95%: not resolved (about 4 seeds would resolve it" in (
+    # trig minus the unigram model: [3360, 3560, -40], sd 2023: the t interval excludes 0 from
+    # 6 seeds (2.571 x 2023 / sqrt(6) = 2123 < 2293; 5 seeds: 2512), the normal count said 4.
+    assert "straddles 0 at 95%: not resolved (about 6 seeds would resolve it" in (
         unresolved.evidence
     )
     text = judge.training_text()
@@ -447,3 +451,26 @@ def test_a_bound_is_judged_where_the_measured_value_comes_closest():
     assert "empirical tail - bound at the closest of 3 eps (eps 0.2) = -0.025" in verdict.evidence
     # Bounds below 1: 0.5 / 0.2 = 2.5 and 0.125 / 0.1 = 1.25 (the third, 2.0, says nothing).
     assert "Smallest bound / empirical ratio where the bound is < 1: 1.25" in verdict.evidence
+
+
+@pytest.mark.parametrize("test", ["noninferior", "nonsuperior", "equivalent"])
+def test_a_relative_margin_of_a_zero_reference_never_refutes(test):
+    """A relative margin times a reference of 0 is a zero margin, which must not yield "does
+    not hold" (it did: the interval lay "beyond the margin 0")."""
+    judge = make(claimed=claim("level with the reference", test, margin=0.05, relative=True))
+    sign = 1.0 if test == "nonsuperior" else -1.0
+    estimate = Estimate(sign * 0.22, 0.01, 4, df=3)  # far on the refuting side of 0
+    verdict = judge.effect("claimed", estimate, effect="x", units="seeds", reference=0.0)
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert "zero margin cannot refute" in verdict.evidence
+    # A non-zero reference still refutes it.
+    refuted = judge.effect("claimed", estimate, effect="x", units="seeds", reference=1.0)
+    assert refuted.outcome == Outcome.DOES_NOT_HOLD
+
+
+def test_a_closed_form_check_of_a_non_finite_estimate_is_not_tested():
+    """A NaN SE read "not resolved ... inf SE off" before."""
+    judge = make(exact=claim("closed form is exact", "within_se", k=4))
+    for estimate in (Estimate(0.5, math.nan, 1), Estimate(math.nan, 0.1, 10)):
+        verdict = judge.effect("exact", estimate, effect="x", units="draws")
+        assert verdict.outcome == Outcome.NOT_TESTED and "not finite" in verdict.evidence
