@@ -15,8 +15,10 @@ Each study package ``experiments.<name>`` provides
   verdicts (``verdicts.json``, by ``experiments.core.verdicts`` from the claims the config
   declares) and ``summary.md`` from the study's template ``experiments/<name>/summary.md``, so
   paper commentary lives in text and verdict prose in the core, not in the study;
-* optionally ``headline(records)`` (the numbers a command-line ablation compares) and
-  ``SEED_FIELD`` (the config field an ablation's seed sets);
+* optionally ``headline(records)`` (the numbers a command-line ablation compares),
+  ``SEED_FIELD`` (the config field an ablation's seed sets) and, for a study whose run trains
+  several seeds from that field, ``one_seed(config)`` (the config training that seed alone:
+  an ablation's seeds must not share runs);
 
 and declares ``STUDY`` (``experiments.core.study.Study``: its paper, its place on the results page
 and what it reproduces). ``python -m experiments.main --config=configs/<name>.py[:variant]

@@ -5,7 +5,8 @@ arms) x seeds, one study run per cell, and the paired comparison of two arms wit
         --sweep=model.feature_map=positive,oprf --seeds=0:5 --metric=accuracy_own
 
 Every cell runs the study's ``measure`` on the config with the field set to the arm's value and
-the study's seed field (``SEED_FIELD`` of its module, or ``--seed_field``) set to the seed, in
+the study's seed field (``SEED_FIELD`` of its module, or ``--seed_field``) set to the seed (and
+narrowed to that seed by the module's ``one_seed``, where its runs train several), in
 ``workdir/runs/<value>_seed<seed>/``; the cell's headline numbers (the study's
 ``headline(records)``) are its record in the core sweep, stored with the cell's settings, so the
 ablation resumes after a kill and grows by seeds. The report compares the first two arms (or
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 import ml_collections
 
 from configs.common import claim, locate_field, parse_field_value
-from experiments.core import outputs, records, stats, sweep, verdicts
+from experiments.core import claims, outputs, records, stats, sweep, verdicts
 from experiments.core.validate import require_distinct_seeds
 
 REPORT_FILE = "ablation.md"
@@ -105,17 +106,27 @@ def run(
     field, values = parse_sweep(sweep_text, config)
     seeds = parse_seeds(seeds_text)
     arms = {str(value): value for value in values}
-    first, second = compare or list(arms)[:2]
-    for arm in (first, second):
-        if arm not in arms:
-            raise ValueError(f"--compare names {arm!r}, not one of the swept values {list(arms)}")
+    first, second = _compared(arms, compare, sweep_text)
+    _check_claim(test, margin)
+
+    def cell(arm: str, seed: int) -> ml_collections.ConfigDict:
+        """The cell's config; a study whose run trains several seeds from its seed field
+        narrows it to that seed (``one_seed``), so that the ablation's seeds share no run."""
+        cell = cell_config(config, field, arms[arm], seed_field, seed)
+        return module.one_seed(cell) if hasattr(module, "one_seed") else cell
 
     def measure(arm: str, seed: int, run_dir: str) -> dict:
-        cell = cell_config(config, field, arms[arm], seed_field, seed)
-        module.validate_config(cell)
-        measured = module.measure(cell, run_dir)
+        run = cell(arm, seed)
+        module.validate_config(run)
+        measured = module.measure(run, run_dir)
         records.write(run_dir, measured)
-        return module.headline(measured)
+        headline = module.headline(measured)
+        if metric not in headline:  # after the first cell: the headline's keys are its own
+            raise ValueError(
+                f"--metric={metric!r} is not one of {config.experiment}'s headline numbers "
+                f"{sorted(headline)}"
+            )
+        return headline
 
     def report(cells: list[dict]) -> verdicts.Verdict:
         value = {(c["arm"], c["seed"]): c[metric] for c in cells}
@@ -167,7 +178,7 @@ def run(
         list(arms),
         seeds,
         measure,
-        lambda arm: records.settings(cell_config(config, field, arms[arm], seed_field, 0)),
+        lambda arm: records.settings(cell(arm, 0)),
     )
     identity = json.dumps(
         [
@@ -185,3 +196,31 @@ def run(
             return report(cells)
     print("every cell is recorded; another worker wrote the report", flush=True)
     return None
+
+
+def _compared(arms: dict, compare: Sequence[str], sweep_text: str) -> tuple[str, str]:
+    """The two arms the report compares: ``--compare``'s, else the first two swept values;
+    ``ValueError`` naming the flag for anything but two different swept values."""
+    if len(arms) < 2:
+        raise ValueError(
+            f"--sweep={sweep_text} gives {len(arms)} distinct value(s): an ablation compares two"
+        )
+    if compare and (len(compare) != 2 or compare[0] == compare[1]):
+        raise ValueError(f"--compare must name two different arms A,B; got {list(compare)}")
+    first, second = compare or list(arms)[:2]
+    for arm in (first, second):
+        if arm not in arms:
+            raise ValueError(f"--compare names {arm!r}, not one of the swept values {list(arms)}")
+    return first, second
+
+
+def _check_claim(test: str, margin: float) -> None:
+    """``--test`` and ``--margin`` checked before any cell runs (they were read only at the
+    report, after every cell): a comparison of two arms, with the margin its test needs."""
+    tests = tuple(name for name in claims.TESTS if name != "fact")  # "fact": no noise
+    if test not in tests:
+        raise ValueError(f"--test must be one of {tests} (two arms compared), got {test!r}")
+    try:
+        claims.Claim("ablation", test, margin=margin)
+    except ValueError as error:
+        raise ValueError(f"--test={test} --margin={margin}: {error}") from None

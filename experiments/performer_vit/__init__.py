@@ -56,6 +56,7 @@ module validates the config and measures (``measure``, ``measure_run``).
 
 from __future__ import annotations
 
+import copy
 import time
 
 import ml_collections
@@ -124,6 +125,7 @@ __all__ = [
     "measure",
     "measure_run",
     "num_seeds",
+    "one_seed",
     "paired_row",
     "pixel_stats",
     "primary_metric",
@@ -220,6 +222,18 @@ def measure_run(config, arrays: dict, name: str, attention: str, protocol, seed:
 
 
 SEED_FIELD = "train.seed"  # the first seed: the runs train seeds train.seed, train.seed + 1, ...
+
+
+def one_seed(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """``config`` whose runs train the seed ``train.seed`` alone: an ablation's cell
+    (``core.ablation``), whose seeds must not share runs (with two seeds per run, seeds s and
+    s + 1 both trained seed s + 1, and the paired test counted that run twice)."""
+    config = copy.deepcopy(config)
+    with config.unlocked():
+        for protocol in config.num_seeds:
+            config.num_seeds[protocol] = 1
+        config.num_reference_seeds = 1
+    return config
 
 
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:

@@ -224,3 +224,38 @@ def test_an_ablation_of_a_model_study_checks_both_arms(tmp_path, monkeypatch):
     )
     assert verdict.outcome == Outcome.NOT_TESTED
     assert verdict.evidence.startswith("16 failed the declared training check")
+
+
+def test_the_comparison_is_checked_before_any_cell_runs(tmp_path):
+    """--compare, --test and --margin raise naming the flag before a cell runs (an unpacking
+    error, or a KeyError / claim error after every cell had been measured); --metric after
+    the first cell, whose headline names the numbers there are."""
+    config = kernel_mse_config.get_config("quick,num_draws=200,draws_per_chunk=200")
+    run = dict(config=config, workdir=str(tmp_path / "a"), seeds_text="0:2", metric="ratio_simplex")
+    bad = [
+        (dict(sweep_text="num_features=12,12"), "gives 1 distinct value"),
+        (dict(sweep_text="num_features=8,16", compare=["8"]), "--compare must name two"),
+        (dict(sweep_text="num_features=8,16", compare=["8", "8"]), "--compare must name two"),
+        (dict(sweep_text="num_features=8,16", test="fact"), "--test must be one of"),
+        (dict(sweep_text="num_features=8,16", test="noninferior"), "needs a margin > 0"),
+        (dict(sweep_text="num_features=8,16", margin=-1.0), "margin must be a number >= 0"),
+    ]
+    for options, message in bad:
+        with pytest.raises(ValueError, match=message):
+            ablation.run(**run, **options)
+    assert not os.path.exists(tmp_path / "a" / "runs")  # nothing measured
+    with pytest.raises(ValueError, match=r"--metric='bogus' is not one of .*ratio_simplex"):
+        ablation.run(**{**run, "metric": "bogus"}, sweep_text="num_features=8,16")
+
+
+def test_a_study_whose_runs_train_several_seeds_narrows_an_ablation_cell_to_one():
+    """performer_vit's runs train seeds train.seed, train.seed + 1, ...: an ablation's seeds s
+    and s + 1 shared a run, and the paired test counted it twice."""
+    from configs import performer_vit as performer_vit_config
+    from experiments import performer_vit
+
+    config = performer_vit_config.get_config("quick")
+    cell = performer_vit.one_seed(config)
+    assert set(cell.num_seeds.values()) == {1} and cell.num_reference_seeds == 1
+    assert config.num_seeds != cell.num_seeds  # the given config is left alone
+    performer_vit.validate_config(cell)
