@@ -35,11 +35,12 @@ os.umask(_UMASK)
 
 
 @contextlib.contextmanager
-def replacing(path: str, newline: str | None = None) -> Iterator[IO[str]]:
-    """A text handle whose content replaces ``path`` at once when the block ends (creating its
-    folder): written to a temporary file beside it, flushed to disk, then ``os.replace``d, so
-    a reader (another worker, a resumed run) sees the old file or the whole new one, never a
-    part, whenever the writer is killed. An error in the block leaves ``path`` as it was."""
+def replacing(path: str, newline: str | None = None, *, binary: bool = False) -> Iterator[IO]:
+    """A text (or ``binary``) handle whose content replaces ``path`` at once when the block
+    ends (creating its folder): written to a temporary file beside it, flushed to disk, then
+    ``os.replace``d, so a reader (another worker, a resumed run) sees the old file or the
+    whole new one, never a part, whenever the writer is killed. An error in the block leaves
+    ``path`` as it was."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(
@@ -47,7 +48,10 @@ def replacing(path: str, newline: str | None = None) -> Iterator[IO[str]]:
     )
     try:
         os.chmod(temporary, 0o666 & ~_UMASK)  # as open(path, "w") would (mkstemp: 0o600)
-        with os.fdopen(descriptor, "w", newline=newline) as handle:
+        opened = (
+            os.fdopen(descriptor, "wb") if binary else os.fdopen(descriptor, "w", newline=newline)
+        )
+        with opened as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -202,12 +206,15 @@ def save_config(workdir: str, config: ml_collections.ConfigDict) -> str:
 
 
 def save_figure(fig, path: str) -> None:
-    """Lays out ``fig``, saves it to ``path`` (120 dpi; process 0) and closes it."""
+    """Lays out ``fig``, saves it to ``path`` (120 dpi; process 0; atomically, ``replacing``,
+    in the format of the path's extension) and closes it."""
     import matplotlib.pyplot as plt  # here: the experiments choose the backend first
 
     if is_writer():
         fig.tight_layout()
-        fig.savefig(path, dpi=120, bbox_inches="tight")  # keeps legends outside the axes
+        kind = os.path.splitext(path)[1].lstrip(".") or "png"
+        with replacing(path, binary=True) as handle:  # bbox: keeps legends outside the axes
+            fig.savefig(handle, format=kind, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

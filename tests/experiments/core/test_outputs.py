@@ -83,6 +83,25 @@ def test_a_write_that_fails_midway_leaves_the_previous_file(tmp_path):
     assert os.stat(path).st_mode == os.stat(plain).st_mode
 
 
+def test_a_figure_is_written_whole_or_not_at_all(tmp_path):
+    """save_figure writes through a temporary file too (it wrote the PNG in place)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = tmp_path / "figure.png"
+    fig, axis = plt.subplots()
+    axis.plot([0, 1], [1, 0])
+    outputs.save_figure(fig, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.listdir(tmp_path) == ["figure.png"]
+    fig, _ = plt.subplots()
+    fig.savefig = lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("disk full"))
+    with pytest.raises(RuntimeError, match="disk full"):
+        outputs.save_figure(fig, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.listdir(tmp_path) == ["figure.png"]
+
+
 _WRITE_FOREVER = """
 import sys
 from experiments.core import outputs
