@@ -28,14 +28,15 @@ end with ``torch.cuda.synchronize``). Memory: a JAX program's compiled temporari
 (``memory_analysis``); PyTorch's peak allocation above the inputs during the call. Both count what
 the call adds to the inputs. The programs of one case are compiled in parallel threads.
 
-Roofline (``--peaks``, measured in the same run): the dense matrix-product rate (8192^3, bfloat16,
-and float32 at JAX's default precision) and the copy bandwidth. FAVOR's products take the inputs'
-dtype (bfloat16 operands accumulated in float32 for bfloat16 inputs), so its compute roof is the
-rate of that dtype. Model FLOPs per batch and head, causal, chunk C = ``CHUNK``: T (4 H m + 2 C m
-+ 2 C (H_v + 1) + 4 m (H_v + 1)) forward (features, the chunk's quadratic form, the carried
-state's read-out and update), 3x that for forward + backward; bidirectional
-T (4 H m + 4 m (H_v + 1)). The share of the roofline is max(FLOPs / compute roof, minimal bytes /
-bandwidth) / time; XLA's own cost analysis (flops, bytes accessed) is recorded beside it.
+Roofline (``measure_peaks``, in every run beside the cases): the dense matrix-product rate
+(8192^3, bfloat16, and float32 at JAX's default precision) and the copy bandwidth. FAVOR's
+products take the inputs' dtype (bfloat16 operands accumulated in float32 for bfloat16 inputs),
+so its compute roof is the rate of that dtype. Model FLOPs per batch and head, causal, chunk
+C = ``CHUNK``: T (4 H m + 2 C m + 2 C (H_v + 1) + 4 m (H_v + 1)) forward (features, the
+chunk's quadratic form, the carried state's read-out and update), 3x that for forward +
+backward; bidirectional T (4 H m + 4 m (H_v + 1)). The share of the roofline is
+max(FLOPs / compute roof, minimal bytes / bandwidth) / time; XLA's own cost analysis (flops,
+bytes accessed) is recorded beside it.
 
 Summary: per dtype, B, mode and pass and per FAVOR implementation, the crossover (the first T at
 which FAVOR is faster than exact attention: cuDNN, or XLA where cuDNN does not run), FAVOR's

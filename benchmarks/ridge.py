@@ -1,6 +1,6 @@
 """Random-feature ridge at scale: Fashion-MNIST against scikit-learn, and a 10^7-row stream.
 
-  python -m benchmarks.ridge [--components 1024 2048 4096] [--rfjax-only-components 8192 16384]
+  python -m benchmarks.ridge [--components 1024 2048 4096] [--rfjax-only-components 8192]
       [--stream-rows 100000 1000000 10000000] [--methods NAME ...] [--out benchmarks/results/ridge]
   python -m benchmarks.ridge --versus-sklearn [--components 1024 4096] [--rows 200000]
       [--repeats 3] [--out benchmarks/results/ridge]

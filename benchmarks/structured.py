@@ -2,7 +2,7 @@
 
   python -m benchmarks.structured [--dims 256 1024 4096] [--inputs 1024] [--repeats 5]
   python -m benchmarks.structured --apply [--dims 256 512 1024 2048 4096] [--inputs 4096]
-      [--repeats 15] [--json PATH]
+      [--repeats 5] [--json PATH]     # the committed apply*.json ran with --repeats 15
 
 Default: for each d, one jitted call draws the projection from a key and computes softmax
 positive features of ``--inputs`` inputs: dense ORF (QR, O(d^3) draw, O(d^2) per input) and

@@ -1,7 +1,7 @@
 """The headline results in one command: SimRF Fig. 6 (MSE ratios) and Fig. 8 (UCI classification).
 
 Usage:
-  python -m experiments.reproduce            # about 5 minutes on 2 CPU cores
+  python -m experiments.reproduce            # about 100 s on 2 CPU cores (README.md)
   python -m experiments.reproduce --full     # the full configs (tens of minutes)
   python -m experiments.reproduce --workdir=somewhere   # default workdirs/reproduce
 
