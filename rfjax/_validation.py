@@ -183,6 +183,24 @@ def check_ids(name: str, ids: object, count: int) -> jax.Array:
     return ids
 
 
+def vocabulary_ids(name: str, ids: object, count: int) -> jax.Array:
+    """``check_ids``, with ids outside ``[0, count)`` mapped to ``count``: out of bounds, so
+    that JAX's gathers (``nn.Embed``, ``take_along_axis``: mode ``"fill"``) read NaN for them
+    inside ``jit``, where they are unknown, rather than wrap a negative id to a class."""
+    ids = check_ids(name, ids, count)
+    return jnp.where((ids >= 0) & (ids < count), ids, count)
+
+
+def check_rate(name: str, value: object) -> float:
+    """A probability in ``[0, 1)`` (a dropout rate), else ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    rate = float(value)
+    if not 0 <= rate < 1:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    return rate
+
+
 def check_inputs(name: str, x: object, *, dim: int | None = None) -> jax.Array:
     """Returns ``x`` as a floating array of shape ``(..., dim)``, else raises.
 

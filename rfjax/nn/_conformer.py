@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rfjax import features
+from rfjax._validation import check_rate
 from rfjax.attention import data_normalizer
 from rfjax.features import FeatureMap
 from rfjax.nn._attention import FEATURE_MAP_COLLECTION, PROJECTION_STREAM, PerformerAttention
@@ -187,6 +188,7 @@ class ConformerEncoder(nn.Module):
             "num_sign_features",
             "num_clusters",
             "kernel_size",
+            "ff_expansion",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -197,6 +199,7 @@ class ConformerEncoder(nn.Module):
             )
         if self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, got {self.kernel_size}")
+        check_rate("dropout_rate", self.dropout_rate)
 
     def attention_feature_map(self, **options: object) -> FeatureMap:
         """The feature map of a random-feature kind, without its parameters: the registered

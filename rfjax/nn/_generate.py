@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rfjax._validation import check_int, check_key, check_real, is_concrete
+from rfjax._validation import check_ids, check_int, check_key, check_real, is_concrete
 
 
 class Generated(NamedTuple):
@@ -122,6 +122,9 @@ def generate(
     prompt = jnp.asarray(prompt)
     if not jnp.issubdtype(prompt.dtype, jnp.integer):
         raise TypeError(f"prompt must hold integer tokens, got dtype {prompt.dtype}")
+    vocabulary = getattr(model, "vocab_size", None)
+    if vocabulary is not None:  # a concrete prompt: its ids checked (NaN logits, no error)
+        check_ids("prompt", prompt, vocabulary)
     if prompt.ndim != 2 or prompt.shape[1] < 1:
         raise ValueError(f"prompt must have shape (B, P) with P >= 1, got {prompt.shape}")
     num_tokens = check_int("num_tokens", num_tokens, minimum=1)

@@ -157,8 +157,9 @@ class ImplicitAttentionPolicy(nn.Module):
     3. importance c = column sums of the (estimated) attention matrix A = rownorm(K(q_t, k_j))
        with K the softmax kernel exp(q.k / sqrt(d)): exact (``softmax_importance``, O(T^2 d))
        or random features (``random_feature_importance``, O(T w));
-    4. masking: the k patches of largest importance (``top_k_mask``); their tokens, in
-       decreasing importance, are concatenated (k (P^2 C + 2) numbers);
+    4. masking: the k patches of largest importance (``top_k_mask``); the controller reads
+       every patch's pixels in its place, those of the T - k others zeroed (T P^2 C numbers;
+       the patch centres enter the queries and keys only);
     5. controller: an MLP (tanh hidden layers ``hidden_sizes``) to ``num_actions`` logits.
 
     The random projection and the map's random parameters are not parameters: draw them with
@@ -166,8 +167,8 @@ class ImplicitAttentionPolicy(nn.Module):
     the pure function (params, observation, key) -> ``apply(params, observation,
     draw_projection(key))`` (exact attention takes ``None``).
     Parameters form a small pytree; ``jax.flatten_util.ravel_pytree`` turns it into the flat
-    vector that evolution strategies perturb. The importance and kept patches are sown into
-    ``"intermediates"`` (``"importance"``, ``"kept"``).
+    vector that evolution strategies perturb. The importance and the kept patches' mask are
+    sown into ``"intermediates"`` (``"importance"``, ``"mask"``).
 
     Attributes:
       image_shape: (H, W, C) of an observation.

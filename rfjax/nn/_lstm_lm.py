@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_int
+from rfjax._validation import check_int, check_rate, vocabulary_ids
 
 LOGITS = ("dot", "cosine")
 LOGIT_SCALE_PARAM = "log_logit_scale"
@@ -77,6 +77,8 @@ class LSTMLanguageModel(nn.Module):
             raise ValueError(f"logits must be one of {LOGITS}, got {self.logits!r}")
         if not self.initial_logit_scale > 0:
             raise ValueError(f"initial_logit_scale must be > 0, got {self.initial_logit_scale!r}")
+        check_rate("dropout_rate", self.dropout_rate)
+        tokens = vocabulary_ids("tokens", tokens, self.vocab_size)
         embed = nn.Embed(
             self.vocab_size,
             self.hidden_size,

@@ -11,9 +11,10 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_int
+from rfjax._validation import check_int, vocabulary_ids
 from rfjax.features import FeatureMap
 from rfjax.nn._attention import ATTENTION_KINDS, AttentionKind, PerformerAttention
+from rfjax.nn._attention_compute import isolating_non_finite
 
 
 def sinusoidal_positions(positions: jax.Array, dim: int) -> jax.Array:
@@ -26,12 +27,15 @@ def sinusoidal_positions(positions: jax.Array, dim: int) -> jax.Array:
 
 def exact_causal_attention(query, key, value, mask=None, **unused) -> jax.Array:
     """``jax.nn.dot_product_attention`` in the place of Flax's ``attention_fn``: causal when no
-    mask is given, else under ``mask`` (the decode cache's, or a split sequence's). Dropout and
-    the other options Flax passes are not used (the LM has none)."""
+    mask is given, else under ``mask`` (the decode cache's, or a split sequence's), with
+    non-finite rows isolated (``isolating_non_finite``: a NaN token reached every earlier
+    position, its masked weight 0 times its NaN value). Dropout and the other options Flax
+    passes are not used (the LM has none)."""
     del unused
     if mask is not None:
         mask = mask.astype(bool)  # Flax's masks are float
-    return jax.nn.dot_product_attention(query, key, value, mask=mask, is_causal=mask is None)
+    attend = functools.partial(jax.nn.dot_product_attention, mask=mask, is_causal=mask is None)
+    return isolating_non_finite(attend, query, key, value, mask, causal=mask is None)
 
 
 def token_nll(hidden: jax.Array, table: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
@@ -243,6 +247,7 @@ class PerformerLM(nn.Module):
         """Logits ``(B, T, V)`` of ``tokens`` ``(B, T)``, or the per-token NLL ``(B, T)`` of
         ``targets`` (see the class docstring)."""
         self._check()
+        tokens = vocabulary_ids("tokens", tokens, self.vocab_size)
         embed = nn.Embed(self.vocab_size, self.embed_dim, name="embed")
         positions = sinusoidal_positions(self._positions(tokens.shape[1]), self.embed_dim)
         x = embed(tokens) * math.sqrt(self.embed_dim) + positions.astype(embed.embedding.dtype)
@@ -275,4 +280,5 @@ class PerformerLM(nn.Module):
             # (in the compiled loop of rfjax.nn.generate, where the table is an argument).
             hidden, table = embed.promote_dtype(hidden, embed.embedding, dtype=embed.dtype)
             return jnp.einsum("btd,vd->btv", hidden, table)
+        targets = vocabulary_ids("targets", targets, self.vocab_size)
         return token_nll(hidden, embed.embedding, targets, self.loss_chunk)

@@ -16,18 +16,9 @@ from rfjax.nn import (
 
 
 def _tiny(attention, **kwargs):
-    return ConformerEncoder(
-        num_classes=11,
-        model_dim=8,
-        num_layers=1,
-        num_heads=2,
-        ff_expansion=2,
-        kernel_size=3,
-        attention=attention,
-        num_features=4,
-        num_sign_features=2,
-        **kwargs,
-    )
+    sizes = dict(num_classes=11, model_dim=8, num_layers=1, num_heads=2, ff_expansion=2)
+    sizes |= dict(kernel_size=3, num_features=4, num_sign_features=2)
+    return ConformerEncoder(attention=attention, **(sizes | kwargs))
 
 
 def _init(model, features, mask):
@@ -88,3 +79,16 @@ def test_padding_does_not_change_real_frames(attention):
         logits, out_mask = apply(variables, x, mask, rngs={"projection": jax.random.key(2)})
         outputs.append(logits[:, : int(out_mask.sum())])
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_bad_rates_and_widths_raise_naming_them():
+    """A negative dropout rate and feed-forward blocks of width 0 ran without an error."""
+    features, mask = jnp.ones((1, 6, 4)), jnp.ones((1, 6), bool)
+    for options, name in (
+        (dict(dropout_rate=-1.0), "dropout_rate"),
+        (dict(ff_expansion=0), "ff_expansion"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            _tiny("trigonometric", **options).init(
+                {"params": jax.random.key(1), "projection": jax.random.key(2)}, features, mask
+            )

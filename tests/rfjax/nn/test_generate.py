@@ -160,6 +160,8 @@ def test_bad_arguments_raise_naming_them():
         generate(model, params, prompt[:, :0], NEW, rngs=RNGS)
     with pytest.raises(ValueError, match="num_tokens"):
         generate(model, params, prompt, 0, rngs=RNGS)
+    with pytest.raises(ValueError, match=r"prompt must hold ids in \[0, "):  # NaN logits before
+        generate(model, params, prompt.at[0, 1].set(model.vocab_size), NEW, rngs=RNGS)
     with pytest.raises(ValueError, match="cache_length"):
         generate(model, params, prompt, NEW, rngs=RNGS, cache_length=PROMPT + NEW - 2)
     with pytest.raises(ValueError, match="temperature must be > 0"):

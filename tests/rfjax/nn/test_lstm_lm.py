@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from rfjax.nn import LSTMLanguageModel
 
@@ -12,3 +13,17 @@ def test_lstm_language_model_on_empty_batches():
     for shape in ((0, 3), (2, 0)):
         queries, _ = model.apply(variables, jnp.ones(shape, int), train=False)
         assert queries.shape == (*shape, 8)
+
+
+def test_bad_tokens_and_dropout_rates_raise_naming_them():
+    """A token -1 wrapped to class V - 1 and V gave NaN; a dropout rate of 1.5 zeroed every
+    output and -0.5 rescaled them, without an error."""
+    model = LSTMLanguageModel(vocab_size=10, hidden_size=8, num_layers=1)
+    variables = model.init(jax.random.key(0), jnp.ones((1, 3), int), train=False)
+    for bad in (-1, 10):
+        with pytest.raises(ValueError, match=r"tokens must hold ids in \[0, 10\)"):
+            model.apply(variables, jnp.array([[1, bad, 2]]), train=False)
+    for rate in (1.5, -0.5, 1.0):
+        bad_rate = LSTMLanguageModel(vocab_size=10, hidden_size=8, num_layers=1, dropout_rate=rate)
+        with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
+            bad_rate.init(jax.random.key(0), jnp.ones((1, 3), int), train=False)

@@ -82,3 +82,22 @@ def test_bad_attributes_raise_naming_them():
         PerformerLM(vocab_size=5, embed_dim=15, num_heads=3).init(jax.random.key(0), tokens)
     with pytest.raises(ValueError, match=r"decode=True .* sequence_axis=.seq."):
         _model("performer", decode=True, sequence_axis="seq").init(jax.random.key(0), tokens)
+
+
+def test_token_ids_outside_the_vocabulary_raise_or_give_nan_in_their_rows():
+    """Concrete ids outside [0, V) raise naming tokens or targets (-1 wrapped to class V - 1,
+    V gave NaN); inside jit, NaN at that position and the later ones only."""
+    model = _model("exact")
+    tokens = _tokens(8)
+    variables = model.init(jax.random.key(0), tokens)
+    vocabulary = SIZES["vocab_size"]
+    for bad in (-1, vocabulary):
+        with pytest.raises(ValueError, match=rf"tokens must hold ids in \[0, {vocabulary}\)"):
+            model.apply(variables, tokens.at[0, 6].set(bad))
+        with pytest.raises(ValueError, match=rf"targets must hold ids in \[0, {vocabulary}\)"):
+            model.apply(variables, tokens, tokens.at[0, 6].set(bad))
+        logits = jax.jit(model.apply)(variables, tokens.at[0, 6].set(bad))
+        # Causal: positions 0-5 of the row are finite (a NaN value with a masked weight of 0
+        # reached every earlier position), the other row entirely.
+        assert np.isfinite(logits[0, :6]).all() and np.isnan(logits[0, 6:]).all()
+        assert np.isfinite(logits[1]).all()
