@@ -220,13 +220,18 @@ def isolating_non_finite(
     out = attend(query, key, value)
     groups = bad_query.shape[-1] // bad_key.shape[-1]  # grouped key/value heads read by N/N_kv
     reads_bad = jnp.repeat(jnp.moveaxis(bad_key, 1, 2), groups, axis=1)[:, :, None, :]  # B,N,1,S
-    if causal:  # row t reads keys j <= t only
-        length, keys = query.shape[1], key.shape[1]
-        reads_bad = reads_bad & (jnp.arange(keys)[None, :] <= jnp.arange(length)[:, None])
-    if mask is not None:
-        reads_bad = reads_bad & (jnp.asarray(mask) != 0)
     batch, length, heads = bad_query.shape
-    poisoned = jnp.broadcast_to(jnp.any(reads_bad, axis=-1), (batch, heads, length))
+    if causal and mask is None:  # row t reads keys j <= t: from the first bad key on, O(T)
+        first_bad = jnp.argmax(reads_bad[:, :, 0], axis=-1)  # (B, N); 0 where none is bad
+        any_bad = jnp.any(reads_bad[:, :, 0], axis=-1)
+        poisoned = any_bad[..., None] & (jnp.arange(length) >= first_bad[..., None])
+    else:
+        if causal:  # row t reads keys j <= t only
+            keys = key.shape[1]
+            reads_bad = reads_bad & (jnp.arange(keys)[None, :] <= jnp.arange(length)[:, None])
+        if mask is not None:
+            reads_bad = reads_bad & (jnp.asarray(mask) != 0)
+        poisoned = jnp.broadcast_to(jnp.any(reads_bad, axis=-1), (batch, heads, length))
     poisoned = jnp.moveaxis(poisoned, 1, 2) | bad_query
     return jnp.where(poisoned[..., None], jnp.nan, out)
 
