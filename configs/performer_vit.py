@@ -28,9 +28,9 @@ Primary metric: accuracy averaged over ``num_eval_draws`` fresh projections (the
 accuracy of the random-feature model; ``primary_metric``). Seeds: 10 paired seeds of ORF and
 SimRF; exact softmax (the same normalised model) on the first 2, as the accuracy the Performers
 approximate. Power: the committed 1,000-step design's paired SimRF - ORF spread (sd 0.0046,
-redraw protocol) gives non-inferiority at the 0.005 margin with 80% power at 7 paired seeds
-(``experiments.core.stats.units_for_power``), 10 seeds about 90%; the summary recomputes it from
-the measured spread.
+redraw protocol) gives non-inferiority at the 0.005 margin with 80% power at 9 paired seeds
+(``experiments.core.stats.units_for_power``, the paired t test's power; its normal approximation
+said 7), 10 seeds about 86%; the summary recomputes it from the measured spread.
 
 Variants: ``short``, the earlier 1,000-step design (2 layers, width 32, m = 32, raw scores,
 protocols fixed and redraw-to-step-500, IID/ORF/SimRF/exact; results/performer_vit_short; not

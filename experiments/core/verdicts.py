@@ -518,13 +518,18 @@ class Verdicts:
         strict = dataclasses.replace(claim, confidence=1 - (1 - claim.level) / len(cells))
         failing = [c for c, e in cells.items() if _side(strict, e, margin) == "against"]
         open_cells = [c for c, e in cells.items() if _side(claim, e, margin) != "holds"]
-        worst = max(cells.items(), key=lambda item: abs(item[1].mean) / max(item[1].se, 1e-300))
+        # The quoted cell decides the outcome: the farthest of those against the claim, else of
+        # the unresolved ones, else of all (the farthest in either direction quoted a cell for
+        # the claim beside "does not hold").
+        if failing:
+            deciding, where = failing, f"the {cell_name} farthest against it"
+        elif open_cells:
+            deciding, where = open_cells, f"the farthest unresolved {cell_name}"
+        else:
+            deciding, where = list(cells), f"the farthest {cell_name}"
+        worst = max(deciding, key=lambda c: abs(cells[c].mean) / max(cells[c].se, 1e-300))
         head = _estimate_text(
-            f"{effect} at the farthest {cell_name} ({worst[0]})",
-            worst[1],
-            claim.level,
-            units,
-            number,
+            f"{effect} at {where} ({worst})", cells[worst], claim.level, units, number
         )
         if failing:
             outcome = Outcome.DOES_NOT_HOLD if self.powered else Outcome.NOT_RESOLVED

@@ -102,9 +102,16 @@ def test_units_to_resolve_scales_the_observed_spread():
         assert (low > 0) == (units == 4)
 
 
-def test_power_and_equivalence_sizes_match_the_textbook_normal_formulas():
-    # Detecting half an SD with 80% power at 5% two-sided needs 31.4 -> 32 units.
-    assert stats.units_for_power(1.0, 0.5) == 32
+def test_power_sizes_the_t_test_and_equivalence_the_textbook_normal_formula():
+    # Detecting half an SD with 80% power at 5% two-sided: 31.4 -> 32 units by the normal
+    # formula, 34 by the t test's noncentral t (power 0.808 at 34, 0.795 at 33).
+    assert stats.units_for_power(1.0, 0.5) == 34
+    for units, above in ((33, False), (34, True)):
+        critical = scipy_stats.t.ppf(0.975, units - 1)
+        power = scipy_stats.nct(units - 1, 0.5 * math.sqrt(units)).sf(critical)
+        assert (power >= 0.8) == above
+    # performer_vit's sd 0.0029 at an effect of 0.005: 5 seeds (the normal formula said 3).
+    assert stats.units_for_power(0.0029, 0.005) == 5
     # TOST at 5%, 80% power at a true difference of 0: ((1.645 + 1.282) / 0.5)^2 = 34.3 -> 35.
     assert stats.units_for_equivalence(1.0, 0.5) == 35
     d = Estimate(0.0, 0.1, 30, 29.0)

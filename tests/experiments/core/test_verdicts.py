@@ -474,3 +474,16 @@ def test_a_closed_form_check_of_a_non_finite_estimate_is_not_tested():
     for estimate in (Estimate(0.5, math.nan, 1), Estimate(math.nan, 0.1, 10)):
         verdict = judge.effect("exact", estimate, effect="x", units="draws")
         assert verdict.outcome == Outcome.NOT_TESTED and "not finite" in verdict.evidence
+
+
+def test_a_claim_over_cells_quotes_the_cell_that_decides_it():
+    """ "does not hold" quoted the cell farthest from 0 in either direction: one that supports
+    the claim (+5.06, CI [+4.91, +5.22] in hrf_clustered) beside the verdict against it."""
+    judge = make(gain=claim("A beats B everywhere", "greater", margin=0.1))
+    cells = {"small": Estimate(5.06, 0.08, 10, 9.0), "large": Estimate(-2.74, 0.12, 10, 9.0)}
+    verdict = judge.every("gain", cells, effect="d", cell_name="settings", units="seeds")
+    assert verdict.outcome == Outcome.DOES_NOT_HOLD
+    assert verdict.evidence.startswith("d at the settings farthest against it (large) = -2.74")
+    unresolved = {"small": Estimate(5.06, 0.08, 10, 9.0), "large": Estimate(0.02, 0.1, 10, 9.0)}
+    verdict = judge.every("gain", unresolved, effect="d", cell_name="settings", units="seeds")
+    assert verdict.evidence.startswith("d at the farthest unresolved settings (large)")
