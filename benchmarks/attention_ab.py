@@ -53,6 +53,7 @@ import jax.numpy as jnp
 
 import rfjax.attention
 from benchmarks.attention import HEAD_DIM, HEADS, NUM_FEATURES
+from benchmarks.timing import quartiles
 from experiments.core.outputs import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,8 +137,7 @@ def median_and_quartiles(ratios: list[float]) -> tuple[float | None, ...]:
     """(median, first quartile, third quartile) of ``ratios``; ``None`` for none (no timing)."""
     if not ratios:
         return None, None, None
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    return statistics.median(ratios), quartiles[0], quartiles[2]
+    return statistics.median(ratios), *quartiles(ratios)
 
 
 def version_options(module: Any, setting: argparse.Namespace) -> dict[str, Any]:

@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.seeds < 2:  # the standard error needs two (one wrote NaN into the JSON)
+        parser.error(f"--seeds must be >= 2, got {args.seeds}")
     start = time.perf_counter()
     rows = measure(args.seeds)
     stamp = (

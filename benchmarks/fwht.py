@@ -129,7 +129,8 @@ def _contenders(host: np.ndarray, threads: int, baseline: dict | None):
     dtype = np.dtype(host.dtype).name
     ours = jax.jit(lambda v: fwht(v, implementation="cpu"))
     rows = fwht_backend("cpu").kernel()
-    ours_1t = jax.jit(lambda v: rows(v, False, max_threads=0))
+    # Out of place, as fwht lowers an argument the caller keeps (in place, XLA copied it first).
+    ours_1t = jax.jit(lambda v: rows(v, False, max_threads=0, in_place=False))
     naive = jax.jit(lambda v: fwht(v, implementation="xla"))
     matmul = jax.jit(lambda v: fwht(v, implementation="matmul"))
     xla_copy = jax.jit(lambda v: v + 0)

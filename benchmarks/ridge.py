@@ -294,7 +294,11 @@ def table(out: str) -> str:
         records = [json.loads(line) for line in handle]
     setting = next(r for r in records if "alpha" in r)
     runs = [r for r in records if "method" in r]
-    peer = {r["m"]: r["fit_s"] for r in runs if r["method"].startswith("sklearn RBFSampler")}
+    peer = {  # a peer's error row (e.g. a MemoryError) has no time
+        r["m"]: r["fit_s"]
+        for r in runs
+        if r["method"].startswith("sklearn RBFSampler") and "fit_s" in r
+    }
     lines = [
         f"Fashion-MNIST, gamma = {setting['gamma']:.5f} (median heuristic), alpha = "
         f"{setting['alpha']} (validation accuracy over alpha = {setting['alpha_grid']}: "
@@ -432,6 +436,12 @@ def versus_memory(m: int, rows: int) -> dict[str, int]:
 
 
 def versus_sklearn(components, rows: int, repeats: int, out: str) -> list[dict]:
+    # Each repeat predicts on a row count not predicted before: len(x) - 1 - 977 repeat.
+    if repeats < 1 or rows - 1 - 977 * (repeats - 1) < 1:
+        raise ValueError(
+            f"--versus-sklearn needs --repeats >= 1 and --rows > 977 (--repeats - 1) + 1 (each "
+            f"repeat predicts on a new row count); got --rows {rows}, --repeats {repeats}"
+        )
     x, y = versus_data(rows)
     records = []
     for m in components:

@@ -89,6 +89,8 @@ def main() -> None:
     parser.add_argument("--components", type=int, default=512)
     parser.add_argument("--seeds", type=int, default=10)
     args = parser.parse_args()
+    if args.seeds < 2:  # the standard error needs two (one printed NaN)
+        parser.error(f"--seeds must be >= 2, got {args.seeds}")
     rows = benchmark(args.points, args.components, args.seeds)
     print(f"{args.points} points, {args.components} components, {args.seeds} paired seeds")
     print(f"{'data':>15} {'transformer':>20} {'rel. error':>11} {'+-1 SE':>8} {'/ RBFSampler':>13}")

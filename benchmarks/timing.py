@@ -57,14 +57,24 @@ def _run_setup(setups: Mapping[str, Callable[[], object]], name: str) -> None:
         jax.block_until_ready(setups[name]())
 
 
+def quartiles(samples: list[float]) -> tuple[float, float]:
+    """The first and third quartiles of ``samples``, interpolated between them as NumPy's
+    default does (``statistics.quantiles``' default method extrapolates past the samples: a
+    negative quartile of positive ratios from two repeats); one sample: itself twice."""
+    if len(samples) == 1:
+        return samples[0], samples[0]
+    first, _, third = statistics.quantiles(samples, n=4, method="inclusive")
+    return first, third
+
+
 def summary(times: list[float]) -> dict[str, float]:
     """Median, minimum and quartiles of wall times (one sample: all four are that sample)."""
-    quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
+    low, high = quartiles(times)
     return {
         "median_s": statistics.median(times),
         "min_s": min(times),
-        "q25_s": quartiles[0],
-        "q75_s": quartiles[2],
+        "q25_s": low,
+        "q75_s": high,
     }
 
 
@@ -78,8 +88,8 @@ def paired_ratio(numerator: list[float], denominator: list[float]) -> dict[str, 
             f"{len(denominator)}"
         )
     ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    return {"median": statistics.median(ratios), "q25": quartiles[0], "q75": quartiles[2]}
+    low, high = quartiles(ratios)
+    return {"median": statistics.median(ratios), "q25": low, "q75": high}
 
 
 def load_average() -> list[float]:
