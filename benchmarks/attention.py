@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import save_json, time_interleaved
 from rfjax.attention import draw_projection, favor_attention
 
 HEADS = 4
@@ -297,8 +297,7 @@ def main() -> None:
             "(target <= 1.0)"
         )
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"rows": rows, "peer": peer, "summary": summary}, handle, indent=1)
+        save_json(args.json, {"rows": rows, "peer": peer, "summary": summary}, settings=vars(args))
 
 
 if __name__ == "__main__":

@@ -413,7 +413,9 @@ def main(argv: list[str] | None = None) -> None:
     run = measure(args.repeats)
     rows = summarise(run)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cold_start.json").write_text(json.dumps({**run, "pairs": rows}, indent=1) + "\n")
+    from benchmarks.timing import save_json  # here: the parent process stays without JAX
+
+    save_json(args.out / "cold_start.json", {**run, "pairs": rows}, settings=vars(args))
     table = markdown(run, rows)
     (args.out / "cold_start.md").write_text(table)
     print(table)

@@ -21,7 +21,6 @@ output, with its standard error. Rows:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import pathlib
@@ -31,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.timing import save_json
 from rfjax.attention import draw_projection, favor_attention, softmax_attention
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "favor_error"
@@ -128,8 +128,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{os.getloadavg()[0]:.1f}"
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "favor_error.json").write_text(
-        json.dumps({"seeds": args.seeds, "rows": rows, "run": stamp}, indent=1) + "\n"
+    save_json(
+        args.out / "favor_error.json",
+        {"seeds": args.seeds, "rows": rows, "run": stamp},
+        settings=vars(args),
     )
     table = markdown(rows, args.seeds, stamp)
     (args.out / "favor_error.md").write_text(table)

@@ -28,7 +28,6 @@ default: what a one-pass reduced-precision float32 product does to the exponents
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 
@@ -37,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import logsumexp
 
+from benchmarks.timing import save_json
 from rfjax.attention import draw_projection, favor_attention
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "favor_precision"
@@ -154,7 +154,7 @@ def main() -> None:
     report["matmul_precision"] = args.matmul_precision
     report["load_average"] = os.getloadavg()[0]
     name = jax.default_backend() + ("" if precision is None else f"_{precision}")
-    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    save_json(out / f"{name}.json", report, settings=vars(args))
 
 
 def _report_projection_rounding(length: int, out: pathlib.Path) -> None:
@@ -164,7 +164,7 @@ def _report_projection_rounding(length: int, out: pathlib.Path) -> None:
         errors_ = " ".join(f"{row[f'{name}_max_error_over_max_value']:10.2e}" for name in ROUNDINGS)
         print(f"{row['mode']:14} {row['norm']:5.0f} {errors_}")
     report = {"length": length, "head_dim": HEAD_DIM, "features": NUM_FEATURES, "rows": rows}
-    (out / "projection_rounding.json").write_text(json.dumps(report, indent=1) + "\n")
+    save_json(out / "projection_rounding.json", report, settings={"length": length})
 
 
 if __name__ == "__main__":

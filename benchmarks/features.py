@@ -10,12 +10,11 @@ and its ratio to ORF in the same run. Target: SimRF / ORF <= 1.05.
 from __future__ import annotations
 
 import argparse
-import json
 
 import jax
 import jax.numpy as jnp
 
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import save_json, time_interleaved
 from rfjax import features, projections
 
 COUPLINGS = ("gaussian", "orthogonal", "simplex", "simplex_plus", "halton")
@@ -75,8 +74,7 @@ def main() -> None:
             f"{row['iqr_ms']:>8.3f} {row['ratio_to_orthogonal']:>7.3f}"
         )
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
+        save_json(args.json, rows, settings=vars(args))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import pathlib
 import platform
@@ -63,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.timing import load_average, paired_ratio, time_interleaved
+from benchmarks.timing import load_average, paired_ratio, save_json, time_interleaved
 from rfjax.ops import fwht, fwht_backend
 
 SIZES = tuple(1 << k for k in range(4, 17))
@@ -294,8 +293,7 @@ def main() -> None:
     )
     _print(report)
     path = pathlib.Path(args.json) if args.json else RESULTS / f"{args.dtype}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
+    save_json(path, report, settings=vars(args))
     print(f"\nwritten: {path}")
 
 

@@ -75,7 +75,7 @@ from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import RidgeClassifier
 from sklearn.pipeline import make_pipeline
 
-from benchmarks.timing import load_average, paired_ratio
+from benchmarks.timing import load_average, paired_ratio, save_json
 from rfjax import data, features, projections
 from rfjax.linear_models import (
     RandomFeatureTransform,
@@ -452,9 +452,11 @@ def versus_sklearn(components, rows: int, repeats: int, out: str) -> list[dict]:
         )
         records.append(record)
         _print_versus(record)
-        path = os.path.join(out, "versus_sklearn.json")
-        with open(path, "w") as handle:
-            json.dump({"jax": jax.__version__, "cpus": os.cpu_count(), "records": records}, handle)
+        save_json(
+            os.path.join(out, "versus_sklearn.json"),
+            {"jax": jax.__version__, "cpus": os.cpu_count(), "records": records},
+            settings={"components": list(components), "rows": rows, "repeats": repeats},
+        )
     return records
 
 

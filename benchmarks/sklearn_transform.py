@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import pathlib
 import statistics
@@ -42,7 +41,7 @@ import jax
 import numpy as np
 from sklearn.kernel_approximation import RBFSampler
 
-from benchmarks.timing import load_average, paired_ratio, time_interleaved
+from benchmarks.timing import load_average, paired_ratio, save_json, time_interleaved
 from rfjax.sklearn import RandomFeatures
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -171,9 +170,8 @@ def main() -> None:
                 flush=True,
             )
     path = pathlib.Path(args.json or RESULTS)
-    path.parent.mkdir(parents=True, exist_ok=True)
     report = {"jax": jax.__version__, "cpus": os.cpu_count(), "repeats": args.repeats}
-    path.write_text(json.dumps({**report, "rows": rows}, indent=1))
+    save_json(path, {**report, "rows": rows}, settings=vars(args))
     print(f"written: {path}")
     if args.no_first_call:
         return

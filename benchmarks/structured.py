@@ -26,7 +26,6 @@ same one), printed with the load average and written with every sample to ``--js
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import jax
 
 from benchmarks.features import draw_and_featurize
-from benchmarks.timing import load_average, paired_ratio, time_interleaved
+from benchmarks.timing import load_average, paired_ratio, save_json, time_interleaved
 from rfjax import projections
 
 PAIRS = (("orthogonal", "hd_orthogonal"), ("simplex", "fast_simplex"))
@@ -152,9 +151,8 @@ def main() -> None:
         rows = apply_benchmark(tuple(dims), inputs, args.repeats)
         print_apply_table(rows)
         path = pathlib.Path(args.json or APPLY_JSON)
-        path.parent.mkdir(parents=True, exist_ok=True)
         report = {"jax": jax.__version__, "cpus": os.cpu_count(), "repeats": args.repeats}
-        path.write_text(json.dumps({**report, "rows": rows}, indent=1))
+        save_json(path, {**report, "rows": rows}, settings=vars(args))
         print(f"written: {path}")
         return
     args.dims, args.inputs = args.dims or [256, 1024, 4096], args.inputs or 1024

@@ -97,6 +97,32 @@ def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
+def save_json(path: str | os.PathLike, payload: object, *, settings: Mapping | None) -> None:
+    """A benchmark's results as JSON, written atomically (``experiments.core.outputs``: a
+    killed run leaves the previous file or the whole new one), with how they were made under
+    ``"written_with"``: the run's ``settings`` (its command line's arguments), the machine's
+    load averages when it was written and JAX's version. A list ``payload`` goes under
+    ``"rows"``."""
+    from experiments.core.outputs import write_json  # here: only writers need the core
+
+    record = dict(payload) if isinstance(payload, Mapping) else {"rows": payload}
+    record["written_with"] = {
+        "settings": {key: _plain(value) for key, value in (settings or {}).items()},
+        "load_average": load_average(),
+        "jax": jax.__version__,
+    }
+    write_json(os.fspath(path), record)
+
+
+def _plain(value: object) -> object:
+    """A setting as JSON takes it (paths and other objects as text)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return str(value)
+
+
 def time_streamed(
     functions: Mapping[str, Callable[[], object]],
     *,

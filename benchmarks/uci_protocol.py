@@ -27,14 +27,13 @@ the 1,500 draws against 622-714 s extrapolated for the NumPy loop (from 4 draws 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import save_json, time_interleaved
 from experiments.core import kernel_classifier as uci
 from rfjax import data, projections
 
@@ -177,8 +176,7 @@ def main() -> None:
     same = r["cross_check_same_accuracy"]
     print(f"cross-check (NumPy loop on rfjax's SimRF draw): same accuracy = {same}")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(r, handle, indent=1)
+        save_json(args.json, r, settings=vars(args))
 
 
 if __name__ == "__main__":

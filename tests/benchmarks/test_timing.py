@@ -37,3 +37,21 @@ def test_the_ridge_table_takes_a_peer_that_failed(tmp_path):
     assert (
         "failed: MemoryError" in text and "| rfjax | 64 | 10 | 0.5000 +- 0.0100 | 1.0 |  |" in text
     )
+
+
+def test_results_are_written_whole_with_how_they_were_made(tmp_path):
+    """Every benchmark's JSON through one save_json: atomic (they were written in place), with
+    the run's settings, the load and JAX's version (several recorded none of them)."""
+    import json
+    import pathlib
+
+    import jax
+
+    path = tmp_path / "out" / "rows.json"
+    timing.save_json(path, [{"m": 8}], settings={"json": pathlib.Path("x.json"), "sizes": (8,)})
+    written = json.loads(path.read_text())
+    assert written["rows"] == [{"m": 8}]
+    assert written["written_with"]["settings"] == {"json": "x.json", "sizes": [8]}
+    assert written["written_with"]["jax"] == jax.__version__
+    assert len(written["written_with"]["load_average"]) == 3
+    assert sorted(p.name for p in path.parent.iterdir()) == ["rows.json"]  # no temporary left
