@@ -160,7 +160,10 @@ def best_chunk_size(rows: list[dict], chunk_sizes: tuple[int, ...]) -> int:
 
 def run_peer(torch_python: str, lengths: list[int], batch: int, repeats: int) -> dict:
     command = [torch_python, "-W", "ignore", PEER, "--lengths", *map(str, lengths)]
-    command += ["--batch", str(batch), "--repeats", str(max(3, repeats // 2)), "--threads", "2"]
+    # As many threads as XLA's CPU client uses (every core; 2 was right on the 2-core machine
+    # only).
+    threads = str(os.cpu_count() or 1)
+    command += ["--batch", str(batch), "--repeats", str(max(3, repeats // 2)), "--threads", threads]
     result = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
