@@ -205,13 +205,15 @@ def save_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     return path
 
 
-def save_figure(fig, path: str) -> None:
-    """Lays out ``fig``, saves it to ``path`` (120 dpi; process 0; atomically, ``replacing``,
-    in the format of the path's extension) and closes it."""
+def save_figure(fig, path: str, *, layout: bool = True) -> None:
+    """Lays out ``fig`` (unless ``layout`` is False: a figure that places its own axes, such
+    as a colour bar spanning panels), saves it to ``path`` (120 dpi; process 0; atomically,
+    ``replacing``, in the format of the path's extension) and closes it."""
     import matplotlib.pyplot as plt  # here: the experiments choose the backend first
 
     if is_writer():
-        fig.tight_layout()
+        if layout:
+            fig.tight_layout()
         kind = os.path.splitext(path)[1].lstrip(".") or "png"
         with replacing(path, binary=True) as handle:  # bbox: keeps legends outside the axes
             fig.savefig(handle, format=kind, dpi=120, bbox_inches="tight")

@@ -398,9 +398,7 @@ def plot(sets: list[dict], rows: list[dict], config, path: str, attention: bool)
         "a signed map's normaliser crossing 0)",
         fontsize=10,
     )
-    if outputs.is_writer():  # no tight_layout: the colour bar spans the panels
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    outputs.save_figure(fig, path, layout=False)  # no tight_layout: the colour bar spans panels
 
 
 def _closed_form_check(rows: list[dict], by_norm: list[dict]) -> str:

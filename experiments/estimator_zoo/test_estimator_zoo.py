@@ -5,6 +5,7 @@ as documented."""
 
 import csv
 import math
+import os
 import subprocess
 import sys
 
@@ -446,3 +447,43 @@ def test_an_infinite_error_has_no_paired_z():
         assert math.isnan(estimator_zoo.paired_z(np.array([1.0, np.inf, 2.0]), finite))
         assert estimator_zoo.paired_z(finite, finite) == 0.0
     assert estimator_zoo.paired_z(finite + np.array([1.0, 1.1, 0.9]), finite) > 5
+
+
+def test_heat_map_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    # The heat map went through fig.savefig(path) in place: a writer that failed midway left a
+    # truncated PNG. It goes through outputs.save_figure's temporary file, as every figure does.
+    import matplotlib
+    import ml_collections
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    config = ml_collections.ConfigDict(
+        {
+            "feature_maps": ("positive", "trigonometric"),
+            "couplings": ("gaussian",),
+            "num_features": 8,
+        }
+    )
+    sets = [{"name": "synthetic", "paired": False}]
+    rows = [
+        {"data": "synthetic", "feature_map": f, "coupling": "gaussian", "mse_mc": v}
+        for f, v in (("positive", 1.0), ("trigonometric", 3.0))
+    ]
+    path = tmp_path / "heatmap.png"
+    estimator_zoo_report.plot(sets, rows, config, str(path), attention=False)
+    whole = path.read_bytes()
+    assert whole[:8] == b"\x89PNG\r\n\x1a\n"
+
+    def fail_midway(self, target, *args, **kwargs):
+        if isinstance(target, str):
+            with open(target, "wb") as handle:
+                handle.write(b"\x89PNG")
+        else:
+            target.write(b"\x89PNG")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(Figure, "savefig", fail_midway)
+    with pytest.raises(RuntimeError, match="disk full"):
+        estimator_zoo_report.plot(sets, rows, config, str(path), attention=False)
+    assert path.read_bytes() == whole and os.listdir(tmp_path) == ["heatmap.png"]
