@@ -281,7 +281,7 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
     axes[0][0].legend(fontsize=7)
     fig.suptitle(
         f"Softmax kernel, {config.num_pairs} pairs, {config.num_draws} draws; "
-        f"HRF m = {config.num_features}, n = {config.num_sign_features}",
+        f"HRF m = {config.num_features}, n = {config.num_sign_features}; bars: ± 2 SE",
         fontsize=9,
     )
     outputs.save_figure(fig, path)

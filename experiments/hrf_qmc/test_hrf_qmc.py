@@ -11,6 +11,7 @@ from experiments.core import verdicts
 from experiments.core.outputs import read_csv
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
+from tests.support.studies import committed_figure_texts
 
 
 @pytest.mark.integration
@@ -96,3 +97,9 @@ def test_config_variants():
     assert full.experiment == quick.experiment
     with pytest.raises(ValueError, match="config variant"):
         qmc_config.get_config("huge")
+
+
+def test_figures_say_what_their_error_bars_are(monkeypatch, tmp_path):
+    # The committed figures drew ± 2 SE bars that neither the figure nor the summary named.
+    texts = committed_figure_texts(monkeypatch, "hrf_qmc", tmp_path)
+    assert "2 SE" in texts["mse.png"], texts

@@ -268,7 +268,8 @@ def plot_variance(rows: list[dict], config: ml_collections.ConfigDict, path: str
     ax.set_xlabel("Delta = |x - y|")
     ax.set_ylabel("D x Var k_hat")
     ax.set_title(
-        f"Variance per dimension, Gaussian kernel (sigma = {config.lengthscale:g}, D = {D})"
+        f"Variance per dimension, Gaussian kernel (sigma = {config.lengthscale:g}, D = {D}; "
+        "bars: ± 2 SE)"
     )
     ax.legend(fontsize=8)
     outputs.save_figure(fig, path)
@@ -291,7 +292,7 @@ def plot_max_error(rows: list[dict], path: str) -> None:
             )
     ax.set_xlabel("radius r (sup over |x|, |y| <= r)")
     ax.set_ylabel("E sup |k_hat - k|")
-    ax.set_title("Average max error within a radius (phi solid, psi dashed)")
+    ax.set_title("Average max error within a radius (phi solid, psi dashed; bars: ± 2 SE)")
     ax.legend(fontsize=8, ncol=2)
     outputs.save_figure(fig, path)
 

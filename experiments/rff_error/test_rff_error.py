@@ -10,7 +10,7 @@ from experiments import rff_error
 from experiments.core import verdicts
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
-from tests.support.studies import quick_run_fixture
+from tests.support.studies import committed_figure_texts, quick_run_fixture
 
 quick_run = quick_run_fixture(rff_error_config)
 
@@ -158,3 +158,10 @@ def test_config_variants():
     assert quick.num_max_draws < full.num_max_draws
     with pytest.raises(ValueError, match="config variant"):
         rff_error_config.get_config("huge")
+
+
+def test_figures_say_what_their_error_bars_are(monkeypatch, tmp_path):
+    # The committed figures drew ± 2 SE bars that neither the figure nor the summary named.
+    texts = committed_figure_texts(monkeypatch, "rff_error", tmp_path)
+    for figure in ("variance.png", "max_error_radius.png"):
+        assert "2 SE" in texts[figure], (figure, texts[figure])

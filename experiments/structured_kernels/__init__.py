@@ -295,7 +295,7 @@ def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("m (projections)")
-        ax.set_title(f"{kernel} kernel")
+        ax.set_title(f"{kernel} kernel (bars: ± 2 SE)")
     axes[0].set_ylabel("|K_hat - K|_F^2 / |K|_F^2")
     axes[-1].legend(fontsize=7)
     outputs.save_figure(fig, path)

@@ -10,7 +10,7 @@ from experiments import structured_kernels
 from experiments.core import verdicts
 from experiments.core.verdicts import Outcome
 from experiments.main import run_experiment
-from tests.support.studies import quick_run_fixture
+from tests.support.studies import committed_figure_texts, quick_run_fixture
 
 quick_run = quick_run_fixture(structured_config)
 
@@ -153,3 +153,9 @@ def test_config_variants():
     assert quick.num_points < full.num_points
     with pytest.raises(ValueError, match="config variant"):
         structured_config.get_config("huge")
+
+
+def test_figures_say_what_their_error_bars_are(monkeypatch, tmp_path):
+    # The committed figures drew ± 2 SE bars that neither the figure nor the summary named.
+    texts = committed_figure_texts(monkeypatch, "structured_kernels", tmp_path)
+    assert "2 SE" in texts["error_vs_features.png"], texts

@@ -42,3 +42,32 @@ def quick_run_fixture(config_module: types.ModuleType, variant: str = "quick"):
         return QuickRun(config, workdir, run_experiment(config, str(workdir), command=command))
 
     return quick_run
+
+
+def committed_figure_texts(monkeypatch, name: str, workdir: pathlib.Path) -> dict[str, str]:
+    """The words of each figure the committed report ``results/<name>`` draws (its titles,
+    axis labels and legends), by file name: the study's report rewritten from the committed
+    records into ``workdir``, measuring nothing, with ``outputs.save_figure`` capturing the
+    figures (as ``experiments.regenerate`` rewrites a report)."""
+    import importlib
+    import os
+
+    from experiments.core import outputs, records
+    from tests.support import ROOT
+
+    texts: dict[str, str] = {}
+
+    def capture(fig, path, **_):
+        words = [fig.get_suptitle()]
+        for axis in fig.axes:
+            words += [axis.get_title(), axis.get_xlabel(), axis.get_ylabel()]
+            if (legend := axis.get_legend()) is not None:
+                words += [legend.get_title().get_text(), *(t.get_text() for t in legend.texts)]
+        texts[os.path.basename(path)] = " | ".join(w for w in words if w)
+
+    monkeypatch.setattr(outputs, "save_figure", capture)
+    committed = os.path.join(ROOT, "results", name)
+    config = records.load_config(committed)
+    study = importlib.import_module(f"experiments.{config.experiment}")
+    study.report(records.read(committed), config, str(workdir))
+    return texts
