@@ -50,7 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 "SimRF gives a lower Gram matrix error than ORF (Sec. 5.2, Fig. 7)", "greater"
             ),
             "orf_iid": claim(
-                "ORF gives a lower error than IID (Fig. 7; Theorem 4.3 for the pointwise MSE)",
+                "ORF gives a lower error than IID (Fig. 7; Corollary 4.4 for the pointwise MSE)",
                 "greater",
             ),
             # Refuted if SimRF+ is above SimRF by more than 1% of SimRF's error.

@@ -51,7 +51,7 @@ def test_coupled_geometries_share_norms_and_order_as_the_paper(quick_run):
     assert "largest norm mismatch" in (workdir / "summary.md").read_text()
     for row in result["differences"]:
         if row["difference"] in ("orthogonal - simplex", "simplex - simplex_plus"):
-            # Theorem 4.3 (SimRF < ORF) and SimRF+ below SimRF: paired, many SEs away.
+            # Corollary 3.3 (SimRF < ORF) and SimRF+ below SimRF: paired, many SEs away.
             assert row["mean"] > 4.0 * row["se"], row
 
 
