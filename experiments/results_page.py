@@ -238,10 +238,12 @@ def with_study_table(readme: str, results_dir: str = "results") -> str:
 
 
 def _update(path: str, text: str, check: bool) -> bool:
-    """Whether ``path`` holds ``text``; unless ``check``, writes it there first."""
+    """Whether ``path`` holds ``text``; unless ``check``, writes it there first (atomically:
+    a write that fails midway leaves the previous page, or the README, whole)."""
     if not check:
-        with open(path, "w") as handle:
-            handle.write(text)
+        from experiments.core import outputs  # here: it imports JAX, which --check never needs
+
+        outputs.write_text(path, text)
         print(f"wrote {path}")
         return True
     with open(path) as handle:

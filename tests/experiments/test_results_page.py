@@ -169,3 +169,22 @@ def test_a_readme_without_the_table_markers_is_refused():
     readme = f"a\n{results_page.TABLE_BEGIN}\nold\n{results_page.TABLE_END}\nb\n"
     expected = f"a\n{results_page.TABLE_BEGIN}\n{results_page.study_table()}"
     assert results_page.with_study_table(readme) == f"{expected}{results_page.TABLE_END}\nb\n"
+
+
+def test_the_page_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    # _update opened RESULTS.md and the README in place ("w"): a write that failed midway left
+    # a truncated page. It writes through a temporary file and os.replace, as every output does.
+    import builtins
+
+    path = tmp_path / "RESULTS.md"
+    path.write_text("previous page\n")
+    plain_open = builtins.open
+
+    def no_write_in_place(file, mode="r", *args, **kwargs):
+        if os.fspath(file) == str(path) and "w" in mode:
+            raise OSError("disk full")
+        return plain_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", no_write_in_place)
+    assert results_page._update(str(path), "new page\n", check=False)
+    assert path.read_text() == "new page\n" and os.listdir(tmp_path) == ["RESULTS.md"]
