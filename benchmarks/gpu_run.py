@@ -6,12 +6,12 @@ Runs the steps (``--steps``, default all, always in this order) and writes into 
 ``benchmarks/gpu_runs/<date>-<device>``):
 
 * ``environment.json``: JAX version, device kind and compute capability, ``nvidia-smi`` output;
-* ``tests`` -> ``pytest.log``: the GPU-marked tests (``tests/rfjax/ops/test_fwht.py``,
-  ``tests/rfjax/attention/test_fused.py`` and ``test_fused_hybrid.py`` with ``-k`` on the
-  compiled kernels: ``mosaic_gpu``,
-  ``pallas`` (Triton: fwht's ``pallas_triton`` and the fused attention kernels), ``matmul``,
-  ``auto``,
-  ``hd_chain``; ``--tests-k`` narrows it), which run on the device instead of being skipped
+* ``tests`` -> ``pytest.log``: the GPU-marked tests (``GPU_TESTS``:
+  ``tests/rfjax/ops/test_fwht.py``, ``tests/rfjax/attention/test_fused.py``,
+  ``test_fused_hybrid.py``, ``test_fused_mosaic_gpu.py`` and ``test_fused_mosaic_gpu_causal.py``
+  with ``-k`` on the compiled kernels: ``mosaic_gpu``, ``pallas`` (Triton: fwht's
+  ``pallas_triton`` and the fused attention kernels), ``matmul``, ``auto``, ``hd_chain``;
+  ``--tests-k`` narrows it), which run on the device instead of being skipped
   (``tests/rfjax/ops/test_pallas_kernels.py`` is the CPU simulators');
 * ``long_context`` -> ``performer_lm_workdir/`` and ``long_context/``: issue 31's benchmark on
   the GPU: ``configs/performer_lm.py``'s default trained (FAVOR and exact attention, for the
@@ -92,6 +92,7 @@ GPU_TESTS = [
     "tests/rfjax/attention/test_fused.py",
     "tests/rfjax/attention/test_fused_hybrid.py",
     "tests/rfjax/attention/test_fused_mosaic_gpu.py",
+    "tests/rfjax/attention/test_fused_mosaic_gpu_causal.py",
 ]
 GPU_TEST_SELECTION = "(mosaic_gpu or pallas or matmul or auto or hd_chain) and not interpret"
 STEPS = ("tests", "long_context", "fwht", "attention")

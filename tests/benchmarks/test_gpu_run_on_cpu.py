@@ -7,6 +7,7 @@ command line; these tests call their functions."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -30,6 +31,13 @@ def test_the_tests_step_selects_the_compiled_kernels_tests():
     assert any("test_fwht.py" in t and "mosaic_gpu" in t for t in selected)
     assert any("test_fwht.py" in t and "pallas_triton" in t for t in selected)
     assert not any("interpret" in t for t in selected)
+    # Every test that runs on a GPU alone (named "..._on_the_gpu_...") is in the selection.
+    on_the_gpu = {
+        match
+        for path in (ROOT / "tests").rglob("test_*.py")
+        for match in re.findall(r"^def (test_\w*on_the_gpu\w*)\(", path.read_text(), re.M)
+    }
+    assert on_the_gpu and on_the_gpu <= {t.split("::")[-1].split("[")[0] for t in selected}
 
 
 def test_the_attention_benchmark_runs_its_jax_programs():
