@@ -291,7 +291,9 @@ def main() -> None:
     parser.add_argument("directory", type=pathlib.Path)
     parser.add_argument("--fwht", default="fwht_gpu.json")
     parser.add_argument("--attention", nargs="+", default=["attention_gpu.json"])
-    parser.add_argument("--long-context", nargs="*", default=["long_context.json"])
+    # Where benchmarks.gpu_run's steps write: its long_context step runs benchmarks.long_context
+    # with --out DIR/long_context, which writes results.json there.
+    parser.add_argument("--long-context", nargs="*", default=["long_context/results.json"])
     parser.add_argument("--out", default="summary.md")
     args = parser.parse_args()
     directory = args.directory
