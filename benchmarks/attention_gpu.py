@@ -433,6 +433,17 @@ def profile(batch: int, length: int, dtype: str, method: Method, top: int = 15) 
     }
 
 
+def profile_or_reason(batch: int, length: int, dtype: str, method: Method) -> dict:
+    """``profile``'s result, or the case and the error that stopped it (a kernel that does not
+    compile for this GPU or these settings): the cases are still measured, as ``_compile``
+    records a program that does not compile."""
+    try:
+        return profile(batch, length, dtype, method)
+    except Exception as error:
+        reason = f"{type(error).__name__}: {str(error)[:300]}"
+        return {"method": method, "batch": batch, "length": length, "dtype": dtype, "error": reason}
+
+
 def case_order(dtypes, batches, lengths) -> list[tuple[str, int, int]]:
     """Every (dtype, B, T): first T = 1k, 4k, 16k, 64k for each B and dtype, then the lengths
     between, so that a run cut short by its budget has a coarse grid of every case."""
@@ -467,8 +478,10 @@ def run(args: argparse.Namespace, settings: dict[str, int | str]) -> dict[str, A
     if args.profile:
         batch, length = args.profile  # nargs=2: exactly B and T
         report["profiles"] = [
-            profile(batch, length, "bfloat16", method) for method in ("favor_pallas", "favor")
+            profile_or_reason(batch, length, "bfloat16", method)
+            for method in ("favor_pallas", "favor")
         ]
+        _write(report, args.json)
     cases = case_order(args.dtypes, args.batches, args.lengths)
     for dtype, batch, length in cases:
         if args.budget_s is not None and time.monotonic() - started > args.budget_s:

@@ -248,9 +248,10 @@ def profile_section(profile: dict) -> list[str]:
         else f"## Profile: causal FAVOR forward + backward, {profile['dtype']}, "
         f"B = {profile['batch']}, T = {profile['length']:,}",
         "",
-        f"JAX's profiler over {profile['calls']} calls; GPU time per call by kernel.",
-        "",
     ]
+    if "error" in profile:
+        return [*lines, f"Not profiled: {profile['error']}", ""]
+    lines += [f"JAX's profiler over {profile['calls']} calls; GPU time per call by kernel.", ""]
     for line, values in profile["lines"].items():
         lines += [f"{line}: {values['total_ms_per_call']:.2f} ms per call", ""]
         lines += ["| kernel | ms per call | share |", "|---|---|---|"]

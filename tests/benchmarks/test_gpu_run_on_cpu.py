@@ -7,13 +7,15 @@ command line; these tests call their functions."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import subprocess
 import sys
 
 import pytest
 
-from benchmarks import attention_gpu, fwht_gpu, gpu_run, long_context
+from benchmarks import attention_gpu, fwht_gpu, gpu_report, gpu_run, long_context
 from configs.performer_lm import get_config
 from tests.support import ROOT
 
@@ -66,6 +68,32 @@ def test_the_attention_benchmark_runs_its_jax_programs():
     summary = attention_gpu.summarize(rows)["float32 B=1 causal forward_backward favor"]
     # Exact attention by XLA is the peer where cuDNN does not run: FAVOR's time over it at T.
     assert summary["ratios"]["favor/xla"][128] > 0, summary
+
+
+def test_a_profile_that_fails_leaves_the_cases_and_the_report(monkeypatch, tmp_path):
+    # On a CPU the fused kernels do not compile, as a kernel under new settings might not on a
+    # GPU: the profile says so, the run goes on to the cases and the report still reads it.
+    monkeypatch.setattr(attention_gpu, "measure_peaks", lambda: {})
+    args = argparse.Namespace(
+        profile=[1, 128],
+        dtypes=["float32"],
+        batches=[1],
+        lengths=[],  # no case: the profiles alone
+        budget_s=None,
+        repeats=1,
+        xla_limit_gb=1.0,
+        json=str(tmp_path / "attention_gpu.json"),
+    )
+    report = attention_gpu.run(args, {})
+    failed, profiled = report["profiles"]
+    assert failed["method"] == "favor_pallas" and "pallas_triton" in failed["error"], failed
+    assert profiled["method"] == "favor" and "lines" in profiled, profiled
+    assert json.loads((tmp_path / "attention_gpu.json").read_text())["profiles"] == [
+        failed,
+        profiled,
+    ]
+    lines = "\n".join(gpu_report.profile_section(failed))
+    assert "Not profiled: ValueError" in lines, lines
 
 
 def test_the_fwht_benchmark_checks_and_times_against_a_copy():
