@@ -56,7 +56,6 @@ import argparse
 import concurrent.futures
 import glob
 import itertools
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -66,7 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import save_json, time_interleaved
 from rfjax import features
 from rfjax.attention import (
     data_normalizer,
@@ -455,10 +454,11 @@ def case_order(dtypes, batches, lengths) -> list[tuple[str, int, int]]:
 # --- main -------------------------------------------------------------------------------------
 
 
-def _write(report: dict, json_path: str | None) -> None:
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(report, f, indent=2)
+def _write(report: dict, args: argparse.Namespace) -> None:
+    """The report so far to ``args.json`` (atomically: a step cut short by its time limit
+    leaves the last whole one), with the run's arguments and load (``save_json``)."""
+    if args.json:
+        save_json(args.json, report, settings=vars(args))
 
 
 def run(args: argparse.Namespace, settings: dict[str, int | str]) -> dict[str, Any]:
@@ -481,7 +481,7 @@ def run(args: argparse.Namespace, settings: dict[str, int | str]) -> dict[str, A
             profile_or_reason(batch, length, "bfloat16", method)
             for method in ("favor_pallas", "favor")
         ]
-        _write(report, args.json)
+        _write(report, args)
     cases = case_order(args.dtypes, args.batches, args.lengths)
     for dtype, batch, length in cases:
         if args.budget_s is not None and time.monotonic() - started > args.budget_s:
@@ -496,7 +496,7 @@ def run(args: argparse.Namespace, settings: dict[str, int | str]) -> dict[str, A
         print(
             f"  {dtype} B={batch} T={length} done ({time.monotonic() - started:.0f} s)", flush=True
         )
-        _write(report, args.json)
+        _write(report, args)
     return report
 
 
@@ -525,7 +525,7 @@ def main() -> None:
         diagonal_form=args.diagonal_form,
     ) as settings:
         report = run(args, settings)
-    _write(report, args.json)  # with the cases the budget left out
+    _write(report, args)  # with the cases the budget left out
     for row in report["rows"]:
         if "median_s" not in row:
             print(row)

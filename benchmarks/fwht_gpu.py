@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import time
 from typing import Any
 
@@ -43,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.timing import time_streamed
+from benchmarks.timing import save_json, time_streamed
 from rfjax.ops import fwht, fwht_backend, fwht_backends, resolve_fwht
 
 SIZES = tuple(1 << k for k in range(6, 16))
@@ -147,6 +146,8 @@ def measure_case(x: jax.Array, n: int, dtype: str, capability, calls: int, repea
 
 def run(total: int, sizes, dtypes, calls: int, repeats: int, json_path=None, budget_s=None):
     started = time.monotonic()
+    settings = {"total": total, "sizes": sizes, "dtypes": dtypes, "calls": calls}
+    settings |= {"repeats": repeats, "budget_s": budget_s}
     capability = compute_capability()
     rng = np.random.default_rng(0)
     base = rng.standard_normal(total, dtype=np.float32)
@@ -169,15 +170,16 @@ def run(total: int, sizes, dtypes, calls: int, repeats: int, json_path=None, bud
             x = jnp.asarray(base.reshape(total // n, n), dtype=dtype)
             report["results"][case] = measure_case(x, n, dtype, capability, calls, repeats)
             print(f"  {case} done ({time.monotonic() - started:.0f} s)", flush=True)
-            _write(report, json_path)
-    _write(report, json_path)  # with the cases the budget left out
+            _write(report, json_path, settings)
+    _write(report, json_path, settings)  # with the cases the budget left out
     return report
 
 
-def _write(report: dict, json_path: str | None) -> None:
+def _write(report: dict, json_path: str | None, settings: dict) -> None:
+    """The report so far to ``json_path`` (atomically: a step cut short by its time limit
+    leaves the last whole one), with the run's ``settings`` and load (``save_json``)."""
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(report, f, indent=2)
+        save_json(json_path, report, settings=settings)
 
 
 def _print(report: dict) -> None:

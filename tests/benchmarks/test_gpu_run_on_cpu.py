@@ -88,16 +88,24 @@ def test_a_profile_that_fails_leaves_the_cases_and_the_report(monkeypatch, tmp_p
     failed, profiled = report["profiles"]
     assert failed["method"] == "favor_pallas" and "pallas_triton" in failed["error"], failed
     assert profiled["method"] == "favor" and "lines" in profiled, profiled
-    assert json.loads((tmp_path / "attention_gpu.json").read_text())["profiles"] == [
-        failed,
-        profiled,
-    ]
+    written = json.loads((tmp_path / "attention_gpu.json").read_text())
+    assert written["profiles"] == [failed, profiled]
+    # Issue 42: every figure with the device, JAX's version and the load (and the arguments).
+    assert len(written["written_with"]["load_average"]) == 3
+    assert written["written_with"]["settings"]["profile"] == [1, 128]
     lines = "\n".join(gpu_report.profile_section(failed))
     assert "Not profiled: ValueError" in lines, lines
 
 
-def test_the_fwht_benchmark_checks_and_times_against_a_copy():
-    report = fwht_gpu.run(total=1 << 12, sizes=[64], dtypes=["float32"], calls=2, repeats=2)
+def test_the_fwht_benchmark_checks_and_times_against_a_copy(tmp_path):
+    path = tmp_path / "fwht_gpu.json"
+    report = fwht_gpu.run(
+        total=1 << 12, sizes=[64], dtypes=["float32"], calls=2, repeats=2, json_path=path
+    )
+    written = json.loads(path.read_text())
+    assert written["results"].keys() == report["results"].keys()
+    assert len(written["written_with"]["load_average"]) == 3
+    assert written["written_with"]["settings"]["sizes"] == [64]
     case = report["results"]["float32 n=64"]
     assert case["failed"] == {}, case["failed"]
     assert {"copy", "auto"} <= set(case["timings"])
