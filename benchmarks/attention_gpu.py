@@ -45,8 +45,9 @@ linear-attention peer's time plus the feature map's, what FAVOR does end to end)
 ``--profile`` adds the GPU kernels of causal FAVOR forward + backward (the fused kernels' and
 the XLA form's) from JAX's profiler (time per kernel name), to name what to optimise next.
 ``--triton-warps N`` compiles the fused kernels with N warps, ``--cotangent-features N`` runs
-their cotangent kernels per tile of N features, ``--diagonal-form pairs`` forms the causal
-kernels' diagonal blocks per pair (default: factored where exact; all recorded in the JSON).
+their cotangent kernels per tile of N features, ``--diagonal-form F`` forms the causal kernels'
+diagonal blocks as ``F`` (``pairs``, the default, per pair; ``factored`` or ``chunk`` as products
+of factors where exact: ``rfjax.attention.fused_kernel_settings``; all recorded in the JSON).
 ``--budget-s`` starts no new case after that many seconds; the JSON is written after every case.
 """
 
