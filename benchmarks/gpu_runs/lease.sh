@@ -37,10 +37,11 @@ status=${PIPESTATUS[0]}
 run_dir=$(sed -n 's/^done: //p' "$out/gpu_run.log" | tail -n 1)
 if [ -n "$run_dir" ] && [ -d "$run_dir" ]; then
     # Files of at most 4 MiB (the tool returns files of at most 16 MiB: checkpoints and large
-    # profiles stay behind, listed in the log).
+    # profiles stay behind, listed in the log). In bytes: find rounds -size 4M up to whole MiB,
+    # so a file of 3.5 MiB was neither below 4M nor above it, and went unmentioned.
     relative=$(realpath --relative-to="$PWD" "$run_dir")
-    find "$relative" -type f -size -4M > /tmp/lease_files.txt
-    find "$relative" -type f -size +4M -printf 'left behind: %p (%s bytes)\n' \
+    find "$relative" -type f -size -4194305c > /tmp/lease_files.txt
+    find "$relative" -type f -size +4194304c -printf 'left behind: %p (%s bytes)\n' \
         | tee -a "$out/gpu_run.log"
     tar czf "$out/$(basename "$run_dir").tar.gz" -T /tmp/lease_files.txt
 fi

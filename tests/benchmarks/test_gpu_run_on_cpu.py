@@ -126,3 +126,29 @@ def test_the_long_context_training_step_compiles_and_runs_for_both_kinds():
     assert {row["kind"] for row in rows} == set(long_context.KINDS)
     for row in rows:
         assert row["status"] == "timed" and row["tokens_per_second"] > 0, row
+
+
+def test_the_lease_script_returns_every_file_or_names_it(tmp_path):
+    # lease.sh run with a stand-in python3 (no pip, no GPU): the run directory's files below
+    # 4 MiB come back in the archive, the others are named in the log; none goes unmentioned.
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    (tmp_path / ".whl").mkdir()
+    (tmp_path / ".whl" / "stand_in-0-py3-none-any.whl").write_bytes(b"")
+    bin_dir.mkdir()
+    out.mkdir()
+    sizes = {"small.json": 1_000, "three_and_a_half_mb.log": 3_500_000, "five_mb.ckpt": 5 << 20}
+    stand_in = ["#!/usr/bin/env bash", 'if [ "$2" = benchmarks.gpu_run ]; then']
+    stand_in += ["  mkdir -p run"]
+    stand_in += [f"  head -c {size} /dev/zero > run/{name}" for name, size in sizes.items()]
+    stand_in += ['  echo "done: $PWD/run"', "fi"]
+    (bin_dir / "python3").write_text("\n".join(stand_in) + "\n")
+    (bin_dir / "python3").chmod(0o755)
+    script = ROOT / "benchmarks" / "gpu_runs" / "lease.sh"
+    environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "HOME": str(tmp_path)}
+    subprocess.run(["bash", str(script), "1"], cwd=tmp_path, env=environment, check=True)
+    listing = subprocess.run(
+        ["tar", "tzf", str(out / "run.tar.gz")], capture_output=True, text=True, check=True
+    ).stdout.split()
+    log = (out / "gpu_run.log").read_text()
+    assert sorted(listing) == ["run/small.json", "run/three_and_a_half_mb.log"], listing
+    assert "left behind: run/five_mb.ckpt" in log, log
