@@ -234,6 +234,13 @@ def benchmark(
         if fn is not None:
             functions[len(rows)] = fn
         rows.append(row)
+    for index, fn in list(functions.items()):
+        try:  # once before timing: a program that compiled can still fail on the device
+            jax.block_until_ready(fn())
+        except Exception as error:  # e.g. a kernel's launch: the other programs are timed
+            del functions[index]
+            reason = f"fails at run time: {type(error).__name__}: {str(error)[:300]}"
+            rows[index]["skipped"] = reason
     count = max(3, min(repeats, repeats * 4096 // length))
     timings = time_interleaved({str(i): fn for i, fn in functions.items()}, repeats=count)
     for index in functions:

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from benchmarks import attention_gpu, fwht_gpu, gpu_report, gpu_run, long_context
@@ -68,6 +69,30 @@ def test_the_attention_benchmark_runs_its_jax_programs():
     summary = attention_gpu.summarize(rows)["float32 B=1 causal forward_backward favor"]
     # Exact attention by XLA is the peer where cuDNN does not run: FAVOR's time over it at T.
     assert summary["ratios"]["favor/xla"][128] > 0, summary
+
+
+def test_a_program_that_fails_at_run_time_leaves_the_others_timed(monkeypatch):
+    # Exact causal attention made to compile and then fail when called, as a kernel can fail at
+    # its launch on a GPU (shared memory, resources): the case's other programs are still timed.
+    forward = attention_gpu._forward
+
+    def fail(x):
+        raise RuntimeError("the launch failed")
+
+    def failing_forward(method, causal):
+        function = forward(method, causal)
+        if method != "xla" or not causal:
+            return function
+        return lambda *args: jax.pure_callback(fail, jax.eval_shape(function, *args), args[0])
+
+    monkeypatch.setattr(attention_gpu, "_forward", failing_forward)
+    rows = attention_gpu.benchmark(1, 128, "float32", 2, xla_limit_bytes=1e12, check=False)
+    found = {(r["mode"], r["method"], r["pass"]): r for r in rows if "pass" in r}
+    failed = found[("causal", "xla", "forward")]
+    assert failed["median_s"] is None, failed
+    assert failed["skipped"].startswith("fails at run time: "), failed
+    for key in [("causal", "favor", "forward"), ("bidirectional", "xla", "forward")]:
+        assert found[key]["median_s"] > 0, found[key]
 
 
 def test_a_profile_that_fails_leaves_the_cases_and_the_report(monkeypatch, tmp_path):
