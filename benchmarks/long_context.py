@@ -184,6 +184,13 @@ def step_rows(
                 found.append(row)
                 rows.append(row)
                 print(f"  T={length} D={devices} {kind}: {row['status']}", flush=True)
+            for row in found:
+                try:  # once before timing: a program that compiled can still fail on the device
+                    if row["kind"] in functions:
+                        jax.block_until_ready(functions[row["kind"]]())
+                except Exception as error:  # e.g. out of memory: the other kind is timed
+                    del functions[row["kind"]]
+                    row["status"] = f"fails at run time: {type(error).__name__}: {error}"[:300]
             if functions:
                 timings = time_interleaved(functions, repeats=repeats, warmup=1)
                 for row in found:

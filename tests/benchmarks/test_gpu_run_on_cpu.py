@@ -177,3 +177,29 @@ def test_the_lease_script_returns_every_file_or_names_it(tmp_path):
     log = (out / "gpu_run.log").read_text()
     assert sorted(listing) == ["run/small.json", "run/three_and_a_half_mb.log"], listing
     assert "left behind: run/five_mb.ckpt" in log, log
+
+
+def test_a_training_step_that_fails_at_run_time_leaves_the_other_kind_timed(monkeypatch):
+    # Exact attention's step made to fail when called (as a step can run out of memory on a
+    # GPU though its compiled analysis fit): FAVOR's is still timed, and the rows still come.
+    program = long_context.train_step_program
+
+    def failing(config, kind, *args):
+        compiled, arguments, memory = program(config, kind, *args)
+        if kind != "exact":
+            return compiled, arguments, memory
+
+        def fail(*_):
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
+
+        return fail, arguments, memory
+
+    monkeypatch.setattr(long_context, "train_step_program", failing)
+    config = get_config(None)
+    with config.unlocked():
+        config.model.implementation = "xla"
+    (rows,) = long_context.step_rows(config, 100, [256], [1], repeats=2, budget=1e12)
+    found = {row["kind"]: row for row in rows}
+    assert found["exact"]["status"].startswith("fails at run time: RuntimeError"), found
+    assert "tokens_per_second" not in found["exact"], found
+    assert found["performer"]["status"] == "timed" and found["performer"]["tokens_per_second"] > 0
