@@ -307,7 +307,9 @@ def _config_error(error: BaseException, argv: list[str]) -> str | None:
     """The message of the config's own error behind a flag parsing ``error``, if any."""
     if str(error).startswith("flag --config="):
         cause = error  # ml_collections re-raises get_config's error with its traceback as text
-        while (inner := cause.__cause__ or cause.__context__) is not None:
+        # The chain as a traceback shows it: an error raised ``from None`` (the config's own
+        # message, naming the field) hides the one it replaced (int()'s, naming nothing).
+        while (inner := _raised_from(cause)) is not None:
             cause = inner
         if isinstance(cause, (ValueError, TypeError)):
             return str(cause)
@@ -319,6 +321,14 @@ def _config_error(error: BaseException, argv: list[str]) -> str | None:
         except ValueError as missing:
             return str(missing)
     return None
+
+
+def _raised_from(error: BaseException) -> BaseException | None:
+    """The error ``error`` was raised from or during, as a traceback shows it (None when it
+    was raised ``from None``)."""
+    if error.__cause__ is not None:
+        return error.__cause__
+    return None if error.__suppress_context__ else error.__context__
 
 
 def _config_file(argv: list[str]) -> ml_collections.ConfigDict | None:

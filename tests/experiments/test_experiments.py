@@ -93,6 +93,31 @@ def test_a_bad_config_argument_names_the_problem_and_the_syntax(arg, message):
         kernel_mse_config.get_config(arg)
 
 
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("quick,num_draws=abc", "config override num_draws='abc': expected int like 1000"),
+        ("quick,num_draw=5", "config has no field 'num_draw'"),
+    ],
+)
+def test_the_command_line_stops_on_a_bad_override_with_the_message_that_names_the_field(
+    arg, message
+):
+    """``experiments.main`` prints the config's own error, not the one it replaced (int()'s
+    "invalid literal for int() with base 10: 'abc'", which names no field)."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    from experiments import main
+
+    parsed = flags.FlagValues()  # not absl's global flags
+    config_flags.DEFINE_config_file("config", None, "", flag_values=parsed)
+    argv = ["main", f"--config=configs/kernel_mse.py:{arg}"]
+    with pytest.raises(flags.IllegalFlagValueError) as raised:
+        parsed(argv)
+    assert main._config_error(raised.value, argv).startswith(message)
+
+
 @pytest.mark.integration
 def test_a_comma_separated_override_stops_before_running_with_the_accepted_syntax(tmp_path):
     """``--config.couplings=gaussian,simplex`` is one string to ml_collections: the run stops
