@@ -115,6 +115,8 @@ def run(
         cell = cell_config(config, field, arms[arm], seed_field, seed)
         return module.one_seed(cell) if hasattr(module, "one_seed") else cell
 
+    _check_swept_field_kept(field, arms, lambda arm: cell(arm, seeds[0]), seed_field)
+
     def measure(arm: str, seed: int, run_dir: str) -> dict:
         run = cell(arm, seed)
         module.validate_config(run)
@@ -212,6 +214,25 @@ def _compared(arms: dict, compare: Sequence[str], sweep_text: str) -> tuple[str,
         if arm not in arms:
             raise ValueError(f"--compare names {arm!r}, not one of the swept values {list(arms)}")
     return first, second
+
+
+def _check_swept_field_kept(field: str, arms: dict, cell, seed_field: str) -> None:
+    """Raises ``ValueError`` naming the flag if a cell does not run with its arm's value of
+    ``field``: the seed field (``--sweep=seed=5,6`` gave every arm the same config, and the
+    report a difference of exactly 0) or a field the study's ``one_seed`` sets."""
+    for arm, value in arms.items():
+        parent, name = locate_field(cell(arm), field)
+        if parent[name] != value:
+            what = (
+                f"the seed field that --seeds sets ({seed_field})"
+                if field == seed_field
+                else "a field the study sets in every cell (one_seed: one seed per cell)"
+            )
+            raise ValueError(
+                f"--sweep cannot vary {field}: it is {what}, so the cell of {field}={arm} runs "
+                f"with {field}={parent[name]!r} and every arm would run the same config. Sweep "
+                "another field (and give the seeds with --seeds)."
+            )
 
 
 def _check_claim(test: str, margin: float) -> None:

@@ -239,6 +239,8 @@ def test_the_comparison_is_checked_before_any_cell_runs(tmp_path):
         (dict(sweep_text="num_features=8,16", test="fact"), "--test must be one of"),
         (dict(sweep_text="num_features=8,16", test="noninferior"), "needs a margin > 0"),
         (dict(sweep_text="num_features=8,16", margin=-1.0), "margin must be a number >= 0"),
+        # The seed field: every arm's cell ran seed s, the report a difference of exactly 0.
+        (dict(sweep_text="seed=5,6"), r"cannot vary seed: it is the seed field .*\(seed\)"),
     ]
     for options, message in bad:
         with pytest.raises(ValueError, match=message):
@@ -259,3 +261,12 @@ def test_a_study_whose_runs_train_several_seeds_narrows_an_ablation_cell_to_one(
     assert set(cell.num_seeds.values()) == {1} and cell.num_reference_seeds == 1
     assert config.num_seeds != cell.num_seeds  # the given config is left alone
     performer_vit.validate_config(cell)
+    # A field that one_seed sets cannot be swept: every arm would train one seed alike.
+    with pytest.raises(ValueError, match=r"cannot vary num_reference_seeds: .*one_seed"):
+        ablation.run(
+            config,
+            "/nonexistent/ablation",
+            sweep_text="num_reference_seeds=2,3",
+            seeds_text="0:2",
+            metric="accuracy_own",
+        )
