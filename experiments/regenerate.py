@@ -8,7 +8,8 @@ Usage:
 Each folder's config is rebuilt from its ``command.txt`` and ``config.json``
 (``experiments.core.records.load_config``; claims come from the current config file) and its
 study's ``report`` rewrites the summary, tables, figures and ``verdicts.json`` from
-``records.json``. Then ``python -m experiments.results_page`` collates RESULTS.md.
+``records.json``. A folder whose last run did not finish (its ``status.json``) is refused.
+Then ``python -m experiments.results_page`` collates RESULTS.md.
 """
 
 from __future__ import annotations
@@ -21,12 +22,29 @@ import sys
 import matplotlib
 
 from experiments.core import records
+from experiments.core import status as run_status
 
 matplotlib.use("Agg")
 
 
 def regenerate(workdir: str) -> None:
-    """Rewrites the report of the results folder ``workdir`` from its records."""
+    """Rewrites the report of the results folder ``workdir`` from its records.
+
+    Raises:
+      ValueError: naming the folder and its state, if its last run did not finish
+        (``status.json`` other than ``done``: failed, interrupted, killed, still running or a
+        worker waiting). Such a run has written its ``command.txt`` (and may have written its
+        ``config.json``) but not its ``records.json``: those are the previous run's, and a
+        report would mix the two runs.
+    """
+    status = run_status.read(workdir)
+    if status is not None and status.get("state") != "done":
+        raise ValueError(
+            f"{workdir}: its last run is {status.get('state')!r}, not done "
+            f"({run_status.STATUS_FILE}), so its records.json may be an earlier run's while "
+            "its command.txt and config.json are this run's; run its command again to finish "
+            "it (status.json says which), then report"
+        )
     config = records.load_config(workdir)
     module = importlib.import_module(f"experiments.{config.experiment}")
     module.report(records.read(workdir), config, workdir)

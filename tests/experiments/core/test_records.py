@@ -7,7 +7,7 @@ import pytest
 
 from configs import kernel_mse as kernel_mse_config
 from experiments import kernel_mse, regenerate
-from experiments.core import records
+from experiments.core import records, status
 from tests.support.studies import quick_run_fixture
 
 quick_run = quick_run_fixture(kernel_mse_config, "quick,seed=3")
@@ -51,3 +51,27 @@ def test_regenerating_rewrites_the_same_report_without_measuring(quick_run, monk
 def test_a_folder_without_records_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"has no records\.json"):
         records.read(str(tmp_path))
+
+
+def test_a_folder_whose_last_run_did_not_finish_is_not_regenerated(quick_run, tmp_path):
+    """A run killed after it began wrote its command.txt (performer_vit its config.json too)
+    over the finished run's, whose records.json stays: regenerating reported the old records
+    under the new run's settings ("24 steps" for 12-step runs)."""
+    _, workdir, _ = quick_run
+    for name in ("command.txt", "config.json", "records.json"):
+        (tmp_path / name).write_text((workdir / name).read_text())
+    regenerate.regenerate(str(tmp_path))  # no status: a committed folder
+    (tmp_path / "summary.md").write_text("the finished run's\n")
+    for state in ("failed", "interrupted", "waiting"):
+        status.Status(str(tmp_path), ["python", "-m", "experiments.main"]).set(state)
+        with pytest.raises(ValueError, match=rf"last run is '{state}', not done"):
+            regenerate.regenerate(str(tmp_path))
+    killed = json.loads((tmp_path / "status.json").read_text())
+    killed.update(state="running", pid=2**22 + 1)  # no such process on this host
+    (tmp_path / "status.json").write_text(json.dumps(killed))
+    with pytest.raises(ValueError, match=r"last run is 'dead', not done"):
+        regenerate.regenerate(str(tmp_path))
+    assert (tmp_path / "summary.md").read_text() == "the finished run's\n"
+    status.Status(str(tmp_path), None).set("done")
+    regenerate.regenerate(str(tmp_path))
+    assert (tmp_path / "summary.md").read_text() == (workdir / "summary.md").read_text()
