@@ -45,7 +45,7 @@ from experiments.core import records, sweep
 from experiments.core.study import Study
 from experiments.core.train import es
 from experiments.core.train import trainer as train
-from experiments.core.validate import require, require_int, require_names, require_nonempty
+from experiments.core.validate import require_int, require_names, require_nonempty
 from experiments.iap_es.flops import (
     exact_crossover_patches,
     policy_feature_shape,
@@ -131,24 +131,19 @@ def initial_params(policy: ImplicitAttentionPolicy, seed: int):
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks the kinds, the seeds and the sizes before anything runs (by hand only the rules
-    that span fields: the evaluation schedule of ``config.es``).
+    that span fields: the final evaluations within ``config.es``'s schedule), after the ES
+    options (``experiments.core.train.es.validate_es_config``).
 
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    es.validate_es_config(config.es)
     require_nonempty(config, "kinds", "seeds")
     for kind in config.kinds:
         parse_kind(kind)
     require_names(config, "reference", tuple(config.kinds))
     require_names(config, "claim_kind", tuple(config.kinds))
     require_int(config, "inference_episodes", "seeds_together", minimum=1)
-    require(
-        config.es.eval_every % config.es.log_every == 0,
-        "es.eval_every",
-        config.es.eval_every,
-        f"a multiple of config.es.log_every = {config.es.log_every} (FLOPs are counted at each "
-        "evaluation)",
-    )
     evaluations = config.es.num_generations // config.es.eval_every + 1
     require_int(config, "final_evals", minimum=1, maximum=evaluations)
 

@@ -450,6 +450,20 @@ def test_bad_config_is_rejected():
         ValueError, match=r"config\.es\.eval_every must be a multiple of config\.es\.log_every = "
     ):
         iap_es.validate_config(config)
+    # The ES options, each naming its field (eval_every = 0 raised a ZeroDivisionError).
+    for field, value, message in [
+        ("eval_every", 0, r"eval_every must be an int >= 1, got 0"),
+        ("log_every", -1, r"log_every must be an int >= 1, got -1"),
+        ("checkpoint_every", 0, r"checkpoint_every must be an int >= 1, got 0"),
+        ("population_size", 15, r"population_size must be even \(antithetic pairs\), got 15"),
+        ("eval_episodes", 1, r"eval_episodes must be an int >= 2, got 1"),
+        ("sigma", float("nan"), r"sigma must be finite and > 0, got nan"),
+        ("learning_rate", 0.0, r"learning_rate must be finite and > 0, got 0.0"),
+    ]:
+        config = iap_es_config.get_config("quick")
+        config.es[field] = value
+        with pytest.raises(ValueError, match=rf"config\.es\.{message}"):
+            iap_es.validate_config(config)
     config = ml_collections.ConfigDict(iap_es_config.get_config("quick").to_dict())
     config.reference = "positive:999"
     with pytest.raises(ValueError, match=r"config\.reference: 'positive:999' is not one of \("):

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 from experiments.core import sweep
 from experiments.core.train import trainer as train
 from experiments.core.train.checkpoints import Checkpoints, TrainingProgress
+from experiments.core.validate import require, require_int, require_positive
 
 Params = Any
 FitnessShaping = Literal["centered_rank", "identity"]
@@ -181,6 +182,46 @@ def _interval_metrics(values: list[dict]) -> dict[str, float]:
         "max_return": np.max([v["max_return"] for v in values]),
         "forward_passes": np.sum([v["forward_passes"] for v in values]),
     }
+
+
+def validate_es_config(config: ml_collections.ConfigDict, prefix: str = "config.es") -> None:
+    """Checks the options ``ESTrainer`` reads (``ESTrainer``'s ``config``) before anything
+    runs: counts are ints >= 1 (``eval_episodes`` >= 2: its standard error), the population
+    an even int >= 2 (antithetic pairs), ``sigma`` and ``learning_rate`` finite and > 0, and
+    ``eval_every`` a multiple of ``log_every``.
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    require_int(
+        config,
+        "episodes_per_member",
+        "num_generations",
+        "eval_every",
+        "log_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        minimum=1,
+        prefix=prefix,
+    )
+    require_int(config, "eval_episodes", minimum=2, prefix=prefix)
+    require_int(config, "population_size", minimum=2, prefix=prefix)
+    require(
+        config.population_size % 2 == 0,
+        "population_size",
+        config.population_size,
+        "even (antithetic pairs)",
+        prefix,
+    )
+    require_positive(config, "sigma", "learning_rate", prefix=prefix)
+    require(
+        config.eval_every % config.log_every == 0,
+        "eval_every",
+        config.eval_every,
+        f"a multiple of {prefix}.log_every = {config.log_every} (the forward passes are "
+        "summed at each evaluation)",
+        prefix,
+    )
 
 
 class ESTrainer:
