@@ -109,8 +109,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks ``config`` before anything runs: the experiment exists, every field has the type
     of its default in ``configs/<experiment>.py``, no ``seeds`` field repeats a seed, its claims
     (and its training check, if any) are declared and well formed, the trainer options
-    (``config.train``) are valid, and the experiment's own ``validate_config`` accepts names and
-    ranges.
+    (``config.train``, and a nested config's, ``config.vit.train``) are valid, and the
+    experiment's own ``validate_config`` accepts names and ranges.
 
     Raises:
       ValueError, TypeError: naming the field, the value and what is accepted.
@@ -122,12 +122,12 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     check_seed_fields(config)
     claims.declared(config)
     training_check.declared(config)
-    if "train" in config:
+    if any(s.split(".")[-1] == "train" for s in training_check.trainer_sections(config)):
         from experiments.core.train import (
             trainer as train,  # here: experiments without training need no Orbax
         )
 
-        train.validate_train_config(config.train)
+        train.validate_train_sections(config)  # config.vit.train too
     importlib.import_module(f"experiments.{name}").validate_config(config)
 
 

@@ -252,7 +252,7 @@ def declared(config: ml_collections.ConfigDict) -> TrainedCheck | None:
     """
     entry = config.get("trained_check")
     if entry is None:
-        sections = _trainer_sections(config)
+        sections = trainer_sections(config)
         if sections:
             raise ValueError(
                 f"config.trained_check is missing: a config that trains models (config."
@@ -273,11 +273,11 @@ def declared(config: ml_collections.ConfigDict) -> TrainedCheck | None:
         raise ValueError(f"config.{error}") from None
 
 
-def _trainer_sections(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
-    """The trainer sections (``TRAINER_SECTIONS``) of ``config`` and of its nested configs
-    (a study may train another study's models: ``config.vit.train``)."""
+def trainer_sections(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    """The dotted names of the trainer sections (``TRAINER_SECTIONS``) of ``config`` and of
+    its nested configs (a study may train another study's models: ``"vit.train"``)."""
     found = [f"{prefix}{name}" for name in TRAINER_SECTIONS if name in config]
     for name, value in config.items():
         if isinstance(value, ml_collections.ConfigDict) and name not in TRAINER_SECTIONS:
-            found += _trainer_sections(value, f"{prefix}{name}.")
+            found += trainer_sections(value, f"{prefix}{name}.")
     return found

@@ -157,6 +157,22 @@ def test_validation_checks_types_and_names_of_every_experiment():
         validate_config(config)
 
 
+def test_validation_checks_the_trainer_options_of_a_nested_config():
+    """performer_vit_maps trains performer_vit's models (config.vit.train): a NaN learning rate
+    or a batch of 0 there passed validation and stopped the run at its first cell."""
+    from configs import performer_vit_maps as maps_config
+
+    for field, value, message in [
+        ("learning_rate", float("nan"), r"config\.vit\.train\.learning_rate must be finite"),
+        ("batch_size", 0, r"config\.vit\.train\.batch_size must be finite and > 0, got 0"),
+        ("optimizer", "adamax", r"config\.vit\.train\.optimizer: 'adamax' is not one of"),
+    ]:
+        config = maps_config.get_config("quick")
+        config.vit.train[field] = value
+        with pytest.raises(ValueError, match=message):
+            validate_config(config)
+
+
 def test_validation_runs_the_checks_a_run_would_hit():
     """kernel_mse at dim = 1 passed validation and failed mid-run in the simplex sampler."""
     config = kernel_mse_config.get_config("quick")

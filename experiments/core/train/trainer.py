@@ -79,6 +79,7 @@ from experiments.core.train import distributed
 from experiments.core.train.checkpoints import Checkpoints, TrainingProgress, latest_params
 from experiments.core.train.distributed import padded_batches, process_share
 from experiments.core.train.metrics_log import MetricsWriter, read_metrics
+from experiments.core.training_check import trainer_sections
 from experiments.core.validate import check_types, require_names, require_positive
 
 __all__ = [
@@ -97,6 +98,7 @@ __all__ = [
     "train_and_evaluate",
     "train_seed",
     "validate_train_config",
+    "validate_train_sections",
 ]
 
 Batch = Mapping[str, np.ndarray]
@@ -278,17 +280,18 @@ def make_optimizer(config: ml_collections.ConfigDict) -> tuple[optax.GradientTra
 # --------------------------------------------------------------------------- config
 
 
-def validate_train_config(config: ml_collections.ConfigDict) -> None:
-    """Checks a trainer config (``configs.training.train_config()`` with overrides).
+def validate_train_config(config: ml_collections.ConfigDict, prefix: str = "config.train") -> None:
+    """Checks a trainer config (``configs.training.train_config()`` with overrides; ``prefix``
+    names it in messages).
 
     Raises:
       TypeError: if a field has the wrong type (e.g. a string where a number is expected).
       ValueError: if a value is out of range or not an allowed name; the message names the
         field, the value and what is allowed.
     """
-    check_types(config, train_config(), "config.train")
-    require_names(config, "optimizer", OPTIMIZERS, prefix="config.train")
-    require_names(config, "lr_schedule", SCHEDULES, prefix="config.train")
+    check_types(config, train_config(), prefix)
+    require_names(config, "optimizer", OPTIMIZERS, prefix=prefix)
+    require_names(config, "lr_schedule", SCHEDULES, prefix=prefix)
     require_positive(
         config,
         "num_train_steps",
@@ -299,14 +302,32 @@ def validate_train_config(config: ml_collections.ConfigDict) -> None:
         "keep_checkpoints",
         "progress_every_seconds",
         "sequence_parallelism",
-        prefix="config.train",
+        prefix=prefix,
     )
     for key in ("warmup_steps", "eval_every_steps", "weight_decay", "grad_clip_norm"):
         value = config[key]
         if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"config.train.{key} must be finite and >= 0, got {value!r}")
+            raise ValueError(f"{prefix}.{key} must be finite and >= 0, got {value!r}")
     distributed.check_sequence_parallelism(config.sequence_parallelism)
     distributed.check_batch_size(config.batch_size, config.sequence_parallelism)
+
+
+def validate_train_sections(config: ml_collections.ConfigDict) -> None:
+    """``validate_train_config`` on every trainer section of an experiment's ``config``:
+    ``config.train`` and those of nested configs (``config.vit.train``: a study that trains
+    another study's models), each named in messages by its dotted path.
+
+    Raises:
+      TypeError, ValueError: naming the field, as ``validate_train_config``.
+    """
+    for section in trainer_sections(config):
+        *path, kind = section.split(".")
+        if kind != "train":
+            continue
+        node = config
+        for name in (*path, kind):
+            node = node[name]
+        validate_train_config(node, prefix=f"config.{section}")
 
 
 # --------------------------------------------------------------------------- interrupts
