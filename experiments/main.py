@@ -122,7 +122,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     check_seed_fields(config)
     claims.declared(config)
     training_check.declared(config)
-    if any(s.split(".")[-1] == "train" for s in training_check.trainer_sections(config)):
+    if training_check.trainer_sections(config):
         from experiments.core.train import (
             trainer as train,  # here: experiments without training need no Orbax
         )

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import ml_collections
 
 from configs.common import claim, locate_field, parse_field_value
-from experiments.core import claims, outputs, records, stats, sweep, verdicts
+from experiments.core import claims, outputs, records, stats, sweep, training_check, verdicts
 from experiments.core.validate import require_distinct_seeds
 
 REPORT_FILE = "ablation.md"
@@ -116,6 +116,8 @@ def run(
         return module.one_seed(cell) if hasattr(module, "one_seed") else cell
 
     _check_swept_field_kept(field, arms, lambda arm: cell(arm, seeds[0]), seed_field)
+    for arm in arms:  # every arm's config, before any cell runs (not at the arm's first cell)
+        _validate(module, cell(arm, seeds[0]))
 
     def measure(arm: str, seed: int, run_dir: str) -> dict:
         run = cell(arm, seed)
@@ -233,6 +235,16 @@ def _check_swept_field_kept(field: str, arms: dict, cell, seed_field: str) -> No
                 f"with {field}={parent[name]!r} and every arm would run the same config. Sweep "
                 "another field (and give the seeds with --seeds)."
             )
+
+
+def _validate(module, config: ml_collections.ConfigDict) -> None:
+    """The checks ``experiments.main`` runs on a config that an arm changes: its trainer
+    options (``config.train``, nested ones too) and the study's ``validate_config``."""
+    if training_check.trainer_sections(config):
+        from experiments.core.train import trainer  # here: studies without training need no Orbax
+
+        trainer.validate_train_sections(config)
+    module.validate_config(config)
 
 
 def _check_claim(test: str, margin: float) -> None:

@@ -241,6 +241,8 @@ def test_the_comparison_is_checked_before_any_cell_runs(tmp_path):
         (dict(sweep_text="num_features=8,16", margin=-1.0), "margin must be a number >= 0"),
         # The seed field: every arm's cell ran seed s, the report a difference of exactly 0.
         (dict(sweep_text="seed=5,6"), r"cannot vary seed: it is the seed field .*\(seed\)"),
+        # An arm's value that the study refuses: the first arm's cell ran before it raised.
+        (dict(sweep_text="num_features=8,-4"), r"config\.num_features must be finite and > 0"),
     ]
     for options, message in bad:
         with pytest.raises(ValueError, match=message):
@@ -267,6 +269,15 @@ def test_a_study_whose_runs_train_several_seeds_narrows_an_ablation_cell_to_one(
             config,
             "/nonexistent/ablation",
             sweep_text="num_reference_seeds=2,3",
+            seeds_text="0:2",
+            metric="accuracy_own",
+        )
+    # An arm's trainer options are checked before any cell runs too.
+    with pytest.raises(ValueError, match=r"config\.train\.learning_rate must be finite and > 0"):
+        ablation.run(
+            config,
+            "/nonexistent/ablation",
+            sweep_text="train.learning_rate=0.001,-1",
             seeds_text="0:2",
             metric="accuracy_own",
         )
