@@ -53,7 +53,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if variant in (None, "quick", "paper"):
         _approximating_design(config)
     if variant == "quick":
-        _quick(config)
+        toy_size(config)
     elif variant == "small":
         config.num_seeds = ml_collections.ConfigDict({"fixed": 6, "redraw": 6})
         config.num_reference_seeds = 1
@@ -192,8 +192,9 @@ def _approximating_design(config: ml_collections.ConfigDict) -> None:
     config.train.checkpoint_every_steps = 2_000
 
 
-def _quick(config: ml_collections.ConfigDict) -> None:
-    """The default's design at toy size: seconds (the test suite)."""
+def toy_size(config: ml_collections.ConfigDict) -> None:
+    """``config``'s design at toy size, seconds (the test suite): the ``quick`` variant of the
+    default, and of ``configs/performer_vit_maps.py``'s ``small`` design."""
     config.num_train_examples = 256
     config.num_test_examples = 128
     config.attentions = ("orthogonal", "simplex")

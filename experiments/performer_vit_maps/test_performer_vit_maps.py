@@ -74,6 +74,19 @@ def test_map_config_trains_one_coupling_fixed_on_the_requested_seeds():
     assert config.vit.model.feature_map == "positive"  # the shared settings are not changed
 
 
+def test_the_quick_variant_trains_the_full_design_at_toy_size():
+    """The full study trains performer_vit's ``small`` design (raw scores); its quick variant
+    trained the default's (cosine scores with a learned temperature, redrawn every step)."""
+    full, quick = maps_config.get_config(), maps_config.get_config("quick")
+    sizes = {"hidden_size", "num_layers", "mlp_dim", "num_features"}
+    assert set(quick.vit.model) == set(full.vit.model)
+    for key in set(full.vit.model) - sizes:
+        assert quick.vit.model[key] == full.vit.model[key], key
+    assert quick.vit.model.num_features < full.vit.model.num_features
+    assert quick.vit.train.optimizer == full.vit.train.optimizer
+    assert quick.vit.train.learning_rate == full.vit.train.learning_rate
+
+
 def test_validate_config_names_the_bad_field():
     config = maps_config.get_config("quick")
     config.feature_maps = ("positive", "fourier")  # not a softmax-kernel map
