@@ -20,8 +20,10 @@ Several independent processes share a sweep through ``worker=(index, count)``: e
 the cells ``index, index + count, ...`` (in the order above), then re-reads the other workers'
 cells every ``POLL_SECONDS`` until every cell has a record or it has waited ``wait_s`` seconds
 (``WAIT_SECONDS``; ``experiments.main --worker=I/N --worker_wait=S``); ``run`` raises
-``Pending`` with the cells still missing. Of the workers that see every record, ``reporting``
-elects exactly one to write the report. A cell is measured whole by one worker: a sweep nested
+``Pending`` with the cells still missing. A cell that another process is measuring (it holds
+the cell's lock: a worker started twice) is waited for in the same way, never measured twice at
+once. Of the workers that see every record, ``reporting`` elects exactly one to write the
+report. A cell is measured whole by one worker: a sweep nested
 in it (an ablation of a study that runs its own sweep) is not shared.
 """
 
@@ -37,6 +39,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import jax
+
 from experiments.core import outputs, records
 from experiments.core.validate import require_distinct_seeds
 
@@ -45,6 +49,7 @@ CELL_FILE = "cell.json"
 SUPERSEDED_DIR = "superseded"
 REPORTED_FILE = ".reported"  # the digest of the records the last report was written from
 REPORT_LOCK_FILE = ".report.lock"
+CELL_LOCK_SUFFIX = ".lock"  # runs/.<arm>_seed<seed>.lock: held while a process measures the cell
 POLL_SECONDS = 2.0
 
 
@@ -225,9 +230,11 @@ def run(
         return settings(arm) if callable(settings) else settings
 
     own = [cell for position, cell in enumerate(cells) if position % count == index]
-    found = {
-        (arm, seed): _measured(workdir, arm, seed, measure, cell_settings(arm)) for arm, seed in own
-    }
+    found = {}
+    for arm, seed in own:
+        record = _measured(workdir, arm, seed, measure, cell_settings(arm))
+        if record is not None:  # None: another process measures it (waited for below)
+            found[arm, seed] = record
     wait = WAIT_SECONDS if wait_s is None else wait_s
     return _with_others(workdir, cells, found, cell_settings, time.monotonic() + wait)
 
@@ -238,18 +245,55 @@ def _measured(
     seed: int,
     measure: Callable[[str, int, str], Mapping[str, Any]],
     settings: Mapping[str, Any],
-) -> dict:
-    """The record of the cell ``(arm, seed)``: read, or measured and stored."""
+) -> dict | None:
+    """The record of the cell ``(arm, seed)``: read, or measured and stored; None when another
+    process is measuring it now (``_cell_lock``)."""
     directory = run_dir(workdir, arm, seed)
     record = read(directory, settings, arm=arm, seed=seed)
-    if record is None:
-        start_cell(workdir, arm, seed, settings)
-        began = time.perf_counter()
-        with _whole_cell():
-            record = {**measure(arm, seed, directory), "arm": arm, "seed": seed}
-        record.setdefault("seconds", time.perf_counter() - began)
-        write(directory, settings, record, arm=arm, seed=seed)
+    if record is not None:
+        return record
+    with _cell_lock(workdir, arm, seed) as held:
+        if not held:
+            print(
+                f"{directory} is being measured by another process; waiting for its record",
+                flush=True,
+            )
+            return None
+        record, _ = _load(directory, identity(settings, arm, seed))  # recorded meanwhile?
+        if record is None:
+            start_cell(workdir, arm, seed, settings)
+            began = time.perf_counter()
+            with _whole_cell():
+                record = {**measure(arm, seed, directory), "arm": arm, "seed": seed}
+            record.setdefault("seconds", time.perf_counter() - began)
+            write(directory, settings, record, arm=arm, seed=seed)
     return record
+
+
+@contextlib.contextmanager
+def _cell_lock(workdir: str, arm: str, seed: int) -> Iterator[bool]:
+    """Whether this process holds the cell ``(arm, seed)`` for the block: an exclusive lock on
+    ``workdir/runs/.<arm>_seed<seed>.lock`` (beside the folder, which may be moved aside), not
+    waited for. Two processes on one workdir (a worker started twice, a job restarted while
+    the old one still runs) trained one cell into one folder at once: Orbax's commits of the
+    same step failed in both, or one moved the other's live folder aside. The lock goes with
+    its process. The processes of one multi-process run measure each cell together (process
+    0 readies the folder), so they take no lock."""
+    if jax.process_count() > 1:
+        yield True
+        return
+    path = os.path.join(workdir, "runs", f".{arm}_seed{seed}{CELL_LOCK_SUFFIX}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _with_others(

@@ -164,6 +164,33 @@ def test_a_worker_waits_for_the_other_workers_cells_after_its_own(tmp_path):
     assert [(r["arm"], r["seed"]) for r in done] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
 
 
+def test_a_cell_another_process_is_measuring_is_waited_for_not_measured_again(tmp_path):
+    """Two processes on one workdir (a worker started twice) trained one cell into one folder
+    at once: Orbax's commits of the same step failed in both. The second now waits for the
+    record of the first (the lock is per open file, so two threads stand for two processes)."""
+    started, calls = threading.Event(), []
+
+    def slow(arm, seed, run_dir):
+        started.set()
+        time.sleep(1.0)
+        return {"value": 42}
+
+    first = threading.Thread(target=sweep.run, args=(str(tmp_path), ["a"], [0], slow, {}))
+    first.start()
+    try:
+        assert started.wait(60)
+        done = sweep.run(str(tmp_path), ["a"], [0], measuring(calls), {}, wait_s=60)
+    finally:
+        first.join()
+    assert calls == [] and done[0]["value"] == 42
+    held = sweep._cell_lock(str(tmp_path), "b", 0)
+    with held, pytest.raises(sweep.Pending):  # a holder that does not finish: the wait ends
+        sweep.run(str(tmp_path), ["b"], [0], measuring(calls), {}, wait_s=0)
+    assert calls == []
+    sweep.run(str(tmp_path), ["b"], [0], measuring(calls), {}, wait_s=0)  # released
+    assert calls == [("b", 0)]
+
+
 def test_a_sweep_nested_in_a_cell_is_measured_whole_by_its_worker(tmp_path, monkeypatch):
     """An ablation's cell runs a study, whose own sweep is not shared among the workers."""
     monkeypatch.setattr(sweep, "WORKER", (1, 2))  # experiments.main --worker=1/2
