@@ -194,11 +194,14 @@ def require_couplings_draw(
 
 
 def require_distinct_seeds(seeds: Iterable[int], name: str) -> None:
-    """Checks that no seed of ``seeds`` repeats: a repeated seed is one measurement counted
-    twice, which would shrink a claim's interval with no new evidence.
+    """Checks that the seeds are ints >= 0 (NumPy's generators, which draw the training
+    batches, take no negative seed: a run with seed -1 passed validation and stopped at its
+    first batch with NumPy's "expected non-negative integer") and that none repeats: a
+    repeated seed is one measurement counted twice, which would shrink a claim's interval
+    with no new evidence.
 
     Raises:
-      ValueError: naming ``name``, the repeated seed and the seeds.
+      ValueError: naming ``name``, the bad or repeated seed and the seeds.
 
     Example:
       >>> require_distinct_seeds((0, 1, 0), "config.seeds")
@@ -209,6 +212,8 @@ def require_distinct_seeds(seeds: Iterable[int], name: str) -> None:
     seeds = tuple(seeds)
     seen: set[int] = set()
     for seed in seeds:
+        if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+            raise ValueError(f"{name} holds seed {seed!r} in {seeds}: seeds must be ints >= 0")
         if seed in seen:
             raise ValueError(f"{name} repeats seed {seed} in {seeds}: seeds must be distinct")
         seen.add(seed)

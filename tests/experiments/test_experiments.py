@@ -201,6 +201,21 @@ def test_validation_refuses_a_repeated_seed_in_every_config_with_seeds():
     assert {"conformer_ctc", "iap_es", "lstm_lm", "performer_lm"} <= set(checked)
 
 
+def test_validation_refuses_a_negative_seed():
+    """NumPy's generators (the training batches' order) take no negative seed: seed -1 passed
+    validation and stopped the run at its first batch ("expected non-negative integer")."""
+    from configs import conformer_ctc as conformer_ctc_config
+
+    config = conformer_ctc_config.get_config("quick")
+    config.seeds = (0, -1)
+    with pytest.raises(ValueError, match=r"config\.seeds holds seed -1 .*ints >= 0"):
+        validate_config(config)
+    config = performer_vit_config.get_config("quick")
+    config.train.seed = -1
+    with pytest.raises(ValueError, match=r"config\.train\.seed must be an int >= 0, got -1"):
+        validate_config(config)
+
+
 def test_every_experiment_module_validates_with_validate_config():
     for path in sorted(pathlib.Path(ROOT, "configs").glob("*.py")):
         if path.stem in ("__init__", "common", "training"):

@@ -80,7 +80,7 @@ from experiments.core.train.checkpoints import Checkpoints, TrainingProgress, la
 from experiments.core.train.distributed import padded_batches, process_share
 from experiments.core.train.metrics_log import MetricsWriter, read_metrics
 from experiments.core.training_check import trainer_sections
-from experiments.core.validate import check_types, require_names, require_positive
+from experiments.core.validate import check_types, require_int, require_names, require_positive
 
 __all__ = [
     "Task",
@@ -290,6 +290,7 @@ def validate_train_config(config: ml_collections.ConfigDict, prefix: str = "conf
         field, the value and what is allowed.
     """
     check_types(config, train_config(), prefix)
+    require_int(config, "seed", minimum=0, prefix=prefix)  # NumPy's batch order takes no < 0
     require_names(config, "optimizer", OPTIMIZERS, prefix=prefix)
     require_names(config, "lr_schedule", SCHEDULES, prefix=prefix)
     require_positive(
