@@ -35,7 +35,18 @@ def load_windows(
 ) -> tuple[dict[str, dict[str, np.ndarray]], int]:
     """The ``windows`` of ``length`` tokens of each PTB split (``"train"``, ``"valid"``,
     ``"test"``) from its first ``num_train_tokens`` (train) or ``num_eval_tokens`` (valid and
-    test) tokens (0: all), and the vocabulary size."""
+    test) tokens (0: all), and the vocabulary size.
+
+    Raises:
+      ValueError: naming the argument, for a token count that is not an int >= 0 (a slice
+        ``tokens[:-1]`` would silently drop the last token).
+    """
+    for name, count in (
+        ("num_train_tokens", num_train_tokens),
+        ("num_eval_tokens", num_eval_tokens),
+    ):
+        if not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+            raise ValueError(f"{name} must be an int >= 0 (0: all tokens), got {count!r}")
     splits, vocabulary = load_ptb()
     limits = {"train": num_train_tokens, "valid": num_eval_tokens, "test": num_eval_tokens}
     arrays = {

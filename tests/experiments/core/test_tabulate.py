@@ -128,3 +128,8 @@ def test_windows_are_the_stream_cut_with_targets_one_token_ahead():
     np.testing.assert_array_equal(pieces["targets"], [[1, 2, 3, 4], [5, 6, 7, 8]])
     with pytest.raises(ValueError, match="3 tokens are too few for windows of length 4"):
         ptb.windows(np.arange(3), 4)
+    # A negative count sliced tokens[:-1] (every token but the last) where it raises now.
+    with pytest.raises(ValueError, match=r"num_train_tokens must be an int >= 0 .*got -1"):
+        ptb.load_windows(4, -1, 0)
+    with pytest.raises(ValueError, match=r"num_eval_tokens must be an int >= 0 .*got -3"):
+        ptb.load_windows(4, 0, -3)
