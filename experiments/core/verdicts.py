@@ -519,15 +519,17 @@ class Verdicts:
         failing = [c for c, e in cells.items() if _side(strict, e, margin) == "against"]
         open_cells = [c for c, e in cells.items() if _side(claim, e, margin) != "holds"]
         # The quoted cell decides the outcome: the farthest of those against the claim, else of
-        # the unresolved ones, else of all (the farthest in either direction quoted a cell for
-        # the claim beside "does not hold").
-        if failing:
-            deciding, where = failing, f"the {cell_name} farthest against it"
-        elif open_cells:
-            deciding, where = open_cells, f"the farthest unresolved {cell_name}"
+        # the unresolved ones, else the one nearest to not holding (the farthest in either
+        # direction quoted a cell for the claim beside "does not hold", and the strongest cell
+        # where the claim holds everywhere).
+        if failing or open_cells:
+            deciding = failing or open_cells
+            where = f"the {cell_name} farthest against it" if failing else ""
+            where = where or f"the farthest unresolved {cell_name}"
+            worst = max(deciding, key=lambda c: abs(cells[c].mean) / max(cells[c].se, 1e-300))
         else:
-            deciding, where = list(cells), f"the farthest {cell_name}"
-        worst = max(deciding, key=lambda c: abs(cells[c].mean) / max(cells[c].se, 1e-300))
+            where = f"the {cell_name} nearest to not holding"
+            worst = min(cells, key=lambda c: _slack(claim, cells[c], margin))
         head = _estimate_text(
             f"{effect} at {where} ({worst})", cells[worst], claim.level, units, number
         )
@@ -720,6 +722,13 @@ def _side(claim: Claim, estimate: Estimate, margin: float) -> str:
     ):
         return "against"
     return "open"
+
+
+def _slack(claim: Claim, estimate: Estimate, margin: float) -> float:
+    """How far the claim's interval lies inside the region where it holds, in SEs."""
+    low, high = estimate.interval(claim.level)
+    region = _regions(claim.test, margin)[0]
+    return min(low - region[0], region[1] - high) / max(estimate.se, 1e-300)
 
 
 def _inside(interval: tuple[float, float], region: tuple[float, float] | None) -> bool:

@@ -487,3 +487,9 @@ def test_a_claim_over_cells_quotes_the_cell_that_decides_it():
     unresolved = {"small": Estimate(5.06, 0.08, 10, 9.0), "large": Estimate(0.02, 0.1, 10, 9.0)}
     verdict = judge.every("gain", unresolved, effect="d", cell_name="settings", units="seeds")
     assert verdict.evidence.startswith("d at the farthest unresolved settings (large)")
+    # Where it holds everywhere, the cell nearest to not holding bounds it (the strongest cell,
+    # quoted before, said least: hrf_qmc quoted a baseline 10 SE off beside one 5.4 SE off).
+    holding = {"small": Estimate(5.06, 0.08, 10, 9.0), "large": Estimate(0.6, 0.1, 10, 9.0)}
+    verdict = judge.every("gain", holding, effect="d", cell_name="settings", units="seeds")
+    assert verdict.outcome == Outcome.HOLDS
+    assert verdict.evidence.startswith("d at the settings nearest to not holding (large) = +0.6")
