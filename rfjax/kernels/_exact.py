@@ -12,6 +12,7 @@ vector is taken to be pi/2 (cosine 0). Then ``angular`` is 0, ``arccos(order=0)`
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -187,16 +188,38 @@ def arccos(x: jax.Array, y: jax.Array, *, order: int) -> jax.Array:
     x, y = _check_pair(x, y)
     order = check_order(order)
     norm_x, norm_y, cosine = _norms_and_cosine(x, y)
+    angular_part = _arccos_angular_part(order, cosine) if order else _arccos_j(0, cosine)
+    return (norm_x * norm_y) ** order * angular_part / math.pi
+
+
+def _arccos_j(order: int, cosine: jax.Array) -> jax.Array:
+    """Cho & Saul's J_n as a function of c = cos(theta)."""
     theta = jnp.arccos(cosine)
     sine = jnp.sqrt(jnp.maximum(1.0 - cosine**2, 0.0))
     rest = math.pi - theta
     if order == 0:
-        angular_part = rest
-    elif order == 1:
-        angular_part = sine + rest * cosine
-    else:
-        angular_part = 3.0 * sine * cosine + rest * (1.0 + 2.0 * cosine**2)
-    return (norm_x * norm_y) ** order * angular_part / math.pi
+        return rest
+    if order == 1:
+        return sine + rest * cosine
+    return 3.0 * sine * cosine + rest * (1.0 + 2.0 * cosine**2)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _arccos_angular_part(order: int, cosine: jax.Array) -> jax.Array:
+    """J_n(c) for n >= 1, differentiated by dJ_1/dc = J_0 and dJ_2/dc = 4 J_1: finite at
+    c = +-1 (x parallel to y), where the derivatives of arccos and of sqrt(1 - c^2) are
+    infinite and cancel (autodiff gave inf - inf, a NaN gradient of the kernel at x = y and so
+    of every Gram matrix with a diagonal). J_0 = pi - theta has no derivative there."""
+    return _arccos_j(order, cosine)
+
+
+@_arccos_angular_part.defjvp
+def _arccos_angular_part_jvp(
+    order: int, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    (cosine,), (tangent,) = primals, tangents
+    derivative = _arccos_j(0, cosine) if order == 1 else 4.0 * _arccos_j(1, cosine)
+    return _arccos_angular_part(order, cosine), derivative * tangent
 
 
 def polynomial(x: jax.Array, y: jax.Array, *, coefficients: Sequence[float]) -> jax.Array:

@@ -140,6 +140,35 @@ def test_zero_vector_convention():
         assert np.all(np.isfinite(grad))
 
 
+@pytest.mark.parametrize("order", [1, 2])
+def test_arccos_gradient_at_parallel_inputs(order):
+    """The order-1 and order-2 kernels are differentiable at x = y (dJ_1/dc = J_0, dJ_2/dc =
+    4 J_1 are finite at c = 1) and at x = -y; autodiff of arccos and sqrt(1 - c^2) gave NaN
+    there, so the gradient of any Gram matrix with a diagonal was NaN in every entry."""
+    a = X[0]
+    # k_n(x, a) = |x|^n |a|^n J_n(theta) / pi, J_1(0) = pi, J_2(0) = 3 pi: at x = a the
+    # gradient is n |x|^(n-2) x |a|^n J_n(0) / pi.
+    norm = np.linalg.norm(a)
+    expected = {1: a / norm * norm, 2: 2 * a * norm**2 * 3}[order]
+    grad = jitted(jax.grad(lambda x: kernels.arccos(x, a, order=order)))
+    np.testing.assert_allclose(grad(a), expected, rtol=1e-10)
+    np.testing.assert_allclose(grad(-a), 0.0, atol=1e-12)
+    # Gram matrix of a set with itself, against central differences.
+    points = X[:3]
+
+    def total(p):
+        return jnp.sum(kernels.gram(kernels.arccos, p, p, order=order))
+
+    step = 1e-6
+    numeric = np.array(
+        [
+            (total(points + step * e) - total(points - step * e)) / (2 * step)
+            for e in np.eye(points.size).reshape(-1, *points.shape)
+        ]
+    ).reshape(points.shape)
+    np.testing.assert_allclose(jitted(jax.grad(total))(points), numeric, rtol=1e-6)
+
+
 def test_cosine_is_clipped():
     with jax.enable_x64(False):
         a = jnp.asarray([0.1, 0.7, -0.3, 0.9], jnp.float32)
