@@ -250,6 +250,31 @@ def check_finite(name: str, x: jax.Array) -> jax.Array:
     return x
 
 
+def check_representable(
+    data: np.ndarray,
+    compute_dtype: DTypeLike,
+    *,
+    lengthscale: float = 1.0,
+    name: str = "X",
+    remedy: str = "enable float64 with jax.config.update('jax_enable_x64', True)",
+) -> None:
+    """Raises ``ValueError`` naming ``name`` if ``data`` / ``lengthscale`` holds finite values
+    that the compute dtype cannot hold (float64 data beyond float32's range, computed in
+    float32): they would become infinite, and the features or fit NaN, with no error. The
+    message ends with ``remedy`` (besides rescaling)."""
+    if not np.size(data) or np.dtype(compute_dtype).itemsize >= data.dtype.itemsize:
+        return
+    largest = float(np.max(np.abs(data))) / lengthscale
+    limit = float(jnp.finfo(compute_dtype).max)
+    if largest > limit:
+        scaled = f"|{name}| / lengthscale" if lengthscale != 1.0 else f"|{name}|"
+        raise ValueError(
+            f"{name} holds values up to {scaled} = {largest:.3g} that "
+            f"{np.dtype(compute_dtype).name}, the dtype rfjax computes in, cannot represent "
+            f"(largest {limit:.3g}): rescale {name}, or {remedy}"
+        )
+
+
 def check_order(order: object) -> int:
     """Returns the arc-cosine ``order`` if it is the integer 0, 1 or 2, else raises
     ``ValueError`` (a float such as 1.0 too: nothing is silently cast)."""

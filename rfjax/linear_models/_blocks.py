@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rfjax._validation import check_int
+from rfjax._validation import check_int, check_representable
 
 
 def array_blocks(x: ArrayLike, y: ArrayLike, block_rows: int = 4096) -> Iterator[tuple]:
@@ -55,17 +55,18 @@ class Block:
 
 
 def fixed_blocks(
-    blocks: Iterable[tuple[ArrayLike, ArrayLike]], rows: int, dtype: np.dtype
+    blocks: Iterable[tuple[ArrayLike, ArrayLike]], rows: int, dtype: np.dtype, y_dtype: np.dtype
 ) -> Iterator[Block]:
-    """Re-cuts ``(x, y)`` blocks of any sizes into blocks of exactly ``rows`` rows of ``dtype``
-    (the last one zero-padded, its ``valid`` saying how many rows are data), so one compiled
-    step serves every block. Inputs are checked: x floating ``(b, d)``, y real ``(b,)`` or
-    ``(b, t)``, the same d and t in every block, and all values finite."""
+    """Re-cuts ``(x, y)`` blocks of any sizes into blocks of exactly ``rows`` rows, x of
+    ``dtype`` and y of ``y_dtype`` (the last one zero-padded, its ``valid`` saying how many rows
+    are data), so one compiled step serves every block. Inputs are checked: x floating
+    ``(b, d)``, y real ``(b,)`` or ``(b, t)``, the same d and t in every block, and all values
+    finite and within the range of their dtype."""
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     pending_rows = 0
     shapes: tuple | None = None
     for index, block in enumerate(blocks):
-        x, y = _checked_block(index, block)
+        x, y = _checked_block(index, block, dtype, y_dtype)
         if shapes is None:
             shapes = (x.shape[1:], y.shape[1:])
         elif (x.shape[1:], y.shape[1:]) != shapes:
@@ -75,7 +76,7 @@ def fixed_blocks(
             )
         while x.shape[0]:
             if not pending_rows and x.shape[0] >= rows:  # a whole block: no copy beyond dtype
-                yield Block(_as(x[:rows], dtype), _as(y[:rows], dtype), rows)
+                yield Block(_as(x[:rows], dtype), _as(y[:rows], y_dtype), rows)
                 x, y = x[rows:], y[rows:]
                 continue
             take = min(rows - pending_rows, x.shape[0])
@@ -83,14 +84,17 @@ def fixed_blocks(
             pending_rows += take
             x, y = x[take:], y[take:]
             if pending_rows == rows:
-                yield _concatenate(pending, rows, dtype)
+                yield _concatenate(pending, rows, dtype, y_dtype)
                 pending, pending_rows = [], 0
     if pending_rows:
-        yield _concatenate(pending, rows, dtype)
+        yield _concatenate(pending, rows, dtype, y_dtype)
 
 
-def _checked_block(index: int, block: object) -> tuple[np.ndarray, np.ndarray]:
-    """Block ``index`` as ``(x (b, d), y (b, t))``, checked."""
+def _checked_block(
+    index: int, block: object, dtype: np.dtype, y_dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """Block ``index`` as ``(x (b, d), y (b, t))``, checked (x for ``dtype``, y for
+    ``y_dtype``)."""
     if not isinstance(block, tuple | list) or len(block) != 2:
         raise TypeError(f"block {index} must be a pair (x, y), got {type(block).__name__}")
     x, y = (v if isinstance(v, np.ndarray) else np.asarray(v) for v in block)
@@ -106,13 +110,22 @@ def _checked_block(index: int, block: object) -> tuple[np.ndarray, np.ndarray]:
     for name, values in (("x", x), ("y", y)):
         if not np.all(np.isfinite(values)):
             raise ValueError(f"{name} of block {index} holds NaN or infinity")
+    check_representable(
+        x, dtype, name=f"x of block {index}", remedy="use a float64 transform (jax_enable_x64)"
+    )
+    check_representable(
+        y,
+        y_dtype,
+        name=f"y of block {index}",
+        remedy="sum the statistics in float64 (dtype=jnp.float64, with jax_enable_x64)",
+    )
     return x, y.reshape(y.shape[0], -1)
 
 
-def _concatenate(parts: list[tuple[np.ndarray, np.ndarray]], rows: int, dtype) -> Block:
+def _concatenate(parts: list[tuple[np.ndarray, np.ndarray]], rows: int, dtype, y_dtype) -> Block:
     valid = sum(x.shape[0] for x, _ in parts)
     x = np.zeros((rows, parts[0][0].shape[1]), dtype)
-    y = np.zeros((rows, parts[0][1].shape[1]), dtype)
+    y = np.zeros((rows, parts[0][1].shape[1]), y_dtype)
     start = 0
     for part_x, part_y in parts:
         x[start : start + part_x.shape[0]] = part_x

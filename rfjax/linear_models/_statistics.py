@@ -111,8 +111,8 @@ def ridge_statistics(
         Other mesh axes hold replicas.
       axis_name: the mesh axis the rows are sharded along.
       dtype: the dtype the statistics are summed in (``float32`` or ``float64``; float64 needs
-        ``jax_enable_x64``). Inputs are converted to the transform's dtype, features to
-        ``dtype``.
+        ``jax_enable_x64``). Inputs x are converted to the transform's dtype, features and
+        targets y to ``dtype``; values beyond the range of their dtype raise.
 
     Returns:
       The statistics, replicated on the mesh (``count`` = rows of all processes).
@@ -145,7 +145,7 @@ def ridge_statistics(
     rows = -(-check_int("block_rows", block_rows, minimum=1) // devices) * devices
     row_sharding = NamedSharding(local, P(axis_name))
     state = None
-    for block in fixed_blocks(blocks, rows, np.dtype(transform.dtype)):
+    for block in fixed_blocks(blocks, rows, np.dtype(transform.dtype), np.dtype(dtype)):
         if block.x.shape[1] != transform.dim:
             raise ValueError(
                 f"x must have {transform.dim} columns (the projection's dim), got {block.x.shape}"

@@ -29,13 +29,14 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.typing import ArrayLike, DTypeLike
+from jax.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from rfjax import features as _features
 from rfjax import projections as _projections
+from rfjax._validation import check_representable
 
 Kernel = Literal["gaussian", "softmax"]
 KERNELS: tuple[Kernel, ...] = ("gaussian", "softmax")
@@ -81,26 +82,6 @@ class OddCosine:
 
     projection: _projections.Projection
     offsets: jax.Array
-
-
-def check_representable(
-    data: np.ndarray, compute_dtype: DTypeLike, *, lengthscale: float = 1.0, name: str = "X"
-) -> None:
-    """Raises ``ValueError`` naming ``name`` if ``data`` / ``lengthscale`` holds finite values
-    that the compute dtype cannot hold (float64 data beyond float32's range, computed in
-    float32): they would become infinite, and the features or fit NaN, with no error."""
-    if not np.size(data) or np.dtype(compute_dtype).itemsize >= data.dtype.itemsize:
-        return
-    largest = float(np.max(np.abs(data))) / lengthscale
-    limit = float(jnp.finfo(compute_dtype).max)
-    if largest > limit:
-        scaled = f"|{name}| / lengthscale" if lengthscale != 1.0 else f"|{name}|"
-        raise ValueError(
-            f"{name} holds values up to {scaled} = {largest:.3g} that "
-            f"{np.dtype(compute_dtype).name}, the dtype rfjax computes in, cannot represent "
-            f"(largest {limit:.3g}): rescale {name}, or enable float64 with "
-            "jax.config.update('jax_enable_x64', True)"
-        )
 
 
 @functools.partial(

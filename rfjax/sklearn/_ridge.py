@@ -35,13 +35,13 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 
 from rfjax import features as _features
 from rfjax import projections as _projections
+from rfjax._validation import check_representable
 from rfjax.linear_models import RandomFeatureRidgeModel, array_blocks, fit_random_feature_ridge
 from rfjax.sklearn._random_features import (
     Kernel,
     OddCosine,
     RandomFeatures,
     _transform_block,
-    check_representable,
 )
 
 # The feature parameters and their defaults are RandomFeatures' own (one place to change them).
