@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 from jax.typing import DTypeLike
 from numpy.typing import ArrayLike
 
-from rfjax._validation import check_input_type, check_inputs, check_int
+from rfjax._validation import check_input_type, check_inputs, check_int, check_representable
 from rfjax.linear_models._solve import solve_ridge
 from rfjax.linear_models._statistics import ridge_statistics
 from rfjax.linear_models._transform import Featurizer
@@ -52,7 +52,8 @@ class RandomFeatureRidgeModel:
         are held at a time and a new number of rows compiles nothing: inputs of at least
         ``block_rows`` rows use blocks of exactly ``block_rows``, fewer rows the next power of
         two from ``MIN_PREDICT_BLOCK_ROWS`` up (at most log2(``block_rows`` / 256) + 1 programs
-        in all). Inside a trace (``jit``, ``vmap``), x goes through in one piece.
+        in all). Inside a trace (``jit``, ``vmap``), x goes through in one piece. Outside one,
+        x beyond the range of the transform's dtype raises (the cast would make it infinite).
         """
         block_rows = check_int("block_rows", block_rows, minimum=1)
         dtype = np.dtype(self.transform.dtype)
@@ -65,6 +66,9 @@ class RandomFeatureRidgeModel:
         except (TypeError, ValueError) as error:
             raise TypeError(f"x must be a numeric array, got {type(x).__name__}") from error
         check_input_type("x", host.shape, host.dtype, dim=self.transform.dim)
+        check_representable(
+            host, dtype, name="x", remedy="use a float64 transform (jax_enable_x64)"
+        )
         rows = host.reshape(-1, host.shape[-1])
         out = np.empty((rows.shape[0], self.weights.shape[1]), self.weights.dtype)
         size = bucket_rows(rows.shape[0], block_rows)

@@ -104,3 +104,15 @@ def test_predict_streams_blocks_and_a_new_row_count_compiles_nothing():
         model.predict(np.zeros((3, 5), np.int32))
     with pytest.raises(ValueError, match="last axis of size dim=5"):
         model.predict(np.zeros((3, 4), np.float32))
+
+
+def test_predict_refuses_inputs_beyond_the_transform_dtype(float64):
+    """A float64 row beyond float32's range became infinite in the cast to a float32
+    transform's dtype: a NaN prediction and no error (``ridge_statistics`` raises for it)."""
+    projection = projections.get("orthogonal")(jax.random.key(0), 5, 16, dtype=jnp.float32)
+    transform = RandomFeatureTransform(projection, features.get("fourier")(), kernel="gaussian")
+    x, y = data(t=1)
+    model = fit_random_feature_ridge(transform, array_blocks(x, y), 1.0)
+    x[0, 0] = 1e39
+    with pytest.raises(ValueError, match=r"x holds values up to .* float32"):
+        model.predict(x[:4])
