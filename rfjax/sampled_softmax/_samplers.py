@@ -68,7 +68,8 @@ def feature_proposal_probabilities(
 ) -> jax.Array:
     """The proposal Q(i | q) of ``sampler`` for every class, ``(N, V)``.
 
-    O(N V W): for tests and diagnostics (``"decomposition"`` never forms it when sampling).
+    O(N V W): for tests and diagnostics (``"decomposition"`` never forms it when sampling). A
+    query whose mixture has no mass gets 1/V, as both samplers draw for it.
     """
     sampler = check_choice("sampler", sampler, SAMPLERS)
     if sampler == "clipped":
@@ -76,7 +77,8 @@ def feature_proposal_probabilities(
             clipped_proposal_log_probabilities(query_features, class_features, uniform_floor)
         )
     weights = jnp.abs(query_features) @ jnp.abs(class_features).T
-    return weights / jnp.sum(weights, axis=-1, keepdims=True)
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    return jnp.where(total > 0, weights / jnp.where(total > 0, total, 1.0), 1.0 / weights.shape[-1])
 
 
 def inverse_cdf(key: jax.Array, probabilities: jax.Array, num_samples: int) -> jax.Array:

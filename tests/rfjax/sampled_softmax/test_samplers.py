@@ -79,7 +79,8 @@ def test_positive_proposal_is_the_normalised_kernel_estimate():
 
 def test_a_query_without_feature_mass_draws_uniformly():
     """Features all 0 (underflowed): both samplers draw uniformly, log Q = -log V (the
-    decomposition gave NaN), and the other queries keep their own draws."""
+    decomposition gave NaN), and the other queries keep their own draws; the proposal they
+    report for that query is uniform too (the decomposition's was NaN)."""
     queries, embeddings = problem()
     query_features, class_features = proposal_features(
         jax.random.key(1), queries, embeddings, proposal="angular_hybrid", **FEATURE_OPTIONS
@@ -90,6 +91,12 @@ def test_a_query_without_feature_mass_draws_uniformly():
             jax.random.key(2), zeroed, class_features, 4000, sampler=sampler
         )
         np.testing.assert_allclose(log_q[0], -np.log(VOCAB), rtol=1e-6)
+        reported = feature_proposal_probabilities(zeroed, class_features, sampler=sampler)
+        np.testing.assert_allclose(reported[0], 1.0 / VOCAB, rtol=1e-6)
+        np.testing.assert_allclose(
+            reported[1:],
+            feature_proposal_probabilities(query_features, class_features, sampler=sampler)[1:],
+        )
         assert_frequencies_match(samples[:1], jnp.full((1, VOCAB), 1.0 / VOCAB))
         _, kept = sample_from_features(
             jax.random.key(2), query_features, class_features, 4000, sampler=sampler
