@@ -24,7 +24,7 @@ import functools
 import math
 import numbers
 import warnings
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -117,6 +117,14 @@ def _draw(
             _features.random_offsets(jax.random.fold_in(odd_key, 1), 1, dtype=dtype),
         )
     return feature_map, projection, odd_feature, jax.random.fold_in(key, 2)
+
+
+class TransformOptions(NamedTuple):
+    """The static settings of ``_transform_block`` that a ``RandomFeatures.fit`` fixes."""
+
+    lengthscale: float
+    kernel: Kernel
+    native_kernel: Kernel | None
 
 
 @functools.partial(jax.jit, static_argnames=("lengthscale", "kernel", "native_kernel"))
@@ -367,7 +375,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             u = jnp.asarray(data, self._compute_dtype) / self._lengthscale()
             feature_map = feature_map.fit(fit_key, u, u)
         self.feature_map_ = feature_map
+        # What transform applies: the settings of this fit, not parameters set after it.
         self._n_features_out = self.n_components
+        self._transform_options = TransformOptions(
+            self._lengthscale(), self.kernel, _features.info(self.features_).kernel
+        )
         self._warn_if_degenerate(data[:BLOCK_ROWS])
         return self
 
@@ -406,18 +418,15 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Returns:
           A numpy array of shape ``(n_samples, n_components)``, float32 for float32 input,
-          float64 otherwise.
+          float64 otherwise. The features are those of the last ``fit``: parameters set after
+          it (``set_params``) take effect at the next ``fit``, as for ``RBFSampler``.
         """
         check_is_fitted(self)
         data: np.ndarray = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         compute_dtype = self._compute_dtype if data.dtype == np.float64 else jnp.float32
-        check_representable(data, compute_dtype, lengthscale=self._lengthscale())
-        out = np.empty((data.shape[0], self.n_components), data.dtype)
-        options = dict(
-            lengthscale=self._lengthscale(),
-            kernel=self.kernel,
-            native_kernel=_features.info(self.features_).kernel,
-        )
+        options = self._transform_options
+        check_representable(data, compute_dtype, lengthscale=options.lengthscale)
+        out = np.empty((data.shape[0], self._n_features_out), data.dtype)
         for start in range(0, data.shape[0], BLOCK_ROWS):
             rows = data[start : start + BLOCK_ROWS]
             block = np.zeros((BLOCK_ROWS, data.shape[1]), compute_dtype)
@@ -427,7 +436,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 self.projection_,
                 self.feature_map_,
                 self.odd_feature_,
-                **options,
+                **options._asdict(),
             )
             out[start : start + len(rows)] = np.asarray(z)[: len(rows)]
         return out

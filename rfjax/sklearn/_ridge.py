@@ -75,16 +75,17 @@ class RandomFeaturesFeaturizer:
 
     @classmethod
     def of(cls, sampler: RandomFeatures, dtype) -> RandomFeaturesFeaturizer:
+        options = sampler._transform_options
         return cls(
             sampler.projection_,
             sampler.feature_map_,
             sampler.odd_feature_,
             sampler.n_features_in_,
-            sampler.n_components,
+            sampler._n_features_out,
             jnp.dtype(dtype),
-            sampler._lengthscale(),
-            sampler.kernel,
-            _features.info(sampler.features_).kernel,
+            options.lengthscale,
+            options.kernel,
+            options.native_kernel,
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:

@@ -235,3 +235,17 @@ def test_degenerate_positive_features_warn():
             RandomFeatures(gamma=1.0, random_state=seed).fit(x)  # Fourier stays informative
             RandomFeatures(features="positive", gamma=1.0 / 64, random_state=seed).fit(x)
             RandomFeatures(kernel="softmax", gamma=1.0 / 64, random_state=seed).fit(x)
+
+
+@pytest.mark.parametrize("changes", [{"gamma": 5.0}, {"kernel": "gaussian"}, {"n_components": 10}])
+def test_parameters_set_after_fit_wait_for_the_next_fit(changes):
+    """As for ``RBFSampler``, ``transform`` gives the features of the last fit: a new gamma or
+    kernel was applied to the projection drawn (and the map fitted) under the old one, and a
+    new n_components raised a broadcasting error."""
+    x = np.random.default_rng(0).normal(size=(20, 4)) * 0.1
+    sampler = RandomFeatures(kernel="softmax", n_components=8, gamma=0.1, random_state=0).fit(x)
+    before = sampler.transform(x)
+    sampler.set_params(**changes)
+    np.testing.assert_array_equal(sampler.transform(x), before)
+    refitted = sampler.fit(x).transform(x)
+    assert refitted.shape[1] == sampler.n_components and not np.array_equal(refitted, before)
