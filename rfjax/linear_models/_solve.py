@@ -39,15 +39,16 @@ def solve_ridge(
 
     Raises:
       ValueError: for a negative or non-finite alpha, or if the regularised Gram matrix is not
-        numerically positive definite (then increase alpha or sum in float64).
+        numerically positive definite (then increase alpha, or sum in float64 if in float32).
     """
     alpha = _check_alpha("alpha", alpha)
     _check_statistics(statistics, fit_intercept)
     weights, intercept = _cholesky_solve(statistics, alpha, fit_intercept)
     if not bool(jnp.all(jnp.isfinite(weights))):
+        remedy = "" if weights.dtype == jnp.float64 else " or sum the statistics in float64"
         raise ValueError(
             f"Phi^T Phi + alpha I is not numerically positive definite at alpha={alpha} in "
-            f"{weights.dtype}: increase alpha or sum the statistics in float64"
+            f"{weights.dtype}: increase alpha{remedy}"
         )
     return weights, intercept
 

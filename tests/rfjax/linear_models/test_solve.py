@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rfjax.linear_models import (
     array_blocks,
@@ -23,3 +24,14 @@ def test_the_path_equals_one_solve_per_alpha(float64):
         weights, intercept = solve_ridge(statistics, alpha)
         np.testing.assert_allclose(path_weights[index], weights, rtol=1e-7, atol=1e-9)
         np.testing.assert_allclose(path_intercepts[index], intercept, rtol=1e-7, atol=1e-9)
+
+
+def test_a_singular_float64_system_does_not_advise_float64(float64):
+    """At alpha = 0 with more features than rows, in float64, the error advised summing the
+    statistics in float64; it now advises only what can help (in float32, both)."""
+    x, y = data(n=10)
+    for dtype, advice in ((jnp.float64, False), (jnp.float32, True)):
+        statistics = ridge_statistics(transform64(), array_blocks(x, y), dtype=dtype)
+        with pytest.raises(ValueError, match="not numerically positive definite") as error:
+            solve_ridge(statistics, 0.0)
+        assert ("in float64" in str(error.value).split(": ", 1)[1]) is advice
