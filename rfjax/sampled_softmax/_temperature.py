@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_inputs
+from rfjax._validation import check_inputs, is_concrete
 
 
 def kernel_softmax_divergence(
@@ -33,7 +33,8 @@ def kernel_softmax_divergence(
     Args:
       logits: ``(N, V)`` the model's logits o_i = q.e_i.
       cosines: ``(N, V)`` q_bar.e_bar of the same queries and classes.
-      temperatures: ``(G,)`` positive temperatures tau.
+      temperatures: ``(G,)`` positive temperatures tau. Others raise ``ValueError``; inside
+        ``jit``, where they are unknown, their divergences are NaN.
 
     Returns:
       ``(G,)`` mean divergences (nats).
@@ -55,19 +56,23 @@ def kernel_softmax_divergence(
     temperatures = check_inputs("temperatures", temperatures)
     if temperatures.ndim != 1:
         raise ValueError(f"temperatures must be 1-D (G,), got shape {temperatures.shape}")
+    if is_concrete(temperatures) and not bool(jnp.all(temperatures > 0)):
+        raise ValueError(f"temperatures must be > 0, got {temperatures}")
     log_p = jax.nn.log_softmax(logits, axis=-1)
     p = jnp.exp(log_p)
     entropy_term = jnp.sum(p * log_p, axis=-1)
 
     def divergence(tau):
         log_q = jax.nn.log_softmax(cosines / tau, axis=-1)
-        return jnp.mean(entropy_term - jnp.sum(p * log_q, axis=-1))
+        value = jnp.mean(entropy_term - jnp.sum(p * log_q, axis=-1))
+        return jnp.where(tau > 0, value, jnp.nan)
 
     return jax.lax.map(divergence, temperatures)
 
 
 def select_temperature(logits: jax.Array, cosines: jax.Array, temperatures: jax.Array) -> jax.Array:
     """The tau of ``temperatures`` with the smallest ``kernel_softmax_divergence`` (a scalar;
-    jit-compatible). Treat the inputs as constants (``stop_gradient``) when used in a loss."""
+    jit-compatible), never one whose divergence is NaN (a non-positive tau inside ``jit``)
+    unless all are. Treat the inputs as constants (``stop_gradient``) when used in a loss."""
     divergences = kernel_softmax_divergence(logits, cosines, temperatures)
-    return temperatures[jnp.argmin(divergences)]
+    return temperatures[jnp.argmin(jnp.where(jnp.isnan(divergences), jnp.inf, divergences))]

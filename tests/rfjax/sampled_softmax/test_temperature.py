@@ -29,3 +29,19 @@ def test_bad_shapes_raise_naming_the_argument():
         kernel_softmax_divergence(logits, jnp.zeros((2, 4)), jnp.array([1.0]))
     with pytest.raises(ValueError, match="temperatures"):
         select_temperature(logits, logits, jnp.ones((2, 2)))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_temperatures_must_be_positive(bad):
+    """A zero temperature gave a NaN divergence, and ``select_temperature`` chose it (argmin
+    takes NaN as the least); a negative one gave a finite divergence of a meaningless proposal.
+    Concrete ones raise; inside ``jit`` their divergences are NaN and never chosen."""
+    cosines = jnp.tanh(jax.random.normal(jax.random.key(1), (4, 9)))
+    grid = jnp.array([bad, 0.3, 1.0])
+    with pytest.raises(ValueError, match="temperatures must be > 0"):
+        kernel_softmax_divergence(cosines / 0.3, cosines, grid)
+    with pytest.raises(ValueError, match="temperatures must be > 0"):
+        select_temperature(cosines / 0.3, cosines, grid)
+    traced = jax.jit(kernel_softmax_divergence)(cosines / 0.3, cosines, grid)
+    assert np.isnan(traced[0]) and np.all(np.isfinite(traced[1:]))
+    assert float(jax.jit(select_temperature)(cosines / 0.3, cosines, grid)) == pytest.approx(0.3)
