@@ -121,7 +121,7 @@ def concatenate_digits(
       audio: the recordings to draw from (e.g. those of the training speakers).
       digits: their digit labels, ``(len(audio),)``.
       num_utterances: how many utterances (>= 1).
-      seed: the NumPy seed.
+      seed: the NumPy seed, an integer >= 0.
       min_digits, max_digits: 1 <= min_digits <= max_digits.
       max_samples_per_digit: optional cap on each recording's length (>= 1).
 
@@ -129,6 +129,7 @@ def concatenate_digits(
       ``(waveforms, labels)``: lists of float32 waveforms and int32 digit sequences.
     """
     num_utterances = check_int("num_utterances", num_utterances, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
     min_digits = check_int("min_digits", min_digits, minimum=1)
     max_digits = check_int("max_digits", max_digits, minimum=min_digits)
     digits = np.asarray(digits)

@@ -56,3 +56,12 @@ def test_a_mel_filter_that_covers_no_bin_raises():
     assert data.mel_filterbank(80, 256, 8000).max(axis=0).min() > 0
     with pytest.raises(ValueError, match=r"num_mels = 128 .* leave 6 filter\(s\) .* no FFT bin"):
         data.mel_filterbank(128, 256, 8000)
+
+
+@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_concatenate_digits_names_a_bad_seed(seed, error):
+    """NumPy's own errors ("expected non-negative integer", "SeedSequence expects int") did not
+    say which argument was wrong, and True was taken as seed 1."""
+    audio, digits = [np.zeros(8, np.float32)] * 2, np.array([0, 1])
+    with pytest.raises(error, match="seed must be an integer >= 0"):
+        data.concatenate_digits(audio, digits, 2, seed=seed)
