@@ -36,14 +36,16 @@ Temperature = float | jax.Array
 
 
 def _check_temperature(temperature: Temperature) -> Temperature:
-    """A Python temperature must be a finite real > 0; an array must be a float scalar (its
-    value is not checked: it may be traced)."""
+    """A Python temperature must be a finite real > 0; an array must be a float scalar, > 0
+    when concrete (a traced value is not checked)."""
     if isinstance(temperature, jax.Array):
         if temperature.shape != () or not jnp.issubdtype(temperature.dtype, jnp.floating):
             raise ValueError(
                 f"temperature must be a positive float or a float scalar array, got an array of "
                 f"shape {temperature.shape} and dtype {temperature.dtype}"
             )
+        if is_concrete(temperature) and not 0 < float(temperature) < math.inf:
+            raise ValueError(f"temperature must be a finite real > 0, got {temperature}")
         return temperature
     return check_real("temperature", temperature, positive=True)
 

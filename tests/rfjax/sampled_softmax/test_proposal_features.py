@@ -125,3 +125,16 @@ def test_bad_arguments_raise_naming_them():
         )
     with pytest.raises(ValueError, match="temperature"):
         normalize_for_proposal(queries, jnp.ones(2))
+    # A concrete array of 0 or -1 was not checked: NaN features, then an error about x.
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="temperature must be a finite real > 0"):
+            normalize_for_proposal(queries, jnp.asarray(bad))
+        with pytest.raises(ValueError, match="temperature must be a finite real > 0"):
+            proposal_features(
+                jax.random.key(0),
+                queries,
+                embeddings,
+                proposal="positive",
+                num_features=4,
+                temperature=jnp.asarray(bad),
+            )
