@@ -536,8 +536,8 @@ class ClusterHybridFeatureMap(ExponentialFeatureMap):
     its centres (``cluster_hybrid_parameters``), width k^2 m. Registered as
     ``"cluster_hybrid"``.
 
-    ``init`` sets both centre sets to zeros (every input in cluster 0, A = I: the plain positive
-    estimator) unless they are set; ``fit`` runs k-means on the queries and on the keys
+    ``init`` sets each centre set that is not set to zeros (every input in cluster 0, A = I:
+    the plain positive estimator when both are); ``fit`` runs k-means on the queries and on the keys
     (``fit_cluster_hybrid``). The features span a wide range (|A x| is up to ``max_scale`` |x|),
     so a row's stabilised normaliser can underflow in attention.
 
@@ -578,7 +578,9 @@ class ClusterHybridFeatureMap(ExponentialFeatureMap):
             "the cluster centres", shape, dtype, {"num_clusters": self.num_clusters, "dim": dim}
         )
         zeros = jnp.zeros(shape, dtype)
-        return self.replace(query_centres=zeros, key_centres=zeros)
+        query_centres = zeros if self.query_centres is None else self.query_centres
+        key_centres = zeros if self.key_centres is None else self.key_centres
+        return self.replace(query_centres=query_centres, key_centres=key_centres)
 
     def fit(self, key: jax.Array, queries: jax.Array, keys: jax.Array) -> FeatureMap:
         parameters = fit_cluster_hybrid(

@@ -67,3 +67,14 @@ def test_mismatched_clusters_are_rejected():
         features.cluster_hybrid_features(jnp.ones(DIM), w, params, side="query", mixture="gaussian")
     with pytest.raises(ValueError, match="bandwidth"):
         features.cluster_hybrid_features(jnp.ones(DIM), w, params, side="query", bandwidth=1.0)
+
+
+def test_init_keeps_the_centres_that_are_set():
+    """Given only the query centres, ``init`` replaced them with zeros too."""
+    centres = jnp.arange(6.0).reshape(2, 3)
+    fmap = features.ClusterHybridFeatureMap(query_centres=centres).init(jax.random.key(0), 3)
+    np.testing.assert_array_equal(fmap.query_centres, centres)
+    np.testing.assert_array_equal(fmap.key_centres, np.zeros((2, 3)))
+    fmap = features.ClusterHybridFeatureMap(key_centres=centres).init(jax.random.key(0), 3)
+    np.testing.assert_array_equal(fmap.key_centres, centres)
+    np.testing.assert_array_equal(fmap.query_centres, np.zeros((2, 3)))
