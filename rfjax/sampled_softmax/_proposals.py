@@ -19,6 +19,7 @@ from rfjax.sampled_softmax._proposal_features import (
 )
 from rfjax.sampled_softmax._samplers import (
     SAMPLERS,
+    check_uniform_floor,
     clipped_log_probabilities,
     inverse_cdf,
     sample_from_features,
@@ -62,7 +63,8 @@ def sample_proposal(
       proposal: one of ``proposals()``.
       num_samples: M >= 1.
       sampler: ``"clipped"`` or ``"decomposition"`` (read by the random-feature proposals).
-      uniform_floor: eps of the ``"clipped"`` sampler.
+      uniform_floor: eps in (0, 1] of the ``"clipped"`` sampler (checked whatever the
+        proposal and sampler).
       **feature_options: ``num_features``, ``num_coefficient_features``, ``temperature`` and
         ``coupling`` of ``proposal_features`` (random-feature proposals; ``"kernel"`` reads
         ``temperature`` only, ``"uniform"`` and ``"exact"`` none).
@@ -78,6 +80,7 @@ def sample_proposal(
     proposal = check_choice("proposal", proposal, proposals())
     num_samples = check_int("num_samples", num_samples, minimum=1)
     sampler = check_choice("sampler", sampler, SAMPLERS)
+    check_uniform_floor(uniform_floor)
     _check_feature_options(proposal, feature_options)
     queries = jax.lax.stop_gradient(check_inputs("queries", queries))
     embeddings = jax.lax.stop_gradient(

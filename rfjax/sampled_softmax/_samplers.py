@@ -46,9 +46,7 @@ def clipped_log_probabilities(estimates: jax.Array, uniform_floor: float = 0.01)
       >>> [round(float(v), 3) for v in q[0]]
       [0.625, 0.1, 0.275]
     """
-    uniform_floor = check_real("uniform_floor", uniform_floor, positive=True)
-    if uniform_floor > 1:
-        raise ValueError(f"uniform_floor must be in (0, 1], got {uniform_floor}")
+    uniform_floor = check_uniform_floor(uniform_floor)
     clipped = jnp.maximum(estimates, 0.0)
     total = jnp.sum(clipped, axis=-1, keepdims=True)
     vocabulary = estimates.shape[-1]
@@ -57,6 +55,14 @@ def clipped_log_probabilities(estimates: jax.Array, uniform_floor: float = 0.01)
         total > 0, (1.0 - uniform_floor) * shape + uniform_floor / vocabulary, 1.0 / vocabulary
     )
     return jnp.log(probabilities)
+
+
+def check_uniform_floor(uniform_floor: object) -> float:
+    """``uniform_floor`` as a float in (0, 1], else a ``ValueError`` naming it."""
+    uniform_floor = check_real("uniform_floor", uniform_floor, positive=True)
+    if uniform_floor > 1:
+        raise ValueError(f"uniform_floor must be in (0, 1], got {uniform_floor}")
+    return uniform_floor
 
 
 def feature_proposal_probabilities(
@@ -152,13 +158,14 @@ def sample_from_features(
       num_samples: M >= 1 draws per query.
       sampler: ``"clipped"`` (O(V W) per query) or ``"decomposition"`` (O(W + M log V) per
         query after an O(V W) table).
-      uniform_floor: eps of the ``"clipped"`` sampler.
+      uniform_floor: eps in (0, 1] of the ``"clipped"`` sampler (checked for both samplers).
 
     Returns:
       ``(samples, log_probabilities)``: int32 ``(N, M)`` class ids and float ``(N, M)`` log Q.
     """
     num_samples = check_int("num_samples", num_samples, minimum=1)
     sampler = check_choice("sampler", sampler, SAMPLERS)
+    check_uniform_floor(uniform_floor)
     if sampler == "decomposition":
         return _sample_decomposition(key, query_features, class_features, num_samples)
     log_q = clipped_proposal_log_probabilities(query_features, class_features, uniform_floor)

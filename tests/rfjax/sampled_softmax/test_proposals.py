@@ -80,3 +80,19 @@ def test_bad_arguments_raise_naming_them():
         uniform(num_featuers=4)
     with pytest.raises(ValueError, match=r"'uniform' does not read .*\['num_features'\]"):
         uniform(num_features=4)
+    # A bad uniform_floor was taken silently where it is not read (plain proposals, the
+    # decomposition sampler).
+    with pytest.raises(ValueError, match="uniform_floor"):
+        uniform(uniform_floor=-3.0)
+    with pytest.raises(ValueError, match="uniform_floor"):
+        sample_proposal(
+            jax.random.key(0),
+            queries,
+            embeddings,
+            proposal="positive",
+            num_samples=4,
+            num_features=4,
+            temperature=1.0,
+            sampler="decomposition",
+            uniform_floor=5.0,
+        )
