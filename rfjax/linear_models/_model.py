@@ -12,7 +12,13 @@ from jax.sharding import Mesh
 from jax.typing import DTypeLike
 from numpy.typing import ArrayLike
 
-from rfjax._validation import check_input_type, check_inputs, check_int, check_representable
+from rfjax._validation import (
+    check_array_size,
+    check_input_type,
+    check_inputs,
+    check_int,
+    check_representable,
+)
 from rfjax.linear_models._solve import solve_ridge
 from rfjax.linear_models._statistics import ridge_statistics
 from rfjax.linear_models._transform import Featurizer
@@ -72,6 +78,10 @@ class RandomFeatureRidgeModel:
         rows = host.reshape(-1, host.shape[-1])
         out = np.empty((rows.shape[0], self.weights.shape[1]), self.weights.dtype)
         size = bucket_rows(rows.shape[0], block_rows)
+        width = self.transform.width
+        check_array_size(
+            "the features of a block", (size, width), dtype, {"block_rows": size, "width": width}
+        )
         for start in range(0, rows.shape[0], size):
             valid = min(size, rows.shape[0] - start)
             block = np.zeros((size, rows.shape[1]), dtype)

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import DTypeLike
 from numpy.typing import ArrayLike
 
-from rfjax._validation import check_float_dtype, check_int
+from rfjax._validation import check_array_size, check_float_dtype, check_int
 from rfjax.linear_models._blocks import fixed_blocks
 from rfjax.linear_models._transform import Featurizer
 from rfjax.ops import symmetric_rank_update
@@ -118,7 +118,10 @@ def ridge_statistics(
       The statistics, replicated on the mesh (``count`` = rows of all processes).
 
     Raises:
-      TypeError, ValueError: for a bad block (named by its index), option or dtype.
+      TypeError, ValueError: for a bad block (named by its index), option or dtype, or a
+        Gram matrix or block of features over ``rfjax._validation.MAX_ARRAY_BYTES`` (refused
+        before anything compiles: XLA's CPU runtime aborts the interpreter on an allocation it
+        cannot make).
 
     Examples:
       >>> import jax, numpy as np
@@ -143,6 +146,14 @@ def ridge_statistics(
     local = mesh.local_mesh
     devices = local.shape[axis_name]
     rows = -(-check_int("block_rows", block_rows, minimum=1) // devices) * devices
+    width = transform.width
+    check_array_size("Phi^T Phi", (width, width), dtype, {"transform.width": width})
+    check_array_size(
+        "the features of a block",
+        (rows, width),
+        dtype,
+        {"block_rows": block_rows, "transform.width": width},
+    )
     row_sharding = NamedSharding(local, P(axis_name))
     state = None
     for block in fixed_blocks(blocks, rows, np.dtype(transform.dtype), np.dtype(dtype)):

@@ -36,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from rfjax import features as _features
 from rfjax import projections as _projections
-from rfjax._validation import check_representable
+from rfjax._validation import check_array_size, check_representable
 
 Kernel = Literal["gaussian", "softmax"]
 KERNELS: tuple[Kernel, ...] = ("gaussian", "softmax")
@@ -343,7 +343,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
           self.
 
         Raises:
-          ValueError: for an invalid parameter (the message names it) or invalid ``X``.
+          ValueError: for an invalid parameter (the message names it) or invalid ``X``, or an
+            ``n_components`` whose features of one block of ``BLOCK_ROWS`` rows exceed
+            ``rfjax._validation.MAX_ARRAY_BYTES`` (2^19 components in float32), refused before
+            anything compiles (XLA's CPU runtime aborts the interpreter on an allocation it
+            cannot make).
 
         Warns:
           UserWarning: if the median over the first ``BLOCK_ROWS`` rows of ``X`` of |z(x)|^2,
@@ -361,6 +365,12 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         if dim < _projections.info(coupling).min_dim:
             coupling = "gaussian"
         num_vectors, odd = self._layout(dim)
+        check_array_size(
+            "the features of a transform block",
+            (BLOCK_ROWS, self.n_components),
+            self._compute_dtype,
+            {"n_components": self.n_components},
+        )
         feature_map, self.projection_, self.odd_feature_, fit_key = _draw(
             np.int32(seed),
             features=self.features_,

@@ -116,3 +116,14 @@ def test_predict_refuses_inputs_beyond_the_transform_dtype(float64):
     x[0, 0] = 1e39
     with pytest.raises(ValueError, match=r"x holds values up to .* float32"):
         model.predict(x[:4])
+
+
+def test_a_predict_block_over_the_cap_is_refused_before_compiling(float64):
+    """2^20 rows in one block of 1024 float64 features (8 GiB): refused, naming the block, where
+    XLA's CPU runtime would abort the interpreter on an allocation it cannot make."""
+    projection = projections.get("orthogonal")(jax.random.key(0), 5, 512, dtype=jnp.float64)
+    transform = RandomFeatureTransform(projection, features.get("fourier")(), kernel="gaussian")
+    x, y = data(t=1)
+    model = fit_random_feature_ridge(transform, array_blocks(x, y), 1.0, dtype=jnp.float64)
+    with pytest.raises(ValueError, match=r"block_rows=1048576, width=1024 imply the features"):
+        model.predict(np.zeros((2**20, 5)), block_rows=2**20)

@@ -48,3 +48,14 @@ def test_values_beyond_the_dtype_raise_naming_them(float64, name):
     (x if name == "x" else y)[3, 0] = 1e39
     with pytest.raises(ValueError, match=rf"{name} of block 0 holds values up to .* float32"):
         ridge_statistics(_transform32(), array_blocks(x, y), dtype=jnp.float32)
+
+
+def test_a_gram_matrix_over_the_cap_is_refused_before_compiling():
+    """A transform of 2^15 features asks for a 4 GiB Gram matrix in float32: refused, naming
+    the width, before any block is featurised (XLA's CPU runtime aborts the interpreter on an
+    allocation it cannot make)."""
+    projection = projections.get("gaussian")(jax.random.key(1), 5, 2**15, dtype=jnp.float32)
+    transform = RandomFeatureTransform(projection, features.get("positive")(), 1.5, "gaussian")
+    x, y = data(n=8)
+    with pytest.raises(ValueError, match=r"transform.width=32768 implies Phi\^T Phi"):
+        ridge_statistics(transform, array_blocks(x, y))

@@ -249,3 +249,12 @@ def test_parameters_set_after_fit_wait_for_the_next_fit(changes):
     np.testing.assert_array_equal(sampler.transform(x), before)
     refitted = sampler.fit(x).transform(x)
     assert refitted.shape[1] == sampler.n_components and not np.array_equal(refitted, before)
+
+
+def test_a_width_whose_transform_block_exceeds_the_cap_is_refused_before_compiling():
+    """n_components = 2^27 on 4 inputs: a projection of 0.5 GiB, but a transform block of
+    1024 x 2^27 features (512 GiB) that aborted the interpreter (an XLA check failure) in
+    fit's degenerate-feature check."""
+    x = np.random.default_rng(0).normal(size=(5, 4))
+    with pytest.raises(ValueError, match=r"n_components=134217728 implies the features of a"):
+        RandomFeatures(n_components=2**27, random_state=0).fit(x)
