@@ -42,7 +42,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from rfjax._random import flat
-from rfjax._validation import check_array_size, check_int, is_concrete
+from rfjax._validation import check_array_size, check_int, check_real, is_concrete
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import _compute_dtype, _num_blocks, _validate
 from rfjax.projections._structured import (
@@ -520,12 +520,18 @@ def p_model_violations(matrices: ArrayLike, *, tolerance: float = CONDITION_TOLE
 
     Args:
       matrices: P_0..P_{k-1}, shape ``(k, t, n)``.
-      tolerance: absolute tolerance on column norms and on inner products of columns.
+      tolerance: absolute tolerance on column norms and on inner products of columns, a
+        finite number > 0.
 
     Returns:
       A tuple of strings, one per failed condition: the normalisation (every column of every P_i
       has unit norm, Sec. 2.2) and the orthogonality condition (the columns of each P_i are
       mutually orthogonal, Lemma of Sec. 3 / Eq. 14), each with its worst offender.
+
+    Raises:
+      TypeError: if ``tolerance`` is not a real number.
+      ValueError: for ``matrices`` that are not ``(k, t, n)`` or not finite, or a
+        ``tolerance`` that is not finite and > 0.
 
     Examples:
       >>> import numpy as np
@@ -534,6 +540,7 @@ def p_model_violations(matrices: ArrayLike, *, tolerance: float = CONDITION_TOLE
       >>> p_model_violations(np.ones((1, 2, 2)) / np.sqrt(2))[0][:40]
       'orthogonality condition (Eq. 14) fails: '
     """
+    tolerance = check_real("tolerance", tolerance, positive=True)
     p = np.asarray(matrices, np.float64)
     if p.ndim != 3 or 0 in p.shape:
         raise ValueError(f"matrices must have shape (k, t, n) with k, t, n >= 1, got {p.shape}")

@@ -95,6 +95,15 @@ def test_violations_name_the_failed_condition():
         projections.p_model(jax.random.key(0), n, 2, matrices=mixed)
 
 
+@pytest.mark.parametrize("tolerance", [math.nan, math.inf, 0.0, -1.0])
+def test_violations_refuse_a_tolerance_that_is_not_finite_and_positive(tolerance):
+    """A NaN tolerance passed every P-model (no comparison with NaN is true), -1 failed all."""
+    with pytest.raises(ValueError, match="tolerance must be"):
+        projections.p_model_violations(np.ones((1, 2, 2)), tolerance=tolerance)
+    with pytest.raises(TypeError, match="tolerance must be a real number"):
+        projections.p_model_violations(np.eye(2)[None], tolerance="1e-4")
+
+
 def test_low_displacement_rank_needs_the_spectral_rescaling_of_h():
     """sum_r Z_{-1}(h_r)^T Z_{-1}(h_r) = I after the rescaling; unit-norm h alone fail Eq. 14."""
     n = 6
