@@ -219,7 +219,8 @@ def hd_chain(
 
     Args:
       x: ``(..., p)``, p a power of two, floating.
-      signs: ``(B, k, p)``, the diagonals (normally +-1), D_{b,1} first; dtype of ``x``.
+      signs: ``(B, k, p)`` with B, k >= 1, the diagonals (normally +-1), D_{b,1} first; dtype
+        of ``x``.
       norms: ``(B, p)``, the row norms; dtype of ``x``.
       simplex: apply S after the rotations (fast SimRF; needs p >= 2).
       implementation: as for ``fwht``.
@@ -229,7 +230,8 @@ def hd_chain(
 
     Raises:
       TypeError: for non-floating or mismatched dtypes, or a non-bool ``simplex``.
-      ValueError: for mismatched shapes or a p that is not a power of two.
+      ValueError: for mismatched shapes, no block or no diagonal (B or k = 0), or a p that
+        is not a power of two.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -250,6 +252,11 @@ def hd_chain(
         raise ValueError(
             f"signs must have shape (B, k, {p}) and norms (B, {p}) for x of shape {x.shape}, "
             f"got {signs.shape} and {norms.shape}"
+        )
+    if 0 in signs.shape[:2]:
+        raise ValueError(
+            f"signs must hold at least one block and one diagonal (B, k >= 1), got shape "
+            f"{signs.shape}"
         )
     if signs.dtype != x.dtype or norms.dtype != x.dtype:
         raise TypeError(

@@ -438,6 +438,18 @@ def test_errors():
         fwht(jnp.zeros((4, 8)), implementation="pallas")
     with pytest.raises(ValueError, match="implementation must be one of"):
         hd_chain(jnp.zeros((4, 8)), jnp.ones((1, 1, 8)), jnp.ones((1, 8)), implementation="pallas")
+    # k = 0 diagonals: the fused CPU kernel returned uninitialised memory (it copies x into the
+    # output in its first rotation), the Pallas TPU one divided by zero; B = 0: an unrelated
+    # Pallas slicing error.
+    for shape in [(2, 0, 8), (0, 1, 8)]:
+        for implementation in ("auto", "xla", "pallas_tpu_interpret"):
+            with pytest.raises(ValueError, match=r"signs must hold at least one block and one"):
+                hd_chain(
+                    jnp.ones((4, 8)),
+                    jnp.ones(shape),
+                    jnp.ones((shape[0], 8)),
+                    implementation=implementation,
+                )
     for bad in (1, "yes", None):
         with pytest.raises(TypeError, match="normalize"):
             fwht(jnp.zeros((4, 8)), normalize=bad)
