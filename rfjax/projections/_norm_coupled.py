@@ -29,8 +29,9 @@ import math
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammainc, gammaincc
-from jax.typing import DTypeLike
+from jax.typing import ArrayLike, DTypeLike
 
+from rfjax._validation import as_array, check_int
 from rfjax.projections._base import DenseProjection
 from rfjax.projections._dense import (
     _check_blocks,
@@ -42,10 +43,22 @@ from rfjax.projections._dense import (
 _BISECTION_STEPS = 64
 
 
-def antithetic_chi_norms(norms: jax.Array, dim: int) -> jax.Array:
+def antithetic_chi_norms(norms: ArrayLike, dim: int) -> jax.Array:
     """r' = F^{-1}(1 - F(r)) for chi_d norms r (elementwise): the negative monotone partner.
 
-    If r ~ chi_d then r' ~ chi_d, and r' decreases as r increases.
+    If r ~ chi_d then r' ~ chi_d, and r' decreases as r increases. A NaN norm has a NaN
+    partner.
+
+    Args:
+      norms: a floating array of norms r >= 0.
+      dim: d >= 1, the degrees of freedom of the chi distribution.
+
+    Returns:
+      The partners r', of the shape and dtype of ``norms``.
+
+    Raises:
+      TypeError: if ``norms`` is not a floating array or ``dim`` is not an integer.
+      ValueError: if ``dim < 1``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -54,6 +67,10 @@ def antithetic_chi_norms(norms: jax.Array, dim: int) -> jax.Array:
       >>> bool(jnp.all(jnp.diff(partner) < 0))
       True
     """
+    norms = as_array("norms", norms)
+    if not jnp.issubdtype(norms.dtype, jnp.floating):
+        raise TypeError(f"norms must be a floating array, got dtype {norms.dtype}")
+    dim = check_int("dim", dim, minimum=1)
     half_dim = 0.5 * dim
     level = gammainc(half_dim, 0.5 * norms * norms)  # F(r)
     upper = jnp.full_like(norms, dim + 20.0 * math.sqrt(dim) + 100.0)
@@ -66,7 +83,8 @@ def antithetic_chi_norms(norms: jax.Array, dim: int) -> jax.Array:
         return jnp.where(right, middle, low), jnp.where(right, high, middle)
 
     low, high = jax.lax.fori_loop(0, _BISECTION_STEPS, halve, (jnp.zeros_like(norms), upper))
-    return jnp.sqrt(0.5 * (low + high))
+    # a NaN level compares false at every step: the bisection alone would end near 0
+    return jnp.where(jnp.isnan(norms), norms, jnp.sqrt(0.5 * (low + high)))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))

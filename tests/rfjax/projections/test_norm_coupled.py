@@ -37,6 +37,24 @@ def test_partner_norms_are_the_opposite_chi_quantiles(dim):
     )
 
 
+def test_partner_norms_refuse_bad_arguments_and_keep_nan():
+    """dim = 0 gave partners of 1.6e-9, dim = -3 a math domain error, integer norms a scan
+    carry error, and a NaN norm the finite partner 2e-9."""
+    norms = jnp.array([1.0, 2.0])
+    for dim in (0, -3):
+        with pytest.raises(ValueError, match="dim must be an integer >= 1"):
+            projections.antithetic_chi_norms(norms, dim)
+    for dim in (4.5, "4", True):
+        with pytest.raises(TypeError, match="dim must be an integer"):
+            projections.antithetic_chi_norms(norms, dim)
+    with pytest.raises(TypeError, match="norms must be a floating array"):
+        projections.antithetic_chi_norms(jnp.array([1, 2]), 4)
+    with pytest.raises(TypeError, match="norms must be a numeric array"):
+        projections.antithetic_chi_norms("1.0", 4)
+    partners = np.asarray(projections.antithetic_chi_norms(jnp.array([np.nan, 2.0]), 4))
+    assert np.isnan(partners[0]) and np.isfinite(partners[1])
+
+
 def test_pairs_are_coupled_and_directions_orthogonal():
     dim = 5
     w = projections.norm_coupled(jax.random.key(0), dim, 12, dtype=jnp.float64).matrix()
