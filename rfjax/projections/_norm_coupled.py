@@ -16,7 +16,8 @@ blocks are independent. For random Fourier features the paper's optimal coupling
 numerically and is not this one; the same construction is offered for them as a measured
 baseline (see the tests and the report for what it does to their variance).
 
-The quantile has no closed form: r'^2 solves Q(d/2, s/2) = F(r) (Q the upper regularised gamma)
+The quantile has no closed form: r'^2 solves Q(d/2, s/2) = F(r) (Q the upper regularised gamma;
+where F(r) > 1/2, P(d/2, s/2) = Q(d/2, r^2/2), whose target keeps its precision in the tail)
 by bisection in ``lax.fori_loop`` (64 halvings of [0, d + 20 sqrt(d) + 100], below the dtype's
 resolution).
 """
@@ -73,13 +74,21 @@ def antithetic_chi_norms(norms: ArrayLike, dim: int) -> jax.Array:
     dim = check_int("dim", dim, minimum=1)
     half_dim = 0.5 * dim
     level = gammainc(half_dim, 0.5 * norms * norms)  # F(r)
+    tail = gammaincc(half_dim, 0.5 * norms * norms)  # 1 - F(r), exact where F(r) rounds to 1
+    # r'^2 solves Q(d/2, s/2) = F(r), or P(d/2, s/2) = 1 - F(r) where F(r) > 1/2: the target
+    # is then the small tail, which F(r) itself loses near 1 (in float32 r' was 0 for F(r) = 1)
+    in_upper_tail = level > 0.5
     upper = jnp.full_like(norms, dim + 20.0 * math.sqrt(dim) + 100.0)
 
     def halve(_, bounds):
         low, high = bounds
         middle = 0.5 * (low + high)
-        # Q(d/2, s/2) decreases in s: above the target level the root lies to the right.
-        right = gammaincc(half_dim, 0.5 * middle) > level
+        # Q(d/2, s/2) decreases and P(d/2, s/2) increases in s: the root lies to the right.
+        right = jnp.where(
+            in_upper_tail,
+            gammainc(half_dim, 0.5 * middle) < tail,
+            gammaincc(half_dim, 0.5 * middle) > level,
+        )
         return jnp.where(right, middle, low), jnp.where(right, high, middle)
 
     low, high = jax.lax.fori_loop(0, _BISECTION_STEPS, halve, (jnp.zeros_like(norms), upper))

@@ -37,6 +37,18 @@ def test_partner_norms_are_the_opposite_chi_quantiles(dim):
     )
 
 
+@pytest.mark.parametrize("dim", [16, 64])
+def test_partner_norms_of_the_upper_tail_keep_float32_precision(dim):
+    """Norms 3 to 6 sd above the mean in float32 against float64: F(r) rounded to 1 in float32
+    from about 5.5 sd (d = 64), where the partner came out 0 (4.379 is meant), and lost digits
+    before (4.604 for 4.629 at 5.5 sd)."""
+    norms = np.sqrt(dim - 0.5) + np.array([3.0, 4.0, 5.0, 5.5, 6.0]) * np.sqrt(0.5)
+    single = projections.antithetic_chi_norms(jnp.asarray(norms, jnp.float32), dim)
+    double = projections.antithetic_chi_norms(jnp.asarray(norms, jnp.float64), dim)
+    assert single.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(single, np.float64), double, rtol=1e-4)
+
+
 def test_partner_norms_refuse_bad_arguments_and_keep_nan():
     """dim = 0 gave partners of 1.6e-9, dim = -3 a math domain error, integer norms a scan
     carry error, and a NaN norm the finite partner 2e-9."""
