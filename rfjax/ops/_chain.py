@@ -78,10 +78,12 @@ def apply_simplex(z: jax.Array, *, axis: int = -1) -> jax.Array:
             f"apply_simplex needs the axis length d >= 2 (a regular simplex of d unit vectors "
             f"in R^d); got d = {d} for z of shape {z.shape} and axis={axis}"
         )
-    head = z[..., :-1]
-    sigma = jnp.sum(head, axis=-1, keepdims=True)
-    scaled = math.sqrt(d / (d - 1)) * head - (math.sqrt(d) + 1) / (d - 1) ** 1.5 * sigma
-    out = jnp.concatenate([scaled, sigma / math.sqrt(d - 1)], axis=-1)
+    # The last coordinate by a mask, not by slicing: elementwise operations and a sum keep an
+    # axis sharded across devices as it is (a slice of d - 1 entries cannot be split evenly).
+    last = jnp.arange(d) == d - 1
+    sigma = jnp.sum(jnp.where(last, jnp.zeros_like(z), z), axis=-1, keepdims=True)
+    scaled = math.sqrt(d / (d - 1)) * z - (math.sqrt(d) + 1) / (d - 1) ** 1.5 * sigma
+    out = jnp.where(last, sigma / math.sqrt(d - 1), scaled)
     return jnp.moveaxis(out, -1, axis)
 
 

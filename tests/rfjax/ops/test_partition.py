@@ -169,19 +169,53 @@ _SHARDING_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.integration
-def test_sharded_transforms_run_per_shard():
-    """4 forced CPU devices: no all-gather, output sharded like the input, results unchanged."""
-    impls = ["auto", *SHARDED_BACKENDS]
+def _run_on_four_devices(script: str, *args: str) -> None:
+    """Runs ``script`` in a subprocess with 4 forced CPU devices; it must print OK."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     ).strip()
     result = subprocess.run(
-        [sys.executable, "-c", _SHARDING_SCRIPT, *impls],
+        [sys.executable, "-c", script, *args],
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.integration
+def test_sharded_transforms_run_per_shard():
+    """4 forced CPU devices: no all-gather, output sharded like the input, results unchanged."""
+    _run_on_four_devices(_SHARDING_SCRIPT, "auto", *SHARDED_BACKENDS)
+
+
+_SHARDED_SIMPLEX_SCRIPT = textwrap.dedent(
+    """
+    import jax, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from rfjax.ops import chain_reference, hd_chain
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    signs = rng.choice([-1.0, 1.0], size=(2, 3, 64)).astype(np.float32)
+    norms = np.abs(rng.standard_normal((2, 64))).astype(np.float32)
+    reference = np.asarray(chain_reference(x, signs, norms, simplex=True, implementation="xla"))
+    grid = jax.make_mesh((2, 2), ("x", "y"))
+    for spec in (P(None, ("x", "y")), P("x", "y")):
+        sharded = jax.device_put(x, NamedSharding(grid, spec))
+        y = jax.jit(lambda v: hd_chain(v, signs, norms, simplex=True))(sharded)
+        assert y.sharding.spec == P(spec[0], None, spec[1]), y.sharding
+        assert np.abs(np.asarray(y) - reference).max() <= 1e-5 * np.abs(reference).max()
+    print("OK")
+    """
+)
+
+
+@pytest.mark.integration
+def test_a_sharded_transformed_axis_takes_the_simplex_map():
+    """The fast SimRF chain (simplex=True) with p split over explicit mesh axes: S's slice of
+    the first p - 1 entries raised a ShardingTypeError (63 entries over 4 devices); the mask
+    keeps the axis sharded, and the result is the unsharded one's."""
+    _run_on_four_devices(_SHARDED_SIMPLEX_SCRIPT)
