@@ -12,17 +12,21 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.extend.core import Primitive
-from jax.interpreters import mlir
+from jax.interpreters import ad, batching, mlir
 from jax.typing import ArrayLike
 
 from rfjax._validation import as_array
 from rfjax.ops import _fwht_cpu
 
 
+def _lower(c: jax.Array) -> jax.Array:
+    """The mask of the lower triangle (with the diagonal) of the last two axes of ``c``."""
+    return jnp.arange(c.shape[-2])[:, None] >= jnp.arange(c.shape[-1])[None, :]
+
+
 def _xla_update(c: jax.Array, a: jax.Array) -> jax.Array:
-    product = jnp.matmul(a.T, a, precision=lax.Precision.HIGHEST)
-    lower = jnp.arange(c.shape[0])[:, None] >= jnp.arange(c.shape[1])[None, :]
-    return jnp.where(lower, c + product, c)
+    product = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=lax.Precision.HIGHEST)
+    return jnp.where(_lower(c), c + product, c)
 
 
 # A primitive (not a platform_dependent of an ffi_call), so that its result has c's type,
@@ -31,6 +35,27 @@ symmetric_rank_update_p = Primitive("rfjax_symmetric_rank_update")
 symmetric_rank_update_p.def_abstract_eval(lambda c, a: c.update(weak_type=False))
 _compiled = jax.jit(lambda c, a: symmetric_rank_update_p.bind(c, a))
 symmetric_rank_update_p.def_impl(lambda c, a: _compiled(c, a))  # eager: one compiled program
+
+
+def _batch(args, dims):
+    """``vmap``: XLA's batched product (the BLAS kernel takes one matrix)."""
+    c, a = (x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims, strict=True))
+    size = next(x.shape[0] for x, d in zip((c, a), dims, strict=True) if d is not None)
+    c = jnp.broadcast_to(c, (size, *c.shape[-2:]))
+    return _xla_update(c, a), 0
+
+
+def _jvp(primals, tangents):
+    """d(c + a^T a) = dc + da^T a + a^T da in the lower triangle, dc above it."""
+    c, a = primals
+    dc, da = (ad.instantiate_zeros(t) for t in tangents)
+    cross = jnp.matmul(da.T, a, precision=lax.Precision.HIGHEST)
+    tangent = dc + jnp.where(_lower(c), cross + cross.T, jnp.zeros_like(c))
+    return symmetric_rank_update_p.bind(c, a), tangent
+
+
+batching.primitive_batchers[symmetric_rank_update_p] = _batch
+ad.primitive_jvps[symmetric_rank_update_p] = _jvp
 
 
 def _lowering(platform: str):
@@ -55,7 +80,8 @@ def symmetric_rank_update(c: ArrayLike, a: ArrayLike) -> jax.Array:
     matrix. On CPU with rfjax's compiled kernels, BLAS ``syrk`` (SciPy's), which computes only
     that triangle (b m (m + 1) / 2 multiply-adds instead of the general product's b m^2);
     otherwise XLA's ``a.T @ a`` at ``Precision.HIGHEST``. The two sum in different orders, so
-    they agree to rounding.
+    they agree to rounding. It works under ``jit``, ``vmap`` (XLA's batched product) and
+    ``grad``/``jvp``.
 
     Args:
       c: ``(m, m)``, float32 or float64.
