@@ -131,8 +131,18 @@ class FwhtBackend:
                 f"implementation={self.name!r} takes {_listed(self.dtypes)}, got {name}; use "
                 "implementation='auto', 'matmul' or 'xla'"
             )
-        if n & (n - 1) or n < self.min_n or (self.max_n is not None and n > self.max_n):
-            lengths = f"up to {self.max_n}" if self.min_n == 1 else f"{self.min_n} ... {self.max_n}"
+        if n < 1 or n & (n - 1):
+            raise ValueError(
+                f"implementation={self.name!r} takes power-of-two lengths, got {n}; pad with "
+                "rfjax.ops.pad_to_power_of_two"
+            )
+        if n < self.min_n or (self.max_n is not None and n > self.max_n):
+            if self.max_n is None:
+                lengths = f"from {self.min_n}"
+            else:
+                lengths = (
+                    f"up to {self.max_n}" if self.min_n == 1 else f"{self.min_n} ... {self.max_n}"
+                )
             raise ValueError(
                 f"implementation={self.name!r} takes power-of-two lengths {lengths}, got {n}; "
                 "use implementation='auto', 'matmul' or 'xla'"

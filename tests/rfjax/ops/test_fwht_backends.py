@@ -85,6 +85,11 @@ def test_every_backend_entry_names_its_kernels(name):
     if backend.max_n is not None:
         with pytest.raises(ValueError, match=f"{name}.*lengths .*{backend.max_n}"):
             backend.check(2 * backend.max_n, backend.dtypes[0])
+    # A length that is not a power of two is refused as such, whatever the backend (it read
+    # "takes power-of-two lengths up to None, got 12; use implementation='auto', 'matmul' or
+    # 'xla'" for 'matmul' itself).
+    with pytest.raises(ValueError, match=f"{name}.*power-of-two lengths, got 12; pad with"):
+        backend.check(12, backend.dtypes[0])
     if "float64" not in backend.dtypes:
         with pytest.raises(TypeError, match=f"{name}.*float32, got float64"):
             backend.check(backend.min_n, "float64")

@@ -16,7 +16,7 @@ BACKEND = fwht_backend("pallas_tpu")  # its entry of the backend table: the limi
 @pytest.mark.parametrize(
     ("n", "dtype", "error", "match"),
     [
-        (24, jnp.float32, ValueError, "power-of-two lengths up to 16384, got 24"),
+        (24, jnp.float32, ValueError, "power-of-two lengths, got 24; pad with"),
         (1 << 15, jnp.float32, ValueError, "up to 16384, got 32768"),
         (64, jnp.dtype("float64"), TypeError, "float16, bfloat16 or float32, got float64"),
     ],

@@ -37,7 +37,7 @@ def test_rows_are_padded_with_zeros_to_whole_blocks():
 @pytest.mark.parametrize(
     ("shape", "dtype", "error", "match"),
     [
-        ((2, 12), jnp.float32, ValueError, "power-of-two lengths up to 8192, got 12"),
+        ((2, 12), jnp.float32, ValueError, "power-of-two lengths, got 12; pad with"),
         ((1, 16384), jnp.float32, ValueError, "up to 8192, got 16384"),
         ((2, 16), jnp.int32, TypeError, "float32 or float64, got int32"),
     ],
