@@ -149,7 +149,13 @@ class PModel(abc.ABC):
         Args:
           n: the block's input size.
           parameters: that block's parameters (``block_parameters``), ``None`` for fixed P_i.
+
+        Raises:
+          ValueError: if the k x t x n matrices pass ``rfjax._validation.MAX_ARRAY_BYTES``
+            (n = 4096 for a circulant: 512 GiB), before anything compiles.
         """
+        shape = (self.num_rows(n), self.budget_size(n), n)
+        check_array_size("the P-model matrices P_0..P_{k-1} (k, t, n)", shape, np.float64, {"n": n})
         jacobian = _run_compiled(functools.partial(_block_jacobian, self, n), parameters)
         return np.transpose(np.asarray(jacobian, np.float64), (1, 2, 0))  # from (n, k, t)
 
@@ -489,6 +495,11 @@ class PModelProjection(Projection):
         The rows are those of the structured matrix A before preprocessing: with
         ``preprocess=True`` the block of W is ``A R_HD`` restricted to the first d columns.
         Only the first ``block_sizes()[block]`` rows are used by the projection.
+
+        Raises:
+          ValueError: for a ``block`` out of range, or matrices past
+            ``rfjax._validation.MAX_ARRAY_BYTES`` (their size is checked before anything
+            compiles: at n = 4096 a circulant's are 512 GiB, which aborted the interpreter).
         """
         check_int("block", block, minimum=0)
         if block >= self.budget.shape[0]:

@@ -104,7 +104,12 @@ def test_violations_refuse_a_tolerance_that_is_not_finite_and_positive(tolerance
         projections.p_model_violations(np.eye(2)[None], tolerance="1e-4")
 
 
-def test_low_displacement_rank_needs_the_spectral_rescaling_of_h():
+def test_block_matrices_past_the_size_cap_are_refused_before_compiling():
+    """d = 4096: a circulant's P_i are 4096^3 float64 entries (512 GiB); reading them off
+    ``apply`` aborted the interpreter (XLA's allocation, a failed check) instead of raising."""
+    projection = projections.circulant(jax.random.key(0), 4096, 8)
+    with pytest.raises(ValueError, match=r"n=4096 implies the P-model matrices .*\(512 GiB\)"):
+        projection.block_matrices()
     """sum_r Z_{-1}(h_r)^T Z_{-1}(h_r) = I after the rescaling; unit-norm h alone fail Eq. 14."""
     n = 6
     with jax.enable_x64(True):
