@@ -185,7 +185,7 @@ def _jvp(primals, tangents, *, simplex, implementation):
         dy = hd_chain_p.bind(dx, signs, norms, simplex=simplex, implementation=implementation)
         return y, dy
     tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
-    reference = functools.partial(chain_reference, simplex=simplex)
+    reference = functools.partial(chain_reference, simplex=simplex, implementation=implementation)
     return y, jax.jvp(reference, primals, tangents)[1]
 
 
@@ -217,7 +217,7 @@ def _batch(args, dims, *, simplex, implementation):
         x = jnp.moveaxis(x, x_dim, 0)
         out = hd_chain_p.bind(x, signs, norms, simplex=simplex, implementation=implementation)
         return out, 0
-    reference = functools.partial(chain_reference, simplex=simplex)
+    reference = functools.partial(chain_reference, simplex=simplex, implementation=implementation)
     out = jax.vmap(reference, in_axes=dims)(x, signs, norms)
     return out, 0
 

@@ -328,6 +328,34 @@ def test_hd_chain_fused_cpu_kernel_is_the_composition(dtype):
                     assert np.abs(y - z).max() <= 8 * eps * (1 + math.log2(p)) * scale
 
 
+@pytest.mark.skipif(
+    not _fwht_cpu.is_available() or jax.default_backend() != "cpu",
+    reason="the C++ FWHT kernel is not built, or the backend is not CPU",
+)
+def test_hd_chain_keeps_its_implementation_under_vmap_and_jvp_in_the_factors():
+    """vmap over the signs (per-head projections) and a JVP in the norms run the composition;
+    it ran with "auto" (the C++ kernel on CPU) whatever ``implementation`` said."""
+    rng = np.random.default_rng(24)
+    x = jnp.asarray(rng.standard_normal((3, 8)), jnp.float32)
+    signs = jnp.asarray(rng.choice([-1.0, 1.0], size=(2, 1, 2, 8)), jnp.float32)
+    norms = jnp.ones((1, 8), jnp.float32)
+
+    def chain(signs, norms, implementation):
+        return hd_chain(x, signs, norms, simplex=True, implementation=implementation)
+
+    def batched(implementation):
+        return jax.vmap(lambda s: chain(s, norms, implementation))
+
+    def tangent(implementation):
+        return lambda n: jax.jvp(lambda v: chain(signs[0], v, implementation), (n,), (n,))[1]
+
+    for make in (batched, tangent):
+        argument = signs if make is batched else norms
+        assert "rfjax_fwht" in jax.jit(make("cpu")).lower(argument).as_text()
+        assert "rfjax_fwht" not in jax.jit(make("xla")).lower(argument).as_text()
+        np.testing.assert_allclose(make("xla")(argument), make("cpu")(argument), atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_symmetric_rank_update_adds_a_gram_matrix_to_the_lower_triangle(dtype):
     """c + a^T a below and on the diagonal, c above it, by BLAS syrk on CPU (when built) and
