@@ -625,7 +625,7 @@ def _check_matrices(matrices: object, n: int, dtype: jnp.dtype) -> jax.Array:
     if not is_concrete(matrices):
         raise TypeError("matrices must be a concrete array (not traced), to be checked")
     array = np.asarray(matrices)
-    if not np.issubdtype(array.dtype, np.floating):
+    if not jnp.issubdtype(array.dtype, jnp.floating):  # NumPy's own does not know bfloat16
         raise TypeError(f"matrices must be a floating array, got dtype {array.dtype}")
     if array.ndim == 3:
         check_array_size(

@@ -104,6 +104,17 @@ def test_violations_refuse_a_tolerance_that_is_not_finite_and_positive(tolerance
         projections.p_model_violations(np.eye(2)[None], tolerance="1e-4")
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
+def test_dense_matrices_of_any_floating_dtype_are_taken(dtype):
+    """bfloat16 P_i were refused as "matrices must be a floating array, got dtype bfloat16"."""
+    matrices = jnp.asarray(cyclic_matrices(4, 3), dtype)
+    projection = projections.p_model(jax.random.key(0), 4, 3, matrices=matrices)
+    reference = projections.p_model(jax.random.key(0), 4, 3, matrices=cyclic_matrices(4, 3))
+    np.testing.assert_array_equal(projection.matrix(), reference.matrix())
+    with pytest.raises(TypeError, match="matrices must be a floating array, got dtype int32"):
+        projections.p_model(jax.random.key(0), 4, 3, matrices=np.ones((3, 4, 4), np.int32))
+
+
 def test_block_matrices_past_the_size_cap_are_refused_before_compiling():
     """d = 4096: a circulant's P_i are 4096^3 float64 entries (512 GiB); reading them off
     ``apply`` aborted the interpreter (XLA's allocation, a failed check) instead of raising."""
