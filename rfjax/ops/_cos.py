@@ -21,7 +21,8 @@ the whole float range. That slow path is behind a ``lax.cond`` on max |t|, so ar
 range (random-feature arguments almost always are) pay one max-reduction and never evaluate it.
 
 Accuracy (tested against NumPy, every finite t): float64 within 2.3e-16 absolute; float32 within
-2.5e-7 absolute. Half-precision inputs are computed in float32.
+2.7e-7 absolute (2.66e-7 at t = 15644.088, the worst of every float32 in [2^13, 2^14], where
+k * C2 rounds most). Half-precision inputs are computed in float32.
 """
 
 from __future__ import annotations

@@ -583,12 +583,15 @@ def _sin_cos_inputs(dtype) -> np.ndarray:
     t = rng.uniform(-60.0, 60.0, (40, 37))
     t[0, :17] = np.arange(-8, 9) * np.pi / 4
     t[1, :6] = [np.nan, np.inf, -np.inf, 1e30, -3e9, 2.0**14 + 1]
+    # the float32 path's worst cases, near the top of its fast range (an exhaustive search of
+    # [2^13, 2^14]): 2.66e-7 from cos, 2.58e-7 from sin
+    t[1, 6:10] = [15644.088, -15644.088, 13858.3545, -13858.3545]
     t[2] = np.exp(rng.uniform(np.log(1e3), np.log(1e300), 37)) * rng.choice([-1, 1], 37)
     with np.errstate(over="ignore"):
         return t.astype(dtype)
 
 
-@pytest.mark.parametrize("dtype, tolerance", [(np.float64, 4e-16), (np.float32, 2.5e-7)])
+@pytest.mark.parametrize("dtype, tolerance", [(np.float64, 4e-16), (np.float32, 2.7e-7)])
 def test_sin_cos_is_the_shifted_cos_pair_and_accurate(dtype, tolerance):
     """sin_cos(t, scale) is scale [shifted_cos(t, 1), shifted_cos(t, 0)] (to 1 ulp: XLA may fuse
     a multiply and an add that the kernel keeps apart), within the stated bound of NumPy's
