@@ -34,7 +34,10 @@ from rfjax.attention._per_head import PerHead
 
 
 def is_unfitted(fmap: object) -> bool:
-    """Whether ``fmap`` is an OPRF or DERF map still without its data-fitted parameters."""
+    """Whether ``fmap`` is an OPRF or DERF map still without its data-fitted parameters, or a
+    ``FeatureMapPair`` with such a map on a side."""
+    if isinstance(fmap, features.FeatureMapPair):
+        return is_unfitted(fmap.query) or is_unfitted(fmap.key)
     if isinstance(fmap, features.OptimizedPositiveFeatureMap):
         return fmap.statistics is None
     if isinstance(fmap, features.DenseExponentialFeatureMap):
@@ -114,6 +117,12 @@ def fit_to_inputs(
     """
     if causal:
         raise _unfitted_in_causal(fmap)
+    if isinstance(fmap, features.FeatureMapPair):  # attention fits one map per head, not pairs
+        raise ValueError(
+            "feature_map FeatureMapPair has a data-fitted map without its parameters on a "
+            "side; fit the pair once on a calibration sample (fmap.fit(key, queries, keys)) and "
+            "pass the fitted pair"
+        )
     statistics = _head_statistics(query, key, mask, sequence_axis)
     if isinstance(fmap, features.OptimizedPositiveFeatureMap):
         return PerHead(fmap.replace(statistics=statistics))

@@ -221,6 +221,15 @@ class FeatureMapPair(FeatureMap):
             self.query.init(query_key, dim, dtype=dtype), self.key.init(key_key, dim, dtype=dtype)
         )
 
+    def fit(self, key: jax.Array, queries: jax.Array, keys: jax.Array) -> FeatureMap:
+        """Both maps fitted to the samples, each as it is fitted alone (with split keys): a
+        pair of one data-fitted map fits it on both sides (the default ``fit`` kept a
+        data-fitted side at its unfitted start)."""
+        query_key, key_key = jax.random.split(key)
+        return FeatureMapPair(
+            self.query.fit(query_key, queries, keys), self.key.fit(key_key, queries, keys)
+        )
+
 
 def exponential_side(fmap: FeatureMap, side: Side) -> ExponentialFeatureMap | None:
     """The exponential map (phi = exp(l), ``ExponentialFeatureMap``) that gives ``side``'s

@@ -77,6 +77,27 @@ def test_causal_weights_and_decoding_reject_an_unfitted_map():
     np.testing.assert_allclose(out, full[:, 0], rtol=1e-5, atol=1e-6)
 
 
+def test_a_pair_with_an_unfitted_side_is_refused_and_a_fitted_pair_attends_as_its_map():
+    # A pair's data-fitted side stayed unfitted (plain FAVOR+) without a word: the pair's
+    # default fit fitted nothing, and attention did not see the unfitted side.
+    q, k, v = _qkv()
+    w = projections.orthogonal(jax.random.key(1), H, M)
+    oprf = features.get("oprf")()
+    pair = features.FeatureMapPair(oprf, oprf)
+    for causal in (False, True):
+        with pytest.raises(ValueError, match=r"FeatureMapPair .*calibration sample"):
+            attention.favor_attention(q, k, v, w, feature_map=pair, causal=causal)
+    sample_q, sample_k = (H**-0.25 * x.reshape(-1, H) for x in (q, k))
+    fitted = pair.fit(jax.random.key(2), sample_q, sample_k)
+    alone = oprf.fit(jax.random.key(3), sample_q, sample_k)
+    for side in (fitted.query, fitted.key):
+        np.testing.assert_array_equal(side.statistics.query_mean, alone.statistics.query_mean)
+    favor = jitted(attention.favor_attention)
+    np.testing.assert_array_equal(
+        favor(q, k, v, w, feature_map=fitted), favor(q, k, v, w, feature_map=alone)
+    )
+
+
 def test_masked_keys_do_not_enter_the_statistics():
     q, k, v = _qkv()
     mask = jnp.arange(T) < T - 4
