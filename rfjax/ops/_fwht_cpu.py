@@ -21,6 +21,7 @@ import importlib.util
 import math
 import os
 import pathlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -77,10 +78,34 @@ def _library() -> ctypes.CDLL | None:
     for path in _candidate_paths():
         if path.is_file():
             try:
-                return ctypes.CDLL(str(path))
+                lib = ctypes.CDLL(str(path))
             except OSError:
                 continue
+            _warn_of_ignored_settings(lib)
+            return lib
     return None
+
+
+def _warn_of_ignored_settings(lib: ctypes.CDLL) -> None:
+    """Warns, naming the variable, where the library ignores ``RFJAX_FWHT_CPU_ISA`` (a name not
+    compiled in or not supported by this CPU: the best supported set runs) or reads
+    ``RFJAX_FWHT_CPU_THREADS`` as what it does not say (C's strtoll: "abc" is 0 threads)."""
+    wanted = os.environ.get("RFJAX_FWHT_CPU_ISA", "")
+    lib.rfjax_fwht_isa.restype = ctypes.c_char_p
+    in_use = lib.rfjax_fwht_isa().decode()
+    if wanted and wanted != in_use:
+        warnings.warn(
+            f"RFJAX_FWHT_CPU_ISA={wanted!r} is ignored: it is not one of the instruction sets "
+            f"compiled into the library that this CPU supports; {in_use!r} runs",
+            stacklevel=3,
+        )
+    threads = os.environ.get("RFJAX_FWHT_CPU_THREADS")
+    if threads is not None and not threads.strip().lstrip("-").isdigit():
+        warnings.warn(
+            f"RFJAX_FWHT_CPU_THREADS={threads!r} is not an integer (the number of helper "
+            "threads, or -1 for no cap); the library reads it as 0 (no helper threads)",
+            stacklevel=3,
+        )
 
 
 def _capsule_pointer(capsule: object) -> int:

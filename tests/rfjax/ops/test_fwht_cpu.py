@@ -7,6 +7,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -228,6 +229,36 @@ def test_every_instruction_set_matches_hadamard():
         _fwht_cpu.select_isa(default)
     with pytest.raises(ValueError, match="was not compiled"):
         _fwht_cpu.select_isa("neon")
+
+
+@built
+def test_settings_the_library_ignores_are_warned_of_naming_the_variable():
+    """An unknown RFJAX_FWHT_CPU_ISA ran the best set without a word (select_isa raises), and
+    a non-integer RFJAX_FWHT_CPU_THREADS read as 0 helper threads."""
+
+    def loaded_with(isa: str, threads: str) -> tuple[str, str]:
+        ran = subprocess.run(
+            [
+                sys.executable,
+                "-W",
+                "always",
+                "-c",
+                "from rfjax.ops import _fwht_cpu as f; print(f.isa())",
+            ],
+            env={**os.environ, "RFJAX_FWHT_CPU_ISA": isa, "RFJAX_FWHT_CPU_THREADS": threads},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return ran.stdout.strip(), ran.stderr
+
+    in_use, warned = loaded_with("avx3", "abc")
+    assert in_use == _supported_isas()[0]
+    assert "RFJAX_FWHT_CPU_ISA='avx3' is ignored" in warned, warned
+    assert "RFJAX_FWHT_CPU_THREADS='abc' is not an integer" in warned, warned
+    in_use, warned = loaded_with("scalar", "1")
+    assert in_use == "scalar" and "RFJAX_FWHT_CPU" not in warned, warned
 
 
 @pytest.mark.integration
