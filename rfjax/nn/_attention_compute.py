@@ -255,7 +255,11 @@ def kv_cache_step(
     gives NaN to exactly the rows that attend to it (their scores hold a NaN) and nothing to
     the others (its score is selected away, its value is 0), as ``isolating_non_finite`` does,
     without a pass over the whole cache per token (which made a decode step 2.8x Flax's at
-    L = 16k on CPU)."""
+    L = 16k on CPU).
+
+    Tokens past the cache's L positions raise ``ValueError`` for a concrete ``index``, and
+    make this call's rows and every later one NaN for a traced one (Flax's clamped write
+    overwrote the last positions silently)."""
     batch, capacity = cached_key.shape[:2]
     length = key.shape[1]
     if length > capacity:
@@ -265,7 +269,16 @@ def kv_cache_step(
         )
     if length > 1:
         check_prefill_start(index)
-    usable = jnp.all(jnp.isfinite(key), axis=-1) & jnp.all(jnp.isfinite(value), axis=-1)
+    if is_concrete(index) and int(index) + length > capacity:
+        raise ValueError(
+            f"the decode cache holds L = {capacity} positions (the length init or init_cache "
+            f"was given) and is full after {int(index)} tokens; got {length} more"
+        )
+    # A traced index past the cache: its tokens are written (at the last positions, where
+    # dynamic_update_slice clamps them) as NaN keys, so every row of this call and later
+    # ones is NaN, not attention over a cache whose last tokens were overwritten.
+    fits = index + length <= capacity
+    usable = jnp.all(jnp.isfinite(key), axis=-1) & jnp.all(jnp.isfinite(value), axis=-1) & fits
     key = jnp.where(usable[..., None], key, jnp.nan)
     value = jnp.where(usable[..., None], value, 0)
     zero = jnp.zeros((), index.dtype)

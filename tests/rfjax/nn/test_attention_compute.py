@@ -156,3 +156,25 @@ def test_the_cache_step_writes_masks_and_isolates_non_finite_tokens():
         kv_cache_step(empty, empty, jnp.int32(1), k[:, :2], v[:, :2], None)
     with pytest.raises(ValueError, match="holds L = 5 positions"):
         kv_cache_step(empty, empty, jnp.int32(0), k, v, None)
+
+
+def test_tokens_past_the_cache_raise_or_read_nan():
+    """A full cache took a token at its last position (``dynamic_update_slice`` clamps the
+    index), overwriting it: attention over the wrong keys, silently. Now a concrete index
+    raises, and a traced one makes the call's rows (and the later ones') NaN."""
+    capacity = 3
+    empty = jnp.zeros((BATCH, capacity, HEADS, HEAD_DIM))
+    q, k, v, _, _ = _heads()
+    with pytest.raises(ValueError, match=r"holds L = 3 positions .* full after 3 tokens"):
+        kv_cache_step(empty, empty, jnp.int32(3), k[:, :1], v[:, :1], None)
+
+    @jax.jit
+    def attend(index):
+        key, value, mask = kv_cache_step(empty, empty, index, k[:, :1], v[:, :1], None)
+        return key, nn.dot_product_attention(q[:, :1], key, value, mask=mask)
+
+    key, out = attend(jnp.int32(2))  # the last position: fits
+    np.testing.assert_array_equal(key[:, 2], k[:, 0])
+    assert np.isfinite(out).all()
+    key, out = attend(jnp.int32(3))
+    assert np.isnan(key[:, 2]).all() and np.isnan(out).all()
