@@ -12,7 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rfjax._validation import check_ids, check_int, check_key, check_real, is_concrete
+from rfjax._validation import (
+    as_array,
+    check_ids,
+    check_int,
+    check_key,
+    check_real,
+    is_concrete,
+)
 
 
 class Generated(NamedTuple):
@@ -91,8 +98,8 @@ def generate(
         ``cache_length`` below P + N - 1, a temperature <= 0 (concrete) with a key,
         ``rngs`` without the stream a Performer draws from, or ``collections`` holding
         ``"params"`` or ``"cache"``.
-      TypeError: for a non-integer prompt, a ``key`` that is not a PRNG key, or a model
-        without a ``decode`` attribute.
+      TypeError: for a non-integer prompt or ``projection_step``, a ``key`` that is not a
+        PRNG key, or a model without a ``decode`` attribute.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -160,12 +167,22 @@ def generate(
 
 
 def _step(projection_step) -> Any:
-    """The projection step as an int32 scalar: a Python number (or ``None``: 0) converted on
+    """The projection step as an int32 scalar: a Python integer (or ``None``: 0) converted on
     the host, as the temperature is (``jnp.asarray(3, jnp.int32)`` compiles a program of its
-    own, which ``test_generate`` counts), an array by ``jnp.asarray``."""
-    if projection_step is None or isinstance(projection_step, int):
-        return np.int32(projection_step or 0)
-    return jnp.asarray(projection_step, jnp.int32)
+    own, which ``test_generate`` counts), an integer array by ``jnp.asarray``. Anything else
+    (a float, a bool) raises ``TypeError``, as ``redraw_key`` does for the parallel model:
+    a cast would pick another step's projection silently."""
+    if projection_step is None:
+        return np.int32(0)
+    if isinstance(projection_step, int) and not isinstance(projection_step, bool):
+        return np.int32(projection_step)
+    step = as_array("projection_step", projection_step)
+    if isinstance(projection_step, bool) or not jnp.issubdtype(step.dtype, jnp.integer):
+        raise TypeError(
+            f"projection_step must be an integer (a Python int or an integer array), got "
+            f"{projection_step!r} of dtype {step.dtype}"
+        )
+    return step.astype(jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("num_tokens", "cache_length"))

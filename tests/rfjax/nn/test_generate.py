@@ -177,6 +177,15 @@ def test_bad_arguments_raise_naming_them():
             generate(model, params, prompt, NEW, rngs=RNGS, collections={reserved: {}})
 
 
+@pytest.mark.parametrize("step", [1.5, jnp.float32(1.5), True, "1"])
+def test_a_projection_step_that_is_not_an_integer_raises(step):
+    """It was cast to int32 (1.5 and True gave step 1's projection, silently; "1" raised
+    JAX's own conversion error), where the parallel model's redraw_key refuses it."""
+    model, params, prompt = _setup("performer")
+    with pytest.raises(TypeError, match="projection_step must be"):
+        generate(model, params, prompt, NEW, rngs=RNGS, projection_step=step)
+
+
 def test_a_fitted_feature_map_collection_enters_every_call():
     # The cluster hybrid's centres live in the "feature_map" collection (started by init, set by
     # a fit): without them generate could not run the model (Flax: the collection is empty);
