@@ -78,7 +78,7 @@ def generate(
       prompt: ``(B, P)`` integer tokens, P >= 1.
       num_tokens: N >= 1, the tokens to generate.
       key: the sampling key (a typed PRNG key); ``None``: greedy decoding.
-      temperature: > 0, divides the logits before sampling (with ``key`` only).
+      temperature: a scalar > 0, divides the logits before sampling (with ``key`` only).
       rngs: the model's RNG streams for step 1, e.g. ``{"projection": key}`` for a
         Performer (its projection stream, as in training); ``None`` for exact attention.
       projection_step: the step whose projection the Performer uses (as in training).
@@ -95,7 +95,8 @@ def generate(
 
     Raises:
       ValueError: for a prompt that is not ``(B, P)`` with P >= 1, ``num_tokens`` < 1, a
-        ``cache_length`` below P + N - 1, a temperature <= 0 (concrete) with a key,
+        ``cache_length`` below P + N - 1, a temperature that is not a scalar, or <= 0
+        (concrete) with a key,
         ``rngs`` without the stream a Performer draws from, or ``collections`` holding
         ``"params"`` or ``"cache"``.
       TypeError: for a non-integer prompt or ``projection_step``, a ``key`` that is not a
@@ -144,6 +145,10 @@ def generate(
         raise ValueError(
             f"collections holds the model's other variable collections; got {reserved}: pass "
             f"the parameters as params (the cache is generate's own)"
+        )
+    if not isinstance(temperature, int | float) and as_array("temperature", temperature).ndim:
+        raise ValueError(
+            f"temperature must be a scalar, got an array of shape {jnp.shape(temperature)}"
         )
     if key is not None:
         key = check_key("key", key)

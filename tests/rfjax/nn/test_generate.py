@@ -166,6 +166,13 @@ def test_bad_arguments_raise_naming_them():
         generate(model, params, prompt, NEW, rngs=RNGS, cache_length=PROMPT + NEW - 2)
     with pytest.raises(ValueError, match="temperature must be > 0"):
         generate(model, params, prompt, NEW, rngs=RNGS, key=jax.random.key(0), temperature=0.0)
+    with pytest.raises(ValueError, match=r"temperature must be a scalar, got .* \(2,\)"):
+        temperature = jnp.array([0.5, 1.0])  # raised NumPy's "only 0-dimensional arrays"
+        generate(
+            model, params, prompt, NEW, rngs=RNGS, key=jax.random.key(0), temperature=temperature
+        )
+    with pytest.raises(TypeError, match="temperature must be"):  # raised float()'s error
+        generate(model, params, prompt, NEW, rngs=RNGS, key=jax.random.key(0), temperature="hot")
     with pytest.raises(TypeError, match="key must be a single JAX PRNG key"):
         generate(model, params, prompt, NEW, rngs=RNGS, key=0)
     with pytest.raises(ValueError, match="RNG stream 'projection'"):
