@@ -257,8 +257,8 @@ def favor_attention(
         map without a log-space form, an unfitted data-fitted map with ``causal=True``,
         ``chunk_size < 1``, an input that does not vary over ``sequence_axis`` or, on global
         arrays, whose sequence it does not split; an unknown ``implementation``, one that does
-        not compile for this platform, or fused kernels with a map, ``sequence_axis`` or
-        ``stabilize=False`` they do not take.
+        not compile for this platform, or fused kernels with a map, ``sequence_axis``,
+        ``stabilize=False`` or float64 (inputs or projection) they do not take.
 
     Examples:
       >>> import jax
@@ -348,6 +348,12 @@ def favor_attention(
         if not stabilize:
             raise ValueError(
                 f"implementation={implementation!r} always stabilises; with stabilize=False use "
+                f"implementation='xla'"
+            )
+        if dtype == jnp.float64:  # the kernels accumulate in float32
+            raise ValueError(
+                f"implementation={implementation!r} computes in float32 (its kernels accumulate "
+                f"in float32); float64 inputs or projection compute in float64 with "
                 f"implementation='xla'"
             )
         inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)

@@ -292,6 +292,15 @@ def test_errors_name_what_the_kernels_take():
         attention.favor_attention(
             q, k, v, projection, stabilize=False, implementation="pallas_triton_interpret"
         )
+    # float64 computed in float32 by the kernels, silently (errors 6e-8 where XLA's are 3e-16)
+    with jax.enable_x64(True):
+        wide = [x.astype(jnp.float64) for x in (q, k, v)]
+        for args in (
+            (*wide, projection),
+            (q, k, v, jax.tree.map(lambda w: w.astype(jnp.float64), projection)),
+        ):
+            with pytest.raises(ValueError, match=r"computes in float32 .* float64 inputs or proj"):
+                attention.favor_attention(*args, implementation="pallas_triton_interpret")
     with pytest.raises(ValueError, match="compiles for gpu, not for platform 'cpu'"):
         attention.favor_attention(q, k, v, projection, implementation="pallas_triton")
     with pytest.raises(ValueError, match="implementation must be one of"):
