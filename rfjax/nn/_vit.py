@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from rfjax._validation import check_int
+from rfjax._validation import check_int, check_rate
 from rfjax.nn._attention import AttentionKind, PerformerAttention
 
 Pooling = Literal["cls", "mean"]
@@ -27,9 +27,12 @@ def check_vit_attributes(
     num_layers: object,
     num_heads: object,
     mlp_dim: object,
+    dropout_rate: object,
     pooling: object,
 ) -> None:
-    """Raises for sizes < 1 (``num_layers`` < 0) and unknown poolings, naming the argument."""
+    """Raises for sizes < 1 (``num_layers`` < 0), a ``dropout_rate`` outside [0, 1) and
+    unknown poolings, naming the argument."""
+    check_rate("dropout_rate", dropout_rate)
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
     for name, value in (
@@ -96,7 +99,7 @@ class PerformerViT(nn.Module):
       num_layers: encoder blocks.
       num_heads: attention heads (D divisible by it).
       mlp_dim: hidden width of the block MLP.
-      dropout_rate: dropout after attention and in the MLP.
+      dropout_rate: dropout after attention and in the MLP, in [0, 1).
       pooling: ``"cls"`` (class token) or ``"mean"`` (mean over patch tokens).
       representation_size: width of a tanh pre-logits layer of the head (None: a linear head).
       attention_kind, coupling, num_features, feature_map, redraw_interval, query_key_norm,
@@ -144,6 +147,7 @@ class PerformerViT(nn.Module):
             num_layers=self.num_layers,
             num_heads=self.num_heads,
             mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
             pooling=self.pooling,
         )
         if images.ndim == 3:

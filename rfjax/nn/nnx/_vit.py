@@ -96,6 +96,7 @@ class PerformerViT(nnx.Module):
             num_layers=num_layers,
             num_heads=num_heads,
             mlp_dim=mlp_dim,
+            dropout_rate=dropout_rate,
             pooling=pooling,
         )
         height, width = image_size

@@ -64,3 +64,17 @@ def test_images_of_another_rank_raise_naming_them():
             ValueError, match=r"images must be \(B, H, W\) .*" + re.escape(str(shape))
         ):
             vit.init(jax.random.key(0), jnp.ones(shape))
+
+
+@pytest.mark.parametrize("rate", [-0.5, 1.0, 1.5])
+def test_a_dropout_rate_outside_0_1_raises_naming_it(rate):
+    """Accepted before, linen and NNX: -0.5 scaled every kept unit by 1 / 1.5 and 1.5 dropped
+    them all, silently (the LSTM LM and the Conformer refused them)."""
+    from flax import nnx
+
+    from rfjax.nn import nnx as rnnx
+
+    with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
+        PerformerViT(num_classes=3, dropout_rate=rate).init(jax.random.key(0), jnp.ones((1, 8, 8)))
+    with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
+        rnnx.PerformerViT(3, image_size=(8, 8), dropout_rate=rate, rngs=nnx.Rngs(0))
