@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rfjax import features
-from rfjax._validation import check_rate
+from rfjax._validation import check_rate, is_concrete
 from rfjax.attention import data_normalizer
 from rfjax.features import FeatureMap
 from rfjax.nn._attention import FEATURE_MAP_COLLECTION, PROJECTION_STREAM, PerformerAttention
@@ -303,7 +303,8 @@ def fit_conformer_clusters(
       model: a ``ConformerEncoder`` whose attention map has fitted parameters
         (``attention="cluster_hybrid"``).
       variables: its variables (``"params"`` and ``"feature_map"``).
-      features, mask: a batch as for ``model``.
+      features, mask: a batch as for ``model``; ``mask`` with at least one real frame
+        (``ValueError`` otherwise; inside ``jit``, NaN parameters).
       num_points: frames sampled per fit (>= num_clusters).
       num_iterations: Lloyd iterations of k-means (for maps that take ``num_iterations``).
     """
@@ -322,6 +323,13 @@ def fit_conformer_clusters(
         rngs={PROJECTION_STREAM: jax.random.fold_in(key, 0)},
     )
     flat_mask = frame_mask.reshape(-1)
+    if is_concrete(flat_mask) and not np.any(np.asarray(flat_mask)):
+        raise ValueError(
+            f"mask must mark at least one real frame to fit the feature map on; got a mask of "
+            f"shape {jnp.shape(mask)} with none"
+        )
+    # Traced, a mask without a real frame fits NaN parameters (their p was 0 / 0).
+    real = jnp.any(flat_mask)
     probabilities = flat_mask / jnp.sum(flat_mask)
     fitted_maps = {}
     for layer in range(model.num_layers):
@@ -341,7 +349,10 @@ def fit_conformer_clusters(
             head_keys, queries, keys
         )
         fitted_maps[name] = {
-            "attention": {field: getattr(fitted, field) for field in template.fitted_fields}
+            "attention": {
+                field: jnp.where(real, getattr(fitted, field), jnp.nan)
+                for field in template.fitted_fields
+            }
         }
     return {**variables, FEATURE_MAP_COLLECTION: fitted_maps}
 

@@ -92,3 +92,19 @@ def test_bad_rates_and_widths_raise_naming_them():
             _tiny("trigonometric", **options).init(
                 {"params": jax.random.key(1), "projection": jax.random.key(2)}, features, mask
             )
+
+
+def test_fitting_clusters_without_a_real_frame_raises_or_gives_nan():
+    """An all-padding mask fitted the centres to padded frames drawn with probabilities 0 / 0,
+    finite and silently; now it raises, and inside jit the fitted parameters are NaN."""
+    features = jax.random.normal(jax.random.key(0), (2, 16, 5))
+    model = _tiny("cluster_hybrid")
+    variables = _init(model, features, jnp.ones((2, 16), bool))
+    padding = jnp.zeros((2, 16), bool)
+    with pytest.raises(ValueError, match="mask must mark at least one real frame"):
+        fit_conformer_clusters(jax.random.key(3), model, variables, features, padding)
+    fit = jax.jit(fit_conformer_clusters, static_argnums=1, static_argnames="num_points")
+    fitted = fit(jax.random.key(3), model, variables, features, padding, num_points=32)
+    assert all(np.isnan(x).all() for x in jax.tree.leaves(fitted["feature_map"]))
+    fitted = fit(jax.random.key(3), model, variables, features, padding.at[1, :3].set(True))
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(fitted["feature_map"]))
