@@ -222,7 +222,8 @@ class ImplicitAttentionPolicy(nn.Module):
     # ----------------------------------------------------------------- static structure
 
     def num_patches(self) -> int:
-        """T, after checking ``image_shape``, ``patch_size``, ``num_kept`` and ``attention``."""
+        """T, after checking ``image_shape``, ``patch_size``, ``num_kept``, ``attention`` and
+        ``temperature``."""
         shape = tuple(self.image_shape)
         if len(shape) != 3 or any(
             isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in shape
@@ -243,6 +244,7 @@ class ImplicitAttentionPolicy(nn.Module):
                 f"patch_size {patch}); got num_kept = {kept}"
             )
         check_choice("attention", self.attention, IAP_ATTENTIONS)
+        check_real("temperature", self.temperature, positive=True)  # every kind scales by it
         if self.attention != "exact":
             check_choice("coupling", self.coupling, available_couplings())
         return count

@@ -113,3 +113,12 @@ def test_bad_inputs_raise_errors_naming_the_argument():
             feature_map=projection.feature_map,
             eps=1.0,
         )
+
+
+@pytest.mark.parametrize("temperature", [-1.0, 0.0, float("nan"), "hot"])
+def test_a_bad_temperature_raises_naming_it_for_exact_attention_too(temperature):
+    """Exact attention did not check it: -1 raised "math domain error", "hot" a sequence
+    multiplication error, and 0 or NaN gave logits (every query scaled to 0 or NaN)."""
+    policy = policy_of("exact", temperature=temperature)
+    with pytest.raises((TypeError, ValueError), match="temperature must be"):
+        policy.init(jax.random.key(1), jnp.zeros(SHAPE), None)
