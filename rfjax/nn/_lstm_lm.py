@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_int, check_rate, vocabulary_ids
+from rfjax._validation import check_int, check_rate, check_real, vocabulary_ids
 
 LOGITS = ("dot", "cosine")
 LOGIT_SCALE_PARAM = "log_logit_scale"
@@ -48,7 +48,7 @@ class LSTMLanguageModel(nn.Module):
       dropout_rate: dropout on the embeddings and every LSTM output (0.5 in HRF App. I); uses
         the ``"dropout"`` RNG stream when ``train``.
       logits: ``"dot"`` or ``"cosine"``.
-      initial_logit_scale: s at initialisation (``"cosine"`` only), > 0.
+      initial_logit_scale: s at initialisation (``"cosine"`` only), finite and > 0.
 
     Examples:
       >>> import jax
@@ -75,8 +75,7 @@ class LSTMLanguageModel(nn.Module):
         check_int("num_layers", self.num_layers, minimum=0)
         if self.logits not in LOGITS:
             raise ValueError(f"logits must be one of {LOGITS}, got {self.logits!r}")
-        if not self.initial_logit_scale > 0:
-            raise ValueError(f"initial_logit_scale must be > 0, got {self.initial_logit_scale!r}")
+        check_real("initial_logit_scale", self.initial_logit_scale, positive=True)
         check_rate("dropout_rate", self.dropout_rate)
         tokens = vocabulary_ids("tokens", tokens, self.vocab_size)
         embed = nn.Embed(

@@ -27,3 +27,14 @@ def test_bad_tokens_and_dropout_rates_raise_naming_them():
         bad_rate = LSTMLanguageModel(vocab_size=10, hidden_size=8, num_layers=1, dropout_rate=rate)
         with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
             bad_rate.init(jax.random.key(0), jnp.ones((1, 3), int), train=False)
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan"), 0.0, "big"])
+def test_a_bad_initial_logit_scale_raises_naming_it(scale):
+    """inf passed the "> 0" check and gave queries of +-inf; NaN was refused as "must be > 0",
+    and a string raised a comparison error."""
+    model = LSTMLanguageModel(
+        vocab_size=10, hidden_size=8, logits="cosine", initial_logit_scale=scale
+    )
+    with pytest.raises((TypeError, ValueError), match="initial_logit_scale must be"):
+        model.init(jax.random.key(0), jnp.ones((1, 3), int), train=False)
