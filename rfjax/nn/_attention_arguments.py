@@ -13,7 +13,7 @@ from typing import Literal
 import jax
 
 from rfjax import features
-from rfjax._validation import check_int
+from rfjax._validation import check_int, check_real
 from rfjax.features import FeatureMap
 from rfjax.projections import available as available_couplings
 
@@ -74,8 +74,8 @@ def check_attributes(
             f"sequence is not implemented); got sequence_axis={sequence_axis!r} with "
             f"attention_kind={attention_kind!r}"
         )
-    if query_key_norm and not initial_temperature > 0:
-        raise ValueError(f"initial_temperature must be > 0, got {initial_temperature!r}")
+    if query_key_norm:
+        check_real("initial_temperature", initial_temperature, positive=True)
     if features % num_heads:
         raise ValueError(f"qkv_features ({features}) must be divisible by num_heads ({num_heads})")
     return features // num_heads

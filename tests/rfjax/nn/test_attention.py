@@ -204,6 +204,11 @@ def test_errors_name_the_problem():
         module.clone(attention_kind="linear").init(jax.random.key(0), q)
     with pytest.raises(ValueError, match="initial_temperature must be > 0"):
         module.clone(query_key_norm=True, initial_temperature=0.0).init(jax.random.key(0), q)
+    # inf passed "> 0" and gave NaN outputs (log temperature inf); a string a comparison error
+    with pytest.raises(ValueError, match="initial_temperature must be finite, got inf"):
+        module.clone(query_key_norm=True, initial_temperature=np.inf).init(jax.random.key(0), q)
+    with pytest.raises(TypeError, match="initial_temperature must be a real number"):
+        module.clone(query_key_norm=True, initial_temperature="2").init(jax.random.key(0), q)
     with pytest.raises(ValueError, match="pooling"):
         PerformerViT(num_classes=2, pooling="max").init(jax.random.key(0), jnp.ones((1, 28, 28)))
 
