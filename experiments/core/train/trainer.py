@@ -78,6 +78,7 @@ from experiments.core import outputs, sweep
 from experiments.core.train import distributed
 from experiments.core.train.checkpoints import Checkpoints, TrainingProgress, latest_params
 from experiments.core.train.distributed import padded_batches, process_share
+from experiments.core.train.metrics_log import FILENAME as METRICS_FILE
 from experiments.core.train.metrics_log import MetricsWriter, read_metrics
 from experiments.core.training_check import trainer_sections
 from experiments.core.validate import check_types, require_int, require_names, require_positive
@@ -562,8 +563,9 @@ def train_and_evaluate(
 
     Returns:
       The final metrics: ``train_<name>`` of the last train record (interval means),
-      ``eval_<name>`` at the final step (if the task evaluates), ``step`` and
-      ``train_seconds`` (training wall time over all sessions of this run).
+      ``eval_<name>`` at the final step (if the task evaluates), ``step``,
+      ``train_seconds`` (training wall time over all sessions of this run) and, where a train
+      record's loss is not finite, ``diverged_at_step`` (the first such record's step).
 
     Raises:
       TrainingInterrupted: on SIGINT/SIGTERM, after saving a checkpoint.
@@ -641,12 +643,31 @@ def train_and_evaluate(
     writer.close()
     final["step"] = step
     final["train_seconds"] = elapsed()
+    diverged = _diverged_at_step(workdir)
+    if diverged is not None:
+        final["diverged_at_step"] = diverged
+        print(
+            f"the training loss is not finite from the record of step {diverged}: the run "
+            "diverged, and its final metrics are those of non-finite parameters",
+            flush=True,
+        )
     print(
         f"trained to step {step} in {outputs.format_duration(final['train_seconds'])} "
         f"({outputs.format_duration(time.monotonic() - session_start)} in this session)",
         flush=True,
     )
     return final
+
+
+def _diverged_at_step(workdir: str) -> int | None:
+    """The step of the first train record whose loss is not finite (over every session of the
+    run: the metrics file, which process 0 writes), or None."""
+    if not os.path.exists(os.path.join(workdir, METRICS_FILE)):
+        return None
+    for record in read_metrics(workdir):
+        if record["split"] == "train" and not math.isfinite(record["loss"]):
+            return int(record["step"])
+    return None
 
 
 def final_params(workdir: str) -> Params:

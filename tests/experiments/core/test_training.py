@@ -19,7 +19,14 @@ from experiments.core.train import checkpoints, metrics_log
 from experiments.core.train import trainer as train
 from rfjax import data
 from tests.support import ROOT, SUPPORT
-from tests.support.toy_training import leaves, resume_config, signal_at, toy_config, toy_task
+from tests.support.toy_training import (
+    leaves,
+    resume_config,
+    signal_at,
+    toy_config,
+    toy_task,
+    with_batches,
+)
 
 requires_fashion_mnist = pytest.mark.skipif(
     not os.path.exists(os.path.join(data.fashion_mnist_dir(), "t10k-images-idx3-ubyte.gz")),
@@ -48,6 +55,21 @@ def test_quick_run_learns_and_writes_metrics(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "train: 7/30 (23%), " in out and "[train step 5] " in out
     assert "trained to step 30 in" in out
+
+
+@pytest.mark.integration
+def test_a_run_whose_loss_turns_non_finite_says_it_diverged(tmp_path, capsys):
+    # A NaN loss trained on to the last step and the run read as complete: its metrics were
+    # numbers (argmax over NaN logits is a class) with nothing saying the run had diverged.
+    def poison(step, batch):
+        if step == 12:
+            batch["x"][0, 0] = np.nan
+
+    final = train.train_and_evaluate(toy_config(), str(tmp_path), with_batches(toy_task(), poison))
+    assert final["step"] == 30 and final["diverged_at_step"] == 15  # the record of steps 11-15
+    assert "the run diverged" in capsys.readouterr().out
+    healthy = train.train_and_evaluate(toy_config(), str(tmp_path / "healthy"), toy_task())
+    assert "diverged_at_step" not in healthy
 
 
 @pytest.fixture(scope="module")
