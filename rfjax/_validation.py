@@ -91,6 +91,14 @@ def check_iterations(name: str, value: int) -> int:
     return value
 
 
+def check_bool(name: str, value: object) -> bool:
+    """``value`` as a ``bool``: a Python or NumPy bool only (not 0/1, not a string), else
+    raises ``TypeError`` naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
+    return bool(value)
+
+
 def check_real(name: str, value: object, *, positive: bool = False) -> float:
     """Returns ``value`` as a finite ``float`` (and ``> 0`` if ``positive``), else raises."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rfjax import features
-from rfjax._validation import check_real
+from rfjax._validation import check_bool, check_real
 from rfjax.attention._per_head import PerHead
 from rfjax.features import FeatureMap
 from rfjax.projections import DenseProjection, Projection
@@ -64,9 +64,7 @@ def check_qkv(
 
 
 def check_causal(causal: object) -> bool:
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-    return causal
+    return check_bool("causal", causal)
 
 
 def check_mask(mask: object, batch: int, length: int) -> jax.Array:

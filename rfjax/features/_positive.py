@@ -9,7 +9,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from rfjax._validation import check_choice, check_real
+from rfjax._validation import check_bool, check_choice, check_real
 from rfjax.features._common import project
 from rfjax.features._protocol import AffineLogForm, ExponentialFeatureMap, Side
 from rfjax.projections import Projection
@@ -125,8 +125,7 @@ def positive_log_features(
       True
     """
     kernel = check_choice("kernel", kernel, POSITIVE_KERNELS)
-    if not isinstance(antithetic, bool):
-        raise TypeError(f"antithetic must be a bool, got {antithetic!r}")
+    antithetic = check_bool("antithetic", antithetic)
     lengthscale = check_real("lengthscale", lengthscale, positive=True)
     if kernel == "softmax" and lengthscale != 1.0:
         raise ValueError(
@@ -161,8 +160,7 @@ class PositiveFeatureMap(ExponentialFeatureMap):
     antithetic: bool = dataclasses.field(default=False, metadata={"static": True})
 
     def __post_init__(self):
-        if not isinstance(self.antithetic, bool):  # at construction, not at the first call
-            raise TypeError(f"antithetic must be a bool, got {self.antithetic!r}")
+        check_bool("antithetic", self.antithetic)  # at construction, not at the first call
 
     def log_features(self, x: jax.Array, projection: Projection, *, side: Side) -> jax.Array:
         del side  # symmetric

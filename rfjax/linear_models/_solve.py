@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rfjax._validation import check_real
+from rfjax._validation import check_bool, check_real
 from rfjax.linear_models._statistics import RidgeStatistics
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -101,8 +101,7 @@ def _check_statistics(statistics: object, fit_intercept: object) -> None:
             f"statistics must be RidgeStatistics (from ridge_statistics), got "
             f"{type(statistics).__name__}"
         )
-    if not isinstance(fit_intercept, bool):
-        raise TypeError(f"fit_intercept must be a bool, got {fit_intercept!r}")
+    check_bool("fit_intercept", fit_intercept)
 
 
 def _centre(statistics: RidgeStatistics, fit_intercept: bool):

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from rfjax._validation import check_bool
 from rfjax.ops._chain import apply_simplex, chain_reference, hd_chain_p
 from rfjax.ops._cos import shifted_cos, sin_cos
 from rfjax.ops._fwht import fwht_p
@@ -65,13 +66,6 @@ def _normalize_axis(axis: SupportsIndex, ndim: int) -> int:
             f"axis must be in [{-ndim}, {ndim - 1}] for an input of rank {ndim}, got {axis}"
         )
     return axis % ndim
-
-
-def _check_bool(name: str, value: object) -> bool:
-    """``value`` as a bool: a Python or NumPy bool only (not 0/1, not a string)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
-    return bool(value)
 
 
 def _check_operand(name: str, x: ArrayLike) -> jax.Array:
@@ -190,7 +184,7 @@ def fwht(
     """
     x = _check_operand("x", x)
     axis = _normalize_axis(axis, x.ndim)
-    normalize = _check_bool("normalize", normalize)
+    normalize = check_bool("normalize", normalize)
     check_implementation(implementation)
     _check_length(x.shape[axis], f"axis {axis}", x.shape)
     moved = jnp.moveaxis(x, axis, -1)
@@ -244,7 +238,7 @@ def hd_chain(
     """
     x = _check_operand("x", x)
     signs, norms = jnp.asarray(signs), jnp.asarray(norms)
-    simplex = _check_bool("simplex", simplex)
+    simplex = check_bool("simplex", simplex)
     check_implementation(implementation)
     p = x.shape[-1]
     _check_length(p, "the last axis of x", x.shape)

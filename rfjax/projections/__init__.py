@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable
 
 from rfjax._registry import Registry
-from rfjax._validation import check_int
+from rfjax._validation import check_bool, check_int
 from rfjax.projections._base import DenseProjection, Projection
 from rfjax.projections._dense import (
     SIMPLEX_MIN_DIM,
@@ -103,8 +103,7 @@ def register(
     """
     if not callable(sampler):
         raise TypeError(f"sampler for {name!r} must be callable, got {type(sampler).__name__}")
-    if not isinstance(exact_marginals, bool):
-        raise TypeError(f"exact_marginals must be a bool, got {exact_marginals!r}")
+    exact_marginals = check_bool("exact_marginals", exact_marginals)
     min_dim = check_int("min_dim", min_dim, minimum=1)
     if not isinstance(label, str) or not label:
         raise TypeError(f"label must be a non-empty string, got {label!r}")

@@ -42,11 +42,10 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from rfjax._random import flat
-from rfjax._validation import check_array_size, check_int, check_real, is_concrete
+from rfjax._validation import check_array_size, check_bool, check_int, check_real, is_concrete
 from rfjax.projections._base import Projection
 from rfjax.projections._dense import _compute_dtype, _num_blocks, _validate
 from rfjax.projections._structured import (
-    _check_bool,
     _jit_apply,
     _output_dtype,
     _pad_last,
@@ -735,7 +734,7 @@ def p_model(
       arXiv:1604.07356, Sec. 2.2 (Eq. 3, normalisation), Sec. 3 (Lemma, Eq. 14), Eq. 12.
     """
     dim, num_features, dtype = _validate(key, dim, num_features, dtype)
-    preprocess = _check_bool("preprocess", preprocess)
+    preprocess = check_bool("preprocess", preprocess)
     if (matrices is None) == (generator is None):
         raise ValueError("give exactly one of matrices (dense P_i) and generator (a PModel)")
     n = next_power_of_two(dim) if preprocess else dim

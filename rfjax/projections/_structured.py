@@ -73,12 +73,6 @@ def apply_hd(x: jax.Array, signs: jax.Array) -> jax.Array:
     return hd_chain(x, signs[None], ones)[..., 0, :]
 
 
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
-    return value
-
-
 def _output_dtype(x: jax.Array, leaf: jax.Array) -> jnp.dtype:
     return jnp.result_type(x.dtype, leaf.dtype)
 
