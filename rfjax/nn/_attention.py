@@ -267,6 +267,7 @@ class PerformerAttention(nn.Module):
             feature_map=self.feature_map,
             query_key_norm=self.query_key_norm,
             initial_temperature=self.initial_temperature,
+            causal=self.causal,
             sequence_axis=self.sequence_axis,
         )
 

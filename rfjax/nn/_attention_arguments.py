@@ -13,7 +13,7 @@ from typing import Literal
 import jax
 
 from rfjax import features
-from rfjax._validation import check_int, check_real
+from rfjax._validation import check_bool, check_int, check_real
 from rfjax.features import FeatureMap
 from rfjax.projections import available as available_couplings
 
@@ -50,10 +50,12 @@ def check_attributes(
     feature_map: str | FeatureMap,
     query_key_norm: bool,
     initial_temperature: float,
+    causal: object,
     sequence_axis: str | None = None,
 ) -> int:
     """Validates the attention's attributes; returns the head dim H = features / num_heads."""
     num_heads = check_int("num_heads", num_heads, minimum=1)
+    check_bool("causal", causal)
     if attention_kind not in ATTENTION_KINDS:
         raise ValueError(f"attention_kind must be one of {ATTENTION_KINDS}, got {attention_kind!r}")
     if attention_kind == "performer":

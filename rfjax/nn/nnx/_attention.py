@@ -225,6 +225,7 @@ class PerformerAttention(nnx.Module):
             feature_map=feature_map,
             query_key_norm=query_key_norm,
             initial_temperature=initial_temperature,
+            causal=causal,
             sequence_axis=sequence_axis,
         )
         kv_heads = num_heads if num_kv_heads is None else num_kv_heads

@@ -209,6 +209,12 @@ def test_errors_name_the_problem():
         module.clone(query_key_norm=True, initial_temperature=np.inf).init(jax.random.key(0), q)
     with pytest.raises(TypeError, match="initial_temperature must be a real number"):
         module.clone(query_key_norm=True, initial_temperature="2").init(jax.random.key(0), q)
+    # "yes" raised JAX's "Pred must be a scalar" (the exact kind took it as True), and 1
+    # compiled both the causal and the bidirectional forms.
+    for causal in ("yes", 1):
+        for kind in ("performer", "exact"):
+            with pytest.raises(TypeError, match="causal must be a bool"):
+                module.clone(causal=causal, attention_kind=kind).init(jax.random.key(0), q)
     with pytest.raises(ValueError, match="pooling"):
         PerformerViT(num_classes=2, pooling="max").init(jax.random.key(0), jnp.ones((1, 28, 28)))
 

@@ -180,6 +180,8 @@ def test_errors_name_the_argument():
         rnnx.PerformerAttention(0, WIDTH, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="dropout_rate must be 0"):
         rnnx.PerformerAttention(HEADS, WIDTH, dropout_rate=0.1, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="causal must be a bool"):  # "yes" was taken as True
+        rnnx.PerformerAttention(HEADS, WIDTH, causal="yes", rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="patch_size must be an integer >= 1, got 0"):
         rnnx.PerformerViT(3, image_size=(8, 8), patch_size=0, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="multiples of patch_size"):
