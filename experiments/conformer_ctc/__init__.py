@@ -73,7 +73,14 @@ from experiments.conformer_ctc.task import (
 from experiments.core import outputs, records, sweep
 from experiments.core.study import Study
 from experiments.core.train import trainer as train
-from experiments.core.validate import require, require_int, require_names, require_nonempty
+from experiments.core.validate import (
+    require,
+    require_int,
+    require_interval,
+    require_names,
+    require_nonempty,
+    require_positive,
+)
 from rfjax.nn import conformer_attentions
 
 __all__ = [
@@ -123,7 +130,24 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     require_nonempty(config, "seeds")
     require_names(config, "split", SPLITS)
     require_int(config, "first_test_index", minimum=1, maximum=RECORDINGS_PER_SPEAKER_DIGIT - 1)
-    require_int(config, "min_digits", "num_swap_draws", minimum=1)
+    require_int(
+        config,
+        "min_digits",
+        "num_swap_draws",
+        "num_train_utterances",
+        "num_test_utterances",
+        "max_samples_per_digit",
+        "num_mels",
+        "eval_batch_size",
+        "cluster_points",
+        minimum=1,
+    )
+    require_int(config, "data_seed", minimum=0)
+    sizes = ("model_dim", "num_layers", "num_heads", "ff_expansion", "kernel_size")
+    features = ("num_features", "num_sign_features", "num_clusters", "redraw_interval")
+    require_int(config.model, *sizes, *features, minimum=1, prefix="config.model")
+    require_interval(config.model, "dropout_rate", interval="[0, 1)", prefix="config.model")
+    require_positive(config.model, "hybrid_eps", "initial_temperature", prefix="config.model")
     require(
         config.max_digits >= config.min_digits,
         "max_digits",

@@ -526,9 +526,22 @@ def test_bad_config_raises():
         ("first_test_index", 50, r"config\.first_test_index must be an int in \[1, 49\], got 50"),
         ("num_swap_draws", 0, r"config\.num_swap_draws must be an int >= 1, got 0"),
         ("max_digits", 1, r"config\.max_digits must be >= config\.min_digits = 2, got 1"),
+        ("num_train_utterances", -1, r"config\.num_train_utterances must be an int >= 1"),
+        ("data_seed", -1, r"config\.data_seed must be an int >= 0, got -1"),
+        ("model.model_dim", 0, r"config\.model\.model_dim must be an int >= 1, got 0"),
+        ("model.num_heads", -1, r"config\.model\.num_heads must be an int >= 1, got -1"),
+        ("model.num_clusters", 0, r"config\.model\.num_clusters must be an int >= 1, got 0"),
+        (
+            "model.dropout_rate",
+            math.nan,
+            r"config\.model\.dropout_rate must be finite and in \[0, 1\)",
+        ),
+        ("model.hybrid_eps", 0.0, r"config\.model\.hybrid_eps must be finite and > 0, got 0\.0"),
     ):
         config = conformer_config.get_config("quick")
-        config[field] = value
+        *parents, name = field.split(".")
+        section = functools.reduce(lambda c, k: c[k], parents, config)
+        section[name] = value
         with pytest.raises(ValueError, match=message):
             conformer_ctc.validate_config(config)
     config = conformer_config.get_config("quick")

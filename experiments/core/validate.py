@@ -124,6 +124,37 @@ def require_positive(config: ml_collections.ConfigDict, *keys: str, prefix: str 
     )
 
 
+def require_interval(
+    config: ml_collections.ConfigDict, *keys: str, interval: str, prefix: str = "config"
+) -> None:
+    """Checks that each ``config[key]`` (a number or a non-empty tuple of numbers) is finite
+    and in ``interval``, written as in mathematics: ``"[0, 1)"`` (a dropout rate), ``"(0, 1)"``,
+    ``"[0, inf)"`` (NaN is in no interval).
+
+    Raises:
+      ValueError: naming the field, the value and the interval.
+
+    Example:
+      >>> require_interval({"dropout_rate": 1.0}, "dropout_rate", interval="[0, 1)")
+      Traceback (most recent call last):
+      ...
+      ValueError: config.dropout_rate must be finite and in [0, 1), got 1.0
+    """
+    left, low, high, right = interval[0], *interval[1:-1].split(","), interval[-1]
+    if left not in "[(" or right not in "])":
+        raise ValueError(f"interval must look like '[0, 1)', got {interval!r}")
+    low, high = float(low), float(high)
+
+    def inside(v) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        above = v >= low if left == "[" else v > low
+        below = v <= high if right == "]" else v < high
+        return above and below
+
+    _require_each(config, keys, inside, f"finite and in {interval}", prefix)
+
+
 def require_int(
     config: ml_collections.ConfigDict,
     *keys: str,
