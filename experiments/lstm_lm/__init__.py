@@ -82,6 +82,7 @@ from experiments.core.train import trainer as train
 from experiments.core.validate import (
     require,
     require_int,
+    require_interval,
     require_names,
     require_nonempty,
     require_positive,
@@ -205,7 +206,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 f"{SETTINGS} and an estimator in {known}"
             )
     for name, options in config.estimators.items():
-        require_names(options, "proposal", feature_proposals(), f"config.estimators.{name}")
+        prefix = f"config.estimators.{name}"
+        require_names(options, "proposal", feature_proposals(), prefix)
+        require_int(options, "num_features", "num_coefficient_features", minimum=1, prefix=prefix)
     require_names(config, "favor_estimator", tuple(config.estimators))
     require_names(config, "hybrid_estimators", tuple(config.estimators))
     if not competitors(config):
@@ -228,6 +231,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         minimum=1,
     )
     require_int(config.sampler, "num_samples", minimum=1, prefix="config.sampler")
+    require_interval(config.sampler, "uniform_floor", interval="(0, 1]", prefix="config.sampler")
+    require_int(config.model, "hidden_size", minimum=1, prefix="config.model")
+    require_int(config.model, "num_layers", minimum=0, prefix="config.model")
+    require_interval(config.model, "dropout_rate", interval="[0, 1)", prefix="config.model")
+    require_positive(config.model, "initial_logit_scale", prefix="config.model")
     require(
         config.num_metric_queries % config.metric_query_chunk == 0,
         "num_metric_queries",

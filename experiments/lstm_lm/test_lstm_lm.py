@@ -1,6 +1,7 @@
 """The LSTM language model (rfjax.nn), the PTB loader and the lstm_lm experiment (the sampled
 softmax it trains with: tests/rfjax/sampled_softmax/)."""
 
+import functools
 import importlib.util
 import json
 import math
@@ -94,6 +95,28 @@ def test_bad_arguments_raise():
     config.sampler.name = "abs"
     with pytest.raises(ValueError, match=r"sampler\.name"):
         lstm_lm.validate_config(config)
+    for field, value, message in (
+        ("model.hidden_size", 0, r"config\.model\.hidden_size must be an int >= 1, got 0"),
+        ("model.num_layers", -1, r"config\.model\.num_layers must be an int >= 0, got -1"),
+        ("model.dropout_rate", math.nan, r"config\.model\.dropout_rate must be finite and in"),
+        ("model.initial_logit_scale", 0.0, r"config\.model\.initial_logit_scale must be finite"),
+        ("sampler.uniform_floor", math.nan, r"config\.sampler\.uniform_floor must be finite"),
+        (
+            "estimators.gaussian.num_features",
+            0,
+            r"config\.estimators\.gaussian\.num_features must be an int >= 1, got 0",
+        ),
+        (
+            "estimators.angular.num_coefficient_features",
+            -1,
+            r"config\.estimators\.angular\.num_coefficient_features must be an int >= 1",
+        ),
+    ):
+        config = lstm_lm_config.get_config("quick")
+        *parents, name = field.split(".")
+        functools.reduce(lambda c, k: c[k], parents, config)[name] = value
+        with pytest.raises(ValueError, match=message):
+            lstm_lm.validate_config(config)
     with pytest.raises(ValueError, match="variant"):
         lstm_lm_config.get_config("huge")
 
