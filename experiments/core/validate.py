@@ -251,8 +251,9 @@ def require_distinct_seeds(seeds: Iterable[int], name: str) -> None:
 
 
 def check_seed_fields(config: ml_collections.ConfigDict, prefix: str = "config") -> None:
-    """``require_distinct_seeds`` on every field named ``seeds`` of ``config``, nested ones
-    included (``experiments.main`` runs it on every config).
+    """``require_distinct_seeds`` on every tuple field named ``seeds`` or ``*_seeds`` of
+    ``config`` (``lstm_lm``'s ``baseline_seeds``), nested ones included (``experiments.main``
+    runs it on every config).
 
     Raises:
       ValueError: naming the field and the repeated seed.
@@ -260,7 +261,7 @@ def check_seed_fields(config: ml_collections.ConfigDict, prefix: str = "config")
     for key, value in config.items():
         if isinstance(value, ml_collections.ConfigDict):
             check_seed_fields(value, f"{prefix}.{key}")
-        elif key == "seeds" and isinstance(value, (tuple, list)):
+        elif (key == "seeds" or key.endswith("_seeds")) and isinstance(value, (tuple, list)):
             require_distinct_seeds(value, f"{prefix}.{key}")
 
 

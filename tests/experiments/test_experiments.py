@@ -205,10 +205,15 @@ def test_validation_refuses_a_negative_seed():
     """NumPy's generators (the training batches' order) take no negative seed: seed -1 passed
     validation and stopped the run at its first batch ("expected non-negative integer")."""
     from configs import conformer_ctc as conformer_ctc_config
+    from configs import lstm_lm as lstm_lm_config
 
     config = conformer_ctc_config.get_config("quick")
     config.seeds = (0, -1)
     with pytest.raises(ValueError, match=r"config\.seeds holds seed -1 .*ints >= 0"):
+        validate_config(config)
+    config = lstm_lm_config.get_config("quick")
+    config.baseline_seeds = (-1,)
+    with pytest.raises(ValueError, match=r"config\.baseline_seeds holds seed -1 .*ints >= 0"):
         validate_config(config)
     config = performer_vit_config.get_config("quick")
     config.train.seed = -1
