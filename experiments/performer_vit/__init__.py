@@ -65,7 +65,13 @@ import numpy as np
 from experiments.core import outputs, records, sweep
 from experiments.core.study import Study
 from experiments.core.train import trainer as train
-from experiments.core.validate import require_names, require_positive
+from experiments.core.validate import (
+    require,
+    require_int,
+    require_interval,
+    require_names,
+    require_positive,
+)
 from experiments.performer_vit.evaluation import (
     attention_relative_errors,
     evaluate_run,
@@ -152,6 +158,9 @@ STUDY = Study(
 )
 
 
+IMAGE_SIDE = 28  # Fashion-MNIST images are 28 x 28
+
+
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Checks the attention and protocol names, seed counts, the redraw schedule and the sizes
     before anything runs (the trainer options are checked by ``train.validate_train_config``).
@@ -182,6 +191,17 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "num_attention_draws",
         "target_difference",
     )
+    require_int(config, "num_train_examples", "num_test_examples", minimum=0)  # 0: all
+    sizes = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_features")
+    require_int(config.model, *sizes, "redraw_interval", minimum=1, prefix="config.model")
+    require_int(config.model, "num_layers", minimum=0, prefix="config.model")
+    require(
+        IMAGE_SIDE % config.model.patch_size == 0,
+        "model.patch_size",
+        config.model.patch_size,
+        f"a divisor of the Fashion-MNIST image side {IMAGE_SIDE}",
+    )
+    require_interval(config.model, "dropout_rate", interval="[0, 1)", prefix="config.model")
     steps = config.train.num_train_steps
     if "redraw" in config.protocols and not 0 <= config.redraw_until_step < steps:
         raise ValueError(

@@ -315,6 +315,11 @@ def test_performer_vit_config_variants():
         ("reference_attentions=(exact,simplex_plus)", r"reference_attentions \['simplex_plus'\]"),
         ("redraw_until_step=10000", r"redraw_until_step must be in \[0, train.num_train_steps"),
         ("num_eval_draws=0", r"config.num_eval_draws must be finite and > 0"),
+        ("num_train_examples=-1", r"config.num_train_examples must be an int >= 0, got -1"),
+        ("model.num_heads=0", r"config.model.num_heads must be an int >= 1, got 0"),
+        ("model.patch_size=0", r"config.model.patch_size must be an int >= 1, got 0"),
+        ("model.patch_size=5", r"config.model.patch_size must be a divisor of .* 28, got 5"),
+        ("model.dropout_rate=1.0", r"config.model.dropout_rate must be finite and in \[0, 1\)"),
     ],
 )
 def test_validate_config_names_the_bad_field(override, message):
