@@ -45,7 +45,12 @@ from experiments.core import records, sweep
 from experiments.core.study import Study
 from experiments.core.train import es
 from experiments.core.train import trainer as train
-from experiments.core.validate import require_int, require_names, require_nonempty
+from experiments.core.validate import (
+    require_int,
+    require_names,
+    require_nonempty,
+    require_positive,
+)
 from experiments.iap_es.flops import (
     exact_crossover_patches,
     policy_feature_shape,
@@ -143,7 +148,15 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         parse_kind(kind)
     require_names(config, "reference", tuple(config.kinds))
     require_names(config, "claim_kind", tuple(config.kinds))
-    require_int(config, "inference_episodes", "seeds_together", minimum=1)
+    require_int(
+        config, "inference_episodes", "seeds_together", "max_steps", "agreement_draws", minimum=1
+    )
+    require_positive(config, "equivalence_margin")
+    policy = config.policy
+    require_int(policy, "patch_size", "num_kept", "embed_dim", minimum=1, prefix="config.policy")
+    if policy.hidden_sizes:  # () : no hidden layer
+        require_int(policy, "hidden_sizes", minimum=1, prefix="config.policy")
+    require_positive(policy, "temperature", "eps", prefix="config.policy")
     evaluations = config.es.num_generations // config.es.eval_every + 1
     require_int(config, "final_evals", minimum=1, maximum=evaluations)
 

@@ -464,6 +464,24 @@ def test_bad_config_is_rejected():
         config.es[field] = value
         with pytest.raises(ValueError, match=rf"config\.es\.{message}"):
             iap_es.validate_config(config)
+    for section, field, value, message in [
+        (None, "max_steps", 0, r"config\.max_steps must be an int >= 1, got 0"),
+        (None, "agreement_draws", -1, r"config\.agreement_draws must be an int >= 1, got -1"),
+        (None, "equivalence_margin", float("nan"), r"config\.equivalence_margin must be finite"),
+        ("policy", "patch_size", 0, r"config\.policy\.patch_size must be an int >= 1, got 0"),
+        ("policy", "num_kept", -1, r"config\.policy\.num_kept must be an int >= 1, got -1"),
+        ("policy", "embed_dim", 0, r"config\.policy\.embed_dim must be an int >= 1, got 0"),
+        ("policy", "hidden_sizes", (16, 0), r"config\.policy\.hidden_sizes must be an int >= 1"),
+        ("policy", "temperature", float("nan"), r"config\.policy\.temperature must be finite and"),
+        ("policy", "eps", -1.0, r"config\.policy\.eps must be finite and > 0, got -1\.0"),
+    ]:
+        config = iap_es_config.get_config("quick")
+        (config[section] if section else config)[field] = value
+        with pytest.raises(ValueError, match=message):
+            iap_es.validate_config(config)
+    config = iap_es_config.get_config("quick")
+    config.policy.hidden_sizes = ()  # a controller without hidden layers
+    iap_es.validate_config(config)
     config = ml_collections.ConfigDict(iap_es_config.get_config("quick").to_dict())
     config.reference = "positive:999"
     with pytest.raises(ValueError, match=r"config\.reference: 'positive:999' is not one of \("):
