@@ -45,7 +45,7 @@ from experiments.core.kernel_classifier import (
     split_and_scale,
 )
 from experiments.core.study import Study
-from experiments.core.validate import require_int, require_names
+from experiments.core.validate import require_int, require_interval, require_names, require_positive
 from experiments.uci_classification.reporting import (
     judge,
     report,
@@ -120,6 +120,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     missing = [name for name in config.datasets if name not in config.repetitions]
     if missing:
         raise ValueError(f"config.repetitions has no entry for {missing}")
+    require_int(config.repetitions, *config.datasets, minimum=1, prefix="config.repetitions")
+    if config.approach_ratios:
+        require_int(config, "approach_repetitions", minimum=1)
+    require_interval(config, "test_fraction", interval="(0, 1)")
+    require_interval(config, "exact_tolerance", interval="[0, 1]")  # an accuracy gap
+    require_int(config, "split_seed", minimum=0)
+    require_positive(config, "memory_mb")
     require_names(config, "table2_ratio", tuple(config.ratios))
     require_names(config, "split", SPLITS)
     if config.table2_splits:  # () makes no Table 2

@@ -251,6 +251,21 @@ def test_config_variants_and_bad_config():
     bad.fast_ratios = (1, 0)
     with pytest.raises(ValueError, match=r"config\.fast_ratios must be an int >= 1, got \(1, 0\)"):
         uci.validate_config(bad)
+    for field, value, message in (
+        ("test_fraction", float("nan"), r"config\.test_fraction must be finite and in \(0, 1\)"),
+        ("exact_tolerance", float("nan"), r"config\.exact_tolerance must be finite and in"),
+        ("split_seed", -1, r"config\.split_seed must be an int >= 0, got -1"),
+        ("approach_repetitions", 0, r"config\.approach_repetitions must be an int >= 1, got 0"),
+        ("memory_mb", 0, r"config\.memory_mb must be finite and > 0, got 0"),
+    ):
+        bad = uci_config.get_config("quick")
+        bad[field] = value
+        with pytest.raises(ValueError, match=message):
+            uci.validate_config(bad)
+    bad = uci_config.get_config("quick")
+    bad.repetitions.yeast = 0
+    with pytest.raises(ValueError, match=r"config\.repetitions\.yeast must be an int >= 1, got 0"):
+        uci.validate_config(bad)
     bad = uci_config.get_config("quick")
     bad.table2_ratio = 3
     with pytest.raises(ValueError, match=r"config\.table2_ratio: 3 is not one of \(1, 10\)"):
