@@ -40,6 +40,7 @@ STUDY = Study(
 
 KERNELS = ("angular", "arccos", "gaussian")
 DATASETS = ("digits",)
+DATASET_SIZES = {"digits": 1797}  # images in scikit-learn's digits
 PREPROCESS_SUFFIX = "_hd"
 REFERENCE = "gaussian"
 STRUCTURES = ("circulant", "toeplitz", "hankel")  # the couplings with a ``preprocess`` option
@@ -59,16 +60,24 @@ def parse_method(method: str) -> tuple[str, bool]:
     return coupling, preprocess
 
 
+def validate_points(config: ml_collections.ConfigDict) -> None:
+    """Checks ``config.dataset`` and ``config.num_points`` (a subset of it, at least one pair)
+    before anything runs (``structured_concentration`` draws the same points).
+
+    Raises:
+      ValueError: naming the field, the value and what is allowed.
+    """
+    validate.require_names(config, "dataset", DATASETS)
+    validate.require_int(config, "num_points", minimum=2, maximum=DATASET_SIZES[config.dataset])
+
+
 def load_points(config: ml_collections.ConfigDict) -> tuple[np.ndarray, float]:
     """A fixed random subset of the data, centred and scaled to mean norm 1, and the median
     pairwise distance (the Gaussian kernel's lengthscale)."""
-    if config.dataset != "digits":
-        raise ValueError(f"dataset must be one of {DATASETS}, got {config.dataset!r}")
+    validate_points(config)
     from sklearn.datasets import load_digits
 
     data = load_digits().data.astype(np.float64)
-    if not 2 <= config.num_points <= data.shape[0]:
-        raise ValueError(f"num_points must be in [2, {data.shape[0]}], got {config.num_points}")
     rng = np.random.default_rng(config.seed)
     x = data[rng.choice(data.shape[0], config.num_points, replace=False)]
     x = x - x.mean(axis=0)
@@ -274,6 +283,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     m = list(config.num_features)
     validate.require(m == sorted(set(m)), "num_features", config.num_features, "increasing")
     validate.require_int(config, "num_draws", minimum=2)
+    validate_points(config)
 
 
 def plot(rows: list[dict], config: ml_collections.ConfigDict, path: str) -> None:

@@ -147,6 +147,21 @@ def test_bad_config_raises(tmp_path, field, value, match):
         run_experiment(config, str(tmp_path))
 
 
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (0, r"config\.num_points must be an int in \[2, 1797\], got 0"),
+        (-1, r"config\.num_points must be an int in \[2, 1797\], got -1"),
+        (1798, r"config\.num_points must be an int in \[2, 1797\], got 1798"),
+    ],
+)
+def test_validation_checks_num_points_before_the_data_is_loaded(value, match):
+    config = structured_config.get_config("quick")
+    config.num_points = value
+    with pytest.raises(ValueError, match=match):
+        structured_kernels.validate_config(config)
+
+
 def test_config_variants():
     full, quick = structured_config.get_config(), structured_config.get_config("quick")
     assert set(quick.methods) <= set(full.methods)
