@@ -118,7 +118,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     eps = list(config.epsilons)
     validate.require(eps == sorted(set(eps)), "epsilons", config.epsilons, "increasing")
     validate.require_int(config, "num_draws", minimum=2)
-    validate.require_int(config, "draws_per_chunk", "bound_draws", "num_pairs", minimum=1)
+    validate.require_int(config, "draws_per_chunk", "bound_draws", minimum=1)
+    structured_kernels.validate_points(config)
+    pairs = config.num_points * (config.num_points - 1) // 2
+    validate.require_int(config, "num_pairs", minimum=1, maximum=pairs)  # of the points' pairs
     contrast, prefix = config.chi_contrast, "config.chi_contrast"
     validate.require_names(contrast, "family", tuple(FAMILIES), prefix)
     validate.require_int(contrast, "dims", "num_features", minimum=1, prefix=prefix)

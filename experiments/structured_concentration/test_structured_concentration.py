@@ -66,6 +66,15 @@ def test_bad_configs():
     config.epsilons = (0.2, 0.1)
     with pytest.raises(ValueError, match="epsilons must be increasing"):
         structured_concentration.validate_config(config)
+    for field, value, match in (
+        ("num_points", 0, r"config\.num_points must be an int in \[2, 1797\], got 0"),
+        ("num_points", -1, r"config\.num_points must be an int in \[2, 1797\], got -1"),
+        ("num_pairs", 10**6, r"config\.num_pairs must be an int in \[1, 780\], got 1000000"),
+    ):
+        config = concentration_config.get_config("quick")  # 40 points: 780 pairs
+        config[field] = value
+        with pytest.raises(ValueError, match=match):
+            structured_concentration.validate_config(config)
 
 
 @pytest.mark.integration
