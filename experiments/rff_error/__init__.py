@@ -223,7 +223,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         config.tail_embedding_dim,
         f"one of embedding_dims {config.embedding_dims}",
     )
-    validate.require_nonempty(config, "radii")
+    validate.require_nonempty(config, "radii", "distances")
+    validate.require_interval(config, "distances", interval="[0, inf)")
     validate.require_positive(config, "radii", "lengthscale", "region_radius")
     radii = np.asarray(config.radii, np.float64)
     validate.require(bool(np.all(np.diff(radii) > 0)), "radii", config.radii, "increasing")

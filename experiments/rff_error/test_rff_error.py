@@ -152,6 +152,24 @@ def test_bad_config_raises(tmp_path, field, value, match):
         run_experiment(config, str(tmp_path))
 
 
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (
+            (0.0, float("nan")),
+            r"config\.distances must be finite and in \[0, inf\), got \(0\.0, nan\)",
+        ),
+        ((-1.0, 1.0), r"config\.distances must be finite and in \[0, inf\)"),
+        ((), r"config\.distances must not be empty"),
+    ],
+)
+def test_validation_checks_the_distances(value, match):
+    config = rff_error_config.get_config("quick")
+    config.distances = value
+    with pytest.raises(ValueError, match=match):
+        rff_error.validate_config(config)
+
+
 def test_config_variants():
     full, quick = rff_error_config.get_config(), rff_error_config.get_config("quick")
     assert full.tail_embedding_dim == 500 and full.region_radius == 3.0
