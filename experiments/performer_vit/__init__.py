@@ -202,6 +202,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         f"a divisor of the Fashion-MNIST image side {IMAGE_SIDE}",
     )
     require_interval(config.model, "dropout_rate", interval="[0, 1)", prefix="config.model")
+    if "initial_temperature" in config.model:  # cosine attention (query_key_norm) only
+        require_positive(config.model, "initial_temperature", prefix="config.model")
     steps = config.train.num_train_steps
     if "redraw" in config.protocols and not 0 <= config.redraw_until_step < steps:
         raise ValueError(

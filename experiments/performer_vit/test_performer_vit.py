@@ -319,6 +319,7 @@ def test_performer_vit_config_variants():
         ("model.num_heads=0", r"config.model.num_heads must be an int >= 1, got 0"),
         ("model.patch_size=0", r"config.model.patch_size must be an int >= 1, got 0"),
         ("model.patch_size=5", r"config.model.patch_size must be a divisor of .* 28, got 5"),
+        ("model.initial_temperature=nan", r"config.model.initial_temperature must be finite"),
         ("model.dropout_rate=1.0", r"config.model.dropout_rate must be finite and in \[0, 1\)"),
     ],
 )
