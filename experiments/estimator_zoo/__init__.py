@@ -101,6 +101,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     )
     require_int(config, "importance_draws", minimum=2)  # an SE needs two draws
     require_int(config.ratios, "importance_draws", minimum=2, prefix="config.ratios")
+    require_int(config.ratios, "dim", "num_points", minimum=1, prefix="config.ratios")
+    require_int(config.ratios, "mc_draws", minimum=2, prefix="config.ratios")  # an SE: two
+    require_positive(config.ratios, "scales", "anisotropies", prefix="config.ratios")
+    if config.ratios.mc_scales:  # () checks no setting by Monte Carlo
+        require_positive(config.ratios, "mc_scales", prefix="config.ratios")
     for cosine in config.cosines:
         if not -1.0 <= cosine <= 1.0:
             raise ValueError(f"config.cosines must lie in [-1, 1], got {cosine}")

@@ -302,6 +302,20 @@ def test_config_validation_names_the_field():
     config.uci_sets = ("iris",)
     with pytest.raises(ValueError, match="uci_sets"):
         estimator_zoo.validate_config(config)
+    # The variance ratios' settings were not checked: 0 points, a NaN scale or one draw (no
+    # SE) ran into NumPy's errors or NaN ratios.
+    for field, value in [
+        ("dim", 0),
+        ("num_points", -1),
+        ("mc_draws", 1),
+        ("scales", (float("nan"),)),
+        ("anisotropies", (-1.0,)),
+        ("mc_scales", (0.0,)),
+    ]:
+        config = zoo_config.get_config("quick")
+        config.ratios[field] = value
+        with pytest.raises(ValueError, match=rf"config\.ratios\.{field} must be"):
+            estimator_zoo.validate_config(config)
 
 
 def test_uci_groups_are_distinct_rows_at_the_median_lengthscale():
