@@ -72,6 +72,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     validate.require_int(config, "dim", minimum=2)
     validate.require_nonempty(config, "norms_of_sum")
     validate.require_positive(config, "norms_of_sum", "learning_rate")
+    validate.require_interval(config, "final_lr_fraction", interval="[0, 1]")
     validate.require_int(config, "num_draws", minimum=2)
     validate.require_int(config, "draws_per_chunk", "num_steps", minimum=1)
     validate.require_int(config, "trace_points", minimum=2)

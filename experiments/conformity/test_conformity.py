@@ -128,6 +128,9 @@ def test_pair_conformity_of_the_simplex_is_its_pair_average():
         ("init", "zeros", "config.init"),
         ("learning_rate", 0.0, "config.learning_rate"),
         ("raw_num_draws", 1, "raw_num_draws"),
+        # optax's cosine decay took them: NaN learning rates, or a rate that grows past 1x
+        ("final_lr_fraction", float("nan"), r"config.final_lr_fraction must be finite and in"),
+        ("final_lr_fraction", -1.0, r"config.final_lr_fraction must be finite and in"),
     ],
 )
 def test_bad_config_raises(field, value, match):
