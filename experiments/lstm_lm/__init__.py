@@ -217,6 +217,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         )
     require_names(config.sampler, "name", SAMPLERS, "config.sampler")
     require_names(config, "tau_rule", TAU_RULES)
+    require_int(config, "num_train_tokens", "num_eval_tokens", minimum=0)  # 0: all
     require_int(
         config,
         "bptt",

@@ -97,6 +97,7 @@ def test_bad_arguments_raise():
         lstm_lm.validate_config(config)
     for field, value, message in (
         ("model.hidden_size", 0, r"config\.model\.hidden_size must be an int >= 1, got 0"),
+        ("num_eval_tokens", -1, r"config\.num_eval_tokens must be an int >= 0, got -1"),
         ("model.num_layers", -1, r"config\.model\.num_layers must be an int >= 0, got -1"),
         ("model.dropout_rate", math.nan, r"config\.model\.dropout_rate must be finite and in"),
         ("model.initial_logit_scale", 0.0, r"config\.model\.initial_logit_scale must be finite"),

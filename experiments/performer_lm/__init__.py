@@ -83,6 +83,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     require_names(config.model, "coupling", projections.available(), "config.model")
     _check_feature_map(config)
     require_int(config, "context_length", "eval_batch_size", minimum=1)
+    require_int(config, "num_train_tokens", "num_eval_tokens", minimum=0)  # 0: all
     parts = config.train.sequence_parallelism
     if config.context_length % parts:
         raise ValueError(

@@ -40,6 +40,9 @@ def test_experiment_rejects_a_context_the_sequence_devices_do_not_divide():
         performer_lm.validate_config(get_config("quick,attention_kinds=(flash,)"))
     with pytest.raises(ValueError, match="feature_map='derf_asymmetric' cannot be used here"):
         performer_lm.validate_config(get_config("quick,model.feature_map=derf_asymmetric"))
+    # -1 passed and failed after the data loaded (ptb.load_windows), naming no config field
+    with pytest.raises(ValueError, match=r"config\.num_train_tokens must be an int >= 0"):
+        performer_lm.validate_config(get_config("quick,num_train_tokens=-1"))
     for name in ("positive", "trigonometric", "angular_hybrid"):  # any other map and coupling
         performer_lm.validate_config(
             get_config(f"quick,model.feature_map={name},model.coupling=simplex")
