@@ -18,9 +18,9 @@ implementation (where it compiles, and how), and ``"auto"``'s choice.
   ``rfjax.ops.fwht``'s backends (``"<backend>_interpret"``).
 
 The fused kernels take the maps whose log-features are affine in the rows plus a multiple of
-|x|^2 (``FeatureMap.affine_log_form``: FAVOR+, its antithetic variant, OPRF) and the angular
-hybrid (``AngularHybridFeatureMap``: its positive and trigonometric bases and sign channels
-formed inside the kernels); any other map, a sequence split over devices, or
+|x|^2 (``ExponentialFeatureMap.affine_log_form``: FAVOR+, its antithetic variant, OPRF) and
+the angular hybrid (``AngularHybridFeatureMap``: its positive and trigonometric bases and sign
+channels formed inside the kernels); any other map, a sequence split over devices, or
 ``stabilize=False`` raise ``ValueError`` naming the map and the maps the kernels take.
 
 ``"auto"`` picks from ``AUTO``, a measured table of (platform, mode, dtype) -> implementation
