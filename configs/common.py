@@ -6,7 +6,7 @@ A config file's ``get_config(arg)`` takes big_vision-style arguments: a variant 
 
   --config=configs/kernel_mse.py:quick
   --config=configs/kernel_mse.py:quick,num_draws=50
-  --config=configs/kernel_mse.py:couplings=(gaussian,simplex),train.seed=3
+  --config=configs/performer_vit.py:quick,attentions=(orthogonal,simplex,exact),train.seed=3
 
 Keys are the config's fields (dotted for nested ones); values are parsed by the type of the
 field's default: ``int``, ``float``, ``bool`` (true/false), ``str`` (quotes optional), tuples as
