@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Iterable, Mapping
 
 import jax
@@ -130,9 +131,11 @@ def check_float_dtype(name: str, dtype: DTypeLike | None) -> jnp.dtype:
     """Returns ``dtype`` as a canonical JAX floating dtype, else raises.
 
     float64 is only honoured when ``jax_enable_x64`` is on (JAX's usual rule); otherwise it is
-    canonicalised to float32. ``None`` is rejected: rfjax's defaults are written out
-    (``dtype=jnp.float32``), and ``jnp.dtype(None)`` would silently mean float64 with x64 on and
-    float32 without, so a ``None`` passed on from a config or wrapper is a mistake to report.
+    canonicalised to float32 with a ``UserWarning`` naming the argument, as JAX warns when an
+    array is asked for in a dtype it does not have. ``None`` is rejected: rfjax's defaults are
+    written out (``dtype=jnp.float32``), and ``jnp.dtype(None)`` would silently mean float64 with
+    x64 on and float32 without, so a ``None`` passed on from a config or wrapper is a mistake to
+    report.
     """
     if dtype is None:
         raise TypeError(
@@ -147,7 +150,15 @@ def check_float_dtype(name: str, dtype: DTypeLike | None) -> jnp.dtype:
         raise TypeError(
             f"{name} must be a floating dtype (float16, bfloat16, float32, float64), got {dt}"
         )
-    return jax.dtypes.canonicalize_dtype(dt)
+    canonical = jax.dtypes.canonicalize_dtype(dt)
+    if canonical != dt:
+        warnings.warn(
+            f"{name}={dt} is not available without jax_enable_x64 and is truncated to "
+            f"{canonical}, as JAX does; set jax_enable_x64 to compute in {dt}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return canonical
 
 
 def check_key(name: str, key: object) -> jax.Array:

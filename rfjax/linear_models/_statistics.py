@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Iterable
 
 import jax
@@ -177,7 +178,9 @@ def ridge_statistics(
 
 
 def _check_dtype(dtype: DTypeLike) -> jnp.dtype:
-    canonical = check_float_dtype("dtype", dtype)
+    with warnings.catch_warnings():  # float64 without x64 is refused below, not truncated
+        warnings.simplefilter("ignore", UserWarning)
+        canonical = check_float_dtype("dtype", dtype)
     requested = jnp.dtype(dtype)
     if requested not in (jnp.float32, jnp.float64):
         raise ValueError(f"dtype must be float32 or float64, got {requested}")

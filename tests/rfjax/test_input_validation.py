@@ -234,6 +234,16 @@ def test_dtype_none_is_an_error(name):
         projections.get(name)(KEY, DIM, NUM, dtype=None)
 
 
+@pytest.mark.parametrize("name", ["gaussian", "halton", "circulant"])
+def test_float64_without_x64_is_truncated_with_a_warning_naming_dtype(name):
+    # float64 without jax_enable_x64 gave float32 silently, where JAX warns (README: "as JAX
+    # does").
+    with jax.enable_x64(False):
+        with pytest.warns(UserWarning, match=r"dtype=float64 .* truncated to float32"):
+            projection = projections.get(name)(KEY, DIM, NUM, dtype=jnp.float64)
+        assert projection.matrix().dtype == jnp.float32
+
+
 @pytest.mark.parametrize("name", ["givens", "hd_orthogonal", "circulant", "orthogonal"])
 def test_projection_of_an_empty_batch_is_empty(name):
     # Regression (issue 19, item 6): givens on a (0, d) input raised ZeroDivisionError.
