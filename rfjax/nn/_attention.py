@@ -96,10 +96,11 @@ class PerformerAttention(nn.Module):
     ``MultiHeadDotProductAttention``).
 
     Projections and the step: the random projection is not a parameter and is never stored. It
-    is drawn on every call as ``draw_projection(redraw_key(rng, step, redraw_interval), ...)``
-    (one independent draw per head), where ``rng = self.make_rng("projection")`` comes from the
-    caller's RNG stream ``"projection"`` and ``step = projection_step`` is passed explicitly by
-    the caller (the trainer passes its step counter; ``None`` means step 0). Hence
+    is drawn on every call as ``draw_projection(redraw_key(rng, step, redraw_interval=k), ...)``
+    (``k = redraw_interval``; one independent draw per head), where
+    ``rng = self.make_rng("projection")`` comes from the caller's RNG stream ``"projection"``
+    and ``step = projection_step`` is passed explicitly by the caller (the trainer passes its
+    step counter; ``None`` means step 0). Hence
 
     * the caller keeps the stream key constant over training (``rngs={"projection": base}``)
       and features are redrawn every ``redraw_interval`` steps, deterministically: the same

@@ -83,12 +83,13 @@ class PerformerAttention(nnx.Module):
 
     Projections: the random projection is not a parameter. ``__init__`` stores a base key
     (``ProjectionKey``, from the ``"projection"`` stream of ``rngs`` if it has one, else
-    ``"params"``); each call draws ``draw_projection(redraw_key(base, step, redraw_interval),
-    ...)`` (one draw per head) with ``step = projection_step`` (``None``: 0). The same base key
-    and step give the same projection, so features are redrawn every ``redraw_interval``
-    training steps when the train step passes its counter; ``nnx.Optimizer(..., wrt=nnx.Param)``
-    leaves the key alone. Feature maps with random parameters draw them per head from the
-    same key; data-fitted fields are ``FittedFeatureMap`` state (stop-gradient).
+    ``"params"``); each call draws ``draw_projection(redraw_key(base, step, redraw_interval=k),
+    ...)`` (``k = redraw_interval``; one draw per head) with ``step = projection_step``
+    (``None``: 0). The same base key and step give the same projection, so features are
+    redrawn every ``redraw_interval`` training steps when the train step passes its counter;
+    ``nnx.Optimizer(..., wrt=nnx.Param)`` leaves the key alone. Feature maps with random
+    parameters draw them per head from the same key; data-fitted fields are
+    ``FittedFeatureMap`` state (stop-gradient).
 
     Masks: as in ``rfjax.nn.PerformerAttention``: a 2-D mask is a key padding mask ``(B, S)``
     for both kinds (Flax would read it as ``(T, S)``); otherwise the exact kind takes any Flax
