@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from collections.abc import Iterable
 
 import jax
@@ -178,18 +177,23 @@ def ridge_statistics(
 
 
 def _check_dtype(dtype: DTypeLike) -> jnp.dtype:
-    with warnings.catch_warnings():  # float64 without x64 is refused below, not truncated
-        warnings.simplefilter("ignore", UserWarning)
-        canonical = check_float_dtype("dtype", dtype)
-    requested = jnp.dtype(dtype)
-    if requested not in (jnp.float32, jnp.float64):
-        raise ValueError(f"dtype must be float32 or float64, got {requested}")
-    if canonical != requested:
+    if dtype is not None and _is_float64(dtype) and not jax.config.read("jax_enable_x64"):
+        # Refused, not truncated (check_float_dtype would truncate it with a warning).
         raise ValueError(
-            f"dtype={requested} needs jax_enable_x64 (jax.config.update('jax_enable_x64', True)); "
-            f"JAX would sum in {canonical}"
+            "dtype=float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True)); "
+            "JAX would sum in float32"
         )
+    canonical = check_float_dtype("dtype", dtype)
+    if canonical not in (jnp.float32, jnp.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {canonical}")
     return canonical
+
+
+def _is_float64(dtype: DTypeLike) -> bool:
+    try:
+        return jnp.dtype(dtype) == jnp.float64
+    except TypeError:  # not a dtype: check_float_dtype names it
+        return False
 
 
 def _local_zeros(local: Mesh, axis_name: str, width: int, targets: int, dtype) -> RidgeStatistics:
