@@ -66,7 +66,34 @@ def test_pool_is_the_equal_weight_mean_with_welch_satterthwaite_df():
     assert pooled.se == pytest.approx(math.sqrt(0.09 + 0.16) / 2)
     # (sum v_i)^2 / sum v_i^2 / df_i with v_i = se_i^2 / 4 (the 1/4 cancels)
     assert pooled.df == pytest.approx(0.25**2 / ((0.09**2 + 0.16**2) / 9))
+    assert pooled.n == 20  # the units of both cells
     assert math.isinf(stats.pool([Estimate(1.0, 0.1, 5), Estimate(2.0, 0.1, 5, 4.0)]).df)
+
+
+def test_pool_of_cells_on_shared_units_takes_the_smallest_df_and_the_largest_cell():
+    # 4 and 9 df: the interval must be at least as wide as the 4-df cell's t interval.
+    shared = stats.pool(
+        [Estimate(1.0, 0.3, 10, 9.0), Estimate(2.0, 0.4, 5, 4.0)], shared_units=True
+    )
+    assert (shared.df, shared.n) == (4.0, 10)
+    assert shared.interval(0.95)[1] == pytest.approx(1.5 + scipy_stats.t(4).ppf(0.975) * 0.35)
+
+
+def test_identical_paired_samples_have_t_zero_and_the_sd_is_se_root_n():
+    same = stats.paired_difference([1.0, 2.0, 4.0], [1.0, 2.0, 4.0])
+    assert same.t == 0.0 and math.isnan(same.p)
+    assert math.isnan(Estimate(0.5, 0.0, 3).t)  # an effect without spread: no t
+    assert Estimate(1.0, 0.5, 4).sd == 1.0  # 0.5 sqrt(4)
+
+
+def test_the_difference_of_two_sample_means_matches_scipy_welch_ttest():
+    a, b = [1.0, 2.5, 3.0, 4.5], [0.5, 0.7, 1.9]
+    d = stats.independent_difference(stats.sample_estimate(a), stats.sample_estimate(b))
+    reference = scipy_stats.ttest_ind(a, b, equal_var=False)
+    assert d.df == pytest.approx(reference.df)  # Welch-Satterthwaite, 4.66 (not min df 2)
+    assert d.t == pytest.approx(reference.statistic) and d.p == pytest.approx(reference.pvalue)
+    low, high = d.interval(0.95)
+    assert (low, high) == pytest.approx(tuple(reference.confidence_interval(0.95)))
 
 
 def test_independent_difference_adds_variances():
@@ -81,6 +108,16 @@ def test_tost_p_is_the_larger_one_sided_p():
     assert stats.tost_p(estimate, 0.5) == pytest.approx(max(lower, upper))
     with pytest.raises(ValueError, match="margin"):
         stats.tost_p(estimate, 0.0)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_tost_p_of_a_sample_mean_is_scipys_larger_one_sided_t_test_p(sign):
+    # Either side may decide: the mean near +margin, then near -margin (t reference, 4 df).
+    x = sign * np.array([0.3, 0.1, 0.45, 0.2, 0.35])
+    margin = 0.5
+    lower = scipy_stats.ttest_1samp(x, -margin, alternative="greater").pvalue
+    upper = scipy_stats.ttest_1samp(x, margin, alternative="less").pvalue
+    assert stats.tost_p(stats.sample_estimate(x), margin) == pytest.approx(max(lower, upper))
 
 
 def test_units_to_resolve_scales_the_observed_spread():
@@ -112,6 +149,13 @@ def test_power_sizes_the_t_test_and_equivalence_the_textbook_normal_formula():
         assert (power >= 0.8) == above
     # performer_vit's sd 0.0029 at an effect of 0.005: 5 seeds (the normal formula said 3).
     assert stats.units_for_power(0.0029, 0.005) == 5
+    # 1.25 SD: 8 units, by the t test's own df n - 1 (power 0.786 at 7, 0.856 at 8; the
+    # critical value at df n said 7).
+    assert stats.units_for_power(1.0, 1.25) == 8
+    for units, above in ((7, False), (8, True)):
+        critical = scipy_stats.t.ppf(0.975, units - 1)
+        power = scipy_stats.nct(units - 1, 1.25 * math.sqrt(units)).sf(critical)
+        assert (power >= 0.8) == above
     # TOST at 5%, 80% power at a true difference of 0: ((1.645 + 1.282) / 0.5)^2 = 34.3 -> 35.
     assert stats.units_for_equivalence(1.0, 0.5) == 35
     d = Estimate(0.0, 0.1, 30, 29.0)
@@ -151,6 +195,17 @@ def test_chunked_mean_se_equals_the_mean_se_of_the_stacked_draws():
     np.testing.assert_allclose(se, reference_se, rtol=1e-9)
     with pytest.raises(ValueError, match="num_draws"):
         stats.draw_in_chunks(draw, key, 0, 16, "test")
+
+
+def test_every_chunk_draws_from_its_own_keys():
+    # Chunk 2 (draws 16-31) uses split(fold_in(key, 16), 16): no chunk repeats another's draws,
+    # which would shrink the SE of the mean by as much as the number of chunks.
+    draw = jax.jit(jax.vmap(lambda key: jax.random.normal(key, (2,))))
+    key = jax.random.key(0)
+    stacked = stats.draw_in_chunks(draw, key, 40, 16, "test")
+    assert len(np.unique(stacked[:, 0])) == 40
+    second = np.asarray(draw(jax.random.split(jax.random.fold_in(key, 16), 16)), np.float64)
+    np.testing.assert_array_equal(stacked[16:32], second)
 
 
 def test_the_units_for_equivalence_give_the_stated_power():
