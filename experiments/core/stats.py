@@ -257,9 +257,13 @@ def units_to_resolve(estimate: Estimate, boundary: float, confidence: float) -> 
         return quantile(units) * estimate.se * math.sqrt(estimate.n / units)
 
     z = float(scipy_stats.norm.ppf((1 + confidence) / 2))
+    normal_count = math.ceil(estimate.n * (z * estimate.se / distance) ** 2)
     if distance > half_width(estimate.n):  # resolved now: how few would still do
-        return max(1, math.ceil(estimate.n * (quantile(estimate.n) * estimate.se / distance) ** 2))
-    units = max(estimate.n + 1, math.ceil(estimate.n * (z * estimate.se / distance) ** 2))
+        units = max(1, normal_count)
+        while units < estimate.n and half_width(units) >= distance:
+            units += 1  # at fewer units the t quantile grows: the quantile at n said too few
+        return units
+    units = max(estimate.n + 1, normal_count)
     while half_width(units) >= distance:  # from the normal count, which t never undercuts
         units += 1
     return units

@@ -128,6 +128,14 @@ def test_units_to_resolve_scales_the_observed_spread():
     assert stats.units_to_resolve(Estimate(1.0, 0.01, 10), 0.0, 0.95) == 1
     # Just resolved (z se = 0.99999): n itself.
     assert stats.units_to_resolve(Estimate(1.0, 0.51021, 10), 0.0, 0.95) == 10
+    # Resolved now by a t interval (9 df): at N units its quantile has N - 1 df, so N = 5
+    # (2.776 x 0.2 sqrt(10 / 5) = 0.785 < 1), where 4 give 3.182 x 0.2 sqrt(10 / 4) = 1.006 and
+    # 3 still straddle 0 (the quantile at 10 units said 3).
+    resolved = Estimate(1.0, 0.2, 10, 9.0)
+    assert stats.units_to_resolve(resolved, 0.0, 0.95) == 5
+    for units in (4, 5):
+        half = scipy_stats.t(units - 1).ppf(0.975) * 0.2 * math.sqrt(10 / units)
+        assert (half < 1.0) == (units == 5)
     # A mean of samples: its t interval, whose quantile falls as the units grow. [0.7, 1.3]:
     # at the observed spread (sd 0.424) 3 units give 1.0 +- 4.303 x 0.245, still across 0
     # (the normal count said 3); 4 give 1.0 +- 3.182 x 0.212 = [0.325, 1.675].
