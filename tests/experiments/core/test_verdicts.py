@@ -493,3 +493,110 @@ def test_a_claim_over_cells_quotes_the_cell_that_decides_it():
     verdict = judge.every("gain", holding, effect="d", cell_name="settings", units="seeds")
     assert verdict.outcome == Outcome.HOLDS
     assert verdict.evidence.startswith("d at the settings nearest to not holding (large) = +0.6")
+
+
+def test_identical_results_without_spread_neither_show_nor_refute_an_ordering():
+    # A difference of exactly 0 (identical paired results): not above 0, so "A beats B" does not
+    # hold; exactly at -margin is not beyond it, so it is not refuted either.
+    judge = make(gain=claim("A beats B", "greater", margin=0.005))
+    for mean in (0.0, -0.005):
+        verdict = judge.effect("gain", Estimate(mean, 0.0, 15, 14.0), effect="d", units="seeds")
+        assert verdict.outcome == Outcome.NOT_RESOLVED, (mean, verdict.evidence)
+
+
+def test_the_one_sided_regions_of_less_and_nonsuperior_claims():
+    # nonsuperior, margin 0.2: CI 0.1 -+ 2.145 x 0.02 = [0.057, 0.143] lies below +0.2: holds
+    # (though above 0).
+    judge = make(
+        within=claim("B within 0.2 of A", "nonsuperior", margin=0.2),
+        lower=claim("A below B", "less", margin=0.005),
+    )
+    within = judge.effect("within", Estimate(0.1, 0.02, 15, 14.0), effect="d", units="seeds")
+    assert within.outcome == Outcome.HOLDS and "below 0.2" in within.evidence
+    # less, margin 0.005: CI [+0.0079, +0.0121] lies above +0.005: refuted; its mirror holds.
+    above = judge.effect("lower", Estimate(0.01, 0.001, 15, 14.0), effect="d", units="seeds")
+    assert above.outcome == Outcome.DOES_NOT_HOLD
+    below = judge.effect("lower", Estimate(-0.01, 0.001, 15, 14.0), effect="d", units="seeds")
+    assert below.outcome == Outcome.HOLDS
+
+
+def test_within_k_se_refutes_only_by_more_than_the_margin_beyond_k_se():
+    # 1.0 +- 0.2 with k = 4: 5 SE off, beyond 4 SE by 1.0 - 0.8 = 0.2, less than the margin 0.5.
+    judge = make(exact=claim("closed form is exact", "within_se", k=4, margin=0.5))
+    verdict = judge.effect("exact", Estimate(1.0, 0.2, 100), effect="d", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "by less than the margin" in (
+        verdict.evidence
+    )
+
+
+def test_an_ordering_leaves_out_a_cell_without_a_finite_estimate():
+    judge = make(order=claim("A below B", "greater"))
+    cells = {
+        1: Estimate(0.4, 0.1, 1000),
+        2: Estimate(0.4, 0.1, 1000),
+        3: Estimate(math.nan, 0.1, 1),
+    }
+    verdict = judge.ordering("order", cells, effect="B - A", cell_name="v", units="draws")
+    assert verdict.outcome == Outcome.HOLDS  # (0.4 + 0.4) / 2 +- 0.0707, the NaN cell out
+    assert "mean over 2 v = +0.4 ± 0.0707" in verdict.evidence
+    assert "1 v without a finite estimate left out" in verdict.evidence
+    # For a nonsuperior claim, as for less, the claimed way is below 0.
+    within = make(order=claim("A within 0.5 of B", "nonsuperior", margin=0.5))
+    cells = {1: Estimate(-0.4, 0.1, 1000), 2: Estimate(-0.4, 0.1, 1000), 3: Estimate(0.1, 0.1, 1)}
+    verdict = within.ordering("order", cells, effect="A - B", cell_name="v", units="draws")
+    assert "beyond 3 SE the claimed way at 2 of 3 v, the other way at none" in verdict.evidence
+
+
+def test_every_cell_refutes_only_at_the_bonferroni_level_and_holds_without_it():
+    judge = make(same=claim("A = B on every set", "equivalent", margin=0.01))
+    # Cell c: 90% CI low 0.0135 - 1.645 x 0.002 = 0.0102 > 0.01, but at the 96.67% that
+    # refuting in one of 3 cells needs, 0.0135 - 2.128 x 0.002 = 0.0092: not refuted.
+    cells = {
+        "a": Estimate(0.0, 0.002, 500),
+        "b": Estimate(0.0, 0.002, 500),
+        "c": Estimate(0.0135, 0.002, 500),
+    }
+    verdict = judge.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
+    assert "beyond the margin at 90% but not at the 96.67%" in verdict.evidence
+    rows = judge.cell_rows("same", cells, cell_name="set", units="draws")
+    assert rows[2]["interval lies"] == (
+        "against at 90%, not at the 96.67% (Bonferroni) that refuting needs"
+    )
+    # Two cells 0.0065 +- 0.002: 90% CIs up to 0.0098, inside the margin: it holds (an
+    # intersection-union test needs no correction; at 95% they would reach 0.0104).
+    inside = {"a": Estimate(0.0065, 0.002, 500), "b": Estimate(-0.0065, 0.002, 500)}
+    verdict = judge.every("same", inside, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.HOLDS
+    # Beyond the margin even at the corrected level, a variant not sized for it cannot refute.
+    cells["c"] = Estimate(0.05, 0.002, 500)
+    quick = make(powered=False, same=claim("A = B on every set", "equivalent", margin=0.01))
+    verdict = quick.every("same", cells, effect="A - B", cell_name="sets", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "not sized" in verdict.evidence
+
+
+def test_the_worst_and_the_closest_cells_are_found_in_standard_errors():
+    # a: 0.5 +- 0.01 is 50 SE off, b: 2.0 +- 1.0 only 2: a decides (not the larger b).
+    judge = make(
+        exact=claim("closed form is exact", "within_se", k=4),
+        bound=claim("the tail is below the bound", "less", margin=0.005),
+    )
+    cells = {"a": Estimate(0.5, 0.01, 1000), "b": Estimate(2.0, 1.0, 1000)}
+    verdict = judge.worst_cell("exact", cells, effect="d", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "(a)" in verdict.evidence
+    rows = [  # (tail - bound) / SE: -100 and -1: the second is the closest, not the first
+        {"eps": 0.1, "tail": 0.4, "bound": 0.5, "se": 0.001},
+        {"eps": 0.2, "tail": 0.1, "bound": 0.6, "se": 0.5},
+    ]
+    verdict = judge.below_bound(
+        "bound",
+        rows,
+        measured="tail",
+        bound="bound",
+        se="se",
+        draws=4000,
+        cell=lambda r: f"eps {r['eps']:g}",
+        effect="tail - bound",
+        cell_name="eps",
+    )
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "(eps 0.2)" in verdict.evidence
