@@ -351,6 +351,27 @@ def test_an_arm_whose_runs_lack_the_trivial_models_field_is_not_measured():
     assert "not measured for A" in verdict.evidence and "no `der_uniform`" in verdict.evidence
 
 
+def test_each_run_is_checked_against_its_own_trivial_model():
+    judge = verdicts.Verdicts(model_study(PERPLEXITY_CHECK, order=claim("A below B", "greater")))
+    runs = [  # every seed beats its own unigram model, none beats seed 0's 300
+        {"arm": "A", "test_perplexity": value, "unigram": unigram}
+        for value, unigram in ((290.0, 300.0), (390.0, 400.0), (490.0, 500.0))
+    ]
+    check = judge.check_training(runs, "arm")["A"]
+    assert check.thresholds == (300.0, 400.0, 500.0)
+    assert check.outcome(judge.trained_check) == "passed"
+    # Runs without the trivial model's field are still failed by the limit alone.
+    limited = trained_check("der", reason="r", limit=0.5, trivial="der_uniform", trivial_name="u")
+    judge = verdicts.Verdicts(model_study(limited, order=claim("A below B", "greater")))
+    runs = [{"arm": "A", "der": value} for value in (0.7, 0.71, 0.72)]  # [-0.235, -0.185]
+    check = judge.check_training(runs, "arm")["A"]
+    assert check.outcome(judge.trained_check) == "failed"
+    # Without a limit, such runs cannot be checked at all.
+    judge = verdicts.Verdicts(model_study(PERPLEXITY_CHECK, order=claim("A below B", "greater")))
+    check = judge.check_training([{"arm": "A", "test_perplexity": 90.0}], "arm")["A"]
+    assert check.outcome(judge.trained_check) == "not measured"
+
+
 def test_a_claim_over_several_competitors_holds_only_where_every_pair_does():
     # LSTM claim (1) as committed: the hybrids far better than trigonometric features, the
     # Gaussian hybrid worse than FAVOR+ beyond ln 1.1 in 12 of 12 models.
