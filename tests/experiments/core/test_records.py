@@ -3,6 +3,7 @@ from its records without measuring."""
 
 import json
 
+import ml_collections
 import pytest
 
 from configs import kernel_mse as kernel_mse_config
@@ -75,3 +76,18 @@ def test_a_folder_whose_last_run_did_not_finish_is_not_regenerated(quick_run, tm
     status.Status(str(tmp_path), None).set("done")
     regenerate.regenerate(str(tmp_path))
     assert (tmp_path / "summary.md").read_text() == (workdir / "summary.md").read_text()
+
+
+def test_the_settings_keep_every_measured_field_and_differences_see_inside_lists():
+    config = ml_collections.ConfigDict(
+        {"seed": 3, "widths": (64, 128), "model": {"m": 8}, "claims": {}, "powered": True}
+    )
+    stored = records.settings(config)
+    assert stored == {"seed": 3, "widths": [64, 128], "model": {"m": 8}}  # report fields out
+    assert records.settings(config, exclude=("seed",)) == {"widths": [64, 128], "model": {"m": 8}}
+    # A record made at other widths or another seed is not the current one's.
+    current = {**stored, "seed": 4, "widths": [64, 256]}
+    assert records.differences(stored, current) == [
+        "seed: 3 -> 4",
+        "widths: [64, 128] -> [64, 256]",
+    ]

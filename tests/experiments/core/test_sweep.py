@@ -37,6 +37,11 @@ def test_cells_are_measured_once_and_reused_under_the_same_settings(tmp_path):
     calls.clear()
     sweep.run(str(tmp_path), ["a", "bb"], [0], measuring(calls), lambda arm: {"lr": len(arm)})
     assert calls == [("a", 0), ("bb", 0)]
+    stored = json.loads((tmp_path / "runs" / "bb_seed0" / "result.json").read_text())
+    assert stored["settings"] == {"lr": 2}  # its own arm's settings
+    calls.clear()
+    sweep.run(str(tmp_path), ["a", "bb"], [0], measuring(calls), lambda arm: {"lr": len(arm)})
+    assert calls == []
 
 
 def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
@@ -233,3 +238,15 @@ def test_exactly_one_worker_reports_each_complete_set_of_records(tmp_path):
         raise RuntimeError("report failed")
     with reporting(worker=(1, 3)) as reporter:
         assert reporter
+
+
+def test_a_worker_does_not_take_another_workers_cell_recorded_under_other_settings(tmp_path):
+    # Worker 0's cell (a, 0) holds a record of an earlier sweep at lr 0.05: worker 1, at lr
+    # 0.1, waits for it to be measured again instead of reporting the old record.
+    sweep.write(str(tmp_path / "runs" / "a_seed0"), {"lr": 0.05}, {"value": 1}, arm="a", seed=0)
+    calls = []
+    with pytest.raises(sweep.Pending) as pending:
+        sweep.run(
+            str(tmp_path), ["a", "b"], [0], measuring(calls), {"lr": 0.1}, worker=(1, 2), wait_s=0
+        )
+    assert calls == [("b", 0)] and pending.value.missing == [("a", 0)]
