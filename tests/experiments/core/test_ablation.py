@@ -281,3 +281,42 @@ def test_a_study_whose_runs_train_several_seeds_narrows_an_ablation_cell_to_one(
             seeds_text="0:2",
             metric="accuracy_own",
         )
+
+
+def test_an_ablation_reports_the_second_arm_minus_the_first_paired_by_seed(tmp_path, monkeypatch):
+    """The effect is B - A over the seeds' pairs: the seeds differ by 0.05 each, the arms by
+    0.002, 0.003 and 0.0025, so the paired mean is +0.0025 with SE 0.0005 / sqrt(3)."""
+    from configs import performer_vit as vit_config
+    from experiments import performer_vit
+    from experiments.core.verdicts import Outcome
+
+    def measure(config, workdir):
+        del workdir
+        seed = config.train.seed
+        gain = (0.002, 0.003, 0.0025)[seed] if config.model.num_features == 16 else 0.0
+        # An arm that fails the training check is no better than uniform attention.
+        fails = config.model.num_features == failing[0]
+        own = 0.8 + 0.05 * seed + gain
+        return {"accuracy_own": own, "accuracy_uniform_attention": own - (0 if fails else 0.1)}
+
+    monkeypatch.setattr(performer_vit, "measure", measure)
+    monkeypatch.setattr(performer_vit, "validate_config", lambda config: None)
+    monkeypatch.setattr(performer_vit, "headline", lambda records: records)
+    options = dict(sweep_text="model.num_features=8,16", seeds_text="0:3", metric="accuracy_own")
+    failing = [None]
+    # "16 below 8", refuted beyond a margin of 0.001 (95% CI [+0.00126, +0.00374]) but by a
+    # quick variant, which cannot refute.
+    verdict = ablation.run(
+        vit_config.get_config("quick"),
+        str(tmp_path / "paired"),
+        test="less",
+        margin=0.001,
+        **options,
+    )
+    assert "accuracy_own: 16 - 8, paired by seed = +0.0025 ± 0.0002887" in verdict.evidence
+    assert verdict.outcome == Outcome.NOT_RESOLVED and "not sized" in verdict.evidence
+    # The first arm's training check counts as much as the second's.
+    failing[0] = 8
+    verdict = ablation.run(vit_config.get_config("quick"), str(tmp_path / "failing"), **options)
+    assert verdict.outcome == Outcome.NOT_TESTED
+    assert verdict.evidence.startswith("8 failed the declared training check")
