@@ -91,3 +91,22 @@ def test_the_settings_keep_every_measured_field_and_differences_see_inside_lists
         "seed: 3 -> 4",
         "widths: [64, 128] -> [64, 256]",
     ]
+
+
+def test_a_rebuilt_config_judges_by_the_files_claims_and_training_check(tmp_path):
+    # A folder stored under an older training check (margin 0.5) and claim: the report is
+    # rewritten by the check and claims the config file declares now.
+    from configs import performer_vit as vit_config
+
+    config = vit_config.get_config("quick")
+    stored = json.loads(config.to_json_best_effort())
+    stored["trained_check"]["margin"] = 0.5
+    first = next(iter(stored["claims"]))
+    stored["claims"][first]["margin"] = 0.5
+    (tmp_path / "config.json").write_text(json.dumps(stored))
+    (tmp_path / "command.txt").write_text(
+        "python -m experiments.main --config=configs/performer_vit.py:quick\n"
+    )
+    rebuilt = records.load_config(str(tmp_path))
+    assert rebuilt.trained_check.margin == config.trained_check.margin == 0.005
+    assert rebuilt.claims[first].margin == config.claims[first].margin
