@@ -67,6 +67,9 @@ def test_pool_is_the_equal_weight_mean_with_welch_satterthwaite_df():
     # (sum v_i)^2 / sum v_i^2 / df_i with v_i = se_i^2 / 4 (the 1/4 cancels)
     assert pooled.df == pytest.approx(0.25**2 / ((0.09**2 + 0.16**2) / 9))
     assert pooled.n == 20  # the units of both cells
+    # A cell of two units (1 df) counts in the df: 0.25^2 / (0.09^2 / 1 + 0.16^2 / 9) = 0.72.
+    few = stats.pool([Estimate(1.0, 0.3, 2, 1.0), Estimate(2.0, 0.4, 10, 9.0)])
+    assert few.df == pytest.approx(0.25**2 / (0.09**2 / 1 + 0.16**2 / 9))
     assert math.isinf(stats.pool([Estimate(1.0, 0.1, 5), Estimate(2.0, 0.1, 5, 4.0)]).df)
 
 

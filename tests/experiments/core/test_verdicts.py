@@ -621,3 +621,20 @@ def test_the_worst_and_the_closest_cells_are_found_in_standard_errors():
         cell_name="eps",
     )
     assert verdict.outcome == Outcome.NOT_RESOLVED and "(eps 0.2)" in verdict.evidence
+
+
+def test_no_equivalence_bound_is_claimed_for_an_interval_reaching_past_the_margin():
+    # [0.0257, 0.474] lies above 0 (holds) but not inside +-0.1: no equivalence bound.
+    judge = make(gain=claim("A beats B", "greater", margin=0.1))
+    verdict = judge.effect("gain", Estimate(0.25, 0.1, 10, 9.0), effect="d", units="seeds")
+    assert verdict.outcome == Outcome.HOLDS and "equivalence bound" not in verdict.evidence
+    # A mean of exactly 0 with no margin lies on the boundary, not on the other side of 0.
+    plain = make(gain=claim("A beats B", "greater"))
+    verdict = plain.effect("gain", Estimate(0.0, 0.1, 10, 9.0), effect="d", units="seeds")
+    assert "the estimate lies on the boundary 0" in verdict.evidence
+
+
+def test_a_quick_variant_cannot_refute_agreement_within_k_se():
+    quick = make(powered=False, exact=claim("closed form is exact", "within_se", k=4, margin=0.5))
+    verdict = quick.effect("exact", Estimate(2.0, 0.2, 100), effect="d", units="draws")
+    assert verdict.outcome == Outcome.NOT_RESOLVED
