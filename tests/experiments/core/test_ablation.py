@@ -320,3 +320,28 @@ def test_an_ablation_reports_the_second_arm_minus_the_first_paired_by_seed(tmp_p
     verdict = ablation.run(vit_config.get_config("quick"), str(tmp_path / "failing"), **options)
     assert verdict.outcome == Outcome.NOT_TESTED
     assert verdict.evidence.startswith("8 failed the declared training check")
+
+
+def test_workers_report_an_ablation_again_for_another_metric(tmp_path, monkeypatch):
+    """The report's identity holds the metric: over the same records, a comparison on another
+    headline number is a new report, not one "another worker wrote"."""
+    from configs import performer_vit as vit_config
+    from experiments import performer_vit
+    from experiments.core import sweep
+
+    def measure(config, workdir):
+        del workdir
+        own = 0.8 + 0.05 * config.train.seed + 0.001 * config.model.num_features
+        return {"accuracy_own": own, "accuracy_uniform_attention": own - 0.1}
+
+    monkeypatch.setattr(performer_vit, "measure", measure)
+    monkeypatch.setattr(performer_vit, "validate_config", lambda config: None)
+    monkeypatch.setattr(performer_vit, "headline", lambda records: records)
+    config = vit_config.get_config("quick")
+    options = dict(sweep_text="model.num_features=8,16", seeds_text="0:3")
+    ablation.run(config, str(tmp_path), metric="accuracy_own", **options)  # every cell
+    monkeypatch.setattr(sweep, "WORKER", (0, 2))  # now one of two workers that see them all
+    assert ablation.run(config, str(tmp_path), metric="accuracy_own", **options) is not None
+    assert ablation.run(config, str(tmp_path), metric="accuracy_own", **options) is None
+    other = ablation.run(config, str(tmp_path), metric="accuracy_uniform_attention", **options)
+    assert other is not None and "accuracy_uniform_attention" in other.evidence
