@@ -196,6 +196,28 @@ def test_a_cell_another_process_is_measuring_is_waited_for_not_measured_again(tm
     assert calls == [("b", 0)]
 
 
+def test_a_record_written_while_the_lock_was_awaited_is_not_measured_again(tmp_path, monkeypatch):
+    """Another process finished the cell between this one's read and its lock: the record is
+    read again under the lock, not measured (and overwritten) a second time."""
+    sweep.write(str(tmp_path / "runs" / "a_seed0"), {}, {"value": 42}, arm="a", seed=0)
+    monkeypatch.setattr(sweep, "read", lambda *args, **kwargs: None)  # read before the record
+    calls = []
+    done = sweep.run(str(tmp_path), ["a"], [0], measuring(calls), {})
+    assert calls == [] and done[0]["value"] == 42
+
+
+def test_each_superseded_folder_is_kept_under_its_own_number(tmp_path):
+    for lr in (0.1, 0.2, 0.3):
+        sweep.run(str(tmp_path), ["a"], [0], measuring([]), {"lr": lr})
+    kept = sorted(p.name for p in (tmp_path / "superseded").iterdir())
+    assert kept == ["a_seed0.1", "a_seed0.2"]
+    settings = [
+        json.loads((tmp_path / "superseded" / name / "result.json").read_text())["settings"]
+        for name in kept
+    ]
+    assert settings == [{"lr": 0.1}, {"lr": 0.2}]
+
+
 def test_a_sweep_nested_in_a_cell_is_measured_whole_by_its_worker(tmp_path, monkeypatch):
     """An ablation's cell runs a study, whose own sweep is not shared among the workers."""
     monkeypatch.setattr(sweep, "WORKER", (1, 2))  # experiments.main --worker=1/2
