@@ -39,6 +39,8 @@ def test_paired_difference_matches_scipy_ttest_rel():
     assert (d.mean, d.n, d.df) == (2.0, 3, 2.0)
     assert d.se == pytest.approx(1 / math.sqrt(3)) and d.sd == pytest.approx(1.0)
     assert d.t == pytest.approx(reference.statistic) and d.p == pytest.approx(reference.pvalue)
+    reversed_pair = stats.paired_difference(b, a)  # a negative effect has the same p
+    assert reversed_pair.p == pytest.approx(scipy_stats.ttest_rel(b, a).pvalue) == d.p
     low, high = d.interval(0.95)
     half = 4.302652729749462 / math.sqrt(3)  # t_{0.975, 2} se
     assert (low, high) == pytest.approx((2 - half, 2 + half))
@@ -136,6 +138,9 @@ def test_units_to_resolve_scales_the_observed_spread():
     # 3 still straddle 0 (the quantile at 10 units said 3).
     resolved = Estimate(1.0, 0.2, 10, 9.0)
     assert stats.units_to_resolve(resolved, 0.0, 0.95) == 5
+    # Fewer units than df + 1 leave no t quantile of their own: one unit is no interval; 2
+    # units (1 df) give 12.71 x 0.1 sqrt(5) = 2.84, 3 give 4.303 x 0.1 sqrt(10 / 3) = 0.786.
+    assert stats.units_to_resolve(Estimate(1.0, 0.1, 10, 9.0), 0.0, 0.95) == 3
     for units in (4, 5):
         half = scipy_stats.t(units - 1).ppf(0.975) * 0.2 * math.sqrt(10 / units)
         assert (half < 1.0) == (units == 5)
