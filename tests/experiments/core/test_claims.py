@@ -28,6 +28,9 @@ def test_declared_claims_are_read_with_their_tests_defaults():
     [
         (claim("x", "bigger"), r"config.claims.c: claim test must be one of"),
         (claim("x", "equivalent"), r"config.claims.c: a 'equivalent' claim needs a margin > 0"),
+        # With a zero margin these read as plain orderings that nothing could refute.
+        (claim("x", "noninferior"), r"a 'noninferior' claim needs a margin > 0"),
+        (claim("x", "nonsuperior"), r"a 'nonsuperior' claim needs a margin > 0"),
         (claim("x", "greater", margin=-1.0), "margin must be a number >= 0"),
         (claim("x", "greater", confidence=1.0), r"confidence must be in \(0, 1\)"),
         (claim("x", "within_se", k=0.0), "k must be > 0"),

@@ -44,6 +44,14 @@ def test_cells_are_measured_once_and_reused_under_the_same_settings(tmp_path):
     assert calls == []
 
 
+def test_settings_holding_tuples_are_reused_as_json_stores_them(tmp_path):
+    calls = []
+    settings = {"widths": (64, 128), "model": {"kinds": ("a", "b")}}
+    sweep.run(str(tmp_path), ["a"], [0], measuring(calls), settings)
+    sweep.run(str(tmp_path), ["a"], [0], measuring(calls), settings)
+    assert calls == [("a", 0)] and not (tmp_path / "superseded").exists()
+
+
 def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     calls = []
 
