@@ -121,12 +121,14 @@ def test_cotangents_are_the_derivatives_of_the_dense_sums():
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11 * np.abs(b).max())
 
 
-def wild_operands():
+def wild_operands(raised=((1, slice(2, None), 60.0),)):
     """``operands()`` in float32 with the keys of block 1 from position 2 on raised by 60: above
     the chunk's reference (its start and first key) by more than ``factored_bound`` (43.7),
-    so those keys are formed by blocks and the others as one product."""
+    so those keys are formed by blocks and the others as one product. ``raised``: (block,
+    positions, by) of the keys raised."""
     la, lb, v, start, _, state, later, grad = (np.array(x) for x in operands())
-    lb[1, 2:] += 60.0
+    for block, positions, by in raised:
+        lb[block, positions] += by
     end = np.maximum(start, np.max(lb, axis=(0, 1)))
     return tuple(np.asarray(x, np.float32) for x in (la, lb, v, start, end, state, later, grad))
 
@@ -135,10 +137,26 @@ def test_keys_far_above_the_chunk_are_formed_by_blocks_and_the_rest_as_one_produ
     """Output and cotangents in float32 with some keys not tame (``wild_operands``) against
     the dense float64 sums with the same row shifts. The exponents reach |la + lb - M| ~ 100,
     each rounded to 2 eps32 of that, so every term carries ~2e-5 relatively at most."""
-    la, lb, v, start, end, state, later, grad = wild_operands()
-    chunk, row_shift = jax.jit(chunk_factors)(la, lb, start)
-    tame = np.asarray(chunk.tame.tame)
+    operands = wild_operands()
+    tame = np.asarray(jax.jit(chunk_factors)(*operands[:2], operands[3])[0].tame.tame)
     assert not tame[1, 2:].any() and tame[0].all() and tame[2].all() and tame[1, :2].all()
+    assert_chunk_is_the_dense_sums_in_float32(*operands)
+
+
+def test_keys_formed_by_blocks_reach_later_blocks_relative_to_their_block_start():
+    """Keys not tame in block 0 (raised by 60) read by block 2's rows, whose block start is
+    block 1's larger keys (raised by 80): the earlier block's keys enter those rows with the
+    factor exp(e_0 - E_2) ~ e^-20 (``Blocks.earlier_block``). In the test above the keys
+    formed by blocks are their block's largest, so e_1 = E_2 and that factor is 1: its
+    inverse, e^+20, gave the same outputs there."""
+    operands = wild_operands(((0, slice(1, None), 60.0), (1, slice(None), 80.0)))
+    tame = np.asarray(jax.jit(chunk_factors)(*operands[:2], operands[3])[0].tame.tame)
+    assert not tame[:2, 1:].any() and tame[2].all()
+    assert_chunk_is_the_dense_sums_in_float32(*operands)
+
+
+def assert_chunk_is_the_dense_sums_in_float32(la, lb, v, start, end, state, later, grad):
+    chunk, row_shift = jax.jit(chunk_factors)(la, lb, start)
     got_out, _ = jax.jit(chunk_output, static_argnums=4)(chunk, v, start, state, jnp.float32)
     got = jax.jit(chunk_cotangents, static_argnums=7)(
         chunk, v, start, end, state, later, grad, jnp.float32
