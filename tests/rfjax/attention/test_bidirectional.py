@@ -34,6 +34,27 @@ def test_keys_over_two_blocks_give_the_explicit_weights_times_the_values():
     )
 
 
+def test_a_block_of_padding_after_the_keys_keeps_their_sums():
+    """A batch whose second sequence is padding from the second block of keys on: its last
+    block's keys all masked (log-features at the floor) must leave the running shift, and the
+    sums relative to it, as they are. A shift taken from each block alone fell to the floor
+    there and rescaled the sums by exp(shift - floor) = inf: NaN rows."""
+    length = 2 * _bidirectional.BIDIRECTIONAL_BLOCK
+    kq, kk, kv = jax.random.split(jax.random.key(4), 3)
+    query = 0.5 * jax.random.normal(kq, (2, length, 1, 4))
+    key = 0.5 * jax.random.normal(kk, (2, length, 1, 4))
+    value = jax.random.normal(kv, (2, length, 1, 2))
+    mask = jnp.stack(
+        [jnp.ones(length, bool), jnp.arange(length) < _bidirectional.BIDIRECTIONAL_BLOCK - 5]
+    )
+    projection = projections.gaussian(jax.random.key(5), 4, 8)
+    out = attention.favor_attention(query, key, value, projection, mask=mask)
+    weights = attention.favor_attention_weights(query, key, projection, mask=mask)
+    np.testing.assert_allclose(
+        out, jnp.einsum("bnts,bsnh->btnh", weights, value), rtol=2e-5, atol=2e-6
+    )
+
+
 @pytest.mark.parametrize(
     "blocks",
     [
