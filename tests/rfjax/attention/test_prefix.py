@@ -39,6 +39,38 @@ def test_custom_vjp_gradients(schedule, monkeypatch):
                     np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("schedule", ["fused_scan", "batched"])
+def test_an_initial_state_enters_relative_to_its_own_shift(schedule, monkeypatch):
+    """The state of keys before position 0, S_0 relative to c_0 < beta_0 (a sequence-parallel
+    shard's earlier devices): Y_t gains (a_t . S_0) exp(c_0 - beta_t), values and cotangents
+    (S_0's included) as the dense sums', in both schedules. The batched one (accelerators)
+    read S_0 relative to the first chunk's last beta instead of c_0 and no test saw it."""
+    if schedule == "batched":
+        monkeypatch.setattr(_chunks, "fused_chunk_scan", lambda platform: False)
+        monkeypatch.setattr(_chunks, "CHUNKS_PER_STEP", 2)
+    with jax.enable_x64(True):
+        a, b, v, alpha, beta = prefix_inputs(17)
+        state = jax.random.normal(jax.random.key(18), (a.shape[1], v.shape[1]), jnp.float64)
+        shift = beta[0] - 2.0
+        cotangent = jax.random.normal(jax.random.key(19), (a.shape[0], v.shape[1]))
+
+        def dense(a, b, v, state):
+            earlier = (a @ state) * jnp.exp(shift - beta)[:, None]
+            return _prefix.causal_prefix_quadratic(a, b, v, alpha, beta) + earlier
+
+        for chunk in (3, 11):
+            custom = jax.jit(
+                lambda a, b, v, s, c=chunk: _prefix.causal_prefix(
+                    a, b, v, alpha, beta, c, (s, shift)
+                )
+            )
+            np.testing.assert_allclose(custom(a, b, v, state), dense(a, b, v, state), rtol=1e-12)
+            ours = jax.vjp(custom, a, b, v, state)[1](cotangent)
+            theirs = jax.vjp(dense, a, b, v, state)[1](cotangent)
+            for x, y in zip(ours, theirs, strict=True):
+                np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+
+
 def test_custom_vjp_memory_is_bounded():
     # The plain scan's backward stores one (m, p) state per chunk, O(T m p / C); the custom VJP
     # keeps only the O(T (m + p)) inputs. Compare XLA's temporary buffers (compilation only).
