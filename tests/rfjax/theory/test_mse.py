@@ -160,6 +160,20 @@ def test_rff_cosine_bias_mse_matches_monte_carlo():
     assert predicted > theory.rff_mse(RFF_X, RFF_Y, num_features)
 
 
+def test_rff_cosine_bias_mse_at_its_two_ends():
+    """Exact, with no draws: at x = y the estimate is (2/m) sum_i cos^2(theta_i) with theta_i =
+    w_i.x + b_i uniform mod 2 pi, its error (1/m) sum_i cos(2 theta_i) of variance 1/(2m);
+    far apart (k -> 0) the terms 2 cos(theta_i) cos(theta'_i) have phases independent and
+    uniform, second moment 1, so the MSE is 1/m. The Monte Carlo check above, at
+    e^{-2 z^2} = 0.045, cannot tell the 1/2 of e^{-2 z^2}/2 from 1/4."""
+    for m in (1, 6):
+        assert float(theory.rff_mse(RFF_X, RFF_X, m, embedding="cosine_bias")) == pytest.approx(
+            1 / (2 * m), rel=1e-12
+        )
+        far = float(theory.rff_mse(RFF_X, RFF_X + 30.0, m, embedding="cosine_bias"))
+        assert far == pytest.approx(1 / m, rel=1e-12)
+
+
 def test_prf_mse_under_jit_and_vmap_matches_eager():
     # The issue's call, then a user's vmap over inputs (PRF and RFF in one function).
     jitted = jax.jit(lambda a, b: theory.prf_mse(a, b, 8, coupling="simplex"))(PRF_X, PRF_Y)
