@@ -44,6 +44,31 @@ def test_log_space_form_is_the_features_with_their_gradients(name, side):
         np.testing.assert_array_equal(max_psi, 1.0)
 
 
+# The maps with an affine form (``rfjax.attention._fused.AFFINE_MAPS``, which the fused kernels
+# take); every other map's ``affine_log_form`` is None, checked below.
+AFFINE_MAPS = ("positive", "positive_antithetic", "oprf")
+
+
+@pytest.mark.parametrize("name", features.available())
+def test_affine_log_form_is_the_maps_log_features(name):
+    """x W^T + b + norm_weight |x|^2 from ``affine_log_form`` equals the map's own
+    ``log_features`` (what the fused kernels compute against what the XLA form does), with
+    rows of unequal norms (OPRF's bias carries A |w_i|^2). Only the fused kernels read the
+    form, in tests that run in CI's interpret or GPU tiers: an antithetic map's [W; W] for
+    [W; -W], a bias of -log(width)/4 or OPRF's A d for A |w_i|^2 passed every default test."""
+    w = projections.orthogonal(jax.random.key(3), DIM, NUM_FEATURES)
+    if name not in AFFINE_MAPS:
+        assert getattr(ready(name), "affine_log_form", lambda *a, **k: None)(w, side="key") is None
+        return
+    fmap = ready(name)
+    x = 0.7 * jax.random.normal(jax.random.key(4), (5, DIM))
+    for side in features.SIDES:
+        form = fmap.affine_log_form(w, side=side)
+        np.testing.assert_allclose(
+            form.log_features(x), fmap.log_features(x, w, side=side), rtol=1e-5, atol=1e-5
+        )
+
+
 @functools.partial(jax.jit, static_argnames="side")
 def _log_space_checks(fmap, w, x, side):
     """The features, their log-space form and the gradients of both (one compiled program)."""
