@@ -130,7 +130,9 @@ def test_later_positions_cannot_reach_earlier_rows():
 
 @pytest.mark.parametrize(  # 20: two blocks of 16, T = 13 padded
     ("schedule", "chunk"),
-    schedules_and_chunks([3, 20, 64], {("fused_scan", 20)}),  # batched: the test above
+    # The batched schedule's key pass with an initial state is run only here (the test above
+    # passes none): at chunk 3 its running maxima over chunks, at 20 its first start c_0.
+    schedules_and_chunks([3, 20, 64], {("fused_scan", 20), ("batched", 3), ("batched", 20)}),
     indirect=["schedule"],
 )
 def test_state_pieces_match_their_direct_forms(chunk, schedule):
