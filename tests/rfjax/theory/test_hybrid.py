@@ -72,3 +72,34 @@ def test_theory_identities():
         theory.prf_mse(xa, ya, 8, kernel="softmax"),
         rtol=1e-9,
     )
+
+
+def test_complex_exponential_mse_of_a_complex_matrix_is_the_integral():
+    """A general complex A (u = a + i b with a.b != 0; A = iI and A = I above give a.b = 0)
+    against the MSE as an integral: one feature's Re X = exp(w.a - Re c) cos(w.b - Im c),
+    c = (Ax.Ax + A^-T y.A^-T y) / 2 (bilinear), depends on w ~ N(0, I) only through the
+    jointly Gaussian (w.a, w.b), so E[(Re X - SM)^2] is a 2-d Gauss-Hermite sum (60^2 nodes,
+    exact to rounding here); m features divide it by m. The cos(2 a.b) term written as
+    cos(a.b) passed every test."""
+    from tests.support.hybrid_points import COMPLEX_A
+
+    x, y = pair(HYBRID_DIM, 1.2, 0.5, math.cos(0.9))
+    matrix = np.exp(0.25j * math.pi) * COMPLEX_A.astype(np.complex128)
+    ax, by = matrix @ x, np.linalg.inv(matrix.T) @ y
+    u = ax + by
+    a, b = u.real, u.imag
+    assert abs(a @ b) > 0.1
+    c = (ax @ ax + by @ by) / 2
+    # (w.a, w.b) = L (g1, g2) with L the Cholesky factor of [[a.a, a.b], [a.b, b.b]].
+    chol = np.linalg.cholesky(np.array([[a @ a, a @ b], [a @ b, b @ b]]))
+    nodes, weights = np.polynomial.hermite_e.hermegauss(60)
+    g = np.stack(np.meshgrid(nodes, nodes, indexing="ij"))
+    wa, wb = np.einsum("ij,jkl->ikl", chol, g)
+    real_x = np.exp(wa - c.real) * np.cos(wb - c.imag)
+    weight = np.outer(weights, weights) / (2 * math.pi)
+    kernel = math.exp(x @ y)
+    assert np.sum(weight * real_x) == pytest.approx(kernel, rel=1e-12)  # unbiased
+    want = np.sum(weight * (real_x - kernel) ** 2)
+    for m in (1, 8):
+        got = float(theory.complex_exponential_mse(x, y, matrix, m))
+        assert got == pytest.approx(want / m, rel=1e-10)
