@@ -263,24 +263,21 @@ def test_a_study_whose_runs_train_several_seeds_narrows_an_ablation_cell_to_one(
     assert set(cell.num_seeds.values()) == {1} and cell.num_reference_seeds == 1
     assert config.num_seeds != cell.num_seeds  # the given config is left alone
     performer_vit.validate_config(cell)
-    # A field that one_seed sets cannot be swept: every arm would train one seed alike.
-    with pytest.raises(ValueError, match=r"cannot vary num_reference_seeds: .*one_seed"):
-        ablation.run(
-            config,
-            "/nonexistent/ablation",
-            sweep_text="num_reference_seeds=2,3",
-            seeds_text="0:2",
-            metric="accuracy_own",
-        )
-    # An arm's trainer options are checked before any cell runs too.
-    with pytest.raises(ValueError, match=r"config\.train\.learning_rate must be finite and > 0"):
-        ablation.run(
-            config,
-            "/nonexistent/ablation",
-            sweep_text="train.learning_rate=0.001,-1",
-            seeds_text="0:2",
-            metric="accuracy_own",
-        )
+    refused = [
+        # A field that one_seed sets cannot be swept: every arm would train one seed alike.
+        ("num_reference_seeds=2,3", r"cannot vary num_reference_seeds: .*one_seed"),
+        # An arm's trainer options are checked before any cell runs too.
+        ("train.learning_rate=0.001,-1", r"config\.train\.learning_rate must be finite and > 0"),
+    ]
+    for sweep_text, message in refused:
+        with pytest.raises(ValueError, match=message):
+            ablation.run(
+                config,
+                "/nonexistent/ablation",
+                sweep_text=sweep_text,
+                seeds_text="0:2",
+                metric="accuracy_own",
+            )
 
 
 def test_an_ablation_reports_the_second_arm_minus_the_first_paired_by_seed(tmp_path, monkeypatch):

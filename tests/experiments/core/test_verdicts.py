@@ -450,14 +450,9 @@ def test_the_closed_form_agreement_is_judged_at_the_worst_cell_of_the_kept_rows(
     assert everything.outcome == Outcome.NOT_RESOLVED  # 10 SE off, no margin declared
 
 
-def test_a_bound_is_judged_where_the_measured_value_comes_closest():
-    judge = make(bound=claim("the tail is below the bound", "less", margin=0.005))
-    rows = [  # (tail - bound) / SE: -30, -2.5, -40: the second cell is the closest
-        {"eps": 0.1, "tail": 0.2, "bound": 0.5, "se": 0.01},
-        {"eps": 0.2, "tail": 0.1, "bound": 0.125, "se": 0.01},
-        {"eps": 0.3, "tail": 0.1, "bound": 2.0, "se": 0.0475},
-    ]
-    verdict = judge.below_bound(
+def _below_bound(judge, rows, *, effect: str):
+    """The claim "bound" over rows of (eps, tail, bound, se), 4,000 draws each."""
+    return judge.below_bound(
         "bound",
         rows,
         measured="tail",
@@ -465,9 +460,19 @@ def test_a_bound_is_judged_where_the_measured_value_comes_closest():
         se="se",
         draws=4000,
         cell=lambda r: f"eps {r['eps']:g}",
-        effect="empirical tail - bound",
+        effect=effect,
         cell_name="eps",
     )
+
+
+def test_a_bound_is_judged_where_the_measured_value_comes_closest():
+    judge = make(bound=claim("the tail is below the bound", "less", margin=0.005))
+    rows = [  # (tail - bound) / SE: -30, -2.5, -40: the second cell is the closest
+        {"eps": 0.1, "tail": 0.2, "bound": 0.5, "se": 0.01},
+        {"eps": 0.2, "tail": 0.1, "bound": 0.125, "se": 0.01},
+        {"eps": 0.3, "tail": 0.1, "bound": 2.0, "se": 0.0475},
+    ]
+    verdict = _below_bound(judge, rows, effect="empirical tail - bound")
     assert verdict.outcome == Outcome.HOLDS  # -0.025 ± 0.01: below 0.005
     assert "empirical tail - bound at the closest of 3 eps (eps 0.2) = -0.025" in verdict.evidence
     # Bounds below 1: 0.5 / 0.2 = 2.5 and 0.125 / 0.1 = 1.25 (the third, 2.0, says nothing).
@@ -609,17 +614,7 @@ def test_the_worst_and_the_closest_cells_are_found_in_standard_errors():
         {"eps": 0.1, "tail": 0.4, "bound": 0.5, "se": 0.001},
         {"eps": 0.2, "tail": 0.1, "bound": 0.6, "se": 0.5},
     ]
-    verdict = judge.below_bound(
-        "bound",
-        rows,
-        measured="tail",
-        bound="bound",
-        se="se",
-        draws=4000,
-        cell=lambda r: f"eps {r['eps']:g}",
-        effect="tail - bound",
-        cell_name="eps",
-    )
+    verdict = _below_bound(judge, rows, effect="tail - bound")
     assert verdict.outcome == Outcome.NOT_RESOLVED and "(eps 0.2)" in verdict.evidence
 
 

@@ -114,15 +114,11 @@ def test_bad_arguments_raise_naming_them():
         proposal_features(
             jax.random.key(0), queries, embeddings, proposal="uniform", num_features=4
         )
+    positive = functools.partial(
+        proposal_features, jax.random.key(0), queries, embeddings, proposal="positive"
+    )
     with pytest.raises(ValueError, match="temperature"):
-        proposal_features(
-            jax.random.key(0),
-            queries,
-            embeddings,
-            proposal="positive",
-            num_features=4,
-            temperature=0.0,
-        )
+        positive(num_features=4, temperature=0.0)
     with pytest.raises(ValueError, match="temperature"):
         normalize_for_proposal(queries, jnp.ones(2))
     # A concrete array of 0 or -1 was not checked: NaN features, then an error about x.
@@ -130,11 +126,4 @@ def test_bad_arguments_raise_naming_them():
         with pytest.raises(ValueError, match="temperature must be a finite real > 0"):
             normalize_for_proposal(queries, jnp.asarray(bad))
         with pytest.raises(ValueError, match="temperature must be a finite real > 0"):
-            proposal_features(
-                jax.random.key(0),
-                queries,
-                embeddings,
-                proposal="positive",
-                num_features=4,
-                temperature=jnp.asarray(bad),
-            )
+            positive(num_features=4, temperature=jnp.asarray(bad))
