@@ -109,8 +109,8 @@ def _tests(python: str, out: pathlib.Path, seconds: float, args) -> dict:
 
 # The long-context benchmark's arguments on a lease, before ``--lm-implementation`` and
 # ``--lm-args`` (argparse keeps the last of a repeated flag, so those override these).
-LM_ARGUMENTS = ("--device-counts", "1", "--repeats", "5", "--lengths", "4096", "16384", "32768")
-LM_ARGUMENTS += ("65536", "--crossover-lengths", "512", "1024", "2048")
+LM_ARGUMENTS: tuple[str, ...] = ("--device-counts", "1", "--repeats", "5", "--lengths")
+LM_ARGUMENTS += ("4096", "16384", "32768", "65536", "--crossover-lengths", "512", "1024", "2048")
 
 
 def _lm_arguments(args) -> tuple[list[str], argparse.Namespace]:

@@ -140,10 +140,11 @@ def require_interval(
       ...
       ValueError: config.dropout_rate must be finite and in [0, 1), got 1.0
     """
-    left, low, high, right = interval[0], *interval[1:-1].split(","), interval[-1]
-    if left not in "[(" or right not in "])":
+    left, right = interval[0], interval[-1]
+    ends = interval[1:-1].split(",")
+    if left not in "[(" or right not in "])" or len(ends) != 2:
         raise ValueError(f"interval must look like '[0, 1)', got {interval!r}")
-    low, high = float(low), float(high)
+    low, high = (float(end) for end in ends)
 
     def inside(v) -> bool:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
