@@ -49,7 +49,7 @@ CELL_FILE = "cell.json"
 SUPERSEDED_DIR = "superseded"
 REPORTED_FILE = ".reported"  # the digest of the records the last report was written from
 REPORT_LOCK_FILE = ".report.lock"
-CELL_LOCK_SUFFIX = ".lock"  # runs/.<arm>_seed<seed>.lock: held while a process measures the cell
+CELL_LOCKS_DIR = ".cell_locks"  # <arm>_seed<seed>.lock: held while a process measures it
 POLL_SECONDS = 2.0
 
 
@@ -273,8 +273,8 @@ def _measured(
 @contextlib.contextmanager
 def _cell_lock(workdir: str, arm: str, seed: int) -> Iterator[bool]:
     """Whether this process holds the cell ``(arm, seed)`` for the block: an exclusive lock on
-    ``workdir/runs/.<arm>_seed<seed>.lock`` (beside the folder, which may be moved aside), not
-    waited for. Two processes on one workdir (a worker started twice, a job restarted while
+    ``workdir/.cell_locks/<arm>_seed<seed>.lock`` (outside ``runs/``, whose entries are the
+    cells' folders, and outside the folder, which may be moved aside), not waited for. Two processes on one workdir (a worker started twice, a job restarted while
     the old one still runs) trained one cell into one folder at once: Orbax's commits of the
     same step failed in both, or one moved the other's live folder aside. The lock goes with
     its process. The processes of one multi-process run measure each cell together (process
@@ -282,7 +282,7 @@ def _cell_lock(workdir: str, arm: str, seed: int) -> Iterator[bool]:
     if jax.process_count() > 1:
         yield True
         return
-    path = os.path.join(workdir, "runs", f".{arm}_seed{seed}{CELL_LOCK_SUFFIX}")
+    path = os.path.join(workdir, CELL_LOCKS_DIR, f"{arm}_seed{seed}.lock")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a") as lock:
         try:

@@ -202,6 +202,8 @@ def test_a_cell_another_process_is_measuring_is_waited_for_not_measured_again(tm
     assert calls == []
     sweep.run(str(tmp_path), ["b"], [0], measuring(calls), {}, wait_s=0)  # released
     assert calls == [("b", 0)]
+    # runs/ holds the cells' folders only (readers list it: a lock file there was read as one)
+    assert sorted(os.listdir(tmp_path / "runs")) == ["a_seed0", "b_seed0"]
 
 
 def test_a_record_written_while_the_lock_was_awaited_is_not_measured_again(tmp_path, monkeypatch):
