@@ -274,11 +274,12 @@ def _measured(
 def _cell_lock(workdir: str, arm: str, seed: int) -> Iterator[bool]:
     """Whether this process holds the cell ``(arm, seed)`` for the block: an exclusive lock on
     ``workdir/.cell_locks/<arm>_seed<seed>.lock`` (outside ``runs/``, whose entries are the
-    cells' folders, and outside the folder, which may be moved aside), not waited for. Two processes on one workdir (a worker started twice, a job restarted while
-    the old one still runs) trained one cell into one folder at once: Orbax's commits of the
-    same step failed in both, or one moved the other's live folder aside. The lock goes with
-    its process. The processes of one multi-process run measure each cell together (process
-    0 readies the folder), so they take no lock."""
+    cells' folders, and outside the folder, which may be moved aside), not waited for. Two
+    processes on one workdir (a worker started twice, a job restarted while the old one still
+    runs) trained one cell into one folder at once: Orbax's commits of the same step failed in
+    both, or one moved the other's live folder aside. The lock goes with its process. The
+    processes of one multi-process run measure each cell together (process 0 readies the
+    folder), so they take no lock."""
     if jax.process_count() > 1:
         yield True
         return
