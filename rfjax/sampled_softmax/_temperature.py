@@ -37,7 +37,9 @@ def kernel_softmax_divergence(
         ``jit``, where they are unknown, their divergences are NaN.
 
     Returns:
-      ``(G,)`` mean divergences (nats).
+      ``(G,)`` mean divergences (nats) over the rows whose logits and cosines are all finite: a
+      row holding NaN or infinity has no divergence and is left out of the mean, so it does not
+      make every tau's divergence NaN. With no such row, every divergence is NaN.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -58,14 +60,19 @@ def kernel_softmax_divergence(
         raise ValueError(f"temperatures must be 1-D (G,), got shape {temperatures.shape}")
     if is_concrete(temperatures) and not bool(jnp.all(temperatures > 0)):
         raise ValueError(f"temperatures must be > 0, got {temperatures}")
+    finite_rows = jnp.all(jnp.isfinite(logits) & jnp.isfinite(cosines), axis=-1)
+    logits = jnp.where(finite_rows[:, None], logits, 0)
+    cosines = jnp.where(finite_rows[:, None], cosines, 0)
+    finite_count = jnp.sum(finite_rows)
     log_p = jax.nn.log_softmax(logits, axis=-1)
     p = jnp.exp(log_p)
     entropy_term = jnp.sum(p * log_p, axis=-1)
 
     def divergence(tau):
         log_q = jax.nn.log_softmax(cosines / tau, axis=-1)
-        value = jnp.mean(entropy_term - jnp.sum(p * log_q, axis=-1))
-        return jnp.where(tau > 0, value, jnp.nan)
+        per_row = jnp.where(finite_rows, entropy_term - jnp.sum(p * log_q, axis=-1), 0)
+        value = jnp.sum(per_row) / finite_count
+        return jnp.where((tau > 0) & (finite_count > 0), value, jnp.nan)
 
     return jax.lax.map(divergence, temperatures)
 
@@ -73,6 +80,7 @@ def kernel_softmax_divergence(
 def select_temperature(logits: jax.Array, cosines: jax.Array, temperatures: jax.Array) -> jax.Array:
     """The tau of ``temperatures`` with the smallest ``kernel_softmax_divergence`` (a scalar;
     jit-compatible), never one whose divergence is NaN (a non-positive tau inside ``jit``)
-    unless all are. Treat the inputs as constants (``stop_gradient``) when used in a loss."""
+    unless all are. Rows holding NaN or infinity are left out (``kernel_softmax_divergence``).
+    Treat the inputs as constants (``stop_gradient``) when used in a loss."""
     divergences = kernel_softmax_divergence(logits, cosines, temperatures)
     return temperatures[jnp.argmin(jnp.where(jnp.isnan(divergences), jnp.inf, divergences))]

@@ -45,3 +45,21 @@ def test_temperatures_must_be_positive(bad):
     traced = jax.jit(kernel_softmax_divergence)(cosines / 0.3, cosines, grid)
     assert np.isnan(traced[0]) and np.all(np.isfinite(traced[1:]))
     assert float(jax.jit(select_temperature)(cosines / 0.3, cosines, grid)) == pytest.approx(0.3)
+
+
+def test_a_non_finite_row_is_left_out_not_poisoning_every_temperature():
+    """One NaN row made every temperature's divergence NaN and ``select_temperature`` returned
+    the grid's first entry whatever the other rows said. The row is now left out of the mean:
+    the divergences are those of the finite rows alone, eagerly and under ``jit``."""
+    cosines = jnp.tanh(jax.random.normal(jax.random.key(1), (4, 9)))
+    grid = jnp.array([0.1, 0.3, 1.0])
+    clean = kernel_softmax_divergence(cosines[1:] / 0.3, cosines[1:], grid)
+    for bad_logits, bad_cosines in [
+        ((cosines / 0.3).at[0, 2].set(jnp.nan), cosines),
+        (cosines / 0.3, cosines.at[0, 5].set(jnp.inf)),
+    ]:
+        for function in (kernel_softmax_divergence, jax.jit(kernel_softmax_divergence)):
+            np.testing.assert_allclose(function(bad_logits, bad_cosines, grid), clean, rtol=1e-5)
+        assert float(select_temperature(bad_logits, bad_cosines, grid)) == pytest.approx(0.3)
+    all_bad = jnp.full((2, 9), jnp.nan)
+    assert np.all(np.isnan(kernel_softmax_divergence(all_bad, all_bad, grid)))
