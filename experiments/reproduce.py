@@ -13,15 +13,15 @@ committed results that ``experiments.results_page`` collates into RESULTS.md.
 
 from __future__ import annotations
 
-import glob
 import importlib
 import os
+import re
 import sys
 import time
 
 from absl import app, flags, logging
 
-from experiments.main import run_experiment
+from experiments.main import SUMMARY_FILE, run_experiment
 
 # (experiment, config variant for the default run, title); the full config of kernel_mse already
 # takes about a minute, so it runs at full scale in both modes.
@@ -42,6 +42,15 @@ def load_config(name: str, variant: str | None):
     return importlib.import_module(f"configs.{name}").get_config(variant)
 
 
+def summary_figures(summary: str) -> list[str]:
+    """The figures ``summary`` (a summary.md) shows, as paths beside it, in its order: not every
+    PNG in its folder, where an earlier run of another variant may have left others."""
+    with open(summary, encoding="utf-8") as handle:
+        targets = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", handle.read())
+    folder = os.path.dirname(summary)
+    return [os.path.join(folder, target) for target in dict.fromkeys(targets)]
+
+
 def reproduce(workdir: str, full: bool) -> list[dict]:
     """Runs the headline experiments into ``workdir/<name>``; returns what each wrote."""
     written = []
@@ -54,11 +63,12 @@ def reproduce(workdir: str, full: bool) -> list[dict]:
         command = ["python", "-m", "experiments.main", f"--config={config_arg}"]
         command += [f"--workdir={experiment_dir}"]
         run_experiment(load_config(name, variant), experiment_dir, command=command)
+        summary = os.path.join(experiment_dir, SUMMARY_FILE)
         written.append(
             {
                 "title": title,
-                "summary": os.path.join(experiment_dir, "summary.md"),
-                "figures": sorted(glob.glob(os.path.join(experiment_dir, "*.png"))),
+                "summary": summary,
+                "figures": summary_figures(summary),
                 "seconds": time.perf_counter() - start,
             }
         )

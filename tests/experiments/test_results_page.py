@@ -49,6 +49,9 @@ def test_render_demotes_headings_rewrites_local_links_and_lists_folders_without_
 
 def test_reproduce_runs_each_headline_experiment_and_reports_its_files(tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "HEADLINE", (("kernel_mse", "quick", "Fig. 6 at test scale"),))
+    # A figure an earlier run of another variant left in the folder is not this run's.
+    (tmp_path / "kernel_mse").mkdir()
+    (tmp_path / "kernel_mse" / "stale_variant.png").write_bytes(b"")
     (written,) = reproduce.reproduce(str(tmp_path), full=False)
     assert written["summary"] == str(tmp_path / "kernel_mse" / "summary.md")
     assert os.path.getsize(written["summary"]) > 0
