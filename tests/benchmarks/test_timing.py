@@ -55,3 +55,75 @@ def test_results_are_written_whole_with_how_they_were_made(tmp_path):
     assert written["written_with"]["jax"] == jax.__version__
     assert len(written["written_with"]["load_average"]) == 3
     assert sorted(p.name for p in path.parent.iterdir()) == ["rows.json"]  # no temporary left
+
+
+class _Clock:
+    """A stand-in for ``time.perf_counter`` that only the calls below advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_interleaved_samples_are_paired_by_round_and_leave_the_setups_out(monkeypatch):
+    """Sample i of each function is its call in round i (paired_ratio divides them round by
+    round), the setup before every call (warm-up included) is not timed, and with a seed the
+    rounds run in varying orders."""
+    clock = _Clock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    seconds = {"a": [3.0, 1.0, 2.0, 5.0, 4.0, 2.0], "b": [1.0, 2.0, 4.0, 1.0, 8.0, 3.0]}
+    seconds["c"] = [1.0] * 6
+    warmup = 2
+    calls = {name: 0 for name in seconds}
+    ready = {name: False for name in seconds}
+    order: list[str] = []
+
+    def call(name):
+        assert ready[name], f"{name} called without its setup"
+        ready[name] = False
+        index = calls[name] - warmup
+        calls[name] += 1
+        if index >= 0:
+            order.append(name)
+            clock.now += seconds[name][index]
+        return name
+
+    def setup(name):
+        ready[name] = True
+        clock.now += 100.0  # the setup's own time, which no sample may hold
+
+    functions = {name: lambda name=name: call(name) for name in seconds}
+    setups = {name: lambda name=name: setup(name) for name in seconds}
+    timed = timing.time_interleaved(
+        functions, repeats=6, warmup=warmup, setups=setups, shuffle_seed=0
+    )
+    for name, times in seconds.items():
+        assert timed[name]["samples_s"] == times
+        assert timed[name]["median_s"] == pytest.approx(np.median(times))
+        assert timed[name]["min_s"] == min(times)
+    rounds = [tuple(order[3 * i : 3 * i + 3]) for i in range(6)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds) and len(set(rounds)) > 1
+    ratio = timing.paired_ratio(timed["a"]["samples_s"], timed["b"]["samples_s"])
+    ratios = np.divide(seconds["a"], seconds["b"])
+    assert ratio["median"] == pytest.approx(np.median(ratios))
+    assert (ratio["q25"], ratio["q75"]) == pytest.approx(tuple(np.percentile(ratios, [25, 75])))
+    with pytest.raises(ValueError, match="equal, non-zero lengths, got 2 and 3"):
+        timing.paired_ratio([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+def test_streamed_samples_are_seconds_per_call(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    per_call = {"a": 2.0, "b": 0.5}
+
+    def call(name):
+        clock.now += per_call[name]
+        return name
+
+    timed = timing.time_streamed(
+        {name: lambda name=name: call(name) for name in per_call}, calls=4, repeats=3, warmup=1
+    )
+    for name, seconds in per_call.items():
+        assert timed[name]["median_s"] == pytest.approx(seconds)
