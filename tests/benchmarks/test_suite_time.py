@@ -24,7 +24,7 @@ from benchmarks.suite_time import (
 
 def test_the_summary_line_gives_counts_and_seconds():
     output = (
-        "....\nSKIPPED [1] x.py:3: slow\n"
+        "....\nSKIPPED [1] x.py:3: slow\ncompiled in 2.00s\n"
         "2488 passed, 737 skipped, 25 warnings in 373.59s (0:06:13)\n"
     )
     assert parse_summary(output) == {
@@ -47,6 +47,7 @@ def test_the_summary_line_gives_counts_and_seconds():
 
 def test_tests_match_by_name_and_parameters_whatever_their_file():
     assert name_and_params("tests/rfjax/ops/test_fwht.py::test_float64[xla]") == "test_float64[xla]"
+    assert name_and_params("tests/a/test_b.py::TestC::test_d[x]") == "TestC::test_d[x]"
     peer = {name_and_params("tests/test_fwht.py::test_float64[xla]"), "test_gone"}
     kept, dropped = split_by_names(
         [
@@ -88,7 +89,7 @@ def test_as_a_plugin_it_runs_only_the_named_tests(tmp_path):
     assert " deselected in " in done.stdout  # the others deselected, not skipped
 
 
-def _result(peer_s, this_s, *, against="f" * 40, this_passed=2499, failed=0):
+def _result(peer_s, this_s, *, against="f" * 40, this_passed=2499, failed=0, returncode=None):
     """A ``measure`` result with one round per pair of wall seconds."""
 
     def run(wall, passed):
@@ -98,7 +99,7 @@ def _result(peer_s, this_s, *, against="f" * 40, this_passed=2499, failed=0):
             "skipped": 7,
             "failed": failed,
             "errors": 0,
-            "returncode": int(bool(failed)),
+            "returncode": int(bool(failed)) if returncode is None else returncode,
             "failures": ["t::x"] if failed else [],
         }
 
@@ -138,6 +139,8 @@ def test_pooling_refuses_other_peers_other_suites_and_failed_runs():
         pooled_rounds([one, _result((450.0,), (460.0,), this_passed=2542)])
     with pytest.raises(ValueError, match="a run of 'peer' failed"):
         pooled_rounds([_result((450.0,), (460.0,), failed=1)])
+    with pytest.raises(ValueError, match="a run of 'peer' failed"):  # no count, exit 1
+        pooled_rounds([_result((450.0,), (460.0,), returncode=1)])
     with pytest.raises(ValueError, match=r"excluded rounds .* \[\(1, 0\)\] are not there"):
         pooled_rounds([one], excluded={(1, 0)})
 
@@ -149,6 +152,7 @@ def test_an_excluded_round_is_listed_but_left_out_of_the_estimate():
     assert pooled["estimate"]["n"] == 2
     kept = np.log([405.0 / 450.0, 401.0 / 447.0])
     assert pooled["estimate"]["mean"] == pytest.approx(kept.mean())
+    assert pooled["ratio"] == pytest.approx(np.exp(kept.mean()))
 
 
 def test_the_pool_command_writes_the_verdict_and_names_bad_exclusions(tmp_path, capsys):
