@@ -362,6 +362,11 @@ def _excluded_rounds(paths: Sequence[pathlib.Path], exclude: Sequence[str]) -> s
         name, _, repeat = entry.rpartition(":")
         if name not in names or not repeat.isdigit():
             raise ValueError(f"--exclude takes FILE:REPEAT with FILE among {names}, got {entry!r}")
+        if names.count(name) > 1:
+            raise ValueError(
+                f"--exclude {entry!r}: {names.count(name)} results are named {name!r} "
+                "(in different folders); pool copies of them with different names"
+            )
         excluded.add((names.index(name), int(repeat)))
     return excluded
 

@@ -175,3 +175,11 @@ def test_the_pool_command_writes_the_verdict_and_names_bad_exclusions(tmp_path, 
     with pytest.raises(SystemExit):
         main([*pool, "--exclude", "a.json:1"])
     assert "--exclude needs --pool and --why" in capsys.readouterr().err
+    # Two results of one name (in two folders): which of them a round of that name is, is
+    # ambiguous (it was the first one's, silently).
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "a.json").write_text(json.dumps(_result((447.0,), (900.0,))))
+    twice = ["--pool", str(first), str(tmp_path / "other" / "a.json"), "--json", str(out)]
+    with pytest.raises(SystemExit):
+        main([*twice, "--exclude", "a.json:0", "--why", "w"])
+    assert "2 results are named 'a.json'" in capsys.readouterr().err
