@@ -181,6 +181,8 @@ def main() -> None:
         help="more arguments of benchmarks.attention_gpu",
     )
     args = parser.parse_args()
+    if not args.minutes > 0:  # 0 gave every step a limit of 0 s: each killed as it started
+        parser.error(f"--minutes must be > 0, got {args.minutes}")
     if "long_context" in args.steps:
         _lm_arguments(args)  # exits naming a bad --lm-args before any step runs
     if jax.default_backend() != "gpu":

@@ -64,3 +64,13 @@ def test_every_step_shares_the_minutes_and_quick_shortens_the_benchmarks(recorde
     assert list(steps) == ["pytest", "long_context", "fwht_gpu", "attention_gpu"]
     lm = started[1][1]
     assert long_context.parser().parse_args(lm[3:]).implementation == "xla"
+
+
+@pytest.mark.parametrize("minutes", ["0", "-5", "nan"])
+def test_minutes_that_leave_no_time_are_refused_before_any_step(recorded, minutes, capsys):
+    # --minutes 0 ran every step under a limit of 0 s, each killed as it started
+    with pytest.raises(SystemExit) as stopped:
+        recorded("--minutes", minutes)
+    assert stopped.value.code == 2 and f"--minutes must be > 0, got {float(minutes)}" in (
+        capsys.readouterr().err
+    )
