@@ -3,6 +3,7 @@ tests it keeps, the order of the runs, the pooled verdict)."""
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -183,3 +184,59 @@ def test_the_pool_command_writes_the_verdict_and_names_bad_exclusions(tmp_path, 
     with pytest.raises(SystemExit):
         main([*twice, "--exclude", "a.json:0", "--why", "w"])
     assert "2 results are named 'a.json'" in capsys.readouterr().err
+
+
+def test_measure_alternates_the_suites_and_divides_this_by_the_peer(monkeypatch, tmp_path):
+    """The suites' processes replaced by made-up runs: each round starts one contender later,
+    the peer's suite runs in the peer's worktree, the restricted suite gets the peer's test ids,
+    and the ratios are this (and this_peer_tests) over the peer, round by round (the ratio of
+    sorted walls would read 1.01 here, where the rounds' median is 1.00)."""
+    import contextlib
+
+    from benchmarks import suite_time
+
+    peer_root = tmp_path / "peer"
+    walls = {"peer": [400.0, 500.0, 450.0], "this": [480.0, 500.0, 405.0]}
+    walls["this_peer_tests"] = [200.0, 250.0, 225.0]
+    order = []
+
+    @contextlib.contextmanager
+    def worktree(rev):
+        yield peer_root
+
+    def run_suite(root, env, extra=()):
+        if root == peer_root:
+            name = "peer"
+        elif TESTS_ENV in env:
+            ids = pathlib.Path(env[TESTS_ENV]).read_text().split()
+            assert ids == ["tests/test_a.py::test_x"] and extra == ("-p", "benchmarks.suite_time")
+            name = "this_peer_tests"
+        else:
+            name = "this"
+        assert "RFJAX_TEST_SOMETHING" not in env
+        order.append(name)
+        return {"wall_s": walls[name][sum(n == name for n in order) - 1], "passed": 1}
+
+    monkeypatch.setattr(suite_time, "worktree", worktree)
+    monkeypatch.setattr(suite_time, "run_suite", run_suite)
+    monkeypatch.setattr(
+        suite_time,
+        "default_test_ids",
+        lambda root: ["tests/test_a.py::test_x"] * (root == peer_root),
+    )
+    # a suite restricted, or a test setting, in the caller's environment reaches no suite
+    monkeypatch.setenv(TESTS_ENV, str(tmp_path / "elsewhere.txt"))
+    monkeypatch.setenv("RFJAX_TEST_SOMETHING", "1")
+    monkeypatch.setattr(suite_time, "_row", lambda run: "")
+    monkeypatch.setattr(suite_time, "commit_of", lambda rev: rev)
+    result = suite_time.measure("peer_rev", 3)
+    assert order == [
+        *("peer", "this", "this_peer_tests"),
+        *("this", "this_peer_tests", "peer"),
+        *("this_peer_tests", "peer", "this"),
+    ]
+    assert [run["wall_s"] for run in result["runs"]["this"]] == walls["this"]
+    for name in ("this", "this_peer_tests"):
+        ratios = np.divide(walls[name], walls["peer"])
+        assert result["ratios"][f"{name} / peer"]["median"] == pytest.approx(np.median(ratios))
+    assert (result["against_commit"], result["repeats"]) == ("peer_rev", 3)
