@@ -31,6 +31,7 @@ def time_interleaved(
     leaves the caches cold, say). Each entry holds ``summary`` of its times and the times
     themselves (``samples_s``, one per round, for ``paired_ratio``).
     """
+    _check_counts(repeats=repeats)
     setups = setups or {}
     for name, fn in functions.items():
         for _ in range(warmup):
@@ -50,6 +51,14 @@ def time_interleaved(
             samples[name].append(time.perf_counter() - start)
             del result  # freed after the clock stops, like a caller that keeps its result
     return {name: {**summary(times), "samples_s": times} for name, times in samples.items()}
+
+
+def _check_counts(**counts: int) -> None:
+    """Refuses a count below 1 before anything is compiled (no samples: ``statistics`` raised
+    "must have at least two data points" after every warm-up)."""
+    for name, count in counts.items():
+        if count < 1:
+            raise ValueError(f"{name} must be >= 1, got {count}")
 
 
 def _run_setup(setups: Mapping[str, Callable[[], object]], name: str) -> None:
@@ -138,6 +147,7 @@ def time_streamed(
     over ``calls``. As long as one call's device time exceeds its dispatch time, this is the
     device's time per call (a copy's GB/s near the memory bandwidth shows it).
     """
+    _check_counts(calls=calls, repeats=repeats)
     for fn in functions.values():
         for _ in range(warmup):
             jax.block_until_ready(fn())

@@ -127,3 +127,17 @@ def test_streamed_samples_are_seconds_per_call(monkeypatch):
     )
     for name, seconds in per_call.items():
         assert timed[name]["median_s"] == pytest.approx(seconds)
+
+
+def test_no_repeats_are_refused_before_anything_runs():
+    """``--repeats 0`` (benchmarks.fwht, sklearn_transform) compiled and warmed every contender,
+    then raised statistics' "must have at least two data points"."""
+    calls = []
+    functions = {"a": lambda: calls.append(1)}
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        timing.time_interleaved(functions, repeats=0)
+    with pytest.raises(ValueError, match="calls must be >= 1, got 0"):
+        timing.time_streamed(functions, calls=0)
+    with pytest.raises(ValueError, match="repeats must be >= 1, got -1"):
+        timing.time_streamed(functions, repeats=-1)
+    assert calls == []
