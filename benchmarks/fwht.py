@@ -282,10 +282,14 @@ def main() -> None:
     )
     parser.add_argument("--json", type=str, default=None, help="default: benchmarks/results/fwht")
     args = parser.parse_args()
+    total = 1 << args.log2_total
+    wrong = [n for n in args.sizes if n < 1 or n & (n - 1) or n > total]
+    if wrong:  # a batch is rows x n of 2^log2-total elements (numpy's reshape error otherwise)
+        parser.error(f"--sizes must be powers of two <= 2^--log2-total = {total}, got {wrong}")
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     report = run(
-        1 << args.log2_total,
+        total,
         tuple(args.sizes),
         args.repeats,
         dtype=args.dtype,

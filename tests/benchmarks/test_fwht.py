@@ -47,3 +47,15 @@ def test_a_run_divides_each_contenders_samples_by_its_peers_round_by_round():
         a, b = key.split("/")
         expected = paired_ratio(timings[a]["samples_ms"], timings[b]["samples_ms"])
         assert ratio == pytest.approx(expected), key
+
+
+@pytest.mark.parametrize("sizes", [["48"], ["16", "512"], ["0"]])
+def test_sizes_that_do_not_split_the_batch_are_refused_by_name(sizes, monkeypatch, capsys):
+    """--sizes 16 512 with --log2-total 8 timed n = 16, then raised numpy's "cannot reshape
+    array of size 256 into shape (0,512)" before any JSON was written (48: "(5,48)")."""
+    monkeypatch.setattr(fwht, "run", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr("sys.argv", ["fwht", "--log2-total", "8", "--sizes", *sizes])
+    with pytest.raises(SystemExit) as stopped:
+        fwht.main()
+    assert stopped.value.code == 2
+    assert "--sizes must be powers of two <= 2^--log2-total = 256" in capsys.readouterr().err
