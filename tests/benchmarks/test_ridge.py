@@ -82,3 +82,22 @@ def test_versus_sklearn_divides_rfjax_by_sklearn_and_first_by_warm(monkeypatch, 
     assert saved["records"][0]["ratios"] == record["ratios"]
     with pytest.raises(ValueError, match="--rows > 977"):
         ridge.versus_sklearn([8], rows=1955, repeats=3, out=str(tmp_path))
+
+
+def test_larger_widths_run_rfjax_alone_and_exact_ridge_once(monkeypatch, tmp_path):
+    """``--rfjax-only-components`` widths run the first rfjax variant alone (scikit-learn's
+    pipelines hold 60,000 x m features there), the others every method asked for, in order."""
+    data = np.zeros((4, 2), np.float32), np.zeros(4, int), np.zeros((4, 2)), np.zeros(4, int)
+    monkeypatch.setattr(ridge, "load", lambda: data)
+    monkeypatch.setattr(ridge, "median_gamma", lambda x: 1.0)
+    monkeypatch.setattr(ridge, "choose_alpha", lambda x, y, gamma: (1.0, [0.5]))
+    monkeypatch.setattr(ridge, "method_fit", lambda name, m, *rest: (10, None))
+    measured = []
+    monkeypatch.setattr(ridge, "measure", lambda out, name, m, *rest: measured.append((name, m)))
+    ridge.fashion_mnist_rows([64], [128, 64], str(tmp_path))
+    first = ridge.METHODS[0]
+    assert measured == [
+        (ridge.EXACT, None),
+        *((name, 64) for name in ridge.METHODS if name != ridge.EXACT),
+        (first, 128),
+    ]
