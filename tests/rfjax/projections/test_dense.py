@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax.projections._dense import orthogonal, simplex_directions
+from rfjax.projections._dense import orthogonal, simplex, simplex_directions
 
 
 @pytest.mark.parametrize("dim", [2, 5, 16])
@@ -29,3 +29,18 @@ def test_orthogonal_rows_are_orthogonal_within_a_block_only():
         gram = block @ block.T
         np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-10)
     assert np.abs(w[:dim] @ w[dim:].T).max() > 1e-3  # blocks are independent, not orthogonal
+
+
+def test_partial_simplex_block_rows_are_rotated_and_isotropic():
+    """``partial_block="simplex"``: the last m mod d rows are an r-vertex simplex rotated by a
+    Haar rotation, so each row is marginally N(0, I_d): E[w w^T] = I within 4 standard errors
+    over independent draws (unrotated, they would all lie in a fixed r-dimensional subspace)."""
+    dim, m, draws = 4, 6, 4000
+    keys = jax.random.split(jax.random.key(21), draws)
+    sample = jax.vmap(lambda k: simplex(k, dim, m, partial_block="simplex").matrix())
+    weights = np.asarray(sample(keys), np.float64)
+    for row in (dim, m - 1):  # the two rows of the partial block
+        second = weights[:, row, :, None] * weights[:, row, None, :]
+        mean = second.mean(axis=0)
+        se = second.std(axis=0, ddof=1) / np.sqrt(draws)
+        assert np.all(np.abs(mean - np.eye(dim)) <= 4 * se), (row, mean, se)
