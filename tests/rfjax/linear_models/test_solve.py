@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rfjax.linear_models import (
+    RidgeStatistics,
     array_blocks,
     ridge_statistics,
     solve_ridge,
@@ -35,3 +36,17 @@ def test_a_singular_float64_system_does_not_advise_float64(float64):
         with pytest.raises(ValueError, match="not numerically positive definite") as error:
             solve_ridge(statistics, 0.0)
         assert ("in float64" in str(error.value).split(": ", 1)[1]) is advice
+
+
+def test_the_path_refuses_the_alphas_below_the_smallest_eigenvalue():
+    """Statistics whose Gram matrix has eigenvalues -1 and 3 (e.g. rows removed by hand): the
+    path refuses exactly the alphas with lambda_min + alpha <= 0 (0.5 and 1.0, not 2.0), and
+    solves alpha = 2 as W = (G + 2 I)^{-1} C."""
+    gram = jnp.array([[1.0, 2.0], [2.0, 1.0]])  # eigenvalues -1 and 3
+    cross = jnp.array([[1.0], [0.0]])
+    statistics = RidgeStatistics(gram, cross, jnp.zeros(2), jnp.zeros(1), jnp.array(4, jnp.int32))
+    with pytest.raises(ValueError, match=r"alphas \[0.5, 1.0\] \(smallest eigenvalue -1 "):
+        solve_ridge_path(statistics, [0.5, 1.0, 2.0], fit_intercept=False)
+    weights, intercepts = solve_ridge_path(statistics, [2.0], fit_intercept=False)
+    np.testing.assert_allclose(weights[0], np.linalg.solve(gram + 2 * np.eye(2), cross), rtol=1e-6)
+    np.testing.assert_array_equal(intercepts, 0.0)
