@@ -171,6 +171,21 @@ def test_one_component_is_rbf_samplers_single_cosine():
     np.testing.assert_allclose(est.transform(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_an_odd_width_is_the_fourier_pairs_and_one_cosine_weighted_to_stay_unbiased():
+    """n = 2m + 1 = 5: Z = sqrt(2/n) [sin(W u), cos(W u), cos(w.u + b)], u = x sqrt(2 gamma):
+    the m pairs weighted 2m/n and the cosine 1/n (a cosine weighted 2/n biased every kernel
+    estimate by (2m + 2)/(2m + 1), below the Monte Carlo tolerance at m = 2048)."""
+    x = np.random.default_rng(1).normal(size=(7, 3))
+    est = RandomFeatures(n_components=5, gamma=0.3, random_state=0).fit(x)
+    u = x * np.sqrt(2 * 0.3)
+    projected = u @ np.asarray(est.projection_.matrix(), np.float64).T
+    w = np.asarray(est.odd_feature_.projection.matrix(), np.float64)
+    b = np.asarray(est.odd_feature_.offsets, np.float64)
+    blocks = [np.sin(projected), np.cos(projected), np.cos(u @ w.T + b)]
+    expected = np.sqrt(2 / 5) * np.concatenate(blocks, axis=1)
+    np.testing.assert_allclose(est.transform(x), expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("features", ["fourier", "positive"])
 def test_new_n_samples_compiles_nothing_and_rows_do_not_interact(features):
     # Regression (issue 20, item 3): every new n_samples recompiled (0.4-0.9 s each).
