@@ -186,6 +186,17 @@ def test_an_odd_width_is_the_fourier_pairs_and_one_cosine_weighted_to_stay_unbia
     np.testing.assert_allclose(est.transform(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_the_odd_cosine_has_its_own_projection_vector():
+    """The odd feature's w is drawn with its own key: from the projection's key, an i.i.d.
+    Gaussian w is the projection's first row (JAX draws elementwise), and the cosine
+    repeats a direction the pairs already use."""
+    x = np.random.default_rng(0).normal(size=(7, 3))
+    est = RandomFeatures(coupling="gaussian", n_components=9, random_state=0).fit(x)
+    rows = np.asarray(est.projection_.matrix(), np.float64)
+    w = np.asarray(est.odd_feature_.projection.matrix(), np.float64)
+    assert np.min(np.abs(rows - w).max(axis=1)) > 1e-3
+
+
 @pytest.mark.parametrize("features", ["fourier", "positive"])
 def test_new_n_samples_compiles_nothing_and_rows_do_not_interact(features):
     # Regression (issue 20, item 3): every new n_samples recompiled (0.4-0.9 s each).
