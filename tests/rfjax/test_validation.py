@@ -33,3 +33,12 @@ def test_check_finite_refuses_nan_when_concrete_and_lets_traced_values_through()
         _validation.check_finite("x", x)
     traced = jax.jit(lambda v: _validation.check_finite("x", v))(x)
     assert np.isnan(traced[1])
+
+
+def test_check_key_takes_one_key_typed_or_raw_and_refuses_a_batch_of_raw_keys():
+    assert _validation.check_key("key", jax.random.key(0)).shape == ()
+    raw = jax.random.PRNGKey(0)
+    assert _validation.check_key("key", raw) is raw
+    for batch in (jax.random.split(jax.random.PRNGKey(0), 3), jnp.zeros((4,), jnp.uint32)):
+        with pytest.raises(TypeError, match=r"key must be a single JAX PRNG key .* shape \("):
+            _validation.check_key("key", batch)
