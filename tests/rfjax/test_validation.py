@@ -42,3 +42,10 @@ def test_check_key_takes_one_key_typed_or_raw_and_refuses_a_batch_of_raw_keys():
     for batch in (jax.random.split(jax.random.PRNGKey(0), 3), jnp.zeros((4,), jnp.uint32)):
         with pytest.raises(TypeError, match=r"key must be a single JAX PRNG key .* shape \("):
             _validation.check_key("key", batch)
+
+
+def test_check_rate_takes_zero_and_refuses_one():
+    assert _validation.check_rate("dropout_rate", 0) == 0.0
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
+            _validation.check_rate("dropout_rate", bad)
