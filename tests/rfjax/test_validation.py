@@ -49,3 +49,12 @@ def test_check_rate_takes_zero_and_refuses_one():
     for bad in (1.0, -0.1):
         with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
             _validation.check_rate("dropout_rate", bad)
+
+
+def test_check_array_size_refuses_the_first_byte_past_the_cap():
+    cap = _validation.MAX_ARRAY_BYTES
+    _validation.check_array_size("W", (cap // 4,), "float32", {"n": cap // 4})
+    with pytest.raises(ValueError, match=r"n=536870913 implies W of shape \(536870913,\)"):
+        _validation.check_array_size("W", (cap // 4 + 1,), "float32", {"n": cap // 4 + 1})
+    with pytest.raises(ValueError, match="the cap is 2 GiB per array"):
+        _validation.check_array_size("W", (cap + 1,), "int8", {"n": cap + 1})
