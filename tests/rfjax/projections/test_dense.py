@@ -44,3 +44,16 @@ def test_partial_simplex_block_rows_are_rotated_and_isotropic():
         mean = second.mean(axis=0)
         se = second.std(axis=0, ddof=1) / np.sqrt(draws)
         assert np.all(np.abs(mean - np.eye(dim)) <= 4 * se), (row, mean, se)
+
+
+def test_orthogonal_norms_within_a_block_are_independent():
+    """D holds i.i.d. chi_d norms: the norms of two rows of one block are uncorrelated (their
+    centred product within 4 standard errors of 0); one norm per block passed every test."""
+    dim, draws = 4, 4000
+    keys = jax.random.split(jax.random.key(22), draws)
+    weights = jax.vmap(lambda k: orthogonal(k, dim, dim, dtype=jnp.float32).matrix())(keys)
+    norms = np.linalg.norm(np.asarray(weights, np.float64), axis=-1)
+    centred = norms - norms.mean(axis=0)
+    product = centred[:, 0] * centred[:, 1]
+    se = product.std(ddof=1) / np.sqrt(draws)
+    assert abs(product.mean()) <= 4 * se, (product.mean(), se)
