@@ -263,6 +263,17 @@ def test_fast_simplex_rows_subtend_simplex_angles(dim):
         np.testing.assert_allclose(block @ block.T, expected, atol=2e-6)
 
 
+@pytest.mark.parametrize("name", HD)
+def test_hd_blocks_draw_their_own_diagonals(name):
+    """Blocks are independent: each draws its own Rademacher diagonals, so no row of one block
+    points along a row of another (one set of diagonals shared by every block made the blocks'
+    directions equal, only their norms differing, and passed every test)."""
+    projection = projections.get(name)(jax.random.key(7), 8, 24)
+    unit = unit_rows(np.asarray(projection.padded_matrix(), np.float64)).reshape(3, 8, 8)
+    for first, second in ((0, 1), (0, 2), (1, 2)):
+        assert np.abs(unit[first] @ unit[second].T).max() < 0.999, (first, second)
+
+
 @pytest.mark.parametrize("dim", [5, 6])
 def test_givens_rows_are_orthogonal_and_layers_are_matchings(dim):
     projection = projections.givens(jax.random.key(6), dim, 2 * dim + 1)
