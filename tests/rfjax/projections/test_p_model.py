@@ -95,6 +95,18 @@ def test_violations_name_the_failed_condition():
         projections.p_model(jax.random.key(0), n, 2, matrices=mixed)
 
 
+@pytest.mark.parametrize(("inner", "stretch"), [(3e-4, 0.0), (0.0, 3e-4), (5e-5, 5e-5)])
+def test_violations_hold_to_the_tolerance(inner, stretch):
+    """The default tolerance (1e-4) is the bound: columns with inner product 3e-4 (unit norms)
+    or a norm 1 + 3e-4 fail, both at 5e-5 pass (a bound of 10 tolerances passed every test)."""
+    matrices = np.eye(3)[None].copy()
+    matrices[0, :, 1] = [inner, math.sqrt(1 - inner**2), 0.0]
+    matrices[0, :, 2] *= 1 + stretch
+    failed = [v.split()[0] for v in projections.p_model_violations(matrices)]
+    expected = ["normalisation"] * (stretch > 1e-4) + ["orthogonality"] * (inner > 1e-4)
+    assert failed == expected
+
+
 @pytest.mark.parametrize("tolerance", [math.nan, math.inf, 0.0, -1.0])
 def test_violations_refuse_a_tolerance_that_is_not_finite_and_positive(tolerance):
     """A NaN tolerance passed every P-model (no comparison with NaN is true), -1 failed all."""
