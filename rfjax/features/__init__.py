@@ -27,7 +27,7 @@ from rfjax.features._clustering import (
     fit_cluster_hybrid,
     kmeans,
 )
-from rfjax.features._common import estimate
+from rfjax.features._common import estimate, gaussian_kernel_features
 from rfjax.features._complex_exponential import complex_exponential_features
 from rfjax.features._dense_exponential import (
     DenseExponentialFeatureMap,
@@ -166,6 +166,7 @@ __all__ = [
     "fit_dense_exponential",
     "fourier_features",
     "gaussian_hybrid_features",
+    "gaussian_kernel_features",
     "generalized_exponential_features",
     "generalized_exponential_log_features",
     "get",

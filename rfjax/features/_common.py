@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from rfjax._validation import check_inputs, check_real
+from rfjax.features._protocol import FeatureMap
 from rfjax.projections import Projection
 
 
@@ -56,6 +57,38 @@ def pointwise_features(
     _, projected = project(x, projection, lengthscale=lengthscale)
     scale = math.sqrt(multiplier / projected.shape[-1])
     return scale * function(projected)
+
+
+def gaussian_kernel_features(
+    feature_map: FeatureMap, u: jax.Array, projection: Projection
+) -> jax.Array:
+    """Features of the Gaussian kernel exp(-|u - v|^2 / 2) from ``feature_map``, a map of the
+    softmax kernel exp(u.v) (one with ``scaled_features``, such as ``positive``), by
+    K_gauss(u, v) = e^{-|u|^2/2} exp(u.v) e^{-|v|^2/2}: its log-space form (psi, s) becomes
+    psi exp(s - |u|^2/2), which never overflows for positive features.
+
+    Args:
+      feature_map: a softmax-kernel ``FeatureMap`` with ``scaled_features``.
+      u: ``(..., d)`` inputs, already divided by the lengthscale.
+      projection: the drawn ``Projection``.
+
+    Returns:
+      ``(..., width)`` features whose inner products estimate exp(-|u - v|^2 / 2).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from rfjax import features, projections
+      >>> projection = projections.orthogonal(jax.random.key(0), 3, 4096)
+      >>> u, v = jnp.array([0.3, -0.2, 0.1]), jnp.array([0.1, 0.2, 0.0])
+      >>> positive = features.get("positive")()
+      >>> phi = lambda x: features.gaussian_kernel_features(positive, x, projection)
+      >>> estimate = float(phi(u) @ phi(v))
+      >>> exact = float(jnp.exp(-jnp.sum((u - v) ** 2) / 2))
+      >>> abs(estimate - exact) < 0.02
+      True
+    """
+    psi, log_scale = feature_map.scaled_features(u, projection, side="query")
+    return psi * jnp.exp(log_scale - 0.5 * jnp.sum(u * u, axis=-1))[..., None]
 
 
 def merge_trailing_axes(x: jax.Array, count: int) -> jax.Array:

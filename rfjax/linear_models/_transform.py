@@ -123,8 +123,7 @@ class RandomFeatureTransform:
         u = x / jnp.asarray(self.lengthscale, x.dtype)
         if self.kernel == native_kernel(self.feature_map):
             return self.feature_map.features(u, self.projection, side="query")
-        psi, log_scale = self.feature_map.scaled_features(u, self.projection, side="query")
-        return psi * jnp.exp(log_scale - 0.5 * jnp.sum(u * u, axis=-1))[..., None]
+        return _features.gaussian_kernel_features(self.feature_map, u, self.projection)
 
 
 def native_kernel(feature_map: _features.FeatureMap) -> Kernel:

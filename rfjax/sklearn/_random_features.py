@@ -140,8 +140,7 @@ def _transform_block(
     """The features of ``RandomFeatures.transform`` for one block of ``BLOCK_ROWS`` rows.
 
     With u = x / l, a map of ``kernel`` gives its features of u. A map of the softmax kernel
-    gives the Gaussian kernel through K(x, y) = e^{-|u|^2/2} exp(u.v) e^{-|v|^2/2}: its log-space
-    form (psi, s) becomes psi exp(s - |u|^2/2), which never overflows for positive features.
+    gives the Gaussian kernel (``rfjax.features.gaussian_kernel_features``).
     With an odd feature (n = 2m + 1 outputs), the m sin/cos pairs and the cosine are averaged
     with weights 2m/n and 1/n, each an unbiased estimate of K.
     """
@@ -151,8 +150,7 @@ def _transform_block(
         if kernel == native_kernel:
             z = feature_map.features(u, projection, side="query")
         else:
-            psi, log_scale = feature_map.scaled_features(u, projection, side="query")
-            z = psi * jnp.exp(log_scale - 0.5 * jnp.sum(u * u, axis=-1))[..., None]
+            z = _features.gaussian_kernel_features(feature_map, u, projection)
         blocks.append(z)
     if odd is not None:
         blocks.append(_features.cosine_features(u, odd.projection, odd.offsets))
