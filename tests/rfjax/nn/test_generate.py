@@ -107,6 +107,18 @@ def test_sampled_tokens_follow_the_softmax_of_the_logits_over_the_temperature():
     assert_frequencies_match(sampled.tokens.T, jax.nn.softmax(logits[:1] / 2.0))
 
 
+def test_each_step_samples_with_its_own_key():
+    # At temperature 100 every token is nearly uniform over the 37: the 4,000 tokens of 100
+    # rows of 40 steps follow the mean of their softmax(logits / 100) only if the steps draw
+    # independently (one key for every step repeats a row's token: counts 40 times as spread).
+    model, params, prompt = _setup("performer")
+    copies = jnp.repeat(prompt[:1], 100, axis=0)
+    options = dict(rngs=RNGS, projection_step=STEP, key=jax.random.key(5), temperature=100.0)
+    sampled = generate(model, params, copies, 40, **options)
+    expected = jnp.mean(jax.nn.softmax(sampled.logits / 100.0), axis=(0, 1))
+    assert_frequencies_match(sampled.tokens.reshape(1, -1), expected[None])
+
+
 @pytest.mark.parametrize("kind, cache_length", [("performer", None), ("exact", 40)])
 def test_one_token_prompt(kind, cache_length):
     # P = 1: no prefill, the loop from the cache's creation; exact attention's cache longer
