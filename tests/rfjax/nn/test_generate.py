@@ -139,6 +139,20 @@ def test_one_token_prompt(kind, cache_length):
     np.testing.assert_array_equal(generated.tokens, jnp.argmax(parallel[:, :-1], -1))
 
 
+def test_a_two_token_prompt_at_the_default_step():
+    # P = 2: a prefill of one token, then the loop from the prompt's last; no projection_step:
+    # step 0's projection, as the forward pass without one (redrawn at every step here, so
+    # that another step's projection gives other logits).
+    model = _model("performer", redraw_interval=1)
+    prompt = jax.random.randint(jax.random.key(0), (2, 2), 0, SIZES["vocab_size"])
+    params = jax.jit(model.init)(jax.random.key(1), prompt)["params"]
+    generated = generate(model, params, prompt, NEW, rngs=RNGS)
+    sequence = jnp.concatenate([prompt, generated.tokens], axis=1)
+    parallel = _forward(model, params, sequence, projection_step=None)
+    np.testing.assert_allclose(generated.logits, parallel[:, 1:-1], atol=1e-5)
+    np.testing.assert_array_equal(generated.tokens, jnp.argmax(parallel[:, 1:-1], -1))
+
+
 def test_one_program_compiled_once_per_number_of_tokens():
     model, params, prompt = _setup("performer")
     count = 3  # a number of tokens no other test generates: compiled here
