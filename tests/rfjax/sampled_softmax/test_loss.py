@@ -107,3 +107,23 @@ def test_ids_outside_the_vocabulary_raise_or_give_nan():
     assert jnp.array_equal(
         as_lists, sampled_softmax_loss(queries, embeddings, targets, samples, log_q)
     )
+
+
+def test_gradients_flow_through_the_logits_only():
+    """The log-proposal is a constant of the loss (as the docstring says): its gradient is 0,
+    and a log-proposal computed from the queries leaves the queries' gradient that of a
+    constant one."""
+    queries, embeddings = problem(num_queries=2)
+    targets = jnp.array([0, 1])
+    samples = jnp.array([[2, 3, 0], [4, 4, 5]])
+    log_q = jnp.full((2, 3), -math.log(embeddings.shape[0]))
+
+    def loss(queries, log_q):
+        return jnp.sum(sampled_softmax_loss(queries, embeddings, targets, samples, log_q))
+
+    assert jnp.all(jax.grad(loss, argnums=1)(queries, log_q) == 0)
+    constant = jax.grad(loss)(queries, log_q)
+    # log Q plus a term of value 0 whose derivative in the queries is 1
+    follows = jax.grad(lambda q: loss(q, log_q + jnp.sum(q - jax.lax.stop_gradient(q))))
+    assert jnp.array_equal(follows(queries), constant)
+    assert jnp.any(constant != 0)
