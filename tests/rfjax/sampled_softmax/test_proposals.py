@@ -31,7 +31,8 @@ from tests.support.sampled_softmax_checks import (
 def test_the_clipped_sampler_proposes_the_estimates_of_the_features(proposal, traced):
     """``proposal_estimates`` (the hybrids from their factors, the Gaussian hybrid also with a
     traced tau) is ``query_features @ class_features.T``, and ``sample_proposal``'s clipped
-    sampler reports the log-probabilities of the clipped estimate of those features."""
+    sampler reports the log-probabilities of the clipped estimate of those features, under
+    the uniform floor it is given."""
     queries, embeddings = problem()
     options = {**FEATURE_OPTIONS, "temperature": jnp.float32(0.5) if traced else 0.5}
     key = jax.random.key(12)
@@ -40,11 +41,17 @@ def test_the_clipped_sampler_proposes_the_estimates_of_the_features(proposal, tr
     product = np.asarray(q_feat @ e_feat.T)
     np.testing.assert_allclose(estimates, product, rtol=1e-4, atol=1e-5 * np.abs(product).max())
     samples, log_q = sample_proposal(
-        jax.random.key(13), queries, embeddings, proposal=proposal, num_samples=50, **options
+        jax.random.key(13),
+        queries,
+        embeddings,
+        proposal=proposal,
+        num_samples=50,
+        uniform_floor=0.2,  # not the default 0.01
+        **options,
     )
     projection_key, _ = jax.random.split(jax.random.key(13))
     features = proposal_features(projection_key, queries, embeddings, proposal=proposal, **options)
-    expected = clipped_proposal_log_probabilities(*features)
+    expected = clipped_proposal_log_probabilities(*features, uniform_floor=0.2)
     np.testing.assert_allclose(log_q, jnp.take_along_axis(expected, samples, axis=-1), atol=1e-4)
 
 
