@@ -70,6 +70,27 @@ def test_exact_and_uniform_proposals():
     assert_frequencies_match(samples, jnp.full((3, VOCAB), 1.0 / VOCAB))
 
 
+def test_the_kernel_proposal_is_the_softmax_of_the_cosines_over_the_temperature():
+    """Q = softmax(q_bar.e_bar / tau), the cosines computed here by hand: tau = 0.25 (its
+    square root 0.5, its square 0.0625: either in place of tau gives another proposal)."""
+    queries, embeddings = problem()
+    q, e = (np.asarray(x, np.float64) for x in (queries, embeddings))
+    cosines = (q / np.linalg.norm(q, axis=-1, keepdims=True)) @ (
+        e / np.linalg.norm(e, axis=-1, keepdims=True)
+    ).T
+    log_softmax = jax.nn.log_softmax(jnp.asarray(cosines / 0.25, jnp.float32), axis=-1)
+    samples, log_q = sample_proposal(
+        jax.random.key(5),
+        queries,
+        embeddings,
+        proposal="kernel",
+        num_samples=20_000,
+        temperature=0.25,
+    )
+    np.testing.assert_allclose(log_q, jnp.take_along_axis(log_softmax, samples, axis=-1), atol=1e-5)
+    assert_frequencies_match(samples, jnp.exp(log_softmax))
+
+
 def test_bad_arguments_raise_naming_them():
     queries, embeddings = problem()
     with pytest.raises(ValueError, match="proposal"):
