@@ -68,9 +68,11 @@ def test_signed_proposals_estimate_the_kernel_without_bias():
         assert jnp.all(jnp.abs(estimates.mean(0) - truth) <= 4.5 * se + 1e-5), proposal
 
 
-def test_gaussian_hybrid_with_a_traced_temperature_matches_the_library_map():
-    """With bandwidth = radius, ``proposal_features`` (tau a traced array) equals
-    ``gaussian_hybrid_features`` on the normalised inputs with r = 1/sqrt(tau) as a number."""
+@pytest.mark.parametrize("traced", [True, False])
+def test_gaussian_hybrid_matches_the_library_map(traced):
+    """With bandwidth = radius, ``proposal_features`` (tau a traced array, or a Python float:
+    the map built with that radius) equals ``gaussian_hybrid_features`` on the normalised
+    inputs with r = 1/sqrt(tau) as a number."""
     from rfjax import projections
     from rfjax.features import gaussian_hybrid_features
 
@@ -78,15 +80,14 @@ def test_gaussian_hybrid_with_a_traced_temperature_matches_the_library_map():
     tau = 0.5
     radius = 1 / math.sqrt(tau)
     options = {**FEATURE_OPTIONS, "temperature": tau}
-    got = jax.jit(
-        lambda t: proposal_features(
-            jax.random.key(4),
-            queries,
-            embeddings,
-            proposal="gaussian_hybrid",
-            **{**options, "temperature": t},
-        )
-    )(jnp.float32(tau))
+    features_at = functools.partial(
+        proposal_features, jax.random.key(4), queries, embeddings, proposal="gaussian_hybrid"
+    )
+    options.pop("temperature")
+    if traced:
+        got = jax.jit(lambda t: features_at(**options, temperature=t))(jnp.float32(tau))
+    else:
+        got = features_at(**options, temperature=tau)
     base_key, coefficient_key = jax.random.split(jax.random.key(4))
     base = projections.gaussian(base_key, DIM, options["num_features"])
     coefficient = projections.gaussian(coefficient_key, DIM, options["num_coefficient_features"])
