@@ -111,12 +111,13 @@ def test_exact_attention_isolates_a_non_finite_row():
     q, k, v, _, _ = _heads()
     k = k.at[0, 3, 1].set(jnp.nan)  # batch 0, key 3, head 1
     q = q.at[1, 2, 0].set(jnp.inf)  # batch 1, query 2, head 0
-    for causal in (False, True):
+    every = jnp.ones((BATCH, HEADS, LENGTH, LENGTH), bool)  # causal with a mask: NNX's call
+    for causal, mask in ((False, None), (True, None), (True, every)):
 
-        def attend(query, key, value, causal=causal):
-            return jax.nn.dot_product_attention(query, key, value, is_causal=causal)
+        def attend(query, key, value, causal=causal, mask=mask):
+            return jax.nn.dot_product_attention(query, key, value, mask=mask, is_causal=causal)
 
-        out = np.asarray(isolating_non_finite(attend, q, k, v, None, causal=causal))
+        out = np.asarray(isolating_non_finite(attend, q, k, v, mask, causal=causal))
         bad = np.zeros(out.shape[:3], bool)  # (B, T, N)
         bad[0, 3 if causal else 0 :, 1] = True  # the rows that read key 3 of head 1
         bad[1, 2, 0] = True  # the query's own row
