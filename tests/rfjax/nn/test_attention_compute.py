@@ -52,10 +52,15 @@ def test_a_traced_causality_runs_the_variant_it_selects():
         np.testing.assert_allclose(jax.jit(attend)(jnp.bool_(flag)), expected, atol=1e-6)
 
 
-def test_a_prefill_and_the_steps_after_it_equal_causal_favor():
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_prefill_and_the_steps_after_it_equal_causal_favor(padded):
+    # padded: batch 1's keys 1 (in the prefill) and LENGTH - 1 (a step) masked, the prefill
+    # given the (B, T) key padding mask, each step its token's (B, 1, 1, 1) mask.
     q, k, v, projection, feature_map = _heads()
+    padding = jnp.ones((BATCH, LENGTH), bool).at[1, jnp.array([1, LENGTH - 1])].set(False)
+    padding = padding if padded else None
     expected = favor_heads(
-        q, k, v, projection, feature_map, FavorMask(None, True), chunk_size=2, eps=None
+        q, k, v, projection, feature_map, FavorMask(padding, True), chunk_size=2, eps=None
     )
     state = favor_decode_init(
         BATCH, HEADS, HEAD_DIM, projection, feature_map=feature_map, dtype=jnp.float32
@@ -69,7 +74,7 @@ def test_a_prefill_and_the_steps_after_it_equal_causal_favor():
         v[:, :prompt],
         projection,
         feature_map,
-        None,
+        None if padding is None else padding[:, :prompt],
         chunk_size=2,
         eps=None,
     )
@@ -84,7 +89,7 @@ def test_a_prefill_and_the_steps_after_it_equal_causal_favor():
             v[:, at],
             projection,
             feature_map,
-            None,
+            None if padding is None else padding[:, t].reshape(BATCH, 1, 1, 1),
             chunk_size=2,
             eps=None,
         )
