@@ -167,14 +167,15 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
         module.apply({**params, "cache": cache}, x[:, :2], rngs=RNGS, mutable=["cache"])
 
 
-@pytest.mark.parametrize("kind", ["performer", "exact"])
-def test_prefill_then_a_compiled_loop_equals_causal_attention(kind):
+@pytest.mark.parametrize("kind, causal", [("performer", False), ("exact", False), ("exact", True)])
+def test_prefill_then_a_compiled_loop_equals_causal_attention(kind, causal):
     # A prompt at once (FAVOR's chunked form / the key-value cache filled), then a lax.scan of
     # steps without the projection stream (the cache's projection), against the causal forward
-    # pass (which the steps one call at a time equal: the test above).
+    # pass (which the steps one call at a time equal: the test above). causal: the training
+    # module cloned with decode=True (its causal mask is the cache's, not the prompt's T x T).
     x, _ = _inputs()
     prompt = 4
-    module = _performer(decode=True, attention_kind=kind)
+    module = _performer(decode=True, causal=causal, attention_kind=kind)
     variables = module.init({"params": jax.random.key(1), **RNGS}, x)
     params = {"params": variables["params"]}
     expected = _performer(causal=True, attention_kind=kind).apply(params, x, rngs=RNGS)
