@@ -80,8 +80,8 @@ def favor_mask(
     key_padding = jnp.any(mask, axis=(1, 2))
     padding = query_any & key_padding[:, None, None, :]
     is_padding = jnp.all(mask == padding)
-    can_be_causal = rows == key_length
-    is_causal = can_be_causal & jnp.all(mask == (padding & jnp.tri(rows, dtype=bool)))
+    can_be_causal = rows == key_length  # a cross-attention mask (T != S) is padding or raises
+    is_causal = can_be_causal and jnp.all(mask == (padding & jnp.tri(rows, dtype=bool)))
     if is_concrete(mask):
         padding_form, causal_form = bool(is_padding), bool(is_causal)
         if not (padding_form or causal_form):

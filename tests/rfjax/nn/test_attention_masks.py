@@ -102,3 +102,37 @@ def test_flax_masks_read_as_key_padding_and_causality(mask, padded, causal):
     traced = jax.jit(read)(mask)
     assert bool(traced.causal) is causal
     np.testing.assert_array_equal(traced.key_padding, expected)
+
+
+@pytest.mark.parametrize("keys", [LENGTH - 3, LENGTH + 3])
+def test_a_cross_attention_mask_is_key_padding(keys):
+    """A Flax mask of T queries and S != T keys (``nn.make_attention_mask(q_pad, k_pad)``)
+    is key padding, eagerly and traced: it raised JAX's "Incompatible shapes for
+    broadcasting" (its causal form was compared with a T x T triangle whatever S)."""
+    key_padding = jnp.arange(keys)[None, :] < jnp.array([[keys - 2], [keys]])  # (B, S)
+    mask = nn.make_attention_mask(jnp.ones((BATCH, LENGTH), bool), key_padding)
+
+    def read(m):
+        return favor_mask(
+            m,
+            batch_shape=(BATCH,),
+            num_heads=HEADS,
+            query_length=LENGTH,
+            key_length=keys,
+            causal=False,
+        )
+
+    for got in (read(mask), jax.jit(read)(mask)):
+        assert not bool(got.causal)
+        np.testing.assert_array_equal(got.key_padding, key_padding)
+    x = jax.random.normal(jax.random.key(1), (BATCH, LENGTH, FEATURES))
+    context = jax.random.normal(jax.random.key(4), (BATCH, keys, FEATURES))
+    layer = PerformerAttention(num_heads=HEADS, num_features=8)
+    params = layer.init(jax.random.key(2), x, context)
+    np.testing.assert_allclose(
+        layer.apply(params, x, context, mask=mask, rngs=RNGS),
+        layer.apply(params, x, context, mask=key_padding, rngs=RNGS),
+        rtol=1e-6,
+    )
+    with pytest.raises(ValueError, match="neither"):  # a causal-looking T x S mask is not one
+        read(jnp.tri(LENGTH, keys, dtype=bool)[None, None])
