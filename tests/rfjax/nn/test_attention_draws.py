@@ -13,6 +13,7 @@ from flax import nnx
 
 from rfjax.nn import PerformerAttention
 from rfjax.nn import nnx as rnnx
+from rfjax.nn._attention_draws import draw_heads
 from tests.support.primitives import DRAWS, KEYS, traced_primitives
 
 BATCH, LENGTH, WIDTH, HEADS = 2, 6, 16, 2
@@ -122,3 +123,23 @@ def test_nnx_step_without_a_projection_step_reads_the_cached_projection():
     step = nnx.jit(lambda layer, token: layer(token))
     outputs = [step(layer, x[:, t : t + 1]) for t in range(LENGTH)]
     np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_each_head_draws_its_own_feature_map_parameters():
+    """The angular hybrid's random sign projection, like the projection, is one independent
+    draw per head (one key for every head gave every head the same signs)."""
+    projection, feature_map = draw_heads(
+        jax.random.key(1),
+        jax.random.key(2),
+        head_dim=4,
+        num_heads=3,
+        num_features=8,
+        coupling="gaussian",
+        feature_map="angular_hybrid",
+    )
+    (signs,) = jax.tree.leaves(feature_map)
+    matrices = jax.vmap(lambda p: p.matrix())(projection.stacked)
+    for per_head in (signs, matrices):
+        assert per_head.shape[0] == 3
+        for i, j in ((0, 1), (0, 2), (1, 2)):
+            assert not np.allclose(per_head[i], per_head[j])
