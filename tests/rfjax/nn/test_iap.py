@@ -8,10 +8,28 @@ from jax.flatten_util import ravel_pytree
 
 from rfjax.nn import (
     image_patches,
+    patch_centres,
     random_feature_importance,
     top_k_mask,
 )
 from tests.support.iap_policy import SHAPE, policy_of, queries_keys
+
+
+def test_patches_and_their_centres_in_row_major_patch_order():
+    """Patch (i, j) of a 2 x 3 grid (a 4 x 6 image, P = 2) is token i * 3 + j: its P x P x C
+    pixels, and its centre ((i + 1/2) / 2, (j + 1/2) / 3) mapped to [-1, 1], written out."""
+    image = np.arange(4 * 6 * 2, dtype=np.float32).reshape(4, 6, 2)
+    patches = np.asarray(image_patches(image, 2))
+    centres = np.asarray(patch_centres(4, 6, 2))
+    assert patches.shape == (6, 8) and centres.shape == (6, 2)
+    for i in range(2):
+        for j in range(3):
+            token = i * 3 + j
+            np.testing.assert_array_equal(
+                patches[token], image[2 * i : 2 * i + 2, 2 * j : 2 * j + 2].reshape(-1)
+            )
+            expected = [(i + 0.5) / 2 * 2 - 1, (j + 0.5) / 3 * 2 - 1]
+            np.testing.assert_allclose(centres[token], expected, rtol=1e-6)
 
 
 def test_top_k_mask_is_permutation_equivariant_over_patches():
