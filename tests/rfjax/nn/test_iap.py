@@ -1,5 +1,7 @@
 """Implicit Attention Policy: linear-time patch importance, top-k masking, purity, bad input."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +32,17 @@ def test_patches_and_their_centres_in_row_major_patch_order():
             )
             expected = [(i + 0.5) / 2 * 2 - 1, (j + 0.5) / 3 * 2 - 1]
             np.testing.assert_allclose(centres[token], expected, rtol=1e-6)
+
+
+def test_scaled_queries_and_keys_score_the_temperature_times_the_cosine():
+    """q.k / sqrt(d) = tau cos(q, k) for the scaled queries and keys (the class docstring's
+    step 2), the cosines of the unscaled ones computed here."""
+    policy = policy_of(temperature=0.7)
+    raw = np.asarray(jax.random.normal(jax.random.key(11), (2, 36, 4)), np.float64)
+    q, k = (np.asarray(x, np.float64) for x in queries_keys(policy))
+    unit = raw / np.linalg.norm(raw, axis=-1, keepdims=True)
+    cosines = unit[0] @ unit[1].T
+    np.testing.assert_allclose(q @ k.T / math.sqrt(4), 0.7 * cosines, rtol=1e-5, atol=1e-6)
 
 
 def test_top_k_mask_is_permutation_equivariant_over_patches():
