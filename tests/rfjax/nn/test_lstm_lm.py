@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from rfjax.nn import LSTMLanguageModel
+from rfjax.nn import LSTMLanguageModel, logit_temperature
 
 
 def test_lstm_language_model_on_empty_batches():
@@ -38,3 +38,19 @@ def test_a_bad_initial_logit_scale_raises_naming_it(scale):
     )
     with pytest.raises((TypeError, ValueError), match="initial_logit_scale must be"):
         model.init(jax.random.key(0), jnp.ones((1, 3), int), train=False)
+
+
+def test_cosine_logits_are_the_scale_times_the_cosine():
+    """logits="cosine": o_i = s cos(q, e_i) with s = initial_logit_scale at init, and
+    ``logit_temperature`` is 1/s."""
+    model = LSTMLanguageModel(
+        vocab_size=10, hidden_size=8, num_layers=1, logits="cosine", initial_logit_scale=4.0
+    )
+    tokens = jnp.array([[1, 2, 3]])
+    variables = model.init(jax.random.key(0), tokens, train=False)
+    queries, table = model.apply(variables, tokens, train=False)
+    logits = queries @ table.T
+    norms = jnp.linalg.norm(queries, axis=-1, keepdims=True) * jnp.linalg.norm(table, axis=-1)
+    assert jnp.allclose(norms, 4.0, rtol=1e-5)  # |sqrt(s) q_bar| |sqrt(s) e_bar| = s
+    assert jnp.all(jnp.abs(logits) <= 4.0 * (1 + 1e-5))
+    assert float(logit_temperature(variables)) == pytest.approx(0.25)
