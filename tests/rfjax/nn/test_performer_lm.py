@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rfjax.nn import PerformerLM
-from rfjax.nn._performer_lm import token_nll
+from rfjax.nn._performer_lm import sinusoidal_positions, token_nll
 
 SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
 
@@ -101,3 +101,11 @@ def test_token_ids_outside_the_vocabulary_raise_or_give_nan_in_their_rows():
         # reached every earlier position), the other row entirely.
         assert np.isfinite(logits[0, :6]).all() and np.isnan(logits[0, 6:]).all()
         assert np.isfinite(logits[1]).all()
+
+
+def test_sinusoidal_positions_are_vaswanis():
+    """sin and cos of p / 10000^(2i / D), i < D / 2, written out for D = 6."""
+    positions = np.array([0, 1, 7, 300])
+    got = np.asarray(sinusoidal_positions(jnp.asarray(positions), 6), np.float64)
+    angles = positions[:, None] / 10_000.0 ** (np.arange(3)[None, :] * 2 / 6)
+    np.testing.assert_allclose(got, np.concatenate([np.sin(angles), np.cos(angles)], -1), atol=2e-5)
