@@ -72,3 +72,18 @@ def test_exponential_maps_keep_every_row_at_large_norms(name):
     # Entries of at most T; float32 rounding of a few eps per term over 16 rows.
     np.testing.assert_allclose(fast, jnp.sum(weights[0, 0], axis=0), rtol=0, atol=1e-5)
     assert float(jnp.sum(fast)) == pytest.approx(16.0, rel=1e-5)
+
+
+def test_row_normalisers_are_floored_at_eps():
+    """A_tj = phi_t.psi_j / max(D_t, eps): at a small eps the importances sum to T; at eps
+    above every (shifted, at most T m) normaliser each row is divided by eps, so eps c does
+    not depend on eps."""
+    q, k = jax.random.normal(jax.random.key(0), (2, 16, 4))
+    w = projections.orthogonal(jax.random.key(1), 4, 8)
+
+    def importance(eps):
+        return random_feature_importance(q, k, w, feature_map=features.get("positive")(), eps=eps)
+
+    np.testing.assert_allclose(importance(1e-6).sum(), 16.0, rtol=1e-5)
+    np.testing.assert_allclose(importance(1e6) * 1e6, importance(1e7) * 1e7, rtol=1e-5)
+    assert float(importance(1e6).sum()) < 16 * 16 * 8 / 1e6
