@@ -108,3 +108,26 @@ def test_fitting_clusters_without_a_real_frame_raises_or_gives_nan():
     assert all(np.isnan(x).all() for x in jax.tree.leaves(fitted["feature_map"]))
     fitted = fit(jax.random.key(3), model, variables, features, padding.at[1, :3].set(True))
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(fitted["feature_map"]))
+
+
+def test_cluster_centres_are_fitted_on_real_frames_only():
+    """One real frame (input frame 0 of sequence 0, the first after subsampling): every point
+    drawn is it, so each head's query and key centres are its query and key times H^{-1/4};
+    a padded frame's would differ."""
+    model = _tiny("cluster_hybrid")
+    features = 3.0 * jax.random.normal(jax.random.key(0), (2, 24, 5))
+    mask = jnp.zeros((2, 24), bool).at[0, 0].set(True)
+    variables = _init(model, features, jnp.ones((2, 24), bool))
+    fitted = fit_conformer_clusters(
+        jax.random.key(3), model, variables, features, mask, num_points=32
+    )
+    _, state = model.apply(
+        variables, features, mask, mutable=["intermediates"], rngs={"projection": jax.random.key(4)}
+    )
+    sown = state["intermediates"]["block_0"]["attention"]
+    centres = fitted["feature_map"]["block_0"]["attention"]
+    scale = 4**-0.25  # H = 8 / 2
+    for side in ("query", "key"):
+        frame = sown[f"{side}_heads"][0][0, 0] * scale  # (N, H)
+        got = centres[f"{side}_centres"]  # (N, k, H)
+        np.testing.assert_allclose(got, jnp.broadcast_to(frame[:, None], got.shape), atol=1e-5)
