@@ -131,13 +131,14 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
         np.testing.assert_allclose(exact(token), mha(token), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["performer", "exact"])
-def test_prefill_then_a_compiled_loop_equals_causal_attention(kind):
+@pytest.mark.parametrize("kind, causal", [("performer", False), ("exact", False), ("exact", True)])
+def test_prefill_then_a_compiled_loop_equals_causal_attention(kind, causal):
     # A prompt at once, then a lax.scan of steps without projection_step (the cache's
     # projection: init_cache's step 7), against the causal forward pass at step 7 (which the
-    # steps one call at a time equal: the test above).
+    # steps one call at a time equal: the test above). causal: a layer made causal=True (its
+    # causal mask while decoding is the cache's, not the prompt's T x T).
     x, prompt = _inputs(), 4
-    layer = _performer(attention_kind=kind, decode=True, redraw_interval=5)
+    layer = _performer(attention_kind=kind, decode=True, redraw_interval=5, causal=causal)
     expected = layer(x, is_causal=True, decode=False, projection_step=7)
     layer.init_cache(x.shape, projection_step=7)
     np.testing.assert_allclose(layer(x[:, :prompt]), expected[:, :prompt], rtol=1e-5, atol=1e-6)
