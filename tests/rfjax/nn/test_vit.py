@@ -78,3 +78,29 @@ def test_a_dropout_rate_outside_0_1_raises_naming_it(rate):
         PerformerViT(num_classes=3, dropout_rate=rate).init(jax.random.key(0), jnp.ones((1, 8, 8)))
     with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
         rnnx.PerformerViT(3, image_size=(8, 8), dropout_rate=rate, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_the_head_reads_the_pooled_token(pooling):
+    """The head (given a random kernel: it starts at 0) reads the final LayerNorm's class
+    token (``"cls"``, prepended: position 0) or the mean of the tokens (``"mean"``)."""
+    model = PerformerViT(
+        num_classes=3,
+        patch_size=4,
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=16,
+        num_features=8,
+        pooling=pooling,
+    )
+    images = jax.random.normal(jax.random.key(0), (2, 8, 8, 1))
+    rngs = {"projection": jax.random.key(2)}
+    params = model.init(jax.random.key(1), images)["params"]
+    kernel = jax.random.normal(jax.random.key(3), params["head"]["kernel"].shape)
+    params = {**params, "head": {**params["head"], "kernel": kernel}}
+    logits, state = model.apply({"params": params}, images, rngs=rngs, capture_intermediates=True)
+    (tokens,) = state["intermediates"]["encoder_norm"]["__call__"]  # (B, T (+ 1), D)
+    assert tokens.shape[1] == 4 + (pooling == "cls")
+    pooled = tokens[:, 0] if pooling == "cls" else tokens.mean(axis=1)
+    np.testing.assert_allclose(logits, pooled @ kernel + params["head"]["bias"], atol=1e-5)
