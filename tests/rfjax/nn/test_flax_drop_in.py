@@ -268,3 +268,25 @@ def test_sow_weights_as_flax_does(kind):
         )
     _, quiet = module.apply(params, x, rngs=RNGS, mutable=["intermediates"])
     assert "attention_weights" not in quiet["intermediates"]
+
+
+def test_exact_decoding_reads_a_key_padding_mask_over_the_cache():
+    # As Flax's cache: while decoding, the exact kind's (B, L) mask covers the cache's L
+    # positions (the prompt's and each step's, the later ones masked by the cache itself).
+    x, _ = _inputs()
+    padding = jnp.ones((BATCH, LENGTH), bool).at[1, jnp.array([1, 6])].set(False)
+    module = _performer(decode=True, attention_kind="exact")
+    variables = module.init(jax.random.key(1), x)
+    params = {"params": variables["params"]}
+    expected = _performer(causal=True, attention_kind="exact").apply(params, x, mask=padding)
+    prompt = 4
+    out, state = module.apply(
+        {**params, "cache": variables["cache"]}, x[:, :prompt], mask=padding, mutable=["cache"]
+    )
+    outputs = [out]
+    for t in range(prompt, LENGTH):
+        out, state = module.apply(
+            {**params, **state}, x[:, t : t + 1], mask=padding, mutable=["cache"]
+        )
+        outputs.append(out)
+    np.testing.assert_allclose(jnp.concatenate(outputs, 1), expected, rtol=1e-5, atol=1e-6)
