@@ -95,6 +95,13 @@ class PerformerAttention(nn.Module):
     key/value cache (``"cached_key"``, ``"cached_value"``, ``"cache_index"``, as
     ``MultiHeadDotProductAttention``).
 
+    Masks while decoding follow each kind's cache: the exact kind reads ``mask`` over the
+    cache's L positions (a ``(B, L)`` key padding mask, or a Flax mask that broadcasts against
+    ``(B, 1, T, L)``), as Flax's cache does; the Performer's state keeps no keys, so a
+    prefill's mask covers the prompt's T tokens (a ``(B, T)`` key padding mask or a T x T Flax
+    mask) and a step's says only whether the new token's key is attended to (B elements,
+    e.g. ``(B, 1, 1, 1)``).
+
     Projections and the step: the random projection is not a parameter and is never stored. It
     is drawn on every call as ``draw_projection(redraw_key(rng, step, redraw_interval=k), ...)``
     (``k = redraw_interval``; one independent draw per head), where

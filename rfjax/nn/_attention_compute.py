@@ -116,6 +116,12 @@ def decode_heads(
     if length == 1:
         return decode_step(state, query, key, value, projection, feature_map, mask, eps=eps)
     check_prefill_start(index)
+    if mask is not None and jnp.ndim(mask) and jnp.shape(mask)[-1] not in (1, length):
+        raise ValueError(
+            f"while decoding, a prefill's mask covers its T = {length} tokens (a (B, T) key "
+            f"padding mask or a T x T Flax mask; the Performer's state keeps no earlier keys); "
+            f"got shape {jnp.shape(mask)}"
+        )
     padding = favor_mask(
         mask,
         batch_shape=(batch,),

@@ -112,6 +112,28 @@ def test_a_prefill_after_the_first_token_raises():
         jax.block_until_ready(jax.jit(prefill)(jnp.int32(3)))
 
 
+def test_a_prefill_given_a_mask_over_the_whole_cache_says_what_it_covers():
+    # A Flax decode loop gives the exact kind's mask over the cache's L positions; the
+    # Performer's prefill takes its T tokens' mask, and a (B, L) one raised favor_mask's
+    # generic mask-form error, which says nothing of decoding.
+    q, k, v, projection, feature_map = _heads()
+    state = favor_decode_init(BATCH, HEADS, HEAD_DIM, projection, feature_map=feature_map)
+    prompt = LENGTH - 2
+    with pytest.raises(ValueError, match=r"a prefill's mask covers its T = 4 tokens"):
+        decode_heads(
+            state,
+            jnp.int32(0),
+            q[:, :prompt],
+            k[:, :prompt],
+            v[:, :prompt],
+            projection,
+            feature_map,
+            jnp.ones((BATCH, LENGTH), bool),
+            chunk_size=2,
+            eps=None,
+        )
+
+
 def test_exact_attention_isolates_a_non_finite_row():
     q, k, v, _, _ = _heads()
     k = k.at[0, 3, 1].set(jnp.nan)  # batch 0, key 3, head 1
