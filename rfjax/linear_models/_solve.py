@@ -163,10 +163,11 @@ def _extreme_eigenvalues(matrix: jax.Array, factor) -> tuple[jax.Array, jax.Arra
         smallest = smallest / jnp.linalg.norm(smallest)
         largest = jnp.matmul(matrix, largest, precision=_HIGHEST)
         largest = largest / jnp.linalg.norm(largest)
-    return tuple(
-        jnp.dot(vector, jnp.matmul(matrix, vector, precision=_HIGHEST), precision=_HIGHEST)
-        for vector in (smallest, largest)
-    )
+
+    def rayleigh_quotient(vector: jax.Array) -> jax.Array:
+        return jnp.dot(vector, jnp.matmul(matrix, vector, precision=_HIGHEST), precision=_HIGHEST)
+
+    return rayleigh_quotient(smallest), rayleigh_quotient(largest)
 
 
 @functools.partial(jax.jit, static_argnums=2)
