@@ -113,12 +113,9 @@ class PerformerAttention(nnx.Module):
     are, those of ``init_cache``'s ``projection_step`` (no keys derived or compared: the lean
     step of a compiled decoding loop).
 
-    Masks while decoding follow each kind's cache: the exact kind reads ``mask`` over the
-    cache's L positions (a ``(B, L)`` key padding mask, or a Flax mask that broadcasts against
-    ``(B, 1, T, L)``), as Flax's cache does; the Performer's state keeps no keys, so a
-    prefill's mask covers the prompt's T tokens (a ``(B, T)`` key padding mask or a T x T Flax
-    mask) and a step's says only whether the new token's key is attended to (B elements,
-    e.g. ``(B, 1, 1, 1)``).
+    Masks while decoding are ``rfjax.nn.PerformerAttention``'s: the exact kind's covers the
+    cache's L positions, the Performer's the prompt's T tokens in a prefill and then the new
+    token (B elements) in each step.
 
     Args:
       num_heads, in_features, qkv_features, out_features, num_kv_heads, in_kv_features: as in

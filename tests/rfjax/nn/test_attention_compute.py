@@ -39,6 +39,23 @@ def _heads():
     return q, k, v, projection, feature_map
 
 
+def _prefill(state, prompt, mask):
+    """``decode_heads`` on the first ``prompt`` tokens of ``_heads()`` (a prefill)."""
+    q, k, v, projection, feature_map = _heads()
+    return decode_heads(
+        state,
+        jnp.int32(0),
+        q[:, :prompt],
+        k[:, :prompt],
+        v[:, :prompt],
+        projection,
+        feature_map,
+        mask,
+        chunk_size=2,
+        eps=None,
+    )
+
+
 def test_a_traced_causality_runs_the_variant_it_selects():
     q, k, v, projection, feature_map = _heads()
 
@@ -66,18 +83,8 @@ def test_a_prefill_and_the_steps_after_it_equal_causal_favor(padded):
         BATCH, HEADS, HEAD_DIM, projection, feature_map=feature_map, dtype=jnp.float32
     )
     prompt = LENGTH - 2
-    state, prefilled = decode_heads(
-        state,
-        jnp.int32(0),
-        q[:, :prompt],
-        k[:, :prompt],
-        v[:, :prompt],
-        projection,
-        feature_map,
-        None if padding is None else padding[:, :prompt],
-        chunk_size=2,
-        eps=None,
-    )
+    prefill_mask = None if padding is None else padding[:, :prompt]
+    state, prefilled = _prefill(state, prompt, prefill_mask)
     outputs = [prefilled]
     for t in range(prompt, LENGTH):
         at = slice(t, t + 1)
@@ -116,22 +123,10 @@ def test_a_prefill_given_a_mask_over_the_whole_cache_says_what_it_covers():
     # A Flax decode loop gives the exact kind's mask over the cache's L positions; the
     # Performer's prefill takes its T tokens' mask, and a (B, L) one raised favor_mask's
     # generic mask-form error, which says nothing of decoding.
-    q, k, v, projection, feature_map = _heads()
+    _, _, _, projection, feature_map = _heads()
     state = favor_decode_init(BATCH, HEADS, HEAD_DIM, projection, feature_map=feature_map)
-    prompt = LENGTH - 2
     with pytest.raises(ValueError, match=r"a prefill's mask covers its T = 4 tokens"):
-        decode_heads(
-            state,
-            jnp.int32(0),
-            q[:, :prompt],
-            k[:, :prompt],
-            v[:, :prompt],
-            projection,
-            feature_map,
-            jnp.ones((BATCH, LENGTH), bool),
-            chunk_size=2,
-            eps=None,
-        )
+        _prefill(state, 4, jnp.ones((BATCH, LENGTH), bool))
 
 
 def test_exact_attention_isolates_a_non_finite_row():
