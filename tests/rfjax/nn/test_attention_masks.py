@@ -4,6 +4,8 @@ item 4): FAVOR applies boolean masks and Flax's 0/1 masks (1 = attend); a float 
 values (an additive mask: 0 = attend, -inf or -1e9 = masked) used to be read as ``mask != 0``,
 i.e. inverted, without an error."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,6 +48,18 @@ def layers():
     }
 
 
+def _read(mask, key_length=LENGTH):
+    """``favor_mask`` of T = LENGTH queries against ``key_length`` keys, not causal."""
+    return favor_mask(
+        mask,
+        batch_shape=(BATCH,),
+        num_heads=HEADS,
+        query_length=LENGTH,
+        key_length=key_length,
+        causal=False,
+    )
+
+
 @pytest.mark.parametrize(
     "form",
     [
@@ -84,22 +98,11 @@ def test_additive_masks_are_rejected_and_flax_float_masks_accepted(form):
 def test_flax_masks_read_as_key_padding_and_causality(mask, padded, causal):
     """The decomposition itself: the key padding it keeps and the causality it finds, as a
     Python bool for a concrete mask and as a traced one inside ``jit``."""
-
-    def read(m):
-        return favor_mask(
-            m,
-            batch_shape=(BATCH,),
-            num_heads=HEADS,
-            query_length=LENGTH,
-            key_length=LENGTH,
-            causal=False,
-        )
-
     expected = PAD if padded else jnp.ones_like(PAD)
-    got = read(mask)
+    got = _read(mask)
     assert got.causal is causal
     np.testing.assert_array_equal(got.key_padding, expected)
-    traced = jax.jit(read)(mask)
+    traced = jax.jit(_read)(mask)
     assert bool(traced.causal) is causal
     np.testing.assert_array_equal(traced.key_padding, expected)
 
@@ -111,17 +114,7 @@ def test_a_cross_attention_mask_is_key_padding(keys):
     broadcasting" (its causal form was compared with a T x T triangle whatever S)."""
     key_padding = jnp.arange(keys)[None, :] < jnp.array([[keys - 2], [keys]])  # (B, S)
     mask = nn.make_attention_mask(jnp.ones((BATCH, LENGTH), bool), key_padding)
-
-    def read(m):
-        return favor_mask(
-            m,
-            batch_shape=(BATCH,),
-            num_heads=HEADS,
-            query_length=LENGTH,
-            key_length=keys,
-            causal=False,
-        )
-
+    read = functools.partial(_read, key_length=keys)
     for got in (read(mask), jax.jit(read)(mask)):
         assert not bool(got.causal)
         np.testing.assert_array_equal(got.key_padding, key_padding)
