@@ -6,16 +6,18 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.core.train import checkpoints, metrics_log
+from experiments.core.train import checkpoints, distributed, metrics_log
 from experiments.core.train import trainer as train
 from rfjax import data
 from tests.support import ROOT, SUPPORT
@@ -101,6 +103,8 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, straigh
     assert resumed["train_loss"] == expected["train_loss"]
     assert resumed["train_seconds"] > partial["train_seconds"]  # the total, not this session's
     assert_same_run(interrupted, reference)
+    # Only the newest keep_checkpoints (2) of 7, 14, 21, 28, 30 stay.
+    assert sorted(os.listdir(os.path.join(reference, "checkpoints")), key=int) == ["28", "30"]
     # A finished run started again does nothing and reports the same result.
     again = train.train_and_evaluate(resume_config(), interrupted, toy_task())
     assert again["eval_accuracy"] == expected["eval_accuracy"]
@@ -221,6 +225,11 @@ def test_a_resume_under_other_settings_refuses_naming_the_fields(tmp_path, strai
     message = str(refused.value)
     assert "train.learning_rate: 0.01 -> 1e-06" in message
     assert "train.optimizer: 'adamw' -> 'sgd'" in message
+    # Another seed is another run (its initialisation, dropout and batch order).
+    reseeded = resume_config()
+    reseeded.seed = 1
+    with pytest.raises(checkpoints.SettingsMismatchError, match=r"train\.seed: 0 -> 1"):
+        train.train_and_evaluate(reseeded, workdir, toy_task())
     assert "resuming" not in capsys.readouterr().out
     # Options that change neither the model nor its records do not make another run.
     same = resume_config()
@@ -262,6 +271,109 @@ def test_a_sweep_cell_measured_again_trains_from_step_0_not_from_the_old_checkpo
     (tmp_path / "runs" / "toy_seed0" / "cell.json").write_text(json.dumps(stored))
     with pytest.raises(checkpoints.SettingsMismatchError, match=r"cell\.seed: 0 -> 1"):
         train.train_and_evaluate(second, str(tmp_path / "runs" / "toy_seed0"), toy_task())
+
+
+def test_final_params_are_those_of_the_newest_checkpoint(tmp_path):
+    saved = checkpoints.Checkpoints(str(tmp_path / "checkpoints"), keep=None, settings={})
+    for step in (3, 7, 10):
+        params = {"w": np.full(2, step, np.float32)}
+        saved.save(step, {"step": np.int32(step), "params": params}, checkpoints.TrainingProgress())
+    saved.close()
+    np.testing.assert_array_equal(train.final_params(str(tmp_path))["w"], [10.0, 10.0])
+
+
+@pytest.mark.integration
+def test_train_records_average_their_interval_and_the_final_metrics_are_the_last_steps(tmp_path):
+    """A train record holds the means over the steps since the previous record (the learning
+    rate: its last step's), the last step has a record off the logging grid too, and the
+    final eval metrics are sums over the eval set divided by its example count."""
+    config = toy_config(12)
+    config.eval_every_steps = 0
+    final = train.train_and_evaluate(config, str(tmp_path / "five"), toy_task())
+    config.log_every_steps = 1
+    train.train_and_evaluate(config, str(tmp_path / "one"), toy_task())
+    every = {
+        r["step"]: r for r in train.read_metrics(str(tmp_path / "one")) if r["split"] == "train"
+    }
+    records = [r for r in train.read_metrics(str(tmp_path / "five")) if r["split"] == "train"]
+    assert [r["step"] for r in records] == [5, 10, 12]
+    for record, first in zip(records, (1, 6, 11), strict=True):
+        steps = range(first, record["step"] + 1)
+        for name in ("loss", "accuracy"):
+            expected = np.mean([every[s][name] for s in steps])
+            assert record[name] == pytest.approx(expected, rel=1e-12)
+        assert record["learning_rate"] == every[record["step"]]["learning_rate"]
+    assert final["train_loss"] == records[-1]["loss"]
+    task = toy_task()
+    params = train.final_params(str(tmp_path / "five"))
+    sums = distributed.evaluate(task.eval_metrics, params, task.eval_batches())
+    assert sums["count"] == 200
+    assert final["eval_accuracy"] == sums["accuracy"] / sums["count"]
+
+
+@pytest.mark.integration
+def test_a_run_started_over_after_its_checkpoints_are_deleted_keeps_no_old_record(tmp_path):
+    """``SettingsMismatchError`` says to move the checkpoints aside to train from step 0 under
+    the new settings: the metrics file then holds the new run's records, not the old run's
+    at the same steps."""
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(toy_config(10), workdir, toy_task())
+    other = toy_config(10)
+    other.optimizer, other.learning_rate = "sgd", 1e-6
+    with pytest.raises(checkpoints.SettingsMismatchError):
+        train.train_and_evaluate(other, workdir, toy_task())
+    shutil.rmtree(os.path.join(workdir, "checkpoints"))
+    final = train.train_and_evaluate(other, workdir, toy_task())
+    fresh = str(tmp_path / "fresh")
+    expected = train.train_and_evaluate(other, fresh, toy_task())
+    assert final["train_loss"] == expected["train_loss"]
+    assert train.read_metrics(workdir) == train.read_metrics(fresh)
+
+
+@pytest.mark.integration
+def test_each_seed_of_a_sweep_trains_from_its_own_seed(tmp_path):
+    config = toy_config(10)  # seed 0: the cell's seed replaces it
+    final, run_dir, _ = train.train_seed(config, str(tmp_path), "toy", 1, toy_task(1))
+    own = toy_config(10)
+    own.seed = 1
+    expected = train.train_and_evaluate(own, str(tmp_path / "seed1"), toy_task(1))
+    assert final["train_loss"] == expected["train_loss"]
+    assert_same_run(run_dir, str(tmp_path / "seed1"))
+
+
+def test_step_rngs_give_fresh_dropout_keys_each_step_and_a_constant_projection_key():
+    rng = jax.random.key(0)
+
+    def data(key):
+        return jax.random.key_data(key).tolist()
+
+    at = [train.step_rngs(rng, jnp.int32(step)) for step in (0, 1, 0)]
+    assert data(at[0]["dropout"]) != data(at[1]["dropout"])  # fresh every step,
+    assert data(at[0]["dropout"]) == data(at[2]["dropout"])  # a function of the step
+    assert data(at[0]["projection"]) == data(at[1]["projection"]) == data(train.fixed_stream(rng))
+    assert data(at[0]["dropout"]) != data(at[0]["projection"])
+    alone = train.step_rngs(rng, jnp.int32(1), fixed=())["dropout"]
+    assert data(alone) == data(at[1]["dropout"])  # independent of the other names listed
+
+
+def test_learning_rate_schedules_warm_up_then_hold_or_decay_to_zero_and_clip_gradients():
+    config = toy_config(100)
+    config.warmup_steps, peak = 10, config.learning_rate
+    for name, middle, end in (("constant", peak, peak), ("cosine", peak / 2, 0.0)):
+        config.lr_schedule = name
+        _, schedule = train.make_optimizer(config)
+        assert float(schedule(0)) == 0.0
+        assert float(schedule(5)) == pytest.approx(peak / 2, rel=1e-6)  # linear warm-up
+        assert float(schedule(10)) == pytest.approx(peak, rel=1e-6)
+        assert float(schedule(55)) == pytest.approx(middle, rel=1e-6)
+        assert float(schedule(100)) == pytest.approx(end, rel=1e-6, abs=1e-12)
+    config.lr_schedule, config.warmup_steps, config.optimizer = "constant", 0, "sgd"
+    params, gradient = {"w": jnp.zeros(4)}, {"w": jnp.full(4, 50.0)}  # norm 100
+    for clip, norm in ((1.0, 1.0), (0.0, 100.0)):  # 0: no clipping
+        config.grad_clip_norm = clip
+        optimizer, _ = train.make_optimizer(config)
+        updates, _ = optimizer.update(gradient, optimizer.init(params), params)
+        assert float(jnp.linalg.norm(updates["w"])) == pytest.approx(peak * norm, rel=1e-6)
 
 
 CHILD = str(SUPPORT / "training_child.py")
