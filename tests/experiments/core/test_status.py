@@ -1,5 +1,6 @@
 """A run's status file: its state, process, host and heartbeat; a killed run reads as dead."""
 
+import datetime
 import json
 import pathlib
 import signal
@@ -73,3 +74,51 @@ def test_states_other_than_running_are_kept_and_a_waiting_worker_names_the_missi
     with pytest.raises(ValueError, match="state must be one of"):
         writer.set("finished")
     assert status.read(str(tmp_path / "none")) is None
+
+
+def _running_elsewhere(tmp_path, silent_s: float, interval_s: float) -> None:
+    """A running status of a process on another host whose last heartbeat was ``silent_s``
+    seconds ago, beating every ``interval_s`` seconds."""
+    beat = status._now() - datetime.timedelta(seconds=silent_s)
+    stored = {"state": "running", "pid": 1, "host": "elsewhere", "heartbeat_seconds": interval_s}
+    stored["heartbeat"] = status._timestamp(beat)
+    (tmp_path / "status.json").write_text(json.dumps(stored))
+
+
+@pytest.mark.parametrize(
+    ("silent_s", "interval_s", "dead"),
+    [
+        (90.0, 30.0, False),  # 3 missed beats of 30 s: a busy machine, not a dead run
+        (130.0, 30.0, True),  # more than 4
+        (50.0, 1.0, False),  # 50 missed beats of 1 s, but under a minute
+        (70.0, 1.0, True),
+    ],
+)
+def test_a_heartbeat_is_stale_after_four_intervals_and_at_least_a_minute(
+    tmp_path, silent_s, interval_s, dead
+):
+    _running_elsewhere(tmp_path, silent_s, interval_s)
+    assert (status.read(str(tmp_path))["state"] == "dead") == dead
+
+
+def test_a_process_of_another_user_is_alive(tmp_path, monkeypatch):
+    writer = status.Status(str(tmp_path), ["run"])
+    writer.set("running")
+    writer.close()
+
+    def not_permitted(pid, signum):
+        raise PermissionError(f"operation not permitted on {pid}")
+
+    monkeypatch.setattr(status.os, "kill", not_permitted)
+    assert status.read(str(tmp_path))["state"] == "running"
+
+
+def test_a_state_keeps_no_error_or_missing_cells_of_an_earlier_state(tmp_path):
+    with status.Status(str(tmp_path), ["run"]) as writer:
+        writer.set("waiting", missing=[["a", 1]])
+        writer.set("failed", error="RuntimeError: disk full")
+        writer.set("running")
+        writer.set("done")
+    stored = status.read(str(tmp_path))
+    assert stored["state"] == "done" and "error" not in stored and "missing" not in stored
+    assert stored["time"] == stored["heartbeat"]  # when the state was set
