@@ -81,6 +81,12 @@ def test_a_write_that_fails_midway_leaves_the_previous_file(tmp_path):
     plain = tmp_path / "plain.json"
     plain.write_text("{}")  # the mode open(path, "w") gives, not the temporary file's 0o600
     assert os.stat(path).st_mode == os.stat(plain).st_mode
+    # Ctrl-C (or SIGTERM's exit) in the middle of a write leaves no temporary file either.
+    with pytest.raises(KeyboardInterrupt), outputs.replacing(path) as handle:
+        handle.write('{"run": 3')
+        raise KeyboardInterrupt
+    assert json.loads(pathlib.Path(path).read_text()) == {"run": 1}
+    assert os.listdir(tmp_path / "runs") == ["result.json"]
 
 
 def test_a_figure_is_written_whole_or_not_at_all(tmp_path):
