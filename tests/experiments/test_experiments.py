@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 from configs import kernel_mse as kernel_mse_config
 from configs import performer_vit as performer_vit_config
 from experiments import kernel_mse
+from experiments.core import sweep
 from experiments.core.outputs import read_csv
 from experiments.core.validate import check_types
 from experiments.main import run_experiment, validate_config
@@ -282,6 +284,7 @@ def test_a_failed_run_is_marked_and_the_previous_summary_no_longer_looks_current
     assert status["state"] == "failed" and "RuntimeError: disk full" in status["error"]
     assert status["pid"] == os.getpid() and {"host", "heartbeat"} <= set(status)
     assert "disk full" in (workdir / "FAILED").read_text()
+    assert "Traceback" in (workdir / "FAILED").read_text()  # where it failed
     assert not (workdir / "summary.md").exists()
     assert (workdir / "summary.previous.md").read_text() == "results of an earlier run\n"
 
@@ -334,3 +337,57 @@ def test_workers_sharing_a_workdir_write_its_status_at_once(tmp_path):
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert json.loads((tmp_path / "status.json").read_text())["state"] == "waiting"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["status.json"]
+
+
+def _preempted(*args, **kwargs):
+    from experiments.core.train.trainer import TrainingInterrupted
+
+    raise TrainingInterrupted(signal.SIGTERM, 12, "workdir")
+
+
+@pytest.mark.parametrize("ablating", [False, True])
+def test_a_preempted_run_is_marked_interrupted_not_failed(tmp_path, monkeypatch, ablating):
+    """The trainer's exit on SIGINT/SIGTERM (``TrainingInterrupted``: a ``SystemExit`` after
+    its checkpoint) reads as interrupted, to be resumed, not as a failure or a live run."""
+    from experiments import main
+
+    workdir = tmp_path / "kernel_mse"
+    config = kernel_mse_config.get_config("quick")
+    monkeypatch.setattr(main.ablation, "run", _preempted)
+    monkeypatch.setattr(kernel_mse, "measure", _preempted)
+    with pytest.raises(SystemExit):
+        if ablating:
+            main.run_ablation(config, str(workdir), ["cmd"])
+        else:
+            run_experiment(config, str(workdir), command=["cmd"])
+    status = json.loads((workdir / "status.json").read_text())
+    assert status["state"] == "interrupted"
+    assert "training interrupted by SIGTERM at step 12" in status["error"]
+    note = (workdir / "FAILED").read_text()
+    assert note.startswith("This run interrupted: TrainingInterrupted: training interrupted")
+    assert "Traceback" not in note
+
+
+def test_a_worker_that_leaves_a_shared_sweep_early_is_marked_waiting_not_done(
+    tmp_path, monkeypatch
+):
+    def others_missing(config, workdir):
+        raise sweep.Pending([("positive", 3)])
+
+    monkeypatch.setattr(kernel_mse, "measure", others_missing)
+    workdir = tmp_path / "kernel_mse"
+    assert run_experiment(kernel_mse_config.get_config("quick"), str(workdir)) == {}
+    status = json.loads((workdir / "status.json").read_text())
+    assert status["state"] == "waiting" and status["missing"] == [["positive", 3]]
+    assert not (workdir / "records.json").exists()
+
+
+@pytest.mark.parametrize("text", ["2/2", "3/2", "0/0", "-1/2", "1", "a/b"])
+def test_a_worker_index_outside_its_count_is_refused(text):
+    from absl import app
+
+    from experiments.main import parse_worker
+
+    with pytest.raises(app.UsageError, match="--worker must be I/N with 0 <= I < N"):
+        parse_worker(text)
+    assert parse_worker("1/2") == (1, 2)
