@@ -147,6 +147,37 @@ def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_run_resumed_between_records_logs_the_records_of_an_uninterrupted_run(tmp_path):
+    # A record every 5 generations, stopped at 8: the resumed run wrote a record of 6-8 that
+    # an uninterrupted run has not, and its record of 10 averaged generations 9 and 10 alone
+    # (the unlogged generations were not in the checkpoint).
+    config = _quick(
+        population_size=4,
+        episodes_per_member=1,
+        num_generations=10,
+        eval_every=10,
+        eval_episodes=2,
+        log_every=5,
+        checkpoint_every=7,
+    )
+    env = iap_es.make_env(config)
+    policy = iap_es.make_policy(config, env, "exact")
+    params = iap_es.initial_params(policy, seed=0)
+    trainer = es.ESTrainer(config.es, iap_es.make_rollout(config, env, policy), params)
+    trainer.train(str(tmp_path / "whole"), params, seed=0)
+    trainer.train(str(tmp_path / "split"), params, seed=0, stop_at_generation=8)
+    trainer.train(str(tmp_path / "split"), params, seed=0)
+    records = train.read_metrics(str(tmp_path / "whole"))
+    assert [(r["step"], r["split"]) for r in records] == [
+        (0, "eval"),
+        (5, "train"),
+        (10, "train"),
+        (10, "eval"),
+    ]
+    assert train.read_metrics(str(tmp_path / "split")) == records
+
+
+@pytest.mark.integration
 def test_seeds_trained_together_are_recorded_as_seeds_trained_one_at_a_time(tmp_path):
     # The accelerator's path (one vmapped program per group of seeds) keeps each seed's keys,
     # episodes and metric schedule: the records equal the one-at-a-time sweep's.

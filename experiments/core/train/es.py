@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import jax
@@ -174,13 +174,14 @@ def _strong_types(state):
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), state)
 
 
-def _interval_metrics(values: list[dict]) -> dict[str, float]:
+def _interval_metrics(values: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """A log interval's ``"train"`` metrics from its generations' ``mean_return``,
-    ``max_return`` and ``forward_passes``."""
+    ``max_return`` and ``forward_passes`` (``{name: [value per generation]}``), in float64:
+    the same whether the values came from the device or from a checkpoint's JSON."""
     return {
-        "mean_return": np.mean([v["mean_return"] for v in values]),
-        "max_return": np.max([v["max_return"] for v in values]),
-        "forward_passes": np.sum([v["forward_passes"] for v in values]),
+        "mean_return": float(np.mean(values["mean_return"], dtype=np.float64)),
+        "max_return": float(np.max(values["max_return"])),
+        "forward_passes": float(np.sum(values["forward_passes"], dtype=np.float64)),
     }
 
 
@@ -309,7 +310,8 @@ class ESTrainer:
         return {"es": options, "seed": seed, "cell": sweep.cell(workdir)}
 
     def _restore(self, checkpoints: Checkpoints, init_params: Params, seed: int):
-        """(ES state, generations done): the latest checkpoint, or the initial state and 0.
+        """(ES state, generations done, per-generation metrics not yet logged): the latest
+        checkpoint, or the initial state, 0 and none.
 
         Raises:
           SettingsMismatchError: if the checkpoint was made under other settings.
@@ -317,17 +319,18 @@ class ESTrainer:
         target = jax.eval_shape(self.initial_state, init_params, seed)
         restored = checkpoints.restore_latest(target)
         if restored is None:
-            return self.initial_state(init_params, seed), 0
+            return self.initial_state(init_params, seed), 0, {}
         for line in restored.skipped:
             print(f"WARNING: {line}; falling back to an older checkpoint", flush=True)
         # Through the host: uncommitted arrays like the initial state's, so no recompilation.
-        return _strong_types(jax.device_get(restored.state)), restored.step
+        state = _strong_types(jax.device_get(restored.state))
+        return state, restored.step, restored.progress.pending
 
     def final_mean(self, workdir: str, init_params: Params, *, seed: int) -> Params:
         """The ES mean (policy parameters) of the latest checkpoint in ``workdir``."""
         checkpoints = self._checkpoints(os.path.abspath(workdir), seed)
         try:
-            state, _ = self._restore(checkpoints, init_params, seed)
+            state, _, _ = self._restore(checkpoints, init_params, seed)
         finally:
             checkpoints.close()
         return self.strategy.get_mean(state)
@@ -356,7 +359,7 @@ class ESTrainer:
         os.makedirs(workdir, exist_ok=True)
         _, run_key, eval_key = jax.random.split(jax.random.key(seed), 3)
         checkpoints = self._checkpoints(workdir, seed)
-        state, start = self._restore(checkpoints, init_params, seed)
+        state, start, unlogged = self._restore(checkpoints, init_params, seed)
         end = config.num_generations
         if stop_at_generation is not None:
             end = min(end, stop_at_generation)
@@ -366,21 +369,23 @@ class ESTrainer:
         bar = tqdm(
             total=config.num_generations, initial=start, desc="es", disable=None, leave=False
         )
-        pending = []
+        # The generations since the last record travel in the checkpoints, so that a resumed
+        # run's records are those of an uninterrupted one.
+        pending = train._Pending(unlogged)
         for g in range(start, end):
             state, metrics = self.generation(state, run_key, g)
             pending.append(metrics)
             done = g + 1
             bar.update()
-            if done % config.log_every == 0 or done == end:
-                values = jax.device_get(pending)
+            if done % config.log_every == 0 or done == config.num_generations:
+                values = pending.values()
+                pending.steps = []
                 writer.write("train", done, _interval_metrics(values))
-                bar.set_postfix(mean_return=f"{float(values[-1]['mean_return']):.3g}")
-                pending = []
+                bar.set_postfix(mean_return=f"{values['mean_return'][-1]:.3g}")
             if done % config.eval_every == 0 or done == config.num_generations:
                 writer.write("eval", done, jax.device_get(self.evaluate(state, eval_key)))
             if done % config.checkpoint_every == 0 or done == end:
-                checkpoints.save(done, state, TrainingProgress())
+                checkpoints.save(done, state, TrainingProgress(pending.values()))
         bar.close()
         checkpoints.close()
         writer.close()
@@ -450,7 +455,7 @@ class ESTrainer:
             if done % config.log_every == 0 or done == config.num_generations:
                 values = jax.device_get(pending)
                 for i, writer in enumerate(writers):
-                    seed_values = [{k: v[i] for k, v in value.items()} for value in values]
+                    seed_values = {k: [float(value[k][i]) for value in values] for k in values[0]}
                     writer.write("train", done, _interval_metrics(seed_values))
                 pending = []
             if done % config.eval_every == 0 or done == config.num_generations:
