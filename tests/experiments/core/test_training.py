@@ -15,6 +15,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from experiments.core.train import checkpoints, distributed, metrics_log
@@ -280,6 +281,23 @@ def test_final_params_are_those_of_the_newest_checkpoint(tmp_path):
         saved.save(step, {"step": np.int32(step), "params": params}, checkpoints.TrainingProgress())
     saved.close()
     np.testing.assert_array_equal(train.final_params(str(tmp_path))["w"], [10.0, 10.0])
+
+
+def test_a_checkpoint_that_records_no_settings_is_refused(tmp_path):
+    """A checkpoint made before checkpoints recorded their settings may be another run's."""
+    directory = str(tmp_path / "checkpoints")
+    old = checkpoints.Checkpoints(directory, keep=None, settings={})
+    state = {"step": np.int32(3), "params": {"w": np.zeros(2, np.float32)}}
+    progress = dataclasses.asdict(checkpoints.TrainingProgress())  # no "settings" item
+    items = {"state": ocp.args.StandardSave(state), "progress": ocp.args.JsonSave(progress)}
+    old.manager.save(3, args=ocp.args.Composite(**items))
+    old.close()
+    new = checkpoints.Checkpoints(directory, keep=None, settings={"train": {"seed": 0}})
+    try:
+        with pytest.raises(checkpoints.SettingsMismatchError, match="records no settings"):
+            new.restore_latest(state)
+    finally:
+        new.close()
 
 
 @pytest.mark.integration
