@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import math
 import os
 import pathlib
 import re
@@ -9,6 +10,8 @@ import signal
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 from configs import kernel_mse as kernel_mse_config
@@ -18,6 +21,7 @@ from experiments.core import sweep
 from experiments.core.outputs import read_csv
 from experiments.core.validate import check_types
 from experiments.main import run_experiment, validate_config
+from rfjax import theory
 from tests.support import ROOT
 
 
@@ -391,3 +395,106 @@ def test_a_worker_index_outside_its_count_is_refused(text):
     with pytest.raises(app.UsageError, match="--worker must be I/N with 0 <= I < N"):
         parse_worker(text)
     assert parse_worker("1/2") == (1, 2)
+
+
+def test_kernel_mse_rows_are_in_units_of_the_iid_closed_form_and_couplings_draw_apart():
+    config = kernel_mse_config.get_config(
+        "quick,dim=4,num_features=4,num_draws=200,draws_per_chunk=200,norms_of_sum=(0.5,1.0),"
+        "couplings=(gaussian,orthogonal,simplex)"
+    )
+    rows = kernel_mse.measure(config)
+    by = {(r["coupling"], r["v"]): r for r in rows}
+    assert set(by) == {(c, v) for c in config.couplings for v in (0.5, 1.0)}
+    input_key, draw_key = jax.random.split(jax.random.key(config.seed))
+    x, y = kernel_mse.make_inputs(input_key, config.dim, np.array([0.5, 1.0]))
+    for index, coupling in enumerate(config.couplings):
+        # Each coupling has a key of its own: independent_difference treats couplings as
+        # independent samples (sharing one key would reuse the Gaussian draws under each).
+        mse, se = kernel_mse.monte_carlo_mse(
+            jax.random.fold_in(draw_key, index), coupling, 4, x, y, 200, 200
+        )
+        for i, v in enumerate((0.5, 1.0)):
+            row, iid = by[coupling, v], by["gaussian", v]["mse_theory"]
+            assert (row["mse_mc"], row["mse_se"]) == pytest.approx((mse[i], se[i]), rel=1e-12)
+            assert row["mse_theory"] == pytest.approx(
+                float(
+                    theory.prf_mse(
+                        np.asarray(x[i], np.float64),
+                        np.asarray(x[i], np.float64),
+                        4,
+                        coupling=coupling,
+                    )
+                ),
+                rel=1e-6,
+            )
+            assert row["ratio_mc"] == pytest.approx(row["mse_mc"] / iid, rel=1e-12)
+            assert row["ratio_se"] == pytest.approx(row["mse_se"] / iid, rel=1e-12)
+            assert row["ratio_theory"] == pytest.approx(row["mse_theory"] / iid, rel=1e-12)
+            z = (row["mse_mc"] - row["mse_theory"]) / row["mse_se"]
+            assert row["z_score"] == pytest.approx(z, rel=1e-12)
+    # The ablation's metrics: each coupling's ratio averaged over its own v.
+    assert kernel_mse.headline(rows) == {
+        f"ratio_{c}": pytest.approx((by[c, 0.5]["ratio_mc"] + by[c, 1.0]["ratio_mc"]) / 2)
+        for c in config.couplings
+    }
+
+
+def _kernel_mse_rows(cells):
+    """Rows with the IID closed form 1 at every v: {(coupling, v): (ratio_mc, ratio_theory)},
+    each with SE 0.01."""
+    return [
+        {
+            "v": v,
+            "coupling": c,
+            "mse_mc": mc,
+            "mse_se": 0.01,
+            "mse_theory": th,
+            "ratio_mc": mc,
+            "ratio_se": 0.01,
+            "ratio_theory": th,
+            "z_score": (mc - th) / 0.01,
+        }
+        for (c, v), (mc, th) in cells.items()
+    ]
+
+
+def test_kernel_mse_judges_each_claim_on_its_own_cells():
+    config = kernel_mse_config.get_config(
+        "dim=8,num_features=8,num_draws=1000,norms_of_sum=(0.5,1)"
+    )
+    cells = {
+        ("gaussian", 0.5): (1.0, 1.0),
+        ("gaussian", 1.0): (1.0, 1.0),
+        ("orthogonal", 0.5): (0.8, 0.8),
+        ("orthogonal", 1.0): (0.8, 0.8),
+        ("simplex", 0.5): (0.2, 0.2),
+        ("simplex", 1.0): (0.5, 0.3),  # 20 SE off at the largest v
+        ("simplex_plus", 0.5): (0.15, math.nan),
+        ("simplex_plus", 1.0): (0.45, math.nan),
+    }
+    given = kernel_mse.judge(_kernel_mse_rows(cells), config).given
+    outcome = {name: str(verdict.outcome) for name, verdict in given.items()}
+    assert outcome == {
+        "exact": "not resolved",  # no margin is declared: a disagreement cannot refute
+        "order_theory": "holds",
+        "simrf_below_orf": "holds",
+        "orf_below_iid": "holds",
+        "small_v": "holds",
+        "simrf_plus": "holds",
+    }
+    assert "smallest closed-form gap over v and both steps = +0.2" in given["order_theory"].evidence
+    assert "at v = 0.5" in given["small_v"].evidence and "1000 draws" in given["small_v"].evidence
+    # The orderings turned around, and SimRF 5 SE (not 4) off its closed form at the smallest v.
+    swapped = {
+        **cells,
+        ("orthogonal", 1.0): (0.8, 1.05),  # above IID by the closed form at one v
+        ("simplex", 0.5): (0.25, 0.2),
+        ("simplex_plus", 0.5): (0.3, math.nan),
+        ("simplex_plus", 1.0): (0.6, math.nan),
+    }
+    given = kernel_mse.judge(_kernel_mse_rows(swapped), config).given
+    assert str(given["order_theory"].outcome) == "does not hold"
+    assert "= -0.05 (exact)" in given["order_theory"].evidence
+    assert str(given["small_v"].outcome) == "not resolved"
+    assert "5.00 SE off" in given["small_v"].evidence
+    assert str(given["simrf_plus"].outcome) == "does not hold"
