@@ -270,3 +270,56 @@ def test_config_variants_and_bad_config():
     bad.table2_ratio = 3
     with pytest.raises(ValueError, match=r"config\.table2_ratio: 3 is not one of \(1, 10\)"):
         uci.validate_config(bad)
+
+
+def test_typical_norm_of_sum_pairs_two_independent_rows():
+    # |x_i + x_j| is 2 when both picks are the same row and 0 otherwise: 1 on average over random
+    # pairs (2 if each row were paired with itself). SE of the mean: 1 / sqrt(20,000).
+    x = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    assert uci.typical_norm_of_sum(x) == pytest.approx(1.0, abs=4 / np.sqrt(20_000))
+
+
+def test_prepare_states_the_exact_accuracy_and_majority_rate_of_the_test_split():
+    prepared = uci.prepare("banknote", uci_config.get_config("quick"), "all_rows")
+    facts, (x_train, onehot_train, x_test, y_test) = prepared["facts"], prepared["split"]
+    assert facts["num_test"] == len(y_test) == 68
+    assert facts["exact_accuracy"] == uci.exact_accuracy(x_train, onehot_train, x_test, y_test)
+    assert facts["majority_rate"] == np.bincount(y_test).max() / len(y_test)
+
+
+def test_draw_accuracies_keep_the_first_draws_when_the_last_chunk_is_filled_up():
+    split = uci.prepare("banknote", uci_config.get_config("quick"), "all_rows")["split"]
+    keys = jax.random.split(jax.random.key(0), 2)
+    per_draw = 4 * len(split[0]) * (2 * 4 * 2) * 2  # as repetition_batch: m = 2 d per coupling
+    args = (keys, ("gaussian", "simplex"), (1, 2), split, 3)
+    two_per_chunk = 2.5 * per_draw / 2**20  # 3 draws in 2 chunks of 2: one filler draw
+    assert uci.task.repetition_batch(len(split[0]), 16, two_per_chunk, 3) == 2
+    np.testing.assert_array_equal(
+        uci.draw_accuracies(*args, two_per_chunk, "test"), uci.draw_accuracies(*args, 100.0, "test")
+    )
+
+
+def test_measure_dataset_draws_each_split_and_coupling_apart_and_summarises_its_draws(
+    monkeypatch,
+):
+    seen, values = [], np.array([[0.5, 0.6], [0.7, 0.7], [0.9, 0.8]])  # 3 draws, 2 ratios
+
+    def fake(keys, couplings, num_blocks, split, repetitions, memory_mb, description):
+        seen.extend(jax.random.key_data(keys).reshape(len(couplings), -1).tolist())
+        return np.stack([values] * len(couplings))
+
+    monkeypatch.setattr(uci.task, "draw_accuracies", fake)
+    config = uci_config.get_config("quick")
+    rows = []
+    for split in uci.SPLITS:
+        prepared = uci.prepare("banknote", config, split)
+        tables = {"fig8": (("gaussian", "simplex"), (1, 2), False, 3)}
+        rows += uci.measure_dataset(0, prepared, config, tables)
+    # Couplings are compared as independent samples, and the two splits' Table 2 cells too.
+    assert len(seen) == 4 and len({tuple(k) for k in seen}) == 4
+    assert len(rows) == 8
+    for row in rows:
+        draws = values[:, row["ratio"] - 1]
+        assert row["num_features"] == row["ratio"] * 4 and row["repetitions"] == 3
+        assert row["accuracy"] == pytest.approx(draws.mean())
+        assert row["accuracy_se"] == pytest.approx(draws.std(ddof=1) / np.sqrt(3))
