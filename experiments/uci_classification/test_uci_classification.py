@@ -375,3 +375,49 @@ def test_judge_reads_each_claim_from_its_own_cells_and_split():
     assert "over 2 (split, data set) = +0.004 ±" in evidence["simrf_plus_marginal"]
     assert "= +0.004 ±" in evidence["fast_regular"]
     assert "(banknote) = +0 ±" in evidence["reproduces_paper"]
+
+
+def test_tables_state_differences_their_ses_and_the_distance_from_the_paper():
+    config = uci_config.get_config(
+        "datasets=(banknote,yeast),ratios=(1,),couplings=(orthogonal,simplex,simplex_plus),"
+        "approach_ratios=(300,),approach_couplings=(simplex,)"
+    )
+    # Each difference has SE 0.002 sqrt(2) = 0.0028. SimRF - ORF: +0.0275 on banknote, +0.004
+    # (1.4 SE) on yeast; SimRF+ - SimRF: +0.006 (2.1 SE) on banknote, 0 on yeast.
+    accuracy = {
+        ("banknote", "orthogonal"): 0.70,
+        ("banknote", "simplex"): 0.7275,
+        ("banknote", "simplex_plus"): 0.7335,
+        ("yeast", "orthogonal"): 0.50,
+        ("yeast", "simplex"): 0.504,
+        ("yeast", "simplex_plus"): 0.504,
+    }
+    rows = [{**_cell("all_rows", "fig8", c, 1, a), "dataset": d} for (d, c), a in accuracy.items()]
+    rows += [{**_cell("all_rows", "approach", "simplex", 300, 0.975), "dataset": "banknote"}]
+    facts = [
+        {
+            "dataset": d,
+            "split": "all_rows",
+            "exact_accuracy": 0.95,
+            "dim": 4,
+            "num_train": 1,
+            "num_test": 1,
+            "norm_of_sum": 2.0,
+        }
+        for d in config.datasets
+    ]
+    (simrf_orf, plus) = uci.orderings(rows, config)
+    se = np.hypot(0.002, 0.002)
+    assert simrf_orf["comparison"] == "SimRF >= ORF" and simrf_orf["cells"] == 2
+    assert (simrf_orf["ahead"], simrf_orf["significant_ahead"]) == (2, 1)
+    assert (plus["ahead"], plus["significant_ahead"], plus["significant_behind"]) == (2, 1, 0)
+    mean, average_se = simrf_orf["_average_1"]
+    assert mean == pytest.approx((0.0275 + 0.004) / 2) and average_se == pytest.approx(
+        se / np.sqrt(2)
+    )
+    (banknote, _) = uci.table2(rows, facts, config, "all_rows")
+    assert banknote["SimRF+ - SimRF"].startswith("+0.0060")
+    # 0.0046 above the paper's 0.7229 ± 0.0012: 0.0046 / hypot(0.002, 0.0012) = 1.97 SE.
+    assert banknote["SimRF - paper (SE)"] == "+2.0"
+    (approach,) = uci.approach_table(rows, facts, config)
+    assert approach["SimRF within 0.02"] is False  # 0.025 above the exact kernel
