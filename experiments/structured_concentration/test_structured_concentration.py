@@ -129,3 +129,19 @@ def test_an_interval_inside_the_margin_reports_the_equivalence_bound_it_establis
     assert f"factor {math.exp(high):.3f}" in text and "inside the declared margin" in text
     wide = structured_concentration.equivalence_bound_text(Estimate(0.0, 0.1, 4000), 0.95, 0.1)
     assert "not inside the declared margin" in wide
+
+
+@pytest.mark.integration
+def test_ratios_to_the_gaussian_carry_both_mses_ses_and_the_max_over_pairs_tail(quick_run):
+    _, _, result = quick_run
+    gaussian = next(r for r in result["rows"] if r["method"] == "gaussian")
+    for row in result["rows"]:
+        if row["method"] == "gaussian":
+            continue
+        ratio = row["MSE"] / gaussian["MSE"]
+        relative = math.hypot(row["MSE SE"] / row["MSE"], gaussian["MSE SE"] / gaussian["MSE"])
+        assert row["ratio to Gaussian"] == pytest.approx(ratio, rel=1e-12)
+        assert row["ratio SE"] == pytest.approx(ratio * relative, rel=1e-12)
+    # The max over pairs exceeds eps whenever one pair does, and strictly more often somewhere.
+    assert all(t["max tail"] >= t["tail"] for t in result["tails"])
+    assert any(t["max tail"] > t["tail"] + 4 * t["max tail SE"] for t in result["tails"])
