@@ -125,3 +125,15 @@ def test_the_squared_errors_are_against_the_softmax_kernel(estimator):
     squared = hrf_qmc._mean_squared_errors(estimator, "gaussian", 256, 4, keys, x, y)
     exact = np.exp(np.sum(x * y, axis=-1))
     assert float(np.mean(squared)) < 0.01 * float(np.mean(exact**2))
+
+
+def test_hrf_versus_baselines_states_the_better_hrf_and_each_gap_in_its_se():
+    config = qmc_config.get_config("quick,datasets=(wine,),matchings=(projections,)")
+    rows = [
+        {"dataset": "wine", "matching": "projections", "method": m, "mse": mse, "mse_se": se}
+        for m, mse, se in (("HRF-ort", 1.0, 0.01), ("HRF-iid", 1.2, 0.01), ("ORF-reg", 2.0, 0.02))
+    ]
+    (row,) = hrf_qmc.hrf_versus_baselines(rows, config)
+    assert row["better HRF"] == "HRF-ort"
+    # (2.0 - 1.0) / 1.0 over hypot(0.01, 0.02) / 1.0: the relative gap in its SE.
+    assert row["z vs ORF-reg"] == pytest.approx(1.0 / math.hypot(0.01, 0.02))
