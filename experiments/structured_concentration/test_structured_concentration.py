@@ -129,6 +129,31 @@ def test_an_interval_inside_the_margin_reports_the_equivalence_bound_it_establis
     assert f"factor {math.exp(high):.3f}" in text and "inside the declared margin" in text
     wide = structured_concentration.equivalence_bound_text(Estimate(0.0, 0.1, 4000), 0.95, 0.1)
     assert "not inside the declared margin" in wide
+    # A negative effect: the bound is the interval's lower end in size, not its upper end.
+    negative = Estimate(-0.05, 0.01, 4000)
+    low, high = negative.interval(0.95)
+    text = structured_concentration.equivalence_bound_text(negative, 0.95, math.log(1.1))
+    assert abs(low) > abs(high) and f"within ±{abs(low):.3f}" in text
+
+
+def test_the_chi_order_cells_are_the_eps_where_both_tails_reach_the_floor():
+    """A cell enters the pooled chi test only where the smaller of its two tails is at least
+    ``tail_floor``; one whose larger tail alone reaches it stays out."""
+    config = concentration_config.get_config("quick")
+    with config.unlocked():
+        config.epsilons = (0.1, 0.2, 0.3)
+        config.chi_contrast.tail_floor = 0.01
+    results = {
+        "chi_contrast": {
+            "dims": {
+                "63": {"chromatic": 3, "tail": [0.2, 0.05, 0.02], "tail_se": [0.01, 0.01, 0.01]},
+                "64": {"chromatic": 2, "tail": [0.1, 0.005, 0.01], "tail_se": [0.01, 0.01, 0.01]},
+            }
+        }
+    }
+    cells = structured_concentration.chi_order_cells(results, config)
+    assert sorted(cells) == [0.1, 0.3]
+    assert cells[0.1].mean == pytest.approx(math.log(2))
 
 
 @pytest.mark.integration
