@@ -137,3 +137,20 @@ def test_hrf_versus_baselines_states_the_better_hrf_and_each_gap_in_its_se():
     assert row["better HRF"] == "HRF-ort"
     # (2.0 - 1.0) / 1.0 over hypot(0.01, 0.02) / 1.0: the relative gap in its SE.
     assert row["z vs ORF-reg"] == pytest.approx(1.0 / math.hypot(0.01, 0.02))
+
+
+def test_each_data_set_and_method_draws_from_its_own_key(monkeypatch):
+    """The methods' MSEs are compared as independent samples, so each (data set, method) draws
+    its projections from its own key (the matchings of one method share it); one key per data
+    set for every method passed every test."""
+    keys: dict[str, set] = {}  # by draw_in_chunks' description, "<data set> <method>"
+
+    def record(draw, key, num_draws, draws_per_chunk, description):
+        del draw, draws_per_chunk
+        keys.setdefault(description, set()).add(tuple(np.asarray(jax.random.key_data(key))))
+        return np.zeros(num_draws)
+
+    monkeypatch.setattr(hrf_qmc.stats, "draw_in_chunks", record)
+    hrf_qmc.measure(qmc_config.get_config("quick"))
+    assert len(keys) >= 4 and all(len(drawn) == 1 for drawn in keys.values())
+    assert len(set().union(*keys.values())) == len(keys)
