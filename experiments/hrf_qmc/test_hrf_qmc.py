@@ -51,6 +51,8 @@ def test_qmc_verdict_holds_only_against_every_baseline_refuted_only_beyond_its_m
         ]
         judged = hrf_qmc.judge(rows, config).given
         assert judged["width_matched"].outcome == Outcome.NOT_TESTED  # not run
+        # The paper's claim needs both sizings: one matching's "holds" does not decide it.
+        assert judged["overall"].outcome == Outcome.NOT_TESTED
         return judged["projections_matched"].outcome
 
     assert outcome((1.1, 1.1, 1.1)) == Outcome.HOLDS  # 7 SE against each baseline
