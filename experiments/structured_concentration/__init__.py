@@ -59,6 +59,7 @@ from experiments.structured_concentration.reporting import (
     report,
 )
 from experiments.structured_concentration.rows import (
+    gaussian_uniform_bound,
     method_rows,
     tail_rows,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "covariance_norms",
     "equivalence_bound_text",
     "features_for_uniform_bound",
+    "gaussian_uniform_bound",
     "judge",
     "load_points",
     "measure",

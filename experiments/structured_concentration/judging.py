@@ -14,8 +14,12 @@ from experiments.core import stats, verdicts
 from experiments.core.stats import Estimate
 from experiments.structured_concentration.contrast import chi_order_cells, contrast_labels
 from experiments.structured_concentration.methods import REFERENCE, method_name
-from experiments.structured_concentration.rows import _mse, method_rows, tail_rows
-from rfjax import theory
+from experiments.structured_concentration.rows import (
+    _mse,
+    gaussian_uniform_bound,
+    method_rows,
+    tail_rows,
+)
 
 
 def _circulant_chi(n: int) -> int:
@@ -156,9 +160,7 @@ def features_for_uniform_bound(epsilon: float, delta: float, dim: int, diameter:
     """The smallest m (frequencies) with ``rff_uniform_bound <= delta`` (bisection)."""
 
     def bound(m):
-        return float(
-            theory.rff_uniform_bound(epsilon, m, dim, diameter=diameter, sigma_p=math.sqrt(dim))
-        )
+        return float(gaussian_uniform_bound(epsilon, m, dim, diameter))
 
     high = 1
     while bound(high) > delta:

@@ -45,14 +45,20 @@ def method_rows(results: dict, config: ml_collections.ConfigDict) -> list[dict]:
     return rows
 
 
+def gaussian_uniform_bound(epsilon, num_features: int, dim: int, diameter: float) -> np.ndarray:
+    """``theory.rff_uniform_bound`` for the study's kernel, the Gaussian at unit lengthscale,
+    whose frequencies w ~ N(0, I_d) have sigma_p = sqrt(E|w|^2) = sqrt(d)."""
+    return theory.rff_uniform_bound(
+        epsilon, num_features, dim, diameter=diameter, sigma_p=math.sqrt(dim)
+    )
+
+
 def tail_rows(results: dict, config: ml_collections.ConfigDict) -> list[dict]:
     """One row per (method, eps): empirical tails (pairwise and max over pairs) and bounds."""
     eps = np.asarray(config.epsilons)
     m, dim = results["num_features"], results["dim"]
     hoeffding = theory.rff_pointwise_bound(eps, m)
-    uniform = theory.rff_uniform_bound(
-        eps, m, dim, diameter=results["diameter"], sigma_p=math.sqrt(dim)
-    )
+    uniform = gaussian_uniform_bound(eps, m, dim, results["diameter"])
     rows = []
     for name, family, _ in methods(config):
         measured = results["methods"][name]

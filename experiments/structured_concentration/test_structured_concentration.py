@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from configs import structured_concentration as concentration_config
@@ -9,6 +10,7 @@ from experiments import structured_concentration
 from experiments.core import verdicts
 from experiments.core.stats import Estimate
 from experiments.core.verdicts import Outcome
+from rfjax import theory
 from tests.support.studies import quick_run_fixture
 
 quick_run = quick_run_fixture(concentration_config)
@@ -170,3 +172,21 @@ def test_ratios_to_the_gaussian_carry_both_mses_ses_and_the_max_over_pairs_tail(
     # The max over pairs exceeds eps whenever one pair does, and strictly more often somewhere.
     assert all(t["max tail"] >= t["tail"] for t in result["tails"])
     assert any(t["max tail"] > t["tail"] + 4 * t["max tail SE"] for t in result["tails"])
+
+
+def test_the_uniform_bound_uses_the_gaussian_frequencies_sigma_p():
+    """The uniform bound's sigma_p is sqrt(E|w|^2) of the study's frequencies w ~ N(0, I_d):
+    the bound with sigma_p estimated from 20,000 draws matches it within the estimate's
+    error (E|w|^2 = d, its SE sqrt(2 d / n)), where sigma_p = d (a factor 2^(4/3) at d = 4)
+    passed every test."""
+    dim, draws, eps = 4, 20_000, np.array([0.5, 0.8])  # m = 2,000: bounds below 1, not capped
+    w = np.random.default_rng(0).standard_normal((draws, dim))
+    squared_norms = np.sum(w**2, axis=1)
+    sigma_p = math.sqrt(squared_norms.mean())
+    relative_se = squared_norms.std(ddof=1) / math.sqrt(draws) / squared_norms.mean()
+    # The bound scales as sigma_p^(2 / (1 + 2 / d)) = (sigma_p^2)^(1 / (1 + 2 / d)).
+    tolerance = 4 * relative_se / (1 + 2 / dim)
+    expected = theory.rff_uniform_bound(eps, 2000, dim, diameter=3.0, sigma_p=sigma_p)
+    got = structured_concentration.gaussian_uniform_bound(eps, 2000, dim, 3.0)
+    assert np.all(got < 1e-9)
+    np.testing.assert_allclose(got, expected, rtol=tolerance)
