@@ -44,6 +44,20 @@ def test_distribution_metrics_closed_forms():
     # F - F_hat = (1/2 - 1/3, 1 - 2/3, 0)
     np.testing.assert_allclose(out["ks"], 1 / 3, rtol=1e-6)
     np.testing.assert_allclose(out["wasserstein"], 0.25, rtol=1e-6)
+    # an estimate of exactly 0 (a positive feature's underflow) is not negative
+    out = distribution_metrics(p, jnp.array([0.0, 1.0, -1.0]))
+    np.testing.assert_allclose(out["negative_fraction"], 1 / 3)
+
+
+def test_proposal_divergence_skips_the_classes_the_target_gives_no_mass():
+    """KL(p || q) sums p_i (log p_i - log q_i) over p_i > 0 only: a class of p_i = 0 (log p_i
+    = -inf) adds 0, not 0 * -inf = NaN."""
+    from experiments.lstm_lm.metrics import proposal_divergence
+
+    p = jnp.array([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    q = jnp.array([0.25, 0.25, 0.5])
+    got = proposal_divergence(jnp.log(p), jnp.log(q))
+    np.testing.assert_allclose(got, [math.log(2.0), math.log(4.0)], rtol=1e-6)
 
 
 def test_distribution_metrics_stay_in_their_ranges_for_signed_estimates():
