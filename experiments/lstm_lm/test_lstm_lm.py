@@ -432,3 +432,55 @@ def test_claim_1_holds_only_where_every_hybrid_beats_every_competitor(tmp_path):
         "at 2 ((hybrid, competitor, metric) cells gaussian vs favor+, W1, gaussian vs favor+, KS)"
         in (verdict.evidence)
     )
+
+
+def test_model_metrics_summaries_and_paired_differences():
+    """``model_metrics``' numbers from the per-draw, per-query distances: each estimator's mean
+    over draws and queries, its SE over queries of the per-query mean over draws (ddof 1), and
+    per (hybrid, competitor, metric) the per-query paired difference competitor - hybrid with
+    its SE over queries."""
+    from experiments.lstm_lm import estimator_metrics
+
+    config = lstm_lm_config.get_config("quick")
+    model = lstm_lm.make_model(config, "normalised", VOCAB)
+    inputs = np.arange(30).reshape(2, 15) % VOCAB  # 30 queries, the first 24 scored
+    params = model.init(jax.random.key(0), inputs, train=False)
+    key = jax.random.key(3)
+    scored, pairs = estimator_metrics.model_metrics(model, params, inputs, 0.5, config, key)
+    queries, table = model.apply(params, inputs, train=False)
+    queries = queries.reshape(-1, queries.shape[-1])[: config.num_metric_queries]
+    probabilities = jax.nn.softmax(
+        normalize_for_proposal(queries, 0.5) @ normalize_for_proposal(table, 0.5).T, axis=-1
+    )
+    keys = jax.random.split(key, config.num_metric_draws)
+    per_query, values_of = {}, {}
+    for estimator in config.estimators:
+        draws = estimator_metrics._metric_draws(config, estimator, 0.5)
+        values = draws(keys, queries, table, probabilities)
+        per_query[estimator] = {name: np.asarray(v).mean(0) for name, v in values.items()}
+        values_of[estimator] = values
+        assert np.asarray(values["wasserstein"]).shape == (2, 24)
+    rows = {row["estimator"]: row for row in scored}
+    for estimator, values in per_query.items():
+        for name, value in values.items():
+            assert rows[estimator][f"{name}_mean"] == pytest.approx(value.mean(), rel=1e-5)
+            se = value.std(ddof=1) / math.sqrt(24)
+            assert rows[estimator][f"{name}_se"] == pytest.approx(se, rel=1e-5)
+            median = np.median(np.asarray(values_of[estimator][name]))
+            assert rows[estimator][f"{name}_median"] == pytest.approx(median, rel=1e-5)
+    assert {(p["hybrid"], p["competitor"], p["metric"]) for p in pairs} == {
+        (h, c, m)
+        for h in config.estimators
+        if h not in lstm_lm.competitors(config)
+        for c in lstm_lm.competitors(config)
+        for m in ("wasserstein", "ks")
+    }
+    for pair in pairs:
+        difference = (
+            per_query[pair["competitor"]][pair["metric"]]
+            - per_query[pair["hybrid"]][pair["metric"]]
+        )
+        assert pair["difference"] == pytest.approx(difference.mean(), rel=1e-5, abs=1e-7)
+        se = difference.std(ddof=1) / math.sqrt(24)
+        assert pair["se"] == pytest.approx(se, rel=1e-5)
+        assert pair["se"] > 0
