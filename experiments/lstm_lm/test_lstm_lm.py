@@ -484,3 +484,53 @@ def test_model_metrics_summaries_and_paired_differences():
         se = difference.std(ddof=1) / math.sqrt(24)
         assert pair["se"] == pytest.approx(se, rel=1e-5)
         assert pair["se"] > 0
+
+
+class _FixedQueries:
+    """A stand-in model whose ``apply`` returns fixed queries and a fixed class table."""
+
+    def __init__(self, queries, table):
+        self.queries, self.table = queries, table
+
+    def apply(self, params, inputs, train):
+        return self.queries, self.table
+
+
+def test_proposal_diagnostic_scores_against_the_model_softmax():
+    """On a peaked model softmax (far from uniform, unlike an untrained model's) and a proposal
+    tau of 0.5: the uniform proposal's KL(model || proposal) is log V - H(model softmax) at
+    either tau (the model's softmax has no tau); an estimator's row averages the W1 and the
+    negative fraction of its clipped estimate at that tau over the draws."""
+    from experiments.lstm_lm import estimator_metrics
+    from rfjax.sampled_softmax import proposal_estimates
+
+    config = lstm_lm_config.get_config("quick")
+    queries = 3.0 * jax.random.normal(jax.random.key(0), (12, 16))
+    table = jax.random.normal(jax.random.key(1), (VOCAB, 16))
+    model = _FixedQueries(queries, table)
+    key = jax.random.key(2)
+    tau = 0.5
+    diagnostic = estimator_metrics.proposal_diagnostic(model, None, None, None, tau, config, key)
+    rows = {(r["tau_rule"], r["proposal"]): r for r in diagnostic["rows"]}
+    log_p = jax.nn.log_softmax(queries @ table.T)
+    entropy = -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+    assert float(jnp.mean(math.log(VOCAB) - entropy)) > 1.0  # peaked: not log V - H ~ 0
+    for rule in ("proposal", "heldout_kl"):
+        assert rows[rule, "uniform"]["proposal_kl"] == pytest.approx(
+            float(jnp.mean(math.log(VOCAB) - entropy)), rel=1e-5
+        )
+    kernel = jax.nn.softmax(
+        normalize_for_proposal(queries, tau) @ normalize_for_proposal(table, tau).T
+    )
+    for estimator in config.estimators:
+        options = lstm_lm.estimator_options(config, estimator)
+        per_draw = [
+            distribution_metrics(
+                kernel,
+                proposal_estimates(draw, queries, table, temperature=tau, **options),
+            )
+            for draw in jax.random.split(key, config.num_diagnostic_draws)
+        ]
+        for name in ("wasserstein", "negative_fraction"):
+            expected = np.mean([float(jnp.mean(d[name])) for d in per_draw])
+            assert rows["proposal", estimator][name] == pytest.approx(expected, rel=1e-5)
