@@ -534,3 +534,32 @@ def test_proposal_diagnostic_scores_against_the_model_softmax():
         for name in ("wasserstein", "negative_fraction"):
             expected = np.mean([float(jnp.mean(d[name])) for d in per_draw])
             assert rows["proposal", estimator][name] == pytest.approx(expected, rel=1e-5)
+
+
+def test_evaluate_split_is_the_full_softmax_over_every_real_window():
+    """``evaluate_split`` with the task's eval metrics, 5 windows in batches of 2 (the last
+    padded): perplexity exp(mean NLL per token) of the full softmax, the mean softmax mass on
+    the ``TOP_WORDS`` most frequent words and their share of the targets, each over the real
+    positions only."""
+    from experiments.core import unigram
+
+    config = lstm_lm_config.get_config("quick")
+    model = lstm_lm.make_model(config, "normalised", VOCAB)
+    rng = np.random.default_rng(0)
+    windows = {
+        name: rng.integers(0, VOCAB, (5, config.bptt)).astype(np.int32)
+        for name in ("inputs", "targets")
+    }
+    log_unigram = np.log(rng.dirichlet(np.ones(VOCAB)))
+    task = lstm_lm.make_task(
+        model, {"train": windows, "valid": windows}, config, "normalised", "favor+", 0, log_unigram
+    )
+    params = model.init(jax.random.key(0), windows["inputs"], train=False)
+    got = lstm_lm.evaluate_split(task.eval_metrics, params, windows, batch_size=2)
+    queries, table = model.apply(params, windows["inputs"], train=False)
+    log_p = np.asarray(jax.nn.log_softmax(queries @ table.T), np.float64)
+    nll = -np.take_along_axis(log_p, windows["targets"][..., None], axis=-1)
+    top = unigram.top_words(log_unigram)
+    assert got["perplexity"] == pytest.approx(np.exp(nll.mean()), rel=1e-5)
+    assert got["top_mass"] == pytest.approx(np.exp(log_p[..., top]).sum(-1).mean(), rel=1e-5)
+    assert got["top_share"] == pytest.approx(np.isin(windows["targets"], top).mean())
