@@ -563,3 +563,16 @@ def test_evaluate_split_is_the_full_softmax_over_every_real_window():
     assert got["perplexity"] == pytest.approx(np.exp(nll.mean()), rel=1e-5)
     assert got["top_mass"] == pytest.approx(np.exp(log_p[..., top]).sum(-1).mean(), rel=1e-5)
     assert got["top_share"] == pytest.approx(np.isin(windows["targets"], top).mean())
+
+
+def test_cosine_setting_proposes_at_the_model_tau_floored_at_the_grid():
+    """``"cosine"``: tau is the model's own 1/s, but never below the grid's smallest tau (a
+    learned s of 100 would put exp(1/tau) = e^100 past float32)."""
+    config = lstm_lm_config.get_config("quick")  # tau_grid from 0.05
+    model = lstm_lm.make_model(config, "cosine", VOCAB)
+    inputs = np.arange(24).reshape(2, 12) % VOCAB
+    params = model.init(jax.random.key(0), inputs, train=False)
+    for scale, tau in ((2.0, 0.5), (100.0, min(config.tau_grid))):
+        params["params"]["log_logit_scale"] = jnp.log(scale)
+        got = lstm_lm.proposal_temperature(model, params, config, "cosine", inputs)
+        assert float(got) == pytest.approx(tau, rel=1e-6)
