@@ -576,3 +576,13 @@ def test_cosine_setting_proposes_at_the_model_tau_floored_at_the_grid():
         params["params"]["log_logit_scale"] = jnp.log(scale)
         got = lstm_lm.proposal_temperature(model, params, config, "cosine", inputs)
         assert float(got) == pytest.approx(tau, rel=1e-6)
+
+
+def test_heldout_windows_are_the_last_validation_windows():
+    """tau is selected on the last ``num_heldout_windows`` validation windows, not on the
+    first ones, whose queries the distribution metrics score."""
+    config = lstm_lm_config.get_config("quick")
+    valid = np.arange(7 * config.bptt).reshape(7, config.bptt)
+    got = lstm_lm.heldout_inputs({"valid": {"inputs": valid}}, config)
+    np.testing.assert_array_equal(got, valid[-config.num_heldout_windows :])
+    assert config.num_heldout_windows < 7
