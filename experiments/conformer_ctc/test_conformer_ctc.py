@@ -8,6 +8,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from configs import conformer_ctc as conformer_config
@@ -636,3 +637,48 @@ def test_attention_context_tau1_changes_only_the_initial_temperature():
     assert base.pop("label") == "attention_context" and base.pop("follow_up")
     assert tau1.pop("label") == "attention_context_tau1"
     assert tau1 == base
+
+
+def test_evaluator_sums_over_the_real_utterances_at_the_last_update_projection():
+    """``evaluator``'s totals over 5 utterances in batches of 2 (the last padded): the edit
+    distances of the greedy decodes, the reference digits, the utterances decoded exactly, the
+    CTC losses and the count, each over the real utterances only, with the projection of the
+    last update (step - 1); the DER is the edit distance over the reference digits."""
+    config = conformer_config.get_config("quick")
+    config.eval_batch_size = 2
+    config.model.redraw_interval = 1  # a new projection every step
+    rng = np.random.default_rng(0)
+    frames = np.array([16, 12, 8, 16, 4], np.int32)
+    count = np.array([3, 1, 2, 4, 1], np.int32)
+    features = rng.standard_normal((5, 16, config.num_mels)).astype(np.float32)
+    features[np.arange(16)[None] >= frames[:, None]] = 0.0
+    labels = np.where(
+        np.arange(config.max_digits)[None] < count[:, None],
+        rng.integers(1, 11, (5, config.max_digits)),
+        0,
+    ).astype(np.int32)
+    arrays = {"features": features, "frames": frames, "labels": labels, "label_count": count}
+    model = conformer_ctc.make_model(config, "positive")
+    task = conformer_ctc.make_task(model, arrays, arrays, config, seed=0)
+    variables = task.init(jax.random.key(0), arrays)
+    rng_key, step = jax.random.key(1), 7
+    totals = conformer_ctc.evaluator(model, arrays, config)(variables, rng_key, step)
+
+    mask = jnp.arange(16)[None] < frames[:, None]
+    logits, out_mask = jax.jit(functools.partial(model.apply, train=False))(
+        variables,
+        features,
+        mask,
+        projection_step=step - 1,
+        rngs=train.step_rngs(rng_key, step, per_step=()),
+    )
+    label_paddings = (np.arange(config.max_digits)[None] >= count[:, None]).astype(np.float32)
+    losses = optax.ctc_loss(logits, 1.0 - out_mask.astype(jnp.float32), labels, label_paddings)
+    tokens, lengths = conformer_ctc.greedy_ctc_decode(logits, out_mask)
+    distances = np.asarray(jax.vmap(conformer_ctc.edit_distance)(tokens, lengths, labels, count))
+    assert totals["count"] == 5
+    assert totals["reference_digits"] == count.sum()
+    assert totals["edit_distance"] == distances.sum()
+    assert totals["utterance_correct"] == np.sum(distances == 0)
+    assert totals["loss"] == pytest.approx(float(np.sum(losses)), rel=1e-5)
+    assert conformer_ctc.digit_error_rate(totals) == distances.sum() / count.sum()
