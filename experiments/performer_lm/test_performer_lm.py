@@ -168,3 +168,30 @@ def test_multihost_recipe_resumes_after_a_kill(tmp_path):
 # the sum of magnitudes (Higham 2002, Eq. 4.4), and over 40 steps of Adam such differences add
 # up to at most 40 * 6 u = 1.4e-5 relative (u = 2^-24) in the logged losses.
 MULTIHOST_TOLERANCE = 40 * 6 * 2.0**-24
+
+
+def test_perplexity_is_exp_mean_token_nll_over_every_window():
+    """``perplexity`` = exp(mean NLL per token) over every window of the split, the padding of
+    the last batch (5 windows in batches of 2) left out, at the step's projection of the eval
+    stream (FAVOR; the count and the mask are the same code for exact attention)."""
+    import jax
+    import jax.numpy as jnp
+
+    from configs.performer_lm import get_config
+    from experiments import performer_lm
+    from experiments.core.train import trainer as train
+
+    config = get_config("quick,context_length=16,eval_batch_size=2")
+    vocab = 30
+    rng = np.random.default_rng(0)
+    windows = {
+        name: rng.integers(0, vocab, (5, 16)).astype(np.int32)
+        for name in performer_lm.SEQUENCE_KEYS
+    }
+    task = performer_lm.make_task(config, {"train": windows}, "performer", vocab, seed=0)
+    params = task.init(jax.random.key(0), windows)
+    got = performer_lm.perplexity(config, task, params, windows, step=3)
+    nll = performer_lm.nll_function(config, "performer", vocab)(
+        params, *windows.values(), train.run_keys(config.train.seed)[1], jnp.int32(3)
+    )
+    assert got == pytest.approx(np.exp(np.mean(np.asarray(nll, np.float64))), rel=1e-5)
