@@ -15,6 +15,7 @@ from experiments import performer_vit
 from experiments.core import verdicts
 from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
+from experiments.performer_vit import evaluation
 from rfjax import data
 from tests.support import ROOT
 
@@ -327,3 +328,23 @@ def test_validate_config_names_the_bad_field(override, message):
     config = performer_vit_config.get_config(override)
     with pytest.raises(ValueError, match=message):
         performer_vit.validate_config(config)
+
+
+def _small_vit(attention: str, **model):
+    config = performer_vit_config.get_config("quick")
+    config.model.update(model)
+    module = performer_vit.make_model(config, attention)
+    return module, module.init(jax.random.key(0), jnp.zeros((1, 28, 28)), train=False)
+
+
+def test_learned_temperatures_of_every_block():
+    """One tau per head of every block, in block order; none without a learned temperature."""
+    _, params = _small_vit("orthogonal", num_layers=2, query_key_norm=True)
+    for block, values in (("block_0", [1.0, 2.0]), ("block_1", [3.0, 4.0])):
+        params["params"][block]["PerformerAttention_0"]["log_temperature"] = jnp.log(
+            jnp.array(values)
+        )
+    got = evaluation.learned_temperatures(params)
+    np.testing.assert_allclose(got, [1.0, 2.0, 3.0, 4.0], rtol=1e-6)
+    _, plain = _small_vit("orthogonal", query_key_norm=False)
+    assert evaluation.learned_temperatures(plain) == []
