@@ -348,3 +348,17 @@ def test_learned_temperatures_of_every_block():
     np.testing.assert_allclose(got, [1.0, 2.0, 3.0, 4.0], rtol=1e-6)
     _, plain = _small_vit("orthogonal", query_key_norm=False)
     assert evaluation.learned_temperatures(plain) == []
+
+
+def test_uniform_attention_of_raw_scores_zeroes_queries_and_keys():
+    """Without a learned temperature (raw scores) the uniform swap zeroes the query and key
+    projections (every score 0: weights 1/S), the values' unchanged."""
+    _, params = _small_vit("exact", query_key_norm=False)
+    uniform = evaluation.with_uniform_attention(params)
+    attention = uniform["params"]["block_0"]["PerformerAttention_0"]
+    for name in ("query", "key"):
+        for leaf in jax.tree.leaves(attention[name]):
+            assert not np.any(np.asarray(leaf))
+    original = params["params"]["block_0"]["PerformerAttention_0"]
+    np.testing.assert_array_equal(attention["value"]["kernel"], original["value"]["kernel"])
+    assert "log_temperature" not in attention
