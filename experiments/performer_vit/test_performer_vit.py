@@ -337,6 +337,36 @@ def _small_vit(attention: str, **model):
     return module, module.init(jax.random.key(0), jnp.zeros((1, 28, 28)), train=False)
 
 
+def test_fresh_draw_accuracy_counts_the_real_test_images_only():
+    """5 test images in batches of 2 (the last padded with a zero image of label 0): the
+    accuracy with each key's projection is the share of the 5 predicted right, the padding
+    neither counted nor in the denominator."""
+    module, params = _small_vit("orthogonal")
+    rng = np.random.default_rng(0)
+    test = {
+        "image": rng.integers(0, 256, (5, 28, 28)).astype(np.uint8),
+        "label": np.array([0, 1, 0, 2, 3], np.int32),
+    }
+    stats = (0.3, 0.2)
+    keys = jax.random.split(jax.random.key(1), 2)
+    # every prediction is class 0 (the padding's label too): 2 of the 5 are right
+    biased = jax.tree.map(lambda x: x, params)
+    biased["params"]["head"]["bias"] = jnp.zeros(10).at[0].set(1e4)
+    got = performer_vit.fresh_draw_accuracies(module, biased, stats, test, keys, batch_size=2)
+    np.testing.assert_allclose(got, [0.4, 0.4])
+    got = performer_vit.fresh_draw_accuracies(module, params, stats, test, keys, batch_size=2)
+    for key, accuracy in zip(keys, got, strict=True):
+        logits = module.apply(
+            params,
+            (test["image"].astype(np.float32) / 255 - stats[0]) / stats[1],
+            train=False,
+            projection_step=0,
+            rngs={"projection": key},
+        )
+        expected = np.mean(np.argmax(np.asarray(logits), -1) == test["label"])
+        assert accuracy == pytest.approx(expected)
+
+
 def test_learned_temperatures_of_every_block():
     """One tau per head of every block, in block order; none without a learned temperature."""
     _, params = _small_vit("orthogonal", num_layers=2, query_key_norm=True)
