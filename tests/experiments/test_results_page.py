@@ -153,12 +153,15 @@ def test_a_package_without_a_declaration_or_with_a_taken_order_is_refused(monkey
 
 
 def test_a_variant_run_follows_its_study_and_a_folder_of_no_study_is_refused(tmp_path):
-    for folder, experiment in (("kernel_mse_wide", "kernel_mse"), ("kernel_mse", "kernel_mse")):
+    # "fig6" sorts before "kernel_mse": the study's own folder still comes first
+    for folder in ("kernel_mse_wide", "kernel_mse", "fig6"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "summary.md").write_text(f"# {folder}\n")
-        (tmp_path / folder / "config.json").write_text(json.dumps({"experiment": experiment}))
+        (tmp_path / folder / "config.json").write_text(json.dumps({"experiment": "kernel_mse"}))
     page = results_page.render(str(tmp_path))
-    assert page.index("## kernel_mse\n") < page.index("## kernel_mse_wide\n")
+    assert (
+        page.index("## kernel_mse\n") < page.index("## fig6\n") < page.index("## kernel_mse_wide\n")
+    )
     assert "# Not run yet" not in page
     (tmp_path / "stray").mkdir()
     (tmp_path / "stray" / "config.json").write_text(json.dumps({"experiment": "gone"}))
@@ -169,6 +172,10 @@ def test_a_variant_run_follows_its_study_and_a_folder_of_no_study_is_refused(tmp
 def test_a_readme_without_the_table_markers_is_refused():
     with pytest.raises(ValueError, match=r"must hold the lines .* once each"):
         results_page.with_study_table("# README\n\nno table here\n")
+    with pytest.raises(ValueError, match=r"must hold the lines .* in that order"):  # end first
+        results_page.with_study_table(
+            f"a\n{results_page.TABLE_END}\nold\n{results_page.TABLE_BEGIN}\nb\n"
+        )
     readme = f"a\n{results_page.TABLE_BEGIN}\nold\n{results_page.TABLE_END}\nb\n"
     expected = f"a\n{results_page.TABLE_BEGIN}\n{results_page.study_table()}"
     assert results_page.with_study_table(readme) == f"{expected}{results_page.TABLE_END}\nb\n"
