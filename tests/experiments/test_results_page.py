@@ -198,3 +198,17 @@ def test_the_page_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "open", no_write_in_place)
     assert results_page._update(str(path), "new page\n", check=False)
     assert path.read_text() == "new page\n" and os.listdir(tmp_path) == ["RESULTS.md"]
+
+
+def test_check_fails_when_either_file_is_out_of_date(tmp_path, monkeypatch):
+    """``--check`` exits 1 when RESULTS.md is stale even though the README's table is current
+    (and 0 when both are)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(results_page, "render", lambda: "page\n")
+    page = tmp_path / "RESULTS.md"
+    argv = ["results_page", "--check", f"--output={page}", f"--readme={ROOT / 'README.md'}"]
+    monkeypatch.setattr(sys, "argv", argv)
+    page.write_text("stale page\n")
+    assert results_page.main() == 1
+    page.write_text("page\n")
+    assert results_page.main() == 0
