@@ -185,10 +185,11 @@ def train_run(config, attention, seed, arrays, workdir) -> dict:
     final, run_dir, seconds = train.train_seed(config.train, workdir, attention, seed, task)
     variables = train.final_params(run_dir)
     curve = train.read_metrics(run_dir)
+    evaluated = {name: final[f"eval_{name}"] for name in ("edit_distance", "reference_digits")}
     row = {
         "attention": attention,
         "seed": seed,
-        "digit_error_rate": final["eval_edit_distance"] / final["eval_reference_digits"],
+        "digit_error_rate": digit_error_rate(evaluated),
         "utterance_accuracy": final["eval_utterance_correct"],
         "test_ctc_loss": final["eval_loss"],
         "final_train_loss": [r["loss"] for r in curve if r["split"] == "train"][-1],
