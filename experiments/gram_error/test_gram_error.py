@@ -159,3 +159,72 @@ def test_the_ordering_is_one_pooled_test_and_a_reversal_needs_a_margin_to_refute
     rows = _rows((("gaussian", (1.0, 0.8)), ("orthogonal", (1.5, 1.2))))
     judged = gram_error.judge({"rows": rows, "differences": []}, config).given
     assert judged["orf_iid"].outcome == Outcome.NOT_RESOLVED
+
+
+def test_paired_differences_and_simrf_plus_are_in_units_of_the_first_couplings_error():
+    config = gram_error_config.get_config("features_per_dim=(1,2)")
+    simplex = np.array([[1.0, 0.8], [1.2, 0.9], [0.9, 0.7], [1.1, 0.8]])
+    noise = np.array([[0.002, -0.001], [-0.001, 0.002], [0.001, 0.0], [-0.002, -0.001]])
+    # SimRF+ 3% above SimRF (beyond the 1% margin), ORF 0.1 above SimRF.
+    errors = {
+        "orthogonal": simplex + 0.1 + noise,
+        "simplex": simplex,
+        "simplex_plus": 1.03 * simplex + noise,
+    }
+    differences = gram_error.paired_differences(errors, config)
+    by = {(d["difference"], d["m_over_d"]): d for d in differences}
+    for column, ratio in enumerate(config.features_per_dim):
+        first, second = errors["simplex"][:, column], errors["simplex_plus"][:, column]
+        row = by["simplex - simplex_plus", ratio]
+        gap = first - second
+        assert row["mean"] == pytest.approx(gap.mean())
+        assert row["se"] == pytest.approx(gap.std(ddof=1) / 2.0)
+        assert row["relative_to_first"] == pytest.approx(gap.mean() / first.mean())
+        relative = gram_error._relative(row, 4, sign=-1)
+        assert relative.mean == pytest.approx(-gap.mean() / first.mean())
+        assert relative.se == pytest.approx(gap.std(ddof=1) / 2.0 / first.mean())
+    rows = _rows(
+        (
+            ("gaussian", (2.0, 1.5)),
+            ("orthogonal", (1.5, 1.2)),
+            ("simplex", (1.2, 1.0)),
+            ("simplex_plus", (1.2, 1.0)),
+        )
+    )
+    judged = gram_error.judge({"rows": rows, "differences": differences}, config).given
+    assert judged["simrf_plus"].outcome == Outcome.DOES_NOT_HOLD, judged["simrf_plus"]
+    assert judged["simplex_orf"].outcome == Outcome.HOLDS, judged["simplex_orf"]
+
+
+def test_every_coupling_draws_from_the_same_keys(monkeypatch):
+    # The paired differences (ORF - SimRF, SimRF - SimRF+) need shared norms and rotations.
+    keys = {}
+
+    def record(key, coupling, counts, x, config):
+        keys[coupling] = np.asarray(jax.random.key_data(key))
+        shape = (config.num_repetitions, len(counts))
+        return np.random.default_rng(len(keys)).uniform(1.0, 2.0, shape)
+
+    monkeypatch.setattr(gram_error, "squared_errors", record)
+    config = gram_error_config.get_config("quick")
+    gram_error.measure(config)
+    assert list(keys) == list(config.couplings)
+    for coupling in config.couplings:
+        np.testing.assert_array_equal(keys[coupling], keys["gaussian"])
+
+
+def test_data_facts_average_over_distinct_pairs():
+    x = jax.numpy.asarray([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    facts = gram_error.data_facts(x)
+    # |x_i + x_j| over i != j: sqrt(2), 1, 1 (each twice).
+    assert facts["v_offdiag_mean"] == pytest.approx((math.sqrt(2) + 2.0) / 3.0)
+    exact = np.exp(-np.array([[0, 2, 1], [2, 0, 1], [1, 1, 0]]) / 2.0)
+    assert facts["exact_norm"] == pytest.approx(np.linalg.norm(exact), rel=1e-6)
+
+
+@pytest.mark.integration
+def test_summary_states_the_ratios_to_iid_at_the_smallest_and_largest_m(quick_run):
+    config, workdir, _ = quick_run
+    summary = " ".join((workdir / "summary.md").read_text().split())
+    for ratio in (min(config.features_per_dim), max(config.features_per_dim)):
+        assert f"At m = {ratio}d the mean Frobenius error relative to IID is" in summary
