@@ -249,3 +249,51 @@ def test_config_variants():
     assert full.experiment == quick.experiment
     with pytest.raises(ValueError, match="config variant"):
         clustered_config.get_config("huge")
+
+
+def test_verdicts_are_drawn_at_the_largest_of_several_norms_in_range():
+    config = _two_configurations()
+    with config.unlocked():
+        config.point_norms = (0.5, 0.75)
+    draws = [
+        _clustered_draw(n, m, 0.01, 0.1, point_norm=c, favor=0.1)
+        for c in (0.5, 0.75)
+        for n in "ab"
+        for m in (20, 50)
+    ]
+    assert clustered_report.in_range_norm(draws, ["a", "b"], config) == 0.75
+
+
+def test_mean_squared_errors_are_against_the_softmax_kernel_with_fresh_keys_per_m(monkeypatch):
+    config = clustered_config.get_config("quick")
+    setup = clustered_data.make_configuration(jax.random.key(5), "paper", 0.5, 0.1, config)
+    rescaled = clustered_data.at_point_norm(setup, 0.75, config)
+    x, y = (jnp.asarray(rescaled[s], jnp.float32) for s in ("x", "y"))
+    keys = jax.random.split(jax.random.key(3), 2)
+    mse = hrf_clustered._mean_squared_errors(
+        config.coupling, 20, keys, x, y, rescaled["parameters"]
+    )
+    w = hrf_clustered.projections.get(config.coupling)(keys[1], x.shape[-1], 20)
+    exact = jnp.exp(jnp.sum(x * y, axis=-1))
+    for name, transform in (
+        ("favor_plus", features.positive_features),
+        ("trigonometric", features.trigonometric_features),
+    ):
+        estimate = features.estimate(transform(x, w), transform(y, w))
+        expected = float(jnp.mean((estimate - exact) ** 2))
+        got = float(mse[1, clustered_data.ESTIMATORS.index(name)])
+        assert got == pytest.approx(expected, rel=1e-4), name
+    # Every m draws its own repetitions: the pooling over m treats them as independent.
+    seen = []
+
+    def record(coupling, m, keys, x, y, parameters):
+        seen.append(np.asarray(jax.random.key_data(keys)))
+        return np.ones((keys.shape[0], len(clustered_data.ESTIMATORS)))
+
+    monkeypatch.setattr(hrf_clustered, "_mean_squared_errors", record)
+    with config.unlocked():
+        config.configurations = config.configurations[:1]
+        config.point_norms = config.point_norms[:1]
+    hrf_clustered.measure(config)
+    assert len(seen) == len(config.feature_counts) == 2
+    assert not np.array_equal(seen[0], seen[1])
