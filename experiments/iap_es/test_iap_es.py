@@ -543,3 +543,25 @@ def test_importance_flops_from_the_shapes():
     hybrid = policy_of("angular_hybrid", num_features=8, num_sign_features=8, embed_dim=8)
     favor = policy_of("positive", num_features=256, embed_dim=8)
     assert policy_importance_flops(hybrid) < policy_importance_flops(favor) / 3
+
+
+def test_claim_differences_are_claim_minus_reference_paired_with_the_reference_margin():
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(6))
+    reference = np.array([3.0, 1.5, 4.0, 2.0, 3.5, 1.0])
+    claim = reference + np.array([0.2, 0.1, 0.3, 0.1, 0.2, 0.3])
+    runs = _runs(config, claim, reference)
+    for run in runs:  # played returns other than the finals: the margin is the final's
+        run["inference_return"] = {k: 10 * v for k, v in run["inference_return"].items()}
+        run["mask_agreement"] = 1.0
+    results = {"kinds": {k: {"label": iap_es.kind_label(k)} for k in config.kinds}, "runs": runs}
+    values = iap_es.claim_differences(results, config)
+    difference = claim - reference
+    assert values["claim"].mean == pytest.approx(difference.mean())
+    assert values["claim"].se == pytest.approx(difference.std(ddof=1) / np.sqrt(6))
+    assert values["reference_final"] == pytest.approx(reference.mean())
+    assert values["reference_played"] == pytest.approx(10 * reference.mean())
+    for kind in config.kinds:
+        results["kinds"][kind] |= {"importance_flops": 100, "xla_importance_flops": 100.0}
+    margin = iap_es.claim_values(results, config)["margin"]
+    assert margin == pytest.approx(config.equivalence_margin * reference.mean())
