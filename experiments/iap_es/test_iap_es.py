@@ -109,6 +109,16 @@ def _quick(**es_overrides):
     return config
 
 
+def _exact_trainer(config):
+    """An ``ESTrainer`` of the exact-attention policy of ``config``, its initial parameters (seed
+    0) and its rollout."""
+    env = iap_es.make_env(config)
+    policy = iap_es.make_policy(config, env, "exact")
+    params = iap_es.initial_params(policy, seed=0)
+    rollout = iap_es.make_rollout(config, env, policy)
+    return es.ESTrainer(config.es, rollout, params), params, rollout
+
+
 @pytest.mark.integration
 def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
     config = _quick(
@@ -119,10 +129,7 @@ def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
         eval_episodes=2,
         log_every=1,
     )
-    env = iap_es.make_env(config)
-    policy = iap_es.make_policy(config, env, "exact")
-    params = iap_es.initial_params(policy, seed=0)
-    trainer = es.ESTrainer(config.es, iap_es.make_rollout(config, env, policy), params)
+    trainer, params, rollout = _exact_trainer(config)
     trainer.train(str(tmp_path / "whole"), params, seed=0)
     records = train.read_metrics(str(tmp_path / "whole"))
     returns = [r["mean_return"] for r in records if r["split"] == "train"]
@@ -134,7 +141,6 @@ def test_quick_run_improves_mean_return_and_resumes_bit_identically(tmp_path):
     # Another run's checkpoint (other ES settings, another seed) is never continued.
     other = ml_collections.ConfigDict(config.es.to_dict())
     other.sigma *= 2
-    rollout = iap_es.make_rollout(config, env, policy)
     with pytest.raises(checkpoints.SettingsMismatchError, match=r"es\.sigma: "):
         es.ESTrainer(other, rollout, params).train(str(tmp_path / "split"), params, seed=0)
     with pytest.raises(checkpoints.SettingsMismatchError, match=r"seed: 0 -> 1"):
@@ -160,10 +166,7 @@ def test_a_run_resumed_between_records_logs_the_records_of_an_uninterrupted_run(
         log_every=5,
         checkpoint_every=7,
     )
-    env = iap_es.make_env(config)
-    policy = iap_es.make_policy(config, env, "exact")
-    params = iap_es.initial_params(policy, seed=0)
-    trainer = es.ESTrainer(config.es, iap_es.make_rollout(config, env, policy), params)
+    trainer, params, _ = _exact_trainer(config)
     trainer.train(str(tmp_path / "whole"), params, seed=0)
     trainer.train(str(tmp_path / "split"), params, seed=0, stop_at_generation=8)
     trainer.train(str(tmp_path / "split"), params, seed=0)
