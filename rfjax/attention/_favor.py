@@ -342,8 +342,9 @@ def favor_attention(
     )
     stabilize = resolve_stabilize(stabilize, fmap)
     axes = (projection_axis, map_axis)
-    if implementation == "auto" and sequence_axis is None and stabilize:
-        backend = _auto_backend(fmap, projection, causal=causal, dtype=dtype, axes=axes)
+    inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)
+    if implementation == "auto" and sequence_axis is None and stabilize and dtype != jnp.float64:
+        backend = _auto_backend(fmap, projection, causal=causal, dtype=inputs, axes=axes)
     elif backend is not None:
         if not stabilize:
             raise ValueError(
@@ -356,7 +357,6 @@ def favor_attention(
                 f"in float32); float64 inputs or projection compute in float64 with "
                 f"implementation='xla'"
             )
-        inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)
         check_fusable(fmap, projection, implementation, dtype=inputs, axes=axes)
     eps = default_eps(eps, dtype, signed=has_signed_features(fmap))
     if query.size == 0 or value.size == 0:
@@ -385,7 +385,9 @@ def favor_attention(
 
 def _auto_backend(fmap, projection, *, causal: bool, dtype, axes) -> Backend | None:
     """The fused kernels' backend ``"auto"`` picks for this call, or ``None`` (the XLA form):
-    the measured choice (``auto_choice``) where its kernels take the map."""
+    the measured choice (``auto_choice``) where its kernels take the map. ``dtype``: the
+    inputs' (``AUTO`` is keyed by the benchmark's input dtype; the compute dtype of bfloat16
+    inputs is float32)."""
     platform = jax.default_backend()
     capability = cuda_capability() if platform == "gpu" else None
     dtype_name = jnp.dtype(dtype).name

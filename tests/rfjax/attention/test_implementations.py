@@ -90,6 +90,24 @@ def test_auto_runs_the_measured_kernels_where_they_take_the_call(
     assert jnp.array_equal(run("auto"), want)
 
 
+@pytest.mark.parametrize(
+    ("projection_dtype", "fused"),
+    [(jnp.float32, True), (jnp.float64, False)],  # a float64 projection computes in float64
+)
+def test_auto_reads_its_table_at_the_inputs_dtype(projection_dtype, fused, monkeypatch):
+    """``AUTO`` is keyed by the inputs' dtype (the benchmark's rows' ``"dtype"``): bfloat16
+    inputs, whose compute dtype is float32, take a bfloat16 entry, unless a float64 projection
+    makes the call compute in float64, which the kernels do not (traced only: no kernel runs)."""
+    monkeypatch.setitem(
+        _implementations.AUTO, ("cpu", "bidirectional", "bfloat16"), "pallas_triton_interpret"
+    )
+    q, k, v, projection = _operands(jnp.bfloat16)
+    with jax.enable_x64(projection_dtype == jnp.float64):
+        matrix = projection.matrix().astype(projection_dtype)
+        program = str(jax.make_jaxpr(lambda: attention.favor_attention(q, k, v, matrix))())
+    assert ("pallas_call" in program) == fused
+
+
 def test_every_implementation_but_auto_has_one_entry():
     assert set(_implementations.TABLE) == set(_implementations.IMPLEMENTATIONS) - {"auto"}
     for name, entry in _implementations.TABLE.items():
