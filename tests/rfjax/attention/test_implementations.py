@@ -65,6 +65,7 @@ def _operands(dtype=jnp.float32):
     [
         interpret_mode_case("positive", {}, True),  # the kernels in interpret mode
         ("positive", {"causal": True}, False),  # no entry for causal calls
+        ("positive", {"stabilize": False}, False),  # the kernels always stabilise
         ("trigonometric", {}, False),  # a map the kernels do not fuse
     ],
 )
