@@ -109,6 +109,25 @@ def test_auto_reads_its_table_at_the_inputs_dtype(projection_dtype, fused, monke
     assert ("pallas_call" in program) == fused
 
 
+def test_auto_runs_the_xla_form_with_a_sequence_axis(monkeypatch):
+    """Under ``sequence_axis`` each device holds a part of the sequence and only the XLA form
+    combines the parts; ``"auto"`` keeps it there even where it would pick the kernels (one
+    device's mesh, traced only)."""
+    monkeypatch.setitem(
+        _implementations.AUTO, ("cpu", "bidirectional", "float32"), "pallas_triton_interpret"
+    )
+    mesh = jax.make_mesh((1,), ("seq",))
+    split = jax.sharding.PartitionSpec(None, "seq")
+    *rows, projection = _operands()
+    q, k, v = (jax.device_put(x, jax.sharding.NamedSharding(mesh, split)) for x in rows)
+
+    def local(q, k, v):
+        return attention.favor_attention(q, k, v, projection, sequence_axis="seq")
+
+    attend = jax.shard_map(local, mesh=mesh, in_specs=split, out_specs=split)
+    assert "pallas_call" not in str(jax.make_jaxpr(attend)(q, k, v))
+
+
 def test_every_implementation_but_auto_has_one_entry():
     assert set(_implementations.TABLE) == set(_implementations.IMPLEMENTATIONS) - {"auto"}
     for name, entry in _implementations.TABLE.items():
