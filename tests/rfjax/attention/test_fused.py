@@ -491,7 +491,11 @@ def test_layers_take_the_implementation():
     ("name", "count", "fits"),
     [
         ("positive", 128, True),
+        ("positive", 16, True),  # the smallest: MIN_WIDTH
+        ("positive", 8, False),
         ("positive", 24, False),
+        ("angular_hybrid", 8, True),  # 2m = 16, one tile
+        ("angular_hybrid", 40, True),  # 2m = 80, five tiles
         ("angular_hybrid", 32, True),
         ("angular_hybrid", 96, True),
         ("angular_hybrid", 12, False),
