@@ -128,3 +128,26 @@ def test_a_step_mask_must_be_one_bool_per_sequence():
     listed = attention.favor_decode_step(state, *token, projection, mask=[True] * BATCH)
     array = attention.favor_decode_step(state, *token, projection, mask=jnp.ones(BATCH, bool))
     np.testing.assert_array_equal(listed[1], array[1])
+
+
+def test_decoding_a_signed_map_clips_the_rows_causal_favor_clips():
+    """The trigonometric map's estimated normalisers cross zero at |q|, |k| of about 2 sqrt(H):
+    a step floors them at the signed maps' default ``eps``, as ``favor_attention`` does (a
+    floor of the smallest normal number gave inf). The outputs divided by that floor are
+    compared within ~(m + T) unit roundoffs of the largest."""
+    query, key, value = make_inputs(11, scale=2.0)
+    projection = per_head_projection()
+    options = dict(feature_map="trigonometric")
+    full = attention.favor_attention(
+        query, key, value, projection, causal=True, chunk_size=CHUNK, **options
+    )
+    assert np.max(np.abs(full)) > np.max(np.abs(value))  # some rows are clipped
+    state = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection, **options)
+    step = jax.jit(functools.partial(attention.favor_decode_step, **options))
+    outs = []
+    for t in range(LENGTH):
+        state, out = step(state, query[:, t], key[:, t], value[:, t], projection)
+        outs.append(out)
+    np.testing.assert_allclose(
+        jnp.stack(outs, 1), full, rtol=0, atol=float32_tolerance(NUM_FEATURES + LENGTH, full)
+    )
