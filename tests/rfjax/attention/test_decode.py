@@ -151,3 +151,16 @@ def test_decoding_a_signed_map_clips_the_rows_causal_favor_clips():
     np.testing.assert_allclose(
         jnp.stack(outs, 1), full, rtol=0, atol=float32_tolerance(NUM_FEATURES + LENGTH, full)
     )
+
+
+def test_the_empty_state_accumulates_in_float32_at_least_with_a_shift_per_feature_or_key():
+    """``favor_decode_init``: lower precisions accumulate in float32; the shift ``log_offset``
+    is one per feature for exponential maps and one per head otherwise (``DecodeState``)."""
+    projection = shared_projection()
+    shapes = {"positive": NUM_FEATURES, "relu": 1}
+    for name, width in shapes.items():
+        state = attention.favor_decode_init(
+            BATCH, HEADS, VALUE_DIM, projection, feature_map=name, dtype=jnp.bfloat16
+        )
+        assert {x.dtype for x in state} == {jnp.dtype(jnp.float32)}
+        assert state.log_offset.shape == (BATCH, HEADS, width)
