@@ -132,6 +132,10 @@ def test_decode_state_of_the_wrong_shape_is_named():
     )
     with pytest.raises(ValueError, match="state"):
         attention.favor_decode_step(antithetic, query, key, value, projection())
+    # A state of a map with one shift per head (relu: log_offset (B, N, 1)), of the same width.
+    relu = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection(), feature_map="relu")
+    with pytest.raises(ValueError, match=r"log_offset \(2, 3, 16\); got .*, \(2, 3, 1\)"):
+        attention.favor_decode_step(relu, query, key, value, projection())
     # The matching one works.
     state = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection())
     _, out = attention.favor_decode_step(state, query, key, value, projection())
