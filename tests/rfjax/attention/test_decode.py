@@ -164,3 +164,19 @@ def test_the_empty_state_accumulates_in_float32_at_least_with_a_shift_per_featur
         )
         assert {x.dtype for x in state} == {jnp.dtype(jnp.float32)}
         assert state.log_offset.shape == (BATCH, HEADS, width)
+
+
+def test_prefill_runs_the_implementation_asked_for():
+    """``favor_prefill``'s output is ``favor_attention``'s under its ``implementation``: the
+    kernels in interpret mode (traced only), and the refusal of an unknown name."""
+    query, key, value = make_inputs(15)
+    projection = shared_projection()
+
+    def prefill(implementation):
+        return attention.favor_prefill(query, key, value, projection, implementation=implementation)
+
+    program = str(jax.make_jaxpr(lambda: prefill("pallas_triton_interpret"))())
+    assert "pallas_call" in program
+    assert "pallas_call" not in str(jax.make_jaxpr(lambda: prefill("xla"))())
+    with pytest.raises(ValueError, match="implementation must be one of 'auto', 'xla'"):
+        prefill("pallas")
