@@ -64,6 +64,16 @@ def test_auto_choice_per_platform():
             resolve_fwht(implementation, platform)
 
 
+def test_backends_per_platform():
+    """``fwht_backends(platform=...)``: "gpu" (``jax.default_backend()``'s name) lists what
+    compiles for CUDA or ROCm, and no CPU or TPU kernel; the interpret twins run everywhere."""
+    gpu = set(fwht_backends(platform="gpu"))
+    assert gpu == set(fwht_backends(platform="cuda")) | set(fwht_backends(platform="rocm"))
+    assert {"pallas_triton", "mosaic_gpu", "pallas_tpu_interpret"} <= gpu
+    assert not {"cpu", "pallas_tpu"} & gpu
+    assert "pallas_triton" not in fwht_backends(platform="tpu")
+
+
 @pytest.mark.parametrize("name", fwht_backends())
 def test_every_backend_entry_names_its_kernels(name):
     """Each entry's kernel (and fused chain kernel) exists in its module; an interpret twin runs
