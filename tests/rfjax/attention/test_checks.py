@@ -22,6 +22,13 @@ def test_argument_errors():
         run(query, key[..., :4], value, projection)
     with pytest.raises(ValueError, match="causal"):
         run(query, key[:, :5], value[:, :5], projection, causal=True)
+    # Keys and values of another batch, or values of other heads, are named.
+    with pytest.raises(ValueError, match=r"key must have shape \(B, S, N, H\) = \(2, S"):
+        run(query, key[:1], value[:1], projection)
+    with pytest.raises(ValueError, match=r"value must have shape \(B, S, N, H_v\)"):
+        run(query, key, value[:, :, :1], projection)
+    with pytest.raises(TypeError, match="stabilize must be None or a bool"):
+        run(query, key, value, projection, stabilize=1)
     with pytest.raises(TypeError, match="mask"):
         run(query, key, value, projection, mask=jnp.ones((BATCH, LENGTH)))
     with pytest.raises(ValueError, match="mask"):
