@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from rfjax import attention, features, projections
-from rfjax.attention import _fused, _fused_kernels, _kernel_settings
+from rfjax.attention import _fused, _fused_kernels, _implementations, _kernel_settings
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.interpret_mode import INTERPRET_MODE
 from tests.support.primitives import equations
@@ -485,6 +485,18 @@ def test_layers_take_the_implementation():
     params = jax.jit(layers["xla"].init)({"params": jax.random.key(9), **rngs}, x, x)
     outs = {name: jax.jit(layer.apply)(params, x, x, rngs=rngs) for name, layer in layers.items()}
     assert_close(outs["pallas_triton_interpret"], outs["xla"])
+
+
+def test_mosaic_gpu_falls_back_to_the_generic_kernels_compiled_as_it_is():
+    """Where Mosaic GPU's causal kernels cannot take a call, the generic kernels run: Triton's
+    where Mosaic GPU compiles, interpret mode where it is interpreted (a CPU cannot compile
+    Triton's); the other backends are their own generic backend."""
+    table = _implementations.TABLE
+    assert table["pallas_mosaic_gpu"].backend.generic == table["pallas_triton"].backend
+    generic = table["pallas_mosaic_gpu_interpret"].backend.generic
+    assert generic == table["pallas_triton_interpret"].backend
+    for name in ("pallas_triton", "pallas_tpu", "pallas_triton_interpret", "pallas_tpu_interpret"):
+        assert table[name].backend.generic == table[name].backend
 
 
 @pytest.mark.parametrize(
