@@ -20,7 +20,7 @@ import pytest
 
 from rfjax import attention, features, projections
 from rfjax._devices import cuda_capability
-from rfjax.attention import _fused, _fused_mosaic_gpu, _fused_mosaic_gpu_grads
+from rfjax.attention import _favor, _fused, _fused_mosaic_gpu, _fused_mosaic_gpu_grads
 from tests.rfjax.attention.test_fused import _assert_gpu_close, _on_the_gpu, operands
 from tests.rfjax.attention.test_large_norms import exact, inputs
 from tests.support.interpret_mode import INTERPRET_MODE
@@ -212,6 +212,29 @@ def _lowered_passes(head_dim: int, value_width: int):
         return sums, _fused_mosaic_gpu_grads.bidirectional_cotangents(*args, norm_weight=-0.5)
 
     return lowered_for_h100(passes, pass_arguments(head_dim, value_width))
+
+
+def test_bidirectional_attention_lowers_to_its_kernels_alone(monkeypatch):
+    """``favor_attention(implementation="pallas_mosaic_gpu")`` without ``causal``, lowered for
+    an abstract H100 (B = 2, 2 heads of 64, T = 256, m = 256, bfloat16): the forward pass is
+    the two bidirectional kernels (key summaries, read-out) and its gradient the six of both
+    passes, with no Triton kernel: causal attention's passes and their fallback are not in it
+    (``test_fused_mosaic_gpu_causal`` lowers those)."""
+    q = jax.ShapeDtypeStruct((2, 256, 2, 64), jnp.bfloat16)
+    projection = attention.draw_projection(jax.random.key(0), 64, 256)
+
+    def forward(q, k, v):
+        return attention.favor_attention(q, k, v, projection, implementation="pallas_mosaic_gpu")
+
+    def gradient(q, k, v):
+        return jax.grad(lambda *rows: jnp.sum(forward(*rows).astype(jnp.float32)), (0, 1, 2))(
+            q, k, v
+        )
+
+    # favor_attention refuses the GPU's implementations off a GPU: here it takes the lowering's
+    monkeypatch.setattr(_favor.jax, "default_backend", lambda: "gpu")
+    assert _kernel_calls(lowered_for_h100(forward, (q, q, q))) == (2, 0)
+    assert _kernel_calls(lowered_for_h100(gradient, (q, q, q))) == (6, 0)
 
 
 @pytest.mark.parametrize(
