@@ -243,3 +243,21 @@ def test_empty_batches_give_empty_results(kind):
     vit = PerformerViT(num_classes=3, num_features=8, attention_kind=kind)
     variables = _init(vit, jax.random.key(0), jnp.ones((1, 8, 8)))
     assert _apply(vit, variables, jnp.ones((0, 8, 8)), rngs=rngs).shape == (0, 3)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_the_layer_runs_the_implementation_it_is_given(causal):
+    """``PerformerAttention(implementation=...)`` reaches ``favor_attention``: the fused kernels
+    (in interpret mode here) where asked for, the XLA form otherwise (programs traced only)."""
+    x = jnp.ones((BATCH, LENGTH, WIDTH))
+    rngs = {"projection": jax.random.key(8)}
+
+    def fused(implementation: str) -> bool:
+        layer = PerformerAttention(
+            num_heads=HEADS, num_features=16, causal=causal, implementation=implementation
+        )
+        params = jax.eval_shape(layer.init, {"params": jax.random.key(9), **rngs}, x, x)
+        program = jax.make_jaxpr(lambda p: layer.apply(p, x, x, rngs=rngs))(params)
+        return "pallas_call" in str(program)
+
+    assert fused("pallas_triton_interpret") and not fused("xla")
