@@ -209,3 +209,15 @@ def test_fitted_feature_map_fields_are_state_that_the_attention_uses():
     centres = jax.random.normal(jax.random.key(5), fitted["query_centres"].shape)
     layer.fitted_feature_map.set_value({"query_centres": centres, "key_centres": centres})
     assert not np.allclose(layer(x), before)
+
+
+def test_the_layer_runs_the_implementation_it_is_given():
+    """``implementation=`` reaches ``favor_attention``: the fused kernels (in interpret mode
+    here) where asked for, the XLA form otherwise (programs traced only)."""
+    x = _inputs()
+
+    def fused(implementation: str) -> bool:
+        layer = _performer(implementation=implementation)
+        return "pallas_call" in str(jax.make_jaxpr(lambda x: layer(x, x, x, decode=False))(x))
+
+    assert fused("pallas_triton_interpret") and not fused("xla")
