@@ -109,3 +109,17 @@ def test_sinusoidal_positions_are_vaswanis():
     got = np.asarray(sinusoidal_positions(jnp.asarray(positions), 6), np.float64)
     angles = positions[:, None] / 10_000.0 ** (np.arange(3)[None, :] * 2 / 6)
     np.testing.assert_allclose(got, np.concatenate([np.sin(angles), np.cos(angles)], -1), atol=2e-5)
+
+
+def test_the_model_runs_the_implementation_it_is_given():
+    """``PerformerLM(implementation=...)`` reaches every layer's ``favor_attention``: the fused
+    kernels (in interpret mode here) where asked for, the XLA form otherwise (traced only)."""
+    tokens = _tokens()
+
+    def kernel_calls(implementation: str) -> int:
+        model = _model("performer", implementation=implementation)
+        params = jax.eval_shape(model.init, {"params": jax.random.key(0), **RNGS}, tokens)
+        program = jax.make_jaxpr(lambda p: model.apply(p, tokens, rngs=RNGS))(params)
+        return str(program).count("pallas_call")
+
+    assert kernel_calls("pallas_triton_interpret") > 0 and kernel_calls("xla") == 0
