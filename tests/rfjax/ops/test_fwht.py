@@ -478,6 +478,11 @@ def test_errors():
                     jnp.ones((shape[0], 8)),
                     implementation=implementation,
                 )
+    # norms of another dtype (not cast), and the simplex map of one coordinate.
+    with pytest.raises(TypeError, match=r"signs and norms must have the dtype of x \(float32\)"):
+        hd_chain(jnp.ones((4, 8)), jnp.ones((1, 1, 8)), jnp.ones((1, 8), jnp.bfloat16))
+    with pytest.raises(ValueError, match="simplex needs p >= 2, got p = 1"):
+        hd_chain(jnp.ones((4, 1)), jnp.ones((1, 1, 1)), jnp.ones((1, 1)), simplex=True)
     for bad in (1, "yes", None):
         with pytest.raises(TypeError, match="normalize"):
             fwht(jnp.zeros((4, 8)), normalize=bad)
