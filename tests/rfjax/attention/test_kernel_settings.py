@@ -33,11 +33,15 @@ def test_kernel_settings_reach_every_triton_kernel_inside_the_block_only():
         "diagonal_form": "pairs",
     }
     assert {k["num_warps"] for k in inside} == {8}
+    # One pipeline stage always: with two, the causal cotangent kernel at m = 128 needs more
+    # shared memory than an H100 has (``KernelSettings.num_stages``).
+    assert {k["num_stages"] for k in inside} == {1}
     assert [k["kernel"] for k in inside].count("rfjax_favor_causal_cotangents") == 2
     with pytest.raises(RuntimeError), attention.fused_kernel_settings(num_warps=2):
         raise RuntimeError
     after = kernels()
     assert {k["num_warps"] for k in after} == {4}
+    assert {k["num_stages"] for k in after} == {1}
     assert [k["kernel"] for k in after].count("rfjax_favor_causal_cotangents") == 1
     with pytest.raises(ValueError, match="num_warps must be one of 1, 2, 4, 8, 16; got 3"):
         attention.fused_kernel_settings(num_warps=3).__enter__()
