@@ -4,6 +4,7 @@ back to the XLA form where the measured kernels do not take a call, and the erro
 names and platforms."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -126,6 +127,23 @@ def test_auto_runs_the_xla_form_with_a_sequence_axis(monkeypatch):
 
     attend = jax.shard_map(local, mesh=mesh, in_specs=split, out_specs=split)
     assert "pallas_call" not in str(jax.make_jaxpr(attend)(q, k, v))
+
+
+@pytest.mark.parametrize(
+    ("implementation", "interpreter"),
+    [("pallas_triton_interpret", "True"), ("pallas_tpu_interpret", "InterpretParams")],
+)
+def test_each_interpret_mode_runs_its_interpreter(implementation, interpreter):
+    """``"pallas_tpu_interpret"`` runs the kernels in the TPU's simulator (``InterpretParams``,
+    which models its memory and grid), ``"pallas_triton_interpret"`` in Pallas' generic
+    interpreter; the outputs agree, so only the traced program tells them apart."""
+    q, k, v, projection = _operands()
+    program = str(
+        jax.make_jaxpr(
+            lambda: attention.favor_attention(q, k, v, projection, implementation=implementation)
+        )()
+    )
+    assert set(re.findall(r"interpret=(\w+)", program)) == {interpreter}
 
 
 def test_every_implementation_but_auto_has_one_entry():
