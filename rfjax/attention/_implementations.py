@@ -87,7 +87,7 @@ AUTO_MIN_CAPABILITY = (9, 0)
 def auto_choice(
     platform: str, *, causal: bool, dtype: str, capability: tuple[int, int] | None = None
 ) -> str:
-    """What ``"auto"`` picks on ``platform`` for a call of ``dtype`` (its compute dtype's name),
+    """What ``"auto"`` picks on ``platform`` for a call of ``dtype`` (its inputs' dtype's name),
     before asking whether the kernels take the call: ``AUTO``'s measured entry, else ``"xla"``.
     ``capability``: the CUDA device's (major, minor) on ``platform="gpu"``."""
     mode = "causal" if causal else "bidirectional"

@@ -447,6 +447,25 @@ def test_pallas_triton_on_the_gpu_matches_the_xla_form(causal, dtype):
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
+def test_auto_on_the_gpu_runs_its_measured_choice():
+    """``"auto"`` on the device, bidirectional and bfloat16 (``AUTO``'s measured entry): the
+    Triton kernels on sm90+ (a ``pallas_call`` in its program; before 2b510ca the table was read
+    at the compute dtype and never applied), the XLA form on older GPUs, and either way within
+    the kernels' tolerance of the XLA form."""
+    from rfjax._devices import cuda_capability
+
+    choice = _implementations.auto_choice(
+        "gpu", causal=False, dtype="bfloat16", capability=cuda_capability()
+    )
+    q = jnp.ones((1, 64, 2, 64), jnp.bfloat16)
+    projection = projections.orthogonal(jax.random.key(0), 64, 128)
+    program = str(jax.make_jaxpr(lambda: attention.favor_attention(q, q, q, projection))())
+    assert ("pallas_call" in program) == (choice != "xla")
+    run, u, v = _on_the_gpu(False, jnp.bfloat16)
+    _assert_gpu_close(run("auto"), run("xla"), u, v)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_pallas_triton_chunk_form_on_the_gpu_matches_the_xla_form(dtype):
     """``diagonal_form="chunk"`` (8 warps, as the lease's ``chunk8`` arm) compiled by Triton
