@@ -378,8 +378,7 @@ class ESTrainer:
             done = g + 1
             bar.update()
             if done % config.log_every == 0 or done == config.num_generations:
-                values = pending.values()
-                pending.steps = []
+                values = pending.take_values()
                 writer.write("train", done, _interval_metrics(values))
                 bar.set_postfix(mean_return=f"{values['mean_return'][-1]:.3g}")
             if done % config.eval_every == 0 or done == config.num_generations:

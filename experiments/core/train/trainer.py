@@ -422,17 +422,21 @@ class _Pending:
         steps = jax.device_get(self.steps)
         return {name: [float(step[name]) for step in steps] for name in (steps or [{}])[0]}
 
+    def take_values(self) -> dict[str, list[float]]:
+        """``values()``, emptying the list (the interval is recorded)."""
+        values = self.values()
+        self.steps = []
+        return values
+
     def take_summary(self) -> dict[str, float]:
         """A train record, emptying the list: the mean of each metric over the interval's
         steps, except the learning rate, which is that of the last step (the current one)."""
-        summary = {
+        return {
             name: values[-1]
             if name == "learning_rate"
             else float(np.mean(values, dtype=np.float64))
-            for name, values in self.values().items()
+            for name, values in self.take_values().items()
         }
-        self.steps = []
-        return summary
 
 
 @dataclasses.dataclass(frozen=True)
