@@ -343,8 +343,11 @@ def favor_attention(
     stabilize = resolve_stabilize(stabilize, fmap)
     axes = (projection_axis, map_axis)
     inputs = jnp.result_type(query.dtype, key.dtype, value.dtype)
+    widths = (query.shape[-1], value.shape[-1])
     if implementation == "auto" and sequence_axis is None and stabilize and dtype != jnp.float64:
-        backend = _auto_backend(fmap, projection, causal=causal, dtype=inputs, axes=axes)
+        backend = _auto_backend(
+            fmap, projection, causal=causal, dtype=inputs, widths=widths, axes=axes
+        )
     elif backend is not None:
         if not stabilize:
             raise ValueError(
@@ -357,7 +360,7 @@ def favor_attention(
                 f"in float32); float64 inputs or projection compute in float64 with "
                 f"implementation='xla'"
             )
-        check_fusable(fmap, projection, implementation, dtype=inputs, axes=axes)
+        check_fusable(fmap, projection, implementation, dtype=inputs, widths=widths, axes=axes)
     eps = default_eps(eps, dtype, signed=has_signed_features(fmap))
     if query.size == 0 or value.size == 0:
         # Empty B, T, N, S or H_v (the arguments checked): with no keys (S = 0) every row is 0.
@@ -383,16 +386,18 @@ def favor_attention(
     return out[0] if unbatched else out
 
 
-def _auto_backend(fmap, projection, *, causal: bool, dtype, axes) -> Backend | None:
+def _auto_backend(fmap, projection, *, causal: bool, dtype, widths, axes) -> Backend | None:
     """The fused kernels' backend ``"auto"`` picks for this call, or ``None`` (the XLA form):
-    the measured choice (``auto_choice``) where its kernels take the map. ``dtype``: the
-    inputs' (``AUTO`` is keyed by the benchmark's input dtype; the compute dtype of bfloat16
-    inputs is float32)."""
+    the measured choice (``auto_choice``) where its kernels take the map and the heads' and
+    values' ``widths`` (H, P). ``dtype``: the inputs' (``AUTO`` is keyed by the benchmark's
+    input dtype; the compute dtype of bfloat16 inputs is float32)."""
     platform = jax.default_backend()
     capability = cuda_capability() if platform == "gpu" else None
     dtype_name = jnp.dtype(dtype).name
     choice = auto_choice(platform, causal=causal, dtype=dtype_name, capability=capability)
-    if choice == "xla" or not fusable(fmap, projection, choice, dtype=dtype, axes=axes):
+    if choice == "xla":
+        return None
+    if not fusable(fmap, projection, choice, dtype=dtype, widths=widths, axes=axes):
         return None
     return IMPLEMENTATION_TABLE[choice].backend
 

@@ -825,12 +825,14 @@ def check_fusable(
     implementation: str,
     *,
     dtype,
+    widths: tuple[int, int],
     axes: tuple[int | None, int | None] = (None, None),
 ) -> None:
     """``ValueError`` naming the maps the fused kernels take, for a map they do not (and for
-    Mosaic GPU's, naming what they take of the inputs' ``dtype`` and the features). ``axes``:
-    the head axes of a per-head projection and map (``PerHead``), whose forms are per head as
-    the kernels take them (``_over_heads``)."""
+    Mosaic GPU's, naming what they take of the inputs' ``dtype``, the features and the
+    ``widths``: the heads' H and the values' P). ``axes``: the head axes of a per-head
+    projection and map (``PerHead``), whose forms are per head as the kernels take them
+    (``_over_heads``)."""
     form_of = kernel_form if axes == (None, None) else jax.vmap(kernel_form, in_axes=axes)
     try:
         form = jax.eval_shape(form_of, projection, fmap)
@@ -843,6 +845,9 @@ def check_fusable(
         )
     if implementation in _MOSAIC_GPU:
         _check_mosaic_gpu_call(form, type(fmap).__name__, implementation, dtype)
+        from rfjax.attention import _fused_mosaic_gpu  # Mosaic GPU only where it is asked for
+
+        _fused_mosaic_gpu.check_widths(*widths)
     if implementation == "pallas_triton":
         _check_triton_widths(form, type(fmap).__name__)
 
@@ -874,12 +879,13 @@ def fusable(
     implementation: str,
     *,
     dtype,
+    widths: tuple[int, int],
     axes: tuple[int | None, int | None] = (None, None),
 ) -> bool:
-    """Whether ``implementation``'s kernels take (``fmap``, ``projection``): ``check_fusable``
-    without its error, for ``"auto"``'s choice."""
+    """Whether ``implementation``'s kernels take (``fmap``, ``projection``) and heads and values
+    of ``widths``: ``check_fusable`` without its error, for ``"auto"``'s choice."""
     try:
-        check_fusable(fmap, projection, implementation, dtype=dtype, axes=axes)
+        check_fusable(fmap, projection, implementation, dtype=dtype, widths=widths, axes=axes)
     except ValueError:
         return False
     return True

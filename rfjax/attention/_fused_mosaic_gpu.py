@@ -167,7 +167,15 @@ def check_rows(query: jax.Array, key: jax.Array, value_width: int) -> None:
                 f"the Mosaic GPU kernels take bfloat16 rows; got {name} of {rows.dtype} "
                 f"(favor_attention folds H^-1/4 into the map: _fused._head_rows)"
             )
-    head_dim = query.shape[-1]
+    check_widths(query.shape[-1], value_width)
+
+
+def check_widths(head_dim: int, value_width: int) -> None:
+    """``ValueError``, before anything is traced, for a head and value width past every pair of
+    ``FITTING_WIDTHS`` (``check_rows``; ``_fused.check_fusable`` asks it from the inputs'
+    shapes, so that ``"auto"`` keeps the XLA form for such a call). ``head_dim``: before or after
+    the kernels' padding to a power of two, which leaves it within the same (power-of-two)
+    bounds."""
     if not any(head_dim <= most_h and value_width <= most_p for most_h, most_p in FITTING_WIDTHS):
         fitting = " or ".join(f"(H, P) = ({h}, {p})" for h, p in FITTING_WIDTHS)
         raise ValueError(

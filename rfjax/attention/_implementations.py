@@ -26,8 +26,9 @@ channels formed inside the kernels); any other map, a sequence split over device
 ``"auto"`` picks from ``AUTO``, a measured table of (platform, mode, dtype) -> implementation
 filled from benchmark runs on that platform (``benchmarks/attention_gpu.py``, raw figures under
 ``benchmarks/gpu_runs/``), and ``"xla"`` where nothing was measured or where the measured
-implementation does not take the call (a map the kernels do not fuse, ``sequence_axis``,
-``stabilize=False``; ``favor_attention`` asks ``_fused.fusable``). The GPU entries were measured on
+implementation does not take the call (a map the kernels do not fuse, heads or values wider
+than they take, ``sequence_axis``, ``stabilize=False``; ``favor_attention`` asks
+``_fused.fusable``). The GPU entries were measured on
 an H200 and are taken on compute capability 9.0 and newer only (``AUTO_MIN_CAPABILITY``).
 """
 

@@ -540,7 +540,12 @@ def test_triton_names_the_feature_counts_it_takes(name, count, fits):
     fmap = features.get(name)().init(jax.random.key(0), 64)
     projection = projections.orthogonal(jax.random.key(1), 64, count)
     check = functools.partial(
-        _fused.check_fusable, fmap, projection, "pallas_triton", dtype=jnp.float32
+        _fused.check_fusable,
+        fmap,
+        projection,
+        "pallas_triton",
+        dtype=jnp.float32,
+        widths=(64, 64),
     )
     if fits:
         check()

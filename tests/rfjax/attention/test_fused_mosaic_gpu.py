@@ -290,8 +290,13 @@ def test_errors_name_what_the_kernels_take():
         )
     single = projections.orthogonal(jax.random.key(2), q.shape[-1], 64)
     positive = features.get("positive")()
-    assert _fused.fusable(positive, single, name, dtype=jnp.bfloat16)
-    assert not _fused.fusable(positive, single, name, dtype=jnp.float32)
+    fits = functools.partial(_fused.fusable, positive, single, name)
+    assert fits(dtype=jnp.bfloat16, widths=(q.shape[-1], v.shape[-1]))
+    assert not fits(dtype=jnp.float32, widths=(q.shape[-1], v.shape[-1]))
+    for head_dim, value_width in _fused_mosaic_gpu.FITTING_WIDTHS:  # at each bound, and past it
+        assert fits(dtype=jnp.bfloat16, widths=(head_dim, value_width))
+        assert not fits(dtype=jnp.bfloat16, widths=(head_dim + 1, value_width))
+        assert not fits(dtype=jnp.bfloat16, widths=(head_dim, value_width + 1))
 
 
 def _sm90() -> bool:

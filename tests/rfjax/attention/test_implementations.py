@@ -110,6 +110,21 @@ def test_auto_reads_its_table_at_the_inputs_dtype(projection_dtype, fused, monke
     assert ("pallas_call" in program) == fused
 
 
+@pytest.mark.parametrize(("head_dim", "fused"), [(64, True), (256, False)])
+def test_auto_keeps_the_xla_form_for_heads_its_kernels_do_not_take(head_dim, fused, monkeypatch):
+    """Were ``AUTO`` to name the Mosaic GPU kernels, a call with heads wider than they take
+    (``_fused_mosaic_gpu.FITTING_WIDTHS``) would run the XLA form, not raise their error
+    (traced only: no kernel runs)."""
+    monkeypatch.setitem(
+        _implementations.AUTO, ("cpu", "bidirectional", "bfloat16"), "pallas_mosaic_gpu_interpret"
+    )
+    keys = jax.random.split(jax.random.key(0), 4)
+    q, k, v = (jax.random.normal(key, (1, 64, 1, head_dim), jnp.bfloat16) for key in keys[:3])
+    projection = attention.draw_projection(keys[3], head_dim, 64, coupling="orthogonal")
+    program = str(jax.make_jaxpr(lambda: attention.favor_attention(q, k, v, projection))())
+    assert ("wgmma" in program) == fused  # Mosaic GPU's interpreter traces the kernels' MMAs
+
+
 def test_auto_runs_the_xla_form_with_a_sequence_axis(monkeypatch):
     """Under ``sequence_axis`` each device holds a part of the sequence and only the XLA form
     combines the parts; ``"auto"`` keeps it there even where it would pick the kernels (one
