@@ -4,7 +4,9 @@
 
 For 8,192 inputs of d = 64 and m in {64, 256}: the time of one jitted call that draws the
 projection from a key and returns softmax positive features, median over interleaved repeats,
-and its ratio to ORF in the same run. Target: SimRF / ORF <= 1.05.
+and its paired ratio to ORF in the same run (``timing.paired_ratio``: the median and quartiles
+of repeat i over ORF's repeat i), with the load average before and after. Target:
+SimRF / ORF <= 1.05.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 
-from benchmarks.timing import save_json, time_interleaved
+from benchmarks.timing import load_average, paired_ratio, save_json, time_interleaved
 from rfjax import features, projections
 
 COUPLINGS = ("gaussian", "orthogonal", "simplex", "simplex_plus", "halton")
@@ -42,8 +44,9 @@ def benchmark(
             run = draw_and_featurize(coupling, num_features)
             key = jax.random.key(index)
             functions[coupling] = lambda run=run, key=key: run(key, x)
+        load = load_average()
         timings = time_interleaved(functions, repeats=repeats)
-        reference = timings["orthogonal"]["median_s"]
+        reference = timings["orthogonal"]["samples_s"]
         for coupling, timing in timings.items():
             rows.append(
                 {
@@ -51,7 +54,9 @@ def benchmark(
                     "coupling": coupling,
                     "median_ms": 1e3 * timing["median_s"],
                     "iqr_ms": 1e3 * (timing["q75_s"] - timing["q25_s"]),
-                    "ratio_to_orthogonal": timing["median_s"] / reference,
+                    "over_orthogonal": paired_ratio(timing["samples_s"], reference),
+                    "load_average_before": load,
+                    "load_average_after": load_average(),
                 }
             )
     return rows
@@ -67,11 +72,18 @@ def main() -> None:
     args = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {jnp.zeros(()).dtype}")
     rows = benchmark(args.inputs, args.dim, tuple(args.features), args.repeats)
-    print(f"{'m':>5} {'coupling':>13} {'median ms':>10} {'IQR ms':>8} {'/ ORF':>7}")
+    print(f"{'m':>5} {'coupling':>13} {'median ms':>10} {'IQR ms':>8} {'/ ORF [quartiles]':>24}")
     for row in rows:
+        ratio = row["over_orthogonal"]
         print(
             f"{row['num_features']:>5} {row['coupling']:>13} {row['median_ms']:>10.3f} "
-            f"{row['iqr_ms']:>8.3f} {row['ratio_to_orthogonal']:>7.3f}"
+            f"{row['iqr_ms']:>8.3f} {ratio['median']:>7.3f} [{ratio['q25']:.3f}, "
+            f"{ratio['q75']:.3f}]"
+        )
+    for row in rows[:: len(COUPLINGS)]:
+        print(
+            f"m = {row['num_features']}: load average {row['load_average_before']} before, "
+            f"{row['load_average_after']} after"
         )
     if args.json:
         save_json(args.json, rows, settings=vars(args))

@@ -22,7 +22,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import load_average, paired_ratio, time_interleaved
 from rfjax import features, projections
 
 
@@ -68,7 +68,18 @@ def benchmark(num_inputs: int, dim: int, m: int, n: int, repeats: int) -> dict:
         shape = fn().shape
         if shape != (num_inputs, widths[name]):
             raise RuntimeError(f"{name}: expected width {widths[name]}, got shape {shape}")
-    return {"timings": time_interleaved(functions, repeats=repeats), "widths": widths}
+    load = load_average()
+    timings = time_interleaved(functions, repeats=repeats)
+    names = list(timings)
+    ratios = {
+        (hybrid, positive): paired_ratio(
+            timings[hybrid]["samples_s"], timings[positive]["samples_s"]
+        )
+        for hybrid in names[:2]
+        for positive in names[2:]
+    }
+    loads = {"before": load, "after": load_average()}
+    return {"timings": timings, "widths": widths, "ratios": ratios, "load_average": loads}
 
 
 def main() -> None:
@@ -86,11 +97,12 @@ def main() -> None:
     for name, timing in timings.items():
         iqr = 1e3 * (timing["q75_s"] - timing["q25_s"])
         print(f"{name:>30} {widths[name]:>6} {1e3 * timing['median_s']:>10.3f} {iqr:>8.3f}")
-    names = list(timings)
-    for hybrid in names[:2]:
-        for positive in names[2:]:
-            ratio = timings[hybrid]["median_s"] / timings[positive]["median_s"]
-            print(f"{hybrid} / {positive}: {ratio:.3f}")
+    for (hybrid, positive), ratio in result["ratios"].items():
+        print(
+            f"{hybrid} / {positive}: {ratio['median']:.3f} [{ratio['q25']:.3f}, {ratio['q75']:.3f}]"
+        )
+    load = result["load_average"]
+    print(f"load average {load['before']} before, {load['after']} after")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 Default: for each d, one jitted call draws the projection from a key and computes softmax
 positive features of ``--inputs`` inputs: dense ORF (QR, O(d^3) draw, O(d^2) per input) and
 dense SimRF against ``hd_orthogonal`` and ``fast_simplex`` (Rademacher draws, O(d log d) per input
-through the FWHT op). Target: the fast ones win from d = 1024 on.
+through the FWHT op), each fast one's paired ratio to its dense one (as ``--apply``'s, below)
+printed with the load average. Target: the fast ones win from d = 1024 on.
 
 ``--apply``: every structured map against the dense Gaussian W, the time of ``x W^T`` for drawn
 projections (jitted, no draw) of a batch of ``--inputs`` rows (default 4096; issue 46: every map
@@ -62,6 +63,7 @@ def benchmark(dims: tuple[int, ...], num_inputs: int, repeats: int) -> list[dict
             run = draw_and_featurize(coupling, dim)
             key = jax.random.key(index)
             functions[coupling] = lambda run=run, key=key, x=x: run(key, x)
+        load = load_average()
         timings = time_interleaved(functions, repeats=repeats, warmup=1)
         for dense, fast in PAIRS:
             rows.append(
@@ -71,7 +73,11 @@ def benchmark(dims: tuple[int, ...], num_inputs: int, repeats: int) -> list[dict
                     "fast": fast,
                     "dense_ms": 1e3 * timings[dense]["median_s"],
                     "fast_ms": 1e3 * timings[fast]["median_s"],
-                    "fast_over_dense": timings[fast]["median_s"] / timings[dense]["median_s"],
+                    "fast_over_dense": paired_ratio(
+                        timings[fast]["samples_s"], timings[dense]["samples_s"]
+                    ),
+                    "load_average_before": load,
+                    "load_average_after": load_average(),
                 }
             )
     return rows
@@ -157,11 +163,16 @@ def main() -> None:
         return
     args.dims, args.inputs = args.dims or [256, 1024, 4096], args.inputs or 1024
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.inputs} inputs, m = d")
-    print(f"{'d':>5} {'dense':>11} {'ms':>9} {'fast':>14} {'ms':>9} {'fast/dense':>10}")
+    print(
+        f"{'d':>5} {'dense':>11} {'ms':>9} {'fast':>14} {'ms':>9} "
+        f"{'fast/dense [quartiles]':>24} {'load before, after':>20}"
+    )
     for row in benchmark(tuple(args.dims), args.inputs, args.repeats):
+        ratio = row["fast_over_dense"]
         print(
             f"{row['dim']:>5} {row['dense']:>11} {row['dense_ms']:>9.2f} {row['fast']:>14} "
-            f"{row['fast_ms']:>9.2f} {row['fast_over_dense']:>10.3f}"
+            f"{row['fast_ms']:>9.2f} {ratio['median']:>8.3f} [{ratio['q25']:.3f}, "
+            f"{ratio['q75']:.3f}] {row['load_average_before']}, {row['load_average_after']}"
         )
 
 
