@@ -113,16 +113,25 @@ def measure_variance(config: ml_collections.ConfigDict, key: jax.Array) -> list[
     return rows
 
 
+_RADIUS_TOLERANCE = 1e-9  # relative to region_radius: a grid point on a radius lies within it
+
+
+def _grid_line(config: ml_collections.ConfigDict) -> np.ndarray:
+    """The grid's coordinates on [-R, R]."""
+    return np.linspace(-config.region_radius, config.region_radius, config.grid_points)
+
+
 def grid_and_rings(config: ml_collections.ConfigDict) -> tuple[np.ndarray, np.ndarray]:
     """Grid points on [-R, R] (first coordinate; the rest zero) and the ring of each grid pair:
-    the index k of the smallest radius r_k with |x_i|, |x_j| <= r_k, flattened to ``(n * n,)``."""
-    line = np.linspace(-config.region_radius, config.region_radius, config.grid_points)
+    the index k of the smallest radius r_k with |x_i|, |x_j| <= r_k, flattened to ``(n * n,)``.
+    The last radius is R up to rounding (``validate_config``), so every pair has a ring."""
+    line = _grid_line(config)
     points = np.zeros((line.size, config.dim))
     points[:, 0] = line
     pair_radius = np.maximum(np.abs(line)[:, None], np.abs(line)[None, :]).ravel()
-    tolerance = 1e-9 * config.region_radius
+    tolerance = _RADIUS_TOLERANCE * config.region_radius
     rings = np.searchsorted(np.asarray(config.radii), pair_radius - tolerance, side="left")
-    return points, rings
+    return points, np.minimum(rings, len(config.radii) - 1)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
@@ -236,6 +245,14 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "whole region)",
     )
     validate.require_int(config, "grid_points", minimum=3)
+    nearest = float(np.abs(_grid_line(config)).min())
+    validate.require(
+        nearest <= radii[0] + _RADIUS_TOLERANCE * config.region_radius,
+        "radii",
+        config.radii,
+        f"a tuple whose first radius holds a grid point (the grid_points = {config.grid_points} "
+        f"grid's point nearest 0 is at |x| = {nearest:g}; an odd grid_points puts one at 0)",
+    )
     validate.require_int(
         config, "num_max_draws", "num_variance_draws", "bootstrap_resamples", minimum=2
     )

@@ -107,6 +107,11 @@ def test_rings_cover_the_region_and_nest():
     # the pair (0, 0) lies in the smallest radius, the corners in the last one
     n = config.grid_points
     assert rings[(n // 2) * n + n // 2] == 0 and rings[0] == len(config.radii) - 1
+    # the last radius is region_radius up to rounding: the corners lie within it
+    config.radii = (0.5, 1.5, 3.0 - 1e-6)
+    rff_error.validate_config(config)
+    _, rings = rff_error.grid_and_rings(config)
+    assert rings.max() == rings[0] == len(config.radii) - 1
 
 
 @pytest.mark.parametrize(
@@ -120,6 +125,8 @@ def test_rings_cover_the_region_and_nest():
         ("radii", (1.5, 1.5, 3.0), "increasing"),
         ("radii", (-1.0, 3.0), "radii"),
         ("grid_points", 2, "grid_points"),
+        # no point of a 4-point grid on [-3, 3] within the first radius 0.5: it had a max of -inf
+        ("grid_points", 4, r"grid_points = 4 grid's point nearest 0 is at \|x\| = 1;"),
         ("num_max_draws", 1, "num_max_draws"),
     ],
 )
