@@ -119,6 +119,7 @@ def test_rings_cover_the_region_and_nest():
     [
         ("variance_embedding_dim", 101, "even"),
         ("embedding_dims", (50, 99), "even"),
+        ("embedding_dims", (100, 100), r"embedding_dims must be without repeats"),
         ("tail_embedding_dim", 64, "tail_embedding_dim"),
         ("radii", (0.5, 2.0), "region_radius"),
         ("radii", (1.0, 0.5, 3.0), "increasing"),
@@ -146,6 +147,7 @@ def test_bad_config_raises(tmp_path, field, value, match):
         ),
         ((-1.0, 1.0), r"config\.distances must be finite and in \[0, inf\)"),
         ((), r"config\.distances must not be empty"),
+        ((0.0, 1.0, 1.0), r"config\.distances must be without repeats"),
     ],
 )
 def test_validation_checks_the_distances(value, match):

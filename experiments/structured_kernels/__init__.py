@@ -270,7 +270,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         config.methods,
         f"including the reference {REFERENCE!r}",
     )
-    for method in config.methods:
+    methods = tuple(config.methods)
+    validate.require(len(set(methods)) == len(methods), "methods", methods, "without repeats")
+    for method in methods:
         parse_method(method)
     validate.require(
         tuple(config.kernels) == KERNELS,

@@ -139,6 +139,7 @@ def test_parse_method():
     [
         ("methods", ("circulant", "toeplitz"), "reference"),
         ("methods", ("gaussian", "no_such_coupling"), "unknown coupling"),
+        ("methods", ("gaussian", "circulant", "circulant"), "methods must be without repeats"),
         ("num_features", (64, 16), "increasing"),
         ("num_features", (16, 16), "increasing"),
         ("num_draws", 1, "num_draws"),
