@@ -196,6 +196,24 @@ def require_nonempty(config: ml_collections.ConfigDict, *keys: str, prefix: str 
             raise ValueError(f"{prefix}.{key} must not be empty, got {config[key]!r}")
 
 
+def require_no_repeats(config: ml_collections.ConfigDict, *keys: str, prefix: str = "config"):
+    """Checks that no entry of each ``config[key]`` (a tuple) repeats: a study keys its cells by
+    these entries, so a repeated one is a cell measured twice that its verdicts count once.
+
+    Raises:
+      ValueError: naming the field and its value.
+
+    Example:
+      >>> require_no_repeats(ml_collections.ConfigDict({"dims": (2, 4, 2)}), "dims")
+      Traceback (most recent call last):
+      ...
+      ValueError: config.dims must be without repeats, got (2, 4, 2)
+    """
+    for key in keys:
+        values = tuple(config[key])
+        require(len(set(values)) == len(values), key, config[key], "without repeats", prefix)
+
+
 def require_couplings_draw(
     config: ml_collections.ConfigDict,
     key: str,

@@ -233,9 +233,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         f"one of embedding_dims {config.embedding_dims}",
     )
     validate.require_nonempty(config, "radii", "distances")
-    for key in ("embedding_dims", "distances"):  # a repeat would be a cell measured twice
-        values = tuple(config[key])
-        validate.require(len(set(values)) == len(values), key, config[key], "without repeats")
+    validate.require_no_repeats(config, "embedding_dims", "distances")
     validate.require_interval(config, "distances", interval="[0, inf)")
     validate.require_positive(config, "radii", "lengthscale", "region_radius")
     radii = np.asarray(config.radii, np.float64)

@@ -270,9 +270,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         config.methods,
         f"including the reference {REFERENCE!r}",
     )
-    methods = tuple(config.methods)
-    validate.require(len(set(methods)) == len(methods), "methods", methods, "without repeats")
-    for method in methods:
+    validate.require_no_repeats(config, "methods")
+    for method in config.methods:
         parse_method(method)
     validate.require(
         tuple(config.kernels) == KERNELS,
