@@ -141,6 +141,32 @@ def _two_configurations():
     return config
 
 
+def test_summary_rows_give_min_mean_se_and_max_of_each_estimators_mse():
+    draw = {
+        "configuration": "b",
+        "point_norm": 0.5,
+        "num_features": 20,
+        **{e: [1.0, 2.0, 3.0, 4.0] for e in clustered_data.ESTIMATORS},
+        "favor_plus": [2.0, 2.0, 2.0, 8.0],
+    }
+    rows = clustered_report.summary_rows([draw], _two_configurations())
+    assert [r["estimator"] for r in rows] == list(clustered_data.ESTIMATORS)
+    (favor,) = [r for r in rows if r["estimator"] == "favor_plus"]
+    assert favor == {
+        "configuration": "b",
+        "generator": "paper",
+        "parameter": 0.5,
+        "sigma": 0.02,
+        "point_norm": 0.5,
+        "num_features": 20,
+        "estimator": "favor_plus",
+        "mse_min": 2.0,
+        "mse_mean": 3.5,
+        "mse_se": pytest.approx(1.5),  # sd 3 over sqrt(4) repetitions
+        "mse_max": 8.0,
+    }
+
+
 def test_clustered_verdict_is_one_test_per_cell_pooled_over_m():
     # Two configurations of one generator, two m: cluster-HRF wins everywhere except that in
     # the second configuration trig is better by ln 2 at one m and equal at the other; the
