@@ -10,10 +10,11 @@ import numpy as np
 import optax
 import pgx
 import pytest
+import scipy.stats
 
 from configs import iap_es as iap_es_config
 from experiments import iap_es
-from experiments.core import sweep, verdicts
+from experiments.core import stats, sweep, verdicts
 from experiments.core.train import checkpoints, es
 from experiments.core.train import trainer as train
 from experiments.core.verdicts import Outcome
@@ -402,6 +403,74 @@ def test_endpoint_noise_separates_episode_noise_from_policy_differences():
     assert noisy["noise_share"] == pytest.approx(2 * gaps.var(ddof=1) / difference.var(ddof=1))
     assert noisy["free_sd"] == pytest.approx(np.sqrt(difference.var(ddof=1) - 2 * gaps.var(ddof=1)))
     assert noisy["seeds_to_resolve"] <= exact["seeds_to_resolve"]
+
+
+def _pair_results(claim: np.ndarray, reference: np.ndarray):
+    """The ``pair`` config on ``len(claim)`` seeds and results of its two kinds (``_runs``),
+    each run's top-k agreement 0.5 + seed / 10 for the claim kind, 1 for the reference."""
+    config = iap_es_config.get_config("pair")
+    config.seeds = tuple(range(len(claim)))
+    kinds = {
+        k: {
+            "label": iap_es.kind_label(k),
+            "importance_flops": 1000 * (i + 1),
+            "xla_importance_flops": 1100.0 * (i + 1),
+        }
+        for i, k in enumerate(config.kinds)
+    }
+    runs = _runs(config, claim, reference)
+    for run in runs:
+        run["mask_agreement"] = 1.0 if run["kind"] == config.reference else 0.5 + run["seed"] / 10
+    return config, {"kinds": kinds, "runs": runs}
+
+
+def test_kind_rows_show_each_kinds_mean_and_se_and_the_paired_difference_with_the_reference():
+    claim, reference = np.array([3.0, 2.0, 4.5, 1.0]), np.array([2.0, 2.5, 3.0, 2.2])
+    config, results = _pair_results(claim, reference)
+    rows = {r["kind"]: r for r in iap_es.kind_rows(results, config)}
+    reference_row = rows[iap_es.kind_label(config.reference)]
+    assert reference_row["final return (mean ± SE)"] == "2.425 ± 0.217"  # sd 0.435 / sqrt(4)
+    assert reference_row["minus reference (paired ± SE)"] == "reference"
+    assert reference_row["detectable (80%)"] == ""
+    difference = claim - reference  # +1.0, -0.5, +1.5, -1.2: mean 0.2, sd 1.262, SE 0.631
+    se = difference.std(ddof=1) / 2
+    detectable = (scipy.stats.t(3).ppf(0.975) + scipy.stats.t(3).ppf(0.8)) * se
+    assert rows[iap_es.kind_label(config.claim_kind)] == {
+        "kind": iap_es.kind_label(config.claim_kind),
+        "attention FLOPs / forward": 2000,
+        "XLA FLOPs / forward": 2200,
+        "top-k agreement with exact": "0.650 ± 0.065",  # 0.5, 0.6, 0.7, 0.8
+        "final return (mean ± SE)": "2.625 ± 0.747",  # sd 1.493 / sqrt(4)
+        "minus reference (paired ± SE)": f"+0.200 ± {se:.3f}",
+        "detectable (80%)": f"{detectable:.3f}",
+    }
+
+
+def test_endpoint_noise_columns_from_the_paired_differences_and_the_episode_noise():
+    reference = np.array([3.0, 1.5, 4.0, 2.0, 3.5, 1.0])
+    claim = reference[::-1] - 0.3  # differences -2.3, +1.7, -2.3, +1.7, -2.3, +1.7: mean -0.3
+    wobble = np.array([0.1, -0.1, 0.2, -0.2, 0.1, -0.1])  # episode noise of the played returns
+
+    def endpoint_noise(scale: float):
+        config, results = _pair_results(claim, reference)
+        for run in results["runs"]:
+            step = scale * wobble[run["seed"]]
+            run["inference_return"] = {k: v + step for k, v in run["inference_return"].items()}
+        return config, iap_es.endpoint_noise(results, config)
+
+    config, got = endpoint_noise(1.0)
+    difference = claim - reference
+    free_sd = np.sqrt(difference.var(ddof=1) - 2 * np.concatenate([wobble, wobble]).var(ddof=1))
+    margin = config.equivalence_margin * reference.mean()
+    free = stats.Estimate(difference.mean(), free_sd / np.sqrt(6), 6, 5)
+    assert got["free_sd"] == pytest.approx(free_sd)
+    assert got["seeds_to_resolve"] == stats.units_to_resolve(free, -margin, 0.90)
+    assert got["seeds_for_equivalence"] == stats.units_for_equivalence(free_sd, margin)
+    assert got["correlation"] == pytest.approx(np.corrcoef(claim, reference)[0, 1])
+    # Episode noise (variance 0.021 x 400) beyond half the paired variance (4.8): all of that
+    # could be noise, none is left.
+    _, swamped = endpoint_noise(20.0)
+    assert swamped["noise_share"] == 1.0 and swamped["free_sd"] == 0.0
 
 
 def test_flop_counts_put_exact_attention_beside_every_kind():
