@@ -586,3 +586,32 @@ def test_heldout_windows_are_the_last_validation_windows():
     got = lstm_lm.heldout_inputs({"valid": {"inputs": valid}}, config)
     np.testing.assert_array_equal(got, valid[-config.num_heldout_windows :])
     assert config.num_heldout_windows < 7
+
+
+def test_the_logged_accidental_hit_rate_is_the_share_of_negatives_equal_to_the_target():
+    """The unigram proposal draws words 3 and 5 alike; half the targets are 3, half a word it
+    never draws: a quarter of the negatives hit (not the share of positions with a hit, which
+    40 negatives per position put near one half)."""
+    config = lstm_lm_config.get_config("quick")
+    model = lstm_lm.make_model(config, "normalised", VOCAB)
+    windows = {
+        "inputs": np.zeros((4, config.bptt), np.int32),
+        "targets": np.tile(np.array([3, 7], np.int32), (4, config.bptt // 2)),
+    }
+    prior = np.full(VOCAB, 1e-12)
+    prior[[3, 5]] = 0.5
+    task = lstm_lm.make_task(
+        model,
+        {"train": windows, "valid": windows},
+        config,
+        "normalised",
+        "unigram",
+        0,
+        np.log(prior),
+    )
+    params = model.init(jax.random.key(0), windows["inputs"], train=False)
+    _, metrics = task.loss(params, windows, jax.random.key(1), jnp.int32(0))
+    draws = windows["targets"].size * config.sampler.num_samples
+    assert float(metrics["accidental_hit_rate"]) == pytest.approx(
+        0.25, abs=5 * math.sqrt(0.25 * 0.75 / draws)
+    )
