@@ -212,6 +212,26 @@ def test_attention_error_falls_with_the_number_of_features():
     assert 3.0 < few / many < 5.0, (few, many)
 
 
+@pytest.mark.statistical
+def test_each_layer_draws_its_own_projection():
+    """Two identical layers: with a draw per layer the error over both averages two independent
+    squared errors, so its spread over keys is about half one layer's (a draw shared by the
+    layers would give one layer's errors exactly, ratio 1). The variance ratio of 128 draws each
+    has a relative SE of about sqrt(4 / 127) = 0.18: 0.8 is over 3 SE above 0.5."""
+    keys = jax.random.split(jax.random.key(0), 3)
+    query = jax.random.normal(keys[0], (2, 5, 2, 4)) * 0.5
+    key_heads = jax.random.normal(keys[1], (2, 5, 2, 4)) * 0.5
+    draws = jax.random.split(keys[2], 128)
+
+    def errors(layers):
+        return performer_vit.attention_relative_errors(
+            layers, draws, coupling="orthogonal", num_features=16, feature_map="positive"
+        )
+
+    one, two = errors([(query, key_heads)]), errors([(query, key_heads)] * 2)
+    assert np.var(two) < 0.8 * np.var(one), (np.var(two), np.var(one))
+
+
 @pytest.mark.integration
 @requires_fashion_mnist
 def test_performer_vit_quick_experiment(tmp_path):
