@@ -78,6 +78,18 @@ def map_config(
     return vit
 
 
+# Fields of a map's performer_vit config that no run's numbers depend on: what names or counts
+# the runs, what only the report reads, where the compilation cache lies.
+RUN_INDEPENDENT = ("variant", "num_seeds", "target_difference", "compilation_cache_dir")
+
+
+def run_settings(vit: ml_collections.ConfigDict) -> dict:
+    """What a run of the map config ``vit`` (``map_config``) depends on: a stored run whose
+    settings differ is measured again (``core.sweep``), so a new target difference or cache
+    folder keeps the runs."""
+    return records.settings(vit, exclude=RUN_INDEPENDENT)
+
+
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains and evaluates every (map, seed) with the core sweep (every map's seed k before
     any map's seed k + 1, so that a run stopped early leaves complete pairs): one record per
@@ -98,7 +110,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
         list(config.feature_maps),
         range(config.num_seeds),
         measure_run,
-        lambda m: records.settings(configs[m], exclude=("variant", "num_seeds")),
+        lambda m: run_settings(configs[m]),
     )
     runs = [{k: v for k, v in c.items() if k not in ("curve", "arm", "seconds")} for c in cells]
     # The machine's 1-min load average when the sweep ended: its share of the 2 cores.

@@ -163,6 +163,23 @@ def test_map_config_trains_one_coupling_fixed_on_the_requested_seeds():
     assert config.vit.model.feature_map == "positive"  # the shared settings are not changed
 
 
+def test_a_run_is_kept_when_only_the_target_difference_or_the_cache_folder_changes():
+    """Both only report or cache: a stored run made under another value is still this run (the
+    sweep measures a run again whose settings differ); a training setting is not."""
+
+    def settings(override: str = "", feature_map: str = "oprf") -> dict:
+        config = maps_config.get_config(override or None)
+        return performer_vit_maps.run_settings(
+            performer_vit_maps.map_config(config, feature_map, config.num_seeds)
+        )
+
+    assert settings("target_difference=0.01") == settings()
+    assert settings("vit.compilation_cache_dir=elsewhere") == settings()
+    assert settings("num_seeds=20") == settings()
+    assert settings("vit.train.learning_rate=0.5") != settings()
+    assert settings(feature_map="saderf") != settings()
+
+
 def test_the_quick_variant_trains_the_full_design_at_toy_size():
     """The full study trains performer_vit's ``small`` design (raw scores); its quick variant
     trained the default's (cosine scores with a learned temperature, redrawn every step)."""
