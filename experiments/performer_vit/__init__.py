@@ -161,28 +161,30 @@ STUDY = Study(
 IMAGE_SIDE = 28  # Fashion-MNIST images are 28 x 28
 
 
-def validate_config(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict, prefix: str = "config") -> None:
     """Checks the attention and protocol names, seed counts, the redraw schedule and the sizes
     before anything runs (the trainer options are checked by ``train.validate_train_config``).
+
+    ``prefix``: the config's path in the errors (``"config.vit"`` where it is a study's part).
 
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
-    require_names(config, "attentions", ("exact", *projections.available()))
-    require_names(config.model, "feature_map", features.available(), prefix="config.model")
-    require_names(config, "protocols", PROTOCOLS)
+    require_names(config, "attentions", ("exact", *projections.available()), prefix=prefix)
+    require_names(config.model, "feature_map", features.available(), prefix=f"{prefix}.model")
+    require_names(config, "protocols", PROTOCOLS, prefix=prefix)
     missing = [p for p in config.protocols if p not in config.num_seeds]
     if missing:
-        raise ValueError(f"config.num_seeds has no entry for the protocols {missing}")
-    require_positive(config.num_seeds, *config.protocols, prefix="config.num_seeds")
+        raise ValueError(f"{prefix}.num_seeds has no entry for the protocols {missing}")
+    require_positive(config.num_seeds, *config.protocols, prefix=f"{prefix}.num_seeds")
     unknown = [a for a in config.reference_attentions if a not in config.attentions]
     if unknown:
         raise ValueError(
-            f"config.reference_attentions {unknown} are not in config.attentions "
+            f"{prefix}.reference_attentions {unknown} are not in {prefix}.attentions "
             f"{tuple(config.attentions)}"
         )
     if config.reference_attentions:
-        require_positive(config, "num_reference_seeds")
+        require_positive(config, "num_reference_seeds", prefix=prefix)
     require_positive(
         config,
         "eval_batch_size",
@@ -190,24 +192,27 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         "num_attention_images",
         "num_attention_draws",
         "target_difference",
+        prefix=prefix,
     )
-    require_int(config, "num_train_examples", "num_test_examples", minimum=0)  # 0: all
+    # 0: all
+    require_int(config, "num_train_examples", "num_test_examples", minimum=0, prefix=prefix)
     sizes = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_features")
-    require_int(config.model, *sizes, "redraw_interval", minimum=1, prefix="config.model")
-    require_int(config.model, "num_layers", minimum=0, prefix="config.model")
+    require_int(config.model, *sizes, "redraw_interval", minimum=1, prefix=f"{prefix}.model")
+    require_int(config.model, "num_layers", minimum=0, prefix=f"{prefix}.model")
     require(
         IMAGE_SIDE % config.model.patch_size == 0,
         "model.patch_size",
         config.model.patch_size,
         f"a divisor of the Fashion-MNIST image side {IMAGE_SIDE}",
+        prefix,
     )
-    require_interval(config.model, "dropout_rate", interval="[0, 1)", prefix="config.model")
+    require_interval(config.model, "dropout_rate", interval="[0, 1)", prefix=f"{prefix}.model")
     if "initial_temperature" in config.model:  # cosine attention (query_key_norm) only
-        require_positive(config.model, "initial_temperature", prefix="config.model")
+        require_positive(config.model, "initial_temperature", prefix=f"{prefix}.model")
     steps = config.train.num_train_steps
     if "redraw" in config.protocols and not 0 <= config.redraw_until_step < steps:
         raise ValueError(
-            f"config.redraw_until_step must be in [0, train.num_train_steps = {steps}), got "
+            f"{prefix}.redraw_until_step must be in [0, train.num_train_steps = {steps}), got "
             f"{config.redraw_until_step}"
         )
 

@@ -60,7 +60,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     require_names(config, "baseline", tuple(config.feature_maps))
     require_names(config, "coupling", projections.available())
     require_positive(config, "num_seeds", "target_difference")
-    performer_vit.validate_config(map_config(config, config.baseline, config.num_seeds))
+    performer_vit.validate_config(
+        map_config(config, config.baseline, config.num_seeds), prefix="config.vit"
+    )
 
 
 def map_config(
