@@ -201,6 +201,7 @@ def test_the_quick_variant_trains_the_full_design_at_toy_size():
         ("feature_maps=(oprf,saderf)", r"config\.baseline: 'positive' is not one of"),
         ("coupling=exact", r"config\.coupling: 'exact'"),  # exact attention has no features
         ("num_seeds=0", r"config\.num_seeds must be finite and > 0"),
+        ("target_difference=0", r"config\.target_difference must be finite and > 0"),
         # performer_vit's checks, naming the fields where they are: under config.vit
         ("vit.model.patch_size=5", r"config\.vit\.model\.patch_size must be a divisor"),
         ("vit.model.num_features=0", r"config\.vit\.model\.num_features must be"),
