@@ -216,9 +216,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     validate_config(config)
     train.enable_compilation_cache(workdir, config.compilation_cache_dir)
     train_arrays, test_arrays, info = make_data(config)
-    settings = records.settings(
-        config, exclude=("label", "attentions", "seeds", "gate_first", "compilation_cache_dir")
-    )
+    settings = records.settings(config, exclude=("label", "attentions", "seeds", "gate_first"))
 
     def cells(attentions) -> list[dict]:
         return sweep.run(

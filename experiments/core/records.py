@@ -23,14 +23,18 @@ CONFIG_FILE = "config.json"
 COMMAND_FILE = "command.txt"
 
 
-# Fields that say how a report judges, not what a measurement depends on.
-REPORT_FIELDS = ("claims", "powered", "trained_check", "follow_up")
+# Fields that say how a report judges, not what a measurement depends on (``target_difference``:
+# the effect a study's seeds are sized for).
+REPORT_FIELDS = ("claims", "powered", "trained_check", "follow_up", "target_difference")
+# Fields that say where a run keeps what only speeds it up (the compiled programs' cache).
+MACHINE_FIELDS = ("compilation_cache_dir",)
 
 
 def settings(config: ml_collections.ConfigDict, exclude: tuple[str, ...] = ()) -> dict:
-    """What a measurement depends on: ``config`` without ``REPORT_FIELDS`` and ``exclude``,
-    as JSON stores it (tuples as lists), for comparing a stored record with a new config."""
-    skip = (*REPORT_FIELDS, *exclude)
+    """What a measurement depends on: ``config`` without ``REPORT_FIELDS``, ``MACHINE_FIELDS``
+    and ``exclude``, as JSON stores it (tuples as lists), for comparing a stored record with a
+    new config."""
+    skip = (*REPORT_FIELDS, *MACHINE_FIELDS, *exclude)
     return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k not in skip}))
 
 

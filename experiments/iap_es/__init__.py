@@ -259,9 +259,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
 def run_settings(config: ml_collections.ConfigDict) -> dict:
     """What a run's record depends on: the config less the seeds, the label and how the runs
     are executed (the compilation cache, how many seeds train together)."""
-    return records.settings(
-        config, exclude=("seeds", "label", "compilation_cache_dir", "seeds_together")
-    )
+    return records.settings(config, exclude=("seeds", "label", "seeds_together"))
 
 
 def flop_counts(config: ml_collections.ConfigDict, env) -> dict[str, dict]:

@@ -260,7 +260,7 @@ METRIC_FIELDS = (
     "num_diagnostic_queries",
     "num_diagnostic_draws",
 )
-SWEEP_FIELDS = ("variant", "arms", "seeds", "baseline_seeds", "compilation_cache_dir")
+SWEEP_FIELDS = ("variant", "arms", "seeds", "baseline_seeds")
 
 # Baselines that enter no claim (they show what the trivial proposals do): trained on
 # ``config.baseline_seeds`` only.

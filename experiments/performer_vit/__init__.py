@@ -280,8 +280,6 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "num_seeds",
             "num_reference_seeds",
             "reference_attentions",
-            "compilation_cache_dir",
-            "target_difference",
         ),
     )
     cells = []

@@ -80,9 +80,9 @@ def map_config(
     return vit
 
 
-# Fields of a map's performer_vit config that no run's numbers depend on: what names or counts
-# the runs, what only the report reads, where the compilation cache lies.
-RUN_INDEPENDENT = ("variant", "num_seeds", "target_difference", "compilation_cache_dir")
+# Fields of a map's performer_vit config that name or count the runs (what only the report reads
+# or only speeds a run up, ``records.settings`` leaves out itself).
+RUN_INDEPENDENT = ("variant", "num_seeds")
 
 
 def run_settings(vit: ml_collections.ConfigDict) -> dict:
