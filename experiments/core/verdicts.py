@@ -798,10 +798,11 @@ def _unresolved_text(claim: Claim, estimate: Estimate, margin: float, units: str
             "the estimate lies on the other side of 0, and no margin is declared, so no "
             "number of units can refute the claim"
         )
-    else:
+    else:  # "greater" or "less" between 0 and the margin against the claim
+        edge = -margin if claim.test == "greater" else margin
         return (
-            f"the estimate lies between 0 and the margin {_number(margin, number)}: at this "
-            f"mean no number of {units} resolves it"
+            f"the estimate lies between 0 and the margin against the claim, "
+            f"{_number(edge, '+' + number)}: at this mean no number of {units} resolves it"
         )
     boundary = min(boundaries, key=lambda b: abs(mean - b))
     if mean == boundary or not estimate.se > 0:

@@ -71,7 +71,12 @@ def test_does_not_hold_needs_a_margin_a_resolved_effect_beyond_it_and_a_powered_
     # Reversed, but inside the margin (CI [-0.0031, -0.0009] against -0.005): not resolved.
     small = with_margin.effect("gain", Estimate(-0.002, 0.0005, 15, 14.0), effect="d", units="s")
     assert small.outcome == Outcome.NOT_RESOLVED
-    assert "between 0 and the margin" in small.evidence
+    assert "between 0 and the margin against the claim, -0.005" in small.evidence
+    # The same on the other side for a "less" claim.
+    smaller = make(gain=claim("A costs less", "less", margin=0.005))
+    rise = smaller.effect("gain", Estimate(0.002, 0.0005, 15, 14.0), effect="d", units="s")
+    assert rise.outcome == Outcome.NOT_RESOLVED
+    assert "between 0 and the margin against the claim, +0.005" in rise.evidence
     # A quick variant never refutes.
     quick = make(powered=False, gain=claim("A beats B", "greater", margin=0.005))
     verdict = quick.effect("gain", REVERSED, effect="d", units="seeds")
