@@ -78,6 +78,7 @@ from experiments.core.validate import (
     require_int,
     require_interval,
     require_names,
+    require_no_repeats,
     require_nonempty,
     require_positive,
 )
@@ -126,6 +127,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "attentions")
     require_names(config, "attentions", conformer_attentions())
     require_nonempty(config, "seeds")
     require_names(config, "split", SPLITS)

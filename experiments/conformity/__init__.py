@@ -69,6 +69,7 @@ DIFFERENCES = (
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError``/``TypeError`` naming the first bad config field."""
+    validate.require_no_repeats(config, "norms_of_sum")
     validate.require_int(config, "dim", minimum=2)
     validate.require_nonempty(config, "norms_of_sum")
     validate.require_positive(config, "norms_of_sum", "learning_rate")

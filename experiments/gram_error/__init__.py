@@ -43,6 +43,7 @@ LABELS = outputs.COUPLING_LABELS
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError``/``TypeError`` naming the first bad config field."""
+    validate.require_no_repeats(config, "couplings", "features_per_dim")
     validate.require_int(config, "dim", "num_points", "num_repetitions", minimum=2)
     validate.require_positive(config, "sigma")
     validate.require_int(config, "features_per_dim", "repetitions_per_chunk", minimum=1)

@@ -36,6 +36,7 @@ from experiments.core.validate import (
     require,
     require_couplings_draw,
     require_names,
+    require_no_repeats,
     require_positive,
 )
 from experiments.hrf_clustered import data
@@ -62,6 +63,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "feature_counts", "point_norms")
     require_names(config, "coupling", projections.available())
     require_positive(
         config,

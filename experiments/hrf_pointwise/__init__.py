@@ -24,7 +24,12 @@ import numpy as np
 
 from experiments.core import outputs, stats, verdicts
 from experiments.core.study import Study
-from experiments.core.validate import require_couplings_draw, require_names, require_positive
+from experiments.core.validate import (
+    require_couplings_draw,
+    require_names,
+    require_no_repeats,
+    require_positive,
+)
 from rfjax import features, projections, theory
 
 matplotlib.use("Agg")
@@ -54,6 +59,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "radii")
     require_names(config, "coupling", projections.available())
     require_names(config, "dtype", ("float32", "float64"))
     require_positive(

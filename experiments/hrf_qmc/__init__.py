@@ -22,7 +22,7 @@ import numpy as np
 from experiments.core import outputs, stats, tabulate, verdicts
 from experiments.core.stats import Estimate
 from experiments.core.study import Study
-from experiments.core.validate import require_names, require_positive
+from experiments.core.validate import require_names, require_no_repeats, require_positive
 from rfjax import features, projections
 
 matplotlib.use("Agg")
@@ -79,6 +79,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "datasets", "matchings", "methods")
     require_names(config, "datasets", DATASETS)
     require_names(config, "scaling", SCALINGS)
     require_names(config, "methods", tuple(METHODS))

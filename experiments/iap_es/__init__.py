@@ -48,6 +48,7 @@ from experiments.core.train import trainer as train
 from experiments.core.validate import (
     require_int,
     require_names,
+    require_no_repeats,
     require_nonempty,
     require_positive,
 )
@@ -142,6 +143,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "kinds")
     es.validate_es_config(config.es)
     require_nonempty(config, "kinds", "seeds")
     for kind in config.kinds:

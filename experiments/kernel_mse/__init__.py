@@ -28,6 +28,7 @@ from experiments.core.validate import (
     require_couplings_draw,
     require_int,
     require_names,
+    require_no_repeats,
     require_positive,
 )
 from rfjax import features, kernels, projections, theory
@@ -51,6 +52,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "couplings", "norms_of_sum")
     require_names(config, "couplings", projections.available())
     require_positive(config, "dim", "num_features", "norms_of_sum", "num_draws", "draws_per_chunk")
     require_int(config, "dim", "num_features", minimum=1)

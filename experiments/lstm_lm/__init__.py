@@ -84,6 +84,7 @@ from experiments.core.validate import (
     require_int,
     require_interval,
     require_names,
+    require_no_repeats,
     require_nonempty,
     require_positive,
 )
@@ -196,6 +197,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "arms", "hybrid_estimators")
     require_nonempty(config, "arms", "seeds")
     known = (*PLAIN_PROPOSALS, "unigram", *config.estimators.keys())
     for arm in config.arms:

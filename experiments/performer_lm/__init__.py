@@ -49,7 +49,12 @@ from experiments.core import outputs, ptb, records, stats, sweep, unigram, verdi
 from experiments.core.study import Study
 from experiments.core.train import distributed
 from experiments.core.train import trainer as train
-from experiments.core.validate import require_int, require_names, require_nonempty
+from experiments.core.validate import (
+    require_int,
+    require_names,
+    require_no_repeats,
+    require_nonempty,
+)
 from rfjax import features, projections
 from rfjax.data import PTB_SOURCE
 from rfjax.nn import ATTENTION_KINDS, PerformerLM
@@ -77,6 +82,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "attention_kinds")
     require_names(config, "attention_kinds", ATTENTION_KINDS)
     require_nonempty(config, "seeds")
     require_names(config.model, "feature_map", features.available(), "config.model")

@@ -70,6 +70,7 @@ from experiments.core.validate import (
     require_int,
     require_interval,
     require_names,
+    require_no_repeats,
     require_positive,
 )
 from experiments.performer_vit.evaluation import (
@@ -170,6 +171,7 @@ def validate_config(config: ml_collections.ConfigDict, prefix: str = "config") -
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "attentions", "protocols", "reference_attentions", prefix=prefix)
     require_names(config, "attentions", ("exact", *projections.available()), prefix=prefix)
     require_names(config.model, "feature_map", features.available(), prefix=f"{prefix}.model")
     require_names(config, "protocols", PROTOCOLS, prefix=prefix)

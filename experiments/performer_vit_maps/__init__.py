@@ -27,7 +27,7 @@ import ml_collections
 from experiments import performer_vit
 from experiments.core import outputs, plots, records, stats, sweep, tabulate, verdicts
 from experiments.core.study import Study
-from experiments.core.validate import require_names, require_positive
+from experiments.core.validate import require_names, require_no_repeats, require_positive
 from rfjax import features, projections
 
 matplotlib.use("Agg")
@@ -56,6 +56,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(config, "feature_maps")
     require_names(config, "feature_maps", features.available(kernel="softmax"))
     require_names(config, "baseline", tuple(config.feature_maps))
     require_names(config, "coupling", projections.available())

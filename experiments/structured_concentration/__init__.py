@@ -111,6 +111,7 @@ MEASUREMENTS = "measurements.json"
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ``ValueError`` naming the config field that is out of range."""
+    validate.require_no_repeats(config, "families", "preprocess")
     validate.require_names(config, "families", tuple(FAMILIES))
     validate.require(
         REFERENCE in config.families, "families", config.families, f"including {REFERENCE!r}"
@@ -127,9 +128,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     contrast, prefix = config.chi_contrast, "config.chi_contrast"
     validate.require_names(contrast, "family", tuple(FAMILIES), prefix)
     validate.require_int(contrast, "dims", "num_features", minimum=1, prefix=prefix)
-    validate.require(
-        len(set(contrast.dims)) == 2, "dims", contrast.dims, "two distinct block sizes", prefix
-    )
+    validate.require_no_repeats(contrast, "dims", prefix=prefix)
+    validate.require(len(contrast.dims) == 2, "dims", contrast.dims, "two block sizes", prefix)
     validate.require(
         0 < contrast.tail_floor < 1, "tail_floor", contrast.tail_floor, "in (0, 1)", prefix
     )

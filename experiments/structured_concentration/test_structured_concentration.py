@@ -116,7 +116,10 @@ def test_chi_contrast_rows_give_the_log_tail_ratio_and_the_m_over_chi_reading():
 def test_a_bad_chi_contrast_is_rejected():
     config = concentration_config.get_config("quick")
     config.chi_contrast.dims = (64, 64)
-    with pytest.raises(ValueError, match=r"chi_contrast\.dims must be two distinct"):
+    with pytest.raises(ValueError, match=r"chi_contrast\.dims must be without repeats"):
+        structured_concentration.validate_config(config)
+    config.chi_contrast.dims = (32, 64, 128)  # one contrast is of two sizes
+    with pytest.raises(ValueError, match=r"chi_contrast\.dims must be two block sizes"):
         structured_concentration.validate_config(config)
 
 

@@ -45,7 +45,13 @@ from experiments.core.kernel_classifier import (
     split_and_scale,
 )
 from experiments.core.study import Study
-from experiments.core.validate import require_int, require_interval, require_names, require_positive
+from experiments.core.validate import (
+    require_int,
+    require_interval,
+    require_names,
+    require_no_repeats,
+    require_positive,
+)
 from experiments.uci_classification.reporting import (
     judge,
     report,
@@ -110,6 +116,18 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    require_no_repeats(
+        config,
+        "datasets",
+        "couplings",
+        "ratios",
+        "approach_couplings",
+        "approach_ratios",
+        "extra_ratios",
+        "fast_couplings",
+        "fast_ratios",
+        "table2_splits",
+    )
     require_names(config, "datasets", data.UCI_DATASETS)
     for field in ("ratios", "extra_ratios", "fast_ratios", "approach_ratios"):
         if config[field]:  # () runs none
