@@ -3,7 +3,8 @@ train better Performers? (arXiv:2205.15317, arXiv:2302.00787; issue 16)
 
 Runs: for every feature map of ``config.feature_maps``, ``experiments.performer_vit.measure_run``
 trains and evaluates the Performer-ViT of ``config.vit`` with that map and ``config.coupling``
-(fixed projection protocol, seeds 0..``num_seeds`` - 1), one core sweep cell per run in
+(fixed projection protocol, ``num_seeds`` seeds from ``config.vit.train.seed`` on, as
+performer_vit's), one core sweep cell per run in
 ``workdir/runs/<map>_seed<k>`` (resumable, extendable by seeds).
 The seeds are paired across maps: the same initialisation and batches (the maps have no trained
 parameters), so a paired difference isolates the features.
@@ -69,7 +70,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 def map_config(
     config: ml_collections.ConfigDict, feature_map: str, num_seeds: int
 ) -> ml_collections.ConfigDict:
-    """The performer_vit config of one map's runs on seeds 0..``num_seeds`` - 1."""
+    """The performer_vit config of one map's runs on ``num_seeds`` seeds (``run_seeds``)."""
     vit = copy.deepcopy(config.vit)
     vit.model.feature_map = feature_map
     vit.attentions = (config.coupling,)
@@ -93,6 +94,12 @@ def run_settings(vit: ml_collections.ConfigDict) -> dict:
     return records.settings(vit, exclude=RUN_INDEPENDENT)
 
 
+def run_seeds(config: ml_collections.ConfigDict) -> range:
+    """The runs' seeds: ``num_seeds`` from ``config.vit.train.seed`` on (performer_vit's rule)."""
+    first = config.vit.train.seed
+    return range(first, first + config.num_seeds)
+
+
 def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains and evaluates every (map, seed) with the core sweep (every map's seed k before
     any map's seed k + 1, so that a run stopped early leaves complete pairs): one record per
@@ -111,7 +118,7 @@ def measure(config: ml_collections.ConfigDict, workdir: str) -> dict:
     cells = sweep.run(
         workdir,
         list(config.feature_maps),
-        range(config.num_seeds),
+        run_seeds(config),
         measure_run,
         lambda m: run_settings(configs[m]),
     )
@@ -272,7 +279,8 @@ def report(results: dict, config: ml_collections.ConfigDict, workdir: str) -> di
         config,
         maps=", ".join(features.info(m).label for m in config.feature_maps),
         num_test=results["num_test"],
-        last_seed=config.num_seeds - 1,
+        first_seed=run_seeds(config)[0],
+        last_seed=run_seeds(config)[-1],
         target=f"{config.target_difference:+.3f}",
         power=power_lines(rows, config),
         accuracy_table=outputs.markdown_table(table),

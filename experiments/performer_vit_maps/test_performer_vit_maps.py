@@ -163,6 +163,24 @@ def test_map_config_trains_one_coupling_fixed_on_the_requested_seeds():
     assert config.vit.model.feature_map == "positive"  # the shared settings are not changed
 
 
+def test_the_runs_seeds_start_at_the_vit_configs_training_seed(monkeypatch, tmp_path):
+    """As performer_vit's: ``num_seeds`` seeds from ``vit.train.seed`` on (the study trained
+    seeds 0.. whatever that field said, and stored it with every run)."""
+    config = maps_config.get_config("quick,vit.train.seed=5")
+    assert list(performer_vit_maps.run_seeds(config)) == [5, 6]
+    swept = []
+    vit = performer_vit_maps.performer_vit
+    monkeypatch.setattr(vit, "load_arrays", lambda _: {"test": {"label": np.zeros(3)}})
+    monkeypatch.setattr(vit.train, "enable_compilation_cache", lambda *_: None)
+    monkeypatch.setattr(
+        performer_vit_maps.sweep,
+        "run",
+        lambda _, names, seeds, *rest: swept.append(list(seeds)) or [],
+    )
+    performer_vit_maps.measure(config, str(tmp_path))
+    assert swept == [[5, 6]]
+
+
 def test_a_run_is_kept_when_only_the_target_difference_or_the_cache_folder_changes():
     """Both only report or cache: a stored run made under another value is still this run (the
     sweep measures a run again whose settings differ); a training setting is not."""
