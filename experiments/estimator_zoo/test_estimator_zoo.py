@@ -11,6 +11,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from scipy import integrate, special
@@ -501,3 +502,313 @@ def test_heat_map_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         estimator_zoo_report.plot(sets, rows, config, str(path), attention=False)
     assert path.read_bytes() == whole and os.listdir(tmp_path) == ["heatmap.png"]
+
+
+# The numbers the tables report, from hand-made draws: each checked against a direct NumPy
+# computation (mean over groups then over draws, SE with ddof 1, paired t of the differences).
+ORTHOGONAL, SADERF = ("positive", "orthogonal"), ("saderf", "gaussian")
+NORM_COUPLED = ("positive", "norm_coupled")
+
+
+def _measured(paired: bool) -> dict:
+    """A ``measure_set`` record with 6 draws of 2 groups: FAVOR+ i.i.d., positive/orthogonal
+    (its closed form far above its Monte Carlo mean: ranked by the closed form) and SADERF."""
+    rng = np.random.default_rng(7)
+    keys = [estimator_zoo.BASELINE, ORTHOGONAL, SADERF, NORM_COUPLED]
+    kernel = {
+        key: rng.uniform(1.0, 2.0, (6, 2)) * s
+        for key, s in zip(keys, (1.0, 0.5, 0.3, 0.4), strict=True)
+    }
+    pairs = _pairs(paired)
+    return {
+        "pairs": pairs._replace(name="synthetic" if paired else "real"),
+        "kernel": kernel,
+        "attention": {key: rng.uniform(0.1, 0.2, (6, 2)) for key in keys},
+        "attention_norm": 2.5,
+        "closed": {
+            estimator_zoo.BASELINE: np.array([1.4, 1.6]),
+            ORTHOGONAL: np.array([50.0, 60.0]),
+        },
+    }
+
+
+def _t(differences: np.ndarray) -> float:
+    return differences.mean() / (differences.std(ddof=1) / math.sqrt(len(differences)))
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_summarised_rows_are_ranked_and_compared_as_documented(paired):
+    measured = _measured(paired)
+    costs = {key: 10.0 * i for i, key in enumerate(measured["kernel"], start=1)}
+    rows = estimator_zoo.summarise_set(measured, costs)
+    order = [(r["feature_map"], r["coupling"]) for r in rows]
+    # Monte Carlo would put positive/orthogonal second; it falls short of its closed form.
+    assert order == [SADERF, NORM_COUPLED, estimator_zoo.BASELINE, ORTHOGONAL]
+    mse = {key: value.mean(axis=1) for key, value in measured["kernel"].items()}
+    error = {key: np.sqrt(v.sum(axis=1) / 2.5) for key, v in measured["attention"].items()}
+    baseline = estimator_zoo.BASELINE
+    for index, (row, key) in enumerate(zip(rows, order, strict=True)):
+        se = mse[key].std(ddof=1) / math.sqrt(6)
+        assert row["mse_mc"] == pytest.approx(mse[key].mean())
+        assert row["mse_se"] == pytest.approx(se)
+        theory_mse = measured["closed"][key].mean() if key in measured["closed"] else math.nan
+        assert row["mse_theory"] == pytest.approx(theory_mse, nan_ok=True)
+        assert row["z_score"] == pytest.approx((mse[key].mean() - theory_mse) / se, nan_ok=True)
+        assert row["ratio_to_favor_plus"] == pytest.approx(mse[key].mean() / mse[baseline].mean())
+        same = key == baseline
+        assert row["ratio_z"] == (0.0 if same else pytest.approx(_t(mse[key] - mse[baseline])))
+        following = order[index + 1] if index + 1 < len(order) else None
+        next_z = _t(mse[key] - mse[following]) if following else math.nan
+        assert row["next_z"] == pytest.approx(next_z, nan_ok=True)
+        assert row["features_per_s"] == costs[key]
+        if paired:
+            assert math.isnan(row["attention_error"]) and math.isnan(row["attention_ratio_z"])
+            continue
+        assert row["attention_error"] == pytest.approx(error[key].mean())
+        assert row["attention_se"] == pytest.approx(error[key].std(ddof=1) / math.sqrt(6))
+        attention_z = 0.0 if same else _t(error[key] - error[baseline])
+        assert row["attention_ratio_z"] == pytest.approx(attention_z)
+
+
+def test_by_norm_rows_compare_each_norm_with_favor_plus_at_that_norm():
+    measured = _measured(True)
+    config = ml_collections.ConfigDict({"norms": (0.5, 1.0)})
+    rows = estimator_zoo.by_norm_rows(measured, config)
+    assert len(rows) == 4 * 2
+    baseline = measured["kernel"][estimator_zoo.BASELINE]
+    for row in rows:
+        key = (row["feature_map"], row["coupling"])
+        g = config.norms.index(row["norm"])
+        values = measured["kernel"][key][:, g]
+        se = values.std(ddof=1) / math.sqrt(6)
+        theory_mse = measured["closed"][key][g] if key in measured["closed"] else math.nan
+        assert row["mse_mc"] == pytest.approx(values.mean()) and row["mse_se"] == pytest.approx(se)
+        assert row["mse_theory"] == pytest.approx(theory_mse, nan_ok=True)
+        assert row["z_score"] == pytest.approx((values.mean() - theory_mse) / se, nan_ok=True)
+        assert row["ratio_to_favor_plus"] == pytest.approx(values.mean() / baseline[:, g].mean())
+        if key != estimator_zoo.BASELINE:
+            assert row["ratio_z"] == pytest.approx(_t(values - baseline[:, g]))
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_norm_coupled_rows_are_paired_ratios_to_orthogonal_rows(paired):
+    measured = _measured(paired)
+    config = ml_collections.ConfigDict({"norms": (0.5, 1.0)})
+    rows = estimator_zoo.norm_coupled_rows(measured, config)
+    groups = [[0], [1]] if paired else [[0, 1]]
+    assert [r["data"] for r in rows] == (
+        ["synthetic norm 0.5", "synthetic norm 1"] if paired else ["real"]
+    )
+    for row, index in zip(rows, groups, strict=True):
+        a = measured["kernel"][NORM_COUPLED][:, index].mean(axis=1)
+        b = measured["kernel"][ORTHOGONAL][:, index].mean(axis=1)
+        ratio = a.mean() / b.mean()
+        assert row["mse_ratio"] == pytest.approx(ratio) and row["draws"] == 6
+        # delta method over the common draws: sd(a - r b) / (sqrt(N) mean b)
+        se = (a - ratio * b).std(ddof=1) / (math.sqrt(6) * b.mean())
+        assert row["mse_ratio_se"] == pytest.approx(se)
+        assert row["mse_z"] == pytest.approx(_t(a - b))
+        if paired:
+            assert math.isnan(row["attention_ratio"]) and math.isnan(row["attention_z"])
+            continue
+        ea, eb = (
+            np.sqrt(measured["attention"][k].sum(axis=1) / 2.5) for k in (NORM_COUPLED, ORTHOGONAL)
+        )
+        assert row["attention_ratio"] == pytest.approx(ea.mean() / eb.mean())
+        assert row["attention_z"] == pytest.approx(_t(ea - eb))
+
+
+def test_importance_checks_are_compared_with_their_own_closed_forms():
+    base = {"data": "vit", "mse_mc": 1.0, "mse_se": 0.1, "z_score": 0.0}
+    rows = [
+        {**base, "feature_map": "saderf", "coupling": "gaussian", "mse_theory": 0.3},
+        {**base, "feature_map": "positive", "coupling": "orthogonal", "mse_theory": 2.0},
+        {**base, "feature_map": "positive", "coupling": "gaussian", "mse_theory": 1.5},
+    ]
+    checks = {
+        ORTHOGONAL: {"mse_is": 2.1, "mse_is_se": 0.05, "is_draws": 100}
+        | {"coupling_term_is": 0.6, "coupling_term_is_se": 0.04},
+        estimator_zoo.BASELINE: {"mse_is": 1.4, "mse_is_se": 0.1, "is_draws": 100},
+    }
+    saderf, orthogonal, iid = estimator_zoo.with_importance_checks(rows, checks)
+    assert orthogonal["is_z"] == pytest.approx(2.0) and iid["is_z"] == pytest.approx(-1.0)
+    # the coupling term: the row's closed form minus the i.i.d. row's, 0.5
+    assert orthogonal["coupling_term_theory"] == pytest.approx(0.5)
+    assert orthogonal["coupling_term_z"] == pytest.approx(2.5)
+    assert saderf["is_draws"] == 0 and math.isnan(saderf["is_z"])
+    assert math.isnan(saderf["coupling_term_z"]) and math.isnan(iid["coupling_term_z"])
+
+
+def test_measure_set_keeps_the_draws_of_the_set_and_the_exact_attention_norm():
+    pairs = _pairs(False)  # the shapes and draws of test_errors_equal_the_per_coupling_path
+    config = ml_collections.ConfigDict(
+        {"num_draws": 3, "real_draws": 2, "seed": 3, "num_features": 8}
+        | {"real_feature_maps": ("oprf",), "real_couplings": ("gaussian",)}
+    )
+    measured = estimator_zoo.measure_set(pairs, config)
+    draw_keys = jax.random.split(jax.random.key(config.seed + 2), config.real_draws)
+    squared, frobenius = _errors(pairs, "oprf", "gaussian", draw_keys)
+    np.testing.assert_allclose(measured["kernel"][("oprf", "gaussian")], squared, rtol=1e-6)
+    np.testing.assert_allclose(measured["attention"][("oprf", "gaussian")], frobenius, rtol=1e-6)
+    logits = np.einsum("gtd,gsd->gts", pairs.queries, pairs.keys)
+    exact = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    assert measured["attention_norm"] == pytest.approx(np.sum(exact**2), rel=1e-5)
+
+
+def _fake_parts(monkeypatch) -> ml_collections.ConfigDict:
+    """``_measure_part`` on a quick config with every measurement replaced by ``_measured``."""
+    monkeypatch.setattr(estimator_zoo, "pair_sets", lambda config: [_pairs(True), _pairs(False)])
+    monkeypatch.setattr(estimator_zoo, "measure_set", lambda pairs, config: _measured(pairs.paired))
+    monkeypatch.setattr(estimator_zoo, "features_per_second", lambda *args: 1.0)
+    monkeypatch.setattr(importance, "check_set", lambda *args: {})
+    monkeypatch.setattr(estimator_zoo_ratios, "measure", lambda config: [{"ratio": 1.0}])
+    config = zoo_config.get_config("quick")
+    config.couplings = config.real_couplings = ("gaussian", "orthogonal", "norm_coupled")
+    return config
+
+
+def test_each_part_measures_its_own_sets(monkeypatch):
+    config = _fake_parts(monkeypatch)
+    synthetic = estimator_zoo._measure_part(config, "synthetic")
+    assert synthetic["sets"] == [{"name": "synthetic", "paired": True}]
+    assert {r["data"] for r in synthetic["rows"]} == {"synthetic"}
+    assert len(synthetic["by_norm"]) == 4 * len(config.norms)
+    assert synthetic["ratios"] == [{"ratio": 1.0}] and list(synthetic["elapsed"]) == ["synthetic"]
+    real = estimator_zoo._measure_part(config, "real")
+    assert real["sets"] == [{"name": "real", "paired": False}]
+    assert real["by_norm"] == [] and real["ratios"] == []
+    assert [r["data"] for r in real["norm_coupled"]] == ["real"]
+
+
+def test_the_second_part_to_finish_returns_both(monkeypatch, tmp_path):
+    config = _fake_parts(monkeypatch)
+    config.part = "real"
+    assert estimator_zoo.measure(config, str(tmp_path)) == {"waiting_for": "synthetic"}
+    config.part = "synthetic"
+    merged = estimator_zoo.measure(config, str(tmp_path))
+    assert [s["name"] for s in merged["sets"]] == ["synthetic", "real"]
+    assert set(merged["elapsed"]) == {"synthetic", "real"}
+    assert {r["data"] for r in merged["rows"]} == {"synthetic", "real"}
+
+
+def test_favor_plus_closed_form_variance_is_the_positive_features_variance():
+    # (exp(2|x + y|^2 - |x|^2 - |y|^2) - exp(2 x.y)) / m for i.i.d. N(0, I) rows
+    rng = np.random.default_rng(2)
+    queries, keys = rng.normal(0.0, 0.4, (2, 3, 4))
+    with jax.enable_x64(True):
+        variances = estimator_zoo_ratios.closed_form_variances(queries, keys, 5)
+    x, y = queries[:, None], keys[None]
+    z2, x2, y2 = (np.sum(a * a, -1) for a in (x + y, x, y))
+    expected = (np.exp(2 * z2 - x2 - y2) - np.exp(2 * np.sum(x * y, -1))) / 5
+    np.testing.assert_allclose(variances["positive"], expected, rtol=1e-10)
+    assert set(variances) == {"positive", *(name for name, _ in estimator_zoo_ratios.ESTIMATORS)}
+
+
+def test_each_ratio_estimator_has_the_closed_form_of_its_own_variant():
+    for name, variant in estimator_zoo_ratios.ESTIMATORS[1:]:
+        assert features.get(name)().variant == variant, name
+
+
+def _ratio_config(**changes) -> ml_collections.ConfigDict:
+    config = zoo_config.get_config("quick").ratios
+    config.update({"dim": 4, "num_points": 4, "mc_draws": 2_000, "mc_scales": (0.25,)} | changes)
+    return config
+
+
+def _ratio_rows(anisotropy: float, scale: float, config) -> tuple[list[dict], dict]:
+    """``_measure_setting``'s rows and the closed-form variances of its points."""
+    draw_keys = jax.random.split(jax.random.key(config.seed + 1), config.mc_draws)
+    rows = estimator_zoo_ratios._measure_setting(anisotropy, scale, draw_keys, config)
+    queries, keys = estimator_zoo_ratios._points(scale, anisotropy, 4, 4, config.seed)
+    with jax.enable_x64(True):
+        variances = estimator_zoo_ratios.closed_form_variances(
+            jnp.asarray(queries, jnp.float64), jnp.asarray(keys, jnp.float64), 4
+        )
+    assert [r["estimator"] for r in rows] == [n for n, _ in estimator_zoo_ratios.ESTIMATORS]
+    return rows, variances
+
+
+@pytest.mark.parametrize(("anisotropy", "scale"), [(4.0, 0.25), (1.0, 0.5)])
+def test_ratio_rows_follow_the_closed_forms(anisotropy, scale):
+    # Neither setting is checked by Monte Carlo (kappa != 1; s not in mc_scales).
+    rows, variances = _ratio_rows(anisotropy, scale, _ratio_config())
+    favor = variances["positive"]
+    for row in rows:
+        other = variances[row["estimator"]]
+        assert row["mean_log_ratio"] == pytest.approx(np.mean(np.log(favor / other)))
+        vs_oprf = np.mean(np.log(variances["oprf"] / other))
+        assert row["mean_log_ratio_vs_oprf"] == pytest.approx(vs_oprf, abs=1e-12)
+        assert row["pooled_log_ratio"] == pytest.approx(np.log(favor.mean() / other.mean()))
+        assert row["favor_closed"] == pytest.approx(favor.mean())
+        assert abs(row["favor_is_z"]) <= 4.0, row  # importance sampling, fixed seed
+        assert row["favor_is_se"] < 0.1 * favor.mean()
+        assert math.isnan(row["mc_pooled_log_ratio"]) and math.isnan(row["mc_se"])
+
+
+@pytest.mark.statistical
+def test_ratio_rows_agree_with_monte_carlo_in_mc_scales():
+    rows, _ = _ratio_rows(1.0, 0.25, _ratio_config())
+    for row in rows:  # common draws; SE of the log ratio by the delta method
+        assert 0 < row["mc_se"] < 0.25 * row["pooled_log_ratio"], row
+        assert abs(row["mc_pooled_log_ratio"] - row["pooled_log_ratio"]) <= 4 * row["mc_se"], row
+
+
+def test_a_z_is_bold_only_beyond_the_resolved_threshold():
+    assert estimator_zoo_report._z(3.0) == "+3.0"  # RESOLVED = 3: at it, not beyond
+    assert estimator_zoo_report._z(-3.2) == "**-3.2**"
+    assert estimator_zoo_report._z(math.nan) == ""
+
+
+def test_norm_coupling_verdict_reads_the_ratio_against_one():
+    config = zoo_config.get_config()
+
+    def outcome(ratio: float) -> verdicts.Outcome:
+        row = {"data": "vit", "mse_ratio": ratio, "mse_ratio_se": 0.01, "draws": 300}
+        records = {"rows": [], "norm_coupled": [row], "ratios": []}
+        return estimator_zoo_report.judge(records, config).given["norm_coupling"].outcome
+
+    assert outcome(0.8) == verdicts.Outcome.HOLDS
+    assert outcome(1.3) == verdicts.Outcome.DOES_NOT_HOLD  # beyond the declared 10%
+
+
+def _ratio_row(scale, estimator, mean, pooled, **rest):
+    return {"anisotropy": 1.0, "scale": scale, "estimator": estimator} | {
+        "mean_log_ratio": mean,
+        "pooled_log_ratio": pooled,
+        **rest,
+    }
+
+
+def test_best_derf_is_read_at_the_largest_scale_among_the_derf_variants():
+    rows = [
+        _ratio_row(16.0, "oprf", 12.0, 12.0),  # better than every DERF variant over FAVOR+
+        _ratio_row(16.0, "saderf", 10.0, 9.0),
+        _ratio_row(4.0, "oprf", 1.0, 1.0),
+        _ratio_row(4.0, "saderf", 20.0, 20.0),
+    ]
+    best = estimator_zoo_report._best_derf(rows, "mean_log_ratio", "FAVOR+")
+    assert best == {1.0: (10.0, "saderf")}
+    text = estimator_zoo_report._e10_text(rows, "FAVOR+", "mean_log_ratio")
+    assert ">= 10 at 1 of 1 anisotropies [0 of 1]" in text  # 10.0 counts, 9.0 does not
+
+
+def test_ratio_check_texts_report_the_largest_deviation_in_se():
+    rows = [
+        _ratio_row(1.0, "oprf", 1.0, 1.0, favor_is_z=+1.0, mc_pooled_log_ratio=1.2, mc_se=0.1),
+        _ratio_row(4.0, "oprf", 1.0, 2.0, favor_is_z=-3.0, mc_pooled_log_ratio=1.0, mc_se=0.5),
+    ]
+    assert "largest |z| = 3.0, at kappa = 1, s = 4" in estimator_zoo_report._ratio_checks_text(rows)
+    # (1.2 - 1) / 0.1 = 2 and (1 - 2) / 0.5 = -2: the largest |MC - closed form| is 2 SE
+    text = estimator_zoo_report._monte_carlo_text(rows)
+    assert "(2 rows): largest |MC - closed form| = 2.0 SE" in text
+
+
+def test_closed_form_check_lists_rows_off_either_way():
+    rows = [
+        _closed_form_row("vit", "positive", "gaussian", 9.0, 1.0, 1.0, 8.0),
+        _closed_form_row("vit", "oprf", "gaussian", 1.0, 9.0, 1.0, -8.0),
+        _closed_form_row("vit", "saderf", "gaussian", 1.0, 1.5, 1.0, -0.5),
+    ]
+    text = estimator_zoo_report._closed_form_check(rows, [])
+    assert "3 (data set, estimator) rows have a closed form" in text
+    assert "the Monte Carlo mean of 2 falls more than 4 SE from it" in text
