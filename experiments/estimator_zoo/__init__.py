@@ -43,6 +43,7 @@ from experiments.core.study import Study
 from experiments.core.validate import (
     require_couplings_draw,
     require_int,
+    require_interval,
     require_names,
     require_positive,
 )
@@ -88,27 +89,31 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         )
     if config.uci_sets:  # () runs no UCI set
         require_names(config, "uci_sets", data.UCI_DATASETS)
-    require_positive(
-        config,
-        "dim",
-        "num_features",
-        "norms",
-        "num_draws",
-        "real_draws",
-        "cost_inputs",
-        "uci_groups",
-        "uci_group_size",
+    require_positive(config, "norms")
+    require_int(
+        config, "dim", "num_features", "cost_inputs", "uci_groups", "uci_group_size", minimum=1
     )
-    require_int(config, "importance_draws", minimum=2)  # an SE needs two draws
+    # An SE needs two draws (one left every SE and paired z NaN, every verdict "not tested").
+    require_int(config, "num_draws", "real_draws", "importance_draws", minimum=2)
+    # NumPy's generators (the UCI rows, the importance draws) take no negative seed.
+    require_int(config, "seed", minimum=0)
+    require_int(config.ratios, "seed", minimum=0, prefix="config.ratios")
     require_int(config.ratios, "importance_draws", minimum=2, prefix="config.ratios")
     require_int(config.ratios, "dim", "num_points", minimum=1, prefix="config.ratios")
     require_int(config.ratios, "mc_draws", minimum=2, prefix="config.ratios")  # an SE: two
     require_positive(config.ratios, "scales", "anisotropies", prefix="config.ratios")
-    if config.ratios.mc_scales:  # () checks no setting by Monte Carlo
-        require_positive(config.ratios, "mc_scales", prefix="config.ratios")
-    for cosine in config.cosines:
-        if not -1.0 <= cosine <= 1.0:
-            raise ValueError(f"config.cosines must lie in [-1, 1], got {cosine}")
+    ratios = config.ratios
+    # () checks no setting by Monte Carlo; the check runs at kappa = 1 on settings of ``scales``
+    if ratios.mc_scales and (
+        not set(ratios.mc_scales) <= set(ratios.scales) or 1.0 not in ratios.anisotropies
+    ):
+        raise ValueError(
+            "config.ratios.mc_scales must be among config.ratios.scales "
+            f"{tuple(ratios.scales)}, with 1 among config.ratios.anisotropies "
+            f"{tuple(ratios.anisotropies)} (the Monte Carlo check runs at kappa = 1), or (); got "
+            f"{tuple(ratios.mc_scales)}"
+        )
+    require_interval(config, "cosines", interval="[-1, 1]")
     require_couplings_draw(config, "couplings", config.dim, config.num_features)
 
 

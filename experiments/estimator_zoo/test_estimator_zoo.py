@@ -319,6 +319,39 @@ def test_config_validation_names_the_field():
             estimator_zoo.validate_config(config)
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"real_feature_maps": ("positive", "oprf")}, r"config\.real_feature_maps: 'oprf'"),
+        ({"real_couplings": ("orthogonal",)}, r"must include FAVOR\+ i\.i\.d\."),
+        ({"importance_draws": 1}, r"config\.importance_draws must be an int >= 2"),
+        (
+            {"dim": 1, "couplings": ("gaussian", "orthogonal", "simplex")},
+            r"coupling 'simplex' cannot",
+        ),
+        # One draw left every SE and paired z NaN; no cosine, empty groups; a negative seed
+        # failed in NumPy's generator after the synthetic part; an mc_scale outside the
+        # scales (or no kappa = 1) silently checked nothing by Monte Carlo.
+        ({"num_draws": 1}, r"config\.num_draws must be an int >= 2, got 1"),
+        ({"real_draws": 1}, r"config\.real_draws must be an int >= 2, got 1"),
+        ({"cosines": ()}, r"config\.cosines must be finite and in \[-1, 1\], got \(\)"),
+        ({"seed": -1}, r"config\.seed must be an int >= 0"),
+        ({"ratios.seed": -1}, r"config\.ratios\.seed must be an int >= 0"),
+        ({"ratios.mc_scales": (2.0,)}, r"config\.ratios\.mc_scales must be among"),
+        ({"ratios.anisotropies": (10.0,), "ratios.mc_scales": (1.0,)}, r"with 1 among"),
+    ],
+)
+def test_config_validation_rejects_what_a_run_would_fail_or_leave_untested(changes, message):
+    config = zoo_config.get_config("quick")
+    config.cosines = (-1.0, 1.0)  # the ends are allowed
+    estimator_zoo.validate_config(config)
+    for field, value in changes.items():
+        *parents, name = field.split(".")
+        (config.ratios if parents else config)[name] = value
+    with pytest.raises(ValueError, match=message):
+        estimator_zoo.validate_config(config)
+
+
 def test_uci_groups_are_distinct_rows_at_the_median_lengthscale():
     pairs = pair_data.uci("banknote", num_groups=3, group_size=5, seed=0)
     assert pairs.queries.shape == pairs.keys.shape == (3, 5, 4) and not pairs.paired
