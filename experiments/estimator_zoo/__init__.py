@@ -357,7 +357,8 @@ def with_importance_checks(rows: list[dict], checks: dict[tuple[str, str], dict]
     ``mse_is`` ± ``mse_is_se`` over ``is_draws`` draws and ``is_z`` = (mse_is - mse_theory) /
     mse_is_se; for the block couplings the check of their coupling term (``coupling_term_is``
     ± ``coupling_term_is_se`` against ``coupling_term_theory``, the closed form minus the
-    i.i.d. row's; ``coupling_term_z``); NaN (and 0 draws) where the row has none."""
+    i.i.d. row's; ``coupling_term_z``); NaN (and 0 draws) where the row has none (a row
+    without the coupling term's check: ``coupling_term_theory`` NaN too)."""
     iid = next(
         (r["mse_theory"] for r in rows if (r["feature_map"], r["coupling"]) == BASELINE), math.nan
     )
@@ -371,7 +372,8 @@ def with_importance_checks(rows: list[dict], checks: dict[tuple[str, str], dict]
             "coupling_term_is_se": math.nan,
             **checks.get((row["feature_map"], row["coupling"]), {}),
         }
-        term = row["mse_theory"] - iid
+        # NaN for a row without the check: the difference is a coupling term only there
+        term = row["mse_theory"] - iid if check["coupling_term_is_se"] > 0 else math.nan
         out.append(
             {
                 **row,
