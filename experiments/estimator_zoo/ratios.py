@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from experiments.core import stats
 from experiments.estimator_zoo import importance
 from rfjax import features, projections, theory
 
@@ -91,15 +92,6 @@ def _squared_errors(draw_keys, queries, keys, *, name, num_features):
     return jax.lax.map(one_draw, draw_keys, batch_size=50)
 
 
-def _log_ratio_and_se(favor: np.ndarray, other: np.ndarray) -> tuple[float, float]:
-    """ln(mean favor / mean other) over common draws, SE by the delta method."""
-    a, b = favor.mean(), other.mean()
-    n = len(favor)
-    covariance = np.cov(favor, other, ddof=1) / n
-    variance = covariance[0, 0] / a**2 + covariance[1, 1] / b**2 - 2 * covariance[0, 1] / (a * b)
-    return float(np.log(a / b)), float(math.sqrt(max(variance, 0.0)))
-
-
 def measure(config: ml_collections.ConfigDict) -> list[dict]:
     """One row per (anisotropy, scale, estimator)."""
     rows = []
@@ -142,9 +134,9 @@ def _measure_setting(anisotropy, scale, draw_keys, config) -> list[dict]:
             **favor_check,
         }
         if monte_carlo:
-            row["mc_pooled_log_ratio"], row["mc_se"] = _log_ratio_and_se(
-                monte_carlo["positive"], monte_carlo[name]
-            )
+            # ln(mean favor / mean other) over common draws, SE by the delta method
+            check = stats.log_ratio_of_means(monte_carlo["positive"], monte_carlo[name])
+            row["mc_pooled_log_ratio"], row["mc_se"] = check.mean, check.se
         rows.append(row)
     return rows
 
