@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -361,6 +362,11 @@ def test_uci_groups_are_distinct_rows_at_the_median_lengthscale():
     assert np.median(distances) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="uci_group_size"):
         pair_data.uci("banknote", num_groups=100, group_size=100, seed=0)
+    # Every row of the set (1,372) in one group: standardised over the whole set, so every
+    # column has the same spread, 1 / lengthscale (banknote's own sds differ ~3-fold).
+    pairs = pair_data.uci("banknote", num_groups=1, group_size=686, seed=0)
+    spread = np.concatenate([pairs.queries[0], pairs.keys[0]]).std(axis=0)
+    np.testing.assert_allclose(spread, spread[0], rtol=1e-9)
 
 
 def test_vit_groups_are_one_head_of_one_layer_of_one_image(tmp_path):
@@ -846,3 +852,62 @@ def test_closed_form_check_lists_rows_off_either_way():
     text = estimator_zoo_report._closed_form_check(rows, [])
     assert "3 (data set, estimator) rows have a closed form" in text
     assert "the Monte Carlo mean of 2 falls more than 4 SE from it" in text
+
+
+def test_synthetic_pairs_have_the_grid_norms_and_cosines():
+    norms, cosines = (0.4, 0.8), (-0.5, 0.0, 0.9)
+    pairs = pair_data.synthetic(jax.random.key(0), 5, norms, cosines)
+    assert pairs.queries.shape == pairs.keys.shape == (2, 3, 5) and pairs.paired
+    for points in (pairs.queries, pairs.keys):
+        np.testing.assert_allclose(
+            np.linalg.norm(points, axis=-1), [[0.4] * 3, [0.8] * 3], rtol=1e-6
+        )  # float32 rotations
+    products = np.sum(pairs.queries * pairs.keys, axis=-1)
+    np.testing.assert_allclose(products, np.outer(np.square(norms), cosines), atol=1e-6)
+    # every pair has its own rotation: no two queries share a direction
+    directions = (
+        pairs.queries.reshape(6, 5) / np.linalg.norm(pairs.queries.reshape(6, 5), axis=1)[:, None]
+    )
+    assert np.max(np.abs(directions @ directions.T - np.eye(6))) < 0.99
+
+
+def test_cost_counts_query_and_key_rows_per_second(monkeypatch):
+    clock = iter(range(6))  # three timed calls of one second each
+    monkeypatch.setattr(estimator_zoo, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    config = ml_collections.ConfigDict({"seed": 0, "cost_inputs": 16, "dim": 4, "num_features": 8})
+    assert estimator_zoo.features_per_second("positive", "gaussian", config) == 32.0
+
+
+def _column(table: str, name: str) -> list[str]:
+    """The cells of column ``name`` of a markdown table."""
+    header, _, *lines = (line.split("|")[1:-1] for line in table.splitlines())
+    index = [cell.strip() for cell in header].index(name)
+    return [line[index].strip() for line in lines]
+
+
+def test_report_tables_and_checks_read_the_right_columns():
+    assert not estimator_zoo_report.monte_carlo_short({"z_score": -3.5})  # SHORT_Z = -4
+    config = zoo_config.get_config()
+    rows = [
+        _closed_form_row("synthetic", "positive", "gaussian", 1.0, 1.1, 0.1, -1.0),
+        _closed_form_row("vit", "positive", "gaussian", 1.0, 1.1, 0.1, -1.0),
+    ]
+    cells, unchecked = estimator_zoo_report.closed_form_cells(rows, config)
+    assert unchecked == []
+    assert cells["synthetic positive/gaussian (Monte Carlo)"].n == config.num_draws
+    assert cells["vit positive/gaussian (Monte Carlo)"].n == config.real_draws
+    ranked = [
+        {**_closed_form_row("vit", "positive", "gaussian", 1.0, 2.0, 0.1, z), "is_z": math.nan}
+        | {"ratio_to_favor_plus": 1.0, "ratio_z": 0.0, "next_z": math.nan}
+        | {"attention_error": math.nan, "features_per_s": 1.0}
+        for z in (-10.0, -1.0)
+    ]
+    table = estimator_zoo_report.ranked_table(ranked)
+    assert _column(table, "ranked by") == ["closed form", "MC"]
+    ratio_rows = [
+        _ratio_row(1.0, name, 1.0, 2.0, mean_log_ratio_vs_oprf=0.5, mc_se=math.nan, favor_is_z=0.0)
+        | {"mc_pooled_log_ratio": math.nan}
+        for name in ("oprf", "saderf")
+    ]
+    table = estimator_zoo_report.ratios_table(ratio_rows)
+    assert _column(table, "mean ln(Var OPRF / Var)") == ["", "0.50"]
