@@ -45,6 +45,7 @@ from experiments.core.validate import (
     require_int,
     require_interval,
     require_names,
+    require_no_repeats,
     require_positive,
 )
 from experiments.estimator_zoo import importance
@@ -75,6 +76,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     Raises:
       ValueError: naming the field, the value and what is allowed.
     """
+    grid = ("feature_maps", "couplings", "real_feature_maps", "real_couplings", "norms")
+    require_no_repeats(config, *grid, "cosines", "uci_sets")
+    require_no_repeats(config.ratios, "scales", "anisotropies", "mc_scales", prefix="config.ratios")
     require_names(config, "feature_maps", features.available(kernel="softmax"))
     require_names(config, "couplings", projections.available())
     require_names(config, "real_feature_maps", config.feature_maps)

@@ -10,6 +10,21 @@ import pytest
 FIELDS = [
     ("conformer_ctc", "attentions"),
     ("conformity", "norms_of_sum"),
+    *(
+        ("estimator_zoo", field)
+        for field in (
+            "feature_maps",
+            "couplings",
+            "real_feature_maps",
+            "real_couplings",
+            "norms",
+            "cosines",
+            "uci_sets",
+            "ratios.scales",
+            "ratios.anisotropies",
+            "ratios.mc_scales",
+        )
+    ),
     ("gram_error", "couplings"),
     ("gram_error", "features_per_dim"),
     ("hrf_clustered", "feature_counts"),
