@@ -155,6 +155,23 @@ def test_keys_formed_by_blocks_reach_later_blocks_relative_to_their_block_start(
     assert_chunk_is_the_dense_sums_in_float32(*operands)
 
 
+def test_a_later_keys_overflowing_product_never_meets_its_zero_weight_in_the_blocks():
+    """Keys formed by blocks (``wild_operands``: block 1 from position 2 on): row (1, 2)'s
+    cotangent G of 1e30 and the later key (1, 3)'s value of 1e30 make G_t . v_j = inf in
+    float32, which the row does not read (j > t): its selected product, not 0 * inf = NaN,
+    enters the in-block sums, so every cotangent stays finite (as the tame keys' product)."""
+    la, lb, v, start, end, state, later, grad = wild_operands()
+    v[1, 3] = 1e30
+    grad[1, 2] = 1e30
+    chunk, _ = jax.jit(chunk_factors)(la, lb, start)
+    assert not np.asarray(chunk.tame.tame)[1, 2:].any()
+    got = jax.jit(chunk_cotangents, static_argnums=7)(
+        chunk, v, start, end, state, later, grad, jnp.float32
+    )
+    for cotangent in got:
+        assert np.all(np.isfinite(np.asarray(cotangent)))
+
+
 def assert_chunk_is_the_dense_sums_in_float32(la, lb, v, start, end, state, later, grad):
     chunk, row_shift = jax.jit(chunk_factors)(la, lb, start)
     got_out, _ = jax.jit(chunk_output, static_argnums=4)(chunk, v, start, state, jnp.float32)
