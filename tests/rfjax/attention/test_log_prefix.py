@@ -427,3 +427,73 @@ def test_head_axes_need_rows_with_a_heads_axis():
             chunk=4,
             head_axes=0,
         )
+
+
+def test_the_initial_state_cotangent_leaves_out_the_padded_rows():
+    """``initial_state_cotangent`` of T = 13 rows in chunks of 4 (3 padded rows) with earlier
+    keys' shifts c_0 = 100 in float32: a padded row (la = 0, G = 0) has M = inf, so its
+    factor exp(la + c_0 - M) is 0; with M = 0 it was exp(100) = inf and inf * 0 = NaN. The
+    rows' own exponents la + c_0 - M <= -1, as the float64 direct sum."""
+    la, _, _, g = (np.asarray(x) for x in operands(5))
+    initial_shift = np.full(WIDTH, 100.0)
+    row_shift = np.max(la, axis=1) + 101.0
+    args = (la, row_shift, initial_shift, g)
+    got = initial_state_cotangent(
+        None, *(jnp.asarray(x, jnp.float32) for x in args), log_features=identity_logs, chunk=4
+    )
+    want = np.exp(la + initial_shift - row_shift[:, None]).T @ g
+    assert np.all(np.isfinite(np.asarray(got)))
+    # Each exponent (|la|, M up to ~400) is rounded with error ~4 eps32 * 400, as above.
+    tolerance = 4 * float(np.finfo(np.float32).eps) * 400 * np.abs(want).max()
+    np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "chunk"), schedules_and_chunks([3], {("batched", 3)}), indirect=["schedule"]
+)
+def test_row_shifts_cover_earlier_keys_above_every_key_of_the_sequence(chunk, schedule):
+    """An initial state whose shift c_0 lies above every key of the sequence (a sequence-
+    parallel shard after a device with larger keys): the running maxima start at c_0 in every
+    chunk, so each row shift is at least la_t + c_0 (the batched schedule's key pass took the
+    maxima of the chunks' keys alone, and the later chunks' rows read the state with factors
+    e^5 above their row's largest term), and the values equal the direct float64 sums."""
+    la, lb, v, _ = operands(6)
+    with jax.enable_x64(True):
+        initial_shift = jnp.max(lb, axis=0) + 5.0
+        state = jnp.ones((WIDTH, VALUES), jnp.float64)
+
+        @jax.jit  # one program (this schedule's: traced here)
+        def prefix(la, lb, v):
+            valid = jnp.ones(LENGTH, bool)
+            return causal_feature_prefix(
+                None,
+                la,
+                lb,
+                v,
+                valid,
+                log_features=identity_logs,
+                chunk=chunk,
+                initial=(state, initial_shift),
+            )
+
+        result = prefix(la, lb, v)
+        row_shift = result.row_shift
+        assert np.all(np.asarray(row_shift) >= np.max(la + initial_shift, axis=1))
+        earlier = jnp.exp(la + initial_shift - row_shift[:, None]) @ state
+        want = causal_log_prefix_quadratic(la, lb, v, row_shift) + earlier
+    np.testing.assert_allclose(result.out, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def test_low_precision_rows_accumulate_in_float32():
+    """bfloat16 log-features and values: the outputs, row shifts and sums are float32 (the
+    op's accumulation dtype is float32 at least), equal to the op on the same values in
+    float32 to float32's rounding of exponents of size ~800 (as above)."""
+    la, lb, v, _ = operands(1)
+    low = [jnp.asarray(x, jnp.bfloat16) for x in (la, lb, v)]
+    prefix = jax.jit(lambda *x: causal_log_prefix(*x, 4))
+    out, shift = prefix(*low)
+    assert out.dtype == shift.dtype == jnp.float32
+    want, want_shift = prefix(*(x.astype(jnp.float32) for x in low))
+    np.testing.assert_array_equal(shift, want_shift)
+    tolerance = 4 * float(np.finfo(np.float32).eps) * 1000 * np.abs(want).max()
+    np.testing.assert_allclose(out, want, rtol=0, atol=tolerance)
