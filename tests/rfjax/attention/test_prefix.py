@@ -8,7 +8,7 @@ import pytest
 from jax.test_util import check_grads
 
 from rfjax.attention import _chunks, _prefix
-from tests.support.favor_inputs import prefix_inputs
+from tests.support.favor_inputs import float32_tolerance, prefix_inputs
 
 
 @pytest.mark.parametrize("schedule", ["fused_scan", "batched"])
@@ -92,3 +92,27 @@ def test_custom_vjp_memory_is_bounded():
     # the inputs: the inputs, their time-reversed copies, cotangents and gradients.
     assert custom < plain - per_chunk_states / 2
     assert custom < 4 * inputs
+
+
+def test_a_later_keys_large_log_scale_never_reaches_the_plain_scans_gradients():
+    """A key whose log-scale jumps 200 above the running maximum (float32, chunk 11: one
+    chunk, so earlier rows meet it in the masked C x C form): its exponent alpha_j - beta_t,
+    j > t, is selected away before the exponential, so the plain scan's autodiff gradients
+    stay finite (exp(200) = inf times their zero cotangent was NaN in da, db) and equal the
+    custom VJP's."""
+    with jax.enable_x64(True):
+        a, b, v, alpha, _ = prefix_inputs(20)
+    a, b, v = (jnp.asarray(x, jnp.float32) for x in (a, b, v))
+    alpha = jnp.asarray(alpha, jnp.float32).at[6].add(200.0)
+    beta = jax.lax.cummax(alpha)
+    cotangent = jax.random.normal(jax.random.key(21), (a.shape[0], v.shape[1]))
+
+    def pullback(op):
+        return jax.jit(lambda *x: jax.vjp(lambda *y: op(*y, alpha, beta, 11), *x)[1](cotangent))
+
+    plain = pullback(_prefix.causal_prefix_scan)(a, b, v)
+    custom = pullback(_prefix.causal_prefix)(a, b, v)
+    for x, y in zip(plain, custom, strict=True):
+        assert np.all(np.isfinite(np.asarray(x)))
+        # ~(T + m) float32 roundings of the largest entry.
+        np.testing.assert_allclose(x, y, rtol=0, atol=float32_tolerance(15, y))
