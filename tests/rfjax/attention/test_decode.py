@@ -86,11 +86,13 @@ def test_prefill_gives_the_state_of_the_steps(name):
     )
 
 
-def test_prefill_after_a_non_finite_key_decodes_nan_as_causal_favor():
-    # An unmasked inf key at position 5 of sequence 0, head 1: causal FAVOR's rows >= 5 of that
-    # head are NaN; the prefill's state is NaN for that head only, so the steps after it are.
+def test_prefill_after_a_non_finite_key_or_value_decodes_nan_as_causal_favor():
+    # An unmasked inf key at position 5 of sequence 0, head 1, and a NaN value at position 2 of
+    # sequence 1, head 0: causal FAVOR's rows from there on of those heads are NaN; the
+    # prefill's state is NaN for those heads only, so the steps after it are.
     query, key, value = make_inputs(15)
     key = key.at[0, 5, 1].set(jnp.inf)
+    value = value.at[1, 2, 0, 3].set(jnp.nan)
     projection = per_head_projection()
     # Positive features: the per-feature state (_log_prefix.key_state) leaves such keys out.
     out, state = attention.favor_prefill(
@@ -99,8 +101,43 @@ def test_prefill_after_a_non_finite_key_decodes_nan_as_causal_favor():
     _, after = attention.favor_decode_step(state, query[:, 8], key[:, 8], value[:, 8], projection)
     poisoned = np.zeros(out.shape[:3], bool)
     poisoned[0, 5:, 1] = True
+    poisoned[1, 2:, 0] = True
     np.testing.assert_array_equal(np.isnan(out).any(-1), poisoned)
     np.testing.assert_array_equal(np.isnan(after).any(-1), poisoned[:, -1])
+
+
+def test_a_masked_step_leaves_the_state_unchanged_whatever_its_value():
+    """A masked token (a finished sequence's padding) with a NaN value and an inf key: that
+    sequence's state is unchanged bit for bit (its value is selected away, not multiplied by
+    the key's zero features), the other sequence's step is the unmasked one's."""
+    query, key, value = make_inputs(16)
+    projection = shared_projection()
+    state = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection)
+    step = jax.jit(attention.favor_decode_step)
+    state, _ = step(state, query[:, 0], key[:, 0], value[:, 0], projection)
+    token = (query[:, 1], key[:, 1].at[0].set(jnp.inf), value[:, 1].at[0].set(jnp.nan))
+    mask = jnp.arange(BATCH) != 0
+    masked, _ = step(state, *token, projection, mask=mask)
+    unmasked, _ = step(state, *token, projection)
+    for got, before, stepped in zip(masked, state, unmasked, strict=True):
+        np.testing.assert_array_equal(got[0], before[0])
+        np.testing.assert_array_equal(got[1:], stepped[1:])
+
+
+@pytest.mark.parametrize("name", ["positive", "relu"])  # one shift per feature, one per key
+def test_a_fully_masked_prompt_gives_the_empty_state(name):
+    """Sequence 1's prompt wholly masked (left padding): its state is ``favor_decode_init``'s,
+    zeros at the log floor, as the steps over masked tokens leave it (a shift of 0 there read
+    the next key relative to 0, not to the floor)."""
+    query, key, value = make_inputs(17)
+    projection = shared_projection()
+    mask = jnp.ones((BATCH, LENGTH), bool).at[1].set(False)
+    _, state = attention.favor_prefill(
+        query, key, value, projection, feature_map=name, mask=mask, chunk_size=CHUNK
+    )
+    empty = attention.favor_decode_init(BATCH, HEADS, VALUE_DIM, projection, feature_map=name)
+    for got, expected in zip(state, empty, strict=True):
+        np.testing.assert_array_equal(got[1], expected[1])
 
 
 def test_prefill_of_no_tokens_is_the_empty_state():
