@@ -212,7 +212,9 @@ def _positive_logs(weights, rows, side):
 
 @pytest.mark.parametrize(
     ("schedule", "chunk"),
-    schedules_and_chunks([4, 32], {("fused_scan", 4)}),
+    # The batched schedule at chunk 4 (4 chunks, 3 a step) sums the map's parameters'
+    # cotangents over a step's chunks (``_accumulate_chunks``): the accelerators' only path.
+    schedules_and_chunks([4, 32], {("fused_scan", 4), ("batched", 4)}),
     indirect=["schedule"],
 )
 def test_fused_feature_map_values_and_gradients_of_rows_and_parameters(chunk, schedule):
