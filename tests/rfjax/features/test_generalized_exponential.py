@@ -131,8 +131,9 @@ def test_statistics_per_sequence_give_one_parameter_per_head():
 def test_gerf_bad_inputs_raise():
     w = projections.gaussian(jax.random.key(0), 3, 4)
     x = jnp.ones((2, 3))
-    with pytest.raises(ValueError, match="a must be < 1/8"):
-        features.generalized_exponential_features(x, w, a=0.2)
+    for a in (0.2, 0.125):  # 1/8 itself: the second moment (1 - 8A)^{-d/2} is infinite
+        with pytest.raises(ValueError, match="a must be < 1/8"):
+            features.generalized_exponential_features(x, w, a=a)
     with pytest.raises(TypeError, match="a must be a real floating"):
         features.generalized_exponential_features(x, w, a=jnp.array(0))
     with pytest.raises(ValueError, match="finite"):
@@ -144,6 +145,16 @@ def test_gerf_bad_inputs_raise():
     stats = features.input_statistics(x, x)
     with pytest.raises(ValueError, match="side"):
         features.optimized_positive_features(x, w, side="value", statistics=stats)
+
+
+def test_oprf_fit_keeps_the_queries_and_keys_statistics_apart():
+    # A* is symmetric in queries and keys, but the fitted statistics are what a DERF fit or a
+    # reader takes: the query moments must be the queries'.
+    queries, keys = statistics(3)
+    fitted = features.get("oprf")().fit(jax.random.key(0), queries, keys)
+    for got, want in zip(fitted.statistics, features.input_statistics(queries, keys), strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(fitted.statistics.query_mean, jnp.mean(queries, 0), rtol=1e-12)
 
 
 # --- DERF ---------------------------------------------------------------------------------------
