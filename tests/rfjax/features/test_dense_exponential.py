@@ -165,6 +165,32 @@ def test_derf_bad_inputs_raise():
         features.dense_exponential_features(jnp.ones((2, 4)), w, side="key", parameters=params)
 
 
+def test_the_ridge_is_relative_to_the_mean_eigenvalue():
+    # M + ridge tr(M)/d I enters SADERF's psi_l = ((M_k + r I)_ll / (M_q + r I)_ll)^{1/4}.
+    queries, keys = statistics(3)
+    params = _fit(queries, keys, variant="simplified", ridge=0.5)
+    m_q, m_k = (np.mean(np.asarray(p) ** 2, axis=0) for p in (queries, keys))
+    psi = ((m_k + 0.5 * m_k.mean()) / (m_q + 0.5 * m_q.mean())) ** 0.25
+    np.testing.assert_allclose(np.diagonal(params.query_transform), psi, rtol=1e-12)
+    np.testing.assert_allclose(np.diagonal(params.key_transform), 1.0 / psi, rtol=1e-12)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_parameters_per_sequence_give_each_sequence_its_own_fit(variant):
+    # Parameters with a batch axis (one fit per head) on (heads, n, d) inputs are each head's
+    # own fit applied to its rows (3 heads of 5 rows: the batch axis is not the point axis).
+    queries, keys = statistics(3, n=15)
+    heads_q, heads_k = queries.reshape(3, 5, 3), keys.reshape(3, 5, 3)
+    batched = _fit(heads_q, heads_k, variant=variant)
+    w = projections.gaussian(jax.random.key(0), 3, 6, dtype=jnp.float64)
+    for side, points in (("query", heads_q), ("key", heads_k)):
+        got = _dense_exponential_features(points, w, side=side, parameters=batched)
+        for head in range(3):
+            single = _fit(heads_q[head], heads_k[head], variant=variant)
+            want = _dense_exponential_features(points[head], w, side=side, parameters=single)
+            np.testing.assert_allclose(got[head], want, rtol=1e-10)
+
+
 def test_asymmetric_fit_with_fewer_points_than_dimensions_is_finite_in_float32():
     # Regression: 12 points in d = 16 give singular second moments; in float32 rounding made
     # eigenvalues negative and M^{-1/2} NaN (found by the estimator zoo's default run).
@@ -185,8 +211,10 @@ def test_fits_in_low_precision_are_float32_fits_returned_in_the_input_dtype(dtyp
     # inside eigh (JAX's dtype error). Every fit (OPRF's statistics too) now computes in float32
     # and returns the input dtype: the same numbers as a float32 fit of the same (rounded)
     # inputs, cast back.
-    queries = jax.random.normal(jax.random.key(0), (32, 4)).astype(dtype)
-    keys = 2.0 * jax.random.normal(jax.random.key(1), (32, 4)).astype(dtype)
+    # 30 points, not a power of two: dividing a low-precision sum by n rounds (moments
+    # accumulated in the input dtype differ from float32 ones cast back).
+    queries = jax.random.normal(jax.random.key(0), (30, 4)).astype(dtype)
+    keys = 2.0 * jax.random.normal(jax.random.key(1), (30, 4)).astype(dtype)
     params = features.fit_dense_exponential(queries, keys, variant=variant)
     wide = features.fit_dense_exponential(
         queries.astype(jnp.float32), keys.astype(jnp.float32), variant=variant
