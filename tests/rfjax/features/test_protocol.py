@@ -76,9 +76,9 @@ def _log_space_checks(fmap, w, x, side):
     def direct(x):
         return fmap.features(x, w, side=side)
 
-    def scaled(x):
+    def scaled(x):  # psi alone must carry the gradient: consumers shift or drop s
         psi, log_scale = fmap.scaled_features(x, w, side=side)
-        return psi * jnp.exp(log_scale)[..., None]
+        return psi * jnp.exp(jax.lax.stop_gradient(log_scale))[..., None]
 
     weights = jax.random.normal(jax.random.key(5), direct(x).shape)
     grads = [jax.grad(lambda x, f=f: jnp.sum(weights * f(x)))(x) for f in (direct, scaled)]
