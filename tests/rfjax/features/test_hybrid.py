@@ -162,6 +162,75 @@ def test_hybrid_gram_is_the_flat_features_product(name):
         features.hybrid_gram(parts, parts)
 
 
+def test_kronecker_blocks_are_in_numpy_kron_order():
+    # Lemma 2.3's layout: index l w + j of rho (x) phi holds rho_l phi_j, as np.kron.
+    phi, last, rho = jnp.array([1.0, 2.0, 3.0]), jnp.array([11.0, 13.0]), jnp.array([5.0, 7.0])
+    query = features.hybrid_query_features([phi, last], [rho], [0.25])
+    want = [0.25 * phi, np.kron(rho, phi), 0.75 * last, np.kron(rho, last)]
+    np.testing.assert_array_equal(query, np.concatenate(want))
+    key = features.hybrid_key_features([phi, last], [rho])
+    np.testing.assert_array_equal(
+        key, np.concatenate([phi, np.kron(rho, phi), last, -np.kron(rho, last)])
+    )
+
+
+def test_hybrid_gram_is_zero_where_the_estimate_is_zero_and_the_scale_overflows():
+    # e^(s_i + s_j) = inf in float32: an estimate that is exactly 0 stays 0 (never 0 * inf =
+    # NaN); a nonzero one is +-inf (hybrid_gram's docstring).
+    def parts(base, log_scale, side):
+        bases = [jnp.zeros((1, 2)), jnp.full((1, 2), base)]
+        return features.HybridParts(bases, [jnp.ones((1, 1))], jnp.array([log_scale]), (0.5,), side)
+
+    for base, want in ((0.0, 0.0), (1.0, -np.inf)):  # lambda-hat = 1.5: -0.5 * 2 e^100
+        gram = features.hybrid_gram(parts(base, 100.0, "query"), parts(base, 0.0, "key"))
+        np.testing.assert_array_equal(gram, [[want]])
+
+
+def test_hybrid_bases_share_the_larger_log_scale():
+    # s = max(max_i l_i, |x|^2/2 - log(m)/2) (l the positive log-features): no base entry of
+    # psi exceeds 1 whichever base dominates (a row along the longest w_i: the positive one;
+    # a long row: the trigonometric one), so neither overflows in attention's shifted form.
+    fmap = features.AngularHybridFeatureMap(num_sign_features=NUM_SIGNS).init(
+        jax.random.key(0), DIM
+    )
+    w = projections.gaussian(jax.random.key(1), DIM, NUM_FEATURES)
+    rows = w.matrix()
+    longest = rows[jnp.argmax(jnp.sum(rows**2, axis=-1))]
+    x = jnp.stack([longest / jnp.linalg.norm(longest), jnp.full(DIM, 3.0)])
+    for side in features.SIDES:
+        bases = fmap.hybrid_parts(x, w, side=side).bases
+        largest = jnp.max(jnp.abs(jnp.concatenate(bases, axis=-1)), axis=-1)
+        assert bool(jnp.all(largest <= 1.0 + 1e-6)), largest
+        np.testing.assert_allclose(jnp.max(bases[0][0]), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("estimator", ("trigonometric", "positive"))
+def test_gaussian_hybrid_coefficient_estimates_the_normalised_gaussian_kernel(estimator):
+    # lambda-hat = a + rho(x).eta(y) estimates (exp(-|x + y|^2 / (2 tau^2)) - c) / (1 - c),
+    # c = exp(-2 r^2 / tau^2) (HRF Eq. 20 as reconstructed), within 4 SE of the n i.i.d.
+    # per-projection terms; tau != 1 and |x| != r so that the bandwidth and c both matter.
+    n = 8192
+    fmap = features.GaussianHybridFeatureMap(
+        num_coefficient_features=n,
+        bandwidth=BANDWIDTH,
+        radius=RADIUS,
+        coefficient_estimator=estimator,
+    ).init(jax.random.key(6), DIM)
+    w = projections.gaussian(jax.random.key(7), DIM, NUM_FEATURES)
+    x, y = map(f32, pair(0.9, 0.7, 2.0))
+    query, key = fmap.hybrid_parts(x, w, side="query"), fmap.hybrid_parts(y, w, side="key")
+    (offset,), (rho,), (eta,) = query.offsets, query.coefficients, key.coefficients
+    products = np.asarray(rho, np.float64) * np.asarray(eta, np.float64)
+    if estimator == "trigonometric":  # [sin, cos]: one term per projection from both halves
+        products = products[:n] + products[n:]
+    c = math.exp(-2.0 * RADIUS**2 / BANDWIDTH**2)
+    exact = (math.exp(-np.sum((x + y) ** 2) / (2.0 * BANDWIDTH**2)) - c) / (1.0 - c)
+    terms = n * products
+    se = terms.std(ddof=1) / math.sqrt(n)
+    np.testing.assert_allclose(offset, -c / (1.0 - c), rtol=1e-12)
+    assert abs(offset + terms.mean() - exact) <= NSIG * se, (offset + terms.mean(), exact, se)
+
+
 def test_angular_hybrid_is_eq_12():
     keys = jax.random.split(jax.random.key(4), 3)
     w1 = projections.gaussian(keys[0], DIM, NUM_FEATURES)
@@ -580,6 +649,17 @@ def test_the_hybrids_overflow_message_names_the_factor_that_overflows():
     hybrid = features.AngularHybridFeatureMap(num_sign_features=4).init(jax.random.key(1), 256)
     with pytest.raises(ValueError, match=r"finite for \|x\| < 13.5 here, so another factor"):
         hybrid.features(x, w, side="query")
+
+
+def test_the_hybrids_overflow_bound_is_the_trigonometric_bases():
+    # e^(|x|^2/2 - log(m_t)/2) sets the bound: m_t = 128 trigonometric rows (13.5 in float32),
+    # not the m_+ = 4 positive ones (13.37).
+    w_pos = projections.gaussian(jax.random.key(0), DIM, 4)
+    w_trig = projections.gaussian(jax.random.key(1), DIM, 128)
+    tau = projections.gaussian(jax.random.key(2), DIM, NUM_SIGNS)
+    x = f32(pair(14.0, 1.0, 0.0)[0])
+    with pytest.raises(ValueError, match=r"finite for \|x\| < 13.5 here"):
+        features.angular_hybrid_features(x, w_pos, w_trig, tau, side="query")
 
 
 @pytest.mark.parametrize("side", ["query", "key"])
