@@ -126,6 +126,13 @@ def test_statistics_per_sequence_give_one_parameter_per_head():
     batched, per_head = batched_and_per_head(batch_q, batch_k, w)
     for head in range(2):
         np.testing.assert_allclose(batched[head], per_head[head], rtol=1e-12)
+    # The map with per-sequence statistics is the same; its affine form takes one A only.
+    fmap = features.OptimizedPositiveFeatureMap(features.input_statistics(batch_q, batch_k))
+    np.testing.assert_allclose(
+        jnp.exp(fmap.log_features(batch_q, w, side="query")), batched, rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="one fitted A per map"):
+        fmap.affine_log_form(w, side="key")
 
 
 def test_gerf_bad_inputs_raise():
