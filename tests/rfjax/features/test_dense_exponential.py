@@ -227,6 +227,8 @@ def test_fits_in_low_precision_are_float32_fits_returned_in_the_input_dtype(dtyp
     for got, want in zip(statistics, features.input_statistics(*wide_inputs), strict=True):
         assert got.dtype == dtype
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want.astype(dtype)))
+    from_statistics = features.dense_exponential_parameters(statistics, variant=variant)
+    assert all(p.dtype == dtype for p in from_statistics)
     fitted = features.DenseExponentialFeatureMap(variant).fit(jax.random.key(2), queries, keys)
     w = projections.orthogonal(jax.random.key(3), 4, 8)
     assert bool(jnp.all(jnp.isfinite(fitted.features(queries, w, side="query"))))
