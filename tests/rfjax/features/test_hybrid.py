@@ -6,6 +6,7 @@ Zero-variance checks hold for every draw to float32 rounding.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -181,6 +182,10 @@ def test_hybrid_gram_is_zero_where_the_estimate_is_zero_and_the_scale_overflows(
         bases = [jnp.zeros((1, 2)), jnp.full((1, 2), base)]
         return features.HybridParts(bases, [jnp.ones((1, 1))], jnp.array([log_scale]), (0.5,), side)
 
+    with pytest.raises(ValueError, match="same hybrid estimator"):
+        features.hybrid_gram(
+            parts(0.0, 0.0, "query"), dataclasses.replace(parts(0.0, 0.0, "key"), offsets=(0.2,))
+        )
     for base, want in ((0.0, 0.0), (1.0, -np.inf)):  # lambda-hat = 1.5: -0.5 * 2 e^100
         gram = features.hybrid_gram(parts(base, 100.0, "query"), parts(base, 0.0, "key"))
         np.testing.assert_array_equal(gram, [[want]])
@@ -645,9 +650,10 @@ def test_the_hybrids_overflow_message_names_the_factor_that_overflows():
     trigonometric base's 13.5, which the message gave as the bound it had passed."""
     w = projections.orthogonal(jax.random.key(0), 256, 128)
     row = w.matrix()[0]
-    x = (12.0 * row / jnp.linalg.norm(row))[None]
+    other = jax.random.normal(jax.random.key(2), (256,))  # a longer row that does not overflow
+    x = jnp.stack([12.0 * row / jnp.linalg.norm(row), 13.0 * other / jnp.linalg.norm(other)])
     hybrid = features.AngularHybridFeatureMap(num_sign_features=4).init(jax.random.key(1), 256)
-    with pytest.raises(ValueError, match=r"finite for \|x\| < 13.5 here, so another factor"):
+    with pytest.raises(ValueError, match=r"up to 12 give .* < 13.5 here, so another factor"):
         hybrid.features(x, w, side="query")
 
 
