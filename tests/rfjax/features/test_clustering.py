@@ -152,6 +152,13 @@ def test_mismatched_clusters_are_rejected():
         features.kmeans(jax.random.key(0), jnp.ones((3, DIM)), 4)
     with pytest.raises(ValueError, match="num_clusters"):
         features.kmeans(jax.random.key(0), jnp.ones((3, DIM)), 0)
+    three = jnp.arange(3.0 * DIM).reshape(3, DIM)  # k = n is allowed: each point its own centre
+    centres = np.asarray(features.kmeans(jax.random.key(0), three, 3))
+    np.testing.assert_array_equal(centres[np.argsort(centres[:, 0])], three)
+    with pytest.raises(ValueError, match="real diagonals"):
+        features.cluster_hybrid_log_features(
+            jnp.ones(DIM), w, cluster_parameters("complex"), side="query"
+        )
     with pytest.raises(ValueError, match="same d"):
         features.fit_cluster_hybrid(jax.random.key(0), jnp.ones((5, DIM)), jnp.ones((5, 3)), 2, 2)
     with pytest.raises(ValueError, match="bandwidth"):
