@@ -152,9 +152,12 @@ def test_mismatched_clusters_are_rejected():
         features.kmeans(jax.random.key(0), jnp.ones((3, DIM)), 4)
     with pytest.raises(ValueError, match="num_clusters"):
         features.kmeans(jax.random.key(0), jnp.ones((3, DIM)), 0)
-    three = jnp.arange(3.0 * DIM).reshape(3, DIM)  # k = n is allowed: each point its own centre
-    centres = np.asarray(features.kmeans(jax.random.key(0), three, 3))
-    np.testing.assert_array_equal(centres[np.argsort(centres[:, 0])], three)
+    # k = n is allowed, and both seedings pick k distinct points: each point its own centre.
+    three = jnp.arange(3.0 * DIM).reshape(3, DIM)
+    for init in ("kmeans++", "random"):
+        for key in jax.random.split(jax.random.key(0), 4):
+            seeds = np.asarray(features.kmeans(key, three, 3, num_iterations=0, init=init))
+            np.testing.assert_array_equal(seeds[np.argsort(seeds[:, 0])], three)
     with pytest.raises(ValueError, match="real diagonals"):
         features.cluster_hybrid_log_features(
             jnp.ones(DIM), w, cluster_parameters("complex"), side="query"
