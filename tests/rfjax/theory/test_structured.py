@@ -236,7 +236,9 @@ def test_sutherland_schneider_constants_are_the_optimum_of_the_covering_bound(di
 
 
 def test_uniform_bound_formula_and_monotonicity():
-    eps, m, d, diameter, sigma_p = 0.2, 10**5, 4, 2.0, 1.5
+    """At m = 4000 the bound is 0.011 (at m = 10^5 it was 3e-125, and pytest.approx's default
+    absolute tolerance of 1e-12 accepted any value there)."""
+    eps, m, d, diameter, sigma_p = 0.2, 4000, 4, 2.0, 1.5
     alpha = min(1.0, 0.5 + eps / 3)
     expected = (
         theory.sutherland_schneider_beta(d)
@@ -244,9 +246,123 @@ def test_uniform_bound_formula_and_monotonicity():
         * math.exp(-2 * m * eps**2 / (8 * (d + 2) * alpha))
     )
     value = theory.rff_uniform_bound(eps, m, d, diameter=diameter, sigma_p=sigma_p)
-    assert value == pytest.approx(expected, rel=1e-12)
+    assert 1e-3 < expected < 1
+    assert value == pytest.approx(expected, rel=1e-12, abs=0)
     more = theory.rff_uniform_bound(eps, 2 * m, d, diameter=diameter, sigma_p=sigma_p)
     bias = theory.rff_uniform_bound(
         eps, m, d, diameter=diameter, sigma_p=sigma_p, embedding="cosine_bias"
     )
     assert more < value < bias  # more features help; the sin/cos bound is the tighter one
+
+
+def test_exact_search_beats_dsatur_where_dsatur_is_not_optimal():
+    """A 9-vertex graph DSatur colours with 4 colours, 3-colourable: "auto" (<= 16 vertices)
+    and "exact" lower the count by backtracking (a symmetry limit of one colour too few made the
+    search fail at once and return DSatur's 4)."""
+    graph = nx.Graph()
+    graph.add_nodes_from(range(9))  # insertion order fixes DSatur's ties
+    edges = "02 03 04 06 12 14 15 25 26 27 35 38 48 58 68"
+    graph.add_edges_from((int(u), int(v)) for u, v in edges.split())
+    assert theory.chromatic_number(graph, method="greedy") == 4
+    assert theory.chromatic_number(graph) == 3
+    assert theory.chromatic_number(graph, method="exact") == 3
+
+
+def test_chromatic_number_of_one_row_and_of_small_entries():
+    """chi[P] = 1 for a single row (Eq. 4 has no pair; 0 was returned by a mutant), and the
+    support threshold is relative: the circulant's P_i scaled by 1e-9 still give 5-cycles."""
+    assert theory.p_model_chromatic_number(np.eye(3)[None]) == 1
+    cyclic = np.stack([np.roll(np.eye(5), i, axis=1) for i in range(3)])
+    assert theory.p_model_chromatic_number(1e-9 * cyclic) == 3
+
+
+ROW_COVARIANCE_CASES = [  # several blocks (m > n), the last truncated; HD rotation; random h_b
+    ("circulant", 5, 13, {"preprocess": True}),
+    ("low_displacement_rank", 4, 10, {"rank": 2}),
+]
+
+
+@pytest.mark.parametrize(("name", "dim", "m", "options"), ROW_COVARIANCE_CASES)
+def test_row_covariance_of_several_blocks_is_the_gram_of_the_budget_jacobian(name, dim, m, options):
+    """W delta is linear in the stacked budgets, so Cov(W delta) = J J^T with J its Jacobian,
+    here by autodiff through the fast product (not through block_matrices): blocks on the
+    diagonal, zero across blocks, each block with its own h (a covariance that reused block 0's
+    matrices, or did not move past block 0, passed the one-block tests)."""
+    base = projections.get(name)(jax.random.key(7), dim, m, **options)
+    deltas = np.asarray(jax.random.normal(jax.random.key(8), (2, dim)), np.float64)
+
+    def project(budget, delta):
+        return projections.p_model(
+            jax.random.key(7),
+            dim,
+            m,
+            generator=base.model,
+            budget=budget,
+            preprocess=base.signs is not None,
+        )(delta)
+
+    covariance = theory.row_covariance(base, deltas)
+    assert covariance.shape == (2, m, m)
+    for delta, got in zip(deltas, covariance, strict=True):
+        jacobian = jax.jacfwd(project)(base.budget, jnp.asarray(delta, jnp.float32))
+        jacobian = np.asarray(jacobian, np.float64).reshape(m, -1)
+        np.testing.assert_allclose(got, jacobian @ jacobian.T, atol=1e-5)
+        np.testing.assert_allclose(np.diag(got), np.full(m, delta @ delta), rtol=1e-5)
+    assert np.abs(covariance[:, : base.block_size, base.block_size :]).max() == 0.0
+
+
+def test_row_covariance_refuses_other_projections_and_inputs_of_another_size():
+    w = projections.circulant(jax.random.key(0), 4, 4)
+    with pytest.raises(TypeError, match="projection must be a PModelProjection, got Dense"):
+        theory.row_covariance(projections.gaussian(jax.random.key(0), 4, 4), np.ones(4))
+    for delta in (np.ones(5), np.ones((2, 3)), np.float64(1.0)):
+        with pytest.raises(ValueError, match="delta must have last axis of size dim=4"):
+            theory.row_covariance(w, delta)
+
+
+def test_bounds_take_alpha_and_refuse_a_zero_covariance_norm():
+    """alpha = K(0) sets the summands' range [-alpha, alpha]: 2 exp(-m eps^2 / (2 alpha^2));
+    a zero covariance norm (a bound of 0 by 1/0) is refused like a negative one."""
+    eps = np.array([0.5, 1.0, 2.0])
+    np.testing.assert_allclose(
+        theory.rff_pointwise_bound(eps, 64, alpha=2.0),
+        np.minimum(1.0, 2 * np.exp(-64 * eps**2 / 8)),
+        rtol=1e-12,
+    )
+    with pytest.raises(ValueError, match="covariance_norm must be > 0"):
+        theory.structured_fourier_bound(0.1, 4, 0.0)
+
+
+@pytest.mark.parametrize(("embedding", "m"), [("sincos", 6000), ("cosine_bias", 40000)])
+def test_uniform_bound_formula_for_each_embedding_and_sigma_w(embedding, m):
+    """Both embeddings' formulas with sigma_w^2 = 0.4 (alpha < 1), written out from the
+    docstring (only the sin/cos one at sigma_w^2 = 1 was checked), at bounds of 0.005, 0.02."""
+    eps, d, diameter, sigma_p, sigma_w2 = 0.1, 3, 2.0, 1.5, 0.4
+    scale = sigma_p * diameter / eps
+    if embedding == "sincos":
+        alpha = sigma_w2 / 2 + eps / 3
+        rest = scale ** (2 / (1 + 2 / d)) * math.exp(-2 * m * eps**2 / (8 * (d + 2) * alpha))
+    else:
+        alpha = (1 + sigma_w2) / 8 + eps / 6
+        rest = scale ** (2 / (1 + 1 / d)) * math.exp(-m * eps**2 / (32 * (d + 2) * alpha))
+    assert alpha < 1
+    expected = theory.sutherland_schneider_beta(d, embedding=embedding) * rest
+    value = theory.rff_uniform_bound(
+        eps,
+        m,
+        d,
+        diameter=diameter,
+        sigma_p=sigma_p,
+        embedding=embedding,
+        sigma_w_squared=sigma_w2,
+    )
+    assert 1e-3 < expected < 1
+    assert value == pytest.approx(expected, rel=1e-12, abs=0)
+
+
+def test_coherence_graphs_refuse_matrices_that_are_not_k_t_n():
+    for matrices in (np.eye(3), np.zeros((2, 0, 3))):
+        with pytest.raises(ValueError, match=r"p_model must be a PModelProjection or P matrices"):
+            theory.coherence_graphs(matrices)
+    with pytest.raises(ValueError, match=r"of shape \(k, t, n\), got shape \(3, 3\)"):
+        theory.p_model_chromatic_number(np.eye(3))
