@@ -103,3 +103,60 @@ def test_complex_exponential_mse_of_a_complex_matrix_is_the_integral():
     for m in (1, 8):
         got = float(theory.complex_exponential_mse(x, y, matrix, m))
         assert got == pytest.approx(want / m, rel=1e-10)
+
+
+def test_complex_exponential_mse_of_a_diagonal_is_that_of_the_diagonal_matrix():
+    """A diagonal given as (d,) takes the branch u = A x + A^{-1} y elementwise; it must equal
+    the full diag(A) (a complex diagonal, so A^{-T} != A^T and A^{-1} != A)."""
+    x, y = pair(HYBRID_DIM, 0.9, 0.7, math.cos(1.1))
+    diagonal = np.array([1.2 + 0.3j, 0.7 - 0.5j, 2.0, -0.8 + 0.1j])
+    np.testing.assert_allclose(
+        theory.complex_exponential_mse(x, y, diagonal, 8),
+        theory.complex_exponential_mse(x, y, np.diag(diagonal), 8),
+        rtol=1e-12,
+    )
+
+
+def test_complex_exponential_mse_takes_an_ill_conditioned_matrix_below_float64s_limit():
+    """Condition number 1e9 < 1/eps of float64 (4.5e15) is accepted, as documented (a limit at
+    float32's 1/eps, 8.4e6, would refuse it)."""
+    x, y = pair(HYBRID_DIM, 0.5, 0.5, 0.3)
+    matrix = np.diag([1.0, 1.0, 1.0, 1e-9])
+    assert np.isfinite(theory.complex_exponential_mse(x, y, matrix, 4))
+
+
+def test_the_angle_with_a_zero_input_is_a_right_angle():
+    """theta = pi/2 when x or y is 0 (as in rfjax.kernels): lambda-hat has mean 1/2 and the
+    largest variance 1/(4n)."""
+    moments = theory.angular_coefficient_moments(np.zeros(HYBRID_DIM), np.ones(HYBRID_DIM), 4)
+    np.testing.assert_allclose([moments.mean, moments.variance], [0.5, 1 / 16], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("theta", "radius", "argument"), [(-0.1, 1.0, "theta"), (1.0, -0.5, "radius")]
+)
+def test_sphere_errors_refuse_a_negative_angle_or_radius(theta, radius, argument):
+    for function in (theory.trigonometric_relative_error, theory.positive_relative_error):
+        with pytest.raises(ValueError, match=f"{argument} must"):
+            function(theta, radius, 8)
+    with pytest.raises(ValueError, match=f"{argument} must"):
+        theory.angular_hybrid_relative_error(theta, radius, 8, NUM_SIGNS)
+    if argument == "radius":
+        with pytest.raises(ValueError, match="radius must"):
+            theory.max_relative_error(radius, 8)
+
+
+def test_complex_exponential_mse_refuses_a_scalar_matrix():
+    x, y = pair(HYBRID_DIM, 0.5, 0.5, 0.3)
+    with pytest.raises(ValueError, match=r"matrix must have shape \(d, d\) = \(4, 4\)"):
+        theory.complex_exponential_mse(x, y, 2.0, 4)
+
+
+def test_the_angle_of_parallel_inputs_is_exact_despite_rounding():
+    """x and 3x (or -2x): the computed cosine can round past +-1 (1 + 2e-16), where arccos is
+    NaN; it is clipped, so theta is 0 (pi) and lambda-hat's mean 0 (1) with no variance."""
+    xs = np.random.default_rng(0).normal(size=(20, HYBRID_DIM))
+    for scale, mean in ((3.0, 0.0), (-2.0, 1.0)):
+        moments = theory.angular_coefficient_moments(xs, scale * xs, NUM_SIGNS)
+        np.testing.assert_allclose(moments.mean, mean, atol=1e-7)
+        np.testing.assert_allclose(moments.variance, 0.0, atol=1e-7)
