@@ -266,6 +266,18 @@ def test_exact_search_beats_dsatur_where_dsatur_is_not_optimal():
     assert theory.chromatic_number(graph, method="greedy") == 4
     assert theory.chromatic_number(graph) == 3
     assert theory.chromatic_number(graph, method="exact") == 3
+    graph.add_nodes_from(range(9, 16))  # isolated: still searched at 16 vertices ...
+    assert theory.chromatic_number(graph) == 3
+    graph.add_node(16)  # ... and at 17 "auto" gives DSatur's count, an upper bound
+    assert theory.chromatic_number(graph) == 4
+    assert theory.chromatic_number(graph, method="exact") == 3
+
+
+def test_a_disconnected_graph_of_degree_three_can_need_four_colours():
+    """K_4 beside an edge: not complete, not bipartite, maximum degree 3 and chi = 4 (Brooks'
+    theorem excludes K_4 only for connected graphs; "degree <= 3 means 3" passed every test)."""
+    graph = nx.disjoint_union(nx.complete_graph(4), nx.path_graph(2))
+    assert theory.chromatic_number(graph) == 4
 
 
 def test_chromatic_number_of_one_row_and_of_small_entries():
