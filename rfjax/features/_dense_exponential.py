@@ -41,8 +41,9 @@ direction. The variants differ in Phi:
   for phi' (the scalar objective is increasing in phi', so this is the exact optimum over
   scalar A and diagonal Phi). It costs O(d) per input beyond FAVOR+'s projection.
 
-Second moments are regularised by ``ridge * tr(M)/d * I`` before they are inverted (the
-asymmetric and simplified variants), so fewer points than dimensions do not give infinities.
+Second moments are regularised by ``ridge * tr(M)/d * I`` (``ridge * I`` for a zero moment)
+before they are inverted (the asymmetric and simplified variants), so fewer points than
+dimensions, or points all at the origin, do not give infinities.
 """
 
 from __future__ import annotations
@@ -100,8 +101,12 @@ def _symmetric_power(matrix: jax.Array, power: float) -> jax.Array:
 
 
 def _regularised(moment: jax.Array, ridge: float) -> jax.Array:
+    """``moment + ridge * tr(M)/d * I``; a zero moment (every point at the origin, or none, e.g.
+    every key masked in attention) gets ``ridge * I``, which a relative ridge would leave
+    singular (its inverse root NaN)."""
     dim = moment.shape[-1]
     scale = jnp.trace(moment, axis1=-2, axis2=-1) / dim
+    scale = jnp.where(scale > 0, scale, 1.0)
     return moment + (ridge * scale)[..., None, None] * jnp.eye(dim, dtype=moment.dtype)
 
 

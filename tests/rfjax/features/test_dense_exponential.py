@@ -175,6 +175,19 @@ def test_the_ridge_is_relative_to_the_mean_eigenvalue():
     np.testing.assert_allclose(np.diagonal(params.key_transform), 1.0 / psi, rtol=1e-12)
 
 
+def test_a_zero_moment_gets_an_absolute_ridge():
+    # Keys all at the origin (or none: every key masked in attention): the relative ridge
+    # ridge tr(M)/d of a zero moment is 0, and the asymmetric fit's M^{-1/2} was NaN.
+    queries, keys = statistics(3)
+    keys = 0.0 * keys
+    params = _fit(queries, keys, variant="simplified", ridge=0.5)
+    m_q = np.mean(np.asarray(queries) ** 2, axis=0)
+    psi = (0.5 / (m_q + 0.5 * m_q.mean())) ** 0.25
+    np.testing.assert_allclose(np.diagonal(params.query_transform), psi, rtol=1e-12)
+    for leaf in jax.tree.leaves(_fit(queries, keys, variant="asymmetric")):
+        assert bool(np.all(np.isfinite(leaf)))
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_parameters_per_sequence_give_each_sequence_its_own_fit(variant):
     # Parameters with a batch axis (one fit per head) on (heads, n, d) inputs are each head's
