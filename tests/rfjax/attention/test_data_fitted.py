@@ -8,9 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from rfjax import attention, features, projections
-from rfjax.attention import PerHead
+from rfjax.attention import PerHead, _data_fitted
 from rfjax.nn import PerformerAttention
 from tests.support.compiled import jitted
 
@@ -24,10 +26,10 @@ def _qkv(key=0):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _fitted_per_head(name, query, key):
-    """The map fitted per head by hand: normalised by H^{-1/4}, pooled over the batch."""
+    """The map fitted per head by hand: normalised by H^{-1/4}, pooled over the batch (and the
+    sequence, whose length may differ between ``query`` and ``key``)."""
     scale = H**-0.25
-    heads_q = jnp.moveaxis(query * scale, 2, 0).reshape(N, B * T, H)
-    heads_k = jnp.moveaxis(key * scale, 2, 0).reshape(N, B * T, H)
+    heads_q, heads_k = (jnp.moveaxis(x * scale, 2, 0).reshape(N, -1, H) for x in (query, key))
     template = features.get(name)()
     return PerHead(jax.vmap(lambda q, k: template.fit(jax.random.key(0), q, k))(heads_q, heads_k))
 
@@ -96,6 +98,72 @@ def test_a_pair_with_an_unfitted_side_is_refused_and_a_fitted_pair_attends_as_it
     np.testing.assert_array_equal(
         favor(q, k, v, w, feature_map=fitted), favor(q, k, v, w, feature_map=alone)
     )
+
+
+@pytest.mark.parametrize("name", ["oprf", "derf_asymmetric"])
+def test_the_statistics_are_means_over_the_unmasked_keys_only(name):
+    # More queries than unmasked keys: the query sums divided by the key count (or the
+    # reverse) went unseen while every key was unmasked.
+    q, k, v = _qkv()
+    w = projections.gaussian(jax.random.key(1), H, M)
+    mask = jnp.tile(jnp.arange(T) < T - 4, (B, 1))
+    favor = jitted(attention.favor_attention)
+    by_name = favor(q, k, v, w, feature_map=name, mask=mask)
+    by_hand = favor(q, k, v, w, feature_map=_fitted_per_head(name, q, k[:, : T - 4]), mask=mask)
+    np.testing.assert_allclose(by_name, by_hand, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", DATA_FITTED)
+def test_every_key_masked_gives_zero_outputs_as_favor_plus_does(name):
+    # No key counted: the statistics' means divide by a count of at least 1 (0/0 was NaN).
+    q, k, v = _qkv()
+    w = projections.gaussian(jax.random.key(1), H, M)
+    none = jnp.zeros((B, T), bool)
+    np.testing.assert_array_equal(
+        jitted(attention.favor_attention)(q, k, v, w, feature_map=name, mask=none), 0.0
+    )
+
+
+def test_low_precision_inputs_are_fitted_in_the_computation_dtype():
+    q, k, _ = _qkv()
+    q, k = q.astype(jnp.bfloat16), k.astype(jnp.bfloat16)
+    mask = jnp.ones((B, T), bool)
+    oprf = features.get("oprf")()
+    fitted, axis = _data_fitted.fit_if_unfitted(
+        oprf, None, q, k, mask, causal=False, dtype=jnp.float32
+    )
+    wide = _data_fitted.fit_to_inputs(
+        oprf, *(x.astype(jnp.float32) for x in (q, k)), mask, causal=False
+    )
+    assert axis == 0
+    for got, want in zip(jax.tree.leaves(fitted), jax.tree.leaves(wide.stacked), strict=True):
+        assert got.dtype == jnp.float32
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("unfitted_side", ["query", "key"])
+def test_a_pair_with_one_unfitted_side_is_refused(unfitted_side):
+    # A pair counted as unfitted only when both sides were passed as fitted.
+    q, k, v = _qkv()
+    w = projections.orthogonal(jax.random.key(1), H, M)
+    oprf = features.get("oprf")()
+    fitted = oprf.fit(jax.random.key(2), *(H**-0.25 * x.reshape(-1, H) for x in (q, k)))
+    sides = {"query": fitted, "key": fitted, unfitted_side: oprf}
+    pair = features.FeatureMapPair(sides["query"], sides["key"])
+    for causal in (False, True):
+        with pytest.raises(ValueError, match=r"FeatureMapPair .*calibration sample"):
+            attention.favor_attention(q, k, v, w, feature_map=pair, causal=causal)
+
+
+def test_causal_attention_on_global_split_arrays_refuses_an_unfitted_map():
+    # Global arrays go through _global_split, which fits before the local calls: causal
+    # attention there must refuse the map too, not fit it to the current keys.
+    q, k, v = _qkv()
+    w = projections.orthogonal(jax.random.key(1), H, M)
+    mesh = jax.make_mesh((1,), ("batch",), axis_types=(AxisType.Explicit,))
+    q, k, v = (jax.device_put(x, NamedSharding(mesh, P("batch"))) for x in (q, k, v))
+    with pytest.raises(ValueError, match=r"feature_map OptimizedPositiveFeatureMap .*calibration"):
+        attention.favor_attention(q, k, v, w, feature_map="oprf", causal=True)
 
 
 def test_masked_keys_do_not_enter_the_statistics():
