@@ -49,15 +49,18 @@ def test_bidirectional_attention_fits_the_map_to_the_current_inputs(name):
 
 @pytest.mark.parametrize("name", ["oprf", "saderf"])
 def test_attention_weights_fit_the_map_as_favor_attention_does(name):
-    # Issue 16: the explicit weights used to treat an unfitted map as FAVOR+.
+    # Issue 16: the explicit weights used to treat an unfitted map as FAVOR+. Masked keys
+    # stay out of their fit too.
     q, k, v = _qkv()
     w = projections.orthogonal(jax.random.key(1), H, M)
+    mask = jnp.tile(jnp.arange(T) < T - 4, (B, 1))
     favor_weights = jitted(attention.favor_attention_weights)
-    weights = favor_weights(q, k, w, feature_map=name)
-    by_hand = favor_weights(q, k, w, feature_map=_fitted_per_head(name, q, k))
+    weights = favor_weights(q, k, w, feature_map=name, mask=mask)
+    fitted = _fitted_per_head(name, q, k[:, : T - 4])
+    by_hand = favor_weights(q, k, w, feature_map=fitted, mask=mask)
     np.testing.assert_allclose(weights, by_hand, rtol=2e-5, atol=1e-6)
     applied = jnp.einsum("bnts,bsnh->btnh", weights, v)
-    out = jitted(attention.favor_attention)(q, k, v, w, feature_map=name)
+    out = jitted(attention.favor_attention)(q, k, v, w, feature_map=name, mask=mask)
     np.testing.assert_allclose(applied, out, rtol=2e-4, atol=1e-5)
 
 
@@ -181,14 +184,15 @@ def test_masked_keys_do_not_enter_the_statistics():
 @pytest.mark.parametrize("name", ["oprf", "saderf"])
 def test_a_non_finite_row_stays_out_of_the_statistics(name):
     """A NaN query or an inf key reaches the outputs that attend to it only: the statistics
-    pooled over the batch leave such rows out (they put NaN into every output of the head)."""
+    pooled over the batch leave such rows out (they put NaN into every output of the head),
+    even with one coordinate of the row non-finite."""
     q, k, v = _qkv()
     w = projections.gaussian(jax.random.key(1), H, M)
     favor = jitted(attention.favor_attention)
-    out = np.asarray(favor(q.at[0, 3, 1].set(jnp.nan), k, v, w, feature_map=name))
+    out = np.asarray(favor(q.at[0, 3, 1, 0].set(jnp.nan), k, v, w, feature_map=name))
     assert np.argwhere(np.isnan(out).any(-1)).tolist() == [[0, 3, 1]]
     assert np.isfinite(np.delete(out.reshape(B * T * N, H), 3 * N + 1, axis=0)).all()
-    out = favor(q, k.at[0, 3].set(jnp.inf), v, w, feature_map=name)
+    out = favor(q, k.at[0, 3, :, 0].set(jnp.inf), v, w, feature_map=name)
     assert bool(jnp.all(jnp.isnan(out[0])))  # batch 0 attends to the key
     without = favor(q, k, v, w, feature_map=name, mask=jnp.ones((B, T), bool).at[0, 3].set(False))
     np.testing.assert_array_equal(out[1], without[1])  # the same statistics: as if masked
