@@ -237,3 +237,27 @@ def test_rff_mse_gap_and_angle_are_differentiable():
         jnp.asarray(PRF_X)
     )
     assert np.all(np.isfinite(grads))
+
+
+def test_prf_mse_keeps_its_digits_at_small_v():
+    """At x = y, |x + y| = v, the Gaussian-kernel MSE is expm1(v^2) / m exactly (log-prefactor
+    0): e^{v^2} - 1 computed as a difference loses ~|log10 v^2| digits (1e-6 relative at
+    v^2 = 1e-10), ``exp_difference`` keeps them."""
+    x = np.full(DIM, 1e-5 / (2 * math.sqrt(DIM)))
+    v2 = float(np.sum((2 * x) ** 2))
+    np.testing.assert_allclose(theory.prf_mse(x, x, 4), math.expm1(v2) / 4, rtol=1e-12)
+
+
+def test_closed_forms_reject_inputs_beyond_their_range():
+    # |x - y| <= 20 for the simplex RFF block, 100 for the orthogonal one; |x + y| <= 100 for
+    # the PRF block couplings (beyond it the traced path would silently return NaN).
+    far, zero = np.zeros(DIM), np.zeros(DIM)
+    far[0] = 30.0
+    with pytest.raises(ValueError, match=r"\|x - y\| = 30 is beyond the range \|x - y\| <= 20"):
+        theory.rff_mse(far, zero, 6, coupling="simplex")
+    assert np.isfinite(theory.rff_mse(far, zero, 6, coupling="orthogonal"))
+    for coupling in ("orthogonal", "simplex"):
+        with pytest.raises(ValueError, match=r"\|x \+ y\| = 150 is beyond the range"):
+            theory.prf_mse(5 * far, zero, 6, coupling=coupling)
+    # i.i.d. rows have no range limit: (e^0 - e^-22500) / m.
+    np.testing.assert_allclose(theory.prf_mse(5 * far, zero, 6), 1 / 6, rtol=1e-14)
