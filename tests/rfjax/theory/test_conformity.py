@@ -86,6 +86,24 @@ def test_effective_conformity():
     # m = 9 in blocks (6, 3): 30 + 6 of 72 ordered pairs share a block.
     expected = (36 * rho_block + 36 * np.exp(v * v)) / 72
     np.testing.assert_allclose(theory.effective_conformity(rho_block, v, (6, 3)), expected)
+    # m = 2 in one block: its only pair shares the block; m = 1: no pairs, e^{v^2} by convention.
+    np.testing.assert_allclose(theory.effective_conformity(rho_block, v, (2,)), rho_block)
+    np.testing.assert_allclose(theory.effective_conformity(rho_block, v, (1,)), np.exp(v * v))
+
+
+def test_conformity_depends_on_v_through_v_squared_and_on_theta_through_its_cosine():
+    v = np.array([0.5, 2.0])
+    for coupling in ("gaussian", "orthogonal", "simplex"):
+        np.testing.assert_allclose(
+            theory.conformity(coupling, DIM, -v), theory.conformity(coupling, DIM, v), rtol=1e-14
+        )
+    np.testing.assert_allclose(theory.iid_conformity(-v), np.exp(v * v), rtol=1e-14)
+    theta = np.array([0.3, 2.0])
+    np.testing.assert_allclose(
+        theory.conformity_at_angle(DIM, 1.0, 2 * np.pi - theta),
+        theory.conformity_at_angle(DIM, 1.0, theta),
+        rtol=1e-12,
+    )
 
 
 @functools.cache
