@@ -64,3 +64,13 @@ def test_headline_variance_reduction_over_favor_plus():
     assert large["asymmetric"] == max(large.values()), large
     small = _log_variance_reduction(1.0)
     assert min(small.values()) > 0.0 and max(small.values()) < 1.0, small
+
+
+def test_gerf_rejects_a_at_and_above_one_eighth():
+    # At A = 1/8 the second moment (1 - 8A)^{-d/2} is already infinite.
+    x = jnp.array([0.3, -0.2])
+    for a in (0.125, 0.2):
+        with pytest.raises(ValueError, match="a must be < 1/8"):
+            theory.gerf_log_second_moment(x, -x, a=a)
+        with pytest.raises(ValueError, match="a must be < 1/8"):
+            theory.gerf_variance(x, -x, 4, a=a)
