@@ -36,3 +36,14 @@ def test_log_hyp0f1_matches_mpmath_and_scipy_derivative():
         theory.log_hyp0f1(1.0, -1.0)
     with pytest.raises(ValueError, match="b must be > 0"):
         theory.log_hyp0f1(0.0, 1.0)
+
+
+def test_log_hyp0f1_static_bound_is_inclusive_up_to_1e8():
+    z = np.array([0.7, 1e6])
+    np.testing.assert_allclose(
+        theory.log_hyp0f1(2.5, z, max_argument=1e8), theory.log_hyp0f1(2.5, z), rtol=1e-13
+    )
+    with pytest.raises(ValueError, match=r"max_argument must be <= 1e\+08, got 2e\+08"):
+        theory.log_hyp0f1(2.5, z, max_argument=2e8)
+    with pytest.raises(ValueError, match=r"z must lie in \[0, 10\]"):
+        theory.log_hyp0f1(2.5, z, max_argument=10.0)
