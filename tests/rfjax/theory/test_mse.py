@@ -259,5 +259,9 @@ def test_closed_forms_reject_inputs_beyond_their_range():
     for coupling in ("orthogonal", "simplex"):
         with pytest.raises(ValueError, match=r"\|x \+ y\| = 150 is beyond the range"):
             theory.prf_mse(5 * far, zero, 6, coupling=coupling)
+    with pytest.raises(ValueError, match=r"\|x \+ y\| = 150 is beyond the range"):
+        theory.prf_orthogonality_gap(5 * far, zero, DIM)
+    with pytest.raises(ValueError, match="z = 150 is beyond the range z <= 100"):
+        theory.rff_orthogonality_gap(150.0, DIM, DIM)
     # i.i.d. rows have no range limit: (e^0 - e^-22500) / m.
     np.testing.assert_allclose(theory.prf_mse(5 * far, zero, 6), 1 / 6, rtol=1e-14)
