@@ -153,3 +153,64 @@ def test_a_bad_temperature_raises_naming_it_for_exact_attention_too(temperature)
     policy = policy_of("exact", temperature=temperature)
     with pytest.raises((TypeError, ValueError), match="temperature must be"):
         policy.init(jax.random.key(1), jnp.zeros(SHAPE), None)
+
+
+def test_policy_computes_its_docstring_steps_written_out():
+    """Steps 1-5 of the class docstring in float64 numpy from the parameters: tokens are the
+    patch pixels and centres, queries and keys come from their own layers, the importance is
+    the column sums of the row-softmax of q.k / sqrt(d), the controller is a tanh MLP of the
+    image with the dropped patches zeroed."""
+    policy = policy_of("exact", patch_size=2, hidden_sizes=(5,), num_kept=4)
+    image = jax.random.uniform(jax.random.key(0), SHAPE)
+    params = policy.init(jax.random.key(1), image, None)
+    logits, state = policy.apply(params, image, None, mutable="intermediates")
+    layers = {
+        name: {k: np.asarray(v, np.float64) for k, v in p.items()}
+        for name, p in params["params"].items()
+    }
+
+    def dense(name, x):
+        return x @ layers[name]["kernel"] + layers[name]["bias"]
+
+    def unit_scaled(x):  # unit length, then sqrt(tau sqrt(d)) with tau = 1, d = 4
+        return x / np.linalg.norm(x, axis=-1, keepdims=True) * math.sqrt(math.sqrt(4))
+
+    patches = np.asarray(image_patches(image, 2), np.float64)  # (9, 8)
+    tokens = np.concatenate([patches, np.asarray(patch_centres(6, 6, 2), np.float64)], axis=-1)
+    query, key = unit_scaled(dense("query", tokens)), unit_scaled(dense("key", tokens))
+    scores = np.exp(query @ key.T / math.sqrt(4))
+    importance = (scores / scores.sum(axis=1, keepdims=True)).sum(axis=0)
+    np.testing.assert_allclose(state["intermediates"]["importance"][0], importance, rtol=1e-5)
+    kept = np.argsort(-importance)[:4]
+    mask = np.isin(np.arange(9), kept)
+    np.testing.assert_array_equal(state["intermediates"]["mask"][0], mask)
+    hidden = np.tanh(dense("controller_0", np.where(mask[:, None], patches, 0.0).reshape(-1)))
+    np.testing.assert_allclose(logits, dense("logits", hidden), rtol=1e-5, atol=1e-6)
+
+
+def test_every_patch_may_be_kept():
+    """num_kept = T and k = T are allowed (1 <= k <= T): the mask keeps every patch."""
+    assert policy_of(num_kept=9, patch_size=2).num_patches() == 9
+    assert top_k_mask(jnp.array([0.3, -1.0, 2.0]), 3).tolist() == [True, True, True]
+
+
+def test_gaussian_hybrid_bandwidth_and_radius_are_the_root_temperature():
+    """The scaled queries and keys have length sqrt(tau): the map is built for that radius."""
+    feature_map = policy_of("gaussian_hybrid", temperature=0.5).feature_map()
+    assert feature_map.bandwidth == feature_map.radius == pytest.approx(math.sqrt(0.5))
+
+
+def test_policy_floors_the_row_normalisers_at_its_eps():
+    policy = policy_of("positive", eps=1e3)  # above every normaliser: the floor decides
+    query, key = queries_keys(policy)
+    projection = policy.draw_projection(jax.random.key(3))
+
+    def importance(eps):
+        return random_feature_importance(
+            query, key, projection.projection, feature_map=projection.feature_map, eps=eps
+        )
+
+    np.testing.assert_allclose(
+        policy.patch_importance(query, key, projection), importance(1e3), rtol=1e-6
+    )
+    assert not np.allclose(importance(1e3), importance(1.0), rtol=1e-2)
