@@ -2,6 +2,7 @@
 
 import functools
 import os
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +66,11 @@ def test_es_gradient_estimate_is_unbiased_on_a_quadratic():
 def test_make_strategy_rejects_bad_settings():
     with pytest.raises(ValueError, match="population_size must be an even int"):
         es.make_strategy({"x": jnp.zeros(2)}, population_size=5, sigma=0.1, optimizer=optax.sgd(1))
+    for sigma in (0.0, float("nan")):
+        with pytest.raises(ValueError, match="sigma must be > 0"):
+            es.make_strategy(
+                {"x": jnp.zeros(2)}, population_size=4, sigma=sigma, optimizer=optax.sgd(1)
+            )
     with pytest.raises(ValueError, match="fitness_shaping must be one of"):
         es.make_strategy(
             {"x": jnp.zeros(2)},
@@ -96,6 +102,197 @@ def test_rollout_matches_a_step_by_step_episode():
                 total, steps = total + float(state.rewards[0]), steps + 1
             assert totals[member, episode] == total
             assert lengths[member, episode] == steps
+
+
+def test_one_es_step_is_the_shaped_antithetic_estimate():
+    """One ``sgd(1.0)`` step moves the mean by -(1 / (P sigma)) sum_i s_i eps_i (``make_strategy``'s
+    docstring), every eps_i's mirror image -eps_i in the population, with s_i = f_i or the
+    centred rank of f_i, rank / (P - 1) - 1/2 (0 for the smallest f)."""
+    size, sigma = 6, 0.3
+    mean = {"x": jnp.array([0.5, -1.0, 2.0])}
+    for shaping in ("identity", "centered_rank"):
+        strategy = es.make_strategy(
+            mean,
+            population_size=size,
+            sigma=sigma,
+            optimizer=optax.sgd(1.0),
+            fitness_shaping=shaping,
+        )
+        params = strategy.default_params
+        state = strategy.init(jax.random.key(0), mean, params)
+        population, _ = strategy.ask(jax.random.key(1), state, params)
+        eps = (np.asarray(population["x"], np.float64) - np.asarray(mean["x"])) / sigma
+        mirrors = np.linalg.norm(eps[:, None, :] + eps[None, :, :], axis=-1).min(axis=1)
+        np.testing.assert_allclose(mirrors, 0.0, atol=1e-5)
+        fitness = np.sin(3.0 * eps).sum(axis=1)  # distinct values
+        new, _ = strategy.tell(jax.random.key(2), population, jnp.asarray(fitness), state, params)
+        ranks = np.argsort(np.argsort(fitness))
+        shaped = fitness if shaping == "identity" else ranks / (size - 1) - 0.5
+        np.testing.assert_allclose(
+            np.asarray(mean["x"]) - new.mean, shaped @ eps / (size * sigma), rtol=1e-5, atol=1e-6
+        )
+
+
+class _Countdown(NamedTuple):
+    observation: jax.Array
+    t: jax.Array
+    rewards: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+
+
+class _CountdownEnv:
+    """A toy environment with Pgx's interface: a float action a ends the episode after floor(a)
+    steps; a step pays a plus a uniform draw of its key, and goes on paying after the end (the
+    rollout must not count it); the observation is a uniform draw of the initial key."""
+
+    def init(self, key):
+        false = jnp.bool_(False)
+        return _Countdown(jax.random.uniform(key), jnp.int32(0), jnp.zeros(1), false, false)
+
+    def step(self, state, action, key):
+        t = state.t + 1
+        reward = (action + jax.random.uniform(key))[None]
+        done = t >= jnp.floor(action)
+        return _Countdown(state.observation, t, reward, done, jnp.bool_(False))
+
+
+def _countdown_rollout(max_steps=5):
+    """Member w plays a = w + observation + projection (a uniform draw of the projection key)."""
+
+    def act(params, observation, projection):
+        return params["w"][0] + observation + projection
+
+    return es.Rollout(_CountdownEnv(), act, jax.random.uniform, max_steps=max_steps)
+
+
+def test_rollout_counts_each_episode_until_its_own_end_or_max_steps():
+    rollout = _countdown_rollout(max_steps=5)
+    population = {"w": jnp.array([[1.0], [2.0], [3.0], [7.0]])}
+    totals, lengths = jax.jit(lambda p, k: rollout.returns(p, k, 3))(population, jax.random.key(7))
+    env = _CountdownEnv()
+    for member in range(4):
+        for episode in range(3):
+            key = jax.random.fold_in(jax.random.key(7), episode)
+            init_key, step_key, projection_key = jax.random.split(key, 3)
+            projection = jax.random.uniform(projection_key)
+            state, total, steps = env.init(init_key), 0.0, 0
+            member_params = {"w": population["w"][member]}
+            while not (state.terminated or state.truncated) and steps < 5:
+                action = rollout.act(member_params, state.observation, projection)
+                state = env.step(state, action, jax.random.fold_in(step_key, steps))
+                total, steps = total + float(state.rewards[0]), steps + 1
+            assert totals[member, episode] == pytest.approx(total, rel=1e-6)
+            assert lengths[member, episode] == steps
+    # The episodes end at different steps, some cut at max_steps.
+    assert set(np.asarray(lengths).ravel().tolist()) >= {1, 2, 5}
+
+
+def _countdown_trainer(**overrides):
+    config = ml_collections.ConfigDict(
+        dict(
+            population_size=4,
+            sigma=0.5,
+            learning_rate=0.1,
+            episodes_per_member=2,
+            num_generations=4,
+            eval_every=2,
+            eval_episodes=3,
+            checkpoint_every=2,
+            log_every=1,
+            keep_checkpoints=1,
+        )
+    )
+    config.update(overrides)
+    es.validate_es_config(config)
+    template = {"w": jnp.array([2.0])}
+    return es.ESTrainer(config, _countdown_rollout(), template), template
+
+
+def test_a_generation_and_an_evaluation_from_their_definitions():
+    """Generation g: ask with, play the episodes of and tell with the three keys split from
+    fold_in(run_key, g), fitness the member's mean return (minimised as its negative) with
+    OpenAI-ES (centred ranks, Adam at ``learning_rate``: its first step is +-lr whatever the
+    shaping, so two generations are checked); metrics the population's mean and best
+    fitness and the summed episode lengths. Evaluation: the mean's mean return over
+    ``eval_episodes`` and its standard error (ddof 1)."""
+    trainer, template = _countdown_trainer()
+    strategy = es.make_strategy(template, population_size=4, sigma=0.5, optimizer=optax.adam(0.1))
+    params, rollout = strategy.default_params, _countdown_rollout()
+
+    @jax.jit
+    def reference(state, run_key, eval_key):  # generations 3 and 4 (Adam's second step)
+        for g in (3, 4):
+            ask_key, episode_key, tell_key = jax.random.split(jax.random.fold_in(run_key, g), 3)
+            population, _ = strategy.ask(ask_key, state, params)
+            totals, lengths = rollout.returns(population, episode_key, 2)
+            fitness = jnp.mean(totals, axis=1)
+            state, _ = strategy.tell(tell_key, population, -fitness, state, params)
+        mean = jax.tree.map(lambda x: x[None], strategy.get_mean(state))
+        return fitness, lengths, state.mean, rollout.returns(mean, eval_key, 3)[0][0]
+
+    state = trainer.initial_state(template, seed=0)
+    run_key, eval_key = jax.random.key(5), jax.random.key(9)
+    fitness, lengths, mean, returns = (
+        np.asarray(x, np.float64) for x in reference(state, run_key, eval_key)
+    )
+    assert len(set(fitness.tolist())) == 4 and np.std(returns) > 0
+    for g in (3, 4):
+        state, metrics = trainer.generation(state, run_key, g)
+    np.testing.assert_allclose(state.mean, mean, rtol=1e-6)
+    assert float(metrics["mean_return"]) == pytest.approx(fitness.mean(), rel=1e-6)
+    assert float(metrics["max_return"]) == pytest.approx(fitness.max(), rel=1e-6)
+    assert int(metrics["forward_passes"]) == int(np.sum(lengths))
+    evaluation = trainer.evaluate(state, eval_key)
+    assert float(evaluation["return"]) == pytest.approx(returns.mean(), rel=1e-5)
+    se = returns.std(ddof=1) / np.sqrt(3)
+    assert float(evaluation["return_se"]) == pytest.approx(se, rel=1e-4)
+
+
+def test_interval_metrics_average_the_mean_take_the_best_and_sum_the_forward_passes():
+    values = {
+        "mean_return": [1.0, 2.0, 4.5],
+        "max_return": [3.0, 9.0, 5.0],
+        "forward_passes": [10, 20, 31],
+    }
+    assert es._interval_metrics(values) == {
+        "mean_return": 2.5,
+        "max_return": 9.0,
+        "forward_passes": 61.0,
+    }
+
+
+@pytest.mark.integration
+def test_a_resumed_run_and_seeds_trained_together_record_and_end_as_an_uninterrupted_run(
+    tmp_path,
+):
+    """Stopped after generation 1 (no record or checkpoint due before 3) and started again:
+    the records, result and final mean (the end's checkpoint) of the run trained in one go;
+    trained together with another seed: its records and final mean up to reassociation."""
+    trainer, template = _countdown_trainer(checkpoint_every=3, log_every=3, eval_every=3)
+    runs = {name: str(tmp_path / name) for name in ("whole", "split", "together", "other")}
+    whole = trainer.train(runs["whole"], template, seed=1)
+    stopped = trainer.train(runs["split"], template, seed=1, stop_at_generation=1)
+    assert stopped["generation"] == 1
+    assert trainer.train(runs["split"], template, seed=1) == whole
+    records = train.read_metrics(runs["whole"])
+    assert [(r["split"], r["step"]) for r in records] == [
+        ("eval", 0),
+        ("train", 3),
+        ("eval", 3),
+        ("train", 4),
+        ("eval", 4),
+    ]
+    assert train.read_metrics(runs["split"]) == records
+    final = trainer.final_mean(runs["whole"], template, seed=1)["w"]
+    np.testing.assert_array_equal(trainer.final_mean(runs["split"], template, seed=1)["w"], final)
+    together = trainer.train_together(
+        [runs["other"], runs["together"]], [template, template], [0, 1]
+    )
+    np.testing.assert_allclose(together["w"][1], final, rtol=1e-5)
+    for mine, theirs in zip(train.read_metrics(runs["together"]), records, strict=True):
+        assert mine.pop("split") == theirs.pop("split")
+        assert mine == pytest.approx(theirs, rel=1e-5)
 
 
 # One compiled program per policy (policies are hashable), not the initialisation op by op.
