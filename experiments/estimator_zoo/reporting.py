@@ -341,11 +341,13 @@ def colour_limit(grids) -> float:
     return max((float(f.max()) for f in finite if f.size), default=0.0) or 1.0
 
 
-def plot(sets: list[dict], rows: list[dict], config, path: str, attention: bool) -> None:
-    """Heat maps, one panel per data set: log10 of MSE (or attention error) / FAVOR+ i.i.d."""
+def heat_map_grids(
+    sets: list[dict], rows: list[dict], config, attention: bool
+) -> dict[str, np.ndarray]:
+    """Per data set, the (feature map x coupling) grid of log10 of the kernel MSE (or, with
+    ``attention``, the attention error) over FAVOR+ i.i.d.'s on the same set; NaN where a pair was
+    not measured. Attention grids cover the unpaired sets only."""
     names = [one["name"] for one in sets if attention <= (not one["paired"])]
-    if not names:
-        return
     maps, couplings = list(config.feature_maps), list(config.couplings)
     grids = {name: np.full((len(maps), len(couplings)), np.nan) for name in names}
     baseline = {}
@@ -361,6 +363,15 @@ def plot(sets: list[dict], rows: list[dict], config, path: str, attention: bool)
         value = row["attention_error"] if attention else row["mse_mc"]
         i, j = maps.index(row["feature_map"]), couplings.index(row["coupling"])
         grids[row["data"]][i, j] = np.log10(value / baseline[row["data"]])
+    return grids
+
+
+def plot(sets: list[dict], rows: list[dict], config, path: str, attention: bool) -> None:
+    """Heat maps, one panel per data set: log10 of MSE (or attention error) / FAVOR+ i.i.d."""
+    grids = heat_map_grids(sets, rows, config, attention)
+    if not grids:
+        return
+    names, maps, couplings = list(grids), list(config.feature_maps), list(config.couplings)
     limit = colour_limit(grids.values())
     # each panel shows the maps (rows) and couplings (columns) measured on its set
     shown = {

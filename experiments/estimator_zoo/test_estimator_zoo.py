@@ -493,6 +493,32 @@ def test_heat_map_colour_limit_ignores_infinite_errors():
     assert estimator_zoo_report.colour_limit([np.array([[np.nan, np.inf]])]) == 1.0
 
 
+def test_heat_map_grids_divide_each_error_by_its_own_favor_iid_baseline():
+    # Each panel's cells are log10 of that set's error over FAVOR+ i.i.d.'s on the same set, the
+    # kernel MSE for the kernel map and the attention error for the attention map (normalising
+    # the attention map by the MSE baseline changed only the PNG, and passed every test).
+    config = ml_collections.ConfigDict(
+        {"feature_maps": ("positive", "oprf"), "couplings": ("gaussian", "orthogonal")}
+    )
+    sets = [{"name": "a", "paired": False}, {"name": "b", "paired": True}]
+    rows = [
+        {"data": data, "feature_map": f, "coupling": c, "mse_mc": mse, "attention_error": att}
+        for data, f, c, mse, att in (
+            ("a", "positive", "gaussian", 2.0, 5.0),
+            ("a", "oprf", "orthogonal", 0.2, 50.0),
+            ("b", "positive", "gaussian", 4.0, 1.0),
+            ("b", "positive", "orthogonal", 40.0, 1.0),
+        )
+    ]
+    kernel = estimator_zoo_report.heat_map_grids(sets, rows, config, attention=False)
+    nan = np.nan
+    np.testing.assert_array_equal(kernel["a"], [[0.0, nan], [nan, -1.0]])
+    np.testing.assert_array_equal(kernel["b"], [[0.0, 1.0], [nan, nan]])
+    attention = estimator_zoo_report.heat_map_grids(sets, rows, config, attention=True)
+    assert list(attention) == ["a"]  # attention errors on the unpaired sets only
+    np.testing.assert_array_equal(attention["a"], [[0.0, nan], [nan, 1.0]])
+
+
 def test_an_infinite_error_has_no_paired_z():
     # The trigonometric map's attention error is infinite on some ViT draws: no z (was 0.0, a
     # "no difference" that was not measured), no SE, and no RuntimeWarning.
