@@ -618,3 +618,34 @@ def test_the_logged_accidental_hit_rate_is_the_share_of_negatives_equal_to_the_t
     assert float(metrics["accidental_hit_rate"]) == pytest.approx(
         0.25, abs=5 * math.sqrt(0.25 * 0.75 / draws)
     )
+
+
+def test_the_accidental_hit_rate_counts_every_negative(monkeypatch):
+    """With the negatives fixed (each position's target drawn in every column but the first),
+    the rate is exactly (M - 1) / M: counting the first negative only (same expectation under
+    i.i.d. draws, 0.25 above) passed the test above within its noise."""
+    config = lstm_lm_config.get_config("quick")
+    model = lstm_lm.make_model(config, "normalised", VOCAB)
+    targets = np.tile(np.array([3, 7], np.int32), (2, config.bptt // 2))
+    windows = {"inputs": np.zeros_like(targets), "targets": targets}
+    num = config.sampler.num_samples
+
+    def fixed_sample(key, log_unigram, num_queries, num_samples):
+        samples = jnp.repeat(jnp.asarray(targets.reshape(-1, 1)), num_samples, axis=1)
+        samples = samples.at[:, 0].set(0)
+        return samples, jnp.take(log_unigram, samples)
+
+    monkeypatch.setattr(lstm_lm.task.unigram, "sample", fixed_sample)
+    prior = np.full(VOCAB, 1.0 / VOCAB)
+    task = lstm_lm.make_task(
+        model,
+        {"train": windows, "valid": windows},
+        config,
+        "normalised",
+        "unigram",
+        0,
+        np.log(prior),
+    )
+    params = model.init(jax.random.key(0), windows["inputs"], train=False)
+    _, metrics = task.loss(params, windows, jax.random.key(1), jnp.int32(0))
+    assert float(metrics["accidental_hit_rate"]) == pytest.approx((num - 1) / num, rel=1e-6)
