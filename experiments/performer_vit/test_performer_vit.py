@@ -212,6 +212,30 @@ def test_attention_error_falls_with_the_number_of_features():
     assert 3.0 < few / many < 5.0, (few, many)
 
 
+def test_attention_error_pools_each_layer_with_its_own_norm():
+    """A second layer attending to one key (its weights exactly 1, any estimate exact: error 0,
+    squared norm = its rows) after a first layer: the pooled error is the first layer's alone
+    scaled by sqrt(|A_1|^2 / (|A_1|^2 + rows_2)). Taking the first layer's norm for every layer
+    passed every test."""
+    keys = jax.random.split(jax.random.key(0), 5)
+    query = jax.random.normal(keys[0], (2, 5, 2, 4)) * 0.5
+    key_heads = jax.random.normal(keys[1], (2, 5, 2, 4)) * 0.5
+    one_key = (jax.random.normal(keys[2], (3, 7, 2, 4)), jax.random.normal(keys[3], (3, 1, 2, 4)))
+    draws = jax.random.split(keys[4], 3)
+
+    def errors(layers):
+        return performer_vit.attention_relative_errors(
+            layers, draws, coupling="orthogonal", num_features=16, feature_map="positive"
+        )
+
+    first = errors([(query, key_heads)])
+    norm = float(jnp.sum(jax.nn.softmax(jnp.einsum("btnh,bsnh->bnts", query, key_heads) / 2) ** 2))
+    rows = 3 * 7 * 2
+    np.testing.assert_allclose(
+        errors([(query, key_heads), one_key]), first * np.sqrt(norm / (norm + rows)), rtol=1e-5
+    )
+
+
 @pytest.mark.statistical
 def test_each_layer_draws_its_own_projection():
     """Two identical layers: with a draw per layer the error over both averages two independent
