@@ -172,8 +172,13 @@ def test_power_sizes_the_t_test_and_equivalence_the_textbook_normal_formula():
         critical = scipy_stats.t.ppf(0.975, units - 1)
         power = scipy_stats.nct(units - 1, 1.25 * math.sqrt(units)).sf(critical)
         assert (power >= 0.8) == above
-    # TOST at 5%, 80% power at a true difference of 0: ((1.645 + 1.282) / 0.5)^2 = 34.3 -> 35.
-    assert stats.units_for_equivalence(1.0, 0.5) == 35
+    # TOST at 5%, 80% power at a true difference of 0: the normal approximation
+    # ((1.645 + 1.282) / 0.5)^2 = 34.3 said 35, at which the t tests' power is 0.790; 36.
+    assert stats.units_for_equivalence(1.0, 0.5) == 36
+    assert stats.tost_power(35, 1.0, 0.5) < 0.8 <= stats.tost_power(36, 1.0, 0.5)
+    # sd = margin / 2: the approximation's 3 units have power 0.56; 4 reach 0.83.
+    assert stats.units_for_equivalence(1.0, 2.0) == 4
+    assert stats.units_for_equivalence(0.0, 2.0) == 0
     d = Estimate(0.0, 0.1, 30, 29.0)
     t = scipy_stats.t(29)
     assert stats.detectable_difference(d) == pytest.approx((t.ppf(0.975) + t.ppf(0.8)) * 0.1)
@@ -224,16 +229,19 @@ def test_every_chunk_draws_from_its_own_keys():
     np.testing.assert_array_equal(stacked[16:32], second)
 
 
-def test_the_units_for_equivalence_give_the_stated_power():
-    # TOST at 5% with the returned number of pairs, true difference 0: power about 80%.
-    sd, margin = 1.0, 0.3
+@pytest.mark.parametrize(("sd", "margin"), [(1.0, 0.3), (1.0, 1.0), (2.0, 1.5)])
+def test_tost_power_is_the_share_of_samples_tost_p_shows_equivalent(sd, margin):
+    # TOST at 5% over the returned number of pairs (97, 11 and 17 here),
+    # true difference 0: the share shown equivalent by tost_p is tost_power, at least 80%; one
+    # pair fewer falls short of 80%.
     n = stats.units_for_equivalence(sd, margin)
-    assert n == math.ceil(((1.6449 + 1.2816) * sd / margin) ** 2)
+    assert stats.tost_power(n - 1, sd, margin) < 0.8 <= stats.tost_power(n, sd, margin)
     draws = 2000
     differences = np.random.default_rng(0).normal(0.0, sd, size=(draws, n))
     shown = [stats.tost_p(stats.sample_estimate(d), margin) < 0.05 for d in differences]
-    se = math.sqrt(0.8 * 0.2 / draws)
-    assert abs(np.mean(shown) - 0.8) <= 4 * se + 0.01, np.mean(shown)  # + t vs z at n ~ 95
+    power = stats.tost_power(n, sd, margin)
+    se = math.sqrt(power * (1 - power) / draws)
+    assert abs(np.mean(shown) - power) <= 4 * se, (np.mean(shown), power)
 
 
 def test_bootstrap_se_of_the_interquartile_range_matches_its_asymptotic_se():
