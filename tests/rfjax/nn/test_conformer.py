@@ -1,5 +1,6 @@
-"""Tests of ``rfjax.nn._conformer``: the Conformer encoder's outputs and gradients are finite and
-padding does not change real frames."""
+"""Tests of ``rfjax.nn._conformer``: the Conformer encoder's outputs and gradients are finite,
+padding does not change real frames, and its dataflow (subsampling, positions, macaron block,
+convolution module, dropout) is the Conformer's."""
 
 import functools
 
@@ -13,6 +14,7 @@ from rfjax.nn import (
     conformer_attentions,
     fit_conformer_clusters,
 )
+from tests.support.module_calls import recorded_calls
 
 
 def _tiny(attention, **kwargs):
@@ -131,3 +133,107 @@ def test_cluster_centres_are_fitted_on_real_frames_only():
         frame = sown[f"{side}_heads"][0][0, 0] * scale  # (N, H)
         got = centres[f"{side}_centres"]  # (N, k, H)
         np.testing.assert_allclose(got, jnp.broadcast_to(frame[:, None], got.shape), atol=1e-5)
+
+
+def _subsampled(x: np.ndarray, params: dict) -> np.ndarray:
+    """Conv1D of kernel 3, stride 2, one zero frame of padding on each side, written out."""
+    padded = np.pad(x, ((0, 0), (1, 1), (0, 0)))
+    kernel = np.asarray(params["kernel"])  # (3, F, D)
+    frames = range((x.shape[1] - 1) // 2 + 1)
+    out = [sum(padded[:, 2 * t + i] @ kernel[i] for i in range(3)) for t in frames]
+    return np.stack(out, 1) + np.asarray(params["bias"])
+
+
+def _depthwise_same(x: np.ndarray, params: dict) -> np.ndarray:
+    """Depthwise Conv1D (one filter per channel) of odd kernel k, (k - 1) / 2 zero frames of
+    padding on each side, written out."""
+    kernel = np.asarray(params["kernel"])[:, 0]  # (k, D)
+    half = kernel.shape[0] // 2
+    padded = np.pad(x, ((0, 0), (half, half), (0, 0)))
+    out = [
+        sum(padded[:, t + i] * kernel[i] for i in range(kernel.shape[0])) for t in range(x.shape[1])
+    ]
+    return np.stack(out, 1) + np.asarray(params["bias"])
+
+
+def test_encoder_dataflow_is_the_conformers():
+    """From the recorded inputs and outputs of every module: 4x subsampling (kernel 3, stride
+    2, padding 1, ReLU, padded frames zeroed), the interleaved sinusoidal positions (sin at even,
+    cos at odd channels), the block x + FF/2, + MHSA(LN x) under the frame mask, + Conv, + FF/2,
+    then LayerNorm, and the convolution module's depthwise 'same' convolution of masked frames."""
+    model = _tiny("exact", kernel_size=5)
+    features = jax.random.normal(jax.random.key(0), (2, 15, 5))
+    mask = jnp.arange(15)[None] < jnp.array([[15], [9]])
+    variables = _init(model, features, mask)
+    params = variables["params"]
+    with recorded_calls() as calls:
+        logits, out_mask = model.apply(variables, features, mask)
+
+    def close(a, b):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+    x, frame_mask = np.where(mask[..., None], features, 0), np.asarray(mask)
+    for layer in range(2):
+        call = calls[f"subsample_{layer}"]
+        close(call.args[0], x)
+        close(call.output, _subsampled(x, params[f"subsample_{layer}"]))
+        frame_mask = frame_mask[:, ::2]
+        x = np.where(frame_mask[..., None], np.maximum(call.output, 0), 0)
+    np.testing.assert_array_equal(out_mask, frame_mask)
+    assert frame_mask.sum(1).tolist() == [4, 3]  # ceil(ceil(T / 2) / 2)
+    close(calls["input_projection"].args[0], x)
+    angles = np.arange(4)[:, None] / 10_000.0 ** (np.arange(0, 8, 2) / 8)
+    table = np.stack([np.sin(angles), np.cos(angles)], -1).reshape(4, 8)  # interleaved
+    x = calls["input_projection"].output + table
+    close(calls["block_0"].args[0], x)
+
+    def block(name):
+        return calls[f"block_0/{name}"]
+
+    close(block("_FeedForward_0").args[0], x)
+    x = x + 0.5 * block("_FeedForward_0").output
+    close(block("LayerNorm_0").args[0], x)
+    close(block("attention").args[0], block("LayerNorm_0").output)
+    np.testing.assert_array_equal(block("attention").kwargs["mask"], frame_mask)
+    x = x + block("attention").output
+    close(block("_Convolution_0").args[0], x)
+    np.testing.assert_array_equal(block("_Convolution_0").args[1], frame_mask)
+    gated = jax.nn.glu(block("_Convolution_0/Dense_0").output, axis=-1)
+    conv = block("_Convolution_0/Conv_0")
+    close(conv.args[0], np.where(frame_mask[..., None], gated, 0))
+    close(
+        conv.output,
+        _depthwise_same(np.asarray(conv.args[0]), params["block_0"]["_Convolution_0"]["Conv_0"]),
+    )
+    x = x + block("_Convolution_0").output
+    close(block("_FeedForward_1").args[0], x)
+    x = x + 0.5 * block("_FeedForward_1").output
+    close(block("LayerNorm_1").args[0], x)
+    close(calls["block_0"].output, block("LayerNorm_1").output)
+    close(calls["logits"].args[0], calls["block_0"].output)
+    close(logits, calls["logits"].output)
+
+
+def test_dropout_acts_only_in_training():
+    """train=False: no dropout (the outputs of dropout_rate=0 with the same parameters, and no
+    "dropout" stream needed); train=True: dropout, drawn from the stream."""
+    features = jax.random.normal(jax.random.key(0), (1, 12, 5))
+    mask = jnp.ones((1, 12), bool)
+    variables = _init(_tiny("exact"), features, mask)
+    noisy = _tiny("exact", dropout_rate=0.5)
+    plain = _tiny("exact").apply(variables, features, mask)[0]
+    np.testing.assert_allclose(noisy.apply(variables, features, mask)[0], plain, rtol=1e-6)
+    dropped = [
+        noisy.apply(variables, features, mask, train=True, rngs={"dropout": jax.random.key(s)})[0]
+        for s in (0, 1)
+    ]
+    assert not np.allclose(dropped[0], plain) and not np.allclose(dropped[0], dropped[1])
+
+
+def test_only_kinds_that_need_a_floor_get_hybrid_eps():
+    """The FAVOR denominator is floored at hybrid_eps for the maps that set
+    needs_denominator_floor (the signed trigonometric one here); FAVOR+ keeps attention's
+    default floor (eps None) and exact attention has none."""
+    assert _tiny("trigonometric", hybrid_eps=0.25)._attention_config()["eps"] == 0.25
+    assert _tiny("positive", hybrid_eps=0.25)._attention_config()["eps"] is None
+    assert "eps" not in _tiny("exact", hybrid_eps=0.25)._attention_config()
