@@ -1,5 +1,5 @@
-"""Tests of ``rfjax.nn._performer_lm``: PerformerLM's token NLL, parameter layout, decoding and
-attribute checks."""
+"""Tests of ``rfjax.nn._performer_lm``: PerformerLM's token NLL, parameter layout, decoding,
+attribute checks, scaled and tied embedding and pre-norm blocks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from rfjax.nn import PerformerLM
 from rfjax.nn._performer_lm import sinusoidal_positions, token_nll
+from tests.support.module_calls import recorded_calls
 
 SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
 
@@ -123,3 +124,44 @@ def test_the_model_runs_the_implementation_it_is_given():
         return str(program).count("pallas_call")
 
     assert kernel_calls("pallas_triton_interpret") > 0 and kernel_calls("xla") == 0
+
+
+def test_logits_are_the_tied_embedding_of_the_normalised_scaled_tokens_plus_positions():
+    """No block: logits = LN(sqrt(D) E[token] + positions) E^T (Vaswani's scaled embedding,
+    the final LayerNorm, the output tied to the embedding)."""
+    model = PerformerLM(**(SIZES | dict(num_layers=0)), attention_kind="exact")
+    tokens = _tokens(9)
+    params = model.init(jax.random.key(1), tokens)["params"]
+    norm = {"scale": 1.0 + jax.random.normal(jax.random.key(2), (16,)), "bias": jnp.ones(16)}
+    params = {**params, "LayerNorm_0": norm}
+    table = params["embed"]["embedding"]
+    x = table[tokens] * 4.0 + sinusoidal_positions(jnp.arange(9), 16)
+    mean = x.mean(-1, keepdims=True)
+    normed = (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6)
+    expected = (normed * norm["scale"] + norm["bias"]) @ table.T
+    logits = model.apply({"params": params}, tokens)
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_decoder_block_is_pre_norm_with_residuals():
+    """From the recorded module calls: x + Attn(LN(x)), then x + Dense(gelu(Dense(LN(x))))."""
+    model = PerformerLM(**(SIZES | dict(num_layers=1)), attention_kind="exact")
+    tokens = _tokens(9)
+    variables = model.init(jax.random.key(1), tokens)
+    with recorded_calls() as calls:
+        model.apply(variables, tokens)
+
+    def call(name):
+        return calls[f"_DecoderBlock_0/{name}"]
+
+    def close(a, b):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+    x = calls["_DecoderBlock_0"].args[0]
+    close(call("LayerNorm_0").args[0], x)
+    close(call("MultiHeadDotProductAttention_0").args[0], call("LayerNorm_0").output)
+    x = x + call("MultiHeadDotProductAttention_0").output
+    close(call("LayerNorm_1").args[0], x)
+    close(call("Dense_0").args[0], call("LayerNorm_1").output)
+    close(call("Dense_1").args[0], jax.nn.gelu(call("Dense_0").output))
+    close(calls["_DecoderBlock_0"].output, x + call("Dense_1").output)
