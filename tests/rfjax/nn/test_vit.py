@@ -1,6 +1,9 @@
-"""Tests of ``rfjax.nn._vit``: PerformerViT's layers draw their own projections, and its query-key
-norm scores unit queries and keys with a learned temperature."""
+"""Tests of ``rfjax.nn._vit``: PerformerViT's layers draw their own projections, its query-key
+norm scores unit queries and keys with a learned temperature, its tokens, blocks, pooling and
+head are the ViT's, and the NNX model computes the linen one."""
 
+import functools
+import operator
 import re
 
 import jax
@@ -9,6 +12,7 @@ import numpy as np
 import pytest
 
 from rfjax.nn import PerformerViT
+from tests.support.module_calls import recorded_calls
 
 
 def test_layers_draw_different_projections():
@@ -104,3 +108,106 @@ def test_the_head_reads_the_pooled_token(pooling):
     assert tokens.shape[1] == 4 + (pooling == "cls")
     pooled = tokens[:, 0] if pooling == "cls" else tokens.mean(axis=1)
     np.testing.assert_allclose(logits, pooled @ kernel + params["head"]["bias"], atol=1e-5)
+
+
+SMALL = dict(patch_size=4, hidden_size=8, num_heads=2, mlp_dim=16, attention_kind="exact")
+NNX_NAMES = {
+    "attention_norm": "LayerNorm_0",
+    "attention": "PerformerAttention_0",
+    "mlp_norm": "LayerNorm_1",
+    "mlp_in": "Dense_0",
+    "mlp_out": "Dense_1",
+}
+
+
+def _random_params(model: PerformerViT, images: jax.Array) -> dict:
+    """The model's parameters, every entry redrawn N(0, 1) (the class token and the head start
+    at 0, which would hide where they are read)."""
+    leaves, tree = jax.tree.flatten(model.init(jax.random.key(0), images)["params"])
+    draws = [jax.random.normal(jax.random.key(i), x.shape) for i, x in enumerate(leaves)]
+    return jax.tree.unflatten(tree, draws)
+
+
+def _layer_norm(x, params):
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + 1e-6) * params["scale"] + params["bias"]
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_tokens_are_row_major_patches_with_positions(pooling):
+    """No block: logits = head(tanh(pre_logits(pool(LN(tokens))))), the tokens the class token
+    (first) and the patches in row-major order, each its p x p x C pixels times the embedding
+    kernel, plus the learned positions. The head starts at 0."""
+    model = PerformerViT(3, num_layers=0, pooling=pooling, representation_size=5, **SMALL)
+    images = jax.random.normal(jax.random.key(1), (2, 8, 12, 3))  # 2 x 3 patches
+    assert not np.any(model.apply(model.init(jax.random.key(0), images), images))
+    params = _random_params(model, images)
+    patches = images.reshape(2, 2, 4, 3, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 6, 48)
+    embedding = params["embedding"]
+    tokens = patches @ embedding["kernel"].reshape(48, 8) + embedding["bias"]
+    if pooling == "cls":
+        tokens = jnp.concatenate([jnp.broadcast_to(params["cls"], (2, 1, 8)), tokens], 1)
+    tokens = _layer_norm(tokens + params["position_embedding"], params["encoder_norm"])
+    pooled = tokens[:, 0] if pooling == "cls" else tokens.mean(1)
+    hidden = jnp.tanh(pooled @ params["pre_logits"]["kernel"] + params["pre_logits"]["bias"])
+    expected = hidden @ params["head"]["kernel"] + params["head"]["bias"]
+    logits = model.apply({"params": params}, images)
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_block_is_pre_norm_with_residuals_and_dropout_only_in_training():
+    """From the recorded module calls: x + Attn(LN(x)), then x + Dense(gelu(Dense(LN(x)))).
+    With dropout_rate = 0.5: the same outputs when not training (no "dropout" stream needed),
+    others when training."""
+    model = PerformerViT(3, num_layers=1, **SMALL)
+    images = jax.random.normal(jax.random.key(1), (2, 8, 8))
+    variables = {"params": _random_params(model, images)}
+    with recorded_calls() as calls:
+        logits = model.apply(variables, images)
+
+    def call(name):
+        return calls[f"block_0/{name}"]
+
+    def close(a, b):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+    x = calls["block_0"].args[0]
+    close(call("LayerNorm_0").args[0], x)
+    close(call("PerformerAttention_0").args[0], call("LayerNorm_0").output)
+    x = x + call("PerformerAttention_0").output
+    close(call("LayerNorm_1").args[0], x)
+    close(call("Dense_0").args[0], call("LayerNorm_1").output)
+    close(call("Dense_1").args[0], jax.nn.gelu(call("Dense_0").output))
+    close(calls["block_0"].output, x + call("Dense_1").output)
+    noisy = PerformerViT(3, num_layers=1, dropout_rate=0.5, **SMALL)
+    close(noisy.apply(variables, images), logits)
+    trained = noisy.apply(variables, images, train=True, rngs={"dropout": jax.random.key(2)})
+    assert not np.allclose(trained, logits)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_nnx_vit_computes_the_linen_vit(pooling):
+    """The NNX PerformerViT given the linen model's parameters (renamed) returns its logits
+    (dropout 0.5, not training: none applied), whichever the pooling."""
+    from flax import nnx
+
+    from rfjax.nn import nnx as rnnx
+
+    options = SMALL | dict(num_layers=2, pooling=pooling, representation_size=5)
+    images = jax.random.normal(jax.random.key(1), (2, 8, 12, 3))
+    linen = PerformerViT(3, **options)
+    params = _random_params(linen, images)
+    model = rnnx.PerformerViT(
+        3, image_size=(8, 12), channels=3, dropout_rate=0.5, rngs=nnx.Rngs(0), **options
+    )
+    flat = []
+    for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        linen_path = path
+        if path[0] == "blocks":
+            _, index, module, *rest = path
+            linen_path = (f"block_{index}", NNX_NAMES[module], *rest)
+        value = functools.reduce(operator.getitem, linen_path, params)
+        flat.append((path, variable.replace(value)))
+    nnx.update(model, nnx.from_flat_state(flat))
+    np.testing.assert_allclose(model(images), linen.apply({"params": params}, images), atol=1e-5)
