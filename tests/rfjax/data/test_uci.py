@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 from rfjax import data
@@ -42,3 +43,54 @@ def test_uci_ragged_row_names_file_and_line(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=r"banknote\.txt, line 5: 6 columns where the first"):
         data.load_uci("banknote", data_dir=tmp_path)
+
+
+# load_uci's documented sizes: rows, one-hot width, ordinal width, classes.
+SIZES = {
+    "abalone": (4177, 10, 8, 28),
+    "banknote": (1372, 4, 4, 2),
+    "car": (1728, 21, 6, 4),
+    "yeast": (1484, 8, 8, 10),
+    "cmc": (1473, 9, 9, 3),
+    "nursery": (12960, 27, 8, 5),
+    "wifi": (2000, 7, 7, 4),
+    "chess": (28056, 40, 6, 18),
+}
+
+
+@pytest.mark.parametrize("name", data.UCI_DATASETS)
+def test_uci_sets_have_their_documented_sizes(name):
+    """Rows, input widths (one-hot and ordinal), every class 0..C-1 present; rows="authors"
+    drops the file's last line, a row in every file but nursery's (whose last line is blank)."""
+    rows, onehot, ordinal, classes = SIZES[name]
+    x, y = data.load_uci(name)
+    assert x.shape == (rows, onehot) and x.dtype == np.float64 and y.dtype == np.int64
+    assert np.unique(y).tolist() == list(range(classes))
+    assert data.load_uci(name, categorical="ordinal")[0].shape == (rows, ordinal)
+    fewer = 0 if name == "nursery" else 1
+    assert data.load_uci(name, rows="authors")[0].shape == (rows - fewer, onehot)
+
+
+def test_uci_fields_and_classes_are_encoded_as_documented():
+    """abalone: sex one-hot over F, I, M (sorted), the seven measurements as they are, and rings
+    coded in numeric order (lexicographic order would put 10 before 2); yeast: the sequence
+    name dropped; car ordinal: codes 0..k-1 in sorted order."""
+    x, y = data.load_uci("abalone")
+    np.testing.assert_array_equal(x[0], [0, 0, 1, 0.455, 0.365, 0.095, 0.514, 0.2245, 0.101, 0.15])
+    with open(os.path.join(_uci.DEFAULT_UCI_DIR, "abalone.data")) as handle:
+        rings = np.array([int(line.split(",")[-1]) for line in handle if line.strip()])
+    np.testing.assert_array_equal(y, np.unique(rings, return_inverse=True)[1])
+    yeast, _ = data.load_uci("yeast")
+    np.testing.assert_array_equal(yeast[0], [0.58, 0.61, 0.47, 0.13, 0.50, 0.00, 0.48, 0.22])
+    car, _ = data.load_uci("car", categorical="ordinal")  # first row: vhigh,vhigh,2,2,small,low
+    np.testing.assert_array_equal(car[0], [3, 3, 0, 0, 2, 1])
+
+
+def test_uci_bad_field_counts_dropped_columns_in_its_column_number(tmp_path):
+    """yeast's first column (the sequence name) is dropped; errors count the file's columns."""
+    path = _uci_copy(tmp_path, "yeast.data")
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].replace("0.64", "x", 1)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"yeast\.data, line 3, column 2: 'x'"):
+        data.load_uci("yeast", data_dir=tmp_path)
