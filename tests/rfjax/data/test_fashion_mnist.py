@@ -38,11 +38,12 @@ def test_fashion_mnist_reads_valid_files(tmp_path):
     assert labels.tolist() == [0, 9, 4] and labels.dtype == np.int32
 
 
-def test_fashion_mnist_label_outside_the_ten_classes_names_the_file(tmp_path):
+@pytest.mark.parametrize("label", [200, 10])
+def test_fashion_mnist_label_outside_the_ten_classes_names_the_file(tmp_path, label):
     with pytest.raises(
         ValueError, match=r"t10k-labels-idx1-ubyte\.gz: labels must lie in \[0, 10\)"
     ):
-        _fashion(tmp_path, labels=np.array([0, 200, 4], np.uint8))
+        _fashion(tmp_path, labels=np.array([0, label, 4], np.uint8))
 
 
 def test_fashion_mnist_int32_images_are_not_wrapped(tmp_path):
@@ -79,3 +80,12 @@ def test_a_truncated_idx_file_names_the_path(tmp_path, raw):
     path.write_bytes(raw)
     with pytest.raises(ValueError, match=r"short-idx1-ubyte: truncated idx file"):
         data.read_idx(str(path))
+
+
+def test_read_idx_reads_big_endian_values(tmp_path):
+    """idx data is big-endian after a header of 4 + 4 ndim bytes (int16 code 0x0B here)."""
+    values = np.array([[1, 256], [-2, 32767]], np.int16)
+    path = tmp_path / "values-idx2-short.gz"
+    _write_idx(path, values, 0x0B)
+    read = data.read_idx(str(path))
+    np.testing.assert_array_equal(read, values)
