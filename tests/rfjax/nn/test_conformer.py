@@ -160,7 +160,8 @@ def test_encoder_dataflow_is_the_conformers():
     """From the recorded inputs and outputs of every module: 4x subsampling (kernel 3, stride
     2, padding 1, ReLU, padded frames zeroed), the interleaved sinusoidal positions (sin at even,
     cos at odd channels), the block x + FF/2, + MHSA(LN x) under the frame mask, + Conv, + FF/2,
-    then LayerNorm, and the convolution module's depthwise 'same' convolution of masked frames."""
+    then LayerNorm, the convolution module's depthwise 'same' convolution of masked frames then
+    LayerNorm, swish and Dense, and the feed-forward's swish."""
     model = _tiny("exact", kernel_size=5)
     features = jax.random.normal(jax.random.key(0), (2, 15, 5))
     mask = jnp.arange(15)[None] < jnp.array([[15], [9]])
@@ -205,6 +206,13 @@ def test_encoder_dataflow_is_the_conformers():
         conv.output,
         _depthwise_same(np.asarray(conv.args[0]), params["block_0"]["_Convolution_0"]["Conv_0"]),
     )
+    inner = {name: block(f"_Convolution_0/{name}") for name in ("LayerNorm_1", "Dense_1")}
+    close(inner["LayerNorm_1"].args[0], conv.output)
+    close(inner["Dense_1"].args[0], jax.nn.swish(inner["LayerNorm_1"].output))
+    close(block("_Convolution_0").output, inner["Dense_1"].output)
+    feed = {name: block(f"_FeedForward_0/{name}") for name in ("LayerNorm_0", "Dense_0", "Dense_1")}
+    close(feed["Dense_0"].args[0], feed["LayerNorm_0"].output)
+    close(feed["Dense_1"].args[0], jax.nn.swish(feed["Dense_0"].output))
     x = x + block("_Convolution_0").output
     close(block("_FeedForward_1").args[0], x)
     x = x + 0.5 * block("_FeedForward_1").output
