@@ -4,6 +4,7 @@ leaves the entries above the diagonal as they were; updates over row blocks sum 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rfjax.ops import symmetric_rank_update
 
@@ -42,3 +43,12 @@ def test_vmap_and_grad_are_those_of_the_dense_update():
         expected = jax.grad(lambda c, a: jnp.sum(weights * dense(c, a)), (0, 1))(c[0], a[0])
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_shapes_other_than_square_c_and_rows_of_its_width_are_rejected():
+    """c must be (m, m) for a of shape (b, m): a c of the right height but another width, or
+    another height, or a of another width, raises naming both shapes."""
+    a = jnp.zeros((2, 3))
+    for c in (jnp.zeros((3, 4)), jnp.zeros((4, 3)), jnp.zeros((2, 2))):
+        with pytest.raises(ValueError, match=r"c must be \(m, m\) and a \(b, m\), got"):
+            symmetric_rank_update(c, a)
