@@ -203,7 +203,8 @@ def global_case_errors(case: str | dict, other_axis: str, splits: str) -> dict[s
 
 def later_device_perturbations() -> dict[str, dict[str, int]]:
     """Causal outputs per device after the tokens of one later device change (large keys raise
-    the running key maximum): the number of changed output elements per device."""
+    the running key maximum), or the last device's values are so large that its state
+    overflows: the number of changed output elements per device."""
     mesh_ = mesh()
     quarter = LENGTH // DEVICES
     q, k, v = inputs(2)
@@ -228,6 +229,13 @@ def later_device_perturbations() -> dict[str, dict[str, int]]:
             after = np.asarray(run(*split(mesh_, *changed, mask)))
             differs = (before != after).reshape(BATCH, DEVICES, quarter, -1)
             result[f"{name}_perturb_device_{device}"] = differs.sum(axis=(0, 2, 3)).tolist()
+        # Finite values whose sums overflow: the last device's state is inf, and 0 times it
+        # would be NaN on every earlier device.
+        on_last = (jnp.arange(LENGTH) // quarter == DEVICES - 1)[None, :, None, None]
+        huge = jnp.where(on_last, jnp.finfo(v.dtype).max, v)
+        after = np.asarray(run(*split(mesh_, q, k, huge, mask)))
+        differs = (before != after).reshape(BATCH, DEVICES, quarter, -1)
+        result[f"{name}_overflow_device_{DEVICES - 1}"] = differs.sum(axis=(0, 2, 3)).tolist()
     return result
 
 

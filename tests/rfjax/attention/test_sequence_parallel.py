@@ -82,11 +82,18 @@ def test_on_four_devices():
             assert error <= 1e-5, (case, name, error)
 
     # Causal: changed output elements per device after the tokens of one device change (with
-    # large keys that raise the running key maximum): none before it, all from it on.
+    # large keys that raise the running key maximum), or after the last device's values become
+    # so large that its state overflows (0 times it is NaN: the later states must be selected
+    # away, not weighted by 0): none before it, all from it on.
     changed = measured["perturbations"]
     for feature_map in ("positive", "relu", "derf_asymmetric"):
-        last = changed[f"{feature_map}_perturb_device_{DEVICES - 1}"]
-        assert last[: DEVICES - 1] == [0] * (DEVICES - 1) and last[-1] > 0, (feature_map, last)
+        for change in ("perturb", "overflow"):
+            last = changed[f"{feature_map}_{change}_device_{DEVICES - 1}"]
+            assert last[: DEVICES - 1] == [0] * (DEVICES - 1) and last[-1] > 0, (
+                feature_map,
+                change,
+                last,
+            )
         second = changed[f"{feature_map}_perturb_device_1"]
         assert second[0] == 0 and min(second[1:]) > 0, (feature_map, second)
 
