@@ -69,7 +69,16 @@ def inputs():
     return q, k, v, mask
 
 
-def favor_errors(name: str, mesh, global_arrays: bool = False) -> dict[str, float]:
+def few_keys_mask() -> jax.Array:
+    """Two keys in all (batch row 0, devices 0 and 2), fewer than the devices: the counts
+    pooled over the mesh, not averaged, keep the means of the statistics those of two keys."""
+    positions = jnp.arange(LENGTH)
+    return jnp.stack([(positions == 5) | (positions == 40), jnp.zeros(LENGTH, bool)])
+
+
+def favor_errors(
+    name: str, mesh, global_arrays: bool = False, mask: jax.Array | None = None
+) -> dict[str, float]:
     projection = projections.orthogonal(jax.random.key(1), HEAD_DIM, NUM_FEATURES)
 
     def run(axis):
@@ -85,7 +94,8 @@ def favor_errors(name: str, mesh, global_arrays: bool = False) -> dict[str, floa
         grad = jax.grad(with_output, argnums=(0, 1, 2), has_aux=True)
         return lambda *args: grad(*args)[::-1]
 
-    q, k, v, mask = inputs()
+    q, k, v, all_keys = inputs()
+    mask = all_keys if mask is None else mask & all_keys
     expected = jax.jit(run(None))(q, k, v, mask)
     if global_arrays:  # batch over "data", sequence over AXIS; favor_attention splits itself
         explicit = jax.make_mesh((2, 2), ("data", AXIS), axis_types=(AxisType.Explicit,) * 2)
@@ -158,6 +168,7 @@ def main() -> None:
         "maps": names,
         "favor": {name: favor_errors(name, mesh) for name in names},
         "favor_global": {name: favor_errors(name, mesh, global_arrays=True) for name in names},
+        "favor_few_keys": favor_errors("oprf", mesh, mask=few_keys_mask()),
         "nnx": {name: nnx_layer_error(name, mesh) for name in names},
         "linen": {name: linen_layer_error(name, mesh) for name in ("oprf", "saderf")},
     }
