@@ -94,6 +94,9 @@ CASES = {
         False,
         0.5,
     ),
+    # Queries and keys 12x larger: the positive features' logs lie near -100 on every device,
+    # so device 0's earlier shift must be the log floor (a shift of 0 underflows them).
+    "causal_positive_large_keys": (dict(causal=True, chunk_size=12), True, 12.0),
     # Per-feature key shifts across devices (sequence_parallel_feature_prefix), chunk 12 again.
     "causal_derf_asymmetric_mask": (
         dict(causal=True, feature_map=fitted_dense_exponential(), chunk_size=12),

@@ -24,6 +24,7 @@ DEVICES = 4
 CASES = (
     "bidirectional_positive_mask",
     "causal_positive_mask",
+    "causal_positive_large_keys",
     "causal_trigonometric_per_head",
     "causal_derf_asymmetric_mask",
 )
