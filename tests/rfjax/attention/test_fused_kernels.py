@@ -149,3 +149,57 @@ def test_the_causal_kernels_form_their_diagonal_blocks_a_tile_of_features_at_a_t
     tiled = sums_and_gradients()
     for got, want in zip(tiled, whole, strict=True):
         assert_close(got, want, tolerance=_fused_kernels.CHUNK * NUM_FEATURES * EPS32)
+
+
+def direct_attention(form, q, k, v, valid, causal):
+    """The attention output of the affine map ``form`` written out: scores
+    sum_i exp(l(q_t)_i + l(k_j)_i) over the keys that count (and j <= t if ``causal``),
+    normalised per row (no shift: moderate norms only)."""
+    scores = jnp.exp(form.log_features(q)) @ jnp.exp(form.log_features(k)).T
+    allowed = valid[None, :] & (jnp.tril(jnp.ones(scores.shape, bool)) if causal else True)
+    scores = jnp.where(allowed, scores, 0.0)
+    return scores @ v / jnp.sum(scores, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@INTERPRET_MODE
+def test_the_kernels_give_the_direct_outputs_and_gradients_of_every_parameter(causal):
+    """``fused_attention_sums``' num / den and the gradients of the rows and of both of the
+    affine map's parameters, W and a bias b that differs per feature (OPRF's, b_i = A |w_i|^2
+    + ...: the other tests' maps have one b for all features, so a bias gradient dropped or a
+    tile's bias read from other columns changed nothing there), against the direct form, over
+    three chunks (150 rows, the last partial) whose keys grow along the sequence (every chunk's
+    running maximum and state carried into the next: two chunks never rescale a summary), the
+    first key counted. m = 40: tiles of 8 features. Tolerance: the file's (both sum the same
+    non-negative terms in float32)."""
+    length, m = 150, 40
+    k = jax.random.split(jax.random.key(21), 6)
+    growth = jnp.linspace(0.3, 1.2, length)[:, None]
+    q = 0.8 * jax.random.normal(k[0], (length, HEAD_DIM))
+    keys = growth * jax.random.normal(k[1], (length, HEAD_DIM))
+    v = jax.random.normal(k[2], (length, 3))
+    valid = (jax.random.uniform(k[3], (length,)) > 0.25).at[0].set(True)
+    w = 0.5 * jax.random.normal(k[4], (m, HEAD_DIM))
+    b = 0.5 * jax.random.normal(k[5], (m,))
+    weights = jax.random.normal(jax.random.key(22), v.shape)
+
+    def fused(form, q, k, v):
+        num, den = _fused.fused_attention_sums(
+            form, q, k, v, valid, causal=causal, backend=_fused.Backend(None)
+        )
+        return num / den[:, None]
+
+    def direct(form, q, k, v):
+        return direct_attention(form, q, k, v, valid, causal)
+
+    def value_and_gradients(attend):
+        def loss(w, b, q, k, v):
+            out = attend(features.AffineLogForm(w, b, -0.5), q, k, v)
+            return jnp.sum(out * weights), out
+
+        grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True)
+        (_, out), gradients = jax.jit(grad)(w, b, q, keys, v)
+        return [out, *gradients]
+
+    for got, want in zip(value_and_gradients(fused), value_and_gradients(direct), strict=True):
+        assert_close(got, want)
