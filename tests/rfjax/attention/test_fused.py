@@ -32,12 +32,12 @@ TOLERANCE = 64 * EPS32
 BATCH, LENGTH, HEADS, HEAD_DIM, VALUE_DIM, NUM_FEATURES = 1, 80, 2, 8, 4, 16  # 2 chunks, 1 partial
 
 
-def operands(seed=0, scale=1.0, dtype=jnp.float32, features=NUM_FEATURES):
+def operands(seed=0, scale=1.0, dtype=jnp.float32, features=NUM_FEATURES, length=LENGTH):
     k = jax.random.split(jax.random.key(seed), 5)
-    shape = (BATCH, LENGTH, HEADS, HEAD_DIM)
+    shape = (BATCH, length, HEADS, HEAD_DIM)
     q, kk = (scale * jax.random.normal(x, shape) for x in k[:2])
-    v = jax.random.normal(k[2], (BATCH, LENGTH, HEADS, VALUE_DIM))
-    mask = jax.random.uniform(k[3], (BATCH, LENGTH)) > 0.25
+    v = jax.random.normal(k[2], (BATCH, length, HEADS, VALUE_DIM))
+    mask = jax.random.uniform(k[3], (BATCH, length)) > 0.25
     projection = attention.draw_projection(
         k[4], HEAD_DIM, features, coupling="orthogonal", num_heads=HEADS
     )

@@ -16,6 +16,7 @@ from rfjax import attention, features, projections
 from tests.rfjax.attention.test_fused import (
     HEAD_DIM,
     HEADS,
+    LENGTH,
     TOLERANCE,
     assert_close,
     fused_and_xla,
@@ -91,6 +92,17 @@ def test_angular_hybrid_matches_the_xla_form_values_and_gradients(causal):
     assert_matches_the_xla_form("pallas_triton_interpret", causal, features=20)
 
 
+@INTERPRET_MODE
+def test_angular_hybrid_carries_growing_keys_over_three_chunks():
+    """Causal, three chunks (150 rows, the last partial) whose keys grow along the sequence
+    (norms x 0.5 ... 1.5): each chunk has keys above the running maximum c of the chunks
+    before it, so its rows read the earlier state with e^{c - c_t} < 1 (in the output kernel
+    and the queries' summaries of the backward pass; over the 80 rows of the test above every
+    c_t stayed at c and a factor 1 gave the same sums). m = 16, one tile."""
+    growth = jnp.linspace(0.5, 1.5, 150)
+    assert_matches_the_xla_form("pallas_triton_interpret", True, 16, length=150, growth=growth)
+
+
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiles the kernels for a GPU")
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_angular_hybrid_pallas_triton_on_the_gpu_matches_the_xla_form(causal):
@@ -102,10 +114,13 @@ def test_angular_hybrid_pallas_triton_on_the_gpu_matches_the_xla_form(causal):
         assert_matches_the_xla_form("pallas_triton", causal, features=24)
 
 
-def assert_matches_the_xla_form(implementation, causal, features):
+def assert_matches_the_xla_form(implementation, causal, features, length=LENGTH, growth=None):
     """``implementation``'s outputs (per row, ``assert_rows_close``) and gradients (TOLERANCE
-    times the largest row condition number) against the XLA form's, m = ``features``."""
-    q, k, v, mask, projection = operands(11, scale=2.0, features=features)
+    times the largest row condition number) against the XLA form's, m = ``features``, the keys
+    of ``length`` positions scaled by ``growth`` ``(length,)`` if given."""
+    q, k, v, mask, projection = operands(11, scale=2.0, features=features, length=length)
+    if growth is not None:
+        k = k * growth[None, :, None, None]
     fmap = angular_hybrid()
     weights = jax.random.normal(jax.random.key(12), v.shape)
     options = dict(feature_map=fmap, causal=causal, mask=mask)
