@@ -181,6 +181,37 @@ def test_the_chunk_form_takes_one_product_where_every_key_is_tame(monkeypatch):
     assert rows[:64].all() and not rows[64:].any()
 
 
+@pytest.mark.parametrize(
+    "norm, alone, first", [(20.0, False, 0), (50.0, False, 0), (50.0, True, 0), (50.0, True, 64)]
+)
+@INTERPRET_MODE
+def test_the_chunk_form_takes_its_reference_from_the_first_key(norm, alone, first):
+    """``diagonal_form="chunk"`` with the first key of norm 20 or 50 (counted, as the second
+    is; the others about 3): its log-features are 70 to 440 below the others', so relative to
+    the chunk's reference r = max(C^s, lb_0) the later keys are past ``factored_bound`` (43.7)
+    and the first chunk goes by blocks, its values and gradients the XLA form's. A reference
+    from another key (the second's: the first row's factor exp(la_0 + r - M_0) overflows,
+    times the first key's 0) or a bound checked loosely (the keys' factors clamped at e^bound)
+    changes them. ``alone``: the first block's other keys left out, so that the first block is
+    tame and its queries' cotangents read every key of the chunk, the later ones (e^440 past r)
+    clamped before their products with the queries' zeros for j > t (inf x 0 is NaN).
+    ``first`` 64: the far key first in the second chunk, 440 below the first chunk's running
+    maximum C^s, which r must take (from lb_0, the state's factor exp(C^s - r) overflows and
+    the rows' exp(la + r - M) underflows)."""
+    q, k, v, mask, projection = operands(1, features=32)
+    direction = jax.random.normal(jax.random.key(13), (HEADS, HEAD_DIM))
+    far = norm * direction / jnp.linalg.norm(direction, axis=1, keepdims=True)
+    k = k.at[0, first].set(far)
+    mask = mask.at[0, first : first + 2].set(True)
+    if alone:
+        mask = mask.at[0, first + 1 : first + 16].set(False)
+    weights = jax.random.normal(jax.random.key(9), v.shape)
+    with attention.fused_kernel_settings(diagonal_form="chunk"):
+        fused, xla = fused_and_xla(q, k, v, projection, weights, causal=True, mask=mask)
+    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(xla), strict=True):
+        assert_close(got, want)
+
+
 def check_norm_120(causal, key=None):
     """The kernels' outputs at |q| = |k| = 120 (``inputs``' ``key``) within the float64
     reference's tolerance, and their gradients finite."""
