@@ -1,7 +1,7 @@
-"""UCI loader and the kernel-regression classification experiment (SimRF Fig. 8, Tables 2-3)."""
+"""The kernel-regression classification experiment on the UCI sets (SimRF Fig. 8, Tables 2-3);
+the loader's own tests are in ``tests/rfjax/data/test_uci.py``."""
 
 import json
-import shutil
 
 import jax
 import numpy as np
@@ -13,47 +13,7 @@ from experiments.core import kernel_classifier, verdicts
 from experiments.core.outputs import read_csv
 from experiments.core.verdicts import Outcome
 from rfjax import data, features, projections
-from rfjax.data._uci import DEFAULT_UCI_DIR
 from tests.support.studies import quick_run_fixture
-
-# name: (rows, one-hot columns, ordinal columns, classes)
-SHAPES = {
-    "abalone": (4177, 10, 8, 28),
-    "banknote": (1372, 4, 4, 2),
-    "car": (1728, 21, 6, 4),
-    "yeast": (1484, 8, 8, 10),
-    "cmc": (1473, 9, 9, 3),
-    "nursery": (12960, 27, 8, 5),
-    "wifi": (2000, 7, 7, 4),
-    "chess": (28056, 40, 6, 18),
-}
-
-
-@pytest.mark.parametrize("name", data.UCI_DATASETS)
-def test_load_uci_shapes_and_classes(name):
-    rows, onehot_dim, ordinal_dim, classes = SHAPES[name]
-    x, y = data.load_uci(name)
-    assert x.shape == (rows, onehot_dim) and x.dtype == np.float64
-    assert y.shape == (rows,) and np.issubdtype(y.dtype, np.integer)
-    assert np.all(np.isfinite(x))
-    assert set(np.unique(y)) == set(range(classes))  # codes 0..C-1, every class present
-    ordinal, y_ordinal = data.load_uci(name, categorical="ordinal")
-    assert ordinal.shape == (rows, ordinal_dim)
-    np.testing.assert_array_equal(y, y_ordinal)
-    assert set(data.UCI_BANDWIDTHS) == set(data.UCI_DATASETS)
-
-
-@pytest.mark.parametrize("name", data.UCI_DATASETS)
-def test_load_uci_authors_rows_drop_the_last_line_of_the_file(name):
-    x, y = data.load_uci(name)
-    x_authors, y_authors = data.load_uci(name, rows="authors")
-    # nursery's last line is blank: the authors' loader drops it and keeps every row.
-    dropped = 0 if name == "nursery" else 1
-    assert len(x_authors) == len(x) - dropped
-    np.testing.assert_array_equal(x_authors, x[: len(x_authors)])
-    np.testing.assert_array_equal(y_authors, y[: len(y_authors)])
-    with pytest.raises(ValueError, match="rows must be one of all, authors"):
-        data.load_uci(name, rows="first")
 
 
 def test_authors_split_of_banknote_uses_1370_rows_and_another_test_set():
@@ -67,31 +27,6 @@ def test_authors_split_of_banknote_uses_1370_rows_and_another_test_set():
     assert len(x_test_all) == 68 and not np.allclose(x_test, x_test_all)
     with pytest.raises(ValueError, match="split must be one of"):
         uci.split_and_scale(x, y, sigma=1.0, test_fraction=0.05, seed=42, split="theirs")
-
-
-def test_load_uci_onehot_blocks_and_numeric_label_order():
-    x, _ = data.load_uci("car")  # all six columns categorical: each row has six ones
-    np.testing.assert_array_equal(x.sum(axis=1), 6.0)
-    assert set(np.unique(x)) == {0.0, 1.0}
-    _, rings = data.load_uci("abalone")
-    raw = np.loadtxt(f"{DEFAULT_UCI_DIR}/abalone.data", delimiter=",", usecols=8)
-    assert np.all(np.diff(rings[np.argsort(raw, kind="stable")]) >= 0)  # numeric, not "10" < "2"
-
-
-def test_load_uci_bad_arguments_and_data_dir(tmp_path):
-    with pytest.raises(
-        ValueError, match="abalone, banknote, car, yeast, cmc, nursery, wifi, chess"
-    ):
-        data.load_uci("iris")
-    with pytest.raises(ValueError, match="categorical must be one of onehot, ordinal"):
-        data.load_uci("car", categorical="binary")
-    with pytest.raises(FileNotFoundError, match="UCI Machine Learning Repository"):
-        data.load_uci("wifi", data_dir=str(tmp_path))
-    shutil.copy(f"{DEFAULT_UCI_DIR}/wifi.txt", tmp_path / "wifi.txt")
-    x, y = data.load_uci("wifi", data_dir=str(tmp_path))
-    expected_x, expected_y = data.load_uci("wifi")
-    np.testing.assert_array_equal(x, expected_x)
-    np.testing.assert_array_equal(y, expected_y)
 
 
 def _banknote_split():

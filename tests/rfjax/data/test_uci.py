@@ -1,5 +1,5 @@
-"""Tests of ``rfjax.data._uci``: bad fields and rows of a UCI file are
-named by file, line and column.
+"""Tests of ``rfjax.data._uci``: the sets' documented sizes and encodings, bad arguments, and bad
+fields and rows of a UCI file named by file, line and column.
 
 Loaders given damaged files: every error names the file (and line), nothing is silently short,
 wrapped or out of range (issue 19, item 7). Each test failed before its fix.
@@ -60,15 +60,28 @@ SIZES = {
 
 @pytest.mark.parametrize("name", data.UCI_DATASETS)
 def test_uci_sets_have_their_documented_sizes(name):
-    """Rows, input widths (one-hot and ordinal), every class 0..C-1 present; rows="authors"
-    drops the file's last line, a row in every file but nursery's (whose last line is blank)."""
+    """Rows, input widths (one-hot and ordinal), finite inputs, every class 0..C-1 present and
+    the same labels in both encodings; rows="authors" drops the file's last line, a row in every
+    file but nursery's (whose last line is blank), and keeps the rows before it."""
     rows, onehot, ordinal, classes = SIZES[name]
     x, y = data.load_uci(name)
     assert x.shape == (rows, onehot) and x.dtype == np.float64 and y.dtype == np.int64
+    assert np.all(np.isfinite(x))
     assert np.unique(y).tolist() == list(range(classes))
-    assert data.load_uci(name, categorical="ordinal")[0].shape == (rows, ordinal)
+    x_ordinal, y_ordinal = data.load_uci(name, categorical="ordinal")
+    assert x_ordinal.shape == (rows, ordinal)
+    np.testing.assert_array_equal(y_ordinal, y)
     fewer = 0 if name == "nursery" else 1
-    assert data.load_uci(name, rows="authors")[0].shape == (rows - fewer, onehot)
+    x_authors, y_authors = data.load_uci(name, rows="authors")
+    assert x_authors.shape == (rows - fewer, onehot)
+    np.testing.assert_array_equal(x_authors, x[: rows - fewer])
+    np.testing.assert_array_equal(y_authors, y[: rows - fewer])
+    with pytest.raises(ValueError, match="rows must be one of all, authors"):
+        data.load_uci(name, rows="first")
+
+
+def test_every_uci_set_has_a_bandwidth():
+    assert set(data.UCI_BANDWIDTHS) == set(data.UCI_DATASETS)
 
 
 def test_uci_fields_and_classes_are_encoded_as_documented():
@@ -84,6 +97,9 @@ def test_uci_fields_and_classes_are_encoded_as_documented():
     np.testing.assert_array_equal(yeast[0], [0.58, 0.61, 0.47, 0.13, 0.50, 0.00, 0.48, 0.22])
     car, _ = data.load_uci("car", categorical="ordinal")  # first row: vhigh,vhigh,2,2,small,low
     np.testing.assert_array_equal(car[0], [3, 3, 0, 0, 2, 1])
+    car, _ = data.load_uci("car")  # one-hot: all six columns categorical, six ones per row
+    np.testing.assert_array_equal(car.sum(axis=1), 6.0)
+    assert set(np.unique(car)) == {0.0, 1.0}
 
 
 def test_uci_bad_field_counts_dropped_columns_in_its_column_number(tmp_path):
@@ -94,3 +110,19 @@ def test_uci_bad_field_counts_dropped_columns_in_its_column_number(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=r"yeast\.data, line 3, column 2: 'x'"):
         data.load_uci("yeast", data_dir=tmp_path)
+
+
+def test_load_uci_bad_arguments_and_data_dir(tmp_path):
+    with pytest.raises(
+        ValueError, match="abalone, banknote, car, yeast, cmc, nursery, wifi, chess"
+    ):
+        data.load_uci("iris")
+    with pytest.raises(ValueError, match="categorical must be one of onehot, ordinal"):
+        data.load_uci("car", categorical="binary")
+    with pytest.raises(FileNotFoundError, match="UCI Machine Learning Repository"):
+        data.load_uci("wifi", data_dir=str(tmp_path))
+    shutil.copy(os.path.join(_uci.DEFAULT_UCI_DIR, "wifi.txt"), tmp_path / "wifi.txt")
+    x, y = data.load_uci("wifi", data_dir=str(tmp_path))
+    expected_x, expected_y = data.load_uci("wifi")
+    np.testing.assert_array_equal(x, expected_x)
+    np.testing.assert_array_equal(y, expected_y)
