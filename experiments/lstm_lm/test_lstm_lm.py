@@ -591,18 +591,12 @@ def test_heldout_windows_are_the_last_validation_windows():
     assert config.num_heldout_windows < 7
 
 
-def test_the_logged_accidental_hit_rate_is_the_share_of_negatives_equal_to_the_target():
-    """The unigram proposal draws words 3 and 5 alike; half the targets are 3, half a word it
-    never draws: a quarter of the negatives hit (not the share of positions with a hit, which
-    40 negatives per position put near one half)."""
+def _accidental_hit_rate(targets: np.ndarray, prior: np.ndarray) -> float:
+    """The hit rate a training step of the quick normalised model logs under the unigram
+    proposal ``prior``, inputs all word 0 and ``targets``."""
     config = lstm_lm_config.get_config("quick")
     model = lstm_lm.make_model(config, "normalised", VOCAB)
-    windows = {
-        "inputs": np.zeros((4, config.bptt), np.int32),
-        "targets": np.tile(np.array([3, 7], np.int32), (4, config.bptt // 2)),
-    }
-    prior = np.full(VOCAB, 1e-12)
-    prior[[3, 5]] = 0.5
+    windows = {"inputs": np.zeros_like(targets), "targets": targets}
     task = lstm_lm.make_task(
         model,
         {"train": windows, "valid": windows},
@@ -614,8 +608,19 @@ def test_the_logged_accidental_hit_rate_is_the_share_of_negatives_equal_to_the_t
     )
     params = model.init(jax.random.key(0), windows["inputs"], train=False)
     _, metrics = task.loss(params, windows, jax.random.key(1), jnp.int32(0))
-    draws = windows["targets"].size * config.sampler.num_samples
-    assert float(metrics["accidental_hit_rate"]) == pytest.approx(
+    return float(metrics["accidental_hit_rate"])
+
+
+def test_the_logged_accidental_hit_rate_is_the_share_of_negatives_equal_to_the_target():
+    """The unigram proposal draws words 3 and 5 alike; half the targets are 3, half a word it
+    never draws: a quarter of the negatives hit (not the share of positions with a hit, which
+    40 negatives per position put near one half)."""
+    config = lstm_lm_config.get_config("quick")
+    targets = np.tile(np.array([3, 7], np.int32), (4, config.bptt // 2))
+    prior = np.full(VOCAB, 1e-12)
+    prior[[3, 5]] = 0.5
+    draws = targets.size * config.sampler.num_samples
+    assert _accidental_hit_rate(targets, prior) == pytest.approx(
         0.25, abs=5 * math.sqrt(0.25 * 0.75 / draws)
     )
 
@@ -625,10 +630,7 @@ def test_the_accidental_hit_rate_counts_every_negative(monkeypatch):
     the rate is exactly (M - 1) / M: counting the first negative only (same expectation under
     i.i.d. draws, 0.25 above) passed the test above within its noise."""
     config = lstm_lm_config.get_config("quick")
-    model = lstm_lm.make_model(config, "normalised", VOCAB)
     targets = np.tile(np.array([3, 7], np.int32), (2, config.bptt // 2))
-    windows = {"inputs": np.zeros_like(targets), "targets": targets}
-    num = config.sampler.num_samples
 
     def fixed_sample(key, log_unigram, num_queries, num_samples):
         samples = jnp.repeat(jnp.asarray(targets.reshape(-1, 1)), num_samples, axis=1)
@@ -636,16 +638,6 @@ def test_the_accidental_hit_rate_counts_every_negative(monkeypatch):
         return samples, jnp.take(log_unigram, samples)
 
     monkeypatch.setattr(lstm_lm.task.unigram, "sample", fixed_sample)
-    prior = np.full(VOCAB, 1.0 / VOCAB)
-    task = lstm_lm.make_task(
-        model,
-        {"train": windows, "valid": windows},
-        config,
-        "normalised",
-        "unigram",
-        0,
-        np.log(prior),
-    )
-    params = model.init(jax.random.key(0), windows["inputs"], train=False)
-    _, metrics = task.loss(params, windows, jax.random.key(1), jnp.int32(0))
-    assert float(metrics["accidental_hit_rate"]) == pytest.approx((num - 1) / num, rel=1e-6)
+    num = config.sampler.num_samples
+    rate = _accidental_hit_rate(targets, np.full(VOCAB, 1.0 / VOCAB))
+    assert rate == pytest.approx((num - 1) / num, rel=1e-6)
