@@ -10,7 +10,7 @@ import pytest
 
 from rfjax.nn import PerformerLM
 from rfjax.nn._performer_lm import sinusoidal_positions, token_nll
-from tests.support.module_calls import recorded_calls
+from tests.support.module_calls import assert_pre_norm_block, recorded_calls
 
 SIZES = dict(vocab_size=37, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=24, num_features=8)
 
@@ -150,18 +150,4 @@ def test_decoder_block_is_pre_norm_with_residuals():
     variables = model.init(jax.random.key(1), tokens)
     with recorded_calls() as calls:
         model.apply(variables, tokens)
-
-    def call(name):
-        return calls[f"_DecoderBlock_0/{name}"]
-
-    def close(a, b):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
-
-    x = calls["_DecoderBlock_0"].args[0]
-    close(call("LayerNorm_0").args[0], x)
-    close(call("MultiHeadDotProductAttention_0").args[0], call("LayerNorm_0").output)
-    x = x + call("MultiHeadDotProductAttention_0").output
-    close(call("LayerNorm_1").args[0], x)
-    close(call("Dense_0").args[0], call("LayerNorm_1").output)
-    close(call("Dense_1").args[0], jax.nn.gelu(call("Dense_0").output))
-    close(calls["_DecoderBlock_0"].output, x + call("Dense_1").output)
+    assert_pre_norm_block(calls, "_DecoderBlock_0", "MultiHeadDotProductAttention_0")

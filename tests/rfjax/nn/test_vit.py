@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rfjax.nn import PerformerViT
-from tests.support.module_calls import recorded_calls
+from tests.support.module_calls import assert_pre_norm_block, recorded_calls
 
 
 def test_layers_draw_different_projections():
@@ -166,22 +166,9 @@ def test_block_is_pre_norm_with_residuals_and_dropout_only_in_training():
     with recorded_calls() as calls:
         logits = model.apply(variables, images)
 
-    def call(name):
-        return calls[f"block_0/{name}"]
-
-    def close(a, b):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
-
-    x = calls["block_0"].args[0]
-    close(call("LayerNorm_0").args[0], x)
-    close(call("PerformerAttention_0").args[0], call("LayerNorm_0").output)
-    x = x + call("PerformerAttention_0").output
-    close(call("LayerNorm_1").args[0], x)
-    close(call("Dense_0").args[0], call("LayerNorm_1").output)
-    close(call("Dense_1").args[0], jax.nn.gelu(call("Dense_0").output))
-    close(calls["block_0"].output, x + call("Dense_1").output)
+    assert_pre_norm_block(calls, "block_0", "PerformerAttention_0")
     noisy = PerformerViT(3, num_layers=1, dropout_rate=0.5, **SMALL)
-    close(noisy.apply(variables, images), logits)
+    np.testing.assert_allclose(noisy.apply(variables, images), logits, rtol=1e-5, atol=1e-5)
     trained = noisy.apply(variables, images, train=True, rngs={"dropout": jax.random.key(2)})
     assert not np.allclose(trained, logits)
 
