@@ -1,12 +1,20 @@
 """``rfjax.projections._dense``: the simplex directions of SimRF Eq. 9 (unit vectors at pairwise
-cosine -1/(d-1) summing to zero) and the orthogonal coupling's orthogonal rows within a block."""
+cosine -1/(d-1) summing to zero), the Haar rotations as the sign-fixed Q of their Gaussian draw
+and the orthogonal coupling's orthogonal rows within a block."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rfjax.projections._dense import orthogonal, simplex, simplex_directions
+from rfjax._random import flat
+from rfjax.projections._dense import (
+    haar_rotations,
+    haar_rows,
+    orthogonal,
+    simplex,
+    simplex_directions,
+)
 
 
 @pytest.mark.parametrize("dim", [2, 5, 16])
@@ -19,6 +27,35 @@ def test_simplex_directions_are_a_regular_simplex(dim):
     np.testing.assert_allclose(gram, expected, atol=1e-12)
     np.testing.assert_allclose(s.sum(axis=0), 0.0, atol=1e-12)
     np.testing.assert_allclose(s[:, -1], 0.0, atol=1e-12)  # in the hyperplane u_d = 0
+
+
+def test_simplex_directions_in_one_dimension_are_e_1():
+    np.testing.assert_array_equal(simplex_directions(1), [[1.0]])
+
+
+@pytest.mark.parametrize("rows", [3, 5])
+def test_haar_rows_are_the_sign_fixed_q_of_their_gaussian_draw(rows):
+    """The rotation R of a Gaussian draw A is Q diag(sign(diag R_QR)): Q^T A = R_QR with a
+    positive diagonal, an exact oracle of the sign fix (without it, or with the signs on the
+    rows, it is not: an unfixed Q was caught only by the moment tests, and the signs put on
+    the rows, diag(s) Q, passed every test)."""
+    dim, num_blocks, key = 5, 3, jax.random.key(30)
+    with jax.enable_x64(True):
+        if rows == dim:
+            drawn = haar_rotations(key, num_blocks, dim, jnp.float64)
+        else:
+            drawn = haar_rows(key, num_blocks, rows, dim, jnp.float64)
+        gaussian = flat(jax.random.normal, key, (num_blocks, dim, rows), jnp.float64)
+    drawn, gaussian = np.asarray(drawn), np.asarray(gaussian)
+    assert drawn.shape == (num_blocks, rows, dim)
+    triangular = drawn @ gaussian if rows < dim else np.swapaxes(drawn, -1, -2) @ gaussian
+    np.testing.assert_allclose(np.tril(triangular, -1), 0.0, atol=1e-12)
+    assert np.all(np.diagonal(triangular, axis1=-2, axis2=-1) > 0)
+    np.testing.assert_allclose(
+        drawn @ np.swapaxes(drawn, -1, -2),
+        np.broadcast_to(np.eye(rows), (num_blocks, rows, rows)),
+        atol=1e-12,
+    )
 
 
 def test_orthogonal_rows_are_orthogonal_within_a_block_only():
