@@ -236,6 +236,29 @@ def test_shapes_block_sizes_and_application(name):
     np.testing.assert_allclose(projection(x), x @ projection.matrix().T, rtol=1e-5, atol=1e-5)
 
 
+# Rows per independent block, which polynomial features and the conformity theory read: one
+# for i.i.d. rows, d for rotations, p = 8 for the HD products (d = 6), all m for Halton's shared
+# shift (``gaussian`` with d and ``halton`` with 1 passed every other test).
+BLOCK_SIZES = {
+    "gaussian": 1,
+    "orthogonal": 6,
+    "simplex": 6,
+    "simplex_plus": 6,
+    "norm_coupled": 6,
+    "givens": 6,
+    "hd_orthogonal": 8,
+    "fast_simplex": 8,
+    "halton": 15,
+}
+
+
+@pytest.mark.parametrize(("name", "block_size"), BLOCK_SIZES.items())
+def test_block_size_is_the_coupled_unit(name, block_size):
+    sampler = projections.get(name)
+    shapes = jax.eval_shape(lambda k: sampler(k, 6, 15), jax.random.key(0))  # nothing compiled
+    assert shapes.block_size == block_size
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_same_key_same_draw_other_key_other_draw(name):
     sampler = projections.get(name)
