@@ -166,6 +166,14 @@ def test_docstring_example():
     np.testing.assert_array_equal(fwht(jnp.array([1.0, 0.0, 0.0, 0.0])), np.ones(4))
 
 
+def test_result_is_not_weakly_typed():
+    # A weakly typed operand (from a Python scalar) gives a float32 result, which a float16 then
+    # promotes to float32; a weakly typed result would yield to the float16.
+    y = fwht(jnp.broadcast_to(1.0, (4,)), implementation="xla")
+    assert not jax.typeof(y).weak_type
+    assert (y + jnp.float16(1)).dtype == jnp.float32
+
+
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_gradients(implementation):
     skip_unsupported(implementation, (4, jnp.float64))
@@ -175,10 +183,11 @@ def test_gradients(implementation):
         x = jnp.asarray(rng.standard_normal((4, 3)))
         assert x.dtype == jnp.float64
         check_grads(lambda v: jnp.sin(transform(v)), (x,), order=2, modes=("fwd", "rev"))
-        # The VJP of the (symmetric) transform is the transform.
+        # The VJP of the (symmetric) transform is the transform, with the same scale.
         g = rng.standard_normal((4, 3))
-        _, vjp = jax.vjp(transform, x)
-        np.testing.assert_allclose(vjp(jnp.asarray(g))[0], _oracle(g, 0, True), rtol=1e-12)
+        for normalize in (False, True):
+            _, vjp = jax.vjp(functools.partial(transform, normalize=normalize), x)
+            np.testing.assert_allclose(vjp(jnp.asarray(g))[0], _oracle(g, 0, normalize), rtol=1e-12)
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
