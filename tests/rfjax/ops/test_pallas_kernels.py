@@ -41,6 +41,7 @@ from rfjax.ops._fwht_xla import hadamard_matrix
 from tests.support.interpret_mode import INTERPRET_MODE
 
 DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32)
+EPS32 = float(np.finfo(np.float32).eps)
 TPU_LENGTHS = tuple(range(15))
 GPU_LENGTHS = tuple(range(4, 15))
 H100 = jax.sharding.AbstractDevice(
@@ -59,10 +60,13 @@ def _grid(lengths):
 
 
 def _sample(cases, keep):
-    """``cases`` with all but the ``keep`` ids marked slow (interpret mode is ~1-3 s a case)."""
+    """``cases`` with all but the ``keep`` ids marked slow (interpret mode is ~1-3 s a case); the
+    ``keep`` ids run without ``--runslow`` whatever ``_grid`` marked them (it kept their slow
+    mark, so that n = 1024 in float32 and the three Mosaic GPU cases never ran)."""
+    assert keep <= {case.id for case in cases}, keep - {case.id for case in cases}
     out = []
     for case in cases:
-        marks = case.marks if case.id in keep else (pytest.mark.slow,)
+        marks = () if case.id in keep else (pytest.mark.slow,)
         out.append(pytest.param(*case.values, marks=marks, id=case.id))
     return out
 
@@ -83,7 +87,7 @@ def _assert_close(y, x, normalize: bool) -> None:
     y = np.asarray(jnp.asarray(y, jnp.float32), np.float64)
     if jnp.dtype(x.dtype) == jnp.float32:
         norm = np.linalg.norm(x64, axis=-1, keepdims=True) / (math.sqrt(n) if normalize else 1)
-        tol = 4 * float(np.finfo(np.float32).eps) * (1 + math.log2(n)) * norm
+        tol = 4 * EPS32 * (1 + math.log2(n)) * norm
     else:
         tol = 2 * float(jnp.finfo(x.dtype).eps) * np.abs(ref).max(axis=-1, keepdims=True)
     err = np.abs(y - ref)
@@ -184,7 +188,7 @@ def _chain_grid():
                         id=f"p{1 << k}-{'simplex' if simplex else 'hd'}-{dtype.__name__}",
                     )
                 )
-    return _sample(cases, {"p64-simplex-float32", "p1024-hd-bfloat16"})
+    return _sample(cases, {"p64-simplex-float32", "p256-hd-float16", "p1024-hd-bfloat16"})
 
 
 @pytest.mark.parametrize("k, simplex, dtype", _chain_grid())
@@ -198,11 +202,15 @@ def test_fused_chain_matches_the_composition(k, simplex, dtype):
     )(x, signs, norms)
     assert y.shape == (13, 3, p) and y.dtype == dtype
     ref = _chain_oracle(x, signs, norms, simplex)
-    # Three normalised rotations, each within the fwht tolerance of its (unit-norm) input; the
-    # simplex map and the norms (<= 2) scale the error by at most 2 (sqrt(p/(p-1)) + ...) x 2.
+    # Three normalised rotations in float32, each within the fwht tolerance of its (unit-norm)
+    # input; the simplex map and the norms (<= 2) scale the error by at most 2 (sqrt(p/(p-1)) +
+    # ...) x 2. Half types are rounded once at the end: at most half an ulp, eps/2 relative, of
+    # a value within that float32 bound of the reference. (A bound of eps(dtype) in place of
+    # eps32 exceeded every entry in bfloat16 at p = 1024: a kernel that skipped H_128 passed.)
     scale = np.linalg.norm(np.asarray(jnp.asarray(x, jnp.float32), np.float64), axis=-1)
-    eps = float(jnp.finfo(dtype).eps)
-    tol = 3 * 4 * eps * (1 + k) * 8 * scale[:, None, None]
+    tol = 3 * 4 * EPS32 * (1 + k) * 8 * scale[:, None, None]
+    if jnp.dtype(dtype) != jnp.float32:
+        tol = 2 * tol + float(jnp.finfo(dtype).eps) * np.abs(ref)
     assert np.all(np.abs(np.asarray(jnp.asarray(y, jnp.float32), np.float64) - ref) <= tol)
 
 
