@@ -100,6 +100,8 @@ def test_every_backend_entry_names_its_kernels(name):
     # 'xla'" for 'matmul' itself).
     with pytest.raises(ValueError, match=f"{name}.*power-of-two lengths, got 12; pad with"):
         backend.check(12, backend.dtypes[0])
+    with pytest.raises(ValueError, match=f"{name}.*power-of-two lengths, got 0; pad with"):
+        backend.check(0, backend.dtypes[0])
     if "float64" not in backend.dtypes:
         with pytest.raises(TypeError, match=f"{name}.*float32, got float64"):
             backend.check(backend.min_n, "float64")

@@ -145,6 +145,14 @@ def test_auto_picks_the_kernel_and_no_temporaries():
         assert analysis.temp_size_in_bytes <= 1024  # nothing beyond the output
 
 
+@built
+def test_the_call_names_every_axis_but_the_transformed_one_a_batch_axis():
+    """XLA may split a batch-partitionable call along the axes ``num_batch_dims`` names (the
+    leading ones): the transformed (last) axis must not be one of them."""
+    text = jax.jit(lambda v: fwht(v, implementation="cpu")).lower(jnp.zeros((2, 3, 8))).as_text()
+    assert 'num_batch_dims = "2"' in text
+
+
 def _entry_text(fn, x) -> str:
     text = fn.lower(x).compile().as_text()
     return text[text.index("ENTRY") :]
