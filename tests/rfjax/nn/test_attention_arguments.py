@@ -240,6 +240,86 @@ def test_nnx_exact_kind_is_flax_attention_with_flax_arguments(kwargs):
     np.testing.assert_allclose(ours(x, is_causal=True), flax_layer(x, is_causal=True), rtol=1e-5)
 
 
+def _flat_params(layer: nnx.Module) -> dict[tuple, nnx.Variable]:
+    return dict(nnx.to_flat_state(nnx.state(layer, nnx.Param)))
+
+
+def test_nnx_projections_are_built_and_applied_as_flax_builds_them():
+    """``out_features``, ``in_kv_features``, ``out_bias_init``, the metadata of each projection
+    and LayerNorm: the same parameters (values and metadata) as Flax's; with every parameter
+    set at random (the LayerNorms' scales apart), the same outputs on cross inputs."""
+    tags = ("kernel", "out_kernel", "bias", "out_bias", "query_ln_scale", "key_ln_scale")
+    kwargs = {
+        "out_features": 12,
+        "in_kv_features": 8,
+        "normalize_qk": True,
+        "out_bias_init": nnx.initializers.ones,
+        **{f"{tag}_metadata": {"tag": tag} for tag in tags},
+    }
+    flax_layer, ours = _nnx_pair(**kwargs)
+    flax_params, ours_params = _flat_params(flax_layer), _flat_params(ours)
+    assert list(ours_params) == list(flax_params)
+    for path, variable in ours_params.items():
+        np.testing.assert_array_equal(variable[...], flax_params[path][...], err_msg=str(path))
+        assert variable.get_metadata() == flax_params[path].get_metadata(), path
+    keys = jax.random.split(jax.random.key(7), len(ours_params))
+    for key, (path, variable) in zip(keys, ours_params.items(), strict=True):
+        value = jax.random.normal(key, variable.shape)
+        variable[...] = flax_params[path][...] = value
+    x, kv = _inputs(), _inputs(1)[..., :8]
+    out = ours(x, kv, is_causal=True)
+    assert out.shape == (BATCH, LENGTH, 12)
+    np.testing.assert_allclose(out, flax_layer(x, kv, is_causal=True), rtol=1e-5, atol=1e-5)
+
+
+def test_nnx_exact_kind_applies_dropout_as_flax():
+    """Dropout by the call's ``deterministic`` over the layer's, from the call's ``rngs`` over
+    the layer's kept stream, with ``broadcast_dropout``: Flax's outputs; the kept stream (no
+    call ``rngs``) drops too, and without one (``keep_rngs=False``) the call raises naming
+    ``rngs``."""
+    kwargs = {"dropout_rate": 0.5, "broadcast_dropout": False, "deterministic": True}
+    flax_layer, ours = _nnx_pair(**kwargs)
+    x = _inputs()
+    undropped = ours(x)
+    np.testing.assert_array_equal(undropped, flax_layer(x))
+    dropped = ours(x, deterministic=False, rngs=nnx.Rngs(dropout=5))
+    np.testing.assert_allclose(
+        dropped, flax_layer(x, deterministic=False, rngs=nnx.Rngs(dropout=5)), rtol=1e-6
+    )
+    assert not np.allclose(dropped, undropped)
+    kept = ours(x, deterministic=False)  # the kept stream: another draw than Flax's (the
+    assert not np.allclose(kept, undropped)  # projection key is drawn before it is forked)
+    _, ours_unkept = _nnx_pair(keep_rngs=False, **kwargs)
+    with pytest.raises(ValueError, match="^rngs must be given"):
+        ours_unkept(x, deterministic=False)
+
+
+def test_nnx_exact_kind_passes_attention_fn_flax_arguments():
+    """``attention_fn`` gets the arguments Flax passes it (``dtype``, ``precision``, dropout
+    ones, ``is_causal``, the ``module`` to sow into, no mask), values as Flax's."""
+    calls: list[dict] = []
+
+    def spy(query, key, value, **kwargs):
+        calls.append({n: a for n, a in kwargs.items() if n != "module"})
+        calls[-1]["module"] = kwargs["module"] is not None
+        return nnx.dot_product_attention(query, key, value, **kwargs)
+
+    kwargs = {"attention_fn": spy, "dtype": jnp.bfloat16, "precision": "highest"}
+    flax_layer, ours = _nnx_pair(**kwargs)
+    for layer in (flax_layer, ours):
+        layer(_inputs(), is_causal=True, sow_weights=True)
+    assert calls[1] == calls[0]
+
+
+def test_nnx_performer_runs_every_product_at_the_given_precision():
+    layer = rnnx.PerformerAttention(
+        HEADS, WIDTH, num_features=8, precision="highest", rngs=nnx.Rngs(0)
+    )
+    precisions = _dot_precisions(lambda v: layer(v), _inputs())
+    assert len(precisions) >= 6  # q, k, v, out, the features and FAVOR's contractions
+    assert all("HIGHEST" in p for p in precisions), precisions
+
+
 def test_nnx_performer_grouped_heads_are_the_repeated_heads():
     x = _inputs()
     layer = functools.partial(rnnx.PerformerAttention, HEADS, WIDTH, num_features=8)
