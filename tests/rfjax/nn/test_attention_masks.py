@@ -127,5 +127,9 @@ def test_a_cross_attention_mask_is_key_padding(keys):
         layer.apply(params, x, context, mask=key_padding, rngs=RNGS),
         rtol=1e-6,
     )
+    nnx_layer = rnnx.PerformerAttention(HEADS, FEATURES, num_features=8, rngs=nnx.Rngs(3))
+    np.testing.assert_allclose(
+        nnx_layer(x, context, mask=mask), nnx_layer(x, context, mask=key_padding), rtol=1e-6
+    )
     with pytest.raises(ValueError, match="neither"):  # a causal-looking T x S mask is not one
         read(jnp.tri(LENGTH, keys, dtype=bool)[None, None])

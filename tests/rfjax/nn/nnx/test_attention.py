@@ -221,3 +221,79 @@ def test_the_layer_runs_the_implementation_it_is_given():
         return "pallas_call" in str(jax.make_jaxpr(lambda x: layer(x, x, x, decode=False))(x))
 
     assert fused("pallas_triton_interpret") and not fused("xla")
+
+
+def test_the_causal_attribute_makes_the_layer_causal():
+    x = _inputs()
+    causal = _performer(causal=True)(x)
+    np.testing.assert_array_equal(causal, _performer()(x, is_causal=True))
+    assert not np.allclose(causal, _performer()(x), atol=1e-3)
+
+
+def test_the_projection_key_comes_from_the_projection_stream():
+    def key_data(rngs: nnx.Rngs) -> np.ndarray:
+        layer = rnnx.PerformerAttention(HEADS, WIDTH, num_features=16, rngs=rngs)
+        return np.asarray(jax.random.key_data(layer.projection_key[...]))
+
+    np.testing.assert_array_equal(
+        key_data(nnx.Rngs(0, projection=3)), key_data(nnx.Rngs(1, projection=3))
+    )
+    assert not np.array_equal(key_data(nnx.Rngs(0, projection=3)), key_data(nnx.Rngs(0)))
+
+
+def test_query_key_norm_starts_at_the_initial_temperature():
+    layer = _performer(query_key_norm=True, initial_temperature=2.0)
+    np.testing.assert_allclose(jnp.exp(layer.log_temperature[...]), [2.0] * HEADS, rtol=1e-6)
+
+
+def test_eps_floors_favor_and_its_sown_weights_alike():
+    """A floor above every denominator (eps=1e3) changes the output; the sown weights are
+    those the output applies."""
+    x = _inputs()
+    layer = _performer(eps=1e3)
+    out, intermediates = nnx.capture(layer, nnx.Intermediate)(x, sow_weights=True)
+    (weights,) = intermediates["attention_weights"].get_value()
+    heads = jnp.einsum("bnts,bsnh->btnh", weights, layer.value(x))
+    np.testing.assert_allclose(layer.out(heads), out, rtol=1e-4, atol=1e-6)
+    assert not np.allclose(out, _performer()(x), atol=1e-3)
+
+
+def test_fitted_fields_get_no_gradient():
+    layer = _performer(feature_map="cluster_hybrid", eps=1e-3, query_key_norm=True)
+    x = _inputs()
+
+    def loss(layer):
+        return jnp.sum(layer(x) ** 2)
+
+    grads = nnx.grad(loss, argnums=nnx.DiffState(0, rnnx.FittedFeatureMap))(layer)
+    leaves = jax.tree.leaves(grads)
+    assert leaves and all(np.all(np.asarray(g) == 0) for g in leaves)
+
+
+def test_exact_decoding_with_grouped_heads_and_key_padding_is_flax():
+    """A (B, L) key padding mask over the cache's L positions, with one key/value head for
+    both query heads: ``nnx.MultiHeadAttention``'s steps with the mask (B, 1, 1, L)."""
+    x = _inputs()
+    padding = jnp.ones((BATCH, LENGTH), bool).at[1, jnp.array([1, 6])].set(False)
+    mha = nnx.MultiHeadAttention(HEADS, WIDTH, num_kv_heads=1, decode=True, rngs=nnx.Rngs(1))
+    ours = _performer(attention_kind="exact", num_kv_heads=1, decode=True)
+    nnx.update(ours, nnx.state(mha, nnx.Param))
+    for dtype in (jnp.bfloat16, jnp.float32):  # Flax's cache, then steps in float32
+        ours.init_cache(x.shape, dtype)
+        mha.init_cache(x.shape, dtype)
+        for name in ("cached_key", "cached_value", "cache_index"):
+            mine, theirs = getattr(ours, name)[...], getattr(mha, name)[...]
+            assert (mine.shape, mine.dtype) == (theirs.shape, theirs.dtype), name
+    for t in range(LENGTH):
+        token = x[:, t : t + 1]
+        expected = mha(token, mask=padding[:, None, None, :])
+        np.testing.assert_allclose(ours(token, mask=padding), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_decoding_with_two_batch_axes_equals_causal_attention():
+    x = jnp.stack([_inputs(0), _inputs(1)])[..., :4, :]  # (2, B, 4, D)
+    layer = _performer(decode=True)
+    expected = layer(x, is_causal=True, decode=False)
+    layer.init_cache(x.shape)
+    outputs = [layer(x[..., t : t + 1, :]) for t in range(x.shape[-2])]
+    np.testing.assert_allclose(jnp.concatenate(outputs, -2), expected, rtol=1e-5, atol=1e-5)
