@@ -266,10 +266,10 @@ def test_nnx_projections_are_built_and_applied_as_flax_builds_them():
     for key, (path, variable) in zip(keys, ours_params.items(), strict=True):
         value = jax.random.normal(key, variable.shape)
         variable[...] = flax_params[path][...] = value
-    x, kv = _inputs(), _inputs(1)[..., :8]
-    out = ours(x, kv, is_causal=True)
+    x, k, v = _inputs(), _inputs(1)[..., :8], _inputs(2)[..., :8]
+    out = ours(x, k, v, is_causal=True)
     assert out.shape == (BATCH, LENGTH, 12)
-    np.testing.assert_allclose(out, flax_layer(x, kv, is_causal=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, flax_layer(x, k, v, is_causal=True), rtol=1e-5, atol=1e-5)
 
 
 def test_nnx_exact_kind_applies_dropout_as_flax():
@@ -290,24 +290,27 @@ def test_nnx_exact_kind_applies_dropout_as_flax():
     kept = ours(x, deterministic=False)  # the kept stream: another draw than Flax's (the
     assert not np.allclose(kept, undropped)  # projection key is drawn before it is forked)
     _, ours_unkept = _nnx_pair(keep_rngs=False, **kwargs)
-    with pytest.raises(ValueError, match="^rngs must be given"):
+    with pytest.raises(ValueError, match=r"^rngs must be given"):
         ours_unkept(x, deterministic=False)
 
 
 def test_nnx_exact_kind_passes_attention_fn_flax_arguments():
     """``attention_fn`` gets the arguments Flax passes it (``dtype``, ``precision``, dropout
-    ones, ``is_causal``, the ``module`` to sow into, no mask), values as Flax's."""
+    ones, ``is_causal``, the ``module`` to sow into, no mask, ``input_positions``), values as
+    Flax's."""
     calls: list[dict] = []
 
-    def spy(query, key, value, **kwargs):
+    def spy(query, key, value, input_positions, **kwargs):
         calls.append({n: a for n, a in kwargs.items() if n != "module"})
         calls[-1]["module"] = kwargs["module"] is not None
+        calls[-1]["input_positions"] = tuple(input_positions.tolist())
         return nnx.dot_product_attention(query, key, value, **kwargs)
 
     kwargs = {"attention_fn": spy, "dtype": jnp.bfloat16, "precision": "highest"}
     flax_layer, ours = _nnx_pair(**kwargs)
+    positions = jnp.arange(LENGTH) + 3
     for layer in (flax_layer, ours):
-        layer(_inputs(), is_causal=True, sow_weights=True)
+        layer(_inputs(), is_causal=True, sow_weights=True, input_positions=positions)
     assert calls[1] == calls[0]
 
 

@@ -92,6 +92,9 @@ def test_nnx_decoding_draws_only_when_the_keys_change():
     np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, rtol=1e-5, atol=1e-5)
     at_zero = layer(x, is_causal=True, decode=False, projection_step=0)
     assert not np.allclose(at_zero, expected, atol=1e-3)  # the redraw mattered
+    kept = _nnx()  # the cache now keeps STEP's draw with its keys: later tokens draw nothing
+    kept.init_cache(x.shape, projection_step=STEP)
+    np.testing.assert_array_equal(layer.decode_draw_keys[...], kept.decode_draw_keys[...])
 
 
 def test_linen_step_without_the_stream_reads_the_cached_projection():

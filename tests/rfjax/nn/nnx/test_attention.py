@@ -1,6 +1,7 @@
 """rfjax.nn.nnx: PerformerAttention as a drop-in for flax.nnx.MultiHeadAttention, and the NNX
 PerformerViT trained with nnx.Optimizer."""
 
+import functools
 import inspect
 
 import flax.linen as nn
@@ -78,6 +79,14 @@ def test_exact_kind_reads_flax_masks_as_nnx_does():
         ours(x, mask=jnp.tril(jnp.ones((LENGTH, LENGTH), bool)))
 
 
+def _documented_projection(layer: rnnx.PerformerAttention, step: int, redraw_interval: int):
+    """split(redraw_key(base key, step, redraw_interval))[0], one draw per head."""
+    stream = attention.redraw_key(layer.projection_key[...], step, redraw_interval=redraw_interval)
+    return attention.draw_projection(
+        jax.random.split(stream)[0], WIDTH // HEADS, 16, coupling="gaussian", num_heads=HEADS
+    )
+
+
 def test_performer_is_favor_attention_on_the_documented_draw():
     """Output = out(favor_attention(q, k, v, projection)) with the projection drawn from
     split(redraw_key(base key, step, redraw_interval))[0], one draw per head."""
@@ -85,15 +94,25 @@ def test_performer_is_favor_attention_on_the_documented_draw():
     x = _inputs()
     q, k, v = layer.query(x), layer.key(x), layer.value(x)
     for step in (0, 7):
-        stream = attention.redraw_key(layer.projection_key[...], step, redraw_interval=5)
-        projection = attention.draw_projection(
-            jax.random.split(stream)[0], WIDTH // HEADS, 16, coupling="gaussian", num_heads=HEADS
-        )
+        projection = _documented_projection(layer, step, 5)
         expected = layer.out(attention.favor_attention(q, k, v, projection, causal=True))
         got = layer(x, is_causal=True, projection_step=step)
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
     assert np.array_equal(layer(x, projection_step=5), layer(x, projection_step=9))
     assert not np.allclose(layer(x, projection_step=4), layer(x, projection_step=5))
+
+
+def test_rotary_performer_is_favor_attention_on_rotated_queries_and_keys():
+    rope = nnx.RoPE()
+    layer = _performer(
+        attention_fn=functools.partial(nnx.dot_product_attention_with_rope, rope=rope)
+    )
+    x, positions = _inputs(), jnp.arange(LENGTH, dtype=jnp.float32) + 3
+    rotated = jax.vmap(rope, in_axes=(-2, None), out_axes=-2)  # each head at the positions
+    q, k = rotated(layer.query(x), positions), rotated(layer.key(x), positions)
+    favor = attention.favor_attention(q, k, layer.value(x), _documented_projection(layer, 0, 1000))
+    got = layer(x, input_positions=positions)
+    np.testing.assert_allclose(got, layer.out(favor), rtol=1e-5, atol=1e-6)
 
 
 def test_flax_masks_become_key_padding_and_causality():
@@ -129,6 +148,25 @@ def test_decode_one_token_at_a_time_equals_causal_attention():
     for t in range(LENGTH):
         token = x[:, t : t + 1]
         np.testing.assert_allclose(exact(token), mha(token), rtol=1e-5, atol=1e-6)
+
+
+def test_decoding_reads_each_token_key_padding():
+    """The Performer's mask while decoding is the new token's key padding (B, 1): the steps
+    equal causal attention with the (B, T) padding (tokens 1 and 6 of the second sequence
+    padded, seen by the later ones), on the valid tokens."""
+    x = _inputs()
+    padding = jnp.ones((BATCH, LENGTH), bool).at[1, jnp.array([1, 6])].set(False)
+    layer = _performer(decode=True)
+    expected = layer(x, mask=padding, is_causal=True, decode=False)
+    layer.init_cache(x.shape)
+    steps = [layer(x[:, t : t + 1], mask=padding[:, t : t + 1]) for t in range(LENGTH)]
+    valid = np.asarray(padding)
+    np.testing.assert_allclose(
+        np.asarray(jnp.concatenate(steps, 1))[valid],
+        np.asarray(expected)[valid],
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("kind, causal", [("performer", False), ("exact", False), ("exact", True)])
@@ -193,9 +231,11 @@ def test_errors_name_the_argument():
 
 
 def test_empty_batches_and_unbatched_inputs():
-    layer = _performer(attention_kind="exact")
-    assert layer(jnp.ones((0, LENGTH, WIDTH))).shape == (0, LENGTH, WIDTH)
-    assert _performer()(jnp.ones((LENGTH, WIDTH))).shape == (LENGTH, WIDTH)
+    exact = _performer(attention_kind="exact")
+    assert exact(jnp.ones((0, LENGTH, WIDTH))).shape == (0, LENGTH, WIDTH)
+    x = _inputs()
+    for layer in (exact, _performer()):  # an unbatched sequence is a batch of one
+        np.testing.assert_allclose(layer(x[0], is_causal=True), layer(x[:1], is_causal=True)[0])
 
 
 def test_fitted_feature_map_fields_are_state_that_the_attention_uses():
@@ -209,6 +249,10 @@ def test_fitted_feature_map_fields_are_state_that_the_attention_uses():
     centres = jax.random.normal(jax.random.key(5), fitted["query_centres"].shape)
     layer.fitted_feature_map.set_value({"query_centres": centres, "key_centres": centres})
     assert not np.allclose(layer(x), before)
+    expected = layer(x, is_causal=True)  # decoding reads the fitted fields too
+    layer.init_cache(x.shape)
+    steps = [layer(x[:, t : t + 1], decode=True) for t in range(LENGTH)]
+    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_the_layer_runs_the_implementation_it_is_given():
