@@ -100,7 +100,9 @@ class PerformerAttention(nnx.Module):
     ``is_causal=True`` or the ``causal`` attribute makes the attention causal.
 
     Decoding: ``init_cache(input_shape)`` creates the cache (``nnx.Cache``): the FAVOR
-    ``DecodeState`` (performer) or Flax's key/value cache (exact); then each call with
+    ``DecodeState`` (performer) or Flax's key/value cache (exact); ``nnx.view(model,
+    decode=True, batch_size=B, max_length=L)`` creates it as well (``set_view``, as Flax's;
+    ``nnx.view(model, deterministic=True)`` turns the exact kind's dropout off); then each call with
     ``decode=True`` takes one token ``(B, 1, D)``, as with ``nnx.MultiHeadAttention`` (causal;
     the Performer needs the same ``projection_step`` at every step). The first call on the
     empty cache may instead take a prompt's T tokens ``(B, T, D)`` at once (a prefill; a call
@@ -407,6 +409,31 @@ class PerformerAttention(nnx.Module):
                 dtype=dtype,
             )
         )
+
+    def set_view(
+        self,
+        deterministic: bool | None = None,
+        decode: bool | None = None,
+        batch_size: int | tuple[int, ...] | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        """As ``nnx.MultiHeadAttention.set_view`` (what ``nnx.view`` calls): sets
+        ``deterministic`` and ``decode``; ``decode`` on a layer without a cache creates it with
+        ``init_cache((*batch_size, max_length, in_features), dtype)`` (``batch_size`` and
+        ``max_length`` then required)."""
+        if deterministic is not None:
+            self.deterministic = deterministic
+        if decode is None:
+            return
+        self.decode = decode
+        if self.cache_index is None:
+            if batch_size is None:
+                raise TypeError("'batch_size' must be provided when initializing cache.")
+            if max_length is None:
+                raise TypeError("'max_length' must be provided when initializing cache.")
+            batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+            shape = (*batch, max_length, self.in_features)
+            self.init_cache(shape, jnp.float32 if self.dtype is None else self.dtype)
 
     def _check_cache(self, *names: str) -> None:
         if any(getattr(self, name) is None for name in names):

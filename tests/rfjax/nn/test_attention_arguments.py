@@ -71,7 +71,7 @@ def test_linen_takes_every_argument_of_flax_attention(flax_class, method):
     _check_signature(ours, flax_class if method == "__init__" else getattr(flax_class, method))
 
 
-@pytest.mark.parametrize("method", ["__init__", "__call__", "init_cache"])
+@pytest.mark.parametrize("method", ["__init__", "__call__", "init_cache", "set_view"])
 def test_nnx_takes_every_argument_of_flax_attention(method):
     ours, flax = rnnx.PerformerAttention, nnx.MultiHeadAttention
     _check_signature(getattr(ours, method), getattr(flax, method))

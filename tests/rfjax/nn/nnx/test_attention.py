@@ -341,3 +341,20 @@ def test_decoding_with_two_batch_axes_equals_causal_attention():
     layer.init_cache(x.shape)
     outputs = [layer(x[..., t : t + 1, :]) for t in range(x.shape[-2])]
     np.testing.assert_allclose(jnp.concatenate(outputs, -2), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_nnx_view_sets_evaluation_and_decoding_as_for_flax_attention():
+    """``nnx.view(model, deterministic=True)`` turns the exact kind's dropout off (it was left
+    on: the layer had no ``set_view``); ``decode=True`` with ``batch_size`` and ``max_length``
+    creates the cache, and the view decodes as the causal pass."""
+    x = _inputs()
+    dropping = _performer(attention_kind="exact", dropout_rate=0.5, deterministic=False)
+    evaluation = nnx.view(dropping, deterministic=True)
+    np.testing.assert_array_equal(evaluation(x), evaluation(x))
+    layer = _performer()
+    decoding = nnx.view(layer, decode=True, batch_size=BATCH, max_length=LENGTH)
+    steps = [decoding(x[:, t : t + 1]) for t in range(LENGTH)]
+    expected = layer(x, is_causal=True)
+    np.testing.assert_allclose(jnp.concatenate(steps, 1), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="max_length"):
+        nnx.view(_performer(), decode=True, batch_size=BATCH)
