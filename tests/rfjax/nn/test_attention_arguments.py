@@ -245,11 +245,12 @@ def _flat_params(layer: nnx.Module) -> dict[tuple, nnx.Variable]:
 
 
 def test_nnx_projections_are_built_and_applied_as_flax_builds_them():
-    """``out_features``, ``in_kv_features``, ``out_bias_init``, the metadata of each projection
-    and LayerNorm: the same parameters (values and metadata) as Flax's; with every parameter
-    set at random (the LayerNorms' scales apart), the same outputs on cross inputs."""
+    """``qkv_features``, ``out_features``, ``in_kv_features``, ``out_bias_init``, the
+    metadata of each projection and LayerNorm: the same parameters (values and metadata) as
+    Flax's; with every parameter set at random, the same outputs on cross inputs."""
     tags = ("kernel", "out_kernel", "bias", "out_bias", "query_ln_scale", "key_ln_scale")
     kwargs = {
+        "qkv_features": 8,
         "out_features": 12,
         "in_kv_features": 8,
         "normalize_qk": True,

@@ -334,6 +334,14 @@ def test_exact_decoding_with_grouped_heads_and_key_padding_is_flax():
         np.testing.assert_allclose(ours(token, mask=padding), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_init_cache_keeps_the_decode_state_in_the_given_dtype():
+    layer = _performer()
+    with jax.enable_x64(True):  # float64 (lower precisions accumulate in float32)
+        layer.init_cache((BATCH, LENGTH, WIDTH), jnp.float64)
+    dtypes = {leaf.dtype for leaf in jax.tree.leaves(layer.decode_state.get_value())}
+    assert dtypes == {jnp.dtype(jnp.float64)}
+
+
 def test_decoding_with_two_batch_axes_equals_causal_attention():
     x = jnp.stack([_inputs(0), _inputs(1)])[..., :4, :]  # (2, B, 4, D)
     layer = _performer(decode=True)
