@@ -311,7 +311,8 @@ def test_nnx_exact_kind_passes_attention_fn_flax_arguments():
     flax_layer, ours = _nnx_pair(**kwargs)
     positions = jnp.arange(LENGTH) + 3
     for layer in (flax_layer, ours):
-        layer(_inputs(), is_causal=True, sow_weights=True, input_positions=positions)
+        capture = nnx.capture(layer, nnx.Intermediate)
+        capture(_inputs(), is_causal=True, sow_weights=True, input_positions=positions)
     assert calls[1] == calls[0]
 
 
