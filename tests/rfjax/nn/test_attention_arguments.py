@@ -276,8 +276,8 @@ def test_nnx_projections_are_built_and_applied_as_flax_builds_them():
 def test_nnx_exact_kind_applies_dropout_as_flax():
     """Dropout by the call's ``deterministic`` over the layer's, from the call's ``rngs`` over
     the layer's kept stream, with ``broadcast_dropout``: Flax's outputs; the kept stream (no
-    call ``rngs``) drops too, and without one (``keep_rngs=False``) the call raises naming
-    ``rngs``."""
+    call ``rngs``) drops too; without one (``keep_rngs=False``) the call raises naming
+    ``rngs``, and without ``deterministic`` (call or layer) naming ``deterministic``."""
     kwargs = {"dropout_rate": 0.5, "broadcast_dropout": False, "deterministic": True}
     flax_layer, ours = _nnx_pair(**kwargs)
     x = _inputs()
@@ -293,6 +293,9 @@ def test_nnx_exact_kind_applies_dropout_as_flax():
     _, ours_unkept = _nnx_pair(keep_rngs=False, **kwargs)
     with pytest.raises(ValueError, match=r"^rngs must be given"):
         ours_unkept(x, deterministic=False)
+    _, undecided = _nnx_pair(dropout_rate=0.5)  # deterministic neither made nor called
+    with pytest.raises(ValueError, match=r"^deterministic must be given"):
+        undecided(x)
 
 
 def test_nnx_exact_kind_passes_attention_fn_flax_arguments():
